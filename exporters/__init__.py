@@ -1,0 +1,1 @@
+"""Exporters: components that write batches out (installed as otel_bridge.exporters)."""

@@ -1,0 +1,56 @@
+"""The one exception hierarchy of otel-bridge.
+
+::
+
+    OtelBridgeError                 base of everything raised on purpose
+    ├── ConfigError                 a configuration has problems; ``problems`` lists each
+    │                               with its full key path
+    ├── ComponentError              a component failed to create, start or shut down
+    │   └── StartupError            a component could not start (port in use, no permission)
+    ├── DecodeError                 an incoming record or body is malformed; the message says
+    │                               what is wrong, for the client
+    │   └── PayloadTooLargeError    a body exceeds the configured size limit
+    ├── BackendUnavailableError     a host backend cannot run here; the message says why
+    └── VerificationError           a run directory does not match its manifest
+
+At run time nothing crashes on bad input: receivers turn ``DecodeError`` into a rejection that
+the client sees, count it and keep running. Configuration and start-up fail fast.
+"""
+
+from __future__ import annotations
+
+
+class OtelBridgeError(Exception):
+    """Base class of every error otel-bridge raises on purpose."""
+
+
+class ConfigError(OtelBridgeError):
+    """A configuration has one or more problems, each named by its full key path."""
+
+    def __init__(self, problems: list[str] | tuple[str, ...]) -> None:
+        self.problems: tuple[str, ...] = tuple(problems)
+        super().__init__("\n".join(self.problems) if self.problems else "invalid configuration")
+
+
+class ComponentError(OtelBridgeError):
+    """A component failed to create, start or shut down."""
+
+
+class StartupError(ComponentError):
+    """A component could not start."""
+
+
+class DecodeError(OtelBridgeError):
+    """A record or request body is malformed. The message is meant for the sender."""
+
+
+class PayloadTooLargeError(DecodeError):
+    """A request body exceeds the configured limit."""
+
+
+class BackendUnavailableError(OtelBridgeError):
+    """A host-observation backend cannot run on this machine; the message says why."""
+
+
+class VerificationError(OtelBridgeError):
+    """A run directory does not match its manifest."""

@@ -1,0 +1,401 @@
+"""The one data model of otel-bridge.
+
+Everything that flows through a pipeline is defined here, as frozen, slotted, keyword-only
+dataclasses and ``StrEnum``s. Dicts exist only at the edges (YAML, OTLP/JSON, files); inside the
+pipeline data is typed and immutable, which makes fan-out to several consumers safe.
+
+Three layers live side by side in one :class:`Batch`:
+
+* **Telemetry** as OpenTelemetry defines it: :class:`Span` and :class:`LogRecord`, each pointing at
+  its shared :class:`Resource` and :class:`Scope`. Receivers produce these; OTLP exporters encode
+  them back. The host receiver emits OS events as log records whose resource carries
+  ``evidence.channel=os`` (see ``docs/architecture.md``).
+* **Observations**, the canonical evidence model of the ExecWeave paper (sections IV and V): an
+  :class:`Entity` and, where the record relates two entities, a relation to a second entity, each
+  with its :class:`Source` and :class:`Evidence` fields. The ``normalize`` processor turns
+  telemetry into observations; the ``correlate`` processor adds derived observations.
+* **Coverage records**: a record that could not be interpreted is reported, never dropped silently.
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import TypeAlias
+
+# An OTLP AnyValue. Arrays are tuples and key-value lists are read-only mappings, so values stay
+# hashable where it matters and nobody mutates them in place.
+AnyValue: TypeAlias = (
+    str | bool | int | float | bytes | tuple["AnyValue", ...] | Mapping[str, "AnyValue"] | None
+)
+Attributes = Mapping[str, AnyValue]
+
+
+def _attrs() -> Attributes:
+    return {}
+
+
+class Channel(enum.StrEnum):
+    """Evidence channel (ExecWeave section IV-A): who produced an observation."""
+
+    SEM = "sem"
+    """Agent or framework instrumentation: what an agent reported."""
+    GW = "gw"
+    """LLM gateways and proxies."""
+    MODEL = "model"
+    """Model runtimes (a local model server)."""
+    OS = "os"
+    """Independent operating-system observation: what the machine saw."""
+
+
+class EntityKind(enum.StrEnum):
+    """Node kinds of the evidence graph."""
+
+    AGENT = "agent"
+    SESSION = "session"
+    TOOL_CALL = "tool_call"
+    COMMAND = "command"
+    MODEL = "model"
+    RUNTIME = "runtime"
+    PROCESS = "process"
+    EXECUTABLE = "executable"
+    FILE = "file"
+    ENDPOINT = "endpoint"
+    PROVIDER = "provider"
+    SPAN = "span"
+    """A span the normalizer kept as a plain operation (neither agent, tool nor model call)."""
+    CLAIM = "claim"
+    ARTIFACT = "artifact"
+    PHASE = "phase"
+    DATA = "data"
+
+
+class RelationKind(enum.StrEnum):
+    """Edge relations of the evidence graph (``docs/model.md`` documents each)."""
+
+    DELEGATED_TO = "delegated_to"
+    INVOKED = "invoked"
+    REQUESTED = "requested"
+    DECLARED_COMMAND = "declared_command"
+    CORRELATED_WITH_PROCESS = "correlated_with_process"
+    SAME_REQUEST = "same_request"
+    """sem/gw/model spans that share a request id (exact identity, non-causal)."""
+    PART_OF = "part_of"
+    """An entity belongs to a session or run (agent in session, span in trace)."""
+    CHILD_OF = "child_of"
+    """A plain span nested in its parent span, as the trace reported it."""
+    SPAWNED = "spawned"
+    EXECUTED = "executed"
+    OPENED = "opened"
+    READ = "read"
+    WROTE = "wrote"
+    CREATED = "created"
+    DELETED = "deleted"
+    RENAMED = "renamed"
+    OBSERVED_CHANGE = "observed_change"
+    CONNECTED_TO = "connected_to"
+    ATTEMPTED_CONNECT = "attempted_connect"
+    LISTENED_ON = "listened_on"
+
+
+class Attribution(enum.StrEnum):
+    """How a relation was attributed (``evidence.attribution``)."""
+
+    SYSCALL = "syscall"
+    SAMPLED_PROCESS = "sampled_process"
+    SESSION_OBSERVATION = "session_observation"
+    EXACT_IDENTITY = "exact_identity"
+    HEURISTIC = "heuristic"
+    REPORTED = "reported"
+    """Stated by the instrumented application itself (a span); not independently observed."""
+
+
+class Grade(enum.StrEnum):
+    """Evidence grade (ExecWeave Table II). Ordered strongest first."""
+
+    A = "A"
+    B = "B"
+    C = "C"
+    D = "D"
+    U = "U"
+
+
+GRADE_ORDER: tuple[Grade, ...] = (Grade.A, Grade.B, Grade.C, Grade.D, Grade.U)
+
+
+class CollectionState(enum.StrEnum):
+    """Terminal state of one collection of the host receiver (ExecWeave section VI-B)."""
+
+    AVAILABLE = "available"
+    DEGRADED = "degraded"
+    UNAVAILABLE = "unavailable"
+    NOT_SAMPLED = "not_sampled"
+    NOT_REQUESTED = "not_requested"
+
+
+class SpanKind(enum.IntEnum):
+    """OTLP ``Span.SpanKind`` values."""
+
+    UNSPECIFIED = 0
+    INTERNAL = 1
+    SERVER = 2
+    CLIENT = 3
+    PRODUCER = 4
+    CONSUMER = 5
+
+
+class StatusCode(enum.IntEnum):
+    """OTLP ``Status.StatusCode`` values."""
+
+    UNSET = 0
+    OK = 1
+    ERROR = 2
+
+
+# --------------------------------------------------------------------------------------------
+# Telemetry (OpenTelemetry's data model, typed)
+# --------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Resource:
+    """The entity producing telemetry (OTLP ``Resource``)."""
+
+    attributes: Attributes = field(default_factory=_attrs)
+    dropped_attributes_count: int = 0
+    schema_url: str = ""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Scope:
+    """The instrumentation scope (OTLP ``InstrumentationScope``)."""
+
+    name: str = ""
+    version: str = ""
+    attributes: Attributes = field(default_factory=_attrs)
+    dropped_attributes_count: int = 0
+    schema_url: str = ""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class SpanEvent:
+    """A timed event inside a span."""
+
+    time_unix_nano: int
+    name: str
+    attributes: Attributes = field(default_factory=_attrs)
+    dropped_attributes_count: int = 0
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class SpanLink:
+    """A link from a span to another span context."""
+
+    trace_id: bytes
+    span_id: bytes
+    trace_state: str = ""
+    attributes: Attributes = field(default_factory=_attrs)
+    dropped_attributes_count: int = 0
+    flags: int = 0
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Status:
+    """A span's status."""
+
+    code: StatusCode = StatusCode.UNSET
+    message: str = ""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Span:
+    """One OTLP span with its resource and scope. Ids are raw bytes (16 and 8)."""
+
+    resource: Resource
+    scope: Scope
+    trace_id: bytes
+    span_id: bytes
+    parent_span_id: bytes = b""
+    trace_state: str = ""
+    flags: int = 0
+    name: str = ""
+    kind: SpanKind = SpanKind.UNSPECIFIED
+    start_time_unix_nano: int = 0
+    end_time_unix_nano: int = 0
+    attributes: Attributes = field(default_factory=_attrs)
+    dropped_attributes_count: int = 0
+    events: tuple[SpanEvent, ...] = ()
+    dropped_events_count: int = 0
+    links: tuple[SpanLink, ...] = ()
+    dropped_links_count: int = 0
+    status: Status = field(default_factory=Status)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class LogRecord:
+    """One OTLP log record with its resource and scope.
+
+    The host receiver's OS events are log records with an ``event_name`` such as
+    ``process.start`` and semantic-convention attributes (``process.pid``, ``file.path``, ...).
+    """
+
+    resource: Resource
+    scope: Scope
+    time_unix_nano: int = 0
+    observed_time_unix_nano: int = 0
+    severity_number: int = 0
+    severity_text: str = ""
+    body: AnyValue = None
+    attributes: Attributes = field(default_factory=_attrs)
+    dropped_attributes_count: int = 0
+    flags: int = 0
+    trace_id: bytes = b""
+    span_id: bytes = b""
+    event_name: str = ""
+
+
+# --------------------------------------------------------------------------------------------
+# Canonical evidence
+# --------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Source:
+    """Where an observation came from. Derived observations name the deriving component."""
+
+    channel: Channel
+    backend: str
+    """``otlp`` for spans; ``portable``/``linux``/``strace``/``ebpf`` for OS events;
+    ``correlate`` for derived relations."""
+    record_id: str
+    """Id of the source record: span id (hex), OS event id, or derived record id."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Evidence:
+    """The evidence fields of ExecWeave sections IV and V. ``None`` means *not stated*.
+
+    ``causal`` is never defaulted to ``False``: an absent flag and an explicit ``False`` mean
+    different things (invariant I1).
+    """
+
+    attribution: Attribution | None = None
+    causal: bool | None = None
+    inferred: bool | None = None
+    identity_exact: bool | None = None
+    method: str | None = None
+    score: float | None = None
+    support: tuple[str, ...] = ()
+    """Ids of the observations a derived relation rests on."""
+    grade: Grade | None = None
+    viewer_only: bool = False
+
+
+NO_EVIDENCE = Evidence()
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Entity:
+    """A thing with a stable identity: ``(kind, id)`` names one graph node.
+
+    Identities are stable across backends and runs of the same machine: a process is
+    ``process:<host.id>:<pid>:<start time ns>``, an endpoint ``endpoint:<transport>:<addr>:<port>``,
+    a file ``file:<resolved path>``. Use :mod:`otel_bridge.identity` to build them.
+    """
+
+    kind: EntityKind
+    id: str
+    label: str = ""
+    attrs: Attributes = field(default_factory=_attrs)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Observation:
+    """One canonical observation: an entity, or a relation between two entities.
+
+    ``occurrence`` is the logical occurrence this observation reports. Receiving the same span
+    twice yields two observations with one occurrence (evidence count 2, logical count 1); two
+    separately recorded file opens are two occurrences.
+    """
+
+    id: str
+    time_unix_nano: int
+    source: Source
+    subject: Entity
+    relation: RelationKind | None = None
+    object: Entity | None = None
+    evidence: Evidence = NO_EVIDENCE
+    occurrence: str = ""
+    end_time_unix_nano: int = 0
+    attrs: Attributes = field(default_factory=_attrs)
+    """Per-observation details (open flags, time delta, ...) that do not describe an entity."""
+
+    def __post_init__(self) -> None:
+        if (self.relation is None) != (self.object is None):
+            raise ValueError("an observation has both a relation and an object, or neither")
+
+    @property
+    def is_relation(self) -> bool:
+        """True when this observation relates ``subject`` to ``object``."""
+        return self.relation is not None
+
+    @property
+    def derived(self) -> bool:
+        """True for observations derived by a processor rather than reported by a source."""
+        return bool(self.evidence.support) or self.evidence.inferred is True
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class CoverageRecord:
+    """A record the pipeline could not interpret, or a known gap in what was observed.
+
+    Coverage is how "not observed" stays visible as unknown instead of looking absent.
+    """
+
+    source: Source
+    reason: str
+    time_unix_nano: int = 0
+    detail: str = ""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Batch:
+    """The unit passed between components through ``consume(batch)``. Immutable."""
+
+    spans: tuple[Span, ...] = ()
+    logs: tuple[LogRecord, ...] = ()
+    observations: tuple[Observation, ...] = ()
+    coverage: tuple[CoverageRecord, ...] = ()
+
+    def __len__(self) -> int:
+        return len(self.spans) + len(self.logs) + len(self.observations) + len(self.coverage)
+
+    def replace(
+        self,
+        *,
+        spans: tuple[Span, ...] | None = None,
+        logs: tuple[LogRecord, ...] | None = None,
+        observations: tuple[Observation, ...] | None = None,
+        coverage: tuple[CoverageRecord, ...] | None = None,
+    ) -> Batch:
+        """A copy with the given parts replaced."""
+        return Batch(
+            spans=self.spans if spans is None else spans,
+            logs=self.logs if logs is None else logs,
+            observations=self.observations if observations is None else observations,
+            coverage=self.coverage if coverage is None else coverage,
+        )
+
+    @staticmethod
+    def concat(batches: tuple[Batch, ...] | list[Batch]) -> Batch:
+        """One batch holding every record of ``batches`` in order."""
+        return Batch(
+            spans=tuple(s for b in batches for s in b.spans),
+            logs=tuple(r for b in batches for r in b.logs),
+            observations=tuple(o for b in batches for o in b.observations),
+            coverage=tuple(c for b in batches for c in b.coverage),
+        )
+
+
+EMPTY_BATCH = Batch()

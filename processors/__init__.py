@@ -1,0 +1,1 @@
+"""Processors: components that transform batches (installed as otel_bridge.processors)."""

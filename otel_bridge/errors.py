@@ -6,7 +6,9 @@
     ├── ConfigError                 a configuration has problems; ``problems`` lists each
     │                               with its full key path
     ├── ComponentError              a component failed to create, start or shut down
-    │   └── StartupError            a component could not start (port in use, no permission)
+    │   ├── StartupError            a component could not start (port in use, no permission)
+    │   └── RefusedError            data refused for now (memory limit); retryable: receivers
+    │                               answer their client with a retryable status
     ├── DecodeError                 an incoming record or body is malformed; the message says
     │                               what is wrong, for the client
     │   └── PayloadTooLargeError    a body exceeds the configured size limit
@@ -38,6 +40,14 @@ class ComponentError(OtelBridgeError):
 
 class StartupError(ComponentError):
     """A component could not start."""
+
+
+class RefusedError(ComponentError):
+    """Data was refused for now (e.g. over the memory limit) and should be sent again later.
+
+    Nothing was accepted: a receiver answers its client with a retryable status (gRPC
+    ``UNAVAILABLE``, HTTP 503) so the client's exporter retries with backoff.
+    """
 
 
 class DecodeError(OtelBridgeError):

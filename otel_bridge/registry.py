@@ -19,6 +19,7 @@ _MODULES: tuple[str, ...] = (
     "otel_bridge.processors.redact",
     "otel_bridge.processors.correlate",
     "otel_bridge.processors.grade",
+    "otel_bridge.processors.enrich",
     "otel_bridge.processors.memory_limiter",
     "otel_bridge.processors.batch",
     "otel_bridge.exporters.graph",

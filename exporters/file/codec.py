@@ -1,0 +1,83 @@
+"""JSON-lines encoding of batches: the ``file`` exporter's format, as pure functions.
+
+One record per line, told apart by the top-level key:
+
+* a span: ``{"resourceSpans": [...]}``, an OTLP/JSON ``ExportTraceServiceRequest`` holding that
+  one span (so any OTLP/JSON tool, e.g. the Collector's ``otlpjsonfile`` receiver, reads it);
+* a log record: ``{"resourceLogs": [...]}``, likewise;
+* an observation: ``{"observation": {...}}`` (:mod:`otel_bridge.jsonl`);
+* a coverage record: ``{"coverage": {...}}``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Iterable, Iterator
+
+from otel_bridge import jsonl
+from otel_bridge.errors import DecodeError
+from otel_bridge.model import Batch
+from otel_bridge.otlp import json_codec
+
+from .config import SignalName
+
+ALL_PARTS: tuple[SignalName, ...] = ("spans", "logs", "observations", "coverage")
+
+
+def encode_lines(batch: Batch, parts: Iterable[str] = ALL_PARTS) -> list[str]:
+    """The JSON lines (without newlines) for the chosen ``parts`` of ``batch``, in order."""
+    wanted = set(parts)
+    lines: list[str] = []
+    if "spans" in wanted:
+        lines.extend(jsonl.dumps(json_codec.encode_traces((s,))) for s in batch.spans)
+    if "logs" in wanted:
+        lines.extend(jsonl.dumps(json_codec.encode_logs((r,))) for r in batch.logs)
+    if "observations" in wanted:
+        lines.extend(
+            jsonl.dumps({"observation": jsonl.observation_to_dict(o)}) for o in batch.observations
+        )
+    if "coverage" in wanted:
+        lines.extend(jsonl.dumps({"coverage": jsonl.coverage_to_dict(c)}) for c in batch.coverage)
+    return lines
+
+
+def decode_line(line: str, where: str = "line") -> Batch:
+    """The records of one line written by :func:`encode_lines`; DecodeError if malformed."""
+    try:
+        data = json.loads(line)
+    except json.JSONDecodeError as exc:
+        raise DecodeError(f"{where}: not JSON: {exc}") from None
+    if not isinstance(data, dict):
+        raise DecodeError(f"{where}: expected a JSON object")
+    if "resourceSpans" in data:
+        decoded = json_codec.decode_traces(data)
+        if decoded.rejected:
+            raise DecodeError(f"{where}: {decoded.error_message}")
+        return Batch(spans=decoded.records)
+    if "resourceLogs" in data:
+        logs = json_codec.decode_logs(data)
+        if logs.rejected:
+            raise DecodeError(f"{where}: {logs.error_message}")
+        return Batch(logs=logs.records)
+    if "observation" in data:
+        return Batch(observations=(jsonl.observation_from_dict(data["observation"], where),))
+    if "coverage" in data:
+        return Batch(coverage=(jsonl.coverage_from_dict(data["coverage"], where),))
+    raise DecodeError(
+        f"{where}: unknown record (expected resourceSpans, resourceLogs, observation or coverage)"
+    )
+
+
+def read_lines(path: str | os.PathLike[str]) -> Iterator[Batch]:
+    """Every record of a JSON-lines file, one batch per line; blank lines are skipped."""
+    name = os.fspath(path)
+    with open(name, encoding="utf-8") as f:
+        for n, line in enumerate(f, 1):
+            if line.strip():
+                yield decode_line(line, f"{name}:{n}")
+
+
+def read_batch(path: str | os.PathLike[str]) -> Batch:
+    """All records of a JSON-lines file as one batch, in file order within each part."""
+    return Batch.concat(list(read_lines(path)))

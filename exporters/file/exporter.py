@@ -1,0 +1,121 @@
+"""The ``file`` exporter's component: appends JSON lines to one file, thread-safe."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import threading
+from typing import IO
+
+from otel_bridge.component import Host, Telemetry
+from otel_bridge.errors import StartupError
+from otel_bridge.model import Batch
+
+from .codec import encode_lines
+from .config import Config
+
+
+def make_private_dirs(path: str) -> None:
+    """Create ``path`` and its missing parents with mode 0700 (existing ones are left as is)."""
+    missing: list[str] = []
+    current = os.path.abspath(path)
+    while current and not os.path.isdir(current):
+        missing.append(current)
+        parent = os.path.dirname(current)
+        if parent == current:
+            break
+        current = parent
+    for directory in reversed(missing):
+        with contextlib.suppress(FileExistsError):
+            os.mkdir(directory, 0o700)
+
+
+def open_private(path: str, *, append: bool) -> IO[str]:
+    """Open ``path`` for writing text; a file it creates gets mode 0600."""
+    make_private_dirs(os.path.dirname(os.path.abspath(path)))
+    flags = os.O_WRONLY | os.O_CREAT | (os.O_APPEND if append else os.O_TRUNC)
+    fd = os.open(path, flags, 0o600)
+    return os.fdopen(fd, "a" if append else "w", encoding="utf-8")
+
+
+class FileExporter:
+    """Writes the configured parts of every batch as JSON lines to ``config.path``."""
+
+    def __init__(self, config: Config, *, name: str, telemetry: Telemetry) -> None:
+        self._config = config
+        self._name = name
+        self._telemetry = telemetry
+        self._lock = threading.Lock()
+        self._file: IO[str] | None = None
+        self._dirty = False
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._closed = False
+
+    @property
+    def path(self) -> str:
+        """The file written."""
+        return self._config.path
+
+    def start(self, host: Host) -> None:
+        """Open the file (mode 0600, parents 0700) and start the periodic flush."""
+        del host
+        with self._lock:
+            if self._file is not None or self._closed:
+                return
+            try:
+                self._file = open_private(self._config.path, append=self._config.append)
+            except OSError as exc:
+                raise StartupError(f"cannot open {self._config.path}: {exc.strerror}") from exc
+        if self._config.flush_interval > 0:
+            self._thread = threading.Thread(
+                target=self._run, name=f"otel-bridge-{self._name}", daemon=True
+            )
+            self._thread.start()
+
+    def consume(self, batch: Batch) -> None:
+        """Append the batch's lines; flush at once when ``flush_interval`` is 0."""
+        lines = encode_lines(batch, self._config.signals)
+        if not lines:
+            return
+        text = "".join(line + "\n" for line in lines)
+        with self._lock:
+            if self._file is None:
+                raise RuntimeError(f"{self._name}: not started or already shut down")
+            self._file.write(text)
+            if self._config.flush_interval <= 0:
+                self._file.flush()
+            else:
+                self._dirty = True
+        self._telemetry.count(f"exporter.{self._name}.records", len(lines))
+
+    def flush(self) -> None:
+        """Write buffered lines to the operating system."""
+        with self._lock:
+            if self._file is not None and self._dirty:
+                self._file.flush()
+                self._dirty = False
+
+    def _run(self) -> None:
+        while not self._stop.wait(self._config.flush_interval):
+            try:
+                self.flush()
+            except OSError as exc:
+                self._telemetry.count(f"exporter.{self._name}.flush_errors")
+                self._telemetry.report_once(
+                    f"exporter.{self._name}.flush", f"{self._name}: flush failed: {exc}"
+                )
+
+    def shutdown(self) -> None:
+        """Flush and close the file. Safe before start and twice."""
+        self._stop.set()
+        thread = self._thread
+        if thread is not None and thread is not threading.current_thread():
+            thread.join()
+        with self._lock:
+            self._closed = True
+            f, self._file = self._file, None
+        if f is not None:
+            f.flush()
+            os.fsync(f.fileno())
+            f.close()

@@ -1,0 +1,164 @@
+"""The ``graph`` exporter: materializes observations into ``graph.json``.
+
+It applies every observation (and counts every coverage record) of the batches it consumes to a
+:class:`~otel_bridge.graph.GraphAccumulator`, and writes the deterministic ``graph.json``
+atomically (temporary file + rename, mode 0600, directory created 0700) every
+``flush_interval`` seconds when something changed, and once more at shutdown.
+
+``output`` is the file path; a relative path is resolved against the run directory when the
+collector runs under ``observe`` (``host.run_dir``), else against the working directory.
+The accumulator is exposed as :attr:`GraphExporter.accumulator` for ``observe`` and tests.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from otel_bridge.component import EXPORTER, Component, Consumer, CreateSettings, Factory, Host
+from otel_bridge.graph import GraphAccumulator, encode
+from otel_bridge.graph.document import write_atomic
+from otel_bridge.model import Batch
+
+__all__ = ["GraphExporter", "GraphExporterConfig", "factory"]
+
+_log = logging.getLogger("otel_bridge.exporters.graph")
+
+
+@dataclass(slots=True)
+class GraphExporterConfig:
+    """Configuration of the ``graph`` exporter."""
+
+    output: str = "graph.json"
+    """Path of the graph.json written at every flush and at shutdown."""
+    flush_interval: float = 5.0
+    """Seconds between periodic writes (``"500ms"``, ``"5s"``); 0 writes only at shutdown."""
+    retain_support: bool = True
+    """Keep, per edge, the ids of the observations that support it."""
+    support_limit: int = 1000
+    """At most this many support ids per edge (``evidence_count`` keeps the total)."""
+    occurrence_window: int = 200_000
+    """Distinct occurrences remembered for exact logical counts (see the accumulator)."""
+    run: dict[str, str] = field(default_factory=dict)
+    """Run metadata copied into graph.json's ``run`` object."""
+
+    def validate(self) -> list[str]:
+        """Problems with this configuration, relative to the component."""
+        problems: list[str] = []
+        if not self.output:
+            problems.append("output: must name a file")
+        if self.flush_interval < 0:
+            problems.append("flush_interval: must not be negative")
+        if self.support_limit < 0:
+            problems.append("support_limit: must not be negative")
+        if self.occurrence_window < 2:
+            problems.append("occurrence_window: must be at least 2")
+        return problems
+
+
+class GraphExporter:
+    """Consumes batches into an accumulator and writes graph.json (see the module docstring)."""
+
+    def __init__(self, config: GraphExporterConfig, settings: CreateSettings | None = None) -> None:
+        self.config = config
+        self._id = settings.id if settings is not None else "graph"
+        self.accumulator = GraphAccumulator(
+            retain_support=config.retain_support,
+            support_limit=config.support_limit,
+            occurrence_window=config.occurrence_window,
+            run=dict(config.run),
+        )
+        self._lock = threading.Lock()
+        self._write_lock = threading.Lock()
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._host: Host | None = None
+        self._dirty = True
+        self._stopped = False
+        self.path = Path(config.output)
+
+    def start(self, host: Host) -> None:
+        """Resolve the output path and start the periodic flush thread."""
+        self._host = host
+        path = Path(self.config.output).expanduser()
+        if not path.is_absolute() and host.run_dir:
+            path = Path(host.run_dir) / path
+        self.path = path
+        if self.config.flush_interval > 0:
+            self._thread = threading.Thread(
+                target=self._loop, name=f"otel-bridge-{self._id}-flush", daemon=True
+            )
+            self._thread.start()
+
+    def consume(self, batch: Batch) -> None:
+        """Apply the batch's observations and coverage."""
+        if not batch.observations and not batch.coverage:
+            return
+        with self._lock:
+            self.accumulator.apply_many(batch.observations)
+            self.accumulator.apply_coverage(batch.coverage)
+            self._dirty = True
+        if self._host is not None:
+            self._host.telemetry.count(f"exporter.{self._id}.observations", len(batch.observations))
+
+    def snapshot(self) -> dict[str, Any]:
+        """The current graph document."""
+        with self._lock:
+            return self.accumulator.to_dict()
+
+    def flush(self) -> None:
+        """Write graph.json now (atomically, mode 0600)."""
+        with self._write_lock:
+            with self._lock:
+                doc = self.accumulator.to_dict()
+                self._dirty = False
+            write_atomic(self.path, encode(doc))
+
+    def _loop(self) -> None:
+        while not self._stop.wait(self.config.flush_interval):
+            if not self._dirty:
+                continue
+            try:
+                self.flush()
+            except OSError as exc:
+                self._report(exc)
+
+    def _report(self, exc: OSError) -> None:
+        message = f"graph exporter: cannot write {self.path}: {exc}"
+        if self._host is not None:
+            self._host.telemetry.count(f"exporter.{self._id}.write_errors")
+            self._host.telemetry.report_once(f"exporter.{self._id}.write", message)
+        else:
+            _log.warning("%s", message)
+
+    def shutdown(self) -> None:
+        """Stop the flush thread and write the final graph.json. Safe before start and twice."""
+        if self._stopped or self._host is None:
+            self._stopped = True
+            return
+        self._stopped = True
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join()
+        try:
+            self.flush()
+        except OSError as exc:
+            self._report(exc)
+
+
+def _create(
+    settings: CreateSettings, config: GraphExporterConfig, next_consumer: Consumer | None
+) -> Component:
+    return GraphExporter(config, settings)
+
+
+factory: Factory[GraphExporterConfig] = Factory(
+    type_name="graph",
+    kind=EXPORTER,
+    default_config=GraphExporterConfig,
+    create=_create,
+    signals=frozenset({"evidence", "traces", "logs"}),
+)

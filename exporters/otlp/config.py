@@ -1,0 +1,160 @@
+"""Configuration of the ``otlp_grpc`` and ``otlp_http`` exporters, shaped like the Collector's.
+
+::
+
+    exporters:
+      otlp_grpc:
+        endpoint: 127.0.0.1:4317          # host:port, http://host:port, or https://host:port
+        headers: {authorization: "Bearer ${env:TOKEN}"}
+        timeout: 10s
+        compression: gzip                 # gzip | none
+        retry_on_failure: {enabled: true, initial_interval: 5s, max_interval: 30s,
+                           max_elapsed_time: 300s}
+        sending_queue: {enabled: true, queue_size: 1000, num_consumers: 2}
+      otlp_http:
+        endpoint: http://127.0.0.1:4318   # /v1/traces and /v1/logs are appended
+        traces_endpoint: ""               # full URL overriding endpoint + /v1/traces
+        logs_endpoint: ""
+        encoding: proto                   # proto | json
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Literal
+from urllib.parse import urlsplit
+
+Compression = Literal["gzip", "none"]
+
+
+@dataclass(slots=True, kw_only=True)
+class RetryConfig:
+    """Retry of retryable failures with exponential backoff and jitter."""
+
+    enabled: bool = True
+    initial_interval: float = 5.0
+    """Seconds before the first retry (unless the server asks for another delay)."""
+    max_interval: float = 30.0
+    """Upper bound of one backoff interval, in seconds."""
+    max_elapsed_time: float = field(default=300.0, metadata={"duration": True})
+    """Seconds after which a batch is given up; 0 retries for ever (until shutdown)."""
+    multiplier: float = 1.5
+    randomization_factor: float = 0.5
+    """Jitter: each interval is drawn from ``interval * (1 ± randomization_factor)``."""
+
+    def problems(self, path: str) -> list[str]:
+        """Problems as ``"path.key: message"``."""
+        out: list[str] = []
+        if self.initial_interval <= 0:
+            out.append(f"{path}.initial_interval: must be positive")
+        if self.max_interval < self.initial_interval:
+            out.append(f"{path}.max_interval: must be at least initial_interval")
+        if self.max_elapsed_time < 0:
+            out.append(f"{path}.max_elapsed_time: must not be negative")
+        if self.multiplier < 1:
+            out.append(f"{path}.multiplier: must be at least 1")
+        if not 0 <= self.randomization_factor < 1:
+            out.append(f"{path}.randomization_factor: must be in [0, 1)")
+        return out
+
+
+@dataclass(slots=True, kw_only=True)
+class QueueConfig:
+    """A bounded queue of batches drained by background senders."""
+
+    enabled: bool = True
+    """Off: ``consume`` sends synchronously and raises when the batch cannot be delivered."""
+    queue_size: int = 1000
+    """Batches held at most; when full, new batches are dropped and counted."""
+    num_consumers: int = 2
+    """Sender threads."""
+
+    def problems(self, path: str) -> list[str]:
+        """Problems as ``"path.key: message"``."""
+        out: list[str] = []
+        if self.queue_size <= 0:
+            out.append(f"{path}.queue_size: must be positive")
+        if self.num_consumers <= 0:
+            out.append(f"{path}.num_consumers: must be positive")
+        return out
+
+
+@dataclass(slots=True, kw_only=True)
+class OtlpExporterConfig:
+    """Settings shared by both OTLP exporters."""
+
+    endpoint: str = ""
+    headers: dict[str, str] = field(default_factory=dict)
+    """Sent with every request (gRPC metadata keys are lower-cased)."""
+    timeout: float = 10.0
+    """Seconds one send attempt may take."""
+    compression: Compression = "gzip"
+    retry_on_failure: RetryConfig = field(default_factory=RetryConfig)
+    sending_queue: QueueConfig = field(default_factory=QueueConfig)
+    shutdown_timeout: float = 5.0
+    """Seconds ``shutdown`` waits for the queue to drain before dropping (and counting) the rest."""
+
+    def validate(self) -> list[str]:
+        """Problems as ``"key.path: message"``, relative to the exporter."""
+        problems = self.endpoint_problems()
+        if self.timeout <= 0:
+            problems.append("timeout: must be positive")
+        if self.shutdown_timeout < 0:
+            problems.append("shutdown_timeout: must not be negative")
+        problems += self.retry_on_failure.problems("retry_on_failure")
+        problems += self.sending_queue.problems("sending_queue")
+        return problems
+
+    def endpoint_problems(self) -> list[str]:
+        """Problems with ``endpoint``."""
+        return [] if self.endpoint else ["endpoint: required"]
+
+
+@dataclass(slots=True, kw_only=True)
+class GrpcExporterConfig(OtlpExporterConfig):
+    """``otlp_grpc``: ``endpoint`` is ``host:port``; ``https://`` turns TLS on."""
+
+    endpoint: str = "127.0.0.1:4317"
+
+    def endpoint_problems(self) -> list[str]:
+        """``endpoint`` must be ``[http://|https://]host:port``."""
+        target = self.endpoint
+        for scheme in ("http://", "https://"):
+            if target.startswith(scheme):
+                target = target[len(scheme) :]
+        host, sep, port = target.rstrip("/").rpartition(":")
+        if not sep or not host or not port.isdigit():
+            return [f"endpoint: {self.endpoint!r} is not host:port"]
+        return []
+
+
+@dataclass(slots=True, kw_only=True)
+class HttpExporterConfig(OtlpExporterConfig):
+    """``otlp_http``: ``endpoint`` is a base URL; the signal paths are appended."""
+
+    endpoint: str = "http://127.0.0.1:4318"
+    traces_endpoint: str = ""
+    """Full URL for traces; default ``endpoint`` + ``/v1/traces``."""
+    logs_endpoint: str = ""
+    """Full URL for logs; default ``endpoint`` + ``/v1/logs``."""
+    encoding: Literal["proto", "json"] = "proto"
+
+    def url(self, signal: Literal["traces", "logs"]) -> str:
+        """The URL requests of ``signal`` go to."""
+        override = self.traces_endpoint if signal == "traces" else self.logs_endpoint
+        return override or self.endpoint.rstrip("/") + f"/v1/{signal}"
+
+    def endpoint_problems(self) -> list[str]:
+        """Each URL must be ``http://`` or ``https://`` with a host."""
+        problems = []
+        for key, value in (
+            ("endpoint", self.endpoint),
+            ("traces_endpoint", self.traces_endpoint),
+            ("logs_endpoint", self.logs_endpoint),
+        ):
+            if key != "endpoint" and not value:
+                continue
+            parts = urlsplit(value)
+            if parts.scheme not in ("http", "https") or not parts.hostname:
+                problems.append(f"{key}: {value!r} is not an http:// or https:// URL")
+        return problems

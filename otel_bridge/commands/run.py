@@ -1,0 +1,147 @@
+"""``otel-bridge run [-c CONFIG]``: run the collector until SIGINT/SIGTERM, then drain."""
+
+from __future__ import annotations
+
+import argparse
+import importlib.resources
+import logging
+import os
+import sys
+from collections.abc import Iterator
+from typing import Any
+
+from otel_bridge.config import CollectorConfig, load_config, load_yaml, parse_config
+from otel_bridge.pipeline import Collector
+
+_EMBEDDED = "local.yaml"
+
+
+def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    """Add the ``run`` command."""
+    parser = subparsers.add_parser(
+        "run",
+        help="run the collector until interrupted",
+        description=(
+            "Start every pipeline of CONFIG (default: the embedded local.yaml: OTLP on "
+            "127.0.0.1:4317/4318 plus host observation, evidence graph in "
+            "./otel-bridge-graph.json) and run until SIGINT or SIGTERM, then drain and exit 0."
+        ),
+    )
+    parser.add_argument("-c", "--config", metavar="CONFIG", help="YAML configuration file")
+    parser.add_argument(
+        "--progress",
+        action="store_true",
+        help="print a one-line progress report to stderr periodically (default: when a TTY)",
+    )
+    parser.add_argument(
+        "--progress-interval",
+        type=float,
+        default=5.0,
+        metavar="SECONDS",
+        help="seconds between progress lines (default: %(default)s)",
+    )
+    parser.set_defaults(func=run)
+
+
+def embedded_config_text() -> str:
+    """The text of the embedded default configuration (``otel_bridge/configs/local.yaml``)."""
+    return (importlib.resources.files("otel_bridge.configs") / _EMBEDDED).read_text("utf-8")
+
+
+def load_run_config(path: str | None) -> CollectorConfig:
+    """The configuration at ``path``, or the embedded default when ``path`` is None."""
+    if path is not None:
+        return load_config(path)
+    origin = f"<embedded {_EMBEDDED}>"
+    return parse_config(load_yaml(embedded_config_text(), origin), origin=origin)
+
+
+def describe_endpoints(collector: Collector) -> Iterator[str]:
+    """Human-readable lines naming where each receiver listens and each exporter writes."""
+    for rid, receiver in sorted(collector.receivers.items()):
+        grpc_port = getattr(receiver, "grpc_port", None)
+        http_port = getattr(receiver, "http_port", None)
+        config = collector.config.receivers[rid].config
+        effective = getattr(config, "effective_protocols", None)
+        if callable(effective):
+            config = type("_Effective", (), {"protocols": effective()})()
+        parts = []
+        for proto, port in (("grpc", grpc_port), ("http", http_port)):
+            if port is not None:
+                endpoint = str(_attr_path(config, f"protocols.{proto}.endpoint") or "")
+                host = endpoint.rpartition(":")[0] or "127.0.0.1"
+                parts.append(f"OTLP/{proto} on {host}:{port}")
+        yield f"receiver {rid}: " + (", ".join(parts) if parts else "started")
+    for eid in sorted(collector.exporters):
+        config = collector.config.exporters[eid].config
+        target = next(
+            (
+                str(v)
+                for name in ("output", "path", "endpoint")
+                if (v := _attr_path(config, name)) not in (None, "")
+            ),
+            "",
+        )
+        yield f"exporter {eid}" + (f": {target}" if target else "")
+
+
+def _attr_path(obj: Any, dotted: str) -> Any:
+    for name in dotted.split("."):
+        obj = getattr(obj, name, None)
+        if obj is None:
+            return None
+    return obj
+
+
+def progress_line(collector: Collector) -> str:
+    """One line: uptime, records received per signal, records exported, failures."""
+    counters = collector.host.telemetry.counters()
+
+    def total(prefix: str, suffix: str) -> int:
+        return sum(v for k, v in counters.items() if k.startswith(prefix) and k.endswith(suffix))
+
+    received = [
+        f"{total('collector.receiver.', '.' + part)} {part}"
+        for part in ("spans", "logs", "observations", "coverage")
+    ]
+    refused = total("collector.receiver.", ".refused")
+    sent = total("collector.exporter.", ".sent")
+    failed = total("collector.exporter.", ".failed")
+    return (
+        f"otel-bridge: up {collector.uptime:.0f}s | received {', '.join(received)} | "
+        f"exported {sent} | refused {refused} | export failures {failed}"
+    )
+
+
+def run(args: argparse.Namespace) -> int:
+    """Run until a signal; exit 0 after a clean drain."""
+    config = load_run_config(args.config)
+    if config.log_level is not None:
+        logging.getLogger("otel_bridge").setLevel(config.log_level.upper())
+    for warning in config.warnings:
+        print(f"otel-bridge: warning: {warning}", file=sys.stderr)
+    collector = Collector(config)
+
+    def started() -> None:
+        for line in describe_endpoints(collector):
+            print(f"otel-bridge: {line}", file=sys.stderr)
+        print(f"otel-bridge: running (pid {os.getpid()}); Ctrl-C to stop", file=sys.stderr)
+        sys.stderr.flush()
+
+    show_progress = bool(args.progress) or sys.stderr.isatty()
+
+    def tick() -> None:
+        print(progress_line(collector), file=sys.stderr, flush=True)
+
+    signum = collector.run_until_signal(
+        on_started=started,
+        on_tick=tick if show_progress else None,
+        tick_interval=max(float(args.progress_interval), 0.1),
+    )
+    errors = collector.host.telemetry.counters().get("collector.shutdown_errors", 0)
+    print(progress_line(collector), file=sys.stderr)
+    print(
+        f"otel-bridge: stopped{f' by signal {signum}' if signum else ''}; drained",
+        file=sys.stderr,
+    )
+    return 1 if errors else 0

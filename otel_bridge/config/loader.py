@@ -1,0 +1,364 @@
+"""Load a collector configuration: YAML, env substitution, typed overlay, cross-references."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from typing import Any
+
+import yaml
+
+from otel_bridge.component import EXPORTER, PROCESSOR, RECEIVER
+from otel_bridge.config.env import join_path, substitute
+from otel_bridge.config.model import (
+    PIPELINE_TYPES,
+    CollectorConfig,
+    ComponentConfig,
+    ComponentId,
+    PipelineConfig,
+)
+from otel_bridge.config.overlay import overlay, suggest
+from otel_bridge.errors import ConfigError
+from otel_bridge.registry import Registry, default_registry
+
+_SECTIONS: dict[str, str] = {"receivers": RECEIVER, "processors": PROCESSOR, "exporters": EXPORTER}
+_TOP_KEYS = ("receivers", "processors", "exporters", "extensions", "service")
+_SERVICE_KEYS = ("pipelines", "telemetry", "extensions")
+_PIPELINE_KEYS = ("receivers", "processors", "exporters")
+_LOG_LEVELS = ("debug", "info", "warn", "warning", "error", "critical")
+
+
+class _UniqueKeyLoader(yaml.SafeLoader):
+    """A safe YAML loader that rejects a key repeated in one mapping (PyYAML keeps the last)."""
+
+    def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
+        seen: set[Any] = set()
+        for key_node, _ in node.value:
+            key = self.construct_object(key_node, deep=deep)  # type: ignore[no-untyped-call]
+            if isinstance(key, list | dict):
+                continue
+            if key in seen:
+                mark = key_node.start_mark
+                raise yaml.constructor.ConstructorError(None, None, f"duplicate key {key!r}", mark)
+            seen.add(key)
+        return super().construct_mapping(node, deep=deep)
+
+
+def load_yaml(text: str, origin: str) -> Any:
+    """Parse YAML text; ConfigError with line and column when it is malformed."""
+    try:
+        return yaml.load(text, Loader=_UniqueKeyLoader)
+    except yaml.MarkedYAMLError as exc:
+        mark = exc.problem_mark
+        where = f" line {mark.line + 1} column {mark.column + 1}" if mark else ""
+        raise ConfigError([f"{origin}:{where}: invalid YAML: {exc.problem}"]) from None
+    except yaml.YAMLError as exc:
+        raise ConfigError([f"{origin}: invalid YAML: {exc}"]) from None
+
+
+def load_config(
+    path: str | os.PathLike[str],
+    *,
+    env: Mapping[str, str] | None = None,
+    registry: Registry | None = None,
+) -> CollectorConfig:
+    """Read, substitute and validate the YAML configuration at ``path``.
+
+    Raises :class:`~otel_bridge.errors.ConfigError` listing every problem.
+    """
+    origin = os.fspath(path)
+    try:
+        with open(origin, encoding="utf-8") as f:
+            text = f.read()
+    except OSError as exc:
+        raise ConfigError([f"{origin}: cannot read: {exc.strerror or exc}"]) from None
+    return parse_config(load_yaml(text, origin), env=env, registry=registry, origin=origin)
+
+
+def parse_config(
+    mapping: Any,
+    *,
+    env: Mapping[str, str] | None = None,
+    registry: Registry | None = None,
+    origin: str = "<dict>",
+) -> CollectorConfig:
+    """Validate an already-loaded configuration mapping (as YAML would give it).
+
+    ``env`` defaults to ``os.environ``; ``registry`` to
+    :func:`~otel_bridge.registry.default_registry`. Raises
+    :class:`~otel_bridge.errors.ConfigError` listing every problem with its full key path.
+    """
+    if mapping is None:
+        raise ConfigError([f"{origin}: the configuration is empty"])
+    if not isinstance(mapping, Mapping):
+        raise ConfigError([f"{origin}: expected a mapping at the top level"])
+    problems: list[str] = []
+    data = substitute(mapping, os.environ if env is None else env, problems)
+    reg = default_registry() if registry is None else registry
+    for key in data:
+        if key not in _TOP_KEYS:
+            problems.append(f"{key}: unknown top-level key{_hint(key, _TOP_KEYS)}")
+    components = {
+        section: _parse_section(section, kind, data.get(section), reg, problems)
+        for section, kind in _SECTIONS.items()
+    }
+    extensions = _parse_extensions(data.get("extensions"), problems)
+    service = data.get("service")
+    pipelines: dict[str, PipelineConfig] = {}
+    log_level: str | None = None
+    if service is None:
+        problems.append("service: required (service.pipelines names what runs)")
+    elif not isinstance(service, Mapping):
+        problems.append("service: expected a mapping")
+    else:
+        for key in service:
+            if key not in _SERVICE_KEYS:
+                problems.append(f"service.{key}: unknown key{_hint(key, _SERVICE_KEYS)}")
+        _check_service_extensions(service.get("extensions"), extensions, problems)
+        log_level = _parse_telemetry(service.get("telemetry"), problems)
+        pipelines = _parse_pipelines(service.get("pipelines"), components, problems)
+    if problems:
+        raise ConfigError(problems)
+    return CollectorConfig(
+        receivers=components["receivers"],
+        processors=components["processors"],
+        exporters=components["exporters"],
+        extensions=extensions,
+        pipelines=pipelines,
+        log_level=log_level,
+        origin=origin,
+        warnings=tuple(_unused(components, pipelines)),
+    )
+
+
+def _hint(key: object, valid: tuple[str, ...]) -> str:
+    return suggest(str(key), valid) or f" (valid keys: {', '.join(valid)})"
+
+
+def _parse_section(
+    section: str, kind: str, raw: Any, registry: Registry, problems: list[str]
+) -> dict[str, ComponentConfig]:
+    out: dict[str, ComponentConfig] = {}
+    if raw is None:
+        return out
+    if not isinstance(raw, Mapping):
+        problems.append(f"{section}: expected a mapping of component id to config")
+        return out
+    table = registry.table(kind)
+    for key, value in raw.items():
+        path = join_path(section, key)
+        try:
+            cid = ComponentId.parse(str(key))
+        except ValueError as exc:
+            problems.append(f"{path}: {exc}")
+            continue
+        factory = table.get(cid.type)
+        if factory is None:
+            valid = ", ".join(sorted(table)) or "none"
+            problems.append(
+                f"{path}: unknown {kind} type {cid.type!r}{suggest(cid.type, table)} "
+                f"(valid types: {valid})"
+            )
+            continue
+        before = len(problems)
+        try:
+            default = factory.default_config()
+        except Exception as exc:
+            problems.append(f"{path}: default config of {kind} {cid.type!r} failed: {exc}")
+            continue
+        config = overlay(default, value, path, problems)
+        if len(problems) == before:
+            problems.extend(_validate(config, path))
+        out[str(cid)] = ComponentConfig(id=cid, kind=kind, factory=factory, config=config)
+    return out
+
+
+def _validate(config: Any, path: str) -> list[str]:
+    """Run the config's own ``validate()``, prefixing its relative key paths with ``path``."""
+    validate = getattr(config, "validate", None)
+    if not callable(validate):
+        return []
+    try:
+        found = validate()
+    except Exception as exc:
+        return [f"{path}: validation failed: {exc}"]
+    out = []
+    for problem in found or ():
+        text = str(problem)
+        head, sep, _ = text.partition(": ")
+        relative = sep and head and all(c.isalnum() or c in "._[]/-" for c in head)
+        out.append(f"{path}.{text}" if relative else f"{path}: {text}")
+    return out
+
+
+def _parse_extensions(raw: Any, problems: list[str]) -> dict[str, Any]:
+    if raw is None:
+        return {}
+    if not isinstance(raw, Mapping):
+        problems.append("extensions: expected a mapping")
+        return {}
+    for key in raw:
+        problems.append(f"extensions.{key}: unknown extension type (no extensions ship yet)")
+    return {}
+
+
+def _check_service_extensions(raw: Any, extensions: Mapping[str, Any], problems: list[str]) -> None:
+    if raw is None:
+        return
+    if not isinstance(raw, list):
+        problems.append("service.extensions: expected a list of extension ids")
+        return
+    for i, ext in enumerate(raw):
+        if ext not in extensions:
+            problems.append(f"service.extensions[{i}]: extension {ext!r} is not configured")
+
+
+def _parse_telemetry(raw: Any, problems: list[str]) -> str | None:
+    if raw is None:
+        return None
+    if not isinstance(raw, Mapping):
+        problems.append("service.telemetry: expected a mapping")
+        return None
+    level: str | None = None
+    for key, value in raw.items():
+        if key != "logs":
+            problems.append(f"service.telemetry.{key}: unknown key (valid keys: logs)")
+            continue
+        if value is None:
+            continue
+        if not isinstance(value, Mapping):
+            problems.append("service.telemetry.logs: expected a mapping")
+            continue
+        for lkey, lvalue in value.items():
+            if lkey != "level":
+                problems.append(f"service.telemetry.logs.{lkey}: unknown key (valid keys: level)")
+            elif not isinstance(lvalue, str) or lvalue.lower() not in _LOG_LEVELS:
+                problems.append(
+                    f"service.telemetry.logs.level: {lvalue!r} is not one of "
+                    f"{', '.join(_LOG_LEVELS)}{suggest(str(lvalue), _LOG_LEVELS)}"
+                )
+            else:
+                level = lvalue.lower()
+    return level
+
+
+def _parse_pipelines(
+    raw: Any, components: Mapping[str, Mapping[str, ComponentConfig]], problems: list[str]
+) -> dict[str, PipelineConfig]:
+    if raw is None:
+        problems.append("service.pipelines: required (at least one pipeline)")
+        return {}
+    if not isinstance(raw, Mapping) or not raw:
+        problems.append("service.pipelines: expected a non-empty mapping of pipelines")
+        return {}
+    out: dict[str, PipelineConfig] = {}
+    for key, body in raw.items():
+        path = f"service.pipelines.{key}"
+        try:
+            pid = ComponentId.parse(str(key))
+        except ValueError as exc:
+            problems.append(f"{path}: {exc}")
+            continue
+        if pid.type == "metrics":
+            problems.append(
+                f"{path}: metrics pipelines are not supported "
+                f"(valid types: {', '.join(PIPELINE_TYPES)})"
+            )
+            continue
+        if pid.type not in PIPELINE_TYPES:
+            problems.append(
+                f"{path}: unknown pipeline type {pid.type!r}{suggest(pid.type, PIPELINE_TYPES)} "
+                f"(valid types: {', '.join(PIPELINE_TYPES)})"
+            )
+            continue
+        if not isinstance(body, Mapping):
+            problems.append(f"{path}: expected a mapping with receivers, processors, exporters")
+            continue
+        for k in body:
+            if k not in _PIPELINE_KEYS:
+                problems.append(f"{path}.{k}: unknown key{_hint(k, _PIPELINE_KEYS)}")
+        lists = {
+            section: _pipeline_refs(
+                pid,
+                section=section,
+                raw=body.get(section),
+                components=components,
+                path=path,
+                problems=problems,
+            )
+            for section in _PIPELINE_KEYS
+        }
+        for section in ("receivers", "exporters"):
+            if body.get(section) is None or (
+                isinstance(body.get(section), list) and not body.get(section)
+            ):
+                problems.append(f"{path}.{section}: a pipeline needs at least one {section[:-1]}")
+        out[str(pid)] = PipelineConfig(
+            id=pid,
+            receivers=lists["receivers"],
+            processors=lists["processors"],
+            exporters=lists["exporters"],
+        )
+    return out
+
+
+def _pipeline_refs(
+    pid: ComponentId,
+    *,
+    section: str,
+    raw: Any,
+    components: Mapping[str, Mapping[str, ComponentConfig]],
+    path: str,
+    problems: list[str],
+) -> tuple[str, ...]:
+    if raw is None:
+        return ()
+    if not isinstance(raw, list):
+        problems.append(f"{path}.{section}: expected a list of component ids")
+        return ()
+    configured = components[section]
+    kind = _SECTIONS[section]
+    seen: set[str] = set()
+    refs: list[str] = []
+    for i, ref in enumerate(raw):
+        where = f"{path}.{section}[{i}]"
+        name = str(ref)
+        if not isinstance(ref, str):
+            problems.append(f"{where}: expected a component id, got {ref!r}")
+            continue
+        if name in seen:
+            problems.append(f"{where}: {kind} {name!r} is listed twice")
+            continue
+        seen.add(name)
+        component = configured.get(name)
+        if component is None:
+            hint = suggest(name, configured)
+            problems.append(f"{where}: {kind} {name!r} is not configured in {section}{hint}")
+            continue
+        if pid.type not in component.factory.signals:
+            supported = ", ".join(sorted(component.factory.signals))
+            problems.append(
+                f"{where}: {kind} {name!r} does not support pipeline type {pid.type!r} "
+                f"(supports: {supported})"
+            )
+            continue
+        refs.append(name)
+    return tuple(refs)
+
+
+def _unused(
+    components: Mapping[str, Mapping[str, ComponentConfig]],
+    pipelines: Mapping[str, PipelineConfig],
+) -> list[str]:
+    used = {
+        (section, ref)
+        for p in pipelines.values()
+        for section in _PIPELINE_KEYS
+        for ref in getattr(p, section)
+    }
+    return [
+        f"{section}.{name}: configured but not used in any pipeline"
+        for section, table in components.items()
+        for name in table
+        if (section, name) not in used
+    ]

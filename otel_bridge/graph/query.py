@@ -1,0 +1,127 @@
+"""Queries over a finished graph (ExecWeave section V-F).
+
+Filtering produces a derived view, never a rewrite of the source graph:
+
+* node filters (``kind``, and ``channel``/``backend`` which also apply to nodes) select nodes;
+* edge filters (``relation``, ``channel``, ``backend``, ``causal``, ``grade``) select edges;
+* when a node filter is given, an edge is kept only if it satisfies the edge filters **and**
+  touches at least one selected node; without node filters every edge satisfying the edge
+  filters is kept. The view's summary is recomputed over what it holds.
+
+Path queries enumerate bounded **directed simple paths** (repeated interactions create cycles):
+at most ``max_depth`` edges and ``max_paths`` paths. A path shows that evidence connects two
+entities; it does not establish temporal information flow.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+import networkx as nx
+
+from otel_bridge.errors import OtelBridgeError
+from otel_bridge.graph.document import Graph, GraphEdge, GraphNode
+from otel_bridge.graph.summary import causal_name, summarize
+
+CAUSAL_STATUSES = ("true", "false", "mixed", "unknown")
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class GraphFilter:
+    """What to keep. Each field is a set of accepted values; empty means "any"."""
+
+    kinds: frozenset[str] = frozenset()
+    relations: frozenset[str] = frozenset()
+    channels: frozenset[str] = frozenset()
+    backends: frozenset[str] = frozenset()
+    causal: frozenset[str] = frozenset()
+    """Causal statuses: ``true``, ``false``, ``mixed``, ``unknown`` (never stated)."""
+    grades: frozenset[str] = frozenset()
+
+    def __post_init__(self) -> None:
+        unknown = self.causal - set(CAUSAL_STATUSES)
+        if unknown:
+            raise OtelBridgeError(
+                f"causal status {sorted(unknown)[0]!r} is not one of {', '.join(CAUSAL_STATUSES)}"
+            )
+
+    def node_ok(self, node: GraphNode) -> bool:
+        """True when ``node`` passes the node filters."""
+        return (
+            (not self.kinds or node.kind in self.kinds)
+            and (not self.channels or not self.channels.isdisjoint(node.channels))
+            and (not self.backends or not self.backends.isdisjoint(node.backends))
+        )
+
+    def edge_ok(self, edge: GraphEdge) -> bool:
+        """True when ``edge`` passes the edge filters."""
+        return (
+            (not self.relations or edge.relation in self.relations)
+            and (not self.channels or not self.channels.isdisjoint(edge.channels))
+            and (not self.backends or not self.backends.isdisjoint(edge.backends))
+            and (not self.causal or causal_name(edge.causal) in self.causal)
+            and (not self.grades or edge.grade in self.grades)
+        )
+
+    @property
+    def filters_nodes(self) -> bool:
+        """True when some node filter is set."""
+        return bool(self.kinds or self.channels or self.backends)
+
+
+def filter_graph(graph: Graph, flt: GraphFilter) -> Graph:
+    """The derived view of ``graph`` that ``flt`` selects (see the module docstring)."""
+    nodes = tuple(n for n in graph.nodes if flt.node_ok(n))
+    keep = {n.id for n in nodes}
+    edges = tuple(
+        e
+        for e in graph.edges
+        if flt.edge_ok(e) and (not flt.filters_nodes or e.source in keep or e.target in keep)
+    )
+    coverage = dict(graph.summary.get("coverage", {}))
+    by_channel = dict(graph.summary.get("coverage_by_channel", {}))
+    node_dicts = [n.to_dict() for n in nodes]
+    edge_dicts = [e.to_dict() for e in edges]
+    observations = int(graph.summary.get("observations", 0))
+    summary = summarize(node_dicts, edge_dicts, coverage, by_channel, observations)
+    return Graph(run=graph.run, nodes=nodes, edges=edges, summary=summary)
+
+
+def to_digraph(graph: Graph) -> nx.DiGraph:
+    """A plain directed graph of node ids (one arc per connected ordered pair)."""
+    g = nx.DiGraph()
+    g.add_nodes_from(n.id for n in graph.nodes)
+    g.add_edges_from((e.source, e.target) for e in graph.edges)
+    return g
+
+
+def simple_paths(
+    graph: Graph, source: str, target: str, *, max_depth: int = 6, max_paths: int = 20
+) -> list[list[str]]:
+    """Up to ``max_paths`` directed simple paths of at most ``max_depth`` edges.
+
+    The search order is deterministic (sorted graph); the paths found are returned shortest first.
+    """
+    ids = {n.id for n in graph.nodes}
+    for node_id in (source, target):
+        if node_id not in ids:
+            raise OtelBridgeError(f"no node {node_id!r} in the graph")
+    if max_depth < 1 or max_paths < 1:
+        raise OtelBridgeError("--max-depth and --max-paths must be at least 1")
+    if source == target:
+        return [[source]]
+    found: Iterable[list[str]] = nx.all_simple_paths(
+        to_digraph(graph), source, target, cutoff=max_depth
+    )
+    paths = list(itertools.islice(found, max_paths))
+    return sorted(paths, key=lambda p: (len(p), p))
+
+
+def path_edges(graph: Graph, path: list[str]) -> list[list[GraphEdge]]:
+    """For each hop of ``path``, the edges (one per relation) that connect it."""
+    by_pair: dict[tuple[str, str], list[GraphEdge]] = {}
+    for e in graph.edges:
+        by_pair.setdefault((e.source, e.target), []).append(e)
+    return [by_pair.get((a, b), []) for a, b in itertools.pairwise(path)]

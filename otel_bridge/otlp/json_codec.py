@@ -1,0 +1,482 @@
+"""OTLP/JSON, written by hand from the OTLP specification (``docs/specification.md``).
+
+OTLP/JSON is the proto3 JSON mapping with deviations that a generic protobuf JSON library gets
+wrong, which is why ``google.protobuf.json_format`` is not used here:
+
+* ``traceId``/``spanId`` (in spans, links and log records) are case-insensitive **hex** strings,
+  not base64;
+* enum fields (``kind``, ``status.code``, ``severityNumber``) are integers, never names;
+* keys are lowerCamelCase; unknown keys are ignored. Like the Collector we also accept the
+  snake_case proto names when decoding, and always write lowerCamelCase;
+* 64-bit integers are written as decimal strings; numbers and strings are both accepted.
+
+Decoding a body that does not have this shape raises :class:`~otel_bridge.errors.DecodeError`
+naming exactly where and what (``resourceSpans[0].scopeSpans[1].spans[3].traceId: expected 32 hex
+characters, got 31``); the receiver answers it with HTTP 400. Records that are well-formed but
+invalid (an all-zero trace id, an unknown span kind) are rejected one by one and reported as
+partial success, exactly as in :mod:`otel_bridge.otlp.proto_codec`.
+
+The single-record encoders (:func:`span_to_dict`, :func:`log_to_dict`) are what the ``file``
+exporter writes; :func:`encode_traces`/:func:`encode_logs` produce whole export requests.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import math
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from otel_bridge.errors import DecodeError
+from otel_bridge.model import (
+    AnyValue,
+    Attributes,
+    LogRecord,
+    Resource,
+    Scope,
+    Span,
+    SpanEvent,
+    SpanKind,
+    SpanLink,
+    Status,
+    StatusCode,
+)
+from otel_bridge.otlp._json_read import (
+    field,
+    read_any_value,
+    read_attributes,
+    read_enum,
+    read_hex_id,
+    read_list,
+    read_object,
+    read_str,
+    read_uint32,
+    read_uint64,
+)
+from otel_bridge.otlp.proto_codec import Decoded, Rejections, group_by_resource_scope
+
+__all__ = [
+    "any_value_to_json",
+    "attributes_to_json",
+    "decode_logs",
+    "decode_traces",
+    "encode_logs",
+    "encode_traces",
+    "load_body",
+    "log_to_dict",
+    "resource_to_dict",
+    "scope_to_dict",
+    "span_to_dict",
+]
+
+_SPAN_KINDS = {int(k): k for k in SpanKind}
+_STATUS_CODES = {int(c): c for c in StatusCode}
+_INT64_MIN = -(2**63)
+_INT64_MAX = 2**63 - 1
+
+
+# --------------------------------------------------------------------------------------------
+# Encoding
+# --------------------------------------------------------------------------------------------
+
+
+def any_value_to_json(value: AnyValue) -> dict[str, Any]:
+    """The OTLP/JSON ``AnyValue`` object of a model value (``None`` is ``{}``)."""
+    if value is None:
+        return {}
+    if isinstance(value, str):
+        return {"stringValue": value}
+    if isinstance(value, bool):
+        return {"boolValue": value}
+    if isinstance(value, int):
+        if _INT64_MIN <= value <= _INT64_MAX:
+            return {"intValue": str(value)}
+        return {"stringValue": str(value)}  # wider than int64: kept exactly, as text
+    if isinstance(value, float):
+        if math.isnan(value):
+            return {"doubleValue": "NaN"}
+        if math.isinf(value):
+            return {"doubleValue": "Infinity" if value > 0 else "-Infinity"}
+        return {"doubleValue": value}
+    if isinstance(value, bytes):
+        return {"bytesValue": base64.b64encode(value).decode("ascii")}
+    if isinstance(value, tuple | list):
+        return {"arrayValue": {"values": [any_value_to_json(v) for v in value]}}
+    if isinstance(value, Mapping):
+        return {"kvlistValue": {"values": attributes_to_json(value)}}
+    raise TypeError(f"not an OTLP AnyValue: {type(value).__name__}")
+
+
+def attributes_to_json(attributes: Attributes) -> list[dict[str, Any]]:
+    """The OTLP/JSON ``KeyValue`` array of ``attributes``."""
+    return [{"key": k, "value": any_value_to_json(v)} for k, v in attributes.items()]
+
+
+def _put_attributes(out: dict[str, Any], attributes: Attributes, dropped: int) -> None:
+    if attributes:
+        out["attributes"] = attributes_to_json(attributes)
+    if dropped:
+        out["droppedAttributesCount"] = dropped
+
+
+def resource_to_dict(resource: Resource) -> dict[str, Any]:
+    """The OTLP/JSON ``Resource`` object (``schemaUrl`` belongs to the enclosing message)."""
+    out: dict[str, Any] = {}
+    _put_attributes(out, resource.attributes, resource.dropped_attributes_count)
+    return out
+
+
+def scope_to_dict(scope: Scope) -> dict[str, Any]:
+    """The OTLP/JSON ``InstrumentationScope`` object."""
+    out: dict[str, Any] = {}
+    if scope.name:
+        out["name"] = scope.name
+    if scope.version:
+        out["version"] = scope.version
+    _put_attributes(out, scope.attributes, scope.dropped_attributes_count)
+    return out
+
+
+def span_to_dict(span: Span) -> dict[str, Any]:
+    """The OTLP/JSON ``Span`` object of one span (its resource and scope are not included)."""
+    out: dict[str, Any] = {"traceId": span.trace_id.hex(), "spanId": span.span_id.hex()}
+    if span.trace_state:
+        out["traceState"] = span.trace_state
+    if span.parent_span_id:
+        out["parentSpanId"] = span.parent_span_id.hex()
+    if span.flags:
+        out["flags"] = span.flags
+    out["name"] = span.name
+    out["kind"] = int(span.kind)
+    out["startTimeUnixNano"] = str(span.start_time_unix_nano)
+    out["endTimeUnixNano"] = str(span.end_time_unix_nano)
+    _put_attributes(out, span.attributes, span.dropped_attributes_count)
+    if span.events:
+        events = []
+        for event in span.events:
+            e: dict[str, Any] = {"timeUnixNano": str(event.time_unix_nano), "name": event.name}
+            _put_attributes(e, event.attributes, event.dropped_attributes_count)
+            events.append(e)
+        out["events"] = events
+    if span.dropped_events_count:
+        out["droppedEventsCount"] = span.dropped_events_count
+    if span.links:
+        links = []
+        for link in span.links:
+            lk: dict[str, Any] = {"traceId": link.trace_id.hex(), "spanId": link.span_id.hex()}
+            if link.trace_state:
+                lk["traceState"] = link.trace_state
+            _put_attributes(lk, link.attributes, link.dropped_attributes_count)
+            if link.flags:
+                lk["flags"] = link.flags
+            links.append(lk)
+        out["links"] = links
+    if span.dropped_links_count:
+        out["droppedLinksCount"] = span.dropped_links_count
+    status: dict[str, Any] = {}
+    if span.status.message:
+        status["message"] = span.status.message
+    if span.status.code:
+        status["code"] = int(span.status.code)
+    out["status"] = status
+    return out
+
+
+def log_to_dict(log: LogRecord) -> dict[str, Any]:
+    """The OTLP/JSON ``LogRecord`` object of one log record (without resource and scope)."""
+    out: dict[str, Any] = {
+        "timeUnixNano": str(log.time_unix_nano),
+        "observedTimeUnixNano": str(log.observed_time_unix_nano),
+    }
+    if log.severity_number:
+        out["severityNumber"] = log.severity_number
+    if log.severity_text:
+        out["severityText"] = log.severity_text
+    if log.body is not None:
+        out["body"] = any_value_to_json(log.body)
+    _put_attributes(out, log.attributes, log.dropped_attributes_count)
+    if log.flags:
+        out["flags"] = log.flags
+    if log.trace_id:
+        out["traceId"] = log.trace_id.hex()
+    if log.span_id:
+        out["spanId"] = log.span_id.hex()
+    if log.event_name:
+        out["eventName"] = log.event_name
+    return out
+
+
+def _envelope(
+    resource: Resource, scope_groups: list[dict[str, Any]], scopes_key: str
+) -> dict[str, Any]:
+    out: dict[str, Any] = {"resource": resource_to_dict(resource), scopes_key: scope_groups}
+    if resource.schema_url:
+        out["schemaUrl"] = resource.schema_url
+    return out
+
+
+def _scope_group(scope: Scope, records_key: str, records: list[dict[str, Any]]) -> dict[str, Any]:
+    out: dict[str, Any] = {"scope": scope_to_dict(scope), records_key: records}
+    if scope.schema_url:
+        out["schemaUrl"] = scope.schema_url
+    return out
+
+
+def encode_traces(spans: Sequence[Span]) -> dict[str, Any]:
+    """The OTLP/JSON ``ExportTraceServiceRequest`` of ``spans``, grouped by resource and scope."""
+    return {
+        "resourceSpans": [
+            _envelope(
+                resource,
+                [
+                    _scope_group(scope, "spans", [span_to_dict(s) for s in items])
+                    for scope, items in scopes
+                ],
+                "scopeSpans",
+            )
+            for resource, scopes in group_by_resource_scope(spans)
+        ]
+    }
+
+
+def encode_logs(logs: Sequence[LogRecord]) -> dict[str, Any]:
+    """The OTLP/JSON ``ExportLogsServiceRequest`` of ``logs``, grouped by resource and scope."""
+    return {
+        "resourceLogs": [
+            _envelope(
+                resource,
+                [
+                    _scope_group(scope, "logRecords", [log_to_dict(r) for r in items])
+                    for scope, items in scopes
+                ],
+                "scopeLogs",
+            )
+            for resource, scopes in group_by_resource_scope(logs)
+        ]
+    }
+
+
+# --------------------------------------------------------------------------------------------
+# Decoding
+# --------------------------------------------------------------------------------------------
+
+
+def load_body(body: bytes | str | Mapping[str, Any]) -> Mapping[str, Any]:
+    """The top-level JSON object of a request body; a ``DecodeError`` if it is not JSON."""
+    if isinstance(body, Mapping):
+        return body
+    try:
+        value = json.loads(body)
+    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise DecodeError(f"body is not valid JSON: {exc}") from None
+    if not isinstance(value, dict):
+        raise DecodeError(f"body: expected a JSON object, got {type(value).__name__}")
+    return value
+
+
+def _resource(obj: Mapping[str, Any], path: str) -> Resource:
+    rpath = f"{path}.resource"
+    pb = read_object(obj.get("resource"), rpath)
+    return Resource(
+        attributes=read_attributes(pb.get("attributes"), f"{rpath}.attributes"),
+        dropped_attributes_count=read_uint32(
+            field(pb, "droppedAttributesCount", "dropped_attributes_count"),
+            f"{rpath}.droppedAttributesCount",
+        ),
+        schema_url=read_str(field(obj, "schemaUrl", "schema_url"), f"{path}.schemaUrl"),
+    )
+
+
+def _scope(obj: Mapping[str, Any], path: str) -> Scope:
+    spath = f"{path}.scope"
+    pb = read_object(obj.get("scope"), spath)
+    return Scope(
+        name=read_str(pb.get("name"), f"{spath}.name"),
+        version=read_str(pb.get("version"), f"{spath}.version"),
+        attributes=read_attributes(pb.get("attributes"), f"{spath}.attributes"),
+        dropped_attributes_count=read_uint32(
+            field(pb, "droppedAttributesCount", "dropped_attributes_count"),
+            f"{spath}.droppedAttributesCount",
+        ),
+        schema_url=read_str(field(obj, "schemaUrl", "schema_url"), f"{path}.schemaUrl"),
+    )
+
+
+def _dropped(obj: Mapping[str, Any], path: str) -> int:
+    return read_uint32(
+        field(obj, "droppedAttributesCount", "dropped_attributes_count"),
+        f"{path}.droppedAttributesCount",
+    )
+
+
+def _span(obj: Mapping[str, Any], path: str, resource: Resource, scope: Scope) -> Span | str:
+    """The span at ``path``, or the reason to reject it; structural errors raise."""
+    trace_id = read_hex_id(field(obj, "traceId", "trace_id"), f"{path}.traceId", 16, optional=False)
+    span_id = read_hex_id(field(obj, "spanId", "span_id"), f"{path}.spanId", 8, optional=False)
+    parent = read_hex_id(
+        field(obj, "parentSpanId", "parent_span_id"), f"{path}.parentSpanId", 8, optional=True
+    )
+    kind = read_enum(obj.get("kind"), f"{path}.kind")
+    status_obj = read_object(obj.get("status"), f"{path}.status")
+    code = read_enum(status_obj.get("code"), f"{path}.status.code")
+    events = []
+    for i, item in enumerate(read_list(obj.get("events"), f"{path}.events")):
+        epath = f"{path}.events[{i}]"
+        e = read_object(item, epath)
+        events.append(
+            SpanEvent(
+                time_unix_nano=read_uint64(
+                    field(e, "timeUnixNano", "time_unix_nano"), f"{epath}.timeUnixNano"
+                ),
+                name=read_str(e.get("name"), f"{epath}.name"),
+                attributes=read_attributes(e.get("attributes"), f"{epath}.attributes"),
+                dropped_attributes_count=_dropped(e, epath),
+            )
+        )
+    links = []
+    for i, item in enumerate(read_list(obj.get("links"), f"{path}.links")):
+        lpath = f"{path}.links[{i}]"
+        lk = read_object(item, lpath)
+        links.append(
+            SpanLink(
+                trace_id=read_hex_id(
+                    field(lk, "traceId", "trace_id"), f"{lpath}.traceId", 16, optional=False
+                ),
+                span_id=read_hex_id(
+                    field(lk, "spanId", "span_id"), f"{lpath}.spanId", 8, optional=False
+                ),
+                trace_state=read_str(field(lk, "traceState", "trace_state"), f"{lpath}.traceState"),
+                attributes=read_attributes(lk.get("attributes"), f"{lpath}.attributes"),
+                dropped_attributes_count=_dropped(lk, lpath),
+                flags=read_uint32(lk.get("flags"), f"{lpath}.flags"),
+            )
+        )
+    span = Span(
+        resource=resource,
+        scope=scope,
+        trace_id=trace_id,
+        span_id=span_id,
+        parent_span_id=parent,
+        trace_state=read_str(field(obj, "traceState", "trace_state"), f"{path}.traceState"),
+        flags=read_uint32(obj.get("flags"), f"{path}.flags"),
+        name=read_str(obj.get("name"), f"{path}.name"),
+        kind=_SPAN_KINDS.get(kind, SpanKind.UNSPECIFIED),
+        start_time_unix_nano=read_uint64(
+            field(obj, "startTimeUnixNano", "start_time_unix_nano"), f"{path}.startTimeUnixNano"
+        ),
+        end_time_unix_nano=read_uint64(
+            field(obj, "endTimeUnixNano", "end_time_unix_nano"), f"{path}.endTimeUnixNano"
+        ),
+        attributes=read_attributes(obj.get("attributes"), f"{path}.attributes"),
+        dropped_attributes_count=_dropped(obj, path),
+        events=tuple(events),
+        dropped_events_count=read_uint32(
+            field(obj, "droppedEventsCount", "dropped_events_count"), f"{path}.droppedEventsCount"
+        ),
+        links=tuple(links),
+        dropped_links_count=read_uint32(
+            field(obj, "droppedLinksCount", "dropped_links_count"), f"{path}.droppedLinksCount"
+        ),
+        status=Status(
+            code=_STATUS_CODES.get(code, StatusCode.UNSET),
+            message=read_str(status_obj.get("message"), f"{path}.status.message"),
+        ),
+    )
+    # Well-formed but invalid: rejected alone (partial success), like the protobuf path.
+    if kind not in _SPAN_KINDS:
+        return f"{path}.kind: unknown span kind {kind}"
+    if code not in _STATUS_CODES:
+        return f"{path}.status.code: unknown status code {code}"
+    if trace_id == bytes(16):
+        return f"{path}.traceId: must not be all zeros"
+    if span_id == bytes(8):
+        return f"{path}.spanId: must not be all zeros"
+    for i, link in enumerate(links):
+        if link.trace_id == bytes(16) or link.span_id == bytes(8):
+            return f"{path}.links[{i}]: ids must not be all zeros"
+    return span
+
+
+def decode_traces(body: bytes | str | Mapping[str, Any]) -> Decoded[Span]:
+    """The spans of an OTLP/JSON ``ExportTraceServiceRequest`` body.
+
+    Raises ``DecodeError`` naming the path when the body is malformed; invalid but well-formed
+    spans are rejected and reported in the result.
+    """
+    root = load_body(body)
+    spans: list[Span] = []
+    rejects = Rejections()
+    for ri, rs_item in enumerate(
+        read_list(field(root, "resourceSpans", "resource_spans"), "resourceSpans")
+    ):
+        rpath = f"resourceSpans[{ri}]"
+        rs = read_object(rs_item, rpath)
+        resource = _resource(rs, rpath)
+        scope_items = read_list(field(rs, "scopeSpans", "scope_spans"), f"{rpath}.scopeSpans")
+        for si, ss_item in enumerate(scope_items):
+            spath = f"{rpath}.scopeSpans[{si}]"
+            ss = read_object(ss_item, spath)
+            scope = _scope(ss, spath)
+            for pi, item in enumerate(read_list(ss.get("spans"), f"{spath}.spans")):
+                ppath = f"{spath}.spans[{pi}]"
+                result = _span(read_object(item, ppath), ppath, resource, scope)
+                if isinstance(result, str):
+                    rejects.add(result)
+                else:
+                    spans.append(result)
+    return Decoded(tuple(spans), rejects.count, rejects.message("spans"))
+
+
+def _log(obj: Mapping[str, Any], path: str, resource: Resource, scope: Scope) -> LogRecord:
+    body = obj.get("body")
+    return LogRecord(
+        resource=resource,
+        scope=scope,
+        time_unix_nano=read_uint64(
+            field(obj, "timeUnixNano", "time_unix_nano"), f"{path}.timeUnixNano"
+        ),
+        observed_time_unix_nano=read_uint64(
+            field(obj, "observedTimeUnixNano", "observed_time_unix_nano"),
+            f"{path}.observedTimeUnixNano",
+        ),
+        severity_number=read_enum(
+            field(obj, "severityNumber", "severity_number"), f"{path}.severityNumber"
+        ),
+        severity_text=read_str(field(obj, "severityText", "severity_text"), f"{path}.severityText"),
+        body=None if body is None else read_any_value(body, f"{path}.body"),
+        attributes=read_attributes(obj.get("attributes"), f"{path}.attributes"),
+        dropped_attributes_count=_dropped(obj, path),
+        flags=read_uint32(obj.get("flags"), f"{path}.flags"),
+        trace_id=read_hex_id(
+            field(obj, "traceId", "trace_id"), f"{path}.traceId", 16, optional=True
+        ),
+        span_id=read_hex_id(field(obj, "spanId", "span_id"), f"{path}.spanId", 8, optional=True),
+        event_name=read_str(field(obj, "eventName", "event_name"), f"{path}.eventName"),
+    )
+
+
+def decode_logs(body: bytes | str | Mapping[str, Any]) -> Decoded[LogRecord]:
+    """The log records of an OTLP/JSON ``ExportLogsServiceRequest`` body.
+
+    Raises ``DecodeError`` naming the path when the body is malformed.
+    """
+    root = load_body(body)
+    logs: list[LogRecord] = []
+    for ri, rl_item in enumerate(
+        read_list(field(root, "resourceLogs", "resource_logs"), "resourceLogs")
+    ):
+        rpath = f"resourceLogs[{ri}]"
+        rl = read_object(rl_item, rpath)
+        resource = _resource(rl, rpath)
+        for si, sl_item in enumerate(
+            read_list(field(rl, "scopeLogs", "scope_logs"), f"{rpath}.scopeLogs")
+        ):
+            spath = f"{rpath}.scopeLogs[{si}]"
+            sl = read_object(sl_item, spath)
+            scope = _scope(sl, spath)
+            records = read_list(field(sl, "logRecords", "log_records"), f"{spath}.logRecords")
+            for pi, item in enumerate(records):
+                ppath = f"{spath}.logRecords[{pi}]"
+                logs.append(_log(read_object(item, ppath), ppath, resource, scope))
+    return Decoded(tuple(logs))

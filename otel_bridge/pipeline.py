@@ -1,0 +1,369 @@
+"""The pipeline runtime: builds components from a :class:`CollectorConfig` and runs them.
+
+Graph, as in the OpenTelemetry Collector::
+
+    receiver ─┬─> router ──> [traces  pipeline: processors...] ──> fan-out ─┬─> exporter
+              │             (spans only)                                    └─> exporter
+              └─> router ──> [evidence pipeline: processors...] ──> fan-out ──> exporter
+
+* One instance per receiver id and per exporter id, shared by every pipeline that names it; one
+  processor instance per pipeline.
+* A receiver feeds every pipeline naming it. A ``traces`` pipeline receives only spans, a
+  ``logs`` pipeline only log records, an ``evidence`` pipeline everything.
+* Fan-out hands every consumer the same immutable batch. A consumer that raises does not stop
+  delivery to the others: the failure is counted (``collector.exporter.<id>.failed``) and
+  reported once. The caller sees an error only when it is worth retrying: a
+  :class:`~otel_bridge.errors.RefusedError` (memory limit) from any consumer, or every consumer
+  failing. A partial permanent failure is not raised, so a client does not resend what the
+  healthy consumers already have.
+* Start order: exporters, processors (downstream first), receivers. Shutdown: the reverse, so
+  everything a receiver acknowledged drains through processors (``batch`` flushes) to the
+  exporters before they close.
+"""
+
+from __future__ import annotations
+
+import logging
+import signal
+import threading
+import time
+from collections.abc import Callable, Sequence
+from types import FrameType
+from typing import Any
+
+from otel_bridge.component import (
+    EXPORTER,
+    PROCESSOR,
+    RECEIVER,
+    Component,
+    Consumer,
+    CreateSettings,
+    Host,
+)
+from otel_bridge.config import CollectorConfig, ComponentConfig
+from otel_bridge.errors import ComponentError, RefusedError, StartupError
+from otel_bridge.model import Batch
+from otel_bridge.registry import Registry
+
+_log = logging.getLogger("otel_bridge.pipeline")
+
+_PARTS: tuple[str, ...] = ("spans", "logs", "observations", "coverage")
+
+
+def select_for_pipeline(batch: Batch, pipeline_type: str) -> Batch:
+    """The part of ``batch`` a pipeline of ``pipeline_type`` carries (the batch itself if all)."""
+    if pipeline_type == "traces":
+        return batch if len(batch) == len(batch.spans) else Batch(spans=batch.spans)
+    if pipeline_type == "logs":
+        return batch if len(batch) == len(batch.logs) else Batch(logs=batch.logs)
+    return batch
+
+
+class FanOut:
+    """Delivers each batch to several consumers; one failing does not stop the others."""
+
+    def __init__(
+        self,
+        consumers: Sequence[tuple[str, Consumer]],
+        *,
+        telemetry_prefix: str,
+        host: Host,
+    ) -> None:
+        self._consumers = tuple(consumers)
+        self._prefix = telemetry_prefix
+        self._telemetry = host.telemetry
+
+    def consume(self, batch: Batch) -> None:
+        """Hand ``batch`` to every consumer; raise only when a retry is worthwhile."""
+        if len(self._consumers) == 1:
+            name, consumer = self._consumers[0]
+            self._deliver(name, consumer, batch, raise_errors=True)
+            return
+        errors: list[tuple[str, Exception]] = []
+        for name, consumer in self._consumers:
+            error = self._deliver(name, consumer, batch, raise_errors=False)
+            if error is not None:
+                errors.append((name, error))
+        if not errors:
+            return
+        refused = [e for _, e in errors if isinstance(e, RefusedError)]
+        if refused:
+            raise refused[0]
+        if len(errors) == len(self._consumers):
+            detail = "; ".join(f"{name}: {err}" for name, err in errors)
+            raise ComponentError(f"every consumer failed: {detail}") from errors[0][1]
+
+    def _deliver(
+        self, name: str, consumer: Consumer, batch: Batch, *, raise_errors: bool
+    ) -> Exception | None:
+        try:
+            consumer.consume(batch)
+        except Exception as exc:
+            self._telemetry.count(f"{self._prefix}.{name}.failed", len(batch))
+            if not isinstance(exc, RefusedError):
+                self._telemetry.report_once(
+                    f"{self._prefix}.{name}.failed",
+                    f"{name}: consume failed ({type(exc).__name__}: {exc}); counting further "
+                    f"failures in {self._prefix}.{name}.failed",
+                )
+            if raise_errors:
+                raise
+            return exc
+        self._telemetry.count(f"{self._prefix}.{name}.sent", len(batch))
+        return None
+
+
+class _Router:
+    """The consumer a receiver is created with: counts, then routes to its pipelines."""
+
+    def __init__(self, receiver_id: str, host: Host) -> None:
+        self._id = receiver_id
+        self._telemetry = host.telemetry
+        self._targets: list[tuple[str, str, Consumer]] = []
+        self._fanout: FanOut | None = None
+        self._host = host
+
+    def add(self, pipeline_id: str, pipeline_type: str, consumer: Consumer) -> None:
+        self._targets.append((pipeline_id, pipeline_type, consumer))
+
+    def consume(self, batch: Batch) -> None:
+        prefix = f"collector.receiver.{self._id}"
+        for part in _PARTS:
+            n = len(getattr(batch, part))
+            if n:
+                self._telemetry.count(f"{prefix}.{part}", n)
+        selected = [
+            (pid, _Selecting(ptype, consumer))
+            for pid, ptype, consumer in self._targets
+            if len(select_for_pipeline(batch, ptype))
+        ]
+        if not selected:
+            return
+        try:
+            FanOut(selected, telemetry_prefix="collector.pipeline", host=self._host).consume(batch)
+        except Exception:
+            self._telemetry.count(f"{prefix}.refused", len(batch))
+            raise
+
+
+class _Selecting:
+    """Passes on only the part of a batch its pipeline type carries."""
+
+    def __init__(self, pipeline_type: str, consumer: Consumer) -> None:
+        self._type = pipeline_type
+        self._consumer = consumer
+
+    def consume(self, batch: Batch) -> None:
+        self._consumer.consume(select_for_pipeline(batch, self._type))
+
+
+class Collector:
+    """Builds every component a configuration's pipelines use, and runs them.
+
+    Components are *created* in the constructor (factories open nothing) so that
+    :meth:`component` works before :meth:`start`. ``registry``, when given, overrides the
+    factories the configuration was parsed with (same type names).
+    """
+
+    def __init__(
+        self,
+        config: CollectorConfig,
+        *,
+        registry: Registry | None = None,
+        host: Host | None = None,
+    ) -> None:
+        self.config = config
+        self.host = host if host is not None else Host()
+        self._registry = registry
+        self._receivers: dict[str, Component] = {}
+        self._processors: list[tuple[str, str, Component]] = []
+        self._exporters: dict[str, Component] = {}
+        self._started: list[tuple[str, str, Component]] = []
+        self._lock = threading.Lock()
+        self._state = "created"
+        self._stop = threading.Event()
+        self._created_at = time.monotonic()
+        try:
+            self._build()
+        except Exception:
+            self._shutdown_all(self._all_components())
+            raise
+
+    # -- construction ---------------------------------------------------------------------
+
+    def _create(
+        self, component: ComponentConfig, next_consumer: Consumer | None, pipeline: str = ""
+    ) -> Component:
+        factory = component.factory
+        if self._registry is not None:
+            factory = self._registry.table(component.kind).get(component.id.type, factory)
+        settings = CreateSettings(
+            id=str(component.id), pipeline=pipeline, telemetry=self.host.telemetry
+        )
+        try:
+            return factory.create(settings, component.config, next_consumer)
+        except Exception as exc:
+            raise ComponentError(f"{component.kind} {component.id}: create failed: {exc}") from exc
+
+    def _build(self) -> None:
+        cfg = self.config
+        pipelines = sorted(cfg.pipelines.items())
+        for _, p in pipelines:
+            for eid in p.exporters:
+                if eid not in self._exporters:
+                    self._exporters[eid] = self._create(cfg.exporters[eid], None)
+        routers: dict[str, _Router] = {}
+        for pid, p in pipelines:
+            exporters = [(eid, _as_consumer(self._exporters[eid], eid)) for eid in p.exporters]
+            head: Consumer = FanOut(
+                exporters, telemetry_prefix="collector.exporter", host=self.host
+            )
+            chain: list[tuple[str, str, Component]] = []
+            for proc_id in reversed(p.processors):
+                processor = self._create(cfg.processors[proc_id], head, pipeline=pid)
+                chain.append((pid, proc_id, processor))
+                head = _as_consumer(processor, proc_id)
+            # Stored downstream-first, the start order.
+            self._processors.extend(chain)
+            for rid in p.receivers:
+                routers.setdefault(rid, _Router(rid, self.host)).add(pid, p.type, head)
+        for rid, router in sorted(routers.items()):
+            self._receivers[rid] = self._create(cfg.receivers[rid], router)
+
+    def _all_components(self) -> list[tuple[str, str, Component]]:
+        """Every component in start order: exporters, processors, receivers."""
+        return [
+            *((EXPORTER, eid, c) for eid, c in self._exporters.items()),
+            *((PROCESSOR, f"{pid}/{proc_id}", c) for pid, proc_id, c in self._processors),
+            *((RECEIVER, rid, c) for rid, c in self._receivers.items()),
+        ]
+
+    # -- public API -----------------------------------------------------------------------
+
+    def component(self, component_id: str) -> Component:
+        """The one instance of receiver or exporter ``component_id``; KeyError if unused."""
+        if component_id in self._receivers:
+            return self._receivers[component_id]
+        if component_id in self._exporters:
+            return self._exporters[component_id]
+        known = ", ".join(sorted({*self._receivers, *self._exporters}))
+        raise KeyError(f"no receiver or exporter {component_id!r} runs (running: {known})")
+
+    def processors(self, pipeline_id: str) -> list[Component]:
+        """The processor instances of one pipeline, in pipeline order."""
+        return [c for pid, _, c in reversed(self._processors) if pid == pipeline_id]
+
+    @property
+    def receivers(self) -> dict[str, Component]:
+        """Receiver instances by id."""
+        return dict(self._receivers)
+
+    @property
+    def exporters(self) -> dict[str, Component]:
+        """Exporter instances by id."""
+        return dict(self._exporters)
+
+    @property
+    def uptime(self) -> float:
+        """Seconds since this collector was built."""
+        return time.monotonic() - self._created_at
+
+    def start(self) -> None:
+        """Start exporters, then processors, then receivers.
+
+        On a failure the components already started are shut down in reverse order and a
+        :class:`~otel_bridge.errors.StartupError` naming the component is raised.
+        """
+        with self._lock:
+            if self._state != "created":
+                raise ComponentError(f"collector cannot start: it is {self._state}")
+            self._state = "starting"
+        for kind, cid, comp in self._all_components():
+            try:
+                comp.start(self.host)
+            except Exception as exc:
+                _log.error("%s %s failed to start: %s", kind, cid, exc)
+                self._shutdown_all(list(self._started))
+                # Components never started still hold no resources, but shutting them down
+                # is safe and releases anything a factory prepared.
+                started = {id(c) for _, _, c in self._started}
+                rest = [t for t in self._all_components() if id(t[2]) not in started]
+                self._shutdown_all(rest)
+                with self._lock:
+                    self._state = "shut down"
+                raise StartupError(f"{kind} {cid}: {exc}") from exc
+            self._started.append((kind, cid, comp))
+        with self._lock:
+            self._state = "running"
+
+    def shutdown(self) -> None:
+        """Stop receivers, then processors, then exporters; drains. Safe twice and before start."""
+        with self._lock:
+            if self._state in ("shutting down", "shut down"):
+                return
+            self._state = "shutting down"
+        self._stop.set()
+        self._shutdown_all(self._all_components())
+        with self._lock:
+            self._state = "shut down"
+
+    def _shutdown_all(self, components: list[tuple[str, str, Component]]) -> None:
+        for kind, cid, comp in reversed(components):
+            try:
+                comp.shutdown()
+            except Exception as exc:
+                self.host.telemetry.count("collector.shutdown_errors")
+                _log.error("%s %s failed to shut down: %s", kind, cid, exc)
+
+    def request_stop(self) -> None:
+        """Make :meth:`run_until_signal` return (from any thread)."""
+        self._stop.set()
+
+    def run_until_signal(
+        self,
+        *,
+        on_started: Callable[[], None] | None = None,
+        on_tick: Callable[[], None] | None = None,
+        tick_interval: float = 10.0,
+        signals: Sequence[signal.Signals] = (signal.SIGINT, signal.SIGTERM),
+    ) -> int | None:
+        """Start (if needed), block until SIGINT/SIGTERM or :meth:`request_stop`, then drain.
+
+        Signal handlers are installed only when called from the main thread and restored on
+        return, before starting, so nothing acknowledged can be lost to an early signal.
+        ``on_started`` runs once everything started; ``on_tick`` runs every ``tick_interval``
+        seconds while running. Returns the signal number that stopped the run, or None for
+        :meth:`request_stop`.
+        """
+        received: list[int] = []
+
+        def handler(signum: int, frame: FrameType | None) -> None:
+            del frame
+            received.append(signum)
+            self._stop.set()
+
+        previous: dict[signal.Signals, Any] = {}
+        if threading.current_thread() is threading.main_thread():
+            for sig in signals:
+                previous[sig] = signal.signal(sig, handler)
+        try:
+            if self._state == "created":
+                self.start()
+            if on_started is not None:
+                on_started()
+            while not self._stop.wait(tick_interval):
+                if on_tick is not None:
+                    on_tick()
+        finally:
+            try:
+                self.shutdown()
+            finally:
+                for sig, old in previous.items():
+                    signal.signal(sig, old)
+        return received[0] if received else None
+
+
+def _as_consumer(component: Component, cid: str) -> Consumer:
+    if not isinstance(component, Consumer):
+        raise ComponentError(f"{cid}: component has no consume(batch) method")
+    return component

@@ -1,0 +1,169 @@
+"""Secret redaction for command lines, argument vectors, environments and free text.
+
+Observability output is a sensitive artifact (ExecWeave section VI-C): a command line or an
+environment routinely carries passwords, tokens and API keys. Everything the host receiver emits
+about a process goes through here first, and the ``redact`` processor applies the same rules to
+span and log attributes.
+
+What is redacted (the secret is replaced by :data:`REDACTED`, the rest is kept so the command
+stays recognisable):
+
+* option values of secret-looking options: ``--password x``, ``--token=x``, ``-p`` is *not*
+  treated as secret (too ambiguous);
+* ``NAME=value`` assignments (in argv, text and environments) whose name looks secret
+  (``*_KEY``, ``*_TOKEN``, ``*SECRET*``, ``*PASSWORD*``, ``*PASSWD*``, ``*CREDENTIAL*``, ...);
+* ``Authorization: Bearer x`` / ``Basic x`` header values;
+* credentials in URLs (``scheme://user:pass@host`` keeps ``user``);
+* well-known key shapes anywhere: OpenAI/Anthropic ``sk-...``, GitHub ``ghp_``/``gho_``/
+  ``github_pat_...``, AWS ``AKIA...``, Slack ``xox?-...``, Google ``AIza...``, JWTs.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable, Mapping, Sequence
+
+REDACTED = "[REDACTED]"
+
+_SECRET_NAME = re.compile(
+    r"(?:^|[_\-.])(?:KEY|APIKEY|API_KEY|TOKEN|SECRET|PASSWORD|PASSWD|PWD|CREDENTIALS?|"
+    r"AUTH|COOKIE|SIGNATURE)(?:$|[_\-.])|SECRET|PASSWORD|PASSWD|"
+    r"APIKEY|API_KEY|ACCESS_KEY|PRIVATE_KEY|CREDENTIAL",
+    re.IGNORECASE,
+)
+"""A name (environment variable, option, attribute key) whose value is a secret."""
+
+_NOT_SECRET_NAMES = frozenset({"PWD", "OLDPWD", "TOKENIZERS_PARALLELISM", "KEYMAP"})
+
+_SECRET_OPTION = re.compile(
+    r"^--?(?:[a-z0-9]+[-_])*(?:password|passwd|pass|token|secret|api[-_]?key|key|"
+    r"access[-_]key|secret[-_]key|private[-_]key|auth|credentials?|client[-_]secret)$",
+    re.IGNORECASE,
+)
+
+_KEY_SHAPES: tuple[re.Pattern[str], ...] = (
+    re.compile(r"\bsk-(?:ant-|proj-|live-|test-)?[A-Za-z0-9_\-]{16,}"),
+    re.compile(r"\b(?:ghp|gho|ghu|ghs|ghr)_[A-Za-z0-9]{20,}"),
+    re.compile(r"\bgithub_pat_[A-Za-z0-9_]{20,}"),
+    re.compile(r"\b(?:AKIA|ASIA)[0-9A-Z]{16}\b"),
+    re.compile(r"\bxox[abposr]-[A-Za-z0-9\-]{10,}"),
+    re.compile(r"\bAIza[0-9A-Za-z_\-]{35}"),
+    re.compile(r"\beyJ[A-Za-z0-9_\-]{8,}\.[A-Za-z0-9_\-]{8,}\.[A-Za-z0-9_\-]{8,}"),
+    re.compile(r"\bhf_[A-Za-z0-9]{30,}"),
+)
+
+_AUTH_HEADER = re.compile(
+    r"(?P<head>\b(?:Proxy-)?Authorization\s*[:=]\s*(?:Bearer|Basic|Token|Digest|Bot)?\s*)"
+    r"(?P<value>[^\s\"',;]+)",
+    re.IGNORECASE,
+)
+_BEARER = re.compile(r"(?P<head>\bBearer\s+)(?P<value>[A-Za-z0-9._~+/\-=]{8,})")
+_URL_CREDENTIALS = re.compile(
+    r"(?P<head>\b[a-zA-Z][a-zA-Z0-9+.\-]*://[^\s:/@]+:)(?P<value>[^\s@/]+)(?P<tail>@)"
+)
+_ASSIGNMENT = re.compile(
+    r"(?P<head>(?<![A-Za-z0-9_])(?P<name>[A-Za-z_][A-Za-z0-9_.\-]*)\s*[=:]\s*[\"']?)"
+    r"(?P<value>[^\s\"'&;,]+)"
+)
+_OPTION_EQUALS = re.compile(
+    r"(?P<head>(?<!\S)(?P<opt>--?[A-Za-z0-9][A-Za-z0-9_\-]*)=)(?P<value>\S+)"
+)
+_OPTION_SPACE = re.compile(
+    r"(?P<head>(?<!\S)(?P<opt>--?[A-Za-z0-9][A-Za-z0-9_\-]*)\s+)(?P<value>[^\s\-]\S*)"
+)
+
+
+def is_secret_name(name: str) -> bool:
+    """True when a variable, option or attribute named ``name`` holds a secret."""
+    bare = name.lstrip("-").upper()
+    if bare in _NOT_SECRET_NAMES:
+        return False
+    return bool(_SECRET_NAME.search(bare.replace("-", "_")))
+
+
+def _norm(name: str) -> str:
+    return name.lstrip("-").upper().replace("-", "_")
+
+
+def _is_secret_option(option: str) -> bool:
+    return bool(_SECRET_OPTION.match(option))
+
+
+class Redactor:
+    """Applies the built-in rules plus optional extra patterns and secret names.
+
+    ``extra_patterns`` are regular expressions whose whole match is replaced; ``extra_names`` are
+    additional variable/option/attribute names (case-insensitive) whose values are secrets.
+    """
+
+    def __init__(self, extra_patterns: Iterable[str] = (), extra_names: Iterable[str] = ()) -> None:
+        self._extra = tuple(re.compile(p) for p in extra_patterns)
+        self._names = frozenset(_norm(n) for n in extra_names)
+
+    def secret_name(self, name: str) -> bool:
+        """True when ``name`` names a secret under the built-in or extra rules."""
+        return _norm(name) in self._names or is_secret_name(name)
+
+    def text(self, text: str) -> str:
+        """``text`` with every recognised secret replaced by :data:`REDACTED`."""
+        if not text:
+            return text
+        out = _URL_CREDENTIALS.sub(lambda m: m["head"] + REDACTED + m["tail"], text)
+        out = _AUTH_HEADER.sub(lambda m: m["head"] + REDACTED, out)
+        out = _BEARER.sub(lambda m: m["head"] + REDACTED, out)
+        out = _ASSIGNMENT.sub(
+            lambda m: m["head"] + REDACTED if self.secret_name(m["name"]) else m[0], out
+        )
+        out = _OPTION_EQUALS.sub(
+            lambda m: m["head"] + REDACTED if self._option(m["opt"]) else m[0], out
+        )
+        out = _OPTION_SPACE.sub(
+            lambda m: m["head"] + REDACTED if self._option(m["opt"]) else m[0], out
+        )
+        for pattern in (*_KEY_SHAPES, *self._extra):
+            out = pattern.sub(REDACTED, out)
+        return out
+
+    def _option(self, option: str) -> bool:
+        return _is_secret_option(option) or _norm(option) in self._names
+
+    def argv(self, argv: Sequence[str]) -> list[str]:
+        """A redacted copy of an argument vector; a secret option's next argument is hidden."""
+        out: list[str] = []
+        hide_next = False
+        for arg in argv:
+            if hide_next:
+                out.append(REDACTED)
+                hide_next = False
+                continue
+            if arg.startswith("-") and "=" not in arg and self._option(arg):
+                out.append(arg)
+                hide_next = True
+                continue
+            out.append(self.text(arg))
+        return out
+
+    def env(self, env: Mapping[str, str]) -> dict[str, str]:
+        """A redacted copy of an environment: secret-named values hidden, others scanned."""
+        return {
+            name: REDACTED if self.secret_name(name) else self.text(value)
+            for name, value in env.items()
+        }
+
+
+_DEFAULT = Redactor()
+
+
+def redact_text(text: str) -> str:
+    """``text`` with secrets replaced (built-in rules)."""
+    return _DEFAULT.text(text)
+
+
+def redact_argv(argv: Sequence[str]) -> list[str]:
+    """A redacted copy of ``argv`` (built-in rules)."""
+    return _DEFAULT.argv(argv)
+
+
+def redact_env(env: Mapping[str, str]) -> dict[str, str]:
+    """A redacted copy of ``env`` (built-in rules)."""
+    return _DEFAULT.env(env)

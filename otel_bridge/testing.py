@@ -1,0 +1,300 @@
+"""Test doubles that ship with the package, for component and pipeline tests.
+
+* :class:`RecordingConsumer` collects every batch it is given (thread-safe) and can be used as
+  a processor's next consumer or, through :func:`recording_exporter_factory`, as an exporter in
+  a real :class:`~otel_bridge.pipeline.Collector`. ``wait_for`` blocks until enough records
+  arrived, for components that deliver from a background thread.
+* :class:`ListReceiver` emits given batches into its consumer on demand (``emit``), or all of
+  them at start; :func:`list_receiver_factory` registers it as a receiver type.
+
+Example::
+
+    sink = RecordingConsumer()
+    proc = batch_factory.create(CreateSettings(id="batch"), config, sink)
+    proc.consume(Batch(spans=(span,)))
+    proc.shutdown()
+    assert sink.spans == [span]
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import Any
+
+from otel_bridge.component import (
+    EXPORTER,
+    RECEIVER,
+    Component,
+    Consumer,
+    CreateSettings,
+    Factory,
+    Host,
+    require_consumer,
+)
+from otel_bridge.errors import StartupError
+from otel_bridge.model import (
+    Batch,
+    CoverageRecord,
+    LogRecord,
+    Observation,
+    Resource,
+    Scope,
+    Span,
+)
+from otel_bridge.registry import Registry
+
+ALL_SIGNALS: frozenset[str] = frozenset({"traces", "logs", "evidence"})
+
+
+class RecordingConsumer:
+    """A consumer (and exporter) that records every batch it accepts. Thread-safe.
+
+    Set :attr:`error` to make ``consume`` raise it instead of recording (to test how callers
+    handle a failing consumer). ``start``/``shutdown`` calls are counted.
+    """
+
+    def __init__(self, *, error: Exception | None = None) -> None:
+        self._cond = threading.Condition()
+        self._batches: list[Batch] = []
+        self.error: Exception | None = error
+        """Raised by ``consume`` while set; the batch is then not recorded."""
+        self.start_count = 0
+        self.shutdown_count = 0
+        self.host: Host | None = None
+
+    def start(self, host: Host) -> None:
+        """Remember the host; count the call."""
+        self.host = host
+        self.start_count += 1
+
+    def shutdown(self) -> None:
+        """Count the call."""
+        self.shutdown_count += 1
+
+    def consume(self, batch: Batch) -> None:
+        """Record ``batch``, or raise :attr:`error` when set."""
+        if self.error is not None:
+            raise self.error
+        with self._cond:
+            self._batches.append(batch)
+            self._cond.notify_all()
+
+    @property
+    def batches(self) -> list[Batch]:
+        """Every batch recorded so far, in arrival order."""
+        with self._cond:
+            return list(self._batches)
+
+    @property
+    def spans(self) -> list[Span]:
+        """Every span recorded, in order."""
+        return [s for b in self.batches for s in b.spans]
+
+    @property
+    def logs(self) -> list[LogRecord]:
+        """Every log record recorded, in order."""
+        return [r for b in self.batches for r in b.logs]
+
+    @property
+    def observations(self) -> list[Observation]:
+        """Every observation recorded, in order."""
+        return [o for b in self.batches for o in b.observations]
+
+    @property
+    def coverage(self) -> list[CoverageRecord]:
+        """Every coverage record recorded, in order."""
+        return [c for b in self.batches for c in b.coverage]
+
+    @property
+    def record_count(self) -> int:
+        """Total number of records (spans, logs, observations, coverage) recorded."""
+        with self._cond:
+            return sum(len(b) for b in self._batches)
+
+    def wait_for(self, records: int, timeout: float = 5.0) -> bool:
+        """Block until at least ``records`` records arrived; False on timeout."""
+        deadline = time.monotonic() + timeout
+        with self._cond:
+            while sum(len(b) for b in self._batches) < records:
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    return False
+                self._cond.wait(left)
+            return True
+
+    def clear(self) -> None:
+        """Forget every recorded batch."""
+        with self._cond:
+            self._batches.clear()
+
+
+class ListReceiver:
+    """A receiver that emits given batches into its consumer.
+
+    ``emit()`` sends every pending batch (or the one given), in the calling thread, and
+    propagates the consumer's errors as a real receiver would report them to its client.
+    With ``emit_on_start`` the pending batches are sent by ``start``.
+    """
+
+    def __init__(
+        self,
+        next_consumer: Consumer,
+        batches: Iterable[Batch] = (),
+        *,
+        emit_on_start: bool = False,
+        fail_start: str = "",
+    ) -> None:
+        self._next = next_consumer
+        self._pending: list[Batch] = list(batches)
+        self._lock = threading.Lock()
+        self.emit_on_start = emit_on_start
+        self.fail_start = fail_start
+        self.started = False
+        self.shutdown_count = 0
+
+    def start(self, host: Host) -> None:
+        """Start; fail with :class:`StartupError` when ``fail_start`` is set."""
+        del host
+        if self.fail_start:
+            raise StartupError(self.fail_start)
+        self.started = True
+        if self.emit_on_start:
+            self.emit()
+
+    def shutdown(self) -> None:
+        """Stop emitting. Safe twice."""
+        self.started = False
+        self.shutdown_count += 1
+
+    def add(self, batch: Batch) -> None:
+        """Queue ``batch`` for the next :meth:`emit`."""
+        with self._lock:
+            self._pending.append(batch)
+
+    def emit(self, batch: Batch | None = None) -> int:
+        """Send ``batch``, or every pending batch; returns the number of batches sent."""
+        if batch is not None:
+            self._next.consume(batch)
+            return 1
+        with self._lock:
+            pending, self._pending = self._pending, []
+        for b in pending:
+            self._next.consume(b)
+        return len(pending)
+
+
+@dataclass(slots=True)
+class DoubleConfig:
+    """Config of the test-double components: nothing is required."""
+
+    fail_start: str = ""
+    """When non-empty, ``start`` raises :class:`StartupError` with this message."""
+    emit_on_start: bool = False
+    """ListReceiver only: emit the factory's batches at start."""
+
+
+def list_receiver_factory(
+    type_name: str = "list",
+    batches: Iterable[Batch] = (),
+    *,
+    signals: frozenset[str] = ALL_SIGNALS,
+) -> Factory[DoubleConfig]:
+    """A receiver factory creating :class:`ListReceiver`s pre-loaded with ``batches``."""
+    preloaded = tuple(batches)
+
+    def create(
+        settings: CreateSettings, config: DoubleConfig, next_consumer: Consumer | None
+    ) -> Component:
+        return ListReceiver(
+            require_consumer(next_consumer, settings.id),
+            preloaded,
+            emit_on_start=config.emit_on_start,
+            fail_start=config.fail_start,
+        )
+
+    return Factory(
+        type_name=type_name,
+        kind=RECEIVER,
+        default_config=DoubleConfig,
+        create=create,
+        signals=signals,
+    )
+
+
+class _FailingStartRecorder(RecordingConsumer):
+    def __init__(self, message: str) -> None:
+        super().__init__()
+        self._message = message
+
+    def start(self, host: Host) -> None:
+        super().start(host)
+        raise StartupError(self._message)
+
+
+def recording_exporter_factory(
+    type_name: str = "recording", *, signals: frozenset[str] = ALL_SIGNALS
+) -> Factory[DoubleConfig]:
+    """An exporter factory creating :class:`RecordingConsumer`s."""
+
+    def create(
+        settings: CreateSettings, config: DoubleConfig, next_consumer: Consumer | None
+    ) -> Component:
+        del settings, next_consumer
+        if config.fail_start:
+            return _FailingStartRecorder(config.fail_start)
+        return RecordingConsumer()
+
+    return Factory(
+        type_name=type_name,
+        kind=EXPORTER,
+        default_config=DoubleConfig,
+        create=create,
+        signals=signals,
+    )
+
+
+def double_registry(*factories: Factory[Any]) -> Registry:
+    """A registry of the test doubles plus ``factories``.
+
+    Receivers ``list`` (every pipeline type), ``logsonly`` (logs pipelines) and ``spansonly``
+    (traces pipelines); exporter ``recording``.
+    """
+    registry = Registry()
+    registry.add(list_receiver_factory("list"))
+    registry.add(list_receiver_factory("logsonly", signals=frozenset({"logs"})))
+    registry.add(list_receiver_factory("spansonly", signals=frozenset({"traces"})))
+    registry.add(recording_exporter_factory("recording"))
+    for factory in factories:
+        registry.add(factory)
+    return registry
+
+
+def make_span(n: int = 0, **fields: Any) -> Span:
+    """A small valid span; ``n`` makes the ids distinct. Extra fields override defaults."""
+    values: dict[str, Any] = {
+        "resource": Resource(attributes={"service.name": "test"}),
+        "scope": Scope(name="otel_bridge.testing"),
+        "trace_id": (n + 1).to_bytes(16, "big"),
+        "span_id": (n + 1).to_bytes(8, "big"),
+        "name": f"span-{n}",
+        "start_time_unix_nano": 1_700_000_000_000_000_000 + n,
+        "end_time_unix_nano": 1_700_000_000_000_001_000 + n,
+    }
+    values.update(fields)
+    return Span(**values)
+
+
+def make_log(n: int = 0, **fields: Any) -> LogRecord:
+    """A small valid log record; ``n`` makes it distinct. Extra fields override defaults."""
+    values: dict[str, Any] = {
+        "resource": Resource(attributes={"service.name": "test"}),
+        "scope": Scope(name="otel_bridge.testing"),
+        "time_unix_nano": 1_700_000_000_000_000_000 + n,
+        "body": f"log-{n}",
+        "attributes": {"n": n},
+    }
+    values.update(fields)
+    return LogRecord(**values)

@@ -1,0 +1,268 @@
+"""The ``correlate`` processor: exact identity first, the singleton bridge second, abstention.
+
+It runs in an ``evidence`` pipeline after ``normalize``. Every input record passes through
+unchanged; derived ``correlated_with_process`` and ``same_request`` observations are appended.
+
+Streaming: declarations and process events are buffered. A declaration is decided once its
+window has closed below the **watermark** (the largest observation time seen minus
+``allowed_lateness``), or at shutdown. Exact links are decided once the watermark passes the
+observations they rest on. Events older than ``retention`` below the watermark are evicted, and a
+declaration that starts before the evicted horizon is skipped as ``late_declaration`` rather than
+decided on partial evidence. As long as no observation arrives more than ``allowed_lateness``
+behind the newest one, the derived set does not depend on arrival order.
+
+Counts go to the run summary through ``host.telemetry``: ``correlate.bridge``,
+``correlate.exact.<method>``, ``correlate.skip.<reason>`` (``no_candidate``,
+``several_candidates``, ``process_ambiguous``, ``exact_identity_preferred``,
+``contradicts_exact``, ``late_declaration``, ``unsupported_command.<sub-reason>``) and
+``correlate.late_conflict`` (a declaration that arrived after a process it is compatible with was
+bridged to another one; such a bridge cannot be recalled). :attr:`CorrelateProcessor.outcomes`
+exposes the same counts.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections import Counter
+from dataclasses import dataclass, field, replace
+
+from otel_bridge.processors.correlate.exact import ExactLinker, derived, process_entity
+from otel_bridge.processors.correlate.index import proc_event
+from otel_bridge.processors.correlate.singleton import (
+    OURS,
+    Bridge,
+    Outcome,
+    Policy,
+    Scope,
+    SingletonEngine,
+    declaration_of,
+)
+
+from otel_bridge.component import (
+    PROCESSOR,
+    Component,
+    Consumer,
+    CreateSettings,
+    Factory,
+    Host,
+    Telemetry,
+    require_consumer,
+)
+from otel_bridge.model import (
+    Attribution,
+    Batch,
+    Channel,
+    EntityKind,
+    Evidence,
+    Observation,
+    RelationKind,
+)
+
+_NS = 1_000_000_000
+
+
+@dataclass(slots=True)
+class Config:
+    """Settings of the correlate processor (durations in seconds or ``"3s"`` strings)."""
+
+    max_window: float = 3.0
+    """Upper bound of a declaration's search window (section V-D: 3 s)."""
+    allowed_lateness: float = field(default=2.0, metadata={"duration": True})
+    """How far behind the newest observation a record may still arrive and count."""
+    retention: float = field(default=600.0, metadata={"duration": True})
+    """How long process events are kept below the watermark for late-arriving declarations."""
+    scope: str = "emitter"
+    """Which declaration cuts a window: ``emitter`` (same agent process or trace) or ``global``."""
+    exact: bool = True
+    """Derive exact-identity links (traceparent, resource pid, request id)."""
+    singleton: bool = True
+    """Derive singleton bridges."""
+
+    def validate(self) -> list[str]:
+        """Problems with the settings, as ``key: message``."""
+        problems = []
+        if not self.max_window > 0:
+            problems.append("max_window: must be positive")
+        if self.allowed_lateness < 0:
+            problems.append("allowed_lateness: must not be negative")
+        if self.retention < self.max_window:
+            problems.append("retention: must be at least max_window")
+        if self.scope not in ("emitter", "global"):
+            problems.append("scope: must be 'emitter' or 'global'")
+        return problems
+
+
+def bridge_observation(b: Bridge, support: tuple[str, ...]) -> Observation:
+    """The derived observation of a singleton bridge."""
+    first = b.events[0]
+    rid = f"correlate:bridge:{b.decl.obs_id}"
+    return derived(
+        rid=rid,
+        time=first.time,
+        channel=b.decl.channel,
+        subject=b.decl.tool,
+        relation=RelationKind.CORRELATED_WITH_PROCESS,
+        obj=process_entity(b.identity, first.pid, first.host_id, first.exe_name),
+        evidence=Evidence(
+            attribution=Attribution.HEURISTIC,
+            inferred=True,
+            causal=False,
+            identity_exact=False,
+            method=f"singleton:{b.category}",
+            score=b.score,
+            support=support,
+        ),
+        attrs={
+            "time_delta_ms": round(b.time_delta_ns / 1e6, 3),
+            "command.line": b.decl.line,
+            "trace_id": b.decl.trace_id,
+            "span_id": b.decl.span_id,
+        },
+    )
+
+
+class Correlator:
+    """The single-threaded core: feed batches, get derived observations. Used by the processor."""
+
+    def __init__(self, config: Config, policy: Policy | None = None) -> None:
+        scope: Scope = "global" if config.scope == "global" else "emitter"
+        self.config = config
+        self.policy = policy if policy is not None else replace(OURS, scope=scope)
+        self.engine = SingletonEngine(
+            policy=self.policy, max_window_ns=int(config.max_window * _NS)
+        )
+        self.exact = ExactLinker()
+        self._max_time = 0
+        self._lateness = int(config.allowed_lateness * _NS)
+        self._retention = int(config.retention * _NS)
+
+    @property
+    def watermark(self) -> int:
+        """Every observation at or before this time is assumed to have arrived."""
+        return self._max_time - self._lateness
+
+    def add(self, observations: tuple[Observation, ...]) -> None:
+        """Buffer what correlation needs from ``observations``."""
+        for obs in observations:
+            if obs.source.backend == "correlate":
+                continue
+            self._max_time = max(self._max_time, obs.time_unix_nano)
+            if obs.source.channel == Channel.OS:
+                ev = proc_event(obs)
+                if ev is not None:
+                    self.engine.add_event(ev)
+                    self.exact.add_event(ev)
+                elif obs.attrs.get("event.name") == "process.exit":
+                    self.exact.add_exit(obs)
+                continue
+            for ent in (obs.subject, obs.object):
+                if ent is not None and ent.kind == EntityKind.TOOL_CALL:
+                    trace, span = ent.attrs.get("trace_id"), ent.attrs.get("span_id")
+                    if isinstance(trace, str) and isinstance(span, str):
+                        self.engine.note_tool_span(trace, span)
+            if self.config.exact:
+                self.exact.add_semantic(obs)
+            decl = declaration_of(obs, self.policy.scope)
+            if decl is not None and self.config.singleton:
+                self.engine.add_declaration(decl)
+
+    def step(self, final: bool = False) -> list[Observation]:
+        """Derived observations decidable now (all remaining ones when ``final``)."""
+        wm = self.watermark
+        out: list[Observation] = []
+        if self.config.exact:
+            out.extend(self.exact.decide(wm, final))
+        outcomes: list[Outcome] = self.engine.finish() if final else self.engine.decide(wm)
+        for o in outcomes:
+            if isinstance(o, Bridge):
+                support = tuple(
+                    sorted({o.decl.obs_id, *(self.engine.index.support_id(e) for e in o.events)})
+                )
+                out.append(bridge_observation(o, support))
+        if not final:
+            horizon = wm - self._retention
+            self.engine.evict(horizon)
+            self.exact.evict(horizon)
+        return out
+
+    def counts(self) -> Counter[str]:
+        """Outcome counts, named as in the run summary without the ``correlate.`` prefix."""
+        c: Counter[str] = Counter()
+        for k, v in self.engine.counts.items():
+            if k in ("bridge", "late_conflict"):
+                c[k] += v
+            else:
+                c[f"skip.{k}"] += v
+        for k, v in self.exact.counts.items():
+            c[f"exact.{k}"] += v
+        return c
+
+
+class CorrelateProcessor:
+    """Passes batches through, appending derived observations; flushes the rest at shutdown."""
+
+    def __init__(self, config: Config, next_consumer: Consumer, telemetry: Telemetry) -> None:
+        self._core = Correlator(config)
+        self._next = next_consumer
+        self._telemetry = telemetry
+        self._lock = threading.Lock()
+        self._reported: Counter[str] = Counter()
+        self._done = False
+
+    @property
+    def outcomes(self) -> dict[str, int]:
+        """Bridges, exact links and skips by reason so far."""
+        with self._lock:
+            return dict(self._core.counts())
+
+    def start(self, host: Host) -> None:
+        """Use the collector's telemetry for the run summary."""
+        self._telemetry = host.telemetry
+
+    def consume(self, batch: Batch) -> None:
+        """Forward ``batch`` with the derived observations decidable now appended."""
+        with self._lock:
+            if self._done:
+                derived_now: list[Observation] = []
+            else:
+                self._core.add(batch.observations)
+                derived_now = self._core.step()
+                self._publish()
+        if derived_now:
+            batch = batch.replace(observations=batch.observations + tuple(derived_now))
+        if len(batch):
+            self._next.consume(batch)
+
+    def shutdown(self) -> None:
+        """Decide everything still pending and forward it. Safe twice."""
+        with self._lock:
+            if self._done:
+                return
+            self._done = True
+            rest = self._core.step(final=True)
+            self._publish()
+        if rest:
+            self._next.consume(Batch(observations=tuple(rest)))
+
+    def _publish(self) -> None:
+        now = self._core.counts()
+        for k, v in now.items():
+            delta = v - self._reported[k]
+            if delta:
+                self._telemetry.count(f"correlate.{k}", delta)
+        self._reported = now
+
+
+def _create(settings: CreateSettings, config: Config, next_consumer: Consumer | None) -> Component:
+    return CorrelateProcessor(
+        config, require_consumer(next_consumer, "correlate"), settings.telemetry
+    )
+
+
+factory: Factory[Config] = Factory(
+    type_name="correlate",
+    kind=PROCESSOR,
+    default_config=Config,
+    create=_create,
+    signals=frozenset({"evidence"}),
+)

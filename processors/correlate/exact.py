@@ -1,0 +1,387 @@
+"""Exact identity links (ExecWeave sections III-B, V-E and IX-E): shared identifiers, no heuristics.
+
+Three routes, each recorded ``attribution=exact_identity, identity_exact=true, inferred=false,
+causal=false`` (sharing an identifier proves identity, not causation):
+
+* ``traceparent``: a process whose start/exec observation carries ``process.env.traceparent``
+  is linked to the entity of the span it names: the tool call of that span, else the agent of
+  that span, else (for a plain span) the first such entity up its reported ``child_of`` chain.
+  A process that merely inherited the same ``TRACEPARENT`` from an observed parent is not linked
+  again: its parent already is (counted ``correlate.exact.inherited``).
+* ``resource_pid``: a span whose resource carries ``process.pid`` (with ``host.id`` and
+  ``process.creation.time`` when present) resolves to the one observed process with that pid
+  alive at span time on that host, exactly that start time when given; the agent of the span is
+  linked to it. With no creation time and several live matches nothing is linked.
+* ``request_id``: ``sem``, ``gw`` and ``model`` observations sharing ``request.id`` give
+  ``same_request`` relations between their (distinct) subjects, from the earlier channel in the
+  order sem, gw, model to the later.
+
+A link is decided once the watermark passes the times of the observations it rests on, so its
+support (the earliest observation of each side) does not depend on arrival order.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from otel_bridge.processors.correlate.index import ProcEvent, iso_to_ms, process_entity_of
+from otel_bridge.processors.correlate.singleton import parse_traceparent
+
+from otel_bridge.identity import process_id
+from otel_bridge.model import (
+    Attribution,
+    Channel,
+    Entity,
+    EntityKind,
+    Evidence,
+    Observation,
+    RelationKind,
+    Source,
+)
+
+_CHANNEL_ORDER = (Channel.SEM, Channel.GW, Channel.MODEL)
+
+
+def _s(v: object) -> str:
+    return v if isinstance(v, str) else ""
+
+
+def process_entity(identity: str, pid: int, host: str, label: str = "") -> Entity:
+    """The minimal process entity a derived relation points at."""
+    return Entity(
+        kind=EntityKind.PROCESS,
+        id=identity,
+        label=label,
+        attrs={"process.pid": pid, "host.id": host},
+    )
+
+
+def derived(
+    *,
+    rid: str,
+    time: int,
+    channel: Channel,
+    subject: Entity,
+    relation: RelationKind,
+    obj: Entity,
+    evidence: Evidence,
+    attrs: dict[str, object] | None = None,
+) -> Observation:
+    """A derived observation: source backend ``correlate``, id and occurrence ``rid``."""
+    return Observation(
+        id=rid,
+        time_unix_nano=time,
+        source=Source(channel=channel, backend="correlate", record_id=rid),
+        subject=subject,
+        relation=relation,
+        object=obj,
+        evidence=evidence,
+        occurrence=rid,
+        attrs=dict(attrs or {}),  # type: ignore[arg-type]
+    )
+
+
+def exact_evidence(method: str, support: tuple[str, ...]) -> Evidence:
+    """The evidence of an exact-identity link."""
+    return Evidence(
+        attribution=Attribution.EXACT_IDENTITY,
+        identity_exact=True,
+        inferred=False,
+        causal=False,
+        method=method,
+        support=support,
+    )
+
+
+@dataclass(slots=True)
+class _Life:
+    identity: str
+    pid: int
+    host: str
+    start: int
+    obs_id: str
+    start_ms: int | None
+    exit: int = 0
+
+
+@dataclass(slots=True)
+class _First:
+    """The earliest observation (by time, then id) seen for one key."""
+
+    time: int
+    obs_id: str
+    entity: Entity
+    channel: Channel = Channel.SEM
+
+    def offer(self, time: int, obs_id: str) -> None:
+        self.time, self.obs_id = min((self.time, self.obs_id), (time, obs_id))
+
+
+@dataclass(slots=True)
+class ExactLinker:
+    """Streams observations in, hands out exact-identity links once they are decidable."""
+
+    counts: dict[str, int] = field(default_factory=dict)
+    _span_entity: dict[tuple[str, str], tuple[int, Entity, _First]] = field(default_factory=dict)
+    _span_parent: dict[tuple[str, str], tuple[str, str]] = field(default_factory=dict)
+    _tp: dict[str, tuple[ProcEvent, tuple[str, str]]] = field(default_factory=dict)
+    _tp_seen: dict[str, tuple[str, str]] = field(default_factory=dict)
+    _lives: dict[tuple[str, int], list[_Life]] = field(default_factory=dict)
+    _pid_claims: dict[tuple[str, str, int, str], tuple[Entity, _First, int | None]] = field(
+        default_factory=dict
+    )
+    _requests: dict[str, dict[tuple[Channel, str], _First]] = field(default_factory=dict)
+    _emitted: set[str] = field(default_factory=set)
+
+    def _count(self, name: str) -> None:
+        self.counts[name] = self.counts.get(name, 0) + 1
+
+    # ------------------------------------------------------------------ input
+
+    def add_event(self, ev: ProcEvent) -> None:
+        """A process start/exec event: a life for pid resolution, a traceparent to link."""
+        lives = self._lives.setdefault((ev.host_id, ev.pid), [])
+        life = next((x for x in lives if x.identity == ev.identity), None)
+        if life is None:
+            ms = _ms_of_identity(ev.identity)
+            lives.append(_Life(ev.identity, ev.pid, ev.host_id, ev.time, ev.obs_id, ms))
+        elif (ev.time, ev.obs_id) < (life.start, life.obs_id):
+            life.start, life.obs_id = ev.time, ev.obs_id
+        tp = parse_traceparent(ev.traceparent) if ev.traceparent else None
+        if tp is not None:
+            self._tp_seen.setdefault(ev.identity, tp)
+            prev = self._tp.get(ev.identity)
+            if prev is None or (ev.time, ev.obs_id) < (prev[0].time, prev[0].obs_id):
+                self._tp[ev.identity] = (ev, tp)
+
+    def add_exit(self, obs: Observation) -> None:
+        """A ``process.exit`` observation closes a life."""
+        found = process_entity_of(obs)
+        if found is None:
+            return
+        identity, attrs = found
+        pid = attrs.get("process.pid")
+        if not isinstance(pid, int):
+            return
+        for life in self._lives.get((_s(attrs.get("host.id")), pid), []):
+            if life.identity == identity:
+                life.exit = obs.time_unix_nano
+
+    def add_semantic(self, obs: Observation) -> None:
+        """A span-derived observation: span entities, resource pids, request ids."""
+        trace = _s(obs.attrs.get("trace_id"))
+        span = _s(obs.attrs.get("span_id"))
+        first = _First(obs.time_unix_nano, obs.id, obs.subject, obs.source.channel)
+        if trace and span:
+            self._note_span(obs, (trace, span), first)
+        agent = _agent_of(obs)
+        pid = obs.attrs.get("process.pid")
+        if agent is not None and isinstance(pid, int) and not isinstance(pid, bool):
+            host = _s(obs.attrs.get("host.id"))
+            created = _s(obs.attrs.get("process.creation.time"))
+            key = (agent.id, host, pid, created)
+            claim = self._pid_claims.get(key)
+            if claim is None:
+                ms = iso_to_ms(created) if created else None
+                self._pid_claims[key] = (agent, _First(obs.time_unix_nano, obs.id, agent), ms)
+            else:
+                claim[1].offer(obs.time_unix_nano, obs.id)
+        rid = _s(obs.attrs.get("request.id"))
+        if rid and obs.source.channel in _CHANNEL_ORDER:
+            group = self._requests.setdefault(rid, {})
+            k = (obs.source.channel, obs.subject.id)
+            if k in group:
+                group[k].offer(obs.time_unix_nano, obs.id)
+            else:
+                group[k] = first
+
+    def _note_span(self, obs: Observation, key: tuple[str, str], first: _First) -> None:
+        tool_id = f"{EntityKind.TOOL_CALL}:{key[0]}:{key[1]}"
+        candidates: list[tuple[int, Entity]] = []
+        for ent in (obs.subject, obs.object):
+            if ent is None:
+                continue
+            if ent.kind == EntityKind.TOOL_CALL and ent.id == tool_id:
+                candidates.append((0, ent))
+            elif ent.kind == EntityKind.AGENT and ent is obs.subject:
+                candidates.append((1, ent))
+        if obs.relation == RelationKind.CHILD_OF and obs.object is not None:
+            parent = (_s(obs.object.attrs.get("trace_id")), _s(obs.object.attrs.get("span_id")))
+            if parent[1]:
+                self._span_parent[key] = (parent[0] or key[0], parent[1])
+        for rank, ent in candidates:
+            cur = self._span_entity.get(key)
+            if cur is None or rank < cur[0] or (rank == cur[0] and ent.id < cur[1].id):
+                self._span_entity[key] = (rank, ent, first)
+            elif rank == cur[0] and ent.id == cur[1].id:
+                cur[2].offer(first.time, first.obs_id)
+
+    # ----------------------------------------------------------------- output
+
+    def decide(self, watermark: int, final: bool = False) -> list[Observation]:
+        """Links decidable at ``watermark`` (everything at ``final``)."""
+        if final:
+            watermark = 2**63
+        out: list[Observation] = []
+        out.extend(self._traceparent_links(watermark, final))
+        out.extend(self._pid_links(watermark, final))
+        out.extend(self._request_links(watermark))
+        out.sort(key=lambda o: o.id)
+        return out
+
+    def _resolve_span(self, key: tuple[str, str]) -> tuple[Entity, _First] | None:
+        for _ in range(64):
+            found = self._span_entity.get(key)
+            if found is not None:
+                return found[1], found[2]
+            parent = self._span_parent.get(key)
+            if parent is None:
+                return None
+            key = parent
+        return None
+
+    def _traceparent_links(self, watermark: int, final: bool) -> list[Observation]:
+        out: list[Observation] = []
+        for identity, (ev, tp) in list(self._tp.items()):
+            if ev.time > watermark and not final:
+                continue
+            if self._tp_seen.get(ev.parent_identity) == tp:
+                self._count("inherited")
+                del self._tp[identity]
+                continue
+            resolved = self._resolve_span(tp)
+            if resolved is None:
+                if final:
+                    self._count("unresolved_traceparent")
+                    del self._tp[identity]
+                continue
+            entity, first = resolved
+            del self._tp[identity]
+            rid = f"correlate:exact:traceparent:{entity.id}:{identity}"
+            if rid in self._emitted:
+                continue
+            self._emitted.add(rid)
+            self._count("traceparent")
+            out.append(
+                derived(
+                    rid=rid,
+                    time=ev.time,
+                    channel=first.channel,
+                    subject=entity,
+                    relation=RelationKind.CORRELATED_WITH_PROCESS,
+                    obj=process_entity(identity, ev.pid, ev.host_id, ev.exe_name),
+                    evidence=exact_evidence(
+                        "traceparent", tuple(sorted((first.obs_id, ev.obs_id)))
+                    ),
+                    attrs={"trace_id": tp[0], "span_id": tp[1]},
+                )
+            )
+        return out
+
+    def _pid_links(self, watermark: int, final: bool) -> list[Observation]:
+        out: list[Observation] = []
+        for key, (agent, first, ms) in list(self._pid_claims.items()):
+            if first.time > watermark and not final:
+                continue
+            _, host, pid, _created = key
+            lives = [
+                life
+                for (h, p), ls in self._lives.items()
+                if p == pid and (not host or h == host)
+                for life in ls
+            ]
+            if ms is not None:
+                want = {process_id(life.host, pid, ms) for life in lives}
+                alive = [life for life in lives if life.identity in want]
+            else:
+                alive = [
+                    life
+                    for life in lives
+                    if life.start <= first.time and (not life.exit or life.exit >= first.time)
+                ]
+            if len(alive) != 1:
+                if final or len(alive) > 1:
+                    self._count("unresolved_pid" if not alive else "ambiguous_pid")
+                    del self._pid_claims[key]
+                continue
+            life = alive[0]
+            del self._pid_claims[key]
+            rid = f"correlate:exact:resource_pid:{agent.id}:{life.identity}"
+            if rid in self._emitted:
+                continue
+            self._emitted.add(rid)
+            self._count("resource_pid")
+            out.append(
+                derived(
+                    rid=rid,
+                    time=first.time,
+                    channel=first.channel,
+                    subject=agent,
+                    relation=RelationKind.CORRELATED_WITH_PROCESS,
+                    obj=process_entity(life.identity, pid, life.host),
+                    evidence=exact_evidence(
+                        "resource_pid", tuple(sorted((first.obs_id, life.obs_id)))
+                    ),
+                    attrs={"host_matched": bool(host)},
+                )
+            )
+        return out
+
+    def _request_links(self, watermark: int) -> list[Observation]:
+        out: list[Observation] = []
+        for rid_value, group in self._requests.items():
+            entries = sorted(group.items(), key=lambda kv: (_CHANNEL_ORDER.index(kv[0][0]), kv[0]))
+            for i, ((ch_a, _), a) in enumerate(entries):
+                for (ch_b, _), b in entries[i + 1 :]:
+                    if ch_a == ch_b or a.entity.id == b.entity.id:
+                        continue
+                    if max(a.time, b.time) > watermark:
+                        continue
+                    rid = f"correlate:exact:request_id:{rid_value}:{a.entity.id}:{b.entity.id}"
+                    if rid in self._emitted:
+                        continue
+                    self._emitted.add(rid)
+                    self._count("request_id")
+                    out.append(
+                        derived(
+                            rid=rid,
+                            time=min(a.time, b.time),
+                            channel=ch_a,
+                            subject=a.entity,
+                            relation=RelationKind.SAME_REQUEST,
+                            obj=b.entity,
+                            evidence=exact_evidence(
+                                "request_id", tuple(sorted((a.obs_id, b.obs_id)))
+                            ),
+                            attrs={"request.id": rid_value},
+                        )
+                    )
+        return out
+
+    def evict(self, horizon: int) -> None:
+        """Forget state that only observations older than ``horizon`` could still use."""
+        self._requests = {
+            k: g for k, g in self._requests.items() if any(f.time >= horizon for f in g.values())
+        }
+        self._span_entity = {k: v for k, v in self._span_entity.items() if v[2].time >= horizon}
+        live = {life.identity for lives in self._lives.values() for life in lives}
+        self._tp_seen = {k: v for k, v in self._tp_seen.items() if k in self._tp or k in live}
+        for key, lives in list(self._lives.items()):
+            kept = [x for x in lives if not x.exit or x.exit >= horizon]
+            if kept:
+                self._lives[key] = kept
+            else:
+                del self._lives[key]
+
+
+def _agent_of(obs: Observation) -> Entity | None:
+    if obs.subject.kind == EntityKind.AGENT:
+        return obs.subject
+    if obs.object is not None and obs.object.kind == EntityKind.AGENT:
+        return obs.object
+    return None
+
+
+def _ms_of_identity(identity: str) -> int | None:
+    tail = identity.rsplit(":", 1)[-1]
+    return int(tail) if tail.isdigit() else None

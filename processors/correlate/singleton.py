@@ -1,0 +1,430 @@
+"""The singleton command-to-process bridge (ExecWeave section V-D), with stricter options.
+
+**Window.** A declaration's search starts at its timestamp (the tool span's start) and ends at the
+earliest of: the maximum window (3 s by default), the tool call's first recorded success/failure
+(the tool span's end), and the next declaration *in the same scope* with a strictly later
+timestamp. Both endpoints are inclusive. The paper says "the immediately following declaration";
+we read it per **scope** (:attr:`Policy.scope` ``"emitter"``): declarations emitted by the same
+agent process (the span resource's ``host.id`` + ``process.pid`` + ``process.creation.time``),
+or, when the resource names no process, the same trace. A sequential agent's next command then
+cuts the window, while a concurrent agent elsewhere cannot shrink it (a shrunk window removes
+candidates and so manufactures uniqueness). ``"global"`` cuts at any later declaration, as a
+literal reading of the paper does.
+
+**Compatibility** of a declaration (head + args from the restricted parser) with a process
+start/exec event: ``path`` (the head is a path and equals the image path or argv[0], relative heads
+resolved against the process's working directory), ``basename`` (normalized basenames of head and
+image path, argv[0] or executable name agree), ``tail`` (the declared arguments, non-empty and
+free of shell expansions, equal the last ``len(args)`` entries of argv). Evidence is accumulated
+per process identity over its start and exec events.
+
+**Scores** by the strongest accumulated category: ``path+tail`` 0.95, ``basename+tail`` 0.93,
+``tail`` 0.90, ``path`` 0.85, ``basename`` 0.80. A score labels the evidence category; it is
+never compared against a threshold or against another process.
+
+**Decision.** Exactly one compatible process identity gives a bridge; zero or several give a
+counted skip. Stricter than the paper (each switchable in :class:`Policy` for the controls):
+
+* ``process_ambiguity_rule``: a process compatible with another declaration too is ambiguous from
+  its side: no bridge (``process_ambiguous``).
+* ``interpreter_rule``: when the head or the process image is an interpreter, shell or launcher
+  (python, node, bash, sh, env, uv, npx, ...) only a match with argument evidence counts.
+* ``exact_preference``: when a process carries a ``TRACEPARENT`` naming the declaring span, the
+  exact link is preferred and no heuristic bridge is made (``exact_identity_preferred``); a bridge
+  to a process whose ``TRACEPARENT`` names another trace or another tool call would contradict
+  exact identity and is not made (``contradicts_exact``).
+"""
+
+from __future__ import annotations
+
+import bisect
+from collections import Counter
+from dataclasses import dataclass, field, replace
+from typing import Literal
+
+from otel_bridge.processors.correlate.index import CandidateIndex, ProcEvent
+from otel_bridge.processors.correlate.parser import (
+    INTERPRETERS,
+    ParsedCommand,
+    Unsupported,
+    is_interpreter,
+    normalize_exe,
+    parse_command,
+    resolve_head,
+)
+
+from otel_bridge.model import Channel, Entity, Observation, RelationKind
+
+SCORES: dict[str, float] = {
+    "path+tail": 0.95,
+    "basename+tail": 0.93,
+    "tail": 0.90,
+    "path": 0.85,
+    "basename": 0.80,
+    "exe_path": 0.80,
+}
+"""Heuristic score per evidence category (0.80-0.95, section V-D)."""
+
+Scope = Literal["emitter", "global"]
+
+
+@dataclass(frozen=True, slots=True)
+class Policy:
+    """Which rules a singleton correlator applies. :data:`OURS` is the shipped one."""
+
+    name: str = "singleton"
+    interpreter_rule: bool = True
+    process_ambiguity_rule: bool = True
+    exact_preference: bool = True
+    nearest: bool = False
+    """Forced-nearest baseline: choose the nearest compatible process instead of abstaining."""
+    exe_path_only: bool = False
+    """Executable-path-singleton baseline: match the image path's basename only."""
+    scope: Scope = "emitter"
+
+
+OURS = Policy()
+PAPER = Policy(
+    name="paper_singleton",
+    interpreter_rule=False,
+    process_ambiguity_rule=False,
+    exact_preference=False,
+    scope="global",
+)
+NEAREST = replace(PAPER, name="forced_nearest", nearest=True)
+EXE_PATH_SINGLETON = replace(PAPER, name="exe_path_singleton", exe_path_only=True)
+
+
+@dataclass(frozen=True, slots=True)
+class Declaration:
+    """A tool call declaring a command: the semantic side of a bridge."""
+
+    obs_id: str
+    start: int
+    end: int
+    """The tool span's end (first recorded success/failure); 0 when unknown."""
+    scope: str
+    tool: Entity
+    trace_id: str
+    span_id: str
+    line: str
+    parsed: ParsedCommand | Unsupported
+    channel: Channel = Channel.SEM
+
+
+def _s(v: object) -> str:
+    return v if isinstance(v, str) else ""
+
+
+def declaration_of(obs: Observation, scope: Scope = "emitter") -> Declaration | None:
+    """The :class:`Declaration` a ``declared_command`` observation states, else None."""
+    if obs.relation != RelationKind.DECLARED_COMMAND or obs.object is None:
+        return None
+    line = obs.object.attrs.get("command.line", obs.attrs.get("command.line"))
+    if isinstance(line, tuple | list):
+        line = " ".join(str(x) for x in line)
+    line = _s(line)
+    trace = _s(obs.attrs.get("trace_id")) or _s(obs.subject.attrs.get("trace_id"))
+    span = _s(obs.attrs.get("span_id")) or _s(obs.subject.attrs.get("span_id"))
+    if scope == "global":
+        key = ""
+    elif obs.attrs.get("process.pid") is not None:
+        key = "proc:" + ":".join(
+            str(obs.attrs.get(k, "")) for k in ("host.id", "process.pid", "process.creation.time")
+        )
+    else:
+        key = "trace:" + trace
+    return Declaration(
+        obs_id=obs.id,
+        start=obs.time_unix_nano,
+        end=obs.end_time_unix_nano,
+        scope=key,
+        tool=obs.subject,
+        trace_id=trace,
+        span_id=span,
+        line=line,
+        parsed=parse_command(line),
+        channel=obs.source.channel,
+    )
+
+
+def parse_traceparent(value: str) -> tuple[str, str] | None:
+    """``(trace_id, span_id)`` hex of a W3C ``traceparent``, or None if malformed."""
+    parts = value.strip().lower().split("-")
+    if len(parts) < 4 or len(parts[1]) != 32 or len(parts[2]) != 16:
+        return None
+    if parts[1] == "0" * 32 or parts[2] == "0" * 16:
+        return None
+    return parts[1], parts[2]
+
+
+def routes(decl: ParsedCommand, ev: ProcEvent, policy: Policy) -> frozenset[str]:
+    """The compatibility routes by which ``ev`` fits ``decl`` (empty when it does not)."""
+    found: set[str] = set()
+    if policy.exe_path_only:
+        if ev.exe_path and normalize_exe(ev.exe_path) == decl.basename:
+            found.add("exe_path")
+        return frozenset(found)
+    if decl.has_path:
+        resolved = resolve_head(decl.head, ev.cwd)
+        images = {p for p in (ev.exe_path, ev.argv[0] if ev.argv else "") if p}
+        if resolved is not None and any(resolve_head(p, ev.cwd) == resolved for p in images):
+            found.add("path")
+    if decl.basename in ev.names():
+        found.add("basename")
+    k = len(decl.args)
+    if k and decl.args_stable and len(ev.argv) > k and ev.argv[-k:] == decl.args:
+        found.add("tail")
+    if policy.interpreter_rule and "tail" not in found:
+        image_names = ev.names()
+        if is_interpreter(decl.head) or any(n in INTERPRETERS for n in image_names):
+            return frozenset()
+    return frozenset(found)
+
+
+def category(found: frozenset[str]) -> str:
+    """The evidence category of accumulated routes (a key of :data:`SCORES`)."""
+    if "exe_path" in found:
+        return "exe_path"
+    tail = "tail" in found
+    if "path" in found:
+        return "path+tail" if tail else "path"
+    if "basename" in found:
+        return "basename+tail" if tail else "basename"
+    return "tail"
+
+
+@dataclass(frozen=True, slots=True)
+class Bridge:
+    """A decided singleton bridge."""
+
+    decl: Declaration
+    identity: str
+    events: tuple[ProcEvent, ...]
+    category: str
+    score: float
+    time_delta_ns: int
+
+
+@dataclass(frozen=True, slots=True)
+class Skip:
+    """A declaration that got no bridge, and why."""
+
+    decl: Declaration
+    reason: str
+
+
+Outcome = Bridge | Skip
+
+
+@dataclass(slots=True)
+class SingletonEngine:
+    """Buffers declarations and process events; decides each declaration once its window closed.
+
+    Feed it with :meth:`add_declaration` and :meth:`add_event` in any order, then call
+    :meth:`decide` with a watermark (every event at or before it has arrived) or :meth:`finish`.
+    The outcome of a declaration depends only on the events, not on their arrival order, as long
+    as the watermark contract holds.
+    """
+
+    policy: Policy = OURS
+    max_window_ns: int = 3_000_000_000
+    index: CandidateIndex = field(default_factory=CandidateIndex)
+    counts: Counter[str] = field(default_factory=Counter)
+    _pending: dict[str, Declaration] = field(default_factory=dict)
+    _decided: dict[str, Declaration] = field(default_factory=dict)
+    _by_span: dict[tuple[str, str], int] = field(default_factory=dict)
+    _starts: list[tuple[int, str]] = field(default_factory=list)
+    _scope_starts: dict[str, list[int]] = field(default_factory=dict)
+    _tp_spans: set[tuple[str, str]] = field(default_factory=set)
+    _tp_of: dict[str, tuple[str, str]] = field(default_factory=dict)
+    _tool_spans: set[tuple[str, str]] = field(default_factory=set)
+    _bridged: dict[str, str] = field(default_factory=dict)
+    _horizon: int = 0
+
+    @property
+    def pending(self) -> int:
+        """Declarations waiting for their window to close."""
+        return len(self._pending)
+
+    def note_tool_span(self, trace_id: str, span_id: str) -> None:
+        """Record that ``(trace_id, span_id)`` is a tool-call span (for exact contradictions)."""
+        self._tool_spans.add((trace_id, span_id))
+
+    def add_declaration(self, d: Declaration) -> None:
+        """Buffer a declaration (a replay of the same tool span is ignored)."""
+        key = (d.trace_id, d.span_id)
+        if key in self._by_span and d.span_id:
+            return
+        self._by_span[key] = d.start
+        self._tool_spans.add(key)
+        if d.start < self._horizon:
+            self._record(Skip(d, "late_declaration"))
+            return
+        self._pending[d.obs_id] = d
+        bisect.insort(self._starts, (d.start, d.obs_id))
+        bisect.insort(self._scope_starts.setdefault(d.scope, []), d.start)
+
+    def add_event(self, ev: ProcEvent) -> None:
+        """Index a process start/exec event."""
+        if not self.index.add(ev):
+            return
+        if ev.traceparent:
+            tp = parse_traceparent(ev.traceparent)
+            if tp is not None:
+                self._tp_spans.add(tp)
+                self._tp_of.setdefault(ev.identity, tp)
+
+    def window_end(self, d: Declaration) -> int:
+        """The inclusive end of ``d``'s search window given what is known now."""
+        end = d.start + self.max_window_ns
+        if d.end >= d.start and d.end > 0:
+            end = min(end, d.end)
+        starts = self._scope_starts.get(d.scope, [])
+        i = bisect.bisect_right(starts, d.start)
+        if i < len(starts):
+            end = min(end, starts[i])
+        return end
+
+    def decide(self, watermark: int) -> list[Outcome]:
+        """Decide every pending declaration whose window closed at or before ``watermark``."""
+        ready = [d for d in self._pending.values() if self.window_end(d) <= watermark]
+        return self._decide_all(ready)
+
+    def finish(self) -> list[Outcome]:
+        """Decide everything still pending (end of stream)."""
+        return self._decide_all(list(self._pending.values()))
+
+    def _decide_all(self, ready: list[Declaration]) -> list[Outcome]:
+        ready.sort(key=lambda d: (d.start, d.obs_id))
+        out = [self._decide(d) for d in ready]
+        for d in ready:
+            del self._pending[d.obs_id]
+            self._decided[d.obs_id] = d
+        for o in out:
+            self._record(o)
+        return out
+
+    def _record(self, o: Outcome) -> None:
+        if isinstance(o, Bridge):
+            self.counts["bridge"] += 1
+        else:
+            self.counts[o.reason] += 1
+
+    def compatible(self, d: Declaration) -> dict[str, tuple[frozenset[str], list[ProcEvent]]]:
+        """Process identities compatible with ``d`` in its window, with routes and events."""
+        if not isinstance(d.parsed, ParsedCommand):
+            return {}
+        p = d.parsed
+        names = {p.basename}
+        evs = self.index.query(names, p.args if p.args_stable else (), d.start, self.window_end(d))
+        found: dict[str, tuple[frozenset[str], list[ProcEvent]]] = {}
+        for ev in evs:
+            r = routes(p, ev, self.policy)
+            if not r:
+                continue
+            prev = found.get(ev.identity)
+            if prev is None:
+                found[ev.identity] = (r, [ev])
+            else:
+                found[ev.identity] = (prev[0] | r, [*prev[1], ev])
+        return found
+
+    def _decide(self, d: Declaration) -> Outcome:
+        if isinstance(d.parsed, Unsupported):
+            return Skip(d, f"unsupported_command.{d.parsed.reason}")
+        pol = self.policy
+        if pol.exact_preference and (d.trace_id, d.span_id) in self._tp_spans:
+            return Skip(d, "exact_identity_preferred")
+        found = self.compatible(d)
+        for ident in found:
+            other = self._bridged.get(ident)
+            if other is not None and other != d.obs_id:
+                self.counts["late_conflict"] += 1
+        if not found:
+            return Skip(d, "no_candidate")
+        if len(found) > 1 and not pol.nearest:
+            return Skip(d, "several_candidates")
+        ident = min(found, key=lambda i: (abs(found[i][1][0].time - d.start), i))
+        rts, evs = found[ident]
+        if pol.process_ambiguity_rule and self._claimed_elsewhere(d, ident):
+            return Skip(d, "process_ambiguous")
+        if pol.exact_preference and self._contradicts(d, ident):
+            return Skip(d, "contradicts_exact")
+        cat = category(rts)
+        self._bridged[ident] = d.obs_id
+        return Bridge(d, ident, tuple(evs), cat, SCORES[cat], evs[0].time - d.start)
+
+    def _claimed_elsewhere(self, d: Declaration, ident: str) -> bool:
+        evs = self.index.events.get(ident, [])
+        if not evs:
+            return False
+        lo = min(e.time for e in evs) - self.max_window_ns
+        hi = max(e.time for e in evs)
+        i = bisect.bisect_left(self._starts, (lo, ""))
+        while i < len(self._starts) and self._starts[i][0] <= hi:
+            oid = self._starts[i][1]
+            i += 1
+            if oid == d.obs_id:
+                continue
+            other = self._pending.get(oid) or self._decided.get(oid)
+            if other is None or not isinstance(other.parsed, ParsedCommand):
+                continue
+            end = self.window_end(other)
+            for ev in evs:
+                if other.start <= ev.time <= end and routes(other.parsed, ev, self.policy):
+                    return True
+        return False
+
+    def _contradicts(self, d: Declaration, ident: str) -> bool:
+        tp = self._tp_of.get(ident)
+        if tp is None:
+            return False
+        if tp[0] != d.trace_id:
+            return True
+        return tp[1] != d.span_id and tp in self._tool_spans
+
+    def evict(self, horizon: int) -> None:
+        """Forget events before ``horizon`` and decided declarations that can no longer matter."""
+        if horizon <= self._horizon:
+            return
+        floor = min((d.start for d in self._pending.values()), default=horizon)
+        cut = min(horizon, floor)
+        self.index.evict_before(cut)
+        self._horizon = max(self._horizon, cut)
+        old = [k for k, d in self._decided.items() if d.start + self.max_window_ns < cut]
+        for k in old:
+            del self._decided[k]
+        if old:
+            gone = set(old)
+            self._starts = [s for s in self._starts if s[1] not in gone]
+        keep = cut - self.max_window_ns
+        for scope, starts in list(self._scope_starts.items()):
+            n = bisect.bisect_left(starts, keep)
+            if n:
+                del starts[:n]
+            if not starts:
+                del self._scope_starts[scope]
+        self._by_span = {k: t for k, t in self._by_span.items() if t >= keep}
+        live = set(self.index.events)
+        self._bridged = {k: v for k, v in self._bridged.items() if k in live}
+        self._tp_of = {k: v for k, v in self._tp_of.items() if k in live}
+
+
+__all__ = [
+    "EXE_PATH_SINGLETON",
+    "NEAREST",
+    "OURS",
+    "PAPER",
+    "SCORES",
+    "Bridge",
+    "Declaration",
+    "Outcome",
+    "Policy",
+    "SingletonEngine",
+    "Skip",
+    "category",
+    "declaration_of",
+    "parse_traceparent",
+    "routes",
+]

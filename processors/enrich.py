@@ -1,0 +1,398 @@
+"""The ``enrich`` processor: bridges onto tool spans, and the OS plane as spans.
+
+Placed after ``correlate`` (and ``grade``) in an ``evidence`` pipeline that ends in an OTLP
+exporter. It holds each span for ``hold_delay`` (default: the 3 s window plus 2 s lateness plus
+a 1 s margin) so the bridge decided for it can still be attached, then emits it unchanged except:
+
+* one **span link** per ``correlated_with_process`` observation naming the span (exact links and
+  singleton bridges), pointing at the process's OS-plane span, with the evidence as link
+  attributes (Jaeger shows links);
+* **attributes** ``otel_bridge.bridge.process.pid``, ``.process.id``, ``.method``, ``.score``,
+  ``.inferred``, ``.causal``, ``.identity_exact``, ``.grade``, ``.support``, ``.time_delta_ms``,
+  ``.count`` for the strongest such link (exact before heuristic), and a span **event**
+  ``otel_bridge.bridge`` per link, because Phoenix drops links.
+
+The **OS plane**: one span per observed process, under its own Resource (``service.name=
+otel-bridge-host``, ``evidence.channel=os``, ``host.id``), parented by the observed process tree.
+Its trace id is the run's (from ``traceparent`` in the config, else the collector's
+``TRACEPARENT`` environment variable; root processes then hang under that span), else a
+deterministic id derived from the run id. A span starts at the process's start event and ends at
+its exit event; a process with no observed exit is emitted at shutdown ending at the last time it
+was observed, marked ``otel_bridge.process.exit_observed=false``: no exit is fabricated. File and
+network observations become span events (at most ``max_events_per_process``).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import os
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from otel_bridge.processors.correlate.index import process_entity_of
+from otel_bridge.processors.correlate.singleton import parse_traceparent
+
+from otel_bridge.component import (
+    PROCESSOR,
+    Component,
+    Consumer,
+    CreateSettings,
+    Factory,
+    Host,
+    Telemetry,
+    require_consumer,
+)
+from otel_bridge.grading import grade_evidence
+from otel_bridge.model import (
+    AnyValue,
+    Attribution,
+    Batch,
+    Channel,
+    Observation,
+    RelationKind,
+    Resource,
+    Scope,
+    Span,
+    SpanEvent,
+    SpanKind,
+    SpanLink,
+)
+
+SCOPE = Scope(name="otel_bridge.enrich", version="1")
+_PREFIX = "otel_bridge.bridge."
+
+
+@dataclass(slots=True)
+class Config:
+    """Settings of the enrich processor."""
+
+    hold_delay: float = 6.0
+    """How long a span is held for its bridge (seconds): window + lateness + margin."""
+    traceparent: str = ""
+    """The run's W3C traceparent; empty: the ``TRACEPARENT`` environment variable, if any."""
+    os_plane: bool = True
+    """Emit one span per observed process."""
+    max_events_per_process: int = 128
+    tick_interval: float = 0.2
+    """How often held spans are checked for release."""
+
+    def validate(self) -> list[str]:
+        """Problems with the settings."""
+        problems = []
+        if self.hold_delay < 0:
+            problems.append("hold_delay: must not be negative")
+        if self.traceparent and parse_traceparent(self.traceparent) is None:
+            problems.append("traceparent: not a W3C traceparent (00-<32 hex>-<16 hex>-<2 hex>)")
+        if self.max_events_per_process < 0:
+            problems.append("max_events_per_process: must not be negative")
+        if not self.tick_interval > 0:
+            problems.append("tick_interval: must be positive")
+        return problems
+
+
+def process_span_id(identity: str) -> bytes:
+    """The deterministic OS-plane span id of a process identity."""
+    return hashlib.sha256(f"otel-bridge:process:{identity}".encode()).digest()[:8]
+
+
+def run_trace_id(run_id: str) -> bytes:
+    """The deterministic OS-plane trace id of a run without a given traceparent."""
+    return hashlib.sha256(f"otel-bridge:run:{run_id}".encode()).digest()[:16]
+
+
+@dataclass(slots=True)
+class _Proc:
+    identity: str
+    host: str
+    run: str
+    start: int = 0
+    last_seen: int = 0
+    exit_time: int = 0
+    exit_code: AnyValue = None
+    parent: str = ""
+    attrs: dict[str, AnyValue] = field(default_factory=dict)
+    events: list[SpanEvent] = field(default_factory=list)
+    dropped_events: int = 0
+    emitted: bool = False
+    due: float = 0.0
+
+
+class EnrichProcessor:
+    """Holds spans until their bridges are known; emits them enriched plus the OS plane."""
+
+    def __init__(
+        self,
+        config: Config,
+        next_consumer: Consumer,
+        telemetry: Telemetry,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self._config = config
+        self._next = next_consumer
+        self._telemetry = telemetry
+        self._clock = clock
+        self._lock = threading.Lock()
+        tp = parse_traceparent(config.traceparent or os.environ.get("TRACEPARENT", ""))
+        self._run_trace = (bytes.fromhex(tp[0]), bytes.fromhex(tp[1])) if tp else None
+        self._held: list[tuple[float, Span]] = []
+        self._links: dict[tuple[str, str], dict[str, Observation]] = {}
+        self._procs: dict[str, _Proc] = {}
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._done = False
+        self._run_id = ""
+
+    # ------------------------------------------------------------------ lifecycle
+
+    def start(self, host: Host) -> None:
+        """Start the release timer."""
+        self._telemetry = host.telemetry
+        if self._thread is None:
+            self._thread = threading.Thread(target=self._tick, name="enrich-release", daemon=True)
+            self._thread.start()
+
+    def shutdown(self) -> None:
+        """Release every held span and every process span (open ones marked). Safe twice."""
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join()
+            self._thread = None
+        with self._lock:
+            if self._done:
+                return
+            self._done = True
+            out = self._release(force=True)
+        if len(out):
+            self._next.consume(out)
+
+    def _tick(self) -> None:
+        while not self._stop.wait(self._config.tick_interval):
+            self.flush_due()
+
+    def flush_due(self) -> None:
+        """Release the spans and exited processes whose hold has expired."""
+        with self._lock:
+            out = self._release(force=False)
+        if len(out):
+            self._next.consume(out)
+
+    # ------------------------------------------------------------------ data
+
+    def consume(self, batch: Batch) -> None:
+        """Hold the batch's spans, learn its bridges and processes, forward everything else."""
+        now = self._clock()
+        with self._lock:
+            if not self._run_id:
+                for record in batch.logs:
+                    run = record.resource.attributes.get("otel_bridge.run.id")
+                    if isinstance(run, str) and run:
+                        self._run_id = run
+                        break
+            for obs in batch.observations:
+                self._learn(obs, now)
+            if self._done:
+                held: tuple[Span, ...] = tuple(self._enrich(s) for s in batch.spans)
+            else:
+                due = now + self._config.hold_delay
+                self._held.extend((due, s) for s in batch.spans)
+                held = ()
+            released = self._release(force=False)
+        rest = batch.replace(spans=held + released.spans)
+        if len(rest):
+            self._next.consume(rest)
+
+    def _learn(self, obs: Observation, now: float) -> None:
+        if obs.relation == RelationKind.CORRELATED_WITH_PROCESS and obs.object is not None:
+            trace, span = obs.attrs.get("trace_id"), obs.attrs.get("span_id")
+            if isinstance(trace, str) and isinstance(span, str):
+                self._links.setdefault((trace, span), {})[obs.id] = obs
+            return
+        if not self._config.os_plane or obs.source.channel != Channel.OS:
+            return
+        found = process_entity_of(obs)
+        if found is None:
+            return
+        identity, attrs = found
+        event = obs.attrs.get("event.name")
+        proc = self._procs.get(identity)
+        if proc is None:
+            proc = _Proc(identity=identity, host=str(attrs.get("host.id", "")), run=self._run_id)
+            self._procs[identity] = proc
+        if proc.emitted:
+            self._telemetry.count("enrich.os_plane.late_event")
+            return
+        t = obs.time_unix_nano
+        proc.last_seen = max(proc.last_seen, t)
+        if event in ("process.start", "process.exec"):
+            if event == "process.start" or not proc.start:
+                proc.start = min(proc.start, t) if proc.start else t
+            for k, v in attrs.items():
+                if not k.startswith("process.") or k.startswith("process.env."):
+                    continue
+                if event == "process.exec":
+                    proc.attrs[k] = v  # the new image replaces the old one's attributes
+                else:
+                    proc.attrs.setdefault(k, v)
+            if obs.relation == RelationKind.SPAWNED:
+                proc.parent = obs.subject.id
+        elif event == "process.exit":
+            proc.exit_time = t
+            proc.exit_code = attrs.get("process.exit.code")
+            proc.due = now + self._config.hold_delay
+        elif obs.relation is not None and obs.object is not None and obs.subject.id == identity:
+            if len(proc.events) < self._config.max_events_per_process:
+                proc.events.append(
+                    SpanEvent(
+                        time_unix_nano=t,
+                        name=str(obs.relation),
+                        attributes={
+                            "otel_bridge.target": obs.object.id,
+                            "evidence.attribution": str(obs.evidence.attribution or ""),
+                        },
+                    )
+                )
+            else:
+                proc.dropped_events += 1
+
+    def _release(self, *, force: bool) -> Batch:
+        now = self._clock()
+        keep: list[tuple[float, Span]] = []
+        spans: list[Span] = []
+        for due, span in self._held:
+            if force or due <= now:
+                spans.append(self._enrich(span))
+            else:
+                keep.append((due, span))
+        self._held = keep
+        for proc in self._procs.values():
+            if proc.emitted or not proc.start:
+                continue
+            if force or (proc.exit_time and proc.due <= now):
+                spans.append(self._process_span(proc))
+                proc.emitted = True
+                self._telemetry.count("enrich.os_plane.spans")
+        return Batch(spans=tuple(spans))
+
+    # ------------------------------------------------------------------ builders
+
+    def _trace_for(self, proc: _Proc) -> bytes:
+        return self._run_trace[0] if self._run_trace else run_trace_id(proc.run or proc.host)
+
+    def _process_span(self, proc: _Proc) -> Span:
+        parent = self._procs.get(proc.parent)
+        if parent is not None and parent.start:
+            parent_id = process_span_id(parent.identity)
+        elif self._run_trace is not None:
+            parent_id = self._run_trace[1]
+        else:
+            parent_id = b""
+        attrs: dict[str, AnyValue] = dict(proc.attrs)
+        attrs["otel_bridge.process.id"] = proc.identity
+        attrs["evidence.channel"] = "os"
+        attrs["otel_bridge.process.exit_observed"] = bool(proc.exit_time)
+        if proc.exit_time and proc.exit_code is not None:
+            attrs["process.exit.code"] = proc.exit_code
+        if not proc.exit_time:
+            attrs["otel_bridge.process.last_seen_unix_nano"] = proc.last_seen
+        name = str(attrs.get("process.executable.name") or attrs.get("process.pid") or "process")
+        resource_attrs: dict[str, AnyValue] = {
+            "service.name": "otel-bridge-host",
+            "evidence.channel": "os",
+            "host.id": proc.host,
+        }
+        if proc.run:
+            resource_attrs["otel_bridge.run.id"] = proc.run
+        return Span(
+            resource=Resource(attributes=resource_attrs),
+            scope=SCOPE,
+            trace_id=self._trace_for(proc),
+            span_id=process_span_id(proc.identity),
+            parent_span_id=parent_id,
+            name=f"process {name}",
+            kind=SpanKind.INTERNAL,
+            start_time_unix_nano=proc.start,
+            end_time_unix_nano=proc.exit_time or max(proc.last_seen, proc.start),
+            attributes=attrs,
+            events=tuple(sorted(proc.events, key=lambda e: e.time_unix_nano)),
+            dropped_events_count=proc.dropped_events,
+        )
+
+    def _enrich(self, span: Span) -> Span:
+        links = self._links.pop((span.trace_id.hex(), span.span_id.hex()), None)
+        if not links:
+            return span
+        ordered = sorted(links.values(), key=_strength)
+        new_links: list[SpanLink] = []
+        events: list[SpanEvent] = []
+        for obs in ordered:
+            attrs = _bridge_attrs(obs)
+            assert obs.object is not None
+            proc = self._procs.get(obs.object.id)
+            trace = self._trace_for(proc) if proc else self._trace_for(_Proc(obs.object.id, "", ""))
+            new_links.append(
+                SpanLink(trace_id=trace, span_id=process_span_id(obs.object.id), attributes=attrs)
+            )
+            events.append(
+                SpanEvent(
+                    time_unix_nano=obs.time_unix_nano, name="otel_bridge.bridge", attributes=attrs
+                )
+            )
+        best = dict(_bridge_attrs(ordered[0]))
+        span_attrs: dict[str, AnyValue] = dict(span.attributes)
+        span_attrs.update({_PREFIX + k.removeprefix(_PREFIX): v for k, v in best.items()})
+        span_attrs[_PREFIX + "count"] = len(ordered)
+        self._telemetry.count("enrich.spans_linked")
+        return dataclasses.replace(
+            span,
+            attributes=span_attrs,
+            links=span.links + tuple(new_links),
+            events=span.events + tuple(events),
+        )
+
+
+def _strength(obs: Observation) -> tuple[int, str]:
+    exact = obs.evidence.identity_exact is True or obs.evidence.attribution == (
+        Attribution.EXACT_IDENTITY
+    )
+    return (0 if exact else 1, obs.id)
+
+
+def _bridge_attrs(obs: Observation) -> dict[str, AnyValue]:
+    ev = obs.evidence
+    assert obs.object is not None
+    attrs: dict[str, AnyValue] = {
+        _PREFIX + "process.id": obs.object.id,
+        _PREFIX + "method": ev.method or "",
+        _PREFIX + "identity_exact": bool(ev.identity_exact),
+        _PREFIX + "grade": str(ev.grade or grade_evidence(ev)),
+        _PREFIX + "support": tuple(ev.support),
+    }
+    pid = obs.object.attrs.get("process.pid")
+    if isinstance(pid, int):
+        attrs[_PREFIX + "process.pid"] = pid
+    if ev.score is not None:
+        attrs[_PREFIX + "score"] = ev.score
+    if ev.inferred is not None:
+        attrs[_PREFIX + "inferred"] = ev.inferred
+    if ev.causal is not None:
+        attrs[_PREFIX + "causal"] = ev.causal
+    delta = obs.attrs.get("time_delta_ms")
+    if isinstance(delta, int | float):
+        attrs[_PREFIX + "time_delta_ms"] = delta
+    return attrs
+
+
+def _create(settings: CreateSettings, config: Config, next_consumer: Consumer | None) -> Component:
+    return EnrichProcessor(config, require_consumer(next_consumer, "enrich"), settings.telemetry)
+
+
+factory: Factory[Config] = Factory(
+    type_name="enrich",
+    kind=PROCESSOR,
+    default_config=Config,
+    create=_create,
+    signals=frozenset({"evidence"}),
+)

@@ -1,0 +1,149 @@
+"""Bounded memory of span ancestry, so a relation can be resolved across batches.
+
+Spans of one trace arrive in any order and in any batch: an ``execute_tool`` span is usually
+exported *before* the ``invoke_agent`` span that contains it. :class:`Ancestry` remembers, for
+the most recent ``capacity`` spans (an LRU), which entity each span stands for and its parent.
+A relation whose ancestor is not known yet waits in a bounded FIFO of pending links keyed by the
+missing span; when that span arrives the link is resolved. A link evicted from the pending FIFO,
+or still waiting at shutdown, is returned so the caller reports it as coverage instead of guessing.
+"""
+
+from __future__ import annotations
+
+import enum
+from collections import OrderedDict
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from otel_bridge.model import Entity, Observation, Source
+
+SpanKey = tuple[bytes, bytes]
+"""(trace id, span id)."""
+
+
+class Role(enum.Enum):
+    """What a span stands for in the graph."""
+
+    AGENT = "agent"
+    TOOL = "tool"
+    MODEL = "model"
+    """A model call: its entity (the model) is shared, so it is transparent for ancestry."""
+    PLAIN = "plain"
+
+
+@dataclass(frozen=True, slots=True)
+class SpanInfo:
+    """What is remembered of one span."""
+
+    role: Role
+    entity: Entity | None
+    parent: SpanKey | None
+
+
+@dataclass(frozen=True, slots=True)
+class Found:
+    """The walk reached an accepted ancestor."""
+
+    entity: Entity
+
+
+@dataclass(frozen=True, slots=True)
+class Missing:
+    """The walk reached a span that has not arrived (or was forgotten)."""
+
+    key: SpanKey
+
+
+@dataclass(frozen=True, slots=True)
+class Root:
+    """The walk reached the root; ``fallback`` is the nearest ancestor with an entity."""
+
+    fallback: Entity | None
+
+
+Outcome = Found | Missing | Root
+
+
+@dataclass(frozen=True, slots=True)
+class PendingLink:
+    """A relation waiting for an ancestor. ``resolve`` builds its observations on arrival."""
+
+    accept: frozenset[Role]
+    fallback: Entity | None
+    """Nearest entity-bearing ancestor met before the walk stopped at the missing span."""
+    resolve: Callable[[Outcome], list[Observation]]
+    source: Source
+    """Source of the waiting span, for the coverage record if the ancestor never arrives."""
+    time_unix_nano: int
+    describe: str
+
+
+_MAX_DEPTH = 512
+
+
+class Ancestry:
+    """The span LRU and the pending links (see the module docstring). Not thread-safe."""
+
+    def __init__(self, capacity: int, pending_capacity: int) -> None:
+        self._capacity = max(1, capacity)
+        self._pending_capacity = max(1, pending_capacity)
+        self._spans: OrderedDict[SpanKey, SpanInfo] = OrderedDict()
+        self._pending: OrderedDict[SpanKey, list[PendingLink]] = OrderedDict()
+        self._pending_count = 0
+
+    def __len__(self) -> int:
+        return len(self._spans)
+
+    @property
+    def pending_count(self) -> int:
+        """Links still waiting for an ancestor."""
+        return self._pending_count
+
+    def remember(self, key: SpanKey, info: SpanInfo) -> list[PendingLink]:
+        """Record a span; return the links that were waiting for it (to be walked again)."""
+        self._spans[key] = info
+        self._spans.move_to_end(key)
+        while len(self._spans) > self._capacity:
+            self._spans.popitem(last=False)
+        waiting = self._pending.pop(key, [])
+        self._pending_count -= len(waiting)
+        return waiting
+
+    def walk(
+        self, start: SpanKey | None, accept: frozenset[Role], fallback: Entity | None = None
+    ) -> tuple[Outcome, Entity | None]:
+        """Walk up from ``start`` to the first span whose role is in ``accept``.
+
+        Returns the outcome and the nearest entity-bearing ancestor met on the way.
+        """
+        key = start
+        for _ in range(_MAX_DEPTH):
+            if key is None:
+                return Root(fallback), fallback
+            info = self._spans.get(key)
+            if info is None:
+                return Missing(key), fallback
+            if info.role in accept and info.entity is not None:
+                return Found(info.entity), fallback
+            if fallback is None and info.entity is not None:
+                fallback = info.entity
+            key = info.parent
+        return Root(fallback), fallback
+
+    def wait(self, key: SpanKey, link: PendingLink) -> list[PendingLink]:
+        """Park ``link`` until span ``key`` arrives; return links evicted to stay bounded."""
+        self._pending.setdefault(key, []).append(link)
+        self._pending_count += 1
+        evicted: list[PendingLink] = []
+        while self._pending_count > self._pending_capacity and self._pending:
+            _, links = self._pending.popitem(last=False)
+            self._pending_count -= len(links)
+            evicted.extend(links)
+        return evicted
+
+    def drain(self) -> list[PendingLink]:
+        """Every link still waiting (at shutdown); the pending table is emptied."""
+        links = [link for waiting in self._pending.values() for link in waiting]
+        self._pending.clear()
+        self._pending_count = 0
+        return links

@@ -1,0 +1,281 @@
+"""OS event log records (host receiver, or any OTLP source tagged ``evidence.channel=os``).
+
+The record contract is the table in ``docs/dev-brief.md`` ("OS events"): the record's
+``event_name`` (or an ``event.name`` attribute, for senders that predate the field) names the
+event, the resource carries ``host.id``, ``evidence.backend`` and ``otel_bridge.run.id``, and the
+attributes carry the process identity and the evidence fields. A record from another host is
+processed exactly like a local one: nothing here looks at the local machine.
+
+Each record yields observations with ids ``<evidence.record_id>#<n>`` and occurrence
+``<evidence.record_id>`` (two separately recorded opens are two occurrences). A record that
+cannot be interpreted yields a :class:`CoverageRecord` saying why, never nothing.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+from otel_bridge.identity import endpoint_id, executable_id, file_id, kind_id, process_id
+from otel_bridge.model import (
+    AnyValue,
+    Attributes,
+    Attribution,
+    Channel,
+    CoverageRecord,
+    Entity,
+    EntityKind,
+    Evidence,
+    LogRecord,
+    Observation,
+    RelationKind,
+    Source,
+)
+
+from ._values import get_bool, get_int, get_str, iso_to_ms
+
+FILE_RELATIONS: Mapping[str, RelationKind] = {
+    "file.open": RelationKind.OPENED,
+    "file.read": RelationKind.READ,
+    "file.write": RelationKind.WROTE,
+    "file.create": RelationKind.CREATED,
+    "file.delete": RelationKind.DELETED,
+    "file.rename": RelationKind.RENAMED,
+}
+NETWORK_RELATIONS: Mapping[str, RelationKind] = {
+    "network.connect": RelationKind.CONNECTED_TO,
+    "network.connect_attempt": RelationKind.ATTEMPTED_CONNECT,
+    "network.listen": RelationKind.LISTENED_ON,
+}
+_PROCESS_EVENTS = frozenset({"process.start", "process.exec", "process.exit"})
+_PROCESS_KEYS = (
+    "process.pid",
+    "process.parent_pid",
+    "process.executable.path",
+    "process.executable.name",
+    "process.command_args",
+    "process.working_directory",
+    "process.creation.time",
+    "process.exit.code",
+    "process.exit.time",
+)
+_DETAIL_KEYS = (
+    "file.open.flags",
+    "file.access",
+    "file.new_path",
+    "file.change.type",
+    "network.connect.result",
+    "error.type",
+    "process.env.traceparent",
+)
+
+
+class CoverageError(Exception):
+    """A record that cannot be interpreted; the message is the coverage reason and detail."""
+
+    def __init__(self, reason: str, detail: str) -> None:
+        super().__init__(f"{reason}: {detail}")
+        self.reason = reason
+        self.detail = detail
+
+
+def is_os_record(record: LogRecord) -> bool:
+    """True when ``record`` belongs to the OS channel."""
+    return get_str(record.resource.attributes, "evidence.channel") == Channel.OS.value
+
+
+def record_source(record: LogRecord) -> Source:
+    """The :class:`Source` of an OS record (record id falls back to a content-derived id)."""
+    backend = get_str(record.resource.attributes, "evidence.backend") or "unknown"
+    record_id = get_str(record.attributes, "evidence.record_id")
+    if record_id is None:
+        name = event_name(record) or "record"
+        record_id = f"{backend}:{name}:{record.time_unix_nano}:{record.observed_time_unix_nano}"
+    return Source(channel=Channel.OS, backend=backend, record_id=record_id)
+
+
+def event_name(record: LogRecord) -> str:
+    """The event name: the LogRecord field, else an ``event.name`` attribute."""
+    return record.event_name or get_str(record.attributes, "event.name") or ""
+
+
+def normalize_os_record(record: LogRecord) -> tuple[list[Observation], list[CoverageRecord]]:
+    """Observations (or a coverage record) for one OS event record."""
+    source = record_source(record)
+    time = record.time_unix_nano or record.observed_time_unix_nano
+    name = event_name(record)
+    try:
+        if name == "collection.state":
+            return [], [_collection_state(record, source, time)]
+        return _observations(record, source, time, name), []
+    except CoverageError as exc:
+        return [], [
+            CoverageRecord(source=source, reason=exc.reason, time_unix_nano=time, detail=exc.detail)
+        ]
+
+
+def _observations(record: LogRecord, source: Source, time: int, name: str) -> list[Observation]:
+    a = record.attributes
+    host = get_str(record.resource.attributes, "host.id") or "unknown_host"
+    evidence = _evidence(record)
+    attrs: dict[str, AnyValue] = {"event.name": name, "host.id": host}
+    attrs["evidence.record_id"] = source.record_id
+    for key in (*_PROCESS_KEYS, *_DETAIL_KEYS):
+        if key in a and a[key] is not None:
+            attrs[key] = a[key]
+
+    def obs(
+        n: int, subject: Entity, rel: RelationKind | None = None, obj: Entity | None = None
+    ) -> Observation:
+        return Observation(
+            id=f"{source.record_id}#{n}",
+            time_unix_nano=time,
+            source=source,
+            subject=subject,
+            relation=rel,
+            object=obj,
+            evidence=evidence if rel is not None else Evidence(),
+            occurrence=source.record_id,
+            attrs=attrs,
+        )
+
+    if name == "file.change":
+        path = _require_str(a, "file.path", name)
+        run = get_str(record.resource.attributes, "otel_bridge.run.id") or "unknown_run"
+        session = Entity(
+            kind=EntityKind.SESSION,
+            id=kind_id(EntityKind.SESSION, run),
+            label=run,
+            attrs={"otel_bridge.run.id": run},
+        )
+        change = Evidence(
+            attribution=evidence.attribution or Attribution.SESSION_OBSERVATION,
+            causal=False if evidence.causal is None else evidence.causal,
+        )
+        return [
+            Observation(
+                id=f"{source.record_id}#0",
+                time_unix_nano=time,
+                source=source,
+                subject=session,
+                relation=RelationKind.OBSERVED_CHANGE,
+                object=_file(path),
+                evidence=change,
+                occurrence=source.record_id,
+                attrs=attrs,
+            )
+        ]
+    if name not in _PROCESS_EVENTS and name not in FILE_RELATIONS and name not in NETWORK_RELATIONS:
+        raise CoverageError("unknown_os_event", f"event {name!r} is not part of the OS contract")
+    proc = _process(a, host, name)
+    if name in _PROCESS_EVENTS:
+        out = [obs(0, proc)]
+        if name != "process.exit":
+            exe_path = get_str(a, "process.executable.path")
+            if exe_path:
+                out.append(obs(1, proc, RelationKind.EXECUTED, _executable(exe_path, a)))
+        parent_pid = get_int(a, "process.parent_pid")
+        if name == "process.start" and parent_pid is not None:
+            parent_ms = iso_to_ms(get_str(a, "process.parent.creation.time"))
+            parent = Entity(
+                kind=EntityKind.PROCESS,
+                id=process_id(host, parent_pid, parent_ms),
+                label=str(parent_pid),
+                attrs={"process.pid": parent_pid, "host.id": host},
+            )
+            out.append(obs(2, parent, RelationKind.SPAWNED, proc))
+        return out
+    if name in FILE_RELATIONS:
+        path = _require_str(a, "file.path", name)
+        return [obs(0, proc, FILE_RELATIONS[name], _file(path))]
+    return [obs(0, proc, NETWORK_RELATIONS[name], _endpoint(a, name))]
+
+
+def _process(a: Attributes, host: str, name: str) -> Entity:
+    pid = get_int(a, "process.pid")
+    if pid is None:
+        raise CoverageError("missing_attribute", f"{name}: no integer process.pid")
+    created = get_str(a, "process.creation.time")
+    start_ms = iso_to_ms(created)
+    attrs = {k: a[k] for k in _PROCESS_KEYS if k in a and a[k] is not None}
+    attrs["host.id"] = host
+    label = get_str(a, "process.executable.name") or str(pid)
+    return Entity(
+        kind=EntityKind.PROCESS,
+        id=process_id(host, pid, start_ms),
+        label=f"{label} ({pid})" if label != str(pid) else label,
+        attrs=attrs,
+    )
+
+
+def _executable(path: str, a: Attributes) -> Entity:
+    name = get_str(a, "process.executable.name") or path.rsplit("/", 1)[-1]
+    return Entity(
+        kind=EntityKind.EXECUTABLE,
+        id=executable_id(path),
+        label=name,
+        attrs={"process.executable.path": path, "process.executable.name": name},
+    )
+
+
+def _file(path: str) -> Entity:
+    return Entity(kind=EntityKind.FILE, id=file_id(path), label=path, attrs={"file.path": path})
+
+
+def _endpoint(a: Attributes, name: str) -> Entity:
+    local = name == "network.listen"
+    addr_key = "network.local.address" if local else "network.peer.address"
+    port_key = "network.local.port" if local else "network.peer.port"
+    transport = get_str(a, "network.transport") or "tcp"
+    address = get_str(a, addr_key)
+    port = get_int(a, port_key)
+    if address is None:
+        raise CoverageError("missing_attribute", f"{name}: no {addr_key}")
+    if port is None:
+        port = 0
+    return Entity(
+        kind=EntityKind.ENDPOINT,
+        id=endpoint_id(transport, address, port),
+        label=f"{address}:{port}" if transport != "unix" else address,
+        attrs={
+            "network.transport": transport,
+            "network.peer.address": address,
+            "network.peer.port": port,
+        },
+    )
+
+
+def _evidence(record: LogRecord) -> Evidence:
+    a = record.attributes
+    mode = get_str(a, "evidence.attribution")
+    attribution = None
+    if mode is not None:
+        try:
+            attribution = Attribution(mode)
+        except ValueError:
+            attribution = None
+    return Evidence(
+        attribution=attribution,
+        causal=get_bool(a, "evidence.causal"),
+        inferred=get_bool(a, "evidence.inferred"),
+        identity_exact=get_bool(a, "evidence.identity_exact"),
+    )
+
+
+def _require_str(a: Attributes, key: str, name: str) -> str:
+    value = get_str(a, key)
+    if value is None:
+        raise CoverageError("missing_attribute", f"{name}: no {key}")
+    return value
+
+
+def _collection_state(record: LogRecord, source: Source, time: int) -> CoverageRecord:
+    a = record.attributes
+    collection = get_str(a, "collection.name") or "unknown"
+    state = get_str(a, "collection.state") or "unknown"
+    reason = get_str(a, "collection.reason") or ""
+    return CoverageRecord(
+        source=source,
+        reason=f"collection.{collection}.{state}",
+        time_unix_nano=time,
+        detail=reason,
+    )

@@ -1,0 +1,147 @@
+"""The ``redact`` processor: hides secrets in span and log attributes before anything is stored.
+
+Applies :mod:`otel_bridge.redaction` to every string attribute of spans, span events and log
+records (and to log bodies): values under a secret-looking key (``*_KEY``, ``*_TOKEN``,
+``*SECRET*``, ``*PASSWORD*``, ``authorization``, ...) are replaced whole; other strings are
+scanned for key shapes, ``Authorization: Bearer`` values, URL credentials and secret options
+(``--password x``). String arrays (``process.command_args``) are redacted as argument vectors.
+Observation entity and observation attributes get the same treatment, so a pipeline can redact
+after ``normalize`` too. Configurable extra patterns and extra secret attribute keys.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+from otel_bridge.component import (
+    PROCESSOR,
+    Component,
+    Consumer,
+    CreateSettings,
+    Factory,
+    FunctionProcessor,
+    require_consumer,
+)
+from otel_bridge.model import AnyValue, Attributes, Batch, Entity, LogRecord, Observation, Span
+from otel_bridge.redaction import REDACTED, Redactor
+
+_ARGV_KEYS = frozenset({"process.command_args", "process.command_line.args"})
+
+
+@dataclass(slots=True)
+class Config:
+    """Settings of the ``redact`` processor."""
+
+    patterns: list[str] = field(default_factory=list)
+    """Extra regular expressions; every match is replaced by ``[REDACTED]``."""
+    attribute_keys: list[str] = field(default_factory=list)
+    """Extra attribute keys (or variable/option names) whose values are always hidden."""
+    allow_keys: list[str] = field(default_factory=list)
+    """Attribute keys never redacted (e.g. a key whose name only looks secret)."""
+
+    def validate(self) -> list[str]:
+        """Problems with this config, as ``key: message``."""
+        problems: list[str] = []
+        for i, pattern in enumerate(self.patterns):
+            try:
+                re.compile(pattern)
+            except re.error as exc:
+                problems.append(f"patterns[{i}]: invalid regular expression: {exc}")
+        return problems
+
+
+class AttributeRedactor:
+    """Redacts attribute mappings and every record kind of a batch."""
+
+    def __init__(self, config: Config) -> None:
+        self._redactor = Redactor(config.patterns, config.attribute_keys)
+        self._keys = frozenset(k.lower() for k in config.attribute_keys)
+        self._allow = frozenset(config.allow_keys)
+
+    def _secret_key(self, key: str) -> bool:
+        if key in self._allow:
+            return False
+        lowered = key.lower()
+        if lowered in self._keys:
+            return True
+        last = lowered.rsplit(".", 1)[-1]
+        return last in ("authorization", "cookie", "set-cookie") or self._redactor.secret_name(last)
+
+    def value(self, key: str, value: AnyValue) -> AnyValue:
+        """The redacted form of one attribute value."""
+        if key in self._allow:
+            return value
+        if isinstance(value, str):
+            return REDACTED if value and self._secret_key(key) else self._redactor.text(value)
+        if isinstance(value, tuple):
+            if key in _ARGV_KEYS and all(isinstance(v, str) for v in value):
+                return tuple(self._redactor.argv([str(v) for v in value]))
+            return tuple(self.value(key, v) for v in value)
+        if isinstance(value, Mapping):
+            return self.attributes(value)
+        return value
+
+    def attributes(self, attrs: Attributes) -> Attributes:
+        """A redacted copy of ``attrs`` (the same object when nothing changed)."""
+        out = {k: self.value(k, v) for k, v in attrs.items()}
+        return attrs if out == dict(attrs) else out
+
+    def span(self, span: Span) -> Span:
+        """``span`` with attributes and event attributes redacted."""
+        attrs = self.attributes(span.attributes)
+        events = tuple(
+            dataclasses.replace(e, attributes=self.attributes(e.attributes)) for e in span.events
+        )
+        if attrs is span.attributes and events == span.events:
+            return span
+        return dataclasses.replace(span, attributes=attrs, events=events)
+
+    def log(self, record: LogRecord) -> LogRecord:
+        """``record`` with attributes and a string body redacted."""
+        attrs = self.attributes(record.attributes)
+        body = self.value("body", record.body) if record.body is not None else None
+        if attrs is record.attributes and body == record.body:
+            return record
+        return dataclasses.replace(record, attributes=attrs, body=body)
+
+    def entity(self, entity: Entity) -> Entity:
+        """``entity`` with attributes (and its label) redacted."""
+        attrs = self.attributes(entity.attrs)
+        label = self._redactor.text(entity.label)
+        if attrs is entity.attrs and label == entity.label:
+            return entity
+        return dataclasses.replace(entity, attrs=attrs, label=label)
+
+    def observation(self, obs: Observation) -> Observation:
+        """``obs`` with subject, object and observation attributes redacted."""
+        return dataclasses.replace(
+            obs,
+            subject=self.entity(obs.subject),
+            object=self.entity(obs.object) if obs.object is not None else None,
+            attrs=self.attributes(obs.attrs),
+        )
+
+    def batch(self, batch: Batch) -> Batch:
+        """Every span, log record and observation of ``batch`` redacted."""
+        return batch.replace(
+            spans=tuple(self.span(s) for s in batch.spans),
+            logs=tuple(self.log(r) for r in batch.logs),
+            observations=tuple(self.observation(o) for o in batch.observations),
+        )
+
+
+def _create(settings: CreateSettings, config: Config, next_consumer: Consumer | None) -> Component:
+    return FunctionProcessor(
+        AttributeRedactor(config).batch, require_consumer(next_consumer, "redact")
+    )
+
+
+factory: Factory[Config] = Factory(
+    type_name="redact",
+    kind=PROCESSOR,
+    default_config=Config,
+    create=_create,
+)

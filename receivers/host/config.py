@@ -1,0 +1,96 @@
+"""Configuration of the ``host`` receiver."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+BACKENDS: tuple[str, ...] = ("auto", "linux", "ebpf", "strace", "portable")
+"""Accepted ``backend`` values; ``auto`` tries the others in :data:`AUTO_ORDER`."""
+
+AUTO_ORDER: tuple[str, ...] = ("linux", "ebpf", "strace", "portable")
+"""Strongest first. ``linux`` leads: kernel-pushed events with no tracing cost (see selection)."""
+
+MIN_POLL_INTERVAL = 0.005
+"""The smallest ``poll_interval`` accepted (5 ms); below it the poller only burns CPU."""
+
+FANOTIFY_EVENTS: tuple[str, ...] = ("open", "modify", "close_write", "access")
+
+
+def _default_fanotify_events() -> list[str]:
+    return ["open", "modify", "close_write"]
+
+
+def _default_fanotify_paths() -> list[str]:
+    return ["/"]
+
+
+@dataclass(slots=True)
+class HostConfig:
+    """Settings of the host receiver (``receivers.host``)."""
+
+    backend: str = "auto"
+    """``auto`` (strongest that works here), ``linux``, ``ebpf``, ``strace`` or ``portable``."""
+    root_pid: int = 0
+    """Root of the observed lineage; 0 means it is set programmatically (``observe`` does)."""
+    run_id: str = ""
+    """Run id tagged on every record (``otel_bridge.run.id``); ``observe`` sets it."""
+    processes: bool = True
+    """Collect process start/exec/exit."""
+    files: bool = True
+    """Collect file activity (syscalls, fanotify, or watchdog under ``watch_paths``)."""
+    network: bool = True
+    """Collect connections and listening sockets."""
+    poll_interval: float = 0.02
+    """Portable backend: process/connection sampling period (seconds, minimum 5 ms)."""
+    network_poll_interval: float = 0.01
+    """Linux backend: period of the socket table scan (the remaining network blind window)."""
+    watch_paths: list[str] = field(default_factory=list)
+    """Portable backend: directories watched for file changes (session-correlated, non-causal)."""
+    fanotify_events: list[str] = field(default_factory=_default_fanotify_events)
+    """Linux backend: fanotify events to mark: ``open``, ``modify``, ``close_write``, ``access``."""
+    fanotify_paths: list[str] = field(default_factory=_default_fanotify_paths)
+    """Linux backend: a path on each filesystem (or mount) to mark."""
+    fanotify_mark: str = "filesystem"
+    """``filesystem`` (whole filesystem of each path) or ``mount`` (that mount only)."""
+    capture_environment: bool = False
+    """Store each process's environment (redacted). Off: only ``TRACEPARENT`` is read."""
+    batch_interval: float = 0.05
+    """Emit a batch at least this often (seconds) while events are pending."""
+    batch_size: int = 256
+    """Emit a batch as soon as this many events are pending."""
+    strace_path: str = "strace"
+    """The strace executable (strace backend)."""
+    bpftrace_path: str = "bpftrace"
+    """The bpftrace executable (ebpf backend)."""
+    startup_timeout: float = 15.0
+    """How long a tracing backend (strace, bpftrace) may take to attach (seconds)."""
+
+    def validate(self) -> list[str]:
+        """Problems with this config, each as ``key: message``."""
+        problems: list[str] = []
+        if self.backend not in BACKENDS:
+            problems.append(f"backend: must be one of {', '.join(BACKENDS)}, got {self.backend!r}")
+        if self.root_pid < 0:
+            problems.append("root_pid: must be >= 0")
+        if self.poll_interval < MIN_POLL_INTERVAL:
+            problems.append(
+                f"poll_interval: must be at least {MIN_POLL_INTERVAL * 1000:.0f}ms, "
+                f"got {self.poll_interval * 1000:g}ms"
+            )
+        if self.network_poll_interval < 0.001:
+            problems.append("network_poll_interval: must be at least 1ms")
+        for i, name in enumerate(self.fanotify_events):
+            if name not in FANOTIFY_EVENTS:
+                problems.append(
+                    f"fanotify_events[{i}]: must be one of {', '.join(FANOTIFY_EVENTS)}, "
+                    f"got {name!r}"
+                )
+        if self.fanotify_mark not in ("filesystem", "mount"):
+            problems.append("fanotify_mark: must be 'filesystem' or 'mount'")
+        if self.batch_interval <= 0:
+            problems.append("batch_interval: must be > 0")
+        if self.batch_size < 1:
+            problems.append("batch_size: must be >= 1")
+        if self.startup_timeout <= 0:
+            problems.append("startup_timeout: must be > 0")
+        return problems

@@ -1,0 +1,286 @@
+"""Shared machinery of every host backend: the lineage, process identities, OS-event records and
+the batching emitter.
+
+Backends only decide *what* happened; this module decides how it is written down, so every
+backend emits the same record shapes (the table in ``docs/dev-brief.md``) with the same identity
+for the same process.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections import Counter
+import threading
+import time
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+
+from otel_bridge import __version__
+from otel_bridge.component import Consumer, Telemetry
+from otel_bridge.identity import host_id
+from otel_bridge.model import AnyValue, Batch, CollectionState, LogRecord, Resource, Scope
+from otel_bridge.receivers.host.config import HostConfig
+from otel_bridge.receivers.host.procfs import ProcessInfo, approx_start_ms, read_process
+from otel_bridge.redaction import Redactor
+
+SYSCALL = "syscall"
+SAMPLED = "sampled_process"
+SESSION = "session_observation"
+
+
+def iso_ms(ms: int) -> str:
+    """ISO 8601 UTC with millisecond precision, as ``process.creation.time`` is written."""
+    dt = datetime.fromtimestamp(ms / 1000, tz=UTC)
+    return dt.strftime("%Y-%m-%dT%H:%M:%S.") + f"{ms % 1000:03d}Z"
+
+
+class Lineage:
+    """The observed workload: the root pid and every descendant seen so far. Thread-safe.
+
+    A pid leaves the lineage when it exits (so a recycled pid is not mistaken for it).
+    """
+
+    def __init__(self, root: int) -> None:
+        self.root = root
+        self._pids: set[int] = {root} if root else set()
+        self._lock = threading.Lock()
+
+    def __contains__(self, pid: object) -> bool:
+        return pid in self._pids
+
+    def add(self, pid: int) -> None:
+        """Track ``pid``."""
+        with self._lock:
+            self._pids.add(pid)
+
+    def discard(self, pid: int) -> None:
+        """Stop tracking ``pid`` (it exited)."""
+        with self._lock:
+            self._pids.discard(pid)
+
+    def snapshot(self) -> list[int]:
+        """The tracked pids now."""
+        with self._lock:
+            return sorted(self._pids)
+
+
+class Emitter:
+    """Buffers records and hands them to the next consumer as batches.
+
+    A batch leaves when ``batch_size`` records are pending or ``batch_interval`` has passed.
+    Errors from the consumer are counted and reported once, never raised into a backend.
+    """
+
+    def __init__(
+        self, consumer: Consumer, telemetry: Telemetry, *, batch_size: int, interval: float
+    ) -> None:
+        self._consumer = consumer
+        self._telemetry = telemetry
+        self._batch_size = batch_size
+        self._interval = interval
+        self._pending: list[LogRecord] = []
+        self._lock = threading.Lock()
+        self._send_lock = threading.Lock()
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self.emitted = 0
+
+    def start(self) -> None:
+        """Start the periodic flusher."""
+        self._thread = threading.Thread(target=self._run, name="host-emitter", daemon=True)
+        self._thread.start()
+
+    def emit(self, record: LogRecord) -> None:
+        """Queue one record; flushes at once when the batch is full."""
+        with self._lock:
+            self._pending.append(record)
+            full = len(self._pending) >= self._batch_size
+        if full:
+            self.flush()
+
+    def flush(self) -> None:
+        """Send everything pending as one batch."""
+        with self._send_lock:
+            with self._lock:
+                records, self._pending = self._pending, []
+            if not records:
+                return
+            try:
+                self._consumer.consume(Batch(logs=tuple(records)))
+                self.emitted += len(records)
+                self._telemetry.count("receiver.host.events_emitted", len(records))
+                for name, n in Counter(r.event_name for r in records).items():
+                    self._telemetry.count(f"receiver.host.events.{name}", n)
+            except Exception as exc:  # a consumer failure must not kill the backend
+                self._telemetry.count("receiver.host.events_refused", len(records))
+                self._telemetry.report_once("host.refused", f"host receiver: batch refused: {exc}")
+
+    def _run(self) -> None:
+        while not self._stop.wait(self._interval):
+            self.flush()
+
+    def close(self) -> None:
+        """Stop the flusher and send what is left."""
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join()
+        self.flush()
+
+
+@dataclass(slots=True)
+class HostContext:
+    """What a backend is given: config, lineage, record factory and emitter."""
+
+    config: HostConfig
+    lineage: Lineage
+    events: EventFactory
+    telemetry: Telemetry
+    redactor: Redactor
+    states: dict[str, tuple[str, str]] = field(default_factory=dict)
+
+    def emit(self, record: LogRecord) -> None:
+        """Send one record downstream."""
+        self.events.emitter.emit(record)
+
+    def collection_state(self, name: str, state: CollectionState, reason: str) -> None:
+        """Report the terminal state of one collection (record + telemetry note)."""
+        self.states[name] = (str(state), reason)
+        self.telemetry.note(f"host.collection.{name}", f"{state}: {reason}")
+        self.emit(
+            self.events.record(
+                "collection.state",
+                time.time_ns(),
+                {
+                    "collection.name": name,
+                    "collection.state": str(state),
+                    "collection.reason": reason,
+                },
+                attribution=None,
+            )
+        )
+
+
+class EventFactory:
+    """Builds OS-event log records for one backend under one shared resource."""
+
+    def __init__(self, backend: str, run_id: str, emitter: Emitter) -> None:
+        self.backend = backend
+        self.emitter = emitter
+        self.resource = Resource(
+            attributes={
+                "evidence.channel": "os",
+                "evidence.backend": backend,
+                "host.id": host_id(),
+                "service.name": "otel-bridge-host",
+                "otel_bridge.run.id": run_id,
+            }
+        )
+        self.scope = Scope(name="otel_bridge.receivers.host", version=__version__)
+        self._seq = itertools.count(1)
+        self._lock = threading.Lock()
+        self.processes: dict[int, ProcessInfo] = {}
+        """Every process identity seen, by pid (the latest one for a recycled pid)."""
+
+    def record(
+        self,
+        event_name: str,
+        time_ns: int,
+        attrs: dict[str, AnyValue],
+        *,
+        attribution: str | None,
+        causal: bool | None = None,
+    ) -> LogRecord:
+        """One record with a unique ``evidence.record_id``."""
+        with self._lock:
+            n = next(self._seq)
+        full: dict[str, AnyValue] = {"evidence.record_id": f"{self.backend}:{n}"}
+        if attribution is not None:
+            full["evidence.attribution"] = attribution
+        if causal is not None:
+            full["evidence.causal"] = causal
+        full.update(attrs)
+        return LogRecord(
+            resource=self.resource,
+            scope=self.scope,
+            time_unix_nano=time_ns,
+            observed_time_unix_nano=time.time_ns(),
+            severity_number=9,
+            severity_text="INFO",
+            event_name=event_name,
+            attributes=full,
+        )
+
+    def remember(self, info: ProcessInfo) -> ProcessInfo:
+        """Record ``info`` as the current identity of its pid."""
+        self.processes[info.pid] = info
+        return info
+
+    def identity_attrs(self, pid: int) -> dict[str, AnyValue]:
+        """``process.pid`` and ``process.creation.time`` of a known pid (approximate flagged)."""
+        out: dict[str, AnyValue] = {"process.pid": pid}
+        info = self.processes.get(pid)
+        if info is not None:
+            out["process.creation.time"] = iso_ms(info.start_ms)
+            if info.approximate:
+                out["process.creation.time.approximate"] = True
+        return out
+
+    def process_attrs(self, info: ProcessInfo) -> dict[str, AnyValue]:
+        """Attributes of ``process.start`` / ``process.exec`` for ``info``."""
+        out = self.identity_attrs(info.pid)
+        if info.ppid:
+            out["process.parent_pid"] = info.ppid
+            parent = self.processes.get(info.ppid)
+            if parent is not None:
+                out["process.parent.creation.time"] = iso_ms(parent.start_ms)
+        if info.exe:
+            out["process.executable.path"] = info.exe
+        if info.name:
+            out["process.executable.name"] = info.name
+        if info.argv:
+            out["process.command_args"] = tuple(info.argv)
+        if info.cwd:
+            out["process.working_directory"] = info.cwd
+        if info.traceparent:
+            out["process.env.traceparent"] = info.traceparent
+        if info.env is not None:
+            out["process.environment"] = dict(info.env)
+        return out
+
+    def process_event(
+        self, event_name: str, info: ProcessInfo, time_ns: int, *, attribution: str
+    ) -> LogRecord:
+        """A ``process.start`` or ``process.exec`` record (causal when kernel-reported)."""
+        causal = True if attribution == SYSCALL else None
+        return self.record(
+            event_name, time_ns, self.process_attrs(info), attribution=attribution, causal=causal
+        )
+
+    def exit_event(
+        self, pid: int, time_ns: int, code: int | None, *, attribution: str
+    ) -> LogRecord:
+        """A ``process.exit`` record; ``code`` None when the backend cannot know it."""
+        attrs = self.identity_attrs(pid)
+        if code is not None:
+            attrs["process.exit.code"] = code
+        attrs["process.exit.time"] = datetime.fromtimestamp(time_ns / 1e9, tz=UTC).isoformat()
+        causal = True if attribution == SYSCALL else None
+        return self.record("process.exit", time_ns, attrs, attribution=attribution, causal=causal)
+
+
+def lookup_process(
+    ctx: HostContext, pid: int, *, event_monotonic_ns: int | None = None
+) -> ProcessInfo:
+    """The identity of ``pid``: read ``/proc`` now, else approximate it (see :mod:`procfs`)."""
+    info = read_process(pid, ctx.redactor, capture_environment=ctx.config.capture_environment)
+    if info is None:
+        known = ctx.events.processes.get(pid)
+        if known is not None:
+            return known
+        start = approx_start_ms(
+            event_monotonic_ns if event_monotonic_ns is not None else time.monotonic_ns()
+        )
+        info = ProcessInfo(pid=pid, start_ms=start, approximate=True)
+    return ctx.events.remember(info)
+
+

@@ -1,0 +1,313 @@
+"""The ``linux`` backend: kernel-pushed process events, fanotify file events, socket scans.
+
+* **Processes**: the netlink process connector (``NETLINK_CONNECTOR``, ``CN_IDX_PROC``,
+  ``PROC_CN_MCAST_LISTEN``). The kernel pushes a fork, exec and exit event for every process;
+  the reader keeps those of the lineage (a fork whose parent is tracked adds the child *before*
+  the child can run, so there is no blind window). ``/proc/<pid>`` is read the moment a fork or
+  exec arrives; a process that is already gone gets an approximate identity (see
+  :mod:`procfs`). If the socket buffer overflows (``ENOBUFS``) events were lost: the process
+  collection becomes ``degraded`` and the loss is counted.
+* **Files**: fanotify (:mod:`fanotify`), kernel-attributed to the accessing pid.
+* **Network**: no tracing: the lineage's socket inodes are matched against the kernel's socket
+  tables (:mod:`netscan`) on every fork/exec and every ``network_poll_interval``. A socket
+  opened and closed between two scans is missed: that blind window remains.
+
+Needs root (``CAP_NET_ADMIN`` for the connector, ``CAP_SYS_ADMIN`` for fanotify).
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+import select
+import socket
+import struct
+import threading
+import time
+
+from otel_bridge.errors import BackendUnavailableError
+from otel_bridge.model import CollectionState
+from otel_bridge.receivers.host.events import SAMPLED, SYSCALL, HostContext, lookup_process
+from otel_bridge.receivers.host.fanotify import FanotifyWatcher
+from otel_bridge.receivers.host.netscan import SocketScanner
+from otel_bridge.receivers.host.procfs import (
+    ProcessInfo,
+    descendants_of,
+    monotonic_to_wall_ns,
+    read_process,
+)
+
+NETLINK_CONNECTOR = 11
+CN_IDX_PROC = 1
+CN_VAL_PROC = 1
+PROC_CN_MCAST_LISTEN = 1
+PROC_CN_MCAST_IGNORE = 2
+NLMSG_DONE = 3
+PROC_EVENT_NONE = 0
+PROC_EVENT_FORK = 0x1
+PROC_EVENT_EXEC = 0x2
+PROC_EVENT_EXIT = 0x80000000
+
+_NLMSGHDR = struct.Struct("=IHHII")
+_CN_MSG = struct.Struct("=IIIIHH")
+_EVENT_HEAD = struct.Struct("=IIQ")
+_FORK = struct.Struct("=IIII")
+_EXEC = struct.Struct("=II")
+_EXIT = struct.Struct("=IIII")
+_RCVBUF = 8 * 1024 * 1024
+_RETIRE_AFTER_S = 2.0
+"""An exited pid stays in the lineage this long so its late fanotify/socket events still count."""
+
+
+def open_proc_connector() -> socket.socket:
+    """A bound, subscribed process-connector socket; raises ``BackendUnavailableError``."""
+    if not hasattr(socket, "AF_NETLINK"):
+        raise BackendUnavailableError("linux: no AF_NETLINK sockets on this platform")
+    try:
+        sock = socket.socket(socket.AF_NETLINK, socket.SOCK_DGRAM, NETLINK_CONNECTOR)
+    except OSError as exc:
+        raise BackendUnavailableError(
+            f"linux: cannot open a NETLINK_CONNECTOR socket ({exc.strerror}); "
+            "the kernel lacks CONFIG_CONNECTOR/CONFIG_PROC_EVENTS"
+        ) from exc
+    try:
+        try:
+            sock.setsockopt(socket.SOL_SOCKET, 33, _RCVBUF)  # SO_RCVBUFFORCE (root)
+        except OSError:
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, _RCVBUF)
+        sock.bind((0, CN_IDX_PROC))
+        sock.send(_subscribe_message(PROC_CN_MCAST_LISTEN, sock.getsockname()[0]))
+    except OSError as exc:
+        sock.close()
+        reason = "needs root (CAP_NET_ADMIN)" if exc.errno == errno.EPERM else exc.strerror
+        raise BackendUnavailableError(
+            f"linux: cannot subscribe to the process connector: {reason}"
+        ) from exc
+    return sock
+
+
+def _subscribe_message(op: int, port_id: int) -> bytes:
+    payload = struct.pack("=I", op)
+    cn = _CN_MSG.pack(CN_IDX_PROC, CN_VAL_PROC, 0, 0, len(payload), 0) + payload
+    return _NLMSGHDR.pack(_NLMSGHDR.size + len(cn), NLMSG_DONE, 0, 0, port_id) + cn
+
+
+def parse_messages(data: bytes) -> list[tuple[int, int, tuple[int, ...]]]:
+    """``(what, timestamp_ns, fields)`` for each proc event in one netlink datagram."""
+    out: list[tuple[int, int, tuple[int, ...]]] = []
+    offset = 0
+    while offset + _NLMSGHDR.size <= len(data):
+        length = _NLMSGHDR.unpack_from(data, offset)[0]
+        if length < _NLMSGHDR.size:
+            break
+        body = offset + _NLMSGHDR.size + _CN_MSG.size
+        if body + _EVENT_HEAD.size <= offset + length:
+            what, _cpu, ts = _EVENT_HEAD.unpack_from(data, body)
+            rest = body + _EVENT_HEAD.size
+            fields: tuple[int, ...] = ()
+            if what == PROC_EVENT_FORK:
+                fields = _FORK.unpack_from(data, rest)
+            elif what == PROC_EVENT_EXEC:
+                fields = _EXEC.unpack_from(data, rest)
+            elif what == PROC_EVENT_EXIT:
+                fields = _EXIT.unpack_from(data, rest)
+            out.append((what, ts, fields))
+        offset += (length + 3) & ~3
+    return out
+
+
+def exit_code_of(status: int) -> int:
+    """A wait status as Python reports it: the exit code, or minus the killing signal."""
+    sig = status & 0x7F
+    return -sig if sig else (status >> 8) & 0xFF
+
+
+class LinuxBackend:
+    """Process connector + fanotify + socket scans (see the module docstring)."""
+
+    name = "linux"
+
+    def __init__(self) -> None:
+        if os.geteuid() != 0:
+            raise BackendUnavailableError(
+                "linux: needs root (netlink process connector and fanotify)"
+            )
+        sock = open_proc_connector()  # fails here, before start, if the kernel lacks it
+        sock.close()
+        self.why = (
+            "netlink process connector works here: fork/exec/exit are pushed by the kernel "
+            "with no blind window and no tracing cost"
+        )
+        self._sock: socket.socket | None = None
+        self._ctx: HostContext | None = None
+        self._thread: threading.Thread | None = None
+        self._stop_r, self._stop_w = -1, -1
+        self._fanotify: FanotifyWatcher | None = None
+        self._scanner: SocketScanner | None = None
+        self._retiring: list[tuple[float, int]] = []
+        self.lost = 0
+
+    def start(self, ctx: HostContext) -> None:
+        """Subscribe, snapshot the existing lineage, then follow kernel events."""
+        self._ctx = ctx
+        cfg = ctx.config
+        self._sock = open_proc_connector()
+        self._stop_r, self._stop_w = os.pipe()
+        if cfg.processes:
+            ctx.collection_state("process", CollectionState.AVAILABLE, self.why)
+        else:
+            ctx.collection_state("process", CollectionState.NOT_REQUESTED, "processes: false")
+        self._snapshot_existing(ctx)
+        if cfg.files:
+            try:
+                self._fanotify = FanotifyWatcher(ctx)
+                self._fanotify.start()
+            except OSError as exc:
+                ctx.collection_state(
+                    "file", CollectionState.UNAVAILABLE, f"fanotify failed: {exc}"
+                )
+                self._fanotify = None
+        else:
+            ctx.collection_state("file", CollectionState.NOT_REQUESTED, "files: false")
+        if cfg.network:
+            self._scanner = SocketScanner(ctx, attribution=SAMPLED)
+            self._scanner.start(cfg.network_poll_interval)
+        else:
+            ctx.collection_state("network", CollectionState.NOT_REQUESTED, "network: false")
+        self._thread = threading.Thread(target=self._run, name="host-linux", daemon=True)
+        self._thread.start()
+
+    def _snapshot_existing(self, ctx: HostContext) -> None:
+        root = ctx.lineage.root
+        now = time.time_ns()
+        for pid in [root, *descendants_of(root)]:
+            info = read_process(
+                pid, ctx.redactor, capture_environment=ctx.config.capture_environment
+            )
+            if info is None:
+                continue
+            ctx.lineage.add(pid)
+            ctx.events.remember(info)
+            if ctx.config.processes:
+                ctx.emit(ctx.events.process_event("process.start", info, now, attribution=SAMPLED))
+
+    def _run(self) -> None:
+        assert self._sock is not None
+        sock = self._sock
+        while True:
+            ready, _, _ = select.select([sock, self._stop_r], [], [], 0.5)
+            if self._stop_r in ready:
+                # drain what the kernel already queued, then stop
+                sock.setblocking(False)
+                while self._recv_once(sock):
+                    pass
+                return
+            if sock in ready:
+                self._recv_once(sock)
+            self._retire_due()
+
+    def _recv_once(self, sock: socket.socket) -> bool:
+        try:
+            data = sock.recv(65536)
+        except BlockingIOError:
+            return False
+        except OSError as exc:
+            if exc.errno == errno.ENOBUFS:
+                self._lost()
+                return True
+            return False
+        for what, ts, fields in parse_messages(data):
+            self._handle(what, ts, fields)
+        return True
+
+    def _lost(self) -> None:
+        ctx = self._ctx
+        assert ctx is not None
+        self.lost += 1
+        ctx.telemetry.count("receiver.host.linux.overruns")
+        if ctx.states.get("process", ("",))[0] == CollectionState.AVAILABLE:
+            ctx.collection_state(
+                "process",
+                CollectionState.DEGRADED,
+                "netlink socket overrun (ENOBUFS): some process events were lost",
+            )
+
+    def _handle(self, what: int, ts: int, fields: tuple[int, ...]) -> None:
+        ctx = self._ctx
+        assert ctx is not None
+        wall = monotonic_to_wall_ns(ts)
+        if what == PROC_EVENT_FORK:
+            _ppid, ptgid, cpid, ctgid = fields
+            if cpid != ctgid or ptgid not in ctx.lineage:
+                return  # a new thread, or outside the lineage
+            ctx.lineage.add(ctgid)
+            info = lookup_process(ctx, ctgid, event_monotonic_ns=ts)
+            info.ppid = ptgid
+            if ctx.config.processes:
+                ctx.emit(ctx.events.process_event("process.start", info, wall, attribution=SYSCALL))
+            self._scan()
+        elif what == PROC_EVENT_EXEC:
+            _pid, tgid = fields
+            if tgid not in ctx.lineage:
+                return
+            fresh = read_process(
+                tgid, ctx.redactor, capture_environment=ctx.config.capture_environment
+            )
+            if fresh is None:
+                # gone before the new image could be read: the identity stays, the image is
+                # unknown (never the pre-exec image, which would be wrong)
+                base = lookup_process(ctx, tgid, event_monotonic_ns=ts)
+                info = ProcessInfo(
+                    pid=tgid, start_ms=base.start_ms, ppid=base.ppid, approximate=base.approximate
+                )
+            else:
+                info = fresh
+            ctx.events.remember(info)
+            if ctx.config.processes:
+                ctx.emit(ctx.events.process_event("process.exec", info, wall, attribution=SYSCALL))
+            self._scan()
+        elif what == PROC_EVENT_EXIT:
+            pid, tgid, status, _sig = fields
+            if pid != tgid or tgid not in ctx.lineage:
+                return
+            if ctx.config.processes:
+                ctx.emit(
+                    ctx.events.exit_event(tgid, wall, exit_code_of(status), attribution=SYSCALL)
+                )
+            self._retiring.append((time.monotonic() + _RETIRE_AFTER_S, tgid))
+
+    def _scan(self) -> None:
+        if self._scanner is not None:
+            self._scanner.scan_now()
+
+    def _retire_due(self) -> None:
+        ctx = self._ctx
+        assert ctx is not None
+        now = time.monotonic()
+        keep: list[tuple[float, int]] = []
+        for due, pid in self._retiring:
+            if due <= now:
+                ctx.lineage.discard(pid)
+            else:
+                keep.append((due, pid))
+        self._retiring = keep
+
+    def stop(self) -> None:
+        """Stop every reader; pending kernel events are drained first."""
+        if self._thread is not None and self._stop_w >= 0:
+            os.write(self._stop_w, b"x")
+            self._thread.join()
+            self._thread = None
+        if self._scanner is not None:
+            self._scanner.stop()
+            self._scanner = None
+        if self._fanotify is not None:
+            self._fanotify.stop()
+            self._fanotify = None
+        if self._sock is not None:
+            self._sock.close()
+            self._sock = None
+        for fd in (self._stop_r, self._stop_w):
+            if fd >= 0:
+                os.close(fd)
+        self._stop_r = self._stop_w = -1

@@ -1,0 +1,189 @@
+"""Socket scans without tracing: match the lineage's socket inodes to the kernel socket tables.
+
+Each scan reads the TCP/UDP tables of the workload's network namespace
+(``/proc/<root>/net/{tcp,tcp6,udp,udp6}``) and the ``socket:[inode]`` links in each tracked
+process's ``/proc/<pid>/fd``. A socket belongs to the process holding its inode. TCP
+``ESTABLISHED`` sockets that were not accepted from a local listener become ``network.connect``,
+``SYN_SENT`` becomes ``network.connect_attempt`` (``pending``), ``LISTEN`` becomes
+``network.listen``; a UDP socket with a peer becomes a ``udp`` connect.
+
+This is sampling (attribution ``sampled_process``): a socket opened and closed between two
+scans is missed. Scans run every ``network_poll_interval`` and immediately on every fork/exec.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import struct
+import threading
+import time
+
+from otel_bridge.model import AnyValue, CollectionState
+from otel_bridge.receivers.host.events import HostContext
+
+_TCP_ESTABLISHED = "01"
+_TCP_SYN_SENT = "02"
+_TCP_LISTEN = "0A"
+
+
+def decode_address(hex_addr: str) -> tuple[str, int]:
+    """``("127.0.0.1", 8080)`` from a ``/proc/net/tcp`` ``0100007F:1F90`` field."""
+    addr, port = hex_addr.split(":")
+    raw = bytes.fromhex(addr)
+    if len(raw) == 4:
+        ip = socket.inet_ntop(socket.AF_INET, raw[::-1])
+    else:
+        words = struct.unpack("<4I", raw)
+        ip = socket.inet_ntop(socket.AF_INET6, struct.pack(">4I", *words))
+        if ip.startswith("::ffff:") and "." in ip:
+            ip = ip[len("::ffff:") :]
+    return ip, int(port, 16)
+
+
+SocketRow = tuple[str, str, int, str, int, str]
+"""(transport, local address, local port, peer address, peer port, state)."""
+
+
+def read_tables(pid: int) -> dict[int, SocketRow]:
+    """Every TCP/UDP socket of ``pid``'s network namespace, by inode."""
+    out: dict[int, SocketRow] = {}
+    for name, transport in (("tcp", "tcp"), ("tcp6", "tcp"), ("udp", "udp"), ("udp6", "udp")):
+        try:
+            with open(f"/proc/{pid}/net/{name}", encoding="ascii") as f:
+                lines = f.read().splitlines()[1:]
+        except OSError:
+            continue
+        for line in lines:
+            parts = line.split()
+            if len(parts) < 10:
+                continue
+            laddr, lport = decode_address(parts[1])
+            raddr, rport = decode_address(parts[2])
+            out[int(parts[9])] = (transport, laddr, lport, raddr, rport, parts[3])
+    return out
+
+
+def socket_inodes(pid: int) -> list[int]:
+    """Inodes of the sockets ``pid`` holds open."""
+    out: list[int] = []
+    base = f"/proc/{pid}/fd"
+    try:
+        fds = os.listdir(base)
+    except OSError:
+        return out
+    for fd in fds:
+        try:
+            target = os.readlink(f"{base}/{fd}")
+        except OSError:
+            continue
+        if target.startswith("socket:["):
+            out.append(int(target[8:-1]))
+    return out
+
+
+class SocketScanner:
+    """Periodic and on-demand socket scans of the lineage (see the module docstring)."""
+
+    def __init__(self, ctx: HostContext, *, attribution: str) -> None:
+        self._ctx = ctx
+        self._attribution = attribution
+        self._seen: set[tuple[int, int, str]] = set()
+        self._lock = threading.Lock()
+        self._stop = threading.Event()
+        self._wake = threading.Event()
+        self._thread: threading.Thread | None = None
+        self.scans = 0
+
+    def start(self, interval: float) -> None:
+        """Report the state and start scanning every ``interval`` seconds."""
+        self._ctx.collection_state(
+            "network",
+            CollectionState.DEGRADED,
+            f"socket-table scans every {interval * 1000:g}ms and on each fork/exec (no "
+            "tracing): a socket opened and closed between scans is missed",
+        )
+        self._thread = threading.Thread(
+            target=self._run, args=(interval,), name="host-netscan", daemon=True
+        )
+        self._thread.start()
+
+    def scan_now(self) -> None:
+        """Ask the scanner thread for an immediate scan."""
+        self._wake.set()
+
+    def _run(self, interval: float) -> None:
+        while not self._stop.is_set():
+            self._wake.wait(interval)
+            self._wake.clear()
+            self.scan()
+
+    def scan(self) -> None:
+        """One scan of every tracked process."""
+        ctx = self._ctx
+        pids = ctx.lineage.snapshot()
+        if not pids:
+            return
+        holders: dict[int, int] = {}
+        for pid in pids:
+            for inode in socket_inodes(pid):
+                holders.setdefault(inode, pid)
+        if not holders:
+            return
+        table: dict[int, SocketRow] = {}
+        for pid in pids:
+            table = read_tables(pid)
+            if table:
+                break
+        self.scans += 1
+        listening = {(row[0], row[2]) for row in table.values() if row[5] == _TCP_LISTEN}
+        now = time.time_ns()
+        for inode, pid in holders.items():
+            row = table.get(inode)
+            if row is None:
+                continue
+            self._classify(pid, inode, row, listening, now)
+
+    def _classify(
+        self, pid: int, inode: int, row: SocketRow, listening: set[tuple[str, int]], now: int
+    ) -> None:
+        transport, laddr, lport, raddr, rport, state = row
+        if transport == "tcp" and state == _TCP_LISTEN:
+            name = "network.listen"
+        elif transport == "tcp" and state == _TCP_ESTABLISHED:
+            if (transport, lport) in listening:
+                return  # accepted from a local listener: not this process's connect
+            name = "network.connect"
+        elif transport == "tcp" and state == _TCP_SYN_SENT:
+            name = "network.connect_attempt"
+        elif transport == "udp" and rport:
+            name = "network.connect"
+        else:
+            return
+        with self._lock:
+            key = (pid, inode, name)
+            if key in self._seen:
+                return
+            self._seen.add(key)
+        ctx = self._ctx
+        attrs: dict[str, AnyValue] = ctx.events.identity_attrs(pid)
+        attrs["network.transport"] = transport
+        attrs["network.local.address"] = laddr
+        attrs["network.local.port"] = lport
+        if name != "network.listen":
+            attrs["network.peer.address"] = raddr
+            attrs["network.peer.port"] = rport
+        if name == "network.connect_attempt":
+            attrs["network.connect.result"] = "pending"
+            attrs["error.type"] = "EINPROGRESS"
+        ctx.emit(ctx.events.record(name, now, attrs, attribution=self._attribution))
+
+    def stop(self) -> None:
+        """One last scan, then stop. Safe twice."""
+        if self._thread is None:
+            return
+        self._stop.set()
+        self._wake.set()
+        self._thread.join()
+        self._thread = None
+        self.scan()

@@ -1,0 +1,254 @@
+"""The ``portable`` backend: psutil sampling plus watchdog file notifications.
+
+Works wherever psutil and watchdog do (Linux, macOS, Windows) and needs no privilege. Every
+``poll_interval`` (minimum 5 ms) it lists the machine's pids, adds new processes whose parent is
+in the lineage, reports the ones that disappeared, and samples each tracked process's
+connections. Attribution is ``sampled_process``: a process or socket whose whole lifetime falls
+between two samples is missed (ExecWeave section V-C), and scheduling delay widens that window.
+Exit codes are not observable by sampling.
+
+Files: watchdog under ``watch_paths`` yields ``file.change`` records, attribution
+``session_observation`` and ``evidence.causal=false``: a notification does not say which process
+made the change.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+from typing import Any
+
+import psutil
+
+from otel_bridge.identity import psutil_start_ms
+from otel_bridge.model import AnyValue, CollectionState
+from otel_bridge.receivers.host.events import SAMPLED, SESSION, HostContext
+from otel_bridge.receivers.host.procfs import ProcessInfo
+
+
+class PortableBackend:
+    """psutil polling + watchdog (see the module docstring)."""
+
+    name = "portable"
+
+    def __init__(self) -> None:
+        self.why = "psutil sampling and watchdog notifications: no privilege needed"
+        self._ctx: HostContext | None = None
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._observer: Any = None
+        self._known: set[int] = set()
+        self._outside: dict[int, float] = {}
+        """pids seen outside the lineage, with their create time (to notice pid reuse)."""
+        self._conns: set[tuple[int, str, str, int, str, int, str]] = set()
+        self.polls = 0
+        self.poll_seconds = 0.0
+
+    def start(self, ctx: HostContext) -> None:
+        """Take the first sample synchronously, then poll in a thread."""
+        self._ctx = ctx
+        cfg = ctx.config
+        interval_ms = f"{cfg.poll_interval * 1000:g}ms"
+        if cfg.processes:
+            ctx.collection_state(
+                "process",
+                CollectionState.DEGRADED,
+                f"psutil sampling every {interval_ms}: processes living less than one interval "
+                "can be missed; exit codes unknown",
+            )
+        else:
+            ctx.collection_state("process", CollectionState.NOT_REQUESTED, "processes: false")
+        if cfg.network:
+            ctx.collection_state(
+                "network",
+                CollectionState.DEGRADED,
+                f"psutil connection sampling every {interval_ms}: short sockets can be missed",
+            )
+        else:
+            ctx.collection_state("network", CollectionState.NOT_REQUESTED, "network: false")
+        self._start_watchdog(ctx)
+        self._poll()
+        self._thread = threading.Thread(target=self._run, name="host-portable", daemon=True)
+        self._thread.start()
+
+    def _start_watchdog(self, ctx: HostContext) -> None:
+        cfg = ctx.config
+        if not cfg.files:
+            ctx.collection_state("file", CollectionState.NOT_REQUESTED, "files: false")
+            return
+        if not cfg.watch_paths:
+            ctx.collection_state(
+                "file", CollectionState.NOT_SAMPLED, "no watch_paths configured for watchdog"
+            )
+            return
+        from watchdog.events import FileSystemEvent, FileSystemEventHandler
+        from watchdog.observers import Observer
+
+        backend = self
+
+        class _Handler(FileSystemEventHandler):  # type: ignore[misc]
+            def on_any_event(self, event: FileSystemEvent) -> None:
+                backend._file_event(event)
+
+        observer = Observer()
+        for path in cfg.watch_paths:
+            observer.schedule(_Handler(), path, recursive=True)
+        observer.start()
+        self._observer = observer
+        ctx.collection_state(
+            "file",
+            CollectionState.DEGRADED,
+            f"watchdog on {', '.join(cfg.watch_paths)}: session-correlated, non-causal "
+            "(the changing process is unknown)",
+        )
+
+    _CHANGE_TYPES = {"created": "created", "modified": "modified", "deleted": "deleted"}
+
+    def _file_event(self, event: Any) -> None:
+        ctx = self._ctx
+        if ctx is None or event.is_directory:
+            return
+        kind = str(event.event_type)
+        attrs: dict[str, AnyValue] = {"file.path": os.fsdecode(event.src_path)}
+        if kind == "moved":
+            attrs["file.change.type"] = "moved"
+            attrs["file.new_path"] = os.fsdecode(event.dest_path)
+        elif kind in self._CHANGE_TYPES:
+            attrs["file.change.type"] = self._CHANGE_TYPES[kind]
+        else:
+            return  # opened/closed notifications carry no change
+        ctx.emit(
+            ctx.events.record(
+                "file.change", time.time_ns(), attrs, attribution=SESSION, causal=False
+            )
+        )
+
+    def _run(self) -> None:
+        assert self._ctx is not None
+        interval = self._ctx.config.poll_interval
+        next_at = time.monotonic() + interval
+        while not self._stop.wait(max(0.0, next_at - time.monotonic())):
+            self._poll()
+            next_at += interval
+            now = time.monotonic()
+            if next_at < now:  # overran: skip, do not burst
+                next_at = now + interval
+
+    def _poll(self) -> None:
+        ctx = self._ctx
+        assert ctx is not None
+        began = time.perf_counter()
+        now = time.time_ns()
+        current = set(psutil.pids())
+        fresh = sorted(current - self._known - set(self._outside))
+        for pid in fresh:
+            self._consider(pid, now)
+        # a child listed before its (also new) parent: look again once the parent is known
+        for pid in fresh:
+            if pid in self._outside and pid not in self._known:
+                del self._outside[pid]
+                self._consider(pid, now)
+        for pid in list(self._outside):
+            if pid not in current:
+                del self._outside[pid]
+        for pid in sorted(self._known - current):
+            self._known.discard(pid)
+            ctx.lineage.discard(pid)
+            if ctx.config.processes:
+                ctx.emit(ctx.events.exit_event(pid, now, None, attribution=SAMPLED))
+        if ctx.config.network:
+            for pid in sorted(self._known):
+                self._sample_connections(pid, now)
+        self.polls += 1
+        self.poll_seconds += time.perf_counter() - began
+
+    def _consider(self, pid: int, now: int) -> None:
+        ctx = self._ctx
+        assert ctx is not None
+        try:
+            proc = psutil.Process(pid)
+            ppid = proc.ppid() if pid != ctx.lineage.root else 0
+            if pid != ctx.lineage.root and ppid not in ctx.lineage:
+                self._outside[pid] = proc.create_time()
+                return
+            info = self._read(proc, ppid)
+        except (psutil.NoSuchProcess, psutil.ZombieProcess):
+            return
+        except psutil.AccessDenied:
+            return
+        ctx.lineage.add(pid)
+        self._known.add(pid)
+        ctx.events.remember(info)
+        if ctx.config.processes:
+            ctx.emit(ctx.events.process_event("process.start", info, now, attribution=SAMPLED))
+
+    def _read(self, proc: psutil.Process, ppid: int) -> ProcessInfo:
+        ctx = self._ctx
+        assert ctx is not None
+        info = ProcessInfo(pid=proc.pid, start_ms=psutil_start_ms(proc.create_time()), ppid=ppid)
+        with proc.oneshot():
+            for attr, getter in (("exe", proc.exe), ("cwd", proc.cwd)):
+                try:
+                    setattr(info, attr, getter())
+                except (psutil.AccessDenied, psutil.ZombieProcess, OSError):
+                    pass
+            try:
+                info.argv = ctx.redactor.argv(proc.cmdline())
+            except (psutil.AccessDenied, psutil.ZombieProcess, OSError):
+                pass
+            try:
+                env = proc.environ()
+            except (psutil.AccessDenied, psutil.ZombieProcess, OSError):
+                env = {}
+            info.traceparent = env.get("TRACEPARENT", "")
+            if ctx.config.capture_environment:
+                info.env = ctx.redactor.env(env)
+        return info
+
+    def _sample_connections(self, pid: int, now: int) -> None:
+        ctx = self._ctx
+        assert ctx is not None
+        try:
+            conns = psutil.Process(pid).net_connections(kind="inet")
+        except (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess):
+            return
+        for c in conns:
+            transport = "tcp" if c.type == 1 else "udp"  # SOCK_STREAM
+            laddr = c.laddr if c.laddr else ("", 0)
+            raddr = c.raddr if c.raddr else ("", 0)
+            status = str(c.status)
+            if status == psutil.CONN_LISTEN:
+                name = "network.listen"
+            elif raddr[0] and status in (psutil.CONN_ESTABLISHED, psutil.CONN_NONE):
+                name = "network.connect"
+            elif raddr[0] and status == psutil.CONN_SYN_SENT:
+                name = "network.connect_attempt"
+            else:
+                continue
+            key = (pid, name, str(laddr[0]), int(laddr[1]), str(raddr[0]), int(raddr[1]), status)
+            if key in self._conns:
+                continue
+            self._conns.add(key)
+            attrs: dict[str, AnyValue] = ctx.events.identity_attrs(pid)
+            attrs["network.transport"] = transport
+            attrs["network.local.address"] = str(laddr[0])
+            attrs["network.local.port"] = int(laddr[1])
+            if name != "network.listen":
+                attrs["network.peer.address"] = str(raddr[0])
+                attrs["network.peer.port"] = int(raddr[1])
+            if name == "network.connect_attempt":
+                attrs["network.connect.result"] = "pending"
+                attrs["error.type"] = "EINPROGRESS"
+            ctx.emit(ctx.events.record(name, now, attrs, attribution=SAMPLED))
+
+    def stop(self) -> None:
+        """Stop polling and watching. Safe twice."""
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join()
+            self._thread = None
+        if self._observer is not None:
+            self._observer.stop()
+            self._observer.join()
+            self._observer = None

@@ -1,0 +1,192 @@
+"""The ``strace`` backend: ptrace-based syscall tracing of the lineage.
+
+strace attaches to the root (and any descendants already running) with ``-p`` and follows every
+new child (``-f``). Its output goes to a pipe (``-o /dev/fd/N``) and is parsed incrementally:
+
+* ``execve``/``execveat`` successes -> ``process.exec`` (argv from the trace, redacted);
+  ``clone``/``fork``/``vfork`` and a new pid's first line -> ``process.start``;
+  ``+++ exited with N +++`` -> ``process.exit`` with the code;
+* successful ``open``/``openat``/``openat2``/``creat`` -> ``file.open`` with flags and access
+  (failures are counted, not emitted); ``unlink*`` -> ``file.delete``; ``rename*`` ->
+  ``file.rename``;
+* ``connect`` = 0 -> ``network.connect``; ``EINPROGRESS`` -> ``network.connect_attempt``
+  ``pending``; other errors -> ``connect_attempt`` ``failed``; ``listen`` -> ``network.listen``.
+
+Attaching by pid cannot use ``--seccomp-bpf`` (strace applies that filter only to commands it
+launches), so every traced syscall of the lineage stops in the tracer: strace is the
+highest-overhead backend. Attribution is ``syscall``, causal.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import threading
+import time
+from typing import IO
+
+from otel_bridge.errors import BackendUnavailableError
+from otel_bridge.model import CollectionState
+from otel_bridge.receivers.host.events import SAMPLED, HostContext
+from otel_bridge.receivers.host.procfs import descendants_of, read_process
+from otel_bridge.receivers.host.strace_events import SyscallInterpreter
+from otel_bridge.receivers.host.strace_parse import StraceParser
+
+TRACE_SET = (
+    "execve,execveat,clone,clone3,fork,vfork,exit_group,"
+    "open,openat,openat2,creat,unlink,unlinkat,rename,renameat,renameat2,"
+    "connect,listen"
+)
+
+
+def _drain_and_close(stream: IO[bytes]) -> None:
+    with stream:
+        while stream.read(65536):
+            pass
+
+
+class StraceBackend:
+    """strace -f -p ROOT, parsed from a pipe (see the module docstring)."""
+
+    name = "strace"
+
+    def __init__(self, strace_path: str = "strace") -> None:
+        path = shutil.which(strace_path)
+        if path is None:
+            raise BackendUnavailableError(f"strace: {strace_path!r} is not installed")
+        try:
+            version = subprocess.run(
+                [path, "-V"], capture_output=True, text=True, timeout=10, check=False
+            ).stdout.splitlines()[0]
+        except (OSError, subprocess.TimeoutExpired, IndexError) as exc:
+            raise BackendUnavailableError(f"strace: cannot run {path}: {exc}") from exc
+        self._path = path
+        self.version = version
+        self.why = (
+            f"{version}: ptrace syscall tracing of the lineage (attached by pid, so no "
+            "--seccomp-bpf: every traced syscall stops in the tracer)"
+        )
+        self._proc: subprocess.Popen[bytes] | None = None
+        self._read_fd = -1
+        self._thread: threading.Thread | None = None
+        self._interp: SyscallInterpreter | None = None
+        self._drain: threading.Thread | None = None
+
+    def start(self, ctx: HostContext) -> None:
+        """Attach strace to the lineage and wait until every pid is attached."""
+        root = ctx.lineage.root
+        pids = [root, *descendants_of(root)]
+        now = time.time_ns()
+        for pid in pids:
+            info = read_process(
+                pid, ctx.redactor, capture_environment=ctx.config.capture_environment
+            )
+            if info is None:
+                continue
+            ctx.lineage.add(pid)
+            ctx.events.remember(info)
+            if ctx.config.processes:
+                ctx.emit(ctx.events.process_event("process.start", info, now, attribution=SAMPLED))
+        read_fd, write_fd = os.pipe()
+        cmd = [self._path, "-f", "-ttt", "-yy", "-s", "4096", "-o", f"/dev/fd/{write_fd}"]
+        cmd += ["-e", f"trace={TRACE_SET}", "-e", "signal=none"]
+        for pid in pids:
+            cmd += ["-p", str(pid)]
+        try:
+            self._proc = subprocess.Popen(
+                cmd,
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.PIPE,
+                pass_fds=(write_fd,),
+            )
+        finally:
+            os.close(write_fd)
+        self._read_fd = read_fd
+        self._wait_attached(pids, ctx.config.startup_timeout)
+        self._interp = SyscallInterpreter(ctx)
+        ctx.collection_state(
+            "process",
+            CollectionState.AVAILABLE if ctx.config.processes else CollectionState.NOT_REQUESTED,
+            self.why if ctx.config.processes else "processes: false",
+        )
+        ctx.collection_state(
+            "file",
+            CollectionState.AVAILABLE if ctx.config.files else CollectionState.NOT_REQUESTED,
+            "open/openat/openat2/creat, unlink, rename syscalls (successful opens only; "
+            "bytes read or written are not traced)"
+            if ctx.config.files
+            else "files: false",
+        )
+        ctx.collection_state(
+            "network",
+            CollectionState.AVAILABLE if ctx.config.network else CollectionState.NOT_REQUESTED,
+            "connect/listen syscalls (accepted connections are not traced)"
+            if ctx.config.network
+            else "network: false",
+        )
+        self._thread = threading.Thread(target=self._run, name="host-strace", daemon=True)
+        self._thread.start()
+
+    def _wait_attached(self, pids: list[int], timeout: float) -> None:
+        assert self._proc is not None and self._proc.stderr is not None
+        deadline = time.monotonic() + timeout
+        waiting = {str(p) for p in pids}
+        while waiting and time.monotonic() < deadline:
+            line = self._proc.stderr.readline().decode("utf-8", "replace")
+            if not line:
+                break
+            # "strace: Process 123 attached"
+            parts = line.split()
+            if len(parts) >= 4 and parts[1] == "Process" and parts[3] == "attached":
+                waiting.discard(parts[2])
+            elif "attach" in line and ("ptrace" in line or "Operation" in line):
+                self.stop()
+                raise BackendUnavailableError(f"strace: cannot attach: {line.strip()}")
+        if waiting:
+            self.stop()
+            raise BackendUnavailableError(
+                f"strace: did not attach to {', '.join(sorted(waiting))} within {timeout:g}s"
+            )
+        # keep draining stderr so strace never blocks on it
+        self._drain = threading.Thread(
+            target=_drain_and_close, args=(self._proc.stderr,), name="strace-stderr", daemon=True
+        )
+        self._drain.start()
+
+    def _run(self) -> None:
+        assert self._interp is not None
+        parser = StraceParser()
+        with os.fdopen(self._read_fd, "rb", closefd=True) as stream:
+            self._read_fd = -1
+            for raw in stream:
+                call = parser.feed(raw.decode("utf-8", "surrogateescape"))
+                if call is not None:
+                    self._interp.handle(call)
+        if parser.unparsed:
+            self._interp.ctx.telemetry.count("receiver.host.strace.unparsed", parser.unparsed)
+
+    def stop(self) -> None:
+        """Detach strace (SIGINT), parse what it wrote, and stop. Safe twice."""
+        proc = self._proc
+        if proc is not None:
+            if proc.poll() is None:
+                proc.send_signal(2)
+                try:
+                    proc.wait(timeout=10)
+                except subprocess.TimeoutExpired:
+                    proc.kill()
+                    proc.wait()
+            if self._drain is not None:
+                self._drain.join(timeout=10)
+                self._drain = None
+            elif proc.stderr is not None:
+                proc.stderr.close()
+            self._proc = None
+        if self._thread is not None:
+            self._thread.join(timeout=10)
+            self._thread = None
+        if self._read_fd >= 0:
+            os.close(self._read_fd)
+            self._read_fd = -1

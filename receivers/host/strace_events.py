@@ -1,0 +1,250 @@
+"""Turns parsed syscalls (strace) into OS-event records. Shared helpers serve the ebpf backend."""
+
+from __future__ import annotations
+
+import os
+import re
+
+from otel_bridge.model import AnyValue
+from otel_bridge.receivers.host.events import SYSCALL, HostContext, lookup_process
+from otel_bridge.receivers.host.procfs import ProcessInfo, read_process
+from otel_bridge.receivers.host.strace_parse import (
+    Syscall,
+    fd_annotation,
+    split_args,
+    string_arg,
+    strings,
+)
+
+_SIGNALS = {"SIGHUP": 1, "SIGINT": 2, "SIGQUIT": 3, "SIGABRT": 6, "SIGKILL": 9, "SIGSEGV": 11,
+            "SIGPIPE": 13, "SIGALRM": 14, "SIGTERM": 15}
+_PORT = re.compile(r"sin6?_port=htons\((\d+)\)")
+_ADDR4 = re.compile(r'inet_addr\("([^"]+)"\)')
+_ADDR6 = re.compile(r'inet_pton\(AF_INET6, "([^"]+)"')
+_SUN_PATH = re.compile(r'sun_path="((?:[^"\\]|\\.)*)"')
+_SOCK_ANNO = re.compile(r"^(?P<proto>TCP|UDP|TCPv6|UDPv6|UNIX(?:-STREAM|-DGRAM)?)(?::\[(?P<addr>.*)\])?")
+
+
+def open_access(flags: str) -> str:
+    """``read`` / ``write`` / ``read_write`` from symbolic open flags (``O_WRONLY|O_CREAT``)."""
+    names = set(flags.split("|"))
+    if "O_RDWR" in names:
+        return "read_write"
+    if "O_WRONLY" in names:
+        return "write"
+    return "read"
+
+
+_O_NAMES = (
+    (0o1, "O_WRONLY"), (0o2, "O_RDWR"), (0o100, "O_CREAT"), (0o200, "O_EXCL"),
+    (0o1000, "O_TRUNC"), (0o2000, "O_APPEND"), (0o4000, "O_NONBLOCK"),
+    (0o200000, "O_DIRECTORY"), (0o2000000, "O_CLOEXEC"),
+)
+
+
+def open_flags_text(flags: int) -> str:
+    """Symbolic text of numeric open flags (x86-64 values), ``O_RDONLY`` when no access bit."""
+    names = [name for bit, name in _O_NAMES if flags & bit]
+    if not flags & 0o3:
+        names.insert(0, "O_RDONLY")
+    return "|".join(names)
+
+
+def parse_sockaddr(text: str) -> tuple[str, str, int] | None:
+    """``(transport family, address, port)`` from strace's sockaddr rendering."""
+    if "AF_INET6" in text:
+        addr, port = _ADDR6.search(text), _PORT.search(text)
+        if addr and port:
+            return "inet6", addr.group(1), int(port.group(1))
+    elif "AF_INET" in text:
+        addr, port = _ADDR4.search(text), _PORT.search(text)
+        if addr and port:
+            return "inet", addr.group(1), int(port.group(1))
+    elif "AF_UNIX" in text or "AF_LOCAL" in text:
+        path = _SUN_PATH.search(text)
+        if path:
+            return "unix", path.group(1), 0
+    return None
+
+
+class SyscallInterpreter:
+    """Emits records for the syscalls of the lineage; keeps per-pid state (cwd, started)."""
+
+    def __init__(self, ctx: HostContext) -> None:
+        self.ctx = ctx
+        self._started: set[int] = set(ctx.lineage.snapshot())
+        self.failed_opens = 0
+        self.failed_connects = 0
+
+    def handle(self, call: Syscall) -> None:
+        """Interpret one syscall."""
+        ctx = self.ctx
+        if call.pid not in self._started:
+            self._start(call.pid, call.time_ns, parent=None)
+        name = call.name
+        if name == "+exit":
+            code = call.ret if call.ret is not None else -_SIGNALS.get(call.args, 0)
+            if ctx.config.processes:
+                ctx.emit(ctx.events.exit_event(call.pid, call.time_ns, code, attribution=SYSCALL))
+            return
+        if name in ("clone", "clone3", "fork", "vfork"):
+            if call.ret is not None and call.ret > 0 and "CLONE_THREAD" not in call.args:
+                if call.ret not in self._started:
+                    self._start(call.ret, call.time_ns, parent=call.pid)
+            return
+        if name in ("execve", "execveat"):
+            if call.ret == 0:
+                self._exec(call)
+            return
+        if not ctx.config.files and name not in ("connect", "listen"):
+            return
+        if name in ("open", "openat", "openat2", "creat"):
+            self._open(call)
+        elif name in ("unlink", "unlinkat"):
+            if call.ret == 0:
+                self._file("file.delete", call, self._path_arg(call))
+        elif name in ("rename", "renameat", "renameat2"):
+            if call.ret == 0:
+                self._rename(call)
+        elif name == "connect" and ctx.config.network:
+            self._connect(call)
+        elif name == "listen" and ctx.config.network and call.ret == 0:
+            self._listen(call)
+
+    def _start(self, pid: int, time_ns: int, *, parent: int | None) -> None:
+        ctx = self.ctx
+        self._started.add(pid)
+        ctx.lineage.add(pid)
+        info = read_process(pid, ctx.redactor, capture_environment=ctx.config.capture_environment)
+        if info is None:
+            info = lookup_process(ctx, pid, event_monotonic_ns=_wall_to_mono(time_ns))
+        if parent is not None:
+            info.ppid = parent
+        ctx.events.remember(info)
+        if ctx.config.processes:
+            ctx.emit(ctx.events.process_event("process.start", info, time_ns, attribution=SYSCALL))
+
+    def _exec(self, call: Syscall) -> None:
+        ctx = self.ctx
+        known = ctx.events.processes.get(call.pid)
+        args = split_args(call.args)
+        values = strings(call.args)
+        exe = values[0] if values else ""
+        if call.name == "execveat" and len(args) > 1:
+            exe = string_arg(args[1]) or exe
+        argv = strings(args[1 if call.name == "execve" else 2]) if len(args) > 2 else []
+        fresh = read_process(call.pid, ctx.redactor, capture_environment=ctx.config.capture_environment)
+        info = ProcessInfo(
+            pid=call.pid,
+            start_ms=known.start_ms if known else (fresh.start_ms if fresh else 0),
+            ppid=known.ppid if known else (fresh.ppid if fresh else 0),
+            approximate=known.approximate if known else fresh is None,
+            exe=fresh.exe if fresh and fresh.exe else exe,
+            argv=ctx.redactor.argv(argv) if argv else (fresh.argv if fresh else []),
+            cwd=fresh.cwd if fresh else (known.cwd if known else ""),
+            traceparent=fresh.traceparent if fresh else "",
+            env=fresh.env if fresh else None,
+        )
+        ctx.events.remember(info)
+        if ctx.config.processes:
+            ctx.emit(ctx.events.process_event("process.exec", info, call.time_ns, attribution=SYSCALL))
+
+    def _path_arg(self, call: Syscall, index: int = 0) -> str:
+        args = split_args(call.args)
+        if call.name.endswith("at") or call.name in ("openat2", "renameat2"):
+            base = fd_annotation(args[index]) if index < len(args) else ""
+            value = string_arg(args[index + 1]) if index + 1 < len(args) else None
+        else:
+            base = ""
+            value = string_arg(args[index]) if index < len(args) else None
+        if value is None:
+            return ""
+        if not os.path.isabs(value):
+            info = self.ctx.events.processes.get(call.pid)
+            base = base or (info.cwd if info else "")
+            value = os.path.join(base, value) if base else value
+        return os.path.normpath(value)
+
+    def _open(self, call: Syscall) -> None:
+        if call.ret is None or call.ret < 0:
+            self.failed_opens += 1
+            self.ctx.telemetry.count("receiver.host.strace.failed_opens")
+            return
+        args = split_args(call.args)
+        if call.name == "creat":
+            flags = "O_WRONLY|O_CREAT|O_TRUNC"
+        elif call.name == "open":
+            flags = args[1] if len(args) > 1 else "O_RDONLY"
+        elif call.name == "openat2":
+            found = re.search(r"flags=([A-Z_|0-9x]+)", call.args)
+            flags = found.group(1) if found else "O_RDONLY"
+        else:
+            flags = args[2] if len(args) > 2 else "O_RDONLY"
+        path = call.ret_annotation or self._path_arg(call)
+        attrs: dict[str, AnyValue] = {
+            "file.path": path,
+            "file.open.flags": flags,
+            "file.access": open_access(flags),
+        }
+        self._emit("file.open", call, attrs)
+
+    def _rename(self, call: Syscall) -> None:
+        old = self._path_arg(call, 0)
+        new = self._path_arg(call, 2 if call.name != "rename" else 1)
+        self._emit("file.rename", call, {"file.path": old, "file.new_path": new})
+
+    def _file(self, name: str, call: Syscall, path: str) -> None:
+        if path:
+            self._emit(name, call, {"file.path": path})
+
+    def _connect(self, call: Syscall) -> None:
+        args = split_args(call.args)
+        addr = parse_sockaddr(args[1]) if len(args) > 1 else None
+        if addr is None:
+            return
+        family, address, port = addr
+        anno = _SOCK_ANNO.match(fd_annotation(args[0]))
+        proto = anno.group("proto") if anno else ""
+        if family == "unix":
+            transport = "unix"
+        else:
+            transport = "udp" if proto.startswith("UDP") else "tcp"
+        attrs: dict[str, AnyValue] = {
+            "network.transport": transport,
+            "network.peer.address": address,
+            "network.peer.port": port,
+        }
+        if call.ret == 0:
+            self._emit("network.connect", call, attrs)
+            return
+        self.failed_connects += 1
+        attrs["network.connect.result"] = "pending" if call.errno == "EINPROGRESS" else "failed"
+        attrs["error.type"] = call.errno or "unknown"
+        self._emit("network.connect_attempt", call, attrs)
+
+    def _listen(self, call: Syscall) -> None:
+        args = split_args(call.args)
+        anno = _SOCK_ANNO.match(fd_annotation(args[0])) if args else None
+        if anno is None or not anno.group("addr"):
+            return
+        host, _, port = anno.group("addr").rpartition(":")
+        if not port.isdigit():
+            return
+        attrs: dict[str, AnyValue] = {
+            "network.transport": "udp" if anno.group("proto").startswith("UDP") else "tcp",
+            "network.local.address": host.strip("[]"),
+            "network.local.port": int(port),
+        }
+        self._emit("network.listen", call, attrs)
+
+    def _emit(self, name: str, call: Syscall, extra: dict[str, AnyValue]) -> None:
+        ctx = self.ctx
+        attrs = ctx.events.identity_attrs(call.pid)
+        attrs.update(extra)
+        ctx.emit(ctx.events.record(name, call.time_ns, attrs, attribution=SYSCALL, causal=True))
+
+
+def _wall_to_mono(wall_ns: int) -> int:
+    import time
+
+    return wall_ns - (time.time_ns() - time.monotonic_ns())

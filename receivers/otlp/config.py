@@ -1,0 +1,121 @@
+"""Configuration of the ``otlp`` receiver, shaped like the Collector's.
+
+::
+
+    receivers:
+      otlp:
+        protocols:
+          grpc:                        # present (even empty) = on, with these defaults
+            endpoint: 127.0.0.1:4317
+            max_recv_msg_size_mib: 4
+          http:
+            endpoint: 127.0.0.1:4318
+            max_request_body_size: 20971520
+
+As in the Collector, a protocol is on when its section is present (``grpc:`` with no value means
+"on, with defaults") and off when it is left out. Without any ``protocols`` section both are on
+with their defaults, so ``receivers: {otlp: }`` is a working receiver. Port ``0`` asks the system
+for a free port; the receiver reports the bound ports as ``grpc_port``/``http_port``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+DEFAULT_GRPC_ENDPOINT = "127.0.0.1:4317"
+DEFAULT_HTTP_ENDPOINT = "127.0.0.1:4318"
+
+
+def split_endpoint(endpoint: str) -> tuple[str, int]:
+    """``(host, port)`` of ``host:port`` or ``[v6]:port``; ValueError says what is wrong."""
+    host, sep, port_text = endpoint.rpartition(":")
+    if not sep or not host:
+        raise ValueError(f"{endpoint!r} is not host:port")
+    if host.startswith("[") and host.endswith("]"):
+        host = host[1:-1]
+    elif ":" in host:
+        raise ValueError(f"{endpoint!r}: write an IPv6 address in brackets, [::1]:4317")
+    if not port_text.isdigit() or not 0 <= int(port_text) <= 65535:
+        raise ValueError(f"{endpoint!r}: port must be a number from 0 to 65535")
+    return host, int(port_text)
+
+
+def _endpoint_problems(endpoint: str, path: str) -> list[str]:
+    try:
+        split_endpoint(endpoint)
+    except ValueError as exc:
+        return [f"{path}: {exc}"]
+    return []
+
+
+@dataclass(slots=True, kw_only=True)
+class GrpcConfig:
+    """OTLP/gRPC server settings."""
+
+    endpoint: str = DEFAULT_GRPC_ENDPOINT
+    """``host:port`` to listen on; port 0 picks a free port."""
+    max_recv_msg_size_mib: int = 4
+    """Largest accepted request, in MiB; larger ones get ``RESOURCE_EXHAUSTED``."""
+
+
+@dataclass(slots=True, kw_only=True)
+class HttpConfig:
+    """OTLP/HTTP server settings."""
+
+    endpoint: str = DEFAULT_HTTP_ENDPOINT
+    """``host:port`` to listen on; port 0 picks a free port."""
+    max_request_body_size: int = 20 * 1024 * 1024
+    """Largest accepted body in bytes, both as sent and after decompression; larger gets 413."""
+
+
+@dataclass(slots=True, kw_only=True)
+class Protocols:
+    """Which protocols are on: a present section is on, an absent one off."""
+
+    grpc: GrpcConfig | None = None
+    http: HttpConfig | None = None
+
+
+@dataclass(slots=True, kw_only=True)
+class OtlpReceiverConfig:
+    """Configuration of the ``otlp`` receiver."""
+
+    protocols: Protocols | None = None
+    """``None`` (no ``protocols`` section) means both protocols with their defaults."""
+    retry_after: float = field(default=1.0, metadata={"duration": True})
+    """Seconds a client is asked to wait (HTTP ``Retry-After``, gRPC ``RetryInfo``) when the
+    pipeline refuses data (for example the memory limiter is over its limit)."""
+
+    def effective_protocols(self) -> Protocols:
+        """The protocols to serve, with the no-section default applied."""
+        if self.protocols is None:
+            return Protocols(grpc=GrpcConfig(), http=HttpConfig())
+        return self.protocols
+
+    def validate(self) -> list[str]:
+        """Problems as ``"key.path: message"``, relative to the receiver."""
+        problems: list[str] = []
+        protocols = self.effective_protocols()
+        if protocols.grpc is None and protocols.http is None:
+            problems.append(
+                "protocols: must enable at least one of grpc, http "
+                "(an empty section such as `grpc:` turns it on with defaults)"
+            )
+        if protocols.grpc is not None:
+            problems += _endpoint_problems(protocols.grpc.endpoint, "protocols.grpc.endpoint")
+            if protocols.grpc.max_recv_msg_size_mib <= 0:
+                problems.append("protocols.grpc.max_recv_msg_size_mib: must be positive")
+            elif protocols.grpc.max_recv_msg_size_mib > 2047:
+                problems.append("protocols.grpc.max_recv_msg_size_mib: must be at most 2047")
+        if protocols.http is not None:
+            problems += _endpoint_problems(protocols.http.endpoint, "protocols.http.endpoint")
+            if protocols.http.max_request_body_size <= 0:
+                problems.append("protocols.http.max_request_body_size: must be positive")
+        if self.retry_after < 0:
+            problems.append("retry_after: must not be negative")
+        return problems
+
+
+def default_config() -> OtlpReceiverConfig:
+    """A fresh default configuration (both protocols on, loopback, default ports)."""
+    return OtlpReceiverConfig()

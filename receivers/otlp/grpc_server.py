@@ -1,0 +1,166 @@
+"""OTLP/gRPC server of the ``otlp`` receiver (``TraceService/Export`` and ``LogsService/Export``).
+
+Requests arrive as raw bytes and are parsed here, so a malformed message is answered with
+``INVALID_ARGUMENT`` and a message saying what is wrong (grpcio would answer its own deserializer
+failure with ``INTERNAL``). Oversized messages are refused by grpcio itself with
+``RESOURCE_EXHAUSTED``; a refusal by the pipeline is ``UNAVAILABLE`` with ``RetryInfo``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from typing import TYPE_CHECKING
+
+import grpc
+from google.protobuf import duration_pb2
+from google.protobuf.any_pb2 import Any as PbAny
+from google.protobuf.message import DecodeError as PbDecodeError
+from google.rpc import error_details_pb2, status_pb2  # type: ignore[import-untyped]
+from opentelemetry.proto.collector.logs.v1.logs_service_pb2 import (
+    ExportLogsServiceRequest,
+    ExportLogsServiceResponse,
+)
+from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
+    ExportTraceServiceRequest,
+    ExportTraceServiceResponse,
+)
+from otel_bridge.receivers.otlp.config import GrpcConfig, split_endpoint
+
+from otel_bridge.errors import StartupError
+from otel_bridge.otlp.proto_codec import decode_logs, decode_traces
+
+if TYPE_CHECKING:
+    from otel_bridge.receivers.otlp.receiver import OtlpReceiver
+
+TRACE_SERVICE = "opentelemetry.proto.collector.trace.v1.TraceService"
+LOGS_SERVICE = "opentelemetry.proto.collector.logs.v1.LogsService"
+RETRY_INFO_METADATA = "google.rpc.retryinfo-bin"
+"""Trailing metadata key the OpenTelemetry Python SDK reads ``RetryInfo`` from."""
+STATUS_DETAILS_METADATA = "grpc-status-details-bin"
+"""The standard rich-status trailer: a serialized ``google.rpc.Status``."""
+_WORKERS = 8
+
+
+class _RefusedError(Exception):
+    """The pipeline refused a request; answered with a retryable status."""
+
+
+class _RichStatus(grpc.Status):
+    """A ``grpc.Status`` for ``abort_with_status`` (grpcio ships no concrete class)."""
+
+    def __init__(
+        self, code: grpc.StatusCode, details: str, trailing_metadata: tuple[tuple[str, bytes], ...]
+    ) -> None:
+        self.code = code
+        self.details = details
+        self.trailing_metadata = trailing_metadata
+
+
+def unavailable_status(message: str, retry_after: float) -> grpc.Status:
+    """``UNAVAILABLE`` carrying ``RetryInfo(retry_after)`` in both trailer conventions."""
+    delay = duration_pb2.Duration()
+    delay.FromNanoseconds(int(retry_after * 1e9))
+    retry_info = error_details_pb2.RetryInfo(retry_delay=delay)
+    packed = PbAny()
+    packed.Pack(retry_info)
+    rich = status_pb2.Status(
+        code=grpc.StatusCode.UNAVAILABLE.value[0], message=message, details=[packed]
+    )
+    return _RichStatus(
+        grpc.StatusCode.UNAVAILABLE,
+        message,
+        (
+            (RETRY_INFO_METADATA, retry_info.SerializeToString()),
+            (STATUS_DETAILS_METADATA, rich.SerializeToString()),
+        ),
+    )
+
+
+class GrpcServer:
+    """A started grpcio server bound to the configured endpoint."""
+
+    def __init__(self, receiver: OtlpReceiver, config: GrpcConfig) -> None:
+        self._receiver = receiver
+        host, port = split_endpoint(config.endpoint)
+        max_bytes = config.max_recv_msg_size_mib * 1024 * 1024
+        self._server = grpc.server(
+            ThreadPoolExecutor(max_workers=_WORKERS, thread_name_prefix="otlp-grpc"),
+            options=[
+                ("grpc.max_receive_message_length", max_bytes),
+                # Without this a second server could silently share the port.
+                ("grpc.so_reuseport", 0),
+            ],
+        )
+        self._server.add_generic_rpc_handlers(
+            (
+                grpc.method_handlers_generic_handler(
+                    TRACE_SERVICE, {"Export": grpc.unary_unary_rpc_method_handler(self._traces)}
+                ),
+                grpc.method_handlers_generic_handler(
+                    LOGS_SERVICE, {"Export": grpc.unary_unary_rpc_method_handler(self._logs)}
+                ),
+            )
+        )
+        address = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+        try:
+            bound = self._server.add_insecure_port(address)
+        except RuntimeError as exc:
+            raise StartupError(
+                f"otlp receiver: cannot listen for gRPC on {address}: {exc}"
+            ) from exc
+        if bound == 0:
+            raise StartupError(f"otlp receiver: cannot listen for gRPC on {address}")
+        self.port: int = bound
+        self._server.start()
+
+    def stop(self, grace: float = 5.0) -> None:
+        """Stop accepting calls and wait up to ``grace`` seconds for those in flight."""
+        self._server.stop(grace).wait(grace + 1.0)
+
+    def _handle(
+        self,
+        raw: bytes,
+        context: grpc.ServicerContext,
+        parse: Callable[[bytes], bytes],
+        what: str,
+    ) -> bytes:
+        try:
+            return parse(raw)
+        except PbDecodeError as exc:
+            self._receiver.count("requests_malformed")
+            context.abort(grpc.StatusCode.INVALID_ARGUMENT, f"cannot decode {what}: {exc}")
+        except _RefusedError as refused:
+            context.abort_with_status(unavailable_status(str(refused), self._receiver.retry_after))
+        except Exception as exc:  # a bug must not kill the server; the client sees INTERNAL
+            self._receiver.report_once("grpc_internal", f"gRPC export failed: {exc!r}")
+            context.abort(grpc.StatusCode.INTERNAL, f"internal error: {exc}")
+        raise AssertionError("unreachable: abort raises")  # pragma: no cover
+
+    def _traces(self, raw: bytes, context: grpc.ServicerContext) -> bytes:
+        def parse(data: bytes) -> bytes:
+            request = ExportTraceServiceRequest.FromString(data)
+            outcome = self._receiver.deliver_spans(decode_traces(request))
+            if outcome.refused:
+                raise _RefusedError(outcome.refused)
+            response = ExportTraceServiceResponse()
+            if outcome.rejected:
+                response.partial_success.rejected_spans = outcome.rejected
+                response.partial_success.error_message = outcome.error_message
+            return response.SerializeToString()
+
+        return self._handle(raw, context, parse, "ExportTraceServiceRequest")
+
+    def _logs(self, raw: bytes, context: grpc.ServicerContext) -> bytes:
+        def parse(data: bytes) -> bytes:
+            request = ExportLogsServiceRequest.FromString(data)
+            outcome = self._receiver.deliver_logs(decode_logs(request))
+            if outcome.refused:
+                raise _RefusedError(outcome.refused)
+            response = ExportLogsServiceResponse()
+            if outcome.rejected:
+                response.partial_success.rejected_log_records = outcome.rejected
+                response.partial_success.error_message = outcome.error_message
+            return response.SerializeToString()
+
+        return self._handle(raw, context, parse, "ExportLogsServiceRequest")

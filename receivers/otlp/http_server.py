@@ -1,0 +1,348 @@
+"""OTLP/HTTP server of the ``otlp`` receiver (``POST /v1/traces`` and ``POST /v1/logs``).
+
+Follows the OTLP/HTTP specification: binary protobuf (``application/x-protobuf``) and JSON
+(``application/json``) bodies, ``Content-Encoding`` gzip, deflate or none, and responses in the
+content type of the request. Errors carry a ``google.rpc.Status`` whose message says what is
+wrong: 400 malformed body, 404 unknown path, 405 wrong method, 411 no length, 413 body too large
+(checked against ``Content-Length`` before reading and again while decompressing, so a gzip bomb
+never grows past the limit), 415 unsupported content type or encoding, 503 with ``Retry-After``
+when the pipeline refuses data.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import socket
+import threading
+import zlib
+from collections.abc import Callable
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import TYPE_CHECKING, Any
+
+from google.protobuf.message import DecodeError as PbDecodeError
+from google.rpc import status_pb2  # type: ignore[import-untyped]
+from opentelemetry.proto.collector.logs.v1.logs_service_pb2 import (
+    ExportLogsServiceRequest,
+    ExportLogsServiceResponse,
+)
+from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
+    ExportTraceServiceRequest,
+    ExportTraceServiceResponse,
+)
+from otel_bridge.receivers.otlp.config import HttpConfig, split_endpoint
+
+from otel_bridge.errors import DecodeError, PayloadTooLargeError, StartupError
+from otel_bridge.otlp import json_codec, proto_codec
+
+if TYPE_CHECKING:
+    from otel_bridge.receivers.otlp.receiver import OtlpReceiver, Outcome
+
+PROTOBUF = "application/x-protobuf"
+JSON = "application/json"
+TRACES_PATH = "/v1/traces"
+LOGS_PATH = "/v1/logs"
+_CHUNK = 64 * 1024
+# google.rpc.Code values used in Status bodies.
+_INVALID_ARGUMENT = 3
+_NOT_FOUND = 5
+_RESOURCE_EXHAUSTED = 8
+_UNAVAILABLE = 14
+_UNIMPLEMENTED = 12
+_INTERNAL = 13
+
+
+class _HttpError(Exception):
+    """An error answered with ``status`` and a ``google.rpc.Status`` carrying ``message``."""
+
+    def __init__(self, status: int, code: int, message: str, headers: dict[str, str] | None = None):
+        super().__init__(message)
+        self.status = status
+        self.code = code
+        self.headers = headers or {}
+
+
+def read_limited(read: Callable[[int], bytes], length: int, encoding: str, limit: int) -> bytes:
+    """The decoded body: ``length`` bytes from ``read``, decompressed, at most ``limit`` bytes.
+
+    Raises :class:`PayloadTooLargeError` as soon as the decompressed size passes ``limit``, and
+    :class:`DecodeError` when the compressed data is corrupt.
+    """
+    raw = read(length)
+    if len(raw) < length:
+        raise DecodeError(f"body ended after {len(raw)} of {length} bytes")
+    if encoding in ("", "identity", "none"):
+        return raw
+    wbits = {"gzip": 31, "x-gzip": 31, "deflate": 15, "raw-deflate": -15}[encoding]
+    out = bytearray()
+    data = raw
+    while data:
+        inflater = zlib.decompressobj(wbits)
+        try:
+            while data:
+                out += inflater.decompress(data, limit + 1 - len(out))
+                if len(out) > limit:
+                    raise PayloadTooLargeError(
+                        f"decompressed body exceeds the limit of {limit} bytes"
+                    )
+                data = inflater.unconsumed_tail
+            out += inflater.flush()
+        except zlib.error as exc:
+            if encoding == "deflate" and not out:
+                # Some clients send raw deflate without the zlib header.
+                return read_limited(lambda _n: raw, length, "raw-deflate", limit)
+            raise DecodeError(f"body is not valid {encoding} data: {exc}") from None
+        if len(out) > limit:
+            raise PayloadTooLargeError(f"decompressed body exceeds the limit of {limit} bytes")
+        if not inflater.eof:
+            raise DecodeError(f"{encoding} body is truncated")
+        data = inflater.unused_data  # gzip allows several members one after another
+    return bytes(out)
+
+
+def status_body(content_type: str, code: int, message: str) -> bytes:
+    """A ``google.rpc.Status`` body in ``content_type``."""
+    if content_type == JSON:
+        return json.dumps({"code": code, "message": message}).encode()
+    body: bytes = status_pb2.Status(code=code, message=message).SerializeToString()
+    return body
+
+
+def _response_body(content_type: str, signal: str, outcome: Outcome) -> bytes:
+    if signal == "traces":
+        if content_type == JSON:
+            partial = {"rejectedSpans": str(outcome.rejected)}
+        else:
+            trace_response = ExportTraceServiceResponse()
+            if outcome.rejected:
+                trace_response.partial_success.rejected_spans = outcome.rejected
+                trace_response.partial_success.error_message = outcome.error_message
+            return trace_response.SerializeToString()
+    elif content_type == JSON:
+        partial = {"rejectedLogRecords": str(outcome.rejected)}
+    else:
+        logs_response = ExportLogsServiceResponse()
+        if outcome.rejected:
+            logs_response.partial_success.rejected_log_records = outcome.rejected
+            logs_response.partial_success.error_message = outcome.error_message
+        return logs_response.SerializeToString()
+    if not outcome.rejected:
+        return b"{}"
+    return json.dumps(
+        {"partialSuccess": {**partial, "errorMessage": outcome.error_message}}
+    ).encode()
+
+
+class _Handler(BaseHTTPRequestHandler):
+    """One request; the server attribute ``otlp`` links back to the :class:`HttpServer`."""
+
+    protocol_version = "HTTP/1.1"
+    server_version = "otel-bridge"
+    sys_version = ""
+
+    def log_message(self, format: str, *args: Any) -> None:
+        """Quiet: failures are counted in telemetry instead of printed per request."""
+
+    def _content_type(self) -> str:
+        return self.headers.get("Content-Type", "").split(";", 1)[0].strip().lower()
+
+    def _send(self, status: int, content_type: str, body: bytes, headers: dict[str, str]) -> None:
+        self.send_response(status)
+        self.send_header("Content-Type", content_type)
+        self.send_header("Content-Length", str(len(body)))
+        for name, value in headers.items():
+            self.send_header(name, value)
+        if self.close_connection:
+            self.send_header("Connection", "close")
+        self.end_headers()
+        self.wfile.write(body)
+
+    def _error(self, err: _HttpError) -> None:
+        content_type = JSON if self._content_type() == JSON else PROTOBUF
+        self._send(
+            err.status, content_type, status_body(content_type, err.code, str(err)), err.headers
+        )
+
+    def _not_post(self) -> None:
+        path = self.path.split("?", 1)[0]
+        self.close_connection = True
+        if path in (TRACES_PATH, LOGS_PATH):
+            self._error(
+                _HttpError(
+                    405,
+                    _UNIMPLEMENTED,
+                    f"{self.command} is not allowed; use POST",
+                    {"Allow": "POST"},
+                )
+            )
+        else:
+            self._error(_HttpError(404, _NOT_FOUND, f"unknown path {path}"))
+
+    do_GET = do_PUT = do_DELETE = do_PATCH = do_HEAD = do_OPTIONS = _not_post  # noqa: N815
+
+    def do_POST(self) -> None:
+        """Handle one export request."""
+        server: HttpServer = self.server.otlp  # type: ignore[attr-defined]
+        try:
+            self._error_or_reply(server)
+        except _HttpError as err:
+            self._error(err)
+
+    def _error_or_reply(self, server: HttpServer) -> None:
+        receiver = server.receiver
+        path = self.path.split("?", 1)[0]
+        if path not in (TRACES_PATH, LOGS_PATH):
+            self.close_connection = True
+            raise _HttpError(
+                404, _NOT_FOUND, f"unknown path {path}; use {TRACES_PATH} or {LOGS_PATH}"
+            )
+        content_type = self._content_type()
+        if content_type not in (PROTOBUF, JSON):
+            self.close_connection = True
+            raise _HttpError(
+                415,
+                _INVALID_ARGUMENT,
+                f"unsupported Content-Type {content_type or '(none)'!r}; use {PROTOBUF} or {JSON}",
+            )
+        encoding = self.headers.get("Content-Encoding", "").strip().lower()
+        if encoding not in ("", "identity", "none", "gzip", "x-gzip", "deflate"):
+            self.close_connection = True
+            raise _HttpError(
+                415,
+                _INVALID_ARGUMENT,
+                f"unsupported Content-Encoding {encoding!r}; use gzip or none",
+            )
+        body = self._read_body(server)
+        signal = "traces" if path == TRACES_PATH else "logs"
+        try:
+            outcome = self._decode_and_deliver(receiver, signal, content_type, body)
+        except DecodeError as exc:
+            receiver.count("requests_malformed")
+            raise _HttpError(400, _INVALID_ARGUMENT, str(exc)) from None
+        except Exception as exc:  # a bug must not kill the server; the client sees 500
+            receiver.report_once("http_internal", f"HTTP export failed: {exc!r}")
+            raise _HttpError(500, _INTERNAL, f"internal error: {exc}") from None
+        if outcome.refused:
+            seconds = max(0, math.ceil(receiver.retry_after))
+            raise _HttpError(503, _UNAVAILABLE, outcome.refused, {"Retry-After": str(seconds)})
+        self._send(200, content_type, _response_body(content_type, signal, outcome), {})
+
+    def _read_body(self, server: HttpServer) -> bytes:
+        limit = server.max_body
+        receiver = server.receiver
+        encoding = self.headers.get("Content-Encoding", "").strip().lower()
+        length_text = self.headers.get("Content-Length")
+        if length_text is None:
+            if "chunked" in self.headers.get("Transfer-Encoding", "").lower():
+                raw = self._read_chunked(limit, receiver)
+                length_text = str(len(raw))
+                reader: Callable[[int], bytes] = lambda _n: raw  # noqa: E731
+            else:
+                self.close_connection = True
+                raise _HttpError(411, _INVALID_ARGUMENT, "Content-Length is required")
+        else:
+            reader = self.rfile.read
+        if not length_text.strip().isdigit():
+            self.close_connection = True
+            raise _HttpError(400, _INVALID_ARGUMENT, f"invalid Content-Length {length_text!r}")
+        length = int(length_text)
+        if length > limit:
+            receiver.count("requests_too_large")
+            self.close_connection = True  # the body is left unread
+            raise _HttpError(
+                413,
+                _RESOURCE_EXHAUSTED,
+                f"body of {length} bytes exceeds the limit of {limit} bytes",
+            )
+        try:
+            return read_limited(reader, length, encoding, limit)
+        except PayloadTooLargeError as exc:
+            receiver.count("requests_too_large")
+            raise _HttpError(413, _RESOURCE_EXHAUSTED, str(exc)) from None
+        except DecodeError as exc:
+            receiver.count("requests_malformed")
+            self.close_connection = True
+            raise _HttpError(400, _INVALID_ARGUMENT, str(exc)) from None
+
+    def _read_chunked(self, limit: int, receiver: OtlpReceiver) -> bytes:
+        out = bytearray()
+        while True:
+            size_line = self.rfile.readline(1024).split(b";", 1)[0].strip()
+            try:
+                size = int(size_line, 16)
+            except ValueError:
+                self.close_connection = True
+                raise _HttpError(400, _INVALID_ARGUMENT, "malformed chunked body") from None
+            if size == 0:
+                while self.rfile.readline(1024).strip():
+                    pass
+                return bytes(out)
+            if len(out) + size > limit:
+                receiver.count("requests_too_large")
+                self.close_connection = True
+                raise _HttpError(
+                    413, _RESOURCE_EXHAUSTED, f"body exceeds the limit of {limit} bytes"
+                )
+            out += self.rfile.read(size)
+            self.rfile.readline(1024)
+
+    @staticmethod
+    def _decode_and_deliver(
+        receiver: OtlpReceiver, signal: str, content_type: str, body: bytes
+    ) -> Outcome:
+        if signal == "traces":
+            if content_type == JSON:
+                return receiver.deliver_spans(json_codec.decode_traces(body))
+            try:
+                request = ExportTraceServiceRequest.FromString(body)
+            except PbDecodeError as exc:
+                raise DecodeError(f"cannot decode ExportTraceServiceRequest: {exc}") from None
+            return receiver.deliver_spans(proto_codec.decode_traces(request))
+        if content_type == JSON:
+            return receiver.deliver_logs(json_codec.decode_logs(body))
+        try:
+            logs_request = ExportLogsServiceRequest.FromString(body)
+        except PbDecodeError as exc:
+            raise DecodeError(f"cannot decode ExportLogsServiceRequest: {exc}") from None
+        return receiver.deliver_logs(proto_codec.decode_logs(logs_request))
+
+
+class _Server(ThreadingHTTPServer):
+    daemon_threads = True
+    allow_reuse_address = True
+    otlp: HttpServer
+
+
+class _Server6(_Server):
+    address_family = socket.AF_INET6
+
+
+class HttpServer:
+    """A started ``ThreadingHTTPServer`` bound to the configured endpoint."""
+
+    def __init__(self, receiver: OtlpReceiver, config: HttpConfig) -> None:
+        self.receiver = receiver
+        self.max_body = config.max_request_body_size
+        host, port = split_endpoint(config.endpoint)
+        server_class = _Server6 if ":" in host else _Server
+        try:
+            self._httpd = server_class((host, port), _Handler)
+        except OSError as exc:
+            raise StartupError(
+                f"otlp receiver: cannot listen for HTTP on {config.endpoint}: {exc.strerror or exc}"
+            ) from exc
+        self._httpd.otlp = self
+        self.port: int = self._httpd.server_address[1]
+        self._thread = threading.Thread(
+            target=self._httpd.serve_forever,
+            kwargs={"poll_interval": 0.1},
+            name="otlp-http",
+            daemon=True,
+        )
+        self._thread.start()
+
+    def stop(self) -> None:
+        """Stop accepting requests, then close the socket."""
+        self._httpd.shutdown()
+        self._httpd.server_close()
+        self._thread.join(timeout=5.0)

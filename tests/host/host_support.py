@@ -1,0 +1,172 @@
+"""Helpers for host receiver tests: gated real workloads, a loopback server, record queries."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import tempfile
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from typing import Any
+
+import pytest
+
+from otel_bridge.component import CreateSettings, Host
+from otel_bridge.errors import BackendUnavailableError
+from otel_bridge.model import LogRecord
+from otel_bridge.receivers.host import HostConfig, HostReceiver
+from otel_bridge.receivers.host.selection import create_backend
+from otel_bridge.testing import RecordingConsumer
+
+IS_ROOT = os.geteuid() == 0
+needs_root = pytest.mark.skipif(not IS_ROOT, reason="needs root (netlink, fanotify, ptrace, bpf)")
+
+
+def backend_reason(name: str, **overrides: Any) -> str:
+    """Why backend ``name`` cannot run here, or "" when it can."""
+    try:
+        create_backend(name, HostConfig(backend=name, **overrides))
+    except BackendUnavailableError as exc:
+        return str(exc)
+    return ""
+
+
+def require_backend(name: str) -> None:
+    """Skip the test with the backend's own reason when it cannot run here."""
+    reason = backend_reason(name)
+    if reason:
+        pytest.skip(reason)
+
+
+class LoopbackServer:
+    """A TCP server on 127.0.0.1 that accepts and holds connections until closed."""
+
+    def __init__(self) -> None:
+        self.sock = socket.socket()
+        self.sock.bind(("127.0.0.1", 0))
+        self.sock.listen(16)
+        self.port: int = self.sock.getsockname()[1]
+        self._conns: list[socket.socket] = []
+        self._thread = threading.Thread(target=self._accept, daemon=True)
+        self._thread.start()
+
+    def _accept(self) -> None:
+        while True:
+            try:
+                conn, _ = self.sock.accept()
+            except OSError:
+                return
+            self._conns.append(conn)
+
+    def close(self) -> None:
+        """Stop accepting and close every connection."""
+        self.sock.close()
+        self._thread.join(timeout=2)
+        for conn in self._conns:
+            conn.close()
+
+
+@contextmanager
+def loopback_server() -> Iterator[LoopbackServer]:
+    """A :class:`LoopbackServer` for the duration of the block."""
+    server = LoopbackServer()
+    try:
+        yield server
+    finally:
+        server.close()
+
+
+def child_code(port: int, hold: float = 0.3) -> str:
+    """Python source of a child that connects to ``port``, holds it, and exits 0."""
+    return (
+        "import socket,time;"
+        f"s=socket.create_connection(('127.0.0.1',{port}));"
+        f"time.sleep({hold});s.close()"
+    )
+
+
+class Gated:
+    """A real ``sh -c SCRIPT`` workload that waits on a FIFO until :meth:`release`."""
+
+    def __init__(self, script: str, cwd: str, env: dict[str, str] | None = None) -> None:
+        self._dir = tempfile.mkdtemp(prefix="gate-")
+        self._fifo = os.path.join(self._dir, "gate")
+        os.mkfifo(self._fifo, 0o600)
+        self.proc = subprocess.Popen(
+            ["sh", "-c", f"read _ < {self._fifo}; {script}"],
+            cwd=cwd,
+            env=env,
+            process_group=0,
+        )
+        self.pid = self.proc.pid
+        self._released = False
+
+    def release(self) -> None:
+        """Let the script run."""
+        with open(self._fifo, "w") as f:
+            f.write("go\n")
+        self._released = True
+        shutil.rmtree(self._dir, ignore_errors=True)
+
+    def wait(self, timeout: float = 20) -> int:
+        """The script's exit status."""
+        return self.proc.wait(timeout=timeout)
+
+    def kill(self) -> None:
+        """Kill the workload's process group (cleanup)."""
+        try:
+            os.killpg(self.pid, 9)
+        except ProcessLookupError:
+            pass
+        self.proc.wait()
+        shutil.rmtree(self._dir, ignore_errors=True)
+
+
+@dataclass
+class Observed:
+    """What one receiver emitted for one workload."""
+
+    receiver: HostReceiver
+    sink: RecordingConsumer
+    host: Host
+    logs: list[LogRecord] = field(default_factory=list)
+
+    def events(self, name: str) -> list[dict[str, Any]]:
+        """Attributes of every record named ``name``."""
+        return [dict(r.attributes) for r in self.logs if r.event_name == name]
+
+    def for_pid(self, name: str, pid: int) -> list[dict[str, Any]]:
+        """Attributes of every ``name`` record of process ``pid``."""
+        return [a for a in self.events(name) if a.get("process.pid") == pid]
+
+
+def start_receiver(config: HostConfig, root_pid: int) -> Observed:
+    """A started host receiver rooted at ``root_pid``."""
+    sink = RecordingConsumer()
+    receiver = HostReceiver(CreateSettings(id="host"), config, sink)
+    receiver.set_root_pid(root_pid)
+    host = Host()
+    receiver.start(host)
+    return Observed(receiver, sink, host)
+
+
+def finish(observed: Observed) -> Observed:
+    """Shut the receiver down and collect its records."""
+    observed.receiver.shutdown()
+    observed.logs = list(observed.sink.logs)
+    return observed
+
+
+def python() -> str:
+    """The real interpreter (not a pyenv shim), so exec events name python itself."""
+    return os.path.realpath(sys.executable)
+
+
+def have(tool: str) -> bool:
+    """True when ``tool`` is on PATH."""
+    return shutil.which(tool) is not None

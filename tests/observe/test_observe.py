@@ -1,0 +1,240 @@
+"""`otel-bridge observe` end to end, its exit code, failure cleanup, and the run directory."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import socket
+import stat
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import psutil
+import pytest
+
+from otel_bridge import rundir
+from otel_bridge.cli import main
+from otel_bridge.commands import observe
+from otel_bridge.config import parse_config
+
+AGENT = textwrap.dedent(
+    """
+    import os, sys
+    from opentelemetry import propagate, trace
+    from opentelemetry.sdk.resources import Resource
+    from opentelemetry.sdk.trace import TracerProvider
+    from opentelemetry.sdk.trace.export import BatchSpanProcessor
+    from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
+
+    provider = TracerProvider(resource=Resource.create({"service.name": "test-agent"}))
+    provider.add_span_processor(BatchSpanProcessor(OTLPSpanExporter()))
+    tracer = provider.get_tracer("test")
+    parent = propagate.extract({"traceparent": os.environ["TRACEPARENT"]})
+    with tracer.start_as_current_span("agent.step", context=parent) as span:
+        span.set_attribute("tool.args", "--token=abc123")
+        with open("out.txt", "w") as f:
+            f.write("done")
+    provider.shutdown()
+    sys.exit(3)
+    """
+)
+
+
+def _observe(tmp_path: Path, *cmd: str, extra: tuple[str, ...] = ()) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "otel_bridge", "observe", "-o", str(tmp_path / "run"),
+         "--no-progress", *extra, "--", *cmd],
+        cwd=tmp_path, capture_output=True, text=True, timeout=90, check=False,
+    )
+
+
+def _records(path: Path) -> list[dict[str, object]]:
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+
+
+@pytest.mark.slow
+def test_observe_end_to_end_with_otel_sdk(tmp_path: Path) -> None:
+    """A real SDK span and the process lineage land in the run directory; exit code is CMD's."""
+    (tmp_path / "agent.py").write_text(AGENT)
+    result = _observe(tmp_path, sys.executable, "agent.py")
+    assert result.returncode == 3, result.stderr
+    run = tmp_path / "run"
+    for name in (rundir.OS_STREAM, rundir.SEM_STREAM, rundir.CORRELATED_STREAM, rundir.GRAPH,
+                 rundir.SUMMARY, rundir.MANIFEST):
+        assert (run / name).is_file(), name
+    assert str(run / rundir.GRAPH) in result.stderr
+    sem = (run / rundir.SEM_STREAM).read_text()
+    assert "agent.step" in sem
+    assert "otel-bridge observe" in sem  # observe's own root span
+    assert "abc123" not in sem  # redacted before storage
+    summary = json.loads((run / rundir.SUMMARY).read_text())
+    assert summary["exit_code"] == 3
+    assert summary["host_backend_name"] in ("linux", "ebpf", "strace", "portable")
+    assert set(summary["collection"]) == {"process", "file", "network"}
+    trace_ids = {s["traceId"] for r in _records(run / rundir.SEM_STREAM)
+                 for rs in r.get("resourceSpans", []) for ss in rs["scopeSpans"] for s in ss["spans"]}  # type: ignore[union-attr, index]
+    assert len(trace_ids) == 1  # the agent's span joined the run's trace via TRACEPARENT
+    os_text = (run / rundir.OS_STREAM).read_text()
+    assert "agent.py" in os_text
+    graph = json.loads((run / rundir.GRAPH).read_text())
+    assert graph["format"] == "otel-bridge.graph"
+    assert main(["verify", str(run)]) == 0
+
+
+def test_observe_exit_code_of_killed_command(tmp_path: Path) -> None:
+    """A command killed by SIGKILL makes observe exit 137."""
+    result = _observe(tmp_path, "sh", "-c", "kill -9 $$")
+    assert result.returncode == 137, result.stderr
+
+
+def test_observe_summary_redacts_command(tmp_path: Path) -> None:
+    """The stored command line hides secrets."""
+    result = _observe(tmp_path, "sh", "-c", "true", "sh", "--token=s3cr3tvalue")
+    assert result.returncode == 0, result.stderr
+    summary = (tmp_path / "run" / rundir.SUMMARY).read_text()
+    assert "s3cr3tvalue" not in summary
+    assert "[REDACTED]" in summary
+
+
+def test_run_directory_modes(tmp_path: Path) -> None:
+    """Run directories are 0700 and every file 0600, the manifest included."""
+    result = _observe(tmp_path, "true")
+    assert result.returncode == 0, result.stderr
+    run = tmp_path / "run"
+    for root, dirs, files in os.walk(run):
+        assert stat.S_IMODE(os.stat(root).st_mode) == 0o700
+        for d in dirs:
+            assert stat.S_IMODE(os.stat(os.path.join(root, d)).st_mode) == 0o700
+        for f in files:
+            assert stat.S_IMODE(os.stat(os.path.join(root, f)).st_mode) == 0o600, f
+
+
+def test_collector_start_failure_never_runs_the_command(tmp_path: Path) -> None:
+    """When the collector cannot start, the gated workload is killed before CMD runs."""
+    busy = socket.socket()
+    busy.bind(("127.0.0.1", 0))
+    busy.listen()
+    port = busy.getsockname()[1]
+    config = tmp_path / "c.yaml"
+    config.write_text(
+        "receivers:\n  otlp:\n    protocols:\n      http:\n        endpoint: 127.0.0.1:%d\n"
+        "exporters: {}\nprocessors: {}\nservice:\n  pipelines: {}\n" % port
+    )
+    marker = tmp_path / "ran.marker"
+    try:
+        result = _observe(tmp_path, "sh", "-c", f"touch {marker}; sleep 30", extra=("-c", str(config)))
+    finally:
+        busy.close()
+    assert result.returncode == 2
+    assert "otel-bridge:" in result.stderr
+    time.sleep(0.2)
+    assert not marker.exists()
+    leftovers = [p for p in psutil.process_iter(["cmdline"]) if str(marker) in " ".join(p.info["cmdline"] or [])]
+    assert leftovers == []
+
+
+def test_failure_while_running_kills_the_workload(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """If observing fails while CMD runs, CMD's whole process group is terminated."""
+    pidfile = tmp_path / "pids"
+    original = observe.Workload.exit_code
+
+    def failing(self: observe.Workload) -> int:
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline and len(pidfile.read_text().split()) < 2 if pidfile.exists() else True:
+            time.sleep(0.05)
+            if time.monotonic() > deadline:
+                break
+        raise RuntimeError("collector failed")
+
+    monkeypatch.setattr(observe.Workload, "exit_code", failing)
+    args = argparse.Namespace(
+        config=None, output=str(tmp_path / "run"), backend="portable", no_progress=True,
+        command=["--", "sh", "-c", f"sleep 30 & echo $! >> {pidfile}; echo $$ >> {pidfile}; wait"],
+    )
+    with pytest.raises(RuntimeError, match="collector failed"):
+        observe.run(args)
+    monkeypatch.setattr(observe.Workload, "exit_code", original)
+    pids = [int(p) for p in pidfile.read_text().split()]
+    assert len(pids) == 2
+    time.sleep(0.1)
+    for pid in pids:
+        assert not psutil.pid_exists(pid) or psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
+
+
+def test_build_config_adds_run_wiring_to_user_config(tmp_path: Path) -> None:
+    """With a user config its pipelines stay and the run's exporters and pipelines are added."""
+    run = rundir.RunDir.create(str(tmp_path / "r"))
+    user = {
+        "receivers": {"otlp": {"protocols": {"grpc": {"endpoint": "127.0.0.1:0"}}},
+                      "host/mine": {"backend": "portable"}},
+        "exporters": {"file/mine": {"path": str(tmp_path / "mine.jsonl")}},
+        "service": {"pipelines": {"traces/mine": {"receivers": ["otlp"], "exporters": ["file/mine"]}}},
+    }
+    mapping, host_rid = observe.build_config(run, "rid", backend="strace", user=user)
+    assert host_rid == "host/mine"
+    assert mapping["receivers"]["host/mine"] == {"backend": "strace", "run_id": "rid"}
+    assert "traces/mine" in mapping["service"]["pipelines"]
+    assert mapping["exporters"]["graph/run"]["output"] == run.file(rundir.GRAPH)
+    config = parse_config(mapping)
+    assert {"traces/mine", "evidence/run", "logs/run_os"} <= set(config.pipelines)
+
+
+def test_verify_detects_tampering(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """verify passes an intact run dir and names modified, missing and unexpected files."""
+    run = rundir.RunDir.create(str(tmp_path / "r"))
+    run.write_json(rundir.SUMMARY, {"a": 1})
+    (Path(run.file(rundir.OS_STREAM))).write_text("{}\n")
+    digest = run.put_content(b"payload")
+    assert digest.startswith("sha256:")
+    run.write_manifest({"id": "x"})
+    assert main(["verify", run.path]) == 0
+    Path(run.file(rundir.OS_STREAM)).write_text("{\"forged\": 1}\n")
+    os.unlink(run.file(rundir.SUMMARY))
+    Path(run.file("extra.txt")).write_text("x")
+    capsys.readouterr()
+    assert main(["verify", run.path]) == 1
+    err = capsys.readouterr().err
+    assert "modified: os.jsonl" in err
+    assert "missing: summary.json" in err
+    assert "unexpected: extra.txt" in err
+
+
+def test_verify_rejects_a_non_run_directory(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """verify on a directory without a manifest exits 2 with a one-line reason."""
+    assert main(["verify", str(tmp_path)]) == 2
+    assert "no manifest.json" in capsys.readouterr().err
+
+
+def test_content_store_is_content_addressed(tmp_path: Path) -> None:
+    """cas/ stores each payload once under its SHA-256, 0600 inside 0700 folders."""
+    run = rundir.RunDir.create(str(tmp_path / "r"))
+    a = run.put_content(b"same")
+    b = run.put_content(b"same")
+    assert a == b
+    blob = Path(run.path) / "cas" / a[7:9] / a[9:]
+    assert blob.read_bytes() == b"same"
+    assert stat.S_IMODE(blob.stat().st_mode) == 0o600
+    assert stat.S_IMODE(blob.parent.stat().st_mode) == 0o700
+
+
+def test_no_command_is_an_error(capsys: pytest.CaptureFixture[str]) -> None:
+    """observe without a command exits 2 with a one-line reason."""
+    assert main(["observe", "--no-progress", "--"]) == 2
+    assert "no command given" in capsys.readouterr().err
+
+
+def test_progress_line_counts() -> None:
+    """The progress line reports spans, processes, files and connections from telemetry."""
+    from otel_bridge.component import Telemetry
+
+    telemetry = Telemetry()
+    telemetry.count("receiver.otlp.spans_accepted", 2)
+    telemetry.count("receiver.host.events.process.start", 3)
+    telemetry.count("receiver.host.events.file.open", 4)
+    telemetry.count("receiver.host.events.network.connect", 1)
+    line = observe.Progress(telemetry, enabled=False).line()
+    assert line == "spans 2  processes 3  files 4  connections 1"

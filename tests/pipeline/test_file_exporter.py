@@ -1,0 +1,219 @@
+"""The ``file`` exporter: JSON lines, OTLP/JSON for telemetry, private modes, flushing."""
+
+from __future__ import annotations
+
+import json
+import os
+import stat
+import threading
+from pathlib import Path
+
+import pytest
+
+from otel_bridge.component import CreateSettings, Host, Telemetry
+from otel_bridge.config import parse_config
+from otel_bridge.errors import StartupError
+from otel_bridge.exporters.file import (
+    Config,
+    FileExporter,
+    decode_line,
+    encode_lines,
+    factory,
+    read_batch,
+)
+from otel_bridge.model import (
+    Batch,
+    Channel,
+    CoverageRecord,
+    Entity,
+    EntityKind,
+    Observation,
+    Source,
+)
+from otel_bridge.pipeline import Collector
+from otel_bridge.testing import ListReceiver, double_registry, make_log, make_span
+
+SOURCE = Source(channel=Channel.OS, backend="portable", record_id="p:1")
+OBS = Observation(
+    id="p:1#0",
+    time_unix_nano=3,
+    source=SOURCE,
+    subject=Entity(kind=EntityKind.FILE, id="file:/tmp/x", attrs={"n": 1}),
+)
+COV = CoverageRecord(source=SOURCE, reason="unparsed", detail="bad record")
+FULL = Batch(
+    spans=(make_span(1), make_span(2)), logs=(make_log(1),), observations=(OBS,), coverage=(COV,)
+)
+
+
+def exporter(path: Path, **kw: object) -> FileExporter:
+    """A started file exporter writing to ``path``."""
+    exp = factory.create(CreateSettings(id="file"), Config(path=str(path), **kw), None)  # type: ignore[arg-type]
+    assert isinstance(exp, FileExporter)
+    exp.start(Host())
+    return exp
+
+
+def test_writes_one_record_per_line_and_reads_back(tmp_path: Path) -> None:
+    """Every record is one JSON line; reading the file gives back the same records."""
+    path = tmp_path / "out.jsonl"
+    exp = exporter(path)
+    exp.consume(FULL)
+    exp.shutdown()
+    lines = path.read_text().splitlines()
+    assert len(lines) == 5
+    kinds = [next(iter(json.loads(line))) for line in lines]
+    assert kinds == ["resourceSpans", "resourceSpans", "resourceLogs", "observation", "coverage"]
+    assert read_batch(path) == FULL
+
+
+def test_span_lines_are_otlp_json(tmp_path: Path) -> None:
+    """A span line is an OTLP/JSON export request: hex ids, string nanos, resource attributes."""
+    path = tmp_path / "s.jsonl"
+    exp = exporter(path)
+    exp.consume(Batch(spans=(make_span(1),)))
+    exp.shutdown()
+    line = json.loads(path.read_text())
+    rs = line["resourceSpans"][0]
+    span = rs["scopeSpans"][0]["spans"][0]
+    assert span["traceId"] == make_span(1).trace_id.hex()
+    assert span["spanId"] == make_span(1).span_id.hex()
+    assert span["name"] == "span-1"
+    assert {"key": "service.name", "value": {"stringValue": "test"}} in rs["resource"]["attributes"]
+
+
+def test_signals_select_parts(tmp_path: Path) -> None:
+    """Only the configured signals are written."""
+    path = tmp_path / "o.jsonl"
+    exp = exporter(path, signals=["observations", "coverage"])
+    exp.consume(FULL)
+    exp.consume(Batch(spans=(make_span(3),)))
+    exp.shutdown()
+    assert read_batch(path) == Batch(observations=(OBS,), coverage=(COV,))
+
+
+def test_private_modes(tmp_path: Path) -> None:
+    """The file is created 0600 and missing directories 0700."""
+    path = tmp_path / "a" / "b" / "out.jsonl"
+    exp = exporter(path)
+    exp.shutdown()
+    assert stat.S_IMODE(os.stat(path).st_mode) == 0o600
+    assert stat.S_IMODE(os.stat(tmp_path / "a").st_mode) == 0o700
+    assert stat.S_IMODE(os.stat(tmp_path / "a" / "b").st_mode) == 0o700
+
+
+def test_truncate_or_append(tmp_path: Path) -> None:
+    """By default an existing file is replaced; with append it grows."""
+    path = tmp_path / "x.jsonl"
+    for _ in range(2):
+        exp = exporter(path)
+        exp.consume(Batch(observations=(OBS,)))
+        exp.shutdown()
+    assert len(path.read_text().splitlines()) == 1
+    for _ in range(2):
+        exp = exporter(path, append=True)
+        exp.consume(Batch(observations=(OBS,)))
+        exp.shutdown()
+    assert len(path.read_text().splitlines()) == 3
+
+
+def test_periodic_flush_makes_lines_visible(tmp_path: Path) -> None:
+    """With a short flush_interval, lines reach the file before shutdown."""
+    path = tmp_path / "f.jsonl"
+    exp = exporter(path, flush_interval=0.01)
+    exp.consume(Batch(observations=(OBS,)))
+    for _ in range(300):
+        if path.read_text():
+            break
+        threading.Event().wait(0.01)
+    assert path.read_text().count("\n") == 1
+    exp.shutdown()
+
+
+def test_flush_interval_zero_writes_through(tmp_path: Path) -> None:
+    """flush_interval 0 flushes after every batch."""
+    path = tmp_path / "w.jsonl"
+    exp = exporter(path, flush_interval=0)
+    exp.consume(Batch(coverage=(COV,)))
+    assert path.read_text().count("\n") == 1
+    exp.shutdown()
+
+
+def test_unwritable_path_fails_start(tmp_path: Path) -> None:
+    """A path that cannot be opened is a StartupError naming it."""
+    blocker = tmp_path / "file"
+    blocker.write_text("")
+    exp = factory.create(
+        CreateSettings(id="file"), Config(path=str(blocker / "sub" / "x.jsonl")), None
+    )
+    with pytest.raises((StartupError, OSError)):
+        exp.start(Host())
+    exp.shutdown()
+
+
+def test_lifecycle_edges(tmp_path: Path) -> None:
+    """Shutdown before start and twice is safe; consume after shutdown is an error."""
+    exp = FileExporter(Config(path=str(tmp_path / "n.jsonl")), name="f", telemetry=Telemetry())
+    exp.shutdown()
+    exp.shutdown()
+    with pytest.raises(RuntimeError, match="not started"):
+        exp.consume(Batch(observations=(OBS,)))
+    assert not (tmp_path / "n.jsonl").exists()
+
+
+def test_decode_line_errors() -> None:
+    """Lines that are not records written by the exporter are decode errors."""
+    from otel_bridge.errors import DecodeError
+
+    with pytest.raises(DecodeError, match="not JSON"):
+        decode_line("{")
+    with pytest.raises(DecodeError, match="unknown record"):
+        decode_line('{"metrics": 1}')
+    with pytest.raises(DecodeError, match="expected a JSON object"):
+        decode_line("[]")
+
+
+def test_encode_lines_is_pure() -> None:
+    """encode_lines returns the same lines for the same batch and parts."""
+    assert encode_lines(FULL) == encode_lines(FULL)
+    assert encode_lines(FULL, ["logs"]) == encode_lines(Batch(logs=FULL.logs))
+
+
+def test_in_a_collector_with_concurrent_writers(tmp_path: Path) -> None:
+    """Shared by two pipelines and fed from several threads, every record is one intact line."""
+    path = tmp_path / "c.jsonl"
+    cfg = parse_config(
+        {
+            "receivers": {"list": None},
+            "exporters": {"file": {"path": str(path)}},
+            "service": {
+                "pipelines": {
+                    "traces": {"receivers": ["list"], "exporters": ["file"]},
+                    "logs": {"receivers": ["list"], "exporters": ["file"]},
+                }
+            },
+        },
+        env={},
+        registry=double_registry(factory),
+    )
+    collector = Collector(cfg)
+    collector.start()
+    receiver = collector.component("list")
+    assert isinstance(receiver, ListReceiver)
+
+    def worker(w: int) -> None:
+        for i in range(50):
+            receiver.emit(Batch(spans=(make_span(w * 100 + i),), logs=(make_log(w * 100 + i),)))
+
+    threads = [threading.Thread(target=worker, args=(w,)) for w in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    collector.shutdown()
+    back = read_batch(path)
+    assert len(back.spans) == 200
+    assert len(back.logs) == 200
+    assert {s.name for s in back.spans} == {
+        f"span-{w * 100 + i}" for w in range(4) for i in range(50)
+    }

@@ -1,0 +1,152 @@
+"""The ``memory_limiter`` processor: refuses (never drops) over a memory or in-flight limit."""
+
+from __future__ import annotations
+
+import threading
+
+import pytest
+
+from otel_bridge.component import CreateSettings, Host, Telemetry
+from otel_bridge.errors import RefusedError
+from otel_bridge.model import Batch
+from otel_bridge.processors.memory_limiter import Config, MemoryLimiter, factory
+from otel_bridge.testing import RecordingConsumer, make_span
+
+MIB = 1024 * 1024
+
+
+class FakeMemory:
+    """A settable memory reading (the real psutil reading is covered separately)."""
+
+    def __init__(self, mib: int) -> None:
+        self.mib = mib
+
+    def __call__(self) -> int:
+        return self.mib * MIB
+
+
+def one() -> Batch:
+    """A one-span batch."""
+    return Batch(spans=(make_span(),))
+
+
+def test_default_uses_real_process_memory() -> None:
+    """The default config limits RSS to 80% of physical memory, read with psutil."""
+    sink = RecordingConsumer()
+    proc = factory.create(CreateSettings(id="memory_limiter"), Config(), sink)
+    assert isinstance(proc, MemoryLimiter)
+    proc.start(Host())
+    assert proc.limits is not None
+    soft, hard = proc.limits
+    assert 0 < soft < hard
+    assert 0 < proc.check() < soft
+    proc.consume(one())
+    assert sink.record_count == 1
+    proc.shutdown()
+    proc.shutdown()
+
+
+def test_refuses_over_soft_limit_and_recovers() -> None:
+    """Over the soft limit data is refused with a retryable error, counted; below it flows."""
+    telemetry = Telemetry()
+    memory = FakeMemory(50)
+    sink = RecordingConsumer()
+    proc = MemoryLimiter(
+        Config(limit_mib=100, spike_limit_mib=20, check_interval=3600),
+        sink,
+        name="ml",
+        telemetry=telemetry,
+        read_memory=memory,
+    )
+    proc.start(Host(telemetry=telemetry))
+    assert proc.limits == (80 * MIB, 100 * MIB)
+    proc.consume(one())
+    memory.mib = 85
+    proc.check()
+    assert proc.refusing
+    with pytest.raises(RefusedError, match=r"ml: data refused, retry later \(memory 85 MiB"):
+        proc.consume(one())
+    memory.mib = 60
+    proc.check()
+    proc.consume(one())
+    assert sink.record_count == 2
+    assert telemetry.counters()["processor.ml.refused_records"] == 1
+    proc.shutdown()
+
+
+def test_periodic_check_notices_growth() -> None:
+    """The background check flips to refusing without any consume call."""
+    memory = FakeMemory(10)
+    proc = MemoryLimiter(
+        Config(limit_mib=100, check_interval=0.01),
+        RecordingConsumer(),
+        name="ml",
+        telemetry=Telemetry(),
+        read_memory=memory,
+    )
+    proc.start(Host())
+    memory.mib = 99
+    for _ in range(200):
+        if proc.refusing:
+            break
+        threading.Event().wait(0.01)
+    assert proc.refusing
+    proc.shutdown()
+
+
+def test_percentage_limits() -> None:
+    """limit_percentage and spike_limit_percentage scale with physical memory."""
+    cfg = Config(limit_percentage=50, spike_limit_percentage=10)
+    assert cfg.memory_limits(1000 * MIB) == (400 * MIB, 500 * MIB)
+    assert Config(limit_mib=10).memory_limits(0) == (8 * MIB, 10 * MIB)
+    assert Config(limit_percentage=0, limit_records=5).memory_limits(1000) is None
+
+
+class Blocking(RecordingConsumer):
+    """A consumer that blocks until released, to hold records in flight."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.entered = threading.Event()
+        self.release = threading.Event()
+
+    def consume(self, batch: Batch) -> None:
+        """Block, then record."""
+        self.entered.set()
+        self.release.wait(5)
+        super().consume(batch)
+
+
+def test_records_in_flight_limit() -> None:
+    """With limit_records, a batch that would exceed the in-flight count is refused."""
+    telemetry = Telemetry()
+    sink = Blocking()
+    proc = MemoryLimiter(
+        Config(limit_percentage=0, limit_records=3), sink, name="ml", telemetry=telemetry
+    )
+    proc.start(Host())
+    first = threading.Thread(target=proc.consume, args=(Batch(spans=(make_span(1), make_span(2))),))
+    first.start()
+    assert sink.entered.wait(5)
+    with pytest.raises(RefusedError, match="2 records in flight, limit_records is 3"):
+        proc.consume(Batch(spans=(make_span(3), make_span(4))))
+    sink.release.set()
+    first.join()
+    proc.consume(Batch(spans=(make_span(3), make_span(4))))
+    assert sink.record_count == 4
+    assert telemetry.counters()["processor.ml.refused_batches"] == 1
+    proc.shutdown()
+
+
+def test_in_flight_released_when_downstream_raises() -> None:
+    """A downstream error releases the in-flight count, so later batches still pass."""
+    sink = RecordingConsumer(error=OSError("x"))
+    proc = MemoryLimiter(
+        Config(limit_percentage=0, limit_records=1), sink, name="ml", telemetry=Telemetry()
+    )
+    for _ in range(3):
+        with pytest.raises(OSError, match="x"):
+            proc.consume(one())
+    sink.error = None
+    proc.consume(one())
+    assert sink.record_count == 1

@@ -22,7 +22,7 @@ typecheck:
 	for f in otel_bridge/*; do ln -s "$$(pwd)/$$f" $(TYPECHECK_DIR)/otel_bridge/; done
 	for d in receivers processors exporters configs; do ln -s "$$(pwd)/$$d" $(TYPECHECK_DIR)/otel_bridge/$$d; done
 	cd $(TYPECHECK_DIR) && $(PYTHON) -m mypy --strict --config-file $(CURDIR)/pyproject.toml -p otel_bridge
-	$(PYTHON) -m mypy --strict --config-file pyproject.toml tests benchmarks examples
+	MYPYPATH=$(TYPECHECK_DIR) $(PYTHON) -m mypy --strict --config-file pyproject.toml tests benchmarks examples
 
 test:
 	$(PYTHON) -m pytest

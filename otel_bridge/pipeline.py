@@ -282,7 +282,7 @@ class Collector:
             try:
                 comp.start(self.host)
             except Exception as exc:
-                _log.error("%s %s failed to start: %s", kind, cid, exc)
+                _log.debug("%s %s failed to start", kind, cid, exc_info=True)
                 self._shutdown_all(list(self._started))
                 # Components never started still hold no resources, but shutting them down
                 # is safe and releases anything a factory prepared.
@@ -291,7 +291,8 @@ class Collector:
                 self._shutdown_all(rest)
                 with self._lock:
                     self._state = "shut down"
-                raise StartupError(f"{kind} {cid}: {exc}") from exc
+                reason = str(exc).removeprefix(f"{cid}: ")
+                raise StartupError(f"{kind} {cid}: {reason}") from exc
             self._started.append((kind, cid, comp))
         with self._lock:
             self._state = "running"

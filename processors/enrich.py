@@ -32,9 +32,6 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from otel_bridge.processors.correlate.index import process_entity_of
-from otel_bridge.processors.correlate.singleton import parse_traceparent
-
 from otel_bridge.component import (
     PROCESSOR,
     Component,
@@ -60,6 +57,8 @@ from otel_bridge.model import (
     SpanKind,
     SpanLink,
 )
+from otel_bridge.processors.correlate.index import process_entity_of
+from otel_bridge.processors.correlate.singleton import parse_traceparent
 
 SCOPE = Scope(name="otel_bridge.enrich", version="1")
 _PREFIX = "otel_bridge.bridge."

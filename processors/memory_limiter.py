@@ -8,7 +8,8 @@ Two limits, either or both:
   also forced. ``limit_percentage`` sets the limit as a share of physical memory instead.
 * **Records in flight** (``limit_records``): the number of records currently being handled
   downstream of this processor, across every receiver thread. A batch that would push it past
-  the limit is refused.
+  the limit is refused (a batch larger than the limit alone still passes when nothing else is
+  in flight, or it could never pass).
 
 Refusing raises :class:`~otel_bridge.errors.RefusedError`: nothing was accepted, and receivers
 answer their clients with a retryable status (gRPC ``UNAVAILABLE``, HTTP 503), so an OTel SDK

@@ -6,11 +6,10 @@ See :mod:`otel_bridge.exporters.otlp.config` for the configuration and
 
 from __future__ import annotations
 
+from otel_bridge.component import EXPORTER, Component, Consumer, CreateSettings, Factory
 from otel_bridge.exporters.otlp.config import GrpcExporterConfig, HttpExporterConfig
 from otel_bridge.exporters.otlp.exporter import OtlpExporter
 from otel_bridge.exporters.otlp.transport import GrpcTransport, HttpTransport
-
-from otel_bridge.component import EXPORTER, Component, Consumer, CreateSettings, Factory
 
 __all__ = ["OtlpExporter", "factories", "grpc_factory", "http_factory"]
 

@@ -15,13 +15,12 @@ from __future__ import annotations
 import threading
 from collections.abc import Callable
 
+from otel_bridge.component import CreateSettings, Host, Telemetry
+from otel_bridge.errors import ComponentError
 from otel_bridge.exporters.otlp.config import OtlpExporterConfig
 from otel_bridge.exporters.otlp.encoding import Encoding, encode_log_records, encode_spans
 from otel_bridge.exporters.otlp.sender import Item, Sender, SendResult
 from otel_bridge.exporters.otlp.transport import Transport
-
-from otel_bridge.component import CreateSettings, Host, Telemetry
-from otel_bridge.errors import ComponentError
 from otel_bridge.model import Batch, LogRecord, Span
 
 _NOUNS = {"traces": "spans", "logs": "log_records"}

@@ -18,7 +18,6 @@ from dataclasses import dataclass
 from typing import Literal
 
 from otel_bridge.exporters.otlp.config import QueueConfig, RetryConfig
-
 from otel_bridge.model import LogRecord, Span
 
 Signal = Literal["traces", "logs"]

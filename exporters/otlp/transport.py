@@ -28,6 +28,7 @@ from google.protobuf.message import DecodeError as PbDecodeError
 from google.rpc import error_details_pb2, status_pb2  # type: ignore[import-untyped]
 from opentelemetry.proto.collector.logs.v1.logs_service_pb2 import ExportLogsServiceResponse
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceResponse
+
 from otel_bridge.exporters.otlp.config import GrpcExporterConfig, HttpExporterConfig
 from otel_bridge.exporters.otlp.sender import OK, SendResult, Signal
 

@@ -14,6 +14,7 @@ group is terminated, never orphaned. The exit code is CMD's (128+N when killed b
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import secrets
 import shlex
@@ -35,6 +36,7 @@ from otel_bridge import rundir
 from otel_bridge.component import Telemetry
 from otel_bridge.config import parse_config
 from otel_bridge.errors import ConfigError, OtelBridgeError
+from otel_bridge.exporters.otlp.encoding import encode_spans
 from otel_bridge.identity import host_id
 from otel_bridge.model import Resource, Scope, Span, SpanKind, Status, StatusCode
 from otel_bridge.pipeline import Collector
@@ -52,7 +54,7 @@ _GATE = (
     'IFS= read -r OTEL_EXPORTER_OTLP_ENDPOINT < "$1" || exit 126; shift; '
     'export OTEL_EXPORTER_OTLP_ENDPOINT; exec "$@"'
 )
-_LAST_SPANS_WAIT = 0.5
+_LAST_SPANS_WAIT = 0.2
 """After CMD exits, wait until no span arrived for this long (bounded by 3 s)."""
 
 
@@ -187,10 +189,8 @@ class Workload:
                 # the leader is gone; stragglers of the group still get the signal next round
             except subprocess.TimeoutExpired:
                 continue
-        try:
+        with contextlib.suppress(ProcessLookupError):
             os.killpg(self.pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
         self.proc.wait()
 
     def exit_code(self) -> int:
@@ -200,7 +200,7 @@ class Workload:
 
 
 def _root_span(
-    run_id: str, trace_id: bytes, span_id: bytes, command: list[str], start: int, code: int
+    *, run_id: str, trace_id: bytes, span_id: bytes, command: list[str], start: int, code: int
 ) -> Span:
     return Span(
         resource=Resource(
@@ -228,8 +228,6 @@ def _root_span(
 
 
 def _send_span(port: int, span: Span, telemetry: Telemetry) -> None:
-    from otel_bridge.exporters.otlp.encoding import encode_spans
-
     request = urllib.request.Request(
         f"http://127.0.0.1:{port}/v1/traces",
         data=encode_spans([span], "proto"),
@@ -338,10 +336,8 @@ def run(args: argparse.Namespace) -> int:
     def forward(signum: int, frame: object) -> None:
         del frame
         interrupted.append(signum)
-        try:
+        with contextlib.suppress(ProcessLookupError):
             os.killpg(workload.pid, signum)
-        except ProcessLookupError:
-            pass
 
     try:
         host = collector.component(host_rid)
@@ -362,7 +358,14 @@ def run(args: argparse.Namespace) -> int:
         if http_port:
             _send_span(
                 http_port,
-                _root_span(run_id, trace_id, span_id, command, started_ns, code),
+                _root_span(
+                    run_id=run_id,
+                    trace_id=trace_id,
+                    span_id=span_id,
+                    command=command,
+                    start=started_ns,
+                    code=code,
+                ),
                 telemetry,
             )
         _wait_quiet(telemetry)
@@ -375,7 +378,7 @@ def run(args: argparse.Namespace) -> int:
         for s, handler in previous.items():
             signal.signal(s, handler)
     collector.shutdown()
-    summary = _summary(run_id, command, code, collector, host_rid, started_ns)
+    summary = _summary(run_id, command, code, collector, host_rid=host_rid, started_ns=started_ns)
     run.write_json(rundir.SUMMARY, summary)
     run.write_manifest({"id": run_id})
     _print_summary(run, summary)
@@ -383,7 +386,13 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _summary(
-    run_id: str, command: list[str], code: int, collector: Collector, host_rid: str, started_ns: int
+    run_id: str,
+    command: list[str],
+    code: int,
+    collector: Collector,
+    *,
+    host_rid: str,
+    started_ns: int,
 ) -> dict[str, Any]:
     telemetry = collector.host.telemetry
     notes = telemetry.notes()

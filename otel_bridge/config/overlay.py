@@ -226,7 +226,7 @@ def _convert_union(
     members = [a for a in args if a is not type(None)]
     optional = len(members) < len(args)
     if value is None:
-        nested = [m for m in members if dataclasses.is_dataclass(m)]
+        nested = [m for m in members if isinstance(m, type) and dataclasses.is_dataclass(m)]
         if optional and nested and current is None:
             # Collector semantics: an empty section turns the feature on with its defaults.
             return construct(nested[0], {}, path, problems)

@@ -290,7 +290,8 @@ class GraphAccumulator:
             if te > on.last:  # noqa: PLR1730 - hot path, cheaper than max()
                 on.last = te
             on.sources |= sbits
-            on.evidence += 1
+            if on is not sn:  # a self-loop mentions its node once
+                on.evidence += 1
             key = (s.id, o.relation, ob.id)
             e = edges.get(key)
             if e is None:
@@ -320,8 +321,9 @@ class GraphAccumulator:
                     sup.append(o.id)
             if not occurrence:
                 sn.logical += 1
-                on.logical += 1
                 e.logical += 1
+                if on is not sn:
+                    on.logical += 1
                 continue
             seen = occ.get(occurrence)
             if seen is None and old:
@@ -329,8 +331,9 @@ class GraphAccumulator:
             if seen is None:
                 occ[occurrence] = (sn, on, e)
                 sn.logical += 1
-                on.logical += 1
                 e.logical += 1
+                if on is not sn:
+                    on.logical += 1
                 if len(occ) >= half:
                     old, occ = occ, self._rotate()
                 continue

@@ -16,7 +16,6 @@ entities; it does not establish temporal information flow.
 from __future__ import annotations
 
 import itertools
-from collections.abc import Iterable
 from dataclasses import dataclass
 
 import networkx as nx
@@ -102,7 +101,7 @@ def simple_paths(
 ) -> list[list[str]]:
     """Up to ``max_paths`` directed simple paths of at most ``max_depth`` edges.
 
-    The search order is deterministic (sorted graph); the paths found are returned shortest first.
+    Paths come shortest first (ties in a deterministic order, the graph being sorted).
     """
     ids = {n.id for n in graph.nodes}
     for node_id in (source, target):
@@ -112,11 +111,18 @@ def simple_paths(
         raise OtelBridgeError("--max-depth and --max-paths must be at least 1")
     if source == target:
         return [[source]]
-    found: Iterable[list[str]] = nx.all_simple_paths(
-        to_digraph(graph), source, target, cutoff=max_depth
-    )
-    paths = list(itertools.islice(found, max_paths))
-    return sorted(paths, key=lambda p: (len(p), p))
+    g = to_digraph(graph)
+    paths: list[list[str]] = []
+    try:
+        # Yen's algorithm yields simple paths in order of length, so the bound on the count
+        # keeps the shortest ones and the search stops at the first path that is too long.
+        for path in nx.shortest_simple_paths(g, source, target):
+            if len(path) - 1 > max_depth or len(paths) >= max_paths:
+                break
+            paths.append(path)
+    except nx.NetworkXNoPath:
+        pass
+    return paths
 
 
 def path_edges(graph: Graph, path: list[str]) -> list[list[GraphEdge]]:

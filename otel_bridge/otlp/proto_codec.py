@@ -13,9 +13,9 @@ Encoding groups records by resource and scope (equal values share one ``Resource
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import Any, Generic, TypeVar
+from typing import Generic, TypeVar
 
 from opentelemetry.proto.collector.logs.v1.logs_service_pb2 import ExportLogsServiceRequest
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
@@ -27,14 +27,11 @@ from opentelemetry.proto.common.v1.common_pb2 import (
     KeyValue,
 )
 from opentelemetry.proto.logs.v1.logs_pb2 import LogRecord as PbLogRecord
-from opentelemetry.proto.logs.v1.logs_pb2 import ResourceLogs, ScopeLogs
 from opentelemetry.proto.resource.v1.resource_pb2 import Resource as PbResource
-from opentelemetry.proto.trace.v1.trace_pb2 import ResourceSpans, ScopeSpans
 from opentelemetry.proto.trace.v1.trace_pb2 import Span as PbSpan
 
 from otel_bridge.model import (
     AnyValue,
-    Attributes,
     LogRecord,
     Resource,
     Scope,
@@ -44,6 +41,13 @@ from otel_bridge.model import (
     SpanLink,
     Status,
     StatusCode,
+)
+from otel_bridge.otlp._proto_encode import (
+    any_value_to_pb,
+    encode_logs,
+    encode_traces,
+    fill_attributes,
+    group_by_resource_scope,
 )
 
 __all__ = [
@@ -111,52 +115,11 @@ def attributes_from_pb(kvs: Iterable[KeyValue]) -> dict[str, AnyValue]:
     out: dict[str, AnyValue] = {}
     for kv in kvs:
         value = kv.value
-        # Strings are by far the most common attribute type: test them first, without the
-        # generic dispatch.
-        if value.HasField("string_value"):
-            out[kv.key] = value.string_value
-        else:
-            out[kv.key] = any_value_from_pb(value)
+        # Most attributes are non-empty strings: read string_value directly (an unset oneof
+        # reads as ""), and take the generic dispatch only for everything else.
+        text = value.string_value
+        out[kv.key] = text if text else any_value_from_pb(value)
     return out
-
-
-def any_value_to_pb(value: AnyValue, out: PbAnyValue) -> None:
-    """Fill the protobuf ``AnyValue`` ``out`` from a model value (``None`` leaves it unset)."""
-    if value is None:
-        return
-    if isinstance(value, str):
-        out.string_value = value
-    elif isinstance(value, bool):
-        out.bool_value = value
-    elif isinstance(value, int):
-        if _INT64_MIN <= value <= _INT64_MAX:
-            out.int_value = value
-        else:
-            # OTLP integers are int64; a wider Python int is kept exactly as its decimal text.
-            out.string_value = str(value)
-    elif isinstance(value, float):
-        out.double_value = value
-    elif isinstance(value, bytes):
-        out.bytes_value = value
-    elif isinstance(value, tuple | list):
-        array = out.array_value
-        array.SetInParent()
-        for item in value:
-            any_value_to_pb(item, array.values.add())
-    elif isinstance(value, Mapping):
-        kvlist = out.kvlist_value
-        kvlist.SetInParent()
-        fill_attributes(kvlist.values, value)
-    else:
-        raise TypeError(f"not an OTLP AnyValue: {type(value).__name__}")
-
-
-def fill_attributes(out: Any, attributes: Attributes) -> None:
-    """Append ``attributes`` to a repeated ``KeyValue`` field ``out``."""
-    for key, value in attributes.items():
-        kv = out.add()
-        kv.key = key
-        any_value_to_pb(value, kv.value)
 
 
 # --------------------------------------------------------------------------------------------
@@ -218,7 +181,12 @@ class Rejections:
         return f"rejected {self.count} invalid {noun}: " + "; ".join(self.details) + tail
 
 
+_ZERO_TRACE = bytes(16)
+_ZERO_SPAN = bytes(8)
+
+
 def _span_problem(pb: PbSpan) -> str:
+    """Why ``pb`` is not a valid span (``"field: what"``), or ``""``; the slow, exact path."""
     problem = _id_problem(pb.trace_id, 16, optional=False)
     if problem:
         return "traceId: " + problem
@@ -242,35 +210,36 @@ def _span_problem(pb: PbSpan) -> str:
     return ""
 
 
-def _span(pb: PbSpan, resource: Resource, scope: Scope) -> Span:
-    status = pb.status
-    return Span(
-        resource=resource,
-        scope=scope,
-        trace_id=pb.trace_id,
-        span_id=pb.span_id,
-        parent_span_id=pb.parent_span_id,
-        trace_state=pb.trace_state,
-        flags=pb.flags,
-        name=pb.name,
-        kind=_SPAN_KINDS[pb.kind],
-        start_time_unix_nano=pb.start_time_unix_nano,
-        end_time_unix_nano=pb.end_time_unix_nano,
-        attributes=attributes_from_pb(pb.attributes),
-        dropped_attributes_count=pb.dropped_attributes_count,
-        events=tuple(
-            SpanEvent(
-                time_unix_nano=e.time_unix_nano,
-                name=e.name,
-                attributes=attributes_from_pb(e.attributes),
-                dropped_attributes_count=e.dropped_attributes_count,
-            )
-            for e in pb.events
-        )
-        if pb.events
-        else (),
-        dropped_events_count=pb.dropped_events_count,
-        links=tuple(
+def _span(pb: PbSpan, resource: Resource, scope: Scope) -> Span | None:
+    """The span of ``pb``, or None when it is invalid (then ``_span_problem`` says why).
+
+    This is the hot path of the receiver: each protobuf field is read once, and the common
+    case (no events, no links, unset status) allocates nothing beyond the span itself.
+    """
+    trace_id = pb.trace_id
+    span_id = pb.span_id
+    parent = pb.parent_span_id
+    kind = _SPAN_KINDS.get(pb.kind)
+    if (
+        len(trace_id) != 16
+        or len(span_id) != 8
+        or (parent and len(parent) != 8)
+        or kind is None
+        or trace_id == _ZERO_TRACE
+        or span_id == _ZERO_SPAN
+    ):
+        return None
+    if pb.HasField("status"):
+        status_pb = pb.status
+        code = _STATUS_CODES.get(status_pb.code)
+        if code is None:
+            return None
+        status = Status(code=code, message=status_pb.message)
+    else:
+        status = _UNSET_STATUS
+    links: tuple[SpanLink, ...] = ()
+    if pb.links:
+        links = tuple(
             SpanLink(
                 trace_id=link.trace_id,
                 span_id=link.span_id,
@@ -281,12 +250,44 @@ def _span(pb: PbSpan, resource: Resource, scope: Scope) -> Span:
             )
             for link in pb.links
         )
-        if pb.links
-        else (),
+        for link_value in links:
+            if (
+                len(link_value.trace_id) != 16
+                or len(link_value.span_id) != 8
+                or link_value.trace_id == _ZERO_TRACE
+                or link_value.span_id == _ZERO_SPAN
+            ):
+                return None
+    events: tuple[SpanEvent, ...] = ()
+    if pb.events:
+        events = tuple(
+            SpanEvent(
+                time_unix_nano=e.time_unix_nano,
+                name=e.name,
+                attributes=attributes_from_pb(e.attributes),
+                dropped_attributes_count=e.dropped_attributes_count,
+            )
+            for e in pb.events
+        )
+    return Span(
+        resource=resource,
+        scope=scope,
+        trace_id=trace_id,
+        span_id=span_id,
+        parent_span_id=parent,
+        trace_state=pb.trace_state,
+        flags=pb.flags,
+        name=pb.name,
+        kind=kind,
+        start_time_unix_nano=pb.start_time_unix_nano,
+        end_time_unix_nano=pb.end_time_unix_nano,
+        attributes=attributes_from_pb(pb.attributes),
+        dropped_attributes_count=pb.dropped_attributes_count,
+        events=events,
+        dropped_events_count=pb.dropped_events_count,
+        links=links,
         dropped_links_count=pb.dropped_links_count,
-        status=Status(code=_STATUS_CODES[status.code], message=status.message)
-        if status.code or status.message
-        else _UNSET_STATUS,
+        status=status,
     )
 
 
@@ -302,11 +303,12 @@ def decode_traces(request: ExportTraceServiceRequest) -> Decoded[Span]:
         for si, ss in enumerate(rs.scope_spans):
             scope = _scope(ss.scope, ss.schema_url)
             for pi, pb in enumerate(ss.spans):
-                problem = _span_problem(pb)
-                if problem:
-                    rejects.add(f"resourceSpans[{ri}].scopeSpans[{si}].spans[{pi}].{problem}")
-                    continue
-                spans.append(_span(pb, resource, scope))
+                span = _span(pb, resource, scope)
+                if span is None:
+                    where = f"resourceSpans[{ri}].scopeSpans[{si}].spans[{pi}]"
+                    rejects.add(f"{where}.{_span_problem(pb)}")
+                else:
+                    spans.append(span)
     return Decoded(tuple(spans), rejects.count, rejects.message("spans"))
 
 
@@ -351,137 +353,3 @@ def decode_logs(request: ExportLogsServiceRequest) -> Decoded[LogRecord]:
                     )
                 )
     return Decoded(tuple(logs), rejects.count, rejects.message("log records"))
-
-
-# --------------------------------------------------------------------------------------------
-# Encoding
-# --------------------------------------------------------------------------------------------
-
-
-R = TypeVar("R", Span, LogRecord)
-
-
-def group_by_resource_scope(
-    records: Sequence[R],
-) -> list[tuple[Resource, list[tuple[Scope, list[R]]]]]:
-    """``records`` grouped by equal resource, then equal scope, in first-seen order."""
-    groups: list[tuple[Resource, list[tuple[Scope, list[R]]]]] = []
-    last_resource: Resource | None = None
-    last_scope: Scope | None = None
-    last_list: list[R] = []
-    for record in records:
-        # Records of one batch usually share the very same objects: try identity first.
-        if record.resource is last_resource and record.scope is last_scope:
-            last_list.append(record)
-            continue
-        scopes = None
-        for resource, scope_groups in groups:
-            if resource is record.resource or resource == record.resource:
-                scopes = scope_groups
-                break
-        if scopes is None:
-            scopes = []
-            groups.append((record.resource, scopes))
-        target = None
-        for scope, items in scopes:
-            if scope is record.scope or scope == record.scope:
-                target = items
-                break
-        if target is None:
-            target = []
-            scopes.append((record.scope, target))
-        target.append(record)
-        last_resource, last_scope, last_list = record.resource, record.scope, target
-    return groups
-
-
-def _fill_resource(out: PbResource, resource: Resource) -> None:
-    fill_attributes(out.attributes, resource.attributes)
-    out.dropped_attributes_count = resource.dropped_attributes_count
-
-
-def _fill_scope(out: InstrumentationScope, scope: Scope) -> None:
-    out.name = scope.name
-    out.version = scope.version
-    fill_attributes(out.attributes, scope.attributes)
-    out.dropped_attributes_count = scope.dropped_attributes_count
-
-
-def _fill_span(out: PbSpan, span: Span) -> None:
-    out.trace_id = span.trace_id
-    out.span_id = span.span_id
-    out.parent_span_id = span.parent_span_id
-    out.trace_state = span.trace_state
-    out.flags = span.flags
-    out.name = span.name
-    out.kind = int(span.kind)  # type: ignore[assignment]
-    out.start_time_unix_nano = span.start_time_unix_nano
-    out.end_time_unix_nano = span.end_time_unix_nano
-    fill_attributes(out.attributes, span.attributes)
-    out.dropped_attributes_count = span.dropped_attributes_count
-    for event in span.events:
-        pe = out.events.add()
-        pe.time_unix_nano = event.time_unix_nano
-        pe.name = event.name
-        fill_attributes(pe.attributes, event.attributes)
-        pe.dropped_attributes_count = event.dropped_attributes_count
-    out.dropped_events_count = span.dropped_events_count
-    for link in span.links:
-        pl = out.links.add()
-        pl.trace_id = link.trace_id
-        pl.span_id = link.span_id
-        pl.trace_state = link.trace_state
-        fill_attributes(pl.attributes, link.attributes)
-        pl.dropped_attributes_count = link.dropped_attributes_count
-        pl.flags = link.flags
-    out.dropped_links_count = span.dropped_links_count
-    if span.status.code or span.status.message:
-        out.status.code = int(span.status.code)  # type: ignore[assignment]
-        out.status.message = span.status.message
-
-
-def encode_traces(spans: Sequence[Span]) -> ExportTraceServiceRequest:
-    """An ``ExportTraceServiceRequest`` carrying ``spans``, grouped by resource and scope."""
-    request = ExportTraceServiceRequest()
-    for resource, scopes in group_by_resource_scope(spans):
-        rs: ResourceSpans = request.resource_spans.add()
-        _fill_resource(rs.resource, resource)
-        rs.schema_url = resource.schema_url
-        for scope, items in scopes:
-            ss: ScopeSpans = rs.scope_spans.add()
-            _fill_scope(ss.scope, scope)
-            ss.schema_url = scope.schema_url
-            for span in items:
-                _fill_span(ss.spans.add(), span)
-    return request
-
-
-def _fill_log(out: PbLogRecord, log: LogRecord) -> None:
-    out.time_unix_nano = log.time_unix_nano
-    out.observed_time_unix_nano = log.observed_time_unix_nano
-    out.severity_number = log.severity_number  # type: ignore[assignment]
-    out.severity_text = log.severity_text
-    if log.body is not None:
-        any_value_to_pb(log.body, out.body)
-    fill_attributes(out.attributes, log.attributes)
-    out.dropped_attributes_count = log.dropped_attributes_count
-    out.flags = log.flags
-    out.trace_id = log.trace_id
-    out.span_id = log.span_id
-    out.event_name = log.event_name
-
-
-def encode_logs(logs: Sequence[LogRecord]) -> ExportLogsServiceRequest:
-    """An ``ExportLogsServiceRequest`` carrying ``logs``, grouped by resource and scope."""
-    request = ExportLogsServiceRequest()
-    for resource, scopes in group_by_resource_scope(logs):
-        rl: ResourceLogs = request.resource_logs.add()
-        _fill_resource(rl.resource, resource)
-        rl.schema_url = resource.schema_url
-        for scope, items in scopes:
-            sl: ScopeLogs = rl.scope_logs.add()
-            _fill_scope(sl.scope, scope)
-            sl.schema_url = scope.schema_url
-            for log in items:
-                _fill_log(sl.log_records.add(), log)
-    return request

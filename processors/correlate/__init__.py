@@ -26,18 +26,6 @@ import threading
 from collections import Counter
 from dataclasses import dataclass, field, replace
 
-from otel_bridge.processors.correlate.exact import ExactLinker, derived, process_entity
-from otel_bridge.processors.correlate.index import proc_event
-from otel_bridge.processors.correlate.singleton import (
-    OURS,
-    Bridge,
-    Outcome,
-    Policy,
-    Scope,
-    SingletonEngine,
-    declaration_of,
-)
-
 from otel_bridge.component import (
     PROCESSOR,
     Component,
@@ -56,6 +44,17 @@ from otel_bridge.model import (
     Evidence,
     Observation,
     RelationKind,
+)
+from otel_bridge.processors.correlate.exact import ExactLinker, derived, process_entity
+from otel_bridge.processors.correlate.index import START_EVENTS, proc_event, process_entity_of
+from otel_bridge.processors.correlate.singleton import (
+    OURS,
+    Bridge,
+    Outcome,
+    Policy,
+    Scope,
+    SingletonEngine,
+    declaration_of,
 )
 
 _NS = 1_000_000_000
@@ -135,6 +134,7 @@ class Correlator:
         self._max_time = 0
         self._lateness = int(config.allowed_lateness * _NS)
         self._retention = int(config.retention * _NS)
+        self._evicted = 0
 
     @property
     def watermark(self) -> int:
@@ -148,6 +148,14 @@ class Correlator:
                 continue
             self._max_time = max(self._max_time, obs.time_unix_nano)
             if obs.source.channel == Channel.OS:
+                found = (
+                    process_entity_of(obs) if obs.attrs.get("event.name") in START_EVENTS else None
+                )
+                if found is not None and self.engine.index.offer(
+                    found[0], obs.source.record_id, obs.id
+                ):
+                    self.exact.offer(found[0], obs.time_unix_nano, obs.id)
+                    continue
                 ev = proc_event(obs)
                 if ev is not None:
                     self.engine.add_event(ev)
@@ -179,8 +187,10 @@ class Correlator:
                     sorted({o.decl.obs_id, *(self.engine.index.support_id(e) for e in o.events)})
                 )
                 out.append(bridge_observation(o, support))
-        if not final:
-            horizon = wm - self._retention
+        horizon = wm - self._retention
+        # Evicting walks the buffers, so do it in steps of an eighth of the retention.
+        if not final and horizon - self._evicted >= self._retention // 8:
+            self._evicted = horizon
             self.engine.evict(horizon)
             self.exact.evict(horizon)
         return out

@@ -22,10 +22,7 @@ support (the earliest observation of each side) does not depend on arrival order
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-
-from otel_bridge.processors.correlate.index import ProcEvent, iso_to_ms, process_entity_of
-from otel_bridge.processors.correlate.singleton import parse_traceparent
+from dataclasses import dataclass, field, replace
 
 from otel_bridge.identity import process_id
 from otel_bridge.model import (
@@ -38,6 +35,8 @@ from otel_bridge.model import (
     RelationKind,
     Source,
 )
+from otel_bridge.processors.correlate.index import ProcEvent, iso_to_ms, process_entity_of
+from otel_bridge.processors.correlate.singleton import parse_traceparent
 
 _CHANNEL_ORDER = (Channel.SEM, Channel.GW, Channel.MODEL)
 
@@ -126,7 +125,8 @@ class ExactLinker:
     _span_parent: dict[tuple[str, str], tuple[str, str]] = field(default_factory=dict)
     _tp: dict[str, tuple[ProcEvent, tuple[str, str]]] = field(default_factory=dict)
     _tp_seen: dict[str, tuple[str, str]] = field(default_factory=dict)
-    _lives: dict[tuple[str, int], list[_Life]] = field(default_factory=dict)
+    _lives: dict[int, list[_Life]] = field(default_factory=dict)
+    _req_pending: set[str] = field(default_factory=set)
     _pid_claims: dict[tuple[str, str, int, str], tuple[Entity, _First, int | None]] = field(
         default_factory=dict
     )
@@ -140,7 +140,7 @@ class ExactLinker:
 
     def add_event(self, ev: ProcEvent) -> None:
         """A process start/exec event: a life for pid resolution, a traceparent to link."""
-        lives = self._lives.setdefault((ev.host_id, ev.pid), [])
+        lives = self._lives.setdefault(ev.pid, [])
         life = next((x for x in lives if x.identity == ev.identity), None)
         if life is None:
             ms = _ms_of_identity(ev.identity)
@@ -154,6 +154,16 @@ class ExactLinker:
             if prev is None or (ev.time, ev.obs_id) < (prev[0].time, prev[0].obs_id):
                 self._tp[ev.identity] = (ev, tp)
 
+    def offer(self, identity: str, time: int, obs_id: str) -> None:
+        """Another observation of an already seen process record (keeps the smallest id)."""
+        tp = self._tp.get(identity)
+        if tp is not None and (time, obs_id) < (tp[0].time, tp[0].obs_id):
+            self._tp[identity] = (replace(tp[0], obs_id=obs_id, time=time), tp[1])
+        for lives in (self._lives.get(_pid_of(identity), []),):
+            for life in lives:
+                if life.identity == identity and (time, obs_id) < (life.start, life.obs_id):
+                    life.start, life.obs_id = time, obs_id
+
     def add_exit(self, obs: Observation) -> None:
         """A ``process.exit`` observation closes a life."""
         found = process_entity_of(obs)
@@ -163,7 +173,7 @@ class ExactLinker:
         pid = attrs.get("process.pid")
         if not isinstance(pid, int):
             return
-        for life in self._lives.get((_s(attrs.get("host.id")), pid), []):
+        for life in self._lives.get(pid, []):
             if life.identity == identity:
                 life.exit = obs.time_unix_nano
 
@@ -189,6 +199,7 @@ class ExactLinker:
         rid = _s(obs.attrs.get("request.id"))
         if rid and obs.source.channel in _CHANNEL_ORDER:
             group = self._requests.setdefault(rid, {})
+            self._req_pending.add(rid)
             k = (obs.source.channel, obs.subject.id)
             if k in group:
                 group[k].offer(obs.time_unix_nano, obs.id)
@@ -284,12 +295,7 @@ class ExactLinker:
             if first.time > watermark and not final:
                 continue
             _, host, pid, _created = key
-            lives = [
-                life
-                for (h, p), ls in self._lives.items()
-                if p == pid and (not host or h == host)
-                for life in ls
-            ]
+            lives = [life for life in self._lives.get(pid, []) if not host or life.host == host]
             if ms is not None:
                 want = {process_id(life.host, pid, ms) for life in lives}
                 alive = [life for life in lives if life.identity in want]
@@ -329,13 +335,19 @@ class ExactLinker:
 
     def _request_links(self, watermark: int) -> list[Observation]:
         out: list[Observation] = []
-        for rid_value, group in self._requests.items():
+        for rid_value in sorted(self._req_pending):
+            group = self._requests.get(rid_value)
+            if group is None:
+                self._req_pending.discard(rid_value)
+                continue
+            waiting = False
             entries = sorted(group.items(), key=lambda kv: (_CHANNEL_ORDER.index(kv[0][0]), kv[0]))
             for i, ((ch_a, _), a) in enumerate(entries):
                 for (ch_b, _), b in entries[i + 1 :]:
                     if ch_a == ch_b or a.entity.id == b.entity.id:
                         continue
                     if max(a.time, b.time) > watermark:
+                        waiting = True
                         continue
                     rid = f"correlate:exact:request_id:{rid_value}:{a.entity.id}:{b.entity.id}"
                     if rid in self._emitted:
@@ -356,6 +368,8 @@ class ExactLinker:
                             attrs={"request.id": rid_value},
                         )
                     )
+            if not waiting:
+                self._req_pending.discard(rid_value)
         return out
 
     def evict(self, horizon: int) -> None:
@@ -380,6 +394,11 @@ def _agent_of(obs: Observation) -> Entity | None:
     if obs.object is not None and obs.object.kind == EntityKind.AGENT:
         return obs.object
     return None
+
+
+def _pid_of(identity: str) -> int:
+    parts = identity.split(":")
+    return int(parts[-2]) if len(parts) >= 4 and parts[-2].isdigit() else -1
 
 
 def _ms_of_identity(identity: str) -> int | None:

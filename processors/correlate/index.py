@@ -14,10 +14,9 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import datetime
 
-from otel_bridge.processors.correlate.parser import normalize_exe
-
 from otel_bridge.identity import process_id
 from otel_bridge.model import AnyValue, Channel, EntityKind, Observation, RelationKind
+from otel_bridge.processors.correlate.parser import normalize_exe
 
 START_EVENTS = frozenset({"process.start", "process.exec"})
 MAX_TAIL = 32
@@ -41,13 +40,19 @@ class ProcEvent:
     traceparent: str = ""
     parent_identity: str = ""
     event_name: str = "process.start"
+    name_keys: frozenset[str] = frozenset()
+    """Normalized basenames this event may be known by (image path, argv[0], name)."""
 
     def names(self) -> frozenset[str]:
         """Normalized basenames this event may be known by (image path, argv[0], name)."""
-        out = {normalize_exe(n) for n in (self.exe_path, self.exe_name) if n}
-        if self.argv and self.argv[0]:
-            out.add(normalize_exe(self.argv[0]))
-        return frozenset(out)
+        return self.name_keys or _names(self.exe_path, self.exe_name, self.argv)
+
+
+def _names(exe_path: str, exe_name: str, argv: tuple[str, ...]) -> frozenset[str]:
+    out = {normalize_exe(n) for n in (exe_path, exe_name) if n}
+    if argv and argv[0]:
+        out.add(normalize_exe(argv[0]))
+    return frozenset(out)
 
 
 def _str(v: object) -> str:
@@ -109,6 +114,8 @@ def proc_event(obs: Observation) -> ProcEvent | None:
     argv = tuple(a for a in args if isinstance(a, str)) if isinstance(args, tuple | list) else ()
     ppid = _int(attrs.get("process.parent_pid"))
     parent = _identity(attrs, host, ppid, "parent.") if ppid is not None else ""
+    exe_path = _str(attrs.get("process.executable.path"))
+    exe_name = _str(attrs.get("process.executable.name"))
     return ProcEvent(
         obs_id=obs.id,
         record_id=obs.source.record_id,
@@ -116,13 +123,14 @@ def proc_event(obs: Observation) -> ProcEvent | None:
         identity=identity or _identity(attrs, host, pid),
         pid=pid,
         host_id=host,
-        exe_path=_str(attrs.get("process.executable.path")),
-        exe_name=_str(attrs.get("process.executable.name")),
+        exe_path=exe_path,
+        exe_name=exe_name,
         argv=argv,
         cwd=_str(attrs.get("process.working_directory")),
         traceparent=_str(attrs.get("process.env.traceparent")),
         parent_identity=parent,
         event_name=_str(attrs.get("event.name")),
+        name_keys=_names(exe_path, exe_name, argv),
     )
 
 
@@ -228,6 +236,16 @@ class CandidateIndex:
                 del self.events[ident]
         live = {(e.identity, e.record_id) for evs in self.events.values() for e in evs}
         self._seen = {k: v for k, v in self._seen.items() if k in live}
+
+    def offer(self, identity: str, record_id: str, obs_id: str) -> bool:
+        """Note another observation of an indexed record; False if the record is not indexed."""
+        key = (identity, record_id)
+        known = self._seen.get(key)
+        if known is None:
+            return False
+        if obs_id < known:
+            self._seen[key] = obs_id
+        return True
 
     def support_id(self, ev: ProcEvent) -> str:
         """The observation id that stands for ``ev``'s record (the smallest one seen)."""

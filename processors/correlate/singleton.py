@@ -42,6 +42,7 @@ from collections import Counter
 from dataclasses import dataclass, field, replace
 from typing import Literal
 
+from otel_bridge.model import Channel, Entity, Observation, RelationKind
 from otel_bridge.processors.correlate.index import CandidateIndex, ProcEvent
 from otel_bridge.processors.correlate.parser import (
     INTERPRETERS,
@@ -52,8 +53,6 @@ from otel_bridge.processors.correlate.parser import (
     parse_command,
     resolve_head,
 )
-
-from otel_bridge.model import Channel, Entity, Observation, RelationKind
 
 SCORES: dict[str, float] = {
     "path+tail": 0.95,
@@ -241,6 +240,8 @@ class SingletonEngine:
     _tool_spans: set[tuple[str, str]] = field(default_factory=set)
     _bridged: dict[str, str] = field(default_factory=dict)
     _horizon: int = 0
+    _scope_version: dict[str, int] = field(default_factory=dict)
+    _end_cache: dict[str, tuple[int, int]] = field(default_factory=dict)
 
     @property
     def pending(self) -> int:
@@ -264,6 +265,7 @@ class SingletonEngine:
         self._pending[d.obs_id] = d
         bisect.insort(self._starts, (d.start, d.obs_id))
         bisect.insort(self._scope_starts.setdefault(d.scope, []), d.start)
+        self._scope_version[d.scope] = self._scope_version.get(d.scope, 0) + 1
 
     def add_event(self, ev: ProcEvent) -> None:
         """Index a process start/exec event."""
@@ -277,6 +279,15 @@ class SingletonEngine:
 
     def window_end(self, d: Declaration) -> int:
         """The inclusive end of ``d``'s search window given what is known now."""
+        version = self._scope_version.get(d.scope, 0)
+        cached = self._end_cache.get(d.obs_id)
+        if cached is not None and cached[0] == version:
+            return cached[1]
+        end = self._window_end(d)
+        self._end_cache[d.obs_id] = (version, end)
+        return end
+
+    def _window_end(self, d: Declaration) -> int:
         end = d.start + self.max_window_ns
         if d.end >= d.start and d.end > 0:
             end = min(end, d.end)
@@ -395,6 +406,7 @@ class SingletonEngine:
         old = [k for k, d in self._decided.items() if d.start + self.max_window_ns < cut]
         for k in old:
             del self._decided[k]
+            self._end_cache.pop(k, None)
         if old:
             gone = set(old)
             self._starts = [s for s in self._starts if s[1] not in gone]

@@ -42,7 +42,9 @@ __all__ = ["HostConfig", "HostReceiver", "factory"]
 class HostReceiver:
     """Runs one backend over the lineage and batches its records to the next consumer."""
 
-    def __init__(self, settings: CreateSettings, config: HostConfig, next_consumer: Consumer) -> None:
+    def __init__(
+        self, settings: CreateSettings, config: HostConfig, next_consumer: Consumer
+    ) -> None:
         self._settings = settings
         self.config = config
         self._next = next_consumer
@@ -144,7 +146,9 @@ class HostReceiver:
             time.sleep(quiet)
 
 
-def _create(settings: CreateSettings, config: HostConfig, next_consumer: Consumer | None) -> HostReceiver:
+def _create(
+    settings: CreateSettings, config: HostConfig, next_consumer: Consumer | None
+) -> HostReceiver:
     return HostReceiver(settings, config, require_consumer(next_consumer, "host"))
 
 

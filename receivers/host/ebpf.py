@@ -61,8 +61,17 @@ tracepoint:sched:sched_process_exit /@track[pid] && pid == tid/ {
 END { clear(@track); clear(@ex); clear(@op); clear(@fl); clear(@ca); }
 """
 
-_ERRNO = {-4: "EINTR", -11: "EAGAIN", -13: "EACCES", -101: "ENETUNREACH", -110: "ETIMEDOUT",
-          -111: "ECONNREFUSED", -113: "EHOSTUNREACH", -114: "EALREADY", -115: "EINPROGRESS"}
+_ERRNO = {
+    -4: "EINTR",
+    -11: "EAGAIN",
+    -13: "EACCES",
+    -101: "ENETUNREACH",
+    -110: "ETIMEDOUT",
+    -111: "ECONNREFUSED",
+    -113: "EHOSTUNREACH",
+    -114: "EALREADY",
+    -115: "EINPROGRESS",
+}
 
 
 def decode_r(text: str) -> bytes:
@@ -135,7 +144,9 @@ class EbpfBackend:
         root = ctx.lineage.root
         now = time.time_ns()
         for pid in [root, *descendants_of(root)]:
-            info = read_process(pid, ctx.redactor, capture_environment=ctx.config.capture_environment)
+            info = read_process(
+                pid, ctx.redactor, capture_environment=ctx.config.capture_environment
+            )
             if info is None:
                 continue
             ctx.lineage.add(pid)
@@ -155,8 +166,11 @@ class EbpfBackend:
                 f"ebpf: bpftrace did not attach within {ctx.config.startup_timeout:g}s: "
                 f"{err.strip().splitlines()[-1] if err.strip() else 'no output'}"
             )
-        for name, on in (("process", ctx.config.processes), ("file", ctx.config.files),
-                         ("network", ctx.config.network)):
+        for name, on in (
+            ("process", ctx.config.processes),
+            ("file", ctx.config.files),
+            ("network", ctx.config.network),
+        ):
             detail = {
                 "process": self.why,
                 "file": "openat syscalls (successful opens with flags; no unlink/rename)",
@@ -171,7 +185,8 @@ class EbpfBackend:
         self._thread.start()
 
     def _run(self) -> None:
-        assert self._proc is not None and self._proc.stdout is not None
+        assert self._proc is not None
+        assert self._proc.stdout is not None
         for raw in self._proc.stdout:
             try:
                 self.handle_line(raw.decode("utf-8", "replace").rstrip("\n"))
@@ -194,8 +209,11 @@ class EbpfBackend:
             info = lookup_process(ctx, child, event_monotonic_ns=ts)
             info.ppid = parent
             if ctx.config.processes:
-                ctx.emit(ctx.events.process_event(
-                    "process.start", info, monotonic_to_wall_ns(ts), attribution=SYSCALL))
+                ctx.emit(
+                    ctx.events.process_event(
+                        "process.start", info, monotonic_to_wall_ns(ts), attribution=SYSCALL
+                    )
+                )
         elif kind == "e":
             self._exe[int(parts[0])] = rest.split(" ", 2)[2] if len(parts) > 2 else ""
         elif kind == "E":
@@ -206,8 +224,11 @@ class EbpfBackend:
         elif kind == "X":
             pid, ts, status = int(parts[0]), int(parts[1]), int(parts[2])
             if ctx.config.processes:
-                ctx.emit(ctx.events.exit_event(
-                    pid, monotonic_to_wall_ns(ts), exit_code_of(status), attribution=SYSCALL))
+                ctx.emit(
+                    ctx.events.exit_event(
+                        pid, monotonic_to_wall_ns(ts), exit_code_of(status), attribution=SYSCALL
+                    )
+                )
         elif kind == "O" and ctx.config.files:
             pid, ts, ret, flags = int(parts[0]), int(parts[1]), int(parts[2]), int(parts[3])
             if ret < 0:
@@ -219,8 +240,12 @@ class EbpfBackend:
                 if known is not None and known.cwd:
                     path = os.path.normpath(os.path.join(known.cwd, path))
             text = open_flags_text(flags)
-            self._emit("file.open", pid, ts, {
-                "file.path": path, "file.open.flags": text, "file.access": open_access(text)})
+            self._emit(
+                "file.open",
+                pid,
+                ts,
+                {"file.path": path, "file.open.flags": text, "file.access": open_access(text)},
+            )
         elif kind == "C" and ctx.config.network:
             pid, ts, ret = int(parts[0]), int(parts[1]), int(parts[2])
             addr = decode_sockaddr(decode_r(rest.split(" ", 3)[3]))
@@ -245,20 +270,33 @@ class EbpfBackend:
         fresh = read_process(pid, ctx.redactor, capture_environment=ctx.config.capture_environment)
         if fresh is None:
             base = lookup_process(ctx, pid, event_monotonic_ns=ts)
-            fresh = ProcessInfo(pid=pid, start_ms=base.start_ms, ppid=base.ppid,
-                                approximate=base.approximate, exe=path, argv=[], cwd=base.cwd)
+            fresh = ProcessInfo(
+                pid=pid,
+                start_ms=base.start_ms,
+                ppid=base.ppid,
+                approximate=base.approximate,
+                exe=path,
+                argv=[],
+                cwd=base.cwd,
+            )
         ctx.events.remember(fresh)
         if ctx.config.processes:
-            ctx.emit(ctx.events.process_event(
-                "process.exec", fresh, monotonic_to_wall_ns(ts), attribution=SYSCALL))
+            ctx.emit(
+                ctx.events.process_event(
+                    "process.exec", fresh, monotonic_to_wall_ns(ts), attribution=SYSCALL
+                )
+            )
 
     def _emit(self, name: str, pid: int, ts: int, extra: dict[str, AnyValue]) -> None:
         ctx = self._ctx
         assert ctx is not None
         attrs = ctx.events.identity_attrs(pid)
         attrs.update(extra)
-        ctx.emit(ctx.events.record(
-            name, monotonic_to_wall_ns(ts), attrs, attribution=SYSCALL, causal=True))
+        ctx.emit(
+            ctx.events.record(
+                name, monotonic_to_wall_ns(ts), attrs, attribution=SYSCALL, causal=True
+            )
+        )
 
     def _lost(self, line: str) -> None:
         ctx = self._ctx
@@ -308,8 +346,7 @@ class _ReadyWaiter:
     def wait(self, timeout: float) -> bool:
         thread = threading.Thread(target=self._read, daemon=True)
         thread.start()
-        ok = self._event.wait(max(0.0, timeout))
-        return ok
+        return self._event.wait(max(0.0, timeout))
 
     def _read(self) -> None:
         for raw in self._stream:

@@ -9,9 +9,9 @@ for the same process.
 from __future__ import annotations
 
 import itertools
-from collections import Counter
 import threading
 import time
+from collections import Counter
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 
@@ -282,5 +282,3 @@ def lookup_process(
         )
         info = ProcessInfo(pid=pid, start_ms=start, approximate=True)
     return ctx.events.remember(info)
-
-

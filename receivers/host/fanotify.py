@@ -99,7 +99,7 @@ class FanotifyWatcher:
     def __init__(self, ctx: HostContext) -> None:
         cfg = ctx.config
         self._ctx = ctx
-        self._wanted = {name for name in cfg.fanotify_events}
+        self._wanted = set(cfg.fanotify_events)
         mask = 0
         for name in self._wanted:
             mask |= EVENT_BITS[name]
@@ -107,9 +107,7 @@ class FanotifyWatcher:
             mask |= FAN_CLOSE_NOWRITE  # to end a read cycle
         if "modify" in self._wanted:
             mask |= FAN_CLOSE_WRITE
-        self._fd = fanotify_open(
-            list(cfg.fanotify_paths), mask, mount=cfg.fanotify_mark == "mount"
-        )
+        self._fd = fanotify_open(list(cfg.fanotify_paths), mask, mount=cfg.fanotify_mark == "mount")
         self._stop_r, self._stop_w = os.pipe()
         self._thread: threading.Thread | None = None
         self._cycle: set[tuple[int, str, str]] = set()

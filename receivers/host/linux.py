@@ -9,7 +9,7 @@
   collection becomes ``degraded`` and the loss is counted.
 * **Files**: fanotify (:mod:`fanotify`), kernel-attributed to the accessing pid.
 * **Network**: no tracing: the lineage's socket inodes are matched against the kernel's socket
-  tables (:mod:`netscan`) on every fork/exec and every ``network_poll_interval``. A socket
+  tables (:mod:`netscan`) on every fork/exec/exit and every ``network_poll_interval``. A socket
   opened and closed between two scans is missed: that blind window remains.
 
 Needs root (``CAP_NET_ADMIN`` for the connector, ``CAP_SYS_ADMIN`` for fanotify).
@@ -163,9 +163,7 @@ class LinuxBackend:
                 self._fanotify = FanotifyWatcher(ctx)
                 self._fanotify.start()
             except OSError as exc:
-                ctx.collection_state(
-                    "file", CollectionState.UNAVAILABLE, f"fanotify failed: {exc}"
-                )
+                ctx.collection_state("file", CollectionState.UNAVAILABLE, f"fanotify failed: {exc}")
                 self._fanotify = None
         else:
             ctx.collection_state("file", CollectionState.NOT_REQUESTED, "files: false")
@@ -195,14 +193,14 @@ class LinuxBackend:
         assert self._sock is not None
         sock = self._sock
         while True:
-            ready, _, _ = select.select([sock, self._stop_r], [], [], 0.5)
+            ready, _, _ = select.select([sock.fileno(), self._stop_r], [], [], 0.5)
             if self._stop_r in ready:
                 # drain what the kernel already queued, then stop
                 sock.setblocking(False)
                 while self._recv_once(sock):
                     pass
                 return
-            if sock in ready:
+            if sock.fileno() in ready:
                 self._recv_once(sock)
             self._retire_due()
 
@@ -275,6 +273,7 @@ class LinuxBackend:
                     ctx.events.exit_event(tgid, wall, exit_code_of(status), attribution=SYSCALL)
                 )
             self._retiring.append((time.monotonic() + _RETIRE_AFTER_S, tgid))
+            self._scan()  # the rest of the lineage may hold sockets the scan has not seen yet
 
     def _scan(self) -> None:
         if self._scanner is not None:

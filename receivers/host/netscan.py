@@ -8,7 +8,8 @@ process's ``/proc/<pid>/fd``. A socket belongs to the process holding its inode.
 ``network.listen``; a UDP socket with a peer becomes a ``udp`` connect.
 
 This is sampling (attribution ``sampled_process``): a socket opened and closed between two
-scans is missed. Scans run every ``network_poll_interval`` and immediately on every fork/exec.
+scans is missed. Scans run every ``network_poll_interval`` and immediately on every
+fork/exec/exit event.
 """
 
 from __future__ import annotations
@@ -100,7 +101,7 @@ class SocketScanner:
         self._ctx.collection_state(
             "network",
             CollectionState.DEGRADED,
-            f"socket-table scans every {interval * 1000:g}ms and on each fork/exec (no "
+            f"socket-table scans every {interval * 1000:g}ms and on each fork/exec/exit (no "
             "tracing): a socket opened and closed between scans is missed",
         )
         self._thread = threading.Thread(

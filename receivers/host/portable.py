@@ -14,17 +14,35 @@ made the change.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import threading
 import time
+from collections.abc import Callable
 from typing import Any
 
 import psutil
+from watchdog.events import FileSystemEvent, FileSystemEventHandler
+from watchdog.observers import Observer
 
 from otel_bridge.identity import psutil_start_ms
 from otel_bridge.model import AnyValue, CollectionState
 from otel_bridge.receivers.host.events import SAMPLED, SESSION, HostContext
 from otel_bridge.receivers.host.procfs import ProcessInfo
+
+_CHANGE_TYPES = {"created": "created", "modified": "modified", "deleted": "deleted"}
+
+
+class _Handler(FileSystemEventHandler):
+    """Forwards every watchdog event to one callback."""
+
+    def __init__(self, callback: Callable[[Any], None]) -> None:
+        super().__init__()
+        self._callback = callback
+
+    def on_any_event(self, event: FileSystemEvent) -> None:
+        """Forward ``event``."""
+        self._callback(event)
 
 
 class PortableBackend:
@@ -82,18 +100,9 @@ class PortableBackend:
                 "file", CollectionState.NOT_SAMPLED, "no watch_paths configured for watchdog"
             )
             return
-        from watchdog.events import FileSystemEvent, FileSystemEventHandler
-        from watchdog.observers import Observer
-
-        backend = self
-
-        class _Handler(FileSystemEventHandler):  # type: ignore[misc]
-            def on_any_event(self, event: FileSystemEvent) -> None:
-                backend._file_event(event)
-
         observer = Observer()
         for path in cfg.watch_paths:
-            observer.schedule(_Handler(), path, recursive=True)
+            observer.schedule(_Handler(self._file_event), path, recursive=True)
         observer.start()
         self._observer = observer
         ctx.collection_state(
@@ -102,8 +111,6 @@ class PortableBackend:
             f"watchdog on {', '.join(cfg.watch_paths)}: session-correlated, non-causal "
             "(the changing process is unknown)",
         )
-
-    _CHANGE_TYPES = {"created": "created", "modified": "modified", "deleted": "deleted"}
 
     def _file_event(self, event: Any) -> None:
         ctx = self._ctx
@@ -114,8 +121,8 @@ class PortableBackend:
         if kind == "moved":
             attrs["file.change.type"] = "moved"
             attrs["file.new_path"] = os.fsdecode(event.dest_path)
-        elif kind in self._CHANGE_TYPES:
-            attrs["file.change.type"] = self._CHANGE_TYPES[kind]
+        elif kind in _CHANGE_TYPES:
+            attrs["file.change.type"] = _CHANGE_TYPES[kind]
         else:
             return  # opened/closed notifications carry no change
         ctx.emit(
@@ -189,14 +196,10 @@ class PortableBackend:
         info = ProcessInfo(pid=proc.pid, start_ms=psutil_start_ms(proc.create_time()), ppid=ppid)
         with proc.oneshot():
             for attr, getter in (("exe", proc.exe), ("cwd", proc.cwd)):
-                try:
+                with contextlib.suppress(psutil.AccessDenied, psutil.ZombieProcess, OSError):
                     setattr(info, attr, getter())
-                except (psutil.AccessDenied, psutil.ZombieProcess, OSError):
-                    pass
-            try:
+            with contextlib.suppress(psutil.AccessDenied, psutil.ZombieProcess, OSError):
                 info.argv = ctx.redactor.argv(proc.cmdline())
-            except (psutil.AccessDenied, psutil.ZombieProcess, OSError):
-                pass
             try:
                 env = proc.environ()
             except (psutil.AccessDenied, psutil.ZombieProcess, OSError):

@@ -12,6 +12,7 @@ the event's kernel timestamp (see :func:`approx_start_ms`) and marks the identit
 
 from __future__ import annotations
 
+import contextlib
 import os
 import time
 from dataclasses import dataclass, field
@@ -87,19 +88,15 @@ def read_process(
         return None
     ppid, ticks = stat
     info = ProcessInfo(pid=pid, start_ms=start_ms_from_ticks(ticks), ppid=ppid)
-    try:
+    with contextlib.suppress(OSError):
         info.exe = os.readlink(f"/proc/{pid}/exe")
-    except OSError:
-        pass
     raw = _read(f"/proc/{pid}/cmdline")
     if raw:
         info.argv = redactor.argv(
             [a.decode("utf-8", "replace") for a in raw.rstrip(b"\0").split(b"\0")]
         )
-    try:
+    with contextlib.suppress(OSError):
         info.cwd = os.readlink(f"/proc/{pid}/cwd")
-    except OSError:
-        pass
     environ = _read(f"/proc/{pid}/environ")
     if environ:
         env: dict[str, str] = {}

@@ -14,25 +14,21 @@ from __future__ import annotations
 from otel_bridge.errors import BackendUnavailableError
 from otel_bridge.receivers.host.backend import Backend
 from otel_bridge.receivers.host.config import AUTO_ORDER, HostConfig
+from otel_bridge.receivers.host.ebpf import EbpfBackend
+from otel_bridge.receivers.host.linux import LinuxBackend
+from otel_bridge.receivers.host.portable import PortableBackend
+from otel_bridge.receivers.host.strace import StraceBackend
 
 
 def create_backend(name: str, config: HostConfig) -> Backend:
     """Construct backend ``name``; raises ``BackendUnavailableError`` when it cannot run."""
     if name == "linux":
-        from otel_bridge.receivers.host.linux import LinuxBackend
-
         return LinuxBackend()
     if name == "ebpf":
-        from otel_bridge.receivers.host.ebpf import EbpfBackend
-
         return EbpfBackend(config.bpftrace_path)
     if name == "strace":
-        from otel_bridge.receivers.host.strace import StraceBackend
-
         return StraceBackend(config.strace_path)
     if name == "portable":
-        from otel_bridge.receivers.host.portable import PortableBackend
-
         return PortableBackend()
     raise BackendUnavailableError(f"unknown host backend {name!r}")
 

@@ -130,7 +130,8 @@ class StraceBackend:
         self._thread.start()
 
     def _wait_attached(self, pids: list[int], timeout: float) -> None:
-        assert self._proc is not None and self._proc.stderr is not None
+        assert self._proc is not None
+        assert self._proc.stderr is not None
         deadline = time.monotonic() + timeout
         waiting = {str(p) for p in pids}
         while waiting and time.monotonic() < deadline:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import re
+import time
 
 from otel_bridge.model import AnyValue
 from otel_bridge.receivers.host.events import SYSCALL, HostContext, lookup_process
@@ -16,13 +17,24 @@ from otel_bridge.receivers.host.strace_parse import (
     strings,
 )
 
-_SIGNALS = {"SIGHUP": 1, "SIGINT": 2, "SIGQUIT": 3, "SIGABRT": 6, "SIGKILL": 9, "SIGSEGV": 11,
-            "SIGPIPE": 13, "SIGALRM": 14, "SIGTERM": 15}
+_SIGNALS = {
+    "SIGHUP": 1,
+    "SIGINT": 2,
+    "SIGQUIT": 3,
+    "SIGABRT": 6,
+    "SIGKILL": 9,
+    "SIGSEGV": 11,
+    "SIGPIPE": 13,
+    "SIGALRM": 14,
+    "SIGTERM": 15,
+}
 _PORT = re.compile(r"sin6?_port=htons\((\d+)\)")
 _ADDR4 = re.compile(r'inet_addr\("([^"]+)"\)')
 _ADDR6 = re.compile(r'inet_pton\(AF_INET6, "([^"]+)"')
 _SUN_PATH = re.compile(r'sun_path="((?:[^"\\]|\\.)*)"')
-_SOCK_ANNO = re.compile(r"^(?P<proto>TCP|UDP|TCPv6|UDPv6|UNIX(?:-STREAM|-DGRAM)?)(?::\[(?P<addr>.*)\])?")
+_SOCK_ANNO = re.compile(
+    r"^(?P<proto>TCP|UDP|TCPv6|UDPv6|UNIX(?:-STREAM|-DGRAM)?)(?::\[(?P<addr>.*)\])?"
+)
 
 
 def open_access(flags: str) -> str:
@@ -36,9 +48,15 @@ def open_access(flags: str) -> str:
 
 
 _O_NAMES = (
-    (0o1, "O_WRONLY"), (0o2, "O_RDWR"), (0o100, "O_CREAT"), (0o200, "O_EXCL"),
-    (0o1000, "O_TRUNC"), (0o2000, "O_APPEND"), (0o4000, "O_NONBLOCK"),
-    (0o200000, "O_DIRECTORY"), (0o2000000, "O_CLOEXEC"),
+    (0o1, "O_WRONLY"),
+    (0o2, "O_RDWR"),
+    (0o100, "O_CREAT"),
+    (0o200, "O_EXCL"),
+    (0o1000, "O_TRUNC"),
+    (0o2000, "O_APPEND"),
+    (0o4000, "O_NONBLOCK"),
+    (0o200000, "O_DIRECTORY"),
+    (0o2000000, "O_CLOEXEC"),
 )
 
 
@@ -88,9 +106,10 @@ class SyscallInterpreter:
                 ctx.emit(ctx.events.exit_event(call.pid, call.time_ns, code, attribution=SYSCALL))
             return
         if name in ("clone", "clone3", "fork", "vfork"):
-            if call.ret is not None and call.ret > 0 and "CLONE_THREAD" not in call.args:
-                if call.ret not in self._started:
-                    self._start(call.ret, call.time_ns, parent=call.pid)
+            child = call.ret
+            is_process = child is not None and child > 0 and "CLONE_THREAD" not in call.args
+            if is_process and child is not None and child not in self._started:
+                self._start(child, call.time_ns, parent=call.pid)
             return
         if name in ("execve", "execveat"):
             if call.ret == 0:
@@ -133,7 +152,9 @@ class SyscallInterpreter:
         if call.name == "execveat" and len(args) > 1:
             exe = string_arg(args[1]) or exe
         argv = strings(args[1 if call.name == "execve" else 2]) if len(args) > 2 else []
-        fresh = read_process(call.pid, ctx.redactor, capture_environment=ctx.config.capture_environment)
+        fresh = read_process(
+            call.pid, ctx.redactor, capture_environment=ctx.config.capture_environment
+        )
         info = ProcessInfo(
             pid=call.pid,
             start_ms=known.start_ms if known else (fresh.start_ms if fresh else 0),
@@ -147,7 +168,9 @@ class SyscallInterpreter:
         )
         ctx.events.remember(info)
         if ctx.config.processes:
-            ctx.emit(ctx.events.process_event("process.exec", info, call.time_ns, attribution=SYSCALL))
+            ctx.emit(
+                ctx.events.process_event("process.exec", info, call.time_ns, attribution=SYSCALL)
+            )
 
     def _path_arg(self, call: Syscall, index: int = 0) -> str:
         args = split_args(call.args)
@@ -205,10 +228,7 @@ class SyscallInterpreter:
         family, address, port = addr
         anno = _SOCK_ANNO.match(fd_annotation(args[0]))
         proto = anno.group("proto") if anno else ""
-        if family == "unix":
-            transport = "unix"
-        else:
-            transport = "udp" if proto.startswith("UDP") else "tcp"
+        transport = "unix" if family == "unix" else "udp" if proto.startswith("UDP") else "tcp"
         attrs: dict[str, AnyValue] = {
             "network.transport": transport,
             "network.peer.address": address,
@@ -245,6 +265,4 @@ class SyscallInterpreter:
 
 
 def _wall_to_mono(wall_ns: int) -> int:
-    import time
-
     return wall_ns - (time.time_ns() - time.monotonic_ns())

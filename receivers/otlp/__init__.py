@@ -6,9 +6,6 @@ See :mod:`otel_bridge.receivers.otlp.config` for the configuration and
 
 from __future__ import annotations
 
-from otel_bridge.receivers.otlp.config import OtlpReceiverConfig, default_config
-from otel_bridge.receivers.otlp.receiver import OtlpReceiver
-
 from otel_bridge.component import (
     RECEIVER,
     Component,
@@ -17,6 +14,8 @@ from otel_bridge.component import (
     Factory,
     require_consumer,
 )
+from otel_bridge.receivers.otlp.config import OtlpReceiverConfig, default_config
+from otel_bridge.receivers.otlp.receiver import OtlpReceiver
 
 __all__ = ["OtlpReceiver", "OtlpReceiverConfig", "factory"]
 

@@ -25,10 +25,10 @@ from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
     ExportTraceServiceRequest,
     ExportTraceServiceResponse,
 )
-from otel_bridge.receivers.otlp.config import GrpcConfig, split_endpoint
 
 from otel_bridge.errors import StartupError
 from otel_bridge.otlp.proto_codec import decode_logs, decode_traces
+from otel_bridge.receivers.otlp.config import GrpcConfig, split_endpoint
 
 if TYPE_CHECKING:
     from otel_bridge.receivers.otlp.receiver import OtlpReceiver

@@ -30,10 +30,10 @@ from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
     ExportTraceServiceRequest,
     ExportTraceServiceResponse,
 )
-from otel_bridge.receivers.otlp.config import HttpConfig, split_endpoint
 
 from otel_bridge.errors import DecodeError, PayloadTooLargeError, StartupError
 from otel_bridge.otlp import json_codec, proto_codec
+from otel_bridge.receivers.otlp.config import HttpConfig, split_endpoint
 
 if TYPE_CHECKING:
     from otel_bridge.receivers.otlp.receiver import OtlpReceiver, Outcome

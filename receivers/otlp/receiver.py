@@ -20,14 +20,13 @@ from __future__ import annotations
 import threading
 from dataclasses import dataclass
 
-from otel_bridge.receivers.otlp.config import OtlpReceiverConfig
-from otel_bridge.receivers.otlp.grpc_server import GrpcServer
-from otel_bridge.receivers.otlp.http_server import HttpServer
-
 from otel_bridge.component import Consumer, CreateSettings, Host, Telemetry
 from otel_bridge.errors import StartupError
 from otel_bridge.model import Batch, LogRecord, Span
 from otel_bridge.otlp.proto_codec import Decoded
+from otel_bridge.receivers.otlp.config import OtlpReceiverConfig
+from otel_bridge.receivers.otlp.grpc_server import GrpcServer
+from otel_bridge.receivers.otlp.http_server import HttpServer
 
 
 @dataclass(frozen=True, slots=True)

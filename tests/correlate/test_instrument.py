@@ -79,7 +79,9 @@ def test_explicit_traceparent_kept(instrumented: InMemorySpanExporter) -> None:
         out = subprocess.run(
             PRINT_TP, env={**os.environ, "TRACEPARENT": mine}, capture_output=True, text=True
         )
-        env_only = subprocess.run(PRINT_TP, env={"PATH": "/usr/bin"}, capture_output=True, text=True)
+        env_only = subprocess.run(
+            PRINT_TP, env={"PATH": "/usr/bin"}, capture_output=True, text=True
+        )
     assert out.stdout.strip() == mine
     assert env_only.stdout.strip().startswith("00-")  # an env without it gets one
 
@@ -106,9 +108,10 @@ def test_asyncio_subprocess(instrumented: InMemorySpanExporter) -> None:
 def test_thread_pool_and_run_in_executor(instrumented: InMemorySpanExporter) -> None:
     """Work submitted to a thread pool or run_in_executor keeps the submitting span."""
     tracer = trace.get_tracer("test")
-    with tracer.start_as_current_span("tool") as span, concurrent.futures.ThreadPoolExecutor(
-        2
-    ) as pool:
+    with (
+        tracer.start_as_current_span("tool") as span,
+        concurrent.futures.ThreadPoolExecutor(2) as pool,
+    ):
         via_pool = pool.submit(child_tp).result()
 
     async def main() -> tuple[str, str]:
@@ -174,6 +177,7 @@ def test_langgraph_toolnode_sync_tool(instrumented: InMemorySpanExporter) -> Non
     """A LangGraph ToolNode sync tool's child names the OpenInference tool span."""
     from langchain_core.messages import AIMessage
     from langchain_core.tools import tool
+    from langgraph.graph import END, START, MessagesState, StateGraph
     from langgraph.prebuilt import ToolNode
     from openinference.instrumentation.langchain import LangChainInstrumentor
 
@@ -185,15 +189,19 @@ def test_langgraph_toolnode_sync_tool(instrumented: InMemorySpanExporter) -> Non
     instrumentor = LangChainInstrumentor()
     instrumentor.instrument(tracer_provider=trace.get_tracer_provider())
     try:
-        node = ToolNode([run_shell])
+        builder = StateGraph(MessagesState)
+        builder.add_node("tools", ToolNode([run_shell]))
+        builder.add_edge(START, "tools")
+        builder.add_edge("tools", END)
+        graph = builder.compile()
         msg = AIMessage(
             content="",
             tool_calls=[{"name": "run_shell", "args": {"command": "true"}, "id": "call-1"}],
         )
-        result = node.invoke({"messages": [msg]})
+        result = graph.invoke({"messages": [msg]})
     finally:
         instrumentor.uninstrument()
-    got = str(result["messages"][0].content)
+    got = str(result["messages"][-1].content)
     tool_spans = [
         s
         for s in instrumented.get_finished_spans()

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections import Counter
 
 import pytest
-from correlate_builders import HOST, MS, S, T0, Proc, declaration, traceparent
+from correlate_builders import HOST, MS, T0, Proc, S, declaration, traceparent
 
 from otel_bridge.component import Host, Telemetry
 from otel_bridge.grading import grade_evidence

@@ -258,3 +258,57 @@ def test_creation_time_format_matches_the_host_receiver() -> None:
     assert example_support.format_creation_time(1_700_000_000_123) == "2023-11-14T22:13:20.123Z"
     attrs = example_support.process_resource_attributes()
     assert attrs["process.pid"] == os.getpid()
+
+
+def test_agent_joins_an_inherited_trace(
+    tmp_path: Path, grpc_recorder: RecordingTraceServer, model: ModelServer
+) -> None:
+    """An inherited TRACEPARENT parents the agent's spans; instrumented children get their own."""
+    pytest.importorskip("otel_bridge.instrument")
+    launcher_trace, launcher_span = "ab" * 16, "cd" * 8
+    script = tool_script(command_call("sh -c 'printenv TRACEPARENT > traceparent.txt'"))
+    server = start_model_server(script, tmp_path)
+    env = {
+        **os.environ,
+        "OTEL_EXPORTER_OTLP_ENDPOINT": f"http://127.0.0.1:{grpc_recorder.port}",
+        "OTEL_EXPORTER_OTLP_PROTOCOL": "grpc",
+        "TRACEPARENT": f"00-{launcher_trace}-{launcher_span}-01",
+    }
+    try:
+        subprocess.run(
+            example("plain_otel_agent.py", "--model-url", server.url),
+            cwd=tmp_path,
+            env=env,
+            check=True,
+            timeout=120,
+            capture_output=True,
+        )
+    finally:
+        server.stop()
+    assert grpc_recorder.wait_for(lambda r: len(r.span_named("invoke_agent plain-agent")) == 1)
+    ((_, agent),) = grpc_recorder.span_named("invoke_agent plain-agent")
+    assert agent.trace_id.hex() == launcher_trace
+    assert agent.parent_span_id.hex() == launcher_span
+    ((_, tool),) = grpc_recorder.span_named("execute_tool run_command")
+    child = (tmp_path / "traceparent.txt").read_text(encoding="utf-8").strip()
+    assert child == f"00-{launcher_trace}-{tool.span_id.hex()}-01"
+
+
+def test_uninstrumented_children_inherit_the_launcher_context(tmp_path: Path) -> None:
+    """Without instrumentation the environment passes through untouched, TRACEPARENT included."""
+    inherited = f"00-{'ef' * 16}-{'01' * 8}-01"
+    script = tmp_path / "script.json"
+    script.write_text(
+        json.dumps(tool_script(command_call("sh -c 'printenv TRACEPARENT > traceparent.txt'"))),
+        encoding="utf-8",
+    )
+    env = {k: v for k, v in os.environ.items() if not k.startswith("OTEL_")}
+    subprocess.run(
+        example("plain_otel_agent.py", "--no-instrument", "--script", str(script)),
+        cwd=tmp_path,
+        env={**env, "TRACEPARENT": inherited},
+        check=True,
+        timeout=120,
+        capture_output=True,
+    )
+    assert (tmp_path / "traceparent.txt").read_text(encoding="utf-8").strip() == inherited

@@ -10,7 +10,7 @@ import sys
 import tempfile
 import threading
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -119,10 +119,8 @@ class Gated:
 
     def kill(self) -> None:
         """Kill the workload's process group (cleanup)."""
-        try:
+        with suppress(ProcessLookupError):
             os.killpg(self.pid, 9)
-        except ProcessLookupError:
-            pass
         self.proc.wait()
         shutil.rmtree(self._dir, ignore_errors=True)
 

@@ -134,13 +134,13 @@ def test_backend_observes_real_lineage(backend: str, tmp_path: Path) -> None:
 def test_attribution_per_backend(tmp_path: Path) -> None:
     """portable process records are sampled_process; kernel-reported ones are causal syscall."""
     require_backend("linux")
-    observed, work, _ = _observe("linux", tmp_path, f"{shlex.quote(python())} -c pass")
+    observed, _work, _ = _observe("linux", tmp_path, f"{shlex.quote(python())} -c pass")
     child = _child_starts(observed)
     assert child
     assert all(
         a["evidence.attribution"] == "syscall" and a["evidence.causal"] is True for a in child
     )
-    observed_p, work_p, _ = _observe(
+    observed_p, _work_p, _ = _observe(
         "portable", tmp_path, f"{shlex.quote(python())} -c 'import time; time.sleep(0.2)'"
     )
     child_p = _child_starts(observed_p)

@@ -76,8 +76,10 @@ def test_strace_exit_and_kill_lines() -> None:
     parser = StraceParser()
     exited = parser.feed("5 2.0 +++ exited with 7 +++")
     killed = parser.feed("6 2.0 +++ killed by SIGKILL +++")
-    assert exited is not None and (exited.name, exited.ret) == ("+exit", 7)
-    assert killed is not None and (killed.ret, killed.args) == (None, "SIGKILL")
+    assert exited is not None
+    assert (exited.name, exited.ret) == ("+exit", 7)
+    assert killed is not None
+    assert (killed.ret, killed.args) == (None, "SIGKILL")
     assert parser.feed("5 2.0 --- SIGCHLD {si_signo=SIGCHLD} ---") is None
     assert parser.feed("garbage") is None
     assert parser.unparsed == 1
@@ -120,7 +122,8 @@ def test_fd_annotation_and_sockaddr() -> None:
         '{sa_family=AF_INET, sin_port=htons(80), sin_addr=inet_addr("1.2.3.4")}'
     ) == ("inet", "1.2.3.4", 80)
     assert parse_sockaddr(
-        '{sa_family=AF_INET6, sin6_port=htons(443), sin6_flowinfo=htonl(0), inet_pton(AF_INET6, "::1", &sin6_addr)}'
+        "{sa_family=AF_INET6, sin6_port=htons(443), sin6_flowinfo=htonl(0), "
+        'inet_pton(AF_INET6, "::1", &sin6_addr)}'
     ) == ("inet6", "::1", 443)
     assert parse_sockaddr('{sa_family=AF_UNIX, sun_path="/run/x.sock"}') == (
         "unix",

@@ -44,11 +44,27 @@ AGENT = textwrap.dedent(
 )
 
 
-def _observe(tmp_path: Path, *cmd: str, extra: tuple[str, ...] = ()) -> subprocess.CompletedProcess[str]:
+def _observe(
+    tmp_path: Path, *cmd: str, extra: tuple[str, ...] = ()
+) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [sys.executable, "-m", "otel_bridge", "observe", "-o", str(tmp_path / "run"),
-         "--no-progress", *extra, "--", *cmd],
-        cwd=tmp_path, capture_output=True, text=True, timeout=90, check=False,
+        [
+            sys.executable,
+            "-m",
+            "otel_bridge",
+            "observe",
+            "-o",
+            str(tmp_path / "run"),
+            "--no-progress",
+            *extra,
+            "--",
+            *cmd,
+        ],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=90,
+        check=False,
     )
 
 
@@ -63,8 +79,14 @@ def test_observe_end_to_end_with_otel_sdk(tmp_path: Path) -> None:
     result = _observe(tmp_path, sys.executable, "agent.py")
     assert result.returncode == 3, result.stderr
     run = tmp_path / "run"
-    for name in (rundir.OS_STREAM, rundir.SEM_STREAM, rundir.CORRELATED_STREAM, rundir.GRAPH,
-                 rundir.SUMMARY, rundir.MANIFEST):
+    for name in (
+        rundir.OS_STREAM,
+        rundir.SEM_STREAM,
+        rundir.CORRELATED_STREAM,
+        rundir.GRAPH,
+        rundir.SUMMARY,
+        rundir.MANIFEST,
+    ):
         assert (run / name).is_file(), name
     assert str(run / rundir.GRAPH) in result.stderr
     sem = (run / rundir.SEM_STREAM).read_text()
@@ -75,8 +97,13 @@ def test_observe_end_to_end_with_otel_sdk(tmp_path: Path) -> None:
     assert summary["exit_code"] == 3
     assert summary["host_backend_name"] in ("linux", "ebpf", "strace", "portable")
     assert set(summary["collection"]) == {"process", "file", "network"}
-    trace_ids = {s["traceId"] for r in _records(run / rundir.SEM_STREAM)
-                 for rs in r.get("resourceSpans", []) for ss in rs["scopeSpans"] for s in ss["spans"]}  # type: ignore[union-attr, index]
+    trace_ids = {
+        s["traceId"]
+        for r in _records(run / rundir.SEM_STREAM)
+        for rs in r.get("resourceSpans", [])
+        for ss in rs["scopeSpans"]
+        for s in ss["spans"]
+    }  # type: ignore[union-attr, index]
     assert len(trace_ids) == 1  # the agent's span joined the run's trace via TRACEPARENT
     os_text = (run / rundir.OS_STREAM).read_text()
     assert "agent.py" in os_text
@@ -121,38 +148,50 @@ def test_collector_start_failure_never_runs_the_command(tmp_path: Path) -> None:
     port = busy.getsockname()[1]
     config = tmp_path / "c.yaml"
     config.write_text(
-        "receivers:\n  otlp:\n    protocols:\n      http:\n        endpoint: 127.0.0.1:%d\n"
-        "exporters: {}\nprocessors: {}\nservice:\n  pipelines: {}\n" % port
+        "receivers:\n  otlp:\n    protocols:\n      http:\n"
+        f"        endpoint: 127.0.0.1:{port}\n"
+        "exporters: {}\nprocessors: {}\nservice:\n  pipelines: {}\n"
     )
     marker = tmp_path / "ran.marker"
     try:
-        result = _observe(tmp_path, "sh", "-c", f"touch {marker}; sleep 30", extra=("-c", str(config)))
+        result = _observe(
+            tmp_path, "sh", "-c", f"touch {marker}; sleep 30", extra=("-c", str(config))
+        )
     finally:
         busy.close()
     assert result.returncode == 2
     assert "otel-bridge:" in result.stderr
     time.sleep(0.2)
     assert not marker.exists()
-    leftovers = [p for p in psutil.process_iter(["cmdline"]) if str(marker) in " ".join(p.info["cmdline"] or [])]
+    leftovers = [
+        p
+        for p in psutil.process_iter(["cmdline"])
+        if str(marker) in " ".join(p.info["cmdline"] or [])
+    ]
     assert leftovers == []
 
 
-def test_failure_while_running_kills_the_workload(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_failure_while_running_kills_the_workload(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """If observing fails while CMD runs, CMD's whole process group is terminated."""
     pidfile = tmp_path / "pids"
     original = observe.Workload.exit_code
 
     def failing(self: observe.Workload) -> int:
         deadline = time.monotonic() + 10
-        while time.monotonic() < deadline and len(pidfile.read_text().split()) < 2 if pidfile.exists() else True:
-            time.sleep(0.05)
-            if time.monotonic() > deadline:
+        while time.monotonic() < deadline:
+            if pidfile.exists() and len(pidfile.read_text().split()) >= 2:
                 break
+            time.sleep(0.05)
         raise RuntimeError("collector failed")
 
     monkeypatch.setattr(observe.Workload, "exit_code", failing)
     args = argparse.Namespace(
-        config=None, output=str(tmp_path / "run"), backend="portable", no_progress=True,
+        config=None,
+        output=str(tmp_path / "run"),
+        backend="portable",
+        no_progress=True,
         command=["--", "sh", "-c", f"sleep 30 & echo $! >> {pidfile}; echo $$ >> {pidfile}; wait"],
     )
     with pytest.raises(RuntimeError, match="collector failed"):
@@ -169,10 +208,14 @@ def test_build_config_adds_run_wiring_to_user_config(tmp_path: Path) -> None:
     """With a user config its pipelines stay and the run's exporters and pipelines are added."""
     run = rundir.RunDir.create(str(tmp_path / "r"))
     user = {
-        "receivers": {"otlp": {"protocols": {"grpc": {"endpoint": "127.0.0.1:0"}}},
-                      "host/mine": {"backend": "portable"}},
+        "receivers": {
+            "otlp": {"protocols": {"grpc": {"endpoint": "127.0.0.1:0"}}},
+            "host/mine": {"backend": "portable"},
+        },
         "exporters": {"file/mine": {"path": str(tmp_path / "mine.jsonl")}},
-        "service": {"pipelines": {"traces/mine": {"receivers": ["otlp"], "exporters": ["file/mine"]}}},
+        "service": {
+            "pipelines": {"traces/mine": {"receivers": ["otlp"], "exporters": ["file/mine"]}}
+        },
     }
     mapping, host_rid = observe.build_config(run, "rid", backend="strace", user=user)
     assert host_rid == "host/mine"
@@ -192,7 +235,7 @@ def test_verify_detects_tampering(tmp_path: Path, capsys: pytest.CaptureFixture[
     assert digest.startswith("sha256:")
     run.write_manifest({"id": "x"})
     assert main(["verify", run.path]) == 0
-    Path(run.file(rundir.OS_STREAM)).write_text("{\"forged\": 1}\n")
+    Path(run.file(rundir.OS_STREAM)).write_text('{"forged": 1}\n')
     os.unlink(run.file(rundir.SUMMARY))
     Path(run.file("extra.txt")).write_text("x")
     capsys.readouterr()
@@ -203,7 +246,9 @@ def test_verify_detects_tampering(tmp_path: Path, capsys: pytest.CaptureFixture[
     assert "unexpected: extra.txt" in err
 
 
-def test_verify_rejects_a_non_run_directory(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_verify_rejects_a_non_run_directory(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     """verify on a directory without a manifest exits 2 with a one-line reason."""
     assert main(["verify", str(tmp_path)]) == 2
     assert "no manifest.json" in capsys.readouterr().err

@@ -126,7 +126,7 @@ _SCOPE = Scope(name="t")
 
 
 def test_processor_redacts_spans_logs_and_observations() -> None:
-    """The processor redacts span/event/log attributes, argv arrays, bodies and observation attrs."""
+    """The processor redacts span, event and log attributes, argv, bodies and observations."""
     span = Span(
         resource=_RES,
         scope=_SCOPE,

@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+import socket
+from collections.abc import Iterator
 
 import pytest
+from otlp_fixtures import Running, StartReceiver
+
+from otel_bridge.component import CreateSettings, Host
 from otel_bridge.receivers.otlp import OtlpReceiver, factory
 from otel_bridge.receivers.otlp.config import (
     GrpcConfig,
@@ -13,36 +16,7 @@ from otel_bridge.receivers.otlp.config import (
     OtlpReceiverConfig,
     Protocols,
 )
-
-from otel_bridge.component import CreateSettings, Host
-from otel_bridge.model import Resource, Scope, Span, SpanKind, Status, StatusCode
 from otel_bridge.testing import RecordingConsumer
-
-
-@dataclass
-class Running:
-    """A started receiver, its sink and its host."""
-
-    receiver: OtlpReceiver
-    sink: RecordingConsumer
-    host: Host
-
-    @property
-    def http_url(self) -> str:
-        """Base URL of the HTTP server."""
-        return f"http://127.0.0.1:{self.receiver.http_port}"
-
-    @property
-    def grpc_target(self) -> str:
-        """``host:port`` of the gRPC server."""
-        return f"127.0.0.1:{self.receiver.grpc_port}"
-
-    def counter(self, name: str) -> int:
-        """Receiver counter ``name``."""
-        return self.host.telemetry.counters().get(f"receiver.otlp.{name}", 0)
-
-
-StartReceiver = Callable[..., Running]
 
 
 @pytest.fixture
@@ -83,42 +57,9 @@ def start_receiver() -> Iterator[StartReceiver]:
         receiver.shutdown()
 
 
-RESOURCE = Resource(attributes={"service.name": "svc", "process.pid": 42}, schema_url="https://r")
-SCOPE = Scope(name="lib", version="1.0", attributes={"k": "v"}, schema_url="https://s")
-
-
-def make_span(i: int = 1, **overrides: object) -> Span:
-    """A span with distinctive ids and attributes of every AnyValue type."""
-    fields: dict[str, object] = {
-        "resource": RESOURCE,
-        "scope": SCOPE,
-        "trace_id": bytes([i % 256]) * 15 + b"\x01",
-        "span_id": bytes([i % 256]) * 7 + b"\x02",
-        "parent_span_id": b"\x09" * 8,
-        "name": f"span-{i}",
-        "kind": SpanKind.CLIENT,
-        "start_time_unix_nano": 1_700_000_000_000_000_000 + i,
-        "end_time_unix_nano": 1_700_000_000_500_000_000 + i,
-        "attributes": {
-            "s": "text",
-            "i": -(2**63),
-            "f": 1.5,
-            "b": True,
-            "bytes": b"\x00\xff",
-            "arr": ("a", 1, False),
-            "kv": {"inner": {"deep": (1, 2)}},
-        },
-        "status": Status(code=StatusCode.ERROR, message="boom"),
-    }
-    fields.update(overrides)
-    return Span(**fields)  # type: ignore[arg-type]
-
-
 @pytest.fixture
 def unused_port() -> int:
     """A TCP port on 127.0.0.1 that nobody listens on (bound, then released)."""
-    import socket
-
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         port: int = sock.getsockname()[1]

@@ -11,7 +11,11 @@ from typing import Any
 
 import pytest
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceResponse
-from otel_bridge.exporters.otlp import factories, grpc_factory, http_factory
+from otlp_fixtures import RESOURCE, SCOPE, StartReceiver, make_span
+
+from otel_bridge.component import CreateSettings, Host
+from otel_bridge.errors import ComponentError
+from otel_bridge.exporters.otlp import OtlpExporter, grpc_factory, http_factory
 from otel_bridge.exporters.otlp.config import (
     GrpcExporterConfig,
     HttpExporterConfig,
@@ -20,9 +24,6 @@ from otel_bridge.exporters.otlp.config import (
 )
 from otel_bridge.exporters.otlp.sender import Backoff
 from otel_bridge.exporters.otlp.transport import parse_retry_after
-
-from otel_bridge.component import Component, CreateSettings, Host
-from otel_bridge.errors import ComponentError
 from otel_bridge.model import (
     Batch,
     Channel,
@@ -35,14 +36,14 @@ from otel_bridge.model import (
     SpanLink,
 )
 from otel_bridge.testing import RecordingConsumer
-from tests.otlp.conftest import RESOURCE, SCOPE, StartReceiver, make_span
 
 FAST_RETRY = RetryConfig(initial_interval=0.05, max_interval=0.2, max_elapsed_time=10)
 
 
-def start_exporter(factory: Any, config: Any, name: str) -> tuple[Component, Host]:
+def start_exporter(factory: Any, config: Any, name: str) -> tuple[OtlpExporter, Host]:
     """Create and start an exporter; the caller shuts it down."""
     exporter = factory.create(CreateSettings(id=name), config, None)
+    assert isinstance(exporter, OtlpExporter)
     host = Host()
     exporter.start(host)
     return exporter, host
@@ -71,7 +72,7 @@ def rich_spans() -> list[Any]:
     ],
 )
 def test_round_trip_through_our_receiver_keeps_ids_and_attributes(
-    start_receiver: StartReceiver, factory: Any, encoding: str, compression: str
+    start_receiver: StartReceiver, factory: Any, encoding: Any, compression: Any
 ) -> None:
     """Spans and logs exported to our receiver come back identical (ids, attributes, all)."""
     running = start_receiver()
@@ -202,7 +203,7 @@ def test_partial_success_answer_is_counted_not_retried(scripted: Any) -> None:
 
 
 def test_grpc_unavailable_with_retry_info_is_retried(start_receiver: StartReceiver) -> None:
-    """Our receiver refusing once (UNAVAILABLE + RetryInfo 0.4 s) makes the exporter wait and retry."""
+    """A refusal (UNAVAILABLE + RetryInfo 0.4 s) makes the exporter wait that long and retry."""
 
     class FlakyConsumer(RecordingConsumer):
         def __init__(self) -> None:
@@ -280,10 +281,11 @@ def test_without_queue_a_failed_send_raises(unused_port: int) -> None:
 
 def test_shutdown_before_start_is_safe() -> None:
     """Both exporters shut down cleanly without having started."""
-    for factory in factories:
-        exporter = factory.create(
-            CreateSettings(id=factory.type_name), factory.default_config(), None
-        )
+    exporters = [
+        grpc_factory.create(CreateSettings(id="g"), grpc_factory.default_config(), None),
+        http_factory.create(CreateSettings(id="h"), http_factory.default_config(), None),
+    ]
+    for exporter in exporters:
         exporter.shutdown()
         exporter.shutdown()
 

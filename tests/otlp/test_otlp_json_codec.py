@@ -7,11 +7,11 @@ import math
 from typing import Any
 
 import pytest
+from otlp_fixtures import RESOURCE, SCOPE, make_span
 
 from otel_bridge.errors import DecodeError
 from otel_bridge.model import LogRecord, SpanEvent, SpanKind, SpanLink, StatusCode
 from otel_bridge.otlp import json_codec
-from tests.otlp.conftest import RESOURCE, SCOPE, make_span
 
 TRACE_HEX = "5B8EFFF798038103D269B633813FC60C"
 SPAN_HEX = "EEE19B7EC3C1B174"

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from opentelemetry.proto.collector.logs.v1.logs_service_pb2 import ExportLogsServiceRequest
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
+from otlp_fixtures import RESOURCE, SCOPE, make_span
 
 from otel_bridge.model import LogRecord, Resource, Scope, SpanEvent, SpanLink
 from otel_bridge.otlp import proto_codec
-from tests.otlp.conftest import RESOURCE, SCOPE, make_span
 
 
 def test_span_round_trip_keeps_every_field() -> None:
@@ -38,7 +38,7 @@ def test_encode_groups_by_resource_and_scope() -> None:
         make_span(3, resource=other_resource),
         make_span(
             4,
-            resource=Resource(**{"attributes": dict(RESOURCE.attributes)}, schema_url="https://r"),
+            resource=Resource(attributes=dict(RESOURCE.attributes), schema_url="https://r"),
         ),
     ]
     request = proto_codec.encode_traces(spans)

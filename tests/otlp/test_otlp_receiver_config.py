@@ -6,7 +6,13 @@ import socket
 from typing import Any
 
 import pytest
+
+from otel_bridge.component import CreateSettings, Host
+from otel_bridge.config import parse_config
+from otel_bridge.errors import ConfigError, StartupError
 from otel_bridge.exporters.otlp import factories as exporter_factories
+from otel_bridge.model import Batch
+from otel_bridge.pipeline import Collector
 from otel_bridge.receivers.otlp import OtlpReceiver, factory
 from otel_bridge.receivers.otlp.config import (
     GrpcConfig,
@@ -15,12 +21,6 @@ from otel_bridge.receivers.otlp.config import (
     Protocols,
     split_endpoint,
 )
-
-from otel_bridge.component import CreateSettings, Host
-from otel_bridge.config import parse_config
-from otel_bridge.errors import ConfigError, StartupError
-from otel_bridge.model import Batch
-from otel_bridge.pipeline import Collector
 from otel_bridge.testing import RecordingConsumer, double_registry
 
 REGISTRY = double_registry(factory, *exporter_factories)
@@ -120,7 +120,7 @@ def test_exporter_configs_parse_with_durations() -> None:
     assert typed.timeout == 2.0
     assert typed.retry_on_failure.initial_interval == pytest.approx(0.2)
     assert typed.retry_on_failure.max_elapsed_time == 60.0
-    with pytest.raises(ConfigError, match="exporters.otlp_grpc.compression"):
+    with pytest.raises(ConfigError, match=r"exporters\.otlp_grpc\.compression"):
         parse(None, {"otlp_grpc": {"compression": "zstd"}})
 
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import grpc
 import pytest
 from google.rpc import error_details_pb2, status_pb2  # type: ignore[import-untyped]
@@ -16,17 +18,17 @@ from opentelemetry.sdk._logs.export import SimpleLogRecordProcessor
 from opentelemetry.sdk.resources import Resource as SdkResource
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+from otlp_fixtures import RESOURCE, SCOPE, StartReceiver, make_span
 
 from otel_bridge.model import LogRecord, SpanKind
 from otel_bridge.otlp import proto_codec
 from otel_bridge.testing import RecordingConsumer
-from tests.otlp.conftest import RESOURCE, SCOPE, StartReceiver, make_span
 
 
 def trace_stub(target: str) -> tuple[grpc.Channel, trace_service_pb2_grpc.TraceServiceStub]:
     """A channel and TraceService stub for ``target``."""
     channel = grpc.insecure_channel(target)
-    return channel, trace_service_pb2_grpc.TraceServiceStub(channel)
+    return channel, trace_service_pb2_grpc.TraceServiceStub(channel)  # type: ignore[no-untyped-call]
 
 
 def test_sdk_grpc_span_exporter_delivers_spans(start_receiver: StartReceiver) -> None:
@@ -107,11 +109,13 @@ def test_malformed_message_is_invalid_argument(start_receiver: StartReceiver) ->
     """Bytes that are not an ExportTraceServiceRequest get INVALID_ARGUMENT with a reason."""
     running = start_receiver(http=False)
     with grpc.insecure_channel(running.grpc_target) as channel:
-        call = channel.unary_unary("/opentelemetry.proto.collector.trace.v1.TraceService/Export")
+        call = channel.unary_unary(
+            "/opentelemetry.proto.collector.trace.v1.TraceService/Export", None, None
+        )
         with pytest.raises(grpc.RpcError) as info:
             call(b"\x0a\xff\xff\xff", timeout=5)
     assert info.value.code() is grpc.StatusCode.INVALID_ARGUMENT
-    assert "cannot decode ExportTraceServiceRequest" in info.value.details()
+    assert "cannot decode ExportTraceServiceRequest" in (info.value.details() or "")
     assert running.counter("requests_malformed") == 1
 
 
@@ -135,8 +139,8 @@ def test_refusal_downstream_is_unavailable_with_retry_info(start_receiver: Start
         stub.Export(proto_codec.encode_traces([make_span(1)]), timeout=5)
     err = info.value
     assert err.code() is grpc.StatusCode.UNAVAILABLE
-    assert "memory limit exceeded" in err.details()
-    trailers = dict(err.trailing_metadata())
+    assert "memory limit exceeded" in (err.details() or "")
+    trailers: dict[str, Any] = dict(err.trailing_metadata() or ())  # type: ignore[arg-type]
     retry = error_details_pb2.RetryInfo.FromString(trailers["google.rpc.retryinfo-bin"])
     assert retry.retry_delay.seconds == 2
     assert retry.retry_delay.nanos == 500_000_000
@@ -153,7 +157,7 @@ def test_logs_service_partial_success(start_receiver: StartReceiver) -> None:
     request = proto_codec.encode_logs([LogRecord(resource=RESOURCE, scope=SCOPE, body="ok")] * 2)
     request.resource_logs[0].scope_logs[0].log_records[1].span_id = b"\x01\x02"
     with grpc.insecure_channel(running.grpc_target) as channel:
-        stub = logs_service_pb2_grpc.LogsServiceStub(channel)
+        stub = logs_service_pb2_grpc.LogsServiceStub(channel)  # type: ignore[no-untyped-call]
         response = stub.Export(request, timeout=5)
     assert isinstance(response, logs_service_pb2.ExportLogsServiceResponse)
     assert response.partial_success.rejected_log_records == 1

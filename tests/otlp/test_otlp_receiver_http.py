@@ -10,6 +10,7 @@ import urllib.request
 import zlib
 from typing import Any
 
+import pytest
 from google.rpc import status_pb2  # type: ignore[import-untyped]
 from opentelemetry.exporter.otlp.proto.http import Compression
 from opentelemetry.exporter.otlp.proto.http._log_exporter import OTLPLogExporter
@@ -19,10 +20,10 @@ from opentelemetry.sdk._logs import LoggerProvider
 from opentelemetry.sdk._logs.export import SimpleLogRecordProcessor
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+from otlp_fixtures import StartReceiver, make_span
 
 from otel_bridge.otlp import proto_codec
 from otel_bridge.testing import RecordingConsumer
-from tests.otlp.conftest import StartReceiver, make_span
 
 TRACE_HEX = "5b8efff798038103d269b633813fc60c"
 SPAN_HEX = "eee19b7ec3c1b174"
@@ -277,12 +278,10 @@ def test_wrong_method_is_405_and_unknown_path_404(start_receiver: StartReceiver)
 def test_get_is_405(start_receiver: StartReceiver) -> None:
     """A GET on /v1/logs is 405."""
     running = start_receiver(grpc=False)
-    try:
+    with pytest.raises(urllib.error.HTTPError) as info:
         urllib.request.urlopen(f"{running.http_url}/v1/logs", timeout=5)
-    except urllib.error.HTTPError as err:
-        assert err.code == 405
-    else:  # pragma: no cover
-        raise AssertionError("GET must fail")
+    assert info.value.code == 405
+    info.value.close()
 
 
 def test_unknown_path_is_404(start_receiver: StartReceiver) -> None:

@@ -7,12 +7,9 @@ import os
 import stat
 import threading
 from pathlib import Path
+from typing import Any
 
 import pytest
-
-from otel_bridge.component import CreateSettings, Host, Telemetry
-from otel_bridge.config import parse_config
-from otel_bridge.errors import StartupError
 from otel_bridge.exporters.file import (
     Config,
     FileExporter,
@@ -21,6 +18,10 @@ from otel_bridge.exporters.file import (
     factory,
     read_batch,
 )
+
+from otel_bridge.component import CreateSettings, Host, Telemetry
+from otel_bridge.config import parse_config
+from otel_bridge.errors import StartupError
 from otel_bridge.model import (
     Batch,
     Channel,
@@ -46,9 +47,9 @@ FULL = Batch(
 )
 
 
-def exporter(path: Path, **kw: object) -> FileExporter:
+def exporter(path: Path, **kw: Any) -> FileExporter:
     """A started file exporter writing to ``path``."""
-    exp = factory.create(CreateSettings(id="file"), Config(path=str(path), **kw), None)  # type: ignore[arg-type]
+    exp = factory.create(CreateSettings(id="file"), Config(path=str(path), **kw), None)
     assert isinstance(exp, FileExporter)
     exp.start(Host())
     return exp

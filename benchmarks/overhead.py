@@ -1,0 +1,238 @@
+"""Fixed-work paired overhead: the ExecWeave VII-C protocol against the host receiver.
+
+Workloads do fixed completed work: ``micro`` 64, ``medium`` 4000 and ``long`` 20000 iterations
+of write-a-file / read-it-back / hash, plus a fixed child-process schedule (one ``true`` child
+every 32 iterations). Each pair runs the same work ``off`` (unobserved) and ``on`` (observed) in
+a per-pair randomized order (seeded: deterministic). Each run prints a receipt (iterations,
+children, digest); a pair whose receipts differ fails closed (the benchmark exits non-zero).
+
+Two ways of observing (``--mode``):
+
+* ``receiver``: the harness starts the host receiver (writing the raw OS stream as JSON lines,
+  like a collector's event file) on the gated workload; elapsed runs from receiver start to
+  receiver shutdown with the file flushed. Measures the cost of collection itself.
+* ``cli``: the full ``otel-bridge observe --backend B -- python workload.py N`` (collector,
+  OTLP receiver, evidence pipeline, graph, run directory, manifest), against running
+  ``python workload.py N`` directly. Startup and shutdown are inside elapsed time.
+
+Reported per workload: pairs, median paired overhead ``T_on/T_off - 1`` with P25-P75 and a
+deterministic 5000-resample bootstrap 95% CI, median wall times, peak process-tree RSS (sampled
+every 10 ms; in ``receiver`` mode the harness process, which hosts the collector, is included),
+artifact bytes and event counts.
+
+    python benchmarks/overhead.py --backend linux --pairs 30,30,10
+    python benchmarks/overhead.py --backend portable --poll-interval 20 --mode cli
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import os
+import random
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+
+import psutil
+from bench_support import Gate, Sink, bootstrap_median_ci, quantile, start_host
+
+from otel_bridge.receivers.host import HostConfig
+
+WORKLOADS = {"micro": 64, "medium": 4000, "long": 20000}
+
+WORK = r"""
+import hashlib, os, sys
+n = int(sys.argv[1]); root = sys.argv[2]
+true = "/bin/true" if os.path.exists("/bin/true") else "/usr/bin/true"
+digest = hashlib.sha256(); children = 0
+for i in range(n):
+    path = os.path.join(root, f"f{i % 16}.bin")
+    with open(path, "wb") as f:
+        f.write(hashlib.sha256(str(i).encode()).digest() * 128)
+    with open(path, "rb") as f:
+        digest.update(f.read())
+    if i % 32 == 0:
+        os.waitpid(os.posix_spawn(true, ["true"], os.environ), 0)
+        children += 1
+print(f"receipt iterations={n} children={children} digest={digest.hexdigest()}")
+"""
+
+
+class TreeRss:
+    """Samples the summed RSS of a process tree (plus optional extra pids) every 10 ms."""
+
+    def __init__(self, root: int, extra: tuple[int, ...] = ()) -> None:
+        self.peak = 0
+        self._root = root
+        self._extra = extra
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        while not self._stop.wait(0.01):
+            try:
+                procs = [psutil.Process(self._root)]
+                procs += procs[0].children(recursive=True)
+            except psutil.Error:
+                procs = []
+            procs += [psutil.Process(p) for p in self._extra]
+            total = 0
+            for p in procs:
+                with contextlib.suppress(psutil.Error):
+                    total += p.memory_info().rss
+            self.peak = max(self.peak, total)
+
+    def stop(self) -> int:
+        """Stop sampling; the peak in bytes."""
+        self._stop.set()
+        self._thread.join()
+        return self.peak
+
+
+def _dir_bytes(path: str) -> int:
+    return sum(os.path.getsize(os.path.join(r, f)) for r, _, fs in os.walk(path) for f in fs)
+
+
+def run_once(mode: str, on: bool, iterations: int, backend: str, poll: float) -> dict[str, object]:
+    """One run; returns elapsed seconds, receipt, peak RSS, artifact bytes, events."""
+    work_dir = tempfile.mkdtemp(prefix="ovh-work-")
+    out_dir = tempfile.mkdtemp(prefix="ovh-out-")
+    cmd = [sys.executable, "-c", WORK, str(iterations), work_dir]
+    events = 0
+    try:
+        if mode == "cli" and on:
+            argv = [
+                sys.executable,
+                "-m",
+                "otel_bridge",
+                "observe",
+                "--backend",
+                backend,
+                "--no-progress",
+                "-o",
+                os.path.join(out_dir, "run"),
+                "--",
+                *cmd,
+            ]
+            t0 = time.perf_counter()
+            proc = subprocess.Popen(
+                argv, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True
+            )
+            rss = TreeRss(proc.pid)
+            stdout, _ = proc.communicate()
+            elapsed = time.perf_counter() - t0
+            peak = rss.stop()
+            artifact = _dir_bytes(os.path.join(out_dir, "run"))
+            with open(os.path.join(out_dir, "run", "os.jsonl")) as f:
+                events = sum(line.count('"eventName"') for line in f)
+        elif mode == "receiver" and on:
+            t0 = time.perf_counter()
+            gate = Gate(cmd, capture=True)
+            sink = Sink(os.path.join(out_dir, "os.jsonl"))
+            config = HostConfig(
+                backend=backend,
+                poll_interval=poll,
+                startup_timeout=60,
+                watch_paths=[work_dir] if backend == "portable" else [],
+            )
+            rss = TreeRss(gate.pid, extra=(os.getpid(),))
+            receiver = start_host(config, gate.pid, sink)
+            gate.release()
+            stdout = gate.output()
+            gate.wait()
+            receiver.shutdown()
+            sink.close()
+            elapsed = time.perf_counter() - t0
+            peak = rss.stop()
+            artifact = _dir_bytes(out_dir)
+            events = len(sink.logs)
+        else:
+            t0 = time.perf_counter()
+            proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, text=True)
+            rss = TreeRss(proc.pid)
+            stdout, _ = proc.communicate()
+            elapsed = time.perf_counter() - t0
+            peak = rss.stop()
+            artifact = 0
+        receipt = next((line for line in stdout.splitlines() if line.startswith("receipt")), "")
+        return {
+            "elapsed": elapsed,
+            "receipt": receipt,
+            "rss": peak,
+            "artifact": artifact,
+            "events": events,
+        }
+    finally:
+        shutil.rmtree(work_dir, ignore_errors=True)
+        shutil.rmtree(out_dir, ignore_errors=True)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run the pairs and print the summary table."""
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--backend", default="linux")
+    parser.add_argument("--mode", choices=("receiver", "cli"), default="receiver")
+    parser.add_argument("--pairs", default="30,30,10", help="pairs for micro,medium,long")
+    parser.add_argument("--poll-interval", type=float, default=20, help="portable interval, ms")
+    parser.add_argument("--workloads", default="micro,medium,long")
+    parser.add_argument("--seed", type=int, default=7)
+    args = parser.parse_args(argv)
+    pairs = dict(zip(WORKLOADS, (int(x) for x in args.pairs.split(",")), strict=True))
+    rng = random.Random(args.seed)
+    print(f"backend={args.backend} mode={args.mode} poll={args.poll_interval:g}ms")
+    print(
+        f"{'workload':8} {'pairs':>5} {'median ovh':>10} {'P25-P75':>17} "
+        f"{'bootstrap 95% CI':>19} {'off wall':>9} {'on wall':>9} {'on RSS':>9} {'off RSS':>9} "
+        f"{'artifact':>10} {'events':>7}"
+    )
+    failed = False
+    for name in args.workloads.split(","):
+        n_iter = WORKLOADS[name]
+        ratios, offs, ons, rss_on, rss_off, art, evs = [], [], [], [], [], [], []
+        for _ in range(pairs[name]):
+            order = [False, True]
+            rng.shuffle(order)
+            results = {
+                on: run_once(args.mode, on, n_iter, args.backend, args.poll_interval / 1000)
+                for on in order
+            }
+            off, on = results[False], results[True]
+            if not off["receipt"] or off["receipt"] != on["receipt"]:
+                print(
+                    f"  {name}: equal-work receipts differ: {off['receipt']!r} vs "
+                    f"{on['receipt']!r}: FAILED CLOSED"
+                )
+                failed = True
+                break
+            t_off, t_on = float(off["elapsed"]), float(on["elapsed"])  # type: ignore[arg-type]
+            ratios.append(t_on / t_off - 1)
+            offs.append(t_off)
+            ons.append(t_on)
+            rss_on.append(int(on["rss"]))  # type: ignore[call-overload]
+            rss_off.append(int(off["rss"]))  # type: ignore[call-overload]
+            art.append(int(on["artifact"]))  # type: ignore[call-overload]
+            evs.append(int(on["events"]))  # type: ignore[call-overload]
+        if len(ratios) < 2:
+            continue
+        lo, hi = bootstrap_median_ci(ratios)
+        mib = 1024 * 1024
+        print(
+            f"{name:8} {len(ratios):>5} {statistics.median(ratios) * 100:>+9.1f}% "
+            f"{quantile(ratios, 0.25) * 100:>+7.1f}–{quantile(ratios, 0.75) * 100:>+7.1f}% "
+            f"{lo * 100:>+8.1f}–{hi * 100:>+7.1f}% "
+            f"{statistics.median(offs):>8.3f}s {statistics.median(ons):>8.3f}s "
+            f"{statistics.median(rss_on) / mib:>7.1f}Mi {statistics.median(rss_off) / mib:>7.1f}Mi "
+            f"{statistics.median(art) / mib:>8.2f}Mi {statistics.median(evs):>7.0f}",
+            flush=True,
+        )
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,333 @@
+"""Pipeline throughput: real OTLP/gRPC clients -> ``otlp`` receiver -> normalize -> ``graph``.
+
+The collector runs in its own process pinned to one core (``os.sched_setaffinity``); several
+sender processes, pinned to the other cores, send pre-built ``ExportTraceServiceRequest``s over
+gRPC (raw bytes, two calls in flight each, retrying ``UNAVAILABLE``). The pipeline is the real
+one, built by ``otel_bridge.config.parse_config`` and run by ``otel_bridge.pipeline.Collector``::
+
+    evidence: receivers [otlp] -> processors [memory_limiter, batch, normalize] -> exporters [graph]
+
+Spans look like an agent's: ``invoke_agent``, ``chat`` and ``execute_tool`` spans with GenAI
+attributes under a resource with ``service.name``, ``process.pid`` and ``host.id``. Each sender
+cycles through a fixed set of distinct spans, so the graph's size is fixed and what grows with
+``--spans`` is only the input stream: peak RSS at two input sizes then shows whether memory is
+bounded by configuration (batch size, memory limiter, caches) rather than by input size.
+
+Usage::
+
+    python benchmarks/pipeline_throughput.py --spans 200000 800000
+    python benchmarks/pipeline_throughput.py --spans 100000 --profile /tmp/collector.prof
+
+Prints, per input size: spans/s end to end (first request sent -> everything accepted, and
+including the final drain and graph.json write), and the collector's peak RSS.
+"""
+
+from __future__ import annotations
+
+import argparse
+import multiprocessing as mp
+import os
+import resource
+import sys
+import tempfile
+import time
+from dataclasses import dataclass
+from multiprocessing.connection import Connection
+from typing import Any
+
+_DISTINCT_REQUESTS = 8
+"""Distinct pre-built requests per sender (each ``--batch`` spans)."""
+
+
+@dataclass(frozen=True)
+class Result:
+    """One measured run."""
+
+    spans: int
+    seconds_ingest: float
+    seconds_total: float
+    peak_rss_mib: float
+    observations: int
+
+    @property
+    def ingest_rate(self) -> float:
+        """Spans per second until the receiver had accepted every span."""
+        return self.spans / self.seconds_ingest
+
+    @property
+    def total_rate(self) -> float:
+        """Spans per second including the final drain through normalize and graph."""
+        return self.spans / self.seconds_total
+
+
+def _pin(cores: set[int]) -> None:
+    available = os.sched_getaffinity(0)
+    chosen = cores & available or available
+    os.sched_setaffinity(0, chosen)
+
+
+# --------------------------------------------------------------------------------------------
+# Collector process
+# --------------------------------------------------------------------------------------------
+
+
+def _collector_main(
+    conn: Connection, expected: int, core: int, workdir: str, profile: str | None
+) -> None:
+    _pin({core})
+    from otel_bridge.config import parse_config
+    from otel_bridge.pipeline import Collector
+
+    config = parse_config(
+        {
+            "receivers": {"otlp": {"protocols": {"grpc": {"endpoint": "127.0.0.1:0"}}}},
+            "processors": {
+                "memory_limiter": {"check_interval": "100ms", "limit_mib": 1024},
+                "batch": {"send_batch_size": 2048, "timeout": "200ms"},
+                "normalize": None,
+            },
+            "exporters": {
+                "graph": {"output": os.path.join(workdir, "graph.json"), "flush_interval": 0}
+            },
+            "service": {
+                "pipelines": {
+                    "evidence": {
+                        "receivers": ["otlp"],
+                        "processors": ["memory_limiter", "batch", "normalize"],
+                        "exporters": ["graph"],
+                    }
+                }
+            },
+        },
+        env={},
+    )
+    profilers: list[Any] = []
+    if profile:
+        import cProfile
+        import threading
+
+        def start_thread_profiler(*_: Any) -> None:
+            # Called once in each new thread (gRPC workers included); enabling a profiler
+            # replaces this hook for that thread.
+            profiler = cProfile.Profile()
+            profilers.append(profiler)
+            profiler.enable()
+
+        threading.setprofile(start_thread_profiler)
+        start_thread_profiler()
+    collector = Collector(config)
+    collector.start()
+    receiver: Any = collector.component("otlp")
+    conn.send(receiver.grpc_port)
+    counters = collector.host.telemetry.counters
+    while counters().get("receiver.otlp.spans_accepted", 0) < expected:
+        time.sleep(0.002)
+    ingest_done = time.monotonic()
+    collector.shutdown()
+    done = time.monotonic()
+    if profile:
+        import pstats
+
+        for profiler in profilers:
+            profiler.disable()
+        pstats.Stats(*profilers).dump_stats(profile)
+    graph: Any = collector.component("graph")
+    observations = int(getattr(graph.accumulator, "observation_count", 0) or 0)
+    peak_kib = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    conn.send((ingest_done, done, peak_kib / 1024.0, observations, counters()))
+
+
+# --------------------------------------------------------------------------------------------
+# Sender processes
+# --------------------------------------------------------------------------------------------
+
+
+def build_requests(sender: int, batch: int, count: int = _DISTINCT_REQUESTS) -> list[bytes]:
+    """``count`` serialized requests of ``batch`` agent-like spans each, distinct per sender."""
+    from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
+        ExportTraceServiceRequest,
+    )
+
+    def kv(out: Any, key: str, value: object) -> None:
+        attr = out.add()
+        attr.key = key
+        if isinstance(value, int):
+            attr.value.int_value = value
+        else:
+            attr.value.string_value = str(value)
+
+    requests = []
+    base_time = 1_700_000_000_000_000_000
+    for r in range(count):
+        request = ExportTraceServiceRequest()
+        rs = request.resource_spans.add()
+        for key, value in (
+            ("service.name", f"agent-{sender}"),
+            ("process.pid", 1000 + sender),
+            ("host.id", "bench-host"),
+            ("telemetry.sdk.language", "python"),
+        ):
+            kv(rs.resource.attributes, key, value)
+        ss = rs.scope_spans.add()
+        ss.scope.name = "opentelemetry.instrumentation.openai_agents"
+        ss.scope.version = "0.1"
+        trace_id = bytes([sender + 1, r + 1]) + os.urandom(14)
+        root_id = os.urandom(8)
+        for i in range(batch):
+            span = ss.spans.add()
+            span.trace_id = trace_id
+            span.span_id = root_id if i == 0 else os.urandom(8)
+            span.start_time_unix_nano = base_time + i * 1000
+            span.end_time_unix_nano = base_time + i * 1000 + 500
+            span.kind = 1  # type: ignore[assignment]
+            if i == 0:
+                span.name = "invoke_agent planner"
+                kv(span.attributes, "gen_ai.operation.name", "invoke_agent")
+                kv(span.attributes, "gen_ai.agent.name", "planner")
+                kv(span.attributes, "gen_ai.agent.id", f"agent-{sender}")
+                continue
+            span.parent_span_id = root_id
+            if i % 2:
+                span.name = "chat gpt-4o"
+                span.kind = 3  # type: ignore[assignment]
+                kv(span.attributes, "gen_ai.operation.name", "chat")
+                kv(span.attributes, "gen_ai.provider.name", "openai")
+                kv(span.attributes, "gen_ai.request.model", "gpt-4o")
+                kv(span.attributes, "gen_ai.response.id", f"resp-{sender}-{r}-{i}")
+                kv(span.attributes, "gen_ai.usage.input_tokens", 100 + i)
+                kv(span.attributes, "gen_ai.usage.output_tokens", 20 + i)
+            else:
+                span.name = "execute_tool shell"
+                kv(span.attributes, "gen_ai.operation.name", "execute_tool")
+                kv(span.attributes, "gen_ai.tool.name", "shell")
+                kv(span.attributes, "gen_ai.tool.call.id", f"call-{sender}-{r}-{i}")
+                kv(span.attributes, "gen_ai.tool.call.arguments", '{"command": "ls -la /tmp"}')
+        requests.append(request.SerializeToString())
+    return requests
+
+
+@dataclass(frozen=True)
+class SenderJob:
+    """What one sender process sends, and where."""
+
+    port: int
+    sender: int
+    spans: int
+    batch: int
+    cores: frozenset[int]
+
+
+def _sender_main(job: SenderJob, go: Any, done: Any) -> None:
+    port, sender, spans, batch = job.port, job.sender, job.spans, job.batch
+    _pin(set(job.cores))
+    import grpc
+
+    requests = build_requests(sender, batch)
+    channel = grpc.insecure_channel(f"127.0.0.1:{port}")
+    call = channel.unary_unary(
+        "/opentelemetry.proto.collector.trace.v1.TraceService/Export", None, None
+    )
+    grpc.channel_ready_future(channel).result(timeout=10)
+    go.wait()
+    sent = 0
+    in_flight: list[tuple[Any, bytes]] = []
+    i = 0
+    while sent < spans or in_flight:
+        while sent < spans and len(in_flight) < 2:
+            payload = requests[i % len(requests)]
+            i += 1
+            in_flight.append((call.future(payload, timeout=60), payload))
+            sent += batch
+        future, payload = in_flight.pop(0)
+        while True:
+            try:
+                future.result()
+                break
+            except grpc.RpcError as err:
+                if err.code() not in (
+                    grpc.StatusCode.UNAVAILABLE,
+                    grpc.StatusCode.RESOURCE_EXHAUSTED,
+                ):
+                    raise
+                time.sleep(0.05)
+                future = call.future(payload, timeout=60)
+    channel.close()
+    done.put(sent)
+
+
+# --------------------------------------------------------------------------------------------
+# Driver
+# --------------------------------------------------------------------------------------------
+
+
+def run(total: int, senders: int, batch: int, profile: str | None = None) -> Result:
+    """Measure one run of ``total`` spans (rounded up to whole batches per sender)."""
+    ctx = mp.get_context("spawn")
+    per_sender = -(-total // senders)
+    per_sender = -(-per_sender // batch) * batch
+    total = per_sender * senders
+    cores = sorted(os.sched_getaffinity(0))
+    collector_core = cores[0]
+    sender_cores = set(cores[1:]) or {collector_core}
+    parent, child = ctx.Pipe()
+    with tempfile.TemporaryDirectory() as workdir:
+        collector = ctx.Process(
+            target=_collector_main, args=(child, total, collector_core, workdir, profile)
+        )
+        collector.start()
+        port = parent.recv()
+        go = ctx.Event()
+        done = ctx.Queue()
+        procs = [
+            ctx.Process(
+                target=_sender_main,
+                args=(SenderJob(port, s, per_sender, batch, frozenset(sender_cores)), go, done),
+            )
+            for s in range(senders)
+        ]
+        for p in procs:
+            p.start()
+        time.sleep(1.0 + 0.2 * senders)  # senders build their requests and connect
+        started = time.monotonic()
+        go.set()
+        for p in procs:
+            p.join()
+            if p.exitcode != 0:
+                collector.kill()
+                raise RuntimeError(f"a sender failed with exit code {p.exitcode}")
+        ingest_done, finished, peak_mib, observations, counters = parent.recv()
+        collector.join()
+    refused = counters.get("receiver.otlp.spans_refused", 0)
+    if refused:
+        print(f"  (memory limiter refused {refused} spans; senders retried them)")
+    return Result(total, ingest_done - started, finished - started, peak_mib, observations)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run the benchmark at each ``--spans`` size and print the figures."""
+    parser = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
+    parser.add_argument("--spans", type=int, nargs="+", default=[200_000, 800_000])
+    parser.add_argument("--senders", type=int, default=4)
+    parser.add_argument("--batch", type=int, default=512, help="spans per request")
+    parser.add_argument("--profile", help="write a cProfile of the collector process here")
+    args = parser.parse_args(argv)
+    if not hasattr(os, "sched_setaffinity"):
+        print("needs Linux (os.sched_setaffinity)", file=sys.stderr)
+        return 2
+    print(
+        f"otlp(gRPC) -> memory_limiter -> batch -> normalize -> graph; collector pinned to one "
+        f"core, {args.senders} sender processes, {args.batch} spans/request, "
+        f"{len(os.sched_getaffinity(0))} cores available"
+    )
+    for spans in args.spans:
+        result = run(spans, args.senders, args.batch, args.profile)
+        print(
+            f"spans={result.spans:>9,}  ingest {result.ingest_rate:>9,.0f} spans/s  "
+            f"end-to-end {result.total_rate:>9,.0f} spans/s  "
+            f"({result.seconds_total:.2f}s)  peak RSS {result.peak_rss_mib:,.0f} MiB"
+        )
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,150 @@
+"""The graph exporter: consumes batches, writes graph.json atomically (0600), periodically."""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+
+from graph_helpers import obs
+from graph_scenario import scenario_batches
+
+from otel_bridge.component import CreateSettings, Host
+from otel_bridge.exporters.graph import GraphExporter, GraphExporterConfig, factory
+from otel_bridge.graph import load
+from otel_bridge.model import Batch, Channel, CoverageRecord, Source
+
+
+def _exporter(tmp_path: Path, **kwargs: object) -> GraphExporter:
+    config = GraphExporterConfig(output=str(tmp_path / "out" / "graph.json"), **kwargs)  # type: ignore[arg-type]
+    exporter = factory.create(CreateSettings(id="graph"), config, None)
+    assert isinstance(exporter, GraphExporter)
+    return exporter
+
+
+def test_writes_at_shutdown_with_mode_0600(tmp_path: Path) -> None:
+    """At shutdown graph.json holds every observation and coverage record; the file is 0600."""
+    exporter = _exporter(tmp_path, flush_interval=0, run={"id": "r"})
+    exporter.start(Host())
+    exporter.consume(Batch(observations=(obs("a"), obs("b"))))
+    source = Source(channel=Channel.OS, backend="linux", record_id="c")
+    exporter.consume(Batch(coverage=(CoverageRecord(source=source, reason="gap"),)))
+    exporter.shutdown()
+    exporter.shutdown()
+    path = tmp_path / "out" / "graph.json"
+    assert path.stat().st_mode & 0o777 == 0o600
+    assert path.parent.stat().st_mode & 0o777 == 0o700
+    graph = load(path)
+    assert graph.run == {"id": "r"}
+    assert graph.edges[0].evidence_count == 2
+    assert graph.edges[0].support == ("a#0", "b#0")
+    assert graph.summary["coverage"] == {"gap": 1}
+    assert not list(path.parent.glob(".*.tmp"))
+
+
+def test_periodic_flush(tmp_path: Path) -> None:
+    """With a flush interval the file appears and follows new data before shutdown."""
+    exporter = _exporter(tmp_path, flush_interval=0.05)
+    exporter.start(Host())
+    try:
+        exporter.consume(Batch(observations=(obs("a"),)))
+        path = tmp_path / "out" / "graph.json"
+        deadline = time.monotonic() + 5
+        while time.monotonic() < deadline:
+            if path.exists() and json.loads(path.read_text())["summary"]["observations"] == 1:
+                break
+            time.sleep(0.02)
+        assert json.loads(path.read_text())["summary"]["observations"] == 1
+        exporter.consume(Batch(observations=(obs("b"),)))
+        while time.monotonic() < deadline:
+            if json.loads(path.read_text())["summary"]["observations"] == 2:
+                break
+            time.sleep(0.02)
+        assert json.loads(path.read_text())["summary"]["observations"] == 2
+    finally:
+        exporter.shutdown()
+
+
+def test_relative_output_goes_to_the_run_directory(tmp_path: Path) -> None:
+    """A relative output path is resolved against host.run_dir."""
+    config = GraphExporterConfig(output="graph.json", flush_interval=0)
+    exporter = GraphExporter(config)
+    exporter.start(Host(run_dir=str(tmp_path)))
+    exporter.shutdown()
+    assert (tmp_path / "graph.json").exists()
+
+
+def test_shutdown_before_start_writes_nothing(tmp_path: Path) -> None:
+    """Shutdown before start is safe and leaves no file."""
+    exporter = _exporter(tmp_path)
+    exporter.shutdown()
+    assert not (tmp_path / "out").exists()
+
+
+def test_write_error_is_counted_not_raised(tmp_path: Path) -> None:
+    """An unwritable output is reported through telemetry; shutdown does not crash."""
+    blocker = tmp_path / "file"
+    blocker.write_text("x")
+    config = GraphExporterConfig(output=str(blocker / "graph.json"), flush_interval=0)
+    exporter = GraphExporter(config)
+    host = Host()
+    exporter.start(host)
+    exporter.shutdown()
+    assert host.telemetry.counters()["exporter.graph.write_errors"] == 1
+
+
+def test_exposes_the_accumulator_and_snapshot(tmp_path: Path) -> None:
+    """exporter.accumulator and snapshot() show what was consumed."""
+    exporter = _exporter(tmp_path, flush_interval=0, retain_support=False)
+    exporter.start(Host())
+    exporter.consume(Batch(observations=(obs("a"),)))
+    assert exporter.accumulator.edge_count == 1
+    assert exporter.snapshot()["edges"][0]["support"] is None
+    exporter.shutdown()
+
+
+def test_config_validation() -> None:
+    """Bad values are reported with their key."""
+    problems = GraphExporterConfig(output="", flush_interval=-1, occurrence_window=1).validate()
+    assert problems == [
+        "output: must name a file",
+        "flush_interval: must not be negative",
+        "occurrence_window: must be at least 2",
+    ]
+    assert GraphExporterConfig().validate() == []
+
+
+def test_pipeline_normalize_to_graph(tmp_path: Path) -> None:
+    """A real collector pipeline (list receiver -> normalize -> graph) writes the graph."""
+    from otel_bridge.config import parse_config
+    from otel_bridge.pipeline import Collector
+    from otel_bridge.processors.normalize import factory as normalize_factory
+    from otel_bridge.testing import double_registry, list_receiver_factory
+
+    registry = double_registry(
+        list_receiver_factory(scenario_batches()), normalize_factory, factory
+    )
+    out = tmp_path / "graph.json"
+    config = parse_config(
+        {
+            "receivers": {"list": {"emit_on_start": True}},
+            "processors": {"normalize": {}},
+            "exporters": {"graph": {"output": str(out), "flush_interval": "1m"}},
+            "service": {
+                "pipelines": {
+                    "evidence": {
+                        "receivers": ["list"],
+                        "processors": ["normalize"],
+                        "exporters": ["graph"],
+                    }
+                }
+            },
+        },
+        registry=registry,
+    )
+    collector = Collector(config, registry=registry)
+    collector.start()
+    collector.shutdown()
+    graph = load(out)
+    relations = {e.relation for e in graph.edges}
+    assert {"invoked", "declared_command", "opened", "spawned"} <= relations

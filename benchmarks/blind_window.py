@@ -122,6 +122,31 @@ def run_cell(
     }
 
 
+def measure_poll(interval_ms: float, seconds: float = 5.0) -> None:
+    """Print the portable sampler's achieved period and CPU cost at ``interval_ms``."""
+    from otel_bridge.receivers.host.portable import PortableBackend
+
+    gate = Gate(["sleep", str(seconds + 1)])
+    config = HostConfig(backend="portable", poll_interval=interval_ms / 1000, files=False)
+    sink = Sink()
+    cpu0 = time.process_time()
+    t0 = time.monotonic()
+    receiver = start_host(config, gate.pid, sink)
+    gate.release()
+    time.sleep(seconds)
+    backend = receiver._backend  # the running backend, to read its poll counters
+    assert isinstance(backend, PortableBackend)
+    polls, busy = backend.polls, backend.poll_seconds
+    elapsed, cpu = time.monotonic() - t0, time.process_time() - cpu0
+    receiver.shutdown()
+    gate.wait()
+    print(
+        f"portable poll_interval={interval_ms:g}ms: {polls} polls in {elapsed:.2f}s "
+        f"(achieved period {elapsed / polls * 1000:.2f}ms), mean poll {busy / polls * 1000:.3f}ms, "
+        f"collector CPU {cpu / elapsed * 100:.1f}% of one core"
+    )
+
+
 def main(argv: list[str] | None = None) -> int:
     """Run the sweep and print one row per cell."""
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
@@ -143,9 +168,18 @@ def main(argv: list[str] | None = None) -> int:
         "--quick", action="store_true", help="lifetimes 5,50,250; intervals 20,100,500; 10 reps"
     )
     parser.add_argument("--json", help="also write the rows to this JSON file")
+    parser.add_argument(
+        "--measure-poll",
+        type=float,
+        metavar="MS",
+        help="only measure the portable sampler's achieved period and CPU at MS",
+    )
     args = parser.parse_args(argv)
-    lifetimes = LIFETIMES_MS
-    intervals = INTERVALS_MS
+    if args.measure_poll:
+        measure_poll(args.measure_poll)
+        return 0
+    lifetimes: tuple[int, ...] = LIFETIMES_MS
+    intervals: tuple[int, ...] = INTERVALS_MS
     reps = args.reps
     if args.quick:
         lifetimes, intervals, reps = (5, 50, 250), (20, 100, 500), min(reps, 10)

@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 
 from otel_bridge.model import (
+    AnyValue,
     Attribution,
     Channel,
     Entity,
@@ -53,7 +54,7 @@ def proc_id(pid: int, ms: int) -> str:
     return f"process:{HOST}:{pid}:{ms}"
 
 
-def declare(
+def declare(  # noqa: PLR0917 (a fixture row reads best positionally)
     fx: Fixture, trace: str, span: str, line: str, start: int, end: int, agent_pid: int
 ) -> None:
     """Append a tool span declaring ``line`` (invoked + declared_command)."""
@@ -67,7 +68,12 @@ def declare(
         kind=EntityKind.COMMAND, id=f"command:{trace}:{span}", attrs={"command.line": line}
     )
     agent = Entity(kind=EntityKind.AGENT, id=f"agent:bench:{agent_pid}")
-    attrs = {"trace_id": trace, "span_id": span, "process.pid": agent_pid, "host.id": HOST}
+    attrs: dict[str, AnyValue] = {
+        "trace_id": trace,
+        "span_id": span,
+        "process.pid": agent_pid,
+        "host.id": HOST,
+    }
     src = Source(channel=Channel.SEM, backend="otlp", record_id=span)
     for n, (subj, rel, obj) in enumerate(
         ((agent, RelationKind.INVOKED, tool), (tool, RelationKind.DECLARED_COMMAND, cmd)), 1
@@ -102,7 +108,7 @@ def spawn(
     ms = time // MS
     ident = proc_id(pid, ms)
     rec = f"bench:{pid}:{time}"
-    attrs: dict[str, object] = {
+    attrs: dict[str, AnyValue] = {
         "event.name": "process.start",
         "host.id": HOST,
         "process.pid": pid,

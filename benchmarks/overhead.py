@@ -122,7 +122,7 @@ def run_once(mode: str, on: bool, iterations: int, backend: str, poll: float) ->
             ]
             t0 = time.perf_counter()
             proc = subprocess.Popen(
-                argv, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True
+                argv, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, cwd=work_dir
             )
             rss = TreeRss(proc.pid)
             stdout, _ = proc.communicate()
@@ -154,7 +154,7 @@ def run_once(mode: str, on: bool, iterations: int, backend: str, poll: float) ->
             events = len(sink.logs)
         else:
             t0 = time.perf_counter()
-            proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, text=True)
+            proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, text=True, cwd=work_dir)
             rss = TreeRss(proc.pid)
             stdout, _ = proc.communicate()
             elapsed = time.perf_counter() - t0

@@ -7,9 +7,10 @@ same executable and arguments then start inside both declarations' correlation w
 correct answer to "which process did this tool call start?" is *unknown*: otel-bridge must emit no
 heuristic bridge for either tool call and count both as ambiguous (ExecWeave invariant I2).
 
-Trace context is deliberately not propagated into the subprocesses (no
-``otel_bridge.instrument``): with it the two processes would be told apart exactly, which is
-what the other examples show.
+The tool spans' context is deliberately not propagated into the subprocesses (no
+``otel_bridge.instrument``; they inherit only the launcher's ``TRACEPARENT``, which names neither
+tool call): with it the two processes would be told apart exactly, which is what the other
+examples show.
 
 Run: ``otel-bridge observe -- python examples/ambiguous_agent.py``.
 """

@@ -12,7 +12,7 @@ tool call. AutoGen does not record the tool's arguments, so the tool adds the Ge
 ``gen_ai.tool.call.arguments`` attribute to its own span: that is how the declared ``command``
 reaches otel-bridge. Subprocesses carry ``TRACEPARENT`` through ``otel_bridge.instrument``.
 
-Run: ``otel-bridge observe -- python examples/autogen_agent.py [--replay]``.
+Run: ``otel-bridge observe -- python examples/autogen_agent.py [--replay] [--team]``.
 """
 
 from __future__ import annotations
@@ -27,6 +27,7 @@ from typing import Any
 import example_support as support
 import model_server
 from autogen_agentchat.agents import AssistantAgent
+from autogen_agentchat.teams import RoundRobinGroupChat
 from autogen_core import FunctionCall
 from autogen_core.models import ChatCompletionClient, CreateResult, ModelInfo, RequestUsage
 from autogen_core.tools import FunctionTool
@@ -99,8 +100,13 @@ def replay_client(script: model_server.Script) -> ReplayChatCompletionClient:
     return ReplayChatCompletionClient(results, model_info=MODEL_INFO)
 
 
-async def run_agent(client: ChatCompletionClient, task: str) -> str:
-    """Run the assistant on ``task`` until it answers with text; its last message."""
+async def run_agent(client: ChatCompletionClient, task: str, *, team: bool = False) -> str:
+    """Run the assistant on ``task`` until it answers with text; its last message.
+
+    With ``team`` the assistant runs as the one participant of a ``RoundRobinGroupChat`` (the
+    group-chat shape of the ExecWeave AutoGen acceptance run): AutoGen's agent runtime then
+    delivers the task and reports its own message spans around the agent's.
+    """
     agent = AssistantAgent(
         AGENT_NAME,
         model_client=client,
@@ -112,7 +118,10 @@ async def run_agent(client: ChatCompletionClient, task: str) -> str:
         reflect_on_tool_use=False,
     )
     try:
-        result = await agent.run(task=task)
+        if team:
+            result = await RoundRobinGroupChat([agent], max_turns=1).run(task=task)
+        else:
+            result = await agent.run(task=task)
     finally:
         await client.close()
     return str(result.messages[-1].to_text())
@@ -127,11 +136,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         action="store_true",
         help="use AutoGen's ReplayChatCompletionClient on the script (no model server)",
     )
+    parser.add_argument(
+        "--team", action="store_true", help="run the assistant inside a RoundRobinGroupChat"
+    )
     args = parser.parse_args(argv)
     with support.setup_tracing(SERVICE_NAME):
         if args.replay:
             client: ChatCompletionClient = replay_client(model_server.load_script(args.script))
-            answer = asyncio.run(run_agent(client, args.task))
+            answer = asyncio.run(run_agent(client, args.task, team=args.team))
         else:
             with support.model_endpoint(args.model_url, args.script) as base_url:
                 client = OpenAIChatCompletionClient(
@@ -140,7 +152,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                     api_key="offline",
                     model_info=MODEL_INFO,
                 )
-                answer = asyncio.run(run_agent(client, args.task))
+                answer = asyncio.run(run_agent(client, args.task, team=args.team))
     print(answer)
     return 0
 

@@ -4,8 +4,9 @@ An agent author calls :func:`instrument` once, after setting up OpenTelemetry. T
 
 * every child started through :class:`subprocess.Popen` while a span is active gets
   ``TRACEPARENT`` (W3C, written by the globally configured propagator from the current context)
-  in its environment. An explicit ``TRACEPARENT`` in the ``env`` passed to ``Popen`` (or, with
-  no ``env``, in ``os.environ``) is never overwritten. ``subprocess.run``/``call``/
+  in its environment. An explicit ``TRACEPARENT`` in the ``env`` passed to ``Popen`` is never
+  overwritten; one merely inherited from ``os.environ`` (the context this process itself was
+  started in) is replaced by the active span's. ``subprocess.run``/``call``/
   ``check_output`` and ``asyncio.create_subprocess_exec``/``create_subprocess_shell`` (on POSIX
   they start ``subprocess.Popen``) are covered through ``Popen``. **Not covered**: ``os.system``,
   ``os.spawn*``, ``os.exec*``, ``os.posix_spawn`` and ``os.fork`` (they bypass ``Popen``).
@@ -94,15 +95,29 @@ def traceparent_env() -> dict[str, str]:
     return {k.upper(): v for k, v in carrier.items() if k.lower() in ("traceparent", "tracestate")}
 
 
+def _explicit_traceparent(env: Mapping[str, str] | None) -> bool:
+    """True when the caller chose a ``TRACEPARENT`` for this child on purpose.
+
+    A value inherited from this process's own environment (``env`` is None, or a copy of
+    ``os.environ``) is the context *this* process was started in, not a choice for the child: a
+    launcher such as ``otel-bridge observe`` puts its run context there, and keeping it would
+    hide the tool span that really starts the child.
+    """
+    if env is None:
+        return False
+    value = env.get("TRACEPARENT")
+    return value is not None and value != os.environ.get("TRACEPARENT")
+
+
 def _with_traceparent(env: Mapping[str, str] | None) -> Mapping[str, str] | None:
-    base = os.environ if env is None else env
-    if "TRACEPARENT" in base:
+    if _explicit_traceparent(env):
         return env
     headers = traceparent_env()
     if not headers:
         return env
-    merged = dict(base)
-    merged.update(h for h in headers.items() if h[0] not in base)
+    merged = dict(os.environ if env is None else env)
+    merged.pop("TRACESTATE", None)
+    merged.update(headers)
     return merged
 
 

@@ -51,8 +51,9 @@ _UNSET = (
     "OTEL_EXPORTER_OTLP_METRICS_PROTOCOL",
 )
 _GATE = (
-    'IFS= read -r OTEL_EXPORTER_OTLP_ENDPOINT < "$1" || exit 126; shift; '
-    'export OTEL_EXPORTER_OTLP_ENDPOINT; exec "$@"'
+    '{ IFS= read -r OTEL_EXPORTER_OTLP_ENDPOINT && IFS= read -r OTEL_EXPORTER_OTLP_PROTOCOL; } '
+    '< "$1" || exit 126; shift; '
+    'export OTEL_EXPORTER_OTLP_ENDPOINT OTEL_EXPORTER_OTLP_PROTOCOL; exec "$@"'
 )
 _LAST_SPANS_WAIT = 0.2
 """After CMD exits, wait until no span arrived for this long (bounded by 3 s)."""
@@ -120,6 +121,8 @@ def build_config(
         receivers[host_id_] = {}
     host_cfg = dict(receivers[host_id_] or {})
     host_cfg["run_id"] = run_id
+    # file watching (portable backend) defaults to the workload's working directory
+    host_cfg.setdefault("watch_paths", [os.getcwd()])
     if backend:
         host_cfg["backend"] = backend
     receivers[host_id_] = host_cfg
@@ -170,10 +173,10 @@ class Workload:
         )
         self.pid = self.proc.pid
 
-    def release(self, endpoint: str) -> None:
-        """Open the gate: CMD runs with ``OTEL_EXPORTER_OTLP_ENDPOINT=endpoint``."""
+    def release(self, endpoint: str, protocol: str) -> None:
+        """Open the gate: CMD runs with the OTLP endpoint and protocol variables set."""
         with open(self._fifo, "w", encoding="utf-8") as f:
-            f.write(endpoint + "\n")
+            f.write(f"{endpoint}\n{protocol}\n")
         shutil.rmtree(self._dir, ignore_errors=True)
 
     def terminate(self) -> None:
@@ -318,7 +321,6 @@ def run(args: argparse.Namespace) -> int:
     env = {k: v for k, v in os.environ.items() if k not in _UNSET}
     env.update(
         {
-            "OTEL_EXPORTER_OTLP_PROTOCOL": "http/protobuf",
             "TRACEPARENT": f"00-{trace_id.hex()}-{span_id.hex()}-01",
             "OTEL_BRIDGE_RUN_ID": run_id,
         }
@@ -348,10 +350,15 @@ def run(args: argparse.Namespace) -> int:
         otlp = next(c for rid, c in collector.receivers.items() if rid.split("/")[0] == "otlp")
         http_port = getattr(otlp, "http_port", None)
         grpc_port = getattr(otlp, "grpc_port", None)
-        port = http_port or grpc_port
+        if http_port:
+            endpoint, protocol = f"http://127.0.0.1:{http_port}", "http/protobuf"
+        elif grpc_port:
+            endpoint, protocol = f"http://127.0.0.1:{grpc_port}", "grpc"
+        else:
+            endpoint, protocol = "", "http/protobuf"
         for s in previous:
             signal.signal(s, forward)
-        workload.release(f"http://127.0.0.1:{port}" if port else "")
+        workload.release(endpoint, protocol)
         progress.start()
         code = workload.exit_code()
         progress.stop()

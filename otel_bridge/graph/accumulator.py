@@ -25,6 +25,8 @@ counted for an element. The accumulator remembers occurrences in two generations
 is dropped. Every occurrence among the most recent ``occurrence_window // 2`` distinct ones is
 de-duplicated exactly; a replay of an older, forgotten occurrence is counted again, so a
 logical count can only err upwards, never lose an occurrence, and evidence counts are exact.
+An occurrence seen through one relation is remembered as just its edge (which implies both end
+nodes), so the window costs one dictionary entry per occurrence, about 100 bytes.
 
 For speed the per-edge evidence flags are packed into one integer per edge (two bits per
 Boolean flag: "seen true", "seen false"; one bit per attribution mode and per channel), so an
@@ -33,143 +35,50 @@ observation costs a few dictionary look-ups and integer ORs.
 
 from __future__ import annotations
 
-import contextlib
-import gc
-import hashlib
-import operator
 from collections import Counter
-from collections.abc import Iterator
 from typing import Any
 
-from otel_bridge.grading import Flag, grade_edge
+from otel_bridge.graph._elements import (
+    _CHANNEL_BIT,
+    _CHANNEL_LISTS,
+    _CHANNEL_MASK,
+    _EDGE_KEY,
+    _NEVER,
+    _NODE_KEY,
+    _Classified,
+    _classify,
+    _Edge,
+    _evidence_bits,
+    _extras,
+    _merge,
+    _merge_attrs,
+    _Node,
+    gc_paused,
+)
 from otel_bridge.graph.document import FORMAT, VERSION, Graph
 from otel_bridge.graph.summary import Summary
-from otel_bridge.jsonl import value_to_json
 from otel_bridge.model import (
-    Attributes,
-    Attribution,
-    Channel,
     CoverageRecord,
-    Entity,
     Evidence,
-    Grade,
     Observation,
     RelationKind,
 )
 
-_CHANNELS: tuple[Channel, ...] = tuple(Channel)
-_CHANNEL_BIT = {c: 1 << i for i, c in enumerate(_CHANNELS)}
-_CHANNEL_LISTS = tuple(
-    tuple(sorted(c.value for c in _CHANNELS if m & _CHANNEL_BIT[c])) for m in range(16)
-)
-_NEVER = 1 << 63
-"""``first_seen`` of an element no timed observation reached yet."""
-_CHANNEL_MASK = 0b1111
-_ATTRIBUTIONS: tuple[Attribution, ...] = tuple(Attribution)
-# Packed evidence bits of one edge: causal (0,1), inferred (2,3), identity_exact (4,5),
-# native/viewer-only (6,7), attribution modes (8...).
-_NATIVE, _VIEWER = 1 << 6, 1 << 7
-_ATTR_SHIFT = 8
-_ATTR_BIT = {a: 1 << (_ATTR_SHIFT + i) for i, a in enumerate(_ATTRIBUTIONS)}
-_FLAG: dict[int, Flag] = {0: None, 1: True, 2: False, 3: "mixed"}
+_RELATION_VALUE: dict[RelationKind | None, str] = {r: r.value for r in RelationKind}
 
 
-@contextlib.contextmanager
-def gc_paused() -> Iterator[None]:
-    """Pause the cyclic garbage collector for a burst of allocation.
-
-    Applying or snapshotting creates tens of thousands of acyclic objects; each would count
-    towards a collection that then traverses every live object of the process. Reference
-    counting still frees everything; the collector resumes (if it was on) when the block ends.
-    """
-    was_enabled = gc.isenabled()
-    gc.disable()
-    try:
-        yield
-    finally:
-        if was_enabled:
-            gc.enable()
+_SOURCE_CACHE: dict[tuple[tuple[str, ...], int], tuple[tuple[str, ...], tuple[str, ...]]] = {}
+"""(backend names, mask) -> (channels, backends): shared tuples across snapshots."""
+_GRADE_CACHE: dict[tuple[int, bool], _Classified] = {}
+"""(evidence bits, has method) -> classification; bounded by the bit patterns that exist."""
 
 
-def _bits(flag: bool | None, shift: int) -> int:
-    if flag is None:
-        return 0
-    return (1 if flag else 2) << shift
-
-
-def _evidence_bits(ev: Evidence) -> int:
-    bits = _bits(ev.causal, 0) | _bits(ev.inferred, 2) | _bits(ev.identity_exact, 4)
-    bits |= _VIEWER if ev.viewer_only else _NATIVE
-    if ev.attribution is not None:
-        bits |= _ATTR_BIT[ev.attribution]
-    return bits
-
-
-class _Node:
-    __slots__ = (
-        "attrs",
-        "evidence",
-        "first",
-        "id",
-        "kind",
-        "label",
-        "last",
-        "logical",
-        "seen_attrs",
-        "sources",
-    )
-
-    def __init__(self, entity: Entity) -> None:
-        self.id = entity.id
-        self.kind = entity.kind.value
-        self.label = entity.label
-        self.attrs: dict[str, Any] = {k: value_to_json(v) for k, v in entity.attrs.items()}
-        self.seen_attrs: object = entity.attrs
-        self.first = _NEVER
-        self.last = 0
-        self.sources = 0
-        self.logical = 0
-        self.evidence = 0
-
-
-class _Edge:
-    __slots__ = (
-        "attrs",
-        "bits",
-        "derived",
-        "evidence",
-        "first",
-        "id",
-        "last",
-        "logical",
-        "methods",
-        "relation",
-        "score",
-        "seen_attrs",
-        "source",
-        "sources",
-        "support",
-        "target",
-    )
-
-    def __init__(self, source: str, relation: str, target: str, obs: Observation) -> None:
-        self.source = source
-        self.relation = relation
-        self.target = target
-        digest = hashlib.blake2b(f"{source}\0{relation}\0{target}".encode(), digest_size=8)
-        self.id = f"e-{digest.hexdigest()}"
-        self.attrs: dict[str, Any] = {k: value_to_json(v) for k, v in obs.attrs.items()}
-        self.seen_attrs: object = obs.attrs
-        self.first = _NEVER
-        self.last = 0
-        self.sources = 0
-        self.logical = 0
-        self.evidence = 0
-        self.bits = 0
-        self.methods: set[str] | None = None
-        self.score: float | None = None
-        self.derived: set[str] | None = None
-        self.support: list[str] | None = None
+def _expand(seen: object) -> tuple[object, ...]:
+    """The elements an occurrence already counted: an edge stands for itself and its ends."""
+    if isinstance(seen, _Edge):
+        return (seen, seen.snode, seen.tnode)
+    assert isinstance(seen, tuple)
+    return seen
 
 
 class GraphAccumulator:
@@ -193,8 +102,8 @@ class GraphAccumulator:
         self._half = max(1, occurrence_window // 2)
         self._nodes: dict[str, _Node] = {}
         self._edges: dict[tuple[str, RelationKind | None, str], _Edge] = {}
-        self._occ: dict[str, tuple[object, ...]] = {}
-        self._occ_old: dict[str, tuple[object, ...]] = {}
+        self._occ: dict[str, object] = {}
+        self._occ_old: dict[str, object] = {}
         self._backend_bit: dict[str, int] = {}
         self._backend_names: list[str] = []
         self._ev_cache: dict[int, tuple[Evidence, int, bool]] = {}
@@ -217,7 +126,7 @@ class GraphAccumulator:
 
     def apply(self, observation: Observation) -> None:
         """Apply one observation."""
-        self.apply_many((observation,))
+        self._apply((observation,))
 
     def apply_coverage(self, records: tuple[CoverageRecord, ...] | list[CoverageRecord]) -> None:
         """Count coverage records by reason and channel (summarized in the snapshot)."""
@@ -236,21 +145,35 @@ class GraphAccumulator:
         ev_cache, retain = self._ev_cache, self.retain_support
         old, half = self._occ_old, self._half
         new_node = _Node
+        # One-entry memos: consecutive observations usually share the source's channel and
+        # backend, the evidence object and the subject node.
+        last_channel: object = None
+        last_backend: object = None
+        sbits = 0
+        last_ev: object = None
+        ev_bits, ev_extras = 0, False
+        last_sid = ""
+        sn = None
         for o in observations:
             t = o.time_unix_nano
             te = o.end_time_unix_nano or t
             src = o.source
-            # channels in bits 0-3, backends from bit 4 on: one OR per element.
-            sbits = channel_bit[src.channel] | (
-                backend_bit.get(src.backend) or self._intern_backend(src.backend)
-            )
+            if src.backend is not last_backend or src.channel is not last_channel:
+                last_channel, last_backend = src.channel, src.backend
+                # channels in bits 0-3, backends from bit 4 on: one OR per element.
+                sbits = channel_bit[src.channel] | (
+                    backend_bit.get(src.backend) or self._intern_backend(src.backend)
+                )
             s = o.subject
-            sn = nodes.get(s.id)
+            sid = s.id
+            if sid != last_sid or sn is None:
+                sn = nodes.get(sid)
+                last_sid = sid
             if sn is None:
-                sn = nodes[s.id] = new_node(s)
+                sn = nodes[sid] = new_node(s)
             elif s.attrs is not sn.seen_attrs:
                 sn.seen_attrs = s.attrs
-                if not sn.attrs.keys() >= s.attrs.keys() or not sn.label:
+                if not sn.keys.issuperset(s.attrs) or not sn.label:
                     _merge(sn, s)
             if 0 < t < sn.first:
                 sn.first = t
@@ -270,8 +193,8 @@ class GraphAccumulator:
                 if seen is None:
                     occ[occurrence] = (sn,)
                     sn.logical += 1
-                elif sn not in seen:
-                    occ[occurrence] = (*seen, sn)
+                elif sn not in _expand(seen):
+                    occ[occurrence] = (*_expand(seen), sn)
                     sn.logical += 1
                 else:
                     continue
@@ -283,7 +206,7 @@ class GraphAccumulator:
                 on = nodes[ob.id] = new_node(ob)
             elif ob.attrs is not on.seen_attrs:
                 on.seen_attrs = ob.attrs
-                if not on.attrs.keys() >= ob.attrs.keys() or not on.label:
+                if not on.keys.issuperset(ob.attrs) or not on.label:
                     _merge(on, ob)
             if 0 < t < on.first:
                 on.first = t
@@ -292,14 +215,19 @@ class GraphAccumulator:
             on.sources |= sbits
             if on is not sn:  # a self-loop mentions its node once
                 on.evidence += 1
-            key = (s.id, o.relation, ob.id)
-            e = edges.get(key)
-            if e is None:
-                e = edges[key] = _Edge(s.id, str(o.relation), ob.id, o)
-            elif o.attrs is not e.seen_attrs:
+            rel = o.relation
+            e = on.in_edge
+            if e is None or on.in_source is not sn or on.in_relation is not rel:
+                key = (sid, rel, ob.id)
+                e = edges.get(key)
+                if e is None:
+                    e = edges[key] = _Edge(o, _RELATION_VALUE[rel], sn, on)
+                on.in_edge, on.in_source, on.in_relation = e, sn, rel
+            if o.attrs is not e.seen_attrs:
                 e.seen_attrs = o.attrs
-                if not e.attrs.keys() >= o.attrs.keys():
+                if not e.keys.issuperset(o.attrs):
                     _merge_attrs(e.attrs, o.attrs)
+                    e.keys = frozenset(e.attrs)
             if 0 < t < e.first:
                 e.first = t
             if te > e.last:  # noqa: PLR1730 - hot path, cheaper than max()
@@ -307,11 +235,13 @@ class GraphAccumulator:
             e.sources |= sbits
             e.evidence += 1
             ev = o.evidence
-            hit = ev_cache.get(id(ev))
-            if hit is None or hit[0] is not ev:
-                hit = self._cache_evidence(ev)
-            e.bits |= hit[1]
-            if hit[2]:
+            if ev is not last_ev:
+                hit = ev_cache.get(id(ev))
+                if hit is None or hit[0] is not ev:
+                    hit = self._cache_evidence(ev)
+                last_ev, ev_bits, ev_extras = ev, hit[1], hit[2]
+            e.bits |= ev_bits
+            if ev_extras:
                 _extras(e, ev)
             if retain:
                 sup = e.support
@@ -327,9 +257,12 @@ class GraphAccumulator:
                 continue
             seen = occ.get(occurrence)
             if seen is None and old:
-                seen = self._recall(occurrence)
+                seen = old.get(occurrence)
+                if seen is not None:
+                    occ[occurrence] = seen
             if seen is None:
-                occ[occurrence] = (sn, on, e)
+                # The edge alone stands for (edge, source node, target node): no tuple needed.
+                occ[occurrence] = e
                 sn.logical += 1
                 e.logical += 1
                 if on is not sn:
@@ -337,7 +270,10 @@ class GraphAccumulator:
                 if len(occ) >= half:
                     old, occ = occ, self._rotate()
                 continue
-            grown = seen
+            if seen is e:
+                continue
+            grown = _expand(seen)
+            seen = grown
             if sn not in grown:
                 sn.logical += 1
                 grown = (*grown, sn)
@@ -351,14 +287,14 @@ class GraphAccumulator:
                 occ[occurrence] = grown
         self.observations += len(observations)
 
-    def _recall(self, occurrence: str) -> tuple[object, ...] | None:
+    def _recall(self, occurrence: str) -> object | None:
         """An occurrence from the previous generation, promoted to the current one."""
         seen = self._occ_old.get(occurrence)
         if seen is not None:
             self._occ[occurrence] = seen
         return seen
 
-    def _rotate(self) -> dict[str, tuple[object, ...]]:
+    def _rotate(self) -> dict[str, object]:
         self._occ_old = self._occ
         self._occ = {}
         return self._occ
@@ -390,13 +326,22 @@ class GraphAccumulator:
 
     def _to_dict(self) -> dict[str, Any]:
         # Per-mask and per-evidence results are computed once and shared (tuples are immutable).
+        # The caches live at module level: once the collector has seen their tuples they are
+        # untracked, and snapshot dicts holding only untracked values stay out of the cyclic
+        # garbage collector altogether, which is most of the cost of a large snapshot.
         sources: dict[int, tuple[tuple[str, ...], tuple[str, ...]]] = {}
-        names = self._backend_names
+        names = tuple(self._backend_names)
 
         def split(mask: int) -> tuple[tuple[str, ...], tuple[str, ...]]:
-            backends = tuple(sorted(n for i, n in enumerate(names) if mask >> (4 + i) & 1))
-            sources[mask] = (_CHANNEL_LISTS[mask & _CHANNEL_MASK], backends)
-            return sources[mask]
+            pair = _SOURCE_CACHE.get((names, mask))
+            if pair is None:
+                backends = tuple(sorted(n for i, n in enumerate(names) if mask >> (4 + i) & 1))
+                pair = (_CHANNEL_LISTS[mask & _CHANNEL_MASK], backends)
+                if len(_SOURCE_CACHE) > 4096:
+                    _SOURCE_CACHE.clear()
+                _SOURCE_CACHE[(names, mask)] = pair
+            sources[mask] = pair
+            return pair
 
         ordered_nodes = sorted(self._nodes.values(), key=_NODE_KEY)
         nodes: list[dict[str, Any]] = []
@@ -417,7 +362,7 @@ class GraphAccumulator:
                     "evidence_count": n.evidence,
                 }
             )
-        grades: dict[tuple[int, bool], _Classified] = {}
+        grades = _GRADE_CACHE
         ordered_edges = sorted(self._edges.values(), key=_EDGE_KEY)
         edges: list[dict[str, Any]] = []
         append = edges.append
@@ -469,42 +414,3 @@ class GraphAccumulator:
                 self._coverage, self._coverage_by_channel, self.observations
             ),
         }
-
-
-_NODE_KEY = operator.attrgetter("id")
-_EDGE_KEY = operator.attrgetter("source", "relation", "target")
-_Classified = tuple[str, Flag, Flag, Flag, tuple[str, ...], bool]
-
-
-def _merge(node: _Node, entity: Entity) -> None:
-    if not node.label and entity.label:
-        node.label = entity.label
-    _merge_attrs(node.attrs, entity.attrs)
-
-
-def _merge_attrs(attrs: dict[str, Any], new: Attributes) -> None:
-    for k, v in new.items():
-        if k not in attrs:
-            attrs[k] = value_to_json(v)
-
-
-def _extras(e: _Edge, ev: Evidence) -> None:
-    if ev.method is not None:
-        if e.methods is None:
-            e.methods = set()
-        e.methods.add(ev.method)
-    if ev.score is not None and (e.score is None or ev.score > e.score):
-        e.score = ev.score
-    if ev.support:
-        if e.derived is None:
-            e.derived = set()
-        e.derived.update(ev.support)
-
-
-def _classify(bits: int, has_method: bool) -> _Classified:
-    causal, inferred, exact = _FLAG[bits & 3], _FLAG[bits >> 2 & 3], _FLAG[bits >> 4 & 3]
-    modes = frozenset(a for a in _ATTRIBUTIONS if bits & _ATTR_BIT[a])
-    # grade_edge only asks whether some method was recorded.
-    grade: Grade = grade_edge(modes, causal, inferred, "method" if has_method else None)
-    viewer_only = bool(bits & _VIEWER) and not bits & _NATIVE
-    return grade.value, causal, inferred, exact, tuple(sorted(a.value for a in modes)), viewer_only

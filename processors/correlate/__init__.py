@@ -46,7 +46,7 @@ from otel_bridge.model import (
     RelationKind,
 )
 from otel_bridge.processors.correlate.exact import ExactLinker, derived, process_entity
-from otel_bridge.processors.correlate.index import START_EVENTS, proc_event, process_entity_of
+from otel_bridge.processors.correlate.index import START_EVENTS, proc_event
 from otel_bridge.processors.correlate.singleton import (
     OURS,
     Bridge,
@@ -135,6 +135,8 @@ class Correlator:
         self._lateness = int(config.allowed_lateness * _NS)
         self._retention = int(config.retention * _NS)
         self._evicted = 0
+        self._min_time = 0
+        self._record_identity: dict[str, str] = {}
 
     @property
     def watermark(self) -> int:
@@ -146,18 +148,25 @@ class Correlator:
         for obs in observations:
             if obs.source.backend == "correlate":
                 continue
-            self._max_time = max(self._max_time, obs.time_unix_nano)
+            t = obs.time_unix_nano
+            self._max_time = max(self._max_time, t)
+            if t and (not self._min_time or t < self._min_time):
+                self._min_time = t
             if obs.source.channel == Channel.OS:
-                found = (
-                    process_entity_of(obs) if obs.attrs.get("event.name") in START_EVENTS else None
+                rec = obs.source.record_id
+                known = (
+                    self.engine.index.offer(rec, obs.id)
+                    if obs.attrs.get("event.name") in START_EVENTS
+                    else None
                 )
-                if found is not None and self.engine.index.offer(
-                    found[0], obs.source.record_id, obs.id
-                ):
-                    self.exact.offer(found[0], obs.time_unix_nano, obs.id)
+                if known is not None:
+                    ident = self._record_identity.get(rec)
+                    if known and ident is not None:
+                        self.exact.offer(ident, t, obs.id)
                     continue
                 ev = proc_event(obs)
                 if ev is not None:
+                    self._record_identity[rec] = ev.identity
                     self.engine.add_event(ev)
                     self.exact.add_event(ev)
                 elif obs.attrs.get("event.name") == "process.exit":
@@ -189,10 +198,16 @@ class Correlator:
                 out.append(bridge_observation(o, support))
         horizon = wm - self._retention
         # Evicting walks the buffers, so do it in steps of an eighth of the retention.
-        if not final and horizon - self._evicted >= self._retention // 8:
+        if (
+            not final
+            and horizon > self._min_time
+            and horizon - self._evicted >= self._retention // 8
+        ):
             self._evicted = horizon
             self.engine.evict(horizon)
             self.exact.evict(horizon)
+            live = {e.record_id for evs in self.engine.index.events.values() for e in evs}
+            self._record_identity = {k: v for k, v in self._record_identity.items() if k in live}
         return out
 
     def counts(self) -> Counter[str]:

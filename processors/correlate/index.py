@@ -93,43 +93,54 @@ def process_entity_of(obs: Observation) -> tuple[str, dict[str, AnyValue]] | Non
     return ent.id, attrs
 
 
-def _identity(attrs: dict[str, AnyValue], host: str, pid: int, prefix: str = "") -> str:
-    created = _str(attrs.get(f"process.{prefix}creation.time"))
-    return process_id(host, pid, iso_to_ms(created) if created else None)
-
-
 def proc_event(obs: Observation) -> ProcEvent | None:
     """The :class:`ProcEvent` of a process start/exec observation on the OS channel, else None."""
-    if obs.source.channel != Channel.OS or obs.attrs.get("event.name") not in START_EVENTS:
+    a = obs.attrs
+    if obs.source.channel != Channel.OS or a.get("event.name") not in START_EVENTS:
         return None
-    found = process_entity_of(obs)
-    if found is None:
+    if obs.relation == RelationKind.SPAWNED and obs.object is not None:
+        ent = obs.object
+    elif obs.subject.kind == EntityKind.PROCESS:
+        ent = obs.subject
+    else:
         return None
-    identity, attrs = found
-    pid = _int(attrs.get("process.pid"))
+    e = ent.attrs
+
+    def get(key: str) -> AnyValue:
+        value = a.get(key)
+        return e.get(key) if value is None else value
+
+    pid = _int(get("process.pid"))
     if pid is None:
         return None
-    host = _str(attrs.get("host.id"))
-    args = attrs.get("process.command_args")
-    argv = tuple(a for a in args if isinstance(a, str)) if isinstance(args, tuple | list) else ()
-    ppid = _int(attrs.get("process.parent_pid"))
-    parent = _identity(attrs, host, ppid, "parent.") if ppid is not None else ""
-    exe_path = _str(attrs.get("process.executable.path"))
-    exe_name = _str(attrs.get("process.executable.name"))
+    host = _str(get("host.id"))
+    args = get("process.command_args")
+    argv = tuple(x for x in args if isinstance(x, str)) if isinstance(args, tuple | list) else ()
+    ppid = _int(get("process.parent_pid"))
+    parent = ""
+    if ppid is not None:
+        created = _str(get("process.parent.creation.time"))
+        parent = process_id(host, ppid, iso_to_ms(created) if created else None)
+    exe_path = _str(get("process.executable.path"))
+    exe_name = _str(get("process.executable.name"))
+    identity = ent.id
+    if not identity:
+        created = _str(get("process.creation.time"))
+        identity = process_id(host, pid, iso_to_ms(created) if created else None)
     return ProcEvent(
         obs_id=obs.id,
         record_id=obs.source.record_id,
         time=obs.time_unix_nano,
-        identity=identity or _identity(attrs, host, pid),
+        identity=identity,
         pid=pid,
         host_id=host,
         exe_path=exe_path,
         exe_name=exe_name,
         argv=argv,
-        cwd=_str(attrs.get("process.working_directory")),
-        traceparent=_str(attrs.get("process.env.traceparent")),
+        cwd=_str(get("process.working_directory")),
+        traceparent=_str(get("process.env.traceparent")),
         parent_identity=parent,
-        event_name=_str(attrs.get("event.name")),
+        event_name=_str(a.get("event.name")),
         name_keys=_names(exe_path, exe_name, argv),
     )
 
@@ -182,7 +193,8 @@ class CandidateIndex:
     def __init__(self) -> None:
         self._by_name: dict[str, TimeList] = {}
         self._by_tail: dict[str, TimeList] = {}
-        self._seen: dict[tuple[str, str], str] = {}
+        self._seen: dict[str, str] = {}
+        """Record id -> the smallest observation id seen for it (one record, one process)."""
         self.events: dict[str, list[ProcEvent]] = {}
         """Every indexed event by process identity."""
 
@@ -191,19 +203,18 @@ class CandidateIndex:
 
     def add(self, ev: ProcEvent) -> bool:
         """Index ``ev``; False if one event of the same record and process is already there."""
-        key = (ev.identity, ev.record_id)
-        known = self._seen.get(key)
+        known = self._seen.get(ev.record_id)
         if known is not None:
             # Several observations of one record: keep the smallest id as its support, so the
             # support does not depend on which of them arrived first.
-            self._seen[key] = min(known, ev.obs_id)
+            self._seen[ev.record_id] = min(known, ev.obs_id)
             return False
-        self._seen[key] = ev.obs_id
+        self._seen[ev.record_id] = ev.obs_id
         self.events.setdefault(ev.identity, []).append(ev)
         for name in ev.names():
             self._by_name.setdefault(name, TimeList()).add(ev)
         for k in range(1, min(len(ev.argv) - 1, MAX_TAIL) + 1):
-            self._by_tail.setdefault(_tail_key(ev.argv[-k:]), TimeList()).add(ev)
+            self._by_tail.setdefault(tail_key(ev.argv[-k:]), TimeList()).add(ev)
         return True
 
     def query(
@@ -213,7 +224,7 @@ class CandidateIndex:
         out: dict[tuple[str, str], ProcEvent] = {}
         lists = [self._by_name.get(n) for n in names]
         if 0 < len(tail) <= MAX_TAIL:
-            lists.append(self._by_tail.get(_tail_key(tail)))
+            lists.append(self._by_tail.get(tail_key(tail)))
         for tl in lists:
             if tl is None:
                 continue
@@ -234,24 +245,29 @@ class CandidateIndex:
                 self.events[ident] = kept
             else:
                 del self.events[ident]
-        live = {(e.identity, e.record_id) for evs in self.events.values() for e in evs}
+        live = {e.record_id for evs in self.events.values() for e in evs}
         self._seen = {k: v for k, v in self._seen.items() if k in live}
 
-    def offer(self, identity: str, record_id: str, obs_id: str) -> bool:
-        """Note another observation of an indexed record; False if the record is not indexed."""
-        key = (identity, record_id)
-        known = self._seen.get(key)
+    def offer(self, record_id: str, obs_id: str) -> bool | None:
+        """Note another observation of an indexed record.
+
+        None when the record is not indexed, True when ``obs_id`` is now its smallest id,
+        False otherwise.
+        """
+        known = self._seen.get(record_id)
         if known is None:
-            return False
+            return None
         if obs_id < known:
-            self._seen[key] = obs_id
-        return True
+            self._seen[record_id] = obs_id
+            return True
+        return False
 
     def support_id(self, ev: ProcEvent) -> str:
         """The observation id that stands for ``ev``'s record (the smallest one seen)."""
-        return self._seen.get((ev.identity, ev.record_id), ev.obs_id)
+        return self._seen.get(ev.record_id, ev.obs_id)
 
 
-def _tail_key(tail: tuple[str, ...]) -> str:
+def tail_key(tail: tuple[str, ...]) -> str:
+    """The index key of an argument tail."""
     # A length prefix keeps ("a b",) and ("a", "b") apart.
     return "\x00".join((str(len(tail)), *tail))

@@ -28,6 +28,7 @@ Decisions documented here because the paper leaves them open:
 
 from __future__ import annotations
 
+import functools
 import os
 import re
 import shlex
@@ -158,6 +159,7 @@ _OPERATOR_NAMES = {
 }
 
 
+@functools.lru_cache(maxsize=65536)
 def normalize_exe(name: str) -> str:
     """Normalized executable basename: basename, lower case, no ``.exe``, no version suffix.
 
@@ -268,10 +270,14 @@ def parse_command(line: str) -> ParsedCommand | Unsupported:
     scan = _scan(line)
     if isinstance(scan, Unsupported):
         return scan
-    try:
-        words = shlex.split(line[: scan.end], posix=True)
-    except ValueError:
-        return Unsupported("unbalanced_quotes")
+    text = line[: scan.end]
+    if "'" in text or '"' in text or "\\" in text:
+        try:
+            words = shlex.split(text, posix=True)
+        except ValueError:
+            return Unsupported("unbalanced_quotes")
+    else:
+        words = text.split()  # nothing to unquote: exactly what shlex would return
     if len(words) != len(scan.expanding):
         # A word made only of an empty quoted string, or similar corner: stay out.
         return Unsupported("unbalanced_quotes", "word_split_mismatch")

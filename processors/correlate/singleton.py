@@ -43,7 +43,7 @@ from dataclasses import dataclass, field, replace
 from typing import Literal
 
 from otel_bridge.model import Channel, Entity, Observation, RelationKind
-from otel_bridge.processors.correlate.index import CandidateIndex, ProcEvent
+from otel_bridge.processors.correlate.index import MAX_TAIL, CandidateIndex, ProcEvent, tail_key
 from otel_bridge.processors.correlate.parser import (
     INTERPRETERS,
     ParsedCommand,
@@ -147,6 +147,17 @@ def declaration_of(obs: Observation, scope: Scope = "emitter") -> Declaration | 
     )
 
 
+def _decl_keys(d: Declaration) -> list[str]:
+    """The match keys under which a declaration can meet a process."""
+    p = d.parsed
+    if not isinstance(p, ParsedCommand):
+        return []
+    keys = [f"n:{p.basename}"]
+    if p.args and p.args_stable and len(p.args) <= MAX_TAIL:
+        keys.append("t:" + tail_key(p.args))
+    return keys
+
+
 def parse_traceparent(value: str) -> tuple[str, str] | None:
     """``(trace_id, span_id)`` hex of a W3C ``traceparent``, or None if malformed."""
     parts = value.strip().lower().split("-")
@@ -233,7 +244,8 @@ class SingletonEngine:
     _pending: dict[str, Declaration] = field(default_factory=dict)
     _decided: dict[str, Declaration] = field(default_factory=dict)
     _by_span: dict[tuple[str, str], int] = field(default_factory=dict)
-    _starts: list[tuple[int, str]] = field(default_factory=list)
+    _starts: dict[str, list[tuple[int, str]]] = field(default_factory=dict)
+    """Declaration starts by match key (``n:<basename>``, ``t:<argument tail>``)."""
     _scope_starts: dict[str, list[int]] = field(default_factory=dict)
     _tp_spans: set[tuple[str, str]] = field(default_factory=set)
     _tp_of: dict[str, tuple[str, str]] = field(default_factory=dict)
@@ -263,7 +275,8 @@ class SingletonEngine:
             self._record(Skip(d, "late_declaration"))
             return
         self._pending[d.obs_id] = d
-        bisect.insort(self._starts, (d.start, d.obs_id))
+        for match_key in _decl_keys(d):
+            bisect.insort(self._starts.setdefault(match_key, []), (d.start, d.obs_id))
         bisect.insort(self._scope_starts.setdefault(d.scope, []), d.start)
         self._scope_version[d.scope] = self._scope_version.get(d.scope, 0) + 1
 
@@ -372,12 +385,21 @@ class SingletonEngine:
             return False
         lo = min(e.time for e in evs) - self.max_window_ns
         hi = max(e.time for e in evs)
-        i = bisect.bisect_left(self._starts, (lo, ""))
-        while i < len(self._starts) and self._starts[i][0] <= hi:
-            oid = self._starts[i][1]
-            i += 1
-            if oid == d.obs_id:
+        keys = {f"n:{n}" for e in evs for n in e.names()}
+        for e in evs:
+            for k in range(1, min(len(e.argv) - 1, MAX_TAIL) + 1):
+                keys.add("t:" + tail_key(e.argv[-k:]))
+        others: set[str] = set()
+        for key in keys:
+            starts = self._starts.get(key)
+            if not starts:
                 continue
+            i = bisect.bisect_left(starts, (lo, ""))
+            while i < len(starts) and starts[i][0] <= hi:
+                others.add(starts[i][1])
+                i += 1
+        others.discard(d.obs_id)
+        for oid in sorted(others):
             other = self._pending.get(oid) or self._decided.get(oid)
             if other is None or not isinstance(other.parsed, ParsedCommand):
                 continue
@@ -409,7 +431,12 @@ class SingletonEngine:
             self._end_cache.pop(k, None)
         if old:
             gone = set(old)
-            self._starts = [s for s in self._starts if s[1] not in gone]
+            for key in list(self._starts):
+                kept = [s for s in self._starts[key] if s[1] not in gone]
+                if kept:
+                    self._starts[key] = kept
+                else:
+                    del self._starts[key]
         keep = cut - self.max_window_ns
         for scope, starts in list(self._scope_starts.items()):
             n = bisect.bisect_left(starts, keep)

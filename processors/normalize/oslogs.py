@@ -13,6 +13,7 @@ cannot be interpreted yields a :class:`CoverageRecord` saying why, never nothing
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Mapping
 
 from otel_bridge.identity import endpoint_id, executable_id, file_id, kind_id, process_id
@@ -253,11 +254,25 @@ def _evidence(record: LogRecord) -> Evidence:
             attribution = Attribution(mode)
         except ValueError:
             attribution = None
+    return _shared_evidence(
+        attribution,
+        get_bool(a, "evidence.causal"),
+        get_bool(a, "evidence.inferred"),
+        get_bool(a, "evidence.identity_exact"),
+    )
+
+
+@functools.lru_cache(maxsize=256)
+def _shared_evidence(
+    attribution: Attribution | None,
+    causal: bool | None,
+    inferred: bool | None,
+    identity_exact: bool | None,
+) -> Evidence:
+    # Records share a handful of evidence combinations; sharing the (immutable) objects saves
+    # memory and lets the graph accumulator cache their packed form by identity.
     return Evidence(
-        attribution=attribution,
-        causal=get_bool(a, "evidence.causal"),
-        inferred=get_bool(a, "evidence.inferred"),
-        identity_exact=get_bool(a, "evidence.identity_exact"),
+        attribution=attribution, causal=causal, inferred=inferred, identity_exact=identity_exact
     )
 
 

@@ -99,6 +99,7 @@ class HostReceiver:
                 events=EventFactory(name, self._run_id, emitter),
                 telemetry=telemetry,
                 redactor=Redactor(),
+                exclude_paths=(host.run_dir,) if host.run_dir else (),
             )
             try:
                 backend = create_backend(name, self.config)

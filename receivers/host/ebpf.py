@@ -1,15 +1,16 @@
 """The ``ebpf`` backend: a bpftrace program on kernel tracepoints, filtered to the lineage.
 
-The program keeps a map of tracked pids seeded with the root; ``task:task_newtask`` (a new task
-whose ``clone_flags`` lack ``CLONE_THREAD``) adds each child *in the kernel*, before it runs, so
-the lineage filter has no window. It prints one line per event:
+The program keeps a map of tracked pids seeded with the root and its running descendants;
+``task:task_newtask`` (a new task whose ``clone_flags`` lack ``CLONE_THREAD``) adds each child
+*in the kernel*, before it runs, so the lineage filter has no window. It prints one line per event:
 
 * ``F parent child ns`` (fork), ``e pid ns path`` / ``E pid ns ret`` (execve enter/exit),
   ``X pid ns status`` (``sched_process_exit`` of a thread-group leader, wait status);
 * ``O pid ns ret flags path`` (``openat``), ``C pid ns ret sockaddr`` (``connect``, the raw
   sockaddr bytes as bpftrace's ``%r``).
 
-Timestamps are ``nsecs`` (CLOCK_MONOTONIC). Needs root, tracefs mounted at
+Timestamps are ``nsecs`` (CLOCK_MONOTONIC). Paths longer than 200 bytes are truncated (the
+bpftrace string limit). Needs root, tracefs mounted at
 ``/sys/kernel/tracing`` with syscall tracepoints, and BTF for ``curtask``. Events are emitted
 through a per-CPU perf buffer: if it overflows bpftrace prints ``Lost N events`` and the
 collections become ``degraded``. bpftrace takes a few seconds to compile and attach;
@@ -20,28 +21,26 @@ from __future__ import annotations
 
 import os
 import shutil
-import socket
 import subprocess
 import threading
 import time
 from typing import IO
 
 from otel_bridge.errors import BackendUnavailableError
-from otel_bridge.model import AnyValue, CollectionState
-from otel_bridge.receivers.host.events import SAMPLED, SYSCALL, HostContext, lookup_process
-from otel_bridge.receivers.host.linux import exit_code_of
+from otel_bridge.model import CollectionState
+from otel_bridge.receivers.host.ebpf_lines import BpftraceInterpreter
+from otel_bridge.receivers.host.events import SAMPLED, HostContext
 from otel_bridge.receivers.host.procfs import (
-    ProcessInfo,
     descendants_of,
-    monotonic_to_wall_ns,
     read_process,
 )
-from otel_bridge.receivers.host.strace_events import open_access, open_flags_text
 
 TRACEFS = "/sys/kernel/tracing"
+STRLEN = 200
+"""bpftrace's string limit (``BPFTRACE_STRLEN``; 200 is its maximum): longer paths are cut."""
 
 PROGRAM = r"""
-BEGIN { @track[$1] = 1; printf("READY\n"); }
+BEGIN { SEED printf("READY\n"); }
 tracepoint:task:task_newtask /@track[pid] && !(args->clone_flags & 0x10000)/ {
   @track[args->pid] = 1; printf("F %d %d %llu\n", pid, args->pid, nsecs); }
 tracepoint:syscalls:sys_enter_execve /@track[pid]/ {
@@ -60,48 +59,6 @@ tracepoint:sched:sched_process_exit /@track[pid] && pid == tid/ {
   printf("X %d %llu %d\n", pid, nsecs, curtask->exit_code); delete(@track[pid]); }
 END { clear(@track); clear(@ex); clear(@op); clear(@fl); clear(@ca); }
 """
-
-_ERRNO = {
-    -4: "EINTR",
-    -11: "EAGAIN",
-    -13: "EACCES",
-    -101: "ENETUNREACH",
-    -110: "ETIMEDOUT",
-    -111: "ECONNREFUSED",
-    -113: "EHOSTUNREACH",
-    -114: "EALREADY",
-    -115: "EINPROGRESS",
-}
-
-
-def decode_r(text: str) -> bytes:
-    """Bytes from bpftrace's ``%r`` rendering (``\\xHH`` escapes, printable chars literal)."""
-    out = bytearray()
-    i = 0
-    while i < len(text):
-        if text[i] == "\\" and i + 3 < len(text) + 1 and text[i + 1] == "x":
-            out.append(int(text[i + 2 : i + 4], 16))
-            i += 4
-        elif text[i] == "\\" and i + 1 < len(text):
-            out.append(ord(text[i + 1]))
-            i += 2
-        else:
-            out.append(ord(text[i]) & 0xFF)
-            i += 1
-    return bytes(out)
-
-
-def decode_sockaddr(raw: bytes) -> tuple[str, str, int] | None:
-    """``(family, address, port)`` of a raw ``sockaddr_in``/``sockaddr_in6``."""
-    if len(raw) < 8:
-        return None
-    family = int.from_bytes(raw[:2], "little")
-    port = int.from_bytes(raw[2:4], "big")
-    if family == socket.AF_INET:
-        return "inet", socket.inet_ntop(socket.AF_INET, raw[4:8]), port
-    if family == socket.AF_INET6 and len(raw) >= 24:
-        return "inet6", socket.inet_ntop(socket.AF_INET6, raw[8:24]), port
-    return None
 
 
 def check_available(bpftrace_path: str) -> str:
@@ -135,15 +92,15 @@ class EbpfBackend:
         self._proc: subprocess.Popen[bytes] | None = None
         self._thread: threading.Thread | None = None
         self._ctx: HostContext | None = None
-        self._exe: dict[int, str] = {}
-        self.lost = 0
+        self._lines: BpftraceInterpreter | None = None
 
     def start(self, ctx: HostContext) -> None:
         """Start bpftrace and wait for READY (it compiles and attaches first)."""
         self._ctx = ctx
         root = ctx.lineage.root
         now = time.time_ns()
-        for pid in [root, *descendants_of(root)]:
+        pids = [root, *descendants_of(root)]
+        for pid in pids:
             info = read_process(
                 pid, ctx.redactor, capture_environment=ctx.config.capture_environment
             )
@@ -153,9 +110,11 @@ class EbpfBackend:
             ctx.events.remember(info)
             if ctx.config.processes:
                 ctx.emit(ctx.events.process_event("process.start", info, now, attribution=SAMPLED))
-        cmd = [self._path, "-B", "line", "-e", PROGRAM, str(root)]
+        seed = " ".join(f"@track[{pid}] = 1;" for pid in pids)
+        cmd = [self._path, "-B", "line", "-e", PROGRAM.replace("SEED", seed)]
+        env = dict(os.environ, BPFTRACE_STRLEN=str(STRLEN))
         self._proc = subprocess.Popen(
-            cmd, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE
+            cmd, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env
         )
         assert self._proc.stdout is not None
         deadline = time.monotonic() + ctx.config.startup_timeout
@@ -181,6 +140,7 @@ class EbpfBackend:
                 CollectionState.AVAILABLE if on else CollectionState.NOT_REQUESTED,
                 detail if on else f"{name}: false",
             )
+        self._lines = BpftraceInterpreter(ctx)
         self._thread = threading.Thread(target=self._run, name="host-ebpf", daemon=True)
         self._thread.start()
 
@@ -189,122 +149,11 @@ class EbpfBackend:
         assert self._proc.stdout is not None
         for raw in self._proc.stdout:
             try:
-                self.handle_line(raw.decode("utf-8", "replace").rstrip("\n"))
+                assert self._lines is not None
+                self._lines.handle_line(raw.decode("utf-8", "replace").rstrip("\n"))
             except (ValueError, IndexError):
                 if self._ctx is not None:
                     self._ctx.telemetry.count("receiver.host.ebpf.unparsed")
-
-    def handle_line(self, line: str) -> None:
-        """Interpret one line of the program's output."""
-        ctx = self._ctx
-        assert ctx is not None
-        kind, _, rest = line.partition(" ")
-        if kind == "Lost" or line.startswith("Lost "):
-            self._lost(line)
-            return
-        parts = rest.split(" ", 4)
-        if kind == "F":
-            parent, child, ts = int(parts[0]), int(parts[1]), int(parts[2])
-            ctx.lineage.add(child)
-            info = lookup_process(ctx, child, event_monotonic_ns=ts)
-            info.ppid = parent
-            if ctx.config.processes:
-                ctx.emit(
-                    ctx.events.process_event(
-                        "process.start", info, monotonic_to_wall_ns(ts), attribution=SYSCALL
-                    )
-                )
-        elif kind == "e":
-            self._exe[int(parts[0])] = rest.split(" ", 2)[2] if len(parts) > 2 else ""
-        elif kind == "E":
-            pid, ts, ret = int(parts[0]), int(parts[1]), int(parts[2])
-            path = self._exe.pop(pid, "")
-            if ret == 0:
-                self._exec(pid, ts, path)
-        elif kind == "X":
-            pid, ts, status = int(parts[0]), int(parts[1]), int(parts[2])
-            if ctx.config.processes:
-                ctx.emit(
-                    ctx.events.exit_event(
-                        pid, monotonic_to_wall_ns(ts), exit_code_of(status), attribution=SYSCALL
-                    )
-                )
-        elif kind == "O" and ctx.config.files:
-            pid, ts, ret, flags = int(parts[0]), int(parts[1]), int(parts[2]), int(parts[3])
-            if ret < 0:
-                ctx.telemetry.count("receiver.host.ebpf.failed_opens")
-                return
-            path = parts[4] if len(parts) > 4 else ""
-            if path and not os.path.isabs(path):
-                known = ctx.events.processes.get(pid)
-                if known is not None and known.cwd:
-                    path = os.path.normpath(os.path.join(known.cwd, path))
-            text = open_flags_text(flags)
-            self._emit(
-                "file.open",
-                pid,
-                ts,
-                {"file.path": path, "file.open.flags": text, "file.access": open_access(text)},
-            )
-        elif kind == "C" and ctx.config.network:
-            pid, ts, ret = int(parts[0]), int(parts[1]), int(parts[2])
-            addr = decode_sockaddr(decode_r(rest.split(" ", 3)[3]))
-            if addr is None:
-                return
-            attrs: dict[str, AnyValue] = {
-                "network.transport": "tcp",
-                "network.peer.address": addr[1],
-                "network.peer.port": addr[2],
-            }
-            if ret == 0:
-                self._emit("network.connect", pid, ts, attrs)
-            else:
-                errno = _ERRNO.get(ret, f"errno {-ret}")
-                attrs["network.connect.result"] = "pending" if ret == -115 else "failed"
-                attrs["error.type"] = errno
-                self._emit("network.connect_attempt", pid, ts, attrs)
-
-    def _exec(self, pid: int, ts: int, path: str) -> None:
-        ctx = self._ctx
-        assert ctx is not None
-        fresh = read_process(pid, ctx.redactor, capture_environment=ctx.config.capture_environment)
-        if fresh is None:
-            base = lookup_process(ctx, pid, event_monotonic_ns=ts)
-            fresh = ProcessInfo(
-                pid=pid,
-                start_ms=base.start_ms,
-                ppid=base.ppid,
-                approximate=base.approximate,
-                exe=path,
-                argv=[],
-                cwd=base.cwd,
-            )
-        ctx.events.remember(fresh)
-        if ctx.config.processes:
-            ctx.emit(
-                ctx.events.process_event(
-                    "process.exec", fresh, monotonic_to_wall_ns(ts), attribution=SYSCALL
-                )
-            )
-
-    def _emit(self, name: str, pid: int, ts: int, extra: dict[str, AnyValue]) -> None:
-        ctx = self._ctx
-        assert ctx is not None
-        attrs = ctx.events.identity_attrs(pid)
-        attrs.update(extra)
-        ctx.emit(
-            ctx.events.record(
-                name, monotonic_to_wall_ns(ts), attrs, attribution=SYSCALL, causal=True
-            )
-        )
-
-    def _lost(self, line: str) -> None:
-        ctx = self._ctx
-        assert ctx is not None
-        self.lost += 1
-        for name in ("process", "file", "network"):
-            if ctx.states.get(name, ("",))[0] == CollectionState.AVAILABLE:
-                ctx.collection_state(name, CollectionState.DEGRADED, f"perf buffer: {line}")
 
     def _stop_process(self) -> str:
         proc = self._proc

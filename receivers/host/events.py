@@ -137,6 +137,8 @@ class HostContext:
     telemetry: Telemetry
     redactor: Redactor
     states: dict[str, tuple[str, str]] = field(default_factory=dict)
+    exclude_paths: tuple[str, ...] = ()
+    """Directories whose file events are the collector's own (the run directory): ignored."""
 
     def emit(self, record: LogRecord) -> None:
         """Send one record downstream."""

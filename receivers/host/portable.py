@@ -3,8 +3,10 @@
 Works wherever psutil and watchdog do (Linux, macOS, Windows) and needs no privilege. Every
 ``poll_interval`` (minimum 5 ms) it lists the machine's pids, adds new processes whose parent is
 in the lineage, reports the ones that disappeared, and samples each tracked process's
-connections. Attribution is ``sampled_process``: a process or socket whose whole lifetime falls
-between two samples is missed (ExecWeave section V-C), and scheduling delay widens that window.
+connections, and notices an exec when a tracked process's arguments changed between two samples
+(``process.exec``). Attribution is ``sampled_process``: a process or socket whose whole lifetime
+falls between two samples is missed (ExecWeave section V-C), and scheduling delay widens that
+window.
 Exit codes are not observable by sampling.
 
 Files: watchdog under ``watch_paths`` yields ``file.change`` records, attribution
@@ -45,6 +47,15 @@ class _Handler(FileSystemEventHandler):
         self._callback(event)
 
 
+def _image(proc: psutil.Process) -> tuple[str, ...]:
+    """The raw argv of a process, to notice an exec between samples.
+
+    Only the arguments are compared: psutil caches ``exe()`` per ``Process`` object, so the
+    executable is re-read from a fresh object once the arguments changed.
+    """
+    return tuple(proc.cmdline())
+
+
 class PortableBackend:
     """psutil polling + watchdog (see the module docstring)."""
 
@@ -56,9 +67,11 @@ class PortableBackend:
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._observer: Any = None
-        self._known: set[int] = set()
-        self._outside: dict[int, float] = {}
-        """pids seen outside the lineage, with their create time (to notice pid reuse)."""
+        self._known: dict[int, tuple[str, ...]] = {}
+        """Tracked pids with their last sampled argv, to notice an exec."""
+        self._procs: dict[int, psutil.Process] = {}
+        self._outside: set[int] = set()
+        """pids seen outside the lineage; not examined again while they live."""
         self._conns: set[tuple[int, str, str, int, str, int, str]] = set()
         self.polls = 0
         self.poll_seconds = 0.0
@@ -117,7 +130,10 @@ class PortableBackend:
         if ctx is None or event.is_directory:
             return
         kind = str(event.event_type)
-        attrs: dict[str, AnyValue] = {"file.path": os.fsdecode(event.src_path)}
+        path = os.fsdecode(event.src_path)
+        if any(path == p or path.startswith(p + os.sep) for p in ctx.exclude_paths):
+            return  # the collector's own output
+        attrs: dict[str, AnyValue] = {"file.path": path}
         if kind == "moved":
             attrs["file.change.type"] = "moved"
             attrs["file.new_path"] = os.fsdecode(event.dest_path)
@@ -148,22 +164,24 @@ class PortableBackend:
         began = time.perf_counter()
         now = time.time_ns()
         current = set(psutil.pids())
-        fresh = sorted(current - self._known - set(self._outside))
+        fresh = sorted(current - set(self._known) - self._outside)
         for pid in fresh:
             self._consider(pid, now)
         # a child listed before its (also new) parent: look again once the parent is known
         for pid in fresh:
             if pid in self._outside and pid not in self._known:
-                del self._outside[pid]
+                self._outside.discard(pid)
                 self._consider(pid, now)
-        for pid in list(self._outside):
-            if pid not in current:
-                del self._outside[pid]
-        for pid in sorted(self._known - current):
-            self._known.discard(pid)
+        self._outside &= current
+        for pid in sorted(set(self._known) - current):
+            del self._known[pid]
+            self._procs.pop(pid, None)
             ctx.lineage.discard(pid)
             if ctx.config.processes:
                 ctx.emit(ctx.events.exit_event(pid, now, None, attribution=SAMPLED))
+        if ctx.config.processes:
+            for pid in sorted(set(self._known) - set(fresh)):
+                self._check_exec(pid, now)
         if ctx.config.network:
             for pid in sorted(self._known):
                 self._sample_connections(pid, now)
@@ -177,7 +195,7 @@ class PortableBackend:
             proc = psutil.Process(pid)
             ppid = proc.ppid() if pid != ctx.lineage.root else 0
             if pid != ctx.lineage.root and ppid not in ctx.lineage:
-                self._outside[pid] = proc.create_time()
+                self._outside.add(pid)
                 return
             info = self._read(proc, ppid)
         except (psutil.NoSuchProcess, psutil.ZombieProcess):
@@ -185,10 +203,32 @@ class PortableBackend:
         except psutil.AccessDenied:
             return
         ctx.lineage.add(pid)
-        self._known.add(pid)
+        try:
+            self._known[pid] = _image(proc)
+        except (psutil.Error, OSError):
+            self._known[pid] = ()
+        self._procs[pid] = proc
         ctx.events.remember(info)
         if ctx.config.processes:
             ctx.emit(ctx.events.process_event("process.start", info, now, attribution=SAMPLED))
+
+    def _check_exec(self, pid: int, now: int) -> None:
+        """Report a ``process.exec`` when a tracked process's image or arguments changed."""
+        ctx = self._ctx
+        assert ctx is not None
+        proc = self._procs.get(pid)
+        if proc is None:
+            return
+        try:
+            image = _image(proc)
+            if image == self._known.get(pid) or not image:
+                return
+            info = self._read(psutil.Process(pid), ctx.events.processes[pid].ppid)
+        except (psutil.Error, OSError, KeyError):
+            return
+        self._known[pid] = image
+        ctx.events.remember(info)
+        ctx.emit(ctx.events.process_event("process.exec", info, now, attribution=SAMPLED))
 
     def _read(self, proc: psutil.Process, ppid: int) -> ProcessInfo:
         ctx = self._ctx

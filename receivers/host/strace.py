@@ -143,6 +143,10 @@ class StraceBackend:
             if len(parts) >= 4 and parts[1] == "Process" and parts[3] == "attached":
                 waiting.discard(parts[2])
             elif "attach" in line and ("ptrace" in line or "Operation" in line):
+                failed = next((w.rstrip("):,") for w in parts if w.rstrip("):,") in waiting), "")
+                if failed and failed != str(pids[0]) and "No such process" in line:
+                    waiting.discard(failed)  # a descendant that exited meanwhile
+                    continue
                 self.stop()
                 raise BackendUnavailableError(f"strace: cannot attach: {line.strip()}")
         if waiting:

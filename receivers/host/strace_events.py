@@ -37,6 +37,10 @@ _SOCK_ANNO = re.compile(
 )
 
 
+_DIRFD_CALLS = frozenset({"openat", "openat2", "unlinkat", "renameat", "renameat2", "execveat"})
+"""Calls whose path arguments are relative to a directory descriptor (``creat`` is not one)."""
+
+
 def open_access(flags: str) -> str:
     """``read`` / ``write`` / ``read_write`` from symbolic open flags (``O_WRONLY|O_CREAT``)."""
     names = set(flags.split("|"))
@@ -174,7 +178,7 @@ class SyscallInterpreter:
 
     def _path_arg(self, call: Syscall, index: int = 0) -> str:
         args = split_args(call.args)
-        if call.name.endswith("at") or call.name in ("openat2", "renameat2"):
+        if call.name in _DIRFD_CALLS:
             base = fd_annotation(args[index]) if index < len(args) else ""
             value = string_arg(args[index + 1]) if index + 1 < len(args) else None
         else:

@@ -67,7 +67,7 @@ def scenario() -> tuple[list[Observation], Proc, Proc]:
     child.parent_pid = 100
     child.extra = {"process.parent.creation.time": iso(ls.ms)}
     obs = declaration(SPAN, "ls -la", T0, T0 + 500 * MS) + ls.observations()
-    obs += child.observations() + [exit_obs(ls, T0 + 300 * MS, 0)]
+    obs += [*child.observations(), exit_obs(ls, T0 + 300 * MS, 0)]
     return correlated(obs), ls, child
 
 

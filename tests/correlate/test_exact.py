@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 from correlate_builders import (
     HOST,
     MS,
@@ -61,7 +63,8 @@ def test_traceparent_links_tool_call() -> None:
     [link] = exact(out, "traceparent")
     assert_exact(link)
     assert link.subject == tool_entity(span)
-    assert link.object is not None and link.object.id == p.identity
+    assert link.object is not None
+    assert link.object.id == p.identity
     assert link.relation == RelationKind.CORRELATED_WITH_PROCESS
     assert counts["exact.traceparent"] == 1
 
@@ -97,7 +100,8 @@ def test_traceparent_inherited_not_relinked() -> None:
         declaration(span, "sh -c x", T0) + parent.observations() + child.observations()
     )
     [link] = exact(out, "traceparent")
-    assert link.object is not None and link.object.id == parent.identity
+    assert link.object is not None
+    assert link.object.id == parent.identity
     assert counts["exact.inherited"] == 1
 
 
@@ -114,17 +118,16 @@ def test_resource_pid_with_creation_time() -> None:
     agent_proc = Proc(pid=42, exe="/usr/bin/python3", argv=("python3", "agent.py"), time=T0)
     reused = Proc(pid=42, exe="/usr/bin/python3", argv=("python3", "old.py"), time=T0 - 10_000 * MS)
     decl = declaration("a1" * 8, "ls", T0 + 500 * MS, agent_pid=42)
+    created = iso(agent_proc.ms)
     decl = [
-        Observation(
-            **{**_fields(o), "attrs": {**o.attrs, "process.creation.time": iso(agent_proc.ms)}}
-        )
-        for o in decl
+        dataclasses.replace(o, attrs={**o.attrs, "process.creation.time": created}) for o in decl
     ]
     out, _ = run(decl + agent_proc.observations() + reused.observations())
     [link] = exact(out, "resource_pid")
     assert_exact(link)
     assert link.subject == agent_entity()
-    assert link.object is not None and link.object.id == agent_proc.identity
+    assert link.object is not None
+    assert link.object.id == agent_proc.identity
 
 
 def test_resource_pid_alive_at_span_time() -> None:
@@ -134,7 +137,8 @@ def test_resource_pid_alive_at_span_time() -> None:
     decl = declaration("a1" * 8, "ls", T0, agent_pid=42)
     out, _ = run(decl + old.observations() + [exit_obs(old, T0 - 5000 * MS)] + new.observations())
     [link] = exact(out, "resource_pid")
-    assert link.object is not None and link.object.id == new.identity
+    assert link.object is not None
+    assert link.object.id == new.identity
 
 
 def test_resource_pid_ambiguous_not_linked() -> None:
@@ -146,10 +150,6 @@ def test_resource_pid_ambiguous_not_linked() -> None:
     )
     assert not exact(out, "resource_pid")
     assert counts["exact.ambiguous_pid"] == 1
-
-
-def _fields(o: Observation) -> dict[str, object]:
-    return {f: getattr(o, f) for f in o.__dataclass_fields__}
 
 
 def request_obs(channel: Channel, subject: Entity, rid: str, n: int) -> Observation:

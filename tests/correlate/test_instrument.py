@@ -61,7 +61,8 @@ def test_popen_gets_current_span(instrumented: InMemorySpanExporter) -> None:
     with tracer.start_as_current_span("tool") as span:
         tp = child_tp()
     parts = tp.split("-")
-    assert parts[0] == "00" and parts[2] == span_hex(span)
+    assert parts[0] == "00"
+    assert parts[2] == span_hex(span)
     assert parts[1] == f"{span.get_span_context().trace_id:032x}"
 
 
@@ -77,13 +78,36 @@ def test_explicit_traceparent_kept(instrumented: InMemorySpanExporter) -> None:
     mine = f"00-{'12' * 16}-{'34' * 8}-01"
     with tracer.start_as_current_span("tool"):
         out = subprocess.run(
-            PRINT_TP, env={**os.environ, "TRACEPARENT": mine}, capture_output=True, text=True
+            PRINT_TP,
+            env={**os.environ, "TRACEPARENT": mine},
+            capture_output=True,
+            text=True,
+            check=True,
         )
         env_only = subprocess.run(
-            PRINT_TP, env={"PATH": "/usr/bin"}, capture_output=True, text=True
+            PRINT_TP, env={"PATH": "/usr/bin"}, capture_output=True, text=True, check=True
         )
     assert out.stdout.strip() == mine
     assert env_only.stdout.strip().startswith("00-")  # an env without it gets one
+
+
+def test_inherited_traceparent_replaced(
+    instrumented: InMemorySpanExporter, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A TRACEPARENT merely inherited from os.environ gives way to the active tool span's."""
+    launcher = f"00-{'ab' * 16}-{'cd' * 8}-01"
+    monkeypatch.setenv("TRACEPARENT", launcher)
+    monkeypatch.setenv("TRACESTATE", "launcher=1")
+    tracer = trace.get_tracer("test")
+    with tracer.start_as_current_span("tool") as span:
+        plain = child_tp()
+        copied = subprocess.run(
+            PRINT_TP, env=dict(os.environ), capture_output=True, text=True, check=True
+        ).stdout.strip()
+    for tp in (plain, copied):
+        assert tp.split("-")[2] == span_hex(span)
+        assert tp != launcher
+    assert child_tp() == launcher  # outside a span the inherited context is left alone
 
 
 def test_asyncio_subprocess(instrumented: InMemorySpanExporter) -> None:

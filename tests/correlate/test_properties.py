@@ -107,7 +107,8 @@ def test_no_derived_edge_without_support(obs: list[Observation]) -> None:
             assert 0.80 <= (d.evidence.score or 0) <= 0.95
             assert "time_delta_ms" in d.attrs
         else:
-            assert d.evidence.identity_exact is True and d.evidence.inferred is False
+            assert d.evidence.identity_exact is True
+            assert d.evidence.inferred is False
 
 
 @settings(max_examples=150, deadline=None)

@@ -46,13 +46,16 @@ def test_bridge_fields() -> None:
     out, counts = run(scenario("ls -la", LS))
     [b] = bridges(out)
     assert b.relation == RelationKind.CORRELATED_WITH_PROCESS
-    assert b.object is not None and b.object.id == LS.identity
+    assert b.object is not None
+    assert b.object.id == LS.identity
     ev = b.evidence
     assert (ev.inferred, ev.causal, ev.identity_exact) == (True, False, False)
-    assert ev.method == "singleton:basename+tail" and ev.score == 0.93
+    assert ev.method == "singleton:basename+tail"
+    assert ev.score == 0.93
     assert set(ev.support) == {"a1a1a1a1a1a1a1a1#2", next(iter(LS.observations())).id}
     assert b.attrs["time_delta_ms"] == 100.0
-    assert b.source.backend == "correlate" and b.source.channel == "sem"
+    assert b.source.backend == "correlate"
+    assert b.source.channel == "sem"
     assert grade_evidence(ev) == Grade.D
     assert counts["bridge"] == 1
 
@@ -93,7 +96,7 @@ def test_next_declaration_bound_inclusive() -> None:
     after = Proc(pid=6, exe="/usr/bin/make", argv=("make", "build"), time=T0 + 1001 * MS)
     out, _ = run(d1 + d2 + at.observations())
     assert [b.object.id for b in bridges(out) if b.object] == [at.identity]
-    out, counts = run(d1 + d2 + after.observations())
+    out, _counts = run(d1 + d2 + after.observations())
     assert not bridges(out)
 
 
@@ -139,7 +142,8 @@ def test_incompatible_process_ignored() -> None:
     """A process with another name and other arguments is not a candidate."""
     p = Proc(pid=9, exe="/usr/bin/cat", argv=("cat", "x"), time=T0 + 10 * MS)
     out, counts = run(scenario("ls -la", p))
-    assert not bridges(out) and counts["skip.no_candidate"] == 1
+    assert not bridges(out)
+    assert counts["skip.no_candidate"] == 1
 
 
 def test_evidence_accumulates_over_start_and_exec() -> None:
@@ -160,14 +164,16 @@ def test_several_candidates_abstain() -> None:
     a = Proc(pid=1, exe="/usr/bin/ls", argv=("ls",), time=T0 + 10 * MS)
     b = Proc(pid=2, exe="/usr/bin/ls", argv=("ls",), time=T0 + 20 * MS)
     out, counts = run(scenario("ls", a, b))
-    assert not bridges(out) and counts["skip.several_candidates"] == 1
+    assert not bridges(out)
+    assert counts["skip.several_candidates"] == 1
 
 
 def test_interpreter_needs_arguments() -> None:
     """An interpreter matches only with argument evidence, never by its name alone."""
     other = Proc(pid=1, exe="/usr/bin/python3.11", argv=("python3", "other.py"), time=T0 + MS)
     out, counts = run(scenario("python3 script.py", other))
-    assert not bridges(out) and counts["skip.no_candidate"] == 1
+    assert not bridges(out)
+    assert counts["skip.no_candidate"] == 1
     # the paper's policy bridges it by basename alone
     assert bridges(run(scenario("python3 script.py", other), PAPER)[0])
     same = Proc(pid=2, exe="/usr/bin/python3.11", argv=("python3", "script.py"), time=T0 + MS)
@@ -186,7 +192,8 @@ def test_unstable_arguments_no_tail_route() -> None:
     """Arguments with shell expansions do not offer the tail route."""
     p = Proc(pid=1, exe="/opt/x", argv=("x", "$HOME"), time=T0 + MS)
     out, counts = run(scenario("ls $HOME", p))
-    assert not bridges(out) and counts["skip.no_candidate"] == 1
+    assert not bridges(out)
+    assert counts["skip.no_candidate"] == 1
 
 
 def test_two_declarations_one_process() -> None:
@@ -224,7 +231,8 @@ def test_exact_identity_preferred() -> None:
     out, counts = run(scenario("ls", p))
     assert not bridges(out)
     [exact] = [o for o in out if o.evidence.method == "traceparent"]
-    assert exact.object is not None and exact.object.id == p.identity
+    assert exact.object is not None
+    assert exact.object.id == p.identity
     assert counts["skip.exact_identity_preferred"] == 1
     assert counts["exact.traceparent"] == 1
 
@@ -278,6 +286,8 @@ def test_streaming_decides_when_window_closes() -> None:
 def test_late_declaration_skipped() -> None:
     """A declaration older than the retained horizon is skipped rather than decided blind."""
     core = Correlator(Config(allowed_lateness=0.0, retention=5.0))
+    core.add(tuple(Proc(pid=49, exe="/bin/x", argv=("x",), time=T0 + 1 * S).observations()))
+    core.step()
     core.add(tuple(Proc(pid=50, exe="/bin/x", argv=("x",), time=T0 + 100 * S).observations()))
     core.step()
     core.add(tuple(scenario("ls -la", LS)))

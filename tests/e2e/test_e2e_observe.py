@@ -241,10 +241,11 @@ def test_plain_agent(tmp_path: Path, workdir: Path, model: ModelServer, mode: Mo
         assert correlation.get("exact.traceparent") == 2, correlation
 
 
-def test_autogen_agent(tmp_path: Path, workdir: Path, model: ModelServer) -> None:
-    """AutoGen 0.7.5 with its real OpenAI client: the acceptance contract and exact tool links."""
+@pytest.mark.parametrize("team", [False, True], ids=["assistant", "group_chat"])
+def test_autogen_agent(tmp_path: Path, workdir: Path, model: ModelServer, team: bool) -> None:
+    """AutoGen 0.7.5 (alone or in a group chat) with its real OpenAI client: the contract holds."""
     run = observe(
-        example("autogen_agent.py", "--model-url", model.url),
+        example("autogen_agent.py", "--model-url", model.url, *(["--team"] if team else [])),
         run_dir=tmp_path / "run",
         cwd=workdir,
     )

@@ -22,11 +22,13 @@ from otel_bridge.model import (
 def _snapshot(*observations: Any, **kwargs: Any) -> dict[str, Any]:
     acc = GraphAccumulator(**kwargs)
     acc.apply_many(list(observations))
-    return acc.to_dict()
+    doc: dict[str, Any] = acc.to_dict()
+    return doc
 
 
 def _edge(doc: dict[str, Any], relation: str = "opened") -> dict[str, Any]:
-    (edge,) = [e for e in doc["edges"] if e["relation"] == relation]
+    edges: list[dict[str, Any]] = [e for e in doc["edges"] if e["relation"] == relation]
+    (edge,) = edges
     return edge
 
 

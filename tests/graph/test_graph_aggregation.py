@@ -29,7 +29,8 @@ def _edge(evidences: list[Evidence]) -> dict[str, Any]:
     acc = GraphAccumulator()
     acc.apply_many([obs(f"r{i}", evidence=ev) for i, ev in enumerate(evidences)])
     (edge,) = acc.to_dict()["edges"]
-    return edge
+    found: dict[str, Any] = edge
+    return found
 
 
 @pytest.mark.parametrize(("flags", "expected"), FLAG_SETS)
@@ -40,7 +41,7 @@ def test_causal_inferred_exact_aggregate_explicit_flags(
     if not flags:
         flags = [None]
     for field in ("causal", "inferred", "identity_exact"):
-        edge = _edge([Evidence(**{field: f}) for f in flags])
+        edge = _edge([Evidence(**{field: f}) for f in flags])  # type: ignore[arg-type]
         assert edge[field] == expected, field
 
 

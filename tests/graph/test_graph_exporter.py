@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import time
 from pathlib import Path
+from typing import Any
 
 from graph_helpers import obs
 from graph_scenario import scenario_batches
@@ -15,8 +16,8 @@ from otel_bridge.graph import load
 from otel_bridge.model import Batch, Channel, CoverageRecord, Source
 
 
-def _exporter(tmp_path: Path, **kwargs: object) -> GraphExporter:
-    config = GraphExporterConfig(output=str(tmp_path / "out" / "graph.json"), **kwargs)  # type: ignore[arg-type]
+def _exporter(tmp_path: Path, **kwargs: Any) -> GraphExporter:
+    config = GraphExporterConfig(output=str(tmp_path / "out" / "graph.json"), **kwargs)
     exporter = factory.create(CreateSettings(id="graph"), config, None)
     assert isinstance(exporter, GraphExporter)
     return exporter
@@ -122,18 +123,18 @@ def test_pipeline_normalize_to_graph(tmp_path: Path) -> None:
     from otel_bridge.testing import double_registry, list_receiver_factory
 
     registry = double_registry(
-        list_receiver_factory(scenario_batches()), normalize_factory, factory
+        list_receiver_factory("scenario", scenario_batches()), normalize_factory, factory
     )
     out = tmp_path / "graph.json"
     config = parse_config(
         {
-            "receivers": {"list": {"emit_on_start": True}},
+            "receivers": {"scenario": {"emit_on_start": True}},
             "processors": {"normalize": {}},
             "exporters": {"graph": {"output": str(out), "flush_interval": "1m"}},
             "service": {
                 "pipelines": {
                     "evidence": {
-                        "receivers": ["list"],
+                        "receivers": ["scenario"],
                         "processors": ["normalize"],
                         "exporters": ["graph"],
                     }

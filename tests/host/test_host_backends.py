@@ -263,3 +263,16 @@ def test_batches_respect_batch_size(tmp_path: Path) -> None:
     assert observed.sink.batches
     assert max(len(b.logs) for b in observed.sink.batches) <= 2
     assert len(observed.logs) > 4
+
+
+def test_portable_notices_exec_between_samples(tmp_path: Path) -> None:
+    """The portable sampler reports an exec of a tracked process (same pid, new image)."""
+    work = Gated("sleep 0.2; exec sleep 0.4", cwd=str(tmp_path))
+    observed = start_receiver(_config("portable", tmp_path), work.pid)
+    work.release()
+    assert work.wait() == 0
+    finish(observed)
+    execs = observed.for_pid("process.exec", work.pid)
+    assert execs, observed.events("process.exec")
+    assert execs[-1]["process.executable.name"] == "sleep", execs
+    assert execs[-1]["evidence.attribution"] == "sampled_process"

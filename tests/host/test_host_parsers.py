@@ -8,7 +8,7 @@ import struct
 import hypothesis.strategies as st
 from hypothesis import given
 
-from otel_bridge.receivers.host.ebpf import decode_r, decode_sockaddr
+from otel_bridge.receivers.host.ebpf_lines import decode_r, decode_sockaddr
 from otel_bridge.receivers.host.linux import (
     PROC_EVENT_EXEC,
     PROC_EVENT_EXIT,

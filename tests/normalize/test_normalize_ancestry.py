@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-from otel_bridge.processors.normalize import NormalizeConfig, NormalizeProcessor, Normalizer
 from otel_span_helpers import model_span
 
 from otel_bridge.model import Batch, CoverageRecord, RelationKind, Span
+from otel_bridge.processors.normalize import NormalizeConfig, NormalizeProcessor, Normalizer
 from otel_bridge.testing import RecordingConsumer
 
 AGENT = {"gen_ai.operation.name": "invoke_agent", "gen_ai.agent.name": "planner"}

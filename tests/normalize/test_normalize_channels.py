@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import pytest
+from otel_span_helpers import model_span
+
+from otel_bridge.model import Batch, Channel, Resource, Scope
 from otel_bridge.processors.normalize import (
     ChannelRule,
     NormalizeConfig,
@@ -10,9 +13,6 @@ from otel_bridge.processors.normalize import (
     RuleMatch,
     ScopeMatch,
 )
-from otel_span_helpers import model_span
-
-from otel_bridge.model import Batch, Channel, Resource, Scope
 
 
 def _channel(
@@ -20,7 +20,8 @@ def _channel(
 ) -> Channel:
     span = model_span("s", 1, resource=Resource(attributes=resource), scope=Scope(name=scope))
     (obs,) = Normalizer(config)(Batch(spans=(span,))).observations
-    return obs.source.channel
+    channel: Channel = obs.source.channel
+    return channel
 
 
 @pytest.mark.parametrize(

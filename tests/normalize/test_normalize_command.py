@@ -5,10 +5,10 @@ from __future__ import annotations
 import json
 
 import pytest
-from otel_bridge.processors.normalize import Normalizer, extract_command
 from otel_span_helpers import model_span
 
 from otel_bridge.model import AnyValue, Batch, RelationKind
+from otel_bridge.processors.normalize import Normalizer, extract_command
 
 GENAI = "gen_ai.tool.call.arguments"
 

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from opentelemetry.trace import Status, StatusCode
-from otel_bridge.processors.normalize import Normalizer
 from otel_span_helpers import convert, model_span, sdk_tracer
 
 from otel_bridge.model import (
@@ -16,6 +15,7 @@ from otel_bridge.model import (
     Resource,
     Span,
 )
+from otel_bridge.processors.normalize import Normalizer
 
 RESOURCE = {
     "service.name": "agents",

@@ -2,13 +2,20 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from otel_bridge.processors.normalize import NormalizeConfig, Normalizer, factory
 from otel_span_helpers import model_span, os_record
 
 from otel_bridge.component import CreateSettings, Host
 from otel_bridge.model import Batch, LogRecord, Span
+from otel_bridge.processors.normalize import (
+    NormalizeConfig,
+    NormalizeProcessor,
+    Normalizer,
+    factory,
+)
 from otel_bridge.testing import RecordingConsumer
 
 OPS = [
@@ -28,7 +35,7 @@ OPS = [
     {"openinference.span.kind": "CHAIN"},
     {},
 ]
-EVENTS = [
+EVENTS: list[tuple[str, dict[str, Any]]] = [
     ("process.start", {"process__parent_pid": 1, "process__executable__path": "/bin/sh"}),
     ("file.open", {"file__path": "/tmp/x"}),
     ("network.connect", {"network__peer__address": "10.0.0.1", "network__peer__port": 443}),
@@ -97,9 +104,10 @@ def test_factory_lifecycle_forwards_batches() -> None:
     assert config.validate() == []
     sink = RecordingConsumer()
     proc = factory.create(CreateSettings(id="normalize"), config, sink)
+    assert isinstance(proc, NormalizeProcessor)
     proc.shutdown()  # safe before start
     proc.start(Host())
-    proc.consume(Batch(spans=(model_span("x", 1),)))  # type: ignore[attr-defined]
+    proc.consume(Batch(spans=(model_span("x", 1),)))
     proc.shutdown()
     proc.shutdown()
     assert [len(b.observations) for b in sink.batches] == [1]
@@ -109,5 +117,6 @@ def test_empty_batch_is_not_forwarded() -> None:
     """An empty batch produces nothing downstream."""
     sink = RecordingConsumer()
     proc = factory.create(CreateSettings(id="normalize"), NormalizeConfig(), sink)
-    proc.consume(Batch())  # type: ignore[attr-defined]
+    assert isinstance(proc, NormalizeProcessor)
+    proc.consume(Batch())
     assert sink.batches == []

@@ -5,10 +5,10 @@ from __future__ import annotations
 import json
 
 from openinference.semconv.trace import OpenInferenceSpanKindValues, SpanAttributes
-from otel_bridge.processors.normalize import Normalizer
 from otel_span_helpers import convert, sdk_tracer
 
 from otel_bridge.model import Batch, EntityKind, Observation, RelationKind, Span
+from otel_bridge.processors.normalize import Normalizer
 
 KIND = SpanAttributes.OPENINFERENCE_SPAN_KIND
 

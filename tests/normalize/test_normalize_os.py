@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import pytest
-from otel_bridge.processors.normalize import Normalizer
 from otel_span_helpers import HOST, OS_RESOURCE, RUN, os_record
 
 from otel_bridge.identity import endpoint_id, executable_id, file_id, process_id
@@ -17,13 +16,15 @@ from otel_bridge.model import (
     Resource,
     Scope,
 )
+from otel_bridge.processors.normalize import Normalizer
 
 START_MS = 1767225600000
 PROC = process_id(HOST, 42, START_MS)
 
 
 def _norm(*records: LogRecord) -> Batch:
-    return Normalizer()(Batch(logs=records))
+    out: Batch = Normalizer()(Batch(logs=records))
+    return out
 
 
 def test_process_start_spawns_and_executes() -> None:

@@ -12,6 +12,7 @@ import sys
 import textwrap
 import time
 from pathlib import Path
+from typing import Any
 
 import psutil
 import pytest
@@ -28,7 +29,10 @@ AGENT = textwrap.dedent(
     from opentelemetry.sdk.resources import Resource
     from opentelemetry.sdk.trace import TracerProvider
     from opentelemetry.sdk.trace.export import BatchSpanProcessor
-    from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
+    if os.environ["OTEL_EXPORTER_OTLP_PROTOCOL"] == "grpc":
+        from opentelemetry.exporter.otlp.proto.grpc.trace_exporter import OTLPSpanExporter
+    else:
+        from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
 
     provider = TracerProvider(resource=Resource.create({"service.name": "test-agent"}))
     provider.add_span_processor(BatchSpanProcessor(OTLPSpanExporter()))
@@ -68,7 +72,7 @@ def _observe(
     )
 
 
-def _records(path: Path) -> list[dict[str, object]]:
+def _records(path: Path) -> list[dict[str, Any]]:
     return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
 
 
@@ -103,7 +107,7 @@ def test_observe_end_to_end_with_otel_sdk(tmp_path: Path) -> None:
         for rs in r.get("resourceSpans", [])
         for ss in rs["scopeSpans"]
         for s in ss["spans"]
-    }  # type: ignore[union-attr, index]
+    }
     assert len(trace_ids) == 1  # the agent's span joined the run's trace via TRACEPARENT
     os_text = (run / rundir.OS_STREAM).read_text()
     assert "agent.py" in os_text
@@ -219,7 +223,11 @@ def test_build_config_adds_run_wiring_to_user_config(tmp_path: Path) -> None:
     }
     mapping, host_rid = observe.build_config(run, "rid", backend="strace", user=user)
     assert host_rid == "host/mine"
-    assert mapping["receivers"]["host/mine"] == {"backend": "strace", "run_id": "rid"}
+    assert mapping["receivers"]["host/mine"] == {
+        "backend": "strace",
+        "run_id": "rid",
+        "watch_paths": [os.getcwd()],
+    }
     assert "traces/mine" in mapping["service"]["pipelines"]
     assert mapping["exporters"]["graph/run"]["output"] == run.file(rundir.GRAPH)
     config = parse_config(mapping)
@@ -283,3 +291,17 @@ def test_progress_line_counts() -> None:
     telemetry.count("receiver.host.events.network.connect", 1)
     line = observe.Progress(telemetry, enabled=False).line()
     assert line == "spans 2  processes 3  files 4  connections 1"
+
+
+@pytest.mark.slow
+def test_observe_with_grpc_only_user_config(tmp_path: Path) -> None:
+    """With a -c config that only enables OTLP/gRPC, CMD is told to export over gRPC."""
+    (tmp_path / "agent.py").write_text(AGENT)
+    config = tmp_path / "grpc.yaml"
+    config.write_text(
+        "receivers:\n  otlp:\n    protocols:\n      grpc:\n        endpoint: 127.0.0.1:0\n"
+        "processors: {}\nexporters: {}\nservice:\n  pipelines: {}\n"
+    )
+    result = _observe(tmp_path, sys.executable, "agent.py", extra=("-c", str(config)))
+    assert result.returncode == 3, result.stderr
+    assert "agent.step" in (tmp_path / "run" / rundir.SEM_STREAM).read_text()

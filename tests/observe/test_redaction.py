@@ -6,7 +6,7 @@ import hypothesis.strategies as st
 import pytest
 from hypothesis import given
 
-from otel_bridge.component import CreateSettings
+from otel_bridge.component import Consumer, CreateSettings
 from otel_bridge.model import (
     Batch,
     Entity,
@@ -158,6 +158,7 @@ def test_processor_redacts_spans_logs_and_observations() -> None:
     )
     sink = RecordingConsumer()
     proc = factory.create(CreateSettings(id="redact"), Config(), sink)
+    assert isinstance(proc, Consumer)
     proc.consume(Batch(spans=(span,), logs=(log,), observations=(obs,)))
     out_span, out_log, out_obs = sink.spans[0], sink.logs[0], sink.observations[0]
     assert out_span.attributes["http.request.header.authorization"] == REDACTED

@@ -18,7 +18,9 @@ Two ways of observing (``--mode``):
 Reported per workload: pairs, median paired overhead ``T_on/T_off - 1`` with P25-P75 and a
 deterministic 5000-resample bootstrap 95% CI, median wall times, peak process-tree RSS (sampled
 every 10 ms; in ``receiver`` mode the harness process, which hosts the collector, is included),
-artifact bytes and event counts.
+artifact bytes and event counts. A second line gives the paired CPU-time overhead (user+system
+seconds of the workload tree plus the collector, the RSS sampler's own CPU excluded), which is
+far less sensitive than elapsed time to other load on a shared machine.
 
     python benchmarks/overhead.py --backend linux --pairs 30,30,10
     python benchmarks/overhead.py --backend portable --poll-interval 20 --mode cli
@@ -30,6 +32,7 @@ import argparse
 import contextlib
 import os
 import random
+import resource
 import shutil
 import statistics
 import subprocess
@@ -68,6 +71,9 @@ class TreeRss:
 
     def __init__(self, root: int, extra: tuple[int, ...] = ()) -> None:
         self.peak = 0
+        self.cpu = 0.0
+        """CPU seconds the sampler itself used (subtracted from the harness's CPU)."""
+        self._cpu0 = 0.0
         self._root = root
         self._extra = extra
         self._stop = threading.Event()
@@ -75,6 +81,7 @@ class TreeRss:
         self._thread.start()
 
     def _run(self) -> None:
+        self._cpu0 = time.thread_time()
         while not self._stop.wait(0.01):
             try:
                 procs = [psutil.Process(self._root)]
@@ -87,12 +94,17 @@ class TreeRss:
                 with contextlib.suppress(psutil.Error):
                     total += p.memory_info().rss
             self.peak = max(self.peak, total)
+        self.cpu = time.thread_time() - self._cpu0
 
     def stop(self) -> int:
         """Stop sampling; the peak in bytes."""
         self._stop.set()
         self._thread.join()
         return self.peak
+
+
+def _cpu(usage: resource.struct_rusage) -> float:
+    return usage.ru_utime + usage.ru_stime
 
 
 def _dir_bytes(path: str) -> int:
@@ -105,6 +117,8 @@ def run_once(mode: str, on: bool, iterations: int, backend: str, poll: float) ->
     out_dir = tempfile.mkdtemp(prefix="ovh-out-")
     cmd = [sys.executable, "-c", WORK, str(iterations), work_dir]
     events = 0
+    self0 = resource.getrusage(resource.RUSAGE_SELF)
+    kids0 = resource.getrusage(resource.RUSAGE_CHILDREN)
     try:
         if mode == "cli" and on:
             argv = [
@@ -161,7 +175,11 @@ def run_once(mode: str, on: bool, iterations: int, backend: str, poll: float) ->
             peak = rss.stop()
             artifact = 0
         receipt = next((line for line in stdout.splitlines() if line.startswith("receipt")), "")
+        self1 = resource.getrusage(resource.RUSAGE_SELF)
+        kids1 = resource.getrusage(resource.RUSAGE_CHILDREN)
+        cpu = _cpu(kids1) - _cpu(kids0) + max(0.0, _cpu(self1) - _cpu(self0) - rss.cpu)
         return {
+            "cpu": cpu,
             "elapsed": elapsed,
             "receipt": receipt,
             "rss": peak,
@@ -195,6 +213,7 @@ def main(argv: list[str] | None = None) -> int:
     for name in args.workloads.split(","):
         n_iter = WORKLOADS[name]
         ratios, offs, ons, rss_on, rss_off, art, evs = [], [], [], [], [], [], []
+        cpu_ratios: list[float] = []
         for _ in range(pairs[name]):
             order = [False, True]
             rng.shuffle(order)
@@ -212,6 +231,7 @@ def main(argv: list[str] | None = None) -> int:
                 break
             t_off, t_on = float(off["elapsed"]), float(on["elapsed"])  # type: ignore[arg-type]
             ratios.append(t_on / t_off - 1)
+            cpu_ratios.append(float(on["cpu"]) / float(off["cpu"]) - 1)  # type: ignore[arg-type]
             offs.append(t_off)
             ons.append(t_on)
             rss_on.append(int(on["rss"]))  # type: ignore[call-overload]
@@ -229,6 +249,13 @@ def main(argv: list[str] | None = None) -> int:
             f"{statistics.median(offs):>8.3f}s {statistics.median(ons):>8.3f}s "
             f"{statistics.median(rss_on) / mib:>7.1f}Mi {statistics.median(rss_off) / mib:>7.1f}Mi "
             f"{statistics.median(art) / mib:>8.2f}Mi {statistics.median(evs):>7.0f}",
+            flush=True,
+        )
+        clo, chi = bootstrap_median_ci(cpu_ratios)
+        print(
+            f"{'':8} {'':>5} CPU (workload tree + collector) paired median "
+            f"{statistics.median(cpu_ratios) * 100:+.1f}% (95% CI {clo * 100:+.1f}–"
+            f"{chi * 100:+.1f}%)",
             flush=True,
         )
     return 1 if failed else 0

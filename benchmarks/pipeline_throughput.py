@@ -17,9 +17,13 @@ Usage::
 
     python benchmarks/pipeline_throughput.py --spans 200000 800000
     python benchmarks/pipeline_throughput.py --spans 100000 --profile /tmp/collector.prof
+    python benchmarks/pipeline_throughput.py --spans 100000 400000 --stages 100000
 
 Prints, per input size: spans/s end to end (first request sent -> everything accepted, and
-including the final drain and graph.json write), and the collector's peak RSS.
+including the final drain and graph.json write), the collector process's CPU time per span
+(user + system; unlike wall time it does not depend on what else runs on a shared machine) and
+its peak RSS. ``--stages N`` adds each stage's CPU per span (parse, decode, normalize, graph),
+measured in one thread without gRPC, so the cost of the transport is the difference.
 """
 
 from __future__ import annotations
@@ -48,6 +52,8 @@ class Result:
     seconds_total: float
     peak_rss_mib: float
     observations: int
+    cpu_seconds: float
+    """CPU time (user + system) the collector process spent from start to finish."""
 
     @property
     def ingest_rate(self) -> float:
@@ -58,6 +64,11 @@ class Result:
     def total_rate(self) -> float:
         """Spans per second including the final drain through normalize and graph."""
         return self.spans / self.seconds_total
+
+    @property
+    def cpu_us_per_span(self) -> float:
+        """Collector CPU time per span, in microseconds (independent of other load)."""
+        return self.cpu_seconds / self.spans * 1e6
 
 
 def _pin(cores: set[int]) -> None:
@@ -116,6 +127,7 @@ def _collector_main(
         threading.setprofile(start_thread_profiler)
         start_thread_profiler()
     collector = Collector(config)
+    cpu_start = _cpu_seconds()
     collector.start()
     receiver: Any = collector.component("otlp")
     conn.send(receiver.grpc_port)
@@ -133,8 +145,14 @@ def _collector_main(
         pstats.Stats(*profilers).dump_stats(profile)
     graph: Any = collector.component("graph")
     observations = int(getattr(graph.accumulator, "observation_count", 0) or 0)
+    cpu = _cpu_seconds() - cpu_start
     peak_kib = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
-    conn.send((ingest_done, done, peak_kib / 1024.0, observations, counters()))
+    conn.send((ingest_done, done, peak_kib / 1024.0, observations, counters(), cpu))
+
+
+def _cpu_seconds() -> float:
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    return usage.ru_utime + usage.ru_stime
 
 
 # --------------------------------------------------------------------------------------------
@@ -256,6 +274,72 @@ def _sender_main(job: SenderJob, go: Any, done: Any) -> None:
 
 
 # --------------------------------------------------------------------------------------------
+# Per-stage CPU cost, in process
+# --------------------------------------------------------------------------------------------
+
+
+def stage_costs(
+    total: int, senders: int, batch: int, send_batch_size: int = 2048, repeats: int = 3
+) -> dict[str, float]:
+    """Thread CPU time per span (µs) of each stage, the best of ``repeats`` runs.
+
+    The same requests as the senders', in one thread without gRPC: protobuf parse, decode to
+    typed spans, normalize (batches of ``send_batch_size`` spans, as the batch processor sends)
+    and the graph accumulator, with default configurations. Thread CPU time is not inflated by
+    other load on a shared machine, and the best of several runs drops cache and GC noise.
+    """
+    from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
+        ExportTraceServiceRequest,
+    )
+
+    from otel_bridge.exporters.graph import GraphExporterConfig
+    from otel_bridge.graph import GraphAccumulator
+    from otel_bridge.model import Batch
+    from otel_bridge.otlp.proto_codec import decode_traces
+    from otel_bridge.processors.normalize import Normalizer
+
+    per_sender = [build_requests(s, batch) for s in range(senders)]
+    order = [reqs[i] for i in range(_DISTINCT_REQUESTS) for reqs in per_sender]
+    clock = time.thread_time
+    best: dict[str, float] = {}
+    for _ in range(repeats):
+        graph_config = GraphExporterConfig()
+        normalizer = Normalizer()
+        graph = GraphAccumulator(
+            retain_support=graph_config.retain_support,
+            support_limit=graph_config.support_limit,
+            occurrence_window=graph_config.occurrence_window,
+        )
+        cost = dict.fromkeys(("parse", "decode", "normalize", "graph"), 0.0)
+        done, pending, buffered = 0, [], 0
+        for i in range(-(-total // batch)):
+            t0 = clock()
+            request = ExportTraceServiceRequest.FromString(order[i % len(order)])
+            t1 = clock()
+            spans = decode_traces(request).records
+            t2 = clock()
+            cost["parse"] += t1 - t0
+            cost["decode"] += t2 - t1
+            pending.append(Batch(spans=spans))
+            buffered += len(spans)
+            done += len(spans)
+            if buffered >= send_batch_size or done >= total:
+                merged = Batch.concat(pending)
+                pending, buffered = [], 0
+                t0 = clock()
+                out = normalizer(merged)
+                t1 = clock()
+                graph.apply_many(out.observations)
+                graph.apply_coverage(out.coverage)
+                t2 = clock()
+                cost["normalize"] += t1 - t0
+                cost["graph"] += t2 - t1
+        for stage, seconds in cost.items():
+            best[stage] = min(best.get(stage, float("inf")), seconds / done * 1e6)
+    return best
+
+
+# --------------------------------------------------------------------------------------------
 # Driver
 # --------------------------------------------------------------------------------------------
 
@@ -295,12 +379,12 @@ def run(total: int, senders: int, batch: int, profile: str | None = None) -> Res
             if p.exitcode != 0:
                 collector.kill()
                 raise RuntimeError(f"a sender failed with exit code {p.exitcode}")
-        ingest_done, finished, peak_mib, observations, counters = parent.recv()
+        ingest_done, finished, peak_mib, observations, counters, cpu = parent.recv()
         collector.join()
     refused = counters.get("receiver.otlp.spans_refused", 0)
     if refused:
         print(f"  (memory limiter refused {refused} spans; senders retried them)")
-    return Result(total, ingest_done - started, finished - started, peak_mib, observations)
+    return Result(total, ingest_done - started, finished - started, peak_mib, observations, cpu)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -310,6 +394,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--senders", type=int, default=4)
     parser.add_argument("--batch", type=int, default=512, help="spans per request")
     parser.add_argument("--profile", help="write a cProfile of the collector process here")
+    parser.add_argument(
+        "--stages",
+        type=int,
+        metavar="SPANS",
+        help="also measure each stage's CPU per span in process over SPANS spans",
+    )
     args = parser.parse_args(argv)
     if not hasattr(os, "sched_setaffinity"):
         print("needs Linux (os.sched_setaffinity)", file=sys.stderr)
@@ -324,7 +414,16 @@ def main(argv: list[str] | None = None) -> int:
         print(
             f"spans={result.spans:>9,}  ingest {result.ingest_rate:>9,.0f} spans/s  "
             f"end-to-end {result.total_rate:>9,.0f} spans/s  "
-            f"({result.seconds_total:.2f}s)  peak RSS {result.peak_rss_mib:,.0f} MiB"
+            f"({result.seconds_total:.2f}s)  collector CPU {result.cpu_us_per_span:.1f} us/span "
+            f"(= {1e6 / result.cpu_us_per_span:,.0f} spans/CPU-s)  "
+            f"peak RSS {result.peak_rss_mib:,.0f} MiB"
+        )
+    if args.stages:
+        costs = stage_costs(args.stages, args.senders, args.batch)
+        parts = "  ".join(f"{stage} {us:.1f}" for stage, us in costs.items())
+        print(
+            f"stage CPU per span, in process, best of 3 ({args.stages:,} spans, us): {parts}  "
+            f"sum {sum(costs.values()):.1f}"
         )
     return 0
 

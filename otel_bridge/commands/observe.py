@@ -51,7 +51,7 @@ _UNSET = (
     "OTEL_EXPORTER_OTLP_METRICS_PROTOCOL",
 )
 _GATE = (
-    '{ IFS= read -r OTEL_EXPORTER_OTLP_ENDPOINT && IFS= read -r OTEL_EXPORTER_OTLP_PROTOCOL; } '
+    "{ IFS= read -r OTEL_EXPORTER_OTLP_ENDPOINT && IFS= read -r OTEL_EXPORTER_OTLP_PROTOCOL; } "
     '< "$1" || exit 126; shift; '
     'export OTEL_EXPORTER_OTLP_ENDPOINT OTEL_EXPORTER_OTLP_PROTOCOL; exec "$@"'
 )
@@ -386,6 +386,7 @@ def run(args: argparse.Namespace) -> int:
             signal.signal(s, handler)
     collector.shutdown()
     summary = _summary(run_id, command, code, collector, host_rid=host_rid, started_ns=started_ns)
+    summary["signals_forwarded"] = [signal.Signals(s).name for s in interrupted]
     run.write_json(rundir.SUMMARY, summary)
     run.write_manifest({"id": run_id})
     _print_summary(run, summary)

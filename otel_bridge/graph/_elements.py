@@ -1,18 +1,23 @@
-"""The internal elements of the accumulator: nodes and edges as slotted objects, the packed
-evidence bits and the helpers that merge into them. Private to :mod:`otel_bridge.graph`.
+"""The internal storage of the accumulator: parallel lists indexed by interned node and edge
+numbers, the packed evidence bits and their decoding. Private to :mod:`otel_bridge.graph`.
 
-Per-edge evidence flags are packed into one integer (two bits per Boolean flag: "seen true",
-"seen false"; one bit per attribution mode; "native"/"viewer-only" bits), so aggregating an
-observation is an integer OR, and the aggregate is decoded once per distinct bit pattern.
+Nodes and edges are not objects but rows: node ``i`` is ``n_kind[i]``, ``n_attrs[i]``, ...;
+edge ``j`` is ``e_src[j]``, ``e_mask[j]``, .... The id of node ``i`` is the ``i``-th key of
+``node_index``; the (source, relation, target) of edge ``j`` is the ``j``-th key of
+``edge_index`` (rows are only ever appended, so insertion order is row order). Lists of ints
+and strings hold no per-element object the cyclic garbage collector would have to track and
+traverse, so a graph of tens of thousands of elements adds almost nothing to collection work,
+and an update is a list index.
+
+Per-edge evidence flags are packed into one integer, together with the source bits: two bits
+per Boolean flag ("seen true", "seen false"), one bit per attribution mode, "native" and
+"viewer-only" bits, then (from :data:`EV_WIDTH` on) one bit per channel and per backend. An
+observation ORs one precomputed integer into its edge; the aggregate is decoded once per
+distinct bit pattern at snapshot time.
 """
 
 from __future__ import annotations
 
-import contextlib
-import gc
-import hashlib
-import operator
-from collections.abc import Iterator
 from typing import Any
 
 from otel_bridge.grading import Flag, grade_edge
@@ -21,48 +26,36 @@ from otel_bridge.model import (
     Attributes,
     Attribution,
     Channel,
-    Entity,
     EntityKind,
     Evidence,
     Grade,
-    Observation,
+    RelationKind,
 )
 
-_CHANNELS: tuple[Channel, ...] = tuple(Channel)
-_CHANNEL_BIT = {c: 1 << i for i, c in enumerate(_CHANNELS)}
-_CHANNEL_LISTS = tuple(
-    tuple(sorted(c.value for c in _CHANNELS if m & _CHANNEL_BIT[c])) for m in range(16)
+CHANNELS: tuple[Channel, ...] = tuple(Channel)
+CHANNEL_BIT = {c: 1 << i for i, c in enumerate(CHANNELS)}
+"""Source bits: channels in bits 0-3, backends (interned per accumulator) from bit 4 on."""
+CHANNEL_MASK = 0b1111
+CHANNEL_LISTS = tuple(
+    tuple(sorted(c.value for c in CHANNELS if m & CHANNEL_BIT[c])) for m in range(16)
 )
-_PLAIN = frozenset({str, int, bool, type(None)})
+PLAIN = frozenset({str, int, bool, type(None)})
 """Attribute value types that are already JSON (floats may be non-finite: converted)."""
-_KIND_VALUE = {k: k.value for k in EntityKind}
-_NEVER = 1 << 63
+KIND_VALUE = {k: k.value for k in EntityKind}
+REL_VALUE: dict[RelationKind | None, str] = {r: r.value for r in RelationKind}
+NEVER = 1 << 63
 """``first_seen`` of an element no timed observation reached yet."""
-_CHANNEL_MASK = 0b1111
-_ATTRIBUTIONS: tuple[Attribution, ...] = tuple(Attribution)
-# Packed evidence bits of one edge: causal (0,1), inferred (2,3), identity_exact (4,5),
-# native/viewer-only (6,7), attribution modes (8...).
+ATTRIBUTIONS: tuple[Attribution, ...] = tuple(Attribution)
+# Evidence bits: causal (0,1), inferred (2,3), identity_exact (4,5), native/viewer-only (6,7),
+# attribution modes (8...); the edge's source bits follow from EV_WIDTH on.
 _NATIVE, _VIEWER = 1 << 6, 1 << 7
 _ATTR_SHIFT = 8
-_ATTR_BIT = {a: 1 << (_ATTR_SHIFT + i) for i, a in enumerate(_ATTRIBUTIONS)}
+_ATTR_BIT = {a: 1 << (_ATTR_SHIFT + i) for i, a in enumerate(ATTRIBUTIONS)}
+EV_WIDTH = _ATTR_SHIFT + len(ATTRIBUTIONS)
+EV_MASK = (1 << EV_WIDTH) - 1
 _FLAG: dict[int, Flag] = {0: None, 1: True, 2: False, 3: "mixed"}
-
-
-@contextlib.contextmanager
-def gc_paused() -> Iterator[None]:
-    """Pause the cyclic garbage collector for a burst of allocation.
-
-    Applying or snapshotting creates tens of thousands of acyclic objects; each would count
-    towards a collection that then traverses every live object of the process. Reference
-    counting still frees everything; the collector resumes (if it was on) when the block ends.
-    """
-    was_enabled = gc.isenabled()
-    gc.disable()
-    try:
-        yield
-    finally:
-        if was_enabled:
-            gc.enable()
+Classified = tuple[str, Flag, Flag, Flag, tuple[str, ...], bool]
+"""grade, causal, inferred, identity_exact, attribution modes, viewer_only."""
 
 
 def _bits(flag: bool | None, shift: int) -> int:
@@ -71,7 +64,8 @@ def _bits(flag: bool | None, shift: int) -> int:
     return (1 if flag else 2) << shift
 
 
-def _evidence_bits(ev: Evidence) -> int:
+def evidence_bits(ev: Evidence) -> int:
+    """The packed evidence bits of one observation."""
     bits = _bits(ev.causal, 0) | _bits(ev.inferred, 2) | _bits(ev.identity_exact, 4)
     bits |= _VIEWER if ev.viewer_only else _NATIVE
     if ev.attribution is not None:
@@ -79,130 +73,132 @@ def _evidence_bits(ev: Evidence) -> int:
     return bits
 
 
-class _Node:
-    __slots__ = (
-        "attrs",
-        "evidence",
-        "first",
-        "id",
-        "in_edge",
-        "in_relation",
-        "in_source",
-        "keys",
-        "kind",
-        "label",
-        "last",
-        "logical",
-        "seen_attrs",
-        "sources",
-    )
-
-    def __init__(self, entity: Entity) -> None:
-        self.id = entity.id
-        self.kind = _KIND_VALUE[entity.kind]
-        self.label = entity.label
-        self.attrs: dict[str, Any] = {
-            k: v if v.__class__ in _PLAIN else value_to_json(v) for k, v in entity.attrs.items()
-        }
-        self.keys = frozenset(self.attrs)
-        """The attribute keys held, so "nothing new" is one C-level superset test."""
-        self.seen_attrs: object = entity.attrs
-        self.first = _NEVER
-        self.last = 0
-        self.sources = 0
-        self.logical = 0
-        self.evidence = 0
-        # The edge that last pointed at this node: a memo that saves the edge look-up when
-        # one source keeps relating to this node the same way.
-        self.in_edge: _Edge | None = None
-        self.in_source: _Node | None = None
-        self.in_relation: object = None
-
-
-class _Edge:
-    __slots__ = (
-        "attrs",
-        "bits",
-        "derived",
-        "evidence",
-        "first",
-        "id",
-        "keys",
-        "last",
-        "logical",
-        "methods",
-        "relation",
-        "score",
-        "seen_attrs",
-        "snode",
-        "source",
-        "sources",
-        "support",
-        "target",
-        "tnode",
-    )
-
-    def __init__(self, obs: Observation, relation: str, snode: _Node, tnode: _Node) -> None:
-        source, target = snode.id, tnode.id
-        self.snode = snode
-        self.tnode = tnode
-        self.source = source
-        self.relation = relation
-        self.target = target
-        digest = hashlib.blake2b(f"{source}\0{relation}\0{target}".encode(), digest_size=8)
-        self.id = f"e-{digest.hexdigest()}"
-        self.attrs: dict[str, Any] = {
-            k: v if v.__class__ in _PLAIN else value_to_json(v) for k, v in obs.attrs.items()
-        }
-        self.keys = frozenset(self.attrs)
-        self.seen_attrs: object = obs.attrs
-        self.first = _NEVER
-        self.last = 0
-        self.sources = 0
-        self.logical = 0
-        self.evidence = 0
-        self.bits = 0
-        self.methods: set[str] | None = None
-        self.score: float | None = None
-        self.derived: set[str] | None = None
-        self.support: list[str] | None = None
-
-
-_NODE_KEY = operator.attrgetter("id")
-_EDGE_KEY = operator.attrgetter("source", "relation", "target")
-_Classified = tuple[str, Flag, Flag, Flag, tuple[str, ...], bool]
-
-
-def _merge(node: _Node, entity: Entity) -> None:
-    if not node.label and entity.label:
-        node.label = entity.label
-    _merge_attrs(node.attrs, entity.attrs)
-    node.keys = frozenset(node.attrs)
-
-
-def _merge_attrs(attrs: dict[str, Any], new: Attributes) -> None:
-    for k, v in new.items():
-        if k not in attrs:
-            attrs[k] = v if v.__class__ in _PLAIN else value_to_json(v)
-
-
-def _extras(e: _Edge, ev: Evidence) -> None:
-    if ev.method is not None:
-        if e.methods is None:
-            e.methods = set()
-        e.methods.add(ev.method)
-    if ev.score is not None and (e.score is None or ev.score > e.score):
-        e.score = ev.score
-    if ev.support:
-        if e.derived is None:
-            e.derived = set()
-        e.derived.update(ev.support)
-
-
-def _classify(bits: int, has_method: bool) -> _Classified:
+def classify(bits: int, has_method: bool) -> Classified:
+    """Decode aggregated evidence bits; ``grade_edge`` only asks whether a method exists."""
     causal, inferred, exact = _FLAG[bits & 3], _FLAG[bits >> 2 & 3], _FLAG[bits >> 4 & 3]
-    modes = frozenset(a for a in _ATTRIBUTIONS if bits & _ATTR_BIT[a])
-    # grade_edge only asks whether some method was recorded.
+    modes = frozenset(a for a in ATTRIBUTIONS if bits & _ATTR_BIT[a])
     grade: Grade = grade_edge(modes, causal, inferred, "method" if has_method else None)
     viewer_only = bool(bits & _VIEWER) and not bits & _NATIVE
     return grade.value, causal, inferred, exact, tuple(sorted(a.value for a in modes)), viewer_only
+
+
+def json_attrs(attrs: Attributes) -> dict[str, Any]:
+    """A JSON-ready copy of attributes."""
+    copy = dict(attrs)
+    if PLAIN.issuperset(map(type, copy.values())):
+        return copy
+    return {k: v if v.__class__ in PLAIN else value_to_json(v) for k, v in attrs.items()}
+
+
+def merge_attrs(attrs: dict[str, Any], new: Attributes) -> None:
+    """First-available merge: add the keys ``attrs`` lacks, keep the values it has."""
+    for k, v in new.items():
+        if k not in attrs:
+            attrs[k] = v if v.__class__ in PLAIN else value_to_json(v)
+
+
+LOGICAL_SHIFT = 40
+LOGICAL = 1 << LOGICAL_SHIFT
+"""Element counts are packed: evidence count in the low 40 bits, logical count above, so an
+observation that is a new occurrence adds ``LOGICAL | 1`` (``BOTH``) in one update."""
+BOTH = LOGICAL | 1
+EVIDENCE_MASK = LOGICAL - 1
+
+
+class Store:
+    """All element rows of one accumulator (see the module docstring)."""
+
+    def __init__(self) -> None:
+        self.node_index: dict[str, int] = {}
+        self.n_kind: list[str] = []
+        self.n_label: list[str] = []
+        self.n_attrs: list[dict[str, Any]] = []
+        self.n_keys: list[frozenset[str]] = []
+        """The attribute keys held, so "nothing new" is one C-level superset test."""
+        self.n_own: dict[int, list[int]] = {}
+        """Sparse ``[first, last, sources, counts]`` of a node's own (entity) observations.
+        Relation observations are aggregated on their edge only; a node's totals add its
+        incident edges at snapshot time. ``counts`` also holds the logical-count correction
+        for occurrences that reach the node through several edges."""
+        self.edge_index: dict[tuple[str, str | None, str], int] = {}
+        """(source id, relation, target id) -> edge. Plain strings: a relation member hashes
+        and compares as its value, and a key of strings is never tracked by the collector."""
+        self.e_src: list[int] = []
+        self.e_dst: list[int] = []
+        self.e_attrs: list[dict[str, Any]] = []
+        self.e_keys: list[frozenset[str]] = []
+        self.e_first: list[int] = []
+        self.e_last: list[int] = []
+        self.e_mask: list[int] = []
+        """Evidence bits | source bits << EV_WIDTH."""
+        self.e_count: list[int] = []
+        """Evidence count | logical count << 40."""
+        self.e_hid: list[str] = []
+        """Stable edge ids (a hash), computed by the first snapshot that includes the edge."""
+        self.methods: dict[int, set[str]] = {}
+        self.score: dict[int, float] = {}
+        self.derived: dict[int, set[str]] = {}
+        self.support: dict[int, list[str]] = {}
+        self.key_sets: dict[frozenset[str], frozenset[str]] = {}
+        """Interned attribute key sets: nodes of one kind share one."""
+
+    def intern_keys(self, attrs: dict[str, Any]) -> frozenset[str]:
+        """The shared key set of ``attrs``."""
+        keys = frozenset(attrs)
+        return self.key_sets.setdefault(keys, keys)
+
+    def add_node(self, node_id: str, kind: EntityKind, label: str, attrs: Attributes) -> int:
+        """Append a node row; returns its index."""
+        i = len(self.n_kind)
+        self.node_index[node_id] = i
+        self.n_kind.append(KIND_VALUE[kind])
+        self.n_label.append(label)
+        copy = json_attrs(attrs)
+        self.n_attrs.append(copy)
+        self.n_keys.append(self.intern_keys(copy))
+        return i
+
+    def merge_node(self, i: int, label: str, attrs: Attributes) -> None:
+        """First-available label and attributes from a later sighting."""
+        if not self.n_label[i] and label:
+            self.n_label[i] = label
+        merge_attrs(self.n_attrs[i], attrs)
+        self.n_keys[i] = self.intern_keys(self.n_attrs[i])
+
+    def own(self, i: int) -> list[int]:
+        """The own aggregates of node ``i`` (created empty)."""
+        row = self.n_own.get(i)
+        if row is None:
+            row = self.n_own[i] = [NEVER, 0, 0, 0]
+        return row
+
+    def add_edge(self, key: tuple[str, str, str], si: int, oi: int, attrs: Attributes) -> int:
+        """Append an edge row for ``key`` = (source id, relation, target id)."""
+        j = len(self.e_src)
+        self.edge_index[key] = j
+        self.e_src.append(si)
+        self.e_dst.append(oi)
+        copy = json_attrs(attrs)
+        self.e_attrs.append(copy)
+        self.e_keys.append(self.intern_keys(copy))
+        self.e_first.append(NEVER)
+        self.e_last.append(0)
+        self.e_mask.append(0)
+        self.e_count.append(0)
+        return j
+
+    def merge_edge(self, j: int, attrs: Attributes) -> None:
+        """First-available attributes from a later observation of the edge."""
+        merge_attrs(self.e_attrs[j], attrs)
+        self.e_keys[j] = self.intern_keys(self.e_attrs[j])
+
+    def extras(self, j: int, ev: Evidence) -> None:
+        """Record the method, maximum score and derived support of a derived observation."""
+        if ev.method is not None:
+            self.methods.setdefault(j, set()).add(ev.method)
+        if ev.score is not None:
+            best = self.score.get(j)
+            if best is None or ev.score > best:
+                self.score[j] = ev.score
+        if ev.support:
+            self.derived.setdefault(j, set()).update(ev.support)

@@ -28,9 +28,14 @@ logical count can only err upwards, never lose an occurrence, and evidence count
 An occurrence seen through one relation is remembered as just its edge (which implies both end
 nodes), so the window costs one dictionary entry per occurrence, about 100 bytes.
 
-For speed the per-edge evidence flags are packed into one integer per edge (two bits per
-Boolean flag: "seen true", "seen false"; one bit per attribution mode and per channel), so an
-observation costs a few dictionary look-ups and integer ORs.
+**Performance.** Nodes and edges are rows of parallel lists (:mod:`._elements`), addressed by
+interned integers; an occurrence remembers the integer of its edge. A relation observation
+updates only its edge (first/last seen, one OR of packed evidence and source bits, counts);
+node totals are the node's own observations plus its incident edges, added up when a snapshot
+is taken (:mod:`._snapshot`), with a per-node correction for occurrences that reach a node
+through several edges. Stable edge ids (a hash) are computed on the first snapshot that needs
+them. A repeated event costs a few list updates and dictionary look-ups, and the accumulator
+allocates no per-element object the garbage collector has to track.
 """
 
 from __future__ import annotations
@@ -39,46 +44,21 @@ from collections import Counter
 from typing import Any
 
 from otel_bridge.graph._elements import (
-    _CHANNEL_BIT,
-    _CHANNEL_LISTS,
-    _CHANNEL_MASK,
-    _EDGE_KEY,
-    _NEVER,
-    _NODE_KEY,
-    _Classified,
-    _classify,
-    _Edge,
-    _evidence_bits,
-    _extras,
-    _merge,
-    _merge_attrs,
-    _Node,
-    gc_paused,
+    BOTH,
+    CHANNEL_BIT,
+    EV_WIDTH,
+    LOGICAL,
+    REL_VALUE,
+    Store,
+    evidence_bits,
 )
-from otel_bridge.graph.document import FORMAT, VERSION, Graph
-from otel_bridge.graph.summary import Summary
-from otel_bridge.model import (
-    CoverageRecord,
-    Evidence,
-    Observation,
-    RelationKind,
-)
+from otel_bridge.graph._snapshot import snapshot
+from otel_bridge.graph.document import Graph
+from otel_bridge.model import CoverageRecord, Evidence, Observation
 
-_RELATION_VALUE: dict[RelationKind | None, str] = {r: r.value for r in RelationKind}
-
-
-_SOURCE_CACHE: dict[tuple[tuple[str, ...], int], tuple[tuple[str, ...], tuple[str, ...]]] = {}
-"""(backend names, mask) -> (channels, backends): shared tuples across snapshots."""
-_GRADE_CACHE: dict[tuple[int, bool], _Classified] = {}
-"""(evidence bits, has method) -> classification; bounded by the bit patterns that exist."""
-
-
-def _expand(seen: object) -> tuple[object, ...]:
-    """The elements an occurrence already counted: an edge stands for itself and its ends."""
-    if isinstance(seen, _Edge):
-        return (seen, seen.snode, seen.tnode)
-    assert isinstance(seen, tuple)
-    return seen
+_Seen = int | tuple[int, ...]
+"""What an occurrence already counted: an edge number (standing for the edge and both its
+nodes), or a tuple of tags ``edge << 1`` and ``node << 1 | 1``."""
 
 
 class GraphAccumulator:
@@ -100,10 +80,9 @@ class GraphAccumulator:
         self.support_limit = support_limit
         self.run: dict[str, Any] = dict(run or {})
         self._half = max(1, occurrence_window // 2)
-        self._nodes: dict[str, _Node] = {}
-        self._edges: dict[tuple[str, RelationKind | None, str], _Edge] = {}
-        self._occ: dict[str, object] = {}
-        self._occ_old: dict[str, object] = {}
+        self._store = Store()
+        self._occ: dict[str, _Seen] = {}
+        self._occ_old: dict[str, _Seen] = {}
         self._backend_bit: dict[str, int] = {}
         self._backend_names: list[str] = []
         self._ev_cache: dict[int, tuple[Evidence, int, bool]] = {}
@@ -112,21 +91,21 @@ class GraphAccumulator:
         self.observations = 0
 
     def __len__(self) -> int:
-        return len(self._nodes) + len(self._edges)
+        return len(self._store.n_kind) + len(self._store.e_src)
 
     @property
     def node_count(self) -> int:
         """Number of nodes."""
-        return len(self._nodes)
+        return len(self._store.n_kind)
 
     @property
     def edge_count(self) -> int:
         """Number of edges."""
-        return len(self._edges)
+        return len(self._store.e_src)
 
     def apply(self, observation: Observation) -> None:
         """Apply one observation."""
-        self._apply((observation,))
+        self.apply_many((observation,))
 
     def apply_coverage(self, records: tuple[CoverageRecord, ...] | list[CoverageRecord]) -> None:
         """Count coverage records by reason and channel (summarized in the snapshot)."""
@@ -135,25 +114,31 @@ class GraphAccumulator:
             self._coverage_by_channel[record.source.channel.value] += 1
 
     def apply_many(self, observations: tuple[Observation, ...] | list[Observation]) -> None:
-        """Apply observations in order. The hot path: keep it free of per-event allocation."""
-        with gc_paused():
-            self._apply(observations)
-
-    def _apply(self, observations: tuple[Observation, ...] | list[Observation]) -> None:
-        nodes, edges = self._nodes, self._edges
-        occ, channel_bit, backend_bit = self._occ, _CHANNEL_BIT, self._backend_bit
+        """Apply observations in order. The hot path: a repeated event allocates nothing."""
+        st = self._store
+        node_index, n_keys, n_label = st.node_index, st.n_keys, st.n_label
+        edge_index, e_dst, e_keys = st.edge_index, st.e_dst, st.e_keys
+        e_first, e_last, e_mask, e_count = st.e_first, st.e_last, st.e_mask, st.e_count
+        add_node, rel_value = st.add_node, REL_VALUE
+        occ, old, half = self._occ, self._occ_old, self._half
+        room = half - len(occ)
+        channel_bit, backend_bit = CHANNEL_BIT, self._backend_bit
         ev_cache, retain = self._ev_cache, self.retain_support
-        old, half = self._occ_old, self._half
-        new_node = _Node
         # One-entry memos: consecutive observations usually share the source's channel and
         # backend, the evidence object and the subject node.
         last_channel: object = None
         last_backend: object = None
-        sbits = 0
+        nbits = 0  # source bits of a node
+        mbits = 0  # evidence bits | source bits << EV_WIDTH, for an edge
         last_ev: object = None
-        ev_bits, ev_extras = 0, False
-        last_sid = ""
-        sn = None
+        ev_bits, extras, slow = 0, False, False
+        last_sid: object = None
+        si = -1
+        # the subject's memo: last attributes merged, key set and whether it has a label (they
+        # may go stale when the node is merged as an object: that only costs a needless merge)
+        s_seen: object = None
+        s_keys: frozenset[str] = frozenset()
+        s_labeled = False
         for o in observations:
             t = o.time_unix_nano
             te = o.end_time_unix_nano or t
@@ -161,140 +146,164 @@ class GraphAccumulator:
             if src.backend is not last_backend or src.channel is not last_channel:
                 last_channel, last_backend = src.channel, src.backend
                 # channels in bits 0-3, backends from bit 4 on: one OR per element.
-                sbits = channel_bit[src.channel] | (
+                nbits = channel_bit[src.channel] | (
                     backend_bit.get(src.backend) or self._intern_backend(src.backend)
                 )
-            s = o.subject
-            sid = s.id
-            if sid != last_sid or sn is None:
-                sn = nodes.get(sid)
-                last_sid = sid
-            if sn is None:
-                sn = nodes[sid] = new_node(s)
-            elif s.attrs is not sn.seen_attrs:
-                sn.seen_attrs = s.attrs
-                if not sn.keys.issuperset(s.attrs) or not sn.label:
-                    _merge(sn, s)
-            if 0 < t < sn.first:
-                sn.first = t
-            if te > sn.last:  # noqa: PLR1730 - hot path, cheaper than max()
-                sn.last = te
-            sn.sources |= sbits
-            sn.evidence += 1
-            ob = o.object
-            occurrence = o.occurrence
-            if ob is None:
-                if not occurrence:
-                    sn.logical += 1
-                    continue
-                seen = occ.get(occurrence)
-                if seen is None and old:
-                    seen = self._recall(occurrence)
-                if seen is None:
-                    occ[occurrence] = (sn,)
-                    sn.logical += 1
-                elif sn not in _expand(seen):
-                    occ[occurrence] = (*_expand(seen), sn)
-                    sn.logical += 1
-                else:
-                    continue
-                if len(occ) >= half:
-                    old, occ = occ, self._rotate()
-                continue
-            on = nodes.get(ob.id)
-            if on is None:
-                on = nodes[ob.id] = new_node(ob)
-            elif ob.attrs is not on.seen_attrs:
-                on.seen_attrs = ob.attrs
-                if not on.keys.issuperset(ob.attrs) or not on.label:
-                    _merge(on, ob)
-            if 0 < t < on.first:
-                on.first = t
-            if te > on.last:  # noqa: PLR1730 - hot path, cheaper than max()
-                on.last = te
-            on.sources |= sbits
-            if on is not sn:  # a self-loop mentions its node once
-                on.evidence += 1
-            rel = o.relation
-            e = on.in_edge
-            if e is None or on.in_source is not sn or on.in_relation is not rel:
-                key = (sid, rel, ob.id)
-                e = edges.get(key)
-                if e is None:
-                    e = edges[key] = _Edge(o, _RELATION_VALUE[rel], sn, on)
-                on.in_edge, on.in_source, on.in_relation = e, sn, rel
-            if o.attrs is not e.seen_attrs:
-                e.seen_attrs = o.attrs
-                if not e.keys.issuperset(o.attrs):
-                    _merge_attrs(e.attrs, o.attrs)
-                    e.keys = frozenset(e.attrs)
-            if 0 < t < e.first:
-                e.first = t
-            if te > e.last:  # noqa: PLR1730 - hot path, cheaper than max()
-                e.last = te
-            e.sources |= sbits
-            e.evidence += 1
+                mbits = ev_bits | nbits << EV_WIDTH
             ev = o.evidence
             if ev is not last_ev:
                 hit = ev_cache.get(id(ev))
                 if hit is None or hit[0] is not ev:
                     hit = self._cache_evidence(ev)
-                last_ev, ev_bits, ev_extras = ev, hit[1], hit[2]
-            e.bits |= ev_bits
-            if ev_extras:
-                _extras(e, ev)
-            if retain:
-                sup = e.support
-                if sup is None:
-                    e.support = [o.id]
-                elif len(sup) < self.support_limit:
-                    sup.append(o.id)
+                last_ev, ev_bits, extras = ev, hit[1], hit[2]
+                slow = extras or retain
+                mbits = ev_bits | nbits << EV_WIDTH
+            s = o.subject
+            sid = s.id
+            if sid != last_sid:
+                last_sid = sid
+                found = node_index.get(sid)
+                si = add_node(sid, s.kind, s.label, s.attrs) if found is None else found
+                s_seen, s_keys, s_labeled = None, n_keys[si], bool(n_label[si])
+            attrs = s.attrs
+            if attrs is not s_seen:
+                s_seen = attrs
+                # merge when the entity brings a new key, or a label the node lacks
+                if not s_keys.issuperset(attrs) or (not s_labeled and s.label):
+                    st.merge_node(si, s.label, attrs)
+                    s_keys, s_labeled = n_keys[si], bool(n_label[si])
+            ob = o.object
+            occurrence = o.occurrence
+            if ob is None:
+                room = self._entity(si, t, te, nbits, occurrence=occurrence, room=room)
+                occ, old = self._occ, self._occ_old
+                continue
+            oid = ob.id
+            ei = edge_index.get((sid, o.relation, oid))
+            if ei is None:
+                found = node_index.get(oid)
+                if found is None:
+                    oi = add_node(oid, ob.kind, ob.label, ob.attrs)
+                else:
+                    oi = found
+                    attrs = ob.attrs
+                    if not n_keys[oi].issuperset(attrs) or (not n_label[oi] and ob.label):
+                        st.merge_node(oi, ob.label, attrs)
+                ei = st.add_edge((sid, rel_value[o.relation], oid), si, oi, o.attrs)
+            else:
+                oi = e_dst[ei]
+                attrs = ob.attrs
+                if not n_keys[oi].issuperset(attrs) or (not n_label[oi] and ob.label):
+                    st.merge_node(oi, ob.label, attrs)
+                attrs = o.attrs
+                if not e_keys[ei].issuperset(attrs):
+                    st.merge_edge(ei, attrs)
+            if 0 < t < e_first[ei]:
+                e_first[ei] = t
+            if te > e_last[ei]:  # noqa: PLR1730 - hot path, cheaper than max()
+                e_last[ei] = te
+            e_mask[ei] |= mbits
+            if slow:
+                if extras:
+                    st.extras(ei, ev)
+                if retain:
+                    self._support(ei, o.id)
             if not occurrence:
-                sn.logical += 1
-                e.logical += 1
-                if on is not sn:
-                    on.logical += 1
+                e_count[ei] += BOTH
                 continue
             seen = occ.get(occurrence)
             if seen is None and old:
                 seen = old.get(occurrence)
                 if seen is not None:
                     occ[occurrence] = seen
+                    room -= 1
             if seen is None:
-                # The edge alone stands for (edge, source node, target node): no tuple needed.
-                occ[occurrence] = e
-                sn.logical += 1
-                e.logical += 1
-                if on is not sn:
-                    on.logical += 1
-                if len(occ) >= half:
-                    old, occ = occ, self._rotate()
-                continue
-            if seen is e:
-                continue
-            grown = _expand(seen)
-            seen = grown
-            if sn not in grown:
-                sn.logical += 1
-                grown = (*grown, sn)
-            if on not in grown:
-                on.logical += 1
-                grown = (*grown, on)
-            if e not in grown:
-                e.logical += 1
-                grown = (*grown, e)
-            if grown is not seen:
-                occ[occurrence] = grown
+                occ[occurrence] = ei
+                e_count[ei] += BOTH
+                room -= 1
+                if room <= 0:
+                    old, occ, room = occ, self._rotate(), half
+            else:
+                e_count[ei] += 1
+                if seen != ei:
+                    self._regrow(occurrence, seen, ei, si, oi)
         self.observations += len(observations)
 
-    def _recall(self, occurrence: str) -> object | None:
-        """An occurrence from the previous generation, promoted to the current one."""
-        seen = self._occ_old.get(occurrence)
-        if seen is not None:
-            self._occ[occurrence] = seen
+    def _entity(self, si: int, t: int, te: int, bits: int, *, occurrence: str, room: int) -> int:
+        """Apply an entity observation (no relation) to node ``si``; returns the new room."""
+        own = self._store.own(si)
+        if 0 < t < own[0]:
+            own[0] = t
+        if te > own[1]:  # noqa: PLR1730
+            own[1] = te
+        own[2] |= bits
+        if not occurrence:
+            own[3] += BOTH
+            return room
+        occ = self._occ
+        seen = occ.get(occurrence)
+        if seen is None and self._occ_old:
+            seen = self._occ_old.get(occurrence)
+            if seen is not None:
+                occ[occurrence] = seen
+                room -= 1
+        tag = si << 1 | 1
+        if seen is None:
+            occ[occurrence] = (tag,)
+            room -= 1
+        else:
+            grown = self._expand(seen)
+            if tag in grown:
+                own[3] += 1
+                return room
+            occ[occurrence] = (*grown, tag)
+        own[3] += BOTH
+        if room <= 0:
+            self._rotate()
+            room = self._half
+        return room
+
+    def _regrow(self, occurrence: str, seen: _Seen, ei: int, si: int, oi: int) -> None:
+        """An occurrence seen before through other elements: count the ones it reaches anew.
+
+        A node's logical total adds those of its incident edges, so when an edge is counted but
+        an end node already was (or the reverse), the node's own count is corrected.
+        """
+        st = self._store
+        grown = orig = self._expand(seen)
+        stag, otag, etag = si << 1 | 1, oi << 1 | 1, ei << 1
+        s_new = stag not in grown
+        if s_new:
+            grown = (*grown, stag)
+        o_new = oi != si and otag not in grown
+        if o_new:
+            grown = (*grown, otag)
+        e_new = etag not in grown
+        if e_new:
+            grown = (*grown, etag)
+            st.e_count[ei] += LOGICAL
+        if s_new != e_new:
+            st.own(si)[3] += (s_new - e_new) * LOGICAL
+        if oi != si and o_new != e_new:
+            st.own(oi)[3] += (o_new - e_new) * LOGICAL
+        if grown is not orig:
+            self._occ[occurrence] = grown
+
+    def _expand(self, seen: _Seen) -> tuple[int, ...]:
+        """The tags of the elements an occurrence already counted."""
+        if isinstance(seen, int):
+            st = self._store
+            return (seen << 1, st.e_src[seen] << 1 | 1, st.e_dst[seen] << 1 | 1)
         return seen
 
-    def _rotate(self) -> dict[str, object]:
+    def _support(self, ei: int, observation_id: str) -> None:
+        sup = self._store.support.get(ei)
+        if sup is None:
+            self._store.support[ei] = [observation_id]
+        elif len(sup) < self.support_limit:
+            sup.append(observation_id)
+
+    def _rotate(self) -> dict[str, _Seen]:
         self._occ_old = self._occ
         self._occ = {}
         return self._occ
@@ -307,7 +316,7 @@ class GraphAccumulator:
 
     def _cache_evidence(self, ev: Evidence) -> tuple[Evidence, int, bool]:
         extras = ev.method is not None or ev.score is not None or bool(ev.support)
-        hit = (ev, _evidence_bits(ev), extras)
+        hit = (ev, evidence_bits(ev), extras)
         if len(self._ev_cache) > 4096:
             self._ev_cache.clear()
         self._ev_cache[id(ev)] = hit
@@ -317,100 +326,13 @@ class GraphAccumulator:
         """The snapshot as a typed :class:`Graph`."""
         return Graph.from_dict(self.to_dict(), validate=False)
 
-    # -- snapshot -----------------------------------------------------------------------------
-
     def to_dict(self) -> dict[str, Any]:
         """The deterministic ``graph.json`` document (DESIGN.md section 6) as a dict."""
-        with gc_paused():
-            return self._to_dict()
-
-    def _to_dict(self) -> dict[str, Any]:
-        # Per-mask and per-evidence results are computed once and shared (tuples are immutable).
-        # The caches live at module level: once the collector has seen their tuples they are
-        # untracked, and snapshot dicts holding only untracked values stay out of the cyclic
-        # garbage collector altogether, which is most of the cost of a large snapshot.
-        sources: dict[int, tuple[tuple[str, ...], tuple[str, ...]]] = {}
-        names = tuple(self._backend_names)
-
-        def split(mask: int) -> tuple[tuple[str, ...], tuple[str, ...]]:
-            pair = _SOURCE_CACHE.get((names, mask))
-            if pair is None:
-                backends = tuple(sorted(n for i, n in enumerate(names) if mask >> (4 + i) & 1))
-                pair = (_CHANNEL_LISTS[mask & _CHANNEL_MASK], backends)
-                if len(_SOURCE_CACHE) > 4096:
-                    _SOURCE_CACHE.clear()
-                _SOURCE_CACHE[(names, mask)] = pair
-            sources[mask] = pair
-            return pair
-
-        ordered_nodes = sorted(self._nodes.values(), key=_NODE_KEY)
-        nodes: list[dict[str, Any]] = []
-        append = nodes.append
-        for n in ordered_nodes:
-            channels, backends = sources.get(n.sources) or split(n.sources)
-            append(
-                {
-                    "id": n.id,
-                    "kind": n.kind,
-                    "label": n.label,
-                    "channels": channels,
-                    "backends": backends,
-                    "attrs": dict(n.attrs),
-                    "first_seen": n.first if n.first != _NEVER else None,
-                    "last_seen": n.last or None,
-                    "logical_count": n.logical,
-                    "evidence_count": n.evidence,
-                }
-            )
-        grades = _GRADE_CACHE
-        ordered_edges = sorted(self._edges.values(), key=_EDGE_KEY)
-        edges: list[dict[str, Any]] = []
-        append = edges.append
-        for e in ordered_edges:
-            methods = e.methods
-            gkey = (e.bits, bool(methods))
-            grade, causal, inferred, exact, attributions, viewer_only = grades.get(
-                gkey
-            ) or grades.setdefault(gkey, _classify(*gkey))
-            method: str | list[str] | None = None
-            if methods:
-                method = sorted(methods) if len(methods) > 1 else next(iter(methods))
-            channels, backends = sources.get(e.sources) or split(e.sources)
-            append(
-                {
-                    "id": e.id,
-                    "source": e.source,
-                    "target": e.target,
-                    "relation": e.relation,
-                    "channels": channels,
-                    "backends": backends,
-                    "causal": causal,
-                    "inferred": inferred,
-                    "identity_exact": exact,
-                    "attribution": attributions,
-                    "method": method,
-                    "score": e.score,
-                    "grade": grade,
-                    "support": sorted(e.support) if e.support is not None else None,
-                    "derived_support": sorted(e.derived) if e.derived else (),
-                    "viewer_only": viewer_only,
-                    "attrs": dict(e.attrs),
-                    "first_seen": e.first if e.first != _NEVER else None,
-                    "last_seen": e.last or None,
-                    "logical_count": e.logical,
-                    "evidence_count": e.evidence,
-                }
-            )
-        summary = Summary()
-        summary.count_nodes(ordered_nodes, sources)
-        summary.count_edges(ordered_edges, sources, grades)
-        return {
-            "format": FORMAT,
-            "version": VERSION,
-            "run": dict(self.run),
-            "nodes": nodes,
-            "edges": edges,
-            "summary": summary.to_dict(
-                self._coverage, self._coverage_by_channel, self.observations
-            ),
-        }
+        return snapshot(
+            self._store,
+            names=tuple(self._backend_names),
+            run=self.run,
+            coverage=self._coverage,
+            coverage_by_channel=self._coverage_by_channel,
+            observations=self.observations,
+        )

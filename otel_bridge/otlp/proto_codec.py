@@ -42,6 +42,7 @@ from otel_bridge.model import (
     Status,
     StatusCode,
 )
+from otel_bridge.otlp._build import span as build_span
 from otel_bridge.otlp._proto_encode import (
     any_value_to_pb,
     encode_logs,
@@ -213,8 +214,9 @@ def _span_problem(pb: PbSpan) -> str:
 def _span(pb: PbSpan, resource: Resource, scope: Scope) -> Span | None:
     """The span of ``pb``, or None when it is invalid (then ``_span_problem`` says why).
 
-    This is the hot path of the receiver: each protobuf field is read once, and the common
-    case (no events, no links, unset status) allocates nothing beyond the span itself.
+    This is the hot path of the receiver: each protobuf field is read once, the common case
+    (no events, no links, unset status) allocates nothing beyond the span itself, and the span
+    is filled through its slots (:mod:`otel_bridge.otlp._build`), not the dataclass ``__init__``.
     """
     trace_id = pb.trace_id
     span_id = pb.span_id
@@ -269,7 +271,7 @@ def _span(pb: PbSpan, resource: Resource, scope: Scope) -> Span | None:
             )
             for e in pb.events
         )
-    return Span(
+    return build_span(
         resource=resource,
         scope=scope,
         trace_id=trace_id,

@@ -104,12 +104,11 @@ class Normalizer:
         observations: list[Observation] = list(batch.observations)
         coverage: list[CoverageRecord] = list(batch.coverage)
         with self._lock:
+            normalize = self._spans.normalize_into
             for span in batch.spans:
                 if done and ("otlp", span.span_id.hex()) in done:
                     continue
-                obs, cov = self._spans.normalize(span)
-                observations.extend(obs)
-                coverage.extend(cov)
+                normalize(span, observations, coverage)
         for record in batch.logs:
             source = _log_source(record)
             if done and (source.backend, source.record_id) in done:

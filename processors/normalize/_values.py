@@ -13,6 +13,12 @@ def get_str(attrs: Attributes, *keys: str) -> str | None:
     """The first non-empty string value among ``keys`` (numbers are converted), or None."""
     for key in keys:
         value = attrs.get(key)
+        if value is None:
+            continue
+        if value.__class__ is str:  # the common case, without the isinstance chain
+            if value:
+                return value
+            continue
         if isinstance(value, str):
             if value:
                 return value

@@ -12,8 +12,9 @@ from __future__ import annotations
 
 import enum
 from collections import OrderedDict
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import NamedTuple
 
 from otel_bridge.model import Entity, Observation, Source
 
@@ -31,9 +32,8 @@ class Role(enum.Enum):
     PLAIN = "plain"
 
 
-@dataclass(frozen=True, slots=True)
-class SpanInfo:
-    """What is remembered of one span."""
+class SpanInfo(NamedTuple):
+    """What is remembered of one span (a named tuple: one is built per span, cheaply)."""
 
     role: Role
     entity: Entity | None
@@ -99,15 +99,26 @@ class Ancestry:
         """Links still waiting for an ancestor."""
         return self._pending_count
 
-    def remember(self, key: SpanKey, info: SpanInfo) -> list[PendingLink]:
+    def remember(self, key: SpanKey, info: SpanInfo) -> Sequence[PendingLink]:
         """Record a span; return the links that were waiting for it (to be walked again)."""
-        self._spans[key] = info
-        self._spans.move_to_end(key)
-        while len(self._spans) > self._capacity:
-            self._spans.popitem(last=False)
-        waiting = self._pending.pop(key, [])
+        spans = self._spans
+        if key in spans:
+            spans.move_to_end(key)
+        spans[key] = info
+        if len(spans) > self._capacity:
+            while len(spans) > self._capacity:
+                spans.popitem(last=False)
+        if not self._pending:
+            return ()
+        waiting = self._pending.pop(key, None)
+        if waiting is None:
+            return ()
         self._pending_count -= len(waiting)
         return waiting
+
+    def lookup(self, key: SpanKey) -> SpanInfo | None:
+        """What is remembered of span ``key`` (without refreshing its recency), or None."""
+        return self._spans.get(key)
 
     def walk(
         self, start: SpanKey | None, accept: frozenset[Role], fallback: Entity | None = None

@@ -23,36 +23,52 @@ so a trace stays connected. An agent or tool span that itself names a model adds
 (``#3``); a span carrying a conversation or session id at an agent or root adds ``part_of`` a
 session (``#4``). Observation ids are ``<span hex>#<slot>`` with a fixed slot per role, so a
 relation resolved late (its ancestor arrived in a later batch) has the same id it would have had.
+
+**Cost.** This is the collector's per-span hot path. What all spans of one export share (the
+channel, ``service.name`` and the resource identity attributes of a (resource, scope) pair) is
+computed once per pair; entities that repeat across spans (models, named agents, sessions) and
+command extraction results are cached in bounded tables, so repeated spans share one object
+(which also lets the graph accumulator skip attribute merges by identity); and observations are
+built through :mod:`._build`. The output is equal, field for field, to building every object anew.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from dataclasses import dataclass
+from collections.abc import Hashable
+from typing import Generic, TypeVar
 
-from otel_bridge.identity import kind_id
 from otel_bridge.model import (
+    NO_EVIDENCE,
     AnyValue,
     Attributes,
-    Attribution,
+    Channel,
     CoverageRecord,
     Entity,
     EntityKind,
-    Evidence,
     Observation,
     RelationKind,
-    Source,
+    Resource,
+    Scope,
     Span,
     StatusCode,
 )
 
+from ._build import entity, entity_observation, source
 from ._values import get_str
-from .ancestry import Ancestry, Found, Missing, Outcome, PendingLink, Role, Root, SpanInfo
+from .ancestry import Ancestry, Missing, PendingLink, Role, SpanInfo
 from .channels import ChannelAssigner
-from .command import extract_command
-
-REPORTED = Evidence(attribution=Attribution.REPORTED)
-"""Evidence of every relation a span states about itself (no causal flag)."""
+from .command import CommandResult, extract_command
+from .relations import (
+    DELEGATION,
+    INVOCATION,
+    NESTING,
+    REQUEST,
+    Ctx,
+    found,
+    missing,
+    rel,
+    resolver,
+)
 
 _AGENT_OPS = frozenset({"invoke_agent", "create_agent"})
 _MODEL_OPS = frozenset({"chat", "text_completion", "embeddings", "generate_content"})
@@ -74,18 +90,71 @@ _ENTITY_KEYS = (
     "graph.node.name",
     "openinference.span.kind",
 )
+_REQUEST_KEYS = ("gen_ai.request.model", "gen_ai.response.model", "gen_ai.response.id")
+_COMMAND_INPUTS = (
+    "gen_ai.tool.call.arguments",
+    "input.value",
+    "tool.parameters",
+    "input.mime_type",
+)
+
+# Entity ids are ``identity.kind_id(kind, *parts)``, i.e. ``"<kind>:<part>:..."``; the per-span
+# ones are spelled out here to save a call per span.
+_TOOL_CALL = f"{EntityKind.TOOL_CALL}:"
+_COMMAND = f"{EntityKind.COMMAND}:"
+_SPAN = f"{EntityKind.SPAN}:"
+_AGENT = f"{EntityKind.AGENT}:"
+_MODEL = f"{EntityKind.MODEL}:"
+_SESSION = f"{EntityKind.SESSION}:conversation:"
+
+K = TypeVar("K", bound=Hashable)
+V = TypeVar("V")
+
+_CACHE_SIZE = 4096
+"""Entries of each bounded cache (cleared when full: entries are cheap to rebuild)."""
+_CACHED_ARGUMENTS = 4096
+"""Command inputs longer than this (characters, all inputs together) are not cached."""
 
 
-@dataclass(frozen=True, slots=True)
-class _Ctx:
-    """What every observation of one span shares."""
+class _Origin:
+    """What the spans under one (resource, scope) pair share."""
 
-    source: Source
-    occurrence: str
-    start: int
-    end: int
-    attrs: Attributes
-    record: str
+    __slots__ = ("channel", "identity", "resource", "scope", "service")
+
+    def __init__(self, resource: Resource, scope: Scope, channel: Channel) -> None:
+        self.resource = resource  # kept alive so its id() is not reused while cached
+        self.scope = scope
+        self.channel = channel
+        self.service = get_str(resource.attributes, "service.name") or "unknown_service"
+        attributes = resource.attributes
+        self.identity: dict[str, AnyValue] = {}
+        for key in _RESOURCE_IDENTITY:
+            value = attributes.get(key)
+            if value is not None:
+                self.identity[key] = value
+
+
+class _Cache(Generic[K, V]):
+    """A bounded memo: cleared when it reaches ``size`` entries."""
+
+    __slots__ = ("_data", "_size")
+
+    def __init__(self, size: int = _CACHE_SIZE) -> None:
+        self._data: dict[K, V] = {}
+        self._size = size
+
+    def get(self, key: K) -> V | None:
+        """The cached value of ``key``, or None."""
+        return self._data.get(key)
+
+    def put(self, key: K, value: V) -> None:
+        """Remember ``value`` under ``key``."""
+        if len(self._data) >= self._size:
+            self._data.clear()
+        self._data[key] = value
+
+    def __len__(self) -> int:
+        return len(self._data)
 
 
 class SpanNormalizer:
@@ -94,36 +163,69 @@ class SpanNormalizer:
     def __init__(self, assigner: ChannelAssigner, ancestry: Ancestry) -> None:
         self._assigner = assigner
         self._ancestry = ancestry
+        self._origins: dict[tuple[int, int], _Origin] = {}
+        self._last: _Origin | None = None
+        self._models: _Cache[tuple[str, str], Entity] = _Cache()
+        self._agents: _Cache[tuple[object, ...], Entity] = _Cache()
+        self._sessions: _Cache[str, Entity] = _Cache()
+        self._commands: _Cache[tuple[str | None, ...], CommandResult] = _Cache()
+        self._command_attrs: _Cache[tuple[str, str], Attributes] = _Cache()
 
     def normalize(self, span: Span) -> tuple[list[Observation], list[CoverageRecord]]:
         """Observations and coverage records of one span (plus links it resolved)."""
+        out: list[Observation] = []
+        coverage: list[CoverageRecord] = []
+        self.normalize_into(span, out, coverage)
+        return out, coverage
+
+    def normalize_into(
+        self, span: Span, out: list[Observation], coverage: list[CoverageRecord]
+    ) -> None:
+        """Append the observations and coverage records of one span to ``out``/``coverage``."""
         a = span.attributes
-        channel = self._assigner.channel(span.resource, span.scope)
-        trace, span_hex = span.trace_id.hex(), span.span_id.hex()
-        obs_attrs: dict[str, AnyValue] = {"trace_id": trace, "span_id": span_hex}
-        for key in _RESOURCE_IDENTITY:
-            value = span.resource.attributes.get(key)
-            if value is not None:
-                obs_attrs[key] = value
-        obs_attrs["span.name"] = span.name
-        obs_attrs["span.status"] = _STATUS.get(span.status.code, "unset")
-        ctx = _Ctx(
-            source=Source(channel=channel, backend="otlp", record_id=span_hex),
-            occurrence=f"{trace}:{span_hex}",
+        origin = self._origin(span.resource, span.scope)
+        trace_id, span_id = span.trace_id, span.span_id
+        trace, span_hex = trace_id.hex(), span_id.hex()
+        status = _STATUS.get(span.status.code, "unset")
+        if origin.identity:
+            obs_attrs: dict[str, AnyValue] = {
+                "trace_id": trace,
+                "span_id": span_hex,
+                **origin.identity,
+                "span.name": span.name,
+                "span.status": status,
+            }
+        else:
+            obs_attrs = {
+                "trace_id": trace,
+                "span_id": span_hex,
+                "span.name": span.name,
+                "span.status": status,
+            }
+        ctx = Ctx(
+            source(origin.channel, "otlp", span_hex),
+            trace,
+            span_hex,
             start=span.start_time_unix_nano,
             end=span.end_time_unix_nano,
             attrs=obs_attrs,
-            record=span_hex,
         )
-        out: list[Observation] = []
-        coverage: list[CoverageRecord] = []
         op = get_str(a, "gen_ai.operation.name") or ""
-        oi_kind = (get_str(a, "openinference.span.kind") or "").upper()
-        service = get_str(span.resource.attributes, "service.name") or "unknown_service"
-        parent = (span.trace_id, span.parent_span_id) if span.parent_span_id else None
-        role, entity = self._classify(span, op, oi_kind, service, coverage=coverage, ctx=ctx)
-        out.append(_obs(ctx, 0, entity))
-        own = entity if role is not Role.MODEL else None
+        oi_kind = (get_str(a, "openinference.span.kind") or "").upper() if not op else ""
+        parent = (trace_id, span.parent_span_id) if span.parent_span_id else None
+        role, node = self._classify(span, op, oi_kind, origin.service, coverage=coverage, ctx=ctx)
+        out.append(
+            entity_observation(
+                id=span_hex + "#0",
+                time_unix_nano=ctx.start,
+                end_time_unix_nano=ctx.end,
+                source=ctx.source,
+                subject=node,
+                evidence=NO_EVIDENCE,
+                occurrence=ctx.occurrence,
+                attrs=obs_attrs,
+            )
+        )
 
         if role is Role.AGENT:
             if op != "create_agent":
@@ -133,40 +235,75 @@ class SpanNormalizer:
                     ctx,
                     parent,
                     accept=_AGENTS,
-                    resolve=_delegation(ctx, entity),
+                    kind=DELEGATION,
+                    node=node,
+                    attrs=obs_attrs,
                 )
         elif role is Role.TOOL:
-            self._link(out, coverage, ctx, parent, accept=_AGENTS, resolve=_invocation(ctx, entity))
-            self._command(out, coverage, ctx, entity, a)
+            self._link(
+                out,
+                coverage,
+                ctx,
+                parent,
+                accept=_AGENTS,
+                kind=INVOCATION,
+                node=node,
+                attrs=obs_attrs,
+            )
+            self._command(out, coverage, ctx, node, a)
         elif role is Role.MODEL:
-            request = _request(ctx, entity, _request_attrs(ctx, a))
-            self._link(out, coverage, ctx, parent, accept=_AGENTS_TOOLS, resolve=request)
+            request = _request_attrs(obs_attrs, a)
+            self._link(
+                out,
+                coverage,
+                ctx,
+                parent,
+                accept=_AGENTS_TOOLS,
+                kind=REQUEST,
+                node=node,
+                attrs=request,
+            )
         else:
-            self._link(out, coverage, ctx, parent, accept=_ANY, resolve=_nesting(ctx, entity))
-        if role in (Role.AGENT, Role.TOOL) and _model_name(a):
-            model = _model_entity(a)
-            out.append(
-                _rel(ctx, 3, entity, RelationKind.REQUESTED, model, attrs=_request_attrs(ctx, a))
+            self._link(
+                out, coverage, ctx, parent, accept=_ANY, kind=NESTING, node=node, attrs=obs_attrs
             )
-        session_id = get_str(a, "gen_ai.conversation.id", "session.id")
-        if session_id and (role is Role.AGENT or parent is None):
-            session = Entity(
-                kind=EntityKind.SESSION,
-                id=kind_id(EntityKind.SESSION, "conversation", session_id),
-                label=session_id,
-                attrs={"session.id": session_id},
-            )
-            out.append(_rel(ctx, 4, entity, RelationKind.PART_OF, session))
+        if role is not Role.MODEL and role is not Role.PLAIN:
+            model_name = _model_name(a)
+            if model_name:
+                model = self._model_entity(a, model_name)
+                attrs = _request_attrs(obs_attrs, a)
+                out.append(rel(ctx, 3, node, RelationKind.REQUESTED, model, attrs=attrs))
+        if role is Role.AGENT or parent is None:
+            session_id = get_str(a, "gen_ai.conversation.id", "session.id")
+            if session_id:
+                session = self._session(session_id)
+                out.append(rel(ctx, 4, node, RelationKind.PART_OF, session))
 
-        for link in self._ancestry.remember(
-            (span.trace_id, span.span_id), SpanInfo(role, own, parent)
-        ):
-            self._resume(out, coverage, (span.trace_id, span.span_id), link)
-        return out, coverage
+        key = (trace_id, span_id)
+        own = node if role is not Role.MODEL else None
+        for link in self._ancestry.remember(key, SpanInfo(role, own, parent)):
+            self._resume(out, coverage, key, link)
 
     def drain(self) -> list[CoverageRecord]:
         """Coverage records for every relation still waiting for an ancestor."""
-        return [_missing(link) for link in self._ancestry.drain()]
+        return [missing(link) for link in self._ancestry.drain()]
+
+    # -- shared per (resource, scope) --------------------------------------------------------
+
+    def _origin(self, resource: Resource, scope: Scope) -> _Origin:
+        last = self._last
+        if last is not None and last.resource is resource and last.scope is scope:
+            return last
+        key = (id(resource), id(scope))
+        origin = self._origins.get(key)
+        # The cached objects are kept alive in the entry, so an id cannot be reused meanwhile.
+        if origin is None or origin.resource is not resource or origin.scope is not scope:
+            origin = _Origin(resource, scope, self._assigner.channel(resource, scope))
+            if len(self._origins) >= _CACHE_SIZE:
+                self._origins.clear()
+            self._origins[key] = origin
+        self._last = origin
+        return origin
 
     # -- classification ---------------------------------------------------------------------
 
@@ -178,39 +315,27 @@ class SpanNormalizer:
         service: str,
         *,
         coverage: list[CoverageRecord],
-        ctx: _Ctx,
+        ctx: Ctx,
     ) -> tuple[Role, Entity]:
         a = span.attributes
-        trace, span_hex = span.trace_id.hex(), span.span_id.hex()
         if op in _AGENT_OPS or (not op and oi_kind == "AGENT"):
-            name = get_str(a, "gen_ai.agent.name", "agent.name", "gen_ai.agent.id")
-            if name is None:
-                stripped = span.name.removeprefix(op).strip() if op else span.name.strip()
-                name = stripped or None
-            agent_key = name if name is not None else f"span:{trace}:{span_hex}"
-            attrs = _pick(a, _ENTITY_KEYS)
-            attrs["service.name"] = service
-            return Role.AGENT, Entity(
-                kind=EntityKind.AGENT,
-                id=kind_id(EntityKind.AGENT, service, agent_key),
-                label=name or span.name,
-                attrs=attrs,
-            )
+            return Role.AGENT, self._agent(span, op, service, ctx)
         if op == "execute_tool" or (not op and oi_kind == "TOOL"):
             tool = _tool_name(span, op)
-            attrs = {"gen_ai.tool.name": tool, "trace_id": trace, "span_id": span_hex}
+            attrs: dict[str, AnyValue] = {
+                "gen_ai.tool.name": tool,
+                "trace_id": ctx.trace,
+                "span_id": ctx.record,
+            }
             call_id = get_str(a, "gen_ai.tool.call.id", "tool_call.id")
             if call_id is not None:
                 attrs["gen_ai.tool.call.id"] = call_id
-            return Role.TOOL, Entity(
-                kind=EntityKind.TOOL_CALL,
-                id=kind_id(EntityKind.TOOL_CALL, trace, span_hex),
-                label=tool,
-                attrs=attrs,
-            )
+            tool_id = f"{_TOOL_CALL}{ctx.trace}:{ctx.record}"
+            return Role.TOOL, entity(EntityKind.TOOL_CALL, tool_id, tool, attrs)
         if op in _MODEL_OPS or (not op and oi_kind in _OI_MODEL):
-            if _model_name(a):
-                return Role.MODEL, _model_entity(a)
+            model_name = _model_name(a)
+            if model_name:
+                return Role.MODEL, self._model_entity(a, model_name)
             coverage.append(
                 CoverageRecord(
                     source=ctx.source,
@@ -219,15 +344,64 @@ class SpanNormalizer:
                     detail=f"model call span {span.name!r} names no model; kept as a plain span",
                 )
             )
-        attrs = _pick(a, _ENTITY_KEYS)
-        attrs.update({"span.name": span.name, "trace_id": trace, "span_id": span_hex})
+        attrs = _pick(a)
+        attrs["span.name"] = span.name
+        attrs["trace_id"] = ctx.trace
+        attrs["span_id"] = ctx.record
         attrs["service.name"] = service
-        return Role.PLAIN, Entity(
-            kind=EntityKind.SPAN,
-            id=kind_id(EntityKind.SPAN, trace, span_hex),
-            label=span.name,
-            attrs=attrs,
+        span_node = f"{_SPAN}{ctx.trace}:{ctx.record}"
+        return Role.PLAIN, entity(EntityKind.SPAN, span_node, span.name, attrs)
+
+    def _agent(self, span: Span, op: str, service: str, ctx: Ctx) -> Entity:
+        a = span.attributes
+        name = get_str(a, "gen_ai.agent.name", "agent.name", "gen_ai.agent.id")
+        if name is None:
+            stripped = span.name.removeprefix(op).strip() if op else span.name.strip()
+            name = stripped or None
+        attrs = _pick(a)
+        attrs["service.name"] = service
+        if name is None:  # keyed by the span itself: nothing to share
+            agent_id = f"{_AGENT}{service}:span:{ctx.trace}:{ctx.record}"
+            return entity(EntityKind.AGENT, agent_id, span.name, attrs)
+        for value in attrs.values():
+            if value.__class__ is not str:  # only plain strings compare exactly as keys
+                return entity(EntityKind.AGENT, f"{_AGENT}{service}:{name}", name, attrs)
+        key = (service, name, *attrs.items())
+        cached = self._agents.get(key)
+        if cached is not None:
+            return cached
+        agent = entity(EntityKind.AGENT, f"{_AGENT}{service}:{name}", name, attrs)
+        self._agents.put(key, agent)
+        return agent
+
+    def _model_entity(self, a: Attributes, name: str) -> Entity:
+        provider = get_str(a, "gen_ai.provider.name", "gen_ai.system", "llm.provider", "llm.system")
+        provider = (provider or "unknown").lower()
+        key = (provider, name)
+        cached = self._models.get(key)
+        if cached is not None:
+            return cached
+        model = entity(
+            EntityKind.MODEL,
+            f"{_MODEL}{provider}:{name}",
+            name,
+            {"gen_ai.provider.name": provider, "gen_ai.request.model": name},
         )
+        self._models.put(key, model)
+        return model
+
+    def _session(self, session_id: str) -> Entity:
+        cached = self._sessions.get(session_id)
+        if cached is not None:
+            return cached
+        session = entity(
+            EntityKind.SESSION,
+            _SESSION + session_id,
+            session_id,
+            {"session.id": session_id},
+        )
+        self._sessions.put(session_id, session)
+        return session
 
     # -- relations to ancestors ---------------------------------------------------------------
 
@@ -235,19 +409,31 @@ class SpanNormalizer:
         self,
         out: list[Observation],
         coverage: list[CoverageRecord],
-        ctx: _Ctx,
+        ctx: Ctx,
         parent: tuple[bytes, bytes] | None,
         *,
         accept: frozenset[Role],
-        resolve: Callable[[Outcome], list[Observation]],
+        kind: int,
+        node: Entity,
+        attrs: Attributes,
     ) -> None:
+        if parent is None:  # a root: no ancestor, no fallback, no relation
+            return
+        info = self._ancestry.lookup(parent)
+        if info is not None and info.entity is not None and info.role in accept:
+            # The usual case, the parent itself is the ancestor: what ``walk`` would find.
+            relation = found(kind, ctx, node, attrs, info.entity)
+            if relation is not None:
+                out.append(relation)
+            return
         outcome, fallback = self._ancestry.walk(parent, accept)
+        resolve = resolver(kind, ctx, node, attrs)
         if isinstance(outcome, Missing):
             link = PendingLink(
                 accept, fallback, resolve, ctx.source, ctx.start, f"span {ctx.occurrence}"
             )
             for lost in self._ancestry.wait(outcome.key, link):
-                coverage.append(_missing(lost))
+                coverage.append(missing(lost))
             return
         out.extend(resolve(outcome))
 
@@ -264,7 +450,7 @@ class SpanNormalizer:
                 link.accept, fallback, link.resolve, link.source, link.time_unix_nano, link.describe
             )
             for lost in self._ancestry.wait(outcome.key, moved):
-                coverage.append(_missing(lost))
+                coverage.append(missing(lost))
             return
         out.extend(link.resolve(outcome))
 
@@ -272,20 +458,21 @@ class SpanNormalizer:
         self,
         out: list[Observation],
         coverage: list[CoverageRecord],
-        ctx: _Ctx,
+        ctx: Ctx,
         tool: Entity,
         a: Attributes,
     ) -> None:
-        result = extract_command(tool.label, a)
+        result = self._extract(tool.label, a)
         if result.command is not None:
-            trace, span_hex = ctx.occurrence.split(":")
-            command = Entity(
-                kind=EntityKind.COMMAND,
-                id=kind_id(EntityKind.COMMAND, trace, span_hex),
-                label=result.command,
-                attrs={"command.line": result.command, "gen_ai.tool.name": tool.label},
+            attrs_key = (result.command, tool.label)
+            attrs = self._command_attrs.get(attrs_key)
+            if attrs is None:
+                attrs = {"command.line": result.command, "gen_ai.tool.name": tool.label}
+                self._command_attrs.put(attrs_key, attrs)
+            command = entity(
+                EntityKind.COMMAND, f"{_COMMAND}{ctx.trace}:{ctx.record}", result.command, attrs
             )
-            out.append(_rel(ctx, 2, tool, RelationKind.DECLARED_COMMAND, command))
+            out.append(rel(ctx, 2, tool, RelationKind.DECLARED_COMMAND, command))
         elif result.reason is not None:
             coverage.append(
                 CoverageRecord(
@@ -296,103 +483,40 @@ class SpanNormalizer:
                 )
             )
 
+    def _extract(self, tool: str, a: Attributes) -> CommandResult:
+        """``extract_command(tool, a)``, memoized on the attributes it reads when they are short.
 
-# -- builders ---------------------------------------------------------------------------------
-
-
-def _obs(ctx: _Ctx, slot: int, entity: Entity) -> Observation:
-    return Observation(
-        id=f"{ctx.record}#{slot}",
-        time_unix_nano=ctx.start,
-        end_time_unix_nano=ctx.end,
-        source=ctx.source,
-        subject=entity,
-        occurrence=ctx.occurrence,
-        attrs=ctx.attrs,
-    )
-
-
-def _rel(
-    ctx: _Ctx,
-    slot: int,
-    subject: Entity,
-    relation: RelationKind,
-    obj: Entity,
-    *,
-    attrs: Attributes | None = None,
-) -> Observation:
-    return Observation(
-        id=f"{ctx.record}#{slot}",
-        time_unix_nano=ctx.start,
-        end_time_unix_nano=ctx.end,
-        source=ctx.source,
-        subject=subject,
-        relation=relation,
-        object=obj,
-        evidence=REPORTED,
-        occurrence=ctx.occurrence,
-        attrs=ctx.attrs if attrs is None else attrs,
-    )
+        Agents repeat the same commands; extraction (JSON decoding, redaction) is a pure function
+        of the tool name and these four attributes, so equal inputs share one result.
+        """
+        key: list[str | None] = [tool]
+        size = 0
+        for name in _COMMAND_INPUTS:
+            value = a.get(name)
+            if value is None:
+                key.append(None)
+            elif isinstance(value, str) and value.__class__ is str:
+                key.append(value)
+                size += len(value)
+            else:  # a mapping or another structure: not cached
+                return extract_command(tool, a)
+        if size > _CACHED_ARGUMENTS:
+            return extract_command(tool, a)
+        cached = self._commands.get(tuple(key))
+        if cached is not None:
+            return cached
+        result = extract_command(tool, a)
+        self._commands.put(tuple(key), result)
+        return result
 
 
-def _delegation(ctx: _Ctx, agent: Entity) -> Callable[[Outcome], list[Observation]]:
-    def resolve(outcome: Outcome) -> list[Observation]:
-        if isinstance(outcome, Found):
-            if outcome.entity.id == agent.id:
-                return []  # an agent's own nested invocation is not a delegation
-            return [_rel(ctx, 1, outcome.entity, RelationKind.DELEGATED_TO, agent)]
-        return _fallback(ctx, agent, outcome)
-
-    return resolve
-
-
-def _invocation(ctx: _Ctx, tool: Entity) -> Callable[[Outcome], list[Observation]]:
-    def resolve(outcome: Outcome) -> list[Observation]:
-        if isinstance(outcome, Found):
-            return [_rel(ctx, 1, outcome.entity, RelationKind.INVOKED, tool)]
-        return _fallback(ctx, tool, outcome)
-
-    return resolve
-
-
-def _request(ctx: _Ctx, model: Entity, attrs: Attributes) -> Callable[[Outcome], list[Observation]]:
-    def resolve(outcome: Outcome) -> list[Observation]:
-        caller = outcome.entity if isinstance(outcome, Found) else None
-        if isinstance(outcome, Root):
-            caller = outcome.fallback
-        if caller is None:
-            return []
-        return [_rel(ctx, 1, caller, RelationKind.REQUESTED, model, attrs=attrs)]
-
-    return resolve
-
-
-def _nesting(ctx: _Ctx, span: Entity) -> Callable[[Outcome], list[Observation]]:
-    def resolve(outcome: Outcome) -> list[Observation]:
-        if isinstance(outcome, Found):
-            return [_rel(ctx, 1, span, RelationKind.CHILD_OF, outcome.entity)]
-        return _fallback(ctx, span, outcome)
-
-    return resolve
-
-
-def _fallback(ctx: _Ctx, child: Entity, outcome: Outcome) -> list[Observation]:
-    if isinstance(outcome, Root) and outcome.fallback is not None:
-        return [_rel(ctx, 1, child, RelationKind.CHILD_OF, outcome.fallback)]
-    return []
-
-
-def _missing(link: PendingLink) -> CoverageRecord:
-    return CoverageRecord(
-        source=link.source,
-        reason="parent_span_missing",
-        time_unix_nano=link.time_unix_nano,
-        detail=f"{link.describe}: an ancestor span never arrived; relation left unresolved",
-    )
-
-
-def _pick(a: Attributes, keys: tuple[str, ...]) -> dict[str, AnyValue]:
-    return {k: a[k] for k in keys if k in a and a[k] is not None}
+def _pick(a: Attributes) -> dict[str, AnyValue]:
+    out: dict[str, AnyValue] = {}
+    for key in _ENTITY_KEYS:
+        value = a.get(key)
+        if value is not None:
+            out[key] = value
+    return out
 
 
 def _tool_name(span: Span, op: str) -> str:
@@ -408,24 +532,12 @@ def _model_name(a: Attributes) -> str | None:
     )
 
 
-def _model_entity(a: Attributes) -> Entity:
-    name = _model_name(a) or "unknown"
-    provider = get_str(a, "gen_ai.provider.name", "gen_ai.system", "llm.provider", "llm.system")
-    provider = (provider or "unknown").lower()
-    return Entity(
-        kind=EntityKind.MODEL,
-        id=kind_id(EntityKind.MODEL, provider, name),
-        label=name,
-        attrs={"gen_ai.provider.name": provider, "gen_ai.request.model": name},
-    )
-
-
-def _request_attrs(ctx: _Ctx, a: Attributes) -> Attributes:
-    attrs = dict(ctx.attrs)
+def _request_attrs(obs_attrs: Attributes, a: Attributes) -> Attributes:
+    attrs = dict(obs_attrs)
     request_id = get_str(a, "gen_ai.response.id", "request.id")
     if request_id is not None:
         attrs["request.id"] = request_id
-    for key in ("gen_ai.request.model", "gen_ai.response.model", "gen_ai.response.id"):
+    for key in _REQUEST_KEYS:
         if key in a:
             attrs[key] = a[key]
     return attrs

@@ -17,7 +17,7 @@ FANOTIFY_EVENTS: tuple[str, ...] = ("open", "modify", "close_write", "access")
 
 
 def _default_fanotify_events() -> list[str]:
-    return ["open", "modify", "close_write"]
+    return ["open", "close_write"]
 
 
 def _default_fanotify_paths() -> list[str]:
@@ -47,7 +47,10 @@ class HostConfig:
     watch_paths: list[str] = field(default_factory=list)
     """Portable backend: directories watched for file changes (session-correlated, non-causal)."""
     fanotify_events: list[str] = field(default_factory=_default_fanotify_events)
-    """Linux backend: fanotify events to mark: ``open``, ``modify``, ``close_write``, ``access``."""
+    """Linux backend: fanotify events to mark: ``open``, ``modify``, ``close_write``, ``access``.
+
+    The default reports writes with ``close_write`` (one event per open-for-writing cycle);
+    ``modify`` fires on every ``write()`` call and costs far more on write-heavy workloads."""
     fanotify_paths: list[str] = field(default_factory=_default_fanotify_paths)
     """Linux backend: a path on each filesystem (or mount) to mark."""
     fanotify_mark: str = "filesystem"

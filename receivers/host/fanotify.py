@@ -9,8 +9,11 @@ are dropped here.
 Honest limits of this mode:
 
 * fanotify does not report the *open flags* the process used, so ``file.open`` carries no
-  ``file.open.flags``/``file.access``; writes show up as ``file.write`` (``FAN_MODIFY``, one per
-  open/close cycle) and reads as ``file.read`` (``FAN_ACCESS``, when configured).
+  ``file.open.flags``/``file.access``. Writes show up as ``file.write``: by default when a file
+  that was open for writing is closed (``FAN_CLOSE_WRITE``: the process had write access; a
+  writable open closed without writing is reported too), or, with ``modify`` configured, at the
+  first ``FAN_MODIFY`` of each open/close cycle (exact, but one kernel event per ``write()``).
+  Reads show up as ``file.read`` (``FAN_ACCESS``, when configured).
 * create, delete and rename need ``FAN_REPORT_FID``/``FAN_REPORT_DFID_NAME``, whose events carry
   file handles instead of descriptors; this backend does not use that mode, so those changes are
   not reported (``strace``/``ebpf`` see the syscalls).

@@ -13,11 +13,11 @@ from typing import Any
 
 import pytest
 import yaml
-from otel_bridge.exporters import file as file_exporter
-from otel_bridge.processors import batch, memory_limiter
 
 from otel_bridge.config import CollectorConfig, load_config, parse_config
 from otel_bridge.errors import ConfigError
+from otel_bridge.exporters import file as file_exporter
+from otel_bridge.processors import batch, memory_limiter
 from otel_bridge.registry import Registry
 from otel_bridge.testing import double_registry
 

@@ -286,3 +286,27 @@ def test_records_carry_resource_and_unique_ids() -> None:
     assert resource["evidence.backend"] == "test"
     assert resource["otel_bridge.run.id"] == "run-1"
     assert [r.time_unix_nano for r in logs[:2]] == [1_000_000_000, 1_100_000_000]
+
+
+def test_strace_openat2_and_execveat() -> None:
+    """openat2 reads its flags from the open_how struct; execveat names the executable."""
+    h = Harness()
+    _strace(
+        h,
+        f'{GONE} 1.0 openat2(AT_FDCWD</w>, "x", {{flags=O_WRONLY|O_CREAT, mode=0600}}, 24)'
+        " = 3</w/x>",
+        f'{GONE} 1.1 execveat(3</usr/bin>, "env", ["env", "-i"], 0x1, 0) = 0',
+    )
+    (open_,) = h.named("file.open")
+    assert open_["file.open.flags"] == "O_WRONLY|O_CREAT"
+    assert open_["file.access"] == "write"
+    (exec_,) = h.named("process.exec")
+    assert exec_["process.executable.path"] == "env"
+    assert exec_["process.command_args"] == ("env", "-i")
+
+
+def test_strace_resumed_without_pending_half_is_still_parsed() -> None:
+    """A resumed line whose first half was never seen (attach mid-call) still parses."""
+    call = StraceParser().feed(f"{GONE} 1.0 <... wait4 resumed>, NULL) = 5")
+    assert call is not None
+    assert (call.name, call.ret) == ("wait4", 5)

@@ -62,6 +62,7 @@ def test_sigint_is_forwarded_and_run_dir_still_written(tmp_path: Path) -> None:
     run = tmp_path / "run"
     summary = json.loads((run / rundir.SUMMARY).read_text())
     assert summary["exit_code"] == 130
+    assert summary["signals_forwarded"] == ["SIGINT"]
     assert rundir.verify(str(run)) == []
 
 

@@ -179,3 +179,66 @@ def test_processor_extra_keys_allow_keys_and_bad_pattern() -> None:
     assert Config(patterns=["(unclosed"]).validate()[0].startswith("patterns[0]: invalid")
     unchanged = {"a": "b"}
     assert redactor.attributes(unchanged) is unchanged
+
+
+@pytest.mark.parametrize(
+    ("name", "secret"),
+    [
+        ("GITHUB_TOKEN", True),
+        ("HF_TOKEN", True),
+        ("OPENAI_API_KEY", True),
+        ("AWS_SECRET_ACCESS_KEY", True),
+        ("DB_PASSWORD", True),
+        ("MYSQL_PWD", True),
+        ("--client-secret", True),
+        ("api_key", True),
+        ("authorization", False),  # a header name: the processor treats it by key, see below
+        ("PATH", False),
+        ("HOME", False),
+        ("PWD", False),
+        ("OLDPWD", False),
+        ("TOKENIZERS_PARALLELISM", False),
+        ("input_tokens", False),
+        ("max_tokens", False),
+        ("KEYMAP", False),
+        ("OTEL_BRIDGE_RUN_ID", False),
+    ],
+)
+def test_secret_names(name: str, secret: bool) -> None:
+    """Secret-looking names are recognised; ordinary ones (PWD, token counts) are not."""
+    from otel_bridge.redaction import is_secret_name
+
+    assert is_secret_name(name) is secret
+
+
+def test_authorization_attribute_is_hidden_by_key() -> None:
+    """Header attributes named authorization, cookie or set-cookie are hidden whole."""
+    redactor = AttributeRedactor(Config())
+    attrs = {
+        "http.request.header.authorization": "Basic dXNlcjpwYXNz",
+        "http.request.header.cookie": "sid=1",
+        "http.response.header.set-cookie": "sid=2",
+        "http.request.header.accept": "text/plain",
+    }
+    out = redactor.attributes(attrs)
+    assert out["http.request.header.authorization"] == REDACTED
+    assert out["http.request.header.cookie"] == REDACTED
+    assert out["http.response.header.set-cookie"] == REDACTED
+    assert out["http.request.header.accept"] == "text/plain"
+
+
+@given(st.lists(st.text(max_size=12), max_size=8))
+def test_redact_argv_keeps_length(argv: list[str]) -> None:
+    """Redacting an argument vector never adds or drops arguments."""
+    assert len(redact_argv(argv)) == len(argv)
+
+
+def test_nested_values_are_redacted() -> None:
+    """Secrets inside arrays and key-value lists are redacted too."""
+    redactor = AttributeRedactor(Config())
+    out = redactor.attributes(
+        {"list": ("ok", "--token=abc"), "map": {"password": "pw", "n": 1}, "n": 3}
+    )
+    assert out["list"] == ("ok", f"--token={REDACTED}")
+    assert out["map"] == {"password": REDACTED, "n": 1}
+    assert out["n"] == 3

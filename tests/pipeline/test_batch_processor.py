@@ -7,10 +7,10 @@ import time
 
 from hypothesis import given
 from hypothesis import strategies as st
-from otel_bridge.processors.batch import BatchProcessor, Config, factory, split_batch
 
 from otel_bridge.component import CreateSettings, Host, Telemetry
 from otel_bridge.model import Batch
+from otel_bridge.processors.batch import BatchProcessor, Config, factory, split_batch
 from otel_bridge.testing import RecordingConsumer, make_log, make_span
 
 

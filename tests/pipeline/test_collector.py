@@ -9,7 +9,6 @@ from dataclasses import dataclass
 from typing import Any
 
 import pytest
-from otel_bridge.processors import batch as batch_processor
 
 from otel_bridge.component import (
     EXPORTER,
@@ -25,6 +24,7 @@ from otel_bridge.config import CollectorConfig, parse_config
 from otel_bridge.errors import ComponentError, RefusedError, StartupError
 from otel_bridge.model import Batch
 from otel_bridge.pipeline import Collector, FanOut, select_for_pipeline
+from otel_bridge.processors import batch as batch_processor
 from otel_bridge.registry import Registry
 from otel_bridge.testing import (
     ListReceiver,

@@ -10,6 +10,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+
+from otel_bridge.component import CreateSettings, Host, Telemetry
+from otel_bridge.config import parse_config
+from otel_bridge.errors import StartupError
 from otel_bridge.exporters.file import (
     Config,
     FileExporter,
@@ -18,10 +22,6 @@ from otel_bridge.exporters.file import (
     factory,
     read_batch,
 )
-
-from otel_bridge.component import CreateSettings, Host, Telemetry
-from otel_bridge.config import parse_config
-from otel_bridge.errors import StartupError
 from otel_bridge.model import (
     Batch,
     Channel,

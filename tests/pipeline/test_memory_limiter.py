@@ -5,11 +5,11 @@ from __future__ import annotations
 import threading
 
 import pytest
-from otel_bridge.processors.memory_limiter import Config, MemoryLimiter, factory
 
 from otel_bridge.component import CreateSettings, Host, Telemetry
 from otel_bridge.errors import RefusedError
 from otel_bridge.model import Batch
+from otel_bridge.processors.memory_limiter import Config, MemoryLimiter, factory
 from otel_bridge.testing import RecordingConsumer, make_span
 
 MIB = 1024 * 1024

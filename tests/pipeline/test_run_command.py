@@ -17,11 +17,11 @@ import time
 from pathlib import Path
 
 import pytest
-from otel_bridge.exporters.file import read_batch
 
 from otel_bridge.cli import main
 from otel_bridge.commands.run import embedded_config_text, load_run_config
 from otel_bridge.config import load_yaml, parse_config
+from otel_bridge.exporters.file import read_batch
 
 DRAIN_CONFIG = """
 receivers:

@@ -6,12 +6,12 @@ import threading
 from pathlib import Path
 
 import pytest
-from otel_bridge.exporters import file as file_exporter
 
 from otel_bridge.commands.run import describe_endpoints, progress_line
 from otel_bridge.component import CreateSettings, Host
 from otel_bridge.config import parse_config
 from otel_bridge.errors import StartupError
+from otel_bridge.exporters import file as file_exporter
 from otel_bridge.model import Batch
 from otel_bridge.pipeline import Collector
 from otel_bridge.testing import (

@@ -1,0 +1,321 @@
+"""The ``graph.json`` snapshot of an accumulator's rows (DESIGN.md section 6). Private to
+:mod:`otel_bridge.graph`.
+
+The snapshot is built column-wise: each per-element value is computed once per distinct input
+(source masks, evidence bit patterns) or mapped over a column at C speed, the columns are put
+in output order with one ``itemgetter`` call each, and one comprehension zips them into the
+element dicts. Keys are inserted in sorted order, which the sorted-key JSON encoder then finds
+already in place. The dicts hold only strings, numbers, ``None`` and shared, immutable tuples,
+so the garbage collector does not track them.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import operator
+from collections import Counter
+from collections.abc import Sequence
+from itertools import repeat
+from typing import Any, TypeVar, cast
+
+from otel_bridge.graph._elements import (
+    CHANNEL_LISTS,
+    CHANNEL_MASK,
+    EV_MASK,
+    EV_WIDTH,
+    EVIDENCE_MASK,
+    LOGICAL_SHIFT,
+    NEVER,
+    REL_VALUE,
+    Classified,
+    Store,
+    classify,
+)
+from otel_bridge.graph.document import FORMAT, VERSION
+from otel_bridge.graph.summary import CAUSAL_NAMES, Summary
+
+_T = TypeVar("_T")
+_Sources = tuple[tuple[str, ...], tuple[str, ...]]
+_Info = tuple[str, Any, Any, Any, tuple[str, ...], bool, tuple[str, ...], tuple[str, ...]]
+"""Classified evidence plus channels and backends: everything an edge's mask determines."""
+
+_SOURCE_CACHE: dict[tuple[tuple[str, ...], int], _Sources] = {}
+"""(backend names, mask) -> (channels, backends). Module-level so that snapshots share the
+tuples and, once the collector has seen them, hold only untracked values."""
+_INFO_CACHE: dict[tuple[tuple[str, ...], int, bool], _Info] = {}
+"""(backend names, edge mask, has method) -> edge info; bounded by the patterns that exist."""
+_REL_RANK = {r: i for i, r in enumerate(sorted(REL_VALUE.values()))}
+"""Relation names ranked in sort order."""
+_RELATIONS = len(_REL_RANK)
+_FIRST_SEEN = {NEVER: None}.get
+"""``_FIRST_SEEN(t, t)``: None for "never", else t."""
+_LAST_SEEN = {0: None}.get
+_EVIDENCE = EVIDENCE_MASK.__and__
+"""Evidence count of packed counts (see ``_elements.LOGICAL``)."""
+
+
+def edge_id(source: str, relation: str, target: str) -> str:
+    """The stable id of the edge ``(source, relation, target)``."""
+    digest = hashlib.blake2b(f"{source}\0{relation}\0{target}".encode(), digest_size=8)
+    return "e-" + digest.hexdigest()
+
+
+def _take(column: Sequence[_T], order: Sequence[int]) -> Sequence[_T]:
+    """``column`` in ``order`` (one C call)."""
+    if len(order) > 1:
+        picked: tuple[_T, ...] = operator.itemgetter(*order)(column)
+        return picked
+    return [column[i] for i in order]
+
+
+def _sources(names: tuple[str, ...], mask: int) -> _Sources:
+    pair = _SOURCE_CACHE.get((names, mask))
+    if pair is None:
+        backends = tuple(sorted(n for i, n in enumerate(names) if mask >> (4 + i) & 1))
+        pair = (CHANNEL_LISTS[mask & CHANNEL_MASK], backends)
+        if len(_SOURCE_CACHE) > 4096:
+            _SOURCE_CACHE.clear()
+        _SOURCE_CACHE[(names, mask)] = pair
+    return pair
+
+
+def _info(names: tuple[str, ...], mask: int, has_method: bool) -> _Info:
+    info = _INFO_CACHE.get((names, mask, has_method))
+    if info is None:
+        classified: Classified = classify(mask & EV_MASK, has_method)
+        info = (*classified, *_sources(names, mask >> EV_WIDTH))
+        if len(_INFO_CACHE) > 4096:
+            _INFO_CACHE.clear()
+        _INFO_CACHE[(names, mask, has_method)] = info
+    return info
+
+
+def _node_template(channels: tuple[str, ...], backends: tuple[str, ...]) -> dict[str, Any]:
+    """A node dict with its keys in sorted order and the values a source mask determines."""
+    return {
+        "attrs": None,
+        "backends": backends,
+        "channels": channels,
+        "evidence_count": 0,
+        "first_seen": None,
+        "id": "",
+        "kind": "",
+        "label": "",
+        "last_seen": None,
+        "logical_count": 0,
+    }
+
+
+def _edge_template(info: _Info) -> dict[str, Any]:
+    """An edge dict with its keys in sorted order and the values ``info`` determines."""
+    grade, causal, inferred, exact, attributions, viewer_only, channels, backends = info
+    return {
+        "attribution": attributions,
+        "attrs": None,
+        "backends": backends,
+        "causal": causal,
+        "channels": channels,
+        "derived_support": (),
+        "evidence_count": 0,
+        "first_seen": None,
+        "grade": grade,
+        "id": "",
+        "identity_exact": exact,
+        "inferred": inferred,
+        "last_seen": None,
+        "logical_count": 0,
+        "method": None,
+        "relation": "",
+        "score": None,
+        "source": "",
+        "support": None,
+        "target": "",
+        "viewer_only": viewer_only,
+    }
+
+
+def _node_totals(st: Store) -> tuple[list[int], list[int], list[int], list[int]]:
+    """Per node: first, last, sources, counts = its own plus its incident edges'."""
+    size = len(st.n_kind)
+    first, last, sources, counts = [NEVER] * size, [0] * size, [0] * size, [0] * size
+    for i, (f, la, m, c) in st.n_own.items():
+        first[i], last[i], sources[i], counts[i] = f, la, m, c
+    for s, d, f, la, mask, c in zip(
+        st.e_src, st.e_dst, st.e_first, st.e_last, st.e_mask, st.e_count, strict=True
+    ):
+        m = mask >> EV_WIDTH
+        if f < first[s]:  # noqa: PLR1730 - cheaper than min() in this loop
+            first[s] = f
+        if la > last[s]:  # noqa: PLR1730
+            last[s] = la
+        sources[s] |= m
+        counts[s] += c
+        if d != s:  # a self-loop counts for its node once
+            if f < first[d]:  # noqa: PLR1730
+                first[d] = f
+            if la > last[d]:  # noqa: PLR1730
+                last[d] = la
+            sources[d] |= m
+            counts[d] += c
+    return first, last, sources, counts
+
+
+def _nodes(
+    st: Store,
+    names: tuple[str, ...],
+    ids: list[str],
+    totals: tuple[list[int], ...],
+    order: list[int],
+) -> tuple[list[dict[str, Any]], Summary]:
+    first, last, sources, counts = totals
+    ordered_counts = _take(counts, order)
+    masks = Counter(sources)
+    pairs = {m: _sources(names, m) for m in masks}
+    # Copying a small template per source mask and setting the varying values is several
+    # times faster than building a dict literal this wide.
+    templates = {m: _node_template(*pair) for m, pair in pairs.items()}
+    nodes: list[dict[str, Any]] = []
+    append = nodes.append
+    for i, k, lb, a, template, f, la, ev, lg in zip(
+        _take(ids, order),
+        _take(st.n_kind, order),
+        _take(st.n_label, order),
+        map(dict, _take(st.n_attrs, order)),
+        map(templates.__getitem__, _take(sources, order)),
+        map(_FIRST_SEEN, *[_take(first, order)] * 2),
+        map(_LAST_SEEN, *[_take(last, order)] * 2),
+        map(_EVIDENCE, ordered_counts),
+        map(operator.rshift, ordered_counts, repeat(LOGICAL_SHIFT)),
+        strict=True,
+    ):
+        d = template.copy()
+        d["attrs"] = a
+        d["evidence_count"] = ev
+        d["first_seen"] = f
+        d["id"] = i
+        d["kind"] = k
+        d["label"] = lb
+        d["last_seen"] = la
+        d["logical_count"] = lg
+        append(d)
+    summary = Summary()
+    summary.nodes = len(nodes)
+    summary.by_kind.update(st.n_kind)
+    for mask, n in masks.items():
+        for channel in pairs[mask][0]:
+            summary.nodes_by_channel[channel] += n
+    return nodes, summary
+
+
+def _edge_order(st: Store, node_order: list[int], rels: list[str]) -> list[int]:
+    """Edges sorted by (source id, relation, target id), compared as one integer each: node
+    ranks in id order stand for the ids, relation ranks for the relation names."""
+    size = len(node_order)
+    rank = [0] * size
+    for position, i in enumerate(node_order):
+        rank[i] = position
+    keys = [
+        (rank[s] * _RELATIONS + _REL_RANK[r]) * size + rank[d]
+        for s, r, d in zip(st.e_src, rels, st.e_dst, strict=True)
+    ]
+    return sorted(range(len(keys)), key=keys.__getitem__)
+
+
+def _edges(
+    st: Store,
+    names: tuple[str, ...],
+    summary: Summary,
+    keys: list[tuple[str, str, str]],
+    rels: list[str],
+    order: list[int],
+) -> list[dict[str, Any]]:
+    hid, size = st.e_hid, len(st.e_src)
+    done = len(hid)
+    if done < size:  # edges are only ever appended: hash the new ones
+        hid.extend(edge_id(s, r, t) for s, r, t in keys[done:])
+    masks = Counter(st.e_mask)
+    table = {m: _info(names, m, False) for m in masks}
+    infos = list(map(table.__getitem__, st.e_mask))
+    # The template of an edge holds everything its mask determines; method, score, support
+    # and derived_support are rare: None/() there, patched below.
+    by_mask = {m: _edge_template(info) for m, info in table.items()}
+    templates = list(map(by_mask.__getitem__, st.e_mask))
+    for j in st.methods:
+        infos[j] = _info(names, st.e_mask[j], True)
+        templates[j] = _edge_template(infos[j])
+    counts = _take(st.e_count, order)
+    edges: list[dict[str, Any]] = []
+    append = edges.append
+    for (s, r, t), h, template, a, f, la, lg, ev in zip(
+        _take(keys, order),
+        _take(hid, order),
+        _take(templates, order),
+        map(dict, _take(st.e_attrs, order)),
+        map(_FIRST_SEEN, *[_take(st.e_first, order)] * 2),
+        map(_LAST_SEEN, *[_take(st.e_last, order)] * 2),
+        map(operator.rshift, counts, repeat(LOGICAL_SHIFT)),
+        map(_EVIDENCE, counts),
+        strict=True,
+    ):
+        d = template.copy()
+        d["attrs"] = a
+        d["evidence_count"] = ev
+        d["first_seen"] = f
+        d["id"] = h
+        d["last_seen"] = la
+        d["logical_count"] = lg
+        d["relation"] = r
+        d["source"] = s
+        d["target"] = t
+        append(d)
+    if st.methods or st.score or st.support or st.derived:
+        position = dict(zip(order, range(size), strict=True))
+        for j, found in st.methods.items():
+            method = sorted(found) if len(found) > 1 else next(iter(found))
+            edges[position[j]]["method"] = method
+        for j, score in st.score.items():
+            edges[position[j]]["score"] = score
+        for j, supported in st.support.items():
+            edges[position[j]]["support"] = sorted(supported)
+        for j, derived in st.derived.items():
+            if derived:
+                edges[position[j]]["derived_support"] = sorted(derived)
+    summary.edges = size
+    summary.by_relation.update(rels)
+    for mask, n in masks.items():
+        for channel in table[mask][6]:
+            summary.edges_by_channel[channel] += n
+    summary.by_grade.update(map(operator.itemgetter(0), infos))
+    for flag, n in Counter(map(operator.itemgetter(1), infos)).items():
+        summary.by_causal[CAUSAL_NAMES[flag]] += n
+    return edges
+
+
+def snapshot(
+    st: Store,
+    *,
+    names: tuple[str, ...],
+    run: dict[str, Any],
+    coverage: Counter[str],
+    coverage_by_channel: Counter[str],
+    observations: int,
+) -> dict[str, Any]:
+    """The deterministic ``graph.json`` document of the rows in ``st``.
+
+    ``names`` are the interned backend names (bit ``4 + i`` of a source mask is ``names[i]``).
+    """
+    ids = list(st.node_index)
+    node_order = sorted(range(len(ids)), key=ids.__getitem__)
+    nodes, summary = _nodes(st, names, ids, _node_totals(st), node_order)
+    keys = cast("list[tuple[str, str, str]]", list(st.edge_index))
+    rels = list(map(operator.itemgetter(1), keys))
+    edge_order = _edge_order(st, node_order, rels)
+    edges = _edges(st, names, summary, keys, rels, edge_order)
+    return {
+        "edges": edges,
+        "format": FORMAT,
+        "nodes": nodes,
+        "run": dict(run),
+        "summary": summary.to_dict(coverage, coverage_by_channel, observations),
+        "version": VERSION,
+    }

@@ -1,0 +1,297 @@
+"""The normalizer's hot-path shortcuts (builders, per-origin and entity caches) change nothing."""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from otel_bridge.model import (
+    NO_EVIDENCE,
+    AnyValue,
+    Attribution,
+    Batch,
+    Channel,
+    Entity,
+    EntityKind,
+    Evidence,
+    Observation,
+    RelationKind,
+    Resource,
+    Scope,
+    Source,
+    Span,
+)
+from otel_bridge.otlp._build import slot_setters
+from otel_bridge.processors.normalize import NormalizeConfig, Normalizer
+from otel_bridge.processors.normalize._build import (
+    entity,
+    entity_observation,
+    relation_observation,
+    source,
+)
+from otel_bridge.processors.normalize.spans import _CACHE_SIZE
+
+RESOURCE = Resource(attributes={"service.name": "svc", "process.pid": 7, "host.id": "h"})
+SCOPE = Scope(name="agents")
+_text = st.text(max_size=8)
+_attrs = st.dictionaries(_text, st.one_of(_text, st.integers(), st.booleans()), max_size=3)
+
+
+def _span(attrs: dict[str, AnyValue], *, name: str = "s", parent: bytes = b"") -> Span:
+    return Span(
+        resource=RESOURCE,
+        scope=SCOPE,
+        trace_id=os.urandom(16),
+        span_id=os.urandom(8),
+        parent_span_id=parent,
+        name=name,
+        start_time_unix_nano=1,
+        end_time_unix_nano=2,
+        attributes=attrs,
+    )
+
+
+@given(channel=st.sampled_from(list(Channel)), backend=_text, record=_text)
+def test_source_builder_equals_constructor(channel: Channel, backend: str, record: str) -> None:
+    """source() builds an object equal to Source(...)."""
+    built = source(channel, backend, record)
+    assert type(built) is Source
+    assert built == Source(channel=channel, backend=backend, record_id=record)
+
+
+@given(kind=st.sampled_from(list(EntityKind)), id=_text, label=_text, attrs=_attrs)
+def test_entity_builder_equals_constructor(
+    kind: EntityKind, id: str, label: str, attrs: dict[str, AnyValue]
+) -> None:
+    """entity() builds an object equal to Entity(...)."""
+    assert entity(kind, id, label, attrs) == Entity(kind=kind, id=id, label=label, attrs=attrs)
+
+
+@given(
+    id=_text,
+    start=st.integers(min_value=0, max_value=2**63),
+    end=st.integers(min_value=0, max_value=2**63),
+    occurrence=_text,
+    attrs=_attrs,
+    relation=st.sampled_from(list(RelationKind)),
+)
+def test_observation_builders_equal_constructor(
+    *,
+    id: str,
+    start: int,
+    end: int,
+    occurrence: str,
+    attrs: dict[str, AnyValue],
+    relation: RelationKind,
+) -> None:
+    """entity_observation()/relation_observation() equal Observation(...) with every field."""
+    src = Source(channel=Channel.SEM, backend="otlp", record_id="r")
+    a = Entity(kind=EntityKind.AGENT, id="agent:x")
+    b = Entity(kind=EntityKind.MODEL, id="model:y")
+    ev = Evidence(attribution=Attribution.REPORTED)
+    assert entity_observation(
+        id=id,
+        time_unix_nano=start,
+        end_time_unix_nano=end,
+        source=src,
+        subject=a,
+        evidence=NO_EVIDENCE,
+        occurrence=occurrence,
+        attrs=attrs,
+    ) == Observation(
+        id=id,
+        time_unix_nano=start,
+        end_time_unix_nano=end,
+        source=src,
+        subject=a,
+        occurrence=occurrence,
+        attrs=attrs,
+    )
+    built = relation_observation(
+        id=id,
+        time_unix_nano=start,
+        end_time_unix_nano=end,
+        source=src,
+        subject=a,
+        relation=relation,
+        object=b,
+        evidence=ev,
+        occurrence=occurrence,
+        attrs=attrs,
+    )
+    expected = Observation(
+        id=id,
+        time_unix_nano=start,
+        end_time_unix_nano=end,
+        source=src,
+        subject=a,
+        relation=relation,
+        object=b,
+        evidence=ev,
+        occurrence=occurrence,
+        attrs=attrs,
+    )
+    assert built == expected
+    assert [getattr(built, f.name) for f in dataclasses.fields(Observation)] == [
+        getattr(expected, f.name) for f in dataclasses.fields(Observation)
+    ]
+
+
+def test_slot_setters_refuse_a_partial_field_list() -> None:
+    """A builder that would leave a field unset fails at import time, loudly."""
+    with pytest.raises(RuntimeError, match="update the builder"):
+        slot_setters(Source, ("channel", "backend"))
+
+
+_OPS = st.sampled_from(["invoke_agent", "execute_tool", "chat", "embeddings", "other"])
+_TOOL_ARGS = st.sampled_from(
+    ['{"command": "ls -la"}', '{"cmd": "echo TOKEN=abc"}', "not json", '{"x": 1}', None]
+)
+
+
+@st.composite
+def _trace(draw: st.DrawFn) -> list[Span]:
+    root = _span(
+        {"gen_ai.operation.name": "invoke_agent", "gen_ai.agent.name": draw(_text)},
+        name="invoke_agent a",
+    )
+    spans = [root]
+    for _ in range(draw(st.integers(min_value=0, max_value=4))):
+        attrs: dict[str, AnyValue] = {"gen_ai.operation.name": draw(_OPS)}
+        attrs["gen_ai.request.model"] = draw(st.sampled_from(["gpt-4o", "llama", 3]))
+        attrs["gen_ai.provider.name"] = draw(st.sampled_from(["OpenAI", "meta"]))
+        attrs["gen_ai.tool.name"] = draw(st.sampled_from(["shell", "search"]))
+        args = draw(_TOOL_ARGS)
+        if args is not None:
+            attrs["gen_ai.tool.call.arguments"] = args
+        child = _span(attrs, parent=root.span_id)
+        spans.append(dataclasses.replace(child, trace_id=root.trace_id))
+    return spans
+
+
+@settings(max_examples=60, deadline=None)
+@given(warm=st.lists(_trace(), max_size=4), probe=_trace())
+def test_caches_are_transparent(warm: list[list[Span]], probe: list[Span]) -> None:
+    """A normalizer with caches warmed by other traces gives the same output as a fresh one."""
+    warmed = Normalizer()
+    for trace in warm:
+        warmed(Batch(spans=tuple(trace)))
+    fresh_out = Normalizer()(Batch(spans=tuple(probe)))
+    warm_out = warmed(Batch(spans=tuple(probe)))
+    assert warm_out == fresh_out
+    assert repr(warm_out) == repr(fresh_out)  # same value types too (True is not 1)
+
+
+def test_repeated_models_share_one_entity() -> None:
+    """Model calls naming the same model share one (equal) entity object."""
+    spans = [
+        _span({"gen_ai.operation.name": "chat", "gen_ai.request.model": "m", "gen_ai.system": "X"})
+        for _ in range(3)
+    ]
+    out = Normalizer()(Batch(spans=tuple(spans)))
+    models = [o.subject for o in out.observations if o.subject.kind is EntityKind.MODEL]
+    assert len(models) == 3
+    assert all(m is models[0] for m in models)
+    assert models[0] == Entity(
+        kind=EntityKind.MODEL,
+        id="model:x:m",
+        label="m",
+        attrs={"gen_ai.provider.name": "x", "gen_ai.request.model": "m"},
+    )
+
+
+def test_model_cache_is_bounded() -> None:
+    """Past its size the model cache starts over; entities stay correct."""
+    norm = Normalizer()
+    names = [f"m{i}" for i in range(_CACHE_SIZE + 10)]
+    batch = Batch(
+        spans=tuple(
+            _span({"gen_ai.operation.name": "chat", "gen_ai.request.model": n}) for n in names
+        )
+    )
+    out = norm(batch)
+    assert [o.subject.id for o in out.observations] == [f"model:unknown:{n}" for n in names]
+    assert len(norm._spans._models) <= _CACHE_SIZE
+
+
+def test_agent_attribute_types_are_kept_apart() -> None:
+    """Agents whose attributes differ only in type (True vs 1) keep their own values."""
+    norm = Normalizer()
+    out = norm(
+        Batch(
+            spans=tuple(
+                _span(
+                    {
+                        "gen_ai.operation.name": "invoke_agent",
+                        "gen_ai.agent.name": "a",
+                        "graph.node.id": value,
+                    },
+                    name="invoke_agent a",
+                )
+                for value in (True, 1, "1")
+            )
+        )
+    )
+    values = [o.subject.attrs["graph.node.id"] for o in out.observations if o.relation is None]
+    assert [type(v) for v in values] == [bool, int, str]
+
+
+def test_mapping_tool_arguments_bypass_the_command_cache() -> None:
+    """Structured (mapping) arguments are not cached but still yield the command."""
+    norm = Normalizer()
+    spans = [
+        _span(
+            {
+                "gen_ai.operation.name": "execute_tool",
+                "gen_ai.tool.name": "shell",
+                "gen_ai.tool.call.arguments": {"command": cmd},
+            }
+        )
+        for cmd in ("ls", "pwd", "ls")
+    ]
+    out = norm(Batch(spans=tuple(spans)))
+    commands = [
+        o.object.label for o in out.observations if o.object and o.relation == "declared_command"
+    ]
+    assert commands == ["ls", "pwd", "ls"]
+    assert len(norm._spans._commands) == 0
+
+
+def test_long_tool_arguments_are_not_cached() -> None:
+    """Arguments longer than the cache limit are extracted each time, never stored."""
+    norm = Normalizer()
+    long = '{"command": "echo ' + "x" * 10_000 + '"}'
+    span = _span(
+        {
+            "gen_ai.operation.name": "execute_tool",
+            "gen_ai.tool.name": "shell",
+            "gen_ai.tool.call.arguments": long,
+        }
+    )
+    out = norm(Batch(spans=(span,)))
+    assert any(o.relation == "declared_command" for o in out.observations)
+    assert len(norm._spans._commands) == 0
+
+
+def test_origin_cache_follows_the_resource_object() -> None:
+    """Spans alternating between resources get each resource's own channel and identity."""
+    gw = Resource(attributes={"service.name": "litellm-proxy", "process.pid": 9})
+    spans = []
+    for i in range(4):
+        base = _span({"gen_ai.operation.name": "other"})
+        resource = gw if i % 2 else RESOURCE
+        spans.append(dataclasses.replace(base, resource=resource))
+    out = Normalizer(NormalizeConfig())(Batch(spans=tuple(spans)))
+    channels = [o.source.channel for o in out.observations]
+    assert channels == [Channel.SEM, Channel.GW, Channel.SEM, Channel.GW]
+    assert [o.attrs["process.pid"] for o in out.observations] == [7, 9, 7, 9]
+    assert [o.subject.attrs["service.name"] for o in out.observations] == [
+        "svc",
+        "litellm-proxy",
+        "svc",
+        "litellm-proxy",
+    ]

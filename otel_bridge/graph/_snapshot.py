@@ -225,6 +225,7 @@ def _edges(
     st: Store,
     names: tuple[str, ...],
     summary: Summary,
+    *,
     keys: list[tuple[str, str, str]],
     rels: list[str],
     order: list[int],
@@ -310,7 +311,7 @@ def snapshot(
     keys = cast("list[tuple[str, str, str]]", list(st.edge_index))
     rels = list(map(operator.itemgetter(1), keys))
     edge_order = _edge_order(st, node_order, rels)
-    edges = _edges(st, names, summary, keys, rels, edge_order)
+    edges = _edges(st, names, summary, keys=keys, rels=rels, order=edge_order)
     return {
         "edges": edges,
         "format": FORMAT,

@@ -34,8 +34,10 @@ updates only its edge (first/last seen, one OR of packed evidence and source bit
 node totals are the node's own observations plus its incident edges, added up when a snapshot
 is taken (:mod:`._snapshot`), with a per-node correction for occurrences that reach a node
 through several edges. Stable edge ids (a hash) are computed on the first snapshot that needs
-them. A repeated event costs a few list updates and dictionary look-ups, and the accumulator
-allocates no per-element object the garbage collector has to track.
+them. A repeated event costs a few list updates and dictionary look-ups, and the rows keep no
+per-element object the cyclic garbage collector has to track (attribute copies hold strings
+and numbers, index keys are tuples of strings), so the collector's work does not grow with the
+graph.
 """
 
 from __future__ import annotations
@@ -114,7 +116,12 @@ class GraphAccumulator:
             self._coverage_by_channel[record.source.channel.value] += 1
 
     def apply_many(self, observations: tuple[Observation, ...] | list[Observation]) -> None:
-        """Apply observations in order. The hot path: a repeated event allocates nothing."""
+        """Apply observations in order.
+
+        The hot path: an event on a known edge costs an edge look-up, three key-set checks for
+        new attributes, a few list updates and the occurrence look-up, and leaves no new object
+        behind but its occurrence entry.
+        """
         st = self._store
         node_index, n_keys, n_label = st.node_index, st.n_keys, st.n_label
         edge_index, e_dst, e_keys = st.edge_index, st.e_dst, st.e_keys
@@ -123,7 +130,7 @@ class GraphAccumulator:
         occ, old, half = self._occ, self._occ_old, self._half
         room = half - len(occ)
         channel_bit, backend_bit = CHANNEL_BIT, self._backend_bit
-        ev_cache, retain = self._ev_cache, self.retain_support
+        ev_cache, retain, both = self._ev_cache, self.retain_support, BOTH
         # One-entry memos: consecutive observations usually share the source's channel and
         # backend, the evidence object and the subject node.
         last_channel: object = None
@@ -150,14 +157,6 @@ class GraphAccumulator:
                     backend_bit.get(src.backend) or self._intern_backend(src.backend)
                 )
                 mbits = ev_bits | nbits << EV_WIDTH
-            ev = o.evidence
-            if ev is not last_ev:
-                hit = ev_cache.get(id(ev))
-                if hit is None or hit[0] is not ev:
-                    hit = self._cache_evidence(ev)
-                last_ev, ev_bits, extras = ev, hit[1], hit[2]
-                slow = extras or retain
-                mbits = ev_bits | nbits << EV_WIDTH
             s = o.subject
             sid = s.id
             if sid != last_sid:
@@ -166,7 +165,7 @@ class GraphAccumulator:
                 si = add_node(sid, s.kind, s.label, s.attrs) if found is None else found
                 s_seen, s_keys, s_labeled = None, n_keys[si], bool(n_label[si])
             attrs = s.attrs
-            if attrs is not s_seen:
+            if attrs is not s_seen or not s_labeled:
                 s_seen = attrs
                 # merge when the entity brings a new key, or a label the node lacks
                 if not s_keys.issuperset(attrs) or (not s_labeled and s.label):
@@ -178,6 +177,15 @@ class GraphAccumulator:
                 room = self._entity(si, t, te, nbits, occurrence=occurrence, room=room)
                 occ, old = self._occ, self._occ_old
                 continue
+            # evidence matters for edges only (entity observations often carry a fresh one)
+            ev = o.evidence
+            if ev is not last_ev:
+                hit = ev_cache.get(id(ev))
+                if hit is None or hit[0] is not ev:
+                    hit = self._cache_evidence(ev)
+                last_ev, ev_bits, extras = ev, hit[1], hit[2]
+                slow = extras or retain
+                mbits = ev_bits | nbits << EV_WIDTH
             oid = ob.id
             ei = edge_index.get((sid, o.relation, oid))
             if ei is None:
@@ -209,7 +217,7 @@ class GraphAccumulator:
                 if retain:
                     self._support(ei, o.id)
             if not occurrence:
-                e_count[ei] += BOTH
+                e_count[ei] += both
                 continue
             seen = occ.get(occurrence)
             if seen is None and old:
@@ -219,7 +227,7 @@ class GraphAccumulator:
                     room -= 1
             if seen is None:
                 occ[occurrence] = ei
-                e_count[ei] += BOTH
+                e_count[ei] += both
                 room -= 1
                 if room <= 0:
                     old, occ, room = occ, self._rotate(), half
@@ -317,7 +325,7 @@ class GraphAccumulator:
     def _cache_evidence(self, ev: Evidence) -> tuple[Evidence, int, bool]:
         extras = ev.method is not None or ev.score is not None or bool(ev.support)
         hit = (ev, evidence_bits(ev), extras)
-        if len(self._ev_cache) > 4096:
+        if len(self._ev_cache) >= 1024:  # bounded: producers share a few evidence objects
             self._ev_cache.clear()
         self._ev_cache[id(ev)] = hit
         return hit

@@ -97,14 +97,11 @@ def exact_evidence(method: str, support: tuple[str, ...]) -> Evidence:
     )
 
 
-@dataclass(slots=True)
-class _Life:
-    identity: str
-    pid: int
-    host: str
-    start: int
-    obs_id: str
-    exit: int = 0
+_Life = tuple[str, str, int, str, int]
+"""One process seen with a pid: ``(identity, host, start, start observation id, exit time)``.
+
+A plain tuple of strings and ints, replaced rather than mutated: there is one per process, and
+the garbage collector stops tracking such tuples, so they cost no collection time."""
 
 
 @dataclass(slots=True)
@@ -150,21 +147,35 @@ class ExactLinker:
         more = self._more_lives.get(pid)
         return [first, *more] if more else [first]
 
+    def _replace_life(self, pid: int, old: _Life, new: _Life) -> None:
+        if self._lives[pid] is old:
+            self._lives[pid] = new
+        else:
+            more = self._more_lives[pid]
+            more[more.index(old)] = new
+
+    def _lower_start(self, pid: int, identity: str, time: int, obs_id: str) -> bool:
+        """Lower the start of the life of ``identity`` if ``(time, obs_id)`` is earlier.
+
+        False when ``pid`` has no life of that identity.
+        """
+        for life in self._lives_of(pid):
+            ident, host, start, start_id, exit_time = life
+            if ident == identity:
+                if (time, obs_id) < (start, start_id):
+                    self._replace_life(pid, life, (ident, host, time, obs_id, exit_time))
+                return True
+        return False
+
     # ------------------------------------------------------------------ input
 
     def add_event(self, ev: ProcEvent) -> None:
         """A process start/exec event: a life for pid resolution, a traceparent to link."""
-        first = self._lives.get(ev.pid)
-        if first is None:
-            self._lives[ev.pid] = _Life(ev.identity, ev.pid, ev.host_id, ev.time, ev.obs_id)
-        else:
-            for life in self._lives_of(ev.pid):
-                if life.identity == ev.identity:
-                    life.start, life.obs_id = min((life.start, life.obs_id), (ev.time, ev.obs_id))
-                    break
-            else:
-                life = _Life(ev.identity, ev.pid, ev.host_id, ev.time, ev.obs_id)
-                self._more_lives.setdefault(ev.pid, []).append(life)
+        life = (ev.identity, ev.host_id, ev.time, ev.obs_id, 0)
+        if ev.pid not in self._lives:
+            self._lives[ev.pid] = life
+        elif not self._lower_start(ev.pid, ev.identity, ev.time, ev.obs_id):
+            self._more_lives.setdefault(ev.pid, []).append(life)
         tp = parse_traceparent(ev.traceparent) if ev.traceparent else None
         if tp is not None:
             self._tp_seen.setdefault(ev.identity, tp)
@@ -177,9 +188,7 @@ class ExactLinker:
         tp = self._tp.get(identity)
         if tp is not None and (time, obs_id) < (tp[0].time, tp[0].obs_id):
             self._tp[identity] = (tp[0]._replace(obs_id=obs_id, time=time), tp[1])
-        for life in self._lives_of(_pid_of(identity)):
-            if life.identity == identity and (time, obs_id) < (life.start, life.obs_id):
-                life.start, life.obs_id = time, obs_id
+        self._lower_start(_pid_of(identity), identity, time, obs_id)
 
     def add_exit(self, obs: Observation) -> None:
         """A ``process.exit`` observation closes a life."""
@@ -191,8 +200,9 @@ class ExactLinker:
         if not isinstance(pid, int):
             return
         for life in self._lives_of(pid):
-            if life.identity == identity:
-                life.exit = obs.time_unix_nano
+            if life[0] == identity:
+                ident, host, start, start_id, _ = life
+                self._replace_life(pid, life, (ident, host, start, start_id, obs.time_unix_nano))
 
     def add_semantic(self, obs: Observation) -> None:
         """A span-derived observation: span entities, resource pids, request ids."""
@@ -312,24 +322,21 @@ class ExactLinker:
             if first.time > watermark and not final:
                 continue
             _, host, pid, _created = key
-            lives = [life for life in self._lives_of(pid) if not host or life.host == host]
+            lives = [life for life in self._lives_of(pid) if not host or life[1] == host]
             if ms is not None:
-                want = {process_id(life.host, pid, ms) for life in lives}
-                alive = [life for life in lives if life.identity in want]
+                want = {process_id(life[1], pid, ms) for life in lives}
+                alive = [life for life in lives if life[0] in want]
             else:
-                alive = [
-                    life
-                    for life in lives
-                    if life.start <= first.time and (not life.exit or life.exit >= first.time)
-                ]
+                t = first.time
+                alive = [x for x in lives if x[2] <= t and (not x[4] or x[4] >= t)]
             if len(alive) != 1:
                 if final or len(alive) > 1:
                     self._count("unresolved_pid" if not alive else "ambiguous_pid")
                     del self._pid_claims[key]
                 continue
-            life = alive[0]
+            identity, life_host, _, life_obs_id, _ = alive[0]
             del self._pid_claims[key]
-            rid = f"correlate:exact:resource_pid:{agent.id}:{life.identity}"
+            rid = f"correlate:exact:resource_pid:{agent.id}:{identity}"
             if rid in self._emitted:
                 continue
             self._emitted.add(rid)
@@ -341,9 +348,9 @@ class ExactLinker:
                     channel=first.channel,
                     subject=agent,
                     relation=RelationKind.CORRELATED_WITH_PROCESS,
-                    obj=process_entity(life.identity, pid, life.host),
+                    obj=process_entity(identity, pid, life_host),
                     evidence=exact_evidence(
-                        "resource_pid", tuple(sorted((first.obs_id, life.obs_id)))
+                        "resource_pid", tuple(sorted((first.obs_id, life_obs_id)))
                     ),
                     attrs={"host_matched": bool(host)},
                 )
@@ -395,10 +402,10 @@ class ExactLinker:
             k: g for k, g in self._requests.items() if any(f.time >= horizon for f in g.values())
         }
         self._span_entity = {k: v for k, v in self._span_entity.items() if v[2].time >= horizon}
-        live = {life.identity for pid in self._lives for life in self._lives_of(pid)}
+        live = {life[0] for pid in self._lives for life in self._lives_of(pid)}
         self._tp_seen = {k: v for k, v in self._tp_seen.items() if k in self._tp or k in live}
         for pid in list(self._lives):
-            kept = [x for x in self._lives_of(pid) if not x.exit or x.exit >= horizon]
+            kept = [x for x in self._lives_of(pid) if not x[4] or x[4] >= horizon]
             self._more_lives.pop(pid, None)
             if kept:
                 self._lives[pid] = kept[0]

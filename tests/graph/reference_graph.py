@@ -1,0 +1,230 @@
+"""A deliberately naive graph accumulator: the documented rules of
+:mod:`otel_bridge.graph.accumulator`, written as plainly as possible (dicts and sets per
+element, every total counted directly), so property tests can check the optimized accumulator
+against it byte for byte.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections import Counter
+from dataclasses import dataclass, field
+from typing import Any
+
+from otel_bridge.grading import Flag, grade_edge
+from otel_bridge.graph.document import FORMAT, VERSION
+from otel_bridge.graph.summary import summarize
+from otel_bridge.jsonl import value_to_json
+from otel_bridge.model import Attribution, CoverageRecord, Entity, Observation
+
+Element = tuple[str, object]
+"""("node", id) or ("edge", (source, relation, target))."""
+
+
+@dataclass
+class _Element:
+    kind: str = ""
+    label: str = ""
+    attrs: dict[str, Any] = field(default_factory=dict)
+    first: int | None = None
+    last: int | None = None
+    channels: set[str] = field(default_factory=set)
+    backends: set[str] = field(default_factory=set)
+    logical: int = 0
+    evidence: int = 0
+    # edges only
+    flags: dict[str, set[bool]] = field(default_factory=dict)
+    attributions: set[Attribution] = field(default_factory=set)
+    methods: set[str] = field(default_factory=set)
+    score: float | None = None
+    derived: set[str] = field(default_factory=set)
+    support: list[str] | None = None
+    viewer_only: list[bool] = field(default_factory=list)
+
+
+def _merge_attrs(into: dict[str, Any], new: Any) -> None:
+    for key, value in new.items():
+        if key not in into:
+            into[key] = value_to_json(value)
+
+
+def _flag(seen: set[bool]) -> Flag:
+    if not seen:
+        return None
+    if len(seen) == 2:
+        return "mixed"
+    return next(iter(seen))
+
+
+class ReferenceGraph:
+    """The accumulator's rules, naively (same constructor and ``to_dict``)."""
+
+    def __init__(
+        self,
+        *,
+        retain_support: bool = False,
+        support_limit: int = 1000,
+        occurrence_window: int = 200_000,
+        run: dict[str, Any] | None = None,
+    ) -> None:
+        self.retain_support = retain_support
+        self.support_limit = support_limit
+        self.half = max(1, occurrence_window // 2)
+        self.run = dict(run or {})
+        self.nodes: dict[str, _Element] = {}
+        self.edges: dict[tuple[str, str, str], _Element] = {}
+        self.current: dict[str, set[Element]] = {}
+        self.previous: dict[str, set[Element]] = {}
+        self.coverage: Counter[str] = Counter()
+        self.coverage_by_channel: Counter[str] = Counter()
+        self.observations = 0
+
+    def apply_many(self, observations: list[Observation]) -> None:
+        """Apply observations in order."""
+        for o in observations:
+            self.apply(o)
+
+    def apply_coverage(self, records: list[CoverageRecord]) -> None:
+        """Count coverage records."""
+        for record in records:
+            self.coverage[record.reason] += 1
+            self.coverage_by_channel[record.source.channel.value] += 1
+
+    def _node(self, entity: Entity) -> _Element:
+        node = self.nodes.get(entity.id)
+        if node is None:
+            node = self.nodes[entity.id] = _Element(kind=entity.kind.value, label=entity.label)
+        elif not node.label:
+            node.label = entity.label  # the first non-empty label
+        _merge_attrs(node.attrs, entity.attrs)
+        return node
+
+    def apply(self, o: Observation) -> None:
+        """Apply one observation."""
+        self.observations += 1
+        t, te = o.time_unix_nano, o.end_time_unix_nano or o.time_unix_nano
+        touched: dict[Element, _Element] = {("node", o.subject.id): self._node(o.subject)}
+        if o.object is not None and o.relation is not None:
+            touched[("node", o.object.id)] = self._node(o.object)
+            key = (o.subject.id, o.relation.value, o.object.id)
+            edge = self.edges.get(key)
+            if edge is None:
+                edge = self.edges[key] = _Element()
+            _merge_attrs(edge.attrs, o.attrs)
+            ev = o.evidence
+            for name in ("causal", "inferred", "identity_exact"):
+                value = getattr(ev, name)
+                edge.flags.setdefault(name, set())
+                if value is not None:
+                    edge.flags[name].add(value)
+            if ev.attribution is not None:
+                edge.attributions.add(ev.attribution)
+            if ev.method is not None:
+                edge.methods.add(ev.method)
+            if ev.score is not None and (edge.score is None or ev.score > edge.score):
+                edge.score = ev.score
+            edge.derived.update(ev.support)
+            edge.viewer_only.append(ev.viewer_only)
+            if self.retain_support:
+                # the first id is always kept (so a limit of 0 still lists one), then up to
+                # support_limit
+                if edge.support is None:
+                    edge.support = [o.id]
+                elif len(edge.support) < self.support_limit:
+                    edge.support.append(o.id)
+            touched[("edge", key)] = edge
+        for element in touched.values():
+            if t > 0 and (element.first is None or t < element.first):
+                element.first = t
+            if te > (element.last or 0):
+                element.last = te
+            element.channels.add(o.source.channel.value)
+            element.backends.add(o.source.backend)
+            element.evidence += 1
+        self._count(o, touched)
+
+    def _count(self, o: Observation, touched: dict[Element, _Element]) -> None:
+        """Logical counts with the two-generation occurrence window."""
+        if not o.occurrence:
+            for element in touched.values():
+                element.logical += 1
+            return
+        seen = self.current.get(o.occurrence)
+        if seen is None and o.occurrence in self.previous:
+            seen = self.current[o.occurrence] = set(self.previous[o.occurrence])
+        if seen is None:
+            self.current[o.occurrence] = set(touched)
+            for element in touched.values():
+                element.logical += 1
+            grew = True
+        else:
+            new = [key for key in touched if key not in seen]
+            for key in new:
+                touched[key].logical += 1
+            seen.update(new)
+            # The window is checked after a new occurrence, and also after an entity
+            # observation adds its node to a known one (the accumulator's exact rotation points).
+            grew = bool(new) and o.object is None
+        if grew and len(self.current) >= self.half:
+            self.previous, self.current = self.current, {}
+
+    def to_dict(self) -> dict[str, Any]:
+        """The ``graph.json`` document."""
+        nodes = [
+            {
+                "id": node_id,
+                "kind": n.kind,
+                "label": n.label,
+                "channels": sorted(n.channels),
+                "backends": sorted(n.backends),
+                "attrs": dict(n.attrs),
+                "first_seen": n.first,
+                "last_seen": n.last or None,
+                "logical_count": n.logical,
+                "evidence_count": n.evidence,
+            }
+            for node_id, n in sorted(self.nodes.items())
+        ]
+        edges = []
+        for (source, relation, target), e in sorted(self.edges.items()):
+            causal, inferred = _flag(e.flags["causal"]), _flag(e.flags["inferred"])
+            digest = hashlib.blake2b(f"{source}\0{relation}\0{target}".encode(), digest_size=8)
+            methods = sorted(e.methods)
+            edges.append(
+                {
+                    "id": f"e-{digest.hexdigest()}",
+                    "source": source,
+                    "target": target,
+                    "relation": relation,
+                    "channels": sorted(e.channels),
+                    "backends": sorted(e.backends),
+                    "causal": causal,
+                    "inferred": inferred,
+                    "identity_exact": _flag(e.flags["identity_exact"]),
+                    "attribution": sorted(a.value for a in e.attributions),
+                    "method": None if not methods else methods[0] if len(methods) == 1 else methods,
+                    "score": e.score,
+                    # grade_edge only asks whether some method was recorded
+                    "grade": grade_edge(
+                        frozenset(e.attributions), causal, inferred, "method" if methods else None
+                    ).value,
+                    "support": None if e.support is None else sorted(e.support),
+                    "derived_support": sorted(e.derived),
+                    "viewer_only": all(e.viewer_only),
+                    "attrs": dict(e.attrs),
+                    "first_seen": e.first,
+                    "last_seen": e.last or None,
+                    "logical_count": e.logical,
+                    "evidence_count": e.evidence,
+                }
+            )
+        return {
+            "format": FORMAT,
+            "version": VERSION,
+            "run": dict(self.run),
+            "nodes": nodes,
+            "edges": edges,
+            "summary": summarize(
+                nodes, edges, self.coverage, self.coverage_by_channel, self.observations
+            ),
+        }

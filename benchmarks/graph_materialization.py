@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import argparse
 import gc
+import os
 import platform
 import statistics
 import sys
@@ -75,27 +76,33 @@ def synthetic_events(n: int, cap: int = RESOURCE_CAP) -> list[Observation]:
     return out
 
 
+def _repetition(
+    events: list[Observation],
+) -> tuple[float, float, float, float, float, int, int, int]:
+    """One timed repetition: wall apply, snapshot, JSON; CPU apply, snapshot + JSON; sizes.
+
+    Everything it builds is freed when it returns, so no repetition pays for freeing the
+    previous one's snapshot.
+    """
+    gc.collect()
+    acc = GraphAccumulator(retain_support=False)
+    c0, t0 = time.process_time(), time.perf_counter()
+    acc.apply_many(events)
+    c1, t1 = time.process_time(), time.perf_counter()
+    doc = acc.to_dict()
+    t2 = time.perf_counter()
+    data = encode(doc)
+    c3, t3 = time.process_time(), time.perf_counter()
+    sizes = (acc.node_count, acc.edge_count, len(data))
+    return (t1 - t0, t2 - t1, t3 - t2, c1 - c0, c3 - c1, *sizes)
+
+
 def measure(n: int, reps: int) -> dict[str, float]:
     """Median apply/snapshot/JSON times (seconds) and sizes over ``reps`` repetitions."""
     events = synthetic_events(n)
-    apply_s, snap_s, json_s, apply_cpu, total_cpu = [], [], [], [], []
-    nodes = edges = size = 0
-    for _ in range(reps):
-        gc.collect()
-        acc = GraphAccumulator(retain_support=False)
-        c0, t0 = time.process_time(), time.perf_counter()
-        acc.apply_many(events)
-        c1, t1 = time.process_time(), time.perf_counter()
-        doc = acc.to_dict()
-        t2 = time.perf_counter()
-        data = encode(doc)
-        c3, t3 = time.process_time(), time.perf_counter()
-        apply_cpu.append(c1 - c0)
-        total_cpu.append(c3 - c1)
-        apply_s.append(t1 - t0)
-        snap_s.append(t2 - t1)
-        json_s.append(t3 - t2)
-        nodes, edges, size = acc.node_count, acc.edge_count, len(data)
+    runs = [_repetition(events) for _ in range(reps)]
+    apply_s, snap_s, json_s, apply_cpu, total_cpu = ([r[i] for r in runs] for i in range(5))
+    nodes, edges, size = runs[-1][5:]
     return {
         "events": n,
         "resources": min(n, RESOURCE_CAP),
@@ -119,7 +126,10 @@ def main(argv: list[str] | None = None) -> int:
     scales = [int(s) for s in args.scales.split(",") if s]
     print(f"graph materialization, medians of {args.reps} repetitions, retain_support off")
     print("wall-clock times; the CPU columns are process CPU time of the same repetitions")
-    print(f"python {platform.python_version()} on {platform.machine()} {platform.system()}")
+    print(
+        f"python {platform.python_version()} on {platform.machine()} {platform.system()}, "
+        f"{os.cpu_count()} CPUs, load average {os.getloadavg()[0]:.2f} at start"
+    )
     header = (
         "Events",
         "Resources",
@@ -167,6 +177,7 @@ def main(argv: list[str] | None = None) -> int:
             f"  process CPU time: apply {cpu_rate:,.0f} events/s; snapshot + JSON "
             f"{last['serialize_cpu'] * 1e3:.1f} ms (wall and CPU differ when the machine is busy)"
         )
+        print(f"load average {os.getloadavg()[0]:.2f} at the end")
     return 0
 
 

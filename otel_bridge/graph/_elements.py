@@ -153,9 +153,12 @@ class Store:
         self.node_index[node_id] = i
         self.n_kind.append(KIND_VALUE[kind])
         self.n_label.append(label)
-        copy = json_attrs(attrs)
+        copy = dict(attrs)  # json_attrs(attrs) and intern_keys(copy), inline
+        if not PLAIN.issuperset(map(type, copy.values())):
+            copy = json_attrs(attrs)
         self.n_attrs.append(copy)
-        self.n_keys.append(self.intern_keys(copy))
+        keys = frozenset(copy)
+        self.n_keys.append(self.key_sets.setdefault(keys, keys))
         return i
 
     def merge_node(self, i: int, label: str, attrs: Attributes) -> None:
@@ -178,9 +181,12 @@ class Store:
         self.edge_index[key] = j
         self.e_src.append(si)
         self.e_dst.append(oi)
-        copy = json_attrs(attrs)
+        copy = dict(attrs)  # json_attrs(attrs) and intern_keys(copy), inline
+        if not PLAIN.issuperset(map(type, copy.values())):
+            copy = json_attrs(attrs)
         self.e_attrs.append(copy)
-        self.e_keys.append(self.intern_keys(copy))
+        keys = frozenset(copy)
+        self.e_keys.append(self.key_sets.setdefault(keys, keys))
         self.e_first.append(NEVER)
         self.e_last.append(0)
         self.e_mask.append(0)

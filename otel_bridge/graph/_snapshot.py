@@ -1,12 +1,14 @@
 """The ``graph.json`` snapshot of an accumulator's rows (DESIGN.md section 6). Private to
 :mod:`otel_bridge.graph`.
 
-The snapshot is built column-wise: each per-element value is computed once per distinct input
-(source masks, evidence bit patterns) or mapped over a column at C speed, the columns are put
-in output order with one ``itemgetter`` call each, and one comprehension zips them into the
-element dicts. Keys are inserted in sorted order, which the sorted-key JSON encoder then finds
-already in place. The dicts hold only strings, numbers, ``None`` and shared, immutable tuples,
-so the garbage collector does not track them.
+The snapshot is built column-wise: a value that depends only on a source mask or an evidence
+bit pattern is computed once per distinct pattern, per-element values are mapped over their
+column at C speed, and each column is put in output order with one ``itemgetter`` call. Every
+element dict is a copy of a small template (all keys, in sorted order, with the values its mask
+determines) with the varying values set, which is several times cheaper than a wide dict
+literal; the sorted keys are what the sorted-key JSON encoder expects. Node totals add the
+incident edges' aggregates (see :mod:`.accumulator`); edge ids are hashed once per edge, on the
+first snapshot that includes it, and kept.
 """
 
 from __future__ import annotations

@@ -5,7 +5,9 @@
 its relation, carrying every edge field.
 
 **GraphML** has scalar attributes only: lists and objects are written as their JSON text, and
-null values are left out (GraphML has no null).
+null values are left out (GraphML has no null). The tri-state edge flags (``causal``,
+``inferred``, ``identity_exact``) are the strings ``true``, ``false`` or ``mixed``, because
+GraphML gives each key a single type.
 
 **PROV-JSON** (https://www.w3.org/submissions/prov-json/) maps the evidence graph onto the PROV
 core:
@@ -89,6 +91,17 @@ def _scalar(value: Any) -> Any:
     return json.dumps(value, sort_keys=True)
 
 
+_TRI_STATE = ("causal", "inferred", "identity_exact")
+"""Edge flags that are true, false or ``"mixed"``: GraphML gives a key one type, so they are
+written as the strings ``true``/``false``/``mixed`` (an unstated flag is left out)."""
+
+
+def _graphml_value(key: str, value: Any) -> Any:
+    if key in _TRI_STATE:
+        return json.dumps(value) if isinstance(value, bool) else str(value)
+    return _scalar(value)
+
+
 def write_graphml(graph: Graph, path: str | os.PathLike[str]) -> None:
     """Write ``graph`` as GraphML (see the module docstring for the value mapping)."""
     g = nx.MultiDiGraph()
@@ -97,7 +110,7 @@ def write_graphml(graph: Graph, path: str | os.PathLike[str]) -> None:
     for e in graph.edges:
         fields = e.to_dict()
         attrs = {
-            k: _scalar(v)
+            k: _graphml_value(k, v)
             for k, v in fields.items()
             if v is not None and k not in ("source", "target")
         }

@@ -151,6 +151,9 @@ class Correlator:
         max_time, min_time = self._max_time, self._min_time
         offer = self.engine.index.offer
         record_identity = self._record_identity
+        # The record indexed last, and an id at or above its smallest one: a record's
+        # observations arrive together, and those after the first can then be passed over.
+        last_rec, last_id = "", ""
         try:
             for obs in observations:
                 src = obs.source
@@ -168,25 +171,31 @@ class Correlator:
                 if name in START_EVENTS:
                     # A record is indexed once; its other observations can only lower the id
                     # that stands for it.
-                    rec = src.record_id
-                    known = offer(rec, obs.id)
+                    rec, oid = src.record_id, obs.id
+                    if rec == last_rec and oid >= last_id:
+                        continue  # offer() would say "not lower": nothing to do
+                    known = offer(rec, oid)
                     if known is None:
-                        self._add_process(obs, rec)
+                        if not self._add_process(obs, rec):
+                            continue
                     elif known:
                         ident = record_identity.get(rec)
                         if ident is not None:
-                            self.exact.offer(ident, t, obs.id)
+                            self.exact.offer(ident, t, oid)
+                    last_rec, last_id = rec, oid
                 elif name == "process.exit":
                     self.exact.add_exit(obs)
         finally:
             self._max_time, self._min_time = max_time, min_time
 
-    def _add_process(self, obs: Observation, rec: str) -> None:
+    def _add_process(self, obs: Observation, rec: str) -> bool:
         ev = proc_event(obs)
-        if ev is not None:
-            self._record_identity[rec] = ev.identity
-            self.engine.add_event(ev)
-            self.exact.add_event(ev)
+        if ev is None:
+            return False
+        self._record_identity[rec] = ev.identity
+        self.engine.add_event(ev)
+        self.exact.add_event(ev)
+        return True
 
     def _add_semantic(self, obs: Observation) -> None:
         for ent in (obs.subject, obs.object):

@@ -286,6 +286,8 @@ class CandidateIndex:
         """Process identity -> its first indexed event (most processes have only that one)."""
         self._more: dict[str, list[ProcEvent]] = {}
         """Process identity -> its further events (an exec after the start, ...)."""
+        self.visits = 0
+        """Lists probed and events visited by :meth:`query` (a machine-independent cost)."""
 
     def __len__(self) -> int:
         return len(self._first) + sum(len(v) for v in self._more.values())
@@ -342,9 +344,12 @@ class CandidateIndex:
         if 0 < len(tail) <= MAX_TAIL:
             lists.append(self._by_tail.sorted_list(tail_key(tail)))
         for events in lists:
+            self.visits += 1
             if events is None:
                 continue
-            for ev in _between(events, start, end):
+            found = _between(events, start, end)
+            self.visits += len(found)
+            for ev in found:
                 out[(ev.identity, ev.record_id)] = ev
         return sorted(out.values(), key=_time_and_id)
 
@@ -396,6 +401,8 @@ def tail_keys(argv: tuple[str, ...]) -> list[str]:
     ``tail_key(argv[-k:])`` for ``k`` from 1 to ``min(len(argv) - 1, MAX_TAIL)``, built
     incrementally (each key extends the previous one by one word) instead of slice by slice.
     """
+    if len(argv) <= 2:  # most argument vectors: at most one tail
+        return [f"1\x00{argv[1]}"] if len(argv) == 2 else []
     out: list[str] = []
     joined = ""
     for k in range(1, min(len(argv) - 1, MAX_TAIL) + 1):

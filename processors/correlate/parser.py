@@ -220,14 +220,20 @@ class _Scan:
 
 
 _PLAIN = re.compile(r"[^'\"\\`$*?\[~#;&|<>()\n]*")
-"""A line made only of these characters has nothing :func:`_scan` acts on: no quote, escape,
+"""Matches a line with none of the characters :func:`_scan` acts on: no quote, escape,
 substitution, expansion, comment or operator. Its words are its whitespace-separated parts."""
 
 
 def _scan(line: str) -> Unsupported | _Scan:
     """Reject substitutions anywhere and control operators outside quotes; find expansions."""
     if _PLAIN.fullmatch(line):
+        # What the character walk below returns for such a line, without the walk.
         return _Scan(len(line), (False,) * len(line.split()))
+    return _scan_chars(line)
+
+
+def _scan_chars(line: str) -> Unsupported | _Scan:
+    """:func:`_scan` by walking the line character by character (any line)."""
     if "`" in line:
         return Unsupported("command_substitution", "backtick")
     if "$(" in line:

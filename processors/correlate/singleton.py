@@ -38,6 +38,7 @@ counted skip. Stricter than the paper (each switchable in :class:`Policy` for th
 from __future__ import annotations
 
 import bisect
+import heapq
 from collections import Counter
 from dataclasses import dataclass, field, replace
 from typing import Literal
@@ -263,11 +264,24 @@ class SingletonEngine:
     _horizon: int = 0
     _scope_version: dict[str, int] = field(default_factory=dict)
     _end_cache: dict[str, tuple[int, int]] = field(default_factory=dict)
+    _closing: list[tuple[int, str]] = field(default_factory=list)
+    """Heap of (window end, declaration id): every pending declaration has an entry keyed by its
+    current window end; entries left by an end that shrank, or by a decided declaration, are
+    skipped when popped. :meth:`decide` so touches only declarations whose window closed."""
+    _pending_at: dict[tuple[str, int], list[str]] = field(default_factory=dict)
+    """Pending declaration ids by (scope, start): the ones whose window a later start can cut."""
+    _work: int = 0
 
     @property
     def pending(self) -> int:
         """Declarations waiting for their window to close."""
         return len(self._pending)
+
+    @property
+    def work(self) -> int:
+        """Items visited while deciding so far (heap entries, index lists and events, competing
+        declarations): a machine-independent measure of the decision cost, for tests."""
+        return self._work + self.index.visits
 
     def note_tool_span(self, trace_id: str, span_id: str) -> None:
         """Record that ``(trace_id, span_id)`` is a tool-call span (for exact contradictions)."""
@@ -286,8 +300,18 @@ class SingletonEngine:
         self._pending[d.obs_id] = d
         for match_key in _decl_keys(d):
             bisect.insort(self._starts.setdefault(match_key, []), (d.start, d.obs_id))
-        bisect.insort(self._scope_starts.setdefault(d.scope, []), d.start)
+        starts = self._scope_starts.setdefault(d.scope, [])
+        i = bisect.bisect_left(starts, d.start)
+        starts.insert(bisect.bisect_right(starts, d.start, i), d.start)
         self._scope_version[d.scope] = self._scope_version.get(d.scope, 0) + 1
+        self._pending_at.setdefault((d.scope, d.start), []).append(d.obs_id)
+        heapq.heappush(self._closing, (self.window_end(d), d.obs_id))
+        if i:
+            # The declarations starting just before this one may now close at its start.
+            for oid in self._pending_at.get((d.scope, starts[i - 1]), ()):
+                prev = self._pending.get(oid)
+                if prev is not None:
+                    heapq.heappush(self._closing, (self.window_end(prev), oid))
 
     def add_event(self, ev: ProcEvent) -> None:
         """Index a process start/exec event."""
@@ -321,11 +345,19 @@ class SingletonEngine:
 
     def decide(self, watermark: int) -> list[Outcome]:
         """Decide every pending declaration whose window closed at or before ``watermark``."""
-        ready = [d for d in self._pending.values() if self.window_end(d) <= watermark]
-        return self._decide_all(ready)
+        closing, pending = self._closing, self._pending
+        ready: dict[str, Declaration] = {}
+        while closing and closing[0][0] <= watermark:
+            _, oid = heapq.heappop(closing)
+            self._work += 1
+            d = pending.get(oid)
+            if d is not None and oid not in ready and self.window_end(d) <= watermark:
+                ready[oid] = d
+        return self._decide_all(list(ready.values()))
 
     def finish(self) -> list[Outcome]:
         """Decide everything still pending (end of stream)."""
+        self._closing.clear()
         return self._decide_all(list(self._pending.values()))
 
     def _decide_all(self, ready: list[Declaration]) -> list[Outcome]:
@@ -334,6 +366,12 @@ class SingletonEngine:
         for d in ready:
             del self._pending[d.obs_id]
             self._decided[d.obs_id] = d
+            group = self._pending_at.get((d.scope, d.start))
+            if group is not None:
+                if d.obs_id in group:
+                    group.remove(d.obs_id)
+                if not group:
+                    del self._pending_at[(d.scope, d.start)]
         for o in out:
             self._record(o)
         return out
@@ -400,12 +438,14 @@ class SingletonEngine:
         others: set[str] = set()
         for key in keys:
             starts = self._starts.get(key)
+            self._work += 1
             if not starts:
                 continue
             i = bisect.bisect_left(starts, (lo, ""))
             while i < len(starts) and starts[i][0] <= hi:
                 others.add(starts[i][1])
                 i += 1
+                self._work += 1
         others.discard(d.obs_id)
         for oid in sorted(others):
             other = self._pending.get(oid) or self._decided.get(oid)

@@ -80,8 +80,7 @@ def entity(kind: EntityKind, id: str, label: str, attrs: Attributes) -> Entity:
     return e
 
 
-def entity_observation(
-    *,
+def entity_observation(  # noqa: PLR0917 (hot path: positional calls are cheaper)
     id: str,
     time_unix_nano: int,
     end_time_unix_nano: int,
@@ -90,6 +89,7 @@ def entity_observation(
     evidence: Evidence,
     occurrence: str,
     attrs: Attributes,
+    /,
 ) -> Observation:
     """An observation of ``subject`` alone (no relation, no object)."""
     o = _new(Observation)
@@ -106,8 +106,7 @@ def entity_observation(
     return o
 
 
-def relation_observation(
-    *,
+def relation_observation(  # noqa: PLR0917 (hot path: positional calls are cheaper)
     id: str,
     time_unix_nano: int,
     end_time_unix_nano: int,
@@ -118,6 +117,7 @@ def relation_observation(
     evidence: Evidence,
     occurrence: str,
     attrs: Attributes,
+    /,
 ) -> Observation:
     """An observation relating ``subject`` to ``object`` by ``relation``."""
     o = _new(Observation)

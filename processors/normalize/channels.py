@@ -89,6 +89,11 @@ BUILTIN_RULES: tuple[ChannelRule, ...] = (
 """Default rules: gateway/proxy instrumentations -> ``gw``, model runtimes -> ``model``."""
 
 
+_CACHE_SIZE = 256
+"""(resource, scope) pairs remembered. Spans of one export share their pair, so a few recent
+pairs get nearly every hit; a small bound keeps the resources it holds alive few and cheap."""
+
+
 @dataclass(frozen=True, slots=True)
 class _Compiled:
     resource: tuple[tuple[str, re.Pattern[str]], ...]
@@ -125,7 +130,7 @@ class ChannelAssigner:
         if hit is not None and hit[0] is resource and hit[1] is scope:
             return hit[2]
         result = self._decide(resource, scope)
-        if len(self._cache) >= 4096:
+        if len(self._cache) >= _CACHE_SIZE:
             self._cache.clear()
         self._cache[key] = (resource, scope, result)
         return result

@@ -19,6 +19,7 @@ from otel_bridge.model import (
     Observation,
     RelationKind,
     Source,
+    Span,
 )
 
 from ._build import relation_observation
@@ -37,16 +38,15 @@ class Ctx:
 
     __slots__ = ("attrs", "end", "occurrence", "record", "source", "start", "trace")
 
-    def __init__(
-        self, source: Source, trace: str, record: str, *, start: int, end: int, attrs: Attributes
-    ) -> None:
+    def __init__(self, source: Source, trace: str, span: Span, attrs: Attributes) -> None:
         self.source = source
         self.trace = trace
-        self.record = record
+        """The trace id (hex)."""
+        self.record = source.record_id
         """The span id (hex)."""
-        self.occurrence = f"{trace}:{record}"
-        self.start = start
-        self.end = end
+        self.occurrence = f"{trace}:{self.record}"
+        self.start = span.start_time_unix_nano
+        self.end = span.end_time_unix_nano
         self.attrs = attrs
 
 
@@ -59,17 +59,18 @@ def rel(
     *,
     attrs: Attributes | None = None,
 ) -> Observation:
+    """Observation ``<span>#<slot>`` of the span of ``ctx``: ``subject`` ``relation`` ``obj``."""
     return relation_observation(
-        id=f"{ctx.record}#{slot}",
-        time_unix_nano=ctx.start,
-        end_time_unix_nano=ctx.end,
-        source=ctx.source,
-        subject=subject,
-        relation=relation,
-        object=obj,
-        evidence=REPORTED,
-        occurrence=ctx.occurrence,
-        attrs=ctx.attrs if attrs is None else attrs,
+        f"{ctx.record}#{slot}",
+        ctx.start,
+        ctx.end,
+        ctx.source,
+        subject,
+        relation,
+        obj,
+        REPORTED,
+        ctx.occurrence,
+        ctx.attrs if attrs is None else attrs,
     )
 
 
@@ -107,6 +108,7 @@ def resolver(
 
 
 def missing(link: PendingLink) -> CoverageRecord:
+    """The coverage record of a relation whose ancestor never arrived."""
     return CoverageRecord(
         source=link.source,
         reason="parent_span_missing",

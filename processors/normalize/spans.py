@@ -112,8 +112,13 @@ V = TypeVar("V")
 
 _CACHE_SIZE = 4096
 """Entries of each bounded cache (cleared when full: entries are cheap to rebuild)."""
-_CACHED_ARGUMENTS = 4096
-"""Command inputs longer than this (characters, all inputs together) are not cached."""
+_ORIGINS = 256
+"""(resource, scope) pairs remembered: the spans of one export share theirs, so the few most
+recent pairs get nearly every hit, and few resources are kept alive by the table."""
+_CACHED_ARGUMENTS = 1024
+"""Command inputs longer than this (characters, all inputs together) are not cached; with
+:data:`_COMMAND_CACHE` entries at most, the command cache stays around a megabyte."""
+_COMMAND_CACHE = 1024
 
 
 class _Origin:
@@ -165,10 +170,12 @@ class SpanNormalizer:
         self._ancestry = ancestry
         self._origins: dict[tuple[int, int], _Origin] = {}
         self._last: _Origin | None = None
+        self._last_trace_id = b""
+        self._last_trace = ""
         self._models: _Cache[tuple[str, str], Entity] = _Cache()
         self._agents: _Cache[tuple[object, ...], Entity] = _Cache()
         self._sessions: _Cache[str, Entity] = _Cache()
-        self._commands: _Cache[tuple[str | None, ...], CommandResult] = _Cache()
+        self._commands: _Cache[tuple[str | None, ...], CommandResult] = _Cache(_COMMAND_CACHE)
         self._command_attrs: _Cache[tuple[str, str], Attributes] = _Cache()
 
     def normalize(self, span: Span) -> tuple[list[Observation], list[CoverageRecord]]:
@@ -185,7 +192,12 @@ class SpanNormalizer:
         a = span.attributes
         origin = self._origin(span.resource, span.scope)
         trace_id, span_id = span.trace_id, span.span_id
-        trace, span_hex = trace_id.hex(), span_id.hex()
+        if trace_id is self._last_trace_id:  # decoders share one id object per trace
+            trace = self._last_trace
+        else:
+            trace = self._last_trace = trace_id.hex()
+            self._last_trace_id = trace_id
+        span_hex = span_id.hex()
         status = _STATUS.get(span.status.code, "unset")
         if origin.identity:
             obs_attrs: dict[str, AnyValue] = {
@@ -202,28 +214,21 @@ class SpanNormalizer:
                 "span.name": span.name,
                 "span.status": status,
             }
-        ctx = Ctx(
-            source(origin.channel, "otlp", span_hex),
-            trace,
-            span_hex,
-            start=span.start_time_unix_nano,
-            end=span.end_time_unix_nano,
-            attrs=obs_attrs,
-        )
+        ctx = Ctx(source(origin.channel, "otlp", span_hex), trace, span, obs_attrs)
         op = get_str(a, "gen_ai.operation.name") or ""
         oi_kind = (get_str(a, "openinference.span.kind") or "").upper() if not op else ""
         parent = (trace_id, span.parent_span_id) if span.parent_span_id else None
         role, node = self._classify(span, op, oi_kind, origin.service, coverage=coverage, ctx=ctx)
         out.append(
             entity_observation(
-                id=span_hex + "#0",
-                time_unix_nano=ctx.start,
-                end_time_unix_nano=ctx.end,
-                source=ctx.source,
-                subject=node,
-                evidence=NO_EVIDENCE,
-                occurrence=ctx.occurrence,
-                attrs=obs_attrs,
+                span_hex + "#0",
+                ctx.start,
+                ctx.end,
+                ctx.source,
+                node,
+                NO_EVIDENCE,
+                ctx.occurrence,
+                obs_attrs,
             )
         )
 
@@ -299,7 +304,7 @@ class SpanNormalizer:
         # The cached objects are kept alive in the entry, so an id cannot be reused meanwhile.
         if origin is None or origin.resource is not resource or origin.scope is not scope:
             origin = _Origin(resource, scope, self._assigner.channel(resource, scope))
-            if len(self._origins) >= _CACHE_SIZE:
+            if len(self._origins) >= _ORIGINS:
                 self._origins.clear()
             self._origins[key] = origin
         self._last = origin

@@ -9,7 +9,7 @@ import time
 
 import psutil
 
-from otel_bridge.component import CreateSettings, Host
+from otel_bridge.component import Consumer, CreateSettings, Host
 from otel_bridge.identity import host_id, psutil_start_ms
 from otel_bridge.model import Attribution, Batch, Grade, LogRecord, Resource, Scope, Span
 from otel_bridge.processors.correlate import factory as correlate_factory
@@ -84,10 +84,13 @@ def test_real_process_bridged_end_to_end() -> None:
     enrich = enrich_factory.create(
         CreateSettings(id="enrich"), EnrichConfig(traceparent=f"00-{'11' * 16}-{'22' * 8}-01"), sink
     )
+    assert isinstance(enrich, Consumer)
     grade = grade_factory.create(CreateSettings(id="grade"), grade_factory.default_config(), enrich)
+    assert isinstance(grade, Consumer)
     corr = correlate_factory.create(
         CreateSettings(id="correlate"), correlate_factory.default_config(), grade
     )
+    assert isinstance(corr, Consumer)
     norm = normalize_factory.create(
         CreateSettings(id="normalize"), normalize_factory.default_config(), corr
     )

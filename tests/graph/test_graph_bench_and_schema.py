@@ -79,3 +79,27 @@ def test_concurrent_consumers_lose_nothing(tmp_path: Path) -> None:
     assert graph.summary["observations"] == 800
     assert len(graph.edges) == 28
     assert sum(e.evidence_count for e in graph.edges) == 800
+
+
+def test_benchmark_reports_cpu_time_and_load(capsys: pytest.CaptureFixture[str]) -> None:
+    """Wall and process CPU time are printed for every scale, with the machine's load."""
+    assert main(["--reps", "1", "--scales", "200"]) == 0
+    out = capsys.readouterr().out
+    assert "| Apply CPU | Snapshot+JSON CPU |" in out
+    assert "process CPU time: apply" in out
+    assert out.count("load average") == 2
+
+
+def test_benchmark_and_accumulator_never_pause_the_collector(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Neither the benchmark nor the accumulator turns the garbage collector off."""
+    import gc
+
+    def refuse() -> None:
+        raise AssertionError("gc.disable() called")
+
+    monkeypatch.setattr(gc, "disable", refuse)
+    result = measure(300, reps=2)
+    assert gc.isenabled()
+    assert (result["nodes"], result["edges"]) == (301, 300)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import gc
 import os
 
 import pytest
@@ -26,7 +27,7 @@ from otel_bridge.model import (
     Span,
 )
 from otel_bridge.otlp._build import slot_setters
-from otel_bridge.processors.normalize import NormalizeConfig, Normalizer
+from otel_bridge.processors.normalize import NormalizeConfig, NormalizeProcessor, Normalizer
 from otel_bridge.processors.normalize._build import (
     entity,
     entity_observation,
@@ -34,6 +35,7 @@ from otel_bridge.processors.normalize._build import (
     source,
 )
 from otel_bridge.processors.normalize.spans import _CACHE_SIZE
+from otel_bridge.testing import RecordingConsumer
 
 RESOURCE = Resource(attributes={"service.name": "svc", "process.pid": 7, "host.id": "h"})
 SCOPE = Scope(name="agents")
@@ -94,14 +96,7 @@ def test_observation_builders_equal_constructor(
     b = Entity(kind=EntityKind.MODEL, id="model:y")
     ev = Evidence(attribution=Attribution.REPORTED)
     assert entity_observation(
-        id=id,
-        time_unix_nano=start,
-        end_time_unix_nano=end,
-        source=src,
-        subject=a,
-        evidence=NO_EVIDENCE,
-        occurrence=occurrence,
-        attrs=attrs,
+        id, start, end, src, a, NO_EVIDENCE, occurrence, attrs
     ) == Observation(
         id=id,
         time_unix_nano=start,
@@ -111,18 +106,7 @@ def test_observation_builders_equal_constructor(
         occurrence=occurrence,
         attrs=attrs,
     )
-    built = relation_observation(
-        id=id,
-        time_unix_nano=start,
-        end_time_unix_nano=end,
-        source=src,
-        subject=a,
-        relation=relation,
-        object=b,
-        evidence=ev,
-        occurrence=occurrence,
-        attrs=attrs,
-    )
+    built = relation_observation(id, start, end, src, a, relation, b, ev, occurrence, attrs)
     expected = Observation(
         id=id,
         time_unix_nano=start,
@@ -295,3 +279,30 @@ def test_origin_cache_follows_the_resource_object() -> None:
         "svc",
         "litellm-proxy",
     ]
+
+
+def test_processor_pauses_gc_only_while_it_consumes() -> None:
+    """The processor forwards its batch with the cyclic GC paused, then restores its state."""
+    seen: list[bool] = []
+
+    class Probe(RecordingConsumer):
+        def consume(self, batch: Batch) -> None:
+            """Record whether the GC was on while this batch arrived."""
+            seen.append(gc.isenabled())
+            super().consume(batch)
+
+    probe = Probe()
+    processor = NormalizeProcessor(Normalizer(), probe)
+    span = _span({"gen_ai.operation.name": "chat", "gen_ai.request.model": "m"})
+    assert gc.isenabled()
+    processor.consume(Batch(spans=(span,)))
+    assert gc.isenabled()
+    gc.disable()
+    try:
+        processor.consume(Batch(spans=(span,)))
+        assert not gc.isenabled()  # a pause never turns on a collector that was off
+    finally:
+        gc.enable()
+    assert seen == [False, False]
+    assert len(probe.batches) == 2
+    assert len(probe.batches[0].observations) == 1

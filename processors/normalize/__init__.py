@@ -40,7 +40,6 @@ from otel_bridge.component import (
 )
 from otel_bridge.model import Batch, Channel, CoverageRecord, LogRecord, Observation, Source
 
-from ._values import gc_paused
 from .ancestry import Ancestry
 from .channels import BUILTIN_RULES, ChannelAssigner, ChannelRule, RuleMatch, ScopeMatch
 from .command import CommandResult, extract_command
@@ -155,18 +154,6 @@ class NormalizeProcessor(FunctionProcessor):
         self.normalizer = normalizer
         self._consumer = next_consumer
         self._stopped = False
-
-    def consume(self, batch: Batch) -> None:
-        """Normalize ``batch`` and forward it, with the cyclic GC paused (see below).
-
-        A normalized batch holds tens of thousands of new objects that downstream consumers
-        (the graph exporter) fold into their state and then drop. Collected while they live,
-        they would be traversed and promoted to the oldest generation, where they trigger full
-        collections over the whole heap; with the collector paused until the batch has been
-        handed on, reference counting frees them first and the GC never sees them.
-        """
-        with gc_paused():
-            super().consume(batch)
 
     def shutdown(self) -> None:
         """Report relations whose ancestor never arrived as coverage, once."""

@@ -2,11 +2,9 @@
 
 from __future__ import annotations
 
-import contextlib
 import datetime as dt
-import gc
 import json
-from collections.abc import Iterator, Mapping
+from collections.abc import Mapping
 
 from otel_bridge.model import AnyValue, Attributes
 
@@ -100,19 +98,3 @@ class _NotJson:
 
 NOT_JSON: object = _NotJson()
 """Returned by :func:`json_value` for a string that is not JSON."""
-
-
-@contextlib.contextmanager
-def gc_paused() -> Iterator[None]:
-    """Pause the cyclic garbage collector for a burst of short-lived allocations.
-
-    Reference counting still frees what dies; the collector resumes when the block ends,
-    unless it was off before (so concurrent or nested pauses never leave it off).
-    """
-    was_enabled = gc.isenabled()
-    gc.disable()
-    try:
-        yield
-    finally:
-        if was_enabled:
-            gc.enable()

@@ -34,14 +34,10 @@ built through :mod:`._build`. The output is equal, field for field, to building 
 
 from __future__ import annotations
 
-from collections.abc import Hashable
-from typing import Generic, TypeVar
-
 from otel_bridge.model import (
     NO_EVIDENCE,
     AnyValue,
     Attributes,
-    Channel,
     CoverageRecord,
     Entity,
     EntityKind,
@@ -54,6 +50,7 @@ from otel_bridge.model import (
 )
 
 from ._build import entity, entity_observation, source
+from ._memo import Cache, Origin
 from ._values import get_str
 from .ancestry import Ancestry, Missing, PendingLink, Role, SpanInfo
 from .channels import ChannelAssigner
@@ -76,7 +73,6 @@ _OI_MODEL = frozenset({"LLM", "EMBEDDING"})
 _AGENTS = frozenset({Role.AGENT})
 _AGENTS_TOOLS = frozenset({Role.AGENT, Role.TOOL})
 _ANY = frozenset({Role.AGENT, Role.TOOL, Role.PLAIN})
-_RESOURCE_IDENTITY = ("process.pid", "host.id", "process.creation.time")
 _STATUS = {StatusCode.OK: "ok", StatusCode.ERROR: "error", StatusCode.UNSET: "unset"}
 _ENTITY_KEYS = (
     "gen_ai.agent.name",
@@ -107,9 +103,6 @@ _AGENT = f"{EntityKind.AGENT}:"
 _MODEL = f"{EntityKind.MODEL}:"
 _SESSION = f"{EntityKind.SESSION}:conversation:"
 
-K = TypeVar("K", bound=Hashable)
-V = TypeVar("V")
-
 _CACHE_SIZE = 4096
 """Entries of each bounded cache (cleared when full: entries are cheap to rebuild)."""
 _ORIGINS = 256
@@ -121,62 +114,21 @@ _CACHED_ARGUMENTS = 1024
 _COMMAND_CACHE = 1024
 
 
-class _Origin:
-    """What the spans under one (resource, scope) pair share."""
-
-    __slots__ = ("channel", "identity", "resource", "scope", "service")
-
-    def __init__(self, resource: Resource, scope: Scope, channel: Channel) -> None:
-        self.resource = resource  # kept alive so its id() is not reused while cached
-        self.scope = scope
-        self.channel = channel
-        self.service = get_str(resource.attributes, "service.name") or "unknown_service"
-        attributes = resource.attributes
-        self.identity: dict[str, AnyValue] = {}
-        for key in _RESOURCE_IDENTITY:
-            value = attributes.get(key)
-            if value is not None:
-                self.identity[key] = value
-
-
-class _Cache(Generic[K, V]):
-    """A bounded memo: cleared when it reaches ``size`` entries."""
-
-    __slots__ = ("_data", "_size")
-
-    def __init__(self, size: int = _CACHE_SIZE) -> None:
-        self._data: dict[K, V] = {}
-        self._size = size
-
-    def get(self, key: K) -> V | None:
-        """The cached value of ``key``, or None."""
-        return self._data.get(key)
-
-    def put(self, key: K, value: V) -> None:
-        """Remember ``value`` under ``key``."""
-        if len(self._data) >= self._size:
-            self._data.clear()
-        self._data[key] = value
-
-    def __len__(self) -> int:
-        return len(self._data)
-
-
 class SpanNormalizer:
     """Turns spans into observations, resolving ancestors through an :class:`Ancestry`."""
 
     def __init__(self, assigner: ChannelAssigner, ancestry: Ancestry) -> None:
         self._assigner = assigner
         self._ancestry = ancestry
-        self._origins: dict[tuple[int, int], _Origin] = {}
-        self._last: _Origin | None = None
+        self._origins: dict[tuple[int, int], Origin] = {}
+        self._last: Origin | None = None
         self._last_trace_id = b""
         self._last_trace = ""
-        self._models: _Cache[tuple[str, str], Entity] = _Cache()
-        self._agents: _Cache[tuple[object, ...], Entity] = _Cache()
-        self._sessions: _Cache[str, Entity] = _Cache()
-        self._commands: _Cache[tuple[str | None, ...], CommandResult] = _Cache(_COMMAND_CACHE)
-        self._command_attrs: _Cache[tuple[str, str], Attributes] = _Cache()
+        self._models: Cache[tuple[str, str], Entity] = Cache(_CACHE_SIZE)
+        self._agents: Cache[tuple[object, ...], Entity] = Cache(_CACHE_SIZE)
+        self._sessions: Cache[str, Entity] = Cache(_CACHE_SIZE)
+        self._commands: Cache[tuple[str | None, ...], CommandResult] = Cache(_COMMAND_CACHE)
+        self._command_attrs: Cache[tuple[str, str], Attributes] = Cache(_CACHE_SIZE)
 
     def normalize(self, span: Span) -> tuple[list[Observation], list[CoverageRecord]]:
         """Observations and coverage records of one span (plus links it resolved)."""
@@ -295,7 +247,7 @@ class SpanNormalizer:
 
     # -- shared per (resource, scope) --------------------------------------------------------
 
-    def _origin(self, resource: Resource, scope: Scope) -> _Origin:
+    def _origin(self, resource: Resource, scope: Scope) -> Origin:
         last = self._last
         if last is not None and last.resource is resource and last.scope is scope:
             return last
@@ -303,7 +255,7 @@ class SpanNormalizer:
         origin = self._origins.get(key)
         # The cached objects are kept alive in the entry, so an id cannot be reused meanwhile.
         if origin is None or origin.resource is not resource or origin.scope is not scope:
-            origin = _Origin(resource, scope, self._assigner.channel(resource, scope))
+            origin = Origin(resource, scope, self._assigner.channel(resource, scope))
             if len(self._origins) >= _ORIGINS:
                 self._origins.clear()
             self._origins[key] = origin

@@ -1,0 +1,58 @@
+"""Small per-normalizer memos of the span hot path: per (resource, scope) facts, bounded caches."""
+
+from __future__ import annotations
+
+from collections.abc import Hashable
+from typing import Generic, TypeVar
+
+from otel_bridge.model import AnyValue, Channel, Resource, Scope
+
+from ._values import get_str
+
+K = TypeVar("K", bound=Hashable)
+V = TypeVar("V")
+
+RESOURCE_IDENTITY = ("process.pid", "host.id", "process.creation.time")
+"""Resource attributes every observation of a span carries, for exact process identity."""
+
+
+class Origin:
+    """What the spans under one (resource, scope) pair share."""
+
+    __slots__ = ("channel", "identity", "resource", "scope", "service")
+
+    def __init__(self, resource: Resource, scope: Scope, channel: Channel) -> None:
+        self.resource = resource  # kept alive so its id() is not reused while cached
+        self.scope = scope
+        self.channel = channel
+        self.service = get_str(resource.attributes, "service.name") or "unknown_service"
+        attributes = resource.attributes
+        self.identity: dict[str, AnyValue] = {}
+        for key in RESOURCE_IDENTITY:
+            value = attributes.get(key)
+            if value is not None:
+                self.identity[key] = value
+
+
+class Cache(Generic[K, V]):
+    """A bounded memo: cleared when it reaches ``size`` entries."""
+
+    __slots__ = ("_data", "_size")
+
+    def __init__(self, size: int) -> None:
+        self._data: dict[K, V] = {}
+        self._size = size
+
+    def get(self, key: K) -> V | None:
+        """The cached value of ``key``, or None."""
+        return self._data.get(key)
+
+    def put(self, key: K, value: V) -> None:
+        """Remember ``value`` under ``key``."""
+        if len(self._data) >= self._size:
+            self._data.clear()
+        self._data[key] = value
+
+    def __len__(self) -> int:
+        """Entries held now."""
+        return len(self._data)

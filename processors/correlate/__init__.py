@@ -11,6 +11,14 @@ declaration that starts before the evicted horizon is skipped as ``late_declarat
 decided on partial evidence. As long as no observation arrives more than ``allowed_lateness``
 behind the newest one, the derived set does not depend on arrival order.
 
+Cost grows linearly with the stream. A process record is reduced once to a ``ProcEvent`` and
+filed by time under its executable names and argument tails (:mod:`.index`); its further
+observations only touch a dict. Deciding a declaration costs a few bisects plus the events and
+declarations that share its names or arguments in its window, and a step visits only the windows
+that closed (:mod:`.windows`). Eviction, every eighth of ``retention``, walks the retained state
+and the processes that exited, not every process ever seen. ``benchmarks/correlation_scale.py``
+times it; ``tests/correlate/test_scaling.py`` checks the growth of the work done.
+
 Counts go to the run summary through ``host.telemetry``: ``correlate.bridge``,
 ``correlate.exact.<method>``, ``correlate.skip.<reason>`` (``no_candidate``,
 ``several_candidates``, ``process_ambiguous``, ``exact_identity_preferred``,

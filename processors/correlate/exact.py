@@ -22,6 +22,7 @@ support (the earliest observation of each side) does not depend on arrival order
 
 from __future__ import annotations
 
+import heapq
 from dataclasses import dataclass, field
 
 from otel_bridge.identity import process_id
@@ -36,7 +37,7 @@ from otel_bridge.model import (
     Source,
 )
 from otel_bridge.processors.correlate.index import ProcEvent, iso_to_ms, process_entity_of
-from otel_bridge.processors.correlate.singleton import parse_traceparent
+from otel_bridge.processors.correlate.singleton import parse_traceparent, traceparent_rank
 
 _CHANNEL_ORDER = (Channel.SEM, Channel.GW, Channel.MODEL)
 # Looking up an enum member costs ~0.2 us on Python 3.11: the hot paths use these.
@@ -126,10 +127,18 @@ class ExactLinker:
     _span_parent: dict[tuple[str, str], tuple[str, str]] = field(default_factory=dict)
     _tp: dict[str, tuple[ProcEvent, tuple[str, str]]] = field(default_factory=dict)
     _tp_seen: dict[str, tuple[str, str]] = field(default_factory=dict)
+    _tp_rank: dict[str, tuple[bool, int, str]] = field(default_factory=dict)
     _lives: dict[int, _Life] = field(default_factory=dict)
     """The first life seen per pid (almost every pid has one: no list per process)."""
     _more_lives: dict[int, list[_Life]] = field(default_factory=dict)
     """Further lives of a reused pid."""
+    _exits: list[tuple[int, int]] = field(default_factory=list)
+    """Heap of (exit time, pid) for lives with an exit: :meth:`evict` visits only the pids
+    whose lives may end, not every process ever seen (lives without an exit are kept)."""
+    _life_count: dict[str, int] = field(default_factory=dict)
+    """Lives per identity."""
+    _dead: set[str] = field(default_factory=set)
+    """Identities in ``_tp_seen`` whose last life was evicted (candidates to forget)."""
     _req_pending: set[str] = field(default_factory=set)
     _pid_claims: dict[tuple[str, str, int, str], tuple[Entity, _First, int | None]] = field(
         default_factory=dict
@@ -167,20 +176,34 @@ class ExactLinker:
                 return True
         return False
 
+    def _new_life(self, ev: ProcEvent) -> bool:
+        """Note ``ev`` in the lives of its pid; True if it starts a new one."""
+        life = (ev.identity, ev.host_id, ev.time, ev.obs_id, 0)
+        if ev.pid not in self._lives:
+            self._lives[ev.pid] = life
+        elif self._lower_start(ev.pid, ev.identity, ev.time, ev.obs_id):
+            return False
+        else:
+            self._more_lives.setdefault(ev.pid, []).append(life)
+        return True
+
     # ------------------------------------------------------------------ input
 
     def add_event(self, ev: ProcEvent) -> None:
         """A process start/exec event: a life for pid resolution, a traceparent to link."""
-        life = (ev.identity, ev.host_id, ev.time, ev.obs_id, 0)
-        if ev.pid not in self._lives:
-            self._lives[ev.pid] = life
-        elif not self._lower_start(ev.pid, ev.identity, ev.time, ev.obs_id):
-            self._more_lives.setdefault(ev.pid, []).append(life)
+        if self._new_life(ev):
+            self._life_count[ev.identity] = self._life_count.get(ev.identity, 0) + 1
         tp = parse_traceparent(ev.traceparent) if ev.traceparent else None
         if tp is not None:
-            self._tp_seen.setdefault(ev.identity, tp)
-            prev = self._tp.get(ev.identity)
-            if prev is None or (ev.time, ev.obs_id) < (prev[0].time, prev[0].obs_id):
+            rank = traceparent_rank(ev)
+            seen = self._tp_rank.get(ev.identity)
+            if seen is None or rank < seen:
+                # The best reading so far describes the process, to itself and to its children
+                # (inheritance check); a fork-time reading gives way to an exec-time one.
+                self._tp_rank[ev.identity] = rank
+                self._tp_seen[ev.identity] = tp
+                # Queued again even when an earlier reading was already decided (say, as
+                # inherited): links are de-duplicated by id when they are emitted.
                 self._tp[ev.identity] = (ev, tp)
 
     def offer(self, identity: str, time: int, obs_id: str) -> None:
@@ -203,6 +226,8 @@ class ExactLinker:
             if life[0] == identity:
                 ident, host, start, start_id, _ = life
                 self._replace_life(pid, life, (ident, host, start, start_id, obs.time_unix_nano))
+                if obs.time_unix_nano:
+                    heapq.heappush(self._exits, (obs.time_unix_nano, pid))
 
     def add_semantic(self, obs: Observation) -> None:
         """A span-derived observation: span entities, resource pids, request ids."""
@@ -402,16 +427,37 @@ class ExactLinker:
             k: g for k, g in self._requests.items() if any(f.time >= horizon for f in g.values())
         }
         self._span_entity = {k: v for k, v in self._span_entity.items() if v[2].time >= horizon}
-        live = {life[0] for pid in self._lives for life in self._lives_of(pid)}
-        self._tp_seen = {k: v for k, v in self._tp_seen.items() if k in self._tp or k in live}
-        for pid in list(self._lives):
-            kept = [x for x in self._lives_of(pid) if not x[4] or x[4] >= horizon]
+        # Forget the traceparent of a process with no life left (evicted by an earlier pass)
+        # unless its link is still pending.
+        for ident in list(self._dead):
+            if ident in self._tp_seen and ident in self._tp and not self._life_count.get(ident):
+                continue
+            self._dead.discard(ident)
+            if ident in self._tp_seen and not self._life_count.get(ident):
+                del self._tp_seen[ident]
+                self._tp_rank.pop(ident, None)
+        # Lives that exited before the horizon end; the others (most: no exit seen) stay.
+        ended: set[int] = set()
+        while self._exits and self._exits[0][0] < horizon:
+            ended.add(heapq.heappop(self._exits)[1])
+        for pid in ended:
+            lives = self._lives_of(pid)
+            kept = [x for x in lives if not x[4] or x[4] >= horizon]
+            for x in lives:
+                if x[4] and x[4] < horizon:
+                    left = self._life_count[x[0]] - 1
+                    if left:
+                        self._life_count[x[0]] = left
+                    else:
+                        del self._life_count[x[0]]
+                        if x[0] in self._tp_seen:
+                            self._dead.add(x[0])
             self._more_lives.pop(pid, None)
             if kept:
                 self._lives[pid] = kept[0]
                 if len(kept) > 1:
                     self._more_lives[pid] = kept[1:]
-            else:
+            elif pid in self._lives:
                 del self._lives[pid]
 
 

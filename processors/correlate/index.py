@@ -232,20 +232,24 @@ class _Table:
 
     A list is appended to as events arrive; one that received an event older than its last one
     is noted and re-sorted before its next query (Timsort is linear on nearly sorted lists).
+    A key with a single event (most argument tails) holds the event itself, not a list: one
+    object fewer per process for memory and for the garbage collector to walk.
     """
 
     __slots__ = ("lists", "unsorted")
 
     def __init__(self) -> None:
-        self.lists: dict[str, list[ProcEvent]] = {}
+        self.lists: dict[str, ProcEvent | list[ProcEvent]] = {}
         self.unsorted: set[str] = set()
 
     def add(self, key: str, ev: ProcEvent) -> None:
         """Append ``ev`` to the list of ``key``."""
         events = self.lists.get(key)
         if events is None:
-            self.lists[key] = [ev]
+            self.lists[key] = ev
             return
+        if not isinstance(events, list):
+            events = self.lists[key] = [events]
         if ev.time < events[-1].time:
             self.unsorted.add(key)
         events.append(ev)
@@ -253,13 +257,17 @@ class _Table:
     def sorted_list(self, key: str) -> list[ProcEvent] | None:
         """The list of ``key`` in (time, observation id) order, None if there is none."""
         events = self.lists.get(key)
-        if events is not None and key in self.unsorted:
+        if events is None:
+            return None
+        if not isinstance(events, list):
+            return [events]
+        if key in self.unsorted:
             events.sort(key=_time_and_id)
             self.unsorted.discard(key)
         return events
 
     def evict_before(self, t: int) -> None:
-        """Drop events with time strictly before ``t``, and the lists left empty."""
+        """Drop events with time strictly before ``t``, and the keys left without one."""
         lists = self.lists
         for key in list(lists):
             events = self.sorted_list(key)

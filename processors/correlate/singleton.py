@@ -38,7 +38,6 @@ counted skip. Stricter than the paper (each switchable in :class:`Policy` for th
 from __future__ import annotations
 
 import bisect
-import heapq
 from collections import Counter
 from dataclasses import dataclass, field, replace
 from typing import Literal
@@ -60,6 +59,7 @@ from otel_bridge.processors.correlate.parser import (
     parse_command,
     resolve_head,
 )
+from otel_bridge.processors.correlate.windows import Windows
 
 SCORES: dict[str, float] = {
     "path+tail": 0.95,
@@ -168,6 +168,17 @@ def _decl_keys(d: Declaration) -> list[str]:
     return keys
 
 
+def traceparent_rank(ev: ProcEvent) -> tuple[bool, int, str]:
+    """Which of a process's traceparents describes it: the smallest rank wins.
+
+    An exec-time reading wins over a fork-time one: ``/proc/<pid>/environ`` of a forked child
+    that has not exec'd yet is its parent's initial environment, while the exec'd image carries
+    the environment its starter chose (the tool span's context). Among readings of one kind the
+    earliest wins, so the choice does not depend on arrival order.
+    """
+    return (ev.event_name != "process.exec", ev.time, ev.obs_id)
+
+
 def parse_traceparent(value: str) -> tuple[str, str] | None:
     """``(trace_id, span_id)`` hex of a W3C ``traceparent``, or None if malformed."""
     parts = value.strip().lower().split("-")
@@ -256,21 +267,16 @@ class SingletonEngine:
     _by_span: dict[tuple[str, str], int] = field(default_factory=dict)
     _starts: dict[str, list[tuple[int, str]]] = field(default_factory=dict)
     """Declaration starts by match key (``n:<basename>``, ``t:<argument tail>``)."""
-    _scope_starts: dict[str, list[int]] = field(default_factory=dict)
     _tp_spans: set[tuple[str, str]] = field(default_factory=set)
-    _tp_of: dict[str, tuple[str, str]] = field(default_factory=dict)
+    _tp_of: dict[str, tuple[tuple[bool, int, str], tuple[str, str]]] = field(default_factory=dict)
     _tool_spans: set[tuple[str, str]] = field(default_factory=set)
     _bridged: dict[str, str] = field(default_factory=dict)
     _horizon: int = 0
-    _scope_version: dict[str, int] = field(default_factory=dict)
-    _end_cache: dict[str, tuple[int, int]] = field(default_factory=dict)
-    _closing: list[tuple[int, str]] = field(default_factory=list)
-    """Heap of (window end, declaration id): every pending declaration has an entry keyed by its
-    current window end; entries left by an end that shrank, or by a decided declaration, are
-    skipped when popped. :meth:`decide` so touches only declarations whose window closed."""
-    _pending_at: dict[tuple[str, int], list[str]] = field(default_factory=dict)
-    """Pending declaration ids by (scope, start): the ones whose window a later start can cut."""
+    _windows: Windows = field(init=False)
     _work: int = 0
+
+    def __post_init__(self) -> None:
+        self._windows = Windows(self.max_window_ns)
 
     @property
     def pending(self) -> int:
@@ -300,18 +306,7 @@ class SingletonEngine:
         self._pending[d.obs_id] = d
         for match_key in _decl_keys(d):
             bisect.insort(self._starts.setdefault(match_key, []), (d.start, d.obs_id))
-        starts = self._scope_starts.setdefault(d.scope, [])
-        i = bisect.bisect_left(starts, d.start)
-        starts.insert(bisect.bisect_right(starts, d.start, i), d.start)
-        self._scope_version[d.scope] = self._scope_version.get(d.scope, 0) + 1
-        self._pending_at.setdefault((d.scope, d.start), []).append(d.obs_id)
-        heapq.heappush(self._closing, (self.window_end(d), d.obs_id))
-        if i:
-            # The declarations starting just before this one may now close at its start.
-            for oid in self._pending_at.get((d.scope, starts[i - 1]), ()):
-                prev = self._pending.get(oid)
-                if prev is not None:
-                    heapq.heappush(self._closing, (self.window_end(prev), oid))
+        self._windows.add(d, self._pending)
 
     def add_event(self, ev: ProcEvent) -> None:
         """Index a process start/exec event."""
@@ -321,43 +316,24 @@ class SingletonEngine:
             tp = parse_traceparent(ev.traceparent)
             if tp is not None:
                 self._tp_spans.add(tp)
-                self._tp_of.setdefault(ev.identity, tp)
+                rank = traceparent_rank(ev)
+                prev = self._tp_of.get(ev.identity)
+                if prev is None or rank < prev[0]:
+                    self._tp_of[ev.identity] = (rank, tp)
 
     def window_end(self, d: Declaration) -> int:
         """The inclusive end of ``d``'s search window given what is known now."""
-        version = self._scope_version.get(d.scope, 0)
-        cached = self._end_cache.get(d.obs_id)
-        if cached is not None and cached[0] == version:
-            return cached[1]
-        end = self._window_end(d)
-        self._end_cache[d.obs_id] = (version, end)
-        return end
-
-    def _window_end(self, d: Declaration) -> int:
-        end = d.start + self.max_window_ns
-        if d.end >= d.start and d.end > 0:
-            end = min(end, d.end)
-        starts = self._scope_starts.get(d.scope, [])
-        i = bisect.bisect_right(starts, d.start)
-        if i < len(starts):
-            end = min(end, starts[i])
-        return end
+        return self._windows.end(d)
 
     def decide(self, watermark: int) -> list[Outcome]:
         """Decide every pending declaration whose window closed at or before ``watermark``."""
-        closing, pending = self._closing, self._pending
-        ready: dict[str, Declaration] = {}
-        while closing and closing[0][0] <= watermark:
-            _, oid = heapq.heappop(closing)
-            self._work += 1
-            d = pending.get(oid)
-            if d is not None and oid not in ready and self.window_end(d) <= watermark:
-                ready[oid] = d
-        return self._decide_all(list(ready.values()))
+        ready, visited = self._windows.closed(watermark, self._pending)
+        self._work += visited
+        return self._decide_all(ready)
 
     def finish(self) -> list[Outcome]:
         """Decide everything still pending (end of stream)."""
-        self._closing.clear()
+        self._windows.close_all()
         return self._decide_all(list(self._pending.values()))
 
     def _decide_all(self, ready: list[Declaration]) -> list[Outcome]:
@@ -366,12 +342,6 @@ class SingletonEngine:
         for d in ready:
             del self._pending[d.obs_id]
             self._decided[d.obs_id] = d
-            group = self._pending_at.get((d.scope, d.start))
-            if group is not None:
-                if d.obs_id in group:
-                    group.remove(d.obs_id)
-                if not group:
-                    del self._pending_at[(d.scope, d.start)]
         for o in out:
             self._record(o)
         return out
@@ -458,12 +428,18 @@ class SingletonEngine:
         return False
 
     def _contradicts(self, d: Declaration, ident: str) -> bool:
-        tp = self._tp_of.get(ident)
-        if tp is None:
+        """True when the process's traceparent names a *known other tool span*.
+
+        A traceparent naming an unknown span, or a span of another trace that is no tool call
+        (a launcher's run span inherited through the environment, an agent span), does not
+        contradict the declaration: programs pass ``TRACEPARENT`` on unchanged, so it only says
+        that some ancestor ran in that context.
+        """
+        found = self._tp_of.get(ident)
+        if found is None:
             return False
-        if tp[0] != d.trace_id:
-            return True
-        return tp[1] != d.span_id and tp in self._tool_spans
+        tp = found[1]
+        return tp != (d.trace_id, d.span_id) and tp in self._tool_spans
 
     def evict(self, horizon: int) -> None:
         """Forget events before ``horizon`` and decided declarations that can no longer matter."""
@@ -476,7 +452,7 @@ class SingletonEngine:
         old = [k for k, d in self._decided.items() if d.start + self.max_window_ns < cut]
         for k in old:
             del self._decided[k]
-            self._end_cache.pop(k, None)
+            self._windows.forget(k)
         if old:
             gone = set(old)
             for key in list(self._starts):
@@ -486,12 +462,7 @@ class SingletonEngine:
                 else:
                     del self._starts[key]
         keep = cut - self.max_window_ns
-        for scope, starts in list(self._scope_starts.items()):
-            n = bisect.bisect_left(starts, keep)
-            if n:
-                del starts[:n]
-            if not starts:
-                del self._scope_starts[scope]
+        self._windows.evict_starts_before(keep)
         self._by_span = {k: t for k, t in self._by_span.items() if t >= keep}
         live = set(self.index.identities())
         self._bridged = {k: v for k, v in self._bridged.items() if k in live}
@@ -514,4 +485,5 @@ __all__ = [
     "declaration_of",
     "parse_traceparent",
     "routes",
+    "traceparent_rank",
 ]

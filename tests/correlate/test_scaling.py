@@ -11,7 +11,7 @@ from __future__ import annotations
 import dataclasses
 import random
 
-from correlate_builders import HOST, MS, T0, Proc, declaration
+from correlate_builders import HOST, MS, T0, Proc, S, declaration, exit_obs
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -150,3 +150,26 @@ def test_index_query_sorts_out_of_order_arrivals() -> None:
         T0 + 5 * MS,
         T0 + 9 * MS,
     ]
+
+
+def test_eviction_ends_exited_lives_and_keeps_the_others() -> None:
+    """Past the retention, an exited agent process is forgotten; one with no exit still resolves."""
+    core = Correlator(Config(allowed_lateness=0.0, retention=5.0))
+    kept = Proc(10, "/usr/bin/agent", ("agent",), T0)
+    ended = Proc(11, "/usr/bin/agent", ("agent",), T0)
+    core.add(tuple(kept.observations() + ended.observations() + [exit_obs(ended, T0 + S)]))
+    out = core.step()
+    for i in range(1, 101):  # a long quiet stream: the evictions run every 0.625 s of it
+        filler = Proc(1000 + i, "/usr/bin/true", ("true",), T0 + i * S)
+        core.add(tuple(filler.observations()))
+        out += core.step()
+    late = T0 + 101 * S
+    obs = declaration("c1" * 8, "true", late, agent_pid=10)
+    obs += declaration("c2" * 8, "true", late, agent_pid=11)
+    core.add(tuple(obs))
+    out += core.step(final=True)
+    linked = {
+        o.object.id for o in out if o.object is not None and o.evidence.method == "resource_pid"
+    }
+    assert linked == {kept.identity}
+    assert core.counts()["exact.unresolved_pid"] == 1

@@ -237,8 +237,8 @@ def test_exact_identity_preferred() -> None:
     assert counts["exact.traceparent"] == 1
 
 
-def test_contradicting_exact_identity() -> None:
-    """A unique candidate whose traceparent names another trace is never bridged."""
+def test_foreign_trace_context_is_no_contradiction() -> None:
+    """A traceparent from another trace (a launcher's, inherited) does not block a bridge."""
     p = Proc(
         pid=3,
         exe="/usr/bin/ls",
@@ -247,9 +247,53 @@ def test_contradicting_exact_identity() -> None:
         traceparent=f"00-{'cd' * 16}-{'ef' * 8}-01",
     )
     out, counts = run(scenario("ls", p))
+    assert len(bridges(out)) == 1
+    assert counts["skip.contradicts_exact"] == 0
+
+
+def test_contradicting_exact_identity() -> None:
+    """A unique candidate whose traceparent names another known tool span is never bridged."""
+    other = "b2" * 8
+    p = Proc(pid=3, exe="/usr/bin/ls", argv=("ls",), time=T0 + MS, traceparent=traceparent(other))
+    obs = scenario("ls", p) + declaration(other, "cat notes.txt", T0)
+    out, counts = run(obs)
     assert not bridges(out)
     assert counts["skip.contradicts_exact"] == 1
-    assert bridges(run(scenario("ls", p), PAPER)[0])
+    [exact] = [o for o in out if o.evidence.method == "traceparent"]
+    assert exact.subject.id.endswith(other)
+    assert bridges(run(obs, PAPER)[0])
+
+
+def test_exec_time_traceparent_wins_over_fork_time() -> None:
+    """The exec-time TRACEPARENT names the tool span even when the fork-time one came first."""
+    span = "a1" * 8
+    launcher = f"00-{'cd' * 16}-{'ef' * 8}-01"
+    fork = Proc(
+        pid=3,
+        exe="/usr/bin/python3",
+        argv=("python3", "agent.py"),
+        time=T0 + MS,
+        traceparent=launcher,
+    )
+    exec_ = Proc(
+        pid=3,
+        exe="/usr/bin/ls",
+        argv=("ls",),
+        time=T0 + 2 * MS,
+        start_ms=fork.ms,
+        traceparent=traceparent(span),
+        event="process.exec",
+    )
+    for order in ((fork, exec_), (exec_, fork)):
+        out, counts = run(
+            declaration(span, "ls", T0) + [o for p in order for o in p.observations()]
+        )
+        exact = [o for o in out if o.evidence.method == "traceparent"]
+        assert [o.subject.id.endswith(span) for o in exact] == [True]
+        assert exact[0].object is not None
+        assert exact[0].object.id == fork.identity
+        assert not bridges(out)
+        assert counts["skip.exact_identity_preferred"] == 1
 
 
 def test_processor_counts_to_telemetry() -> None:

@@ -76,43 +76,6 @@ def agent_process(graph: Graph, agent_id: str, script_name: str, stream: Stream)
     return process_id
 
 
-KNOWN_FORK_TRACEPARENT_BUG = (
-    "correlate keeps a process's earliest TRACEPARENT: the netlink backend's fork-time "
-    "process.start reads /proc/<pid>/environ before exec (the parent's initial environment, "
-    "holding observe's TRACEPARENT), shadowing the exec-time TRACEPARENT that names the tool span"
-)
-
-
-def fork_traceparent_shadowed(call: dict[str, Any], command: str, stream: Stream) -> str | None:
-    """The process that ran ``command`` if the known fork-time TRACEPARENT bug explains a miss.
-
-    That is: its exec observation carries the tool span's TRACEPARENT (so the exact link was
-    there to make) and an earlier start observation carries a different one.
-    """
-    argv = shlex.split(command)
-    wanted = f"-{call['attrs']['trace_id']}-{call['attrs']['span_id']}-"
-    execs = [
-        o
-        for o in stream
-        if o["attrs"].get("event.name") == "process.exec"
-        and list(o["attrs"].get("process.command_args") or []) == argv
-        and wanted in str(o["attrs"].get("process.env.traceparent") or "")
-    ]
-    for ex in execs:
-        identity = ex["subject"]["id"]
-        starts = [
-            o
-            for o in stream
-            if o["subject"]["id"] == identity
-            and o["attrs"].get("event.name") == "process.start"
-            and o["attrs"].get("process.env.traceparent")
-            and wanted not in str(o["attrs"]["process.env.traceparent"])
-        ]
-        if starts:
-            return str(identity)
-    return None
-
-
 def check_process_link(
     graph: Graph,
     call: dict[str, Any],
@@ -120,19 +83,9 @@ def check_process_link(
     mode: Mode,
     *,
     stream: Stream,
-    bugs: list[str],
 ) -> str:
-    """The tool call is joined to exactly one process, which ran ``command``; that process.
-
-    In exact mode a missing link explained by :data:`KNOWN_FORK_TRACEPARENT_BUG` is appended to
-    ``bugs`` (the test then xfails after every other check) instead of failing here.
-    """
+    """The tool call is joined to exactly one process, which ran ``command``; that process."""
     links = graph.process_links(call["id"])
-    if mode == "exact" and not links:
-        shadowed = fork_traceparent_shadowed(call, command, stream)
-        if shadowed is not None:
-            bugs.append(f"{call['id']}: {KNOWN_FORK_TRACEPARENT_BUG}")
-            return shadowed
     assert len(links) == 1, (call["id"], links)
     (link,) = links
     assert link["causal"] is False
@@ -180,12 +133,11 @@ def check_agent_run(
     mode: Mode,
     model_port: int | None,
     invoked: bool = True,
-) -> list[str]:
+) -> None:
     """The shared contract of the three tool-using examples.
 
     ``invoked``: the framework's telemetry nests the tool spans under the agent's span (not so
-    for LangGraph under OpenInference, where tools run in a sibling graph node). Returns the
-    exact links missed only because of :data:`KNOWN_FORK_TRACEPARENT_BUG`.
+    for LangGraph under OpenInference, where tools run in a sibling graph node).
     """
     graph = run.graph
     stream = run.observations()
@@ -202,19 +154,17 @@ def check_agent_run(
     assert not graph.process_links(calls[1]["id"])
     children = set(graph.descendants(root))
     ran = {}
-    bugs: list[str] = []
     for call, command in ((calls[0], SLEEP), (calls[2], COPY)):
         declared = graph.command_of(call["id"])
         assert declared is not None
         assert declared["attrs"]["command.line"] == command
-        ran[command] = check_process_link(graph, call, command, mode, stream=stream, bugs=bugs)
+        ran[command] = check_process_link(graph, call, command, mode, stream=stream)
         assert ran[command] in children
     check_file(graph, workdir / "notes.txt", root)
     check_file(graph, workdir / "notes-copy.txt", ran[COPY])
     assert (workdir / "notes-copy.txt").read_text(encoding="utf-8") == "observed\n"
     if model_port is not None:
         assert f"endpoint:tcp:127.0.0.1:{model_port}" in graph.endpoints_connected(root)
-    return bugs
 
 
 @pytest.mark.parametrize("mode", ["exact", "heuristic"])
@@ -222,7 +172,7 @@ def test_plain_agent(tmp_path: Path, workdir: Path, model: ModelServer, mode: Mo
     """The plain OTel agent's tool calls join their processes exactly, or by singleton bridge."""
     args = ["--model-url", model.url] + (["--no-instrument"] if mode == "heuristic" else [])
     run = observe(example("plain_otel_agent.py", *args), run_dir=tmp_path / "run", cwd=workdir)
-    bugs = check_agent_run(
+    check_agent_run(
         run,
         agent_id="agent:plain-otel-agent:plain-agent",
         script_name="plain_otel_agent.py",
@@ -236,8 +186,6 @@ def test_plain_agent(tmp_path: Path, workdir: Path, model: ModelServer, mode: Mo
         assert correlation.get("bridge") == 2, correlation
     else:
         assert "bridge" not in correlation
-        if bugs:
-            pytest.xfail("; ".join(bugs))
         assert correlation.get("exact.traceparent") == 2, correlation
 
 
@@ -249,7 +197,7 @@ def test_autogen_agent(tmp_path: Path, workdir: Path, model: ModelServer, team: 
         run_dir=tmp_path / "run",
         cwd=workdir,
     )
-    bugs = check_agent_run(
+    check_agent_run(
         run,
         agent_id="agent:autogen-agent:autogen_assistant",
         script_name="autogen_agent.py",
@@ -262,8 +210,6 @@ def test_autogen_agent(tmp_path: Path, workdir: Path, model: ModelServer, team: 
     kinds = run.graph.data["summary"]["nodes_by_kind"]
     assert kinds["agent"] >= 1
     assert kinds["process"] >= 3
-    if bugs:
-        pytest.xfail("; ".join(bugs))
 
 
 def test_langgraph_agent(tmp_path: Path, workdir: Path) -> None:
@@ -275,7 +221,7 @@ def test_langgraph_agent(tmp_path: Path, workdir: Path) -> None:
         run_dir=tmp_path / "run",
         cwd=workdir,
     )
-    bugs = check_agent_run(
+    check_agent_run(
         run,
         agent_id="agent:langgraph-agent:agent",
         script_name="langgraph_agent.py",
@@ -284,8 +230,6 @@ def test_langgraph_agent(tmp_path: Path, workdir: Path) -> None:
         model_port=None,
         invoked=False,
     )
-    if bugs:
-        pytest.xfail("; ".join(bugs))
 
 
 def test_ambiguous_agent_yields_no_bridge(tmp_path: Path, workdir: Path) -> None:

@@ -40,6 +40,7 @@ from otel_bridge.exporters.otlp.encoding import encode_spans
 from otel_bridge.identity import host_id
 from otel_bridge.model import Resource, Scope, Span, SpanKind, Status, StatusCode
 from otel_bridge.pipeline import Collector
+from otel_bridge.processors.correlate import CorrelateProcessor
 from otel_bridge.redaction import redact_argv
 
 _UNSET = (
@@ -418,14 +419,20 @@ def _summary(
             for k, v in notes.items()
             if k.startswith("host.collection.")
         },
-        "correlation": {
-            k.removeprefix("correlate."): v
-            for k, v in counters.items()
-            if k.startswith("correlate.")
-        },
+        # The run's own correlator only: with -c the user's pipelines may run another one,
+        # and telemetry counters are shared by every instance.
+        "correlation": _run_correlation(collector),
         "counters": counters,
         "notes": notes,
     }
+
+
+def _run_correlation(collector: Collector) -> dict[str, int]:
+    """Outcome counts of the correlator in the run's own evidence pipeline."""
+    for component in collector.processors("evidence/run"):
+        if isinstance(component, CorrelateProcessor):
+            return {k: v for k, v in component.outcomes.items() if v}
+    return {}
 
 
 def _print_summary(run: rundir.RunDir, summary: Mapping[str, Any]) -> None:

@@ -133,6 +133,11 @@ class CreateSettings:
     telemetry: Telemetry = field(default_factory=Telemetry)
 
     @property
+    def instance_name(self) -> str:
+        """``pipeline.id`` for a processor (one instance per pipeline), else the id."""
+        return f"{self.pipeline}.{self.id}" if self.pipeline else self.id
+
+    @property
     def logger(self) -> logging.Logger:
         """A logger named after the component."""
         return logging.getLogger(f"otel_bridge.{self.id}")

@@ -211,11 +211,10 @@ class MemoryLimiter:
 
 
 def _create(settings: CreateSettings, config: Config, next_consumer: Consumer | None) -> Component:
-    name = settings.id if not settings.pipeline else f"{settings.pipeline}.{settings.id}"
     return MemoryLimiter(
         config,
         require_consumer(next_consumer, settings.id),
-        name=name,
+        name=settings.instance_name,
         telemetry=settings.telemetry,
     )
 

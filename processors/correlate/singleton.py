@@ -268,7 +268,9 @@ class SingletonEngine:
     _starts: dict[str, list[tuple[int, str]]] = field(default_factory=dict)
     """Declaration starts by match key (``n:<basename>``, ``t:<argument tail>``)."""
     _tp_spans: set[tuple[str, str]] = field(default_factory=set)
-    _tp_of: dict[str, tuple[tuple[bool, int, str], tuple[str, str]]] = field(default_factory=dict)
+    _tp_of: dict[str, tuple[tuple[bool, int, str], tuple[str, str], str]] = field(
+        default_factory=dict
+    )
     _tool_spans: set[tuple[str, str]] = field(default_factory=set)
     _bridged: dict[str, str] = field(default_factory=dict)
     _horizon: int = 0
@@ -319,7 +321,7 @@ class SingletonEngine:
                 rank = traceparent_rank(ev)
                 prev = self._tp_of.get(ev.identity)
                 if prev is None or rank < prev[0]:
-                    self._tp_of[ev.identity] = (rank, tp)
+                    self._tp_of[ev.identity] = (rank, tp, ev.parent_identity)
 
     def window_end(self, d: Declaration) -> int:
         """The inclusive end of ``d``'s search window given what is known now."""
@@ -428,18 +430,24 @@ class SingletonEngine:
         return False
 
     def _contradicts(self, d: Declaration, ident: str) -> bool:
-        """True when the process's traceparent names a *known other tool span*.
+        """True when the process's traceparent says another span started it.
 
-        A traceparent naming an unknown span, or a span of another trace that is no tool call
-        (a launcher's run span inherited through the environment, an agent span), does not
-        contradict the declaration: programs pass ``TRACEPARENT`` on unchanged, so it only says
-        that some ancestor ran in that context.
+        It does when it names a known other tool span, or when it was set for this process
+        (it differs from its parent's, or the parent's is unknown) and names any span but the
+        declaring one. A traceparent merely inherited from the parent process (programs pass
+        ``TRACEPARENT`` on unchanged, so a launcher's run context reaches every descendant of
+        an agent that ignores it) says only where an ancestor ran: no contradiction.
         """
         found = self._tp_of.get(ident)
         if found is None:
             return False
-        tp = found[1]
-        return tp != (d.trace_id, d.span_id) and tp in self._tool_spans
+        _, tp, parent = found
+        if tp == (d.trace_id, d.span_id):
+            return False
+        if tp in self._tool_spans:
+            return True
+        parent_tp = self._tp_of.get(parent)
+        return parent_tp is None or parent_tp[1] != tp
 
     def evict(self, horizon: int) -> None:
         """Forget events before ``horizon`` and decided declarations that can no longer matter."""

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections import Counter
 
 import pytest
-from correlate_builders import HOST, MS, T0, Proc, S, declaration, traceparent
+from correlate_builders import HOST, MS, T0, Proc, S, declaration, iso, traceparent
 
 from otel_bridge.component import Host, Telemetry
 from otel_bridge.grading import grade_evidence
@@ -237,8 +237,32 @@ def test_exact_identity_preferred() -> None:
     assert counts["exact.traceparent"] == 1
 
 
-def test_foreign_trace_context_is_no_contradiction() -> None:
-    """A traceparent from another trace (a launcher's, inherited) does not block a bridge."""
+def test_inherited_foreign_trace_context_is_no_contradiction() -> None:
+    """A launcher's traceparent inherited unchanged from the parent does not block a bridge."""
+    launcher = f"00-{'cd' * 16}-{'ef' * 8}-01"
+    agent = Proc(
+        pid=2,
+        exe="/usr/bin/python3",
+        argv=("python3", "agent.py"),
+        time=T0 - S,
+        traceparent=launcher,
+    )
+    p = Proc(
+        pid=3,
+        exe="/usr/bin/ls",
+        argv=("ls",),
+        time=T0 + MS,
+        traceparent=launcher,
+        parent_pid=2,
+        extra={"process.parent.creation.time": iso(agent.ms)},
+    )
+    out, counts = run(scenario("ls", agent, p))
+    assert [b.object.id for b in bridges(out) if b.object is not None] == [p.identity]
+    assert counts["skip.contradicts_exact"] == 0
+
+
+def test_foreign_trace_context_set_for_the_process_contradicts() -> None:
+    """A traceparent set for the process itself (not inherited) naming another span blocks it."""
     p = Proc(
         pid=3,
         exe="/usr/bin/ls",
@@ -247,8 +271,9 @@ def test_foreign_trace_context_is_no_contradiction() -> None:
         traceparent=f"00-{'cd' * 16}-{'ef' * 8}-01",
     )
     out, counts = run(scenario("ls", p))
-    assert len(bridges(out)) == 1
-    assert counts["skip.contradicts_exact"] == 0
+    assert not bridges(out)
+    assert counts["skip.contradicts_exact"] == 1
+    assert bridges(run(scenario("ls", p), PAPER)[0])
 
 
 def test_contradicting_exact_identity() -> None:

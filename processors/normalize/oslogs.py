@@ -67,6 +67,8 @@ _DETAIL_KEYS = (
     "network.connect.result",
     "error.type",
     "process.env.traceparent",
+    # The correlator names the parent process by this (identity = pid + start time).
+    "process.parent.creation.time",
 )
 
 

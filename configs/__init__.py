@@ -1,1 +1,4 @@
-"""Ready configurations, installed as otel_bridge.configs (configs/local.yaml is the embedded default)."""
+"""Ready configurations, installed as otel_bridge.configs.
+
+``local.yaml`` is the embedded default of ``otel-bridge run``.
+"""

@@ -53,7 +53,8 @@ _KEY_SHAPES: tuple[re.Pattern[str], ...] = (
 )
 
 _AUTH_HEADER = re.compile(
-    r"(?P<head>\b(?:Proxy-)?Authorization\s*[:=]\s*(?:Bearer|Basic|Token|Digest|Bot)?\s*)"
+    r"(?P<head>\b(?:Proxy-)?Authorization[\"']?\s*[:=]\s*[\"']?\s*"
+    r"(?:Bearer|Basic|Token|Digest|Bot)?\s*)"
     r"(?P<value>[^\s\"',;]+)",
     re.IGNORECASE,
 )
@@ -62,7 +63,7 @@ _URL_CREDENTIALS = re.compile(
     r"(?P<head>\b[a-zA-Z][a-zA-Z0-9+.\-]*://[^\s:/@]+:)(?P<value>[^\s@/]+)(?P<tail>@)"
 )
 _ASSIGNMENT = re.compile(
-    r"(?P<head>(?<![A-Za-z0-9_])(?P<name>[A-Za-z_][A-Za-z0-9_.\-]*)\s*[=:]\s*[\"']?)"
+    r"(?P<head>(?<![A-Za-z0-9_])(?P<name>[A-Za-z_][A-Za-z0-9_.\-]*)[\"']?\s*[=:]\s*[\"']?)"
     r"(?P<value>[^\s\"'&;,]+)"
 )
 _OPTION_EQUALS = re.compile(

@@ -1,1 +1,4 @@
-"""Receivers: components that bring telemetry into a pipeline (installed as otel_bridge.receivers)."""
+"""Receivers: components that bring telemetry into a pipeline.
+
+Installed as ``otel_bridge.receivers``.
+"""

@@ -10,13 +10,16 @@ Grammar, inside any string value (keys are never substituted):
 
 When a string consists of exactly one reference, the substituted text is read as a YAML scalar,
 so ``port: ${env:PORT}`` yields an ``int`` and ``enabled: ${env:ON}`` a ``bool``, as in the
-Collector. Anything that does not read as a plain scalar stays a string.
+Collector. Anything that does not read as a plain scalar stays a string. The text behind each
+such scalar is recorded (see :data:`SUBSTITUTED_TEXT`) so that a field typed ``str`` still gets
+the variable's text (``token: ${env:TOKEN}`` with ``TOKEN=12345`` or ``off``), as in the Collector.
 """
 
 from __future__ import annotations
 
 import re
 from collections.abc import Mapping
+from contextvars import ContextVar
 from typing import Any
 
 import yaml
@@ -24,6 +27,13 @@ import yaml
 _NAME = r"[A-Za-z_][A-Za-z0-9_]*"
 _TOKEN = re.compile(r"\$\$|\$\{([^}]*)\}")
 _REFERENCE = re.compile(rf"^(?:env:)?({_NAME})(?::-(.*))?$", re.DOTALL)
+
+SUBSTITUTED_TEXT: ContextVar[dict[str, str]] = ContextVar("otel_bridge_substituted_text")
+"""Key path -> substituted text, for values that a whole reference turned into a non-string.
+
+The loader sets a fresh dict around one parse; :func:`substitute` fills it and the typed overlay
+reads it when a ``str`` field receives such a value.
+"""
 
 
 def join_path(path: str, key: object) -> str:
@@ -78,7 +88,12 @@ def _substitute_string(text: str, env: Mapping[str, str], problems: list[str], p
         return text
     whole = _TOKEN.fullmatch(text)
     if whole is not None and whole.group(0) != "$$":
-        return _as_scalar(result)
+        scalar = _as_scalar(result)
+        if not isinstance(scalar, str):
+            texts = SUBSTITUTED_TEXT.get(None)
+            if texts is not None:
+                texts[path] = result
+        return scalar
     return result
 
 

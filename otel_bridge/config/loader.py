@@ -9,7 +9,7 @@ from typing import Any
 import yaml
 
 from otel_bridge.component import EXPORTER, PROCESSOR, RECEIVER
-from otel_bridge.config.env import join_path, substitute
+from otel_bridge.config.env import SUBSTITUTED_TEXT, join_path, substitute
 from otel_bridge.config.model import (
     PIPELINE_TYPES,
     CollectorConfig,
@@ -92,6 +92,20 @@ def parse_config(
         raise ConfigError([f"{origin}: the configuration is empty"])
     if not isinstance(mapping, Mapping):
         raise ConfigError([f"{origin}: expected a mapping at the top level"])
+    token = SUBSTITUTED_TEXT.set({})
+    try:
+        return _parse_config(mapping, env=env, registry=registry, origin=origin)
+    finally:
+        SUBSTITUTED_TEXT.reset(token)
+
+
+def _parse_config(
+    mapping: Mapping[str, Any],
+    *,
+    env: Mapping[str, str] | None,
+    registry: Registry | None,
+    origin: str,
+) -> CollectorConfig:
     problems: list[str] = []
     data = substitute(mapping, os.environ if env is None else env, problems)
     reg = default_registry() if registry is None else registry

@@ -29,7 +29,7 @@ import typing
 from collections.abc import Mapping
 from typing import Any
 
-from otel_bridge.config.env import join_path
+from otel_bridge.config.env import SUBSTITUTED_TEXT, join_path
 
 _DURATION_UNITS: dict[str, float] = {
     "ns": 1e-9,
@@ -339,9 +339,13 @@ def _convert_scalar(tp: Any, value: Any, path: str, problems: list[str], duratio
     elif tp is str:
         if isinstance(value, str):
             return value
+        if (text := SUBSTITUTED_TEXT.get({}).get(path)) is not None:
+            return text  # ${env:X} read as a number or bool, but the field wants the text
     elif tp is pathlib.Path:
         if isinstance(value, str):
             return pathlib.Path(value)
+        if (text := SUBSTITUTED_TEXT.get({}).get(path)) is not None:
+            return pathlib.Path(text)
     elif tp is datetime.timedelta:
         if isinstance(value, int | float) and not isinstance(value, bool):
             return datetime.timedelta(seconds=value)

@@ -20,7 +20,8 @@ _EXITED = re.compile(r"^\+\+\+ exited with (?P<code>\d+) \+\+\+$")
 _KILLED = re.compile(r"^\+\+\+ killed by (?P<sig>SIG\w+)(?: \(core dumped\))? \+\+\+$")
 _RET = re.compile(r"^(?P<value>-?\d+|\?)(?:<(?P<anno>.*)>)?(?:\s+(?P<errno>E[A-Z0-9]+))?")
 _STRING = re.compile(r'"((?:[^"\\]|\\.)*)"(\.\.\.)?')
-_FD_ANNO = re.compile(r"^(?P<fd>-?\d+|AT_FDCWD)<(?P<anno>[^>]*)>")
+_FD_ANNO = re.compile(r"^(?P<fd>-?\d+|AT_FDCWD)<(?P<anno>.*)>$")
+"""Anchored at the end: a path or a connected socket (``TCP:[a:1->b:2]``) may contain ``>``."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -108,7 +109,7 @@ def split_args(args: str) -> list[str]:
 
 def fd_annotation(arg: str) -> str:
     """The ``-yy`` annotation of a descriptor argument (``3</tmp/x>`` -> ``/tmp/x``)."""
-    m = _FD_ANNO.match(arg)
+    m = _FD_ANNO.match(arg.strip())
     return m.group("anno") if m else ""
 
 

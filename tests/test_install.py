@@ -63,6 +63,7 @@ def test_wheel_holds_components_under_the_namespace(wheel_names: list[str]) -> N
         "otel_bridge/exporters/file/__init__.py",
         "otel_bridge/exporters/file/codec.py",
         "otel_bridge/configs/local.yaml",
+        "otel_bridge/schemas/graph.schema.json",
         "otel_bridge/config/__init__.py",
         "otel_bridge/pipeline.py",
         "otel_bridge/testing.py",

@@ -1,6 +1,6 @@
 """The ``normalize`` processor: spans and OS log records -> canonical observations.
 
-It implements the contract of ``docs/dev-brief.md`` ("Observations the normalizer emits"):
+It implements the contract of ``docs/contracts.md`` ("Observations the normalizer emits"):
 
 * spans following the OpenTelemetry GenAI semantic conventions, OpenInference spans and plain
   spans (:mod:`.spans`), with channel assignment per resource/scope (:mod:`.channels`) and

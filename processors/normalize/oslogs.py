@@ -1,6 +1,6 @@
 """OS event log records (host receiver, or any OTLP source tagged ``evidence.channel=os``).
 
-The record contract is the table in ``docs/dev-brief.md`` ("OS events"): the record's
+The record contract is the table in ``docs/contracts.md`` ("OS events"): the record's
 ``event_name`` (or an ``event.name`` attribute, for senders that predate the field) names the
 event, the resource carries ``host.id``, ``evidence.backend`` and ``otel_bridge.run.id``, and the
 attributes carry the process identity and the evidence fields. A record from another host is

@@ -2,7 +2,7 @@
 
 It follows a root process (``root_pid``, or :meth:`HostReceiver.set_root_pid` as ``observe``
 does) and every descendant, and emits what the machine saw as OTLP log records under a resource
-tagged ``evidence.channel=os`` (the event table of ``docs/dev-brief.md``). Which backend
+tagged ``evidence.channel=os`` (the event table of ``docs/contracts.md``). Which backend
 observes is configurable; ``auto`` picks the strongest that works here (:mod:`.selection`).
 
 Backends and their evidence:

@@ -29,11 +29,7 @@ from typing import IO
 from otel_bridge.errors import BackendUnavailableError
 from otel_bridge.model import CollectionState
 from otel_bridge.receivers.host.ebpf_lines import BpftraceInterpreter
-from otel_bridge.receivers.host.events import SAMPLED, HostContext
-from otel_bridge.receivers.host.procfs import (
-    descendants_of,
-    read_process,
-)
+from otel_bridge.receivers.host.events import HostContext
 
 TRACEFS = "/sys/kernel/tracing"
 STRLEN = 200
@@ -97,19 +93,7 @@ class EbpfBackend:
     def start(self, ctx: HostContext) -> None:
         """Start bpftrace and wait for READY (it compiles and attaches first)."""
         self._ctx = ctx
-        root = ctx.lineage.root
-        now = time.time_ns()
-        pids = [root, *descendants_of(root)]
-        for pid in pids:
-            info = read_process(
-                pid, ctx.redactor, capture_environment=ctx.config.capture_environment
-            )
-            if info is None:
-                continue
-            ctx.lineage.add(pid)
-            ctx.events.remember(info)
-            if ctx.config.processes:
-                ctx.emit(ctx.events.process_event("process.start", info, now, attribution=SAMPLED))
+        pids = ctx.snapshot_lineage()
         seed = " ".join(f"@track[{pid}] = 1;" for pid in pids)
         cmd = [self._path, "-B", "line", "-e", PROGRAM.replace("SEED", seed)]
         env = dict(os.environ, BPFTRACE_STRLEN=str(STRLEN))

@@ -2,7 +2,7 @@
 the batching emitter.
 
 Backends only decide *what* happened; this module decides how it is written down, so every
-backend emits the same record shapes (the table in ``docs/dev-brief.md``) with the same identity
+backend emits the same record shapes (the table in ``docs/contracts.md``) with the same identity
 for the same process.
 """
 
@@ -20,7 +20,12 @@ from otel_bridge.component import Consumer, Telemetry
 from otel_bridge.identity import host_id
 from otel_bridge.model import AnyValue, Batch, CollectionState, LogRecord, Resource, Scope
 from otel_bridge.receivers.host.config import HostConfig
-from otel_bridge.receivers.host.procfs import ProcessInfo, approx_start_ms, read_process
+from otel_bridge.receivers.host.procfs import (
+    ProcessInfo,
+    approx_start_ms,
+    descendants_of,
+    read_process,
+)
 from otel_bridge.redaction import Redactor
 
 SYSCALL = "syscall"
@@ -143,6 +148,29 @@ class HostContext:
     def emit(self, record: LogRecord) -> None:
         """Send one record downstream."""
         self.events.emitter.emit(record)
+
+    def snapshot_lineage(self) -> list[int]:
+        """Adopt the root and its running descendants; returns their pids.
+
+        An event-driven backend sees only what happens after it attaches, so what already runs
+        is read from /proc once and reported as sampled ``process.start`` events.
+        """
+        root = self.lineage.root
+        pids = [root, *descendants_of(root)]
+        now = time.time_ns()
+        for pid in pids:
+            info = read_process(
+                pid, self.redactor, capture_environment=self.config.capture_environment
+            )
+            if info is None:
+                continue
+            self.lineage.add(pid)
+            self.events.remember(info)
+            if self.config.processes:
+                self.emit(
+                    self.events.process_event("process.start", info, now, attribution=SAMPLED)
+                )
+        return pids
 
     def collection_state(self, name: str, state: CollectionState, reason: str) -> None:
         """Report the terminal state of one collection (record + telemetry note)."""

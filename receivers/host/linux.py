@@ -32,7 +32,6 @@ from otel_bridge.receivers.host.fanotify import FanotifyWatcher
 from otel_bridge.receivers.host.netscan import SocketScanner
 from otel_bridge.receivers.host.procfs import (
     ProcessInfo,
-    descendants_of,
     monotonic_to_wall_ns,
     read_process,
 )
@@ -157,7 +156,7 @@ class LinuxBackend:
             ctx.collection_state("process", CollectionState.AVAILABLE, self.why)
         else:
             ctx.collection_state("process", CollectionState.NOT_REQUESTED, "processes: false")
-        self._snapshot_existing(ctx)
+        ctx.snapshot_lineage()
         if cfg.files:
             try:
                 self._fanotify = FanotifyWatcher(ctx)
@@ -174,20 +173,6 @@ class LinuxBackend:
             ctx.collection_state("network", CollectionState.NOT_REQUESTED, "network: false")
         self._thread = threading.Thread(target=self._run, name="host-linux", daemon=True)
         self._thread.start()
-
-    def _snapshot_existing(self, ctx: HostContext) -> None:
-        root = ctx.lineage.root
-        now = time.time_ns()
-        for pid in [root, *descendants_of(root)]:
-            info = read_process(
-                pid, ctx.redactor, capture_environment=ctx.config.capture_environment
-            )
-            if info is None:
-                continue
-            ctx.lineage.add(pid)
-            ctx.events.remember(info)
-            if ctx.config.processes:
-                ctx.emit(ctx.events.process_event("process.start", info, now, attribution=SAMPLED))
 
     def _run(self) -> None:
         assert self._sock is not None

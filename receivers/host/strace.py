@@ -28,8 +28,7 @@ from typing import IO
 
 from otel_bridge.errors import BackendUnavailableError
 from otel_bridge.model import CollectionState
-from otel_bridge.receivers.host.events import SAMPLED, HostContext
-from otel_bridge.receivers.host.procfs import descendants_of, read_process
+from otel_bridge.receivers.host.events import HostContext
 from otel_bridge.receivers.host.strace_events import SyscallInterpreter
 from otel_bridge.receivers.host.strace_parse import StraceParser
 
@@ -75,19 +74,7 @@ class StraceBackend:
 
     def start(self, ctx: HostContext) -> None:
         """Attach strace to the lineage and wait until every pid is attached."""
-        root = ctx.lineage.root
-        pids = [root, *descendants_of(root)]
-        now = time.time_ns()
-        for pid in pids:
-            info = read_process(
-                pid, ctx.redactor, capture_environment=ctx.config.capture_environment
-            )
-            if info is None:
-                continue
-            ctx.lineage.add(pid)
-            ctx.events.remember(info)
-            if ctx.config.processes:
-                ctx.emit(ctx.events.process_event("process.start", info, now, attribution=SAMPLED))
+        pids = ctx.snapshot_lineage()
         read_fd, write_fd = os.pipe()
         cmd = [self._path, "-f", "-ttt", "-yy", "-s", "4096", "-o", f"/dev/fd/{write_fd}"]
         cmd += ["-e", f"trace={TRACE_SET}", "-e", "signal=none"]

@@ -6,7 +6,10 @@ Filtering produces a derived view, never a rewrite of the source graph:
 * edge filters (``relation``, ``channel``, ``backend``, ``causal``, ``grade``) select edges;
 * when a node filter is given, an edge is kept only if it satisfies the edge filters **and**
   touches at least one selected node; without node filters every edge satisfying the edge
-  filters is kept. The view's summary is recomputed over what it holds.
+  filters is kept;
+* when only edge filters are given (relation, causal status, grade, and no kind), the view keeps
+  just the nodes those edges connect, so ``--relation correlated_with_process`` shows the bridged
+  entities rather than the whole node table. The view's summary is recomputed over what it holds.
 
 Path queries enumerate bounded **directed simple paths** (repeated interactions create cycles):
 at most ``max_depth`` edges and ``max_paths`` paths. A path shows that evidence connects two
@@ -69,6 +72,11 @@ class GraphFilter:
         """True when some node filter is set."""
         return bool(self.kinds or self.channels or self.backends)
 
+    @property
+    def filters_edges_only(self) -> bool:
+        """True when an edge-only criterion (relation, causal, grade) is set and no kind is."""
+        return bool(self.relations or self.causal or self.grades) and not self.kinds
+
 
 def filter_graph(graph: Graph, flt: GraphFilter) -> Graph:
     """The derived view of ``graph`` that ``flt`` selects (see the module docstring)."""
@@ -79,6 +87,9 @@ def filter_graph(graph: Graph, flt: GraphFilter) -> Graph:
         for e in graph.edges
         if flt.edge_ok(e) and (not flt.filters_nodes or e.source in keep or e.target in keep)
     )
+    if flt.filters_edges_only:
+        ends = {e.source for e in edges} | {e.target for e in edges}
+        nodes = tuple(n for n in nodes if n.id in ends)
     coverage = dict(graph.summary.get("coverage", {}))
     by_channel = dict(graph.summary.get("coverage_by_channel", {}))
     node_dicts = [n.to_dict() for n in nodes]

@@ -80,6 +80,9 @@ def test_filter_is_a_consistent_sub_view(graph: Graph, flt: GraphFilter) -> None
     assert view.summary["nodes"] == len(view.nodes)
     assert view.summary["edges"] == len(view.edges)
     assert sum(view.summary["edges_by_relation"].values()) == len(view.edges)
+    if flt.filters_edges_only:
+        ends = {e.source for e in view.edges} | {e.target for e in view.edges}
+        assert {n.id for n in view.nodes} <= ends
 
 
 @settings(max_examples=40, deadline=None)

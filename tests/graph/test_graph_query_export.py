@@ -44,6 +44,10 @@ def test_filter_by_relation_channel_and_grade(graph: Graph) -> None:
     """Edge filters combine: relation, channel, backend and grade."""
     view = filter_graph(graph, GraphFilter(relations=frozenset({"opened", "connected_to"})))
     assert {e.relation for e in view.edges} == {"opened", "connected_to"}
+    # only the nodes those edges connect stay in the view
+    assert {n.id for n in view.nodes} == {e.source for e in view.edges} | {
+        e.target for e in view.edges
+    }
     os_view = filter_graph(graph, GraphFilter(channels=frozenset({"os"})))
     assert all("os" in e.channels for e in os_view.edges)
     assert all("os" in n.channels for n in os_view.nodes)

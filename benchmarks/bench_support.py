@@ -6,7 +6,6 @@ import math
 import os
 import random
 import shutil
-import socket
 import statistics
 import subprocess
 import tempfile
@@ -118,30 +117,3 @@ def start_host(config: HostConfig, root_pid: int, sink: Sink) -> HostReceiver:
     receiver.set_root_pid(root_pid)
     receiver.start(Host())
     return receiver
-
-
-class Server:
-    """A loopback TCP server that accepts and holds connections."""
-
-    def __init__(self) -> None:
-        self.sock = socket.socket()
-        self.sock.bind(("127.0.0.1", 0))
-        self.sock.listen(64)
-        self.port: int = self.sock.getsockname()[1]
-        self._conns: list[socket.socket] = []
-        self._thread = threading.Thread(target=self._accept, daemon=True)
-        self._thread.start()
-
-    def _accept(self) -> None:
-        while True:
-            try:
-                conn, _ = self.sock.accept()
-            except OSError:
-                return
-            self._conns.append(conn)
-
-    def close(self) -> None:
-        """Stop and close everything."""
-        self.sock.close()
-        for conn in self._conns:
-            conn.close()

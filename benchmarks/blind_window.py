@@ -27,9 +27,10 @@ import sys
 import tempfile
 import time
 
-from bench_support import Gate, Server, Sink, start_host, wilson
+from bench_support import Gate, Sink, start_host, wilson
 
 from otel_bridge.receivers.host import HostConfig
+from otel_bridge.testing import LoopbackServer
 
 LIFETIMES_MS = (5, 10, 25, 50, 100, 250, 500, 1000)
 INTERVALS_MS = (20, 25, 50, 100, 250, 500)
@@ -63,7 +64,7 @@ def run_cell(
     backend: str, interval_ms: int, sleep_ms: int, reps: int, seed: int
 ) -> dict[str, object]:
     """Run one cell; returns hits, n, durations."""
-    server = Server()
+    server = LoopbackServer()
     receipt = tempfile.mktemp(prefix="receipt-", suffix=".jsonl")
     gate = Gate(
         [

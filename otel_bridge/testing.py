@@ -18,6 +18,7 @@ Example::
 
 from __future__ import annotations
 
+import socket
 import threading
 import time
 from collections.abc import Iterable
@@ -298,3 +299,35 @@ def make_log(n: int = 0, **fields: Any) -> LogRecord:
     }
     values.update(fields)
     return LogRecord(**values)
+
+
+class LoopbackServer:
+    """A TCP server on 127.0.0.1 that accepts and holds connections until closed.
+
+    The peer of a real connection for tests and benchmarks of network observation: connections
+    stay open, so an observer has time to see them unless the test closes them on purpose.
+    """
+
+    def __init__(self, backlog: int = 64) -> None:
+        self.sock = socket.socket()
+        self.sock.bind(("127.0.0.1", 0))
+        self.sock.listen(backlog)
+        self.port: int = self.sock.getsockname()[1]
+        self._conns: list[socket.socket] = []
+        self._thread = threading.Thread(target=self._accept, daemon=True)
+        self._thread.start()
+
+    def _accept(self) -> None:
+        while True:
+            try:
+                conn, _ = self.sock.accept()
+            except OSError:
+                return
+            self._conns.append(conn)
+
+    def close(self) -> None:
+        """Stop accepting and close every connection."""
+        self.sock.close()
+        self._thread.join(timeout=2)
+        for conn in self._conns:
+            conn.close()

@@ -4,11 +4,9 @@ from __future__ import annotations
 
 import os
 import shutil
-import socket
 import subprocess
 import sys
 import tempfile
-import threading
 from collections.abc import Iterator
 from contextlib import contextmanager, suppress
 from dataclasses import dataclass, field
@@ -21,7 +19,7 @@ from otel_bridge.errors import BackendUnavailableError
 from otel_bridge.model import LogRecord
 from otel_bridge.receivers.host import HostConfig, HostReceiver
 from otel_bridge.receivers.host.selection import create_backend
-from otel_bridge.testing import RecordingConsumer
+from otel_bridge.testing import LoopbackServer, RecordingConsumer
 
 IS_ROOT = os.geteuid() == 0
 needs_root = pytest.mark.skipif(not IS_ROOT, reason="needs root (netlink, fanotify, ptrace, bpf)")
@@ -41,34 +39,6 @@ def require_backend(name: str) -> None:
     reason = backend_reason(name)
     if reason:
         pytest.skip(reason)
-
-
-class LoopbackServer:
-    """A TCP server on 127.0.0.1 that accepts and holds connections until closed."""
-
-    def __init__(self) -> None:
-        self.sock = socket.socket()
-        self.sock.bind(("127.0.0.1", 0))
-        self.sock.listen(16)
-        self.port: int = self.sock.getsockname()[1]
-        self._conns: list[socket.socket] = []
-        self._thread = threading.Thread(target=self._accept, daemon=True)
-        self._thread.start()
-
-    def _accept(self) -> None:
-        while True:
-            try:
-                conn, _ = self.sock.accept()
-            except OSError:
-                return
-            self._conns.append(conn)
-
-    def close(self) -> None:
-        """Stop accepting and close every connection."""
-        self.sock.close()
-        self._thread.join(timeout=2)
-        for conn in self._conns:
-            conn.close()
 
 
 @contextmanager

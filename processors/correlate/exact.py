@@ -320,26 +320,52 @@ class ExactLinker:
                 continue
             entity, first = resolved
             del self._tp[identity]
-            rid = f"correlate:exact:traceparent:{entity.id}:{identity}"
-            if rid in self._emitted:
-                continue
-            self._emitted.add(rid)
-            self._count("traceparent")
-            out.append(
-                derived(
-                    rid=rid,
-                    time=ev.time,
-                    channel=first.channel,
-                    subject=entity,
-                    relation=RelationKind.CORRELATED_WITH_PROCESS,
-                    obj=process_entity(identity, ev.pid, ev.host_id, ev.exe_name),
-                    evidence=exact_evidence(
-                        "traceparent", tuple(sorted((first.obs_id, ev.obs_id)))
-                    ),
-                    attrs={"trace_id": tp[0], "span_id": tp[1]},
-                )
+            self._link_once(
+                out,
+                "traceparent",
+                f"{entity.id}:{identity}",
+                time=ev.time,
+                channel=first.channel,
+                subject=entity,
+                relation=RelationKind.CORRELATED_WITH_PROCESS,
+                obj=process_entity(identity, ev.pid, ev.host_id, ev.exe_name),
+                support=(first.obs_id, ev.obs_id),
+                attrs={"trace_id": tp[0], "span_id": tp[1]},
             )
         return out
+
+    def _link_once(
+        self,
+        out: list[Observation],
+        method: str,
+        key: str,
+        *,
+        time: int,
+        channel: Channel,
+        subject: Entity,
+        relation: RelationKind,
+        obj: Entity,
+        support: tuple[str, str],
+        attrs: dict[str, object],
+    ) -> None:
+        """Append the exact link ``method``/``key`` to ``out`` unless it was emitted before."""
+        rid = f"correlate:exact:{method}:{key}"
+        if rid in self._emitted:
+            return
+        self._emitted.add(rid)
+        self._count(method)
+        out.append(
+            derived(
+                rid=rid,
+                time=time,
+                channel=channel,
+                subject=subject,
+                relation=relation,
+                obj=obj,
+                evidence=exact_evidence(method, tuple(sorted(support))),
+                attrs=attrs,
+            )
+        )
 
     def _pid_links(self, watermark: int, final: bool) -> list[Observation]:
         out: list[Observation] = []
@@ -361,24 +387,17 @@ class ExactLinker:
                 continue
             identity, life_host, _, life_obs_id, _ = alive[0]
             del self._pid_claims[key]
-            rid = f"correlate:exact:resource_pid:{agent.id}:{identity}"
-            if rid in self._emitted:
-                continue
-            self._emitted.add(rid)
-            self._count("resource_pid")
-            out.append(
-                derived(
-                    rid=rid,
-                    time=first.time,
-                    channel=first.channel,
-                    subject=agent,
-                    relation=RelationKind.CORRELATED_WITH_PROCESS,
-                    obj=process_entity(identity, pid, life_host),
-                    evidence=exact_evidence(
-                        "resource_pid", tuple(sorted((first.obs_id, life_obs_id)))
-                    ),
-                    attrs={"host_matched": bool(host)},
-                )
+            self._link_once(
+                out,
+                "resource_pid",
+                f"{agent.id}:{identity}",
+                time=first.time,
+                channel=first.channel,
+                subject=agent,
+                relation=RelationKind.CORRELATED_WITH_PROCESS,
+                obj=process_entity(identity, pid, life_host),
+                support=(first.obs_id, life_obs_id),
+                attrs={"host_matched": bool(host)},
             )
         return out
 
@@ -398,24 +417,17 @@ class ExactLinker:
                     if max(a.time, b.time) > watermark:
                         waiting = True
                         continue
-                    rid = f"correlate:exact:request_id:{rid_value}:{a.entity.id}:{b.entity.id}"
-                    if rid in self._emitted:
-                        continue
-                    self._emitted.add(rid)
-                    self._count("request_id")
-                    out.append(
-                        derived(
-                            rid=rid,
-                            time=min(a.time, b.time),
-                            channel=ch_a,
-                            subject=a.entity,
-                            relation=RelationKind.SAME_REQUEST,
-                            obj=b.entity,
-                            evidence=exact_evidence(
-                                "request_id", tuple(sorted((a.obs_id, b.obs_id)))
-                            ),
-                            attrs={"request.id": rid_value},
-                        )
+                    self._link_once(
+                        out,
+                        "request_id",
+                        f"{rid_value}:{a.entity.id}:{b.entity.id}",
+                        time=min(a.time, b.time),
+                        channel=ch_a,
+                        subject=a.entity,
+                        relation=RelationKind.SAME_REQUEST,
+                        obj=b.entity,
+                        support=(a.obs_id, b.obs_id),
+                        attrs={"request.id": rid_value},
                     )
             if not waiting:
                 self._req_pending.discard(rid_value)

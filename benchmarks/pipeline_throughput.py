@@ -88,6 +88,13 @@ def _collector_main(
     conn: Connection, expected: int, core: int, workdir: str, profile: str | None
 ) -> None:
     _pin({core})
+    import gc
+
+    _mode = os.environ.get("BENCH_GC", "")
+    if _mode == "off":
+        gc.disable()
+    elif _mode:
+        gc.set_threshold(*map(int, _mode.split(",")))
     from otel_bridge.config import parse_config
     from otel_bridge.pipeline import Collector
 

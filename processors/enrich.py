@@ -24,13 +24,14 @@ network observations become span events (at most ``max_events_per_process``).
 
 from __future__ import annotations
 
-import dataclasses
 import hashlib
 import os
 import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+
+import msgspec
 
 from otel_bridge.component import (
     PROCESSOR,
@@ -344,7 +345,7 @@ class EnrichProcessor:
         span_attrs.update({_PREFIX + k.removeprefix(_PREFIX): v for k, v in best.items()})
         span_attrs[_PREFIX + "count"] = len(ordered)
         self._telemetry.count("enrich.spans_linked")
-        return dataclasses.replace(
+        return msgspec.structs.replace(
             span,
             attributes=span_attrs,
             links=span.links + tuple(new_links),

@@ -7,8 +7,9 @@ fields, so a grade set upstream cannot disagree with the fields it claims to sum
 
 from __future__ import annotations
 
-import dataclasses
 from dataclasses import dataclass
+
+import msgspec
 
 from otel_bridge.component import (
     PROCESSOR,
@@ -33,7 +34,7 @@ def grade_observation(obs: Observation) -> Observation:
     grade = grade_evidence(obs.evidence)
     if obs.evidence.grade == grade:
         return obs
-    return dataclasses.replace(obs, evidence=dataclasses.replace(obs.evidence, grade=grade))
+    return msgspec.structs.replace(obs, evidence=msgspec.structs.replace(obs.evidence, grade=grade))
 
 
 def grade_batch(batch: Batch) -> Batch:

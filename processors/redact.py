@@ -11,10 +11,11 @@ after ``normalize`` too. Configurable extra patterns and extra secret attribute 
 
 from __future__ import annotations
 
-import dataclasses
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+
+import msgspec
 
 from otel_bridge.component import (
     PROCESSOR,
@@ -93,11 +94,12 @@ class AttributeRedactor:
         """``span`` with attributes and event attributes redacted."""
         attrs = self.attributes(span.attributes)
         events = tuple(
-            dataclasses.replace(e, attributes=self.attributes(e.attributes)) for e in span.events
+            msgspec.structs.replace(e, attributes=self.attributes(e.attributes))
+            for e in span.events
         )
         if attrs is span.attributes and events == span.events:
             return span
-        return dataclasses.replace(span, attributes=attrs, events=events)
+        return msgspec.structs.replace(span, attributes=attrs, events=events)
 
     def log(self, record: LogRecord) -> LogRecord:
         """``record`` with attributes and a string body redacted."""
@@ -105,7 +107,7 @@ class AttributeRedactor:
         body = self.value("body", record.body) if record.body is not None else None
         if attrs is record.attributes and body == record.body:
             return record
-        return dataclasses.replace(record, attributes=attrs, body=body)
+        return msgspec.structs.replace(record, attributes=attrs, body=body)
 
     def entity(self, entity: Entity) -> Entity:
         """``entity`` with attributes (and its label) redacted."""
@@ -113,11 +115,11 @@ class AttributeRedactor:
         label = self._redactor.text(entity.label)
         if attrs is entity.attrs and label == entity.label:
             return entity
-        return dataclasses.replace(entity, attrs=attrs, label=label)
+        return msgspec.structs.replace(entity, attrs=attrs, label=label)
 
     def observation(self, obs: Observation) -> Observation:
         """``obs`` with subject, object and observation attributes redacted."""
-        return dataclasses.replace(
+        return msgspec.structs.replace(
             obs,
             subject=self.entity(obs.subject),
             object=self.entity(obs.object) if obs.object is not None else None,

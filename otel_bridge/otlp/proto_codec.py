@@ -31,6 +31,7 @@ from opentelemetry.proto.resource.v1.resource_pb2 import Resource as PbResource
 from opentelemetry.proto.trace.v1.trace_pb2 import Span as PbSpan
 
 from otel_bridge.model import (
+    UNSET_STATUS,
     AnyValue,
     LogRecord,
     Resource,
@@ -42,7 +43,6 @@ from otel_bridge.model import (
     Status,
     StatusCode,
 )
-from otel_bridge.otlp._build import span as build_span
 from otel_bridge.otlp._proto_encode import (
     any_value_to_pb,
     encode_logs,
@@ -216,9 +216,8 @@ def _span(
 ) -> Span | None:
     """The span of ``pb``, or None when it is invalid (then ``_span_problem`` says why).
 
-    This is the hot path of the receiver: each protobuf field is read once, the common case
-    (no events, no links, unset status) allocates nothing beyond the span itself, and the span
-    is filled through its slots (:mod:`otel_bridge.otlp._build`), not the dataclass ``__init__``.
+    This is the hot path of the receiver: each protobuf field is read once, and the common case
+    (no events, no links, unset status) allocates nothing beyond the span and its attributes.
     ``trace_ids`` (per request) makes the spans of one trace share one trace id object, which
     saves memory wherever spans are remembered and lets consumers memoize per trace cheaply.
     """
@@ -244,7 +243,7 @@ def _span(
             return None
         status = Status(code=code, message=status_pb.message)
     else:
-        status = _UNSET_STATUS
+        status = UNSET_STATUS
     links: tuple[SpanLink, ...] = ()
     if pb.links:
         links = tuple(
@@ -277,7 +276,7 @@ def _span(
             )
             for e in pb.events
         )
-    return build_span(
+    return Span(
         resource=resource,
         scope=scope,
         trace_id=trace_id,
@@ -297,9 +296,6 @@ def _span(
         dropped_links_count=pb.dropped_links_count,
         status=status,
     )
-
-
-_UNSET_STATUS = Status()
 
 
 def decode_traces(request: ExportTraceServiceRequest) -> Decoded[Span]:

@@ -22,7 +22,6 @@ from otel_bridge.model import (
     Span,
 )
 
-from ._build import relation_observation
 from .ancestry import Found, Outcome, PendingLink, Root
 
 REPORTED = Evidence(attribution=Attribution.REPORTED)
@@ -60,17 +59,17 @@ def rel(
     attrs: Attributes | None = None,
 ) -> Observation:
     """Observation ``<span>#<slot>`` of the span of ``ctx``: ``subject`` ``relation`` ``obj``."""
-    return relation_observation(
-        f"{ctx.record}#{slot}",
-        ctx.start,
-        ctx.end,
-        ctx.source,
-        subject,
-        relation,
-        obj,
-        REPORTED,
-        ctx.occurrence,
-        ctx.attrs if attrs is None else attrs,
+    return Observation(
+        id=f"{ctx.record}#{slot}",
+        time_unix_nano=ctx.start,
+        end_time_unix_nano=ctx.end,
+        source=ctx.source,
+        subject=subject,
+        relation=relation,
+        object=obj,
+        evidence=REPORTED,
+        occurrence=ctx.occurrence,
+        attrs=ctx.attrs if attrs is None else attrs,
     )
 
 

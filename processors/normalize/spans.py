@@ -29,7 +29,7 @@ channel, ``service.name`` and the resource identity attributes of a (resource, s
 computed once per pair; entities that repeat across spans (models, named agents, sessions) and
 command extraction results are cached in bounded tables, so repeated spans share one object
 (which also lets the graph accumulator skip attribute merges by identity); and observations are
-built through :mod:`._build`. The output is equal, field for field, to building every object anew.
+records are built by keyword (a frozen struct costs about 0.15 µs). The output is equal, field for field, to building every object anew.
 """
 
 from __future__ import annotations
@@ -45,11 +45,11 @@ from otel_bridge.model import (
     RelationKind,
     Resource,
     Scope,
+    Source,
     Span,
     StatusCode,
 )
 
-from ._build import entity, entity_observation, source
 from ._memo import Cache, Origin
 from ._values import get_str
 from .ancestry import Ancestry, Missing, PendingLink, Role, SpanInfo
@@ -166,21 +166,26 @@ class SpanNormalizer:
                 "span.name": span.name,
                 "span.status": status,
             }
-        ctx = Ctx(source(origin.channel, "otlp", span_hex), trace, span, obs_attrs)
+        ctx = Ctx(
+            Source(channel=origin.channel, backend="otlp", record_id=span_hex),
+            trace,
+            span,
+            obs_attrs,
+        )
         op = get_str(a, "gen_ai.operation.name") or ""
         oi_kind = (get_str(a, "openinference.span.kind") or "").upper() if not op else ""
         parent = (trace_id, span.parent_span_id) if span.parent_span_id else None
         role, node = self._classify(span, op, oi_kind, origin.service, coverage=coverage, ctx=ctx)
         out.append(
-            entity_observation(
-                span_hex + "#0",
-                ctx.start,
-                ctx.end,
-                ctx.source,
-                node,
-                NO_EVIDENCE,
-                ctx.occurrence,
-                obs_attrs,
+            Observation(
+                id=span_hex + "#0",
+                time_unix_nano=ctx.start,
+                end_time_unix_nano=ctx.end,
+                source=ctx.source,
+                subject=node,
+                evidence=NO_EVIDENCE,
+                occurrence=ctx.occurrence,
+                attrs=obs_attrs,
             )
         )
 
@@ -288,7 +293,7 @@ class SpanNormalizer:
             if call_id is not None:
                 attrs["gen_ai.tool.call.id"] = call_id
             tool_id = f"{_TOOL_CALL}{ctx.trace}:{ctx.record}"
-            return Role.TOOL, entity(EntityKind.TOOL_CALL, tool_id, tool, attrs)
+            return Role.TOOL, Entity(kind=EntityKind.TOOL_CALL, id=tool_id, label=tool, attrs=attrs)
         if op in _MODEL_OPS or (not op and oi_kind in _OI_MODEL):
             model_name = _model_name(a)
             if model_name:
@@ -307,7 +312,7 @@ class SpanNormalizer:
         attrs["span_id"] = ctx.record
         attrs["service.name"] = service
         span_node = f"{_SPAN}{ctx.trace}:{ctx.record}"
-        return Role.PLAIN, entity(EntityKind.SPAN, span_node, span.name, attrs)
+        return Role.PLAIN, Entity(kind=EntityKind.SPAN, id=span_node, label=span.name, attrs=attrs)
 
     def _agent(self, span: Span, op: str, service: str, ctx: Ctx) -> Entity:
         a = span.attributes
@@ -319,15 +324,19 @@ class SpanNormalizer:
         attrs["service.name"] = service
         if name is None:  # keyed by the span itself: nothing to share
             agent_id = f"{_AGENT}{service}:span:{ctx.trace}:{ctx.record}"
-            return entity(EntityKind.AGENT, agent_id, span.name, attrs)
+            return Entity(kind=EntityKind.AGENT, id=agent_id, label=span.name, attrs=attrs)
         for value in attrs.values():
             if value.__class__ is not str:  # only plain strings compare exactly as keys
-                return entity(EntityKind.AGENT, f"{_AGENT}{service}:{name}", name, attrs)
+                return Entity(
+                    kind=EntityKind.AGENT, id=f"{_AGENT}{service}:{name}", label=name, attrs=attrs
+                )
         key = (service, name, *attrs.items())
         cached = self._agents.get(key)
         if cached is not None:
             return cached
-        agent = entity(EntityKind.AGENT, f"{_AGENT}{service}:{name}", name, attrs)
+        agent = Entity(
+            kind=EntityKind.AGENT, id=f"{_AGENT}{service}:{name}", label=name, attrs=attrs
+        )
         self._agents.put(key, agent)
         return agent
 
@@ -338,11 +347,11 @@ class SpanNormalizer:
         cached = self._models.get(key)
         if cached is not None:
             return cached
-        model = entity(
-            EntityKind.MODEL,
-            f"{_MODEL}{provider}:{name}",
-            name,
-            {"gen_ai.provider.name": provider, "gen_ai.request.model": name},
+        model = Entity(
+            kind=EntityKind.MODEL,
+            id=f"{_MODEL}{provider}:{name}",
+            label=name,
+            attrs={"gen_ai.provider.name": provider, "gen_ai.request.model": name},
         )
         self._models.put(key, model)
         return model
@@ -351,11 +360,11 @@ class SpanNormalizer:
         cached = self._sessions.get(session_id)
         if cached is not None:
             return cached
-        session = entity(
-            EntityKind.SESSION,
-            _SESSION + session_id,
-            session_id,
-            {"session.id": session_id},
+        session = Entity(
+            kind=EntityKind.SESSION,
+            id=_SESSION + session_id,
+            label=session_id,
+            attrs={"session.id": session_id},
         )
         self._sessions.put(session_id, session)
         return session
@@ -426,8 +435,11 @@ class SpanNormalizer:
             if attrs is None:
                 attrs = {"command.line": result.command, "gen_ai.tool.name": tool.label}
                 self._command_attrs.put(attrs_key, attrs)
-            command = entity(
-                EntityKind.COMMAND, f"{_COMMAND}{ctx.trace}:{ctx.record}", result.command, attrs
+            command = Entity(
+                kind=EntityKind.COMMAND,
+                id=f"{_COMMAND}{ctx.trace}:{ctx.record}",
+                label=result.command,
+                attrs=attrs,
             )
             out.append(rel(ctx, 2, tool, RelationKind.DECLARED_COMMAND, command))
         elif result.reason is not None:

@@ -2,8 +2,7 @@
 
 from __future__ import annotations
 
-import dataclasses
-
+import msgspec
 from correlate_builders import (
     HOST,
     MS,
@@ -120,7 +119,8 @@ def test_resource_pid_with_creation_time() -> None:
     decl = declaration("a1" * 8, "ls", T0 + 500 * MS, agent_pid=42)
     created = iso(agent_proc.ms)
     decl = [
-        dataclasses.replace(o, attrs={**o.attrs, "process.creation.time": created}) for o in decl
+        msgspec.structs.replace(o, attrs={**o.attrs, "process.creation.time": created})
+        for o in decl
     ]
     out, _ = run(decl + agent_proc.observations() + reused.observations())
     [link] = exact(out, "resource_pid")

@@ -8,9 +8,9 @@ it replaces.
 
 from __future__ import annotations
 
-import dataclasses
 import random
 
+import msgspec
 from correlate_builders import HOST, MS, T0, Proc, S, declaration, exit_obs
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -124,7 +124,7 @@ def test_proc_event_shares_argv_and_falls_back_to_entity_attributes() -> None:
     assert ev2 is not None
     assert ev2.argv == ("ls", "-l")
     bare = {k: v for k, v in obs.attrs.items() if k not in ("process.pid", "host.id")}
-    ev3 = proc_event(dataclasses.replace(obs, attrs=bare))
+    ev3 = proc_event(msgspec.structs.replace(obs, attrs=bare))
     assert ev3 is not None
     assert (ev3.pid, ev3.host_id) == (101, HOST)  # from the process entity
 

@@ -1,39 +1,25 @@
-"""The normalizer's hot-path shortcuts (builders, per-origin and entity caches) change nothing."""
+"""The normalizer's hot-path shortcuts (per-origin and entity caches) change nothing."""
 
 from __future__ import annotations
 
-import dataclasses
 import gc
 import os
 
-import pytest
+import msgspec
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from otel_bridge.model import (
-    NO_EVIDENCE,
     AnyValue,
-    Attribution,
     Batch,
     Channel,
     Entity,
     EntityKind,
-    Evidence,
-    Observation,
-    RelationKind,
     Resource,
     Scope,
-    Source,
     Span,
 )
-from otel_bridge.otlp._build import slot_setters
 from otel_bridge.processors.normalize import NormalizeConfig, NormalizeProcessor, Normalizer
-from otel_bridge.processors.normalize._build import (
-    entity,
-    entity_observation,
-    relation_observation,
-    source,
-)
 from otel_bridge.processors.normalize.spans import _CACHE_SIZE
 from otel_bridge.testing import RecordingConsumer
 
@@ -55,80 +41,6 @@ def _span(attrs: dict[str, AnyValue], *, name: str = "s", parent: bytes = b"") -
         end_time_unix_nano=2,
         attributes=attrs,
     )
-
-
-@given(channel=st.sampled_from(list(Channel)), backend=_text, record=_text)
-def test_source_builder_equals_constructor(channel: Channel, backend: str, record: str) -> None:
-    """source() builds an object equal to Source(...)."""
-    built = source(channel, backend, record)
-    assert type(built) is Source
-    assert built == Source(channel=channel, backend=backend, record_id=record)
-
-
-@given(kind=st.sampled_from(list(EntityKind)), id=_text, label=_text, attrs=_attrs)
-def test_entity_builder_equals_constructor(
-    kind: EntityKind, id: str, label: str, attrs: dict[str, AnyValue]
-) -> None:
-    """entity() builds an object equal to Entity(...)."""
-    assert entity(kind, id, label, attrs) == Entity(kind=kind, id=id, label=label, attrs=attrs)
-
-
-@given(
-    id=_text,
-    start=st.integers(min_value=0, max_value=2**63),
-    end=st.integers(min_value=0, max_value=2**63),
-    occurrence=_text,
-    attrs=_attrs,
-    relation=st.sampled_from(list(RelationKind)),
-)
-def test_observation_builders_equal_constructor(
-    *,
-    id: str,
-    start: int,
-    end: int,
-    occurrence: str,
-    attrs: dict[str, AnyValue],
-    relation: RelationKind,
-) -> None:
-    """entity_observation()/relation_observation() equal Observation(...) with every field."""
-    src = Source(channel=Channel.SEM, backend="otlp", record_id="r")
-    a = Entity(kind=EntityKind.AGENT, id="agent:x")
-    b = Entity(kind=EntityKind.MODEL, id="model:y")
-    ev = Evidence(attribution=Attribution.REPORTED)
-    assert entity_observation(
-        id, start, end, src, a, NO_EVIDENCE, occurrence, attrs
-    ) == Observation(
-        id=id,
-        time_unix_nano=start,
-        end_time_unix_nano=end,
-        source=src,
-        subject=a,
-        occurrence=occurrence,
-        attrs=attrs,
-    )
-    built = relation_observation(id, start, end, src, a, relation, b, ev, occurrence, attrs)
-    expected = Observation(
-        id=id,
-        time_unix_nano=start,
-        end_time_unix_nano=end,
-        source=src,
-        subject=a,
-        relation=relation,
-        object=b,
-        evidence=ev,
-        occurrence=occurrence,
-        attrs=attrs,
-    )
-    assert built == expected
-    assert [getattr(built, f.name) for f in dataclasses.fields(Observation)] == [
-        getattr(expected, f.name) for f in dataclasses.fields(Observation)
-    ]
-
-
-def test_slot_setters_refuse_a_partial_field_list() -> None:
-    """A builder that would leave a field unset fails at import time, loudly."""
-    with pytest.raises(RuntimeError, match="update the builder"):
-        slot_setters(Source, ("channel", "backend"))
 
 
 _OPS = st.sampled_from(["invoke_agent", "execute_tool", "chat", "embeddings", "other"])
@@ -153,7 +65,7 @@ def _trace(draw: st.DrawFn) -> list[Span]:
         if args is not None:
             attrs["gen_ai.tool.call.arguments"] = args
         child = _span(attrs, parent=root.span_id)
-        spans.append(dataclasses.replace(child, trace_id=root.trace_id))
+        spans.append(msgspec.structs.replace(child, trace_id=root.trace_id))
     return spans
 
 
@@ -268,7 +180,7 @@ def test_origin_cache_follows_the_resource_object() -> None:
     for i in range(4):
         base = _span({"gen_ai.operation.name": "other"})
         resource = gw if i % 2 else RESOURCE
-        spans.append(dataclasses.replace(base, resource=resource))
+        spans.append(msgspec.structs.replace(base, resource=resource))
     out = Normalizer(NormalizeConfig())(Batch(spans=tuple(spans)))
     channels = [o.source.channel for o in out.observations]
     assert channels == [Channel.SEM, Channel.GW, Channel.SEM, Channel.GW]

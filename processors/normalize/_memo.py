@@ -19,7 +19,7 @@ RESOURCE_IDENTITY = ("process.pid", "host.id", "process.creation.time")
 class Origin:
     """What the spans under one (resource, scope) pair share."""
 
-    __slots__ = ("channel", "identity", "resource", "scope", "service")
+    __slots__ = ("channel", "identity", "resource", "scope", "service", "template")
 
     def __init__(self, resource: Resource, scope: Scope, channel: Channel) -> None:
         self.resource = resource  # kept alive so its id() is not reused while cached
@@ -32,6 +32,15 @@ class Origin:
             value = attributes.get(key)
             if value is not None:
                 self.identity[key] = value
+        self.template: dict[str, AnyValue] = {
+            "trace_id": "",
+            "span_id": "",
+            **self.identity,
+            "span.name": "",
+            "span.status": "",
+        }
+        """The attributes every observation of a span carries, in their order; the span's
+        values are filled into a copy."""
 
 
 class Cache(Generic[K, V]):

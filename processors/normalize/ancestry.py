@@ -14,7 +14,8 @@ import enum
 from collections import OrderedDict
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import NamedTuple
+
+import msgspec
 
 from otel_bridge.model import Entity, Observation, Source
 
@@ -32,8 +33,8 @@ class Role(enum.Enum):
     PLAIN = "plain"
 
 
-class SpanInfo(NamedTuple):
-    """What is remembered of one span (a named tuple: one is built per span, cheaply)."""
+class SpanInfo(msgspec.Struct, frozen=True, gc=False):
+    """What is remembered of one span (positional: one is built per span, cheaply)."""
 
     role: Role
     entity: Entity | None

@@ -19,7 +19,6 @@ from otel_bridge.model import (
     Observation,
     RelationKind,
     Source,
-    Span,
 )
 
 from .ancestry import Found, Outcome, PendingLink, Root
@@ -37,15 +36,24 @@ class Ctx:
 
     __slots__ = ("attrs", "end", "occurrence", "record", "source", "start", "trace")
 
-    def __init__(self, source: Source, trace: str, span: Span, attrs: Attributes) -> None:
+    def __init__(  # noqa: PLR0917 (built on the slow paths only, from locals)
+        self,
+        source: Source,
+        trace: str,
+        occurrence: str,
+        start: int,
+        end: int,
+        attrs: Attributes,
+    ) -> None:
         self.source = source
         self.trace = trace
         """The trace id (hex)."""
         self.record = source.record_id
         """The span id (hex)."""
-        self.occurrence = f"{trace}:{self.record}"
-        self.start = span.start_time_unix_nano
-        self.end = span.end_time_unix_nano
+        self.occurrence = occurrence
+        """``<trace hex>:<span hex>``."""
+        self.start = start
+        self.end = end
         self.attrs = attrs
 
 

@@ -28,14 +28,17 @@ relation resolved late (its ancestor arrived in a later batch) has the same id i
 channel, ``service.name`` and the resource identity attributes of a (resource, scope) pair) is
 computed once per pair; entities that repeat across spans (models, named agents, sessions) and
 command extraction results are cached in bounded tables, so repeated spans share one object
-(which also lets the graph accumulator skip attribute merges by identity); and observations are
-records are built by keyword (a frozen struct costs about 0.15 µs). The output is equal, field for field, to building every object anew.
+(which also lets the graph accumulator skip attribute merges by identity); the common cases of
+:meth:`SpanNormalizer.normalize_into` are inline, and records are built directly (a frozen
+struct costs about 0.15 µs). The output is equal, field for field, to building every object
+anew.
 """
 
 from __future__ import annotations
 
 from otel_bridge.model import (
     NO_EVIDENCE,
+    UNSET_STATUS,
     AnyValue,
     Attributes,
     CoverageRecord,
@@ -59,9 +62,9 @@ from .relations import (
     DELEGATION,
     INVOCATION,
     NESTING,
+    REPORTED,
     REQUEST,
     Ctx,
-    found,
     missing,
     rel,
     resolver,
@@ -120,6 +123,8 @@ class SpanNormalizer:
     def __init__(self, assigner: ChannelAssigner, ancestry: Ancestry) -> None:
         self._assigner = assigner
         self._ancestry = ancestry
+        self._lookup = ancestry.lookup
+        self._remember = ancestry.remember
         self._origins: dict[tuple[int, int], Origin] = {}
         self._last: Origin | None = None
         self._last_trace_id = b""
@@ -127,7 +132,9 @@ class SpanNormalizer:
         self._models: Cache[tuple[str, str], Entity] = Cache(_CACHE_SIZE)
         self._agents: Cache[tuple[object, ...], Entity] = Cache(_CACHE_SIZE)
         self._sessions: Cache[str, Entity] = Cache(_CACHE_SIZE)
-        self._commands: Cache[tuple[str | None, ...], CommandResult] = Cache(_COMMAND_CACHE)
+        self._commands: Cache[tuple[str | None, ...], tuple[CommandResult, Attributes | None]] = (
+            Cache(_COMMAND_CACHE)
+        )
         self._command_attrs: Cache[tuple[str, str], Attributes] = Cache(_CACHE_SIZE)
 
     def normalize(self, span: Span) -> tuple[list[Observation], list[CoverageRecord]]:
@@ -140,111 +147,236 @@ class SpanNormalizer:
     def normalize_into(
         self, span: Span, out: list[Observation], coverage: list[CoverageRecord]
     ) -> None:
-        """Append the observations and coverage records of one span to ``out``/``coverage``."""
+        """Append the observations and coverage records of one span to ``out``/``coverage``.
+
+        The common cases (an attribute read as a non-empty string, a parent already known) are
+        spelled out inline; everything else goes through the same helpers as before
+        (:func:`get_str`, :meth:`_link`), so the result does not depend on which path ran.
+        """
         a = span.attributes
-        origin = self._origin(span.resource, span.scope)
-        trace_id, span_id = span.trace_id, span.span_id
+        origin = self._last
+        if origin is None or origin.resource is not span.resource or origin.scope is not span.scope:
+            origin = self._origin(span.resource, span.scope)
+        trace_id = span.trace_id
         if trace_id is self._last_trace_id:  # decoders share one id object per trace
             trace = self._last_trace
         else:
             trace = self._last_trace = trace_id.hex()
             self._last_trace_id = trace_id
-        span_hex = span_id.hex()
-        status = _STATUS.get(span.status.code, "unset")
-        if origin.identity:
-            obs_attrs: dict[str, AnyValue] = {
+        span_hex = span.span_id.hex()
+        status = span.status
+        state = "unset" if status is UNSET_STATUS else _STATUS.get(status.code, "unset")
+        name = span.name
+        # A copy of the origin's template keeps the key order; only per-span values change.
+        obs_attrs = origin.template.copy()
+        obs_attrs["trace_id"] = trace
+        obs_attrs["span_id"] = span_hex
+        obs_attrs["span.name"] = name
+        obs_attrs["span.status"] = state
+        source = Source(channel=origin.channel, backend="otlp", record_id=span_hex)
+        occurrence = f"{trace}:{span_hex}"
+        start = span.start_time_unix_nano
+        end = span.end_time_unix_nano
+        ctx: Ctx | None = None  # built only where a helper needs it
+        op = a.get("gen_ai.operation.name")
+        if op.__class__ is not str or not op:
+            op = get_str(a, "gen_ai.operation.name") or ""
+        assert isinstance(op, str)
+        oi_kind = "" if op else (get_str(a, "openinference.span.kind") or "").upper()
+        parent_id = span.parent_span_id
+        parent = (trace_id, parent_id) if parent_id else None
+
+        # -- classify: the node this span stands for -----------------------------------------
+        role = Role.PLAIN
+        node: Entity | None = None
+        if op in _AGENT_OPS or (not op and oi_kind == "AGENT"):
+            role = Role.AGENT
+            node = self._agent(span, op, origin.service, trace, span_hex)
+        elif op == "execute_tool" or (not op and oi_kind == "TOOL"):
+            role = Role.TOOL
+            tool = a.get("gen_ai.tool.name")
+            if tool.__class__ is not str or not tool:
+                tool = _tool_name(span, op)
+            assert isinstance(tool, str)
+            attrs: dict[str, AnyValue] = {
+                "gen_ai.tool.name": tool,
                 "trace_id": trace,
                 "span_id": span_hex,
-                **origin.identity,
-                "span.name": span.name,
-                "span.status": status,
             }
-        else:
-            obs_attrs = {
-                "trace_id": trace,
-                "span_id": span_hex,
-                "span.name": span.name,
-                "span.status": status,
-            }
-        ctx = Ctx(
-            Source(channel=origin.channel, backend="otlp", record_id=span_hex),
-            trace,
-            span,
-            obs_attrs,
-        )
-        op = get_str(a, "gen_ai.operation.name") or ""
-        oi_kind = (get_str(a, "openinference.span.kind") or "").upper() if not op else ""
-        parent = (trace_id, span.parent_span_id) if span.parent_span_id else None
-        role, node = self._classify(span, op, oi_kind, origin.service, coverage=coverage, ctx=ctx)
+            call_id = a.get("gen_ai.tool.call.id")
+            if call_id.__class__ is not str or not call_id:
+                call_id = get_str(a, "gen_ai.tool.call.id", "tool_call.id")
+            if call_id is not None:
+                attrs["gen_ai.tool.call.id"] = call_id
+            node = Entity(
+                kind=EntityKind.TOOL_CALL,
+                id=f"{_TOOL_CALL}{trace}:{span_hex}",
+                label=tool,
+                attrs=attrs,
+            )
+        elif op in _MODEL_OPS or (not op and oi_kind in _OI_MODEL):
+            model_name = a.get("gen_ai.request.model")
+            if model_name.__class__ is not str or not model_name:
+                model_name = _model_name(a)
+            if model_name:
+                assert isinstance(model_name, str)
+                role = Role.MODEL
+                node = self._model_entity(a, model_name)
+            else:
+                coverage.append(
+                    CoverageRecord(
+                        source=source,
+                        reason="model_name_missing",
+                        time_unix_nano=start,
+                        detail=f"model call span {name!r} names no model; kept as a plain span",
+                    )
+                )
+        if node is None:
+            picked = _pick(a)
+            picked["span.name"] = name
+            picked["trace_id"] = trace
+            picked["span_id"] = span_hex
+            picked["service.name"] = origin.service
+            node = Entity(
+                kind=EntityKind.SPAN, id=f"{_SPAN}{trace}:{span_hex}", label=name, attrs=picked
+            )
         out.append(
             Observation(
                 id=span_hex + "#0",
-                time_unix_nano=ctx.start,
-                end_time_unix_nano=ctx.end,
-                source=ctx.source,
+                time_unix_nano=start,
+                end_time_unix_nano=end,
+                source=source,
                 subject=node,
                 evidence=NO_EVIDENCE,
-                occurrence=ctx.occurrence,
+                occurrence=occurrence,
                 attrs=obs_attrs,
             )
         )
 
-        if role is Role.AGENT:
-            if op != "create_agent":
+        # -- relation to the ancestor (#1) ---------------------------------------------------
+        if role is Role.MODEL:
+            kind, accept = REQUEST, _AGENTS_TOOLS
+            link_attrs = _request_attrs(obs_attrs, a)
+        elif role is Role.TOOL:
+            kind, accept, link_attrs = INVOCATION, _AGENTS, obs_attrs
+        elif role is Role.AGENT:
+            kind, accept, link_attrs = DELEGATION, _AGENTS, obs_attrs
+        else:
+            kind, accept, link_attrs = NESTING, _ANY, obs_attrs
+        if parent is not None and (role is not Role.AGENT or op != "create_agent"):
+            info = self._lookup(parent)
+            ancestor = None if info is None else info.entity
+            if ancestor is not None and info is not None and info.role in accept:
+                # The usual case, the parent itself is the ancestor: what ``walk`` would find.
+                if kind == INVOCATION:
+                    subject, relation, obj = ancestor, RelationKind.INVOKED, node
+                elif kind == REQUEST:
+                    subject, relation, obj = ancestor, RelationKind.REQUESTED, node
+                elif kind == NESTING:
+                    subject, relation, obj = node, RelationKind.CHILD_OF, ancestor
+                else:
+                    subject, relation, obj = ancestor, RelationKind.DELEGATED_TO, node
+                if kind != DELEGATION or ancestor.id != node.id:
+                    out.append(
+                        Observation(
+                            id=span_hex + "#1",
+                            time_unix_nano=start,
+                            end_time_unix_nano=end,
+                            source=source,
+                            subject=subject,
+                            relation=relation,
+                            object=obj,
+                            evidence=REPORTED,
+                            occurrence=occurrence,
+                            attrs=link_attrs,
+                        )
+                    )
+            else:
+                ctx = Ctx(source, trace, occurrence, start, end, obs_attrs)
                 self._link(
                     out,
                     coverage,
                     ctx,
                     parent,
-                    accept=_AGENTS,
-                    kind=DELEGATION,
+                    accept=accept,
+                    kind=kind,
                     node=node,
-                    attrs=obs_attrs,
+                    attrs=link_attrs,
                 )
-        elif role is Role.TOOL:
-            self._link(
-                out,
-                coverage,
-                ctx,
-                parent,
-                accept=_AGENTS,
-                kind=INVOCATION,
-                node=node,
-                attrs=obs_attrs,
-            )
-            self._command(out, coverage, ctx, node, a)
-        elif role is Role.MODEL:
-            request = _request_attrs(obs_attrs, a)
-            self._link(
-                out,
-                coverage,
-                ctx,
-                parent,
-                accept=_AGENTS_TOOLS,
-                kind=REQUEST,
-                node=node,
-                attrs=request,
-            )
-        else:
-            self._link(
-                out, coverage, ctx, parent, accept=_ANY, kind=NESTING, node=node, attrs=obs_attrs
-            )
-        if role is not Role.MODEL and role is not Role.PLAIN:
+
+        # -- the declared command (#2), a model the agent or tool names (#3), a session (#4) --
+        if role is Role.TOOL:
+            label = node.label
+            args = a.get("gen_ai.tool.call.arguments")
+            if (
+                args.__class__ is str
+                and "input.value" not in a
+                and "tool.parameters" not in a
+                and "input.mime_type" not in a
+            ):  # the usual tool span: arguments alone, the same key as _command_entry's
+                key = (label, args, None, None, None)
+                entry = self._commands.get(key)
+                if entry is None:
+                    entry = self._command_entry(label, a)
+            else:
+                entry = self._command_entry(label, a)
+            result, command_attrs = entry
+            if command_attrs is not None:
+                assert result.command is not None
+                command = Entity(
+                    kind=EntityKind.COMMAND,
+                    id=f"{_COMMAND}{trace}:{span_hex}",
+                    label=result.command,
+                    attrs=command_attrs,
+                )
+                out.append(
+                    Observation(
+                        id=span_hex + "#2",
+                        time_unix_nano=start,
+                        end_time_unix_nano=end,
+                        source=source,
+                        subject=node,
+                        relation=RelationKind.DECLARED_COMMAND,
+                        object=command,
+                        evidence=REPORTED,
+                        occurrence=occurrence,
+                        attrs=obs_attrs,
+                    )
+                )
+            elif result.reason is not None:
+                coverage.append(
+                    CoverageRecord(
+                        source=source,
+                        reason="command_not_extracted",
+                        time_unix_nano=start,
+                        detail=f"tool {label!r}: {result.reason}",
+                    )
+                )
+        if (role is Role.AGENT or role is Role.TOOL) and (
+            "gen_ai.request.model" in a
+            or "gen_ai.response.model" in a
+            or "llm.model_name" in a
+            or "embedding.model_name" in a
+        ):
             model_name = _model_name(a)
             if model_name:
+                ctx = ctx or Ctx(source, trace, occurrence, start, end, obs_attrs)
                 model = self._model_entity(a, model_name)
                 attrs = _request_attrs(obs_attrs, a)
                 out.append(rel(ctx, 3, node, RelationKind.REQUESTED, model, attrs=attrs))
         if role is Role.AGENT or parent is None:
             session_id = get_str(a, "gen_ai.conversation.id", "session.id")
             if session_id:
+                ctx = ctx or Ctx(source, trace, occurrence, start, end, obs_attrs)
                 session = self._session(session_id)
                 out.append(rel(ctx, 4, node, RelationKind.PART_OF, session))
 
-        key = (trace_id, span_id)
+        key = (trace_id, span.span_id)
         own = node if role is not Role.MODEL else None
-        for link in self._ancestry.remember(key, SpanInfo(role, own, parent)):
-            self._resume(out, coverage, key, link)
+        waiting = self._remember(key, SpanInfo(role, own, parent))
+        if waiting:
+            for link in waiting:
+                self._resume(out, coverage, key, link)
 
     def drain(self) -> list[CoverageRecord]:
         """Coverage records for every relation still waiting for an ancestor."""
@@ -267,54 +399,9 @@ class SpanNormalizer:
         self._last = origin
         return origin
 
-    # -- classification ---------------------------------------------------------------------
+    # -- entities that repeat across spans -------------------------------------------------
 
-    def _classify(
-        self,
-        span: Span,
-        op: str,
-        oi_kind: str,
-        service: str,
-        *,
-        coverage: list[CoverageRecord],
-        ctx: Ctx,
-    ) -> tuple[Role, Entity]:
-        a = span.attributes
-        if op in _AGENT_OPS or (not op and oi_kind == "AGENT"):
-            return Role.AGENT, self._agent(span, op, service, ctx)
-        if op == "execute_tool" or (not op and oi_kind == "TOOL"):
-            tool = _tool_name(span, op)
-            attrs: dict[str, AnyValue] = {
-                "gen_ai.tool.name": tool,
-                "trace_id": ctx.trace,
-                "span_id": ctx.record,
-            }
-            call_id = get_str(a, "gen_ai.tool.call.id", "tool_call.id")
-            if call_id is not None:
-                attrs["gen_ai.tool.call.id"] = call_id
-            tool_id = f"{_TOOL_CALL}{ctx.trace}:{ctx.record}"
-            return Role.TOOL, Entity(kind=EntityKind.TOOL_CALL, id=tool_id, label=tool, attrs=attrs)
-        if op in _MODEL_OPS or (not op and oi_kind in _OI_MODEL):
-            model_name = _model_name(a)
-            if model_name:
-                return Role.MODEL, self._model_entity(a, model_name)
-            coverage.append(
-                CoverageRecord(
-                    source=ctx.source,
-                    reason="model_name_missing",
-                    time_unix_nano=ctx.start,
-                    detail=f"model call span {span.name!r} names no model; kept as a plain span",
-                )
-            )
-        attrs = _pick(a)
-        attrs["span.name"] = span.name
-        attrs["trace_id"] = ctx.trace
-        attrs["span_id"] = ctx.record
-        attrs["service.name"] = service
-        span_node = f"{_SPAN}{ctx.trace}:{ctx.record}"
-        return Role.PLAIN, Entity(kind=EntityKind.SPAN, id=span_node, label=span.name, attrs=attrs)
-
-    def _agent(self, span: Span, op: str, service: str, ctx: Ctx) -> Entity:
+    def _agent(self, span: Span, op: str, service: str, trace: str, span_hex: str) -> Entity:
         a = span.attributes
         name = get_str(a, "gen_ai.agent.name", "agent.name", "gen_ai.agent.id")
         if name is None:
@@ -323,7 +410,7 @@ class SpanNormalizer:
         attrs = _pick(a)
         attrs["service.name"] = service
         if name is None:  # keyed by the span itself: nothing to share
-            agent_id = f"{_AGENT}{service}:span:{ctx.trace}:{ctx.record}"
+            agent_id = f"{_AGENT}{service}:span:{trace}:{span_hex}"
             return Entity(kind=EntityKind.AGENT, id=agent_id, label=span.name, attrs=attrs)
         for value in attrs.values():
             if value.__class__ is not str:  # only plain strings compare exactly as keys
@@ -341,7 +428,12 @@ class SpanNormalizer:
         return agent
 
     def _model_entity(self, a: Attributes, name: str) -> Entity:
-        provider = get_str(a, "gen_ai.provider.name", "gen_ai.system", "llm.provider", "llm.system")
+        provider = a.get("gen_ai.provider.name")
+        if provider.__class__ is not str or not provider:
+            provider = get_str(
+                a, "gen_ai.provider.name", "gen_ai.system", "llm.provider", "llm.system"
+            )
+        assert provider is None or isinstance(provider, str)
         provider = (provider or "unknown").lower()
         key = (provider, name)
         cached = self._models.get(key)
@@ -385,13 +477,6 @@ class SpanNormalizer:
     ) -> None:
         if parent is None:  # a root: no ancestor, no fallback, no relation
             return
-        info = self._ancestry.lookup(parent)
-        if info is not None and info.entity is not None and info.role in accept:
-            # The usual case, the parent itself is the ancestor: what ``walk`` would find.
-            relation = found(kind, ctx, node, attrs, info.entity)
-            if relation is not None:
-                out.append(relation)
-            return
         outcome, fallback = self._ancestry.walk(parent, accept)
         resolve = resolver(kind, ctx, node, attrs)
         if isinstance(outcome, Missing):
@@ -420,63 +505,40 @@ class SpanNormalizer:
             return
         out.extend(link.resolve(outcome))
 
-    def _command(
-        self,
-        out: list[Observation],
-        coverage: list[CoverageRecord],
-        ctx: Ctx,
-        tool: Entity,
-        a: Attributes,
-    ) -> None:
-        result = self._extract(tool.label, a)
-        if result.command is not None:
-            attrs_key = (result.command, tool.label)
-            attrs = self._command_attrs.get(attrs_key)
-            if attrs is None:
-                attrs = {"command.line": result.command, "gen_ai.tool.name": tool.label}
-                self._command_attrs.put(attrs_key, attrs)
-            command = Entity(
-                kind=EntityKind.COMMAND,
-                id=f"{_COMMAND}{ctx.trace}:{ctx.record}",
-                label=result.command,
-                attrs=attrs,
-            )
-            out.append(rel(ctx, 2, tool, RelationKind.DECLARED_COMMAND, command))
-        elif result.reason is not None:
-            coverage.append(
-                CoverageRecord(
-                    source=ctx.source,
-                    reason="command_not_extracted",
-                    time_unix_nano=ctx.start,
-                    detail=f"tool {tool.label!r}: {result.reason}",
-                )
-            )
-
-    def _extract(self, tool: str, a: Attributes) -> CommandResult:
-        """``extract_command(tool, a)``, memoized on the attributes it reads when they are short.
+    def _command_entry(self, tool: str, a: Attributes) -> tuple[CommandResult, Attributes | None]:
+        """``extract_command(tool, a)`` and the command entity's attributes, memoized.
 
         Agents repeat the same commands; extraction (JSON decoding, redaction) is a pure function
-        of the tool name and these four attributes, so equal inputs share one result.
+        of the tool name and the four attributes it reads, so when those are short strings (or
+        absent) equal inputs share one entry. The attributes are ``None`` when no command was
+        extracted.
         """
         key: list[str | None] = [tool]
         size = 0
+        cacheable = True
         for name in _COMMAND_INPUTS:
             value = a.get(name)
             if value is None:
                 key.append(None)
-            elif isinstance(value, str) and value.__class__ is str:
+            elif value.__class__ is str:
+                assert isinstance(value, str)
                 key.append(value)
                 size += len(value)
             else:  # a mapping or another structure: not cached
-                return extract_command(tool, a)
-        if size > _CACHED_ARGUMENTS:
-            return extract_command(tool, a)
-        cached = self._commands.get(tuple(key))
-        if cached is not None:
-            return cached
+                cacheable = False
+                break
         result = extract_command(tool, a)
-        self._commands.put(tuple(key), result)
-        return result
+        attrs: Attributes | None = None
+        if result.command is not None:
+            attrs_key = (result.command, tool)
+            attrs = self._command_attrs.get(attrs_key)
+            if attrs is None:
+                attrs = {"command.line": result.command, "gen_ai.tool.name": tool}
+                self._command_attrs.put(attrs_key, attrs)
+        entry = (result, attrs)
+        if cacheable and size <= _CACHED_ARGUMENTS:
+            self._commands.put(tuple(key), entry)
+        return entry
 
 
 def _pick(a: Attributes) -> dict[str, AnyValue]:
@@ -501,12 +563,19 @@ def _model_name(a: Attributes) -> str | None:
     )
 
 
-def _request_attrs(obs_attrs: Attributes, a: Attributes) -> Attributes:
-    attrs = dict(obs_attrs)
-    request_id = get_str(a, "gen_ai.response.id", "request.id")
+def _request_attrs(obs_attrs: dict[str, AnyValue], a: Attributes) -> Attributes:
+    attrs = obs_attrs.copy()
+    request_id = a.get("gen_ai.response.id")
+    if request_id.__class__ is not str or not request_id:
+        request_id = get_str(a, "gen_ai.response.id", "request.id")
     if request_id is not None:
         attrs["request.id"] = request_id
     for key in _REQUEST_KEYS:
-        if key in a:
-            attrs[key] = a[key]
+        value = a.get(key, _ABSENT)
+        if value is not _ABSENT:
+            attrs[key] = value
     return attrs
+
+
+_ABSENT: AnyValue = ("absent",)
+"""A default for ``Mapping.get`` that no decoded attribute value is (compared by identity)."""

@@ -165,16 +165,12 @@ class StatusCode(enum.IntEnum):
     ERROR = 2
 
 
-class _Record(msgspec.Struct, frozen=True, kw_only=True, gc=False):
-    """Base of every record: frozen, keyword-only, not tracked by the cyclic GC (see above)."""
-
-
 # --------------------------------------------------------------------------------------------
 # Telemetry (OpenTelemetry's data model, typed)
 # --------------------------------------------------------------------------------------------
 
 
-class Resource(_Record):
+class Resource(msgspec.Struct, frozen=True, kw_only=True, gc=False):
     """The entity producing telemetry (OTLP ``Resource``)."""
 
     attributes: Attributes = msgspec.field(default_factory=_attrs)
@@ -182,7 +178,7 @@ class Resource(_Record):
     schema_url: str = ""
 
 
-class Scope(_Record):
+class Scope(msgspec.Struct, frozen=True, kw_only=True, gc=False):
     """The instrumentation scope (OTLP ``InstrumentationScope``)."""
 
     name: str = ""
@@ -192,7 +188,7 @@ class Scope(_Record):
     schema_url: str = ""
 
 
-class SpanEvent(_Record):
+class SpanEvent(msgspec.Struct, frozen=True, kw_only=True, gc=False):
     """A timed event inside a span."""
 
     time_unix_nano: int
@@ -201,7 +197,7 @@ class SpanEvent(_Record):
     dropped_attributes_count: int = 0
 
 
-class SpanLink(_Record):
+class SpanLink(msgspec.Struct, frozen=True, kw_only=True, gc=False):
     """A link from a span to another span context."""
 
     trace_id: bytes
@@ -212,7 +208,7 @@ class SpanLink(_Record):
     flags: int = 0
 
 
-class Status(_Record):
+class Status(msgspec.Struct, frozen=True, kw_only=True, gc=False):
     """A span's status."""
 
     code: StatusCode = StatusCode.UNSET
@@ -223,7 +219,7 @@ UNSET_STATUS = Status()
 """The status of a span that states none (shared: records are immutable)."""
 
 
-class Span(_Record):
+class Span(msgspec.Struct, frozen=True, kw_only=True, gc=False):
     """One OTLP span with its resource and scope. Ids are raw bytes (16 and 8)."""
 
     resource: Resource
@@ -246,7 +242,7 @@ class Span(_Record):
     status: Status = UNSET_STATUS
 
 
-class LogRecord(_Record):
+class LogRecord(msgspec.Struct, frozen=True, kw_only=True, gc=False):
     """One OTLP log record with its resource and scope.
 
     The host receiver's OS events are log records with an ``event_name`` such as
@@ -273,7 +269,7 @@ class LogRecord(_Record):
 # --------------------------------------------------------------------------------------------
 
 
-class Source(_Record):
+class Source(msgspec.Struct, frozen=True, kw_only=True, gc=False):
     """Where an observation came from. Derived observations name the deriving component."""
 
     channel: Channel
@@ -284,7 +280,7 @@ class Source(_Record):
     """Id of the source record: span id (hex), OS event id, or derived record id."""
 
 
-class Evidence(_Record):
+class Evidence(msgspec.Struct, frozen=True, kw_only=True, gc=False):
     """The evidence fields of ExecWeave sections IV and V. ``None`` means *not stated*.
 
     ``causal`` is never defaulted to ``False``: an absent flag and an explicit ``False`` mean
@@ -306,7 +302,7 @@ class Evidence(_Record):
 NO_EVIDENCE = Evidence()
 
 
-class Entity(_Record):
+class Entity(msgspec.Struct, frozen=True, kw_only=True, gc=False):
     """A thing with a stable identity: ``(kind, id)`` names one graph node.
 
     Identities are stable across backends and runs of the same machine: a process is
@@ -320,7 +316,7 @@ class Entity(_Record):
     attrs: Attributes = msgspec.field(default_factory=_attrs)
 
 
-class Observation(_Record):
+class Observation(msgspec.Struct, frozen=True, kw_only=True, gc=False):
     """One canonical observation: an entity, or a relation between two entities.
 
     ``occurrence`` is the logical occurrence this observation reports. Receiving the same span
@@ -355,7 +351,7 @@ class Observation(_Record):
         return bool(self.evidence.support) or self.evidence.inferred is True
 
 
-class CoverageRecord(_Record):
+class CoverageRecord(msgspec.Struct, frozen=True, kw_only=True, gc=False):
     """A record the pipeline could not interpret, or a known gap in what was observed.
 
     Coverage is how "not observed" stays visible as unknown instead of looking absent.
@@ -367,7 +363,7 @@ class CoverageRecord(_Record):
     detail: str = ""
 
 
-class Batch(_Record):
+class Batch(msgspec.Struct, frozen=True, kw_only=True, gc=False):
     """The unit passed between components through ``consume(batch)``. Immutable."""
 
     spans: tuple[Span, ...] = ()

@@ -314,8 +314,7 @@ class SpanNormalizer:
                 and "tool.parameters" not in a
                 and "input.mime_type" not in a
             ):  # the usual tool span: arguments alone, the same key as _command_entry's
-                key = (label, args, None, None, None)
-                entry = self._commands.get(key)
+                entry = self._commands.get((label, args, None, None, None))
                 if entry is None:
                     entry = self._command_entry(label, a)
             else:
@@ -362,8 +361,8 @@ class SpanNormalizer:
             if model_name:
                 ctx = ctx or Ctx(source, trace, occurrence, start, end, obs_attrs)
                 model = self._model_entity(a, model_name)
-                attrs = _request_attrs(obs_attrs, a)
-                out.append(rel(ctx, 3, node, RelationKind.REQUESTED, model, attrs=attrs))
+                requested = _request_attrs(obs_attrs, a)
+                out.append(rel(ctx, 3, node, RelationKind.REQUESTED, model, attrs=requested))
         if role is Role.AGENT or parent is None:
             session_id = get_str(a, "gen_ai.conversation.id", "session.id")
             if session_id:

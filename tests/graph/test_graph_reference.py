@@ -67,7 +67,7 @@ def observations(draw: st.DrawFn) -> list[Observation]:
         relation = draw(st.sampled_from(RELATIONS))
         evidence = draw(st.sampled_from(EVIDENCE))
         if draw(st.booleans()):  # an equal but distinct evidence object
-            evidence = Evidence(**{f: getattr(evidence, f) for f in evidence.__slots__})
+            evidence = Evidence(**{f: getattr(evidence, f) for f in evidence.__struct_fields__})
         out.append(
             obs(
                 f"r{draw(st.integers(0, 12))}",

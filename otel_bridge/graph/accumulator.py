@@ -50,6 +50,7 @@ from otel_bridge.graph._elements import (
     CHANNEL_BIT,
     EV_WIDTH,
     LOGICAL,
+    NEVER,
     REL_VALUE,
     Store,
     evidence_bits,
@@ -123,7 +124,7 @@ class GraphAccumulator:
         behind but its occurrence entry.
         """
         st = self._store
-        node_index, n_keys, n_label = st.node_index, st.n_keys, st.n_label
+        node_index, n_keys, n_label, n_own = st.node_index, st.n_keys, st.n_label, st.n_own
         edge_index, e_dst, e_keys = st.edge_index, st.e_dst, st.e_keys
         e_first, e_last, e_mask, e_count = st.e_first, st.e_last, st.e_mask, st.e_count
         add_node, rel_value = st.add_node, REL_VALUE
@@ -173,9 +174,38 @@ class GraphAccumulator:
                     s_keys, s_labeled = n_keys[si], bool(n_label[si])
             ob = o.object
             occurrence = o.occurrence
-            if ob is None:
-                room = self._entity(si, t, te, nbits, occurrence=occurrence, room=room)
-                occ, old = self._occ, self._occ_old
+            if ob is None:  # an entity observation: the node's own aggregates
+                own = n_own.get(si)
+                if own is None:
+                    own = n_own[si] = [NEVER, 0, 0, 0]
+                if 0 < t < own[0]:
+                    own[0] = t
+                if te > own[1]:  # noqa: PLR1730
+                    own[1] = te
+                own[2] |= nbits
+                if not occurrence:
+                    own[3] += both
+                    continue
+                seen = occ.get(occurrence)
+                if seen is None and old:
+                    seen = old.get(occurrence)
+                    if seen is not None:
+                        occ[occurrence] = seen
+                        room -= 1
+                tag = si << 1 | 1
+                if seen is None:
+                    occ[occurrence] = (tag,)
+                    room -= 1
+                    own[3] += both
+                else:
+                    grown = self._expand(seen)
+                    if tag in grown:
+                        own[3] += 1
+                        continue
+                    occ[occurrence] = (*grown, tag)
+                    own[3] += both
+                if room <= 0:
+                    old, occ, room = occ, self._rotate(), half
                 continue
             # evidence matters for edges only (entity observations often carry a fresh one)
             ev = o.evidence
@@ -233,43 +263,11 @@ class GraphAccumulator:
                     old, occ, room = occ, self._rotate(), half
             else:
                 e_count[ei] += 1
-                if seen != ei:
+                # An occurrence that already counted this edge also counted both its end nodes
+                # (they are added together): nothing to regrow.
+                if seen != ei and (seen.__class__ is int or ei << 1 not in seen):  # type: ignore[operator]
                     self._regrow(occurrence, seen, ei, si, oi)
         self.observations += len(observations)
-
-    def _entity(self, si: int, t: int, te: int, bits: int, *, occurrence: str, room: int) -> int:
-        """Apply an entity observation (no relation) to node ``si``; returns the new room."""
-        own = self._store.own(si)
-        if 0 < t < own[0]:
-            own[0] = t
-        if te > own[1]:  # noqa: PLR1730
-            own[1] = te
-        own[2] |= bits
-        if not occurrence:
-            own[3] += BOTH
-            return room
-        occ = self._occ
-        seen = occ.get(occurrence)
-        if seen is None and self._occ_old:
-            seen = self._occ_old.get(occurrence)
-            if seen is not None:
-                occ[occurrence] = seen
-                room -= 1
-        tag = si << 1 | 1
-        if seen is None:
-            occ[occurrence] = (tag,)
-            room -= 1
-        else:
-            grown = self._expand(seen)
-            if tag in grown:
-                own[3] += 1
-                return room
-            occ[occurrence] = (*grown, tag)
-        own[3] += BOTH
-        if room <= 0:
-            self._rotate()
-            room = self._half
-        return room
 
     def _regrow(self, occurrence: str, seen: _Seen, ei: int, si: int, oi: int) -> None:
         """An occurrence seen before through other elements: count the ones it reaches anew.

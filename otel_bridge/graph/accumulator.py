@@ -132,6 +132,7 @@ class GraphAccumulator:
         room = half - len(occ)
         channel_bit, backend_bit = CHANNEL_BIT, self._backend_bit
         ev_cache, retain, both = self._ev_cache, self.retain_support, BOTH
+        support, limit = st.support, self.support_limit
         # One-entry memos: consecutive observations usually share the source's channel and
         # backend, the evidence object and the subject node.
         last_channel: object = None
@@ -245,7 +246,11 @@ class GraphAccumulator:
                 if extras:
                     st.extras(ei, ev)
                 if retain:
-                    self._support(ei, o.id)
+                    sup = support.get(ei)
+                    if sup is None:
+                        support[ei] = [o.id]
+                    elif len(sup) < limit:
+                        sup.append(o.id)
             if not occurrence:
                 e_count[ei] += both
                 continue
@@ -301,13 +306,6 @@ class GraphAccumulator:
             st = self._store
             return (seen << 1, st.e_src[seen] << 1 | 1, st.e_dst[seen] << 1 | 1)
         return seen
-
-    def _support(self, ei: int, observation_id: str) -> None:
-        sup = self._store.support.get(ei)
-        if sup is None:
-            self._store.support[ei] = [observation_id]
-        elif len(sup) < self.support_limit:
-            sup.append(observation_id)
 
     def _rotate(self) -> dict[str, _Seen]:
         self._occ_old = self._occ

@@ -130,6 +130,7 @@ class SpanNormalizer:
         self._last_trace_id = b""
         self._last_trace = ""
         self._models: Cache[tuple[str, str], Entity] = Cache(_CACHE_SIZE)
+        self._last_model: tuple[str, str, Entity] | None = None
         self._agents: Cache[tuple[object, ...], Entity] = Cache(_CACHE_SIZE)
         self._sessions: Cache[str, Entity] = Cache(_CACHE_SIZE)
         self._commands: Cache[tuple[str | None, ...], tuple[CommandResult, Attributes | None]] = (
@@ -427,6 +428,19 @@ class SpanNormalizer:
         return agent
 
     def _model_entity(self, a: Attributes, name: str) -> Entity:
+        provider = a.get("gen_ai.provider.name")
+        if provider.__class__ is not str or not provider:  # the fallbacks decide: no memo
+            return self._find_model(a, name)
+        assert isinstance(provider, str)
+        last = self._last_model
+        # Consecutive model calls usually name the same provider and model.
+        if last is not None and last[0] == provider and last[1] == name:
+            return last[2]
+        model = self._find_model(a, name)
+        self._last_model = (provider, name, model)
+        return model
+
+    def _find_model(self, a: Attributes, name: str) -> Entity:
         provider = a.get("gen_ai.provider.name")
         if provider.__class__ is not str or not provider:
             provider = get_str(

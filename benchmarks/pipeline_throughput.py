@@ -88,13 +88,6 @@ def _collector_main(
     conn: Connection, expected: int, core: int, workdir: str, profile: str | None
 ) -> None:
     _pin({core})
-    import gc
-
-    _mode = os.environ.get("BENCH_GC", "")
-    if _mode == "off":
-        gc.disable()
-    elif _mode:
-        gc.set_threshold(*map(int, _mode.split(",")))
     from otel_bridge.config import parse_config
     from otel_bridge.pipeline import Collector
 
@@ -153,7 +146,7 @@ def _collector_main(
             profiler.disable()
         pstats.Stats(*profilers).dump_stats(profile)
     graph: Any = collector.component("graph")
-    observations = int(getattr(graph.accumulator, "observation_count", 0) or 0)
+    observations = int(graph.accumulator.observations)
     cpu_end, sys_end = _cpu_seconds()
     cpu = (cpu_end - cpu_start, sys_end - sys_start)
     peak_kib = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
@@ -355,6 +348,17 @@ def stage_costs(
 # --------------------------------------------------------------------------------------------
 
 
+def _receive(conn: Connection, collector: Any, what: str) -> Any:
+    """The collector process's next message; fails (instead of waiting forever) if it died."""
+    while not conn.poll(0.5):
+        if not collector.is_alive():
+            raise RuntimeError(
+                f"the collector process exited with code {collector.exitcode} before sending "
+                f"{what} (is otel-bridge importable in a fresh interpreter?)"
+            )
+    return conn.recv()
+
+
 def run(total: int, senders: int, batch: int, profile: str | None = None) -> Result:
     """Measure one run of ``total`` spans (rounded up to whole batches per sender)."""
     ctx = mp.get_context("spawn")
@@ -370,7 +374,7 @@ def run(total: int, senders: int, batch: int, profile: str | None = None) -> Res
             target=_collector_main, args=(child, total, collector_core, workdir, profile)
         )
         collector.start()
-        port = parent.recv()
+        port = _receive(parent, collector, "its gRPC port")
         go = ctx.Event()
         done = ctx.Queue()
         procs = [
@@ -390,7 +394,9 @@ def run(total: int, senders: int, batch: int, profile: str | None = None) -> Res
             if p.exitcode != 0:
                 collector.kill()
                 raise RuntimeError(f"a sender failed with exit code {p.exitcode}")
-        ingest_done, finished, peak_mib, observations, counters, cpu = parent.recv()
+        ingest_done, finished, peak_mib, observations, counters, cpu = _receive(
+            parent, collector, "its figures"
+        )
         collector.join()
     refused = counters.get("receiver.otlp.spans_refused", 0)
     if refused:
@@ -430,7 +436,8 @@ def main(argv: list[str] | None = None) -> int:
             f"({result.seconds_total:.2f}s)  collector CPU {result.cpu_us_per_span:.1f} us/span "
             f"(sys {result.sys_seconds / result.spans * 1e6:.1f}; "
             f"= {1e6 / result.cpu_us_per_span:,.0f} spans/CPU-s)  "
-            f"peak RSS {result.peak_rss_mib:,.0f} MiB"
+            f"peak RSS {result.peak_rss_mib:,.0f} MiB  "
+            f"observations {result.observations:,} ({result.observations / result.spans:.2f}/span)"
         )
     if args.stages:
         costs = stage_costs(args.stages, args.senders, args.batch)

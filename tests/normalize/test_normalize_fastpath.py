@@ -15,6 +15,7 @@ from otel_bridge.model import (
     Channel,
     Entity,
     EntityKind,
+    Observation,
     Resource,
     Scope,
     Span,
@@ -80,6 +81,61 @@ def test_caches_are_transparent(warm: list[list[Span]], probe: list[Span]) -> No
     warm_out = warmed(Batch(spans=tuple(probe)))
     assert warm_out == fresh_out
     assert repr(warm_out) == repr(fresh_out)  # same value types too (True is not 1)
+
+
+class _Text(str):
+    """A string the normalizer's inline shortcuts do not take (they test ``__class__ is str``)."""
+
+    __slots__ = ()
+
+
+def _general(span: Span) -> Span:
+    """``span`` with every string attribute as a :class:`_Text`: only the general paths run."""
+    attrs = {k: _Text(v) if isinstance(v, str) else v for k, v in span.attributes.items()}
+    return msgspec.structs.replace(span, attributes=attrs)
+
+
+@settings(max_examples=80, deadline=None)
+@given(traces=st.lists(_trace(), min_size=1, max_size=4), split=st.integers(1, 3))
+def test_inline_shortcuts_agree_with_the_general_paths(
+    traces: list[list[Span]], split: int
+) -> None:
+    """The inline common cases of normalize give what the general helpers give, record by record.
+
+    Spans arrive in ``split`` batches (children before parents too), so both the immediate
+    ancestor link and the pending one run.
+    """
+    spans = [s for trace in traces for s in reversed(trace)]
+    fast, general = Normalizer(), Normalizer()
+    fast_out, general_out = [], []
+    for i in range(split):
+        part = tuple(spans[i::split])
+        fast_out.append(fast(Batch(spans=part)))
+        general_out.append(general(Batch(spans=tuple(map(_general, part)))))
+    for a, b in zip(fast_out, general_out, strict=True):
+        assert a.observations == b.observations
+        assert a.coverage == b.coverage
+    assert fast.drain() == general.drain()
+
+
+@settings(max_examples=80, deadline=None)
+@given(traces=st.lists(_trace(), min_size=1, max_size=4), one_batch=st.booleans())
+def test_arrival_order_does_not_change_the_relations(
+    traces: list[list[Span]], one_batch: bool
+) -> None:
+    """Parents first (each parent known when its child arrives: the inline link) or children
+    first (as SDKs export: every link waits for its parent) give the same observations."""
+
+    def run(order: list[Span]) -> list[Observation]:
+        norm = Normalizer()
+        batches = [order] if one_batch else [[s] for s in order]
+        out = [o for b in batches for o in norm(Batch(spans=tuple(b))).observations]
+        assert norm.drain() == []
+        return sorted(out, key=lambda o: o.id)
+
+    parents_first = [s for trace in traces for s in trace]
+    children_first = [s for trace in traces for s in reversed(trace)]
+    assert run(parents_first) == run(children_first)
 
 
 def test_repeated_models_share_one_entity() -> None:

@@ -41,6 +41,11 @@ from typing import Any
 
 _DISTINCT_REQUESTS = 8
 """Distinct pre-built requests per sender (each ``--batch`` spans)."""
+SEND_BATCH_SIZE = 512
+"""The ``batch`` processor's ``send_batch_size``: the OpenTelemetry SDK's default export batch,
+so one request is one batch and a span stays in the CPU cache from decode through the graph.
+``--send-batch-size 2048`` merges four requests and costs about a tenth more CPU per span
+(``BENCHMARKS.md``)."""
 
 
 @dataclass(frozen=True)
@@ -84,8 +89,13 @@ def _pin(cores: set[int]) -> None:
 # --------------------------------------------------------------------------------------------
 
 
-def _collector_main(
-    conn: Connection, expected: int, core: int, workdir: str, profile: str | None
+def _collector_main(  # noqa: PLR0917 (the spawned process's arguments)
+    conn: Connection,
+    expected: int,
+    core: int,
+    workdir: str,
+    profile: str | None,
+    send_batch_size: int,
 ) -> None:
     _pin({core})
     from otel_bridge.config import parse_config
@@ -96,7 +106,7 @@ def _collector_main(
             "receivers": {"otlp": {"protocols": {"grpc": {"endpoint": "127.0.0.1:0"}}}},
             "processors": {
                 "memory_limiter": {"check_interval": "100ms", "limit_mib": 1024},
-                "batch": {"send_batch_size": 2048, "timeout": "200ms"},
+                "batch": {"send_batch_size": send_batch_size, "timeout": "200ms"},
                 "normalize": None,
             },
             "exporters": {
@@ -283,7 +293,11 @@ def _sender_main(job: SenderJob, go: Any, done: Any) -> None:
 
 
 def stage_costs(
-    total: int, senders: int, batch: int, send_batch_size: int = 2048, repeats: int = 3
+    total: int,
+    senders: int,
+    batch: int,
+    send_batch_size: int = SEND_BATCH_SIZE,
+    repeats: int = 3,
 ) -> dict[str, float]:
     """Thread CPU time per span (µs) of each stage, the best of ``repeats`` runs.
 
@@ -359,7 +373,13 @@ def _receive(conn: Connection, collector: Any, what: str) -> Any:
     return conn.recv()
 
 
-def run(total: int, senders: int, batch: int, profile: str | None = None) -> Result:
+def run(
+    total: int,
+    senders: int,
+    batch: int,
+    profile: str | None = None,
+    send_batch_size: int = SEND_BATCH_SIZE,
+) -> Result:
     """Measure one run of ``total`` spans (rounded up to whole batches per sender)."""
     ctx = mp.get_context("spawn")
     per_sender = -(-total // senders)
@@ -371,7 +391,8 @@ def run(total: int, senders: int, batch: int, profile: str | None = None) -> Res
     parent, child = ctx.Pipe()
     with tempfile.TemporaryDirectory() as workdir:
         collector = ctx.Process(
-            target=_collector_main, args=(child, total, collector_core, workdir, profile)
+            target=_collector_main,
+            args=(child, total, collector_core, workdir, profile, send_batch_size),
         )
         collector.start()
         port = _receive(parent, collector, "its gRPC port")
@@ -412,6 +433,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--spans", type=int, nargs="+", default=[200_000, 800_000])
     parser.add_argument("--senders", type=int, default=4)
     parser.add_argument("--batch", type=int, default=512, help="spans per request")
+    parser.add_argument(
+        "--send-batch-size",
+        type=int,
+        default=SEND_BATCH_SIZE,
+        help="the batch processor's send_batch_size",
+    )
     parser.add_argument("--profile", help="write a cProfile of the collector process here")
     parser.add_argument(
         "--stages",
@@ -426,10 +453,11 @@ def main(argv: list[str] | None = None) -> int:
     print(
         f"otlp(gRPC) -> memory_limiter -> batch -> normalize -> graph; collector pinned to one "
         f"core, {args.senders} sender processes, {args.batch} spans/request, "
+        f"send_batch_size {args.send_batch_size}, "
         f"{len(os.sched_getaffinity(0))} cores available"
     )
     for spans in args.spans:
-        result = run(spans, args.senders, args.batch, args.profile)
+        result = run(spans, args.senders, args.batch, args.profile, args.send_batch_size)
         print(
             f"spans={result.spans:>9,}  ingest {result.ingest_rate:>9,.0f} spans/s  "
             f"end-to-end {result.total_rate:>9,.0f} spans/s  "
@@ -440,7 +468,7 @@ def main(argv: list[str] | None = None) -> int:
             f"observations {result.observations:,} ({result.observations / result.spans:.2f}/span)"
         )
     if args.stages:
-        costs = stage_costs(args.stages, args.senders, args.batch)
+        costs = stage_costs(args.stages, args.senders, args.batch, args.send_batch_size)
         parts = "  ".join(f"{stage} {us:.1f}" for stage, us in costs.items())
         print(
             f"stage CPU per span, in process, best of 3 ({args.stages:,} spans, us): {parts}  "

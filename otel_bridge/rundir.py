@@ -117,14 +117,20 @@ class RunDir:
             for f in files:
                 os.chmod(os.path.join(root, f), FILE_MODE)
 
-    def files(self) -> list[str]:
-        """Relative paths of every file except the manifest, sorted."""
+    def files(self, *, temporaries: bool = False) -> list[str]:
+        """Relative paths of every file except the manifest, sorted.
+
+        A writer's temporaries (``.tmp-*``, renamed into place when complete) are left out
+        unless ``temporaries`` is true: the manifest never lists them, and :func:`verify` reports
+        any that remain, since nothing writes to a run directory after its manifest.
+        """
         out: list[str] = []
         for root, _dirs, files in os.walk(self.path):
             for f in files:
                 rel = os.path.relpath(os.path.join(root, f), self.path)
-                if rel != MANIFEST and not os.path.basename(rel).startswith(".tmp-"):
-                    out.append(rel.replace(os.sep, "/"))
+                if rel == MANIFEST or (not temporaries and f.startswith(".tmp-")):
+                    continue
+                out.append(rel.replace(os.sep, "/"))
         return sorted(out)
 
     def write_manifest(self, run: Mapping[str, Any] | None = None) -> str:
@@ -173,7 +179,7 @@ def verify(path: str) -> list[str]:
         expected = entry.get("sha256") if isinstance(entry, dict) else None
         if sha256_file(full) != expected:
             problems.append(f"modified: {rel}")
-    for rel in run.files():
+    for rel in run.files(temporaries=True):
         if rel not in listed:
             problems.append(f"unexpected: {rel}")
     return problems

@@ -16,12 +16,13 @@ holds an observation or coverage record from the same source (``backend`` and ``
 Those records are passed through without producing anything new, so
 ``normalize(normalize(b))`` holds the same observations and coverage as ``normalize(b)``.
 
-**Across batches.** Agent parents are found by walking up the span tree through a bounded LRU
-of recently seen spans (``span_cache_size``); a relation whose ancestor has not arrived waits in
-a bounded table (``pending_cache_size``) and is emitted when the ancestor arrives, in that later
-batch. A relation whose ancestor never arrives (evicted from the table, or still waiting at
-shutdown) becomes a ``parent_span_missing`` coverage record: the normalizer never guesses.
-Because of that state the processor is a pure function of (batch, remembered ancestry).
+**Across batches.** Agent parents are found by walking up the span tree through a bounded memory
+of recently seen spans (at least the last ``span_cache_size``); a relation whose ancestor has not
+arrived waits in a bounded table (``pending_cache_size``) and is emitted when the ancestor
+arrives, in that later batch. A relation whose ancestor never arrives (evicted from the table, or
+still waiting at shutdown) becomes a ``parent_span_missing`` coverage record: the normalizer
+never guesses. Because of that state the processor is a pure function of (batch, remembered
+ancestry).
 """
 
 from __future__ import annotations
@@ -70,7 +71,8 @@ class NormalizeConfig:
     default_rules: bool = True
     """Apply the built-in gateway/model-runtime rules after the user's rules."""
     span_cache_size: int = 100_000
-    """Spans remembered for resolving ancestors across batches (LRU)."""
+    """Spans remembered for resolving ancestors across batches: at least the most recent this
+    many, at most twice as many (two generations)."""
     pending_cache_size: int = 100_000
     """Relations that may wait for an ancestor that has not arrived yet (FIFO)."""
 

@@ -2,7 +2,8 @@
 
 Spans of one trace arrive in any order and in any batch: an ``execute_tool`` span is usually
 exported *before* the ``invoke_agent`` span that contains it. :class:`Ancestry` remembers, for
-the most recent ``capacity`` spans (an LRU), which entity each span stands for and its parent.
+at least the most recent ``capacity`` spans (two generations of at most ``capacity`` each), which
+entity each span stands for and its parent.
 A relation whose ancestor is not known yet waits in a bounded FIFO of pending links keyed by the
 missing span; when that span arrives the link is resolved. A link evicted from the pending FIFO,
 or still waiting at shutdown, is returned so the caller reports it as coverage instead of guessing.
@@ -83,17 +84,25 @@ _MAX_DEPTH = 512
 
 
 class Ancestry:
-    """The span LRU and the pending links (see the module docstring). Not thread-safe."""
+    """The span memory and the pending links (see the module docstring). Not thread-safe.
+
+    The span memory is two generations of plain dictionaries: spans are remembered in the
+    current one; when it holds ``capacity`` spans it becomes the previous one (the older
+    previous generation is dropped) and a new current one starts. So the most recent
+    ``capacity`` spans are always remembered, and at most ``2 * capacity`` are held. This costs a
+    dictionary store per span, where a least-recently-used order costs a linked-list update too.
+    """
 
     def __init__(self, capacity: int, pending_capacity: int) -> None:
         self._capacity = max(1, capacity)
         self._pending_capacity = max(1, pending_capacity)
-        self._spans: OrderedDict[SpanKey, SpanInfo] = OrderedDict()
+        self._spans: dict[SpanKey, SpanInfo] = {}
+        self._old: dict[SpanKey, SpanInfo] = {}
         self._pending: OrderedDict[SpanKey, list[PendingLink]] = OrderedDict()
         self._pending_count = 0
 
     def __len__(self) -> int:
-        return len(self._spans)
+        return len(self._spans) + len(self._old)
 
     @property
     def pending_count(self) -> int:
@@ -103,12 +112,12 @@ class Ancestry:
     def remember(self, key: SpanKey, info: SpanInfo) -> Sequence[PendingLink]:
         """Record a span; return the links that were waiting for it (to be walked again)."""
         spans = self._spans
-        if key in spans:
-            spans.move_to_end(key)
         spans[key] = info
-        if len(spans) > self._capacity:
-            while len(spans) > self._capacity:
-                spans.popitem(last=False)
+        if self._old:
+            self._old.pop(key, None)  # a span seen again lives in the current generation only
+        if len(spans) >= self._capacity:
+            self._old = spans
+            self._spans = {}
         if not self._pending:
             return ()
         waiting = self._pending.pop(key, None)
@@ -118,8 +127,11 @@ class Ancestry:
         return waiting
 
     def lookup(self, key: SpanKey) -> SpanInfo | None:
-        """What is remembered of span ``key`` (without refreshing its recency), or None."""
-        return self._spans.get(key)
+        """What is remembered of span ``key``, or None."""
+        info = self._spans.get(key)
+        if info is None and self._old:
+            return self._old.get(key)
+        return info
 
     def walk(
         self, start: SpanKey | None, accept: frozenset[Role], fallback: Entity | None = None
@@ -132,7 +144,7 @@ class Ancestry:
         for _ in range(_MAX_DEPTH):
             if key is None:
                 return Root(fallback), fallback
-            info = self._spans.get(key)
+            info = self.lookup(key)
             if info is None:
                 return Missing(key), fallback
             if info.role in accept and info.entity is not None:

@@ -191,14 +191,29 @@ def test_pending_is_fifo_bounded() -> None:
     assert anc.drain() == []
 
 
-def test_span_memory_is_lru_bounded() -> None:
-    """The span memory keeps the most recently remembered spans only."""
-    anc = Ancestry(2, 10)
-    for n in (1, 2, 3):
+def test_span_memory_keeps_the_most_recent_spans_within_twice_its_capacity() -> None:
+    """The last ``capacity`` spans are always remembered; at most twice that many are held."""
+    capacity = 3
+    anc = Ancestry(capacity, 10)
+    for n in range(1, 20):
         anc.remember(_key(n), SpanInfo(Role.PLAIN, SPAN, None))
-    assert len(anc) == 2
+        assert len(anc) <= 2 * capacity
+        for recent in range(max(1, n - capacity + 1), n + 1):
+            assert isinstance(anc.walk(_key(recent), frozenset({Role.PLAIN}))[0], Found)
     assert isinstance(anc.walk(_key(1), frozenset({Role.PLAIN}))[0], Missing)
-    assert isinstance(anc.walk(_key(3), frozenset({Role.PLAIN}))[0], Found)
+
+
+def test_a_span_seen_again_is_held_once_and_refreshed() -> None:
+    """Remembering a span again keeps one entry, now in the newest generation."""
+    anc = Ancestry(2, 10)
+    anc.remember(_key(1), SpanInfo(Role.PLAIN, SPAN, None))
+    anc.remember(_key(2), SpanInfo(Role.PLAIN, SPAN, None))  # 1 and 2 become the old generation
+    anc.remember(_key(1), SpanInfo(Role.AGENT, AGENT, None))
+    assert len(anc) == 2
+    assert anc.lookup(_key(1)) == SpanInfo(Role.AGENT, AGENT, None)
+    anc.remember(_key(3), SpanInfo(Role.PLAIN, SPAN, None))  # {1, 3} old, 2 dropped
+    assert anc.lookup(_key(1)) is not None
+    assert anc.lookup(_key(2)) is None
 
 
 def test_walk_stops_on_a_cycle() -> None:

@@ -254,6 +254,24 @@ def test_verify_detects_tampering(tmp_path: Path, capsys: pytest.CaptureFixture[
     assert "unexpected: extra.txt" in err
 
 
+def test_verify_reports_a_temporary_left_after_the_manifest(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A ``.tmp-*`` file is not listed in the manifest, and verify names one found later."""
+    run = rundir.RunDir.create(str(tmp_path / "r"))
+    run.write_json(rundir.SUMMARY, {"a": 1})
+    Path(run.file(".tmp-before")).write_text("x")
+    run.write_manifest({"id": "x"})
+    with open(run.file(rundir.MANIFEST), encoding="utf-8") as f:
+        assert ".tmp-before" not in json.load(f)["files"]
+    os.unlink(run.file(".tmp-before"))
+    assert main(["verify", run.path]) == 0
+    Path(run.file(".tmp-planted")).write_text("x")
+    capsys.readouterr()
+    assert main(["verify", run.path]) == 1
+    assert "unexpected: .tmp-planted" in capsys.readouterr().err
+
+
 def test_verify_rejects_a_non_run_directory(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:

@@ -18,6 +18,7 @@ Usage::
     python benchmarks/pipeline_throughput.py --spans 200000 800000
     python benchmarks/pipeline_throughput.py --spans 100000 --profile /tmp/collector.prof
     python benchmarks/pipeline_throughput.py --spans 100000 400000 --stages 100000
+    python benchmarks/pipeline_throughput.py --spans 400000 --repeat 5
 
 Prints, per input size: spans/s end to end (first request sent -> everything accepted, and
 including the final drain and graph.json write), the collector process's CPU time per span
@@ -32,6 +33,7 @@ import argparse
 import multiprocessing as mp
 import os
 import resource
+import statistics
 import sys
 import tempfile
 import time
@@ -427,6 +429,18 @@ def run(
     )
 
 
+def summarize(results: list[Result]) -> str:
+    """The median and the best of several runs of one size (a shared machine is noisy: the
+    best run is the least disturbed, the median the typical one)."""
+    rates = sorted(r.total_rate for r in results)
+    cpus = sorted(r.cpu_us_per_span for r in results)
+    return (
+        f"  {len(results)} runs of {results[0].spans:,} spans: end-to-end median "
+        f"{statistics.median(rates):,.0f} spans/s, best {rates[-1]:,.0f}; collector CPU median "
+        f"{statistics.median(cpus):.1f} us/span, best {cpus[0]:.1f}"
+    )
+
+
 def main(argv: list[str] | None = None) -> int:
     """Run the benchmark at each ``--spans`` size and print the figures."""
     parser = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
@@ -440,6 +454,12 @@ def main(argv: list[str] | None = None) -> int:
         help="the batch processor's send_batch_size",
     )
     parser.add_argument("--profile", help="write a cProfile of the collector process here")
+    parser.add_argument(
+        "--repeat",
+        type=int,
+        default=1,
+        help="runs per size; with more than one, also the median and best of them",
+    )
     parser.add_argument(
         "--stages",
         type=int,
@@ -457,16 +477,21 @@ def main(argv: list[str] | None = None) -> int:
         f"{len(os.sched_getaffinity(0))} cores available"
     )
     for spans in args.spans:
-        result = run(spans, args.senders, args.batch, args.profile, args.send_batch_size)
-        print(
-            f"spans={result.spans:>9,}  ingest {result.ingest_rate:>9,.0f} spans/s  "
-            f"end-to-end {result.total_rate:>9,.0f} spans/s  "
-            f"({result.seconds_total:.2f}s)  collector CPU {result.cpu_us_per_span:.1f} us/span "
-            f"(sys {result.sys_seconds / result.spans * 1e6:.1f}; "
-            f"= {1e6 / result.cpu_us_per_span:,.0f} spans/CPU-s)  "
-            f"peak RSS {result.peak_rss_mib:,.0f} MiB  "
-            f"observations {result.observations:,} ({result.observations / result.spans:.2f}/span)"
-        )
+        results = []
+        for _ in range(args.repeat):
+            result = run(spans, args.senders, args.batch, args.profile, args.send_batch_size)
+            results.append(result)
+            print(
+                f"spans={result.spans:>9,}  ingest {result.ingest_rate:>9,.0f} spans/s  "
+                f"end-to-end {result.total_rate:>9,.0f} spans/s  "
+                f"({result.seconds_total:.2f}s)  collector CPU {result.cpu_us_per_span:.1f} "
+                f"us/span (sys {result.sys_seconds / result.spans * 1e6:.1f}; "
+                f"= {1e6 / result.cpu_us_per_span:,.0f} spans/CPU-s)  "
+                f"peak RSS {result.peak_rss_mib:,.0f} MiB  observations "
+                f"{result.observations:,} ({result.observations / result.spans:.2f}/span)"
+            )
+        if len(results) > 1:
+            print(summarize(results))
     if args.stages:
         costs = stage_costs(args.stages, args.senders, args.batch, args.send_batch_size)
         parts = "  ".join(f"{stage} {us:.1f}" for stage, us in costs.items())

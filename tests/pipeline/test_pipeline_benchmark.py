@@ -10,7 +10,7 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
 
-from pipeline_throughput import _receive, build_requests, run, stage_costs
+from pipeline_throughput import Result, _receive, build_requests, run, stage_costs, summarize
 
 
 def test_small_run_ingests_every_span_and_measures_it() -> None:
@@ -58,3 +58,15 @@ def test_a_dead_collector_fails_the_run_instead_of_hanging() -> None:
     with pytest.raises(RuntimeError, match="exited with code 3 before sending its gRPC port"):
         _receive(parent, process, "its gRPC port")
     process.join()
+
+
+def test_repeated_runs_are_summarized_by_median_and_best() -> None:
+    """The summary of several runs names the median and the best of each figure."""
+    runs = [
+        Result(1000, 1.0, seconds, 10.0, 2500, cpu_seconds=cpu, sys_seconds=0.001)
+        for seconds, cpu in ((2.0, 0.02), (1.0, 0.01), (4.0, 0.04))
+    ]
+    line = summarize(runs)
+    assert "3 runs of 1,000 spans" in line
+    assert "end-to-end median 500 spans/s, best 1,000" in line
+    assert "collector CPU median 20.0 us/span, best 10.0" in line

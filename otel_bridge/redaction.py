@@ -9,7 +9,8 @@ What is redacted (the secret is replaced by :data:`REDACTED`, the rest is kept s
 stays recognisable):
 
 * option values of secret-looking options: ``--password x``, ``--token=x``, ``-p`` is *not*
-  treated as secret (too ambiguous);
+  treated as secret (too ambiguous); a bare ``--key`` keeps a value shaped like a ``sort`` key
+  definition (``--key 2``, ``--key=1,1n``), anything else it is given is hidden;
 * ``NAME=value`` assignments (in argv, text and environments) whose name looks secret
   (``*_KEY``, ``*_TOKEN``, ``*SECRET*``, ``*PASSWORD*``, ``*PASSWD*``, ``*CREDENTIAL*``, ...);
 * ``Authorization: Bearer x`` / ``Basic x`` header values;
@@ -40,6 +41,9 @@ _SECRET_OPTION = re.compile(
     r"access[-_]key|secret[-_]key|private[-_]key|auth|credentials?|client[-_]secret)$",
     re.IGNORECASE,
 )
+
+_SORT_KEYDEF = re.compile(r"\d+(?:\.\d+)?[bdfgiMhnRrV]*(?:,\d+(?:\.\d+)?[bdfgiMhnRrV]*)?")
+"""A ``sort`` key definition (``F[.C][OPTS][,F[.C][OPTS]]``): what ``--key 2`` usually means."""
 
 _KEY_SHAPES: tuple[re.Pattern[str], ...] = (
     re.compile(r"\bsk-(?:ant-|proj-|live-|test-)?[A-Za-z0-9_\-]{16,}"),
@@ -112,34 +116,51 @@ class Redactor:
         out = _URL_CREDENTIALS.sub(lambda m: m["head"] + REDACTED + m["tail"], text)
         out = _AUTH_HEADER.sub(lambda m: m["head"] + REDACTED, out)
         out = _BEARER.sub(lambda m: m["head"] + REDACTED, out)
-        out = _ASSIGNMENT.sub(
-            lambda m: m["head"] + REDACTED if self.secret_name(m["name"]) else m[0], out
-        )
+        out = _ASSIGNMENT.sub(self._assignment, out)
         out = _OPTION_EQUALS.sub(
-            lambda m: m["head"] + REDACTED if self._option(m["opt"]) else m[0], out
+            lambda m: m["head"] + REDACTED if self._hides(m["opt"], m["value"]) else m[0], out
         )
         out = _OPTION_SPACE.sub(
-            lambda m: m["head"] + REDACTED if self._option(m["opt"]) else m[0], out
+            lambda m: m["head"] + REDACTED if self._hides(m["opt"], m["value"]) else m[0], out
         )
         for pattern in (*_KEY_SHAPES, *self._extra):
             out = pattern.sub(REDACTED, out)
         return out
 
+    def _assignment(self, m: re.Match[str]) -> str:
+        if not self.secret_name(m["name"]):
+            return m[0]
+        start = m.start()
+        if m["name"].upper() == "KEY" and start and m.string[start - 1] == "-":
+            return m[0]  # the option --key=...: the option rules decide (see _hides)
+        return m["head"] + REDACTED
+
     def _option(self, option: str) -> bool:
         return _is_secret_option(option) or _norm(option) in self._names
+
+    def _hides(self, option: str, value: str) -> bool:
+        """Whether ``value``, given to ``option``, is hidden."""
+        if not self._option(option):
+            return False
+        # A bare --key is as often sort's field number as a secret: only that shape stays.
+        return not (
+            _norm(option) == "KEY"
+            and "KEY" not in self._names
+            and _SORT_KEYDEF.fullmatch(value) is not None
+        )
 
     def argv(self, argv: Sequence[str]) -> list[str]:
         """A redacted copy of an argument vector; a secret option's next argument is hidden."""
         out: list[str] = []
         hide_next = False
-        for arg in argv:
+        for i, arg in enumerate(argv):
             if hide_next:
                 out.append(REDACTED)
                 hide_next = False
                 continue
             if arg.startswith("-") and "=" not in arg and self._option(arg):
                 out.append(arg)
-                hide_next = True
+                hide_next = i + 1 < len(argv) and self._hides(arg, argv[i + 1])
                 continue
             out.append(self.text(arg))
         return out

@@ -42,6 +42,9 @@ SECRETS: list[tuple[str, str]] = [
     ("MY_CREDENTIALS=cred-blob", "cred-blob"),
     ("curl 'https://x/?a=1&access_token=qwerty' -o f", "qwerty"),
     ("SESSION_COOKIE=c00kie ls", "c00kie"),
+    ("gpg --key 0xDEADBEEF01", "0xDEADBEEF01"),
+    ("tool --key=abcdef123", "abcdef123"),
+    ("tool --key 12ab34cd56ef", "12ab34cd56ef"),
 ]
 
 LOOKALIKES = [
@@ -65,6 +68,9 @@ LOOKALIKES = [
     "PWD=/home/u OLDPWD=/tmp",
     "Bearer of bad news",
     "git log --author=alice",
+    "sort --key 2 data.csv",
+    "sort --key=1,1n -t, data.csv",
+    "sort -key 3.2bn,4 data",
 ]
 
 
@@ -198,3 +204,14 @@ def test_argv_redaction_is_idempotent(argv: list[str]) -> None:
     """Redacting an argv twice equals redacting it once."""
     once = redact_argv(argv)
     assert redact_argv(once) == once
+
+
+def test_a_bare_key_option_hides_all_but_a_sort_key_definition() -> None:
+    """In an argv, ``--key`` keeps ``sort``'s field spec and hides anything else."""
+    assert redact_argv(["sort", "--key", "2", "f"]) == ["sort", "--key", "2", "f"]
+    assert redact_argv(["sort", "--key=2,2n", "f"]) == ["sort", "--key=2,2n", "f"]
+    assert redact_argv(["tool", "--key", "s3cr3t-value"]) == ["tool", "--key", REDACTED]
+    assert redact_argv(["tool", "--api-key", "2"]) == ["tool", "--api-key", REDACTED]
+    assert redact_argv(["tool", "--key"]) == ["tool", "--key"]
+    # a user who names "key" a secret gets every value hidden
+    assert Redactor(extra_names=["key"]).argv(["sort", "--key", "2"]) == ["sort", "--key", REDACTED]

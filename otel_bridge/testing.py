@@ -6,6 +6,9 @@
   arrived, for components that deliver from a background thread.
 * :class:`ListReceiver` emits given batches into its consumer on demand (``emit``), or all of
   them at start; :func:`list_receiver_factory` registers it as a receiver type.
+* :func:`tool_declaration` and :class:`ProcessRecord` build observations in the normalizer's
+  documented shape (a tool span's declared command; a process start, exec or exit), for tests
+  and benchmarks that feed the correlator directly.
 
 Example::
 
@@ -18,11 +21,12 @@ Example::
 
 from __future__ import annotations
 
+import datetime
 import socket
 import threading
 import time
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from otel_bridge.component import (
@@ -36,13 +40,22 @@ from otel_bridge.component import (
     require_consumer,
 )
 from otel_bridge.errors import StartupError
+from otel_bridge.identity import kind_id, process_id
 from otel_bridge.model import (
+    AnyValue,
+    Attribution,
     Batch,
+    Channel,
     CoverageRecord,
+    Entity,
+    EntityKind,
+    Evidence,
     LogRecord,
     Observation,
+    RelationKind,
     Resource,
     Scope,
+    Source,
     Span,
 )
 from otel_bridge.registry import Registry
@@ -299,6 +312,211 @@ def make_log(n: int = 0, **fields: Any) -> LogRecord:
     }
     values.update(fields)
     return LogRecord(**values)
+
+
+# --------------------------------------------------------------------------------------------
+# Observations in the normalizer's documented shape (docs/contracts.md), for correlation tests
+# and benchmarks that feed the correlator without running the normalizer
+# --------------------------------------------------------------------------------------------
+
+
+def iso_utc(ms: int) -> str:
+    """ISO 8601 UTC with milliseconds for an epoch-ms value (``2023-11-14T22:13:20.000Z``)."""
+    moment = datetime.datetime.fromtimestamp(ms / 1000, tz=datetime.UTC)
+    return moment.strftime("%Y-%m-%dT%H:%M:%S.%f")[:-3] + "Z"
+
+
+def iso_utc_ms(value: str) -> int:
+    """Epoch ms of an ISO 8601 UTC time (the inverse of :func:`iso_utc`)."""
+    return round(datetime.datetime.fromisoformat(value.replace("Z", "+00:00")).timestamp() * 1000)
+
+
+def tool_call_entity(span: str, trace: str, name: str = "shell") -> Entity:
+    """The ``tool_call`` entity the normalizer builds for a tool span."""
+    return Entity(
+        kind=EntityKind.TOOL_CALL,
+        id=kind_id(EntityKind.TOOL_CALL, trace, span),
+        label=name,
+        attrs={"gen_ai.tool.name": name, "trace_id": trace, "span_id": span},
+    )
+
+
+def tool_declaration(
+    span: str,
+    line: str,
+    start: int,
+    end: int = 0,
+    *,
+    trace: str,
+    agent: Entity,
+    host: str,
+    agent_pid: int | None = None,
+    channel: Channel = Channel.SEM,
+) -> list[Observation]:
+    """The observations of one tool span declaring ``line``: ``invoked`` (#1) and
+    ``declared_command`` (#2); with ``agent_pid`` they carry the agent's resource pid."""
+    attrs: dict[str, AnyValue] = {"trace_id": trace, "span_id": span, "span.status": "ok"}
+    if agent_pid is not None:
+        attrs.update({"process.pid": agent_pid, "host.id": host})
+    tool = tool_call_entity(span, trace)
+    command = Entity(
+        kind=EntityKind.COMMAND,
+        id=kind_id(EntityKind.COMMAND, trace, span),
+        label=line,
+        attrs={"command.line": line},
+    )
+    source = Source(channel=channel, backend="otlp", record_id=span)
+    reported = Evidence(attribution=Attribution.REPORTED)
+    return [
+        Observation(
+            id=f"{span}#{slot}",
+            time_unix_nano=start,
+            end_time_unix_nano=end,
+            source=source,
+            subject=subject,
+            relation=relation,
+            object=obj,
+            evidence=reported,
+            occurrence=f"{trace}:{span}",
+            attrs=attrs,
+        )
+        for slot, (subject, relation, obj) in enumerate(
+            (
+                (agent, RelationKind.INVOKED, tool),
+                (tool, RelationKind.DECLARED_COMMAND, command),
+            ),
+            1,
+        )
+    ]
+
+
+@dataclass
+class ProcessRecord:
+    """One process start (or exec) as the host receiver reports it, and its observations."""
+
+    pid: int
+    exe: str
+    argv: tuple[str, ...]
+    time: int
+    """When the record was made (ns)."""
+    host: str
+    start_ms: int | None = None
+    """The process's start time (ms); ``time`` rounded down when not given."""
+    cwd: str = "/work"
+    traceparent: str = ""
+    parent_pid: int = 1
+    event: str = "process.start"
+    record: str = ""
+    backend: str = "linux"
+    extra: dict[str, AnyValue] = field(default_factory=dict)
+
+    @property
+    def ms(self) -> int:
+        """Start time in ms."""
+        return self.start_ms if self.start_ms is not None else self.time // 1_000_000
+
+    @property
+    def identity(self) -> str:
+        """The process identity."""
+        return process_id(self.host, self.pid, self.ms)
+
+    def observations(self) -> list[Observation]:
+        """The normalizer's observations: #0 the process, #1 ``executed``, #2 ``spawned``
+        (a ``process.start`` only)."""
+        rec = self.record or f"{self.backend}:{self.pid}:{self.event}:{self.time}"
+        attrs: dict[str, AnyValue] = {
+            "event.name": self.event,
+            "host.id": self.host,
+            "evidence.record_id": rec,
+            "process.pid": self.pid,
+            "process.parent_pid": self.parent_pid,
+            "process.executable.path": self.exe,
+            "process.executable.name": self.exe.rsplit("/", 1)[-1],
+            "process.command_args": self.argv,
+            "process.working_directory": self.cwd,
+            "process.creation.time": iso_utc(self.ms),
+            **self.extra,
+        }
+        if self.traceparent:
+            attrs["process.env.traceparent"] = self.traceparent
+        proc = Entity(
+            kind=EntityKind.PROCESS,
+            id=self.identity,
+            label=f"{self.exe} ({self.pid})",
+            attrs={"process.pid": self.pid, "host.id": self.host},
+        )
+        source = Source(channel=Channel.OS, backend=self.backend, record_id=rec)
+        syscall = Evidence(attribution=Attribution.SYSCALL, causal=True)
+        exe = Entity(kind=EntityKind.EXECUTABLE, id=f"executable:{self.exe}")
+        parent_created = self.extra.get("process.parent.creation.time")
+        parent_ms = iso_utc_ms(parent_created) if isinstance(parent_created, str) else None
+        parent = Entity(
+            kind=EntityKind.PROCESS,
+            id=process_id(self.host, self.parent_pid, parent_ms),
+            attrs={"process.pid": self.parent_pid, "host.id": self.host},
+        )
+        out = [
+            Observation(
+                id=f"{rec}#0",
+                time_unix_nano=self.time,
+                source=source,
+                subject=proc,
+                occurrence=rec,
+                attrs=attrs,
+            ),
+            Observation(
+                id=f"{rec}#1",
+                time_unix_nano=self.time,
+                source=source,
+                subject=proc,
+                relation=RelationKind.EXECUTED,
+                object=exe,
+                evidence=syscall,
+                occurrence=rec,
+                attrs=attrs,
+            ),
+        ]
+        if self.event == "process.start":
+            out.append(
+                Observation(
+                    id=f"{rec}#2",
+                    time_unix_nano=self.time,
+                    source=source,
+                    subject=parent,
+                    relation=RelationKind.SPAWNED,
+                    object=proc,
+                    evidence=syscall,
+                    occurrence=rec,
+                    attrs=attrs,
+                )
+            )
+        return out
+
+    def exit(self, time: int, code: int = 0) -> Observation:
+        """The normalizer's observation of this process's ``process.exit`` record."""
+        rec = f"{self.backend}:{self.pid}:exit:{time}"
+        return Observation(
+            id=f"{rec}#0",
+            time_unix_nano=time,
+            source=Source(channel=Channel.OS, backend=self.backend, record_id=rec),
+            subject=Entity(
+                kind=EntityKind.PROCESS,
+                id=self.identity,
+                attrs={"process.pid": self.pid, "host.id": self.host},
+            ),
+            occurrence=rec,
+            attrs={
+                "event.name": "process.exit",
+                "host.id": self.host,
+                "process.pid": self.pid,
+                "process.exit.code": code,
+            },
+        )
+
+
+def w3c_traceparent(span: str, trace: str) -> str:
+    """A sampled W3C ``traceparent`` naming ``span`` of ``trace``."""
+    return f"00-{trace}-{span}-01"
 
 
 class LoopbackServer:

@@ -42,6 +42,7 @@ from otel_bridge.component import (
 from otel_bridge.errors import StartupError
 from otel_bridge.identity import kind_id, process_id
 from otel_bridge.model import (
+    NO_EVIDENCE,
     AnyValue,
     Attribution,
     Batch,
@@ -455,41 +456,28 @@ class ProcessRecord:
             id=process_id(self.host, self.parent_pid, parent_ms),
             attrs={"process.pid": self.parent_pid, "host.id": self.host},
         )
-        out = [
-            Observation(
-                id=f"{rec}#0",
+
+        def observed(
+            slot: int,
+            subject: Entity,
+            relation: RelationKind | None = None,
+            obj: Entity | None = None,
+        ) -> Observation:
+            return Observation(
+                id=f"{rec}#{slot}",
                 time_unix_nano=self.time,
                 source=source,
-                subject=proc,
+                subject=subject,
+                relation=relation,
+                object=obj,
+                evidence=NO_EVIDENCE if relation is None else syscall,
                 occurrence=rec,
                 attrs=attrs,
-            ),
-            Observation(
-                id=f"{rec}#1",
-                time_unix_nano=self.time,
-                source=source,
-                subject=proc,
-                relation=RelationKind.EXECUTED,
-                object=exe,
-                evidence=syscall,
-                occurrence=rec,
-                attrs=attrs,
-            ),
-        ]
-        if self.event == "process.start":
-            out.append(
-                Observation(
-                    id=f"{rec}#2",
-                    time_unix_nano=self.time,
-                    source=source,
-                    subject=parent,
-                    relation=RelationKind.SPAWNED,
-                    object=proc,
-                    evidence=syscall,
-                    occurrence=rec,
-                    attrs=attrs,
-                )
             )
+
+        out = [observed(0, proc), observed(1, proc, RelationKind.EXECUTED, exe)]
+        if self.event == "process.start":
+            out.append(observed(2, parent, RelationKind.SPAWNED, proc))
         return out
 
     def exit(self, time: int, code: int = 0) -> Observation:

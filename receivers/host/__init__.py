@@ -10,8 +10,9 @@ Backends and their evidence:
 ========== ======================================== ===================== =================
 backend    processes                                files                 network
 ========== ======================================== ===================== =================
-linux      netlink proc connector (syscall, causal) fanotify (syscall)    socket scans
-                                                                          (sampled)
+linux      netlink proc connector (syscall, causal) fanotify (syscall):   socket scans
+                                                    open, write, create,  (sampled)
+                                                    delete, rename
 ebpf       bpftrace tracepoints (syscall)           openat (syscall)      connect (syscall)
 strace     ptrace (syscall)                         open*/unlink/rename   connect/listen
 portable   psutil sampling (sampled_process)        watchdog (session,    psutil sampling

@@ -13,11 +13,19 @@ AUTO_ORDER: tuple[str, ...] = ("linux", "ebpf", "strace", "portable")
 MIN_POLL_INTERVAL = 0.005
 """The smallest ``poll_interval`` accepted (5 ms); below it the poller only burns CPU."""
 
-FANOTIFY_EVENTS: tuple[str, ...] = ("open", "modify", "close_write", "access")
+FANOTIFY_EVENTS: tuple[str, ...] = (
+    "open",
+    "modify",
+    "close_write",
+    "access",
+    "create",
+    "delete",
+    "rename",
+)
 
 
 def _default_fanotify_events() -> list[str]:
-    return ["open", "close_write"]
+    return ["open", "close_write", "create", "delete", "rename"]
 
 
 def _default_fanotify_paths() -> list[str]:
@@ -47,10 +55,13 @@ class HostConfig:
     watch_paths: list[str] = field(default_factory=list)
     """Portable backend: directories watched for file changes (session-correlated, non-causal)."""
     fanotify_events: list[str] = field(default_factory=_default_fanotify_events)
-    """Linux backend: fanotify events to mark: ``open``, ``modify``, ``close_write``, ``access``.
+    """Linux backend: fanotify events to mark: ``open``, ``modify``, ``close_write``, ``access``,
+    and the directory-entry changes ``create``, ``delete``, ``rename``.
 
     The default reports writes with ``close_write`` (one event per open-for-writing cycle);
-    ``modify`` fires on every ``write()`` call and costs far more on write-heavy workloads."""
+    ``modify`` fires on every ``write()`` call and costs far more on write-heavy workloads.
+    Directory-entry changes need a second fanotify group that reports file handles and names
+    (``FAN_REPORT_DFID_NAME``, Linux 5.17 for ``rename``)."""
     fanotify_paths: list[str] = field(default_factory=_default_fanotify_paths)
     """Linux backend: a path on each filesystem (or mount) to mark."""
     fanotify_mark: str = "filesystem"

@@ -14,9 +14,13 @@ Honest limits of this mode:
   writable open closed without writing is reported too), or, with ``modify`` configured, at the
   first ``FAN_MODIFY`` of each open/close cycle (exact, but one kernel event per ``write()``).
   Reads show up as ``file.read`` (``FAN_ACCESS``, when configured).
-* create, delete and rename need ``FAN_REPORT_FID``/``FAN_REPORT_DFID_NAME``, whose events carry
-  file handles instead of descriptors; this backend does not use that mode, so those changes are
-  not reported (``strace``/``ebpf`` see the syscalls).
+* create, delete and rename come from a second fanotify group in ``FAN_REPORT_DFID_NAME`` mode,
+  whose events carry the parent directory's file handle and the entry's name instead of a
+  descriptor; the directory is resolved with ``open_by_handle_at`` (``CAP_DAC_READ_SEARCH``). A
+  rename is one ``FAN_RENAME`` event with both names (Linux 5.17). When that group cannot be set
+  up (an old kernel, a filesystem without file handles), the file collection says so and those
+  changes are not reported (``strace``/``ebpf`` see the syscalls). An entry whose directory is
+  already gone when the event is read cannot be named and is counted, not guessed.
 * Pseudo filesystems (``/proc``, ``/sys``) and filesystems not marked are not seen. Events can
   be lost when the kernel queue overflows (``FAN_Q_OVERFLOW``): the file collection becomes
   ``degraded``.
@@ -39,7 +43,15 @@ FAN_MODIFY = 0x02
 FAN_CLOSE_WRITE = 0x08
 FAN_CLOSE_NOWRITE = 0x10
 FAN_OPEN = 0x20
+FAN_MOVED_FROM = 0x40
+FAN_MOVED_TO = 0x80
+FAN_CREATE = 0x100
+FAN_DELETE = 0x200
 FAN_Q_OVERFLOW = 0x4000
+FAN_RENAME = 0x10000000
+FAN_ONDIR = 0x40000000
+FAN_REPORT_DIR_FID = 0x400
+FAN_REPORT_NAME = 0x800
 FAN_CLOEXEC = 0x01
 FAN_NONBLOCK = 0x02
 FAN_CLASS_NOTIF = 0x00
@@ -56,8 +68,19 @@ EVENT_BITS: dict[str, int] = {
     "close_write": FAN_CLOSE_WRITE,
     "access": FAN_ACCESS,
 }
+DIRENT_BITS: dict[str, int] = {"create": FAN_CREATE, "delete": FAN_DELETE, "rename": FAN_RENAME}
+"""Directory-entry events, reported by the second (``FAN_REPORT_DFID_NAME``) group."""
 
 _METADATA = struct.Struct("=IBBHQii")
+_INFO_HEADER = struct.Struct("=BBH")
+_HANDLE_HEADER = struct.Struct("=Ii")
+_FSID_SIZE = 8
+# fanotify_event_info_fid record types with a directory handle and an entry name
+_DFID_NAME, _OLD_DFID_NAME, _NEW_DFID_NAME = 2, 10, 12
+_GRACE = 0.25
+"""Seconds a directory-entry event of a not-yet-known pid waits for the pid to join the lineage."""
+_MAX_WAITING = 10_000
+"""Directory-entry events held at most while their pid is unknown (the rest are counted)."""
 
 
 def _libc() -> ctypes.CDLL:
@@ -72,15 +95,19 @@ def _libc() -> ctypes.CDLL:
         ctypes.c_char_p,
     ]
     libc.fanotify_mark.restype = ctypes.c_int
+    libc.open_by_handle_at.argtypes = [ctypes.c_int, ctypes.c_char_p, ctypes.c_int]
+    libc.open_by_handle_at.restype = ctypes.c_int
     return libc
 
 
-def fanotify_open(paths: list[str], mask: int, *, mount: bool) -> int:
-    """An fanotify descriptor with ``mask`` marked on each path; raises ``OSError``."""
+def fanotify_open(paths: list[str], mask: int, *, mount: bool, report: int = 0) -> int:
+    """An fanotify descriptor with ``mask`` marked on each path; raises ``OSError``.
+
+    ``report`` adds ``FAN_REPORT_*`` flags to ``fanotify_init`` (the directory-entry group)."""
     libc = _libc()
     fd = int(
         libc.fanotify_init(
-            FAN_CLASS_NOTIF | FAN_CLOEXEC | FAN_NONBLOCK | FAN_UNLIMITED_QUEUE,
+            FAN_CLASS_NOTIF | FAN_CLOEXEC | FAN_NONBLOCK | FAN_UNLIMITED_QUEUE | report,
             os.O_RDONLY | os.O_LARGEFILE | os.O_CLOEXEC,
         )
     )
@@ -104,13 +131,27 @@ class FanotifyWatcher:
         self._ctx = ctx
         self._wanted = set(cfg.fanotify_events)
         mask = 0
-        for name in self._wanted:
+        for name in self._wanted & EVENT_BITS.keys():
             mask |= EVENT_BITS[name]
         if "access" in self._wanted:
             mask |= FAN_CLOSE_NOWRITE  # to end a read cycle
         if "modify" in self._wanted:
             mask |= FAN_CLOSE_WRITE
-        self._fd = fanotify_open(list(cfg.fanotify_paths), mask, mount=cfg.fanotify_mark == "mount")
+        paths, mount = list(cfg.fanotify_paths), cfg.fanotify_mark == "mount"
+        self._fd = fanotify_open(paths, mask, mount=mount) if mask else -1
+        self._dir_fd = -1
+        self._mount_fds: list[int] = []
+        self._libc = _libc()
+        self.unnamed = 0
+        """Directory-entry events whose directory could no longer be resolved."""
+        self.unattributed = 0
+        """Directory-entry events of pids that never joined the lineage within the grace period
+        (nearly all are other processes on the machine)."""
+        self._waiting: list[tuple[float, int, int, bytes]] = []
+        dirents = sorted(self._wanted & DIRENT_BITS.keys())
+        dirent_note = ""
+        if dirents:
+            dirent_note = self._open_dirents(dirents, paths, mount=mount)
         self._stop_r, self._stop_w = os.pipe()
         self._thread: threading.Thread | None = None
         self._cycle: set[tuple[int, str, str]] = set()
@@ -121,8 +162,28 @@ class FanotifyWatcher:
             "file",
             CollectionState.AVAILABLE,
             f"fanotify {cfg.fanotify_mark} marks on {', '.join(cfg.fanotify_paths)} ({events}); "
-            "no open flags and no create/delete/rename in fd mode (FAN_REPORT_FID not used)",
+            f"no open flags (fanotify does not report them){dirent_note}",
         )
+
+    def _open_dirents(self, names: list[str], paths: list[str], *, mount: bool) -> str:
+        """Set up the directory-entry group; returns what the collection note should add."""
+        mask = FAN_ONDIR
+        for name in names:
+            mask |= DIRENT_BITS[name]
+        try:
+            self._dir_fd = fanotify_open(
+                paths, mask, mount=mount, report=FAN_REPORT_DIR_FID | FAN_REPORT_NAME
+            )
+            self._mount_fds = [os.open(path, os.O_RDONLY | os.O_CLOEXEC) for path in paths]
+        except OSError as exc:
+            if self._dir_fd >= 0:
+                os.close(self._dir_fd)
+                self._dir_fd = -1
+            for fd in self._mount_fds:
+                os.close(fd)
+            self._mount_fds = []
+            return f"; {', '.join(names)} not reported: {exc.strerror or exc}"
+        return ""
 
     def start(self) -> None:
         """Start the reader thread."""
@@ -130,18 +191,38 @@ class FanotifyWatcher:
         self._thread.start()
 
     def _run(self) -> None:
+        readers = [fd for fd in (self._fd, self._dir_fd) if fd >= 0]
         while True:
-            ready, _, _ = select.select([self._fd, self._stop_r], [], [], 0.5)
-            if self._fd in ready:
-                self._read()
+            timeout = 0.05 if self._waiting else 0.5
+            ready, _, _ = select.select([*readers, self._stop_r], [], [], timeout)
+            for fd in readers:
+                if fd in ready or self._stop_r in ready:
+                    self._read(fd)
+            if self._waiting:
+                self._recheck(final=self._stop_r in ready)
             if self._stop_r in ready:
-                self._read()
                 return
 
-    def _read(self) -> None:
+    def _recheck(self, *, final: bool) -> None:
+        """Directory-entry events of pids the lineage did not know yet: a child that forked,
+        changed a file and exited before the process connector's fork event was read. Each is
+        reported once its pid joins the lineage, or dropped (and counted) after a grace period."""
+        now = time.monotonic()
+        keep: list[tuple[float, int, int, bytes]] = []
+        for deadline, mask, pid, record in self._waiting:
+            if pid in self._ctx.lineage:
+                self._dirent(mask, pid, record, 0, len(record))
+            elif now < deadline and not final:
+                keep.append((deadline, mask, pid, record))
+            else:
+                self.unattributed += 1
+        self._waiting = keep
+
+    def _read(self, fanotify_fd: int) -> None:
+        dirents = fanotify_fd == self._dir_fd
         while True:
             try:
-                data = os.read(self._fd, 64 * 1024)
+                data = os.read(fanotify_fd, 64 * 1024)
             except BlockingIOError:
                 return
             except OSError:
@@ -150,10 +231,13 @@ class FanotifyWatcher:
                 return
             offset = 0
             while offset + _METADATA.size <= len(data):
-                length, _vers, _res, _mlen, mask, fd, pid = _METADATA.unpack_from(data, offset)
+                length, _vers, _res, mlen, mask, fd, pid = _METADATA.unpack_from(data, offset)
                 if length < _METADATA.size:
                     return
-                self._event(mask, fd, pid)
+                if dirents:
+                    self._dirent(mask, pid, data, offset + mlen, offset + length)
+                else:
+                    self._event(mask, fd, pid)
                 offset += length
 
     def _event(self, mask: int, fd: int, pid: int) -> None:
@@ -189,16 +273,79 @@ class FanotifyWatcher:
         if mask & FAN_CLOSE_NOWRITE:
             self._cycle.discard((pid, path, "file.read"))
 
+    def _dirent(self, mask: int, pid: int, data: bytes, start: int, end: int) -> None:
+        """A create, delete or rename event: directory handles and names follow the metadata."""
+        if mask & FAN_Q_OVERFLOW:
+            self.overflows += 1
+            self._ctx.collection_state(
+                "file", CollectionState.DEGRADED, "fanotify queue overflow: events lost"
+            )
+            return
+        if pid not in self._ctx.lineage:
+            if len(self._waiting) < _MAX_WAITING:
+                record = data[start:end]
+                self._waiting.append((time.monotonic() + _GRACE, mask, pid, record))
+            else:
+                self.unattributed += 1
+            return
+        names: dict[int, str] = {}
+        offset = start
+        while offset + _INFO_HEADER.size <= end:
+            info_type, _pad, length = _INFO_HEADER.unpack_from(data, offset)
+            if length < _INFO_HEADER.size:
+                break
+            if info_type in (_DFID_NAME, _OLD_DFID_NAME, _NEW_DFID_NAME):
+                path = self._entry_path(data, offset, offset + length)
+                if path is None:
+                    self.unnamed += 1
+                    return
+                names[info_type] = path
+            offset += length
+        now = time.time_ns()
+        if mask & FAN_RENAME:
+            old, new = names.get(_OLD_DFID_NAME), names.get(_NEW_DFID_NAME)
+            if old is not None and new is not None:
+                self._emit("file.rename", pid, old, now, new_path=new)
+        elif _DFID_NAME in names:
+            if mask & FAN_CREATE:
+                self._emit("file.create", pid, names[_DFID_NAME], now)
+            elif mask & FAN_DELETE:
+                self._emit("file.delete", pid, names[_DFID_NAME], now)
+
+    def _entry_path(self, data: bytes, start: int, end: int) -> str | None:
+        """The path of the entry named in one directory-handle record, or None if unresolvable."""
+        handle_at = start + _INFO_HEADER.size + _FSID_SIZE
+        size, _kind = _HANDLE_HEADER.unpack_from(data, handle_at)
+        name_at = handle_at + _HANDLE_HEADER.size + size
+        handle = data[handle_at:name_at]
+        name = data[name_at:end].split(b"\0", 1)[0]
+        for mount_fd in self._mount_fds:
+            fd = int(self._libc.open_by_handle_at(mount_fd, handle, os.O_PATH | os.O_CLOEXEC))
+            if fd < 0:
+                continue
+            try:
+                directory = os.readlink(f"/proc/self/fd/{fd}")
+            except OSError:
+                return None
+            finally:
+                os.close(fd)
+            if directory.endswith(" (deleted)"):
+                return None
+            return os.path.join(directory, os.fsdecode(name)) if name else directory
+        return None
+
     def _once(self, name: str, pid: int, path: str, now: int) -> None:
         key = (pid, path, name)
         if key not in self._cycle:
             self._cycle.add(key)
             self._emit(name, pid, path, now)
 
-    def _emit(self, name: str, pid: int, path: str, now: int) -> None:
+    def _emit(self, name: str, pid: int, path: str, now: int, *, new_path: str = "") -> None:
         ctx = self._ctx
         attrs: dict[str, AnyValue] = ctx.events.identity_attrs(pid)
         attrs["file.path"] = path
+        if new_path:
+            attrs["file.new_path"] = new_path
         ctx.emit(ctx.events.record(name, now, attrs, attribution=SYSCALL, causal=True))
 
     def stop(self) -> None:
@@ -207,7 +354,8 @@ class FanotifyWatcher:
             os.write(self._stop_w, b"x")
             self._thread.join()
             self._thread = None
-        for fd in (self._fd, self._stop_r, self._stop_w):
+        for fd in (self._fd, self._dir_fd, self._stop_r, self._stop_w, *self._mount_fds):
             if fd >= 0:
                 os.close(fd)
-        self._fd = self._stop_r = self._stop_w = -1
+        self._fd = self._dir_fd = self._stop_r = self._stop_w = -1
+        self._mount_fds = []

@@ -276,3 +276,39 @@ def test_portable_notices_exec_between_samples(tmp_path: Path) -> None:
     assert execs, observed.events("process.exec")
     assert execs[-1]["process.executable.name"] == "sleep", execs
     assert execs[-1]["evidence.attribution"] == "sampled_process"
+
+
+@needs_root
+@pytest.mark.slow
+def test_directory_entry_changes_are_attributed(tmp_path: Path) -> None:
+    """linux: creating, renaming and deleting files and a directory is reported with full paths
+    and attributed to the process that did it (fanotify's directory-entry group). (strace sees a
+    creation as an ``O_CREAT`` open and does not trace mkdir/rmdir.)"""
+    backend = "linux"
+    require_backend(backend)
+    script = "touch a.txt; mv a.txt b.txt; rm b.txt; mkdir sub; rmdir sub"
+    observed, work, code = _observe(backend, tmp_path, script)
+    assert code == 0
+    in_tmp = str(tmp_path) + os.sep
+
+    def paths(name: str) -> list[tuple[str, int]]:
+        return [
+            (str(a["file.path"]).removeprefix(in_tmp), int(a["process.pid"]))
+            for a in observed.events(name)
+            if str(a["file.path"]).startswith(in_tmp)
+        ]
+
+    creates, deletes = paths("file.create"), paths("file.delete")
+    renames = [a for a in observed.events("file.rename") if str(a["file.path"]) == in_tmp + "a.txt"]
+    assert {p for p, _ in creates} >= {"a.txt", "sub"}
+    assert {p for p, _ in deletes} >= {"b.txt", "sub"}
+    assert len(renames) == 1
+    assert renames[0]["file.new_path"] == in_tmp + "b.txt"
+    # each change belongs to the process that made it: a child of the shell, never the shell
+    doers = {pid for _, pid in creates + deletes} | {int(renames[0]["process.pid"])}
+    assert work.pid not in doers
+    starts = {int(a["process.pid"]) for a in observed.events("process.start")}
+    assert doers <= starts
+    for a in observed.events("file.create") + observed.events("file.rename"):
+        assert a["evidence.attribution"] == "syscall"
+        assert a["evidence.causal"] is True

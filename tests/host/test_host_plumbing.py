@@ -238,7 +238,45 @@ def test_fanotify_attributes_accesses_to_the_lineage(tmp_path: Path) -> None:
     assert str(target) in by_name["file.write"]
     assert all(str(tmp_path / "mine.txt") not in paths for paths in by_name.values())
     (state,) = [a for n, a in records if n == "collection.state"]
-    assert "FAN_REPORT_FID not used" in state["collection.reason"]
+    assert "no open flags" in state["collection.reason"]
+    assert "not reported" not in state["collection.reason"]
+
+
+def test_fanotify_without_directory_entry_group_says_what_is_missing(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """When the directory-entry group cannot be set up, opens and writes are still reported and
+    the collection state names the changes that are not."""
+    require_backend("linux")
+    from otel_bridge.receivers.host import fanotify
+
+    real_open = fanotify.fanotify_open
+
+    def refuse_report_modes(paths: list[str], mask: int, *, mount: bool, report: int = 0) -> int:
+        if report:
+            raise OSError(22, "Invalid argument")
+        return real_open(paths, mask, mount=mount)
+
+    monkeypatch.setattr(fanotify, "fanotify_open", refuse_report_modes)
+    target = tmp_path / "w.txt"
+    work = Gated(f"echo data > {target}", cwd=str(tmp_path))
+    sink = RecordingConsumer()
+    ctx = _ctx(work.pid, sink)
+    watcher = FanotifyWatcher(ctx)
+    watcher.start()
+    try:
+        work.release()
+        work.wait()
+        time.sleep(0.2)
+    finally:
+        watcher.stop()
+    records = _records(ctx, sink)
+    writes = {a["file.path"] for n, a in records if n == "file.write"}
+    assert str(target) in writes
+    assert not [n for n, _ in records if n in ("file.create", "file.delete", "file.rename")]
+    (state,) = [a for n, a in records if n == "collection.state"]
+    assert state["collection.state"] == "available"
+    assert "create, delete, rename not reported: Invalid argument" in state["collection.reason"]
 
 
 def test_batch_of_records_is_one_batch() -> None:

@@ -81,19 +81,24 @@ def rel(
     )
 
 
+LINKS: dict[int, tuple[RelationKind, bool]] = {
+    DELEGATION: (RelationKind.DELEGATED_TO, False),
+    INVOCATION: (RelationKind.INVOKED, False),
+    REQUEST: (RelationKind.REQUESTED, False),
+    NESTING: (RelationKind.CHILD_OF, True),
+}
+"""Per link kind: the relation, and whether the span is its subject (else the ancestor is)."""
+
+
 def found(
     kind: int, ctx: Ctx, node: Entity, attrs: Attributes, ancestor: Entity
 ) -> Observation | None:
     """The relation of a span to the accepted ancestor ``ancestor`` it was linked to."""
-    if kind == INVOCATION:
-        return rel(ctx, 1, ancestor, RelationKind.INVOKED, node)
-    if kind == REQUEST:
-        return rel(ctx, 1, ancestor, RelationKind.REQUESTED, node, attrs=attrs)
-    if kind == NESTING:
-        return rel(ctx, 1, node, RelationKind.CHILD_OF, ancestor)
-    if ancestor.id == node.id:
+    if kind == DELEGATION and ancestor.id == node.id:
         return None  # an agent's own nested invocation is not a delegation
-    return rel(ctx, 1, ancestor, RelationKind.DELEGATED_TO, node)
+    relation, from_span = LINKS[kind]
+    subject, obj = (node, ancestor) if from_span else (ancestor, node)
+    return rel(ctx, 1, subject, relation, obj, attrs=attrs if kind == REQUEST else None)
 
 
 def resolver(

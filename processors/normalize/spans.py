@@ -61,6 +61,7 @@ from .command import CommandResult, extract_command
 from .relations import (
     DELEGATION,
     INVOCATION,
+    LINKS,
     NESTING,
     REPORTED,
     REQUEST,
@@ -268,25 +269,19 @@ class SpanNormalizer:
             info = self._lookup(parent)
             ancestor = None if info is None else info.entity
             if ancestor is not None and info is not None and info.role in accept:
-                # The usual case, the parent itself is the ancestor: what ``walk`` would find.
-                if kind == INVOCATION:
-                    subject, relation, obj = ancestor, RelationKind.INVOKED, node
-                elif kind == REQUEST:
-                    subject, relation, obj = ancestor, RelationKind.REQUESTED, node
-                elif kind == NESTING:
-                    subject, relation, obj = node, RelationKind.CHILD_OF, ancestor
-                else:
-                    subject, relation, obj = ancestor, RelationKind.DELEGATED_TO, node
+                # The usual case, the parent itself is the ancestor: what ``walk`` would find
+                # (and :func:`.relations.found` would build, without a Ctx).
                 if kind != DELEGATION or ancestor.id != node.id:
+                    relation, from_span = LINKS[kind]
                     out.append(
                         Observation(
                             id=span_hex + "#1",
                             time_unix_nano=start,
                             end_time_unix_nano=end,
                             source=source,
-                            subject=subject,
+                            subject=node if from_span else ancestor,
                             relation=relation,
-                            object=obj,
+                            object=ancestor if from_span else node,
                             evidence=REPORTED,
                             occurrence=occurrence,
                             attrs=link_attrs,

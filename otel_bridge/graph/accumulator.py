@@ -270,7 +270,7 @@ class GraphAccumulator:
                 e_count[ei] += 1
                 # An occurrence that already counted this edge also counted both its end nodes
                 # (they are added together): nothing to regrow.
-                if seen != ei and (seen.__class__ is int or ei << 1 not in seen):  # type: ignore[operator]
+                if seen != ei and (isinstance(seen, int) or ei << 1 not in seen):
                     self._regrow(occurrence, seen, ei, si, oi)
         self.observations += len(observations)
 

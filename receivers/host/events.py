@@ -164,8 +164,8 @@ class HostContext:
             )
             if info is None:
                 continue
-            self.lineage.add(pid)
             self.events.remember(info)
+            self.lineage.add(pid)  # after its identity: other threads report lineage pids
             if self.config.processes:
                 self.emit(
                     self.events.process_event("process.start", info, now, attribution=SAMPLED)

@@ -21,6 +21,11 @@ Honest limits of this mode:
   up (an old kernel, a filesystem without file handles), the file collection says so and those
   changes are not reported (``strace``/``ebpf`` see the syscalls). An entry whose directory is
   already gone when the event is read cannot be named and is counted, not guessed.
+* A short-lived child often touches a file before the process connector's fork event for it has
+  been read, so its pid is not in the lineage yet. Such events are held (the path resolved) for
+  up to 0.25 s and reported once the pid joins the lineage, with its identity; a pid that does
+  not join is another process on the machine: its event is dropped and counted, and its further
+  events are skipped unread for 5 s.
 * Pseudo filesystems (``/proc``, ``/sys``) and filesystems not marked are not seen. Events can
   be lost when the kernel queue overflows (``FAN_Q_OVERFLOW``): the file collection becomes
   ``degraded``.
@@ -78,9 +83,13 @@ _FSID_SIZE = 8
 # fanotify_event_info_fid record types with a directory handle and an entry name
 _DFID_NAME, _OLD_DFID_NAME, _NEW_DFID_NAME = 2, 10, 12
 _GRACE = 0.25
-"""Seconds a directory-entry event of a not-yet-known pid waits for the pid to join the lineage."""
+"""Seconds an event of a not-yet-known pid waits for the pid to join the lineage."""
 _MAX_WAITING = 10_000
-"""Directory-entry events held at most while their pid is unknown (the rest are counted)."""
+"""Events held at most while their pid is unknown (the rest are counted)."""
+_FOREIGN_FOR = 5.0
+"""Seconds the events of a pid that did not join the lineage in time are skipped unread."""
+_MAX_FOREIGN = 100_000
+"""Foreign pids remembered at most (the table starts over when full)."""
 
 
 def _libc() -> ctypes.CDLL:
@@ -145,9 +154,13 @@ class FanotifyWatcher:
         self.unnamed = 0
         """Directory-entry events whose directory could no longer be resolved."""
         self.unattributed = 0
-        """Directory-entry events of pids that never joined the lineage within the grace period
-        (nearly all are other processes on the machine)."""
-        self._waiting: list[tuple[float, int, int, bytes]] = []
+        """Events of pids that did not join the lineage within the grace period (nearly all
+        are other processes on the machine)."""
+        self._waiting: list[tuple[float, int, int, str | bytes]] = []
+        """(deadline, pid, mask, path or directory-entry records) of events held for a pid the
+        lineage does not know yet."""
+        self._foreign: dict[int, float] = {}
+        """pid -> until when its events are skipped (it did not join the lineage in time)."""
         dirents = sorted(self._wanted & DIRENT_BITS.keys())
         dirent_note = ""
         if dirents:
@@ -204,18 +217,26 @@ class FanotifyWatcher:
                 return
 
     def _recheck(self, *, final: bool) -> None:
-        """Directory-entry events of pids the lineage did not know yet: a child that forked,
-        changed a file and exited before the process connector's fork event was read. Each is
-        reported once its pid joins the lineage, or dropped (and counted) after a grace period."""
+        """Events of pids the lineage did not know when they were read: usually a child that
+        forked, touched a file and exited before the process connector's fork event was read.
+        Each is reported once its pid joins the lineage (its identity is known by then), or
+        dropped and counted after a grace period; a pid that never joined is then skipped for a
+        while (it is another process on the machine)."""
         now = time.monotonic()
-        keep: list[tuple[float, int, int, bytes]] = []
-        for deadline, mask, pid, record in self._waiting:
+        keep: list[tuple[float, int, int, str | bytes]] = []
+        for deadline, pid, mask, payload in self._waiting:
             if pid in self._ctx.lineage:
-                self._dirent(mask, pid, record, 0, len(record))
+                if isinstance(payload, str):
+                    self._file_event(mask, pid, payload)
+                else:
+                    self._dirent(mask, pid, payload, 0, len(payload))
             elif now < deadline and not final:
-                keep.append((deadline, mask, pid, record))
+                keep.append((deadline, pid, mask, payload))
             else:
                 self.unattributed += 1
+                if len(self._foreign) >= _MAX_FOREIGN:
+                    self._foreign.clear()
+                self._foreign[pid] = now + _FOREIGN_FOR
         self._waiting = keep
 
     def _read(self, fanotify_fd: int) -> None:
@@ -249,7 +270,10 @@ class FanotifyWatcher:
                     "file", CollectionState.DEGRADED, "fanotify queue overflow: events lost"
                 )
                 return
-            if pid not in ctx.lineage or fd == FAN_NOFD:
+            if fd == FAN_NOFD:
+                return
+            known = pid in ctx.lineage
+            if not known and self._is_foreign(pid):
                 return
             try:
                 path = os.readlink(f"/proc/self/fd/{fd}")
@@ -258,6 +282,13 @@ class FanotifyWatcher:
         finally:
             if fd >= 0:
                 os.close(fd)
+        if known:
+            self._file_event(mask, pid, path)
+        else:
+            self._wait(pid, mask, path)
+
+    def _file_event(self, mask: int, pid: int, path: str) -> None:
+        """An open, read, write or close of ``path`` by lineage process ``pid``."""
         now = time.time_ns()
         if mask & FAN_OPEN and "open" in self._wanted:
             self._cycle = {c for c in self._cycle if c[:2] != (pid, path)}
@@ -273,6 +304,23 @@ class FanotifyWatcher:
         if mask & FAN_CLOSE_NOWRITE:
             self._cycle.discard((pid, path, "file.read"))
 
+    def _is_foreign(self, pid: int) -> bool:
+        """True while ``pid`` is remembered as outside the lineage (its events are skipped)."""
+        until = self._foreign.get(pid)
+        if until is None:
+            return False
+        if until > time.monotonic():
+            return True
+        del self._foreign[pid]
+        return False
+
+    def _wait(self, pid: int, mask: int, payload: str | bytes) -> None:
+        """Hold an event of a pid the lineage does not know yet (see :meth:`_recheck`)."""
+        if len(self._waiting) < _MAX_WAITING:
+            self._waiting.append((time.monotonic() + _GRACE, pid, mask, payload))
+        else:
+            self.unattributed += 1
+
     def _dirent(self, mask: int, pid: int, data: bytes, start: int, end: int) -> None:
         """A create, delete or rename event: directory handles and names follow the metadata."""
         if mask & FAN_Q_OVERFLOW:
@@ -282,11 +330,8 @@ class FanotifyWatcher:
             )
             return
         if pid not in self._ctx.lineage:
-            if len(self._waiting) < _MAX_WAITING:
-                record = data[start:end]
-                self._waiting.append((time.monotonic() + _GRACE, mask, pid, record))
-            else:
-                self.unattributed += 1
+            if not self._is_foreign(pid):
+                self._wait(pid, mask, data[start:end])
             return
         names: dict[int, str] = {}
         offset = start

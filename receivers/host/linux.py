@@ -223,9 +223,11 @@ class LinuxBackend:
             _ppid, ptgid, cpid, ctgid = fields
             if cpid != ctgid or ptgid not in ctx.lineage:
                 return  # a new thread, or outside the lineage
-            ctx.lineage.add(ctgid)
             info = lookup_process(ctx, ctgid, event_monotonic_ns=ts)
             info.ppid = ptgid
+            # Only now, with its identity known: the file and socket watchers report a pid's
+            # events as soon as it is in the lineage, and they run in other threads.
+            ctx.lineage.add(ctgid)
             if ctx.config.processes:
                 ctx.emit(ctx.events.process_event("process.start", info, wall, attribution=SYSCALL))
             self._scan()

@@ -312,3 +312,26 @@ def test_directory_entry_changes_are_attributed(tmp_path: Path) -> None:
     for a in observed.events("file.create") + observed.events("file.rename"):
         assert a["evidence.attribution"] == "syscall"
         assert a["evidence.causal"] is True
+
+
+@needs_root
+@pytest.mark.slow
+def test_short_lived_children_keep_their_file_writes(tmp_path: Path) -> None:
+    """linux: files written by children that live a few milliseconds (cp, a redirect of sed)
+    are attributed to those children, not dropped and not given to the shell."""
+    require_backend("linux")
+    script = "cp /etc/hostname copy.txt; sed -n 1p copy.txt > line.txt; cp copy.txt again.txt"
+    observed, work, code = _observe("linux", tmp_path, script)
+    assert code == 0
+    writers: dict[str, set[int]] = {}
+    for a in observed.events("file.write"):
+        writers.setdefault(str(a["file.path"]), set()).add(int(a["process.pid"]))
+    copies = writers.get(str(tmp_path / "copy.txt"), set()) | writers.get(
+        str(tmp_path / "again.txt"), set()
+    )
+    assert copies, f"cp's writes were not reported: {sorted(writers)}"
+    assert work.pid not in copies
+    starts = {int(a["process.pid"]): a for a in observed.events("process.start")}
+    assert copies <= set(starts)
+    for a in observed.events("file.write"):
+        assert "process.creation.time" in a  # reported with the process's identity

@@ -28,7 +28,7 @@ from otel_bridge.receivers.host.events import (
     iso_ms,
     lookup_process,
 )
-from otel_bridge.receivers.host.fanotify import FanotifyWatcher
+from otel_bridge.receivers.host.fanotify import FAN_CLOSE_WRITE, FAN_OPEN, FanotifyWatcher
 from otel_bridge.receivers.host.netscan import SocketScanner, read_tables, socket_inodes
 from otel_bridge.receivers.host.procfs import ProcessInfo
 from otel_bridge.redaction import Redactor
@@ -277,6 +277,39 @@ def test_fanotify_without_directory_entry_group_says_what_is_missing(
     (state,) = [a for n, a in records if n == "collection.state"]
     assert state["collection.state"] == "available"
     assert "create, delete, rename not reported: Invalid argument" in state["collection.reason"]
+
+
+def test_fanotify_holds_events_of_unknown_pids_until_they_join() -> None:
+    """An event of a pid not yet in the lineage is reported once the pid joins, with its
+    identity; one whose pid never joins is dropped, counted, and its pid skipped afterwards."""
+    require_backend("linux")
+    sink = RecordingConsumer()
+    ctx = _ctx(os.getpid(), sink, fanotify_events=["open", "close_write"])
+    watcher = FanotifyWatcher(ctx)  # not started: the test drives the holding directly
+    child, stranger = os.getpid(), 2**22 + 7  # a real pid (identity known) and an unused one
+    ctx.lineage.discard(child)
+    try:
+        watcher._wait(child, FAN_OPEN | FAN_CLOSE_WRITE, "/work/out.txt")
+        watcher._wait(stranger, FAN_OPEN, "/etc/elsewhere")
+        watcher._recheck(final=False)
+        assert len(watcher._waiting) == 2  # nobody joined yet, the grace period runs
+        ctx.events.remember(ProcessInfo(pid=child, start_ms=linux_start_time_ms(child) or 0))
+        ctx.lineage.add(child)
+        watcher._recheck(final=False)
+        assert len(watcher._waiting) == 1
+        watcher._recheck(final=True)
+        assert watcher._waiting == []
+        assert watcher.unattributed == 1
+        assert watcher._is_foreign(stranger)
+        assert not watcher._is_foreign(child)
+    finally:
+        watcher.stop()
+    records = [(n, a) for n, a in _records(ctx, sink) if n.startswith("file.")]
+    assert [(n, a["file.path"], a["process.pid"]) for n, a in records] == [
+        ("file.open", "/work/out.txt", child),
+        ("file.write", "/work/out.txt", child),
+    ]
+    assert all("process.creation.time" in a for _, a in records)
 
 
 def test_batch_of_records_is_one_batch() -> None:

@@ -17,6 +17,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Generic, TypeVar
 
+import msgspec
 from opentelemetry.proto.collector.logs.v1.logs_service_pb2 import ExportLogsServiceRequest
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
 from opentelemetry.proto.common.v1.common_pb2 import (
@@ -276,6 +277,22 @@ def _span(
             )
             for e in pb.events
         )
+    # Built with the common span's fields only (a struct with eleven keyword arguments costs
+    # 0.23 µs, with all eighteen 0.77 µs); the rest, when any differs from its default, is set
+    # on a copy.
+    span = Span(
+        resource=resource,
+        scope=scope,
+        trace_id=trace_id,
+        span_id=span_id,
+        parent_span_id=parent,
+        flags=pb.flags,
+        name=pb.name,
+        kind=kind,
+        start_time_unix_nano=pb.start_time_unix_nano,
+        end_time_unix_nano=pb.end_time_unix_nano,
+        attributes=attributes_from_pb(pb.attributes),
+    )
     trace_state = pb.trace_state
     dropped_attributes = pb.dropped_attributes_count
     dropped_events = pb.dropped_events_count
@@ -289,19 +306,9 @@ def _span(
         or links
         or status is not UNSET_STATUS
     ):
-        return Span(
-            resource=resource,
-            scope=scope,
-            trace_id=trace_id,
-            span_id=span_id,
-            parent_span_id=parent,
+        span = msgspec.structs.replace(
+            span,
             trace_state=trace_state,
-            flags=pb.flags,
-            name=pb.name,
-            kind=kind,
-            start_time_unix_nano=pb.start_time_unix_nano,
-            end_time_unix_nano=pb.end_time_unix_nano,
-            attributes=attributes_from_pb(pb.attributes),
             dropped_attributes_count=dropped_attributes,
             events=events,
             dropped_events_count=dropped_events,
@@ -309,21 +316,7 @@ def _span(
             dropped_links_count=dropped_links,
             status=status,
         )
-    # The common span: the rest of its fields are the defaults. Fewer keyword arguments make
-    # a noticeably cheaper construction (0.23 against 0.77 µs for all eighteen).
-    return Span(
-        resource=resource,
-        scope=scope,
-        trace_id=trace_id,
-        span_id=span_id,
-        parent_span_id=parent,
-        flags=pb.flags,
-        name=pb.name,
-        kind=kind,
-        start_time_unix_nano=pb.start_time_unix_nano,
-        end_time_unix_nano=pb.end_time_unix_nano,
-        attributes=attributes_from_pb(pb.attributes),
-    )
+    return span
 
 
 def decode_traces(request: ExportTraceServiceRequest) -> Decoded[Span]:

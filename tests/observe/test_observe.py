@@ -16,6 +16,7 @@ from typing import Any
 
 import psutil
 import pytest
+from observe_support import observe_argv
 
 from otel_bridge import rundir
 from otel_bridge.cli import main
@@ -52,18 +53,7 @@ def _observe(
     tmp_path: Path, *cmd: str, extra: tuple[str, ...] = ()
 ) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "otel_bridge",
-            "observe",
-            "-o",
-            str(tmp_path / "run"),
-            "--no-progress",
-            *extra,
-            "--",
-            *cmd,
-        ],
+        observe_argv(tmp_path, *cmd, extra=extra),
         cwd=tmp_path,
         capture_output=True,
         text=True,

@@ -13,23 +13,14 @@ from pathlib import Path
 
 import psutil
 import pytest
+from observe_support import observe_argv
 
 from otel_bridge import rundir
 
 
 def _start(tmp_path: Path, *cmd: str) -> subprocess.Popen[str]:
     return subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "otel_bridge",
-            "observe",
-            "-o",
-            str(tmp_path / "run"),
-            "--no-progress",
-            "--",
-            *cmd,
-        ],
+        observe_argv(tmp_path, *cmd),
         cwd=tmp_path,
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,

@@ -13,27 +13,15 @@ Encoding groups records by resource and scope (equal values share one ``Resource
 
 from __future__ import annotations
 
-from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import Generic, TypeVar
+from typing import Any, Generic, TypeVar
 
 import msgspec
 from opentelemetry.proto.collector.logs.v1.logs_service_pb2 import ExportLogsServiceRequest
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
-from opentelemetry.proto.common.v1.common_pb2 import (
-    AnyValue as PbAnyValue,
-)
-from opentelemetry.proto.common.v1.common_pb2 import (
-    InstrumentationScope,
-    KeyValue,
-)
-from opentelemetry.proto.logs.v1.logs_pb2 import LogRecord as PbLogRecord
-from opentelemetry.proto.resource.v1.resource_pb2 import Resource as PbResource
-from opentelemetry.proto.trace.v1.trace_pb2 import Span as PbSpan
 
 from otel_bridge.model import (
     UNSET_STATUS,
-    AnyValue,
     LogRecord,
     Resource,
     Scope,
@@ -50,6 +38,13 @@ from otel_bridge.otlp._proto_encode import (
     encode_traces,
     fill_attributes,
     group_by_resource_scope,
+)
+from otel_bridge.otlp._wire import (
+    LogsRequest,
+    TraceRequest,
+    any_value_from_pb,
+    attributes_from_pb,
+    attributes_from_wire,
 )
 
 __all__ = [
@@ -88,60 +83,24 @@ class Decoded(Generic[T]):
 
 
 # --------------------------------------------------------------------------------------------
-# AnyValue and attributes
-# --------------------------------------------------------------------------------------------
-
-
-def any_value_from_pb(value: PbAnyValue) -> AnyValue:
-    """The model value of a protobuf ``AnyValue`` (an unset value is ``None``)."""
-    kind = value.WhichOneof("value")
-    if kind == "string_value":
-        return value.string_value
-    if kind == "int_value":
-        return value.int_value
-    if kind == "bool_value":
-        return value.bool_value
-    if kind == "double_value":
-        return value.double_value
-    if kind == "array_value":
-        return tuple(any_value_from_pb(v) for v in value.array_value.values)
-    if kind == "kvlist_value":
-        return attributes_from_pb(value.kvlist_value.values)
-    if kind == "bytes_value":
-        return value.bytes_value
-    return None
-
-
-def attributes_from_pb(kvs: Iterable[KeyValue]) -> dict[str, AnyValue]:
-    """Model attributes from repeated ``KeyValue`` (a repeated key keeps its last value)."""
-    out: dict[str, AnyValue] = {}
-    for kv in kvs:
-        value = kv.value
-        # Most attributes are non-empty strings: read string_value directly (an unset oneof
-        # reads as ""), and take the generic dispatch only for everything else.
-        text = value.string_value
-        out[kv.key] = text if text else any_value_from_pb(value)
-    return out
-
-
-# --------------------------------------------------------------------------------------------
 # Decoding
 # --------------------------------------------------------------------------------------------
 
 
-def _resource(pb: PbResource, schema_url: str) -> Resource:
+def _resource(pb: Any, schema_url: str) -> Resource:
+    # ``pb`` here and below: a twin message of :mod:`._wire` (attributes as serialized bytes).
     return Resource(
-        attributes=attributes_from_pb(pb.attributes),
+        attributes=attributes_from_wire(pb.attributes),
         dropped_attributes_count=pb.dropped_attributes_count,
         schema_url=schema_url,
     )
 
 
-def _scope(pb: InstrumentationScope, schema_url: str) -> Scope:
+def _scope(pb: Any, schema_url: str) -> Scope:
     return Scope(
         name=pb.name,
         version=pb.version,
-        attributes=attributes_from_pb(pb.attributes),
+        attributes=attributes_from_wire(pb.attributes),
         dropped_attributes_count=pb.dropped_attributes_count,
         schema_url=schema_url,
     )
@@ -187,7 +146,7 @@ _ZERO_TRACE = bytes(16)
 _ZERO_SPAN = bytes(8)
 
 
-def _span_problem(pb: PbSpan) -> str:
+def _span_problem(pb: Any) -> str:
     """Why ``pb`` is not a valid span (``"field: what"``), or ``""``; the slow, exact path."""
     problem = _id_problem(pb.trace_id, 16, optional=False)
     if problem:
@@ -213,7 +172,7 @@ def _span_problem(pb: PbSpan) -> str:
 
 
 def _span(
-    pb: PbSpan, resource: Resource, scope: Scope, trace_ids: dict[bytes, bytes] | None = None
+    pb: Any, resource: Resource, scope: Scope, trace_ids: dict[bytes, bytes] | None = None
 ) -> Span | None:
     """The span of ``pb``, or None when it is invalid (then ``_span_problem`` says why).
 
@@ -252,7 +211,7 @@ def _span(
                 trace_id=link.trace_id,
                 span_id=link.span_id,
                 trace_state=link.trace_state,
-                attributes=attributes_from_pb(link.attributes),
+                attributes=attributes_from_wire(link.attributes),
                 dropped_attributes_count=link.dropped_attributes_count,
                 flags=link.flags,
             )
@@ -272,7 +231,7 @@ def _span(
             SpanEvent(
                 time_unix_nano=e.time_unix_nano,
                 name=e.name,
-                attributes=attributes_from_pb(e.attributes),
+                attributes=attributes_from_wire(e.attributes),
                 dropped_attributes_count=e.dropped_attributes_count,
             )
             for e in pb.events
@@ -291,7 +250,7 @@ def _span(
         kind=kind,
         start_time_unix_nano=pb.start_time_unix_nano,
         end_time_unix_nano=pb.end_time_unix_nano,
-        attributes=attributes_from_pb(pb.attributes),
+        attributes=attributes_from_wire(pb.attributes),
     )
     trace_state = pb.trace_state
     dropped_attributes = pb.dropped_attributes_count
@@ -319,12 +278,19 @@ def _span(
     return span
 
 
-def decode_traces(request: ExportTraceServiceRequest) -> Decoded[Span]:
-    """The spans of ``request``; invalid spans are rejected and counted, the rest accepted."""
+def decode_traces(request: ExportTraceServiceRequest | bytes) -> Decoded[Span]:
+    """The spans of ``request``; invalid spans are rejected and counted, the rest accepted.
+
+    ``request`` is a serialized ``ExportTraceServiceRequest`` (what receivers get; a malformed
+    one raises ``google.protobuf.message.DecodeError``) or a message, which is serialized first:
+    either way it is read through the twin messages of :mod:`._wire`.
+    """
+    data = request if isinstance(request, bytes) else request.SerializeToString()
+    parsed = TraceRequest.FromString(data)
     spans: list[Span] = []
     rejects = Rejections()
     trace_ids: dict[bytes, bytes] = {}
-    for ri, rs in enumerate(request.resource_spans):
+    for ri, rs in enumerate(parsed.resource_spans):
         resource = _resource(rs.resource, rs.schema_url)
         for si, ss in enumerate(rs.scope_spans):
             scope = _scope(ss.scope, ss.schema_url)
@@ -338,7 +304,7 @@ def decode_traces(request: ExportTraceServiceRequest) -> Decoded[Span]:
     return Decoded(tuple(spans), rejects.count, rejects.message("spans"))
 
 
-def _log_problem(pb: PbLogRecord) -> str:
+def _log_problem(pb: Any) -> str:
     problem = _id_problem(pb.trace_id, 16, optional=True)
     if problem:
         return "traceId: " + problem
@@ -348,11 +314,16 @@ def _log_problem(pb: PbLogRecord) -> str:
     return ""
 
 
-def decode_logs(request: ExportLogsServiceRequest) -> Decoded[LogRecord]:
-    """The log records of ``request``; invalid ones are rejected and counted."""
+def decode_logs(request: ExportLogsServiceRequest | bytes) -> Decoded[LogRecord]:
+    """The log records of ``request`` (serialized, or a message); invalid ones are rejected.
+
+    Read as :func:`decode_traces` reads spans.
+    """
+    data = request if isinstance(request, bytes) else request.SerializeToString()
+    parsed = LogsRequest.FromString(data)
     logs: list[LogRecord] = []
     rejects = Rejections()
-    for ri, rl in enumerate(request.resource_logs):
+    for ri, rl in enumerate(parsed.resource_logs):
         resource = _resource(rl.resource, rl.schema_url)
         for si, sl in enumerate(rl.scope_logs):
             scope = _scope(sl.scope, sl.schema_url)
@@ -370,7 +341,7 @@ def decode_logs(request: ExportLogsServiceRequest) -> Decoded[LogRecord]:
                         severity_number=pb.severity_number,
                         severity_text=pb.severity_text,
                         body=any_value_from_pb(pb.body) if pb.HasField("body") else None,
-                        attributes=attributes_from_pb(pb.attributes),
+                        attributes=attributes_from_wire(pb.attributes),
                         dropped_attributes_count=pb.dropped_attributes_count,
                         flags=pb.flags,
                         trace_id=pb.trace_id,

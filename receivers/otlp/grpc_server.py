@@ -18,11 +18,9 @@ from google.protobuf.any_pb2 import Any as PbAny
 from google.protobuf.message import DecodeError as PbDecodeError
 from google.rpc import error_details_pb2, status_pb2  # type: ignore[import-untyped]
 from opentelemetry.proto.collector.logs.v1.logs_service_pb2 import (
-    ExportLogsServiceRequest,
     ExportLogsServiceResponse,
 )
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
-    ExportTraceServiceRequest,
     ExportTraceServiceResponse,
 )
 
@@ -139,8 +137,7 @@ class GrpcServer:
 
     def _traces(self, raw: bytes, context: grpc.ServicerContext) -> bytes:
         def parse(data: bytes) -> bytes:
-            request = ExportTraceServiceRequest.FromString(data)
-            outcome = self._receiver.deliver_spans(decode_traces(request))
+            outcome = self._receiver.deliver_spans(decode_traces(data))
             if outcome.refused:
                 raise _RefusedError(outcome.refused)
             response = ExportTraceServiceResponse()
@@ -153,8 +150,7 @@ class GrpcServer:
 
     def _logs(self, raw: bytes, context: grpc.ServicerContext) -> bytes:
         def parse(data: bytes) -> bytes:
-            request = ExportLogsServiceRequest.FromString(data)
-            outcome = self._receiver.deliver_logs(decode_logs(request))
+            outcome = self._receiver.deliver_logs(decode_logs(data))
             if outcome.refused:
                 raise _RefusedError(outcome.refused)
             response = ExportLogsServiceResponse()

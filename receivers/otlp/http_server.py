@@ -23,11 +23,9 @@ from typing import TYPE_CHECKING, Any
 from google.protobuf.message import DecodeError as PbDecodeError
 from google.rpc import status_pb2  # type: ignore[import-untyped]
 from opentelemetry.proto.collector.logs.v1.logs_service_pb2 import (
-    ExportLogsServiceRequest,
     ExportLogsServiceResponse,
 )
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
-    ExportTraceServiceRequest,
     ExportTraceServiceResponse,
 )
 
@@ -294,17 +292,17 @@ class _Handler(BaseHTTPRequestHandler):
             if content_type == JSON:
                 return receiver.deliver_spans(json_codec.decode_traces(body))
             try:
-                request = ExportTraceServiceRequest.FromString(body)
+                spans = proto_codec.decode_traces(body)
             except PbDecodeError as exc:
                 raise DecodeError(f"cannot decode ExportTraceServiceRequest: {exc}") from None
-            return receiver.deliver_spans(proto_codec.decode_traces(request))
+            return receiver.deliver_spans(spans)
         if content_type == JSON:
             return receiver.deliver_logs(json_codec.decode_logs(body))
         try:
-            logs_request = ExportLogsServiceRequest.FromString(body)
+            logs = proto_codec.decode_logs(body)
         except PbDecodeError as exc:
             raise DecodeError(f"cannot decode ExportLogsServiceRequest: {exc}") from None
-        return receiver.deliver_logs(proto_codec.decode_logs(logs_request))
+        return receiver.deliver_logs(logs)
 
 
 class _Server(ThreadingHTTPServer):

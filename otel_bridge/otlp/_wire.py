@@ -1,0 +1,199 @@
+"""Parsing OTLP protobuf requests with attributes kept as raw ``KeyValue`` bytes.
+
+The protobuf runtime (upb) parses a request in C, but reading a repeated message field from
+Python builds two wrapper objects per attribute (the ``KeyValue`` and its ``AnyValue``), each
+registered in the runtime's object cache: about 5,500 machine instructions per attribute, more
+than half of all decoding. A repeated embedded message and a repeated ``bytes`` field are the same
+on the wire, so this module parses requests with *wire-compatible twins* of the OTLP messages
+whose attribute fields are declared ``repeated bytes``: upb still parses and bounds-checks the
+whole request, and each attribute arrives as the serialized bytes of its ``KeyValue``.
+
+:func:`attributes_from_wire` turns those bytes into model values. The usual attribute (a key and a
+string or integer value, each shorter than 128 bytes) is read straight from its bytes; identical
+attributes repeat across spans (operation names, model and tool names), so a bounded table
+remembers the values of short ones. Anything else (longer fields, other value types, fields in
+another order, unknown fields) is handed to the generated ``KeyValue`` class, so the result never
+depends on which path ran. The twins are built at import from the descriptors that
+``opentelemetry-proto`` ships, in a private descriptor pool: field names, numbers and message
+names are the originals, only the attribute fields' type differs.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import Any
+
+from google.protobuf import descriptor_pb2, descriptor_pool, message_factory
+from google.protobuf.descriptor import FileDescriptor
+from google.protobuf.message import DecodeError
+from opentelemetry.proto.collector.logs.v1 import logs_service_pb2
+from opentelemetry.proto.collector.trace.v1 import trace_service_pb2
+from opentelemetry.proto.common.v1.common_pb2 import AnyValue as PbAnyValue
+from opentelemetry.proto.common.v1.common_pb2 import KeyValue
+
+from otel_bridge.model import AnyValue
+
+__all__ = [
+    "LogsRequest",
+    "TraceRequest",
+    "any_value_from_pb",
+    "attributes_from_pb",
+    "attributes_from_wire",
+    "kv_from_message",
+]
+
+_KEY_VALUE = ".opentelemetry.proto.common.v1.KeyValue"
+_KEEP = frozenset({"KeyValueList"})
+"""Messages whose ``KeyValue`` fields stay messages: a ``kvlist_value`` inside an ``AnyValue`` is
+read through the generated classes (see :func:`kv_from_message`)."""
+_CACHE_LIMIT = 8192
+_CACHEABLE_BYTES = 200
+"""Only attributes this short are remembered, so the table holds at most about 1.6 MiB."""
+_SCALARS = frozenset({str, int, float, bool, bytes})
+"""Value types that may be shared between spans (immutable); others are never remembered."""
+_INT64_SIGN = 1 << 63
+_UINT64_MASK = (1 << 64) - 1
+
+
+def _twin_files(roots: Iterable[FileDescriptor]) -> list[descriptor_pb2.FileDescriptorProto]:
+    """Copies of ``roots`` and their dependencies, dependencies first, attributes as bytes."""
+    ordered: list[FileDescriptor] = []
+    seen: set[str] = set()
+
+    def visit(file: FileDescriptor) -> None:
+        if file.name in seen:
+            return
+        seen.add(file.name)
+        for dependency in file.dependencies:
+            visit(dependency)
+        ordered.append(file)
+
+    for root in roots:
+        visit(root)
+    protos = []
+    for file in ordered:
+        proto = descriptor_pb2.FileDescriptorProto()
+        file.CopyToProto(proto)
+        _retype(proto.message_type)
+        protos.append(proto)
+    return protos
+
+
+def _retype(messages: Iterable[descriptor_pb2.DescriptorProto]) -> None:
+    for message in messages:
+        _retype(message.nested_type)
+        if message.name in _KEEP:
+            continue
+        for field in message.field:
+            if field.type_name == _KEY_VALUE:
+                field.type = descriptor_pb2.FieldDescriptorProto.TYPE_BYTES
+                field.ClearField("type_name")
+
+
+def _build() -> tuple[Any, Any]:
+    pool = descriptor_pool.DescriptorPool()
+    for proto in _twin_files((trace_service_pb2.DESCRIPTOR, logs_service_pb2.DESCRIPTOR)):
+        pool.Add(proto)
+
+    def cls(name: str) -> Any:
+        return message_factory.GetMessageClass(pool.FindMessageTypeByName(name))
+
+    return (
+        cls("opentelemetry.proto.collector.trace.v1.ExportTraceServiceRequest"),
+        cls("opentelemetry.proto.collector.logs.v1.ExportLogsServiceRequest"),
+    )
+
+
+TraceRequest, LogsRequest = _build()
+"""Twins of ``ExportTraceServiceRequest`` and ``ExportLogsServiceRequest`` (``FromString``)."""
+
+_values: dict[bytes, tuple[str, AnyValue]] = {}
+
+
+def any_value_from_pb(value: PbAnyValue) -> AnyValue:
+    """The model value of a protobuf ``AnyValue`` (an unset value is ``None``)."""
+    kind = value.WhichOneof("value")
+    if kind == "string_value":
+        return value.string_value
+    if kind == "int_value":
+        return value.int_value
+    if kind == "bool_value":
+        return value.bool_value
+    if kind == "double_value":
+        return value.double_value
+    if kind == "array_value":
+        return tuple(any_value_from_pb(v) for v in value.array_value.values)
+    if kind == "kvlist_value":
+        return attributes_from_pb(value.kvlist_value.values)
+    if kind == "bytes_value":
+        return value.bytes_value
+    return None
+
+
+def attributes_from_pb(kvs: Iterable[KeyValue]) -> dict[str, AnyValue]:
+    """Model attributes from ``KeyValue`` messages (a repeated key keeps its last value)."""
+    out: dict[str, AnyValue] = {}
+    for kv in kvs:
+        value = kv.value
+        # Most attributes are non-empty strings: read string_value directly (an unset oneof
+        # reads as ""), and take the generic dispatch only for everything else.
+        text = value.string_value
+        out[kv.key] = text if text else any_value_from_pb(value)
+    return out
+
+
+def kv_from_message(kv: KeyValue) -> tuple[str, AnyValue]:
+    """The key and model value of a generated ``KeyValue`` message (the general path)."""
+    return kv.key, any_value_from_pb(kv.value)
+
+
+def _read(raw: bytes) -> tuple[str, AnyValue]:
+    """Key and value of one serialized ``KeyValue`` (see the module docstring)."""
+    # The usual layout: 0x0A klen key 0x12 vlen <AnyValue>, every length below 128 (one byte),
+    # the AnyValue a string (0x0A slen text) or an integer (0x18 varint) and nothing else.
+    n = len(raw)
+    if n > 3 and raw[0] == 0x0A and raw[1] < 0x80:
+        i = 2 + raw[1]  # the AnyValue's tag
+        if i + 3 < n and raw[i] == 0x12 and raw[i + 1] == n - i - 2 < 0x80:
+            tag = raw[i + 2]
+            if tag == 0x0A:  # string_value
+                if raw[i + 3] == n - i - 4:
+                    return raw[2:i].decode(), raw[i + 4 :].decode()
+            elif tag == 0x18 and n - i - 3 <= 10:  # int_value: a varint ending the message
+                value = 0
+                shift = 0
+                j = i + 3
+                last = n - 1
+                while j < last and raw[j] & 0x80:
+                    value |= (raw[j] & 0x7F) << shift
+                    shift += 7
+                    j += 1
+                if j == last and raw[j] < 0x80:
+                    value = (value | raw[j] << shift) & _UINT64_MASK
+                    if value >= _INT64_SIGN:
+                        value -= 1 << 64
+                    return raw[2:i].decode(), value
+    return kv_from_message(KeyValue.FromString(raw))
+
+
+def attributes_from_wire(raws: Iterable[bytes]) -> dict[str, AnyValue]:
+    """Model attributes from serialized ``KeyValue``s (a repeated key keeps its last value).
+
+    Raises ``DecodeError`` when a key or string is not valid UTF-8, as parsing the generated
+    messages would.
+    """
+    out: dict[str, AnyValue] = {}
+    values = _values
+    try:
+        for raw in raws:
+            hit = values.get(raw)
+            if hit is None:
+                hit = _read(raw)
+                if len(raw) <= _CACHEABLE_BYTES and hit[1].__class__ in _SCALARS:
+                    if len(values) >= _CACHE_LIMIT:
+                        values.clear()
+                    values[raw] = hit
+            out[hit[0]] = hit[1]
+    except UnicodeDecodeError as exc:
+        raise DecodeError(f"an attribute key or string value is not valid UTF-8: {exc}") from None
+    return out

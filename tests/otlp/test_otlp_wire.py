@@ -1,0 +1,124 @@
+"""The twin messages of ``otel_bridge.otlp._wire`` read attributes as the generated classes do.
+
+Attributes arrive as serialized ``KeyValue`` bytes and the usual ones are read straight from
+those bytes; these tests hold that shortcut to the generated ``KeyValue`` class over arbitrary
+keys and values, hand-made byte layouts the shortcut must refuse, and bad UTF-8.
+"""
+
+from __future__ import annotations
+
+import pytest
+from google.protobuf.message import DecodeError
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
+from opentelemetry.proto.common.v1.common_pb2 import AnyValue as PbAnyValue
+from opentelemetry.proto.common.v1.common_pb2 import KeyValue
+
+from otel_bridge.otlp import _wire, proto_codec
+
+INT64 = st.integers(min_value=-(2**63), max_value=2**63 - 1)
+# Keys and strings on both sides of the one-byte length limit (127), some not ASCII.
+TEXT = st.one_of(st.text(max_size=12), st.text(min_size=120, max_size=140))
+SCALAR = st.one_of(
+    st.none(), TEXT, st.booleans(), INT64, st.floats(allow_nan=False), st.binary(max_size=8)
+)
+VALUES = st.recursive(
+    SCALAR,
+    lambda children: st.one_of(
+        st.lists(children, max_size=3).map(tuple),
+        st.dictionaries(st.text(max_size=5), children, max_size=3),
+    ),
+    max_leaves=6,
+)
+
+
+def serialized(key: str, value: object) -> bytes:
+    kv = KeyValue(key=key)
+    proto_codec.any_value_to_pb(value, kv.value)  # type: ignore[arg-type]
+    return kv.SerializeToString()
+
+
+def generated(raw: bytes) -> dict[str, object]:
+    """What the generated classes make of serialized ``KeyValue``s."""
+    return dict(_wire.attributes_from_pb([KeyValue.FromString(raw)]))
+
+
+@settings(max_examples=400, deadline=None)
+@given(key=TEXT, value=VALUES)
+def test_the_shortcut_reads_every_attribute_as_the_generated_class(key: str, value: object) -> None:
+    raw = serialized(key, value)
+    first = _wire.attributes_from_wire([raw])
+    again = _wire.attributes_from_wire([raw])  # now possibly from the table of known values
+    assert first == again == generated(raw)
+    assert [type(v) for v in first.values()] == [type(v) for v in generated(raw).values()]
+
+
+@pytest.mark.parametrize(
+    "raw",
+    [
+        # value before key (legal field order), then key only, then value only
+        b"\x12\x04\x0a\x02hi\x0a\x01k",
+        b"\x0a\x01k",
+        b"\x12\x04\x0a\x02hi",
+        # a string value followed by an int: the oneof keeps the last one
+        b"\x0a\x01k\x12\x06\x0a\x02hi\x18\x07",
+        # an int followed by a string
+        b"\x0a\x01k\x12\x06\x18\x07\x0a\x02hi",
+        # an unknown field inside the AnyValue, and one after the value
+        b"\x0a\x01k\x12\x06\x0a\x02hi\x50\x01",
+        b"\x0a\x01k\x12\x04\x0a\x02hi\x50\x01",
+        # a two-byte varint length for a short string (non-minimal, but valid)
+        b"\x0a\x01k\x12\x05\x0a\x82\x00hi",
+        # ints: one byte, several bytes, the most negative, a non-minimal varint
+        b"\x0a\x01k\x12\x02\x18\x05",
+        b"\x0a\x01k\x12\x03\x18\xac\x02",
+        b"\x0a\x01k\x12\x0b\x18" + b"\x80" * 9 + b"\x01",
+        b"\x0a\x01k\x12\x03\x18\x85\x00",
+        # an empty string, an empty AnyValue
+        b"\x0a\x01k\x12\x02\x0a\x00",
+        b"\x0a\x01k\x12\x00",
+    ],
+)
+def test_unusual_layouts_decode_as_the_generated_class_does(raw: bytes) -> None:
+    assert _wire.attributes_from_wire([raw]) == generated(raw)
+
+
+def test_a_repeated_key_keeps_its_last_value() -> None:
+    raws = [serialized("k", "first"), serialized("other", 1), serialized("k", "last")]
+    assert _wire.attributes_from_wire(raws) == {"k": "last", "other": 1}
+
+
+@pytest.mark.parametrize(
+    "raw", [b"\x0a\x01\xff\x12\x03\x0a\x01a", b"\x0a\x01k\x12\x03\x0a\x01\xff"]
+)
+def test_invalid_utf8_is_a_decode_error_as_in_the_generated_classes(raw: bytes) -> None:
+    with pytest.raises(DecodeError, match="UTF-8"):
+        _wire.attributes_from_wire([raw])
+
+
+def test_mutable_values_are_never_shared_between_spans() -> None:
+    raw = serialized("list", {"a": 1})
+    first = _wire.attributes_from_wire([raw])["list"]
+    second = _wire.attributes_from_wire([raw])["list"]
+    assert first == second == {"a": 1}
+    assert first is not second
+
+
+def test_a_request_with_bad_utf8_in_an_attribute_is_rejected_whole() -> None:
+    request = ExportTraceServiceRequest()
+    span = request.resource_spans.add().scope_spans.add().spans.add()
+    span.trace_id, span.span_id = b"\x01" * 16, b"\x02" * 8
+    span.attributes.add(key="k", value=PbAnyValue(bytes_value=b"\xff"))
+    wire = bytearray(request.SerializeToString())
+    # Turn the bytes_value (field 7) into a string_value (field 1) holding invalid UTF-8.
+    wire[wire.index(b"\x3a\x01\xff")] = 0x0A
+    with pytest.raises(DecodeError):
+        ExportTraceServiceRequest.FromString(bytes(wire))  # the generated class refuses it
+    with pytest.raises(DecodeError):
+        proto_codec.decode_traces(bytes(wire))
+
+
+def test_a_malformed_attribute_is_a_decode_error() -> None:
+    with pytest.raises(DecodeError):
+        _wire.attributes_from_wire([b"\x0a\x01k\x12\x04\x18\xac\x02"])  # value cut short

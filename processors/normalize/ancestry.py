@@ -24,8 +24,12 @@ SpanKey = tuple[bytes, bytes]
 """(trace id, span id)."""
 
 
-class Role(enum.Enum):
-    """What a span stands for in the graph."""
+class Role(enum.StrEnum):
+    """What a span stands for in the graph.
+
+    A ``StrEnum`` for its hash: roles are looked up in sets once per span, and a plain ``Enum``
+    hashes through a Python-level ``__hash__``.
+    """
 
     AGENT = "agent"
     TOOL = "tool"

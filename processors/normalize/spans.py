@@ -71,6 +71,19 @@ from .relations import (
     resolver,
 )
 
+# Enum members used per span, as module constants: on Python 3.11 reading a member as a class
+# attribute goes through ``EnumType``'s attribute hook (about 60 ns), a module constant does not.
+_AGENT_ROLE, _TOOL_ROLE, _MODEL_ROLE, _PLAIN_ROLE = Role.AGENT, Role.TOOL, Role.MODEL, Role.PLAIN
+_KIND_TOOL_CALL, _KIND_SPAN, _KIND_COMMAND = (
+    EntityKind.TOOL_CALL,
+    EntityKind.SPAN,
+    EntityKind.COMMAND,
+)
+_DECLARED_COMMAND, _REQUESTED, _PART_OF = (
+    RelationKind.DECLARED_COMMAND,
+    RelationKind.REQUESTED,
+    RelationKind.PART_OF,
+)
 _AGENT_OPS = frozenset({"invoke_agent", "create_agent"})
 _MODEL_OPS = frozenset({"chat", "text_completion", "embeddings", "generate_content"})
 _OI_MODEL = frozenset({"LLM", "EMBEDDING"})
@@ -189,13 +202,13 @@ class SpanNormalizer:
         parent = (trace_id, parent_id) if parent_id else None
 
         # -- classify: the node this span stands for -----------------------------------------
-        role = Role.PLAIN
+        role = _PLAIN_ROLE
         node: Entity | None = None
         if op in _AGENT_OPS or (not op and oi_kind == "AGENT"):
-            role = Role.AGENT
+            role = _AGENT_ROLE
             node = self._agent(span, op, origin.service, trace, span_hex)
         elif op == "execute_tool" or (not op and oi_kind == "TOOL"):
-            role = Role.TOOL
+            role = _TOOL_ROLE
             tool = a.get("gen_ai.tool.name")
             if tool.__class__ is not str or not tool:
                 tool = _tool_name(span, op)
@@ -211,7 +224,7 @@ class SpanNormalizer:
             if call_id is not None:
                 attrs["gen_ai.tool.call.id"] = call_id
             node = Entity(
-                kind=EntityKind.TOOL_CALL,
+                kind=_KIND_TOOL_CALL,
                 id=f"{_TOOL_CALL}{trace}:{span_hex}",
                 label=tool,
                 attrs=attrs,
@@ -222,7 +235,7 @@ class SpanNormalizer:
                 model_name = _model_name(a)
             if model_name:
                 assert isinstance(model_name, str)
-                role = Role.MODEL
+                role = _MODEL_ROLE
                 node = self._model_entity(a, model_name)
             else:
                 coverage.append(
@@ -240,7 +253,7 @@ class SpanNormalizer:
             picked["span_id"] = span_hex
             picked["service.name"] = origin.service
             node = Entity(
-                kind=EntityKind.SPAN, id=f"{_SPAN}{trace}:{span_hex}", label=name, attrs=picked
+                kind=_KIND_SPAN, id=f"{_SPAN}{trace}:{span_hex}", label=name, attrs=picked
             )
         out.append(
             Observation(
@@ -256,16 +269,16 @@ class SpanNormalizer:
         )
 
         # -- relation to the ancestor (#1) ---------------------------------------------------
-        if role is Role.MODEL:
+        if role is _MODEL_ROLE:
             kind, accept = REQUEST, _AGENTS_TOOLS
             link_attrs = _request_attrs(obs_attrs, a)
-        elif role is Role.TOOL:
+        elif role is _TOOL_ROLE:
             kind, accept, link_attrs = INVOCATION, _AGENTS, obs_attrs
-        elif role is Role.AGENT:
+        elif role is _AGENT_ROLE:
             kind, accept, link_attrs = DELEGATION, _AGENTS, obs_attrs
         else:
             kind, accept, link_attrs = NESTING, _ANY, obs_attrs
-        if parent is not None and (role is not Role.AGENT or op != "create_agent"):
+        if parent is not None and (role is not _AGENT_ROLE or op != "create_agent"):
             info = self._lookup(parent)
             ancestor = None if info is None else info.entity
             if ancestor is not None and info is not None and info.role in accept:
@@ -301,7 +314,7 @@ class SpanNormalizer:
                 )
 
         # -- the declared command (#2), a model the agent or tool names (#3), a session (#4) --
-        if role is Role.TOOL:
+        if role is _TOOL_ROLE:
             label = node.label
             args = a.get("gen_ai.tool.call.arguments")
             if (
@@ -319,7 +332,7 @@ class SpanNormalizer:
             if command_attrs is not None:
                 assert result.command is not None
                 command = Entity(
-                    kind=EntityKind.COMMAND,
+                    kind=_KIND_COMMAND,
                     id=f"{_COMMAND}{trace}:{span_hex}",
                     label=result.command,
                     attrs=command_attrs,
@@ -331,7 +344,7 @@ class SpanNormalizer:
                         end_time_unix_nano=end,
                         source=source,
                         subject=node,
-                        relation=RelationKind.DECLARED_COMMAND,
+                        relation=_DECLARED_COMMAND,
                         object=command,
                         evidence=REPORTED,
                         occurrence=occurrence,
@@ -347,7 +360,7 @@ class SpanNormalizer:
                         detail=f"tool {label!r}: {result.reason}",
                     )
                 )
-        if (role is Role.AGENT or role is Role.TOOL) and (
+        if (role is _AGENT_ROLE or role is _TOOL_ROLE) and (
             "gen_ai.request.model" in a
             or "gen_ai.response.model" in a
             or "llm.model_name" in a
@@ -358,16 +371,16 @@ class SpanNormalizer:
                 ctx = ctx or Ctx(source, trace, occurrence, start, end, obs_attrs)
                 model = self._model_entity(a, model_name)
                 requested = _request_attrs(obs_attrs, a)
-                out.append(rel(ctx, 3, node, RelationKind.REQUESTED, model, attrs=requested))
-        if role is Role.AGENT or parent is None:
+                out.append(rel(ctx, 3, node, _REQUESTED, model, attrs=requested))
+        if role is _AGENT_ROLE or parent is None:
             session_id = get_str(a, "gen_ai.conversation.id", "session.id")
             if session_id:
                 ctx = ctx or Ctx(source, trace, occurrence, start, end, obs_attrs)
                 session = self._session(session_id)
-                out.append(rel(ctx, 4, node, RelationKind.PART_OF, session))
+                out.append(rel(ctx, 4, node, _PART_OF, session))
 
         key = (trace_id, span.span_id)
-        own = node if role is not Role.MODEL else None
+        own = node if role is not _MODEL_ROLE else None
         waiting = self._remember(key, SpanInfo(role, own, parent))
         if waiting:
             for link in waiting:

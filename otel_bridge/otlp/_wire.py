@@ -20,7 +20,7 @@ names are the originals, only the attribute fields' type differs.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from typing import Any
 
 from google.protobuf import descriptor_pb2, descriptor_pool, message_factory
@@ -176,7 +176,7 @@ def _read(raw: bytes) -> tuple[str, AnyValue]:
     return kv_from_message(KeyValue.FromString(raw))
 
 
-def attributes_from_wire(raws: Iterable[bytes]) -> dict[str, AnyValue]:
+def attributes_from_wire(raws: Sequence[bytes]) -> dict[str, AnyValue]:
     """Model attributes from serialized ``KeyValue``s (a repeated key keeps its last value).
 
     Raises ``DecodeError`` when a key or string is not valid UTF-8, as parsing the generated
@@ -185,7 +185,9 @@ def attributes_from_wire(raws: Iterable[bytes]) -> dict[str, AnyValue]:
     out: dict[str, AnyValue] = {}
     values = _values
     try:
-        for raw in raws:
+        # A slice is one list built in C; iterating the repeated field itself ends with an
+        # IndexError raised (and its message formatted) inside the protobuf runtime.
+        for raw in raws[:]:
             hit = values.get(raw)
             if hit is None:
                 hit = _read(raw)

@@ -35,6 +35,7 @@ from otel_bridge.model import AnyValue
 
 __all__ = [
     "LogsRequest",
+    "ScanTraceRequest",
     "TraceRequest",
     "any_value_from_pb",
     "attributes_from_pb",
@@ -55,8 +56,14 @@ _INT64_SIGN = 1 << 63
 _UINT64_MASK = (1 << 64) - 1
 
 
-def _twin_files(roots: Iterable[FileDescriptor]) -> list[descriptor_pb2.FileDescriptorProto]:
-    """Copies of ``roots`` and their dependencies, dependencies first, attributes as bytes."""
+def _twin_files(
+    roots: Iterable[FileDescriptor], *, detect_rare: bool
+) -> list[descriptor_pb2.FileDescriptorProto]:
+    """Copies of ``roots`` and their dependencies, dependencies first, attributes as bytes.
+
+    With ``detect_rare`` the span's rarely set fields are members of one oneof
+    (:func:`_rare_oneof`).
+    """
     ordered: list[FileDescriptor] = []
     seen: set[str] = set()
 
@@ -75,8 +82,43 @@ def _twin_files(roots: Iterable[FileDescriptor]) -> list[descriptor_pb2.FileDesc
         proto = descriptor_pb2.FileDescriptorProto()
         file.CopyToProto(proto)
         _retype(proto.message_type)
+        if detect_rare and proto.package == "opentelemetry.proto.trace.v1":
+            for message in proto.message_type:
+                if message.name == "Span":
+                    _rare_oneof(message)
         protos.append(proto)
     return protos
+
+
+_F = descriptor_pb2.FieldDescriptorProto
+_RARE_SPAN_FIELDS = {
+    "trace_state": _F.TYPE_BYTES,
+    "dropped_attributes_count": _F.TYPE_UINT32,
+    "events": _F.TYPE_BYTES,
+    "dropped_events_count": _F.TYPE_UINT32,
+    "links": _F.TYPE_BYTES,
+    "dropped_links_count": _F.TYPE_UINT32,
+    "status": _F.TYPE_BYTES,
+}
+"""The span fields that are usually absent, with a type of the same wire type each."""
+
+
+def _rare_oneof(span: descriptor_pb2.DescriptorProto) -> None:
+    """Make the rare fields of ``span`` members of one ``oneof rare``: a detector, not a reader.
+
+    ``WhichOneof("rare")`` then says in one call whether any of them is on the wire (the common
+    answer is no). A oneof keeps only the last member it met, and repeated fields become single
+    ones, so a span for which it says yes is read again from the full twin.
+    """
+    index = len(span.oneof_decl)
+    span.oneof_decl.add(name="rare")
+    for field in span.field:
+        kind = _RARE_SPAN_FIELDS.get(field.name)
+        if kind is not None:
+            field.type = kind
+            field.label = _F.LABEL_OPTIONAL
+            field.ClearField("type_name")
+            field.oneof_index = index
 
 
 def _retype(messages: Iterable[descriptor_pb2.DescriptorProto]) -> None:
@@ -90,22 +132,23 @@ def _retype(messages: Iterable[descriptor_pb2.DescriptorProto]) -> None:
                 field.ClearField("type_name")
 
 
-def _build() -> tuple[Any, Any]:
+def _twin(name: str, *, detect_rare: bool = False) -> Any:
+    """The twin message class of the OTLP request ``name``, from a private descriptor pool."""
     pool = descriptor_pool.DescriptorPool()
-    for proto in _twin_files((trace_service_pb2.DESCRIPTOR, logs_service_pb2.DESCRIPTOR)):
+    roots = (trace_service_pb2.DESCRIPTOR, logs_service_pb2.DESCRIPTOR)
+    for proto in _twin_files(roots, detect_rare=detect_rare):
         pool.Add(proto)
-
-    def cls(name: str) -> Any:
-        return message_factory.GetMessageClass(pool.FindMessageTypeByName(name))
-
-    return (
-        cls("opentelemetry.proto.collector.trace.v1.ExportTraceServiceRequest"),
-        cls("opentelemetry.proto.collector.logs.v1.ExportLogsServiceRequest"),
-    )
+    return message_factory.GetMessageClass(pool.FindMessageTypeByName(name))
 
 
-TraceRequest, LogsRequest = _build()
-"""Twins of ``ExportTraceServiceRequest`` and ``ExportLogsServiceRequest`` (``FromString``)."""
+_TRACES = "opentelemetry.proto.collector.trace.v1.ExportTraceServiceRequest"
+TraceRequest = _twin(_TRACES)
+"""Twin of ``ExportTraceServiceRequest``: attributes as serialized ``KeyValue`` bytes."""
+ScanTraceRequest = _twin(_TRACES, detect_rare=True)
+"""Twin of ``ExportTraceServiceRequest`` whose spans answer ``WhichOneof("rare")`` (None when
+no rare field is set, see :func:`_rare_oneof`); read a span it flags from :data:`TraceRequest`."""
+LogsRequest = _twin("opentelemetry.proto.collector.logs.v1.ExportLogsServiceRequest")
+"""Twin of ``ExportLogsServiceRequest``: attributes as serialized ``KeyValue`` bytes."""
 
 _values: dict[bytes, tuple[str, AnyValue]] = {}
 

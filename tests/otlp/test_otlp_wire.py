@@ -122,3 +122,43 @@ def test_a_request_with_bad_utf8_in_an_attribute_is_rejected_whole() -> None:
 def test_a_malformed_attribute_is_a_decode_error() -> None:
     with pytest.raises(DecodeError):
         _wire.attributes_from_wire([b"\x0a\x01k\x12\x04\x18\xac\x02"])  # value cut short
+
+
+RARE_SETTERS = {
+    "trace_state": lambda s: setattr(s, "trace_state", "k=v"),
+    "dropped_attributes_count": lambda s: setattr(s, "dropped_attributes_count", 1),
+    "events": lambda s: (s.events.add(name="a"), s.events.add(name="b")),
+    "dropped_events_count": lambda s: setattr(s, "dropped_events_count", 2),
+    "links": lambda s: (
+        s.links.add(trace_id=b"\x03" * 16, span_id=b"\x04" * 8),
+        s.links.add(trace_id=b"\x05" * 16, span_id=b"\x06" * 8),
+    ),
+    "dropped_links_count": lambda s: setattr(s, "dropped_links_count", 3),
+    "status": lambda s: setattr(s.status, "code", 2),
+}
+
+
+@pytest.mark.parametrize("field", sorted(RARE_SETTERS))
+def test_each_rare_span_field_is_detected_and_read_in_full(field: str) -> None:
+    request = ExportTraceServiceRequest()
+    scope_spans = request.resource_spans.add().scope_spans.add()
+    for n in range(3):
+        span = scope_spans.spans.add(trace_id=b"\x01" * 16, span_id=bytes([n + 1]) * 8)
+        span.attributes.add(key="n", value=PbAnyValue(int_value=n))
+    RARE_SETTERS[field](scope_spans.spans[1])
+    wire = request.SerializeToString()
+    scanned = _wire.ScanTraceRequest.FromString(wire).resource_spans[0].scope_spans[0].spans
+    assert [s.WhichOneof("rare") for s in scanned] == [None, field, None]
+    plain, special, last = proto_codec.decode_traces(wire).records
+    expected = ExportTraceServiceRequest.FromString(wire).resource_spans[0].scope_spans[0]
+    assert len(special.events) == len(expected.spans[1].events)
+    assert len(special.links) == len(expected.spans[1].links)
+    assert special.trace_state == expected.spans[1].trace_state
+    assert special.status.code == expected.spans[1].status.code
+    assert special.dropped_links_count == expected.spans[1].dropped_links_count
+    assert special.dropped_events_count == expected.spans[1].dropped_events_count
+    assert special.dropped_attributes_count == expected.spans[1].dropped_attributes_count
+    assert (plain.attributes, special.attributes, last.attributes) == ({"n": 0}, {"n": 1}, {"n": 2})
+    assert plain.events == ()
+    assert plain.links == ()
+    assert last.trace_state == ""

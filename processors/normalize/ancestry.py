@@ -20,8 +20,10 @@ import msgspec
 
 from otel_bridge.model import Entity, Observation, Source
 
-SpanKey = tuple[bytes, bytes]
-"""(trace id, span id)."""
+SpanKey = bytes
+"""Trace id + span id (24 bytes). One bytes object rather than a tuple: a span memory entry
+then holds no object of the cyclic garbage collector's, and one fewer to free when it is
+forgotten (a generation of ``capacity`` entries is freed at once, long out of the CPU cache)."""
 
 
 class Role(enum.StrEnum):

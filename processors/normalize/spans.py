@@ -55,7 +55,7 @@ from otel_bridge.model import (
 
 from ._memo import Cache, Origin
 from ._values import get_str
-from .ancestry import Ancestry, Missing, PendingLink, Role, SpanInfo
+from .ancestry import Ancestry, Missing, PendingLink, Role, SpanInfo, SpanKey
 from .channels import ChannelAssigner
 from .command import CommandResult, extract_command
 from .relations import (
@@ -199,7 +199,7 @@ class SpanNormalizer:
         assert isinstance(op, str)
         oi_kind = "" if op else (get_str(a, "openinference.span.kind") or "").upper()
         parent_id = span.parent_span_id
-        parent = (trace_id, parent_id) if parent_id else None
+        parent = trace_id + parent_id if parent_id else None
 
         # -- classify: the node this span stands for -----------------------------------------
         role = _PLAIN_ROLE
@@ -379,7 +379,7 @@ class SpanNormalizer:
                 session = self._session(session_id)
                 out.append(rel(ctx, 4, node, _PART_OF, session))
 
-        key = (trace_id, span.span_id)
+        key = trace_id + span.span_id
         own = node if role is not _MODEL_ROLE else None
         waiting = self._remember(key, SpanInfo(role, own, parent))
         if waiting:
@@ -489,7 +489,7 @@ class SpanNormalizer:
         out: list[Observation],
         coverage: list[CoverageRecord],
         ctx: Ctx,
-        parent: tuple[bytes, bytes] | None,
+        parent: SpanKey | None,
         *,
         accept: frozenset[Role],
         kind: int,
@@ -513,7 +513,7 @@ class SpanNormalizer:
         self,
         out: list[Observation],
         coverage: list[CoverageRecord],
-        key: tuple[bytes, bytes],
+        key: SpanKey,
         link: PendingLink,
     ) -> None:
         outcome, fallback = self._ancestry.walk(key, link.accept, link.fallback)

@@ -131,8 +131,8 @@ def test_shell_tool_names(name: str, shell: bool) -> None:
     assert is_shell_tool(name) is shell
 
 
-def _key(n: int, trace: int = 1) -> tuple[bytes, bytes]:
-    return (trace.to_bytes(16, "big"), n.to_bytes(8, "big"))
+def _key(n: int, trace: int = 1) -> bytes:
+    return trace.to_bytes(16, "big") + n.to_bytes(8, "big")
 
 
 AGENT = Entity(kind=EntityKind.AGENT, id="agent:s:a")

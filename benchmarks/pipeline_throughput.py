@@ -91,19 +91,11 @@ def _pin(cores: set[int]) -> None:
 # --------------------------------------------------------------------------------------------
 
 
-def _collector_main(  # noqa: PLR0917 (the spawned process's arguments)
-    conn: Connection,
-    expected: int,
-    core: int,
-    workdir: str,
-    profile: str | None,
-    send_batch_size: int,
-) -> None:
-    _pin({core})
+def collector_config(workdir: str, send_batch_size: int = SEND_BATCH_SIZE) -> Any:
+    """The measured collector's configuration: gRPC on a free port, graph.json in ``workdir``."""
     from otel_bridge.config import parse_config
-    from otel_bridge.pipeline import Collector
 
-    config = parse_config(
+    return parse_config(
         {
             "receivers": {"otlp": {"protocols": {"grpc": {"endpoint": "127.0.0.1:0"}}}},
             "processors": {
@@ -126,6 +118,20 @@ def _collector_main(  # noqa: PLR0917 (the spawned process's arguments)
         },
         env={},
     )
+
+
+def _collector_main(  # noqa: PLR0917 (the spawned process's arguments)
+    conn: Connection,
+    expected: int,
+    core: int,
+    workdir: str,
+    profile: str | None,
+    send_batch_size: int,
+) -> None:
+    _pin({core})
+    from otel_bridge.pipeline import Collector
+
+    config = collector_config(workdir, send_batch_size)
     profilers: list[Any] = []
     if profile:
         import cProfile

@@ -1,0 +1,150 @@
+"""Machine instructions per span through the pipeline: a measure the shared machine cannot move.
+
+Wall time and CPU time on this machine move by a tenth or more from one minute to the next
+(``BENCHMARKS.md``). The number of instructions the collector executes per span does not: this
+benchmark runs the real pipeline in one process under valgrind's ``cachegrind`` (no cache
+simulation) and reports instructions per span, repeatable to about 0.1 %. It is how changes to
+the decode, normalize and graph code are compared; ``pipeline_throughput.py`` remains the measure
+of throughput (instructions are not time: cache misses and allocation are not in this count).
+
+The same requests as ``pipeline_throughput.py`` (its ``build_requests``) are fed as raw bytes to
+the ``otlp`` receiver's delivery path (``decode_traces`` then ``deliver_spans``) of a collector
+built from the benchmark's configuration, without gRPC. Each stage is measured twice, after one
+warm-up pass over every distinct request, with 0 and with ``--spans`` spans: the difference
+divided by the spans leaves out start-up and imports.
+
+Usage::
+
+    python benchmarks/pipeline_instructions.py
+    python benchmarks/pipeline_instructions.py --spans 32768 --stage decode normalize full
+
+Needs valgrind (``apt-get install valgrind``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+STAGES = ("decode", "normalize", "full")
+"""``decode``: bytes to typed spans; ``normalize``: and the normalizer; ``full``: the whole
+pipeline of ``pipeline_throughput.py`` (memory_limiter, batch, normalize, graph)."""
+_REQUEST_SPANS = 512
+_TOTAL = re.compile(r"I\s+refs:\s+([\d,]+)")
+
+
+def pipeline_step(stage: str, workdir: str) -> tuple[Callable[[bytes], object], Callable[[], None]]:
+    """What one serialized request goes through at ``stage``, and how to stop it."""
+    from otel_bridge.model import Batch
+    from otel_bridge.otlp.proto_codec import decode_traces
+    from otel_bridge.processors.normalize import Normalizer
+
+    if stage == "decode":
+        return decode_traces, lambda: None
+    if stage == "normalize":
+        normalizer = Normalizer()
+        return lambda raw: normalizer(Batch(spans=decode_traces(raw).records)), lambda: None
+    from pipeline_throughput import collector_config
+
+    from otel_bridge.pipeline import Collector
+
+    collector = Collector(collector_config(workdir, _REQUEST_SPANS))
+    collector.start()
+    receiver: Any = collector.component("otlp")
+    return lambda raw: receiver.deliver_spans(decode_traces(raw)), collector.shutdown
+
+
+def work(stage: str, spans: int) -> None:
+    """Warm up, then push ``spans`` spans through ``stage`` (the measured child's job)."""
+    from pipeline_throughput import _DISTINCT_REQUESTS, build_requests
+
+    per_sender = [build_requests(s, _REQUEST_SPANS) for s in range(4)]
+    order = [reqs[i] for i in range(_DISTINCT_REQUESTS) for reqs in per_sender]
+    with tempfile.TemporaryDirectory() as workdir:
+        step, _ = pipeline_step(stage, workdir)
+        for raw in order:
+            step(raw)
+        for i in range(spans // _REQUEST_SPANS):
+            step(order[i % len(order)])
+        # Leave without shutting the collector down: its drain and graph.json write are the
+        # same for both runs and would only add noise to the difference.
+        sys.stdout.flush()
+        os._exit(0)
+
+
+def instructions(stage: str, spans: int) -> int:
+    """Instructions executed by a child process that pushes ``spans`` spans through ``stage``."""
+    with tempfile.TemporaryDirectory() as tmp:
+        out = Path(tmp) / "cachegrind.out"
+        env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [_HERE, _pythonpath()])))
+        proc = subprocess.run(
+            [
+                "valgrind",
+                "--tool=cachegrind",
+                "--cache-sim=no",
+                f"--cachegrind-out-file={out}",
+                sys.executable,
+                __file__,
+                "--child",
+                stage,
+                str(spans),
+            ],
+            capture_output=True,
+            text=True,
+            env=env,
+            check=False,
+        )
+        found = _TOTAL.search(proc.stderr)
+        if proc.returncode != 0 or found is None:
+            raise RuntimeError(f"valgrind run failed ({proc.returncode}): {proc.stderr[-2000:]}")
+        return int(found.group(1).replace(",", ""))
+
+
+_HERE = str(Path(__file__).resolve().parent)
+
+
+def _pythonpath() -> str:
+    return os.environ.get("PYTHONPATH", "")
+
+
+def per_span(stage: str, spans: int) -> float:
+    """Instructions per span at ``stage`` (start-up and warm-up subtracted)."""
+    base = instructions(stage, 0)
+    loaded = instructions(stage, spans)
+    return (loaded - base) / (spans // _REQUEST_SPANS * _REQUEST_SPANS)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Print instructions per span for each requested stage."""
+    parser = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
+    parser.add_argument("--spans", type=int, default=32_768)
+    parser.add_argument("--stage", nargs="+", choices=STAGES, default=list(STAGES))
+    parser.add_argument("--child", nargs=2, metavar=("STAGE", "SPANS"), help=argparse.SUPPRESS)
+    args = parser.parse_args(argv)
+    if args.child:
+        sys.path.insert(0, _HERE)
+        work(args.child[0], int(args.child[1]))
+        return 0
+    if shutil.which("valgrind") is None:
+        print("needs valgrind (apt-get install valgrind)", file=sys.stderr)
+        return 2
+    print(f"instructions per span (cachegrind, in process, {args.spans:,} spans after warm-up)")
+    previous = 0.0
+    for stage in args.stage:
+        value = per_span(stage, args.spans)
+        added = f"  (+{value - previous:,.0f} over the previous stage)" if previous else ""
+        print(f"{stage:>10}: {value:>9,.0f}{added}")
+        previous = value
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

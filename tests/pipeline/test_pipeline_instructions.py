@@ -1,0 +1,37 @@
+"""The instruction-count benchmark's stages run the real code (valgrind itself is not needed)."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
+
+from pipeline_instructions import STAGES, pipeline_step
+from pipeline_throughput import build_requests
+
+from otel_bridge.model import Batch
+from otel_bridge.otlp.proto_codec import Decoded
+
+
+@pytest.mark.parametrize("stage", STAGES)
+def test_each_stage_processes_the_benchmark_requests(stage: str, tmp_path: Path) -> None:
+    (raw,) = build_requests(0, 8, 1)
+    step, stop = pipeline_step(stage, str(tmp_path))
+    try:
+        result = step(raw)
+    finally:
+        stop()
+    if stage == "decode":
+        assert isinstance(result, Decoded)
+        assert len(result.records) == 8
+    elif stage == "normalize":
+        assert isinstance(result, Batch)
+        assert len(result.observations) >= 2 * 8
+    else:  # shutdown drained the request through batch and normalize into graph.json
+        graph = json.loads((tmp_path / "graph.json").read_text())
+        kinds = {node["kind"] for node in graph["nodes"]}
+        assert {"agent", "tool_call", "model"} <= kinds

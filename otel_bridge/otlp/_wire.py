@@ -48,9 +48,10 @@ _KEEP = frozenset({"KeyValueList"})
 """Messages whose ``KeyValue`` fields stay messages: a ``kvlist_value`` inside an ``AnyValue`` is
 read through the generated classes (see :func:`kv_from_message`)."""
 _CACHE_LIMIT = 8192
-"""Entries in the table of known attributes; a full table is emptied and starts again. Big
-enough for the repeated attributes of a busy workload (the pipeline benchmark cycles through
-about 1,100 repeated ones, and 1,024 entries cost it a tenth more instructions per span)."""
+"""Entries in the table of known attributes; a full table is emptied and starts again, so
+attributes that never repeat (call and response ids) push the repeated ones out only now and
+then. In the pipeline benchmark 520 distinct attributes make up four fifths of all, among 16,000
+that occur once per pass; a table of 1,024 entries cost it a tenth more instructions per span."""
 _CACHEABLE_BYTES = 200
 """Only attributes this short are remembered: with their decoded key and value, the table
 holds at most about 6 MiB."""

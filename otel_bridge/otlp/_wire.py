@@ -30,8 +30,9 @@ from opentelemetry.proto.collector.logs.v1 import logs_service_pb2
 from opentelemetry.proto.collector.trace.v1 import trace_service_pb2
 from opentelemetry.proto.common.v1.common_pb2 import AnyValue as PbAnyValue
 from opentelemetry.proto.common.v1.common_pb2 import KeyValue
+from opentelemetry.proto.trace.v1.trace_pb2 import Status as PbStatus
 
-from otel_bridge.model import AnyValue
+from otel_bridge.model import AnyValue, Status, StatusCode
 
 __all__ = [
     "LogsRequest",
@@ -41,6 +42,7 @@ __all__ = [
     "attributes_from_pb",
     "attributes_from_wire",
     "kv_from_message",
+    "status_from_wire",
 ]
 
 _KEY_VALUE = ".opentelemetry.proto.common.v1.KeyValue"
@@ -55,6 +57,8 @@ that occur once per pass; a table of 1,024 entries cost it a tenth more instruct
 _CACHEABLE_BYTES = 200
 """Only attributes this short are remembered: with their decoded key and value, the table
 holds at most about 6 MiB."""
+_STATUS_LIMIT = 256
+"""Distinct serialized statuses remembered (codes with their usual messages)."""
 _SCALARS = frozenset({str, int, float, bool, bytes})
 """Value types that may be shared between spans (immutable); others are never remembered."""
 _INT64_SIGN = 1 << 63
@@ -103,9 +107,10 @@ _RARE_SPAN_FIELDS = {
     "dropped_events_count": _F.TYPE_UINT32,
     "links": _F.TYPE_BYTES,
     "dropped_links_count": _F.TYPE_UINT32,
-    "status": _F.TYPE_BYTES,
 }
-"""The span fields that are usually absent, with a type of the same wire type each."""
+"""The span fields that are usually absent, with a type of the same wire type each. The status
+is not among them: some instrumentations (OpenInference's) set it on every span, so it is read
+directly, as bytes (:func:`status_from_wire`)."""
 
 
 def _rare_oneof(span: descriptor_pb2.DescriptorProto) -> None:
@@ -124,6 +129,9 @@ def _rare_oneof(span: descriptor_pb2.DescriptorProto) -> None:
             field.label = _F.LABEL_OPTIONAL
             field.ClearField("type_name")
             field.oneof_index = index
+        elif field.name == "status":
+            field.type = _F.TYPE_BYTES
+            field.ClearField("type_name")
 
 
 def _retype(messages: Iterable[descriptor_pb2.DescriptorProto]) -> None:
@@ -151,11 +159,36 @@ TraceRequest = _twin(_TRACES)
 """Twin of ``ExportTraceServiceRequest``: attributes as serialized ``KeyValue`` bytes."""
 ScanTraceRequest = _twin(_TRACES, detect_rare=True)
 """Twin of ``ExportTraceServiceRequest`` whose spans answer ``WhichOneof("rare")`` (None when
-no rare field is set, see :func:`_rare_oneof`); read a span it flags from :data:`TraceRequest`."""
+no rare field is set, see :func:`_rare_oneof`) and hold their status as serialized bytes; read a
+span it flags from :data:`TraceRequest`."""
 LogsRequest = _twin("opentelemetry.proto.collector.logs.v1.ExportLogsServiceRequest")
 """Twin of ``ExportLogsServiceRequest``: attributes as serialized ``KeyValue`` bytes."""
 
 _values: dict[bytes, tuple[str, AnyValue]] = {}
+
+
+_statuses: dict[bytes, Status] = {}
+_STATUS_CODES = {int(c): c for c in StatusCode}
+
+
+def status_from_wire(raw: bytes) -> Status | None:
+    """The status of a serialized ``Status``, or None when its code is unknown.
+
+    Parsed by the generated class (a message that is not valid UTF-8 raises ``DecodeError``);
+    short ones are remembered, and the frozen result is shared.
+    """
+    known = _statuses.get(raw)
+    if known is None:
+        parsed = PbStatus.FromString(raw)
+        code = _STATUS_CODES.get(parsed.code)
+        if code is None:
+            return None
+        known = Status(code=code, message=parsed.message)
+        if len(raw) <= _CACHEABLE_BYTES:
+            if len(_statuses) >= _STATUS_LIMIT:
+                _statuses.clear()
+            _statuses[raw] = known
+    return known
 
 
 def any_value_from_pb(value: PbAnyValue) -> AnyValue:

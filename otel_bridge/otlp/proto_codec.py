@@ -29,7 +29,6 @@ from otel_bridge.model import (
     SpanEvent,
     SpanKind,
     SpanLink,
-    Status,
     StatusCode,
 )
 from otel_bridge.otlp._proto_encode import (
@@ -46,6 +45,7 @@ from otel_bridge.otlp._wire import (
     any_value_from_pb,
     attributes_from_pb,
     attributes_from_wire,
+    status_from_wire,
 )
 
 __all__ = [
@@ -177,8 +177,9 @@ def _span(pb: Any, resource: Resource, scope: Scope, trace_ids: dict[bytes, byte
 
     This is the hot path of the receiver: each of those fields is read once. ``trace_ids`` (per
     request) makes the spans of one trace share one trace id object, which saves memory wherever
-    spans are remembered and lets consumers memoize per trace cheaply. The rare fields (events,
-    links, a status, a trace state, dropped counts) are added by :func:`_with_rare`.
+    spans are remembered and lets consumers memoize per trace cheaply. ``pb`` is a
+    :data:`ScanTraceRequest` span (its status is serialized bytes); the rare fields (events,
+    links, a trace state, dropped counts) are added by :func:`_with_rare`.
     """
     trace_id = pb.trace_id
     trace_id = trace_ids.setdefault(trace_id, trace_id)
@@ -194,9 +195,14 @@ def _span(pb: Any, resource: Resource, scope: Scope, trace_ids: dict[bytes, byte
         or span_id == _ZERO_SPAN
     ):
         return None
-    # Built with the common span's fields only (a struct with eleven keyword arguments costs
-    # 0.23 µs, with all eighteen 0.77 µs); the rest, when present, is set on a copy.
+    raw_status = pb.status  # serialized; b"" when absent (or empty: the same, unset status)
+    status = status_from_wire(raw_status) if raw_status else UNSET_STATUS
+    if status is None:
+        return None
+    # Built with the common span's fields only (a struct with twelve keyword arguments costs
+    # about 0.25 µs, with all eighteen 0.77 µs); the rest, when present, is set on a copy.
     return Span(
+        status=status,
         resource=resource,
         scope=scope,
         trace_id=trace_id,
@@ -213,15 +219,7 @@ def _span(pb: Any, resource: Resource, scope: Scope, trace_ids: dict[bytes, byte
 
 def _with_rare(span: Span, pb: Any) -> Span | None:
     """``span`` with the rare fields of ``pb`` (a :data:`TraceRequest` span), or None when one
-    is invalid (then ``_span_problem`` says why)."""
-    if pb.HasField("status"):
-        status_pb = pb.status
-        code = _STATUS_CODES.get(status_pb.code)
-        if code is None:
-            return None
-        status = Status(code=code, message=status_pb.message)
-    else:
-        status = UNSET_STATUS
+    is invalid (then ``_span_problem`` says why). The status was read with the common fields."""
     links = tuple(
         SpanLink(
             trace_id=link.trace_id,
@@ -258,7 +256,6 @@ def _with_rare(span: Span, pb: Any) -> Span | None:
         dropped_events_count=pb.dropped_events_count,
         links=links,
         dropped_links_count=pb.dropped_links_count,
-        status=status,
     )
 
 
@@ -281,12 +278,15 @@ def decode_traces(request: ExportTraceServiceRequest | bytes) -> Decoded[Span]:
         resource = _resource(rs.resource, rs.schema_url)
         for si, ss in enumerate(rs.scope_spans):
             scope = _scope(ss.scope, ss.schema_url)
+            full_spans: Any = None
             for pi, pb in enumerate(ss.spans):
                 span = _span(pb, resource, scope, trace_ids)
                 if span is None or pb.WhichOneof("rare") is not None:
-                    if full is None:
-                        full = TraceRequest.FromString(data)
-                    whole = full.resource_spans[ri].scope_spans[si].spans[pi]
+                    if full_spans is None:
+                        if full is None:
+                            full = TraceRequest.FromString(data)
+                        full_spans = full.resource_spans[ri].scope_spans[si].spans
+                    whole = full_spans[pi]
                     if span is not None:
                         span = _with_rare(span, whole)
                     if span is None:

@@ -18,6 +18,7 @@ from opentelemetry.proto.common.v1.common_pb2 import AnyValue as PbAnyValue
 from opentelemetry.proto.common.v1.common_pb2 import KeyValue
 from opentelemetry.proto.trace.v1.trace_pb2 import Span as PbSpan
 
+from otel_bridge.model import UNSET_STATUS
 from otel_bridge.otlp import _wire, proto_codec
 
 INT64 = st.integers(min_value=-(2**63), max_value=2**63 - 1)
@@ -137,7 +138,6 @@ RARE_SETTERS: dict[str, Callable[[PbSpan], object]] = {
         s.links.add(trace_id=b"\x05" * 16, span_id=b"\x06" * 8),
     ),
     "dropped_links_count": lambda s: setattr(s, "dropped_links_count", 3),
-    "status": lambda s: setattr(s.status, "code", 2),
 }
 
 
@@ -157,7 +157,6 @@ def test_each_rare_span_field_is_detected_and_read_in_full(field: str) -> None:
     assert len(special.events) == len(expected.spans[1].events)
     assert len(special.links) == len(expected.spans[1].links)
     assert special.trace_state == expected.spans[1].trace_state
-    assert int(special.status.code) == int(expected.spans[1].status.code)
     assert special.dropped_links_count == expected.spans[1].dropped_links_count
     assert special.dropped_events_count == expected.spans[1].dropped_events_count
     assert special.dropped_attributes_count == expected.spans[1].dropped_attributes_count
@@ -165,3 +164,46 @@ def test_each_rare_span_field_is_detected_and_read_in_full(field: str) -> None:
     assert plain.events == ()
     assert plain.links == ()
     assert last.trace_state == ""
+
+
+def _three_spans(middle: Callable[[PbSpan], object]) -> bytes:
+    request = ExportTraceServiceRequest()
+    scope_spans = request.resource_spans.add().scope_spans.add()
+    for n in range(3):
+        scope_spans.spans.add(trace_id=b"\x01" * 16, span_id=bytes([n + 1]) * 8)
+    middle(scope_spans.spans[1])
+    return request.SerializeToString()
+
+
+@pytest.mark.parametrize(
+    ("code", "message"), [(1, ""), (2, "boom"), (2, "é" * 150), (0, "why unset")]
+)
+def test_a_status_is_read_without_the_full_twin(code: int, message: str) -> None:
+    def set_status(span: PbSpan) -> None:
+        span.status.code = code  # type: ignore[assignment]
+        span.status.message = message
+
+    wire = _three_spans(set_status)
+    scanned = _wire.ScanTraceRequest.FromString(wire).resource_spans[0].scope_spans[0].spans
+    assert [s.WhichOneof("rare") for s in scanned] == [None, None, None]
+    for _ in range(2):  # the second time from the table of known statuses (when short)
+        plain, special, last = proto_codec.decode_traces(wire).records
+        assert (int(special.status.code), special.status.message) == (code, message)
+        assert plain.status is last.status is UNSET_STATUS
+
+
+def test_an_empty_status_is_the_unset_status() -> None:
+    (_, special, _) = proto_codec.decode_traces(
+        _three_spans(lambda s: s.status.SetInParent())
+    ).records
+    assert special.status == UNSET_STATUS
+
+
+def test_an_unknown_status_code_rejects_that_span_only() -> None:
+    def set_status(span: PbSpan) -> None:
+        span.status.code = 7  # type: ignore[assignment]
+
+    decoded = proto_codec.decode_traces(_three_spans(set_status))
+    assert len(decoded.records) == 2
+    assert decoded.rejected == 1
+    assert "spans[1].status.code: unknown status code 7" in decoded.error_message

@@ -5,8 +5,9 @@ Python builds two wrapper objects per attribute (the ``KeyValue`` and its ``AnyV
 registered in the runtime's object cache: about 5,500 machine instructions per attribute, more
 than half of all decoding. A repeated embedded message and a repeated ``bytes`` field are the same
 on the wire, so this module parses requests with *wire-compatible twins* of the OTLP messages
-whose attribute fields are declared ``repeated bytes``: upb still parses and bounds-checks the
-whole request, and each attribute arrives as the serialized bytes of its ``KeyValue``.
+whose attribute fields are declared ``repeated bytes``: upb still parses the request and checks
+every length in it, and each attribute arrives as the serialized bytes of its ``KeyValue``, to be
+parsed here (or by the generated class, which raises ``DecodeError`` on a malformed one).
 
 :func:`attributes_from_wire` turns those bytes into model values. The usual attribute (a key and a
 string or integer value, each shorter than 128 bytes) is read straight from its bytes; identical
@@ -15,7 +16,8 @@ remembers the values of short ones. Anything else (longer fields, other value ty
 another order, unknown fields) is handed to the generated ``KeyValue`` class, so the result never
 depends on which path ran. The twins are built at import from the descriptors that
 ``opentelemetry-proto`` ships, in a private descriptor pool: field names, numbers and message
-names are the originals, only the attribute fields' type differs.
+names are the originals, only the attribute fields' type differs, and in
+:data:`ScanTraceRequest` also a span's status (bytes) and its rare fields (:func:`_rare_oneof`).
 """
 
 from __future__ import annotations

@@ -92,19 +92,7 @@ def test_cmd_gets_otlp_env_traceparent_and_run_id(tmp_path: Path) -> None:
     )
     env = dict(os.environ, OTEL_EXPORTER_OTLP_TRACES_ENDPOINT="http://elsewhere:4318")
     result = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "otel_bridge",
-            "observe",
-            "-o",
-            str(tmp_path / "run"),
-            "--no-progress",
-            "--",
-            "sh",
-            "-c",
-            script,
-        ],
+        observe_argv(tmp_path, "sh", "-c", script),
         cwd=tmp_path,
         env=env,
         capture_output=True,

@@ -7,7 +7,6 @@ import json
 import os
 import signal
 import subprocess
-import sys
 import time
 from pathlib import Path
 
@@ -114,17 +113,7 @@ def test_cmd_gets_otlp_env_traceparent_and_run_id(tmp_path: Path) -> None:
 def test_unknown_command_exits_127(tmp_path: Path) -> None:
     """A command that does not exist exits 127, like a shell, and the run dir is written."""
     result = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "otel_bridge",
-            "observe",
-            "-o",
-            str(tmp_path / "run"),
-            "--no-progress",
-            "--",
-            "no-such-command-otel-bridge",
-        ],
+        observe_argv(tmp_path, "no-such-command-otel-bridge"),
         cwd=tmp_path,
         capture_output=True,
         text=True,

@@ -37,6 +37,7 @@ from opentelemetry.proto.trace.v1.trace_pb2 import Status as PbStatus
 from otel_bridge.model import AnyValue, Status, StatusCode
 
 __all__ = [
+    "STATUS_CODES",
     "LogsRequest",
     "ScanTraceRequest",
     "TraceRequest",
@@ -147,30 +148,37 @@ def _retype(messages: Iterable[descriptor_pb2.DescriptorProto]) -> None:
                 field.ClearField("type_name")
 
 
-def _twin(name: str, *, detect_rare: bool = False) -> Any:
-    """The twin message class of the OTLP request ``name``, from a private descriptor pool."""
+def _twin_pool(*, detect_rare: bool) -> descriptor_pool.DescriptorPool:
+    """A private descriptor pool holding the twins of the OTLP trace and logs requests."""
     pool = descriptor_pool.DescriptorPool()
     roots = (trace_service_pb2.DESCRIPTOR, logs_service_pb2.DESCRIPTOR)
     for proto in _twin_files(roots, detect_rare=detect_rare):
         pool.Add(proto)
+    return pool
+
+
+def _twin(pool: descriptor_pool.DescriptorPool, name: str) -> Any:
+    """The twin message class of the OTLP request ``name`` in ``pool``."""
     return message_factory.GetMessageClass(pool.FindMessageTypeByName(name))
 
 
 _TRACES = "opentelemetry.proto.collector.trace.v1.ExportTraceServiceRequest"
-TraceRequest = _twin(_TRACES)
+_PLAIN = _twin_pool(detect_rare=False)
+TraceRequest = _twin(_PLAIN, _TRACES)
 """Twin of ``ExportTraceServiceRequest``: attributes as serialized ``KeyValue`` bytes."""
-ScanTraceRequest = _twin(_TRACES, detect_rare=True)
+ScanTraceRequest = _twin(_twin_pool(detect_rare=True), _TRACES)
 """Twin of ``ExportTraceServiceRequest`` whose spans answer ``WhichOneof("rare")`` (None when
 no rare field is set, see :func:`_rare_oneof`) and hold their status as serialized bytes; read a
 span it flags from :data:`TraceRequest`."""
-LogsRequest = _twin("opentelemetry.proto.collector.logs.v1.ExportLogsServiceRequest")
+LogsRequest = _twin(_PLAIN, "opentelemetry.proto.collector.logs.v1.ExportLogsServiceRequest")
 """Twin of ``ExportLogsServiceRequest``: attributes as serialized ``KeyValue`` bytes."""
 
 _values: dict[bytes, tuple[str, AnyValue]] = {}
 
 
 _statuses: dict[bytes, Status] = {}
-_STATUS_CODES = {int(c): c for c in StatusCode}
+STATUS_CODES = {int(c): c for c in StatusCode}
+"""Model status codes by their protobuf number."""
 
 
 def status_from_wire(raw: bytes) -> Status | None:
@@ -182,7 +190,7 @@ def status_from_wire(raw: bytes) -> Status | None:
     known = _statuses.get(raw)
     if known is None:
         parsed = PbStatus.FromString(raw)
-        code = _STATUS_CODES.get(parsed.code)
+        code = STATUS_CODES.get(parsed.code)
         if code is None:
             return None
         known = Status(code=code, message=parsed.message)

@@ -29,7 +29,6 @@ from otel_bridge.model import (
     SpanEvent,
     SpanKind,
     SpanLink,
-    StatusCode,
 )
 from otel_bridge.otlp._proto_encode import (
     any_value_to_pb,
@@ -39,6 +38,7 @@ from otel_bridge.otlp._proto_encode import (
     group_by_resource_scope,
 )
 from otel_bridge.otlp._wire import (
+    STATUS_CODES,
     LogsRequest,
     ScanTraceRequest,
     TraceRequest,
@@ -67,7 +67,6 @@ T = TypeVar("T")
 _INT64_MIN = -(2**63)
 _INT64_MAX = 2**63 - 1
 _SPAN_KINDS = {int(k): k for k in SpanKind}
-_STATUS_CODES = {int(c): c for c in StatusCode}
 _MAX_REJECT_DETAILS = 5
 """How many rejected records a partial-success message names before summarising."""
 
@@ -160,7 +159,7 @@ def _span_problem(pb: Any) -> str:
         return "parentSpanId: " + problem
     if pb.kind not in _SPAN_KINDS:
         return f"kind: unknown span kind {pb.kind}"
-    if pb.status.code not in _STATUS_CODES:
+    if pb.status.code not in STATUS_CODES:
         return f"status.code: unknown status code {pb.status.code}"
     for i, link in enumerate(pb.links):
         problem = _id_problem(link.trace_id, 16, optional=False)

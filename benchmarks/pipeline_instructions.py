@@ -39,6 +39,7 @@ STAGES = ("decode", "normalize", "full")
 pipeline of ``pipeline_throughput.py`` (memory_limiter, batch, normalize, graph)."""
 _REQUEST_SPANS = 512
 _TOTAL = re.compile(r"I\s+refs:\s+([\d,]+)")
+_HERE = str(Path(__file__).resolve().parent)
 
 
 def pipeline_step(stage: str, workdir: str) -> tuple[Callable[[bytes], object], Callable[[], None]]:
@@ -84,7 +85,8 @@ def instructions(stage: str, spans: int) -> int:
     """Instructions executed by a child process that pushes ``spans`` spans through ``stage``."""
     with tempfile.TemporaryDirectory() as tmp:
         out = Path(tmp) / "cachegrind.out"
-        env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [_HERE, _pythonpath()])))
+        path = os.pathsep.join(filter(None, [_HERE, os.environ.get("PYTHONPATH", "")]))
+        env = dict(os.environ, PYTHONPATH=path)
         proc = subprocess.run(
             [
                 "valgrind",
@@ -106,13 +108,6 @@ def instructions(stage: str, spans: int) -> int:
         if proc.returncode != 0 or found is None:
             raise RuntimeError(f"valgrind run failed ({proc.returncode}): {proc.stderr[-2000:]}")
         return int(found.group(1).replace(",", ""))
-
-
-_HERE = str(Path(__file__).resolve().parent)
-
-
-def _pythonpath() -> str:
-    return os.environ.get("PYTHONPATH", "")
 
 
 def per_span(stage: str, spans: int) -> float:

@@ -1,19 +1,31 @@
-"""Stable entity identities, shared by every receiver, processor and exporter.
+"""Identities, stable keys and the small readers every layer shares. The only home of each.
 
-An identity must not depend on which backend saw the thing: a process observed by the portable
-poller and by the netlink connector is one node. On Linux every backend derives a process start
-time from ``/proc/<pid>/stat`` (boot time plus start ticks), exactly as psutil does, so the same
-process yields the same identity whoever saw it.
+Two names for one thing:
+
+* An **identity** (``process_id``, ``file_id``, ...) names one node of one run. It must not
+  depend on which backend saw the thing: a process observed by the portable poller and by the
+  netlink connector is one node. On Linux every backend derives a process start time from
+  ``/proc/<pid>/stat`` (boot time plus start ticks), exactly as psutil does, so the same process
+  yields the same identity whoever saw it.
+* A **stable key** (``process_key``, ``file_key``, ...) names the same thing across runs, so runs
+  can be compared and joined: it leaves out what is run-local (pids, start times, trace and span
+  ids, numbers and temporary directory names inside arguments). ``docs/model.md`` gives the table.
+
+Also here, once: ISO 8601 time conversion (``process.creation.time``), the W3C ``traceparent``
+parser, and typed readers of OTLP attribute values.
 """
 
 from __future__ import annotations
 
+import datetime as dt
 import functools
 import os
+import re
 import socket
 import uuid
+from collections.abc import Sequence
 
-from otel_bridge.model import EntityKind
+from otel_bridge.model import AnyValue, EntityKind
 
 
 def process_id(host_id: str, pid: int, start_time_ms: int | None) -> str:
@@ -98,3 +110,183 @@ def host_id() -> str:
         if value:
             return value
     return str(uuid.uuid5(uuid.NAMESPACE_DNS, socket.gethostname()))
+
+
+# --------------------------------------------------------------------------------------------
+# Time and W3C trace context
+# --------------------------------------------------------------------------------------------
+
+
+def iso_ms(ms: int) -> str:
+    """ISO 8601 UTC with millisecond precision, as ``process.creation.time`` is written."""
+    when = dt.datetime.fromtimestamp(ms // 1000, tz=dt.UTC)
+    return when.strftime("%Y-%m-%dT%H:%M:%S.") + f"{ms % 1000:03d}Z"
+
+
+@functools.lru_cache(maxsize=4096)
+def iso_to_ms(value: str | None) -> int | None:
+    """Milliseconds since the epoch of an ISO 8601 time (``Z`` or offset; naive means UTC).
+
+    None for an empty or malformed value. Cached: one process's creation time is read once per
+    event about it.
+    """
+    if not value:
+        return None
+    try:
+        parsed = dt.datetime.fromisoformat(value.replace("Z", "+00:00"))
+    except ValueError:
+        return None
+    if parsed.tzinfo is None:
+        parsed = parsed.replace(tzinfo=dt.UTC)
+    return round(parsed.timestamp() * 1000)
+
+
+def parse_traceparent(value: str) -> tuple[str, str] | None:
+    """``(trace_id, span_id)`` hex of a W3C ``traceparent``, or None if malformed or all-zero."""
+    parts = value.strip().lower().split("-")
+    if len(parts) < 4 or len(parts[1]) != 32 or len(parts[2]) != 16:
+        return None
+    if not _HEX.fullmatch(parts[1]) or not _HEX.fullmatch(parts[2]):
+        return None
+    if parts[1] == "0" * 32 or parts[2] == "0" * 16:
+        return None
+    return parts[1], parts[2]
+
+
+_HEX = re.compile(r"[0-9a-f]+")
+
+
+# --------------------------------------------------------------------------------------------
+# Typed readers of attribute values
+# --------------------------------------------------------------------------------------------
+
+
+def str_value(value: object) -> str | None:
+    """A non-empty string attribute value (a number is converted), else None."""
+    if value.__class__ is str:
+        return value if value else None
+    if isinstance(value, str):
+        return value or None
+    if isinstance(value, int | float) and not isinstance(value, bool):
+        return str(value)
+    return None
+
+
+def int_value(value: object) -> int | None:
+    """An integer attribute value (a decimal string is accepted; a Boolean is not), else None."""
+    if value.__class__ is int:
+        return value
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, int):
+        return value
+    if isinstance(value, str):
+        try:
+            return int(value)
+        except ValueError:
+            return None
+    return None
+
+
+def bool_value(value: object) -> bool | None:
+    """A Boolean stated explicitly (``"true"``/``"false"`` strings too), else None."""
+    if isinstance(value, bool):
+        return value
+    if isinstance(value, str) and value.lower() in ("true", "false"):
+        return value.lower() == "true"
+    return None
+
+
+def str_tuple(value: AnyValue) -> tuple[str, ...] | None:
+    """A string array attribute as a tuple (non-strings left out), else None."""
+    if isinstance(value, tuple | list):
+        if all(x.__class__ is str for x in value):
+            return tuple(value)  # type: ignore[arg-type]
+        return tuple(x for x in value if isinstance(x, str))
+    return None
+
+
+# --------------------------------------------------------------------------------------------
+# Stable keys: the same thing in two runs, one key
+# --------------------------------------------------------------------------------------------
+
+_DIGITS = re.compile(r"\d+")
+_HEXISH = re.compile(r"\b[0-9a-fA-F]{8,}\b")
+_TMP_NAME = re.compile(r"^(/tmp|/var/tmp|/dev/shm|/run/user/\d+)/[^/]+")
+
+
+def path_shape(path: str) -> str:
+    """A path with its run-local parts masked.
+
+    The first component under a temporary directory (``/tmp/tmpa1b2c3``, ``/tmp/pytest-of-x``)
+    becomes ``<tmp>``; runs of eight or more hex digits become ``<hex>``; other digit runs stay
+    (``report2.csv`` and ``report3.csv`` are different files in every run).
+    """
+    norm = os.path.normpath(path) if path else path
+    norm = _TMP_NAME.sub(lambda m: f"{m.group(1)}/<tmp>", norm)
+    return _HEXISH.sub("<hex>", norm)
+
+
+def arg_shape(arg: str) -> str:
+    """One argument with its run-local parts masked: paths by :func:`path_shape`, then every
+    run of digits as ``#`` (pids, ports, counters, timestamps)."""
+    arg = path_shape(arg) if "/" in arg else _HEXISH.sub("<hex>", arg)
+    return _DIGITS.sub("#", arg)
+
+
+def argv_shape(argv: Sequence[str]) -> str:
+    """The shape of an argument vector: each argument by :func:`arg_shape`, joined by spaces."""
+    return " ".join(arg_shape(a) for a in argv)
+
+
+def process_key(executable: str | None, argv: Sequence[str] | None) -> str:
+    """``process:<executable path>:<argv shape>``; ``?`` stands for what was not observed."""
+    exe = path_shape(executable) if executable else "?"
+    shape = "?" if argv is None else argv_shape(argv)
+    return f"{EntityKind.PROCESS}:{exe}:{shape}"
+
+
+def executable_key(path: str) -> str:
+    """``executable:<normalised path>`` (temporary directories masked)."""
+    return f"{EntityKind.EXECUTABLE}:{path_shape(path)}"
+
+
+def file_key(path: str) -> str:
+    """``file:<normalised path>`` (temporary directories masked)."""
+    return f"{EntityKind.FILE}:{path_shape(path)}"
+
+
+def endpoint_key(transport: str, address: str, port: int) -> str:
+    """``endpoint:<transport>:<address>:<port>``, the same as the identity (already run-free).
+
+    For a Unix socket the address is its path, masked like a file's.
+    """
+    transport = transport.lower()
+    if transport == "unix":
+        address = path_shape(address)
+    return f"{EntityKind.ENDPOINT}:{transport}:{address}:{port}"
+
+
+def agent_key(service: str, name: str | None, agent_id: str | None) -> str:
+    """``agent:<service>:<name>`` (the id when the agent states no name)."""
+    return f"{EntityKind.AGENT}:{service}:{name or agent_id or '?'}"
+
+
+def tool_call_key(agent: str | None, tool: str) -> str:
+    """``tool_call:<agent>:<tool name>``: every call of one tool by one agent shares the key."""
+    return f"{EntityKind.TOOL_CALL}:{agent or '?'}:{tool}"
+
+
+def model_key(provider: str, name: str) -> str:
+    """``model:<provider>:<model name>``."""
+    return f"{EntityKind.MODEL}:{provider.lower() or 'unknown'}:{name}"
+
+
+def command_key(tool: str, command: str) -> str:
+    """``command:<tool>:<command shape>`` (the declared command's words by :func:`arg_shape`)."""
+    return f"{EntityKind.COMMAND}:{tool}:{argv_shape(command.split())}"
+
+
+def span_key(service: str, name: str) -> str:
+    """``span:<service>:<span name>`` for a plain operation span."""
+    return f"{EntityKind.SPAN}:{service}:{name}"

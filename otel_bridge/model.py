@@ -302,18 +302,122 @@ class Evidence(msgspec.Struct, frozen=True, kw_only=True, gc=False):
 NO_EVIDENCE = Evidence()
 
 
+# --------------------------------------------------------------------------------------------
+# Typed facts: what an entity *is*, read from fields, never parsed again from attribute strings
+# --------------------------------------------------------------------------------------------
+#
+# ``normalize`` fills one facts record per entity it builds from a source (an OS event, a span);
+# ``correlate``, ``enrich``, the graph and every later layer read these fields. ``None`` in a
+# facts field means *not observed* (unknown), never "empty": an argv that could not be read is
+# ``None``, an observed empty argv is ``()``. ``docs/model.md`` lists every field.
+
+
+class ProcessFacts(msgspec.Struct, frozen=True, kw_only=True, gc=False, tag="process"):
+    """A process as one OS event saw it (``process.*`` semantic conventions, typed)."""
+
+    host_id: str
+    pid: int
+    start_time_ms: int | None = None
+    """Start time in ms since the epoch (the identity's), None when unknown."""
+    parent_pid: int | None = None
+    parent_start_time_ms: int | None = None
+    executable_path: str | None = None
+    executable_name: str | None = None
+    argv: tuple[str, ...] | None = None
+    """The executed argument vector; None when it could not be read (unknown, not empty)."""
+    command_line: str | None = None
+    cwd: str | None = None
+    traceparent: str | None = None
+    """A W3C ``traceparent`` found in the process environment (exact identity, when present)."""
+    exit_code: int | None = None
+    user: str | None = None
+
+
+class ExecutableFacts(msgspec.Struct, frozen=True, kw_only=True, gc=False, tag="executable"):
+    """An executable image."""
+
+    path: str
+    name: str
+
+
+class FileFacts(msgspec.Struct, frozen=True, kw_only=True, gc=False, tag="file"):
+    """A file, by normalised absolute path."""
+
+    path: str
+
+
+class EndpointFacts(msgspec.Struct, frozen=True, kw_only=True, gc=False, tag="endpoint"):
+    """A network endpoint: transport, address and port (0 when unknown or not applicable)."""
+
+    transport: str
+    address: str
+    port: int
+
+
+class ModelFacts(msgspec.Struct, frozen=True, kw_only=True, gc=False, tag="model"):
+    """A model as calls name it: provider (lower case, ``unknown`` when unstated) and name."""
+
+    provider: str
+    name: str
+
+
+class AgentFacts(msgspec.Struct, frozen=True, kw_only=True, gc=False, tag="agent"):
+    """An agent: its id and name as the spans state them, and the emitting service."""
+
+    service: str
+    name: str | None = None
+    agent_id: str | None = None
+
+
+class ToolCallFacts(msgspec.Struct, frozen=True, kw_only=True, gc=False, tag="tool_call"):
+    """One tool call: the tool's name, the call id, the calling agent when known."""
+
+    tool: str
+    call_id: str | None = None
+    agent: str | None = None
+    """The calling agent's name (or id when it has no name), when the trace states it."""
+    trace_id: str = ""
+    span_id: str = ""
+
+
+class CommandFacts(msgspec.Struct, frozen=True, kw_only=True, gc=False, tag="command"):
+    """A command a tool call declared (what the agent said it would run)."""
+
+    command: str
+    tool: str = ""
+
+
+Facts: TypeAlias = (
+    ProcessFacts
+    | ExecutableFacts
+    | FileFacts
+    | EndpointFacts
+    | ModelFacts
+    | AgentFacts
+    | ToolCallFacts
+    | CommandFacts
+)
+"""Every facts record; encoded with a ``type`` tag (``process``, ``file``, ...)."""
+
+
 class Entity(msgspec.Struct, frozen=True, kw_only=True, gc=False):
     """A thing with a stable identity: ``(kind, id)`` names one graph node.
 
-    Identities are stable across backends and runs of the same machine: a process is
-    ``process:<host.id>:<pid>:<start time ns>``, an endpoint ``endpoint:<transport>:<addr>:<port>``,
-    a file ``file:<resolved path>``. Use :mod:`otel_bridge.identity` to build them.
+    ``id`` names one node of one run: a process is ``process:<host.id>:<pid>:<start ms>``, an
+    endpoint ``endpoint:<transport>:<addr>:<port>``, a file ``file:<resolved path>``. ``key`` names
+    the same thing across runs. Use :mod:`otel_bridge.identity` to build both.
     """
 
     kind: EntityKind
     id: str
     label: str = ""
     attrs: Attributes = msgspec.field(default_factory=_attrs)
+    facts: Facts | None = None
+    """Typed facts about the entity, as this observation saw it (None: none stated)."""
+    key: str = ""
+    """The run-independent *stable key* (``otel_bridge.identity``'s ``*_key`` functions): the same
+    thing in two runs has the same key, while ``id`` is run-local (it embeds pids, start times,
+    trace ids). Empty when no stable key can be given."""
 
 
 class Observation(msgspec.Struct, frozen=True, kw_only=True, gc=False):

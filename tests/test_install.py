@@ -81,14 +81,11 @@ def test_wheel_has_no_bare_top_level_packages(wheel_names: list[str]) -> None:
 
 @pytest.mark.slow
 def test_every_package_folder_is_listed(wheel_names: list[str]) -> None:
-    """Every folder with an __init__.py in the component folders ends up in the wheel."""
+    """Every folder with an __init__.py under otel_bridge/ is in the wheel (found, not listed)."""
     names = set(wheel_names)
-    for folder in ("otel_bridge", "receivers", "processors", "exporters", "configs"):
-        for init in (ROOT / folder).rglob("__init__.py"):
-            rel = init.relative_to(ROOT)
-            if folder != "otel_bridge":
-                rel = Path("otel_bridge") / rel
-            assert rel.as_posix() in names, f"{rel} missing: add its package to pyproject.toml"
+    for init in (ROOT / "otel_bridge").rglob("__init__.py"):
+        rel = init.relative_to(ROOT)
+        assert rel.as_posix() in names, f"{rel} missing from the wheel"
 
 
 def test_console_script_help_lists_commands() -> None:

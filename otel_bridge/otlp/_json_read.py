@@ -77,11 +77,23 @@ def read_list(value: Any, path: str) -> list[Any]:
 
 
 def read_str(value: Any, path: str) -> str:
-    """A string (``null`` reads as empty)."""
+    """A string (``null`` reads as empty) that is valid Unicode.
+
+    JSON's ``\\uD800`` escapes can spell a lone surrogate, which no UTF-8 encoder accepts: such a
+    string is refused here, with its path, like invalid UTF-8 on the protobuf path, so it never
+    reaches an exporter (the request is answered 400 and nothing of it is kept).
+    """
     if value is None:
         return ""
     if not isinstance(value, str):
         raise fail(path, f"expected a string, got {type_name(value)}")
+    if not value.isascii():
+        try:
+            value.encode("utf-8")
+        except UnicodeEncodeError as exc:
+            raise fail(
+                path, f"not valid Unicode: lone surrogate {value[exc.start]!r} at {exc.start}"
+            ) from None
     return value
 
 
@@ -202,8 +214,14 @@ def read_hex_id(value: Any, path: str, size: int, *, optional: bool) -> bytes:
     return bytes.fromhex(value)
 
 
-def read_any_value(value: Any, path: str) -> AnyValue:
+MAX_VALUE_DEPTH = 64
+"""Deepest nesting of arrays and key-value lists inside one attribute value; deeper is refused."""
+
+
+def read_any_value(value: Any, path: str, depth: int = 0) -> AnyValue:
     """A model value from a JSON ``AnyValue`` object (an empty object is ``None``)."""
+    if depth > MAX_VALUE_DEPTH:
+        raise fail(path, f"value nested deeper than {MAX_VALUE_DEPTH} levels")
     obj = read_object(value, path)
     for key, item in obj.items():
         if item is None:
@@ -221,19 +239,23 @@ def read_any_value(value: Any, path: str) -> AnyValue:
         if key in ("arrayValue", "array_value"):
             apath = f"{path}.arrayValue"
             values = read_list(read_object(item, apath).get("values"), f"{apath}.values")
-            return tuple(read_any_value(v, f"{apath}.values[{i}]") for i, v in enumerate(values))
+            return tuple(
+                read_any_value(v, f"{apath}.values[{i}]", depth + 1) for i, v in enumerate(values)
+            )
         if key in ("kvlistValue", "kvlist_value"):
             kpath = f"{path}.kvlistValue"
-            return read_attributes(read_object(item, kpath).get("values"), f"{kpath}.values")
+            return read_attributes(
+                read_object(item, kpath).get("values"), f"{kpath}.values", depth + 1
+            )
     return None
 
 
-def read_attributes(value: Any, path: str) -> dict[str, AnyValue]:
+def read_attributes(value: Any, path: str, depth: int = 0) -> dict[str, AnyValue]:
     """Model attributes from a JSON array of ``KeyValue`` objects."""
     out: dict[str, AnyValue] = {}
     for i, item in enumerate(read_list(value, path)):
         kv_path = f"{path}[{i}]"
         kv = read_object(item, kv_path)
         key = read_str(kv.get("key"), f"{kv_path}.key")
-        out[key] = read_any_value(kv.get("value"), f"{kv_path}.value")
+        out[key] = read_any_value(kv.get("value"), f"{kv_path}.value", depth)
     return out

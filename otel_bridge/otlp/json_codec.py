@@ -270,6 +270,10 @@ def load_body(body: bytes | str | Mapping[str, Any]) -> Mapping[str, Any]:
         value = json.loads(body)
     except (UnicodeDecodeError, json.JSONDecodeError) as exc:
         raise DecodeError(f"body is not valid JSON: {exc}") from None
+    except RecursionError:
+        raise DecodeError("body: JSON nested too deeply") from None
+    except ValueError as exc:  # e.g. an integer literal over the interpreter's digit limit
+        raise DecodeError(f"body: {exc}") from None
     if not isinstance(value, dict):
         raise DecodeError(f"body: expected a JSON object, got {type(value).__name__}")
     return value
@@ -310,16 +314,7 @@ def _dropped(obj: Mapping[str, Any], path: str) -> int:
     )
 
 
-def _span(obj: Mapping[str, Any], path: str, resource: Resource, scope: Scope) -> Span | str:
-    """The span at ``path``, or the reason to reject it; structural errors raise."""
-    trace_id = read_hex_id(field(obj, "traceId", "trace_id"), f"{path}.traceId", 16, optional=False)
-    span_id = read_hex_id(field(obj, "spanId", "span_id"), f"{path}.spanId", 8, optional=False)
-    parent = read_hex_id(
-        field(obj, "parentSpanId", "parent_span_id"), f"{path}.parentSpanId", 8, optional=True
-    )
-    kind = read_enum(obj.get("kind"), f"{path}.kind")
-    status_obj = read_object(obj.get("status"), f"{path}.status")
-    code = read_enum(status_obj.get("code"), f"{path}.status.code")
+def _events(obj: Mapping[str, Any], path: str) -> tuple[SpanEvent, ...]:
     events = []
     for i, item in enumerate(read_list(obj.get("events"), f"{path}.events")):
         epath = f"{path}.events[{i}]"
@@ -334,6 +329,10 @@ def _span(obj: Mapping[str, Any], path: str, resource: Resource, scope: Scope) -
                 dropped_attributes_count=_dropped(e, epath),
             )
         )
+    return tuple(events)
+
+
+def _links(obj: Mapping[str, Any], path: str) -> tuple[SpanLink, ...]:
     links = []
     for i, item in enumerate(read_list(obj.get("links"), f"{path}.links")):
         lpath = f"{path}.links[{i}]"
@@ -352,12 +351,40 @@ def _span(obj: Mapping[str, Any], path: str, resource: Resource, scope: Scope) -
                 flags=read_uint32(lk.get("flags"), f"{lpath}.flags"),
             )
         )
+    return tuple(links)
+
+
+def _invalid(span: Span, kind: int, code: int, path: str) -> str | None:
+    """Why a well-formed span is invalid (rejected alone, partial success), or None."""
+    if kind not in _SPAN_KINDS:
+        return f"{path}.kind: unknown span kind {kind}"
+    if code not in _STATUS_CODES:
+        return f"{path}.status.code: unknown status code {code}"
+    if span.trace_id == bytes(16):
+        return f"{path}.traceId: must not be all zeros"
+    if span.span_id == bytes(8):
+        return f"{path}.spanId: must not be all zeros"
+    for i, link in enumerate(span.links):
+        if link.trace_id == bytes(16) or link.span_id == bytes(8):
+            return f"{path}.links[{i}]: ids must not be all zeros"
+    return None
+
+
+def _span(obj: Mapping[str, Any], path: str, resource: Resource, scope: Scope) -> Span | str:
+    """The span at ``path``, or the reason to reject it; structural errors raise."""
+    kind = read_enum(obj.get("kind"), f"{path}.kind")
+    status_obj = read_object(obj.get("status"), f"{path}.status")
+    code = read_enum(status_obj.get("code"), f"{path}.status.code")
     span = Span(
         resource=resource,
         scope=scope,
-        trace_id=trace_id,
-        span_id=span_id,
-        parent_span_id=parent,
+        trace_id=read_hex_id(
+            field(obj, "traceId", "trace_id"), f"{path}.traceId", 16, optional=False
+        ),
+        span_id=read_hex_id(field(obj, "spanId", "span_id"), f"{path}.spanId", 8, optional=False),
+        parent_span_id=read_hex_id(
+            field(obj, "parentSpanId", "parent_span_id"), f"{path}.parentSpanId", 8, optional=True
+        ),
         trace_state=read_str(field(obj, "traceState", "trace_state"), f"{path}.traceState"),
         flags=read_uint32(obj.get("flags"), f"{path}.flags"),
         name=read_str(obj.get("name"), f"{path}.name"),
@@ -370,11 +397,11 @@ def _span(obj: Mapping[str, Any], path: str, resource: Resource, scope: Scope) -
         ),
         attributes=read_attributes(obj.get("attributes"), f"{path}.attributes"),
         dropped_attributes_count=_dropped(obj, path),
-        events=tuple(events),
+        events=_events(obj, path),
         dropped_events_count=read_uint32(
             field(obj, "droppedEventsCount", "dropped_events_count"), f"{path}.droppedEventsCount"
         ),
-        links=tuple(links),
+        links=_links(obj, path),
         dropped_links_count=read_uint32(
             field(obj, "droppedLinksCount", "dropped_links_count"), f"{path}.droppedLinksCount"
         ),
@@ -383,19 +410,7 @@ def _span(obj: Mapping[str, Any], path: str, resource: Resource, scope: Scope) -
             message=read_str(status_obj.get("message"), f"{path}.status.message"),
         ),
     )
-    # Well-formed but invalid: rejected alone (partial success), like the protobuf path.
-    if kind not in _SPAN_KINDS:
-        return f"{path}.kind: unknown span kind {kind}"
-    if code not in _STATUS_CODES:
-        return f"{path}.status.code: unknown status code {code}"
-    if trace_id == bytes(16):
-        return f"{path}.traceId: must not be all zeros"
-    if span_id == bytes(8):
-        return f"{path}.spanId: must not be all zeros"
-    for i, link in enumerate(links):
-        if link.trace_id == bytes(16) or link.span_id == bytes(8):
-            return f"{path}.links[{i}]: ids must not be all zeros"
-    return span
+    return _invalid(span, kind, code, path) or span
 
 
 def decode_traces(body: bytes | str | Mapping[str, Any]) -> Decoded[Span]:

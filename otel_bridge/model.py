@@ -77,10 +77,6 @@ class EntityKind(enum.StrEnum):
     PROVIDER = "provider"
     SPAN = "span"
     """A span the normalizer kept as a plain operation (neither agent, tool nor model call)."""
-    CLAIM = "claim"
-    ARTIFACT = "artifact"
-    PHASE = "phase"
-    DATA = "data"
 
 
 class RelationKind(enum.StrEnum):

@@ -95,4 +95,3 @@ def grade_evidence(ev: Evidence) -> Grade:
     """Grade a single observation's evidence fields."""
     attributions = frozenset() if ev.attribution is None else frozenset({ev.attribution})
     return grade_edge(attributions, ev.causal, ev.inferred, ev.method)
-

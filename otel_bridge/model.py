@@ -74,7 +74,6 @@ class EntityKind(enum.StrEnum):
     EXECUTABLE = "executable"
     FILE = "file"
     ENDPOINT = "endpoint"
-    PROVIDER = "provider"
     SPAN = "span"
     """A span the normalizer kept as a plain operation (neither agent, tool nor model call)."""
 

@@ -252,8 +252,14 @@ def observe(
     env: Mapping[str, str] | None = None,
     timeout: float = 120,
 ) -> Observed:
-    """Run ``otel-bridge observe [-c config] -o run_dir -- argv`` in ``cwd`` and wait for it."""
+    """Run ``otel-bridge observe [-c config] -o run_dir -- argv`` in ``cwd`` and wait for it.
+
+    The tools' ``python3`` is this interpreter's (its folder first on ``PATH``): a version
+    manager's shim would run it under another name and through helper processes, which the
+    graph would then show.
+    """
     command = [sys.executable, "-m", "otel_bridge", "observe", "-o", str(run_dir)]
+    path = os.pathsep.join([os.path.dirname(sys.executable), os.environ.get("PATH", "")])
     if config is not None:
         command += ["-c", str(config)]
     command += ["--", *argv]
@@ -261,7 +267,7 @@ def observe(
     done = subprocess.run(
         command,
         cwd=cwd,
-        env={**os.environ, **(env or {})},
+        env={**os.environ, "PATH": path, **(env or {})},
         capture_output=True,
         text=True,
         timeout=timeout,

@@ -14,8 +14,8 @@ Precedence, applied in order to one edge (or one observation):
    missing attribution, a syscall attribution without an explicit causal flag, ``reported``,
    ``heuristic`` without a method) gives **U**. No attribution at all gives **U**.
 
-A finding takes the weakest grade of the edges it cites, in the order A, B, C, D, U; a finding
-that cites nothing is **U**.
+Grades are ordered A, B, C, D, U from strongest to weakest; :func:`weakest` picks the weakest of
+several (``U`` when there are none).
 
 Invariant I1 (no promotion of explicitly non-causal support) follows from the precedence: a
 ``causal=False`` edge can only be C or D, and an aggregate of explicit ``False`` flags stays
@@ -95,8 +95,3 @@ def grade_evidence(ev: Evidence) -> Grade:
     """Grade a single observation's evidence fields."""
     attributions = frozenset() if ev.attribution is None else frozenset({ev.attribution})
     return grade_edge(attributions, ev.causal, ev.inferred, ev.method)
-
-
-def grade_finding(edge_grades: Iterable[Grade]) -> Grade:
-    """Grade a finding: the weakest grade of its cited edges; ``U`` when it cites none."""
-    return weakest(edge_grades)

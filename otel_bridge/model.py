@@ -74,13 +74,8 @@ class EntityKind(enum.StrEnum):
     EXECUTABLE = "executable"
     FILE = "file"
     ENDPOINT = "endpoint"
-    PROVIDER = "provider"
     SPAN = "span"
     """A span the normalizer kept as a plain operation (neither agent, tool nor model call)."""
-    CLAIM = "claim"
-    ARTIFACT = "artifact"
-    PHASE = "phase"
-    DATA = "data"
 
 
 class RelationKind(enum.StrEnum):

@@ -1,6 +1,6 @@
 """The run directory that ``observe`` writes, and its integrity manifest.
 
-Layout (ExecWeave section VI; DESIGN section 6)::
+Layout (``docs/rundir.md`` describes each file)::
 
     <run dir>/                 mode 0700
       os.jsonl                 raw OS stream (host receiver records, as received)
@@ -8,13 +8,12 @@ Layout (ExecWeave section VI; DESIGN section 6)::
       correlated.jsonl         correlated stream (observations incl. derived ones, coverage)
       graph.json               the finalized evidence graph
       summary.json             run summary (command, exit code, backend, collection states)
-      cas/                     content-addressed store, only when content capture is on
-        ab/cdef...             SHA-256 named blobs
       manifest.json            SHA-256 digest and size of every other file
 
 Every directory is 0700 and every file 0600: a run directory is a sensitive artifact. The
-manifest detects changes relative to itself; as the paper notes (VI-C), evidence and manifest
-share one writable trust boundary, so it is not adversary-resistant logging.
+manifest detects changes relative to itself; evidence and manifest share one writable trust
+boundary, so it is a tamper-evidence check for honest mistakes and careless edits, not
+adversary-resistant logging.
 """
 
 from __future__ import annotations
@@ -35,7 +34,6 @@ CORRELATED_STREAM = "correlated.jsonl"
 GRAPH = "graph.json"
 SUMMARY = "summary.json"
 MANIFEST = "manifest.json"
-CAS = "cas"
 
 DIR_MODE = 0o700
 FILE_MODE = 0o600
@@ -96,17 +94,6 @@ class RunDir:
         path = self.file(name)
         write_private(path, (json.dumps(value, indent=2, sort_keys=True) + "\n").encode())
         return path
-
-    def put_content(self, data: bytes) -> str:
-        """Store ``data`` in ``cas/`` under its SHA-256; returns the digest (``sha256:...``)."""
-        digest = hashlib.sha256(data).hexdigest()
-        folder = os.path.join(self.path, CAS, digest[:2])
-        _mkdir(os.path.join(self.path, CAS))
-        _mkdir(folder)
-        target = os.path.join(folder, digest[2:])
-        if not os.path.exists(target):
-            write_private(target, data)
-        return f"sha256:{digest}"
 
     def secure(self) -> None:
         """Force 0700 on every directory and 0600 on every file below the run directory."""

@@ -1,4 +1,4 @@
-"""The package installs the way DESIGN.md section 1 says: components under ``otel_bridge.``."""
+"""The package installs as docs/architecture.md describes: components under ``otel_bridge.``."""
 
 from __future__ import annotations
 

@@ -10,7 +10,6 @@ import pytest
 
 from otel_bridge.component import PROCESSOR, Component, Consumer, CreateSettings, Factory
 from otel_bridge.config import ComponentId, load_config, parse_config
-from otel_bridge.config.loader import _validate
 from otel_bridge.errors import ConfigError
 from otel_bridge.registry import Registry
 from otel_bridge.testing import double_registry
@@ -187,21 +186,42 @@ class Checked:
 @pytest.mark.parametrize(
     ("found", "want"),
     [
-        (["a.b: bad"], ["p.a.b: bad"]),
-        (["items[2]: bad"], ["p.items[2]: bad"]),
-        (["must set something"], ["p: must set something"]),
-        (["two words: bad"], ["p: two words: bad"]),
+        (["a.b: bad"], ["processors.checked.a.b: bad"]),
+        (["items[2]: bad"], ["processors.checked.items[2]: bad"]),
+        (["must set something"], ["processors.checked: must set something"]),
+        (["two words: bad"], ["processors.checked: two words: bad"]),
         ([], []),
     ],
 )
 def test_validate_problem_prefixes(found: list[str], want: list[str]) -> None:
     """Relative key paths from validate() get the component path; free text gets ``path: ``."""
-    assert _validate(Checked(found=found), "p") == want
+    assert checked_problems(found) == want
 
 
 def test_validate_crash_is_a_problem() -> None:
     """A validate() that raises is reported, not propagated."""
-    assert _validate(Checked(found=None), "p") == ["p: validation failed: validator crashed"]
+    assert checked_problems(None) == ["processors.checked: validation failed: validator crashed"]
+
+
+def checked_problems(found: list[str] | None) -> list[str]:
+    """What parse_config reports for a processor whose config's validate() returns ``found``."""
+
+    def default() -> Checked:
+        return Checked(found=found)
+
+    def create(settings: CreateSettings, cfg: Checked, nxt: Consumer | None) -> Component:
+        raise AssertionError("not called")
+
+    reg = double_registry(
+        Factory(type_name="checked", kind=PROCESSOR, default_config=default, create=create)
+    )
+    doc = minimal(processors={"checked": None})
+    doc["service"]["pipelines"]["traces"]["processors"] = ["checked"]
+    try:
+        parse_config(doc, env={}, registry=reg)
+    except ConfigError as exc:
+        return list(exc.problems)
+    return []
 
 
 def test_validate_skipped_after_type_errors() -> None:

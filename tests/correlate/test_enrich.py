@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from correlate_builders import MS, T0, TRACE, Proc, declaration, exit_obs, iso, traceparent
+from waiting import wait_until
 
 from otel_bridge.component import CreateSettings, Host, Telemetry
 from otel_bridge.model import Batch, Observation, Resource, Scope, Span
@@ -187,11 +188,7 @@ def test_factory_lifecycle() -> None:
     )
     comp.start(Host())
     comp.consume(Batch(spans=(tool_span(),)))  # type: ignore[attr-defined]
-    import time
-
-    deadline = time.monotonic() + 2
-    while not sink.spans and time.monotonic() < deadline:
-        time.sleep(0.01)
+    wait_until(lambda: sink.spans, 2, "the timer thread to forward the held span")
     assert sink.spans == [tool_span()]
     comp.shutdown()
     comp.shutdown()

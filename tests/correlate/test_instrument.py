@@ -167,6 +167,7 @@ def test_uninstrument_restores(exporter: InMemorySpanExporter) -> None:
 
 def _autogen_tool_tp() -> tuple[str, str]:
     """Run a real AutoGen FunctionTool with a sync function; return (child tp, tool span id)."""
+    pytest.importorskip("autogen_core", reason="needs AutoGen (the examples extra)")
     from autogen_core import CancellationToken
     from autogen_core.tools import FunctionTool
 
@@ -199,6 +200,8 @@ def test_autogen_without_instrument_loses_span(exporter: InMemorySpanExporter) -
 @pytest.mark.examples
 def test_langgraph_toolnode_sync_tool(instrumented: InMemorySpanExporter) -> None:
     """A LangGraph ToolNode sync tool's child names the OpenInference tool span."""
+    for module in ("langchain_core", "langgraph", "openinference.instrumentation.langchain"):
+        pytest.importorskip(module, reason="needs LangGraph and OpenInference (the examples extra)")
     from langchain_core.messages import AIMessage
     from langchain_core.tools import tool
     from langgraph.graph import END, START, MessagesState, StateGraph

@@ -6,6 +6,7 @@ installed command line run as a subprocess, and the graph is the ``graph.json`` 
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 import shlex
@@ -17,6 +18,31 @@ from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+
+import pytest
+
+
+def importable(module: str) -> bool:
+    """True when ``module`` can be imported here (found without importing it)."""
+    try:
+        return importlib.util.find_spec(module) is not None
+    except ModuleNotFoundError:  # a parent package is missing
+        return False
+
+
+needs_autogen = pytest.mark.skipif(
+    not all(map(importable, ("autogen_agentchat", "autogen_core", "autogen_ext", "openai"))),
+    reason="needs AutoGen and its OpenAI client (the examples extra)",
+)
+"""For tests that run ``examples/autogen_agent.py``."""
+
+needs_langgraph = pytest.mark.skipif(
+    not all(
+        map(importable, ("langgraph", "langchain_core", "openinference.instrumentation.langchain"))
+    ),
+    reason="needs LangGraph and OpenInference (the examples extra)",
+)
+"""For tests that run ``examples/langgraph_agent.py``."""
 
 REPO = Path(__file__).resolve().parents[2]
 EXAMPLES = REPO / "examples"
@@ -226,8 +252,14 @@ def observe(
     env: Mapping[str, str] | None = None,
     timeout: float = 120,
 ) -> Observed:
-    """Run ``otel-bridge observe [-c config] -o run_dir -- argv`` in ``cwd`` and wait for it."""
+    """Run ``otel-bridge observe [-c config] -o run_dir -- argv`` in ``cwd`` and wait for it.
+
+    The tools' ``python3`` is this interpreter's (its folder first on ``PATH``): a version
+    manager's shim would run it under another name and through helper processes, which the
+    graph would then show.
+    """
     command = [sys.executable, "-m", "otel_bridge", "observe", "-o", str(run_dir)]
+    path = os.pathsep.join([os.path.dirname(sys.executable), os.environ.get("PATH", "")])
     if config is not None:
         command += ["-c", str(config)]
     command += ["--", *argv]
@@ -235,7 +267,7 @@ def observe(
     done = subprocess.run(
         command,
         cwd=cwd,
-        env={**os.environ, **(env or {})},
+        env={**os.environ, "PATH": path, **(env or {})},
         capture_output=True,
         text=True,
         timeout=timeout,

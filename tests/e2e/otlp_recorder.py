@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import gzip
 import threading
-import time
 from collections.abc import Iterator
 from concurrent import futures
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -16,6 +15,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 import grpc
 from opentelemetry.proto.collector.trace.v1 import trace_service_pb2, trace_service_pb2_grpc
 from opentelemetry.proto.trace.v1 import trace_pb2
+from waiting import poll
 
 
 class _Service(trace_service_pb2_grpc.TraceServiceServicer):
@@ -65,14 +65,9 @@ class _Recorder:
         return [(r, s) for r, s in self.spans() if s.name == name]
 
     def wait_for(self, predicate: object, timeout: float = 10.0) -> bool:
-        """Poll until ``predicate(self)`` is true or ``timeout`` passes."""
+        """Poll until ``predicate(self)`` is true or ``timeout`` passes; whether it holds."""
         assert callable(predicate)
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            if predicate(self):
-                return True
-            time.sleep(0.05)
-        return bool(predicate(self))
+        return bool(poll(lambda: bool(predicate(self)), bool, timeout))
 
 
 class RecordingTraceServer(_Recorder):

@@ -24,6 +24,8 @@ from e2e_support import (
     ModelServer,
     command_call,
     example,
+    needs_autogen,
+    needs_langgraph,
     start_model_server,
     tool_script,
     write_call,
@@ -166,6 +168,7 @@ def test_ambiguous_agent_dispatches_identical_calls_together(
     assert max(s.start_time_unix_nano for s in tools) < min(s.end_time_unix_nano for s in tools)
 
 
+@needs_autogen
 def test_autogen_agent_reports_its_own_spans(
     tmp_path: Path, grpc_recorder: RecordingTraceServer, model: ModelServer
 ) -> None:
@@ -192,6 +195,7 @@ def test_autogen_agent_reports_its_own_spans(
     assert (tmp_path / "notes-copy.txt").read_text(encoding="utf-8") == "hello\n"
 
 
+@needs_autogen
 def test_autogen_agent_replay_client_needs_no_network(
     tmp_path: Path, grpc_recorder: RecordingTraceServer
 ) -> None:
@@ -208,6 +212,7 @@ def test_autogen_agent_replay_client_needs_no_network(
     assert (tmp_path / "notes-copy.txt").exists()
 
 
+@needs_langgraph
 def test_langgraph_agent_reports_openinference_spans(
     tmp_path: Path, grpc_recorder: RecordingTraceServer
 ) -> None:

@@ -26,6 +26,8 @@ from e2e_support import (
     ModelServer,
     Observed,
     example,
+    needs_autogen,
+    needs_langgraph,
     observe,
     process_argvs,
     read_summary,
@@ -189,6 +191,7 @@ def test_plain_agent(tmp_path: Path, workdir: Path, model: ModelServer, mode: Mo
         assert correlation.get("exact.traceparent") == 2, correlation
 
 
+@needs_autogen
 @pytest.mark.parametrize("team", [False, True], ids=["assistant", "group_chat"])
 def test_autogen_agent(tmp_path: Path, workdir: Path, model: ModelServer, team: bool) -> None:
     """AutoGen 0.7.5 (alone or in a group chat) with its real OpenAI client: the contract holds."""
@@ -212,6 +215,7 @@ def test_autogen_agent(tmp_path: Path, workdir: Path, model: ModelServer, team: 
     assert kinds["process"] >= 3
 
 
+@needs_langgraph
 def test_langgraph_agent(tmp_path: Path, workdir: Path) -> None:
     """LangGraph under OpenInference: the TOOL spans' commands join their processes exactly."""
     script = workdir.parent / "script.json"

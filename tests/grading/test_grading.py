@@ -1,4 +1,4 @@
-"""Table II grading: precedence rules, findings, invariant I1, and the grade processor."""
+"""Table II grading: precedence rules, weakest-grade order, invariant I1, the grade processor."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from otel_bridge.component import Host
-from otel_bridge.grading import aggregate_flag, grade_edge, grade_evidence, grade_finding, weakest
+from otel_bridge.grading import aggregate_flag, grade_edge, grade_evidence, weakest
 from otel_bridge.model import (
     GRADE_ORDER,
     Attribution,
@@ -76,10 +76,10 @@ def test_grade_evidence_single() -> None:
     ("grades", "out"),
     [([], U), ([A], A), ([A, B], B), ([A, C, B], C), ([D, C], D), ([A, U], U), ([B, B], B)],
 )
-def test_findings(grades: list[Grade], out: Grade) -> None:
-    """A finding is the weakest of its cited edges; no support is U."""
-    assert grade_finding(grades) == out
-    assert grade_finding(iter(grades)) == out
+def test_weakest(grades: list[Grade], out: Grade) -> None:
+    """The weakest grade in the order A, B, C, D, U wins; no grade at all is U."""
+    assert weakest(grades) == out
+    assert weakest(iter(grades)) == out
 
 
 @pytest.mark.parametrize(
@@ -135,11 +135,10 @@ def test_inferred_is_always_d(
 
 
 @given(st.lists(st.sampled_from(GRADE_ORDER)))
-def test_finding_never_stronger_than_an_edge(grades: list[Grade]) -> None:
-    """A finding is never stronger than any edge it cites."""
-    g = grade_finding(grades)
+def test_weakest_is_never_stronger_than_an_input(grades: list[Grade]) -> None:
+    """The weakest grade is never stronger than any grade it was taken over."""
+    g = weakest(grades)
     assert all(GRADE_ORDER.index(g) >= GRADE_ORDER.index(e) for e in grades)
-    assert weakest(grades) == g
 
 
 def _obs(ev: Evidence, n: int) -> Observation:

@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 import json
-import time
 from pathlib import Path
 from typing import Any
 
 from graph_helpers import obs
 from graph_scenario import scenario_batches
+from waiting import wait_until
 
 from otel_bridge.component import CreateSettings, Host
 from otel_bridge.exporters.graph import GraphExporter, GraphExporterConfig, factory
@@ -50,18 +50,13 @@ def test_periodic_flush(tmp_path: Path) -> None:
     try:
         exporter.consume(Batch(observations=(obs("a"),)))
         path = tmp_path / "out" / "graph.json"
-        deadline = time.monotonic() + 5
-        while time.monotonic() < deadline:
-            if path.exists() and json.loads(path.read_text())["summary"]["observations"] == 1:
-                break
-            time.sleep(0.02)
-        assert json.loads(path.read_text())["summary"]["observations"] == 1
+
+        def written() -> int:
+            return json.loads(path.read_text())["summary"]["observations"] if path.exists() else 0
+
+        wait_until(lambda: written() == 1, 5, "a periodic flush with one observation")
         exporter.consume(Batch(observations=(obs("b"),)))
-        while time.monotonic() < deadline:
-            if json.loads(path.read_text())["summary"]["observations"] == 2:
-                break
-            time.sleep(0.02)
-        assert json.loads(path.read_text())["summary"]["observations"] == 2
+        wait_until(lambda: written() == 2, 5, "a periodic flush with both observations")
     finally:
         exporter.shutdown()
 

@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import pytest
+from waiting import wait_until
 
 from otel_bridge.component import CreateSettings, Host
 from otel_bridge.errors import BackendUnavailableError
@@ -52,7 +53,11 @@ def loopback_server() -> Iterator[LoopbackServer]:
 
 
 def child_code(port: int, hold: float = 0.3) -> str:
-    """Python source of a child that connects to ``port``, holds it, and exits 0."""
+    """Python source of a child that connects to ``port``, holds it, and exits 0.
+
+    The sleep is the workload: the connection must stay open long enough for a sampling
+    backend to see it.
+    """
     return (
         "import socket,time;"
         f"s=socket.create_connection(('127.0.0.1',{port}));"
@@ -83,6 +88,20 @@ class Gated:
         self._released = True
         shutil.rmtree(self._dir, ignore_errors=True)
 
+    def wait_channel(self) -> str:
+        """The kernel function the shell sleeps in (``/proc/PID/wchan``): ``0`` while it runs, or
+        always where the kernel hides wait channels; empty once it is gone."""
+        try:
+            with open(f"/proc/{self.pid}/wchan") as f:
+                return f.read().strip()
+        except OSError:
+            return ""
+
+    def at_gate(self) -> bool:
+        """True while the script is blocked opening the gate's FIFO, that is before any of it
+        ran (the shell sleeps in ``wait_for_partner``: a FIFO open waiting for a writer)."""
+        return self.wait_channel() == "wait_for_partner"
+
     def wait(self, timeout: float = 20) -> int:
         """The script's exit status."""
         return self.proc.wait(timeout=timeout)
@@ -111,6 +130,27 @@ class Observed:
     def for_pid(self, name: str, pid: int) -> list[dict[str, Any]]:
         """Attributes of every ``name`` record of process ``pid``."""
         return [a for a in self.events(name) if a.get("process.pid") == pid]
+
+    def wait_for(
+        self, name: str, pid: int | None = None, *, path_end: str = "", timeout: float = 10
+    ) -> None:
+        """Wait until the receiver emitted a ``name`` record (of ``pid``, of a ``file.path``
+        ending in ``path_end``, when given): the receiver has caught up with the workload that
+        far. Reads the live sink, so it works before :func:`finish`."""
+
+        def seen() -> bool:
+            for r in self.sink.logs:
+                if r.event_name != name:
+                    continue
+                if pid is not None and r.attributes.get("process.pid") != pid:
+                    continue
+                if not str(r.attributes.get("file.path", "")).endswith(path_end):
+                    continue
+                return True
+            return False
+
+        what = f"a {name} record" + (f" of pid {pid}" if pid is not None else "")
+        wait_until(seen, timeout, what + (f" for *{path_end}" if path_end else ""))
 
 
 def start_receiver(config: HostConfig, root_pid: int) -> Observed:

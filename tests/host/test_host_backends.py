@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import os
 import shlex
-import time
 from pathlib import Path
 from typing import Any
 
+import psutil
 import pytest
 from host_support import (
     Gated,
@@ -37,7 +37,12 @@ def _config(backend: str, tmp_path: Path) -> HostConfig:
     )
 
 
-def _observe(backend: str, tmp_path: Path, script: str) -> tuple[Observed, Gated, int]:
+def _observe(
+    backend: str, tmp_path: Path, script: str, *, written: str = ""
+) -> tuple[Observed, Gated, int]:
+    """Run ``script`` under ``backend`` until the receiver has reported the script's exit (and,
+    when ``written`` is given, a change of a file of that name: a file watcher reports apart
+    from the process events)."""
     work = Gated(script, cwd=str(tmp_path))
     try:
         observed = start_receiver(_config(backend, tmp_path), work.pid)
@@ -46,8 +51,13 @@ def _observe(backend: str, tmp_path: Path, script: str) -> tuple[Observed, Gated
         raise
     work.release()
     code = work.wait()
-    time.sleep(0.3)
-    return finish(observed), work, code
+    try:
+        observed.wait_for("process.exit", work.pid)
+        if written:
+            observed.wait_for("file.change", path_end=written)
+    finally:
+        finish(observed)
+    return observed, work, code
 
 
 def _lineage_script(port: int) -> str:
@@ -76,7 +86,12 @@ def test_backend_observes_real_lineage(backend: str, tmp_path: Path) -> None:
     """The backend reports the root, the python child (redacted argv), its connect and the file."""
     require_backend(backend)
     with loopback_server() as server:
-        observed, work, code = _observe(backend, tmp_path, _lineage_script(server.port))
+        observed, work, code = _observe(
+            backend,
+            tmp_path,
+            _lineage_script(server.port),
+            written="f.txt" if backend == "portable" else "",
+        )
     assert code == 3
     resource = observed.logs[0].resource.attributes
     assert resource["evidence.channel"] == "os"
@@ -140,6 +155,7 @@ def test_attribution_per_backend(tmp_path: Path) -> None:
     assert all(
         a["evidence.attribution"] == "syscall" and a["evidence.causal"] is True for a in child
     )
+    # The child's sleep is the workload: it lives long enough for the sampler to see it.
     observed_p, _work_p, _ = _observe(
         "portable", tmp_path, f"{shlex.quote(python())} -c 'import time; time.sleep(0.2)'"
     )
@@ -156,6 +172,7 @@ def test_same_process_one_identity_across_backends(tmp_path: Path) -> None:
     available = [b for b in BACKENDS if b != "ebpf"]
     for backend in available:
         require_backend(backend)
+    # The sleeps are the workload: processes that live long enough for every backend to see.
     script = f"{shlex.quote(python())} -c 'import time; time.sleep(0.3)'; sleep 0.3"
     work = Gated(script, cwd=str(tmp_path))
     receivers = []
@@ -164,7 +181,8 @@ def test_same_process_one_identity_across_backends(tmp_path: Path) -> None:
             receivers.append(start_receiver(_config(backend, tmp_path), work.pid))
         work.release()
         assert work.wait() == 0
-        time.sleep(0.3)
+        for observed in receivers:
+            observed.wait_for("process.exit", work.pid)
     finally:
         work.kill()
         for r in receivers:
@@ -204,13 +222,16 @@ def test_descendant_outliving_root_gets_no_exit(tmp_path: Path) -> None:
     """A background child still running at shutdown is not given a fabricated exit event."""
     require_backend("linux")
     marker = tmp_path / "bg.pid"
+    # The workload: a background child (sleep 5) that outlives the root.
     work = Gated(f"sleep 5 & echo $! > {marker}; exit 0", cwd=str(tmp_path))
     observed = start_receiver(_config("linux", tmp_path), work.pid)
     work.release()
     work.wait()
-    time.sleep(0.2)
-    bg = int(marker.read_text())
+    bg = int(marker.read_text())  # written by the shell before it exited
     try:
+        observed.wait_for("process.start", bg)
+        observed.wait_for("process.exit", work.pid)
+        assert psutil.pid_exists(bg)  # still running when the receiver stops
         finish(observed)
         assert observed.for_pid("process.start", bg)
         assert observed.for_pid("process.exit", work.pid)
@@ -267,6 +288,7 @@ def test_batches_respect_batch_size(tmp_path: Path) -> None:
 
 def test_portable_notices_exec_between_samples(tmp_path: Path) -> None:
     """The portable sampler reports an exec of a tracked process (same pid, new image)."""
+    # The workload: a process that execs a new image between two samples.
     work = Gated("sleep 0.2; exec sleep 0.4", cwd=str(tmp_path))
     observed = start_receiver(_config("portable", tmp_path), work.pid)
     work.release()

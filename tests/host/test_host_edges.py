@@ -9,11 +9,11 @@ import shutil
 import subprocess
 import sys
 import threading
-import time
 from pathlib import Path
 
 import pytest
 from host_support import Gated, finish, needs_root, require_backend, start_receiver
+from waiting import wait_until
 
 from otel_bridge.component import Telemetry
 from otel_bridge.errors import BackendUnavailableError
@@ -74,17 +74,18 @@ def test_descendants_running_before_start_are_followed(backend: str, tmp_path: P
         f"echo late > {tmp_path}/late.txt; exit 5' & wait $!"
     )
     proc = subprocess.Popen(["sh", "-c", script], cwd=tmp_path)
-    deadline = time.monotonic() + 10
-    while not ready.exists() and time.monotonic() < deadline:
-        time.sleep(0.02)
     try:
+        wait_until(ready.exists, 10, "the pre-existing child to start")
         child = children_of(proc.pid)
         assert child, "pre-existing child missing"
         observed = start_receiver(HostConfig(backend=backend, startup_timeout=30), proc.pid)
         go.touch()
         assert proc.wait(timeout=20) == 5
-        time.sleep(0.3)
-        finish(observed)
+        try:
+            observed.wait_for("process.exit", child[0])
+            observed.wait_for("process.exit", proc.pid)
+        finally:
+            finish(observed)
     finally:
         go.touch()
         proc.wait(timeout=20)
@@ -174,7 +175,18 @@ def test_gated_workload_waits_for_release(tmp_path: Path) -> None:
     """The gate holds CMD until released (no blind window before observation starts)."""
     marker = tmp_path / "ran"
     work = Gated(f"touch {marker}", cwd=str(tmp_path))
-    time.sleep(0.2)
+    try:
+        # Blocked at the gate means no part of the script has run: the shell runs it in order.
+        wait_until(work.at_gate, 10, "the shell to block at the gate")
+    except AssertionError:
+        hidden = work.wait_channel() == "0"  # after 10 s the shell is blocked, not running
+        work.kill()
+        if hidden:
+            pytest.skip("the kernel does not show wait channels (/proc/PID/wchan)")
+        raise
+    except BaseException:
+        work.kill()
+        raise
     assert not marker.exists()
     work.release()
     assert work.wait() == 0

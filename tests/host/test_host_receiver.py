@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 from host_support import Gated, finish, needs_root, start_receiver
+from waiting import wait_until
 
 from otel_bridge.component import CreateSettings, Host
 from otel_bridge.errors import BackendUnavailableError, StartupError
@@ -144,9 +145,9 @@ def test_read_process_matches_identity_and_redacts() -> None:
     """read_process gives linux_start_time_ms's start and redacted argv."""
     proc = subprocess.Popen(["sh", "-c", "sleep 5", "sh", "--token=abcdef"])
     try:
-        time.sleep(0.05)
-        info = read_process(proc.pid, Redactor())
-        assert info is not None
+        info = wait_until(
+            lambda: read_process(proc.pid, Redactor()), 5, "the shell's /proc entry to be read"
+        )
         assert info.start_ms == linux_start_time_ms(proc.pid)
         assert info.argv == ["sh", "-c", "sleep 5", "sh", "--token=[REDACTED]"]
         assert info.name in ("dash", "sh", "bash")

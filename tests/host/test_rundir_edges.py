@@ -1,4 +1,4 @@
-"""Edge cases of the run directory: content store, modes, atomic writes and manifest checks."""
+"""Edge cases of the run directory: modes, atomic writes and manifest checks."""
 
 from __future__ import annotations
 
@@ -22,48 +22,19 @@ def _mode(path: str | Path) -> int:
     return stat.S_IMODE(os.stat(path).st_mode)
 
 
-def test_put_content_is_addressed_by_sha256_and_private(tmp_path: Path) -> None:
-    """A blob lands at cas/<2 hex>/<rest> named by its SHA-256, file 0600, folders 0700."""
+def test_nested_files_are_listed_in_the_manifest_and_verified(tmp_path: Path) -> None:
+    """A file in a subfolder appears in the manifest by its relative path, with digest and size,
+    and a change to it is reported by that path."""
     run = rundir.RunDir.create(str(tmp_path / "r"))
-    digest = run.put_content(b"hello")
-    hexd = hashlib.sha256(b"hello").hexdigest()
-    assert digest == f"sha256:{hexd}"
-    blob = Path(run.path, rundir.CAS, hexd[:2], hexd[2:])
-    assert blob.read_bytes() == b"hello"
-    assert _mode(blob) == 0o600
-    assert _mode(blob.parent) == 0o700
-    assert _mode(Path(run.path, rundir.CAS)) == 0o700
-
-
-def test_put_content_does_not_rewrite_an_existing_blob(tmp_path: Path) -> None:
-    """Storing the same bytes twice keeps the first file (same inode) and the same digest."""
-    run = rundir.RunDir.create(str(tmp_path / "r"))
-    first = run.put_content(b"same")
-    hexd = first.split(":", 1)[1]
-    blob = Path(run.path, rundir.CAS, hexd[:2], hexd[2:])
-    inode = blob.stat().st_ino
-    assert run.put_content(b"same") == first
-    assert blob.stat().st_ino == inode
-
-
-def test_put_content_empty_blob_has_the_empty_digest(tmp_path: Path) -> None:
-    """Empty content is stored under the well-known SHA-256 of the empty string."""
-    run = rundir.RunDir.create(str(tmp_path / "r"))
-    assert run.put_content(b"") == (
-        "sha256:e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855"
-    )
-
-
-def test_cas_blobs_are_listed_in_the_manifest_and_verified(tmp_path: Path) -> None:
-    """Blobs under cas/ appear in the manifest with their size and a changed blob is reported."""
-    run = rundir.RunDir.create(str(tmp_path / "r"))
-    hexd = run.put_content(b"abc").split(":", 1)[1]
+    Path(run.path, "sub").mkdir()
+    rel = "sub/blob"
+    rundir.write_private(run.file(rel), b"abc")
     run.write_json(rundir.SUMMARY, {"exit": 0})
     run.write_manifest({"id": "run-1"})
     manifest = json.loads(Path(run.file(rundir.MANIFEST)).read_text())
-    rel = f"{rundir.CAS}/{hexd[:2]}/{hexd[2:]}"
-    assert manifest["files"][rel] == {"sha256": hexd, "bytes": 3}
+    assert manifest["files"][rel] == {"sha256": hashlib.sha256(b"abc").hexdigest(), "bytes": 3}
     assert manifest["run"] == {"id": "run-1"}
+    assert _mode(Path(run.path, "sub")) == 0o700
     Path(run.file(rel)).write_bytes(b"abd")
     assert rundir.verify(run.path) == [f"modified: {rel}"]
 
@@ -172,7 +143,7 @@ def test_manifest_written_by_another_process_verifies_here(tmp_path: Path) -> No
     code = (
         "from otel_bridge import rundir;"
         f"r=rundir.RunDir.create({str(path)!r});"
-        "r.write_json('summary.json',{'a':1});r.put_content(b'x');r.write_manifest()"
+        "r.write_json('summary.json',{'a':1});r.write_manifest()"
     )
     subprocess.run([sys.executable, "-c", code], check=True, timeout=20)
     assert rundir.verify(str(path)) == []
@@ -181,16 +152,17 @@ def test_manifest_written_by_another_process_verifies_here(tmp_path: Path) -> No
 
 @settings(max_examples=25, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(st.lists(st.binary(max_size=32), min_size=1, max_size=6))
-def test_manifest_round_trips_any_blob_set(
+def test_manifest_round_trips_any_file_set(
     tmp_path_factory: pytest.TempPathFactory, blobs: list[bytes]
 ) -> None:
-    """For any set of stored blobs the fresh manifest verifies and lists each distinct blob once."""
+    """For any set of written files the fresh manifest verifies and lists each file once."""
     run = rundir.RunDir.create(str(tmp_path_factory.mktemp("r") / "run"))
-    digests = {run.put_content(b) for b in blobs}
+    for n, blob in enumerate(blobs):
+        rundir.write_private(run.file(f"{n}.bin"), blob)
     run.write_manifest()
     assert rundir.verify(run.path) == []
     listed = json.loads(Path(run.file(rundir.MANIFEST)).read_text())["files"]
-    assert {f"sha256:{e['sha256']}" for e in listed.values()} == digests
-    assert sorted(e["bytes"] for e in listed.values()) == sorted(
-        len(b) for b in {bytes(b) for b in blobs}
-    )
+    assert listed == {
+        f"{n}.bin": {"sha256": hashlib.sha256(blob).hexdigest(), "bytes": len(blob)}
+        for n, blob in enumerate(blobs)
+    }

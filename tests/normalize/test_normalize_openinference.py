@@ -4,6 +4,13 @@ from __future__ import annotations
 
 import json
 
+import pytest
+
+pytest.importorskip(
+    "openinference.semconv.trace",
+    reason="needs the OpenInference semantic conventions (the examples extra)",
+)
+
 from openinference.semconv.trace import OpenInferenceSpanKindValues, SpanAttributes
 from otel_span_helpers import convert, sdk_tracer
 

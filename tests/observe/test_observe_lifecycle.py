@@ -7,12 +7,12 @@ import json
 import os
 import signal
 import subprocess
-import time
 from pathlib import Path
 
 import psutil
 import pytest
 from observe_support import observe_argv
+from waiting import wait_until
 
 from otel_bridge import rundir
 
@@ -28,11 +28,7 @@ def _start(tmp_path: Path, *cmd: str) -> subprocess.Popen[str]:
 
 
 def _wait_for(path: Path, timeout: float = 30) -> None:
-    deadline = time.monotonic() + timeout
-    while not path.exists():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"{path} never appeared")
-        time.sleep(0.05)
+    wait_until(path.exists, timeout, f"{path} to appear")
 
 
 @pytest.mark.slow

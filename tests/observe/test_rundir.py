@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import stat
@@ -56,7 +57,8 @@ def test_manifest_lists_every_file_with_digest_and_size(tmp_path: Path) -> None:
     """The manifest records sha256 and byte size of each file, but not itself."""
     run = rundir.RunDir.create(str(tmp_path / "r"))
     Path(run.file(rundir.OS_STREAM)).write_text("abc")
-    digest = run.put_content(b"blob")
+    Path(run.path, "sub").mkdir()
+    rundir.write_private(str(Path(run.path, "sub", "blob")), b"blob")
     run.write_manifest({"id": "run-9"})
     manifest = json.loads(Path(run.file(rundir.MANIFEST)).read_text())
     assert manifest["format"] == "otel-bridge.manifest"
@@ -67,7 +69,7 @@ def test_manifest_lists_every_file_with_digest_and_size(tmp_path: Path) -> None:
         "sha256": "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad",
         "bytes": 3,
     }
-    assert f"cas/{digest[7:9]}/{digest[9:]}" in files
+    assert files["sub/blob"] == {"sha256": hashlib.sha256(b"blob").hexdigest(), "bytes": 4}
     assert rundir.verify(run.path) == []
 
 

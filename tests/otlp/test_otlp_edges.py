@@ -15,6 +15,7 @@ from google.rpc import status_pb2  # type: ignore[import-untyped]
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from otlp_fixtures import Running, StartReceiver, make_span
+from waiting import wait_until
 
 from otel_bridge.errors import DecodeError, PayloadTooLargeError
 from otel_bridge.exporters.otlp.config import QueueConfig, RetryConfig
@@ -474,9 +475,7 @@ def test_full_queue_refuses_and_shutdown_returns_unsent() -> None:
     )
     sender.start()
     assert sender.submit(ITEM)
-    deadline = time.monotonic() + 2
-    while sender.pending() and time.monotonic() < deadline:  # the consumer takes the first
-        time.sleep(0.005)
+    wait_until(lambda: not sender.pending(), 2, "the consumer to take the first item")
     assert sender.submit(ITEM)
     assert sender.submit(ITEM)
     assert not sender.submit(ITEM)
@@ -519,8 +518,7 @@ def test_shutdown_interrupts_backoff_wait() -> None:
     )
     sender.start()
     sender.submit(ITEM)
-    while not script.times:
-        time.sleep(0.005)
+    wait_until(lambda: script.times, 5, "the first send attempt")
     started = time.monotonic()
     assert sender.shutdown(0.1) == []
     assert time.monotonic() - started < 1.5

@@ -236,5 +236,5 @@ def test_embedded_local_config_validates(tmp_path: Path, monkeypatch: pytest.Mon
 def test_embedded_config_env_overrides() -> None:
     """${env:...} defaults in local.yaml can be overridden from the environment."""
     doc = load_yaml(embedded_config_text(), "local.yaml")
-    config = parse_config(doc, env={"OTEL_BRIDGE_GRPC_ENDPOINT": "127.0.0.1:14317"})
+    config = parse_config(doc, env={"OTEL_BRIDGE_OTLP_GRPC_ENDPOINT": "127.0.0.1:14317"})
     assert config.receivers["otlp"].config.protocols.grpc.endpoint == "127.0.0.1:14317"

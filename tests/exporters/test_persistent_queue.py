@@ -115,3 +115,43 @@ def test_storage_needs_the_queue_enabled() -> None:
     """A persistent queue without the queue is a config problem."""
     config = GrpcExporterConfig(sending_queue=QueueConfig(enabled=False, storage="/tmp/q"))
     assert "sending_queue.storage: a persistent queue needs enabled: true" in config.validate()
+
+
+def test_torn_tail_is_counted_and_the_rest_delivered(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A log ending in half a record (kill -9 mid-write): start-up cuts it, counts it, warns once,
+    and delivers the intact batches before it."""
+    queue = QueueConfig(storage=str(tmp_path), num_consumers=1)
+    down = GrpcExporterConfig(
+        endpoint=f"127.0.0.1:{free_port()}",
+        retry_on_failure=FAST_RETRY,
+        sending_queue=queue,
+        shutdown_timeout=0.2,
+        signals=["traces"],
+    )
+    first, _ = exporter(down)
+    for i in range(3):
+        first.consume(batch(i))
+    first.shutdown()
+    log = tmp_path / "exporter_otlp_q" / "wal.log"
+    with log.open("r+b") as f:
+        f.truncate(log.stat().st_size - 5)
+    with downstream() as (receiver, sink):
+        up = GrpcExporterConfig(
+            endpoint=f"127.0.0.1:{receiver.grpc_port}",
+            retry_on_failure=FAST_RETRY,
+            sending_queue=queue,
+            signals=["traces"],
+        )
+        second, host = exporter(up)
+        assert sink.wait_for(6, timeout=10)
+        second.shutdown()
+    assert sorted(s.name for s in sink.spans) == sorted(f"span-{n}" for n in range(6))
+    assert counters(host) == {
+        "queue_torn_records": 1,
+        "queue_replayed_batches": 2,
+        "sent_spans": 6,
+    }
+    torn = [r.getMessage() for r in caplog.records if "torn record" in r.getMessage()]
+    assert len(torn) == 1

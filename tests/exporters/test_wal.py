@@ -129,7 +129,7 @@ def test_bounds_refuse_new_batches(tmp_path: Path) -> None:
 
 def test_drained_queue_resets_its_files(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """Once everything is acknowledged and the log grew past RESET_BYTES, it starts over."""
-    monkeypatch.setattr(wal, "RESET_BYTES", 200)
+    monkeypatch.setattr(wal, "RESET_BYTES", 100)
     log, _ = open_wal(tmp_path)
     seqs = [log.append("traces", 1, b"y" * 100) for _ in range(3)]
     for seq in seqs:
@@ -185,3 +185,22 @@ def test_one_process_per_queue_directory(tmp_path: Path) -> None:
     second, _ = open_wal(tmp_path)
     second.close()
     assert os.path.isdir(tmp_path / NAME)
+
+
+def test_acknowledged_records_are_compacted_away(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """With batches still pending, acknowledged ones are compacted out once they outweigh them."""
+    monkeypatch.setattr(wal, "RESET_BYTES", 300)
+    log, _ = open_wal(tmp_path)
+    seqs = [log.append("logs", 1, bytes([i]) * 100) for i in range(6)]
+    for seq in seqs[:4]:
+        assert seq is not None
+        log.ack(seq)
+    path = log_file(tmp_path)
+    assert path.stat().st_size < wal._HEADER.size + 3 * (wal._RECORD.size + 100)
+    log.close()
+    log, recovery = open_wal(tmp_path)
+    assert [e.seq for e in recovery.pending] == [4, 5]
+    assert [e.payload[0] for e in recovery.pending] == [4, 5]
+    log.close()

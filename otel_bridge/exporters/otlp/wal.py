@@ -24,8 +24,9 @@ Recovery. :meth:`WriteAheadLog.open` reads the log in order; the first record th
 or fails its CRC (a write torn by kill -9 or a crash) and everything after it are cut off
 (``ftruncate``) and counted, never a start-up failure. Acknowledged records are skipped; the rest
 are returned for replay in their original order, and the log is rewritten with just them (to a
-temporary file, ``fsync``, ``rename``). When the queue drains empty and the log has grown past
-:data:`RESET_BYTES`, the files are reset the same way, so they do not grow without bound.
+temporary file, ``fsync``, ``rename``). At run time, once the acknowledged records in the log
+outweigh both :data:`RESET_BYTES` and the pending ones, the log is compacted the same way, so
+the files stay within about twice ``max_bytes`` (plus :data:`RESET_BYTES`).
 
 Safety. The directories are created ``0700`` and the files ``0600``; every open uses
 ``O_NOFOLLOW`` relative to a directory descriptor opened with ``O_NOFOLLOW`` too, so a symlink
@@ -54,7 +55,8 @@ _ACK = struct.Struct("<QI")
 _SIGNALS: tuple[Signal, Signal] = ("traces", "logs")
 _LOG, _ACKS, _LOCK, _TMP = "wal.log", "wal.ack", "lock", "wal.log.tmp"
 RESET_BYTES = 4 << 20
-"""Log size past which an emptied queue rewrites its files."""
+"""Bytes of acknowledged records past which the log is compacted (if they also outweigh the
+pending ones)."""
 _FILE_FLAGS = os.O_NOFOLLOW | os.O_CLOEXEC
 _DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 
@@ -287,10 +289,16 @@ class WriteAheadLog:
             if self._acks < 0 or seq not in self._pending:
                 return
             self._bytes -= self._pending.pop(seq)
-            if not self._pending and self._log_size > RESET_BYTES:
-                self._rewrite([])
+            done_bytes = self._log_size - _HEADER.size - self._bytes
+            if done_bytes > max(RESET_BYTES, self._bytes):
+                self._compact()
             else:
                 _write_all(self._acks, _ACK.pack(seq, zlib.crc32(struct.pack("<Q", seq))))
+
+    def _compact(self) -> None:
+        """Rewrite the log with only the pending batches (read back from the file)."""
+        _, entries, _ = parse_log(_read_all(self._log))
+        self._rewrite([e for e in entries if e.seq in self._pending])
 
     def pending(self) -> tuple[int, int]:
         """``(batches, bytes)`` written and not yet acknowledged."""

@@ -16,7 +16,17 @@ stays recognisable):
 * ``Authorization: Bearer x`` / ``Basic x`` header values;
 * credentials in URLs (``scheme://user:pass@host`` keeps ``user``);
 * well-known key shapes anywhere: OpenAI/Anthropic ``sk-...``, GitHub ``ghp_``/``gho_``/
-  ``github_pat_...``, AWS ``AKIA...``, Slack ``xox?-...``, Google ``AIza...``, JWTs.
+  ``github_pat_...``, AWS ``AKIA...``, Slack ``xox?-...``, Google ``AIza...``, JWTs;
+* tool-specific options, only for the tool that gives them that meaning: ``curl -u``/``--user``/
+  ``--proxy-user user:pass`` (the user is kept), ``mysql -pPW`` (attached only: a detached
+  ``-p`` prompts and the next word is the database), ``sshpass -p PW``; ``-p`` stays a port for
+  ``ssh``, ``nc`` and everything else;
+* SQL: the quoted secret after ``PASSWORD`` or ``IDENTIFIED [WITH plugin] BY`` (``CREATE USER
+  ... PASSWORD 'x'``, ``... IDENTIFIED BY 'x'``, ``SET PASSWORD = PASSWORD('x')``).
+
+The rules, the tools they apply to and an example of each are in ``docs/redaction.md``. Every
+function here is total (it never raises on any string) and idempotent (redacting twice gives the
+same result as once).
 """
 
 from __future__ import annotations
@@ -64,8 +74,14 @@ _AUTH_HEADER = re.compile(
 )
 _BEARER = re.compile(r"(?P<head>\bBearer\s+)(?P<value>[A-Za-z0-9._~+/\-=]{8,})")
 _URL_CREDENTIALS = re.compile(
-    r"(?P<head>\b[a-zA-Z][a-zA-Z0-9+.\-]*://[^\s:/@]+:)(?P<value>[^\s@/]+)(?P<tail>@)"
+    r"(?P<head>\b[a-zA-Z][a-zA-Z0-9+.\-]*://[^\s:/@]+:)(?P<value>[^\s/]+)(?P<tail>@)"
 )
+"""``scheme://user:secret@``: the secret runs to the last ``@`` before the path (it may hold an
+unescaped ``@`` itself)."""
+_QUERY_PARAMETER = re.compile(
+    r"(?P<head>[?&;](?P<name>[A-Za-z_][A-Za-z0-9_.\-]*)=)(?P<value>[^\s&#;\"']+)"
+)
+"""A URL query parameter (``?access_token=x``): its value is hidden when its name is secret."""
 _ASSIGNMENT = re.compile(
     r"(?P<head>(?<![A-Za-z0-9_])(?P<name>[A-Za-z_][A-Za-z0-9_.\-]*)[\"']?\s*[=:]\s*[\"']?)"
     r"(?P<value>[^\s\"'&;,]+)"
@@ -76,6 +92,123 @@ _OPTION_EQUALS = re.compile(
 _OPTION_SPACE = re.compile(
     r"(?P<head>(?<!\S)(?P<opt>--?[A-Za-z0-9][A-Za-z0-9_\-]*)\s+)(?P<value>[^\s\-]\S*)"
 )
+
+
+_SQL_SECRET = re.compile(
+    r"(?P<head>\b(?:PASSWORD(?:\s*=\s*|\s*\(\s*|\s+)|IDENTIFIED\s+(?:WITH\s+\w+\s+)?BY\s+)"
+    r"(?:PASSWORD\s*\(\s*)?(?P<q>['\"]))(?P<value>[^'\"]*)(?P=q)",
+    re.IGNORECASE,
+)
+"""A quoted SQL password: ``PASSWORD 'x'``, ``IDENTIFIED BY 'x'``, ``PASSWORD('x')``."""
+
+_TOOL_HINT = re.compile(r"\b(?:curl|mysql|mariadb|sshpass)")
+"""Text that may hold a tool-specific secret option (a cheap test before tokenizing)."""
+_CURL_USER_OPTIONS = ("--user", "--proxy-user", "-u", "-U")
+_MYSQL_TOOLS = frozenset(
+    {
+        "mysql",
+        "mysqldump",
+        "mysqladmin",
+        "mysqlimport",
+        "mysqlshow",
+        "mysqlcheck",
+        "mysqlslap",
+        "mysqlpump",
+        "mariadb",
+        "mariadb-dump",
+        "mariadb-admin",
+    }
+)
+_WRAPPERS = frozenset({"sudo", "env", "exec", "nohup", "time", "command", "xargs"})
+_SEPARATORS = frozenset({"|", "||", "&&", ";", "&"})
+_WORD = re.compile(r"""(?:'[^']*'|"[^"]*"|[^\s'"]|['"])+""")
+"""A shell word: quoted parts may hold spaces (an unbalanced quote is an ordinary character)."""
+
+
+def _tool_name(token: str) -> str:
+    return token.strip("'\"").rsplit("/", 1)[-1]
+
+
+def _user_password(value: str) -> str:
+    """``user:secret`` as ``user:[REDACTED]`` (quotes kept); a value without a secret as is."""
+    quote = value[0] if value[:1] in ("'", '"') else ""
+    body = value[len(quote) :]
+    end = quote if quote and body.endswith(quote) and len(body) > 0 else ""
+    body = body[: len(body) - len(end)]
+    user, sep, secret = body.partition(":")
+    if not sep or not secret:
+        return value
+    return f"{quote}{user}:{REDACTED}{end}"
+
+
+def _curl_option(tokens: Sequence[str], i: int, out: dict[int, str]) -> None:
+    token = tokens[i]
+    for option in _CURL_USER_OPTIONS:
+        if token == option and i + 1 < len(tokens):
+            out[i + 1] = _user_password(tokens[i + 1])
+        elif option.startswith("--") and token.startswith(option + "="):
+            out[i] = option + "=" + _user_password(token[len(option) + 1 :])
+        elif not option.startswith("--") and token.startswith(option) and len(token) > 2:
+            out[i] = option + _user_password(token[2:])
+        else:
+            continue
+        return
+
+
+def tool_redactions(tokens: Sequence[str]) -> dict[int, str]:
+    """Replacements, by index, that the tool-specific rules make in one command's words.
+
+    ``tokens[0]`` (after ``NAME=value`` assignments and wrappers such as ``sudo`` or ``env``)
+    names the tool; only ``curl``, the ``mysql`` family and ``sshpass`` have rules. ``sshpass``
+    runs a command: its options end at the first word that is not one, and the rest is checked
+    as a command of its own (so ``sshpass -p PW ssh -p 22 host`` keeps the port).
+    """
+    start = 0
+    while start < len(tokens) and ("=" in tokens[start] or _tool_name(tokens[start]) in _WRAPPERS):
+        start += 1
+    if start >= len(tokens):
+        return {}
+    tool = _tool_name(tokens[start])
+    out: dict[int, str] = {}
+    i = start + 1
+    while i < len(tokens):
+        token = tokens[i]
+        if tool == "curl":
+            _curl_option(tokens, i, out)
+        elif tool in _MYSQL_TOOLS and token.startswith("-p") and len(token) > 2:
+            out[i] = "-p" + REDACTED
+        elif tool == "sshpass":
+            if token == "-p" and i + 1 < len(tokens):
+                out[i + 1] = REDACTED
+                i += 1
+            elif token.startswith("-p") and len(token) > 2:
+                out[i] = "-p" + REDACTED
+            elif not token.startswith("-"):
+                rest = tool_redactions(tokens[i:])
+                out.update({i + k: v for k, v in rest.items()})
+                break
+        i += 1
+    return out
+
+
+def _redact_commands(text: str) -> str:
+    """``text`` (a shell command line) with the tool-specific rules applied to each command."""
+    words = list(_WORD.finditer(text))
+    pieces: list[str] = []
+    done = 0
+    command: list[re.Match[str]] = []
+    for word in [*words, None]:
+        if word is not None and word[0] not in _SEPARATORS:
+            command.append(word)
+            if not word[0].endswith(";"):
+                continue
+        for index, replacement in tool_redactions([w[0] for w in command]).items():
+            match = command[index]
+            pieces += [text[done : match.start()], replacement]
+            done = match.end()
+        command = []
+    pieces.append(text[done:])
+    return "".join(pieces)
 
 
 def is_secret_name(name: str) -> bool:
@@ -113,9 +246,14 @@ class Redactor:
         """``text`` with every recognised secret replaced by :data:`REDACTED`."""
         if not text:
             return text
-        out = _URL_CREDENTIALS.sub(lambda m: m["head"] + REDACTED + m["tail"], text)
+        out = _redact_commands(text) if _TOOL_HINT.search(text) else text
+        out = _SQL_SECRET.sub(lambda m: m["head"] + REDACTED + m["q"], out)
+        out = _URL_CREDENTIALS.sub(lambda m: m["head"] + REDACTED + m["tail"], out)
         out = _AUTH_HEADER.sub(lambda m: m["head"] + REDACTED, out)
         out = _BEARER.sub(lambda m: m["head"] + REDACTED, out)
+        out = _QUERY_PARAMETER.sub(
+            lambda m: m["head"] + REDACTED if self.secret_name(m["name"]) else m[0], out
+        )
         out = _ASSIGNMENT.sub(self._assignment, out)
         out = _OPTION_EQUALS.sub(
             lambda m: m["head"] + REDACTED if self._hides(m["opt"], m["value"]) else m[0], out
@@ -153,7 +291,12 @@ class Redactor:
         """A redacted copy of an argument vector; a secret option's next argument is hidden."""
         out: list[str] = []
         hide_next = False
+        by_tool = tool_redactions(argv)
         for i, arg in enumerate(argv):
+            if i in by_tool:
+                out.append(self.text(by_tool[i]))
+                hide_next = False
+                continue
             if hide_next:
                 out.append(REDACTED)
                 hide_next = False

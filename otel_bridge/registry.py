@@ -39,6 +39,7 @@ BUILTIN_MODULES: tuple[str, ...] = (
     "otel_bridge.exporters.graph",
     "otel_bridge.exporters.otlp",
     "otel_bridge.exporters.file",
+    "otel_bridge.exporters.debug",
 )
 
 _log = logging.getLogger("otel_bridge.registry")

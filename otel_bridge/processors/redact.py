@@ -3,8 +3,11 @@
 Applies :mod:`otel_bridge.redaction` to every string attribute of spans, span events and log
 records (and to log bodies): values under a secret-looking key (``*_KEY``, ``*_TOKEN``,
 ``*SECRET*``, ``*PASSWORD*``, ``authorization``, ...) are replaced whole; other strings are
-scanned for key shapes, ``Authorization: Bearer`` values, URL credentials and secret options
-(``--password x``). String arrays (``process.command_args``) are redacted as argument vectors.
+scanned for key shapes, ``Authorization: Bearer`` values, URL credentials and secret query
+parameters, secret options (``--password x``), tool-specific options (``curl -u user:pass``,
+``mysql -pPW``, ``sshpass -p PW``) in command lines such as ``process.command_line``, and SQL
+passwords (``PASSWORD 'x'``, ``IDENTIFIED BY 'x'``) in ``db.statement``. The rule table is in
+``docs/redaction.md``. String arrays (``process.command_args``) are redacted as argument vectors.
 Observation entity and observation attributes get the same treatment, so a pipeline can redact
 after ``normalize`` too. Configurable extra patterns and extra secret attribute keys.
 """

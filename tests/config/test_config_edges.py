@@ -52,7 +52,7 @@ TYPED = Factory(type_name="typed", kind=EXPORTER, default_config=TypedConfig, cr
 
 
 def registry() -> Registry:
-    """The test doubles plus the ``typed`` and the real ``otlp_http`` exporters."""
+    """The test doubles plus the ``typed`` and the real ``otlphttp`` exporters."""
     return double_registry(TYPED, otlp_exporters.http_factory)
 
 
@@ -136,13 +136,13 @@ def test_literal_int_in_a_string_field_is_still_rejected() -> None:
 
 
 def test_otlp_http_exporter_header_token_from_env() -> None:
-    """The real otlp_http exporter keeps a numeric API token's text (YAML 1.1 reads 0123 as 83)."""
+    """The real otlphttp exporter keeps a numeric API token's text (YAML 1.1 reads 0123 as 83)."""
     config = parse(
         {"endpoint": "http://127.0.0.1:4318", "headers": {"api-key": "${env:KEY}"}},
         {"KEY": "0123"},
-        name="otlp_http",
+        name="otlphttp",
     )
-    exporter = config.exporters["otlp_http"].config
+    exporter = config.exporters["otlphttp"].config
     assert isinstance(exporter, HttpExporterConfig)
     assert exporter.headers == {"api-key": "0123"}
 

@@ -41,7 +41,7 @@ def test_phoenix_defaults_to_local_phoenix_over_http() -> None:
     """Phoenix gets protobuf over HTTP at PHOENIX_COLLECTOR_ENDPOINT, default port 6006."""
     config = load("phoenix.yaml")
     (exporter_id,) = config.exporters
-    assert exporter_id.startswith("otlp_http")
+    assert exporter_id.startswith("otlphttp/")
     exporter = config.exporters[exporter_id].config
     assert exporter.endpoint == "http://127.0.0.1:6006"
     assert exporter.encoding == "proto"
@@ -54,7 +54,7 @@ def test_jaeger_default_does_not_collide_with_our_receiver() -> None:
     """Jaeger's default endpoint is not our receiver's port; both move by environment."""
     config = load("jaeger.yaml")
     (exporter_id,) = config.exporters
-    assert exporter_id.startswith("otlp_grpc")
+    assert exporter_id.startswith("otlp/")
     grpc, http, jaeger = endpoints(config)
     assert (grpc, http, jaeger) == ("127.0.0.1:4317", "127.0.0.1:4318", "127.0.0.1:14317")
     assert jaeger.rsplit(":", 1)[1] not in {grpc.rsplit(":", 1)[1], http.rsplit(":", 1)[1]}
@@ -73,7 +73,7 @@ def test_bad_endpoint_from_environment_is_reported_with_its_key_path() -> None:
     """A malformed endpoint from the environment fails validation naming the exporter key."""
     with pytest.raises(ConfigError) as info:
         load("jaeger.yaml", {"JAEGER_ENDPOINT": "no-port"})
-    assert any(p.startswith("exporters.otlp_grpc/jaeger.endpoint") for p in info.value.problems)
+    assert any(p.startswith("exporters.otlp/jaeger.endpoint") for p in info.value.problems)
 
 
 def test_configs_ship_with_the_package() -> None:

@@ -1,4 +1,4 @@
-"""The otlp_grpc / otlp_http exporters against our receiver and small scripted test servers."""
+"""The otlp (gRPC) / otlphttp exporters against our receiver and small scripted test servers."""
 
 from __future__ import annotations
 

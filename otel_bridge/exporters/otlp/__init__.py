@@ -1,4 +1,7 @@
-"""The ``otlp_grpc`` and ``otlp_http`` exporters: spans and log records to any OTLP endpoint.
+"""The ``otlp`` (gRPC) and ``otlphttp`` exporters: spans and log records to any OTLP endpoint.
+
+The type names are the OpenTelemetry Collector's. ``otlp_grpc`` and ``otlp_http``, the names of
+earlier releases, are aliases: the same factory configuration and the same component.
 
 See :mod:`otel_bridge.exporters.otlp.config` for the configuration and
 :mod:`otel_bridge.exporters.otlp.exporter` for queueing, retries and counters.
@@ -6,12 +9,22 @@ See :mod:`otel_bridge.exporters.otlp.config` for the configuration and
 
 from __future__ import annotations
 
+import dataclasses
+
 from otel_bridge.component import EXPORTER, Component, Consumer, CreateSettings, Factory
 from otel_bridge.exporters.otlp.config import GrpcExporterConfig, HttpExporterConfig
 from otel_bridge.exporters.otlp.exporter import OtlpExporter
 from otel_bridge.exporters.otlp.transport import GrpcTransport, HttpTransport
 
-__all__ = ["OtlpExporter", "factories", "grpc_factory", "http_factory"]
+__all__ = [
+    "ALIASES",
+    "OtlpExporter",
+    "factories",
+    "grpc_alias_factory",
+    "grpc_factory",
+    "http_alias_factory",
+    "http_factory",
+]
 
 
 def _create_grpc(
@@ -27,20 +40,33 @@ def _create_http(
 
 
 grpc_factory: Factory[GrpcExporterConfig] = Factory(
-    type_name="otlp_grpc",
+    type_name="otlp",
     kind=EXPORTER,
     default_config=GrpcExporterConfig,
     create=_create_grpc,
 )
-"""Factory of the ``otlp_grpc`` exporter."""
+"""Factory of the ``otlp`` (OTLP/gRPC) exporter."""
 
 http_factory: Factory[HttpExporterConfig] = Factory(
-    type_name="otlp_http",
+    type_name="otlphttp",
     kind=EXPORTER,
     default_config=HttpExporterConfig,
     create=_create_http,
 )
-"""Factory of the ``otlp_http`` exporter."""
+"""Factory of the ``otlphttp`` exporter."""
 
-factories = (grpc_factory, http_factory)
-"""Both OTLP exporter factories, for the registry."""
+grpc_alias_factory: Factory[GrpcExporterConfig] = dataclasses.replace(
+    grpc_factory, type_name="otlp_grpc"
+)
+"""``otlp_grpc``: an alias of ``otlp`` kept for configurations written for earlier releases."""
+
+http_alias_factory: Factory[HttpExporterConfig] = dataclasses.replace(
+    http_factory, type_name="otlp_http"
+)
+"""``otlp_http``: an alias of ``otlphttp`` kept for configurations written for earlier releases."""
+
+ALIASES: dict[str, str] = {"otlp_grpc": "otlp", "otlp_http": "otlphttp"}
+"""Alias type name -> the Collector's type name."""
+
+factories = (grpc_factory, http_factory, grpc_alias_factory, http_alias_factory)
+"""The OTLP exporter factories (the Collector's names and the aliases), for the registry."""

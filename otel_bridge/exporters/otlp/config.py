@@ -1,17 +1,19 @@
-"""Configuration of the ``otlp_grpc`` and ``otlp_http`` exporters, shaped like the Collector's.
+"""Configuration of the ``otlp`` (gRPC) and ``otlphttp`` exporters, shaped like the Collector's.
 
 ::
 
     exporters:
-      otlp_grpc:
+      otlp:                               # alias: otlp_grpc
         endpoint: 127.0.0.1:4317          # host:port, http://host:port, or https://host:port
         headers: {authorization: "Bearer ${env:TOKEN}"}
         timeout: 10s
         compression: gzip                 # gzip | none
         retry_on_failure: {enabled: true, initial_interval: 5s, max_interval: 30s,
                            max_elapsed_time: 300s}
-        sending_queue: {enabled: true, queue_size: 1000, num_consumers: 2}
-      otlp_http:
+        sending_queue: {enabled: true, queue_size: 1000, num_consumers: 2,
+                        storage: /var/lib/otel-bridge/queue}   # optional: persistent queue
+        signals: [traces, logs]           # what this backend accepts; [traces] sends no logs
+      otlphttp:                           # alias: otlp_http
         endpoint: http://127.0.0.1:4318   # /v1/traces and /v1/logs are appended
         traces_endpoint: ""               # full URL overriding endpoint + /v1/traces
         logs_endpoint: ""
@@ -25,6 +27,11 @@ from typing import Literal
 from urllib.parse import urlsplit
 
 Compression = Literal["gzip", "none"]
+SignalName = Literal["traces", "logs"]
+
+
+def _both_signals() -> list[SignalName]:
+    return ["traces", "logs"]
 
 
 @dataclass(slots=True, kw_only=True)
@@ -68,10 +75,24 @@ class QueueConfig:
     """Batches held at most; when full, new batches are dropped and counted."""
     num_consumers: int = 2
     """Sender threads."""
+    storage: str = ""
+    """A directory: when set, the queue is persistent. Every accepted batch is written to a
+    write-ahead log there before ``consume`` returns and removed only once the backend
+    acknowledged it; a restart replays what is left (:mod:`otel_bridge.exporters.otlp.wal`)."""
+    max_bytes: int = 256 << 20
+    """Persistent queue only: bytes of unacknowledged batches held at most; past it new batches
+    are dropped and counted."""
+    fsync: bool = True
+    """Persistent queue only: ``fdatasync`` every batch before ``consume`` returns (survives a
+    power loss); false survives a killed process only."""
 
     def problems(self, path: str) -> list[str]:
         """Problems as ``"path.key: message"``."""
         out: list[str] = []
+        if self.storage and not self.enabled:
+            out.append(f"{path}.storage: a persistent queue needs enabled: true")
+        if self.max_bytes <= 0:
+            out.append(f"{path}.max_bytes: must be positive")
         if self.queue_size <= 0:
             out.append(f"{path}.queue_size: must be positive")
         if self.num_consumers <= 0:
@@ -93,6 +114,10 @@ class OtlpExporterConfig:
     sending_queue: QueueConfig = field(default_factory=QueueConfig)
     shutdown_timeout: float = 5.0
     """Seconds ``shutdown`` waits for the queue to drain before dropping (and counting) the rest."""
+    signals: list[SignalName] = field(default_factory=_both_signals)
+    """The signals the backend accepts. A signal left out is never sent (Phoenix and Jaeger take
+    traces only: ``[traces]``); a signal the backend refuses at run time (HTTP 404/405/415, gRPC
+    ``UNIMPLEMENTED``) is reported once and then no longer sent for the run."""
 
     def validate(self) -> list[str]:
         """Problems as ``"key.path: message"``, relative to the exporter."""
@@ -101,6 +126,10 @@ class OtlpExporterConfig:
             problems.append("timeout: must be positive")
         if self.shutdown_timeout < 0:
             problems.append("shutdown_timeout: must not be negative")
+        if not self.signals:
+            problems.append("signals: choose at least one of traces, logs")
+        if len(set(self.signals)) != len(self.signals):
+            problems.append("signals: lists a signal twice")
         problems += self.retry_on_failure.problems("retry_on_failure")
         problems += self.sending_queue.problems("sending_queue")
         return problems
@@ -112,7 +141,7 @@ class OtlpExporterConfig:
 
 @dataclass(slots=True, kw_only=True)
 class GrpcExporterConfig(OtlpExporterConfig):
-    """``otlp_grpc``: ``endpoint`` is ``host:port``; ``https://`` turns TLS on."""
+    """``otlp`` (alias ``otlp_grpc``): ``endpoint`` is ``host:port``; ``https://`` turns TLS on."""
 
     endpoint: str = "127.0.0.1:4317"
 
@@ -130,7 +159,7 @@ class GrpcExporterConfig(OtlpExporterConfig):
 
 @dataclass(slots=True, kw_only=True)
 class HttpExporterConfig(OtlpExporterConfig):
-    """``otlp_http``: ``endpoint`` is a base URL; the signal paths are appended."""
+    """``otlphttp`` (alias ``otlp_http``): ``endpoint`` is a base URL; signal paths are appended."""
 
     endpoint: str = "http://127.0.0.1:4318"
     traces_endpoint: str = ""

@@ -1,4 +1,4 @@
-"""The OTLP exporter component shared by ``otlp_grpc`` and ``otlp_http``.
+"""The OTLP exporter component shared by ``otlp`` (gRPC) and ``otlphttp``.
 
 ``consume`` takes the spans and log records of a batch (observations and coverage are not OTLP
 telemetry and are ignored here) and queues them; sender threads encode and send them, retrying
@@ -8,6 +8,20 @@ Counters in ``host.telemetry`` (``exporter.<id>.``): ``sent_spans``, ``sent_log_
 ``dropped_spans``/``dropped_log_records`` (queue full, or shut down), ``failed_spans``/
 ``failed_log_records`` (permanent error or retries exhausted) and ``rejected_spans``/
 ``rejected_log_records`` (refused by the server in a partial success).
+
+Signals. Only the signals listed in ``signals`` are sent. When the backend answers that it does
+not take a signal at all (HTTP 404/405/415, gRPC ``UNIMPLEMENTED``), one warning names the signal
+and the endpoint, ``signals_disabled`` counts it, and that signal is not sent to this exporter's
+endpoint again for the run: its records (the refused batch and every later one) are counted in
+``unsupported_spans``/``unsupported_log_records``, never retried, never logged per batch.
+
+Persistent queue (``sending_queue.storage``): each batch is encoded and appended to a
+write-ahead log (:mod:`otel_bridge.exporters.otlp.wal`) before ``consume`` returns, and marked
+done once it ended (delivered, or permanently failed and counted). A shutdown leaves what was not
+sent in the log (``queue_kept_batches``) instead of dropping it; the next start replays it in
+order (``queue_replayed_batches``). A record torn by a crash is cut off and counted
+(``queue_torn_records``). A full queue (``queue_size`` batches or ``max_bytes``) drops the new
+batch and counts it in ``dropped_spans``/``dropped_log_records``. Delivery is at-least-once.
 """
 
 from __future__ import annotations
@@ -16,11 +30,12 @@ import threading
 from collections.abc import Callable
 
 from otel_bridge.component import CreateSettings, Host, Telemetry
-from otel_bridge.errors import ComponentError
+from otel_bridge.errors import ComponentError, StartupError
 from otel_bridge.exporters.otlp.config import OtlpExporterConfig
 from otel_bridge.exporters.otlp.encoding import Encoding, encode_log_records, encode_spans
-from otel_bridge.exporters.otlp.sender import Item, Sender, SendResult
+from otel_bridge.exporters.otlp.sender import Item, Sender, SendResult, Signal
 from otel_bridge.exporters.otlp.transport import Transport
+from otel_bridge.exporters.otlp.wal import Entry, StorageError, WriteAheadLog, queue_dir_name
 from otel_bridge.model import Batch, LogRecord, Span
 
 _NOUNS = {"traces": "spans", "logs": "log_records"}
@@ -46,13 +61,17 @@ class OtlpExporter:
         self._sender: Sender | None = None
         self._lock = threading.Lock()
         self._stopped = False
+        self._disabled: set[Signal] = set()
+        """Signals the backend refused as unsupported: no longer sent this run."""
+        self._wal: WriteAheadLog | None = None
 
     def start(self, host: Host) -> None:
-        """Open the transport and start the sender threads."""
+        """Open the persistent queue (if any) and the transport; start the sender threads."""
         with self._lock:
             if self._sender is not None or self._stopped:
                 return
             self._telemetry = host.telemetry
+            replay = self._open_storage()
             self._transport = self._make_transport()
             self._sender = Sender(
                 self._attempt,
@@ -62,6 +81,42 @@ class OtlpExporter:
                 name=f"exporter-{self._settings.id}",
             )
             self._sender.start()
+            for entry in replay:
+                item = Item(entry.signal, (), entry.payload, entry.count, entry.seq)
+                self._sender.submit(item, force=True)
+
+    def _open_storage(self) -> list[Entry]:
+        """Open the write-ahead log; the batches to replay. Raises :class:`StartupError`."""
+        queue = self._config.sending_queue
+        if not queue.storage:
+            return []
+        wal = WriteAheadLog(
+            queue.storage,
+            queue_dir_name(self._settings.id),
+            max_batches=queue.queue_size,
+            max_bytes=queue.max_bytes,
+            fsync=queue.fsync,
+        )
+        try:
+            recovery = wal.open()
+        except StorageError as exc:
+            raise StartupError(f"{self._settings.id}: sending_queue.storage: {exc}") from exc
+        self._wal = wal
+        if recovery.torn_records:
+            self._count("queue_torn_records", recovery.torn_records)
+            self._report(
+                "queue_torn_records",
+                f"the persistent queue in {queue.storage} ended in a torn record "
+                f"({recovery.torn_bytes} bytes, written when the process was killed): cut off",
+            )
+        if recovery.pending:
+            self._count("queue_replayed_batches", len(recovery.pending))
+            self._report(
+                "queue_replayed_batches",
+                f"replaying {len(recovery.pending)} batches kept in {queue.storage} "
+                f"by an earlier run",
+            )
+        return recovery.pending
 
     def consume(self, batch: Batch) -> None:
         """Queue the batch's spans and log records (or send them now without a queue).
@@ -72,12 +127,30 @@ class OtlpExporter:
             sender = self._sender
             if sender is None or self._stopped:
                 self._drop(item, "the exporter is not running")
+            elif item.signal in self._disabled:
+                self._count(f"unsupported_{_NOUNS[item.signal]}", item.size)
             elif not self._config.sending_queue.enabled:
                 result = sender.send(item)
-                if not result.ok:
+                if not result.ok and not result.unsupported:
                     raise ComponentError(f"{self._settings.id}: {result.message}")
+            elif self._wal is not None:
+                self._persist(sender, self._wal, item)
             elif not sender.submit(item):
                 self._drop(item, "the sending queue is full")
+
+    def _persist(self, sender: Sender, wal: WriteAheadLog, item: Item) -> None:
+        """Write ``item`` to the log (durably), then queue it; drop it when the log is full."""
+        payload = self._encode(item)
+        try:
+            seq = wal.append(item.signal, item.size, payload)
+        except (OSError, StorageError) as exc:
+            raise ComponentError(f"{self._settings.id}: persistent queue: {exc}") from exc
+        if seq is None:
+            self._drop(item, "the persistent sending queue is full (queue_size or max_bytes)")
+            return
+        # Once written it is kept: if the queue closed meanwhile the next start replays it.
+        if not sender.submit(Item(item.signal, (), payload, item.size, seq), force=True):
+            self._count("queue_kept_batches", 1)
 
     def shutdown(self) -> None:
         """Drain the queue within ``shutdown_timeout``, count what is left, close the transport."""
@@ -88,20 +161,27 @@ class OtlpExporter:
             sender, transport = self._sender, self._transport
         if sender is not None:
             for item in sender.shutdown(self._config.shutdown_timeout):
-                self._drop(item, "shutdown deadline passed before it was sent")
+                if item.seq >= 0:
+                    self._count("queue_kept_batches", 1)
+                else:
+                    self._drop(item, "shutdown deadline passed before it was sent")
         if transport is not None:
             transport.close()
+        if self._wal is not None:
+            self._wal.close()
 
-    @staticmethod
-    def _items(batch: Batch) -> list[Item]:
+    def _items(self, batch: Batch) -> list[Item]:
         items = []
-        if batch.spans:
+        signals = self._config.signals
+        if batch.spans and "traces" in signals:
             items.append(Item("traces", batch.spans))
-        if batch.logs:
+        if batch.logs and "logs" in signals:
             items.append(Item("logs", batch.logs))
         return items
 
     def _encode(self, item: Item) -> bytes:
+        if item.payload:
+            return item.payload
         if item.signal == "traces":
             return encode_spans(_spans(item), self._encoding)
         return encode_log_records(_logs(item), self._encoding)
@@ -110,11 +190,18 @@ class OtlpExporter:
         transport = self._transport
         if transport is None:
             return SendResult(ok=False, message="the exporter is not started")
+        if item.signal in self._disabled:  # queued before the backend refused the signal
+            return SendResult(ok=False, unsupported=True, message="signal disabled")
         return transport.send(item.signal, self._encode(item))
 
     def _done(self, item: Item, result: SendResult) -> None:
         noun = _NOUNS[item.signal]
-        n = len(item.records)
+        n = item.size
+        if item.seq >= 0 and self._wal is not None:
+            if result.aborted:  # interrupted by shutdown: stays in the log for the next start
+                self._count("queue_kept_batches", 1)
+                return
+            self._wal.ack(item.seq)
         if result.ok:
             self._count(f"sent_{noun}", n - result.rejected)
             if result.rejected or result.message:
@@ -124,13 +211,32 @@ class OtlpExporter:
                     f"the server rejected {result.rejected} {noun.replace('_', ' ')}: "
                     f"{result.message}",
                 )
+        elif result.unsupported:
+            self._count(f"unsupported_{noun}", n)
+            self._disable(item.signal, result.message)
         else:
             self._count(f"failed_{noun}", n)
             self._report(f"failed_{noun}", f"could not send {n} {noun}: {result.message}")
 
+    def _disable(self, signal: Signal, why: str) -> None:
+        """Stop sending ``signal`` for the run; warn and count the first time only."""
+        with self._lock:
+            if signal in self._disabled:
+                return
+            self._disabled.add(signal)
+        transport = self._transport
+        where = transport.target(signal) if transport is not None else self._config.endpoint
+        self._count("signals_disabled", 1)
+        self._report(
+            f"signal_disabled.{signal}",
+            f"the backend at {where} does not accept {signal} ({why}); {signal} are no longer "
+            f"sent to it in this run (counted in {self._prefix}unsupported_{_NOUNS[signal]}); "
+            f"list only the signals it takes in `signals:`",
+        )
+
     def _drop(self, item: Item, why: str) -> None:
         noun = _NOUNS[item.signal]
-        self._count(f"dropped_{noun}", len(item.records))
+        self._count(f"dropped_{noun}", item.size)
         self._report(f"dropped_{noun}", f"dropping {noun.replace('_', ' ')}: {why}")
 
     def _count(self, name: str, n: int) -> None:

@@ -29,6 +29,17 @@ class Item:
 
     signal: Signal
     records: tuple[Span, ...] | tuple[LogRecord, ...]
+    payload: bytes = b""
+    """The encoded request, when already encoded (a persistent queue stores it)."""
+    count: int = -1
+    """Records in the batch when ``records`` is not kept (replayed from disk)."""
+    seq: int = -1
+    """Sequence number in the persistent queue; -1 when not persisted."""
+
+    @property
+    def size(self) -> int:
+        """Spans or log records in the item."""
+        return self.count if self.count >= 0 else len(self.records)
 
 
 @dataclass(frozen=True, slots=True)
@@ -42,6 +53,10 @@ class SendResult:
     message: str = ""
     rejected: int = 0
     """Records the server rejected in a partial success (never retried)."""
+    unsupported: bool = False
+    """The server does not accept this signal at all (HTTP 404/405/415, gRPC UNIMPLEMENTED)."""
+    aborted: bool = False
+    """Shutdown interrupted the retries: the batch was neither delivered nor given up on."""
 
 
 OK = SendResult(ok=True)
@@ -95,10 +110,15 @@ class Sender:
             thread.start()
             self._threads.append(thread)
 
-    def submit(self, item: Item) -> bool:
-        """Queue ``item``; False when the queue is full or closing (the caller counts a drop)."""
+    def submit(self, item: Item, *, force: bool = False) -> bool:
+        """Queue ``item``; False when the queue is full or closing (the caller counts a drop).
+
+        ``force`` skips the size bound (a persistent queue bounds itself on disk).
+        """
         with self._cond:
-            if self._closing or len(self._items) >= self._queue_config.queue_size:
+            if self._closing:
+                return False
+            if not force and len(self._items) >= self._queue_config.queue_size:
                 return False
             self._items.append(item)
             self._cond.notify()
@@ -162,4 +182,6 @@ class Sender:
                     ok=False, message=f"gave up after {limit:g}s of retries: {result.message}"
                 )
             if self._abort.wait(delay):
-                return SendResult(ok=False, message=f"shut down while retrying: {result.message}")
+                return SendResult(
+                    ok=False, aborted=True, message=f"shut down while retrying: {result.message}"
+                )

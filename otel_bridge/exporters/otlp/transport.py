@@ -9,6 +9,9 @@ a transport only moves bytes and classifies the answer per the OTLP specificatio
 * HTTP: 429, 502, 503, 504 are retryable, honouring ``Retry-After``; connection failures are
   retryable; every other status is permanent.
 
+A backend that does not take a signal at all (HTTP 404, 405 or 415; gRPC ``UNIMPLEMENTED``) gives
+a result marked ``unsupported``: the exporter then stops sending that signal to it.
+
 A 200 answer may carry *partial success*: the rejected count is reported, never retried.
 """
 
@@ -47,6 +50,7 @@ _GRPC_RETRYABLE = frozenset(
     }
 )
 _HTTP_RETRYABLE = frozenset({429, 502, 503, 504})
+_HTTP_UNSUPPORTED = frozenset({404, 405, 415})
 _RETRY_INFO_TYPE = "type.googleapis.com/google.rpc.RetryInfo"
 
 
@@ -55,6 +59,9 @@ class Transport(Protocol):
 
     def send(self, signal: Signal, payload: bytes) -> SendResult:
         """Send ``payload`` (an encoded export request of ``signal``) once."""
+
+    def target(self, signal: Signal) -> str:
+        """Where requests of ``signal`` go (a URL, or ``host:port`` and the gRPC method)."""
 
     def close(self) -> None:
         """Release connections."""
@@ -126,6 +133,7 @@ class GrpcTransport:
             signal: self._channel.unary_unary(method, None, None)
             for signal, method in _GRPC_METHODS.items()
         }
+        self._target = target
         self._metadata = tuple((k.lower(), v) for k, v in config.headers.items())
         self._timeout = config.timeout
         self._compression = (
@@ -154,8 +162,13 @@ class GrpcTransport:
                 retryable=retryable,
                 retry_after=delay,
                 message=f"gRPC {code.name}: {err.details()}",
+                unsupported=code == grpc.StatusCode.UNIMPLEMENTED,
             )
         return _partial(signal, body if isinstance(body, bytes) else b"", "application/x-protobuf")
+
+    def target(self, signal: Signal) -> str:
+        """``host:port`` and the gRPC method of ``signal``."""
+        return f"{self._target}{_GRPC_METHODS[signal]}"
 
     def close(self) -> None:
         """Close the channel."""
@@ -247,7 +260,14 @@ class HttpTransport:
                 retry_after=parse_retry_after(response.getheader("Retry-After")),
                 message=message,
             )
-        return SendResult(ok=False, message=message)
+        return SendResult(
+            ok=False, message=message, unsupported=response.status in _HTTP_UNSUPPORTED
+        )
+
+    def target(self, signal: Signal) -> str:
+        """The URL of ``signal`` (without any credentials it carries)."""
+        url = self._urls[signal]
+        return url._replace(netloc=url.netloc.rpartition("@")[2]).geturl()
 
     def close(self) -> None:
         """Close every connection."""

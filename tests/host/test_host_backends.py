@@ -21,9 +21,8 @@ from host_support import (
     start_receiver,
 )
 
-from otel_bridge.identity import host_id, linux_start_time_ms
+from otel_bridge.identity import host_id, iso_ms, linux_start_time_ms
 from otel_bridge.receivers.host import HostConfig
-from otel_bridge.receivers.host.events import iso_ms
 
 BACKENDS = ["linux", "strace", "ebpf", "portable"]
 

@@ -9,10 +9,10 @@ from typing import Any
 import pytest
 
 from otel_bridge.component import Telemetry
-from otel_bridge.identity import linux_start_time_ms
+from otel_bridge.identity import iso_ms, linux_start_time_ms
 from otel_bridge.receivers.host import HostConfig
 from otel_bridge.receivers.host.ebpf_lines import BpftraceInterpreter
-from otel_bridge.receivers.host.events import Emitter, EventFactory, HostContext, Lineage, iso_ms
+from otel_bridge.receivers.host.events import Emitter, EventFactory, HostContext, Lineage
 from otel_bridge.receivers.host.procfs import ProcessInfo
 from otel_bridge.receivers.host.strace_events import SyscallInterpreter
 from otel_bridge.receivers.host.strace_parse import StraceParser

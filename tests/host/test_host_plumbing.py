@@ -16,7 +16,7 @@ from hypothesis import given, settings
 
 from otel_bridge.component import Telemetry
 from otel_bridge.errors import DecodeError
-from otel_bridge.identity import linux_start_time_ms
+from otel_bridge.identity import iso_ms, linux_start_time_ms
 from otel_bridge.model import Batch
 from otel_bridge.receivers.host import HostConfig
 from otel_bridge.receivers.host.events import (
@@ -25,7 +25,6 @@ from otel_bridge.receivers.host.events import (
     EventFactory,
     HostContext,
     Lineage,
-    iso_ms,
     lookup_process,
 )
 from otel_bridge.receivers.host.fanotify import FAN_CLOSE_WRITE, FAN_OPEN, FanotifyWatcher

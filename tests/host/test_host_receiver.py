@@ -13,11 +13,10 @@ from waiting import wait_until
 
 from otel_bridge.component import CreateSettings, Host
 from otel_bridge.errors import BackendUnavailableError, StartupError
-from otel_bridge.identity import linux_start_time_ms
+from otel_bridge.identity import iso_ms, linux_start_time_ms
 from otel_bridge.receivers.host import HostConfig, HostReceiver, factory
 from otel_bridge.receivers.host.config import MIN_POLL_INTERVAL
 from otel_bridge.receivers.host.ebpf import EbpfBackend
-from otel_bridge.receivers.host.events import iso_ms
 from otel_bridge.receivers.host.procfs import (
     approx_start_ms,
     descendants_of,

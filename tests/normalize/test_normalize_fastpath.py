@@ -9,16 +9,19 @@ import msgspec
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from otel_bridge.identity import tool_call_key
 from otel_bridge.model import (
     AnyValue,
     Batch,
     Channel,
     Entity,
     EntityKind,
+    ModelFacts,
     Observation,
     Resource,
     Scope,
     Span,
+    ToolCallFacts,
 )
 from otel_bridge.processors.normalize import NormalizeConfig, NormalizeProcessor, Normalizer
 from otel_bridge.processors.normalize.spans import _CACHE_SIZE
@@ -133,9 +136,31 @@ def test_arrival_order_does_not_change_the_relations(
         assert norm.drain() == []
         return sorted(out, key=lambda o: o.id)
 
-    parents_first = [s for trace in traces for s in trace]
-    children_first = [s for trace in traces for s in reversed(trace)]
-    assert run(parents_first) == run(children_first)
+    parents_first = run([s for trace in traces for s in trace])
+    children_first = run([s for trace in traces for s in reversed(trace)])
+    # Only a tool call's calling agent depends on the order: it is stated when the agent's span
+    # arrived first, and unknown (None) otherwise, never guessed.
+    assert list(map(_unknown_agent, parents_first)) == list(map(_unknown_agent, children_first))
+    for obs in children_first:
+        if isinstance(obs.subject.facts, ToolCallFacts) and obs.relation is None:
+            assert obs.subject.facts.agent is None
+
+
+def _unknown_agent(obs: Observation) -> Observation:
+    """``obs`` with its tool calls' calling agent unknown."""
+
+    def forget(entity: Entity) -> Entity:
+        facts = entity.facts
+        if not isinstance(facts, ToolCallFacts):
+            return entity
+        return msgspec.structs.replace(
+            entity,
+            facts=msgspec.structs.replace(facts, agent=None),
+            key=tool_call_key(None, facts.tool),
+        )
+
+    obj = None if obs.object is None else forget(obs.object)
+    return msgspec.structs.replace(obs, subject=forget(obs.subject), object=obj)
 
 
 def test_repeated_models_share_one_entity() -> None:
@@ -153,6 +178,8 @@ def test_repeated_models_share_one_entity() -> None:
         id="model:x:m",
         label="m",
         attrs={"gen_ai.provider.name": "x", "gen_ai.request.model": "m"},
+        facts=ModelFacts(provider="x", name="m"),
+        key="model:x:m",
     )
 
 

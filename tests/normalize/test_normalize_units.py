@@ -4,13 +4,13 @@ from __future__ import annotations
 
 import pytest
 
+from otel_bridge.identity import iso_to_ms
 from otel_bridge.model import AnyValue, Channel, Entity, EntityKind, Observation, Source
 from otel_bridge.processors.normalize._values import (
     NOT_JSON,
     get_bool,
     get_int,
     get_str,
-    iso_to_ms,
     json_value,
 )
 from otel_bridge.processors.normalize.ancestry import (

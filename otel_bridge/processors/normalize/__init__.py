@@ -8,6 +8,10 @@ It implements the contract of ``docs/contracts.md`` ("Observations the normalize
 * OS event log records under a resource tagged ``evidence.channel=os`` (:mod:`.oslogs`);
 * any other log record, and anything it cannot interpret, becomes a :class:`CoverageRecord`.
 
+Every entity it builds carries typed ``facts`` (what its source stated, ``None`` for what it did
+not) and a run-independent ``key`` (``docs/model.md``, "Typed facts" and "Stable keys"); readers
+use those, never the entity's attribute strings.
+
 The original spans and logs pass through unchanged; observations and coverage are appended to
 what the batch already held.
 

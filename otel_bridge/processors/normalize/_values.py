@@ -1,68 +1,45 @@
-"""Small typed readers over OTLP attribute values, shared by the span and log normalizers."""
+"""Conveniences over :mod:`otel_bridge.identity`'s attribute readers, and JSON-bearing values.
+
+The readers themselves (``str_value``, ``int_value``, ``bool_value``) live in ``identity``; these
+wrappers only look a key (or the first of several keys) up first.
+"""
 
 from __future__ import annotations
 
-import datetime as dt
 import json
 from collections.abc import Mapping
 
+from otel_bridge.identity import bool_value, int_value, str_value
 from otel_bridge.model import AnyValue, Attributes
 
 
 def get_str(attrs: Attributes, *keys: str) -> str | None:
-    """The first non-empty string value among ``keys`` (numbers are converted), or None."""
+    """The first of ``keys`` whose value :func:`~otel_bridge.identity.str_value` accepts, or None.
+
+    A thin wrapper: a plain non-empty ``str`` (nearly every value) is taken without a call.
+    """
     for key in keys:
         value = attrs.get(key)
         if value is None:
             continue
-        if value.__class__ is str:  # the common case, without the isinstance chain
+        if value.__class__ is str:
             if value:
                 return value
             continue
-        if isinstance(value, str):
-            if value:
-                return value
-        elif isinstance(value, int | float) and not isinstance(value, bool):
-            return str(value)
+        found = str_value(value)
+        if found is not None:
+            return found
     return None
 
 
 def get_int(attrs: Attributes, key: str) -> int | None:
-    """An integer attribute (a decimal string is accepted), or None."""
-    value = attrs.get(key)
-    if isinstance(value, bool):
-        return None
-    if isinstance(value, int):
-        return value
-    if isinstance(value, str):
-        try:
-            return int(value)
-        except ValueError:
-            return None
-    return None
+    """``attrs[key]`` read by :func:`~otel_bridge.identity.int_value` (None when absent)."""
+    return int_value(attrs.get(key))
 
 
 def get_bool(attrs: Attributes, key: str) -> bool | None:
-    """A Boolean attribute stated explicitly (``"true"``/``"false"`` strings too), or None."""
-    value = attrs.get(key)
-    if isinstance(value, bool):
-        return value
-    if isinstance(value, str) and value.lower() in ("true", "false"):
-        return value.lower() == "true"
-    return None
-
-
-def iso_to_ms(value: str | None) -> int | None:
-    """Milliseconds since the epoch of an ISO 8601 time (``Z`` or offset; naive means UTC)."""
-    if not value:
-        return None
-    try:
-        parsed = dt.datetime.fromisoformat(value.replace("Z", "+00:00"))
-    except ValueError:
-        return None
-    if parsed.tzinfo is None:
-        parsed = parsed.replace(tzinfo=dt.UTC)
-    return round(parsed.timestamp() * 1000)
+    """``attrs[key]`` read by :func:`~otel_bridge.identity.bool_value` (None when absent)."""
+    return bool_value(attrs.get(key))
 
 
 def json_value(value: AnyValue) -> object:

@@ -14,25 +14,43 @@ cannot be interpreted yields a :class:`CoverageRecord` saying why, never nothing
 from __future__ import annotations
 
 import functools
+import os
 from collections.abc import Mapping
 
-from otel_bridge.identity import endpoint_id, executable_id, file_id, kind_id, process_id
+from otel_bridge.identity import (
+    endpoint_id,
+    endpoint_key,
+    executable_id,
+    executable_key,
+    file_id,
+    file_key,
+    iso_to_ms,
+    kind_id,
+    process_id,
+    process_key,
+    str_tuple,
+)
 from otel_bridge.model import (
     AnyValue,
     Attributes,
     Attribution,
     Channel,
     CoverageRecord,
+    EndpointFacts,
     Entity,
     EntityKind,
     Evidence,
+    ExecutableFacts,
+    FileFacts,
     LogRecord,
     Observation,
+    ProcessFacts,
     RelationKind,
     Source,
 )
 
-from ._values import get_bool, get_int, get_str, iso_to_ms
+from ._values import get_bool, get_int, get_str
+from .entities import SESSION_KEY
 
 FILE_RELATIONS: Mapping[str, RelationKind] = {
     "file.open": RelationKind.OPENED,
@@ -149,6 +167,7 @@ def _observations(record: LogRecord, source: Source, time: int, name: str) -> li
             id=kind_id(EntityKind.SESSION, run),
             label=run,
             attrs={"otel_bridge.run.id": run},
+            key=SESSION_KEY,
         )
         change = Evidence(
             attribution=evidence.attribution or Attribution.SESSION_OBSERVATION,
@@ -176,16 +195,10 @@ def _observations(record: LogRecord, source: Source, time: int, name: str) -> li
             exe_path = get_str(a, "process.executable.path")
             if exe_path:
                 out.append(obs(1, proc, RelationKind.EXECUTED, _executable(exe_path, a)))
-        parent_pid = get_int(a, "process.parent_pid")
-        if name == "process.start" and parent_pid is not None:
-            parent_ms = iso_to_ms(get_str(a, "process.parent.creation.time"))
-            parent = Entity(
-                kind=EntityKind.PROCESS,
-                id=process_id(host, parent_pid, parent_ms),
-                label=str(parent_pid),
-                attrs={"process.pid": parent_pid, "host.id": host},
-            )
-            out.append(obs(2, parent, RelationKind.SPAWNED, proc))
+        facts = proc.facts
+        assert isinstance(facts, ProcessFacts)
+        if name == "process.start" and facts.parent_pid is not None:
+            out.append(obs(2, _parent(facts), RelationKind.SPAWNED, proc))
         return out
     if name in FILE_RELATIONS:
         path = _require_str(a, "file.path", name)
@@ -194,19 +207,68 @@ def _observations(record: LogRecord, source: Source, time: int, name: str) -> li
 
 
 def _process(a: Attributes, host: str, name: str) -> Entity:
-    pid = get_int(a, "process.pid")
-    if pid is None:
+    """The process an event is about, with everything the event states of it as facts."""
+    facts = process_facts(a, host)
+    if facts is None:
         raise CoverageError("missing_attribute", f"{name}: no integer process.pid")
-    created = get_str(a, "process.creation.time")
-    start_ms = iso_to_ms(created)
+    pid = facts.pid
     attrs = {k: a[k] for k in _PROCESS_KEYS if k in a and a[k] is not None}
     attrs["host.id"] = host
-    label = get_str(a, "process.executable.name") or str(pid)
+    label = facts.executable_name or str(pid)
     return Entity(
         kind=EntityKind.PROCESS,
-        id=process_id(host, pid, start_ms),
+        id=process_id(host, pid, facts.start_time_ms),
         label=f"{label} ({pid})" if label != str(pid) else label,
         attrs=attrs,
+        facts=facts,
+        key=_process_key(facts.executable_path, facts.argv),
+    )
+
+
+def process_facts(a: Attributes, host: str) -> ProcessFacts | None:
+    """What an OS event's attributes state about its process (None without a ``process.pid``).
+
+    Every field the event does not state is None (unknown): a record without
+    ``process.command_args`` (a string array) has ``argv`` None, whatever its parent ran.
+    """
+    pid = get_int(a, "process.pid")
+    if pid is None:
+        return None
+    return ProcessFacts(
+        host_id=host,
+        pid=pid,
+        start_time_ms=iso_to_ms(get_str(a, "process.creation.time")),
+        parent_pid=get_int(a, "process.parent_pid"),
+        parent_start_time_ms=iso_to_ms(get_str(a, "process.parent.creation.time")),
+        executable_path=get_str(a, "process.executable.path"),
+        executable_name=get_str(a, "process.executable.name"),
+        argv=str_tuple(a.get("process.command_args")),
+        command_line=get_str(a, "process.command_line"),
+        cwd=get_str(a, "process.working_directory"),
+        traceparent=get_str(a, "process.env.traceparent"),
+        exit_code=get_int(a, "process.exit.code"),
+        user=get_str(a, "process.owner", "process.user.name"),
+    )
+
+
+_process_key = functools.lru_cache(maxsize=4096)(process_key)
+""":func:`~otel_bridge.identity.process_key`, memoized: a workload runs the same commands often."""
+
+
+def _parent(child: ProcessFacts) -> Entity:
+    """The parent in a ``spawned`` observation: only its identity is stated (by the child's
+    event), so its facts hold host, pid and start time, and its key knows nothing else."""
+    assert child.parent_pid is not None
+    pid = child.parent_pid
+    return Entity(
+        kind=EntityKind.PROCESS,
+        id=process_id(child.host_id, pid, child.parent_start_time_ms),
+        label=str(pid),
+        attrs={"process.pid": pid, "host.id": child.host_id},
+        facts=ProcessFacts(
+            host_id=child.host_id, pid=pid, start_time_ms=child.parent_start_time_ms
+        ),
+        key=_process_key(None, None),
     )
 
 
@@ -217,11 +279,20 @@ def _executable(path: str, a: Attributes) -> Entity:
         id=executable_id(path),
         label=name,
         attrs={"process.executable.path": path, "process.executable.name": name},
+        facts=ExecutableFacts(path=os.path.normpath(path), name=name),
+        key=executable_key(path),
     )
 
 
 def _file(path: str) -> Entity:
-    return Entity(kind=EntityKind.FILE, id=file_id(path), label=path, attrs={"file.path": path})
+    return Entity(
+        kind=EntityKind.FILE,
+        id=file_id(path),
+        label=path,
+        attrs={"file.path": path},
+        facts=FileFacts(path=os.path.normpath(path)),
+        key=file_key(path),
+    )
 
 
 def _endpoint(a: Attributes, name: str) -> Entity:
@@ -244,6 +315,8 @@ def _endpoint(a: Attributes, name: str) -> Entity:
             "network.peer.address": address,
             "network.peer.port": port,
         },
+        facts=EndpointFacts(transport=transport.lower(), address=address, port=port),
+        key=endpoint_key(transport, address, port),
     )
 
 

@@ -24,14 +24,19 @@ so a trace stays connected. An agent or tool span that itself names a model adds
 session (``#4``). Observation ids are ``<span hex>#<slot>`` with a fixed slot per role, so a
 relation resolved late (its ancestor arrived in a later batch) has the same id it would have had.
 
-**Cost.** This is the collector's per-span hot path. What all spans of one export share (the
-channel, ``service.name`` and the resource identity attributes of a (resource, scope) pair) is
-computed once per pair; entities that repeat across spans (models, named agents, sessions) and
-command extraction results are cached in bounded tables, so repeated spans share one object
-(which also lets the graph accumulator skip attribute merges by identity); the common cases of
-:meth:`SpanNormalizer.normalize_into` are inline, and records are built directly (a frozen
-struct costs about 0.15 µs). The output is equal, field for field, to building every object
-anew.
+Every entity carries its typed facts and stable key (:mod:`.entities`). A tool call's facts name
+the calling agent only when the span memory already knows it (its agent ancestor arrived
+earlier); otherwise ``agent`` is None, never guessed.
+
+**Two implementations, one output.** :meth:`SpanNormalizer.reference_into` is the readable
+specification: small steps, no caches, nothing inlined. :meth:`SpanNormalizer.normalize_into` is
+the collector's per-span hot path and the only function here that inlines: what all spans of one
+export share (channel, ``service.name``, the resource identity attributes of a (resource, scope)
+pair) is computed once per pair, entities that repeat across spans (models, named agents,
+sessions, command facts) come from bounded caches, so repeated spans share one object (which also
+lets the graph accumulator skip attribute merges by identity), and records are built directly (a
+frozen struct costs about 0.15 µs). ``tests/normalize/test_normalize_reference.py`` checks that
+both give equal observations and coverage records, one by one.
 """
 
 from __future__ import annotations
@@ -39,6 +44,7 @@ from __future__ import annotations
 from otel_bridge.model import (
     NO_EVIDENCE,
     UNSET_STATUS,
+    AgentFacts,
     AnyValue,
     Attributes,
     CoverageRecord,
@@ -51,13 +57,30 @@ from otel_bridge.model import (
     Source,
     Span,
     StatusCode,
+    ToolCallFacts,
 )
 
-from ._memo import Cache, Origin
+from ._memo import RESOURCE_IDENTITY, Cache, Origin
 from ._values import get_str
-from .ancestry import Ancestry, Missing, PendingLink, Role, SpanInfo, SpanKey
+from .ancestry import Ancestry, Found, Missing, Outcome, PendingLink, Role, SpanInfo, SpanKey
 from .channels import ChannelAssigner
 from .command import CommandResult, extract_command
+from .entities import (
+    COMMAND_PREFIX,
+    SPAN_PREFIX,
+    TOOL_CALL_PREFIX,
+    CommandParts,
+    agent_entity,
+    calling_agent,
+    command_entity,
+    command_parts,
+    model_entity,
+    name_from_span,
+    pick,
+    session_entity,
+    span_entity,
+    tool_call_entity,
+)
 from .relations import (
     DELEGATION,
     INVOCATION,
@@ -71,8 +94,10 @@ from .relations import (
     resolver,
 )
 
-# Enum members used per span, as module constants: on Python 3.11 reading a member as a class
-# attribute goes through ``EnumType``'s attribute hook (about 60 ns), a module constant does not.
+# Enum members the hot path uses per span, as module constants: on Python 3.11 reading a member
+# as a class attribute (``Role.AGENT``) goes through ``EnumType``'s ``__getattr__`` hook (a generic
+# call of ``type.__getattribute__``): about 900 machine instructions, roughly 0.2 µs, more than
+# loading a module constant (cachegrind over 200,000 reads; ``BENCHMARKS.md`` says the same).
 _AGENT_ROLE, _TOOL_ROLE, _MODEL_ROLE, _PLAIN_ROLE = Role.AGENT, Role.TOOL, Role.MODEL, Role.PLAIN
 _KIND_TOOL_CALL, _KIND_SPAN, _KIND_COMMAND = (
     EntityKind.TOOL_CALL,
@@ -90,19 +115,21 @@ _OI_MODEL = frozenset({"LLM", "EMBEDDING"})
 _AGENTS = frozenset({Role.AGENT})
 _AGENTS_TOOLS = frozenset({Role.AGENT, Role.TOOL})
 _ANY = frozenset({Role.AGENT, Role.TOOL, Role.PLAIN})
+_ANCESTOR: dict[Role, tuple[int, frozenset[Role]]] = {
+    Role.AGENT: (DELEGATION, _AGENTS),
+    Role.TOOL: (INVOCATION, _AGENTS),
+    Role.MODEL: (REQUEST, _AGENTS_TOOLS),
+    Role.PLAIN: (NESTING, _ANY),
+}
+"""Per role: how its relation to an ancestor is built, and which ancestors it accepts."""
 _STATUS = {StatusCode.OK: "ok", StatusCode.ERROR: "error", StatusCode.UNSET: "unset"}
-_ENTITY_KEYS = (
-    "gen_ai.agent.name",
-    "gen_ai.agent.id",
-    "gen_ai.conversation.id",
-    "gen_ai.provider.name",
-    "gen_ai.system",
-    "agent.name",
-    "session.id",
-    "graph.node.id",
-    "graph.node.name",
-    "openinference.span.kind",
+_MODEL_KEYS = (
+    "gen_ai.request.model",
+    "gen_ai.response.model",
+    "llm.model_name",
+    "embedding.model_name",
 )
+_PROVIDER_KEYS = ("gen_ai.provider.name", "gen_ai.system", "llm.provider", "llm.system")
 _REQUEST_KEYS = ("gen_ai.request.model", "gen_ai.response.model", "gen_ai.response.id")
 _COMMAND_INPUTS = (
     "gen_ai.tool.call.arguments",
@@ -110,15 +137,6 @@ _COMMAND_INPUTS = (
     "tool.parameters",
     "input.mime_type",
 )
-
-# Entity ids are ``identity.kind_id(kind, *parts)``, i.e. ``"<kind>:<part>:..."``; the per-span
-# ones are spelled out here to save a call per span.
-_TOOL_CALL = f"{EntityKind.TOOL_CALL}:"
-_COMMAND = f"{EntityKind.COMMAND}:"
-_SPAN = f"{EntityKind.SPAN}:"
-_AGENT = f"{EntityKind.AGENT}:"
-_MODEL = f"{EntityKind.MODEL}:"
-_SESSION = f"{EntityKind.SESSION}:conversation:"
 
 _CACHE_SIZE = 4096
 """Entries of each bounded cache (cleared when full: entries are cheap to rebuild)."""
@@ -147,10 +165,10 @@ class SpanNormalizer:
         self._last_model: tuple[str, str, Entity] | None = None
         self._agents: Cache[tuple[object, ...], Entity] = Cache(_CACHE_SIZE)
         self._sessions: Cache[str, Entity] = Cache(_CACHE_SIZE)
-        self._commands: Cache[tuple[str | None, ...], tuple[CommandResult, Attributes | None]] = (
+        self._commands: Cache[tuple[str | None, ...], tuple[CommandResult, CommandParts | None]] = (
             Cache(_COMMAND_CACHE)
         )
-        self._command_attrs: Cache[tuple[str, str], Attributes] = Cache(_CACHE_SIZE)
+        self._command_parts: Cache[tuple[str, str], CommandParts] = Cache(_CACHE_SIZE)
 
     def normalize(self, span: Span) -> tuple[list[Observation], list[CoverageRecord]]:
         """Observations and coverage records of one span (plus links it resolved)."""
@@ -162,11 +180,17 @@ class SpanNormalizer:
     def normalize_into(
         self, span: Span, out: list[Observation], coverage: list[CoverageRecord]
     ) -> None:
-        """Append the observations and coverage records of one span to ``out``/``coverage``.
+        """Hot path: :meth:`reference_into` with its common cases inlined and its entities cached.
 
-        The common cases (an attribute read as a non-empty string, a parent already known) are
-        spelled out inline; everything else goes through the same helpers as before
-        (:func:`get_str`, :meth:`_link`), so the result does not depend on which path ran.
+        The collector calls this once per received span. It inlines the reference's small steps
+        where they are common (an attribute read as a plain non-empty string, the span's context,
+        classification, the tool call, plain span and command entities, the relation to a parent
+        that is already known), because each Python call it saves is a visible share of the
+        per-span cost (``benchmarks/pipeline_instructions.py``), and takes the repeated parts
+        (per (resource, scope) origin, agents, models, sessions, command facts) from caches.
+        Every other case goes through the reference's helpers (:func:`get_str`, :meth:`_link`,
+        :mod:`.entities`), so the output does not depend on which path ran: it equals
+        :meth:`reference_into`'s, record for record (``test_normalize_reference.py``).
         """
         a = span.attributes
         origin = self._last
@@ -200,8 +224,10 @@ class SpanNormalizer:
         oi_kind = "" if op else (get_str(a, "openinference.span.kind") or "").upper()
         parent_id = span.parent_span_id
         parent = trace_id + parent_id if parent_id else None
+        info = None if parent is None else self._lookup(parent)
+        walked: tuple[Outcome, Entity | None] | None = None  # a tool's walk to its agent
 
-        # -- classify: the node this span stands for -----------------------------------------
+        # -- classify: the node this span stands for (reference: _reference_node) -------------
         role = _PLAIN_ROLE
         node: Entity | None = None
         if op in _AGENT_OPS or (not op and oi_kind == "AGENT"):
@@ -221,13 +247,29 @@ class SpanNormalizer:
             call_id = a.get("gen_ai.tool.call.id")
             if call_id.__class__ is not str or not call_id:
                 call_id = get_str(a, "gen_ai.tool.call.id", "tool_call.id")
+            assert call_id is None or isinstance(call_id, str)
             if call_id is not None:
                 attrs["gen_ai.tool.call.id"] = call_id
+            # The calling agent (reference: _calling_agent): usually the parent itself; else the
+            # walk, which the relation to the ancestor (#1) reuses.
+            agent: str | None = None
+            if info is not None and info.role is _AGENT_ROLE:
+                facts = None if info.entity is None else info.entity.facts
+                if isinstance(facts, AgentFacts):
+                    agent = facts.name or facts.agent_id
+            elif parent is not None:
+                walked = self._ancestry.walk(parent, _AGENTS)
+                if isinstance(walked[0], Found):
+                    agent = calling_agent(walked[0].entity)
             node = Entity(
                 kind=_KIND_TOOL_CALL,
-                id=f"{_TOOL_CALL}{trace}:{span_hex}",
+                id=f"{TOOL_CALL_PREFIX}{trace}:{span_hex}",
                 label=tool,
                 attrs=attrs,
+                facts=ToolCallFacts(
+                    tool=tool, call_id=call_id, agent=agent, trace_id=trace, span_id=span_hex
+                ),
+                key=f"{TOOL_CALL_PREFIX}{agent or '?'}:{tool}",  # identity.tool_call_key
             )
         elif op in _MODEL_OPS or (not op and oi_kind in _OI_MODEL):
             model_name = a.get("gen_ai.request.model")
@@ -238,22 +280,19 @@ class SpanNormalizer:
                 role = _MODEL_ROLE
                 node = self._model_entity(a, model_name)
             else:
-                coverage.append(
-                    CoverageRecord(
-                        source=source,
-                        reason="model_name_missing",
-                        time_unix_nano=start,
-                        detail=f"model call span {name!r} names no model; kept as a plain span",
-                    )
-                )
+                coverage.append(_no_model_name(source, start, name))
         if node is None:
-            picked = _pick(a)
+            picked = pick(a)
             picked["span.name"] = name
             picked["trace_id"] = trace
             picked["span_id"] = span_hex
             picked["service.name"] = origin.service
             node = Entity(
-                kind=_KIND_SPAN, id=f"{_SPAN}{trace}:{span_hex}", label=name, attrs=picked
+                kind=_KIND_SPAN,
+                id=f"{SPAN_PREFIX}{trace}:{span_hex}",
+                label=name,
+                attrs=picked,
+                key=f"{SPAN_PREFIX}{origin.service}:{name}",  # identity.span_key
             )
         out.append(
             Observation(
@@ -268,7 +307,7 @@ class SpanNormalizer:
             )
         )
 
-        # -- relation to the ancestor (#1) ---------------------------------------------------
+        # -- relation to the ancestor (#1; reference: _reference_link) ------------------------
         if role is _MODEL_ROLE:
             kind, accept = REQUEST, _AGENTS_TOOLS
             link_attrs = _request_attrs(obs_attrs, a)
@@ -279,7 +318,6 @@ class SpanNormalizer:
         else:
             kind, accept, link_attrs = NESTING, _ANY, obs_attrs
         if parent is not None and (role is not _AGENT_ROLE or op != "create_agent"):
-            info = self._lookup(parent)
             ancestor = None if info is None else info.entity
             if ancestor is not None and info is not None and info.role in accept:
                 # The usual case, the parent itself is the ancestor: what ``walk`` would find
@@ -311,6 +349,7 @@ class SpanNormalizer:
                     kind=kind,
                     node=node,
                     attrs=link_attrs,
+                    walked=walked,
                 )
 
         # -- the declared command (#2), a model the agent or tool names (#3), a session (#4) --
@@ -328,14 +367,16 @@ class SpanNormalizer:
                     entry = self._command_entry(label, a)
             else:
                 entry = self._command_entry(label, a)
-            result, command_attrs = entry
-            if command_attrs is not None:
-                assert result.command is not None
+            result, parts = entry
+            if parts is not None:
+                command_attrs, command_facts, command_key = parts
                 command = Entity(
                     kind=_KIND_COMMAND,
-                    id=f"{_COMMAND}{trace}:{span_hex}",
-                    label=result.command,
+                    id=f"{COMMAND_PREFIX}{trace}:{span_hex}",
+                    label=command_facts.command,
                     attrs=command_attrs,
+                    facts=command_facts,
+                    key=command_key,
                 )
                 out.append(
                     Observation(
@@ -352,14 +393,7 @@ class SpanNormalizer:
                     )
                 )
             elif result.reason is not None:
-                coverage.append(
-                    CoverageRecord(
-                        source=source,
-                        reason="command_not_extracted",
-                        time_unix_nano=start,
-                        detail=f"tool {label!r}: {result.reason}",
-                    )
-                )
+                coverage.append(_no_command(source, start, label, result.reason))
         if (role is _AGENT_ROLE or role is _TOOL_ROLE) and (
             "gen_ai.request.model" in a
             or "gen_ai.response.model" in a
@@ -386,6 +420,105 @@ class SpanNormalizer:
             for link in waiting:
                 self._resume(out, coverage, key, link)
 
+    # -- the reference implementation -----------------------------------------------------------
+
+    def reference_into(
+        self, span: Span, out: list[Observation], coverage: list[CoverageRecord]
+    ) -> None:
+        """Reference implementation of :meth:`normalize_into`: the same output, step by step.
+
+        Small functions, no caches, nothing inlined: the span's shared context, the node it
+        stands for (``#0``), its relation to an ancestor (``#1``), the command a tool call
+        declares (``#2``), a model an agent or tool span names (``#3``), the session of an agent
+        or root span (``#4``); then the span is remembered and relations that were waiting for
+        it are resolved. Read this to know what the hot path does.
+        """
+        a = span.attributes
+        ctx, service = self._reference_context(span)
+        parent = span.trace_id + span.parent_span_id if span.parent_span_id else None
+        op = get_str(a, "gen_ai.operation.name") or ""
+        role, node = self._reference_node(span, ctx, service, op, parent, coverage)
+        out.append(_entity_observation(ctx, node))
+        if parent is not None and not (role is Role.AGENT and op == "create_agent"):
+            self._reference_link(out, coverage, ctx, parent, role, node, a)
+        if role is Role.TOOL:
+            _reference_command(out, coverage, ctx, node, a)
+        if role is Role.AGENT or role is Role.TOOL:
+            _reference_named_model(out, ctx, node, a)
+        if role is Role.AGENT or parent is None:
+            _reference_session(out, ctx, node, a)
+        key = span.trace_id + span.span_id
+        info = SpanInfo(role, None if role is Role.MODEL else node, parent)
+        for link in self._remember(key, info):
+            self._resume(out, coverage, key, link)
+
+    def _reference_context(self, span: Span) -> tuple[Ctx, str]:
+        """What every observation of ``span`` shares, and the emitting service's name."""
+        resource = span.resource.attributes
+        service = get_str(resource, "service.name") or "unknown_service"
+        trace, span_hex = span.trace_id.hex(), span.span_id.hex()
+        attrs: dict[str, AnyValue] = {"trace_id": trace, "span_id": span_hex}
+        for key in RESOURCE_IDENTITY:
+            value = resource.get(key)
+            if value is not None:
+                attrs[key] = value
+        attrs["span.name"] = span.name
+        attrs["span.status"] = _STATUS.get(span.status.code, "unset")
+        channel = self._assigner.channel(span.resource, span.scope)
+        source = Source(channel=channel, backend="otlp", record_id=span_hex)
+        start, end = span.start_time_unix_nano, span.end_time_unix_nano
+        return Ctx(source, trace, f"{trace}:{span_hex}", start, end, attrs), service
+
+    def _reference_node(  # noqa: PLR0917 (the reference's steps pass what they share)
+        self,
+        span: Span,
+        ctx: Ctx,
+        service: str,
+        op: str,
+        parent: SpanKey | None,
+        coverage: list[CoverageRecord],
+    ) -> tuple[Role, Entity]:
+        """The role of ``span`` and the node it stands for (a model call naming no model is
+        reported and kept as a plain span)."""
+        a = span.attributes
+        role = span_role(op, a)
+        if role is Role.AGENT:
+            node = agent_entity(a, span.name, op, service, trace=ctx.trace, span_hex=ctx.record)
+            return role, node
+        if role is Role.TOOL:
+            tool = _tool_name(span, op)
+            call_id = get_str(a, "gen_ai.tool.call.id", "tool_call.id")
+            agent = self._calling_agent(parent)
+            return role, tool_call_entity(tool, call_id, agent, ctx.trace, ctx.record)
+        if role is Role.MODEL:
+            model_name = _model_name(a)
+            if model_name:
+                return role, model_entity(_model_provider(a), model_name)
+            coverage.append(_no_model_name(ctx.source, ctx.start, span.name))
+        return Role.PLAIN, span_entity(a, span.name, service, ctx.trace, ctx.record)
+
+    def _calling_agent(self, parent: SpanKey | None) -> str | None:
+        """The name (else id) of the nearest agent ancestor the span memory knows, else None."""
+        if parent is None:
+            return None
+        outcome, _ = self._ancestry.walk(parent, _AGENTS)
+        return calling_agent(outcome.entity) if isinstance(outcome, Found) else None
+
+    def _reference_link(  # noqa: PLR0917 (the reference's steps pass what they share)
+        self,
+        out: list[Observation],
+        coverage: list[CoverageRecord],
+        ctx: Ctx,
+        parent: SpanKey,
+        role: Role,
+        node: Entity,
+        a: Attributes,
+    ) -> None:
+        """The relation (``#1``) of the node to its accepted ancestor, now or once it arrives."""
+        kind, accept = _ANCESTOR[role]
+        attrs = _request_attrs(dict(ctx.attrs), a) if role is Role.MODEL else ctx.attrs
+        self._link(out, coverage, ctx, parent, accept=accept, kind=kind, node=node, attrs=attrs)
+
     def drain(self) -> list[CoverageRecord]:
         """Coverage records for every relation still waiting for an ancestor."""
         return [missing(link) for link in self._ancestry.drain()]
@@ -407,31 +540,24 @@ class SpanNormalizer:
         self._last = origin
         return origin
 
-    # -- entities that repeat across spans -------------------------------------------------
+    # -- entities that repeat across spans (cached around the .entities builders) ------------
 
     def _agent(self, span: Span, op: str, service: str, trace: str, span_hex: str) -> Entity:
+        """:func:`.entities.agent_entity`, shared by the spans of one named agent."""
         a = span.attributes
         name = get_str(a, "gen_ai.agent.name", "agent.name", "gen_ai.agent.id")
         if name is None:
-            stripped = span.name.removeprefix(op).strip() if op else span.name.strip()
-            name = stripped or None
-        attrs = _pick(a)
-        attrs["service.name"] = service
-        if name is None:  # keyed by the span itself: nothing to share
-            agent_id = f"{_AGENT}{service}:span:{trace}:{span_hex}"
-            return Entity(kind=EntityKind.AGENT, id=agent_id, label=span.name, attrs=attrs)
-        for value in attrs.values():
-            if value.__class__ is not str:  # only plain strings compare exactly as keys
-                return Entity(
-                    kind=EntityKind.AGENT, id=f"{_AGENT}{service}:{name}", label=name, attrs=attrs
-                )
+            name = name_from_span(span.name, op)
+        attrs = pick(a)
+        if name is None or any(v.__class__ is not str for v in attrs.values()):
+            # Keyed by the span itself, or a value that does not compare exactly as a key.
+            return agent_entity(a, span.name, op, service, trace=trace, span_hex=span_hex)
+        # Everything agent_entity reads: the name attributes are among the picked ones.
         key = (service, name, *attrs.items())
         cached = self._agents.get(key)
         if cached is not None:
             return cached
-        agent = Entity(
-            kind=EntityKind.AGENT, id=f"{_AGENT}{service}:{name}", label=name, attrs=attrs
-        )
+        agent = agent_entity(a, span.name, op, service, trace=trace, span_hex=span_hex)
         self._agents.put(key, agent)
         return agent
 
@@ -449,23 +575,12 @@ class SpanNormalizer:
         return model
 
     def _find_model(self, a: Attributes, name: str) -> Entity:
-        provider = a.get("gen_ai.provider.name")
-        if provider.__class__ is not str or not provider:
-            provider = get_str(
-                a, "gen_ai.provider.name", "gen_ai.system", "llm.provider", "llm.system"
-            )
-        assert provider is None or isinstance(provider, str)
-        provider = (provider or "unknown").lower()
+        provider = _model_provider(a)
         key = (provider, name)
         cached = self._models.get(key)
         if cached is not None:
             return cached
-        model = Entity(
-            kind=EntityKind.MODEL,
-            id=f"{_MODEL}{provider}:{name}",
-            label=name,
-            attrs={"gen_ai.provider.name": provider, "gen_ai.request.model": name},
-        )
+        model = model_entity(provider, name)
         self._models.put(key, model)
         return model
 
@@ -473,14 +588,45 @@ class SpanNormalizer:
         cached = self._sessions.get(session_id)
         if cached is not None:
             return cached
-        session = Entity(
-            kind=EntityKind.SESSION,
-            id=_SESSION + session_id,
-            label=session_id,
-            attrs={"session.id": session_id},
-        )
+        session = session_entity(session_id)
         self._sessions.put(session_id, session)
         return session
+
+    def _command_entry(self, tool: str, a: Attributes) -> tuple[CommandResult, CommandParts | None]:
+        """``extract_command(tool, a)`` and what its command entities share, memoized.
+
+        Agents repeat the same commands; extraction (JSON decoding, redaction) is a pure function
+        of the tool name and the four attributes it reads, so when those are short strings (or
+        absent) equal inputs share one entry. The parts (:func:`.entities.command_parts`: attrs,
+        facts and key, shared by every command of one text and tool) are None when no command
+        was extracted.
+        """
+        key: list[str | None] = [tool]
+        size = 0
+        cacheable = True
+        for name in _COMMAND_INPUTS:
+            value = a.get(name)
+            if value is None:
+                key.append(None)
+            elif value.__class__ is str:
+                assert isinstance(value, str)
+                key.append(value)
+                size += len(value)
+            else:  # a mapping or another structure: not cached
+                cacheable = False
+                break
+        result = extract_command(tool, a)
+        parts: CommandParts | None = None
+        if result.command is not None:
+            parts_key = (result.command, tool)
+            parts = self._command_parts.get(parts_key)
+            if parts is None:
+                parts = command_parts(result.command, tool)
+                self._command_parts.put(parts_key, parts)
+        entry = (result, parts)
+        if cacheable and size <= _CACHED_ARGUMENTS:
+            self._commands.put(tuple(key), entry)
+        return entry
 
     # -- relations to ancestors ---------------------------------------------------------------
 
@@ -489,16 +635,19 @@ class SpanNormalizer:
         out: list[Observation],
         coverage: list[CoverageRecord],
         ctx: Ctx,
-        parent: SpanKey | None,
+        parent: SpanKey,
         *,
         accept: frozenset[Role],
         kind: int,
         node: Entity,
         attrs: Attributes,
+        walked: tuple[Outcome, Entity | None] | None = None,
     ) -> None:
-        if parent is None:  # a root: no ancestor, no fallback, no relation
-            return
-        outcome, fallback = self._ancestry.walk(parent, accept)
+        """The relation of ``node`` to its accepted ancestor: now, or parked until it arrives.
+
+        ``walked`` is ``self._ancestry.walk(parent, accept)`` when the caller already has it.
+        """
+        outcome, fallback = self._ancestry.walk(parent, accept) if walked is None else walked
         resolve = resolver(kind, ctx, node, attrs)
         if isinstance(outcome, Missing):
             link = PendingLink(
@@ -526,62 +675,89 @@ class SpanNormalizer:
             return
         out.extend(link.resolve(outcome))
 
-    def _command_entry(self, tool: str, a: Attributes) -> tuple[CommandResult, Attributes | None]:
-        """``extract_command(tool, a)`` and the command entity's attributes, memoized.
 
-        Agents repeat the same commands; extraction (JSON decoding, redaction) is a pure function
-        of the tool name and the four attributes it reads, so when those are short strings (or
-        absent) equal inputs share one entry. The attributes are ``None`` when no command was
-        extracted.
-        """
-        key: list[str | None] = [tool]
-        size = 0
-        cacheable = True
-        for name in _COMMAND_INPUTS:
-            value = a.get(name)
-            if value is None:
-                key.append(None)
-            elif value.__class__ is str:
-                assert isinstance(value, str)
-                key.append(value)
-                size += len(value)
-            else:  # a mapping or another structure: not cached
-                cacheable = False
-                break
-        result = extract_command(tool, a)
-        attrs: Attributes | None = None
-        if result.command is not None:
-            attrs_key = (result.command, tool)
-            attrs = self._command_attrs.get(attrs_key)
-            if attrs is None:
-                attrs = {"command.line": result.command, "gen_ai.tool.name": tool}
-                self._command_attrs.put(attrs_key, attrs)
-        entry = (result, attrs)
-        if cacheable and size <= _CACHED_ARGUMENTS:
-            self._commands.put(tuple(key), entry)
-        return entry
+# -- steps of the reference implementation (the hot path spells them out) ---------------------
 
 
-def _pick(a: Attributes) -> dict[str, AnyValue]:
-    out: dict[str, AnyValue] = {}
-    for key in _ENTITY_KEYS:
-        value = a.get(key)
-        if value is not None:
-            out[key] = value
-    return out
+def span_role(op: str, a: Attributes) -> Role:
+    """What a span stands for: by its GenAI operation name, else its OpenInference span kind."""
+    if op:
+        if op in _AGENT_OPS:
+            return Role.AGENT
+        if op == "execute_tool":
+            return Role.TOOL
+        return Role.MODEL if op in _MODEL_OPS else Role.PLAIN
+    oi_kind = (get_str(a, "openinference.span.kind") or "").upper()
+    if oi_kind == "AGENT":
+        return Role.AGENT
+    if oi_kind == "TOOL":
+        return Role.TOOL
+    return Role.MODEL if oi_kind in _OI_MODEL else Role.PLAIN
+
+
+def _entity_observation(ctx: Ctx, node: Entity) -> Observation:
+    """Observation ``#0``: the node the span stands for."""
+    return Observation(
+        id=f"{ctx.record}#0",
+        time_unix_nano=ctx.start,
+        end_time_unix_nano=ctx.end,
+        source=ctx.source,
+        subject=node,
+        occurrence=ctx.occurrence,
+        attrs=ctx.attrs,
+    )
+
+
+def _reference_command(
+    out: list[Observation],
+    coverage: list[CoverageRecord],
+    ctx: Ctx,
+    node: Entity,
+    a: Attributes,
+) -> None:
+    """``#2``: the command a tool call declares, or why a command-like call yields none."""
+    tool = node.label
+    result = extract_command(tool, a)
+    if result.command is not None:
+        command = command_entity(command_parts(result.command, tool), ctx.trace, ctx.record)
+        out.append(rel(ctx, 2, node, RelationKind.DECLARED_COMMAND, command))
+    elif result.reason is not None:
+        coverage.append(_no_command(ctx.source, ctx.start, tool, result.reason))
+
+
+def _reference_named_model(out: list[Observation], ctx: Ctx, node: Entity, a: Attributes) -> None:
+    """``#3``: the model an agent or tool span names itself."""
+    model_name = _model_name(a)
+    if model_name:
+        model = model_entity(_model_provider(a), model_name)
+        requested = _request_attrs(dict(ctx.attrs), a)
+        out.append(rel(ctx, 3, node, RelationKind.REQUESTED, model, attrs=requested))
+
+
+def _reference_session(out: list[Observation], ctx: Ctx, node: Entity, a: Attributes) -> None:
+    """``#4``: the session (conversation) an agent or root span states."""
+    session_id = get_str(a, "gen_ai.conversation.id", "session.id")
+    if session_id:
+        out.append(rel(ctx, 4, node, RelationKind.PART_OF, session_entity(session_id)))
+
+
+# -- attribute readers and records both implementations use ---------------------------------
 
 
 def _tool_name(span: Span, op: str) -> str:
     name = get_str(span.attributes, "gen_ai.tool.name", "tool.name")
     if name is None:
-        name = span.name.removeprefix(op).strip() if op else span.name.strip()
+        name = name_from_span(span.name, op)
     return name or "unknown_tool"
 
 
 def _model_name(a: Attributes) -> str | None:
-    return get_str(
-        a, "gen_ai.request.model", "gen_ai.response.model", "llm.model_name", "embedding.model_name"
-    )
+    return get_str(a, *_MODEL_KEYS)
+
+
+def _model_provider(a: Attributes) -> str:
+    """The provider a model call names, lower case (``unknown`` when it names none)."""
+    return (get_str(a, *_PROVIDER_KEYS) or "unknown").lower()
 
 
 def _request_attrs(obs_attrs: dict[str, AnyValue], a: Attributes) -> Attributes:
@@ -596,6 +772,24 @@ def _request_attrs(obs_attrs: dict[str, AnyValue], a: Attributes) -> Attributes:
         if value is not _ABSENT:
             attrs[key] = value
     return attrs
+
+
+def _no_model_name(source: Source, start: int, name: str) -> CoverageRecord:
+    return CoverageRecord(
+        source=source,
+        reason="model_name_missing",
+        time_unix_nano=start,
+        detail=f"model call span {name!r} names no model; kept as a plain span",
+    )
+
+
+def _no_command(source: Source, start: int, tool: str, reason: str) -> CoverageRecord:
+    return CoverageRecord(
+        source=source,
+        reason="command_not_extracted",
+        time_unix_nano=start,
+        detail=f"tool {tool!r}: {reason}",
+    )
 
 
 _ABSENT: AnyValue = ("absent",)

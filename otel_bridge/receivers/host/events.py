@@ -17,7 +17,7 @@ from datetime import UTC, datetime
 
 from otel_bridge import __version__
 from otel_bridge.component import Consumer, Telemetry
-from otel_bridge.identity import host_id
+from otel_bridge.identity import host_id, iso_ms
 from otel_bridge.model import AnyValue, Batch, CollectionState, LogRecord, Resource, Scope
 from otel_bridge.receivers.host.config import HostConfig
 from otel_bridge.receivers.host.procfs import (
@@ -31,12 +31,6 @@ from otel_bridge.redaction import Redactor
 SYSCALL = "syscall"
 SAMPLED = "sampled_process"
 SESSION = "session_observation"
-
-
-def iso_ms(ms: int) -> str:
-    """ISO 8601 UTC with millisecond precision, as ``process.creation.time`` is written."""
-    dt = datetime.fromtimestamp(ms / 1000, tz=UTC)
-    return dt.strftime("%Y-%m-%dT%H:%M:%S.") + f"{ms % 1000:03d}Z"
 
 
 class Lineage:

@@ -1,5 +1,9 @@
 """Process events as the correlator sees them, and the time/name/argument index over them.
 
+A :class:`ProcEvent` is read once per process start/exec record from the process entity's
+typed :class:`~otel_bridge.model.ProcessFacts` (never from attribute strings) and keeps those
+facts, so a derived relation can carry what the observation it rests on saw.
+
 Every candidate lookup is a bisect over a time-sorted list selected by one key (a normalized
 executable basename or an exact argument vector tail), so deciding one declaration costs the
 logarithm of the stream plus the few events that share its name or arguments, not a scan.
@@ -41,6 +45,8 @@ class ProcEvent(NamedTuple):
     time: int
     identity: str
     facts: ProcessFacts
+    pid: int
+    host_id: str
     event_name: str
     parent_identity: str
     """The parent's identity when the event states the parent pid, else ``""``."""
@@ -51,16 +57,6 @@ class ProcEvent(NamedTuple):
     traceparent: str
     name_keys: frozenset[str]
     """Normalized basenames this event may be known by (image path, argv[0], name)."""
-
-    @property
-    def pid(self) -> int:
-        """The process id."""
-        return self.facts.pid
-
-    @property
-    def host_id(self) -> str:
-        """The host the process ran on."""
-        return self.facts.host_id
 
     def names(self) -> frozenset[str]:
         """Normalized basenames this event may be known by (image path, argv[0], name)."""
@@ -81,6 +77,10 @@ class ProcEvent(NamedTuple):
 def _names_of(exe_path: str, exe_name: str, argv0: str) -> frozenset[str]:
     # Images repeat in a stream: one shared frozenset per (path, name, argv[0]).
     return frozenset(normalize_exe(n) for n in (exe_path, exe_name, argv0) if n)
+
+
+_parent_identity = functools.lru_cache(maxsize=4096)(process_id)
+"""``process_id`` of a parent: parents repeat (one shell, many children), one string each."""
 
 
 def proc_event(obs: Observation) -> ProcEvent | None:
@@ -108,7 +108,7 @@ def event_from_facts(
     host = facts.host_id
     parent = ""
     if facts.parent_pid is not None:
-        parent = process_id(host, facts.parent_pid, facts.parent_start_time_ms)
+        parent = _parent_identity(host, facts.parent_pid, facts.parent_start_time_ms)
     exe_path = facts.executable_path or ""
     exe_name = facts.executable_name or ""
     argv = facts.argv or ()
@@ -118,6 +118,8 @@ def event_from_facts(
         time=obs.time_unix_nano,
         identity=identity or process_id(host, facts.pid, facts.start_time_ms),
         facts=facts,
+        pid=facts.pid,
+        host_id=host,
         event_name=event_name,
         parent_identity=parent,
         exe_path=exe_path,

@@ -40,24 +40,36 @@ from otel_bridge.component import (
     require_consumer,
 )
 from otel_bridge.errors import StartupError
-from otel_bridge.identity import kind_id, process_id
+from otel_bridge.identity import (
+    command_key,
+    executable_key,
+    kind_id,
+    process_id,
+    process_key,
+    tool_call_key,
+)
 from otel_bridge.model import (
     NO_EVIDENCE,
+    AgentFacts,
     AnyValue,
     Attribution,
     Batch,
     Channel,
+    CommandFacts,
     CoverageRecord,
     Entity,
     EntityKind,
     Evidence,
+    ExecutableFacts,
     LogRecord,
     Observation,
+    ProcessFacts,
     RelationKind,
     Resource,
     Scope,
     Source,
     Span,
+    ToolCallFacts,
 )
 from otel_bridge.registry import Registry
 
@@ -332,13 +344,18 @@ def iso_utc_ms(value: str) -> int:
     return round(datetime.datetime.fromisoformat(value.replace("Z", "+00:00")).timestamp() * 1000)
 
 
-def tool_call_entity(span: str, trace: str, name: str = "shell") -> Entity:
-    """The ``tool_call`` entity the normalizer builds for a tool span."""
+def tool_call_entity(
+    span: str, trace: str, name: str = "shell", agent: str | None = None
+) -> Entity:
+    """The ``tool_call`` entity the normalizer builds for a tool span (``agent``: the calling
+    agent's name, when the trace states it)."""
     return Entity(
         kind=EntityKind.TOOL_CALL,
         id=kind_id(EntityKind.TOOL_CALL, trace, span),
         label=name,
         attrs={"gen_ai.tool.name": name, "trace_id": trace, "span_id": span},
+        facts=ToolCallFacts(tool=name, agent=agent, trace_id=trace, span_id=span),
+        key=tool_call_key(agent, name),
     )
 
 
@@ -359,12 +376,17 @@ def tool_declaration(
     attrs: dict[str, AnyValue] = {"trace_id": trace, "span_id": span, "span.status": "ok"}
     if agent_pid is not None:
         attrs.update({"process.pid": agent_pid, "host.id": host})
-    tool = tool_call_entity(span, trace)
+    caller = (
+        agent.facts.name or agent.facts.agent_id if isinstance(agent.facts, AgentFacts) else None
+    )
+    tool = tool_call_entity(span, trace, agent=caller)
     command = Entity(
         kind=EntityKind.COMMAND,
         id=kind_id(EntityKind.COMMAND, trace, span),
         label=line,
         attrs={"command.line": line},
+        facts=CommandFacts(command=line, tool=tool.label),
+        key=command_key(tool.label, line),
     )
     source = Source(channel=channel, backend="otlp", record_id=span)
     reported = Evidence(attribution=Attribution.REPORTED)
@@ -440,21 +462,42 @@ class ProcessRecord:
         }
         if self.traceparent:
             attrs["process.env.traceparent"] = self.traceparent
+        name = self.exe.rsplit("/", 1)[-1]
+        parent_created = self.extra.get("process.parent.creation.time")
+        parent_ms = iso_utc_ms(parent_created) if isinstance(parent_created, str) else None
         proc = Entity(
             kind=EntityKind.PROCESS,
             id=self.identity,
             label=f"{self.exe} ({self.pid})",
             attrs={"process.pid": self.pid, "host.id": self.host},
+            facts=ProcessFacts(
+                host_id=self.host,
+                pid=self.pid,
+                start_time_ms=self.ms,
+                parent_pid=self.parent_pid,
+                parent_start_time_ms=parent_ms,
+                executable_path=self.exe,
+                executable_name=name,
+                argv=self.argv,
+                cwd=self.cwd,
+                traceparent=self.traceparent or None,
+            ),
+            key=process_key(self.exe, self.argv),
         )
         source = Source(channel=Channel.OS, backend=self.backend, record_id=rec)
         syscall = Evidence(attribution=Attribution.SYSCALL, causal=True)
-        exe = Entity(kind=EntityKind.EXECUTABLE, id=f"executable:{self.exe}")
-        parent_created = self.extra.get("process.parent.creation.time")
-        parent_ms = iso_utc_ms(parent_created) if isinstance(parent_created, str) else None
+        exe = Entity(
+            kind=EntityKind.EXECUTABLE,
+            id=f"executable:{self.exe}",
+            facts=ExecutableFacts(path=self.exe, name=name),
+            key=executable_key(self.exe),
+        )
         parent = Entity(
             kind=EntityKind.PROCESS,
             id=process_id(self.host, self.parent_pid, parent_ms),
             attrs={"process.pid": self.parent_pid, "host.id": self.host},
+            facts=ProcessFacts(host_id=self.host, pid=self.parent_pid, start_time_ms=parent_ms),
+            key=process_key(None, None),
         )
 
         def observed(
@@ -491,6 +534,10 @@ class ProcessRecord:
                 kind=EntityKind.PROCESS,
                 id=self.identity,
                 attrs={"process.pid": self.pid, "host.id": self.host},
+                facts=ProcessFacts(
+                    host_id=self.host, pid=self.pid, start_time_ms=self.ms, exit_code=code
+                ),
+                key=process_key(None, None),
             ),
             occurrence=rec,
             attrs={

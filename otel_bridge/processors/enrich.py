@@ -1,8 +1,9 @@
 """The ``enrich`` processor: bridges onto tool spans, and the OS plane as spans.
 
 Placed after ``correlate`` (and ``grade``) in an ``evidence`` pipeline that ends in an OTLP
-exporter. It holds each span for ``hold_delay`` (default: the 3 s window plus 2 s lateness plus
-a 1 s margin) so the bridge decided for it can still be attached, then emits it unchanged except:
+exporter. It holds each span for ``hold_delay`` (default: correlate's default window plus its
+default lateness plus a 1 s margin) so the bridge decided for it can still be attached, then
+emits it unchanged except:
 
 * one **span link** per ``correlated_with_process`` observation naming the span (exact links and
   singleton bridges), pointing at the process's OS-plane span, with the evidence as link
@@ -20,6 +21,10 @@ deterministic id derived from the run id. A span starts at the process's start e
 its exit event; a process with no observed exit is emitted at shutdown ending at the last time it
 was observed, marked ``otel_bridge.process.exit_observed=false``: no exit is fabricated. File and
 network observations become span events (at most ``max_events_per_process``).
+
+Processes are read from their entities' typed ``ProcessFacts``; the process span's ``process.*``
+attributes are written from those fields (only the ones observed). An OS observation whose process
+entity carries no facts is skipped and counted (``enrich.os_plane.skipped.no_facts``).
 """
 
 from __future__ import annotations
@@ -44,12 +49,14 @@ from otel_bridge.component import (
     require_consumer,
 )
 from otel_bridge.grading import grade_evidence
+from otel_bridge.identity import iso_ms, parse_traceparent
 from otel_bridge.model import (
     AnyValue,
     Attribution,
     Batch,
     Channel,
     Observation,
+    ProcessFacts,
     RelationKind,
     Resource,
     Scope,
@@ -58,18 +65,26 @@ from otel_bridge.model import (
     SpanKind,
     SpanLink,
 )
-from otel_bridge.processors.correlate.index import process_entity_of
-from otel_bridge.processors.correlate.singleton import parse_traceparent
+from otel_bridge.processors.correlate.shared import (
+    DEFAULT_ALLOWED_LATENESS_S,
+    DEFAULT_MAX_WINDOW_S,
+    EXIT_EVENT,
+    START_EVENTS,
+    lacks_process_facts,
+    process_facts_of,
+)
 
 SCOPE = Scope(name="otel_bridge.enrich", version="1")
 _PREFIX = "otel_bridge.bridge."
+HOLD_MARGIN_S = 1.0
+"""What the default hold adds to correlate's default window and lateness."""
 
 
 @dataclass(slots=True)
 class Config:
     """Settings of the enrich processor."""
 
-    hold_delay: float = 6.0
+    hold_delay: float = DEFAULT_MAX_WINDOW_S + DEFAULT_ALLOWED_LATENESS_S + HOLD_MARGIN_S
     """How long a span is held for its bridge (seconds): window + lateness + margin."""
     traceparent: str = ""
     """The run's W3C traceparent; empty: the ``TRACEPARENT`` environment variable, if any."""
@@ -212,35 +227,36 @@ class EnrichProcessor:
             return
         if not self._config.os_plane or obs.source.channel != Channel.OS:
             return
-        found = process_entity_of(obs)
+        found = process_facts_of(obs)
         if found is None:
+            if lacks_process_facts(obs):
+                self._telemetry.count("enrich.os_plane.skipped.no_facts")
             return
-        identity, attrs = found
+        entity, facts = found
+        identity = entity.id
         event = obs.attrs.get("event.name")
         proc = self._procs.get(identity)
         if proc is None:
-            proc = _Proc(identity=identity, host=str(attrs.get("host.id", "")), run=self._run_id)
+            proc = _Proc(identity=identity, host=facts.host_id, run=self._run_id)
             self._procs[identity] = proc
         if proc.emitted:
             self._telemetry.count("enrich.os_plane.late_event")
             return
         t = obs.time_unix_nano
         proc.last_seen = max(proc.last_seen, t)
-        if event in ("process.start", "process.exec"):
+        if event in START_EVENTS:
             if event == "process.start" or not proc.start:
                 proc.start = min(proc.start, t) if proc.start else t
-            for k, v in attrs.items():
-                if not k.startswith("process.") or k.startswith("process.env."):
-                    continue
+            for k, v in process_attributes(facts).items():
                 if event == "process.exec":
                     proc.attrs[k] = v  # the new image replaces the old one's attributes
                 else:
                     proc.attrs.setdefault(k, v)
             if obs.relation == RelationKind.SPAWNED:
                 proc.parent = obs.subject.id
-        elif event == "process.exit":
+        elif event == EXIT_EVENT:
             proc.exit_time = t
-            proc.exit_code = attrs.get("process.exit.code")
+            proc.exit_code = facts.exit_code
             proc.due = now + self._config.hold_delay
         elif obs.relation is not None and obs.object is not None and obs.subject.id == identity:
             if len(proc.events) < self._config.max_events_per_process:
@@ -353,6 +369,29 @@ class EnrichProcessor:
         )
 
 
+def process_attributes(facts: ProcessFacts) -> dict[str, AnyValue]:
+    """The ``process.*`` span attributes (OpenTelemetry semantic conventions) of what ``facts``
+    state; a field that was not observed (None) gives no attribute. The environment
+    (``traceparent``) stays off: it is evidence for correlation, not a span attribute."""
+    values: dict[str, AnyValue] = {
+        "process.pid": facts.pid,
+        "process.creation.time": _iso_or_none(facts.start_time_ms),
+        "process.parent_pid": facts.parent_pid,
+        "process.parent.creation.time": _iso_or_none(facts.parent_start_time_ms),
+        "process.executable.path": facts.executable_path,
+        "process.executable.name": facts.executable_name,
+        "process.command_args": facts.argv,
+        "process.command_line": facts.command_line,
+        "process.working_directory": facts.cwd,
+        "process.owner": facts.user,
+    }
+    return {k: v for k, v in values.items() if v is not None}
+
+
+def _iso_or_none(ms: int | None) -> str | None:
+    return None if ms is None else iso_ms(ms)
+
+
 def _strength(obs: Observation) -> tuple[int, str]:
     exact = obs.evidence.identity_exact is True or obs.evidence.attribution == (
         Attribution.EXACT_IDENTITY
@@ -370,9 +409,9 @@ def _bridge_attrs(obs: Observation) -> dict[str, AnyValue]:
         _PREFIX + "grade": str(ev.grade or grade_evidence(ev)),
         _PREFIX + "support": tuple(ev.support),
     }
-    pid = obs.object.attrs.get("process.pid")
-    if isinstance(pid, int):
-        attrs[_PREFIX + "process.pid"] = pid
+    facts = obs.object.facts
+    if isinstance(facts, ProcessFacts):
+        attrs[_PREFIX + "process.pid"] = facts.pid
     if ev.score is not None:
         attrs[_PREFIX + "score"] = ev.score
     if ev.inferred is not None:

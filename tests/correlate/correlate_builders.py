@@ -1,15 +1,16 @@
 """The correlation tests' defaults over :mod:`otel_bridge.testing`'s observation builders.
 
 The builders produce observations shaped exactly like the normalizer's output (the documented
-contract); this module fixes the host, the trace and the agent the tests share.
+contract, typed facts and stable keys on every entity included); this module fixes the host, the
+trace and the agent the tests share.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-from otel_bridge.identity import kind_id
-from otel_bridge.model import Channel, Entity, EntityKind, Observation
+from otel_bridge.identity import agent_key, kind_id
+from otel_bridge.model import AgentFacts, Channel, Entity, EntityKind, Observation
 from otel_bridge.testing import (
     ProcessRecord,
     iso_utc,
@@ -30,13 +31,19 @@ iso_ms = iso_utc_ms
 
 
 def tool_entity(span: str, trace: str = TRACE, name: str = "shell") -> Entity:
-    """The tool_call entity of a tool span."""
-    return tool_call_entity(span, trace, name)
+    """The tool_call entity of a tool span of the tests' agent."""
+    return tool_call_entity(span, trace, name, agent="coder")
 
 
 def agent_entity(name: str = "coder") -> Entity:
-    """An agent entity."""
-    return Entity(kind=EntityKind.AGENT, id=kind_id(EntityKind.AGENT, "svc", name), label=name)
+    """An agent entity, with its facts and key as the normalizer builds them."""
+    return Entity(
+        kind=EntityKind.AGENT,
+        id=kind_id(EntityKind.AGENT, "svc", name),
+        label=name,
+        facts=AgentFacts(service="svc", name=name),
+        key=agent_key("svc", name, None),
+    )
 
 
 def declaration(

@@ -6,6 +6,7 @@ import pytest
 from correlate_builders import MS, T0, Proc, declaration, exit_obs, iso, traceparent
 from test_enrich import RUN_TP, SPAN, correlated, make, tool_span
 
+from otel_bridge.identity import file_key, process_key
 from otel_bridge.model import (
     Attribution,
     Batch,
@@ -13,8 +14,10 @@ from otel_bridge.model import (
     Entity,
     EntityKind,
     Evidence,
+    FileFacts,
     LogRecord,
     Observation,
+    ProcessFacts,
     RelationKind,
     Resource,
     Scope,
@@ -32,10 +35,16 @@ def file_open(p: Proc, path: str, time: int, n: int = 0) -> Observation:
         time_unix_nano=time,
         source=Source(channel=Channel.OS, backend="linux", record_id=rec),
         subject=Entity(
-            kind=EntityKind.PROCESS, id=p.identity, attrs={"process.pid": p.pid, "host.id": p.host}
+            kind=EntityKind.PROCESS,
+            id=p.identity,
+            attrs={"process.pid": p.pid, "host.id": p.host},
+            facts=ProcessFacts(host_id=p.host, pid=p.pid, start_time_ms=p.ms),
+            key=process_key(None, None),
         ),
         relation=RelationKind.OPENED,
-        object=Entity(kind=EntityKind.FILE, id=f"file:{path}"),
+        object=Entity(
+            kind=EntityKind.FILE, id=f"file:{path}", facts=FileFacts(path=path), key=file_key(path)
+        ),
         evidence=Evidence(attribution=Attribution.SYSCALL, causal=True),
         occurrence=rec,
         attrs={"event.name": "file.open", "process.pid": p.pid, "host.id": p.host},

@@ -15,7 +15,8 @@ from correlate_builders import HOST, MS, T0, Proc, S, declaration, exit_obs
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from otel_bridge.model import Attribution, Observation
+from otel_bridge.identity import process_id
+from otel_bridge.model import Attribution, Observation, ProcessFacts
 from otel_bridge.processors.correlate import Config, Correlator
 from otel_bridge.processors.correlate.index import (
     MAX_TAIL,
@@ -110,23 +111,40 @@ def test_scan_fast_path_equals_character_walk(line: str) -> None:
     assert _scan(line) == _scan_chars(line)
 
 
-def test_proc_event_shares_argv_and_falls_back_to_entity_attributes() -> None:
-    """A str-only argv tuple is shared, a mixed one filtered; missing attributes fall back."""
-    p = Proc(101, "/usr/bin/ls", ("ls", "-la"), T0)
+def test_proc_event_reads_the_process_facts() -> None:
+    """A ProcEvent is read from the entity's ProcessFacts: argv shared, not copied; unknown
+    fields (None) give no evidence (empty), never a value from the attribute strings."""
+    p = Proc(101, "/usr/bin/ls", ("ls", "-la"), T0, parent_pid=7)
     obs = p.observations()[0]
+    facts = obs.subject.facts
+    assert isinstance(facts, ProcessFacts)
     ev = proc_event(obs)
     assert ev is not None
-    assert ev.argv is obs.attrs["process.command_args"]
+    assert ev.facts is facts
+    assert ev.argv is facts.argv
     assert (ev.pid, ev.host_id, ev.exe_name, ev.cwd) == (101, HOST, "ls", "/work")
     assert ev.names() == frozenset({"ls"})
-    mixed = Proc(102, "/usr/bin/ls", ["ls", 3, "-l"], T0).observations()[0]  # type: ignore[arg-type]
-    ev2 = proc_event(mixed)
+    assert ev.identity == p.identity
+    assert ev.parent_identity == process_id(HOST, 7, None)
+    unknown = msgspec.structs.replace(
+        facts, argv=None, cwd=None, executable_name=None, parent_pid=None
+    )
+    bare = msgspec.structs.replace(obs, subject=msgspec.structs.replace(obs.subject, facts=unknown))
+    ev2 = proc_event(bare)
     assert ev2 is not None
-    assert ev2.argv == ("ls", "-l")
-    bare = {k: v for k, v in obs.attrs.items() if k not in ("process.pid", "host.id")}
-    ev3 = proc_event(msgspec.structs.replace(obs, attrs=bare))
-    assert ev3 is not None
-    assert (ev3.pid, ev3.host_id) == (101, HOST)  # from the process entity
+    assert (ev2.argv, ev2.cwd, ev2.exe_name, ev2.parent_identity) == ((), "", "", "")
+    assert ev2.names() == frozenset({"ls"})  # from the image path alone
+    assert ev2.facts.argv is None  # still unknown for whoever reads the facts
+
+
+def test_proc_event_identity_from_facts_when_the_entity_has_no_id() -> None:
+    """An entity without an id gets the identity its facts give (host, pid, start time)."""
+    p = Proc(102, "/usr/bin/ls", ("ls",), T0, start_ms=1234)
+    obs = p.observations()[0]
+    anonymous = msgspec.structs.replace(obs, subject=msgspec.structs.replace(obs.subject, id=""))
+    ev = proc_event(anonymous)
+    assert ev is not None
+    assert ev.identity == process_id(HOST, 102, 1234) == p.identity
 
 
 def test_index_query_sorts_out_of_order_arrivals() -> None:

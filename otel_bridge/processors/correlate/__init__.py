@@ -24,8 +24,14 @@ Counts go to the run summary through ``host.telemetry``: ``correlate.bridge``,
 ``several_candidates``, ``process_ambiguous``, ``exact_identity_preferred``,
 ``contradicts_exact``, ``late_declaration``, ``unsupported_command.<sub-reason>``) and
 ``correlate.late_conflict`` (a declaration that arrived after a process it is compatible with was
-bridged to another one; such a bridge cannot be recalled). :attr:`CorrelateProcessor.outcomes`
-exposes the same counts.
+bridged to another one; such a bridge cannot be recalled), and ``correlate.skipped.no_facts``
+(an observation correlation would use, a process start/exec/exit or a ``declared_command``, whose
+entity carries no typed facts: it is skipped, never parsed back out of attribute strings).
+:attr:`CorrelateProcessor.outcomes` exposes the same counts.
+
+Everything is read from the entities' typed facts (``ProcessFacts``, ``ToolCallFacts``,
+``CommandFacts``); the derived process entities carry the ``ProcessFacts`` of the observation
+they rest on and its stable key.
 """
 
 from __future__ import annotations
@@ -48,13 +54,21 @@ from otel_bridge.model import (
     Attribution,
     Batch,
     Channel,
-    EntityKind,
     Evidence,
     Observation,
     RelationKind,
+    ToolCallFacts,
 )
 from otel_bridge.processors.correlate.exact import ExactLinker, derived, process_entity
-from otel_bridge.processors.correlate.index import START_EVENTS, proc_event
+from otel_bridge.processors.correlate.index import proc_event
+from otel_bridge.processors.correlate.shared import (
+    DEFAULT_ALLOWED_LATENESS_S,
+    DEFAULT_MAX_WINDOW_S,
+    EXIT_EVENT,
+    START_EVENTS,
+    lacks_process_facts,
+    process_facts_of,
+)
 from otel_bridge.processors.correlate.singleton import (
     OURS,
     Bridge,
@@ -63,21 +77,21 @@ from otel_bridge.processors.correlate.singleton import (
     Scope,
     SingletonEngine,
     declaration_of,
+    lacks_declaration_facts,
 )
 
 _NS = 1_000_000_000
 # Looking up an enum member costs ~0.2 us on Python 3.11: the hot paths use these.
 _OS = Channel.OS
-_TOOL_CALL = EntityKind.TOOL_CALL
 
 
 @dataclass(slots=True)
 class Config:
     """Settings of the correlate processor (durations in seconds or ``"3s"`` strings)."""
 
-    max_window: float = 3.0
+    max_window: float = DEFAULT_MAX_WINDOW_S
     """Upper bound of a declaration's search window (section V-D: 3 s)."""
-    allowed_lateness: float = field(default=2.0, metadata={"duration": True})
+    allowed_lateness: float = field(default=DEFAULT_ALLOWED_LATENESS_S, metadata={"duration": True})
     """How far behind the newest observation a record may still arrive and count."""
     retention: float = field(default=600.0, metadata={"duration": True})
     """How long process events are kept below the watermark for late-arriving declarations."""
@@ -112,7 +126,7 @@ def bridge_observation(b: Bridge, support: tuple[str, ...]) -> Observation:
         channel=b.decl.channel,
         subject=b.decl.tool,
         relation=RelationKind.CORRELATED_WITH_PROCESS,
-        obj=process_entity(b.identity, first.pid, first.host_id, first.exe_name),
+        obj=process_entity(b.identity, first.facts),
         evidence=Evidence(
             attribution=Attribution.HEURISTIC,
             inferred=True,
@@ -147,7 +161,10 @@ class Correlator:
         self._retention = int(config.retention * _NS)
         self._evicted = 0
         self._min_time = 0
-        self._record_identity: dict[str, str] = {}
+        self._record_process: dict[str, tuple[str, int]] = {}
+        """Record id -> (identity, pid) of the process its indexed event is about."""
+        self.skipped: Counter[str] = Counter()
+        """Observations passed over, by reason (``no_facts``)."""
 
     @property
     def watermark(self) -> int:
@@ -158,7 +175,7 @@ class Correlator:
         """Buffer what correlation needs from ``observations``."""
         max_time, min_time = self._max_time, self._min_time
         offer = self.engine.index.offer
-        record_identity = self._record_identity
+        record_process = self._record_process
         # The record indexed last, and an id at or above its smallest one: a record's
         # observations arrive together, and those after the first can then be passed over.
         last_rec, last_id = "", ""
@@ -187,34 +204,46 @@ class Correlator:
                         if not self._add_process(obs, rec):
                             continue
                     elif known:
-                        ident = record_identity.get(rec)
-                        if ident is not None:
-                            self.exact.offer(ident, t, oid)
+                        proc = record_process.get(rec)
+                        if proc is not None:
+                            self.exact.offer(proc[0], proc[1], t, oid)
                     last_rec, last_id = rec, oid
-                elif name == "process.exit":
-                    self.exact.add_exit(obs)
+                elif name == EXIT_EVENT:
+                    self._add_exit(obs)
         finally:
             self._max_time, self._min_time = max_time, min_time
 
     def _add_process(self, obs: Observation, rec: str) -> bool:
         ev = proc_event(obs)
         if ev is None:
+            if lacks_process_facts(obs):
+                self.skipped["no_facts"] += 1
             return False
-        self._record_identity[rec] = ev.identity
+        self._record_process[rec] = (ev.identity, ev.pid)
         self.engine.add_event(ev)
         self.exact.add_event(ev)
         return True
 
+    def _add_exit(self, obs: Observation) -> None:
+        found = process_facts_of(obs)
+        if found is None:
+            if lacks_process_facts(obs):
+                self.skipped["no_facts"] += 1
+            return
+        ent, facts = found
+        self.exact.add_exit(ent.id, facts.pid, obs.time_unix_nano)
+
     def _add_semantic(self, obs: Observation) -> None:
         for ent in (obs.subject, obs.object):
-            if ent is not None and ent.kind == _TOOL_CALL:
-                trace, span = ent.attrs.get("trace_id"), ent.attrs.get("span_id")
-                if isinstance(trace, str) and isinstance(span, str):
-                    self.engine.note_tool_span(trace, span)
+            if ent is not None and isinstance(ent.facts, ToolCallFacts):
+                self.engine.note_tool_span(ent.facts.trace_id, ent.facts.span_id)
         if self.config.exact:
             self.exact.add_semantic(obs)
         decl = declaration_of(obs, self.policy.scope)
-        if decl is not None and self.config.singleton:
+        if decl is None:
+            if lacks_declaration_facts(obs):
+                self.skipped["no_facts"] += 1
+        elif self.config.singleton:
             self.engine.add_declaration(decl)
 
     def step(self, final: bool = False) -> list[Observation]:
@@ -241,7 +270,7 @@ class Correlator:
             self.engine.evict(horizon)
             self.exact.evict(horizon)
             live = self.engine.index.record_ids()
-            self._record_identity = {k: v for k, v in self._record_identity.items() if k in live}
+            self._record_process = {k: v for k, v in self._record_process.items() if k in live}
         return out
 
     def counts(self) -> Counter[str]:
@@ -254,6 +283,8 @@ class Correlator:
                 c[f"skip.{k}"] += v
         for k, v in self.exact.counts.items():
             c[f"exact.{k}"] += v
+        for k, v in self.skipped.items():
+            c[f"skipped.{k}"] += v
         return c
 
 

@@ -3,11 +3,12 @@
 Three routes, each recorded ``attribution=exact_identity, identity_exact=true, inferred=false,
 causal=false`` (sharing an identifier proves identity, not causation):
 
-* ``traceparent``: a process whose start/exec observation carries ``process.env.traceparent``
-  is linked to the entity of the span it names: the tool call of that span, else the agent of
-  that span, else (for a plain span) the first such entity up its reported ``child_of`` chain.
-  A process that merely inherited the same ``TRACEPARENT`` from an observed parent is not linked
-  again: its parent already is (counted ``correlate.exact.inherited``).
+* ``traceparent``: a process whose start/exec observation states a ``traceparent`` (its
+  ``ProcessFacts.traceparent``, read from ``process.env.traceparent``) is linked to the entity
+  of the span it names: the tool call of that span, else the agent of that span, else (for a
+  plain span) the first such entity up its reported ``child_of`` chain. A process that merely
+  inherited the same ``TRACEPARENT`` from an observed parent is not linked again: its parent
+  already is (counted ``correlate.exact.inherited``).
 * ``resource_pid``: a span whose resource carries ``process.pid`` (with ``host.id`` and
   ``process.creation.time`` when present) resolves to the one observed process with that pid
   alive at span time on that host, exactly that start time when given; the agent of the span is
@@ -25,7 +26,14 @@ from __future__ import annotations
 import heapq
 from dataclasses import dataclass, field
 
-from otel_bridge.identity import process_id
+from otel_bridge.identity import (
+    int_value,
+    iso_to_ms,
+    parse_traceparent,
+    process_id,
+    process_key,
+    str_value,
+)
 from otel_bridge.model import (
     Attribution,
     Channel,
@@ -33,31 +41,32 @@ from otel_bridge.model import (
     EntityKind,
     Evidence,
     Observation,
+    ProcessFacts,
     RelationKind,
     Source,
+    ToolCallFacts,
 )
-from otel_bridge.processors.correlate.index import ProcEvent, iso_to_ms, process_entity_of
-from otel_bridge.processors.correlate.singleton import parse_traceparent, traceparent_rank
+from otel_bridge.processors.correlate.index import ProcEvent
 
 _CHANNEL_ORDER = (Channel.SEM, Channel.GW, Channel.MODEL)
 # Looking up an enum member costs ~0.2 us on Python 3.11: the hot paths use these.
-_TOOL_CALL = EntityKind.TOOL_CALL
-_TOOL_CALL_PREFIX = f"{EntityKind.TOOL_CALL}:"
 _AGENT = EntityKind.AGENT
 _CHILD_OF = RelationKind.CHILD_OF
 
 
-def _s(v: object) -> str:
-    return v if isinstance(v, str) else ""
+def process_entity(identity: str, facts: ProcessFacts) -> Entity:
+    """The process entity a derived relation points at.
 
-
-def process_entity(identity: str, pid: int, host: str, label: str = "") -> Entity:
-    """The minimal process entity a derived relation points at."""
+    It carries the facts of the observation the relation rests on (one of its support ids) and
+    the stable key they give; the label is the executable name when that was observed.
+    """
     return Entity(
         kind=EntityKind.PROCESS,
         id=identity,
-        label=label,
-        attrs={"process.pid": pid, "host.id": host},
+        label=facts.executable_name or "",
+        attrs={"process.pid": facts.pid, "host.id": facts.host_id},
+        facts=facts,
+        key=process_key(facts.executable_path, facts.argv),
     )
 
 
@@ -98,11 +107,12 @@ def exact_evidence(method: str, support: tuple[str, ...]) -> Evidence:
     )
 
 
-_Life = tuple[str, str, int, str, int]
-"""One process seen with a pid: ``(identity, host, start, start observation id, exit time)``.
+_Life = tuple[str, str, int, str, int, ProcessFacts]
+"""One process seen with a pid: ``(identity, host, start, start observation id, exit time,
+facts of that start observation)``.
 
-A plain tuple of strings and ints, replaced rather than mutated: there is one per process, and
-the garbage collector stops tracking such tuples, so they cost no collection time."""
+A plain tuple replaced rather than mutated: there is one per process, and the garbage collector
+stops tracking a tuple of strings, ints and (``gc=False``) facts, so it costs no collection time."""
 
 
 @dataclass(slots=True)
@@ -163,25 +173,29 @@ class ExactLinker:
             more = self._more_lives[pid]
             more[more.index(old)] = new
 
-    def _lower_start(self, pid: int, identity: str, time: int, obs_id: str) -> bool:
-        """Lower the start of the life of ``identity`` if ``(time, obs_id)`` is earlier.
+    def _lower_start(
+        self, pid: int, identity: str, time: int, obs_id: str, facts: ProcessFacts | None = None
+    ) -> bool:
+        """Lower the start of the life of ``identity`` if ``(time, obs_id)`` is earlier; the
+        facts follow the start observation (``None``: another observation of the same record).
 
         False when ``pid`` has no life of that identity.
         """
         for life in self._lives_of(pid):
-            ident, host, start, start_id, exit_time = life
+            ident, host, start, start_id, exit_time, old_facts = life
             if ident == identity:
                 if (time, obs_id) < (start, start_id):
-                    self._replace_life(pid, life, (ident, host, time, obs_id, exit_time))
+                    new = (ident, host, time, obs_id, exit_time, facts or old_facts)
+                    self._replace_life(pid, life, new)
                 return True
         return False
 
     def _new_life(self, ev: ProcEvent) -> bool:
         """Note ``ev`` in the lives of its pid; True if it starts a new one."""
-        life = (ev.identity, ev.host_id, ev.time, ev.obs_id, 0)
+        life = (ev.identity, ev.host_id, ev.time, ev.obs_id, 0, ev.facts)
         if ev.pid not in self._lives:
             self._lives[ev.pid] = life
-        elif self._lower_start(ev.pid, ev.identity, ev.time, ev.obs_id):
+        elif self._lower_start(ev.pid, ev.identity, ev.time, ev.obs_id, ev.facts):
             return False
         else:
             self._more_lives.setdefault(ev.pid, []).append(life)
@@ -195,7 +209,7 @@ class ExactLinker:
             self._life_count[ev.identity] = self._life_count.get(ev.identity, 0) + 1
         tp = parse_traceparent(ev.traceparent) if ev.traceparent else None
         if tp is not None:
-            rank = traceparent_rank(ev)
+            rank = ev.traceparent_rank()
             seen = self._tp_rank.get(ev.identity)
             if seen is None or rank < seen:
                 # The best reading so far describes the process, to itself and to its children
@@ -206,49 +220,45 @@ class ExactLinker:
                 # inherited): links are de-duplicated by id when they are emitted.
                 self._tp[ev.identity] = (ev, tp)
 
-    def offer(self, identity: str, time: int, obs_id: str) -> None:
+    def offer(self, identity: str, pid: int, time: int, obs_id: str) -> None:
         """Another observation of an already seen process record (keeps the smallest id)."""
         tp = self._tp.get(identity)
         if tp is not None and (time, obs_id) < (tp[0].time, tp[0].obs_id):
             self._tp[identity] = (tp[0]._replace(obs_id=obs_id, time=time), tp[1])
-        self._lower_start(_pid_of(identity), identity, time, obs_id)
+        self._lower_start(pid, identity, time, obs_id)
 
-    def add_exit(self, obs: Observation) -> None:
-        """A ``process.exit`` observation closes a life."""
-        found = process_entity_of(obs)
-        if found is None:
-            return
-        identity, attrs = found
-        pid = attrs.get("process.pid")
-        if not isinstance(pid, int):
-            return
+    def add_exit(self, identity: str, pid: int, time: int) -> None:
+        """A ``process.exit`` observation (at ``time``) of process ``identity`` closes a life."""
         for life in self._lives_of(pid):
             if life[0] == identity:
-                ident, host, start, start_id, _ = life
-                self._replace_life(pid, life, (ident, host, start, start_id, obs.time_unix_nano))
-                if obs.time_unix_nano:
-                    heapq.heappush(self._exits, (obs.time_unix_nano, pid))
+                ident, host, start, start_id, _, facts = life
+                self._replace_life(pid, life, (ident, host, start, start_id, time, facts))
+                if time:
+                    heapq.heappush(self._exits, (time, pid))
 
     def add_semantic(self, obs: Observation) -> None:
         """A span-derived observation: span entities, resource pids, request ids."""
-        trace = _s(obs.attrs.get("trace_id"))
-        span = _s(obs.attrs.get("span_id"))
+        # The span's own ids and its resource's process are the observation's details (the
+        # contract puts them in ``Observation.attrs``: the agent's process is no entity).
+        a = obs.attrs
+        trace = str_value(a.get("trace_id"))
+        span = str_value(a.get("span_id"))
         first = _First(obs.time_unix_nano, obs.id, obs.subject, obs.source.channel)
         if trace and span:
             self._note_span(obs, (trace, span), first)
         agent = _agent_of(obs)
-        pid = obs.attrs.get("process.pid")
-        if agent is not None and isinstance(pid, int) and not isinstance(pid, bool):
-            host = _s(obs.attrs.get("host.id"))
-            created = _s(obs.attrs.get("process.creation.time"))
+        pid = int_value(a.get("process.pid")) if agent is not None else None
+        if agent is not None and pid is not None:
+            host = str_value(a.get("host.id")) or ""
+            created = str_value(a.get("process.creation.time")) or ""
             key = (agent.id, host, pid, created)
             claim = self._pid_claims.get(key)
             if claim is None:
-                ms = iso_to_ms(created) if created else None
+                ms = iso_to_ms(created)
                 self._pid_claims[key] = (agent, _First(obs.time_unix_nano, obs.id, agent), ms)
             else:
                 claim[1].offer(obs.time_unix_nano, obs.id)
-        rid = _s(obs.attrs.get("request.id"))
+        rid = str_value(a.get("request.id"))
         if rid and obs.source.channel in _CHANNEL_ORDER:
             group = self._requests.setdefault(rid, {})
             self._req_pending.add(rid)
@@ -259,19 +269,21 @@ class ExactLinker:
                 group[k] = first
 
     def _note_span(self, obs: Observation, key: tuple[str, str], first: _First) -> None:
-        tool_id = f"{_TOOL_CALL_PREFIX}{key[0]}:{key[1]}"
         candidates: list[tuple[int, Entity]] = []
         for ent in (obs.subject, obs.object):
             if ent is None:
                 continue
-            if ent.kind == _TOOL_CALL and ent.id == tool_id:
+            facts = ent.facts
+            if isinstance(facts, ToolCallFacts) and (facts.trace_id, facts.span_id) == key:
                 candidates.append((0, ent))
             elif ent.kind == _AGENT and ent is obs.subject:
                 candidates.append((1, ent))
         if obs.relation == _CHILD_OF and obs.object is not None:
-            parent = (_s(obs.object.attrs.get("trace_id")), _s(obs.object.attrs.get("span_id")))
-            if parent[1]:
-                self._span_parent[key] = (parent[0] or key[0], parent[1])
+            # A plain span has no facts record: its ids are the span entity's own attributes.
+            pa = obs.object.attrs
+            parent_span = str_value(pa.get("span_id"))
+            if parent_span:
+                self._span_parent[key] = (str_value(pa.get("trace_id")) or key[0], parent_span)
         for rank, ent in candidates:
             cur = self._span_entity.get(key)
             if cur is None or rank < cur[0] or (rank == cur[0] and ent.id < cur[1].id):
@@ -328,7 +340,7 @@ class ExactLinker:
                 channel=first.channel,
                 subject=entity,
                 relation=RelationKind.CORRELATED_WITH_PROCESS,
-                obj=process_entity(identity, ev.pid, ev.host_id, ev.exe_name),
+                obj=process_entity(identity, ev.facts),
                 support=(first.obs_id, ev.obs_id),
                 attrs={"trace_id": tp[0], "span_id": tp[1]},
             )
@@ -385,7 +397,7 @@ class ExactLinker:
                     self._count("unresolved_pid" if not alive else "ambiguous_pid")
                     del self._pid_claims[key]
                 continue
-            identity, life_host, _, life_obs_id, _ = alive[0]
+            identity, _, _, life_obs_id, _, life_facts = alive[0]
             del self._pid_claims[key]
             self._link_once(
                 out,
@@ -395,7 +407,7 @@ class ExactLinker:
                 channel=first.channel,
                 subject=agent,
                 relation=RelationKind.CORRELATED_WITH_PROCESS,
-                obj=process_entity(identity, pid, life_host),
+                obj=process_entity(identity, life_facts),
                 support=(first.obs_id, life_obs_id),
                 attrs={"host_matched": bool(host)},
             )
@@ -479,8 +491,3 @@ def _agent_of(obs: Observation) -> Entity | None:
     if obs.object is not None and obs.object.kind == _AGENT:
         return obs.object
     return None
-
-
-def _pid_of(identity: str) -> int:
-    parts = identity.split(":")
-    return int(parts[-2]) if len(parts) >= 4 and parts[-2].isdigit() else -1

@@ -1,5 +1,9 @@
 """Process events as the correlator sees them, and the time/name/argument index over them.
 
+A :class:`ProcEvent` is read once per process start/exec record from the process entity's
+typed :class:`~otel_bridge.model.ProcessFacts` (never from attribute strings) and keeps those
+facts, so a derived relation can carry what the observation it rests on saw.
+
 Every candidate lookup is a bisect over a time-sorted list selected by one key (a normalized
 executable basename or an exact argument vector tail), so deciding one declaration costs the
 logarithm of the stream plus the few events that share its name or arguments, not a scan.
@@ -12,54 +16,61 @@ from __future__ import annotations
 import bisect
 import functools
 from collections.abc import Iterable
-from datetime import datetime
 from operator import attrgetter
-from typing import NamedTuple, cast
+from typing import NamedTuple
 
 from otel_bridge.identity import process_id
-from otel_bridge.model import AnyValue, Channel, EntityKind, Observation, RelationKind
+from otel_bridge.model import Channel, Observation, ProcessFacts
 from otel_bridge.processors.correlate.parser import normalize_exe
+from otel_bridge.processors.correlate.shared import START_EVENTS, process_facts_of
 
-START_EVENTS = frozenset({"process.start", "process.exec"})
 MAX_TAIL = 32
 """Longest argument tail indexed; longer declared tails are matched through the name index."""
 
-# Looking up an enum member costs ~0.2 us on Python 3.11: the hot paths use these.
+# Looking up an enum member costs ~0.2 us on Python 3.11: the per-observation paths use these.
 _OS = Channel.OS
-_SPAWNED = RelationKind.SPAWNED
-_PROCESS = EntityKind.PROCESS
 
 
 class ProcEvent(NamedTuple):
     """One process start or exec observation, reduced to what matching needs.
 
     A named tuple rather than a frozen dataclass: one is built per process event, and a tuple
-    is several times cheaper to build while just as immutable.
+    is several times cheaper to build while just as immutable. ``facts`` is the observation's
+    :class:`ProcessFacts` itself (``None`` fields: not observed); the other fields are what
+    matching reads from it, with ``""``/``()`` where nothing was observed (no evidence either way).
     """
 
     obs_id: str
     record_id: str
     time: int
     identity: str
+    facts: ProcessFacts
     pid: int
     host_id: str
-    exe_path: str = ""
-    exe_name: str = ""
-    argv: tuple[str, ...] = ()
-    cwd: str = ""
-    traceparent: str = ""
-    parent_identity: str = ""
-    event_name: str = "process.start"
-    name_keys: frozenset[str] = frozenset()
+    event_name: str
+    parent_identity: str
+    """The parent's identity when the event states the parent pid, else ``""``."""
+    exe_path: str
+    exe_name: str
+    argv: tuple[str, ...]
+    cwd: str
+    traceparent: str
+    name_keys: frozenset[str]
     """Normalized basenames this event may be known by (image path, argv[0], name)."""
 
     def names(self) -> frozenset[str]:
         """Normalized basenames this event may be known by (image path, argv[0], name)."""
-        return self.name_keys or _names(self.exe_path, self.exe_name, self.argv)
+        return self.name_keys
 
+    def traceparent_rank(self) -> tuple[bool, int, str]:
+        """Which of a process's traceparent readings describes it: the smallest rank wins.
 
-def _names(exe_path: str, exe_name: str, argv: tuple[str, ...]) -> frozenset[str]:
-    return _names_of(exe_path, exe_name, argv[0] if argv else "")
+        An exec-time reading wins over a fork-time one: ``/proc/<pid>/environ`` of a forked
+        child that has not exec'd yet is its parent's initial environment, while the exec'd image
+        carries the environment its starter chose (the tool span's context). Among readings of
+        one kind the earliest wins, so the choice does not depend on arrival order.
+        """
+        return (self.event_name != "process.exec", self.time, self.obs_id)
 
 
 @functools.lru_cache(maxsize=16384)
@@ -68,150 +79,56 @@ def _names_of(exe_path: str, exe_name: str, argv0: str) -> frozenset[str]:
     return frozenset(normalize_exe(n) for n in (exe_path, exe_name, argv0) if n)
 
 
-def _str(v: object) -> str:
-    return v if isinstance(v, str) else ""
-
-
-def _int(v: object) -> int | None:
-    if isinstance(v, bool):
-        return None
-    if isinstance(v, int):
-        return v
-    if isinstance(v, str) and v.isdigit():
-        return int(v)
-    return None
-
-
-def iso_to_ms(value: str) -> int | None:
-    """ISO 8601 UTC time (``2025-01-01T00:00:00.123Z``) to ms since the epoch."""
-    try:
-        dt = datetime.fromisoformat(value.replace("Z", "+00:00"))
-    except ValueError:
-        return None
-    return round(dt.timestamp() * 1000)
-
-
-def process_entity_of(obs: Observation) -> tuple[str, dict[str, AnyValue]] | None:
-    """The identity and merged attributes of the process an OS observation is about."""
-    if obs.relation == _SPAWNED and obs.object is not None:
-        ent = obs.object
-    elif obs.subject.kind == _PROCESS:
-        ent = obs.subject
-    elif obs.object is not None and obs.object.kind == _PROCESS:
-        ent = obs.object
-    else:
-        return None
-    attrs: dict[str, AnyValue] = dict(ent.attrs)
-    attrs.update(obs.attrs)
-    return ent.id, attrs
+_parent_identity = functools.lru_cache(maxsize=4096)(process_id)
+"""``process_id`` of a parent: parents repeat (one shell, many children), one string each."""
 
 
 def proc_event(obs: Observation) -> ProcEvent | None:
-    """The :class:`ProcEvent` of a process start/exec observation on the OS channel, else None."""
-    a = obs.attrs
-    event_name = a.get("event.name")
+    """The :class:`ProcEvent` of a process start/exec observation on the OS channel, else None.
+
+    Everything is read from the process entity's :class:`ProcessFacts` (the event kind from the
+    observation's ``event.name``). None too when that entity carries no facts: the caller counts
+    it (:func:`~otel_bridge.processors.correlate.shared.lacks_process_facts`), nothing is parsed
+    back out of attribute strings.
+    """
+    event_name = obs.attrs.get("event.name")
     if obs.source.channel != _OS or event_name not in START_EVENTS:
         return None
-    if obs.relation == _SPAWNED and obs.object is not None:
-        ent = obs.object
-    elif obs.subject.kind == _PROCESS:
-        ent = obs.subject
-    else:
+    found = process_facts_of(obs)
+    if found is None:
         return None
-    # Each attribute is the observation's, else the process entity's. This runs once per
-    # process event, hence the inlined lookups and the exact type checks before general ones.
-    get, fallback = a.get, ent.attrs.get
-    pid = get("process.pid")
-    if pid is None:
-        pid = fallback("process.pid")
-    if type(pid) is not int:
-        pid = _int(pid)
-        if pid is None:
-            return None
-    host = get("host.id")
-    if host is None:
-        host = fallback("host.id")
-    if type(host) is not str:
-        host = _str(host)
-    args = get("process.command_args")
-    if args is None:
-        args = fallback("process.command_args")
-    argv: tuple[str, ...]
-    if isinstance(args, tuple | list):
-        for x in args:
-            if not isinstance(x, str):
-                argv = tuple(x for x in args if isinstance(x, str))
-                break
-        else:
-            # Every item is a str. tuple() of a tuple is that tuple: shared, not copied.
-            argv = cast("tuple[str, ...]", tuple(args))
-    else:
-        argv = ()
-    exe_path = get("process.executable.path")
-    if exe_path is None:
-        exe_path = fallback("process.executable.path")
-    if type(exe_path) is not str:
-        exe_path = _str(exe_path)
-    exe_name = get("process.executable.name")
-    if exe_name is None:
-        exe_name = fallback("process.executable.name")
-    if type(exe_name) is not str:
-        exe_name = _str(exe_name)
-    cwd = get("process.working_directory")
-    if cwd is None:
-        cwd = fallback("process.working_directory")
-    if type(cwd) is not str:
-        cwd = _str(cwd)
-    traceparent = get("process.env.traceparent")
-    if traceparent is None:
-        traceparent = fallback("process.env.traceparent")
-    if type(traceparent) is not str:
-        traceparent = _str(traceparent)
-    ppid = get("process.parent_pid")
-    if ppid is None:
-        ppid = fallback("process.parent_pid")
+    ent, facts = found
+    return event_from_facts(obs, ent.id, facts, str(event_name))
+
+
+def event_from_facts(
+    obs: Observation, identity: str, facts: ProcessFacts, event_name: str
+) -> ProcEvent:
+    """The :class:`ProcEvent` of ``obs``, whose process ``identity`` is described by ``facts``."""
+    host = facts.host_id
     parent = ""
-    if ppid is not None:
-        if type(ppid) is not int:
-            ppid = _int(ppid)
-        if ppid is not None:
-            created = get("process.parent.creation.time")
-            if created is None:
-                created = fallback("process.parent.creation.time")
-            parent = _identity(host, ppid, _str(created))
-    identity = ent.id
-    if not identity:
-        created = get("process.creation.time")
-        if created is None:
-            created = fallback("process.creation.time")
-        identity = _identity(host, pid, _str(created))
-    # tuple.__new__ straight from the field values: the named tuple's generated __new__ is a
-    # Python function with defaults, four times the cost on this hot path.
-    return tuple.__new__(
-        ProcEvent,
-        (
-            obs.id,
-            obs.source.record_id,
-            obs.time_unix_nano,
-            identity,
-            pid,
-            host,
-            exe_path,
-            exe_name,
-            argv,
-            cwd,
-            traceparent,
-            parent,
-            event_name if type(event_name) is str else _str(event_name),
-            _names_of(exe_path, exe_name, argv[0] if argv else ""),
-        ),
+    if facts.parent_pid is not None:
+        parent = _parent_identity(host, facts.parent_pid, facts.parent_start_time_ms)
+    exe_path = facts.executable_path or ""
+    exe_name = facts.executable_name or ""
+    argv = facts.argv or ()
+    return ProcEvent(
+        obs_id=obs.id,
+        record_id=obs.source.record_id,
+        time=obs.time_unix_nano,
+        identity=identity or process_id(host, facts.pid, facts.start_time_ms),
+        facts=facts,
+        pid=facts.pid,
+        host_id=host,
+        event_name=event_name,
+        parent_identity=parent,
+        exe_path=exe_path,
+        exe_name=exe_name,
+        argv=argv,
+        cwd=facts.cwd or "",
+        traceparent=facts.traceparent or "",
+        name_keys=_names_of(exe_path, exe_name, argv[0] if argv else ""),
     )
-
-
-@functools.lru_cache(maxsize=4096)
-def _identity(host: str, pid: int, created: str) -> str:
-    # Parents repeat (one shell, many children), and parsing an ISO time is not cheap.
-    return process_id(host, pid, iso_to_ms(created) if created else None)
 
 
 _TIME = attrgetter("time")

@@ -42,7 +42,15 @@ from collections import Counter
 from dataclasses import dataclass, field, replace
 from typing import Literal
 
-from otel_bridge.model import Channel, Entity, Observation, RelationKind
+from otel_bridge.identity import parse_traceparent, str_value
+from otel_bridge.model import (
+    Channel,
+    CommandFacts,
+    Entity,
+    Observation,
+    RelationKind,
+    ToolCallFacts,
+)
 from otel_bridge.processors.correlate.index import (
     MAX_TAIL,
     CandidateIndex,
@@ -121,25 +129,26 @@ class Declaration:
     channel: Channel = Channel.SEM
 
 
-def _s(v: object) -> str:
-    return v if isinstance(v, str) else ""
-
-
 def declaration_of(obs: Observation, scope: Scope = "emitter") -> Declaration | None:
-    """The :class:`Declaration` a ``declared_command`` observation states, else None."""
+    """The :class:`Declaration` a ``declared_command`` observation states, else None.
+
+    Read from the typed facts: the command from the object's :class:`CommandFacts`, the span from
+    the subject's :class:`ToolCallFacts`. A ``declared_command`` whose entities lack them gives
+    None too (:func:`lacks_declaration_facts` tells the caller, which counts it).
+    """
     if obs.relation != _DECLARED_COMMAND or obs.object is None:
         return None
-    line = obs.object.attrs.get("command.line", obs.attrs.get("command.line"))
-    if isinstance(line, tuple | list):
-        line = " ".join(str(x) for x in line)
-    line = _s(line)
-    trace = _s(obs.attrs.get("trace_id")) or _s(obs.subject.attrs.get("trace_id"))
-    span = _s(obs.attrs.get("span_id")) or _s(obs.subject.attrs.get("span_id"))
+    command, tool = obs.object.facts, obs.subject.facts
+    if not isinstance(command, CommandFacts) or not isinstance(tool, ToolCallFacts):
+        return None
+    trace, span = tool.trace_id, tool.span_id
     if scope == "global":
         key = ""
     elif obs.attrs.get("process.pid") is not None:
+        # The emitting agent's process, as the span's resource states it (observation details).
         key = "proc:" + ":".join(
-            str(obs.attrs.get(k, "")) for k in ("host.id", "process.pid", "process.creation.time")
+            str_value(obs.attrs.get(k)) or ""
+            for k in ("host.id", "process.pid", "process.creation.time")
         )
     else:
         key = "trace:" + trace
@@ -151,9 +160,18 @@ def declaration_of(obs: Observation, scope: Scope = "emitter") -> Declaration | 
         tool=obs.subject,
         trace_id=trace,
         span_id=span,
-        line=line,
-        parsed=parse_command(line),
+        line=command.command,
+        parsed=parse_command(command.command),
         channel=obs.source.channel,
+    )
+
+
+def lacks_declaration_facts(obs: Observation) -> bool:
+    """True for a ``declared_command`` whose command or tool call entity carries no facts."""
+    if obs.relation != _DECLARED_COMMAND or obs.object is None:
+        return False
+    return not isinstance(obs.object.facts, CommandFacts) or not isinstance(
+        obs.subject.facts, ToolCallFacts
     )
 
 
@@ -166,27 +184,6 @@ def _decl_keys(d: Declaration) -> list[str]:
     if p.args and p.args_stable and len(p.args) <= MAX_TAIL:
         keys.append("t:" + tail_key(p.args))
     return keys
-
-
-def traceparent_rank(ev: ProcEvent) -> tuple[bool, int, str]:
-    """Which of a process's traceparents describes it: the smallest rank wins.
-
-    An exec-time reading wins over a fork-time one: ``/proc/<pid>/environ`` of a forked child
-    that has not exec'd yet is its parent's initial environment, while the exec'd image carries
-    the environment its starter chose (the tool span's context). Among readings of one kind the
-    earliest wins, so the choice does not depend on arrival order.
-    """
-    return (ev.event_name != "process.exec", ev.time, ev.obs_id)
-
-
-def parse_traceparent(value: str) -> tuple[str, str] | None:
-    """``(trace_id, span_id)`` hex of a W3C ``traceparent``, or None if malformed."""
-    parts = value.strip().lower().split("-")
-    if len(parts) < 4 or len(parts[1]) != 32 or len(parts[2]) != 16:
-        return None
-    if parts[1] == "0" * 32 or parts[2] == "0" * 16:
-        return None
-    return parts[1], parts[2]
 
 
 def routes(decl: ParsedCommand, ev: ProcEvent, policy: Policy) -> frozenset[str]:
@@ -318,7 +315,7 @@ class SingletonEngine:
             tp = parse_traceparent(ev.traceparent)
             if tp is not None:
                 self._tp_spans.add(tp)
-                rank = traceparent_rank(ev)
+                rank = ev.traceparent_rank()
                 prev = self._tp_of.get(ev.identity)
                 if prev is None or rank < prev[0]:
                     self._tp_of[ev.identity] = (rank, tp, ev.parent_identity)
@@ -491,7 +488,6 @@ __all__ = [
     "Skip",
     "category",
     "declaration_of",
-    "parse_traceparent",
+    "lacks_declaration_facts",
     "routes",
-    "traceparent_rank",
 ]

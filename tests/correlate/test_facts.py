@@ -197,14 +197,6 @@ def test_enrich_hold_follows_correlate_defaults() -> None:
 
 ONE_HOME = ("iso_to_ms", "iso_ms", "parse_traceparent", "str_value", "int_value", "bool_value")
 """Helpers defined once, in ``otel_bridge/identity.py``."""
-PENDING_REMOVAL = {
-    ("otel_bridge/processors/normalize/_values.py", "iso_to_ms"),
-    ("otel_bridge/receivers/host/events.py", "iso_ms"),
-}
-"""Copies their owners are removing on the facts-normalize branch (not this one's files). The
-entries go when that branch merges; a copy anywhere else fails the test now."""
-
-
 def _definitions() -> dict[str, list[str]]:
     found: dict[str, list[str]] = {name: [] for name in ONE_HOME}
     for path in sorted(PACKAGE.rglob("*.py")):
@@ -212,7 +204,7 @@ def _definitions() -> dict[str, list[str]]:
         for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
             if not isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
                 continue
-            if node.name in found and (rel, node.name) not in PENDING_REMOVAL:
+            if node.name in found:
                 found[node.name].append(rel)
     return found
 

@@ -3,10 +3,13 @@
 * **Processes**: the netlink process connector (``NETLINK_CONNECTOR``, ``CN_IDX_PROC``,
   ``PROC_CN_MCAST_LISTEN``). The kernel pushes a fork, exec and exit event for every process;
   the reader keeps those of the lineage (a fork whose parent is tracked adds the child *before*
-  the child can run, so there is no blind window). ``/proc/<pid>`` is read the moment a fork or
-  exec arrives; a process that is already gone gets an approximate identity (see
-  :mod:`procfs`). If the socket buffer overflows (``ENOBUFS``) events were lost: the process
-  collection becomes ``degraded`` and the loss is counted.
+  the child can run, so there is no blind window). The child's identity is read from
+  ``/proc/<pid>/stat`` at the fork (a process already gone gets an approximate identity, see
+  :mod:`procfs`); its image is what it exec'd, read at the exec event and checked against that
+  identity (:mod:`starts`): never the parent's image it carries until exec, and when the exec'd
+  argv cannot be read any more the record says nothing about it (``argv_unknown`` is counted).
+  If the socket buffer overflows (``ENOBUFS``) events were lost: the process collection becomes
+  ``degraded`` and the loss is counted.
 * **Files**: fanotify (:mod:`fanotify`), kernel-attributed to the accessing pid.
 * **Network**: no tracing: the lineage's socket inodes are matched against the kernel's socket
   tables (:mod:`netscan`) on every fork/exec/exit and every ``network_poll_interval``. A socket
@@ -26,15 +29,18 @@ import threading
 import time
 
 from otel_bridge.errors import BackendUnavailableError
+from otel_bridge.identity import start_ms_from_ticks
 from otel_bridge.model import CollectionState
-from otel_bridge.receivers.host.events import SAMPLED, SYSCALL, HostContext, lookup_process
+from otel_bridge.receivers.host.events import SAMPLED, SYSCALL, HostContext
 from otel_bridge.receivers.host.fanotify import FanotifyWatcher
 from otel_bridge.receivers.host.netscan import SocketScanner
 from otel_bridge.receivers.host.procfs import (
     ProcessInfo,
+    approx_start_ms,
     monotonic_to_wall_ns,
-    read_process,
+    read_stat,
 )
+from otel_bridge.receivers.host.starts import StartGate
 
 NETLINK_CONNECTOR = 11
 CN_IDX_PROC = 1
@@ -121,6 +127,16 @@ def exit_code_of(status: int) -> int:
     return -sig if sig else (status >> 8) & 0xFF
 
 
+def fork_identity(pid: int, ppid: int, event_monotonic_ns: int) -> ProcessInfo:
+    """A forked child's identity from ``/proc/<pid>/stat``, approximate when it is gone."""
+    stat = read_stat(pid)
+    if stat is None:
+        return ProcessInfo(
+            pid=pid, start_ms=approx_start_ms(event_monotonic_ns), ppid=ppid, approximate=True
+        )
+    return ProcessInfo(pid=pid, start_ms=start_ms_from_ticks(stat[1]), ppid=ppid)
+
+
 class LinuxBackend:
     """Process connector + fanotify + socket scans (see the module docstring)."""
 
@@ -144,6 +160,7 @@ class LinuxBackend:
         self._fanotify: FanotifyWatcher | None = None
         self._scanner: SocketScanner | None = None
         self._retiring: list[tuple[float, int]] = []
+        self._gate: StartGate | None = None
         self.lost = 0
 
     def start(self, ctx: HostContext) -> None:
@@ -151,6 +168,7 @@ class LinuxBackend:
         self._ctx = ctx
         cfg = ctx.config
         self._sock = open_proc_connector()
+        self._gate = StartGate(ctx, attribution=SYSCALL)
         self._stop_r, self._stop_w = os.pipe()
         if cfg.processes:
             ctx.collection_state("process", CollectionState.AVAILABLE, self.why)
@@ -177,16 +195,18 @@ class LinuxBackend:
     def _run(self) -> None:
         assert self._sock is not None
         sock = self._sock
+        gate = self._gate
+        assert gate is not None
+        sock.setblocking(False)
         while True:
-            ready, _, _ = select.select([sock.fileno(), self._stop_r], [], [], 0.5)
+            timeout = 0.01 if gate else 0.5
+            ready, _, _ = select.select([sock.fileno(), self._stop_r], [], [], timeout)
+            # drain what the kernel already queued: a held start is judged on every event so far
+            while self._recv_once(sock):
+                pass
             if self._stop_r in ready:
-                # drain what the kernel already queued, then stop
-                sock.setblocking(False)
-                while self._recv_once(sock):
-                    pass
                 return
-            if sock.fileno() in ready:
-                self._recv_once(sock)
+            gate.due()
             self._retire_due()
 
     def _recv_once(self, sock: socket.socket) -> bool:
@@ -219,35 +239,24 @@ class LinuxBackend:
         ctx = self._ctx
         assert ctx is not None
         wall = monotonic_to_wall_ns(ts)
+        gate = self._gate
+        assert gate is not None
         if what == PROC_EVENT_FORK:
             _ppid, ptgid, cpid, ctgid = fields
             if cpid != ctgid or ptgid not in ctx.lineage:
                 return  # a new thread, or outside the lineage
-            info = lookup_process(ctx, ctgid, event_monotonic_ns=ts)
-            info.ppid = ptgid
+            # the identity only: the image /proc shows now is the parent's until the child execs
+            gate.forked(fork_identity(ctgid, ptgid, ts), wall)
             # Only now, with its identity known: the file and socket watchers report a pid's
             # events as soon as it is in the lineage, and they run in other threads.
             ctx.lineage.add(ctgid)
-            if ctx.config.processes:
-                ctx.emit(ctx.events.process_event("process.start", info, wall, attribution=SYSCALL))
             self._scan()
         elif what == PROC_EVENT_EXEC:
             _pid, tgid = fields
             if tgid not in ctx.lineage:
                 return
-            fresh = read_process(
-                tgid, ctx.redactor, capture_environment=ctx.config.capture_environment
-            )
-            if fresh is None:
-                # gone before the new image could be read: the identity stays, the image is
-                # unknown (never the pre-exec image, which would be wrong)
-                base = lookup_process(ctx, tgid, event_monotonic_ns=ts)
-                info = ProcessInfo(
-                    pid=tgid, start_ms=base.start_ms, ppid=base.ppid, approximate=base.approximate
-                )
-            else:
-                info = fresh
-            ctx.events.remember(info)
+            gate.execed(tgid)
+            info = ctx.events.remember(gate.exec_image(tgid, ctx.events.processes.get(tgid)))
             if ctx.config.processes:
                 ctx.emit(ctx.events.process_event("process.exec", info, wall, attribution=SYSCALL))
             self._scan()
@@ -255,6 +264,7 @@ class LinuxBackend:
             pid, tgid, status, _sig = fields
             if pid != tgid or tgid not in ctx.lineage:
                 return
+            gate.exited(tgid)
             if ctx.config.processes:
                 ctx.emit(
                     ctx.events.exit_event(tgid, wall, exit_code_of(status), attribution=SYSCALL)
@@ -284,6 +294,9 @@ class LinuxBackend:
             os.write(self._stop_w, b"x")
             self._thread.join()
             self._thread = None
+        if self._gate is not None:
+            self._gate.flush()
+            self._gate = None
         if self._scanner is not None:
             self._scanner.stop()
             self._scanner = None

@@ -1,0 +1,189 @@
+"""A forked child's ``process.start`` carries only what that process itself ran, or nothing.
+
+At fork time ``/proc/<child>`` shows the *parent's* image (executable and argv) until the child
+calls ``exec``; under load a reader can see it there, and a record built from it labels a ``cp``
+child ``python3.11`` with the parent's argv (issue 12). So the event-driven backends hold each
+forked child's ``process.start`` in a :class:`StartGate`:
+
+* when the child execs, the start is emitted with the identity only (pid, start time, parent)
+  and the ``process.exec`` record that follows carries the new image;
+* when the child has not exec'd for a moment (``read_after``), its image is read (see
+  :func:`read_image`) and kept; the start is emitted with it when the child exits without
+  exec'ing, after ``emit_after``, or when observation stops. An exec that arrives first drops the
+  kept image, so a kept image is always one the process ran itself;
+* a child that exits before its image could be read gets an identity-only start.
+
+An exec whose new image cannot be read (the process exited first, or its pid already belongs
+to another process) yields a ``process.exec`` *without* ``process.command_args`` and counts
+``argv_unknown`` (telemetry ``receiver.host.argv_unknown``; the per-run total is noted on the
+process collection when observation stops).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import time
+from dataclasses import dataclass
+
+from otel_bridge.identity import start_ms_from_ticks
+from otel_bridge.model import CollectionState
+from otel_bridge.receivers.host.events import HostContext
+from otel_bridge.receivers.host.procfs import ProcessInfo, read_process, read_stat
+
+READ_AFTER_S = 0.02
+EMIT_AFTER_S = 1.0
+
+
+def read_image(ctx: HostContext, pid: int, start_ms: int) -> ProcessInfo | None:
+    """``pid``'s current image, only when it provably belongs to identity ``(pid, start_ms)``.
+
+    The start time is checked before and after (a recycled pid is another process) and the
+    executable link is read before and after the argv (an exec in between would pair one image's
+    executable with another's argv). None when any check fails or the process is gone.
+    """
+    if _start_ms(pid) != start_ms:
+        return None
+    try:
+        exe_before = os.readlink(f"/proc/{pid}/exe")
+    except OSError:
+        return None
+    info = read_process(pid, ctx.redactor, capture_environment=ctx.config.capture_environment)
+    if info is None or info.start_ms != start_ms or not info.argv:
+        return None
+    exe_after = ""
+    with contextlib.suppress(OSError):
+        exe_after = os.readlink(f"/proc/{pid}/exe")
+    if exe_after != exe_before or info.exe != exe_before or _start_ms(pid) != start_ms:
+        return None
+    return info
+
+
+def _start_ms(pid: int) -> int | None:
+    stat = read_stat(pid)
+    return None if stat is None else start_ms_from_ticks(stat[1])
+
+
+def identity_only(info: ProcessInfo) -> ProcessInfo:
+    """``info`` without any image (executable, argv, cwd, environment)."""
+    return ProcessInfo(
+        pid=info.pid, start_ms=info.start_ms, ppid=info.ppid, approximate=info.approximate
+    )
+
+
+@dataclass(slots=True)
+class _Pending:
+    info: ProcessInfo
+    time_ns: int
+    since: float
+    image: ProcessInfo | None = None
+    tried: bool = False
+
+
+class StartGate:
+    """Holds forked children's starts until their own image is known (module docstring)."""
+
+    def __init__(
+        self,
+        ctx: HostContext,
+        *,
+        attribution: str,
+        read_after: float = READ_AFTER_S,
+        emit_after: float = EMIT_AFTER_S,
+    ) -> None:
+        self.ctx = ctx
+        self._attribution = attribution
+        self._read_after = read_after
+        self._emit_after = emit_after
+        self._pending: dict[int, _Pending] = {}
+        self.argv_unknown = 0
+        """Execs whose argv could not be read (their records omit ``process.command_args``)."""
+        self.image_unknown = 0
+        """Forked children that exited before exec with no image read (identity-only start)."""
+
+    def __bool__(self) -> bool:
+        return bool(self._pending)
+
+    def forked(self, info: ProcessInfo, time_ns: int) -> None:
+        """A new child ``info`` (identity and parent only) forked at ``time_ns``."""
+        self.ctx.events.remember(info)
+        self._pending[info.pid] = _Pending(identity_only(info), time_ns, time.monotonic())
+
+    def execed(self, pid: int) -> None:
+        """``pid`` exec'd: its start goes out now, with the identity only."""
+        pending = self._pending.pop(pid, None)
+        if pending is not None:
+            self._emit(pending.info, pending.time_ns)
+
+    def exited(self, pid: int) -> None:
+        """``pid`` exited: its start goes out with the image it ran, if one was read."""
+        pending = self._pending.pop(pid, None)
+        if pending is None:
+            return
+        if pending.image is None:
+            self.image_unknown += 1
+            self.ctx.telemetry.count("receiver.host.image_unknown")
+        self._emit(pending.image or pending.info, pending.time_ns)
+
+    def due(self) -> None:
+        """Read the images of children that have not exec'd; emit the long-pending starts."""
+        if not self._pending:
+            return
+        now = time.monotonic()
+        for pid, pending in list(self._pending.items()):
+            age = now - pending.since
+            if age >= self._read_after and not pending.tried:
+                pending.tried = True
+                pending.image = read_image(self.ctx, pid, pending.info.start_ms)
+                if pending.image is not None:
+                    pending.image.ppid = pending.info.ppid
+                    pending.image.approximate = pending.info.approximate
+            if age >= self._emit_after:
+                self.exited(pid)
+
+    def flush(self) -> None:
+        """Emit every held start (observation stops); reads the images not read yet."""
+        for pending in self._pending.values():
+            pending.tried = pending.tried and pending.image is not None
+            pending.since = 0.0
+        self.due()
+        if self.argv_unknown:
+            self.ctx.telemetry.note("host.argv_unknown", str(self.argv_unknown))
+            state, reason = self.ctx.states.get("process", ("", ""))
+            note = (
+                f"{self.argv_unknown} exec(s) whose argv could not be read (the process exited "
+                "first): their records omit process.command_args"
+            )
+            if state in (CollectionState.AVAILABLE, CollectionState.DEGRADED):
+                self.ctx.collection_state(
+                    "process", CollectionState.DEGRADED, f"{reason}; {note}" if reason else note
+                )
+
+    def exec_image(self, pid: int, known: ProcessInfo | None) -> ProcessInfo:
+        """The image ``pid`` exec'd, read now; identity-only (argv unknown, counted) if gone."""
+        start_ms = known.start_ms if known is not None else _start_ms(pid)
+        info = read_image(self.ctx, pid, start_ms) if start_ms is not None else None
+        if info is not None:
+            if known is not None:
+                info.ppid = known.ppid or info.ppid
+                info.approximate = known.approximate
+            return info
+        self.unknown_argv()
+        if known is not None:
+            return identity_only(known)
+        return ProcessInfo(pid=pid, start_ms=start_ms or 0, approximate=True)
+
+    def unknown_argv(self) -> None:
+        """Count one exec whose argv is unknown."""
+        self.argv_unknown += 1
+        self.ctx.telemetry.count("receiver.host.argv_unknown")
+
+    def _emit(self, info: ProcessInfo, time_ns: int) -> None:
+        ctx = self.ctx
+        ctx.events.remember(info)
+        if ctx.config.processes:
+            ctx.emit(
+                ctx.events.process_event(
+                    "process.start", info, time_ns, attribution=self._attribution
+                )
+            )

@@ -20,6 +20,7 @@ Needs root (``CAP_NET_ADMIN`` for the connector, ``CAP_SYS_ADMIN`` for fanotify)
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import os
 import select
@@ -127,6 +128,19 @@ def exit_code_of(status: int) -> int:
     return -sig if sig else (status >> 8) & 0xFF
 
 
+def _prefer_this_thread() -> None:
+    """Run the event reader at real-time priority when allowed (root), else leave it be.
+
+    An exec'd image can only be read while the process lives; a short child may exit a
+    millisecond after its exec event, so the reader should not queue behind busy processes.
+    """
+    try:
+        os.sched_setscheduler(threading.get_native_id(), os.SCHED_FIFO, os.sched_param(1))
+    except (OSError, AttributeError):
+        with contextlib.suppress(OSError, AttributeError):
+            os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), -10)
+
+
 def fork_identity(pid: int, ppid: int, event_monotonic_ns: int) -> ProcessInfo:
     """A forked child's identity from ``/proc/<pid>/stat``, approximate when it is gone."""
     stat = read_stat(pid)
@@ -193,6 +207,7 @@ class LinuxBackend:
         self._thread.start()
 
     def _run(self) -> None:
+        _prefer_this_thread()
         assert self._sock is not None
         sock = self._sock
         gate = self._gate
@@ -255,8 +270,9 @@ class LinuxBackend:
             _pid, tgid = fields
             if tgid not in ctx.lineage:
                 return
-            gate.execed(tgid)
+            # the image first: a short-lived process may be gone a millisecond from now
             info = ctx.events.remember(gate.exec_image(tgid, ctx.events.processes.get(tgid)))
+            gate.execed(tgid)
             if ctx.config.processes:
                 ctx.emit(ctx.events.process_event("process.exec", info, wall, attribution=SYSCALL))
             self._scan()

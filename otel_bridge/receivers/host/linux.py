@@ -12,8 +12,10 @@
   ``degraded`` and the loss is counted.
 * **Files**: fanotify (:mod:`fanotify`), kernel-attributed to the accessing pid.
 * **Network**: no tracing: the lineage's socket inodes are matched against the kernel's socket
-  tables (:mod:`netscan`) on every fork/exec/exit and every ``network_poll_interval``. A socket
-  opened and closed between two scans is missed: that blind window remains.
+  tables (:mod:`netscan`) on every fork/exec/exit and every ``network_poll_interval``. A TCP
+  connection opened and closed between two scans is still recorded when the kernel destroys it
+  (sock_diag destroy notifications, :mod:`sockdiag`), attributed to the session's network
+  namespace rather than to a pid. UDP and other sockets that live between two scans are missed.
 
 Needs root (``CAP_NET_ADMIN`` for the connector, ``CAP_SYS_ADMIN`` for fanotify).
 """
@@ -41,6 +43,7 @@ from otel_bridge.receivers.host.procfs import (
     monotonic_to_wall_ns,
     read_stat,
 )
+from otel_bridge.receivers.host.sockdiag import DestroyWatcher, same_network_namespace
 from otel_bridge.receivers.host.starts import StartGate
 
 NETLINK_CONNECTOR = 11
@@ -141,6 +144,27 @@ def _prefer_this_thread() -> None:
             os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), -10)
 
 
+def _destroy_watcher(ctx: HostContext, scanner: SocketScanner) -> tuple[DestroyWatcher | None, str]:
+    """The TCP destroy watcher and a note for the network state, or None and why not."""
+    if same_network_namespace(ctx.lineage.root) is False:
+        return None, (
+            "the workload runs in another network namespace: TCP destroy notifications are not "
+            "followed, so a connection opened and closed between scans is missed"
+        )
+    try:
+        watcher = DestroyWatcher(ctx, scanner)
+    except OSError as exc:
+        reason = "needs CAP_NET_ADMIN" if exc.errno in (errno.EPERM, errno.EACCES) else exc
+        return None, (
+            f"sock_diag destroy notifications refused ({reason}): a connection opened and "
+            "closed between scans is missed"
+        )
+    return watcher, (
+        "TCP connections closed between scans are recorded from sock_diag destroy "
+        "notifications, attributed to the session (network namespace), not to a pid"
+    )
+
+
 def fork_identity(pid: int, ppid: int, event_monotonic_ns: int) -> ProcessInfo:
     """A forked child's identity from ``/proc/<pid>/stat``, approximate when it is gone."""
     stat = read_stat(pid)
@@ -173,6 +197,7 @@ class LinuxBackend:
         self._stop_r, self._stop_w = -1, -1
         self._fanotify: FanotifyWatcher | None = None
         self._scanner: SocketScanner | None = None
+        self._destroys: DestroyWatcher | None = None
         self._retiring: list[tuple[float, int]] = []
         self._gate: StartGate | None = None
         self.lost = 0
@@ -200,7 +225,10 @@ class LinuxBackend:
             ctx.collection_state("file", CollectionState.NOT_REQUESTED, "files: false")
         if cfg.network:
             self._scanner = SocketScanner(ctx, attribution=SAMPLED)
-            self._scanner.start(cfg.network_poll_interval)
+            self._destroys, note = _destroy_watcher(ctx, self._scanner)
+            self._scanner.start(cfg.network_poll_interval, note)
+            if self._destroys is not None:
+                self._destroys.start()
         else:
             ctx.collection_state("network", CollectionState.NOT_REQUESTED, "network: false")
         self._thread = threading.Thread(target=self._run, name="host-linux", daemon=True)
@@ -313,6 +341,9 @@ class LinuxBackend:
         if self._gate is not None:
             self._gate.flush()
             self._gate = None
+        if self._destroys is not None:
+            self._destroys.stop()
+            self._destroys = None
         if self._scanner is not None:
             self._scanner.stop()
             self._scanner = None

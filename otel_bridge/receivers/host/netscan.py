@@ -96,10 +96,10 @@ class SocketScanner:
         self._attribution = attribution
         self.rule = rule if rule is not None else DirectionRule()
         self._seen: set[tuple[int, int, str]] = set()
-        self._undecided: set[int] = set()
-        self.seen_tuples: set[tuple[str, int, str, int]] = set()
-        """(local address, local port, peer address, peer port) of every socket a scan
-        attributed (recorded, accepted or undecided): the destroy listener skips these."""
+        self._undecided: set[object] = set()
+        self._claimed: set[tuple[str, int, str, int]] = set()
+        """(local address, local port, peer address, peer port) of every established socket
+        already attributed (by a scan or a destroy notification): each is recorded once."""
         self.inode_pids: dict[int, int] = {}
         """Socket inode -> the lineage pid that held it, as last scanned."""
         self._lock = threading.Lock()
@@ -108,14 +108,14 @@ class SocketScanner:
         self._thread: threading.Thread | None = None
         self.scans = 0
 
-    def start(self, interval: float) -> None:
-        """Report the state and start scanning every ``interval`` seconds."""
-        self._ctx.collection_state(
-            "network",
-            CollectionState.DEGRADED,
+    def start(self, interval: float, note: str = "") -> None:
+        """Report the state (with ``note`` on what complements the scans) and start scanning."""
+        reason = (
             f"socket-table scans every {interval * 1000:g}ms and on each fork/exec/exit (no "
-            "tracing): a socket opened and closed between scans is missed",
+            "tracing): "
         )
+        reason += note or "a socket opened and closed between scans is missed"
+        self._ctx.collection_state("network", CollectionState.DEGRADED, reason)
         self._thread = threading.Thread(
             target=self._run, args=(interval,), name="host-netscan", daemon=True
         )
@@ -179,13 +179,13 @@ class SocketScanner:
         if transport == "tcp" and state == _TCP_LISTEN:
             name = "network.listen"
         elif transport == "tcp" and state == _TCP_ESTABLISHED:
-            with self._lock:
-                self.seen_tuples.add((laddr, lport, raddr, rport))
+            if not self.claim((laddr, lport, raddr, rport)):
+                return  # attributed before (an earlier scan, or its destroy notification)
             direction = self.rule.decide(transport, laddr, lport, raddr, rport)
             if direction is Direction.ACCEPTED:
                 return  # accepted from a listener: not this process's connect
             if direction is Direction.UNKNOWN:
-                self._count_undecided(inode)
+                self.count_undecided(inode)
                 return
             name = "network.connect"
         elif transport == "tcp" and state == _TCP_SYN_SENT:
@@ -212,11 +212,20 @@ class SocketScanner:
             attrs["error.type"] = "EINPROGRESS"
         ctx.emit(ctx.events.record(name, now, attrs, attribution=self._attribution))
 
-    def _count_undecided(self, inode: int) -> None:
+    def claim(self, key: tuple[str, int, str, int]) -> bool:
+        """True the first time the established connection ``key`` is attributed."""
         with self._lock:
-            if inode in self._undecided:
+            if key in self._claimed:
+                return False
+            self._claimed.add(key)
+            return True
+
+    def count_undecided(self, socket_key: object) -> None:
+        """Count one socket (inode or 4-tuple) whose direction could not be decided."""
+        with self._lock:
+            if socket_key in self._undecided:
                 return
-            self._undecided.add(inode)
+            self._undecided.add(socket_key)
         self._ctx.telemetry.count("receiver.host.network.direction_unknown")
 
     def stop(self) -> None:

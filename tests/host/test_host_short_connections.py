@@ -193,3 +193,31 @@ def test_destroy_watcher_dedups_attributes_and_withholds(tmp_path: Path) -> None
     assert connects[0]["network.attribution.scope"] == "network_namespace"
     assert connects[1]["process.pid"] == 4242
     assert scanner.undecided == 1
+
+
+@pytest.mark.root
+@needs_root
+def test_refused_destroy_notifications_degrade_with_the_reason(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Without CAP_NET_ADMIN for sock_diag the backend still runs; the network state says why."""
+    import errno
+
+    from otel_bridge.receivers.host import sockdiag
+
+    require_backend("linux")
+
+    def refuse() -> socket.socket:
+        raise PermissionError(errno.EPERM, "Operation not permitted")
+
+    monkeypatch.setattr(sockdiag, "open_destroy_socket", refuse)
+    work = Gated("true", cwd=str(tmp_path))
+    try:
+        observed = start(HostConfig(backend="linux", files=False), work.pid)
+    finally:
+        work.release()
+        work.wait()
+    observed = finish(observed)
+    (state,) = [a for a in observed.events("collection.state") if a["collection.name"] == "network"]
+    assert state["collection.state"] == "degraded"
+    assert "refused (needs CAP_NET_ADMIN)" in str(state["collection.reason"])

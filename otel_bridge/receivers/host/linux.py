@@ -38,11 +38,13 @@ from otel_bridge.errors import BackendUnavailableError
 from otel_bridge.identity import start_ms_from_ticks
 from otel_bridge.model import CollectionState
 from otel_bridge.receivers.host.events import SAMPLED, SYSCALL, HostContext
+from otel_bridge.receivers.host.execreader import ExecReader
 from otel_bridge.receivers.host.fanotify import FanotifyWatcher
 from otel_bridge.receivers.host.netscan import SocketScanner
 from otel_bridge.receivers.host.procfs import (
     ProcessInfo,
     approx_start_ms,
+    descendants_of,
     monotonic_to_wall_ns,
     read_stat,
 )
@@ -154,6 +156,15 @@ def _prefer_this_thread() -> None:
             os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), -10)
 
 
+def _exec_reader(ctx: HostContext) -> ExecReader | None:
+    """The exec image helper over the lineage, or None (noted) when it cannot start."""
+    try:
+        return ExecReader([ctx.lineage.root, *descendants_of(ctx.lineage.root)])
+    except OSError as exc:
+        ctx.telemetry.note("host.exec_images", f"no exec image helper: {exc}")
+        return None
+
+
 def _destroy_watcher(ctx: HostContext, scanner: SocketScanner) -> tuple[DestroyWatcher | None, str]:
     """The TCP destroy watcher and a note for the network state, or None and why not."""
     if same_network_namespace(ctx.lineage.root) is False:
@@ -219,6 +230,8 @@ class LinuxBackend:
         cfg = ctx.config
         self._sock = open_proc_connector()
         self._gate = StartGate(ctx, attribution=SYSCALL)
+        if cfg.processes:
+            self._gate.images = _exec_reader(ctx)
         self._switch = sys.getswitchinterval()
         sys.setswitchinterval(min(self._switch, _SWITCH_INTERVAL_S))
         self._stop_r, self._stop_w = os.pipe()
@@ -311,11 +324,7 @@ class LinuxBackend:
             _pid, tgid = fields
             if tgid not in ctx.lineage:
                 return
-            # the image first: a short-lived process may be gone a millisecond from now
-            info = ctx.events.remember(gate.exec_image(tgid, ctx.events.processes.get(tgid)))
-            gate.execed(tgid)
-            if ctx.config.processes:
-                ctx.emit(ctx.events.process_event("process.exec", info, wall, attribution=SYSCALL))
+            gate.exec_event(tgid, ctx.events.processes.get(tgid), wall)
             self._scan()
         elif what == PROC_EVENT_EXIT:
             pid, tgid, status, _sig = fields
@@ -353,6 +362,8 @@ class LinuxBackend:
             self._thread = None
         if self._gate is not None:
             self._gate.flush()
+            if self._gate.images is not None:
+                self._gate.images.close()
             self._gate = None
             sys.setswitchinterval(self._switch)
         if self._destroys is not None:

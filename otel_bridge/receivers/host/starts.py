@@ -29,10 +29,13 @@ from dataclasses import dataclass
 from otel_bridge.identity import start_ms_from_ticks
 from otel_bridge.model import CollectionState
 from otel_bridge.receivers.host.events import HostContext
+from otel_bridge.receivers.host.execreader import ExecReader, Image
 from otel_bridge.receivers.host.procfs import ProcessInfo, read_process, read_stat
 
 READ_AFTER_S = 0.02
 EMIT_AFTER_S = 1.0
+HELPER_WAIT_S = 0.25
+"""How long an exec the backend could not read itself waits for the helper's image."""
 
 
 def read_image(ctx: HostContext, pid: int, start_ms: int) -> ProcessInfo | None:
@@ -96,13 +99,17 @@ class StartGate:
         self._read_after = read_after
         self._emit_after = emit_after
         self._pending: dict[int, _Pending] = {}
+        self.images: ExecReader | None = None
+        """The exec image helper (:mod:`.execreader`), when the backend runs one."""
+        self._late: dict[int, tuple[ProcessInfo, int, float]] = {}
+        """Execs waiting for the helper's image: pid -> (identity, time, since)."""
         self.argv_unknown = 0
         """Execs whose argv could not be read (their records omit ``process.command_args``)."""
         self.image_unknown = 0
         """Forked children that exited before exec with no image read (identity-only start)."""
 
     def __bool__(self) -> bool:
-        return bool(self._pending)
+        return bool(self._pending or self._late)
 
     def forked(self, info: ProcessInfo, time_ns: int) -> None:
         """A new child ``info`` (identity and parent only) forked at ``time_ns``."""
@@ -125,8 +132,69 @@ class StartGate:
             self.ctx.telemetry.count("receiver.host.image_unknown")
         self._emit(pending.image or pending.info, pending.time_ns)
 
+    def exec_event(self, pid: int, known: ProcessInfo | None, time_ns: int) -> None:
+        """``pid`` exec'd at ``time_ns``: emit its held start, then its ``process.exec``.
+
+        The image is read here; when the process is already gone the helper's image for the
+        same identity is used (now, or from :meth:`due` within ``HELPER_WAIT_S``), else the
+        record omits the argv and ``argv_unknown`` is counted.
+        """
+        start_ms = known.start_ms if known is not None else _start_ms(pid)
+        info = read_image(self.ctx, pid, start_ms) if start_ms is not None else None
+        self.execed(pid)
+        if info is None and self.images is not None and known is not None:
+            image = self.images.take(pid, known.start_ms)
+            if image is None:
+                self._late[pid] = (known, time_ns, time.monotonic())
+                return
+            info = self._from_image(known, image)
+        if info is None:
+            info = self.exec_image(pid, known)  # counts the unknown argv
+        elif known is not None:
+            info.ppid = known.ppid or info.ppid
+            info.approximate = known.approximate
+        self._emit_exec(info, time_ns)
+
+    def _from_image(self, known: ProcessInfo, image: Image) -> ProcessInfo:
+        return ProcessInfo(
+            pid=known.pid,
+            start_ms=known.start_ms,
+            ppid=known.ppid,
+            approximate=known.approximate,
+            exe=image.exe,
+            argv=self.ctx.redactor.argv(image.argv),
+            cwd=image.cwd,
+            traceparent=image.traceparent,
+        )
+
+    def _resolve_late(self, wait: float) -> None:
+        images = self.images
+        deadline = time.monotonic() + wait
+        for pid, (known, time_ns, since) in list(self._late.items()):
+            left = max(0.0, deadline - time.monotonic())
+            image = images.take(pid, known.start_ms, left) if images is not None else None
+            if image is not None:
+                del self._late[pid]
+                self._emit_exec(self._from_image(known, image), time_ns)
+            elif wait > 0 or time.monotonic() - since >= HELPER_WAIT_S:
+                del self._late[pid]
+                self.unknown_argv()
+                self._emit_exec(identity_only(known), time_ns)
+
+    def _emit_exec(self, info: ProcessInfo, time_ns: int) -> None:
+        ctx = self.ctx
+        ctx.events.remember(info)
+        if ctx.config.processes:
+            ctx.emit(
+                ctx.events.process_event(
+                    "process.exec", info, time_ns, attribution=self._attribution
+                )
+            )
+
     def due(self) -> None:
         """Read the images of children that have not exec'd; emit the long-pending starts."""
+        if self._late:
+            self._resolve_late(0.0)
         if not self._pending:
             return
         now = time.monotonic()
@@ -146,6 +214,7 @@ class StartGate:
         for pending in self._pending.values():
             pending.tried = pending.tried and pending.image is not None
             pending.since = 0.0
+        self._resolve_late(HELPER_WAIT_S)
         self.due()
         if self.argv_unknown:
             self.ctx.telemetry.note("host.argv_unknown", str(self.argv_unknown))

@@ -318,7 +318,7 @@ class PortableBackend:
         """Learn the machine's listening TCP ports (only when a socket's direction is open)."""
         try:
             conns = psutil.net_connections(kind="tcp")
-        except (psutil.AccessDenied, OSError):
+        except (psutil.Error, OSError):  # a process vanishing mid-listing, or no permission
             return
         for c in conns:
             if str(c.status) == psutil.CONN_LISTEN and c.laddr:

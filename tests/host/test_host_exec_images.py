@@ -114,3 +114,17 @@ def test_helper_runs_with_this_interpreter() -> None:
     compile(HELPER, "<helper>", "exec")
     assert "import otel_bridge" not in HELPER
     assert sys.executable
+
+
+def test_records_of_a_held_child_follow_the_records_naming_it() -> None:
+    """A file record of a child whose start is held goes out after its exec and start."""
+    h = Harness()
+    gate = StartGate(h.ctx, attribution="syscall")
+    gate.forked(ProcessInfo(pid=GONE + 5, start_ms=7, ppid=1), 1)
+    opened = h.ctx.events.record("file.open", 2, {"process.pid": GONE + 5}, attribution="syscall")
+    gate.emit_for(GONE + 5, opened)
+    gate.emit_for(GONE + 6, opened)  # not held: goes out at once
+    assert [n for n, _ in h.records()] == ["file.open"]
+    gate.exec_event(GONE + 5, h.ctx.events.processes[GONE + 5], 3)
+    names = [n for n, _ in h.records()]
+    assert names == ["file.open", "process.exec", "process.start", "file.open"]

@@ -132,7 +132,6 @@ class BpftraceInterpreter:
     def _exec(self, pid: int, ts: int, path: str) -> None:
         """The image read now if it still belongs to ``pid``'s identity, else argv unknown."""
         ctx = self.ctx
-        self.gate.execed(pid)
         info = self.gate.exec_image(pid, ctx.events.processes.get(pid))
         if not info.exe and path:
             info.exe = path  # the traced filename: exact even when the process is gone
@@ -143,6 +142,7 @@ class BpftraceInterpreter:
                     "process.exec", info, monotonic_to_wall_ns(ts), attribution=SYSCALL
                 )
             )
+        self.gate.execed(pid)  # after the exec: a node is named by its first naming record
 
     def _emit(self, name: str, pid: int, ts: int, extra: dict[str, AnyValue]) -> None:
         ctx = self.ctx

@@ -243,6 +243,7 @@ class LinuxBackend:
         if cfg.files:
             try:
                 self._fanotify = FanotifyWatcher(ctx)
+                self._fanotify.emit_for = self._gate.emit_for
                 self._fanotify.start()
             except OSError as exc:
                 ctx.collection_state("file", CollectionState.UNAVAILABLE, f"fanotify failed: {exc}")
@@ -332,8 +333,9 @@ class LinuxBackend:
                 return
             gate.exited(tgid)
             if ctx.config.processes:
-                ctx.emit(
-                    ctx.events.exit_event(tgid, wall, exit_code_of(status), attribution=SYSCALL)
+                gate.emit_for(
+                    tgid,
+                    ctx.events.exit_event(tgid, wall, exit_code_of(status), attribution=SYSCALL),
                 )
             self._retiring.append((time.monotonic() + _RETIRE_AFTER_S, tgid))
             self._scan()  # the rest of the lineage may hold sockets the scan has not seen yet

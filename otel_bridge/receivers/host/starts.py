@@ -23,11 +23,12 @@ from __future__ import annotations
 
 import contextlib
 import os
+import threading
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from otel_bridge.identity import start_ms_from_ticks
-from otel_bridge.model import CollectionState
+from otel_bridge.model import CollectionState, LogRecord
 from otel_bridge.receivers.host.events import HostContext
 from otel_bridge.receivers.host.execreader import ExecReader, Image
 from otel_bridge.receivers.host.procfs import ProcessInfo, read_process, read_stat
@@ -75,12 +76,23 @@ def identity_only(info: ProcessInfo) -> ProcessInfo:
 
 
 @dataclass(slots=True)
+class _Late:
+    known: ProcessInfo
+    time_ns: int
+    since: float
+    held: list[LogRecord]
+    """The child's held start and any record of it that came meanwhile (its exit)."""
+
+
+@dataclass(slots=True)
 class _Pending:
     info: ProcessInfo
     time_ns: int
     since: float
     image: ProcessInfo | None = None
     tried: bool = False
+    held: list[LogRecord] = field(default_factory=list)
+    """Records about the child that arrived while its start was held (file events)."""
 
 
 class StartGate:
@@ -101,8 +113,9 @@ class StartGate:
         self._pending: dict[int, _Pending] = {}
         self.images: ExecReader | None = None
         """The exec image helper (:mod:`.execreader`), when the backend runs one."""
-        self._late: dict[int, tuple[ProcessInfo, int, float]] = {}
-        """Execs waiting for the helper's image: pid -> (identity, time, since)."""
+        self._late_lock = threading.Lock()
+        self._late: dict[int, _Late] = {}
+        """Execs waiting for the helper's image, with the records held behind them."""
         self.argv_unknown = 0
         """Execs whose argv could not be read (their records omit ``process.command_args``)."""
         self.image_unknown = 0
@@ -114,23 +127,34 @@ class StartGate:
     def forked(self, info: ProcessInfo, time_ns: int) -> None:
         """A new child ``info`` (identity and parent only) forked at ``time_ns``."""
         self.ctx.events.remember(info)
-        self._pending[info.pid] = _Pending(identity_only(info), time_ns, time.monotonic())
+        with self._late_lock:
+            self._pending[info.pid] = _Pending(identity_only(info), time_ns, time.monotonic())
+
+    def _pop(self, pid: int) -> _Pending | None:
+        with self._late_lock:
+            return self._pending.pop(pid, None)
 
     def execed(self, pid: int) -> None:
         """``pid`` exec'd: its start goes out now, with the identity only."""
-        pending = self._pending.pop(pid, None)
+        pending = self._pop(pid)
         if pending is not None:
             self._emit(pending.info, pending.time_ns)
+            self._release(pending.held)
 
     def exited(self, pid: int) -> None:
         """``pid`` exited: its start goes out with the image it ran, if one was read."""
-        pending = self._pending.pop(pid, None)
+        pending = self._pop(pid)
         if pending is None:
             return
         if pending.image is None:
             self.image_unknown += 1
             self.ctx.telemetry.count("receiver.host.image_unknown")
         self._emit(pending.image or pending.info, pending.time_ns)
+        self._release(pending.held)
+
+    def _release(self, records: list[LogRecord]) -> None:
+        for record in records:
+            self.ctx.emit(record)
 
     def exec_event(self, pid: int, known: ProcessInfo | None, time_ns: int) -> None:
         """``pid`` exec'd at ``time_ns``: emit its held start, then its ``process.exec``.
@@ -141,11 +165,14 @@ class StartGate:
         """
         start_ms = known.start_ms if known is not None else _start_ms(pid)
         info = read_image(self.ctx, pid, start_ms) if start_ms is not None else None
-        self.execed(pid)
         if info is None and self.images is not None and known is not None:
             image = self.images.take(pid, known.start_ms)
             if image is None:
-                self._late[pid] = (known, time_ns, time.monotonic())
+                pending = self._pending.pop(pid, None)
+                held = (
+                    [] if pending is None else [self._start_record(pending.info, pending.time_ns)]
+                )
+                self._late[pid] = _Late(known, time_ns, time.monotonic(), held)
                 return
             info = self._from_image(known, image)
         if info is None:
@@ -154,6 +181,21 @@ class StartGate:
             info.ppid = known.ppid or info.ppid
             info.approximate = known.approximate
         self._emit_exec(info, time_ns)
+        self.execed(pid)  # after the exec: a node is named by its first record that names it
+
+    def emit_for(self, pid: int, record: LogRecord) -> None:
+        """Emit ``record`` about ``pid``, or hold it behind the records that name the process.
+
+        While ``pid``'s start is held (its image is not known yet) or its exec waits for the
+        helper's image, its other records wait too, so the first record of the process that a
+        consumer sees is the one naming its image.
+        """
+        with self._late_lock:
+            held = self._late.get(pid) or self._pending.get(pid)
+            if held is not None:
+                held.held.append(record)
+                return
+        self.ctx.emit(record)
 
     def _from_image(self, known: ProcessInfo, image: Image) -> ProcessInfo:
         return ProcessInfo(
@@ -170,16 +212,23 @@ class StartGate:
     def _resolve_late(self, wait: float) -> None:
         images = self.images
         deadline = time.monotonic() + wait
-        for pid, (known, time_ns, since) in list(self._late.items()):
+        for pid, late in list(self._late.items()):
             left = max(0.0, deadline - time.monotonic())
+            known = late.known
             image = images.take(pid, known.start_ms, left) if images is not None else None
             if image is not None:
-                del self._late[pid]
-                self._emit_exec(self._from_image(known, image), time_ns)
-            elif wait > 0 or time.monotonic() - since >= HELPER_WAIT_S:
-                del self._late[pid]
+                info = self._from_image(known, image)
+            elif wait > 0 or time.monotonic() - late.since >= HELPER_WAIT_S:
                 self.unknown_argv()
-                self._emit_exec(identity_only(known), time_ns)
+                info = identity_only(known)
+            else:
+                continue
+            self._emit_exec(info, late.time_ns)
+            with self._late_lock:
+                del self._late[pid]
+                held = late.held
+            for record in held:
+                self.ctx.emit(record)
 
     def _emit_exec(self, info: ProcessInfo, time_ns: int) -> None:
         ctx = self.ctx
@@ -247,12 +296,13 @@ class StartGate:
         self.argv_unknown += 1
         self.ctx.telemetry.count("receiver.host.argv_unknown")
 
+    def _start_record(self, info: ProcessInfo, time_ns: int) -> LogRecord:
+        return self.ctx.events.process_event(
+            "process.start", info, time_ns, attribution=self._attribution
+        )
+
     def _emit(self, info: ProcessInfo, time_ns: int) -> None:
         ctx = self.ctx
         ctx.events.remember(info)
         if ctx.config.processes:
-            ctx.emit(
-                ctx.events.process_event(
-                    "process.start", info, time_ns, attribution=self._attribution
-                )
-            )
+            ctx.emit(self._start_record(info, time_ns))

@@ -166,7 +166,6 @@ class SyscallInterpreter:
     def _exec(self, call: Syscall) -> None:
         """The traced argv is exact; executable, cwd and environment are read now if still ours."""
         ctx = self.ctx
-        self.gate.execed(call.pid)
         known = ctx.events.processes.get(call.pid)
         args = split_args(call.args)
         values = strings(call.args)
@@ -197,6 +196,7 @@ class SyscallInterpreter:
             ctx.emit(
                 ctx.events.process_event("process.exec", info, call.time_ns, attribution=SYSCALL)
             )
+        self.gate.execed(call.pid)  # after the exec: a node is named by its first naming record
 
     def _path_arg(self, call: Syscall, index: int = 0) -> str:
         args = split_args(call.args)

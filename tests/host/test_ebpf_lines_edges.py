@@ -12,6 +12,7 @@ from test_host_interpreters import GONE, Harness
 
 from otel_bridge.model import CollectionState
 from otel_bridge.receivers.host.ebpf_lines import BpftraceInterpreter, decode_r, decode_sockaddr
+from otel_bridge.receivers.host.procfs import read_process
 
 
 def _raw(data: bytes) -> str:
@@ -181,6 +182,9 @@ def test_decode_r_of_backslash_escape_and_short_sockaddr() -> None:
 def test_exec_of_live_process_reads_real_identity() -> None:
     """An exec line for this live test process reports its real executable from /proc."""
     h = Harness(root=os.getpid())
+    real = read_process(os.getpid(), h.ctx.redactor)
+    assert real is not None
+    h.ctx.events.remember(real)  # the image is only read for the identity the receiver knows
     lines = BpftraceInterpreter(h.ctx)
     lines.handle_line(f"e {os.getpid()} 10 /bogus/path")
     lines.handle_line(f"E {os.getpid()} 11 0")

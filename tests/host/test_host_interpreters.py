@@ -200,9 +200,10 @@ def test_strace_identity_of_live_process_is_exact() -> None:
     proc = subprocess.Popen(["sleep", "2"])
     try:
         h = Harness()
-        _strace(
+        interp = _strace(
             h, f'{proc.pid} 1.0 openat(AT_FDCWD</>, "/etc/hostname", O_RDONLY) = 3</etc/hostname>'
         )
+        interp.gate.flush()  # a new pid's start waits for its own image (receivers/host/starts)
         (start,) = h.named("process.start")
         expected = linux_start_time_ms(proc.pid)
         assert expected is not None

@@ -164,6 +164,8 @@ class EbpfBackend:
         if self._thread is not None:
             self._thread.join(timeout=10)
             self._thread = None
+        if self._lines is not None:
+            self._lines.gate.flush()
         if self._proc.stdout is not None:
             self._proc.stdout.close()
         self._proc = None

@@ -6,9 +6,10 @@ import os
 import socket
 
 from otel_bridge.model import AnyValue, CollectionState
-from otel_bridge.receivers.host.events import SYSCALL, HostContext, lookup_process
-from otel_bridge.receivers.host.linux import exit_code_of
-from otel_bridge.receivers.host.procfs import ProcessInfo, monotonic_to_wall_ns, read_process
+from otel_bridge.receivers.host.events import SYSCALL, HostContext
+from otel_bridge.receivers.host.linux import exit_code_of, fork_identity
+from otel_bridge.receivers.host.procfs import monotonic_to_wall_ns
+from otel_bridge.receivers.host.starts import StartGate
 from otel_bridge.receivers.host.strace_events import open_access, open_flags_text
 
 _ERRNO = {
@@ -60,6 +61,8 @@ class BpftraceInterpreter:
     def __init__(self, ctx: HostContext) -> None:
         self.ctx = ctx
         self._exe: dict[int, str] = {}
+        self.gate = StartGate(ctx, attribution=SYSCALL)
+        """Holds each new child's start until its own image is known (:mod:`.starts`)."""
         self.lost = 0
 
     def handle_line(self, line: str) -> None:
@@ -70,17 +73,11 @@ class BpftraceInterpreter:
             self._lost(line)
             return
         parts = rest.split(" ", 4)
+        self.gate.due()
         if kind == "F":
             parent, child, ts = int(parts[0]), int(parts[1]), int(parts[2])
+            self.gate.forked(fork_identity(child, parent, ts), monotonic_to_wall_ns(ts))
             ctx.lineage.add(child)
-            info = lookup_process(ctx, child, event_monotonic_ns=ts)
-            info.ppid = parent
-            if ctx.config.processes:
-                ctx.emit(
-                    ctx.events.process_event(
-                        "process.start", info, monotonic_to_wall_ns(ts), attribution=SYSCALL
-                    )
-                )
         elif kind == "e":
             self._exe[int(parts[0])] = rest.split(" ", 2)[2] if len(parts) > 2 else ""
         elif kind == "E":
@@ -90,6 +87,7 @@ class BpftraceInterpreter:
                 self._exec(pid, ts, path)
         elif kind == "X":
             pid, ts, status = int(parts[0]), int(parts[1]), int(parts[2])
+            self.gate.exited(pid)
             if ctx.config.processes:
                 ctx.emit(
                     ctx.events.exit_event(
@@ -132,26 +130,19 @@ class BpftraceInterpreter:
                 self._emit("network.connect_attempt", pid, ts, attrs)
 
     def _exec(self, pid: int, ts: int, path: str) -> None:
+        """The image read now if it still belongs to ``pid``'s identity, else argv unknown."""
         ctx = self.ctx
-        fresh = read_process(pid, ctx.redactor, capture_environment=ctx.config.capture_environment)
-        if fresh is None:
-            base = lookup_process(ctx, pid, event_monotonic_ns=ts)
-            fresh = ProcessInfo(
-                pid=pid,
-                start_ms=base.start_ms,
-                ppid=base.ppid,
-                approximate=base.approximate,
-                exe=path,
-                argv=[],
-                cwd=base.cwd,
-            )
-        ctx.events.remember(fresh)
+        info = self.gate.exec_image(pid, ctx.events.processes.get(pid))
+        if not info.exe and path:
+            info.exe = path  # the traced filename: exact even when the process is gone
+        ctx.events.remember(info)
         if ctx.config.processes:
             ctx.emit(
                 ctx.events.process_event(
-                    "process.exec", fresh, monotonic_to_wall_ns(ts), attribution=SYSCALL
+                    "process.exec", info, monotonic_to_wall_ns(ts), attribution=SYSCALL
                 )
             )
+        self.gate.execed(pid)  # after the exec: a node is named by its first naming record
 
     def _emit(self, name: str, pid: int, ts: int, extra: dict[str, AnyValue]) -> None:
         ctx = self.ctx

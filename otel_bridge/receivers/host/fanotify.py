@@ -39,8 +39,9 @@ import select
 import struct
 import threading
 import time
+from collections.abc import Callable
 
-from otel_bridge.model import AnyValue, CollectionState
+from otel_bridge.model import AnyValue, CollectionState, LogRecord
 from otel_bridge.receivers.host.events import SYSCALL, HostContext
 
 FAN_ACCESS = 0x01
@@ -138,6 +139,9 @@ class FanotifyWatcher:
     def __init__(self, ctx: HostContext) -> None:
         cfg = ctx.config
         self._ctx = ctx
+        self.emit_for: Callable[[int, LogRecord], None] | None = None
+        """Emits a record about a pid (the linux backend holds a child's records behind an exec
+        still waiting for its image, :meth:`.starts.StartGate.emit_for`); None: emit at once."""
         self._wanted = set(cfg.fanotify_events)
         mask = 0
         for name in self._wanted & EVENT_BITS.keys():
@@ -391,7 +395,11 @@ class FanotifyWatcher:
         attrs["file.path"] = path
         if new_path:
             attrs["file.new_path"] = new_path
-        ctx.emit(ctx.events.record(name, now, attrs, attribution=SYSCALL, causal=True))
+        record = ctx.events.record(name, now, attrs, attribution=SYSCALL, causal=True)
+        if self.emit_for is not None:
+            self.emit_for(pid, record)
+        else:
+            ctx.emit(record)
 
     def stop(self) -> None:
         """Stop reading and close the descriptor. Safe twice."""

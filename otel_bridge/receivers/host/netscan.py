@@ -3,7 +3,9 @@
 Each scan reads the TCP/UDP tables of the workload's network namespace
 (``/proc/<root>/net/{tcp,tcp6,udp,udp6}``) and the ``socket:[inode]`` links in each tracked
 process's ``/proc/<pid>/fd``. A socket belongs to the process holding its inode. TCP
-``ESTABLISHED`` sockets that were not accepted from a local listener become ``network.connect``,
+``ESTABLISHED`` sockets that this end initiated become ``network.connect`` (the direction is
+decided by :mod:`.direction`, which does not need the listener to still exist: an accepted socket
+is never an outbound connect, and a socket of undecidable direction is counted, not claimed),
 ``SYN_SENT`` becomes ``network.connect_attempt`` (``pending``), ``LISTEN`` becomes
 ``network.listen``; a UDP socket with a peer becomes a ``udp`` connect.
 
@@ -21,6 +23,7 @@ import threading
 import time
 
 from otel_bridge.model import AnyValue, CollectionState
+from otel_bridge.receivers.host.direction import Direction, DirectionRule, undecided_note
 from otel_bridge.receivers.host.events import HostContext
 
 _TCP_ESTABLISHED = "01"
@@ -86,24 +89,33 @@ def socket_inodes(pid: int) -> list[int]:
 class SocketScanner:
     """Periodic and on-demand socket scans of the lineage (see the module docstring)."""
 
-    def __init__(self, ctx: HostContext, *, attribution: str) -> None:
+    def __init__(
+        self, ctx: HostContext, *, attribution: str, rule: DirectionRule | None = None
+    ) -> None:
         self._ctx = ctx
         self._attribution = attribution
+        self.rule = rule if rule is not None else DirectionRule()
         self._seen: set[tuple[int, int, str]] = set()
+        self._undecided: set[object] = set()
+        self._claimed: set[tuple[str, int, str, int]] = set()
+        """(local address, local port, peer address, peer port) of every established socket
+        already attributed (by a scan or a destroy notification): each is recorded once."""
+        self.inode_pids: dict[int, int] = {}
+        """Socket inode -> the lineage pid that held it, as last scanned."""
         self._lock = threading.Lock()
         self._stop = threading.Event()
         self._wake = threading.Event()
         self._thread: threading.Thread | None = None
         self.scans = 0
 
-    def start(self, interval: float) -> None:
-        """Report the state and start scanning every ``interval`` seconds."""
-        self._ctx.collection_state(
-            "network",
-            CollectionState.DEGRADED,
+    def start(self, interval: float, note: str = "") -> None:
+        """Report the state (with ``note`` on what complements the scans) and start scanning."""
+        reason = (
             f"socket-table scans every {interval * 1000:g}ms and on each fork/exec/exit (no "
-            "tracing): a socket opened and closed between scans is missed",
+            "tracing): "
         )
+        reason += note or "a socket opened and closed between scans is missed"
+        self._ctx.collection_state("network", CollectionState.DEGRADED, reason)
         self._thread = threading.Thread(
             target=self._run, args=(interval,), name="host-netscan", daemon=True
         )
@@ -131,29 +143,50 @@ class SocketScanner:
                 holders.setdefault(inode, pid)
         if not holders:
             return
-        table: dict[int, SocketRow] = {}
-        for pid in pids:
-            table = read_tables(pid)
-            if table:
-                break
+        table = self._table(pids)
         self.scans += 1
-        listening = {(row[0], row[2]) for row in table.values() if row[5] == _TCP_LISTEN}
         now = time.time_ns()
         for inode, pid in holders.items():
             row = table.get(inode)
             if row is None:
                 continue
-            self._classify(pid, inode, row, listening, now)
+            self.inode_pids[inode] = pid
+            self._classify(pid, inode, row, now)
 
-    def _classify(
-        self, pid: int, inode: int, row: SocketRow, listening: set[tuple[str, int]], now: int
-    ) -> None:
+    def _table(self, pids: list[int]) -> dict[int, SocketRow]:
+        """The namespace's socket table (through the first readable pid); learns listeners."""
+        table: dict[int, SocketRow] = {}
+        for pid in pids:
+            table = read_tables(pid)
+            if table:
+                break
+        for listener in table.values():
+            if listener[5] == _TCP_LISTEN:
+                self.rule.saw_listener(listener[0], listener[2])
+        return table
+
+    def refresh_listeners(self) -> None:
+        """Read the socket table once only to learn the listening ports."""
+        self._table([*self._ctx.lineage.snapshot(), os.getpid()])
+
+    @property
+    def undecided(self) -> int:
+        """Established TCP sockets whose direction could not be decided (none was claimed)."""
+        return len(self._undecided)
+
+    def _classify(self, pid: int, inode: int, row: SocketRow, now: int) -> None:
         transport, laddr, lport, raddr, rport, state = row
         if transport == "tcp" and state == _TCP_LISTEN:
             name = "network.listen"
         elif transport == "tcp" and state == _TCP_ESTABLISHED:
-            if (transport, lport) in listening:
-                return  # accepted from a local listener: not this process's connect
+            if not self.claim((laddr, lport, raddr, rport)):
+                return  # attributed before (an earlier scan, or its destroy notification)
+            direction = self.rule.decide(transport, laddr, lport, raddr, rport)
+            if direction is Direction.ACCEPTED:
+                return  # accepted from a listener: not this process's connect
+            if direction is Direction.UNKNOWN:
+                self.count_undecided(inode)
+                return
             name = "network.connect"
         elif transport == "tcp" and state == _TCP_SYN_SENT:
             name = "network.connect_attempt"
@@ -179,6 +212,22 @@ class SocketScanner:
             attrs["error.type"] = "EINPROGRESS"
         ctx.emit(ctx.events.record(name, now, attrs, attribution=self._attribution))
 
+    def claim(self, key: tuple[str, int, str, int]) -> bool:
+        """True the first time the established connection ``key`` is attributed."""
+        with self._lock:
+            if key in self._claimed:
+                return False
+            self._claimed.add(key)
+            return True
+
+    def count_undecided(self, socket_key: object) -> None:
+        """Count one socket (inode or 4-tuple) whose direction could not be decided."""
+        with self._lock:
+            if socket_key in self._undecided:
+                return
+            self._undecided.add(socket_key)
+        self._ctx.telemetry.count("receiver.host.network.direction_unknown")
+
     def stop(self) -> None:
         """One last scan, then stop. Safe twice."""
         if self._thread is None:
@@ -188,3 +237,9 @@ class SocketScanner:
         self._thread.join()
         self._thread = None
         self.scan()
+        if self._undecided:
+            reason = self._ctx.states.get("network", ("", ""))[1]
+            note = undecided_note(len(self._undecided))
+            self._ctx.collection_state(
+                "network", CollectionState.DEGRADED, f"{reason}; {note}" if reason else note
+            )

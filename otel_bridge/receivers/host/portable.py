@@ -29,6 +29,7 @@ from watchdog.observers import Observer
 
 from otel_bridge.identity import psutil_start_ms
 from otel_bridge.model import AnyValue, CollectionState
+from otel_bridge.receivers.host.direction import Direction, DirectionRule, undecided_note
 from otel_bridge.receivers.host.events import SAMPLED, SESSION, HostContext
 from otel_bridge.receivers.host.procfs import ProcessInfo
 
@@ -73,6 +74,11 @@ class PortableBackend:
         self._outside: set[int] = set()
         """pids seen outside the lineage; not examined again while they live."""
         self._conns: set[tuple[int, str, str, int, str, int, str]] = set()
+        self.rule = DirectionRule()
+        """Decides accepted vs initiated for sampled established sockets (:mod:`.direction`)."""
+        self.undecided = 0
+        self._noted = False
+        """Established sockets whose direction could not be decided (no connect claimed)."""
         self.polls = 0
         self.poll_seconds = 0.0
 
@@ -257,22 +263,20 @@ class PortableBackend:
         except (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess):
             return
         for c in conns:
+            if str(c.status) == psutil.CONN_LISTEN and c.laddr:
+                self.rule.saw_listener("tcp", int(c.laddr[1]))
+        for c in conns:
             transport = "tcp" if c.type == 1 else "udp"  # SOCK_STREAM
             laddr = c.laddr if c.laddr else ("", 0)
             raddr = c.raddr if c.raddr else ("", 0)
             status = str(c.status)
-            if status == psutil.CONN_LISTEN:
-                name = "network.listen"
-            elif raddr[0] and status in (psutil.CONN_ESTABLISHED, psutil.CONN_NONE):
-                name = "network.connect"
-            elif raddr[0] and status == psutil.CONN_SYN_SENT:
-                name = "network.connect_attempt"
-            else:
-                continue
-            key = (pid, name, str(laddr[0]), int(laddr[1]), str(raddr[0]), int(raddr[1]), status)
+            key = (pid, "", str(laddr[0]), int(laddr[1]), str(raddr[0]), int(raddr[1]), status)
             if key in self._conns:
                 continue
             self._conns.add(key)
+            name = self._event_name(transport, status, laddr, raddr)
+            if name is None:
+                continue
             attrs: dict[str, AnyValue] = ctx.events.identity_attrs(pid)
             attrs["network.transport"] = transport
             attrs["network.local.address"] = str(laddr[0])
@@ -285,6 +289,41 @@ class PortableBackend:
                 attrs["error.type"] = "EINPROGRESS"
             ctx.emit(ctx.events.record(name, now, attrs, attribution=SAMPLED))
 
+    def _event_name(self, transport: str, status: str, laddr: Any, raddr: Any) -> str | None:
+        """The record one sampled socket yields, None for none (accepted, undecided, idle)."""
+        if status == psutil.CONN_LISTEN:
+            return "network.listen"
+        if not raddr[0]:
+            return None
+        if status == psutil.CONN_SYN_SENT:
+            return "network.connect_attempt"
+        if transport == "udp" and status == psutil.CONN_NONE:
+            return "network.connect"
+        if status != psutil.CONN_ESTABLISHED:
+            return None
+        args = ("tcp", str(laddr[0]), int(laddr[1]), str(raddr[0]), int(raddr[1]))
+        direction = self.rule.decide(*args)
+        if direction is Direction.UNKNOWN:
+            self._refresh_listeners()
+            direction = self.rule.decide(*args)
+        if direction is Direction.INITIATED:
+            return "network.connect"
+        if direction is Direction.UNKNOWN:
+            self.undecided += 1
+            assert self._ctx is not None
+            self._ctx.telemetry.count("receiver.host.network.direction_unknown")
+        return None
+
+    def _refresh_listeners(self) -> None:
+        """Learn the machine's listening TCP ports (only when a socket's direction is open)."""
+        try:
+            conns = psutil.net_connections(kind="tcp")
+        except (psutil.Error, OSError):  # a process vanishing mid-listing, or no permission
+            return
+        for c in conns:
+            if str(c.status) == psutil.CONN_LISTEN and c.laddr:
+                self.rule.saw_listener("tcp", int(c.laddr[1]))
+
     def stop(self) -> None:
         """Stop polling and watching. Safe twice."""
         self._stop.set()
@@ -295,3 +334,7 @@ class PortableBackend:
             self._observer.stop()
             self._observer.join()
             self._observer = None
+        if self._ctx is not None and self.undecided and not self._noted:
+            self._noted = True
+            note = undecided_note(self.undecided)
+            self._ctx.collection_state("network", CollectionState.DEGRADED, note)

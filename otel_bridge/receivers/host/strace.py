@@ -148,16 +148,17 @@ class StraceBackend:
         self._drain.start()
 
     def _run(self) -> None:
-        assert self._interp is not None
+        interp = self._interp
+        assert interp is not None
         parser = StraceParser()
         with os.fdopen(self._read_fd, "rb", closefd=True) as stream:
             self._read_fd = -1
             for raw in stream:
                 call = parser.feed(raw.decode("utf-8", "surrogateescape"))
                 if call is not None:
-                    self._interp.handle(call)
+                    interp.handle(call)
         if parser.unparsed:
-            self._interp.ctx.telemetry.count("receiver.host.strace.unparsed", parser.unparsed)
+            interp.ctx.telemetry.count("receiver.host.strace.unparsed", parser.unparsed)
 
     def stop(self) -> None:
         """Detach strace (SIGINT), parse what it wrote, and stop. Safe twice."""
@@ -179,6 +180,9 @@ class StraceBackend:
         if self._thread is not None:
             self._thread.join(timeout=10)
             self._thread = None
+        if self._interp is not None:
+            self._interp.gate.flush()
+            self._interp = None
         if self._read_fd >= 0:
             os.close(self._read_fd)
             self._read_fd = -1

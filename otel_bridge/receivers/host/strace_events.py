@@ -6,9 +6,16 @@ import os
 import re
 import time
 
+from otel_bridge.identity import start_ms_from_ticks
 from otel_bridge.model import AnyValue
-from otel_bridge.receivers.host.events import SYSCALL, HostContext, lookup_process
-from otel_bridge.receivers.host.procfs import ProcessInfo, read_process
+from otel_bridge.receivers.host.events import SYSCALL, HostContext
+from otel_bridge.receivers.host.procfs import (
+    ProcessInfo,
+    approx_start_ms,
+    read_process,
+    read_stat,
+)
+from otel_bridge.receivers.host.starts import StartGate
 from otel_bridge.receivers.host.strace_parse import (
     Syscall,
     fd_annotation,
@@ -95,6 +102,8 @@ class SyscallInterpreter:
     def __init__(self, ctx: HostContext) -> None:
         self.ctx = ctx
         self._started: set[int] = set(ctx.lineage.snapshot())
+        self.gate = StartGate(ctx, attribution=SYSCALL)
+        """Holds each new child's start until its own image is known (:mod:`.starts`)."""
         self.failed_opens = 0
         self.failed_connects = 0
 
@@ -103,8 +112,10 @@ class SyscallInterpreter:
         ctx = self.ctx
         if call.pid not in self._started:
             self._start(call.pid, call.time_ns, parent=None)
+        self.gate.due()
         name = call.name
         if name == "+exit":
+            self.gate.exited(call.pid)
             code = call.ret if call.ret is not None else -_SIGNALS.get(call.args, 0)
             if ctx.config.processes:
                 ctx.emit(ctx.events.exit_event(call.pid, call.time_ns, code, attribution=SYSCALL))
@@ -135,19 +146,25 @@ class SyscallInterpreter:
             self._listen(call)
 
     def _start(self, pid: int, time_ns: int, *, parent: int | None) -> None:
+        """A new child: its identity now, its start once its own image is known."""
         ctx = self.ctx
         self._started.add(pid)
-        ctx.lineage.add(pid)
-        info = read_process(pid, ctx.redactor, capture_environment=ctx.config.capture_environment)
-        if info is None:
-            info = lookup_process(ctx, pid, event_monotonic_ns=_wall_to_mono(time_ns))
+        stat = read_stat(pid)
+        if stat is None:
+            known = ctx.events.processes.get(pid)
+            start_ms = approx_start_ms(_wall_to_mono(time_ns))
+            info = ProcessInfo(pid=pid, start_ms=start_ms, ppid=parent or 0, approximate=True)
+            if known is not None and parent is None:
+                info = known
+        else:
+            info = ProcessInfo(pid=pid, start_ms=start_ms_from_ticks(stat[1]), ppid=stat[0])
         if parent is not None:
             info.ppid = parent
-        ctx.events.remember(info)
-        if ctx.config.processes:
-            ctx.emit(ctx.events.process_event("process.start", info, time_ns, attribution=SYSCALL))
+        self.gate.forked(info, time_ns)
+        ctx.lineage.add(pid)
 
     def _exec(self, call: Syscall) -> None:
+        """The traced argv is exact; executable, cwd and environment are read now if still ours."""
         ctx = self.ctx
         known = ctx.events.processes.get(call.pid)
         args = split_args(call.args)
@@ -159,22 +176,27 @@ class SyscallInterpreter:
         fresh = read_process(
             call.pid, ctx.redactor, capture_environment=ctx.config.capture_environment
         )
+        if fresh is not None and known is not None and fresh.start_ms != known.start_ms:
+            fresh = None  # the pid already belongs to another process
         info = ProcessInfo(
             pid=call.pid,
             start_ms=known.start_ms if known else (fresh.start_ms if fresh else 0),
             ppid=known.ppid if known else (fresh.ppid if fresh else 0),
             approximate=known.approximate if known else fresh is None,
-            exe=fresh.exe if fresh and fresh.exe else exe,
-            argv=ctx.redactor.argv(argv) if argv else (fresh.argv if fresh else []),
+            exe=os.path.realpath(exe) if os.path.isabs(exe) else (fresh.exe if fresh else exe),
+            argv=ctx.redactor.argv(argv),
             cwd=fresh.cwd if fresh else (known.cwd if known else ""),
             traceparent=fresh.traceparent if fresh else "",
             env=fresh.env if fresh else None,
         )
+        if not argv:
+            self.gate.unknown_argv()
         ctx.events.remember(info)
         if ctx.config.processes:
             ctx.emit(
                 ctx.events.process_event("process.exec", info, call.time_ns, attribution=SYSCALL)
             )
+        self.gate.execed(call.pid)  # after the exec: a node is named by its first naming record
 
     def _path_arg(self, call: Syscall, index: int = 0) -> str:
         args = split_args(call.args)

@@ -1,0 +1,276 @@
+"""Host-plane fidelity off the happy path (issue 12): the default backend against receipts.
+
+Three checks, each against receipts the workload writes itself, with two busy processes loading
+both cores throughout:
+
+* **short connections**: a lineage process makes ``n`` 1 ms ``urllib.request.urlopen`` requests
+  to a local ``http.server`` that answers with the client's port; the workload writes (pid,
+  port) per request. Counted: requests recorded at all, recorded with the right pid, recorded
+  without a pid (session/network-namespace attribution), recorded with a wrong pid, duplicates.
+* **phantom connections**: a lineage server accepts ``n`` connections from the harness, closing
+  its listener after each ``accept()``; any ``network.connect`` from the server's side (local
+  port = its listening port, or peer port = a harness client port) is a phantom.
+* **short children**: three host receivers run at once (separate processes, like three parallel
+  ``observe`` runs), each over a Python parent starting ``n`` ~5 ms children (``cp``, ``true``,
+  ``sh -c``, ``sleep``) with receipts (pid, argv). Counted per run: exact argv, unknown argv
+  (omitted, counted as ``argv_unknown``), wrong argv, children carrying the parent's image.
+
+    python benchmarks/host_fidelity.py            # n = 30, the default backend (auto)
+    python benchmarks/host_fidelity.py -n 10 --backend strace
+
+Needs root for the linux backend (otherwise ``auto`` picks what runs, and the table says which).
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import http.server
+import json
+import os
+import socket
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from collections.abc import Iterator
+from typing import Any
+
+from bench_support import Gate, Sink, start_host
+
+from otel_bridge.model import LogRecord
+from otel_bridge.receivers.host import HostConfig
+
+CLIENT = """
+import json, os, sys, time, urllib.request
+url, out, n = sys.argv[1], sys.argv[2], int(sys.argv[3])
+receipts = []
+for _ in range(n):
+    with urllib.request.urlopen(url) as resp:
+        receipts.append({"pid": os.getpid(), "port": int(resp.read())})
+    time.sleep(0.03)
+with open(out, "w") as f:
+    json.dump(receipts, f)
+"""
+
+SERVER = """
+import os, socket, sys, time
+ports_file, n = sys.argv[1], int(sys.argv[2])
+for i in range(n):
+    srv = socket.socket()
+    srv.bind(("127.0.0.1", 0))
+    srv.listen()
+    with open(f"{ports_file}.{i}.tmp", "w") as f:
+        f.write(str(srv.getsockname()[1]))
+    os.rename(f"{ports_file}.{i}.tmp", f"{ports_file}.{i}")
+    conn, _ = srv.accept()
+    srv.close()
+    conn.sendall(b"x")
+    time.sleep(0.03)
+    conn.close()
+"""
+
+PARENT = """
+import json, subprocess, sys
+out, src, n = sys.argv[1], sys.argv[2], int(sys.argv[3])
+receipts = []
+for i in range(n):
+    argv = [["cp", src, f"{src}.{i}"], ["true"], ["sh", "-c", f"exit {i % 3}"],
+            ["sleep", "0.005"]][i % 4]
+    proc = subprocess.Popen(argv)
+    receipts.append({"pid": proc.pid, "argv": argv})
+    proc.wait()
+with open(out, "w") as f:
+    json.dump(receipts, f)
+"""
+
+
+@contextlib.contextmanager
+def cpu_load(workers: int = 2) -> Iterator[None]:
+    """``workers`` busy processes outside every observed lineage."""
+    procs = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(workers)]
+    try:
+        yield
+    finally:
+        for p in procs:
+            p.kill()
+            p.wait()
+
+
+def observe(backend: str, argv: list[str], cwd: str, during: Any = None) -> tuple[list[Any], str]:
+    """Run ``argv`` observed by one host receiver; its records and the backend explanation."""
+    gate = Gate(argv, cwd=cwd)
+    sink = Sink()
+    receiver = start_host(HostConfig(backend=backend), gate.pid, sink)
+    gate.release()
+    if during is not None:
+        during()
+    code = gate.wait()
+    receiver.wait_idle()
+    receiver.shutdown()
+    if code != 0:
+        raise SystemExit(f"workload {argv} exited {code}")
+    return sink.logs, receiver.explanation
+
+
+def _named(logs: list[Any], name: str) -> list[dict[str, Any]]:
+    return [dict(r.attributes) for r in logs if isinstance(r, LogRecord) and r.event_name == name]
+
+
+class _PortEcho(http.server.BaseHTTPRequestHandler):
+    def do_GET(self) -> None:
+        body = str(self.client_address[1]).encode()
+        self.send_response(200)
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, format: str, *args: Any) -> None:
+        return
+
+
+def short_connections(backend: str, n: int, work: str) -> tuple[dict[str, int], str]:
+    """Counts of how the ``n`` short requests were recorded."""
+    with open(os.path.join(work, "client.py"), "w") as f:
+        f.write(CLIENT)
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _PortEcho)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    port = server.server_address[1]
+    out = os.path.join(work, "requests.json")
+    try:
+        argv = [sys.executable, "client.py", f"http://127.0.0.1:{port}/", out, str(n)]
+        logs, why = observe(backend, argv, work)
+    finally:
+        server.shutdown()
+        server.server_close()
+    with open(out) as f:
+        receipts = json.load(f)
+    connects = [a for a in _named(logs, "network.connect") if a["network.peer.port"] == port]
+    counts = {"seen": 0, "right_pid": 0, "no_pid": 0, "wrong_pid": 0, "duplicates": 0}
+    for receipt in receipts:
+        found = [a for a in connects if a["network.local.port"] == receipt["port"]]
+        if not found:
+            continue
+        counts["seen"] += 1
+        counts["duplicates"] += len(found) - 1
+        pid = found[0].get("process.pid")
+        key = "no_pid" if pid is None else "right_pid" if pid == receipt["pid"] else "wrong_pid"
+        counts[key] += 1
+    return counts, why
+
+
+def phantoms(backend: str, n: int, work: str) -> int:
+    """``network.connect`` records claimed from the accepting server's side."""
+    with open(os.path.join(work, "server.py"), "w") as f:
+        f.write(SERVER)
+    ports_file = os.path.join(work, "ports")
+    server_ports: list[int] = []
+    client_ports: list[int] = []
+
+    def connect_all() -> None:
+        for i in range(n):
+            path = f"{ports_file}.{i}"
+            deadline = time.monotonic() + 10
+            while not os.path.exists(path) and time.monotonic() < deadline:
+                time.sleep(0.002)
+            with open(path) as f:
+                server_ports.append(int(f.read()))
+            with socket.create_connection(("127.0.0.1", server_ports[-1])) as client:
+                client_ports.append(client.getsockname()[1])
+                client.recv(1)
+
+    logs, _ = observe(backend, [sys.executable, "server.py", ports_file, str(n)], work, connect_all)
+    return sum(
+        1
+        for a in _named(logs, "network.connect")
+        if a.get("network.local.port") in server_ports or a.get("network.peer.port") in client_ports
+    )
+
+
+def children_worker(backend: str, n: int) -> None:
+    """One observe-like run over the children workload; prints its counts as JSON."""
+    work = tempfile.mkdtemp(prefix="bench-children-")
+    with open(os.path.join(work, "parent.py"), "w") as f:
+        f.write(PARENT)
+    src = os.path.join(work, "src.txt")
+    with open(src, "w") as f:
+        f.write("data\n")
+    out = os.path.join(work, "children.json")
+    logs, _ = observe(backend, [sys.executable, "parent.py", out, src, str(n)], work)
+    with open(out) as f:
+        receipts = json.load(f)
+    parent_argv = [sys.executable, "parent.py", out, src, str(n)]
+    counts = {"exact": 0, "unknown": 0, "wrong": 0, "parent_image": 0, "missing": 0}
+    for receipt in receipts:
+        pid = receipt["pid"]
+        recs = [
+            a
+            for name in ("process.start", "process.exec")
+            for a in _named(logs, name)
+            if a.get("process.pid") == pid
+        ]
+        if any(
+            list(a.get("process.command_args") or ()) == parent_argv
+            or "python" in str(a.get("process.executable.name", ""))
+            for a in recs
+        ):
+            counts["parent_image"] += 1
+        execs = _named([r for r in logs if r.attributes.get("process.pid") == pid], "process.exec")
+        if not execs:
+            counts["missing"] += 1
+        elif "process.command_args" not in execs[0]:
+            counts["unknown"] += 1
+        elif list(execs[0]["process.command_args"]) == receipt["argv"]:
+            counts["exact"] += 1
+        else:
+            counts["wrong"] += 1
+    print(json.dumps(counts))
+
+
+def short_children(backend: str, n: int, runs: int = 3) -> list[dict[str, int]]:
+    """``runs`` concurrent children workers; their counts."""
+    argv = [sys.executable, __file__, "--worker", "--backend", backend, "-n", str(n)]
+    procs = [subprocess.Popen(argv, stdout=subprocess.PIPE, text=True) for _ in range(runs)]
+    results = []
+    for p in procs:
+        out, _ = p.communicate(timeout=300)
+        if p.returncode != 0:
+            raise SystemExit(f"children worker failed ({p.returncode})")
+        results.append(json.loads(out.strip().splitlines()[-1]))
+    return results
+
+
+def main() -> None:
+    """Run the three checks and print the table."""
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("-n", type=int, default=30, help="tries per check (default 30)")
+    parser.add_argument("--backend", default="auto", help="host backend (default auto)")
+    parser.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.worker:
+        children_worker(args.backend, args.n)
+        return
+    n = args.n
+    with tempfile.TemporaryDirectory() as work, cpu_load():
+        conns, why = short_connections(args.backend, n, work)
+        phantom = phantoms(args.backend, n, work)
+        runs = short_children(args.backend, n)
+    print(f"backend: {why}")
+    print(f"{'check':<44} {'result':>18}  target")
+    print(f"{'1 ms loopback requests recorded':<44} {conns['seen']:>15}/{n}  {n}/{n}")
+    print(f"{'  with the right pid':<44} {conns['right_pid']:>15}/{n}")
+    print(f"{'  without a pid (network namespace)':<44} {conns['no_pid']:>15}/{n}")
+    print(f"{'  with a wrong pid':<44} {conns['wrong_pid']:>18}  0")
+    print(f"{'  duplicate records':<44} {conns['duplicates']:>18}  0")
+    print(f"{'phantom connections (server side)':<44} {phantom:>18}  0")
+    for i, run in enumerate(runs, 1):
+        label = f"5 ms children, run {i}/3: exact argv"
+        print(f"{label:<44} {run['exact']:>15}/{n}  {n}/{n}")
+        detail = f"unknown {run['unknown']}, wrong {run['wrong']}, missing {run['missing']}"
+        print(f"{'  ' + detail:<44} {'mislabels ' + str(run['parent_image']):>18}  0")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,199 @@
+"""A helper process that reads each exec'd image of the lineage the moment the kernel reports it.
+
+A 5 ms child is often gone before the collector's event reader gets to ``/proc/<pid>/cmdline``:
+that thread shares the interpreter lock with fanotify, the socket scans and the pipeline. The
+helper is a separate, minimal Python process (standard library only, started with ``-S``) that
+subscribes to the process connector itself, follows the lineage's forks, and on each exec of a
+lineage process reads ``stat``, ``exe``, ``cmdline``, ``cwd`` and ``TRACEPARENT`` with the same
+consistency checks as :func:`.starts.read_image` (start time and executable unchanged across the
+read). It runs at real-time priority when allowed and writes one line per exec to a pipe; the
+backend uses a line only for the identity ``(pid, start time)`` it already knows, so a recycled
+pid can never lend its image. It stops when its standard input closes (the collector is gone).
+"""
+
+from __future__ import annotations
+
+import select
+import subprocess
+import sys
+import threading
+import time
+from dataclasses import dataclass
+
+from otel_bridge.identity import start_ms_from_ticks
+
+HELPER = r"""
+import os, select, socket, struct, sys
+try:
+    os.sched_setscheduler(0, os.SCHED_FIFO, os.sched_param(2))
+except (OSError, AttributeError):
+    pass
+sock = socket.socket(socket.AF_NETLINK, socket.SOCK_DGRAM, 11)
+try:
+    sock.setsockopt(socket.SOL_SOCKET, 33, 8 << 20)
+except OSError:
+    pass
+sock.bind((0, 1))
+pay = struct.pack("=I", 1)
+cn = struct.pack("=IIIIHH", 1, 1, 0, 0, len(pay), 0) + pay
+sock.send(struct.pack("=IHHII", 16 + len(cn), 3, 0, 0, sock.getsockname()[0]) + cn)
+tracked = {int(p) for p in sys.argv[1:]}
+out = sys.stdout.buffer
+out.write(b"READY\n"); out.flush()
+
+def ticks(pid):
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            data = f.read()
+        return int(data[data.rfind(b")") + 2:].split()[19])
+    except (OSError, ValueError, IndexError):
+        return None
+
+def image(pid):
+    start = ticks(pid)
+    try:
+        exe = os.readlink(f"/proc/{pid}/exe")
+        with open(f"/proc/{pid}/cmdline", "rb") as f:
+            cmd = f.read()
+        cwd = os.readlink(f"/proc/{pid}/cwd")
+        with open(f"/proc/{pid}/environ", "rb") as f:
+            env = f.read()
+        if not cmd or os.readlink(f"/proc/{pid}/exe") != exe or ticks(pid) != start:
+            return
+    except OSError:
+        return
+    tp = b""
+    for item in env.split(b"\0"):
+        if item.startswith(b"TRACEPARENT="):
+            tp = item[12:]
+    out.write(b"%d %d %s %s %s %s\n" % (
+        pid, start, os.fsencode(exe).hex().encode(), cmd.hex().encode(),
+        os.fsencode(cwd).hex().encode(), tp.hex().encode()))
+    out.flush()
+
+while True:
+    ready, _, _ = select.select([sock, sys.stdin], [], [])
+    if sys.stdin in ready and not os.read(sys.stdin.fileno(), 1):
+        break
+    if sock not in ready:
+        continue
+    try:
+        data = sock.recv(65536)
+    except OSError:
+        continue
+    off = 0
+    while off + 16 <= len(data):
+        length = struct.unpack_from("=I", data, off)[0]
+        if length < 16:
+            break
+        body = off + 16 + 20
+        if body + 16 <= off + length:
+            what = struct.unpack_from("=I", data, body)[0]
+            rest = body + 16
+            if what == 1:
+                _pp, ptgid, cpid, ctgid = struct.unpack_from("=IIII", data, rest)
+                if cpid == ctgid and ptgid in tracked:
+                    tracked.add(ctgid)
+            elif what == 2:
+                pid, tgid = struct.unpack_from("=II", data, rest)
+                if tgid in tracked:
+                    image(tgid)
+            elif what == 0x80000000:
+                pid, tgid = struct.unpack_from("=II", data, rest)[:2]
+                if pid == tgid:
+                    tracked.discard(tgid)
+        off += (length + 3) & ~3
+"""
+
+
+@dataclass(frozen=True, slots=True)
+class Image:
+    """An exec'd image as the helper read it."""
+
+    exe: str
+    argv: list[str]
+    cwd: str
+    traceparent: str
+
+
+def parse_line(line: bytes) -> tuple[int, int, Image] | None:
+    """``(pid, start ms, image)`` from one helper line, None when malformed."""
+    parts = line.rstrip(b"\n").split(b" ")
+    if len(parts) != 6:
+        return None
+    try:
+        pid, ticks = int(parts[0]), int(parts[1])
+        exe, cmd, cwd, tp = (bytes.fromhex(p.decode("ascii")) for p in parts[2:])
+    except ValueError:
+        return None
+    argv = [a.decode("utf-8", "replace") for a in cmd.rstrip(b"\0").split(b"\0")]
+    image = Image(
+        exe=exe.decode("utf-8", "surrogateescape"),
+        argv=argv,
+        cwd=cwd.decode("utf-8", "surrogateescape"),
+        traceparent=tp.decode("ascii", "replace"),
+    )
+    return pid, start_ms_from_ticks(ticks), image
+
+
+class ExecReader:
+    """Runs the helper and keeps its recent images by identity (see the module docstring)."""
+
+    def __init__(self, pids: list[int], *, startup_timeout: float = 5.0) -> None:
+        self._proc = subprocess.Popen(
+            [sys.executable, "-S", "-c", HELPER, *map(str, pids)],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.DEVNULL,
+        )
+        assert self._proc.stdout is not None
+        ready, _, _ = select.select([self._proc.stdout], [], [], startup_timeout)
+        if not ready or self._proc.stdout.readline().strip() != b"READY":
+            self.close()
+            raise OSError("the exec image helper did not start")
+        self._images: dict[tuple[int, int], Image] = {}
+        self._lock = threading.Lock()
+        self._cond = threading.Condition(self._lock)
+        self._thread = threading.Thread(target=self._run, name="host-exec-images", daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        stdout = self._proc.stdout
+        assert stdout is not None
+        for line in stdout:
+            parsed = parse_line(line)
+            if parsed is None:
+                continue
+            pid, start_ms, image = parsed
+            with self._cond:
+                if len(self._images) > 4096:
+                    self._images.pop(next(iter(self._images)))
+                self._images[(pid, start_ms)] = image
+                self._cond.notify_all()
+
+    def take(self, pid: int, start_ms: int, timeout: float = 0.0) -> Image | None:
+        """The image of identity ``(pid, start_ms)``, waiting up to ``timeout`` for it."""
+        deadline = time.monotonic() + timeout
+        with self._cond:
+            while True:
+                image = self._images.pop((pid, start_ms), None)
+                left = deadline - time.monotonic()
+                if image is not None or left <= 0:
+                    return image
+                self._cond.wait(left)
+
+    def close(self) -> None:
+        """Stop the helper. Safe twice."""
+        proc = self._proc
+        if proc.stdin is not None and not proc.stdin.closed:
+            proc.stdin.close()
+        try:
+            proc.wait(timeout=5)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+        thread = getattr(self, "_thread", None)
+        if thread is not None:
+            thread.join(timeout=5)
+        if proc.stdout is not None:
+            proc.stdout.close()

@@ -1,0 +1,130 @@
+"""The exec image helper: its line format, a real run, and how the start gate uses its images."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from typing import Any
+
+import pytest
+from host_support import needs_root
+from test_host_interpreters import Harness
+
+from otel_bridge.identity import linux_start_time_ms, start_ms_from_ticks
+from otel_bridge.receivers.host.execreader import ExecReader, Image, parse_line
+from otel_bridge.receivers.host.procfs import ProcessInfo
+from otel_bridge.receivers.host.starts import StartGate
+
+
+def test_parse_line_decodes_hex_fields_and_refuses_garbage() -> None:
+    """pid, start ticks and hex exe/argv/cwd/traceparent; an empty traceparent is allowed."""
+    line = b"42 100 %s %s %s \n" % (
+        b"/bin/cp".hex().encode(),
+        b"cp\0a\0b\0".hex().encode(),
+        b"/w".hex().encode(),
+    )
+    parsed = parse_line(line)
+    assert parsed is not None
+    pid, start_ms, image = parsed
+    assert (pid, start_ms) == (42, start_ms_from_ticks(100))
+    assert image == Image(exe="/bin/cp", argv=["cp", "a", "b"], cwd="/w", traceparent="")
+    assert parse_line(b"42 100 zz\n") is None
+    assert parse_line(b"x 1 2 3 4 5\n") is None
+
+
+class _Images:
+    """A stand-in helper holding given images."""
+
+    def __init__(self, images: dict[tuple[int, int], Image]) -> None:
+        self.images = images
+
+    def take(self, pid: int, start_ms: int, timeout: float = 0.0) -> Image | None:
+        return self.images.pop((pid, start_ms), None)
+
+
+GONE = 10**7 + 11
+
+
+def test_gate_uses_the_helper_image_of_the_same_identity_only() -> None:
+    """A gone process's exec takes the helper's image for its identity, never another's."""
+    h = Harness()
+    gate = StartGate(h.ctx, attribution="syscall")
+    image = Image(exe="/usr/bin/cp", argv=["cp", "--password", "x"], cwd="/w", traceparent="")
+    helper: Any = _Images({(GONE, 5): image, (GONE + 1, 999): image})
+    gate.images = helper
+    gate.forked(ProcessInfo(pid=GONE, start_ms=5, ppid=1), 1)
+    gate.forked(ProcessInfo(pid=GONE + 1, start_ms=6, ppid=1), 2)
+    gate.exec_event(GONE, h.ctx.events.processes[GONE], 3)
+    gate.exec_event(GONE + 1, h.ctx.events.processes[GONE + 1], 4)
+    assert gate  # the second waits for an image of its own identity
+    gate.flush()
+    execs = {e["process.pid"]: e for e in h.named("process.exec")}
+    assert execs[GONE]["process.executable.path"] == "/usr/bin/cp"
+    assert "x" not in execs[GONE]["process.command_args"]  # redacted like any argv
+    assert "process.command_args" not in execs[GONE + 1]
+    assert gate.argv_unknown == 1
+    assert [s["process.pid"] for s in h.named("process.start")] == [GONE, GONE + 1]
+
+
+@needs_root
+@pytest.mark.root
+def test_helper_reads_the_lineage_execs() -> None:
+    """A real helper over a shell reports the images its children exec'd, by identity."""
+    shell = subprocess.Popen(
+        ["sh", "-c", "read _; /bin/true; cat /dev/null"], stdin=subprocess.PIPE
+    )
+    reader = ExecReader([shell.pid])
+    try:
+        children = subprocess.Popen(["true"])  # not in the lineage: never reported
+        children.wait()
+        assert shell.stdin is not None
+        shell.stdin.write(b"go\n")
+        shell.stdin.close()
+        assert shell.wait(timeout=10) == 0
+        got: list[Image] = []
+        for argv0 in ("/bin/true", "cat"):
+            found = _wait_image(reader, argv0)
+            assert found is not None, f"{argv0} not reported"
+            got.append(found)
+        assert reader.take(children.pid, linux_start_time_ms(children.pid) or 0) is None
+    finally:
+        reader.close()
+    assert got[1].argv == ["cat", "/dev/null"]
+
+
+def _wait_image(reader: ExecReader, argv0: str) -> Image | None:
+    """The first image with ``argv0`` the helper reported (any identity), waiting up to 5 s."""
+    import time
+
+    deadline = time.monotonic() + 5
+    while time.monotonic() < deadline:
+        with reader._lock:
+            for key, image in list(reader._images.items()):
+                if image.argv[0] == argv0:
+                    del reader._images[key]
+                    return image
+        time.sleep(0.01)
+    return None
+
+
+def test_helper_runs_with_this_interpreter() -> None:
+    """The helper needs nothing beyond the standard library (it starts with ``-S``)."""
+    from otel_bridge.receivers.host.execreader import HELPER
+
+    compile(HELPER, "<helper>", "exec")
+    assert "import otel_bridge" not in HELPER
+    assert sys.executable
+
+
+def test_records_of_a_held_child_follow_the_records_naming_it() -> None:
+    """A file record of a child whose start is held goes out after its exec and start."""
+    h = Harness()
+    gate = StartGate(h.ctx, attribution="syscall")
+    gate.forked(ProcessInfo(pid=GONE + 5, start_ms=7, ppid=1), 1)
+    opened = h.ctx.events.record("file.open", 2, {"process.pid": GONE + 5}, attribution="syscall")
+    gate.emit_for(GONE + 5, opened)
+    gate.emit_for(GONE + 6, opened)  # not held: goes out at once
+    assert [n for n, _ in h.records()] == ["file.open"]
+    gate.exec_event(GONE + 5, h.ctx.events.processes[GONE + 5], 3)
+    names = [n for n, _ in h.records()]
+    assert names == ["file.open", "process.exec", "process.start", "file.open"]

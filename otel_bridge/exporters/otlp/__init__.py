@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from otel_bridge.component import EXPORTER, Component, Consumer, CreateSettings, Factory
 from otel_bridge.exporters.otlp.config import GrpcExporterConfig, HttpExporterConfig
-from otel_bridge.exporters.otlp.exporter import OtlpExporter
+from otel_bridge.exporters.otlp.exporter import COUNTERS, OtlpExporter
 from otel_bridge.exporters.otlp.transport import GrpcTransport, HttpTransport
 
 __all__ = ["OtlpExporter", "factories", "grpc_factory", "http_factory"]
@@ -31,6 +31,7 @@ grpc_factory: Factory[GrpcExporterConfig] = Factory(
     kind=EXPORTER,
     default_config=GrpcExporterConfig,
     create=_create_grpc,
+    counters=COUNTERS,
 )
 """Factory of the ``otlp_grpc`` exporter."""
 
@@ -39,6 +40,7 @@ http_factory: Factory[HttpExporterConfig] = Factory(
     kind=EXPORTER,
     default_config=HttpExporterConfig,
     create=_create_http,
+    counters=COUNTERS,
 )
 """Factory of the ``otlp_http`` exporter."""
 

@@ -37,7 +37,9 @@ from dataclasses import dataclass, field, replace
 from otel_bridge.component import (
     PROCESSOR,
     Component,
+    ComponentStatus,
     Consumer,
+    CounterSpec,
     CreateSettings,
     Factory,
     Host,
@@ -263,7 +265,7 @@ class CorrelateProcessor:
     def __init__(self, config: Config, next_consumer: Consumer, telemetry: Telemetry) -> None:
         self._core = Correlator(config)
         self._next = next_consumer
-        self._telemetry = telemetry
+        self._telemetry = telemetry.owned_by(factory, "correlate")
         self._lock = threading.Lock()
         self._reported: Counter[str] = Counter()
         self._done = False
@@ -276,7 +278,11 @@ class CorrelateProcessor:
 
     def start(self, host: Host) -> None:
         """Use the collector's telemetry for the run summary."""
-        self._telemetry = host.telemetry
+        self._telemetry = host.telemetry.in_scope_of(self._telemetry)
+
+    def status(self) -> ComponentStatus:
+        """The outcome counts so far (bridges, exact links, skips by reason), for the summary."""
+        return ComponentStatus(outcomes={k: v for k, v in self.outcomes.items() if v})
 
     def consume(self, batch: Batch) -> None:
         """Forward ``batch`` with the derived observations decidable now appended."""
@@ -308,7 +314,7 @@ class CorrelateProcessor:
         for k, v in now.items():
             delta = v - self._reported[k]
             if delta:
-                self._telemetry.count(f"correlate.{k}", delta)
+                self._telemetry.count("outcome", delta, label=k)
         self._reported = now
 
 
@@ -324,4 +330,5 @@ factory: Factory[Config] = Factory(
     default_config=Config,
     create=_create,
     signals=frozenset({"evidence"}),
+    counters=(CounterSpec("outcome", "correlation outcomes by kind", "{outcomes}", True),),
 )

@@ -157,7 +157,7 @@ class StraceBackend:
                 if call is not None:
                     self._interp.handle(call)
         if parser.unparsed:
-            self._interp.ctx.telemetry.count("receiver.host.strace.unparsed", parser.unparsed)
+            self._interp.ctx.telemetry.count("strace.unparsed", parser.unparsed)
 
     def stop(self) -> None:
         """Detach strace (SIGINT), parse what it wrote, and stop. Safe twice."""

@@ -19,11 +19,11 @@ that closed (:mod:`.windows`). Eviction, every eighth of ``retention``, walks th
 and the processes that exited, not every process ever seen. ``benchmarks/correlation_scale.py``
 times it; ``tests/correlate/test_scaling.py`` checks the growth of the work done.
 
-Counts go to the run summary through ``host.telemetry``: ``correlate.bridge``,
-``correlate.exact.<method>``, ``correlate.skip.<reason>`` (``no_candidate``,
-``several_candidates``, ``process_ambiguous``, ``exact_identity_preferred``,
+Counts reach the run summary through ``status().outcomes`` and the counter family
+``processor.<id>.outcome.<kind>``: ``bridge``, ``exact.<method>``, ``skip.<reason>``
+(``no_candidate``, ``several_candidates``, ``process_ambiguous``, ``exact_identity_preferred``,
 ``contradicts_exact``, ``late_declaration``, ``unsupported_command.<sub-reason>``) and
-``correlate.late_conflict`` (a declaration that arrived after a process it is compatible with was
+``late_conflict`` (a declaration that arrived after a process it is compatible with was
 bridged to another one; such a bridge cannot be recalled). :attr:`CorrelateProcessor.outcomes`
 exposes the same counts.
 """

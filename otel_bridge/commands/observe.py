@@ -1,8 +1,13 @@
 """``otel-bridge observe [-c FILE] [-o DIR] [--backend B] -- CMD ...``: observe one command.
 
-Builds the bundled collector in code (or takes the components of ``-c FILE`` and adds the run
-wiring), launches CMD with the OTLP variables pointing at the collector, follows its process
-lineage with the host receiver, and writes the run directory (:mod:`otel_bridge.rundir`).
+Builds its collector with the same loader and pipeline builder as ``run``: ``-c FILE`` is read
+like ``validate`` reads it, and the run's wiring is a typed overlay the loader applies
+(:func:`build_overlay`; without ``-c`` the overlay alone is the bundled configuration). It reads
+the components only through the protocols of :mod:`otel_bridge.component` (the OTLP receiver's
+bound endpoints, the host receiver's root pid, backend and collections, the correlator's
+outcomes) and the typed counter reads. It launches CMD with the OTLP variables pointing at the
+collector, follows its process lineage with the host receiver, hands its own root span to the
+pipelines directly, and writes the run directory (:mod:`otel_bridge.rundir`).
 
 Start-up without a blind window: CMD is launched behind a gate (``sh`` blocked reading a pipe)
 so its pid is known before anything runs; the collector starts with the host receiver rooted at

@@ -129,6 +129,7 @@ def _collector_main(  # noqa: PLR0917 (the spawned process's arguments)
     send_batch_size: int,
 ) -> None:
     _pin({core})
+    from otel_bridge.component import RECEIVER
     from otel_bridge.pipeline import Collector
 
     config = collector_config(workdir, send_batch_size)
@@ -151,8 +152,8 @@ def _collector_main(  # noqa: PLR0917 (the spawned process's arguments)
     collector.start()
     receiver: Any = collector.component("otlp")
     conn.send(receiver.grpc_port)
-    counters = collector.host.telemetry.counters
-    while counters().get("receiver.otlp.spans_accepted", 0) < expected:
+    telemetry = collector.host.telemetry
+    while telemetry.value("spans_accepted", kind=RECEIVER, id="otlp") < expected:
         time.sleep(0.002)
     ingest_done = time.monotonic()
     collector.shutdown()
@@ -168,7 +169,7 @@ def _collector_main(  # noqa: PLR0917 (the spawned process's arguments)
     cpu_end, sys_end = _cpu_seconds()
     cpu = (cpu_end - cpu_start, sys_end - sys_start)
     peak_kib = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
-    conn.send((ingest_done, done, peak_kib / 1024.0, observations, counters(), cpu))
+    conn.send((ingest_done, done, peak_kib / 1024.0, observations, telemetry.counters(), cpu))
 
 
 def _cpu_seconds() -> tuple[float, float]:

@@ -1,9 +1,12 @@
-"""The ``otel-bridge`` command line.
+r"""The ``otel-bridge`` command line.
 
 Each subcommand lives in ``otel_bridge/commands/<name>.py`` and exposes ``register(subparsers)``,
 which adds its parser and sets ``func`` to a callable taking the parsed arguments and returning an
-exit code. Errors the user can fix are :class:`~otel_bridge.errors.OtelBridgeError`s: they print
-as one line (a config error lists each problem) and exit 2.
+exit code. Only the module of the command being run is imported: the others get a placeholder
+parser carrying their one-line help (:data:`COMMANDS`), so ``otel-bridge --help`` imports no
+command's dependencies (gRPC, protobuf, networkx, the YAML loader). Errors the user can fix are
+:class:`~otel_bridge.errors.OtelBridgeError`\s: they print as one line (a config error lists each
+problem) and exit 2.
 """
 
 from __future__ import annotations
@@ -17,18 +20,59 @@ from collections.abc import Sequence
 from otel_bridge import __version__
 from otel_bridge.errors import ConfigError, OtelBridgeError
 
-_COMMANDS: tuple[str, ...] = (
-    "otel_bridge.commands.run",
-    "otel_bridge.commands.validate",
-    "otel_bridge.commands.observe",
-    "otel_bridge.commands.graph",
-    "otel_bridge.commands.verify",
-    "otel_bridge.commands.export",
-)
+COMMANDS: dict[str, tuple[str, str]] = {
+    "run": ("otel_bridge.commands.run", "run the collector until interrupted"),
+    "validate": (
+        "otel_bridge.commands.validate",
+        "check a collector configuration without starting anything",
+    ),
+    "observe": (
+        "otel_bridge.commands.observe",
+        "launch and observe one command, write its run directory",
+    ),
+    "components": (
+        "otel_bridge.commands.components",
+        "list every receiver, processor and exporter type available",
+    ),
+    "graph": (
+        "otel_bridge.commands.graph",
+        "query a graph.json: filter nodes and edges, find bounded paths",
+    ),
+    "verify": ("otel_bridge.commands.verify", "check a run directory against its manifest"),
+    "export": (
+        "otel_bridge.commands.export",
+        "convert a graph.json to W3C PROV-JSON, GraphML or normalized JSON",
+    ),
+}
+"""Command name -> (module, one-line help shown by ``otel-bridge --help``)."""
+
+_TOP_OPTIONS_WITH_VALUE = ("--log-level",)
 
 
-def build_parser() -> argparse.ArgumentParser:
-    """The top-level parser with every subcommand registered."""
+def chosen_command(argv: Sequence[str]) -> str | None:
+    """The subcommand ``argv`` names (its first positional argument), None if none."""
+    skip = False
+    for arg in argv:
+        if skip:
+            skip = False
+            continue
+        if arg == "--":
+            return None
+        if arg in _TOP_OPTIONS_WITH_VALUE:
+            skip = True
+            continue
+        if arg.startswith("-"):
+            continue
+        return arg
+    return None
+
+
+def build_parser(argv: Sequence[str] | None = None) -> argparse.ArgumentParser:
+    """The top-level parser.
+
+    With ``argv``, only the command it names is imported and fully registered; without, every
+    command is (for documentation tools and tests that inspect all parsers).
+    """
     parser = argparse.ArgumentParser(
         prog="otel-bridge",
         description=(
@@ -41,15 +85,20 @@ def build_parser() -> argparse.ArgumentParser:
         "--log-level", default="WARNING", help="logging level (default: %(default)s)"
     )
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
-    for module_name in _COMMANDS:
-        importlib.import_module(module_name).register(sub)
+    chosen = chosen_command(argv) if argv is not None else None
+    for name, (module_name, help_text) in COMMANDS.items():
+        if argv is None or name == chosen:
+            importlib.import_module(module_name).register(sub)
+        else:
+            sub.add_parser(name, help=help_text)
     return parser
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the console script. Returns the process exit code."""
-    parser = build_parser()
-    args = parser.parse_args(argv)
+    args_list = list(sys.argv[1:] if argv is None else argv)
+    parser = build_parser(args_list)
+    args = parser.parse_args(args_list)
     logging.basicConfig(
         level=getattr(logging, str(args.log_level).upper(), logging.WARNING),
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",

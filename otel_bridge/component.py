@@ -25,9 +25,9 @@ from __future__ import annotations
 import logging
 import threading
 from collections import Counter
-from collections.abc import Callable
-from dataclasses import dataclass, field
-from typing import Generic, Protocol, TypeVar, runtime_checkable
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field, replace
+from typing import Any, Generic, Protocol, TypeVar, runtime_checkable
 
 from otel_bridge.model import Batch
 
@@ -35,6 +35,10 @@ RECEIVER = "receiver"
 PROCESSOR = "processor"
 EXPORTER = "exporter"
 EXTENSION = "extension"
+PIPELINE = "pipeline"
+"""Counter kind of a pipeline (``pipeline.<id>.sent``), counted by the collector."""
+COLLECTOR = "collector"
+"""Counter kind of the collector itself (``collector.service.shutdown_errors``)."""
 
 
 @runtime_checkable
@@ -68,48 +72,219 @@ class Exporter(Component, Consumer, Protocol):
     """Writes batches out of the pipeline."""
 
 
-class Telemetry:
-    """Counters and one-time reports for a running collector. Thread-safe.
+@dataclass(frozen=True, slots=True)
+class CounterSpec:
+    """One counter a component declares on its :class:`Factory`.
 
-    Components count what they accept, drop and reject here; the run summary and ``run``'s
-    progress line read it. ``report_once`` logs a problem the first time it happens, so a flood
-    of bad input produces one log line and a counter, not a log storm.
+    Its id in :meth:`Telemetry.counters` is ``<kind>.<component id>.<name>``, e.g.
+    ``receiver.otlp/agents.spans_accepted``. A ``labeled`` counter is a family counted with a
+    label (``events`` with ``process.start``: id ``receiver.host.events.process.start``), read
+    per label with :meth:`Telemetry.by_label`.
     """
 
-    def __init__(self, logger: logging.Logger | None = None) -> None:
-        self._lock = threading.Lock()
-        self._counters: Counter[str] = Counter()
-        self._reported: set[str] = set()
-        self._notes: dict[str, str] = {}
-        self._logger = logger or logging.getLogger("otel_bridge")
+    name: str
+    description: str
+    unit: str = "{records}"
+    labeled: bool = False
 
-    def count(self, name: str, n: int = 1) -> None:
-        """Add ``n`` to counter ``name`` (dotted, e.g. ``receiver.otlp.spans_accepted``)."""
-        with self._lock:
-            self._counters[name] += n
+
+@dataclass(frozen=True, slots=True)
+class CounterScope:
+    """Whose counters a :class:`Telemetry` view counts: one component instance."""
+
+    kind: str
+    id: str
+    type: str
+    specs: Mapping[str, CounterSpec]
+
+    @classmethod
+    def of(cls, kind: str, component_id: str, specs: Iterable[CounterSpec]) -> CounterScope:
+        """The scope of instance ``component_id`` (``type`` or ``type/name``) of ``kind``."""
+        return cls(kind, component_id, component_id.split("/", 1)[0], {s.name: s for s in specs})
+
+    @property
+    def prefix(self) -> str:
+        """``<kind>.<component id>``."""
+        return f"{self.kind}.{self.id}"
+
+
+class UndeclaredCounterError(LookupError):
+    """A component counted a counter its factory does not declare (a bug)."""
+
+
+_Key = tuple[str, str, str, str]
+"""``(kind, component id, counter name, label)``."""
+
+
+class _TelemetryState:
+    """What every view of one :class:`Telemetry` shares."""
+
+    def __init__(self, logger: logging.Logger, strict: bool) -> None:
+        self.lock = threading.Lock()
+        self.counts: dict[_Key, int] = {}
+        self.scopes: dict[tuple[str, str], CounterScope] = {}
+        self.undeclared: Counter[str] = Counter()
+        self.reported: set[str] = set()
+        self.notes: dict[str, str] = {}
+        self.logger = logger
+        self.strict = strict
+
+
+class Telemetry:
+    """Declared counters and one-time reports for a running collector. Thread-safe.
+
+    A component counts through the view its :class:`CreateSettings` carries, scoped to the
+    component instance (:meth:`scoped`): ``telemetry.count("spans_accepted", n)`` adds to
+    ``receiver.<id>.spans_accepted``. Only counters its factory declares
+    (:attr:`Factory.counters`, plus the pipeline's standard ones for its kind) may be counted;
+    anything else is a bug: :class:`UndeclaredCounterError` when ``strict`` (tests), otherwise
+    counted under :meth:`undeclared` and reported once. Readers use the typed reads
+    (:meth:`total`, :meth:`value`, :meth:`by_label`), never string matching; :meth:`counters`
+    is a snapshot by full id for display and the run summary.
+
+    ``report_once`` logs a problem the first time it happens, so a flood of bad input produces
+    one log line and a counter, not a log storm.
+    """
+
+    def __init__(self, logger: logging.Logger | None = None, *, strict: bool = False) -> None:
+        self._state = _TelemetryState(logger or logging.getLogger("otel_bridge"), strict)
+        self._scope: CounterScope | None = None
+
+    # -- views ----------------------------------------------------------------------------
+
+    @property
+    def scope(self) -> CounterScope | None:
+        """The component this view counts for; None for the collector-wide view."""
+        return self._scope
+
+    def scoped(self, scope: CounterScope | None) -> Telemetry:
+        """A view sharing every counter and note, counting for ``scope``."""
+        view = Telemetry.__new__(Telemetry)
+        view._state = self._state
+        view._scope = scope
+        if scope is not None:
+            with self._state.lock:
+                self._state.scopes.setdefault((scope.kind, scope.id), scope)
+        return view
+
+    def for_factory(self, factory: Factory[Any], component_id: str) -> Telemetry:
+        """The view of instance ``component_id`` made by ``factory``."""
+        return self.scoped(CounterScope.of(factory.kind, component_id, declared_counters(factory)))
+
+    def owned_by(self, factory: Factory[Any], component_id: str) -> Telemetry:
+        """This view if it counts for a component already, else that of ``component_id``.
+
+        For components that can also be built directly (tests, benchmarks) with a plain
+        ``Telemetry()``.
+        """
+        return self if self._scope is not None else self.for_factory(factory, component_id)
+
+    def in_scope_of(self, other: Telemetry) -> Telemetry:
+        """This telemetry's counters, counted for the component ``other`` counts for."""
+        return self.scoped(other.scope)
+
+    # -- writing --------------------------------------------------------------------------
+
+    def count(self, name: str, n: int = 1, *, label: str = "") -> None:
+        """Add ``n`` to this component's declared counter ``name`` (``label`` for a family)."""
+        scope = self._scope
+        spec = scope.specs.get(name) if scope is not None else None
+        if scope is None or spec is None or (label and not spec.labeled):
+            self._undeclared(name, n, label)
+            return
+        key = (scope.kind, scope.id, name, label)
+        state = self._state
+        with state.lock:
+            state.counts[key] = state.counts.get(key, 0) + n
+
+    def _undeclared(self, name: str, n: int, label: str) -> None:
+        scope = self._scope
+        full = ".".join(p for p in (scope.prefix if scope else "", name, label) if p)
+        if self._state.strict:
+            raise UndeclaredCounterError(f"counter {full!r} is not declared by its factory")
+        with self._state.lock:
+            self._state.undeclared[full] += n
+        self.report_once(
+            f"undeclared:{full}", f"counter {full!r} is not declared by its factory (a bug)"
+        )
 
     def report_once(self, key: str, message: str) -> None:
         """Log ``message`` at warning level the first time ``key`` is reported."""
-        with self._lock:
-            if key in self._reported:
+        with self._state.lock:
+            if key in self._state.reported:
                 return
-            self._reported.add(key)
-        self._logger.warning("%s", message)
+            self._state.reported.add(key)
+        self._state.logger.warning("%s", message)
 
     def note(self, key: str, value: str) -> None:
-        """Record a status string for the summary (e.g. which host backend is in use)."""
-        with self._lock:
-            self._notes[key] = value
+        """Record a status string for the log or summary (e.g. which host backend runs)."""
+        with self._state.lock:
+            self._state.notes[key] = value
+
+    # -- typed reads ----------------------------------------------------------------------
+
+    def _matching(
+        self, name: str, kind: str, type_: str | None, id_: str | None, label: str | None
+    ) -> list[tuple[_Key, int]]:
+        with self._state.lock:
+            types = {k: s.type for k, s in self._state.scopes.items()}
+            items = list(self._state.counts.items())
+        return [
+            (key, v)
+            for key, v in items
+            if key[0] == kind
+            and key[2] == name
+            and (id_ is None or key[1] == id_)
+            and (type_ is None or types.get((key[0], key[1])) == type_)
+            and (label is None or key[3] == label)
+        ]
+
+    def total(
+        self, name: str, *, kind: str, type: str | None = None, label: str | None = None
+    ) -> int:
+        """Counter ``name`` summed over every instance of ``kind`` (of one ``type`` if given)."""
+        return sum(v for _, v in self._matching(name, kind, type, None, label))
+
+    def value(self, name: str, *, kind: str, id: str, label: str | None = None) -> int:
+        """Counter ``name`` of one instance (summed over labels unless ``label`` is given)."""
+        return sum(v for _, v in self._matching(name, kind, None, id, label))
+
+    def by_label(
+        self, name: str, *, kind: str, type: str | None = None, id: str | None = None
+    ) -> dict[str, int]:
+        """A labeled counter family by label, summed over the matching instances."""
+        out: Counter[str] = Counter()
+        for key, v in self._matching(name, kind, type, id, None):
+            out[key[3]] += v
+        return dict(out)
+
+    def instances(self, kind: str, type: str | None = None) -> list[str]:
+        """Ids of the instances of ``kind`` (and ``type``) that have a counting view."""
+        with self._state.lock:
+            scopes = list(self._state.scopes.values())
+        return sorted(s.id for s in scopes if s.kind == kind and type in (None, s.type))
+
+    def declared(self) -> dict[str, CounterSpec]:
+        """Every declared counter of every scoped instance, by ``<kind>.<id>.<name>``."""
+        with self._state.lock:
+            scopes = list(self._state.scopes.values())
+        return {f"{s.prefix}.{name}": spec for s in scopes for name, spec in s.specs.items()}
 
     def counters(self) -> dict[str, int]:
-        """A snapshot of every counter."""
-        with self._lock:
-            return dict(self._counters)
+        """A snapshot of every counter by full id (``receiver.otlp.spans_accepted``)."""
+        with self._state.lock:
+            items = list(self._state.counts.items())
+        return {".".join(p for p in (k, i, n, lab) if p): v for (k, i, n, lab), v in items}
+
+    def undeclared(self) -> dict[str, int]:
+        """Counts of undeclared counters (bugs; always empty in a correct build)."""
+        with self._state.lock:
+            return dict(self._state.undeclared)
 
     def notes(self) -> dict[str, str]:
         """A snapshot of every status note."""
-        with self._lock:
-            return dict(self._notes)
+        with self._state.lock:
+            return dict(self._state.notes)
 
 
 @dataclass(slots=True)
@@ -145,6 +320,8 @@ class CreateSettings:
 
 C = TypeVar("C")
 
+_Create = Callable[[CreateSettings, Any, Consumer | None], Component]
+
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Factory(Generic[C]):
@@ -154,7 +331,10 @@ class Factory(Generic[C]):
     it (rejecting unknown keys) and then calls its ``validate()`` if it has one, which returns a
     list of problems as ``"key.path: message"`` relative to the component.
     ``create(settings, config, next_consumer)`` returns the component; ``next_consumer`` is None
-    for exporters.
+    for exporters. ``create`` always hands the component a ``settings.telemetry`` scoped to the
+    new instance, so ``settings.telemetry.count(name)`` counts ``<kind>.<id>.<name>``; only the
+    ``counters`` declared here (and the pipeline's standard ones of the kind,
+    :data:`STANDARD_COUNTERS`) may be counted.
     """
 
     type_name: str
@@ -163,6 +343,127 @@ class Factory(Generic[C]):
     create: Callable[[CreateSettings, C, Consumer | None], Component]
     signals: frozenset[str] = frozenset({"traces", "logs", "evidence"})
     """Pipeline types the component may be used in."""
+    counters: tuple[CounterSpec, ...] = ()
+    """The counters the component counts (its own; see :data:`STANDARD_COUNTERS`)."""
+
+    def __post_init__(self) -> None:
+        raw: _Create = self.create
+        if getattr(raw, "__otel_bridge_factory__", None) is not None:
+            return
+
+        def create(settings: CreateSettings, config: Any, next_consumer: Consumer | None) -> Any:
+            scope = settings.telemetry.scope
+            if scope is None or (scope.kind, scope.id) != (self.kind, settings.id):
+                settings = replace(
+                    settings, telemetry=settings.telemetry.for_factory(self, settings.id)
+                )
+            return raw(settings, config, next_consumer)
+
+        create.__otel_bridge_factory__ = self  # type: ignore[attr-defined]
+        create.__wrapped__ = raw  # type: ignore[attr-defined]
+        create.__doc__ = raw.__doc__
+        object.__setattr__(self, "create", create)
+
+
+STANDARD_COUNTERS: Mapping[str, tuple[CounterSpec, ...]] = {
+    RECEIVER: (
+        CounterSpec(
+            "routed",
+            "records the receiver handed to its pipelines, by part "
+            "(spans, logs, observations, coverage)",
+            labeled=True,
+        ),
+        CounterSpec("refused", "records the pipelines refused for now (retryable)"),
+        CounterSpec("rejected", "records the pipelines rejected permanently (not retryable)"),
+    ),
+    EXPORTER: (
+        CounterSpec("sent", "records the exporter accepted"),
+        CounterSpec("failed", "records whose consume raised in the exporter"),
+    ),
+    PROCESSOR: (),
+}
+"""Counters the collector counts on every component's behalf, by kind."""
+
+PIPELINE_COUNTERS: tuple[CounterSpec, ...] = (
+    CounterSpec("sent", "records the pipeline's first processor (or fan-out) accepted"),
+    CounterSpec("failed", "records whose delivery into the pipeline raised"),
+)
+"""Counters of each pipeline (kind :data:`PIPELINE`, id the pipeline id)."""
+
+COLLECTOR_COUNTERS: tuple[CounterSpec, ...] = (
+    CounterSpec("shutdown_errors", "components whose shutdown raised", unit="{components}"),
+)
+"""Counters of the collector itself (kind :data:`COLLECTOR`, id ``service``)."""
+
+
+def declared_counters(factory: Factory[Any]) -> tuple[CounterSpec, ...]:
+    """Every counter an instance made by ``factory`` may count: its own and the standard ones."""
+    return (*factory.counters, *STANDARD_COUNTERS.get(factory.kind, ()))
+
+
+# -- status protocol ------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Endpoint:
+    """An address a started component listens on."""
+
+    protocol: str
+    """``grpc`` or ``http`` (OTLP transports)."""
+    host: str
+    port: int
+
+    @property
+    def url(self) -> str:
+        """``http://host:port`` (IPv6 hosts bracketed), what an OTLP client is given."""
+        host = f"[{self.host}]" if ":" in self.host else self.host
+        return f"http://{host}:{self.port}"
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ComponentStatus:
+    """What a running component tells the commands (the run summary, ``run``'s banner).
+
+    Every field is optional; a component fills what it has.
+    """
+
+    endpoints: tuple[Endpoint, ...] = ()
+    """Bound listening endpoints, by protocol (receivers)."""
+    backend: str = ""
+    """The backend in use (the host receiver), ``""`` when none or not started."""
+    detail: str = ""
+    """One human-readable line: which backend runs and why, where an exporter writes."""
+    collections: Mapping[str, str] = field(default_factory=dict)
+    """Per collection (process, file, network): ``state: reason`` (the host receiver)."""
+    outcomes: Mapping[str, int] = field(default_factory=dict)
+    """Outcome counts (the correlate processor: bridges, exact links, skips by reason)."""
+
+    def endpoint(self, protocol: str) -> Endpoint | None:
+        """The first endpoint of ``protocol``, None when there is none."""
+        return next((e for e in self.endpoints if e.protocol == protocol), None)
+
+
+@runtime_checkable
+class StatusReporter(Protocol):
+    """A component that has something to tell the commands."""
+
+    def status(self) -> ComponentStatus:
+        """The current status; cheap, thread-safe, callable before start and after shutdown."""
+
+
+@runtime_checkable
+class RootSettable(Protocol):
+    """A component that observes a process lineage whose root is set before start."""
+
+    def set_root_pid(self, pid: int) -> None:
+        """Observe the lineage rooted at ``pid`` (before start)."""
+
+
+def status_of(component: object) -> ComponentStatus:
+    """``component.status()`` when it reports one, else an empty status."""
+    if isinstance(component, StatusReporter):
+        return component.status()
+    return ComponentStatus()
 
 
 class BatchFunction(Protocol):

@@ -7,16 +7,22 @@
     │                               with its full key path
     ├── ComponentError              a component failed to create, start or shut down
     │   ├── StartupError            a component could not start (port in use, no permission)
-    │   └── RefusedError            data refused for now (memory limit); retryable: receivers
-    │                               answer their client with a retryable status
-    ├── DecodeError                 an incoming record or body is malformed; the message says
-    │                               what is wrong, for the client
-    │   └── PayloadTooLargeError    a body exceeds the configured size limit
+    │   └── RefusedError            data refused for now (memory limit, queue full);
+    │                               retryable: receivers answer HTTP 503 + Retry-After /
+    │                               gRPC UNAVAILABLE + RetryInfo
+    ├── PermanentError              data that will never be accepted; receivers answer
+    │   │                           HTTP 400 / gRPC INVALID_ARGUMENT and the client drops it
+    │   └── DecodeError             an incoming record or body is malformed; the message says
+    │       │                       what is wrong, for the client
+    │       └── PayloadTooLargeError a body exceeds the configured size limit
     ├── BackendUnavailableError     a host backend cannot run here; the message says why
     └── VerificationError           a run directory does not match its manifest
 
 At run time nothing crashes on bad input: receivers turn ``DecodeError`` into a rejection that
-the client sees, count it and keep running. Configuration and start-up fail fast.
+the client sees, count it and keep running. Only :class:`RefusedError` is worth a retry
+(:func:`is_retryable`); every other exception raised downstream of a receiver, ours or not (a
+processor's ``ValueError``), is answered as permanent, so a client never resends a poison batch
+forever. Configuration and start-up fail fast.
 """
 
 from __future__ import annotations
@@ -50,7 +56,15 @@ class RefusedError(ComponentError):
     """
 
 
-class DecodeError(OtelBridgeError):
+class PermanentError(OtelBridgeError):
+    """Data that will never be accepted as sent; the message says why, for the sender.
+
+    Receivers answer it (and any exception that is not a :class:`RefusedError`) with a
+    non-retryable status: HTTP 400, gRPC ``INVALID_ARGUMENT``.
+    """
+
+
+class DecodeError(PermanentError):
     """A record or request body is malformed. The message is meant for the sender."""
 
 
@@ -64,3 +78,8 @@ class BackendUnavailableError(OtelBridgeError):
 
 class VerificationError(OtelBridgeError):
     """A run directory does not match its manifest."""
+
+
+def is_retryable(exc: BaseException) -> bool:
+    """Whether a client should send the data that raised ``exc`` again later."""
+    return isinstance(exc, RefusedError)

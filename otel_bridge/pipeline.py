@@ -11,11 +11,17 @@ Graph, as in the OpenTelemetry Collector::
 * A receiver feeds every pipeline naming it. A ``traces`` pipeline receives only spans, a
   ``logs`` pipeline only log records, an ``evidence`` pipeline everything.
 * Fan-out hands every consumer the same immutable batch. A consumer that raises does not stop
-  delivery to the others: the failure is counted (``collector.exporter.<id>.failed``) and
-  reported once. The caller sees an error only when it is worth retrying: a
-  :class:`~otel_bridge.errors.RefusedError` (memory limit) from any consumer, or every consumer
-  failing. A partial permanent failure is not raised, so a client does not resend what the
-  healthy consumers already have.
+  delivery to the others: the failure is counted (``exporter.<id>.failed``) and reported once.
+  The caller sees an error only when one is worth reporting: a
+  :class:`~otel_bridge.errors.RefusedError` (memory limit) from any consumer (retryable), or
+  every consumer failing (the first error). A partial permanent failure is not raised, so a
+  client does not resend what the healthy consumers already have.
+* What a receiver's client is answered: a ``RefusedError`` is retryable (HTTP 503, gRPC
+  ``UNAVAILABLE``); anything else raised downstream is permanent (HTTP 400, gRPC
+  ``INVALID_ARGUMENT``), counted in ``receiver.<id>.rejected``. See ``docs/components.md``.
+* Counters (declared, :mod:`otel_bridge.component`): per receiver ``routed`` (by part),
+  ``refused``, ``rejected``; per exporter ``sent``, ``failed``; per pipeline ``sent``,
+  ``failed``; ``collector.service.shutdown_errors``.
 * Start order: exporters, processors (downstream first), receivers. Shutdown: the reverse, so
   everything a receiver acknowledged drains through processors (``batch`` flushes) to the
   exporters before they close.
@@ -32,22 +38,33 @@ from types import FrameType
 from typing import Any
 
 from otel_bridge.component import (
+    COLLECTOR,
+    COLLECTOR_COUNTERS,
     EXPORTER,
+    PIPELINE,
+    PIPELINE_COUNTERS,
     PROCESSOR,
     RECEIVER,
+    STANDARD_COUNTERS,
     Component,
+    ComponentStatus,
     Consumer,
+    CounterScope,
+    CounterSpec,
     CreateSettings,
     Host,
+    Telemetry,
+    status_of,
 )
 from otel_bridge.config import CollectorConfig, ComponentConfig
-from otel_bridge.errors import ComponentError, RefusedError, StartupError
+from otel_bridge.errors import ComponentError, StartupError, is_retryable
 from otel_bridge.model import Batch
 from otel_bridge.registry import Registry
 
 _log = logging.getLogger("otel_bridge.pipeline")
 
-_PARTS: tuple[str, ...] = ("spans", "logs", "observations", "coverage")
+PARTS: tuple[str, ...] = ("spans", "logs", "observations", "coverage")
+"""The parts of a batch, the labels of a receiver's ``routed`` counter."""
 
 
 def select_for_pipeline(batch: Batch, pipeline_type: str) -> Batch:
@@ -59,34 +76,41 @@ def select_for_pipeline(batch: Batch, pipeline_type: str) -> Batch:
     return batch
 
 
-class FanOut:
-    """Delivers each batch to several consumers; one failing does not stop the others."""
+def _standard_counters(kind: str) -> tuple[CounterSpec, ...]:
+    if kind == PIPELINE:
+        return PIPELINE_COUNTERS
+    return STANDARD_COUNTERS.get(kind, ())
 
-    def __init__(
-        self,
-        consumers: Sequence[tuple[str, Consumer]],
-        *,
-        telemetry_prefix: str,
-        host: Host,
-    ) -> None:
-        self._consumers = tuple(consumers)
-        self._prefix = telemetry_prefix
-        self._telemetry = host.telemetry
+
+class FanOut:
+    """Delivers each batch to several consumers; one failing does not stop the others.
+
+    ``kind`` names what the consumers are (:data:`EXPORTER` for a pipeline's exporters,
+    :data:`PIPELINE` for a receiver's pipelines): each one's ``sent`` and ``failed`` counters are
+    counted as ``<kind>.<name>.sent|failed``.
+    """
+
+    def __init__(self, consumers: Sequence[tuple[str, Consumer]], *, kind: str, host: Host) -> None:
+        specs = _standard_counters(kind)
+        self._consumers = tuple(
+            (name, consumer, host.telemetry.scoped(CounterScope.of(kind, name, specs)))
+            for name, consumer in consumers
+        )
+        self._kind = kind
 
     def consume(self, batch: Batch) -> None:
-        """Hand ``batch`` to every consumer; raise only when a retry is worthwhile."""
+        """Hand ``batch`` to every consumer; raise only when a retry or a rejection is due."""
         if len(self._consumers) == 1:
-            name, consumer = self._consumers[0]
-            self._deliver(name, consumer, batch, raise_errors=True)
+            self._deliver(*self._consumers[0], batch, raise_errors=True)
             return
         errors: list[tuple[str, Exception]] = []
-        for name, consumer in self._consumers:
-            error = self._deliver(name, consumer, batch, raise_errors=False)
+        for name, consumer, telemetry in self._consumers:
+            error = self._deliver(name, consumer, telemetry, batch, raise_errors=False)
             if error is not None:
                 errors.append((name, error))
         if not errors:
             return
-        refused = [e for _, e in errors if isinstance(e, RefusedError)]
+        refused = [e for _, e in errors if is_retryable(e)]
         if refused:
             raise refused[0]
         if len(errors) == len(self._consumers):
@@ -94,22 +118,28 @@ class FanOut:
             raise ComponentError(f"every consumer failed: {detail}") from errors[0][1]
 
     def _deliver(
-        self, name: str, consumer: Consumer, batch: Batch, *, raise_errors: bool
+        self,
+        name: str,
+        consumer: Consumer,
+        telemetry: Telemetry,
+        batch: Batch,
+        *,
+        raise_errors: bool,
     ) -> Exception | None:
         try:
             consumer.consume(batch)
         except Exception as exc:
-            self._telemetry.count(f"{self._prefix}.{name}.failed", len(batch))
-            if not isinstance(exc, RefusedError):
-                self._telemetry.report_once(
-                    f"{self._prefix}.{name}.failed",
+            telemetry.count("failed", len(batch))
+            if not is_retryable(exc):
+                telemetry.report_once(
+                    f"{self._kind}.{name}.failed",
                     f"{name}: consume failed ({type(exc).__name__}: {exc}); counting further "
-                    f"failures in {self._prefix}.{name}.failed",
+                    f"failures in {self._kind}.{name}.failed",
                 )
             if raise_errors:
                 raise
             return exc
-        self._telemetry.count(f"{self._prefix}.{name}.sent", len(batch))
+        telemetry.count("sent", len(batch))
         return None
 
 
@@ -118,20 +148,20 @@ class _Router:
 
     def __init__(self, receiver_id: str, host: Host) -> None:
         self._id = receiver_id
-        self._telemetry = host.telemetry
+        self._telemetry = host.telemetry.scoped(
+            CounterScope.of(RECEIVER, receiver_id, STANDARD_COUNTERS[RECEIVER])
+        )
         self._targets: list[tuple[str, str, Consumer]] = []
-        self._fanout: FanOut | None = None
         self._host = host
 
     def add(self, pipeline_id: str, pipeline_type: str, consumer: Consumer) -> None:
         self._targets.append((pipeline_id, pipeline_type, consumer))
 
     def consume(self, batch: Batch) -> None:
-        prefix = f"collector.receiver.{self._id}"
-        for part in _PARTS:
+        for part in PARTS:
             n = len(getattr(batch, part))
             if n:
-                self._telemetry.count(f"{prefix}.{part}", n)
+                self._telemetry.count("routed", n, label=part)
         selected = [
             (pid, _Selecting(ptype, consumer))
             for pid, ptype, consumer in self._targets
@@ -140,9 +170,9 @@ class _Router:
         if not selected:
             return
         try:
-            FanOut(selected, telemetry_prefix="collector.pipeline", host=self._host).consume(batch)
-        except Exception:
-            self._telemetry.count(f"{prefix}.refused", len(batch))
+            FanOut(selected, kind=PIPELINE, host=self._host).consume(batch)
+        except Exception as exc:
+            self._telemetry.count("refused" if is_retryable(exc) else "rejected", len(batch))
             raise
 
 
@@ -176,6 +206,7 @@ class Collector:
         self.host = host if host is not None else Host()
         self._registry = registry
         self._receivers: dict[str, Component] = {}
+        self._routers: dict[str, _Router] = {}
         self._processors: list[tuple[str, str, Component]] = []
         self._exporters: dict[str, Component] = {}
         self._started: list[tuple[str, str, Component]] = []
@@ -183,6 +214,9 @@ class Collector:
         self._state = "created"
         self._stop = threading.Event()
         self._created_at = time.monotonic()
+        self._own_telemetry = self.host.telemetry.scoped(
+            CounterScope.of(COLLECTOR, "service", COLLECTOR_COUNTERS)
+        )
         try:
             self._build()
         except Exception:
@@ -198,7 +232,9 @@ class Collector:
         if self._registry is not None:
             factory = self._registry.table(component.kind).get(component.id.type, factory)
         settings = CreateSettings(
-            id=str(component.id), pipeline=pipeline, telemetry=self.host.telemetry
+            id=str(component.id),
+            pipeline=pipeline,
+            telemetry=self.host.telemetry.for_factory(factory, str(component.id)),
         )
         try:
             return factory.create(settings, component.config, next_consumer)
@@ -215,9 +251,7 @@ class Collector:
         routers: dict[str, _Router] = {}
         for pid, p in pipelines:
             exporters = [(eid, _as_consumer(self._exporters[eid], eid)) for eid in p.exporters]
-            head: Consumer = FanOut(
-                exporters, telemetry_prefix="collector.exporter", host=self.host
-            )
+            head: Consumer = FanOut(exporters, kind=EXPORTER, host=self.host)
             chain: list[tuple[str, str, Component]] = []
             for proc_id in reversed(p.processors):
                 processor = self._create(cfg.processors[proc_id], head, pipeline=pid)
@@ -229,6 +263,7 @@ class Collector:
                 routers.setdefault(rid, _Router(rid, self.host)).add(pid, p.type, head)
         for rid, router in sorted(routers.items()):
             self._receivers[rid] = self._create(cfg.receivers[rid], router)
+        self._routers = routers
 
     def _all_components(self) -> list[tuple[str, str, Component]]:
         """Every component in start order: exporters, processors, receivers."""
@@ -248,6 +283,39 @@ class Collector:
             return self._exporters[component_id]
         known = ", ".join(sorted({*self._receivers, *self._exporters}))
         raise KeyError(f"no receiver or exporter {component_id!r} runs (running: {known})")
+
+    def component_ids(self, kind: str, type_name: str | None = None) -> list[str]:
+        """Ids of the running receivers, exporters or processors (``pipeline/id``) of a type."""
+        found: list[tuple[str, ComponentConfig]]
+        if kind == PROCESSOR:
+            found = [
+                (f"{pid}/{proc_id}", self.config.processors[proc_id])
+                for pid, proc_id, _ in self._processors
+            ]
+        elif kind == RECEIVER:
+            found = [(cid, self.config.receivers[cid]) for cid in self._receivers]
+        else:
+            found = [(cid, self.config.exporters[cid]) for cid in self._exporters]
+        return sorted(cid for cid, c in found if type_name in (None, c.id.type))
+
+    def status(self, component_id: str) -> ComponentStatus:
+        """The status of receiver or exporter ``component_id`` (empty when it reports none)."""
+        return status_of(self.component(component_id))
+
+    def pipeline_statuses(self, pipeline_id: str) -> list[ComponentStatus]:
+        """The statuses of one pipeline's processors, in pipeline order."""
+        return [status_of(c) for c in self.processors(pipeline_id)]
+
+    def inject(self, receiver_id: str, batch: Batch) -> None:
+        """Hand ``batch`` to the pipelines of receiver ``receiver_id`` as if it had received it.
+
+        For data the collector's user produces itself (``observe``'s root span). Raises what the
+        pipelines raise (:class:`~otel_bridge.errors.RefusedError` when refused).
+        """
+        router = self._routers.get(receiver_id)
+        if router is None:
+            raise KeyError(f"no receiver {receiver_id!r} runs")
+        router.consume(batch)
 
     def processors(self, pipeline_id: str) -> list[Component]:
         """The processor instances of one pipeline, in pipeline order."""
@@ -313,7 +381,7 @@ class Collector:
             try:
                 comp.shutdown()
             except Exception as exc:
-                self.host.telemetry.count("collector.shutdown_errors")
+                self._own_telemetry.count("shutdown_errors")
                 _log.error("%s %s failed to shut down: %s", kind, cid, exc)
 
     def request_stop(self) -> None:

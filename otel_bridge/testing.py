@@ -6,6 +6,8 @@
   arrived, for components that deliver from a background thread.
 * :class:`ListReceiver` emits given batches into its consumer on demand (``emit``), or all of
   them at start; :func:`list_receiver_factory` registers it as a receiver type.
+* :class:`FailingProcessor` raises on every batch (a ``ValueError``, a permanent or a retryable
+  error); :func:`failing_processor_factory` registers it, to test what clients are answered.
 * :func:`tool_declaration` and :class:`ProcessRecord` build observations in the normalizer's
   documented shape (a tool span's declared command; a process start, exec or exit), for tests
   and benchmarks that feed the correlator directly.
@@ -25,12 +27,13 @@ import datetime
 import socket
 import threading
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
 from otel_bridge.component import (
     EXPORTER,
+    PROCESSOR,
     RECEIVER,
     Component,
     Consumer,
@@ -39,7 +42,7 @@ from otel_bridge.component import (
     Host,
     require_consumer,
 )
-from otel_bridge.errors import StartupError
+from otel_bridge.errors import PermanentError, RefusedError, StartupError
 from otel_bridge.identity import (
     command_key,
     executable_key,
@@ -281,6 +284,63 @@ def recording_exporter_factory(
         create=create,
         signals=signals,
     )
+
+
+@dataclass(slots=True)
+class FailingConfig:
+    """Config of the ``failing`` processor double."""
+
+    error: str = "value"
+    """What ``consume`` raises: ``value`` (a ``ValueError``, as a buggy processor would),
+    ``permanent`` (:class:`PermanentError`), ``refused`` (:class:`RefusedError`) or ``none``."""
+
+    def validate(self) -> list[str]:
+        """``error`` names one of the kinds."""
+        if self.error not in _FAILURES:
+            return [f"error: {self.error!r} is not one of {', '.join(sorted(_FAILURES))}"]
+        return []
+
+
+_FAILURES: dict[str, Callable[[str], Exception] | None] = {
+    "value": ValueError,
+    "permanent": PermanentError,
+    "refused": RefusedError,
+    "none": None,
+}
+
+
+class FailingProcessor:
+    """A processor that raises on every batch (a poison-batch processor); counts its calls."""
+
+    def __init__(self, error: str, next_consumer: Consumer) -> None:
+        self._make = _FAILURES[error]
+        self._next = next_consumer
+        self.calls = 0
+
+    def start(self, host: Host) -> None:
+        """Nothing to acquire."""
+
+    def shutdown(self) -> None:
+        """Nothing to flush."""
+
+    def consume(self, batch: Batch) -> None:
+        """Raise the configured error (or pass the batch on for ``none``)."""
+        self.calls += 1
+        if self._make is None:
+            self._next.consume(batch)
+            return
+        raise self._make(f"poison batch of {len(batch)} records")
+
+
+def failing_processor_factory(type_name: str = "failing") -> Factory[FailingConfig]:
+    """A processor factory creating :class:`FailingProcessor`s."""
+
+    def create(
+        settings: CreateSettings, config: FailingConfig, next_consumer: Consumer | None
+    ) -> Component:
+        return FailingProcessor(config.error, require_consumer(next_consumer, settings.id))
+
+    return Factory(type_name=type_name, kind=PROCESSOR, default_config=FailingConfig, create=create)
 
 
 def double_registry(*factories: Factory[Any]) -> Registry:

@@ -8,6 +8,7 @@ find its processor, validate its config with their own key paths, and run data t
 from __future__ import annotations
 
 import os
+import shutil
 import signal
 import socket
 import subprocess
@@ -25,6 +26,8 @@ PLUGIN = Path(__file__).parent / "testdata" / "plugin"
 def plugin_path(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A directory holding the installed plug-in (package and its entry-point metadata)."""
     target = tmp_path_factory.mktemp("plugin-site")
+    source = tmp_path_factory.mktemp("plugin-src") / "plugin"
+    shutil.copytree(PLUGIN, source)  # pip builds in the source tree: keep the repository clean
     subprocess.run(
         [
             sys.executable,
@@ -35,7 +38,7 @@ def plugin_path(tmp_path_factory: pytest.TempPathFactory) -> Path:
             "--no-deps",
             "--target",
             str(target),
-            str(PLUGIN),
+            str(source),
         ],
         check=True,
         capture_output=True,

@@ -1,8 +1,13 @@
 """``otel-bridge observe [-c FILE] [-o DIR] [--backend B] -- CMD ...``: observe one command.
 
-Builds the bundled collector in code (or takes the components of ``-c FILE`` and adds the run
-wiring), launches CMD with the OTLP variables pointing at the collector, follows its process
-lineage with the host receiver, and writes the run directory (:mod:`otel_bridge.rundir`).
+Builds its collector with the same loader and pipeline builder as ``run``: ``-c FILE`` is read
+like ``validate`` reads it, and the run's wiring is a typed overlay the loader applies
+(:func:`build_overlay`; without ``-c`` the overlay alone is the bundled configuration). It reads
+the components only through the protocols of :mod:`otel_bridge.component` (the OTLP receiver's
+bound endpoints, the host receiver's root pid, backend and collections, the correlator's
+outcomes) and the typed counter reads. It launches CMD with the OTLP variables pointing at the
+collector, follows its process lineage with the host receiver, hands its own root span to the
+pipelines directly, and writes the run directory (:mod:`otel_bridge.rundir`).
 
 Start-up without a blind window: CMD is launched behind a gate (``sh`` blocked reading a pipe)
 so its pid is known before anything runs; the collector starts with the host receiver rooted at
@@ -25,22 +30,25 @@ import sys
 import tempfile
 import threading
 import time
-import urllib.request
 from collections.abc import Mapping
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
-import yaml
-
 from otel_bridge import rundir
-from otel_bridge.component import Telemetry
-from otel_bridge.config import parse_config
-from otel_bridge.errors import ConfigError, OtelBridgeError
-from otel_bridge.exporters.otlp.encoding import encode_spans
+from otel_bridge.component import RECEIVER, Endpoint, RootSettable, Telemetry
+from otel_bridge.config import (
+    ComponentAddition,
+    ConfigOverlay,
+    PipelineAddition,
+    component_ids,
+    parse_config,
+    read_config,
+)
+from otel_bridge.errors import OtelBridgeError
 from otel_bridge.identity import host_id
-from otel_bridge.model import Resource, Scope, Span, SpanKind, Status, StatusCode
+from otel_bridge.model import Batch, Resource, Scope, Span, SpanKind, Status, StatusCode
 from otel_bridge.pipeline import Collector
-from otel_bridge.processors.correlate import CorrelateProcessor
 from otel_bridge.redaction import redact_argv
 
 _UNSET = (
@@ -58,6 +66,8 @@ _GATE = (
 )
 _LAST_SPANS_WAIT = 0.2
 """After CMD exits, wait until no span arrived for this long (bounded by 3 s)."""
+_RUN_PIPELINE = "evidence/run"
+_WILDCARD_HOSTS = ("", "0.0.0.0", "::")
 
 
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -90,70 +100,91 @@ def new_run_id() -> str:
     return datetime.now(tz=UTC).strftime("%Y%m%dT%H%M%SZ") + "-" + secrets.token_hex(3)
 
 
-def build_config(
+@dataclass(frozen=True, slots=True)
+class Wiring:
+    """Which receivers of the configuration the run uses."""
+
+    otlp: str
+    """The OTLP receiver CMD exports to (the file's first ``otlp`` one, else ``otlp``)."""
+    host: str
+    """The host receiver rooted at CMD (the file's first ``host`` one, else ``host``)."""
+
+
+def build_overlay(
     run: rundir.RunDir,
     run_id: str,
     *,
     backend: str | None = None,
     user: Mapping[str, Any] | None = None,
-) -> tuple[dict[str, Any], str]:
-    """The collector config mapping for one run, and the id of its host receiver.
+) -> tuple[ConfigOverlay, Wiring]:
+    """The run's additions to the configuration ``user`` (None: none), and its wiring.
 
-    Without ``user`` it is the bundled config; with it, the user's components and pipelines
-    stay and the run's own exporters and pipelines are added under ``*/run*`` names.
+    Without ``user`` the result is the bundled configuration; with it, the user's components
+    and pipelines stay and the run's own processors, exporters and pipelines are added under
+    ``*/run*`` names. The loader applies the overlay (:func:`otel_bridge.config.parse_config`).
     """
-    cfg: dict[str, Any] = {
-        k: dict(v) if isinstance(v, Mapping) else v for k, v in (user or {}).items()
-    }
-    receivers = cfg.setdefault("receivers", {})
-    processors = cfg.setdefault("processors", {})
-    exporters = cfg.setdefault("exporters", {})
-    service = cfg.setdefault("service", {})
-    pipelines = service.setdefault("pipelines", {})
-    otlp_id = next((r for r in receivers if r.split("/")[0] == "otlp"), None)
-    if otlp_id is None:
-        otlp_id = "otlp"
-        receivers[otlp_id] = {
-            "protocols": {"grpc": {"endpoint": "127.0.0.1:0"}, "http": {"endpoint": "127.0.0.1:0"}}
-        }
-    host_id_ = next((r for r in receivers if r.split("/")[0] == "host"), None)
-    if host_id_ is None:
-        host_id_ = "host"
-        receivers[host_id_] = {}
-    host_cfg = dict(receivers[host_id_] or {})
-    host_cfg["run_id"] = run_id
-    # file watching (portable backend) defaults to the workload's working directory
-    host_cfg.setdefault("watch_paths", [os.getcwd()])
+
+    adds: list[ComponentAddition] = []
+    otlp = next(iter(component_ids(user, "receivers", "otlp")), None)
+    if otlp is None:
+        otlp = "otlp"
+        loopback = {"endpoint": "127.0.0.1:0"}
+        adds.append(
+            ComponentAddition(
+                section="receivers",
+                id=otlp,
+                settings={"protocols": {"grpc": loopback, "http": loopback}},
+            )
+        )
+    host = next(iter(component_ids(user, "receivers", "host")), "host")
+    host_settings: dict[str, Any] = {"run_id": run_id}
     if backend:
-        host_cfg["backend"] = backend
-    receivers[host_id_] = host_cfg
-    for name in ("redact", "normalize", "correlate", "grade"):
-        processors.setdefault(f"{name}/run", {})
-    exporters["file/run_os"] = {"path": run.file(rundir.OS_STREAM), "signals": ["logs"]}
-    exporters["file/run_sem"] = {"path": run.file(rundir.SEM_STREAM), "signals": ["spans", "logs"]}
-    exporters["file/run_correlated"] = {
-        "path": run.file(rundir.CORRELATED_STREAM),
-        "signals": ["observations", "coverage"],
-    }
-    exporters["graph/run"] = {"output": run.file(rundir.GRAPH)}
-    pipelines["logs/run_os"] = {"receivers": [host_id_], "exporters": ["file/run_os"]}
-    pipelines["traces/run_sem"] = {
-        "receivers": [otlp_id],
-        "processors": ["redact/run"],
-        "exporters": ["file/run_sem"],
-    }
-    pipelines["logs/run_sem"] = {
-        "receivers": [otlp_id],
-        "processors": ["redact/run"],
-        "exporters": ["file/run_sem"],
-    }
-    pipelines["evidence/run"] = {
-        "receivers": [otlp_id, host_id_],
-        "processors": ["redact/run", "normalize/run", "correlate/run", "grade/run"],
-        "exporters": ["graph/run", "file/run_correlated"],
-    }
-    cfg.setdefault("extensions", {})
-    return cfg, host_id_
+        host_settings["backend"] = backend
+    # file watching (portable backend) defaults to the workload's working directory
+    adds.append(
+        ComponentAddition(
+            section="receivers",
+            id=host,
+            settings=host_settings,
+            defaults={"watch_paths": [os.getcwd()]},
+        )
+    )
+    adds += [
+        ComponentAddition(section="processors", id=f"{name}/run")
+        for name in ("redact", "normalize", "correlate", "grade")
+    ]
+    for eid, settings in (
+        ("file/run_os", {"path": run.file(rundir.OS_STREAM), "signals": ["logs"]}),
+        ("file/run_sem", {"path": run.file(rundir.SEM_STREAM), "signals": ["spans", "logs"]}),
+        (
+            "file/run_correlated",
+            {"path": run.file(rundir.CORRELATED_STREAM), "signals": ["observations", "coverage"]},
+        ),
+        ("graph/run", {"output": run.file(rundir.GRAPH)}),
+    ):
+        adds.append(ComponentAddition(section="exporters", id=eid, settings=settings))
+    pipelines = (
+        PipelineAddition(id="logs/run_os", receivers=(host,), exporters=("file/run_os",)),
+        PipelineAddition(
+            id="traces/run_sem",
+            receivers=(otlp,),
+            processors=("redact/run",),
+            exporters=("file/run_sem",),
+        ),
+        PipelineAddition(
+            id="logs/run_sem",
+            receivers=(otlp,),
+            processors=("redact/run",),
+            exporters=("file/run_sem",),
+        ),
+        PipelineAddition(
+            id=_RUN_PIPELINE,
+            receivers=(otlp, host),
+            processors=("redact/run", "normalize/run", "correlate/run", "grade/run"),
+            exporters=("graph/run", "file/run_correlated"),
+        ),
+    )
+    return ConfigOverlay(components=tuple(adds), pipelines=pipelines), Wiring(otlp, host)
 
 
 class Workload:
@@ -206,6 +237,7 @@ class Workload:
 def _root_span(
     *, run_id: str, trace_id: bytes, span_id: bytes, command: list[str], start: int, code: int
 ) -> Span:
+
     return Span(
         resource=Resource(
             attributes={
@@ -231,18 +263,27 @@ def _root_span(
     )
 
 
-def _send_span(port: int, span: Span, telemetry: Telemetry) -> None:
-    request = urllib.request.Request(
-        f"http://127.0.0.1:{port}/v1/traces",
-        data=encode_spans([span], "proto"),
-        headers={"Content-Type": "application/x-protobuf"},
-        method="POST",
-    )
+def _record_root_span(collector: Collector, receiver_id: str, span: Span) -> None:
+    """Hand the run's root span to the pipelines of the OTLP receiver, as if CMD sent it."""
+
     try:
-        with urllib.request.urlopen(request, timeout=5) as response:
-            response.read()
-    except OSError as exc:
-        telemetry.report_once("observe.root_span", f"observe: root span not recorded: {exc}")
+        collector.inject(receiver_id, Batch(spans=(span,)))
+    except Exception as exc:
+        collector.host.telemetry.report_once(
+            "observe.root_span", f"observe: root span not recorded: {exc}"
+        )
+
+
+def recorded_spans(telemetry: Telemetry) -> int:
+    """Spans the OTLP receivers handed to the pipelines (CMD's, and the run's root span)."""
+
+    return telemetry.total("routed", kind=RECEIVER, type="otlp", label="spans")
+
+
+def accepted_spans(telemetry: Telemetry) -> int:
+    """Spans the OTLP receivers accepted from clients."""
+
+    return telemetry.total("spans_accepted", kind=RECEIVER, type="otlp")
 
 
 class Progress:
@@ -261,16 +302,17 @@ class Progress:
 
     def line(self) -> str:
         """The current progress text."""
-        c = self._telemetry.counters()
 
-        def total(*prefixes: str) -> int:
-            return sum(v for k, v in c.items() if k.startswith(prefixes))
+        events = self._telemetry.by_label("events", kind=RECEIVER, type="host")
+
+        def family(namespace: str) -> int:
+            return sum(n for name, n in events.items() if name.partition(".")[0] == namespace)
 
         return (
-            f"spans {total('receiver.otlp.spans_accepted')}  "
-            f"processes {total('receiver.host.events.process.start')}  "
-            f"files {total('receiver.host.events.file.')}  "
-            f"connections {total('receiver.host.events.network.connect')}"
+            f"spans {accepted_spans(self._telemetry)}  "
+            f"processes {events.get('process.start', 0)}  "
+            f"files {family('file')}  "
+            f"connections {events.get('network.connect', 0)}"
         )
 
     def _run(self) -> None:
@@ -287,37 +329,59 @@ class Progress:
             sys.stderr.flush()
 
 
-def _wait_quiet(telemetry: Telemetry) -> None:
-    deadline = time.monotonic() + 3.0
+def wait_quiet(telemetry: Telemetry, *, quiet: float = _LAST_SPANS_WAIT, bound: float = 3.0) -> int:
+    """Wait until no span was accepted for ``quiet`` seconds (at most ``bound``); the polls."""
+    deadline = time.monotonic() + bound
     last = -1
+    polls = 0
     while time.monotonic() < deadline:
-        now = telemetry.counters().get("receiver.otlp.spans_accepted", 0)
+        now = accepted_spans(telemetry)
         if now == last:
-            return
+            return polls
         last = now
-        time.sleep(_LAST_SPANS_WAIT)
+        polls += 1
+        time.sleep(quiet)
+    return polls
 
 
-def run(args: argparse.Namespace) -> int:
-    """Observe ``args.command``; returns its exit code."""
+def _client_url(endpoint: Endpoint) -> str:
+    """Where CMD reaches ``endpoint``: loopback for a wildcard bind."""
+    if endpoint.host in _WILDCARD_HOSTS:
+        return f"http://127.0.0.1:{endpoint.port}"
+    return endpoint.url
+
+
+def _otlp_target(collector: Collector, receiver_id: str) -> tuple[str, str]:
+    """The OTLP endpoint and protocol CMD is told, from the receiver's status."""
+    status = collector.status(receiver_id)
+    http, grpc = status.endpoint("http"), status.endpoint("grpc")
+    if http is not None:
+        return _client_url(http), "http/protobuf"
+    if grpc is not None:
+        return _client_url(grpc), "grpc"
+    return "", "http/protobuf"
+
+
+def _command_of(args: argparse.Namespace) -> list[str]:
     command = list(args.command)
     if command and command[0] == "--":
         command = command[1:]
     if not command:
         raise OtelBridgeError("observe: no command given (usage: otel-bridge observe -- CMD ...)")
+    return command
+
+
+def run(args: argparse.Namespace) -> int:
+    """Observe ``args.command``; returns its exit code."""
+
+    command = _command_of(args)
     run_id = new_run_id()
-    user = None
-    if args.config:
-        try:
-            with open(args.config, encoding="utf-8") as f:
-                user = yaml.safe_load(f)
-        except (OSError, yaml.YAMLError) as exc:
-            raise ConfigError([f"{args.config}: {exc}"]) from exc
-        if not isinstance(user, Mapping):
-            raise ConfigError([f"{args.config}: expected a mapping at the top level"])
+    user = read_config(args.config) if args.config else None
     run = rundir.RunDir.create(args.output or os.path.join("otel-bridge-runs", run_id))
-    mapping, host_rid = build_config(run, run_id, backend=args.backend, user=user)
-    config = parse_config(mapping, origin=args.config or "<observe>")
+    overlay, wiring = build_overlay(
+        run, run_id, backend=args.backend, user=user if isinstance(user, Mapping) else None
+    )
+    config = parse_config(user, overlay=overlay, origin=args.config or "<observe>")
     trace_id, span_id = secrets.token_bytes(16), secrets.token_bytes(8)
     env = {k: v for k, v in os.environ.items() if k not in _UNSET}
     env.update(
@@ -343,40 +407,27 @@ def run(args: argparse.Namespace) -> int:
             os.killpg(workload.pid, signum)
 
     try:
-        host = collector.component(host_rid)
-        set_root = getattr(host, "set_root_pid", None)
-        if set_root is not None:
-            set_root(workload.pid)
+        host = collector.component(wiring.host)
+        if isinstance(host, RootSettable):
+            host.set_root_pid(workload.pid)
         collector.start()
-        otlp = next(c for rid, c in collector.receivers.items() if rid.split("/")[0] == "otlp")
-        http_port = getattr(otlp, "http_port", None)
-        grpc_port = getattr(otlp, "grpc_port", None)
-        if http_port:
-            endpoint, protocol = f"http://127.0.0.1:{http_port}", "http/protobuf"
-        elif grpc_port:
-            endpoint, protocol = f"http://127.0.0.1:{grpc_port}", "grpc"
-        else:
-            endpoint, protocol = "", "http/protobuf"
+        endpoint, protocol = _otlp_target(collector, wiring.otlp)
         for s in previous:
             signal.signal(s, forward)
         workload.release(endpoint, protocol)
         progress.start()
         code = workload.exit_code()
         progress.stop()
-        if http_port:
-            _send_span(
-                http_port,
-                _root_span(
-                    run_id=run_id,
-                    trace_id=trace_id,
-                    span_id=span_id,
-                    command=command,
-                    start=started_ns,
-                    code=code,
-                ),
-                telemetry,
-            )
-        _wait_quiet(telemetry)
+        root = _root_span(
+            run_id=run_id,
+            trace_id=trace_id,
+            span_id=span_id,
+            command=command,
+            start=started_ns,
+            code=code,
+        )
+        wait_quiet(telemetry)
+        _record_root_span(collector, wiring.otlp, root)
     except BaseException:
         progress.stop()
         workload.terminate()
@@ -386,11 +437,11 @@ def run(args: argparse.Namespace) -> int:
         for s, handler in previous.items():
             signal.signal(s, handler)
     collector.shutdown()
-    summary = _summary(run_id, command, code, collector, host_rid=host_rid, started_ns=started_ns)
+    summary = _summary(run_id, command, code, collector, wiring=wiring, started_ns=started_ns)
     summary["signals_forwarded"] = [signal.Signals(s).name for s in interrupted]
     run.write_json(rundir.SUMMARY, summary)
     run.write_manifest({"id": run_id})
-    _print_summary(run, summary)
+    _print_summary(run, summary, collector)
     return code
 
 
@@ -400,43 +451,40 @@ def _summary(
     code: int,
     collector: Collector,
     *,
-    host_rid: str,
+    wiring: Wiring,
     started_ns: int,
 ) -> dict[str, Any]:
+
     telemetry = collector.host.telemetry
-    notes = telemetry.notes()
-    counters = telemetry.counters()
-    host = collector.component(host_rid)
+    host = collector.status(wiring.host)
     return {
         "run": {"id": run_id, "host.id": host_id(), "started": started_ns, "ended": time.time_ns()},
         "command": redact_argv(command),
         "command_line": shlex.join(redact_argv(command)),
         "exit_code": code,
-        "host_backend": notes.get("host.backend", ""),
-        "host_backend_name": getattr(host, "backend_name", ""),
-        "collection": {
-            k.removeprefix("host.collection."): v
-            for k, v in notes.items()
-            if k.startswith("host.collection.")
-        },
-        # The run's own correlator only: with -c the user's pipelines may run another one,
-        # and telemetry counters are shared by every instance.
-        "correlation": _run_correlation(collector),
-        "counters": counters,
-        "notes": notes,
+        "host_backend": host.detail,
+        "host_backend_name": host.backend,
+        "collection": dict(host.collections),
+        # The run's own correlator only: with -c the user's pipelines may run another one.
+        "correlation": run_correlation(collector),
+        "counters": telemetry.counters(),
+        "notes": telemetry.notes(),
     }
 
 
-def _run_correlation(collector: Collector) -> dict[str, int]:
-    """Outcome counts of the correlator in the run's own evidence pipeline."""
-    for component in collector.processors("evidence/run"):
-        if isinstance(component, CorrelateProcessor):
-            return {k: v for k, v in component.outcomes.items() if v}
-    return {}
+def run_correlation(collector: Collector) -> dict[str, int]:
+    """Outcome counts of the processors of the run's own evidence pipeline (its correlator)."""
+    out: dict[str, int] = {}
+    for status in collector.pipeline_statuses(_RUN_PIPELINE):
+        for k, v in status.outcomes.items():
+            if v:
+                out[k] = out.get(k, 0) + v
+    return out
 
 
-def _print_summary(run: rundir.RunDir, summary: Mapping[str, Any]) -> None:
-    counters = summary["counters"]
+def _print_summary(run: rundir.RunDir, summary: Mapping[str, Any], collector: Collector) -> None:
+
+    telemetry = collector.host.telemetry
     out = sys.stderr
     print(f"otel-bridge: run {summary['run']['id']} exit code {summary['exit_code']}", file=out)
     print(f"  graph:    {run.file(rundir.GRAPH)}", file=out)
@@ -444,8 +492,8 @@ def _print_summary(run: rundir.RunDir, summary: Mapping[str, Any]) -> None:
     print(f"  backend:  {summary['host_backend']}", file=out)
     for name, state in sorted(summary["collection"].items()):
         print(f"  {name + ':':9} {state}", file=out)
-    spans = counters.get("receiver.otlp.spans_accepted", 0)
-    events = counters.get("receiver.host.events_emitted", 0)
+    spans = recorded_spans(telemetry)
+    events = telemetry.total("events_emitted", kind=RECEIVER, type="host")
     print(f"  recorded: {spans} spans, {events} OS events", file=out)
     if summary["correlation"]:
         skips = ", ".join(f"{k} {v}" for k, v in sorted(summary["correlation"].items()))

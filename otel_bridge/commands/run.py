@@ -8,10 +8,10 @@ import logging
 import os
 import sys
 from collections.abc import Iterator
-from typing import Any
 
+from otel_bridge.component import COLLECTOR, EXPORTER, RECEIVER
 from otel_bridge.config import CollectorConfig, load_config, load_yaml, parse_config
-from otel_bridge.pipeline import Collector
+from otel_bridge.pipeline import PARTS, Collector
 
 _EMBEDDED = "local.yaml"
 
@@ -58,58 +58,40 @@ def load_run_config(path: str | None) -> CollectorConfig:
 
 def describe_endpoints(collector: Collector) -> Iterator[str]:
     """Human-readable lines naming where each receiver listens and each exporter writes."""
-    for rid, receiver in sorted(collector.receivers.items()):
-        grpc_port = getattr(receiver, "grpc_port", None)
-        http_port = getattr(receiver, "http_port", None)
-        config = collector.config.receivers[rid].config
-        effective = getattr(config, "effective_protocols", None)
-        if callable(effective):
-            config = type("_Effective", (), {"protocols": effective()})()
-        parts = []
-        for proto, port in (("grpc", grpc_port), ("http", http_port)):
-            if port is not None:
-                endpoint = str(_attr_path(config, f"protocols.{proto}.endpoint") or "")
-                host = endpoint.rpartition(":")[0] or "127.0.0.1"
-                parts.append(f"OTLP/{proto} on {host}:{port}")
+    for rid in collector.component_ids(RECEIVER):
+        status = collector.status(rid)
+        parts = [
+            f"OTLP/{e.protocol} on {e.host}:{e.port}"
+            for e in sorted(status.endpoints, key=lambda e: e.protocol)
+        ]
+        if not parts and status.detail:
+            parts = [status.detail]
         yield f"receiver {rid}: " + (", ".join(parts) if parts else "started")
-    for eid in sorted(collector.exporters):
+    for eid in collector.component_ids(EXPORTER):
         config = collector.config.exporters[eid].config
         target = next(
             (
                 str(v)
                 for name in ("output", "path", "endpoint")
-                if (v := _attr_path(config, name)) not in (None, "")
+                if (v := getattr(config, name, None)) not in (None, "")
             ),
             "",
         )
         yield f"exporter {eid}" + (f": {target}" if target else "")
 
 
-def _attr_path(obj: Any, dotted: str) -> Any:
-    for name in dotted.split("."):
-        obj = getattr(obj, name, None)
-        if obj is None:
-            return None
-    return obj
-
-
 def progress_line(collector: Collector) -> str:
     """One line: uptime, records received per signal, records exported, failures."""
-    counters = collector.host.telemetry.counters()
-
-    def total(prefix: str, suffix: str) -> int:
-        return sum(v for k, v in counters.items() if k.startswith(prefix) and k.endswith(suffix))
-
-    received = [
-        f"{total('collector.receiver.', '.' + part)} {part}"
-        for part in ("spans", "logs", "observations", "coverage")
-    ]
-    refused = total("collector.receiver.", ".refused")
-    sent = total("collector.exporter.", ".sent")
-    failed = total("collector.exporter.", ".failed")
+    telemetry = collector.host.telemetry
+    routed = telemetry.by_label("routed", kind=RECEIVER)
+    received = [f"{routed.get(part, 0)} {part}" for part in PARTS]
+    refused = telemetry.total("refused", kind=RECEIVER)
+    rejected = telemetry.total("rejected", kind=RECEIVER)
+    sent = telemetry.total("sent", kind=EXPORTER)
+    failed = telemetry.total("failed", kind=EXPORTER)
     return (
         f"otel-bridge: up {collector.uptime:.0f}s | received {', '.join(received)} | "
-        f"exported {sent} | refused {refused} | export failures {failed}"
+        f"exported {sent} | refused {refused} | rejected {rejected} | export failures {failed}"
     )
 
 
@@ -138,7 +120,7 @@ def run(args: argparse.Namespace) -> int:
         on_tick=tick if show_progress else None,
         tick_interval=max(float(args.progress_interval), 0.1),
     )
-    errors = collector.host.telemetry.counters().get("collector.shutdown_errors", 0)
+    errors = collector.host.telemetry.value("shutdown_errors", kind=COLLECTOR, id="service")
     print(progress_line(collector), file=sys.stderr)
     print(
         f"otel-bridge: stopped{f' by signal {signum}' if signum else ''}; drained",

@@ -1,4 +1,4 @@
-"""``otel-bridge validate FILE``: check a configuration without starting anything."""
+"""``otel-bridge validate FILE`` (or ``--config FILE``): check a configuration, start nothing."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import argparse
 import sys
 
 from otel_bridge.config import load_config
-from otel_bridge.errors import ComponentError, ConfigError
+from otel_bridge.errors import ComponentError, ConfigError, OtelBridgeError
 from otel_bridge.pipeline import Collector
 
 
@@ -21,13 +21,21 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
             "component. Prints a summary and exits 0, or lists every problem and exits 2."
         ),
     )
-    parser.add_argument("file", metavar="FILE", help="the YAML configuration to check")
+    parser.add_argument("file", metavar="FILE", nargs="?", help="the YAML configuration to check")
+    parser.add_argument(
+        "-c", "--config", metavar="FILE", help="the configuration to check (same as FILE)"
+    )
     parser.set_defaults(func=run)
 
 
 def run(args: argparse.Namespace) -> int:
     """Validate ``args.file``; raise ConfigError (exit 2 via the CLI) on problems."""
-    config = load_config(args.file)
+    if args.file and args.config and args.file != args.config:
+        raise OtelBridgeError("validate: give FILE or --config FILE, not two different files")
+    path = args.file or args.config
+    if not path:
+        raise OtelBridgeError("validate: no configuration given (otel-bridge validate FILE)")
+    config = load_config(path)
     try:
         collector = Collector(config)
     except ComponentError as exc:
@@ -36,7 +44,7 @@ def run(args: argparse.Namespace) -> int:
     components = sum(
         len(table) for table in (config.receivers, config.processors, config.exporters)
     )
-    print(f"{args.file}: OK ({len(config.pipelines)} pipelines, {components} components)")
+    print(f"{path}: OK ({len(config.pipelines)} pipelines, {components} components)")
     for line in config.summary():
         print(f"  {line}")
     for warning in config.warnings:

@@ -18,26 +18,35 @@ Configured components no pipeline uses are allowed and listed in ``CollectorConf
 """
 
 from otel_bridge.config.env import substitute
-from otel_bridge.config.loader import load_config, load_yaml, parse_config
+from otel_bridge.config.loader import load_config, load_yaml, parse_config, read_config
 from otel_bridge.config.model import (
     PIPELINE_TYPES,
     CollectorConfig,
+    ComponentAddition,
     ComponentConfig,
     ComponentId,
+    ConfigOverlay,
+    PipelineAddition,
     PipelineConfig,
+    component_ids,
 )
 from otel_bridge.config.overlay import overlay, parse_duration
 
 __all__ = [
     "PIPELINE_TYPES",
     "CollectorConfig",
+    "ComponentAddition",
     "ComponentConfig",
     "ComponentId",
+    "ConfigOverlay",
+    "PipelineAddition",
     "PipelineConfig",
+    "component_ids",
     "load_config",
     "load_yaml",
     "overlay",
     "parse_config",
     "parse_duration",
+    "read_config",
     "substitute",
 ]

@@ -15,6 +15,7 @@ from otel_bridge.config.model import (
     CollectorConfig,
     ComponentConfig,
     ComponentId,
+    ConfigOverlay,
     PipelineConfig,
 )
 from otel_bridge.config.overlay import overlay, suggest
@@ -56,15 +57,10 @@ def load_yaml(text: str, origin: str) -> Any:
         raise ConfigError([f"{origin}: invalid YAML: {exc}"]) from None
 
 
-def load_config(
-    path: str | os.PathLike[str],
-    *,
-    env: Mapping[str, str] | None = None,
-    registry: Registry | None = None,
-) -> CollectorConfig:
-    """Read, substitute and validate the YAML configuration at ``path``.
+def read_config(path: str | os.PathLike[str]) -> Any:
+    """The YAML at ``path``, parsed with duplicate keys rejected (not yet validated).
 
-    Raises :class:`~otel_bridge.errors.ConfigError` listing every problem.
+    Raises :class:`~otel_bridge.errors.ConfigError` when it cannot be read or parsed.
     """
     origin = os.fspath(path)
     try:
@@ -72,7 +68,24 @@ def load_config(
             text = f.read()
     except OSError as exc:
         raise ConfigError([f"{origin}: cannot read: {exc.strerror or exc}"]) from None
-    return parse_config(load_yaml(text, origin), env=env, registry=registry, origin=origin)
+    return load_yaml(text, origin)
+
+
+def load_config(
+    path: str | os.PathLike[str],
+    *,
+    env: Mapping[str, str] | None = None,
+    registry: Registry | None = None,
+    overlay: ConfigOverlay | None = None,
+) -> CollectorConfig:
+    """Read, substitute and validate the YAML configuration at ``path``.
+
+    ``overlay`` adds components and pipelines before validation (see :func:`parse_config`).
+    Raises :class:`~otel_bridge.errors.ConfigError` listing every problem.
+    """
+    return parse_config(
+        read_config(path), env=env, registry=registry, origin=os.fspath(path), overlay=overlay
+    )
 
 
 def parse_config(
@@ -81,13 +94,18 @@ def parse_config(
     env: Mapping[str, str] | None = None,
     registry: Registry | None = None,
     origin: str = "<dict>",
+    overlay: ConfigOverlay | None = None,
 ) -> CollectorConfig:
     """Validate an already-loaded configuration mapping (as YAML would give it).
 
     ``env`` defaults to ``os.environ``; ``registry`` to
-    :func:`~otel_bridge.registry.default_registry`. Raises
-    :class:`~otel_bridge.errors.ConfigError` listing every problem with its full key path.
+    :func:`~otel_bridge.registry.default_registry`. ``overlay``, when given, is applied to the
+    mapping first (a ``None`` mapping, an empty file, then stands for no file), and the result
+    is validated as one configuration. Raises :class:`~otel_bridge.errors.ConfigError` listing
+    every problem with its full key path.
     """
+    if overlay is not None and (mapping is None or isinstance(mapping, Mapping)):
+        mapping = overlay.apply(mapping)
     if mapping is None:
         raise ConfigError([f"{origin}: the configuration is empty"])
     if not isinstance(mapping, Mapping):

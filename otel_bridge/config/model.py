@@ -91,3 +91,84 @@ class CollectorConfig:
             parts.append(f"exporters: {', '.join(p.exporters)}")
             lines.append(f"{name}: " + "; ".join(parts))
         return lines
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ComponentAddition:
+    """One component a :class:`ConfigOverlay` adds to a configuration, or adjusts in it.
+
+    The component's settings become ``{**defaults, **<the file's settings>, **settings}``:
+    ``settings`` win over the file, the file wins over ``defaults``.
+    """
+
+    section: str
+    """``receivers``, ``processors`` or ``exporters``."""
+    id: str
+    """The component id, ``type`` or ``type/name``."""
+    settings: Mapping[str, Any] = field(default_factory=dict)
+    defaults: Mapping[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class PipelineAddition:
+    """One pipeline a :class:`ConfigOverlay` adds (replacing one of the same id)."""
+
+    id: str
+    receivers: tuple[str, ...]
+    processors: tuple[str, ...] = ()
+    exporters: tuple[str, ...]
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ConfigOverlay:
+    """Typed additions applied by the loader on top of a configuration file (or of nothing).
+
+    ``observe`` adds its run wiring this way, so ``observe -c FILE`` reads FILE with the same
+    loader and checks as ``validate`` and the result is validated as one configuration.
+    """
+
+    components: tuple[ComponentAddition, ...] = ()
+    pipelines: tuple[PipelineAddition, ...] = ()
+
+    def apply(self, mapping: Mapping[str, Any] | None) -> dict[str, Any]:
+        """A new configuration mapping: ``mapping`` (not modified) with the additions."""
+        out: dict[str, Any] = dict(mapping or {})
+        for add in self.components:
+            section = _section_copy(out, add.section)
+            current = section.get(add.id)
+            existing = dict(current) if isinstance(current, Mapping) else {}
+            section[add.id] = {**add.defaults, **existing, **add.settings}
+        if self.pipelines:
+            service = out["service"] = dict(_as_mapping(out.get("service")))
+            pipelines = service["pipelines"] = dict(_as_mapping(service.get("pipelines")))
+            for p in self.pipelines:
+                body: dict[str, Any] = {"receivers": list(p.receivers)}
+                if p.processors:
+                    body["processors"] = list(p.processors)
+                body["exporters"] = list(p.exporters)
+                pipelines[p.id] = body
+        return out
+
+
+def _as_mapping(value: Any) -> Mapping[str, Any]:
+    return value if isinstance(value, Mapping) else {}
+
+
+def _section_copy(out: dict[str, Any], section: str) -> dict[str, Any]:
+    copied = dict(_as_mapping(out.get(section)))
+    out[section] = copied
+    return copied
+
+
+def component_ids(mapping: Mapping[str, Any] | None, section: str, type_name: str) -> list[str]:
+    """The ids configured in ``section`` of a raw mapping whose type is ``type_name``, in order."""
+    raw = _as_mapping((mapping or {}).get(section))
+    found = []
+    for key in raw:
+        try:
+            cid = ComponentId.parse(str(key))
+        except ValueError:
+            continue
+        if cid.type == type_name:
+            found.append(str(key))
+    return found

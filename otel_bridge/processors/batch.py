@@ -21,6 +21,7 @@ from otel_bridge.component import (
     PROCESSOR,
     Component,
     Consumer,
+    CounterSpec,
     CreateSettings,
     Factory,
     Host,
@@ -88,7 +89,7 @@ class BatchProcessor:
         self._config = config
         self._next = next_consumer
         self._name = name
-        self._telemetry = telemetry
+        self._telemetry = telemetry.owned_by(factory, name)
         self._buffer: list[Batch] = []
         self._buffered = 0
         self._first_at = 0.0
@@ -171,12 +172,12 @@ class BatchProcessor:
         """Send ``batches`` as one batch, split to the max size (caller holds the send lock)."""
         merged = batches[0] if len(batches) == 1 else Batch.concat(batches)
         prefix = f"processor.{self._name}"
-        self._telemetry.count(f"{prefix}.batches_sent.{reason}")
+        self._telemetry.count("batches_sent", label=reason)
         for part in split_batch(merged, self._config.send_batch_max_size):
             try:
                 self._next.consume(part)
             except Exception as exc:
-                self._telemetry.count(f"{prefix}.send_failed", len(part))
+                self._telemetry.count("send_failed", len(part))
                 self._telemetry.report_once(
                     f"{prefix}.send_failed",
                     f"{self._name}: downstream refused a batch of {len(part)} records "
@@ -194,6 +195,15 @@ def _create(settings: CreateSettings, config: Config, next_consumer: Consumer | 
 
 
 factory: Factory[Config] = Factory(
-    type_name="batch", kind=PROCESSOR, default_config=Config, create=_create
+    type_name="batch",
+    kind=PROCESSOR,
+    default_config=Config,
+    create=_create,
+    counters=(
+        CounterSpec(
+            "batches_sent", "batches sent, by reason (size, timeout, shutdown)", "{batches}", True
+        ),
+        CounterSpec("send_failed", "records whose send downstream raised"),
+    ),
 )
 """The ``batch`` processor factory."""

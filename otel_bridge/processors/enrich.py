@@ -42,6 +42,7 @@ from otel_bridge.component import (
     PROCESSOR,
     Component,
     Consumer,
+    CounterSpec,
     CreateSettings,
     Factory,
     Host,
@@ -147,7 +148,7 @@ class EnrichProcessor:
     ) -> None:
         self._config = config
         self._next = next_consumer
-        self._telemetry = telemetry
+        self._telemetry = telemetry.owned_by(factory, "enrich")
         self._clock = clock
         self._lock = threading.Lock()
         tp = parse_traceparent(config.traceparent or os.environ.get("TRACEPARENT", ""))
@@ -164,7 +165,7 @@ class EnrichProcessor:
 
     def start(self, host: Host) -> None:
         """Start the release timer."""
-        self._telemetry = host.telemetry
+        self._telemetry = host.telemetry.in_scope_of(self._telemetry)
         if self._thread is None:
             self._thread = threading.Thread(target=self._tick, name="enrich-release", daemon=True)
             self._thread.start()
@@ -230,7 +231,7 @@ class EnrichProcessor:
         found = process_facts_of(obs)
         if found is None:
             if lacks_process_facts(obs):
-                self._telemetry.count("enrich.os_plane.skipped.no_facts")
+                self._telemetry.count("os_plane.skipped.no_facts")
             return
         entity, facts = found
         identity = entity.id
@@ -240,7 +241,7 @@ class EnrichProcessor:
             proc = _Proc(identity=identity, host=facts.host_id, run=self._run_id)
             self._procs[identity] = proc
         if proc.emitted:
-            self._telemetry.count("enrich.os_plane.late_event")
+            self._telemetry.count("os_plane.late_event")
             return
         t = obs.time_unix_nano
         proc.last_seen = max(proc.last_seen, t)
@@ -289,7 +290,7 @@ class EnrichProcessor:
             if force or (proc.exit_time and proc.due <= now):
                 spans.append(self._process_span(proc))
                 proc.emitted = True
-                self._telemetry.count("enrich.os_plane.spans")
+                self._telemetry.count("os_plane.spans")
         return Batch(spans=tuple(spans))
 
     # ------------------------------------------------------------------ builders
@@ -360,7 +361,7 @@ class EnrichProcessor:
         span_attrs: dict[str, AnyValue] = dict(span.attributes)
         span_attrs.update({_PREFIX + k.removeprefix(_PREFIX): v for k, v in best.items()})
         span_attrs[_PREFIX + "count"] = len(ordered)
-        self._telemetry.count("enrich.spans_linked")
+        self._telemetry.count("spans_linked")
         return msgspec.structs.replace(
             span,
             attributes=span_attrs,
@@ -434,4 +435,13 @@ factory: Factory[Config] = Factory(
     default_config=Config,
     create=_create,
     signals=frozenset({"evidence"}),
+    counters=(
+        CounterSpec("os_plane.late_event", "OS events that arrived after their span was sent"),
+        CounterSpec("os_plane.spans", "OS-plane process spans emitted", "{spans}"),
+        CounterSpec(
+            "os_plane.skipped.no_facts",
+            "OS process observations without typed facts, skipped (never parsed from strings)",
+        ),
+        CounterSpec("spans_linked", "agent spans linked to an OS process span", "{spans}"),
+    ),
 )

@@ -30,6 +30,7 @@ from otel_bridge.component import (
     PROCESSOR,
     Component,
     Consumer,
+    CounterSpec,
     CreateSettings,
     Factory,
     Host,
@@ -119,7 +120,7 @@ class MemoryLimiter:
         self._config = config
         self._next = next_consumer
         self._name = name
-        self._telemetry = telemetry
+        self._telemetry = telemetry.owned_by(factory, name)
         self._read_memory = read_memory
         total = total_memory if total_memory is not None else psutil.virtual_memory().total
         self._limits = config.memory_limits(total)
@@ -200,8 +201,8 @@ class MemoryLimiter:
                 reason = ""
                 self._in_flight += n
         if reason:
-            self._telemetry.count(f"processor.{self._name}.refused_records", n)
-            self._telemetry.count(f"processor.{self._name}.refused_batches")
+            self._telemetry.count("refused_records", n)
+            self._telemetry.count("refused_batches")
             raise RefusedError(f"{self._name}: data refused, retry later ({reason})")
         try:
             self._next.consume(batch)
@@ -220,6 +221,13 @@ def _create(settings: CreateSettings, config: Config, next_consumer: Consumer | 
 
 
 factory: Factory[Config] = Factory(
-    type_name="memory_limiter", kind=PROCESSOR, default_config=Config, create=_create
+    type_name="memory_limiter",
+    kind=PROCESSOR,
+    default_config=Config,
+    create=_create,
+    counters=(
+        CounterSpec("refused_records", "records refused (retryable) over a limit"),
+        CounterSpec("refused_batches", "batches refused (retryable) over a limit", "{batches}"),
+    ),
 )
 """The ``memory_limiter`` processor factory."""

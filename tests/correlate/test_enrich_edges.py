@@ -110,7 +110,7 @@ def test_events_after_emission_are_counted_not_attached() -> None:
     proc.consume(Batch(observations=(file_open(p, "/late", T0 + 2 * MS),)))
     proc.shutdown()
     assert _span_of(sink.spans, p) == before
-    assert proc._telemetry.counters()["enrich.os_plane.late_event"] == 1
+    assert proc._telemetry.counters()["processor.enrich.os_plane.late_event"] == 1
 
 
 def test_exec_replaces_attributes_and_keeps_start_time() -> None:

@@ -14,7 +14,7 @@ import pytest
 from correlate_builders import HOST, MS, T0, Proc, declaration, exit_obs, traceparent
 from test_enrich import make
 
-from otel_bridge.component import CreateSettings, Host, Telemetry
+from otel_bridge.component import PROCESSOR, CreateSettings, Host, Telemetry
 from otel_bridge.identity import process_key
 from otel_bridge.model import (
     Attribution,
@@ -107,7 +107,10 @@ def test_skipped_no_facts_reaches_the_run_summary() -> None:
     p = Proc(pid=6, exe="/usr/bin/ls", argv=("ls",), time=T0)
     proc.consume(Batch(observations=(without_facts(p.observations()[0]),)))  # type: ignore[attr-defined]
     proc.shutdown()
-    assert host.telemetry.counters()["correlate.skipped.no_facts"] == 1
+    assert (
+        host.telemetry.by_label("outcome", kind=PROCESSOR, type="correlate")["skipped.no_facts"]
+        == 1
+    )
     assert proc.outcomes["skipped.no_facts"] == 1  # type: ignore[attr-defined]
 
 
@@ -183,7 +186,7 @@ def test_os_plane_skips_and_counts_a_process_without_facts() -> None:
     proc.consume(Batch(observations=tuple(without_facts(o) for o in p.observations())))
     proc.shutdown()
     assert not [s for s in sink.spans if s.span_id == process_span_id(p.identity)]
-    assert telemetry.counters()["enrich.os_plane.skipped.no_facts"] == 3
+    assert telemetry.total("os_plane.skipped.no_facts", kind=PROCESSOR, type="enrich") == 3
 
 
 def test_enrich_hold_follows_correlate_defaults() -> None:
@@ -197,6 +200,8 @@ def test_enrich_hold_follows_correlate_defaults() -> None:
 
 ONE_HOME = ("iso_to_ms", "iso_ms", "parse_traceparent", "str_value", "int_value", "bool_value")
 """Helpers defined once, in ``otel_bridge/identity.py``."""
+
+
 def _definitions() -> dict[str, list[str]]:
     found: dict[str, list[str]] = {name: [] for name in ONE_HOME}
     for path in sorted(PACKAGE.rglob("*.py")):

@@ -137,7 +137,7 @@ def test_real_process_bridged_end_to_end() -> None:
     assert tool.attributes["otel_bridge.bridge.process.pid"] == child.pid
     assert len(tool.links) == 1
     counters = host_.telemetry.counters()
-    assert counters["correlate.bridge"] == 1
+    assert counters["processor.correlate.outcome.bridge"] == 1
     procs = [
         s for s in sink.spans if s.resource.attributes.get("service.name") == "otel-bridge-host"
     ]

@@ -337,8 +337,8 @@ def test_processor_counts_to_telemetry() -> None:
     assert got[: len(first.observations)] == list(first.observations)
     assert len(bridges(got)) == 1
     c = telemetry.counters()
-    assert c["correlate.bridge"] == 1
-    assert c["correlate.skip.unsupported_command.builtin"] == 1
+    assert c["processor.correlate.outcome.bridge"] == 1
+    assert c["processor.correlate.outcome.skip.unsupported_command.builtin"] == 1
     assert proc.outcomes["bridge"] == 1
 
 

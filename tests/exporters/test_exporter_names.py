@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 from exporters_support import downstream
 
-from otel_bridge.component import CreateSettings, Host
+from otel_bridge.component import EXPORTER, CreateSettings, Host
 from otel_bridge.config import load_config, parse_config
 from otel_bridge.exporters import debug
 from otel_bridge.exporters.otlp import ALIASES, OtlpExporter
@@ -120,7 +120,7 @@ def run_debug(verbosity: str) -> list[str]:
     exporter.consume(mixed_batch())
     exporter.consume(Batch())
     exporter.shutdown()
-    assert host.telemetry.counters()["exporter.debug.batches"] == 1
+    assert host.telemetry.value("batches", kind=EXPORTER, id="debug") == 1
     return stream.getvalue().splitlines()
 
 

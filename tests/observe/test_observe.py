@@ -21,6 +21,7 @@ from waiting import wait_until
 from otel_bridge import rundir
 from otel_bridge.cli import main
 from otel_bridge.commands import observe
+from otel_bridge.component import Telemetry
 from otel_bridge.config import parse_config
 
 AGENT = textwrap.dedent(
@@ -205,30 +206,45 @@ def _gone(pid: int) -> bool:
         return True
 
 
-def test_build_config_adds_run_wiring_to_user_config(tmp_path: Path) -> None:
+def test_build_overlay_adds_run_wiring_to_user_config(tmp_path: Path) -> None:
     """With a user config its pipelines stay and the run's exporters and pipelines are added."""
     run = rundir.RunDir.create(str(tmp_path / "r"))
-    user = {
+    user: dict[str, Any] = {
         "receivers": {
-            "otlp": {"protocols": {"grpc": {"endpoint": "127.0.0.1:0"}}},
+            "otlp/agents": {"protocols": {"grpc": {"endpoint": "127.0.0.1:0"}}},
             "host/mine": {"backend": "portable"},
         },
         "exporters": {"file/mine": {"path": str(tmp_path / "mine.jsonl")}},
         "service": {
-            "pipelines": {"traces/mine": {"receivers": ["otlp"], "exporters": ["file/mine"]}}
+            "pipelines": {"traces/mine": {"receivers": ["otlp/agents"], "exporters": ["file/mine"]}}
         },
     }
-    mapping, host_rid = observe.build_config(run, "rid", backend="strace", user=user)
-    assert host_rid == "host/mine"
+    overlay, wiring = observe.build_overlay(run, "rid", backend="strace", user=user)
+    assert wiring == observe.Wiring(otlp="otlp/agents", host="host/mine")
+    mapping = overlay.apply(user)
     assert mapping["receivers"]["host/mine"] == {
         "backend": "strace",
         "run_id": "rid",
         "watch_paths": [os.getcwd()],
     }
+    assert "otlp" not in mapping["receivers"]
     assert "traces/mine" in mapping["service"]["pipelines"]
     assert mapping["exporters"]["graph/run"]["output"] == run.file(rundir.GRAPH)
-    config = parse_config(mapping)
+    assert user["receivers"]["host/mine"] == {"backend": "portable"}  # not modified
+    config = parse_config(user, overlay=overlay)
     assert {"traces/mine", "evidence/run", "logs/run_os"} <= set(config.pipelines)
+    assert config.pipelines["evidence/run"].receivers == ("otlp/agents", "host/mine")
+
+
+def test_build_overlay_without_a_file_is_the_bundled_config(tmp_path: Path) -> None:
+    """With no -c the overlay alone is a whole configuration: OTLP on loopback port 0, host."""
+    run = rundir.RunDir.create(str(tmp_path / "r"))
+    overlay, wiring = observe.build_overlay(run, "rid")
+    assert wiring == observe.Wiring(otlp="otlp", host="host")
+    config = parse_config(None, overlay=overlay)
+    otlp = config.receivers["otlp"].config.protocols
+    assert (otlp.grpc.endpoint, otlp.http.endpoint) == ("127.0.0.1:0", "127.0.0.1:0")
+    assert config.receivers["host"].config.run_id == "rid"
 
 
 def test_verify_detects_tampering(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -282,14 +298,20 @@ def test_no_command_is_an_error(capsys: pytest.CaptureFixture[str]) -> None:
 
 
 def test_progress_line_counts() -> None:
-    """The progress line reports spans, processes, files and connections from telemetry."""
-    from otel_bridge.component import Telemetry
+    """The progress line reports spans, processes, files and connections by typed reads."""
+    from otel_bridge.component import RECEIVER, CounterScope
+    from otel_bridge.receivers.host.counters import COUNTERS as HOST
+    from otel_bridge.receivers.otlp.receiver import COUNTERS as OTLP
 
-    telemetry = Telemetry()
-    telemetry.count("receiver.otlp.spans_accepted", 2)
-    telemetry.count("receiver.host.events.process.start", 3)
-    telemetry.count("receiver.host.events.file.open", 4)
-    telemetry.count("receiver.host.events.network.connect", 1)
+    telemetry = Telemetry(strict=True)
+    otlp = telemetry.scoped(CounterScope.of(RECEIVER, "otlp/agents", OTLP))
+    host = telemetry.scoped(CounterScope.of(RECEIVER, "host", HOST))
+    otlp.count("spans_accepted", 2)
+    host.count("events", 3, label="process.start")
+    host.count("events", 3, label="file.open")
+    host.count("events", 1, label="file.write")
+    host.count("events", 1, label="network.connect")
+    host.count("events", 5, label="network.listen")
     line = observe.Progress(telemetry, enabled=False).line()
     assert line == "spans 2  processes 3  files 4  connections 1"
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from otel_bridge.component import Host
+from otel_bridge.component import RECEIVER, Host
 from otel_bridge.model import Resource, Scope, Span, SpanKind, Status, StatusCode
 from otel_bridge.receivers.otlp import OtlpReceiver
 from otel_bridge.testing import RecordingConsumer
@@ -31,7 +31,7 @@ class Running:
 
     def counter(self, name: str) -> int:
         """Receiver counter ``name``."""
-        return self.host.telemetry.counters().get(f"receiver.otlp.{name}", 0)
+        return self.host.telemetry.value(name, kind=RECEIVER, id="otlp")
 
 
 StartReceiver = Callable[..., Running]

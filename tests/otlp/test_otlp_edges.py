@@ -282,10 +282,11 @@ def test_json_partial_success_counts_are_strings(start_receiver: StartReceiver) 
     assert [s.name for s in running.sink.spans] == ["span-1"]
 
 
-def test_consumer_crash_is_retryable_503_and_server_keeps_serving(
+def test_consumer_crash_is_permanent_400_and_server_keeps_serving(
     start_receiver: StartReceiver,
 ) -> None:
-    """Any downstream exception is a retryable 503 with Retry-After; later requests still work."""
+    """A downstream exception that is not a refusal is a permanent 400 (no Retry-After) with a
+    message saying what was wrong; counted as rejected; later requests are still served."""
     running = start_receiver(
         grpc=False, sink=RecordingConsumer(error=ValueError("bug")), retry_after=2.5
     )
@@ -296,13 +297,15 @@ def test_consumer_crash_is_retryable_503_and_server_keeps_serving(
     )
     first = raw_request(running, head, payload)
     second = raw_request(running, head, payload)
-    assert first[0] == 503
-    assert second[0] == 503
-    assert first[1]["retry-after"] == "3"  # rounded up to whole seconds
+    assert first[0] == 400
+    assert second[0] == 400
+    assert "retry-after" not in first[1]
     code, message = rpc_status(first[1], first[2])
-    assert code == 14
+    assert code == 3  # INVALID_ARGUMENT
+    assert "ValueError" in message
     assert "bug" in message
-    assert running.counter("spans_refused") == 2
+    assert running.counter("spans_rejected") == 2
+    assert running.counter("spans_refused") == 0
 
 
 # --- read_limited: decoding of bodies ---------------------------------------------------------

@@ -14,7 +14,7 @@ from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTrace
 from otlp_fixtures import RESOURCE, SCOPE, StartReceiver, make_span
 
 from otel_bridge.component import CreateSettings, Host
-from otel_bridge.errors import ComponentError
+from otel_bridge.errors import ComponentError, RefusedError
 from otel_bridge.exporters.otlp import OtlpExporter, grpc_factory, http_factory
 from otel_bridge.exporters.otlp.config import (
     GrpcExporterConfig,
@@ -213,7 +213,7 @@ def test_grpc_unavailable_with_retry_info_is_retried(start_receiver: StartReceiv
         def consume(self, batch: Batch) -> None:
             self.times.append(time.monotonic())
             if len(self.times) == 1:
-                raise RuntimeError("memory limiter: over the limit")
+                raise RefusedError("memory limiter: over the limit")
             super().consume(batch)
 
     sink = FlakyConsumer()

@@ -20,6 +20,7 @@ from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from otlp_fixtures import RESOURCE, SCOPE, StartReceiver, make_span
 
+from otel_bridge.errors import RefusedError
 from otel_bridge.model import LogRecord, SpanKind
 from otel_bridge.otlp import proto_codec
 from otel_bridge.testing import RecordingConsumer
@@ -131,8 +132,8 @@ def test_oversized_message_is_resource_exhausted(start_receiver: StartReceiver) 
 
 
 def test_refusal_downstream_is_unavailable_with_retry_info(start_receiver: StartReceiver) -> None:
-    """When the next consumer raises, the client gets UNAVAILABLE with a RetryInfo delay."""
-    sink = RecordingConsumer(error=RuntimeError("memory limit exceeded"))
+    """When the next consumer refuses, the client gets UNAVAILABLE with a RetryInfo delay."""
+    sink = RecordingConsumer(error=RefusedError("memory limit exceeded"))
     running = start_receiver(http=False, sink=sink, retry_after=2.5)
     channel, stub = trace_stub(running.grpc_target)
     with channel, pytest.raises(grpc.RpcError) as info:

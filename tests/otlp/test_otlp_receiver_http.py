@@ -22,6 +22,7 @@ from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from otlp_fixtures import StartReceiver, make_span
 
+from otel_bridge.errors import RefusedError
 from otel_bridge.otlp import proto_codec
 from otel_bridge.testing import RecordingConsumer
 
@@ -291,9 +292,9 @@ def test_unknown_path_is_404(start_receiver: StartReceiver) -> None:
 
 
 def test_refusal_downstream_is_503_with_retry_after(start_receiver: StartReceiver) -> None:
-    """When the next consumer raises, the client gets 503 with Retry-After; nothing is counted
+    """When the next consumer refuses, the client gets 503 with Retry-After; nothing is counted
     as accepted."""
-    sink = RecordingConsumer(error=RuntimeError("over the memory limit"))
+    sink = RecordingConsumer(error=RefusedError("over the memory limit"))
     running = start_receiver(grpc=False, sink=sink, retry_after=3)
     status, headers, body = post(f"{running.http_url}/v1/traces", json_request(json_span()))
     assert status == 503

@@ -12,7 +12,9 @@ import pytest
 
 from otel_bridge.component import (
     EXPORTER,
+    PIPELINE,
     PROCESSOR,
+    RECEIVER,
     Component,
     Consumer,
     CreateSettings,
@@ -152,9 +154,11 @@ def test_routing_by_pipeline_type() -> None:
     assert sorted(str(r.body) for r in shared.logs) == ["log-1", "log-2"]
     assert all(not b.spans or not b.logs for b in shared.batches)
     assert evidence.batches == [Batch(spans=spans, logs=logs), Batch(logs=(make_log(2),))]
-    counters = collector.host.telemetry.counters()
-    assert counters["collector.receiver.list.spans"] == 2
-    assert counters["collector.receiver.list.logs"] == 2
+    telemetry = collector.host.telemetry
+    assert telemetry.value("routed", kind=RECEIVER, id="list", label="spans") == 2
+    assert telemetry.by_label("routed", kind=RECEIVER, id="list") == {"spans": 2, "logs": 2}
+    assert telemetry.counters()["receiver.list.routed.spans"] == 2
+    assert telemetry.undeclared() == {}
 
 
 def test_select_for_pipeline() -> None:
@@ -172,14 +176,14 @@ def test_fanout_failure_does_not_stop_other_exporters() -> None:
     """An exporter that raises is counted; the other exporters still get the batch."""
     host = Host()
     good, bad = RecordingConsumer(), RecordingConsumer(error=OSError("disk full"))
-    fan = FanOut([("bad", bad), ("good", good)], telemetry_prefix="collector.exporter", host=host)
+    fan = FanOut([("bad", bad), ("good", good)], kind=EXPORTER, host=host)
     batch = Batch(spans=(make_span(),))
     fan.consume(batch)
     fan.consume(batch)
     assert good.batches == [batch, batch]
-    counters = host.telemetry.counters()
-    assert counters["collector.exporter.bad.failed"] == 2
-    assert counters["collector.exporter.good.sent"] == 2
+    assert host.telemetry.value("failed", kind=EXPORTER, id="bad") == 2
+    assert host.telemetry.value("sent", kind=EXPORTER, id="good") == 2
+    assert host.telemetry.counters()["exporter.good.sent"] == 2
 
 
 def test_fanout_raises_when_every_consumer_fails() -> None:
@@ -189,7 +193,7 @@ def test_fanout_raises_when_every_consumer_fails() -> None:
             ("a", RecordingConsumer(error=OSError("x"))),
             ("b", RecordingConsumer(error=OSError("y"))),
         ],
-        telemetry_prefix="p",
+        kind=EXPORTER,
         host=Host(),
     )
     with pytest.raises(ComponentError, match=r"every consumer failed: a: x; b: y"):
@@ -201,7 +205,7 @@ def test_fanout_propagates_refusal_after_delivering() -> None:
     good = RecordingConsumer()
     fan = FanOut(
         [("full", RecordingConsumer(error=RefusedError("over limit"))), ("good", good)],
-        telemetry_prefix="p",
+        kind=EXPORTER,
         host=Host(),
     )
     with pytest.raises(RefusedError, match="over limit"):
@@ -212,10 +216,10 @@ def test_fanout_propagates_refusal_after_delivering() -> None:
 def test_single_consumer_error_propagates() -> None:
     """With one consumer its error reaches the caller unchanged and is counted."""
     host = Host()
-    fan = FanOut([("a", RecordingConsumer(error=OSError("x")))], telemetry_prefix="p", host=host)
+    fan = FanOut([("a", RecordingConsumer(error=OSError("x")))], kind=PIPELINE, host=host)
     with pytest.raises(OSError, match="x"):
         fan.consume(Batch(spans=(make_span(),)))
-    assert host.telemetry.counters()["p.a.failed"] == 1
+    assert host.telemetry.value("failed", kind=PIPELINE, id="a") == 1
 
 
 def tracked(fail: str = "") -> CollectorConfig:

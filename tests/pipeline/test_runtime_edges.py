@@ -14,7 +14,16 @@ from typing import Any
 
 import pytest
 
-from otel_bridge.component import EXPORTER, Component, Consumer, CreateSettings, Factory, Host
+from otel_bridge.component import (
+    COLLECTOR,
+    EXPORTER,
+    RECEIVER,
+    Component,
+    Consumer,
+    CreateSettings,
+    Factory,
+    Host,
+)
 from otel_bridge.config import CollectorConfig, parse_config
 from otel_bridge.errors import ComponentError, RefusedError
 from otel_bridge.exporters import file as file_exporter
@@ -145,27 +154,28 @@ def test_failing_exporter_does_not_stop_file_exporter_or_the_client(tmp_path: Pa
     finally:
         collector.shutdown()
     assert len(file_lines(tmp_path)) == 5
-    counters = collector.host.telemetry.counters()
-    assert counters["collector.exporter.broken.failed"] == 5
-    assert counters["collector.exporter.file.sent"] == 5
-    assert counters["collector.receiver.otlp.spans"] == 5
+    telemetry = collector.host.telemetry
+    assert telemetry.value("failed", kind=EXPORTER, id="broken") == 5
+    assert telemetry.value("sent", kind=EXPORTER, id="file") == 5
+    assert telemetry.value("routed", kind=RECEIVER, id="otlp", label="spans") == 5
     broken = collector.component("broken")
     assert isinstance(broken, Broken)
     assert broken.calls == 2
 
 
-def test_every_exporter_failing_is_a_retryable_503(tmp_path: Path) -> None:
-    """When all exporters raise, the client is told to retry and the refusal is counted."""
+def test_every_exporter_failing_is_a_permanent_400(tmp_path: Path) -> None:
+    """When all exporters raise (not a refusal), the client is told not to retry; counted."""
     collector = Collector(otlp_config(tmp_path, exporters=["broken", "broken/quiet"]))
     collector.start()
     try:
         status, _ = post_spans(collector, 2)
     finally:
         collector.shutdown()
-    assert status == 503
-    counters = collector.host.telemetry.counters()
-    assert counters["collector.receiver.otlp.refused"] == 2
-    assert counters["receiver.otlp.spans_refused"] == 2
+    assert status == 400
+    telemetry = collector.host.telemetry
+    assert telemetry.value("rejected", kind=RECEIVER, id="otlp") == 2
+    assert telemetry.value("spans_rejected", kind=RECEIVER, id="otlp") == 2
+    assert telemetry.total("spans_refused", kind=RECEIVER, type="otlp") == 0
 
 
 def test_shutdown_error_is_counted_and_the_rest_still_shut_down(tmp_path: Path) -> None:
@@ -178,7 +188,8 @@ def test_shutdown_error_is_counted_and_the_rest_still_shut_down(tmp_path: Path) 
     collector.shutdown()
     collector.shutdown()  # idempotent
     assert len(file_lines(tmp_path)) == 4
-    assert collector.host.telemetry.counters()["collector.shutdown_errors"] == 1
+    assert collector.host.telemetry.value("shutdown_errors", kind=COLLECTOR, id="service") == 1
+    assert collector.host.telemetry.counters()["collector.service.shutdown_errors"] == 1
     assert EVENTS == ["start broken", "shutdown broken"]
 
 
@@ -260,22 +271,21 @@ def test_router_counts_each_part_and_skips_pipelines_without_data() -> None:
     assert all(not b.spans for b in logs_sink.batches)
     assert [len(b.spans) for b in traces_sink.batches] == [1]
     assert all(not b.logs for b in traces_sink.batches)
-    counters = collector.host.telemetry.counters()
-    assert counters["collector.receiver.list.logs"] == 3
-    assert counters["collector.receiver.list.spans"] == 1
+    routed = collector.host.telemetry.by_label("routed", kind=RECEIVER, id="list")
+    assert routed == {"logs": 3, "spans": 1}
 
 
 def test_fanout_counts_sent_and_failed_per_consumer() -> None:
     """FanOut counts records sent and failed per consumer and reports a failure once."""
     host = Host()
     good, bad = RecordingConsumer(), RecordingConsumer(error=ValueError("nope"))
-    fan = FanOut([("good", good), ("bad", bad)], telemetry_prefix="t", host=host)
+    fan = FanOut([("good", good), ("bad", bad)], kind=EXPORTER, host=host)
     fan.consume(Batch(spans=(make_span(1), make_span(2))))
     fan.consume(Batch(logs=(make_log(1),)))
     counters = host.telemetry.counters()
-    assert counters["t.good.sent"] == 3
-    assert counters["t.bad.failed"] == 3
-    assert "t.bad.sent" not in counters
+    assert counters["exporter.good.sent"] == 3
+    assert counters["exporter.bad.failed"] == 3
+    assert "exporter.bad.sent" not in counters
     assert len(good.batches) == 2
 
 
@@ -284,7 +294,7 @@ def test_fanout_refusal_wins_over_other_errors() -> None:
     host = Host()
     refusing = RecordingConsumer(error=RefusedError("memory"))
     crashing = RecordingConsumer(error=ValueError("bug"))
-    fan = FanOut([("a", crashing), ("b", refusing)], telemetry_prefix="t", host=host)
+    fan = FanOut([("a", crashing), ("b", refusing)], kind=EXPORTER, host=host)
     with pytest.raises(RefusedError, match="memory"):
         fan.consume(Batch(spans=(make_span(1),)))
 
@@ -296,7 +306,7 @@ def test_fanout_all_failing_names_every_consumer() -> None:
             ("a", RecordingConsumer(error=ValueError("x"))),
             ("b", RecordingConsumer(error=OSError("y"))),
         ],
-        telemetry_prefix="t",
+        kind=EXPORTER,
         host=Host(),
     )
     with pytest.raises(ComponentError, match=r"every consumer failed: a: x; b: y"):

@@ -29,6 +29,7 @@ from otel_bridge.component import (
     EXPORTER,
     Component,
     Consumer,
+    CounterSpec,
     CreateSettings,
     Factory,
     Host,
@@ -117,12 +118,12 @@ class DebugExporter:
         self._id = settings.id
         self._verbosity = config.verbosity
         self._stream = stream
-        self._telemetry: Telemetry = settings.telemetry
+        self._telemetry: Telemetry = settings.telemetry.owned_by(factory, settings.id)
         self._lock = threading.Lock()
 
     def start(self, host: Host) -> None:
         """Use the host's telemetry."""
-        self._telemetry = host.telemetry
+        self._telemetry = host.telemetry.in_scope_of(self._telemetry)
 
     def consume(self, batch: Batch) -> None:
         """Write the batch's lines; never raises for a stream that went away."""
@@ -139,7 +140,7 @@ class DebugExporter:
                     f"exporter.{self._id}.write_failed", f"{self._id}: cannot write: {exc}"
                 )
                 return
-        self._telemetry.count(f"exporter.{self._id}.batches")
+        self._telemetry.count("batches")
 
     def shutdown(self) -> None:
         """Nothing to release."""
@@ -151,6 +152,10 @@ def _create(settings: CreateSettings, config: Config, next_consumer: Consumer | 
 
 
 factory: Factory[Config] = Factory(
-    type_name="debug", kind=EXPORTER, default_config=Config, create=_create
+    type_name="debug",
+    kind=EXPORTER,
+    default_config=Config,
+    create=_create,
+    counters=(CounterSpec("batches", "batches written to the stream", "{batches}"),),
 )
 """The ``debug`` exporter factory."""

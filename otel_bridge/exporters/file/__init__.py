@@ -18,7 +18,7 @@ from otel_bridge.component import EXPORTER, Component, Consumer, CreateSettings,
 
 from .codec import decode_line, encode_lines, read_batch, read_lines
 from .config import Config
-from .exporter import FileExporter
+from .exporter import COUNTERS, FileExporter
 
 
 def _create(settings: CreateSettings, config: Config, next_consumer: Consumer | None) -> Component:
@@ -27,7 +27,7 @@ def _create(settings: CreateSettings, config: Config, next_consumer: Consumer | 
 
 
 factory: Factory[Config] = Factory(
-    type_name="file", kind=EXPORTER, default_config=Config, create=_create
+    type_name="file", kind=EXPORTER, default_config=Config, create=_create, counters=COUNTERS
 )
 """The ``file`` exporter factory."""
 

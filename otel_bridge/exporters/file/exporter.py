@@ -7,7 +7,14 @@ import os
 import threading
 from typing import IO
 
-from otel_bridge.component import Host, Telemetry
+from otel_bridge.component import (
+    EXPORTER,
+    STANDARD_COUNTERS,
+    CounterScope,
+    CounterSpec,
+    Host,
+    Telemetry,
+)
 from otel_bridge.errors import StartupError
 from otel_bridge.model import Batch
 
@@ -38,13 +45,20 @@ def open_private(path: str, *, append: bool) -> IO[str]:
     return os.fdopen(fd, "a" if append else "w", encoding="utf-8")
 
 
+COUNTERS: tuple[CounterSpec, ...] = (
+    CounterSpec("records", "lines written"),
+    CounterSpec("flush_errors", "periodic flushes that failed", "{errors}"),
+)
+"""The counters of the ``file`` exporter."""
+
+
 class FileExporter:
     """Writes the configured parts of every batch as JSON lines to ``config.path``."""
 
     def __init__(self, config: Config, *, name: str, telemetry: Telemetry) -> None:
         self._config = config
         self._name = name
-        self._telemetry = telemetry
+        self._telemetry = telemetry if telemetry.scope else telemetry.scoped(_scope(name))
         self._lock = threading.Lock()
         self._file: IO[str] | None = None
         self._dirty = False
@@ -87,7 +101,7 @@ class FileExporter:
                 self._file.flush()
             else:
                 self._dirty = True
-        self._telemetry.count(f"exporter.{self._name}.records", len(lines))
+        self._telemetry.count("records", len(lines))
 
     def flush(self) -> None:
         """Write buffered lines to the operating system."""
@@ -101,7 +115,7 @@ class FileExporter:
             try:
                 self.flush()
             except OSError as exc:
-                self._telemetry.count(f"exporter.{self._name}.flush_errors")
+                self._telemetry.count("flush_errors")
                 self._telemetry.report_once(
                     f"exporter.{self._name}.flush", f"{self._name}: flush failed: {exc}"
                 )
@@ -119,3 +133,7 @@ class FileExporter:
             f.flush()
             os.fsync(f.fileno())
             f.close()
+
+
+def _scope(name: str) -> CounterScope:
+    return CounterScope.of(EXPORTER, name, (*COUNTERS, *STANDARD_COUNTERS[EXPORTER]))

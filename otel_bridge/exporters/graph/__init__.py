@@ -18,7 +18,17 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from otel_bridge.component import EXPORTER, Component, Consumer, CreateSettings, Factory, Host
+from otel_bridge.component import (
+    EXPORTER,
+    STANDARD_COUNTERS,
+    Component,
+    Consumer,
+    CounterScope,
+    CounterSpec,
+    CreateSettings,
+    Factory,
+    Host,
+)
 from otel_bridge.graph import GraphAccumulator, encode
 from otel_bridge.graph.document import write_atomic
 from otel_bridge.model import Batch
@@ -26,6 +36,13 @@ from otel_bridge.model import Batch
 __all__ = ["GraphExporter", "GraphExporterConfig", "factory"]
 
 _log = logging.getLogger("otel_bridge.exporters.graph")
+
+COUNTERS: tuple[CounterSpec, ...] = (
+    CounterSpec("observations", "observations applied to the graph", "{observations}"),
+    CounterSpec("write_errors", "graph.json writes that failed", "{errors}"),
+)
+"""The counters of the ``graph`` exporter."""
+_ALL = (*COUNTERS, *STANDARD_COUNTERS[EXPORTER])
 
 
 @dataclass(slots=True)
@@ -65,6 +82,7 @@ class GraphExporter:
     def __init__(self, config: GraphExporterConfig, settings: CreateSettings | None = None) -> None:
         self.config = config
         self._id = settings.id if settings is not None else "graph"
+        self._telemetry = settings.telemetry if settings is not None else None
         self.accumulator = GraphAccumulator(
             retain_support=config.retain_support,
             support_limit=config.support_limit,
@@ -83,6 +101,9 @@ class GraphExporter:
     def start(self, host: Host) -> None:
         """Resolve the output path and start the periodic flush thread."""
         self._host = host
+        self._telemetry = host.telemetry.scoped(
+            self._telemetry.scope if self._telemetry else CounterScope.of(EXPORTER, self._id, _ALL)
+        )
         path = Path(self.config.output).expanduser()
         if not path.is_absolute() and host.run_dir:
             path = Path(host.run_dir) / path
@@ -101,8 +122,8 @@ class GraphExporter:
             self.accumulator.apply_many(batch.observations)
             self.accumulator.apply_coverage(batch.coverage)
             self._dirty = True
-        if self._host is not None:
-            self._host.telemetry.count(f"exporter.{self._id}.observations", len(batch.observations))
+        if self._telemetry is not None:
+            self._telemetry.count("observations", len(batch.observations))
 
     def snapshot(self) -> dict[str, Any]:
         """The current graph document."""
@@ -128,9 +149,9 @@ class GraphExporter:
 
     def _report(self, exc: OSError) -> None:
         message = f"graph exporter: cannot write {self.path}: {exc}"
-        if self._host is not None:
-            self._host.telemetry.count(f"exporter.{self._id}.write_errors")
-            self._host.telemetry.report_once(f"exporter.{self._id}.write", message)
+        if self._telemetry is not None:
+            self._telemetry.count("write_errors")
+            self._telemetry.report_once(f"exporter.{self._id}.write", message)
         else:
             _log.warning("%s", message)
 
@@ -161,4 +182,5 @@ factory: Factory[GraphExporterConfig] = Factory(
     default_config=GraphExporterConfig,
     create=_create,
     signals=frozenset({"evidence", "traces", "logs"}),
+    counters=COUNTERS,
 )

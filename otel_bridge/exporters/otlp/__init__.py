@@ -13,7 +13,7 @@ import dataclasses
 
 from otel_bridge.component import EXPORTER, Component, Consumer, CreateSettings, Factory
 from otel_bridge.exporters.otlp.config import GrpcExporterConfig, HttpExporterConfig
-from otel_bridge.exporters.otlp.exporter import OtlpExporter
+from otel_bridge.exporters.otlp.exporter import COUNTERS, OtlpExporter
 from otel_bridge.exporters.otlp.transport import GrpcTransport, HttpTransport
 
 __all__ = [
@@ -44,6 +44,7 @@ grpc_factory: Factory[GrpcExporterConfig] = Factory(
     kind=EXPORTER,
     default_config=GrpcExporterConfig,
     create=_create_grpc,
+    counters=COUNTERS,
 )
 """Factory of the ``otlp`` (OTLP/gRPC) exporter."""
 
@@ -52,6 +53,7 @@ http_factory: Factory[HttpExporterConfig] = Factory(
     kind=EXPORTER,
     default_config=HttpExporterConfig,
     create=_create_http,
+    counters=COUNTERS,
 )
 """Factory of the ``otlphttp`` exporter."""
 

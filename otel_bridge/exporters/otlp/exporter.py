@@ -4,7 +4,7 @@
 telemetry and are ignored here) and queues them; sender threads encode and send them, retrying
 retryable failures. Exported records keep their original ids and attributes exactly.
 
-Counters in ``host.telemetry`` (``exporter.<id>.``): ``sent_spans``, ``sent_log_records``,
+Counters (:data:`COUNTERS`, ``exporter.<id>.<name>``): ``sent_spans``, ``sent_log_records``,
 ``dropped_spans``/``dropped_log_records`` (queue full, or shut down), ``failed_spans``/
 ``failed_log_records`` (permanent error or retries exhausted) and ``rejected_spans``/
 ``rejected_log_records`` (refused by the server in a partial success).
@@ -29,7 +29,7 @@ from __future__ import annotations
 import threading
 from collections.abc import Callable
 
-from otel_bridge.component import CreateSettings, Host, Telemetry
+from otel_bridge.component import CounterSpec, CreateSettings, Host, Telemetry
 from otel_bridge.errors import ComponentError, StartupError
 from otel_bridge.exporters.otlp.config import OtlpExporterConfig
 from otel_bridge.exporters.otlp.encoding import Encoding, encode_log_records, encode_spans
@@ -39,6 +39,25 @@ from otel_bridge.exporters.otlp.wal import Entry, StorageError, WriteAheadLog, q
 from otel_bridge.model import Batch, LogRecord, Span
 
 _NOUNS = {"traces": "spans", "logs": "log_records"}
+
+
+COUNTERS: tuple[CounterSpec, ...] = tuple(
+    CounterSpec(f"{verb}_{noun}", f"{noun.replace('_', ' ')} {what}", unit)
+    for noun, unit in (("spans", "{spans}"), ("log_records", "{records}"))
+    for verb, what in (
+        ("sent", "the server accepted"),
+        ("rejected", "the server rejected in a partial success"),
+        ("failed", "not sent: permanent error or retries exhausted"),
+        ("dropped", "dropped: queue full, or shut down"),
+        ("unsupported", "not sent: the backend does not accept this signal"),
+    )
+) + (
+    CounterSpec("signals_disabled", "signals the backend refused as unsupported", "{signals}"),
+    CounterSpec("queue_kept_batches", "batches written to the persistent queue", "{batches}"),
+    CounterSpec("queue_replayed_batches", "batches replayed from the queue at start", "{batches}"),
+    CounterSpec("queue_torn_records", "torn queue records cut off at start (kill -9)"),
+)
+"""The counters of the ``otlp`` and ``otlphttp`` exporters (and their aliases)."""
 
 
 class OtlpExporter:
@@ -70,7 +89,7 @@ class OtlpExporter:
         with self._lock:
             if self._sender is not None or self._stopped:
                 return
-            self._telemetry = host.telemetry
+            self._telemetry = host.telemetry.in_scope_of(self._telemetry)
             replay = self._open_storage()
             self._transport = self._make_transport()
             self._sender = Sender(
@@ -241,7 +260,7 @@ class OtlpExporter:
 
     def _count(self, name: str, n: int) -> None:
         if n:
-            self._telemetry.count(self._prefix + name, n)
+            self._telemetry.count(name, n)
 
     def _report(self, key: str, message: str) -> None:
         self._telemetry.report_once(self._prefix + key, f"{self._settings.id}: {message}")

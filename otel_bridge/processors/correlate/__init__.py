@@ -19,13 +19,13 @@ that closed (:mod:`.windows`). Eviction, every eighth of ``retention``, walks th
 and the processes that exited, not every process ever seen. ``benchmarks/correlation_scale.py``
 times it; ``tests/correlate/test_scaling.py`` checks the growth of the work done.
 
-Counts go to the run summary through ``host.telemetry``: ``correlate.bridge``,
-``correlate.exact.<method>``, ``correlate.skip.<reason>`` (``no_candidate``,
-``several_candidates``, ``process_ambiguous``, ``exact_identity_preferred``,
+Counts reach the run summary through ``status().outcomes`` and the counter family
+``processor.<id>.outcome.<kind>``: ``bridge``, ``exact.<method>``, ``skip.<reason>``
+(``no_candidate``, ``several_candidates``, ``process_ambiguous``, ``exact_identity_preferred``,
 ``contradicts_exact``, ``late_declaration``, ``unsupported_command.<sub-reason>``) and
-``correlate.late_conflict`` (a declaration that arrived after a process it is compatible with was
-bridged to another one; such a bridge cannot be recalled), and ``correlate.skipped.no_facts``
-(an observation correlation would use, a process start/exec/exit or a ``declared_command``, whose
+``late_conflict`` (a declaration that arrived after a process it is compatible with was
+bridged to another one; such a bridge cannot be recalled), and ``skipped.no_facts`` (an
+observation correlation would use, a process start/exec/exit or a ``declared_command``, whose
 entity carries no typed facts: it is skipped, never parsed back out of attribute strings).
 :attr:`CorrelateProcessor.outcomes` exposes the same counts.
 
@@ -43,7 +43,9 @@ from dataclasses import dataclass, field, replace
 from otel_bridge.component import (
     PROCESSOR,
     Component,
+    ComponentStatus,
     Consumer,
+    CounterSpec,
     CreateSettings,
     Factory,
     Host,
@@ -294,7 +296,7 @@ class CorrelateProcessor:
     def __init__(self, config: Config, next_consumer: Consumer, telemetry: Telemetry) -> None:
         self._core = Correlator(config)
         self._next = next_consumer
-        self._telemetry = telemetry
+        self._telemetry = telemetry.owned_by(factory, "correlate")
         self._lock = threading.Lock()
         self._reported: Counter[str] = Counter()
         self._done = False
@@ -307,7 +309,11 @@ class CorrelateProcessor:
 
     def start(self, host: Host) -> None:
         """Use the collector's telemetry for the run summary."""
-        self._telemetry = host.telemetry
+        self._telemetry = host.telemetry.in_scope_of(self._telemetry)
+
+    def status(self) -> ComponentStatus:
+        """The outcome counts so far (bridges, exact links, skips by reason), for the summary."""
+        return ComponentStatus(outcomes={k: v for k, v in self.outcomes.items() if v})
 
     def consume(self, batch: Batch) -> None:
         """Forward ``batch`` with the derived observations decidable now appended."""
@@ -339,7 +345,7 @@ class CorrelateProcessor:
         for k, v in now.items():
             delta = v - self._reported[k]
             if delta:
-                self._telemetry.count(f"correlate.{k}", delta)
+                self._telemetry.count("outcome", delta, label=k)
         self._reported = now
 
 
@@ -355,4 +361,5 @@ factory: Factory[Config] = Factory(
     default_config=Config,
     create=_create,
     signals=frozenset({"evidence"}),
+    counters=(CounterSpec("outcome", "correlation outcomes by kind", "{outcomes}", True),),
 )

@@ -29,15 +29,24 @@ from __future__ import annotations
 import threading
 import time
 
-from otel_bridge.component import Consumer, CreateSettings, Factory, Host, require_consumer
+from otel_bridge.component import (
+    RECEIVER,
+    ComponentStatus,
+    Consumer,
+    CreateSettings,
+    Factory,
+    Host,
+    require_consumer,
+)
 from otel_bridge.errors import BackendUnavailableError, StartupError
 from otel_bridge.receivers.host.backend import Backend
 from otel_bridge.receivers.host.config import AUTO_ORDER, HostConfig
+from otel_bridge.receivers.host.counters import COUNTERS
 from otel_bridge.receivers.host.events import Emitter, EventFactory, HostContext, Lineage
 from otel_bridge.receivers.host.selection import create_backend
 from otel_bridge.redaction import Redactor
 
-__all__ = ["HostConfig", "HostReceiver", "factory"]
+__all__ = ["COUNTERS", "HostConfig", "HostReceiver", "factory"]
 
 
 class HostReceiver:
@@ -84,7 +93,7 @@ class HostReceiver:
                 f"{self._settings.id}: no root_pid to observe (set root_pid, or use "
                 "`otel-bridge observe`, which sets it to the launched command)"
             )
-        telemetry = host.telemetry
+        telemetry = host.telemetry.in_scope_of(self._settings.telemetry)
         names = self.auto_order if self.config.backend == "auto" else (self.config.backend,)
         skipped: list[str] = []
         for name in names:
@@ -123,6 +132,16 @@ class HostReceiver:
             return
         raise StartupError(f"{self._settings.id}: no host backend can run: {'; '.join(skipped)}")
 
+    def status(self) -> ComponentStatus:
+        """The backend in use and why, and each collection's state (``state: reason``)."""
+        ctx = self._ctx
+        states = dict(ctx.states) if ctx is not None else {}
+        return ComponentStatus(
+            backend=self.backend_name,
+            detail=self.explanation,
+            collections={name: f"{state}: {reason}" for name, (state, reason) in states.items()},
+        )
+
     def shutdown(self) -> None:
         """Stop the backend and flush. Safe before start and twice."""
         with self._lock:
@@ -156,8 +175,9 @@ def _create(
 
 factory: Factory[HostConfig] = Factory(
     type_name="host",
-    kind="receiver",
+    kind=RECEIVER,
     default_config=HostConfig,
     create=_create,
     signals=frozenset({"logs", "evidence"}),
+    counters=COUNTERS,
 )

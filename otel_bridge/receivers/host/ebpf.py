@@ -137,7 +137,7 @@ class EbpfBackend:
                 self._lines.handle_line(raw.decode("utf-8", "replace").rstrip("\n"))
             except (ValueError, IndexError):
                 if self._ctx is not None:
-                    self._ctx.telemetry.count("receiver.host.ebpf.unparsed")
+                    self._ctx.telemetry.count("ebpf.unparsed")
 
     def _stop_process(self) -> str:
         proc = self._proc

@@ -97,7 +97,7 @@ class BpftraceInterpreter:
         elif kind == "O" and ctx.config.files:
             pid, ts, ret, flags = int(parts[0]), int(parts[1]), int(parts[2]), int(parts[3])
             if ret < 0:
-                ctx.telemetry.count("receiver.host.ebpf.failed_opens")
+                ctx.telemetry.count("ebpf.failed_opens")
                 return
             path = parts[4] if len(parts) > 4 else ""
             if path and not os.path.isabs(path):

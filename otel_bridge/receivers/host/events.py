@@ -20,6 +20,7 @@ from otel_bridge.component import Consumer, Telemetry
 from otel_bridge.identity import host_id, iso_ms
 from otel_bridge.model import AnyValue, Batch, CollectionState, LogRecord, Resource, Scope
 from otel_bridge.receivers.host.config import HostConfig
+from otel_bridge.receivers.host.counters import host_telemetry
 from otel_bridge.receivers.host.procfs import (
     ProcessInfo,
     approx_start_ms,
@@ -74,7 +75,7 @@ class Emitter:
         self, consumer: Consumer, telemetry: Telemetry, *, batch_size: int, interval: float
     ) -> None:
         self._consumer = consumer
-        self._telemetry = telemetry
+        self._telemetry = host_telemetry(telemetry)
         self._batch_size = batch_size
         self._interval = interval
         self._pending: list[LogRecord] = []
@@ -107,11 +108,11 @@ class Emitter:
             try:
                 self._consumer.consume(Batch(logs=tuple(records)))
                 self.emitted += len(records)
-                self._telemetry.count("receiver.host.events_emitted", len(records))
+                self._telemetry.count("events_emitted", len(records))
                 for name, n in Counter(r.event_name for r in records).items():
-                    self._telemetry.count(f"receiver.host.events.{name}", n)
+                    self._telemetry.count("events", n, label=name)
             except Exception as exc:  # a consumer failure must not kill the backend
-                self._telemetry.count("receiver.host.events_refused", len(records))
+                self._telemetry.count("events_refused", len(records))
                 self._telemetry.report_once("host.refused", f"host receiver: batch refused: {exc}")
 
     def _run(self) -> None:
@@ -138,6 +139,9 @@ class HostContext:
     states: dict[str, tuple[str, str]] = field(default_factory=dict)
     exclude_paths: tuple[str, ...] = ()
     """Directories whose file events are the collector's own (the run directory): ignored."""
+
+    def __post_init__(self) -> None:
+        self.telemetry = host_telemetry(self.telemetry)
 
     def emit(self, record: LogRecord) -> None:
         """Send one record downstream."""

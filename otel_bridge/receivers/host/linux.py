@@ -297,7 +297,7 @@ class LinuxBackend:
         ctx = self._ctx
         assert ctx is not None
         self.lost += 1
-        ctx.telemetry.count("receiver.host.linux.overruns")
+        ctx.telemetry.count("linux.overruns")
         if ctx.states.get("process", ("",))[0] == CollectionState.AVAILABLE:
             ctx.collection_state(
                 "process",

@@ -226,7 +226,7 @@ class SocketScanner:
             if socket_key in self._undecided:
                 return
             self._undecided.add(socket_key)
-        self._ctx.telemetry.count("receiver.host.network.direction_unknown")
+        self._ctx.telemetry.count("network.direction_unknown")
 
     def stop(self) -> None:
         """One last scan, then stop. Safe twice."""

@@ -311,7 +311,7 @@ class PortableBackend:
         if direction is Direction.UNKNOWN:
             self.undecided += 1
             assert self._ctx is not None
-            self._ctx.telemetry.count("receiver.host.network.direction_unknown")
+            self._ctx.telemetry.count("network.direction_unknown")
         return None
 
     def _refresh_listeners(self) -> None:

@@ -176,7 +176,7 @@ class DestroyWatcher:
         except OSError as exc:
             if exc.errno == errno.ENOBUFS:
                 self.overruns += 1
-                self._ctx.telemetry.count("receiver.host.sockdiag.overruns")
+                self._ctx.telemetry.count("sockdiag.overruns")
                 return True
             return False
         for gone in parse_destroyed(data):
@@ -225,7 +225,7 @@ class DestroyWatcher:
             causal=False if pid is None else None,
         )
         self.recorded += 1
-        ctx.telemetry.count("receiver.host.sockdiag.connections")
+        ctx.telemetry.count("sockdiag.connections")
         ctx.emit(record)
 
     def stop(self) -> None:

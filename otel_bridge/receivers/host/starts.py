@@ -15,7 +15,7 @@ forked child's ``process.start`` in a :class:`StartGate`:
 
 An exec whose new image cannot be read (the process exited first, or its pid already belongs
 to another process) yields a ``process.exec`` *without* ``process.command_args`` and counts
-``argv_unknown`` (telemetry ``receiver.host.argv_unknown``; the per-run total is noted on the
+``argv_unknown`` (counter ``receiver.<id>.argv_unknown``; the per-run total is noted on the
 process collection when observation stops).
 """
 
@@ -148,7 +148,7 @@ class StartGate:
             return
         if pending.image is None:
             self.image_unknown += 1
-            self.ctx.telemetry.count("receiver.host.image_unknown")
+            self.ctx.telemetry.count("image_unknown")
         self._emit(pending.image or pending.info, pending.time_ns)
         self._release(pending.held)
 
@@ -294,7 +294,7 @@ class StartGate:
     def unknown_argv(self) -> None:
         """Count one exec whose argv is unknown."""
         self.argv_unknown += 1
-        self.ctx.telemetry.count("receiver.host.argv_unknown")
+        self.ctx.telemetry.count("argv_unknown")
 
     def _start_record(self, info: ProcessInfo, time_ns: int) -> LogRecord:
         return self.ctx.events.process_event(

@@ -158,7 +158,7 @@ class StraceBackend:
                 if call is not None:
                     interp.handle(call)
         if parser.unparsed:
-            interp.ctx.telemetry.count("receiver.host.strace.unparsed", parser.unparsed)
+            interp.ctx.telemetry.count("strace.unparsed", parser.unparsed)
 
     def stop(self) -> None:
         """Detach strace (SIGINT), parse what it wrote, and stop. Safe twice."""

@@ -217,7 +217,7 @@ class SyscallInterpreter:
     def _open(self, call: Syscall) -> None:
         if call.ret is None or call.ret < 0:
             self.failed_opens += 1
-            self.ctx.telemetry.count("receiver.host.strace.failed_opens")
+            self.ctx.telemetry.count("strace.failed_opens")
             return
         args = split_args(call.args)
         if call.name == "creat":

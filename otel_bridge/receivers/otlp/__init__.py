@@ -15,7 +15,7 @@ from otel_bridge.component import (
     require_consumer,
 )
 from otel_bridge.receivers.otlp.config import OtlpReceiverConfig, default_config
-from otel_bridge.receivers.otlp.receiver import OtlpReceiver
+from otel_bridge.receivers.otlp.receiver import COUNTERS, OtlpReceiver
 
 __all__ = ["OtlpReceiver", "OtlpReceiverConfig", "factory"]
 
@@ -31,5 +31,6 @@ factory: Factory[OtlpReceiverConfig] = Factory(
     kind=RECEIVER,
     default_config=default_config,
     create=_create,
+    counters=COUNTERS,
 )
 """Factory of the ``otlp`` receiver."""

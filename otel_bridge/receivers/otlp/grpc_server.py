@@ -3,7 +3,8 @@
 Requests arrive as raw bytes and are parsed here, so a malformed message is answered with
 ``INVALID_ARGUMENT`` and a message saying what is wrong (grpcio would answer its own deserializer
 failure with ``INTERNAL``). Oversized messages are refused by grpcio itself with
-``RESOURCE_EXHAUSTED``; a refusal by the pipeline is ``UNAVAILABLE`` with ``RetryInfo``.
+``RESOURCE_EXHAUSTED``; a refusal by the pipeline is ``UNAVAILABLE`` with ``RetryInfo``; any other
+failure of the pipeline is ``INVALID_ARGUMENT`` (permanent: the client does not retry).
 """
 
 from __future__ import annotations
@@ -42,6 +43,10 @@ _WORKERS = 8
 
 class _RefusedError(Exception):
     """The pipeline refused a request; answered with a retryable status."""
+
+
+class _FailedError(Exception):
+    """The pipeline rejected a request for good; answered with ``INVALID_ARGUMENT``."""
 
 
 class _RichStatus(grpc.Status):
@@ -130,6 +135,8 @@ class GrpcServer:
             context.abort(grpc.StatusCode.INVALID_ARGUMENT, f"cannot decode {what}: {exc}")
         except _RefusedError as refused:
             context.abort_with_status(unavailable_status(str(refused), self._receiver.retry_after))
+        except _FailedError as failed:
+            context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(failed))
         except Exception as exc:  # a bug must not kill the server; the client sees INTERNAL
             self._receiver.report_once("grpc_internal", f"gRPC export failed: {exc!r}")
             context.abort(grpc.StatusCode.INTERNAL, f"internal error: {exc}")
@@ -140,6 +147,8 @@ class GrpcServer:
             outcome = self._receiver.deliver_spans(decode_traces(data))
             if outcome.refused:
                 raise _RefusedError(outcome.refused)
+            if outcome.failed:
+                raise _FailedError(outcome.failed)
             response = ExportTraceServiceResponse()
             if outcome.rejected:
                 response.partial_success.rejected_spans = outcome.rejected
@@ -153,6 +162,8 @@ class GrpcServer:
             outcome = self._receiver.deliver_logs(decode_logs(data))
             if outcome.refused:
                 raise _RefusedError(outcome.refused)
+            if outcome.failed:
+                raise _FailedError(outcome.failed)
             response = ExportLogsServiceResponse()
             if outcome.rejected:
                 response.partial_success.rejected_log_records = outcome.rejected

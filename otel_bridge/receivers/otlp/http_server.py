@@ -223,6 +223,8 @@ class _Handler(BaseHTTPRequestHandler):
         if outcome.refused:
             seconds = max(0, math.ceil(receiver.retry_after))
             raise _HttpError(503, _UNAVAILABLE, outcome.refused, {"Retry-After": str(seconds)})
+        if outcome.failed:
+            raise _HttpError(400, _INVALID_ARGUMENT, outcome.failed)
         self._send(200, content_type, _response_body(content_type, signal, outcome), {})
 
     def _read_body(self, server: HttpServer) -> bytes:

@@ -6,11 +6,16 @@ to :meth:`OtlpReceiver.deliver`, which implements the OTLP response rules in one
 * invalid records are rejected one by one and the client gets *partial success*
   (``rejected_spans``/``rejected_log_records`` with an ``error_message``), the valid rest is
   passed on;
-* when the next consumer refuses a batch (it raises, e.g. the memory limiter is over its limit),
-  nothing is acknowledged: the client gets a retryable status (gRPC ``UNAVAILABLE`` with
-  ``RetryInfo``, HTTP 503 with ``Retry-After``), so nothing acknowledged is ever lost.
+* when the next consumer refuses a batch for now (it raises
+  :class:`~otel_bridge.errors.RefusedError`, e.g. the memory limiter is over its limit), nothing
+  is acknowledged: the client gets a retryable status (gRPC ``UNAVAILABLE`` with ``RetryInfo``,
+  HTTP 503 with ``Retry-After``), so nothing acknowledged is ever lost;
+* when the next consumer raises anything else (a permanent error, or a processor's
+  ``ValueError``), the batch will never be accepted: the client gets a permanent status (gRPC
+  ``INVALID_ARGUMENT``, HTTP 400) with a message saying what was wrong, the records are counted
+  as rejected, and the server keeps serving.
 
-Counters in ``host.telemetry`` (``receiver.<id>.``): ``spans_accepted``, ``spans_rejected``,
+Counters (:data:`COUNTERS`, ``receiver.<id>.<name>``): ``spans_accepted``, ``spans_rejected``,
 ``spans_refused``, ``log_records_accepted``, ``log_records_rejected``, ``log_records_refused``,
 ``requests_malformed``, ``requests_too_large``.
 """
@@ -20,13 +25,41 @@ from __future__ import annotations
 import threading
 from dataclasses import dataclass
 
-from otel_bridge.component import Consumer, CreateSettings, Host, Telemetry
-from otel_bridge.errors import StartupError
+from otel_bridge.component import (
+    ComponentStatus,
+    Consumer,
+    CounterSpec,
+    CreateSettings,
+    Endpoint,
+    Host,
+    Telemetry,
+)
+from otel_bridge.errors import StartupError, is_retryable
 from otel_bridge.model import Batch, LogRecord, Span
 from otel_bridge.otlp.proto_codec import Decoded
 from otel_bridge.receivers.otlp.config import OtlpReceiverConfig
 from otel_bridge.receivers.otlp.grpc_server import GrpcServer
 from otel_bridge.receivers.otlp.http_server import HttpServer
+
+COUNTERS: tuple[CounterSpec, ...] = (
+    CounterSpec("spans_accepted", "spans passed on to the pipelines", "{spans}"),
+    CounterSpec(
+        "spans_rejected",
+        "spans not accepted for good: invalid records, or the pipeline rejected them",
+        "{spans}",
+    ),
+    CounterSpec("spans_refused", "spans the pipeline refused for now (client retries)", "{spans}"),
+    CounterSpec("log_records_accepted", "log records passed on to the pipelines", "{records}"),
+    CounterSpec(
+        "log_records_rejected",
+        "log records not accepted for good: invalid, or the pipeline rejected them",
+        "{records}",
+    ),
+    CounterSpec("log_records_refused", "log records refused for now (client retries)", "{records}"),
+    CounterSpec("requests_malformed", "requests whose body could not be decoded", "{requests}"),
+    CounterSpec("requests_too_large", "requests over the size limit", "{requests}"),
+)
+"""The counters of the ``otlp`` receiver."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -37,6 +70,8 @@ class Outcome:
     error_message: str = ""
     refused: str = ""
     """Non-empty when the pipeline refused the data: answer with a retryable status."""
+    failed: str = ""
+    """Non-empty when the pipeline rejected the data for good: answer with a permanent status."""
 
 
 class OtlpReceiver:
@@ -49,7 +84,6 @@ class OtlpReceiver:
         self._config = config
         self._next = next_consumer
         self._telemetry: Telemetry = settings.telemetry
-        self._prefix = f"receiver.{settings.id}."
         self._lock = threading.Lock()
         self._grpc: GrpcServer | None = None
         self._http: HttpServer | None = None
@@ -79,11 +113,26 @@ class OtlpReceiver:
     def count(self, name: str, n: int = 1) -> None:
         """Add ``n`` to this receiver's counter ``name``."""
         if n:
-            self._telemetry.count(self._prefix + name, n)
+            self._telemetry.count(name, n)
 
     def report_once(self, key: str, message: str) -> None:
         """Log ``message`` once per ``key`` for this receiver."""
-        self._telemetry.report_once(self._prefix + key, f"{self._settings.id}: {message}")
+        self._telemetry.report_once(
+            f"receiver.{self._settings.id}.{key}", f"{self._settings.id}: {message}"
+        )
+
+    def status(self) -> ComponentStatus:
+        """The bound endpoints (``grpc``, ``http``) once started."""
+        protocols = self._config.effective_protocols()
+        endpoints = []
+        for name, cfg, port in (
+            ("grpc", protocols.grpc, self.grpc_port),
+            ("http", protocols.http, self.http_port),
+        ):
+            if cfg is not None and port is not None:
+                host = cfg.endpoint.rpartition(":")[0].strip("[]") or "127.0.0.1"
+                endpoints.append(Endpoint(protocol=name, host=host, port=port))
+        return ComponentStatus(endpoints=tuple(endpoints))
 
     def start(self, host: Host) -> None:
         """Bind and start the configured servers; StartupError if a port cannot be bound."""
@@ -91,7 +140,7 @@ class OtlpReceiver:
             if self._started:
                 return
             self._started = True
-            self._telemetry = host.telemetry
+            self._telemetry = host.telemetry.in_scope_of(self._telemetry)
             protocols = self._config.effective_protocols()
             try:
                 if protocols.grpc is not None:
@@ -140,11 +189,26 @@ class OtlpReceiver:
         if batch is not None:
             try:
                 self._next.consume(batch)
-            except Exception as exc:  # any refusal downstream reaches the client as retryable
-                self.count(f"{noun}_refused", n)
-                self.report_once(
-                    f"{noun}_refused", f"the pipeline refused data, clients asked to retry: {exc}"
-                )
-                return Outcome(refused=f"the pipeline cannot accept data now: {exc}")
+            except Exception as exc:
+                return self._failed(exc, n, noun)
             self.count(f"{noun}_accepted", n)
         return Outcome(decoded.rejected, decoded.error_message)
+
+    def _failed(self, exc: Exception, n: int, noun: str) -> Outcome:
+        """The answer to a batch the pipeline raised on: retryable only for a refusal."""
+        if is_retryable(exc):
+            self.count(f"{noun}_refused", n)
+            self.report_once(
+                f"{noun}_refused", f"the pipeline refused data, clients asked to retry: {exc}"
+            )
+            return Outcome(refused=f"the pipeline cannot accept data now: {exc}")
+        self.count(f"{noun}_rejected", n)
+        self.report_once(
+            f"{noun}_failed",
+            f"the pipeline rejected a batch ({type(exc).__name__}: {exc}); clients told not "
+            "to retry",
+        )
+        return Outcome(
+            rejected=n,
+            failed=f"the pipeline rejected the data ({type(exc).__name__}): {exc}",
+        )

@@ -1,0 +1,44 @@
+"""The counters the ``host`` receiver declares, and its counting view for direct construction."""
+
+from __future__ import annotations
+
+from otel_bridge.component import RECEIVER, STANDARD_COUNTERS, CounterScope, CounterSpec, Telemetry
+
+COUNTERS: tuple[CounterSpec, ...] = (
+    CounterSpec("events_emitted", "OS event records handed to the pipelines"),
+    CounterSpec(
+        "events", "OS event records handed on, by event name (process.start, ...)", labeled=True
+    ),
+    CounterSpec("events_refused", "OS event records the pipelines did not accept"),
+    CounterSpec("linux.overruns", "netlink proc connector buffer overruns", "{overruns}"),
+    CounterSpec("strace.unparsed", "strace lines that could not be parsed", "{lines}"),
+    CounterSpec("strace.failed_opens", "failed opens strace saw (not reported as events)"),
+    CounterSpec("ebpf.unparsed", "bpftrace lines that could not be parsed", "{lines}"),
+    CounterSpec("ebpf.failed_opens", "failed opens bpftrace saw (not reported as events)"),
+    CounterSpec("argv_unknown", "execs whose argv could not be read (recorded without one)"),
+    CounterSpec("image_unknown", "process starts whose executed image could not be read"),
+    CounterSpec(
+        "network.direction_unknown",
+        "sockets whose direction (initiated or accepted) could not be decided: not claimed",
+        "{sockets}",
+    ),
+    CounterSpec("sockdiag.overruns", "sock_diag destroy-notification buffer overruns"),
+    CounterSpec(
+        "sockdiag.connections",
+        "TCP connections recorded from destroy notifications",
+        "{connections}",
+    ),
+)
+"""The counters of the ``host`` receiver (``receiver.<id>.<name>``)."""
+
+
+def host_telemetry(telemetry: Telemetry, component_id: str = "host") -> Telemetry:
+    """``telemetry`` when it counts for a component already, else scoped to ``component_id``.
+
+    The emitter and context are built by the receiver with a scoped view; tests and tools that
+    build them directly with a plain ``Telemetry()`` count as receiver ``host``.
+    """
+    if telemetry.scope is not None:
+        return telemetry
+    specs = (*COUNTERS, *STANDARD_COUNTERS[RECEIVER])
+    return telemetry.scoped(CounterScope.of(RECEIVER, component_id, specs))

@@ -41,7 +41,7 @@ from otel_bridge.model import Batch, LogRecord, Span
 _NOUNS = {"traces": "spans", "logs": "log_records"}
 
 
-COUNTERS: tuple[CounterSpec, ...] = tuple(
+_PER_SIGNAL: tuple[CounterSpec, ...] = tuple(
     CounterSpec(f"{verb}_{noun}", f"{noun.replace('_', ' ')} {what}", unit)
     for noun, unit in (("spans", "{spans}"), ("log_records", "{records}"))
     for verb, what in (
@@ -51,7 +51,9 @@ COUNTERS: tuple[CounterSpec, ...] = tuple(
         ("dropped", "dropped: queue full, or shut down"),
         ("unsupported", "not sent: the backend does not accept this signal"),
     )
-) + (
+)
+COUNTERS: tuple[CounterSpec, ...] = (
+    *_PER_SIGNAL,
     CounterSpec("signals_disabled", "signals the backend refused as unsupported", "{signals}"),
     CounterSpec("queue_kept_batches", "batches written to the persistent queue", "{batches}"),
     CounterSpec("queue_replayed_batches", "batches replayed from the queue at start", "{batches}"),

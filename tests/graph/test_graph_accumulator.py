@@ -195,13 +195,6 @@ def test_derived_support_method_and_score() -> None:
     assert both["derived_support"] == ["x#0", "y#0"]
 
 
-def test_viewer_only_only_when_every_observation_is() -> None:
-    """An edge is viewer_only only if all its support is viewer-only."""
-    view = Evidence(inferred=True, causal=False, viewer_only=True)
-    assert _edge(_snapshot(obs("v", evidence=view)))["viewer_only"] is True
-    assert _edge(_snapshot(obs("v", evidence=view), obs("n")))["viewer_only"] is False
-
-
 def test_coverage_is_summarized_by_reason_and_channel() -> None:
     """Coverage records are counted in the summary."""
     acc = GraphAccumulator()

@@ -122,18 +122,19 @@ class GraphAccumulator:
             self._coverage_by_channel[record.source.channel.value] += 1
 
     def apply_many(self, observations: tuple[Observation, ...] | list[Observation]) -> None:
-        """Apply observations in order.
+        """Hot path: apply observations in order, one loop that inlines per observation the
+        source and evidence bit look-ups (one-entry memos), the merge checks of the subject and
+        object nodes (first-available label and attributes, stable key, typed facts: an equal
+        facts record only moves its stamp), the edge look-up, first/last seen, evidence OR,
+        counts and support ids, and the occurrence window of relation observations.
 
-        Hot path: this loop inlines, per observation, the source and evidence bit look-ups (with
-        one-entry memos), the node merge checks of subject and object (first-available label
-        and attributes, stable key, typed facts: an equal facts record only moves its stamp),
-        the edge look-up and its first/last seen, evidence OR and counts, support ids, and the
-        occurrence window for relation observations. Everything else is a named method: new
-        edges and nodes (:meth:`_new_edge`), entity observations (:meth:`_apply_entity`),
-        occurrences that reach several elements (:meth:`_regrow`), window rotation. An event
-        on a known edge leaves no new object behind but its occurrence entry. Its reference is
-        the plain accumulator ``tests/graph/reference_graph.py``: the differential tests in
-        ``tests/graph/test_graph_reference.py`` check every snapshot byte for byte against it.
+        Everything else is a named method: new edges and nodes (:meth:`_new_edge`), entity
+        observations (:meth:`_apply_entity`), occurrences that reach several elements
+        (:meth:`_regrow`), window rotation, key and facts offers (``Store.offer_*``). An event
+        on a known edge leaves no new object behind but its occurrence entry. The reference of
+        this loop is the plain accumulator ``tests/graph/reference_graph.py``: the differential
+        tests in ``tests/graph/test_graph_reference.py`` compare every snapshot with it, byte
+        for byte, keys and facts included.
         """
         st = self._store
         node_index, n_keys, n_label = st.node_index, st.n_keys, st.n_label

@@ -194,7 +194,8 @@ class Store:
         self.n_fid: list[str] = []
         """... observation id, ..."""
         self.n_fseq: list[int] = []
-        """... and offer order (``offers`` when the record was last offered as new)."""
+        """... and offer order (``offers`` when the record was last offered as new; 0 for the
+        node's first record)."""
         self.f_hist: dict[int, dict[Facts, Stamp]] = {}
         """Sparse: every earlier distinct facts record of a node with its latest stamp."""
         self.offers = 0
@@ -221,10 +222,9 @@ class Store:
         self.n_keys.append(self.key_sets.setdefault(keys, keys))
         self.n_key.append(entity.key)
         self.n_facts.append(entity.facts)
-        self.offers += 1
         self.n_ft.append(time)
         self.n_fid.append(observation_id)
-        self.n_fseq.append(self.offers)
+        self.n_fseq.append(0)  # the node's first record: every other one is offered later
         return i
 
     def merge_node(self, i: int, label: str, attrs: Attributes) -> None:
@@ -233,6 +233,23 @@ class Store:
             self.n_label[i] = label
         merge_attrs(self.n_attrs[i], attrs)
         self.n_keys[i] = self.intern_keys(self.n_attrs[i])
+
+    def see(self, i: int, entity: Entity, time: int, observation_id: str) -> None:
+        """A later sighting of node ``i`` (the accumulator's hot loop inlines these checks):
+        first-available label and attributes, its facts record (an equal one only moves the
+        stamp forward), its stable key."""
+        if not self.n_keys[i].issuperset(entity.attrs) or (not self.n_label[i] and entity.label):
+            self.merge_node(i, entity.label, entity.attrs)
+        facts = entity.facts
+        if facts is not None:
+            if facts == self.n_facts[i]:
+                ft = self.n_ft[i]
+                if time > ft or (time == ft and observation_id > self.n_fid[i]):
+                    self.n_ft[i], self.n_fid[i] = time, observation_id
+            else:
+                self.offer_facts(i, facts, time, observation_id)
+        if entity.key and entity.key != self.n_key[i]:
+            self.offer_key(i, entity.key)
 
     def offer_key(self, i: int, key: str) -> None:
         """A sighting of node ``i`` states ``key``: kept when it ranks higher (:func:`key_rank`)."""

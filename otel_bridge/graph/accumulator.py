@@ -130,7 +130,8 @@ class GraphAccumulator:
 
         Everything else is a named method: new edges and nodes (:meth:`_new_edge`), entity
         observations (:meth:`_apply_entity`), occurrences that reach several elements
-        (:meth:`_regrow`), window rotation, key and facts offers (``Store.offer_*``). An event
+        (:meth:`_regrow`), window rotation, key and facts offers (``Store.offer_*``); the node
+        merge checks are written out once, readably, as ``Store.see``. An event
         on a known edge leaves no new object behind but its occurrence entry. The reference of
         this loop is the plain accumulator ``tests/graph/reference_graph.py``: the differential
         tests in ``tests/graph/test_graph_reference.py`` compare every snapshot with it, byte
@@ -154,10 +155,14 @@ class GraphAccumulator:
         ev_bits, extras, slow = 0, False, False
         last_sid = ""
         si = -1
+        # the subject's memo: last attributes merged, key set and whether it has a label (they
+        # may go stale when the node is merged as an object: that only costs a needless merge)
+        s_seen: object = None
+        s_keys: frozenset[str] = frozenset()
+        s_labeled = False
         for o in observations:
             t = o.time_unix_nano
             te = o.end_time_unix_nano or t
-            oid = o.id
             src = o.source
             if src.backend is not last_backend or src.channel is not last_channel:
                 last_backend, last_channel = src.backend, src.channel
@@ -167,17 +172,22 @@ class GraphAccumulator:
             if s.id != last_sid:
                 last_sid = s.id
                 found = node_index.get(last_sid)
-                si = st.add_node(s, t, oid) if found is None else found
+                si = st.add_node(s, t, o.id) if found is None else found
+                s_seen, s_keys, s_labeled = None, n_keys[si], bool(n_label[si])
+            # the node merge checks of Store.see, inline: label and attributes, facts, key
             attrs = s.attrs
-            if not n_keys[si].issuperset(attrs) or (not n_label[si] and s.label):
-                st.merge_node(si, s.label, attrs)
+            if attrs is not s_seen or not s_labeled:
+                s_seen = attrs
+                if not s_keys.issuperset(attrs) or (not s_labeled and s.label):
+                    st.merge_node(si, s.label, attrs)
+                    s_keys, s_labeled = n_keys[si], bool(n_label[si])
             f = s.facts
             if f is not None:
                 if f is n_facts[si] or f == n_facts[si]:
-                    if t > n_ft[si] or (t == n_ft[si] and oid > n_fid[si]):
-                        n_ft[si], n_fid[si] = t, oid
+                    if t > n_ft[si] or (t == n_ft[si] and o.id > n_fid[si]):
+                        n_ft[si], n_fid[si] = t, o.id
                 else:
-                    st.offer_facts(si, f, t, oid)
+                    st.offer_facts(si, f, t, o.id)
             if s.key and s.key != n_key[si]:
                 st.offer_key(si, s.key)
             ob = o.object
@@ -194,21 +204,22 @@ class GraphAccumulator:
             ei = edge_index.get((last_sid, o.relation, ob.id))
             if ei is None:
                 ei = self._new_edge(o, si, t)
-            elif not e_keys[ei].issuperset(o.attrs):
-                st.merge_edge(ei, o.attrs)
-            oi = e_dst[ei]
-            attrs = ob.attrs
-            if not n_keys[oi].issuperset(attrs) or (not n_label[oi] and ob.label):
-                st.merge_node(oi, ob.label, attrs)
-            f = ob.facts
-            if f is not None:
-                if f is n_facts[oi] or f == n_facts[oi]:
-                    if t > n_ft[oi] or (t == n_ft[oi] and oid > n_fid[oi]):
-                        n_ft[oi], n_fid[oi] = t, oid
-                else:
-                    st.offer_facts(oi, f, t, oid)
-            if ob.key and ob.key != n_key[oi]:
-                st.offer_key(oi, ob.key)
+            else:  # Store.see of the object, inline, and the edge's first-available attributes
+                oi = e_dst[ei]
+                attrs = ob.attrs
+                if not n_keys[oi].issuperset(attrs) or (not n_label[oi] and ob.label):
+                    st.merge_node(oi, ob.label, attrs)
+                f = ob.facts
+                if f is not None:
+                    if f is n_facts[oi] or f == n_facts[oi]:
+                        if t > n_ft[oi] or (t == n_ft[oi] and o.id > n_fid[oi]):
+                            n_ft[oi], n_fid[oi] = t, o.id
+                    else:
+                        st.offer_facts(oi, f, t, o.id)
+                if ob.key and ob.key != n_key[oi]:
+                    st.offer_key(oi, ob.key)
+                if not e_keys[ei].issuperset(o.attrs):
+                    st.merge_edge(ei, o.attrs)
             if 0 < t < e_first[ei]:
                 e_first[ei] = t
             if te > e_last[ei]:  # noqa: PLR1730 - hot path, cheaper than max()
@@ -220,9 +231,9 @@ class GraphAccumulator:
                 if retain:
                     sup = support.get(ei)
                     if sup is None:
-                        support[ei] = [oid]
+                        support[ei] = [o.id]
                     elif len(sup) < limit:
-                        sup.append(oid)
+                        sup.append(o.id)
             occurrence = o.occurrence
             if not occurrence:
                 e_count[ei] += both
@@ -244,7 +255,7 @@ class GraphAccumulator:
                 # An occurrence that already counted this edge also counted both its end nodes
                 # (they are added together): nothing to regrow.
                 if seen != ei and (isinstance(seen, int) or ei << 1 not in seen):
-                    self._regrow(occurrence, seen, ei, si, oi)
+                    self._regrow(occurrence, seen, ei, si, e_dst[ei])
         self.observations += len(observations)
 
     def _source_bits(self, source: Source) -> int:
@@ -275,6 +286,8 @@ class GraphAccumulator:
         oi = st.node_index.get(ob.id)
         if oi is None:
             oi = st.add_node(ob, t, o.id)
+        else:
+            st.see(oi, ob, t, o.id)
         return st.add_edge((o.subject.id, REL_VALUE[o.relation], ob.id), si, oi, o.attrs)
 
     def _apply_entity(self, si: int, t: int, te: int, nbits: int, occurrence: str) -> None:

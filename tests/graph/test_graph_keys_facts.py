@@ -13,10 +13,32 @@ import pytest
 from graph_helpers import PROC, file_entity, obs
 
 from otel_bridge.cli import main
-from otel_bridge.graph import Graph, GraphAccumulator, GraphFilter, dump, filter_graph, schema
+from otel_bridge.errors import DecodeError
+from otel_bridge.graph import (
+    Graph,
+    GraphAccumulator,
+    GraphFilter,
+    dump,
+    filter_graph,
+    load,
+    schema,
+)
 from otel_bridge.graph._elements import key_rank
 from otel_bridge.identity import file_key, process_key
-from otel_bridge.model import Entity, EntityKind, Facts, FileFacts, Observation, ProcessFacts
+from otel_bridge.model import (
+    AgentFacts,
+    CommandFacts,
+    EndpointFacts,
+    Entity,
+    EntityKind,
+    ExecutableFacts,
+    Facts,
+    FileFacts,
+    ModelFacts,
+    Observation,
+    ProcessFacts,
+    ToolCallFacts,
+)
 
 START = ProcessFacts(
     host_id="h",
@@ -195,3 +217,39 @@ def test_key_filter_selects_nodes_by_exact_stable_key(
     assert [n["key"] for n in doc["nodes"]] == [key]
     assert main(["graph", str(path), "--key", key[:-1], "--json"]) == 0
     assert json.loads(capsys.readouterr().out)["nodes"] == []
+
+
+EVERY_FACTS: list[Facts] = [
+    START,
+    ExecutableFacts(path="/usr/bin/python3", name="python3"),
+    FileFacts(path="/x"),
+    EndpointFacts(transport="tcp", address="127.0.0.1", port=11434),
+    ModelFacts(provider="ollama", name="qwen2.5:0.5b"),
+    AgentFacts(service="agents", name="planner"),
+    ToolCallFacts(tool="shell", call_id="c1", agent=None, trace_id="t", span_id="s"),
+    CommandFacts(command="python3 -c pass", tool="shell"),
+]
+
+
+def test_every_facts_type_passes_the_schema_and_loads_typed(tmp_path: Path) -> None:
+    """One node per facts type: the written file validates and loads back the same records."""
+    acc = GraphAccumulator()
+    acc.apply_many(
+        [
+            obs(
+                f"r{i}",
+                subject=Entity(kind=EntityKind.DATA, id=f"data:{i}", facts=facts, key=f"k:{i}"),
+                relation=None,
+            )
+            for i, facts in enumerate(EVERY_FACTS)
+        ]
+    )
+    path = tmp_path / "g.json"
+    dump(acc.to_dict(), path)
+    graph = load(path)
+    assert [n.facts for n in graph.nodes] == EVERY_FACTS
+    assert [n.key for n in graph.nodes] == [f"k:{i}" for i in range(len(EVERY_FACTS))]
+    broken = json.loads(path.read_text())
+    broken["nodes"][0]["facts"]["pid"] = "ten"
+    with pytest.raises(DecodeError, match="nodes/0/facts"):
+        Graph.from_dict(broken)

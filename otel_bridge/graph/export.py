@@ -39,9 +39,10 @@ anything else (and any pair whose      ``wasInfluencedBy`` (influencee = target,
 types do not fit the relation above)   influencer = source)
 =====================================  =================================================
 
-Every PROV record carries ``ob:relation`` and the edge's evidence fields (``ob:causal``,
-``ob:grade``, ...), so the evidence status survives the translation. Qualified names use the
-prefix ``ob`` (``urn:otel-bridge:``).
+Every PROV relation record carries ``ob:relation`` and the edge's evidence fields
+(``ob:causal``, ``ob:grade``, ...), so the evidence status survives the translation; every node
+record carries ``ob:kind``, the stable key ``ob:key`` and, when the node has facts, ``ob:facts``
+(their JSON text). Qualified names use the prefix ``ob`` (``urn:otel-bridge:``).
 """
 
 from __future__ import annotations

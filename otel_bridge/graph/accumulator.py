@@ -153,7 +153,7 @@ class GraphAccumulator:
         mbits = 0  # evidence bits | source bits << EV_WIDTH, for an edge
         last_ev: Evidence | None = None
         ev_bits, extras, slow = 0, False, False
-        last_sid = ""
+        last_sid: str | None = None
         si = -1
         # the subject's memo: last attributes merged, key set and whether it has a label (they
         # may go stale when the node is merged as an object: that only costs a needless merge)
@@ -169,9 +169,10 @@ class GraphAccumulator:
                 nbits = self._source_bits(src)
                 mbits = ev_bits | nbits << EV_WIDTH
             s = o.subject
-            if s.id != last_sid:
-                last_sid = s.id
-                found = node_index.get(last_sid)
+            sid = s.id
+            if sid != last_sid:
+                last_sid = sid
+                found = node_index.get(sid)
                 si = st.add_node(s, t, o.id) if found is None else found
                 s_seen, s_keys, s_labeled = None, n_keys[si], bool(n_label[si])
             # the node merge checks of Store.see, inline: label and attributes, facts, key
@@ -201,7 +202,7 @@ class GraphAccumulator:
                 last_ev, ev_bits, extras = self._evidence(ev)
                 slow = extras or retain
                 mbits = ev_bits | nbits << EV_WIDTH
-            ei = edge_index.get((last_sid, o.relation, ob.id))
+            ei = edge_index.get((sid, o.relation, ob.id))
             if ei is None:
                 ei = self._new_edge(o, si, t)
             else:  # Store.see of the object, inline, and the edge's first-available attributes

@@ -235,3 +235,11 @@ def test_edge_ids_are_stable_and_distinct() -> None:
 def test_run_metadata_is_copied() -> None:
     """The run object is the metadata given to the accumulator."""
     assert _snapshot(run={"id": "r1"})["run"] == {"id": "r1"}
+
+
+def test_an_entity_with_an_empty_id_is_still_a_node() -> None:
+    """The subject memo has no id of its own: even an empty entity id names a node."""
+    blank = Entity(kind=EntityKind.DATA, id="")
+    doc = _snapshot(obs("a", subject=blank, relation=None), obs("b", subject=blank))
+    assert [n["id"] for n in doc["nodes"]] == ["", "file:/tmp/f"]
+    assert [e["source"] for e in doc["edges"]] == [""]

@@ -184,13 +184,14 @@ class GraphAccumulator:
                     s_keys, s_labeled = n_keys[si], bool(n_label[si])
             f = s.facts
             if f is not None:
-                if f is n_facts[si] or f == n_facts[si]:
+                if f == n_facts[si]:
                     if t > n_ft[si] or (t == n_ft[si] and o.id > n_fid[si]):
                         n_ft[si], n_fid[si] = t, o.id
                 else:
                     st.offer_facts(si, f, t, o.id)
-            if s.key and s.key != n_key[si]:
-                st.offer_key(si, s.key)
+            k = s.key
+            if k and k != n_key[si]:
+                st.offer_key(si, k)
             ob = o.object
             if ob is None:  # an entity observation: the node's own aggregates
                 self._apply_entity(si, t, te, nbits, o.occurrence)
@@ -212,13 +213,14 @@ class GraphAccumulator:
                     st.merge_node(oi, ob.label, attrs)
                 f = ob.facts
                 if f is not None:
-                    if f is n_facts[oi] or f == n_facts[oi]:
+                    if f == n_facts[oi]:
                         if t > n_ft[oi] or (t == n_ft[oi] and o.id > n_fid[oi]):
                             n_ft[oi], n_fid[oi] = t, o.id
                     else:
                         st.offer_facts(oi, f, t, o.id)
-                if ob.key and ob.key != n_key[oi]:
-                    st.offer_key(oi, ob.key)
+                k = ob.key
+                if k and k != n_key[oi]:
+                    st.offer_key(oi, k)
                 if not e_keys[ei].issuperset(o.attrs):
                     st.merge_edge(ei, o.attrs)
             if 0 < t < e_first[ei]:

@@ -1,11 +1,12 @@
 """Graph materialization benchmark (ExecWeave section VII-D, Table V).
 
 Synthetic canonical events (``opened`` relations from one process to files, shaped exactly as
-the normalizer emits OS events: fresh entities, source and attributes per record, shared
-evidence) are applied at 100, 1,000, 5,000, 10,000 and 50,000 events with unique resources
-capped at 10,000, ``retain_support`` off, five repetitions per scale. Timers separately measure
-event application, ``GraphAccumulator.to_dict()`` (the snapshot) and JSON encoding of that
-snapshot; disk, network and rendering are excluded. Reported figures are medians.
+the normalizer emits OS events: fresh entities with typed facts and stable keys, source and
+attributes per record, shared evidence; ``--no-facts`` leaves facts and keys out) are applied
+at 100, 1,000, 5,000, 10,000 and 50,000 events with unique resources capped at 10,000,
+``retain_support`` off, five repetitions per scale. Timers separately measure event
+application, ``GraphAccumulator.to_dict()`` (the snapshot) and JSON encoding of that snapshot;
+disk, network and rendering are excluded. Reported figures are medians.
 
 Wall-clock medians are the primary figures (as in the paper); the process CPU time
 (``time.process_time``) of apply and of snapshot + JSON is printed next to them for every scale,
@@ -14,7 +15,8 @@ throughout; before each repetition (outside the timers) ``gc.collect()`` clears 
 the previous repetition, so every repetition starts from the same collector state and pays for
 the collections its own allocations trigger.
 
-Run: ``python benchmarks/graph_materialization.py`` (``--reps N``, ``--scales 100,1000``).
+Run: ``python benchmarks/graph_materialization.py`` (``--reps N``, ``--scales 100,1000``,
+``--no-facts``).
 """
 
 from __future__ import annotations
@@ -28,14 +30,16 @@ import sys
 import time
 
 from otel_bridge.graph import GraphAccumulator, encode
-from otel_bridge.identity import file_id, process_id
+from otel_bridge.identity import file_id, file_key, process_id, process_key
 from otel_bridge.model import (
     Attribution,
     Channel,
     Entity,
     EntityKind,
     Evidence,
+    FileFacts,
     Observation,
+    ProcessFacts,
     RelationKind,
     Source,
 )
@@ -45,14 +49,23 @@ RESOURCE_CAP = 10_000
 EVIDENCE = Evidence(attribution=Attribution.SYSCALL, causal=True)
 
 
-def synthetic_events(n: int, cap: int = RESOURCE_CAP) -> list[Observation]:
-    """``n`` canonical ``opened`` observations over at most ``cap`` distinct files."""
+def synthetic_events(n: int, cap: int = RESOURCE_CAP, *, facts: bool = True) -> list[Observation]:
+    """``n`` canonical ``opened`` observations over at most ``cap`` distinct files; with
+    ``facts``, entities carry typed facts and stable keys as the normalizer builds them (new
+    records per event: the process as a file event states it, the file by path)."""
     pid, start_ms = 4242, 1_767_225_600_000
     proc_id = process_id("bench-host", pid, start_ms)
+    proc_key = process_key(None, None) if facts else ""
     out: list[Observation] = []
     for i in range(n):
         path = f"/srv/data/file-{i % cap:05d}.bin"
         record = f"linux:{i}"
+        proc_facts = file_facts = None
+        if facts:
+            proc_facts = ProcessFacts(
+                host_id="bench-host", pid=pid, start_time_ms=start_ms, executable_name="worker"
+            )
+            file_facts = FileFacts(path=path)
         out.append(
             Observation(
                 id=f"{record}#0",
@@ -63,10 +76,17 @@ def synthetic_events(n: int, cap: int = RESOURCE_CAP) -> list[Observation]:
                     id=proc_id,
                     label=f"worker ({pid})",
                     attrs={"process.pid": pid, "process.executable.name": "worker"},
+                    facts=proc_facts,
+                    key=proc_key,
                 ),
                 relation=RelationKind.OPENED,
                 object=Entity(
-                    kind=EntityKind.FILE, id=file_id(path), label=path, attrs={"file.path": path}
+                    kind=EntityKind.FILE,
+                    id=file_id(path),
+                    label=path,
+                    attrs={"file.path": path},
+                    facts=file_facts,
+                    key=file_key(path) if facts else "",
                 ),
                 evidence=EVIDENCE,
                 occurrence=record,
@@ -97,9 +117,9 @@ def _repetition(
     return (t1 - t0, t2 - t1, t3 - t2, c1 - c0, c3 - c1, *sizes)
 
 
-def measure(n: int, reps: int) -> dict[str, float]:
+def measure(n: int, reps: int, *, facts: bool = True) -> dict[str, float]:
     """Median apply/snapshot/JSON times (seconds) and sizes over ``reps`` repetitions."""
-    events = synthetic_events(n)
+    events = synthetic_events(n, facts=facts)
     runs = [_repetition(events) for _ in range(reps)]
     apply_s, snap_s, json_s, apply_cpu, total_cpu = ([r[i] for r in runs] for i in range(5))
     nodes, edges, size = runs[-1][5:]
@@ -122,9 +142,15 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--reps", type=int, default=5, help="repetitions per scale (default 5)")
     parser.add_argument("--scales", default=",".join(map(str, SCALES)), help="event counts")
+    parser.add_argument(
+        "--no-facts", action="store_true", help="entities without typed facts and stable keys"
+    )
     args = parser.parse_args(argv)
     scales = [int(s) for s in args.scales.split(",") if s]
-    print(f"graph materialization, medians of {args.reps} repetitions, retain_support off")
+    print(
+        f"graph materialization, medians of {args.reps} repetitions, retain_support off, "
+        f"{'no facts or keys' if args.no_facts else 'entities with facts and keys'}"
+    )
     print("wall-clock times; the CPU columns are process CPU time of the same repetitions")
     print(
         f"python {platform.python_version()} on {platform.machine()} {platform.system()}, "
@@ -145,7 +171,7 @@ def main(argv: list[str] | None = None) -> int:
     rows = []
     last: dict[str, float] = {}
     for n in scales:
-        last = measure(n, args.reps)
+        last = measure(n, args.reps, facts=not args.no_facts)
         rows.append(
             (
                 f"{n:,}",

@@ -141,7 +141,6 @@ def evidence_to_dict(evidence: Evidence) -> dict[str, Any]:
         "score": value_to_json(evidence.score),
         "support": list(evidence.support),
         "grade": None if evidence.grade is None else str(evidence.grade),
-        "viewer_only": evidence.viewer_only,
     }
 
 
@@ -257,7 +256,6 @@ def evidence_from_dict(data: Any, path: str = "evidence") -> Evidence:
         score=None if score is None else score,  # int scores stay ints: lossless
         support=tuple(support),
         grade=None if grade is None else _enum(Grade, grade, f"{path}.grade"),
-        viewer_only=bool(_optional(d, "viewer_only", bool, path) or False),
     )
 
 

@@ -291,7 +291,6 @@ class Evidence(msgspec.Struct, frozen=True, kw_only=True, gc=False):
     support: tuple[str, ...] = ()
     """Ids of the observations a derived relation rests on."""
     grade: Grade | None = None
-    viewer_only: bool = False
 
 
 NO_EVIDENCE = Evidence()

@@ -18,13 +18,14 @@ def register(subparsers: Any) -> None:
         "graph",
         help="query a graph.json: filter nodes and edges, find bounded paths",
         description=(
-            "Filter a graph.json by node kind, relation, channel, backend, causal status and "
-            "grade (a derived view; the file is not changed), or list bounded directed simple "
-            "paths between two nodes. Repeat a filter option to accept several values."
+            "Filter a graph.json by node kind, stable key, relation, channel, backend, causal "
+            "status and grade (a derived view; the file is not changed), or list bounded directed "
+            "simple paths between two nodes. Repeat a filter option to accept several values."
         ),
     )
     p.add_argument("file", metavar="FILE", help="a graph.json")
     p.add_argument("--kind", action="append", default=[], help="node kind (agent, process, ...)")
+    p.add_argument("--key", action="append", default=[], help="node stable key (exact match)")
     p.add_argument("--relation", action="append", default=[], help="edge relation (spawned, ...)")
     p.add_argument("--channel", action="append", default=[], help="sem, gw, model or os")
     p.add_argument("--backend", action="append", default=[], help="otlp, linux, strace, ...")
@@ -44,6 +45,7 @@ def run(args: argparse.Namespace) -> int:
     graph = load(args.file)
     flt = GraphFilter(
         kinds=frozenset(args.kind),
+        keys=frozenset(args.key),
         relations=frozenset(args.relation),
         channels=frozenset(args.channel),
         backends=frozenset(args.backend),

@@ -10,15 +10,26 @@ traverse, so a graph of tens of thousands of elements adds almost nothing to col
 and an update is a list index.
 
 Per-edge evidence flags are packed into one integer, together with the source bits: two bits
-per Boolean flag ("seen true", "seen false"), one bit per attribution mode, "native" and
-"viewer-only" bits, then (from :data:`EV_WIDTH` on) one bit per channel and per backend. An
-observation ORs one precomputed integer into its edge; the aggregate is decoded once per
-distinct bit pattern at snapshot time.
+per Boolean flag ("seen true", "seen false"), one bit per attribution mode, then (from
+:data:`EV_WIDTH` on) one bit per channel and per backend. An observation ORs one precomputed
+integer into its edge; the aggregate is decoded once per distinct bit pattern at snapshot time.
+
+Each node also keeps its stable key (the most informative one offered, :func:`key_rank`) and
+its typed facts as *distinct values with stamps*: the last distinct facts record seen
+(``n_facts``) with the stamp of its latest sighting (``n_ft`` time, ``n_fid`` observation id,
+``n_fseq`` offer order), and, sparsely, every earlier distinct record with its latest stamp
+(``f_hist``). A repeated, equal record only moves the stamp forward; the per-field merge
+(:meth:`Store.merged_facts`) runs at snapshot time and gives the same result as merging every
+sighting (a record's latest sighting is the only one that can win a field).
 """
 
 from __future__ import annotations
 
+import functools
+import operator
 from typing import Any
+
+import msgspec
 
 from otel_bridge.grading import Flag, grade_edge
 from otel_bridge.jsonl import value_to_json
@@ -26,8 +37,10 @@ from otel_bridge.model import (
     Attributes,
     Attribution,
     Channel,
+    Entity,
     EntityKind,
     Evidence,
+    Facts,
     Grade,
     RelationKind,
 )
@@ -46,16 +59,15 @@ REL_VALUE: dict[RelationKind | None, str] = {r: r.value for r in RelationKind}
 NEVER = 1 << 63
 """``first_seen`` of an element no timed observation reached yet."""
 ATTRIBUTIONS: tuple[Attribution, ...] = tuple(Attribution)
-# Evidence bits: causal (0,1), inferred (2,3), identity_exact (4,5), native/viewer-only (6,7),
-# attribution modes (8...); the edge's source bits follow from EV_WIDTH on.
-_NATIVE, _VIEWER = 1 << 6, 1 << 7
-_ATTR_SHIFT = 8
+# Evidence bits: causal (0,1), inferred (2,3), identity_exact (4,5), attribution modes (6...);
+# the edge's source bits follow from EV_WIDTH on.
+_ATTR_SHIFT = 6
 _ATTR_BIT = {a: 1 << (_ATTR_SHIFT + i) for i, a in enumerate(ATTRIBUTIONS)}
 EV_WIDTH = _ATTR_SHIFT + len(ATTRIBUTIONS)
 EV_MASK = (1 << EV_WIDTH) - 1
 _FLAG: dict[int, Flag] = {0: None, 1: True, 2: False, 3: "mixed"}
-Classified = tuple[str, Flag, Flag, Flag, tuple[str, ...], bool]
-"""grade, causal, inferred, identity_exact, attribution modes, viewer_only."""
+Classified = tuple[str, Flag, Flag, Flag, tuple[str, ...]]
+"""grade, causal, inferred, identity_exact, attribution modes."""
 
 
 def _bits(flag: bool | None, shift: int) -> int:
@@ -67,7 +79,6 @@ def _bits(flag: bool | None, shift: int) -> int:
 def evidence_bits(ev: Evidence) -> int:
     """The packed evidence bits of one observation."""
     bits = _bits(ev.causal, 0) | _bits(ev.inferred, 2) | _bits(ev.identity_exact, 4)
-    bits |= _VIEWER if ev.viewer_only else _NATIVE
     if ev.attribution is not None:
         bits |= _ATTR_BIT[ev.attribution]
     return bits
@@ -78,8 +89,7 @@ def classify(bits: int, has_method: bool) -> Classified:
     causal, inferred, exact = _FLAG[bits & 3], _FLAG[bits >> 2 & 3], _FLAG[bits >> 4 & 3]
     modes = frozenset(a for a in ATTRIBUTIONS if bits & _ATTR_BIT[a])
     grade: Grade = grade_edge(modes, causal, inferred, "method" if has_method else None)
-    viewer_only = bool(bits & _VIEWER) and not bits & _NATIVE
-    return grade.value, causal, inferred, exact, tuple(sorted(a.value for a in modes)), viewer_only
+    return grade.value, causal, inferred, exact, tuple(sorted(a.value for a in modes))
 
 
 def json_attrs(attrs: Attributes) -> dict[str, Any]:
@@ -95,6 +105,42 @@ def merge_attrs(attrs: dict[str, Any], new: Attributes) -> None:
     for k, v in new.items():
         if k not in attrs:
             attrs[k] = v if v.__class__ in PLAIN else value_to_json(v)
+
+
+@functools.lru_cache(maxsize=4096)
+def key_rank(key: str) -> int:
+    """How informative a stable key is: the more the better.
+
+    Every key beats the empty key (no stable key stated); among keys, fewer ``:``-separated
+    parts that are exactly ``?`` (not observed) is better. A node's key is replaced only by one
+    of a higher rank, so equal ranks keep the first key seen.
+    """
+    if not key:
+        return -(1 << 30)
+    return -key.split(":").count("?")
+
+
+Stamp = tuple[int, str, int]
+"""When a facts record was seen: observation time (ns), observation id, offer order."""
+
+
+def merge_facts(records: list[tuple[Stamp, Facts]]) -> Facts:
+    """The per-field merge of stamped facts records (at least one).
+
+    The result has the type of the latest record; records of another type are ignored. Each
+    field takes its value from the latest record (by stamp) that states it (is not None).
+    """
+    records.sort(key=operator.itemgetter(0))
+    latest = records[-1][1]
+    cls = type(latest)
+    fields: dict[str, Any] = {}
+    for _, facts in records:
+        if facts.__class__ is cls:
+            values = msgspec.structs.astuple(facts)
+            for name, value in zip(facts.__struct_fields__, values, strict=True):
+                if value is not None:
+                    fields[name] = value
+    return cls(**fields)
 
 
 LOGICAL_SHIFT = 40
@@ -139,6 +185,20 @@ class Store:
         self.score: dict[int, float] = {}
         self.derived: dict[int, set[str]] = {}
         self.support: dict[int, list[str]] = {}
+        self.n_key: list[str] = []
+        """The node's stable key: the highest-ranked one offered, first seen on ties."""
+        self.n_facts: list[Facts | None] = []
+        """The last distinct facts record seen for the node (None: none yet)."""
+        self.n_ft: list[int] = []
+        """Stamp of the last record's latest sighting: observation time, ..."""
+        self.n_fid: list[str] = []
+        """... observation id, ..."""
+        self.n_fseq: list[int] = []
+        """... and offer order (``offers`` when the record was last offered as new; 0 for the
+        node's first record)."""
+        self.f_hist: dict[int, dict[Facts, Stamp]] = {}
+        """Sparse: every earlier distinct facts record of a node with its latest stamp."""
+        self.offers = 0
         self.key_sets: dict[frozenset[str], frozenset[str]] = {}
         """Interned attribute key sets: nodes of one kind share one."""
 
@@ -147,18 +207,24 @@ class Store:
         keys = frozenset(attrs)
         return self.key_sets.setdefault(keys, keys)
 
-    def add_node(self, node_id: str, kind: EntityKind, label: str, attrs: Attributes) -> int:
-        """Append a node row; returns its index."""
+    def add_node(self, entity: Entity, time: int, observation_id: str) -> int:
+        """Append a node row for ``entity``, seen by an observation at ``time``; returns it."""
         i = len(self.n_kind)
-        self.node_index[node_id] = i
-        self.n_kind.append(KIND_VALUE[kind])
-        self.n_label.append(label)
+        self.node_index[entity.id] = i
+        self.n_kind.append(KIND_VALUE[entity.kind])
+        self.n_label.append(entity.label)
+        attrs = entity.attrs
         copy = dict(attrs)  # json_attrs(attrs) and intern_keys(copy), inline
         if not PLAIN.issuperset(map(type, copy.values())):
             copy = json_attrs(attrs)
         self.n_attrs.append(copy)
         keys = frozenset(copy)
         self.n_keys.append(self.key_sets.setdefault(keys, keys))
+        self.n_key.append(entity.key)
+        self.n_facts.append(entity.facts)
+        self.n_ft.append(time)
+        self.n_fid.append(observation_id)
+        self.n_fseq.append(0)  # the node's first record: every other one is offered later
         return i
 
     def merge_node(self, i: int, label: str, attrs: Attributes) -> None:
@@ -167,6 +233,59 @@ class Store:
             self.n_label[i] = label
         merge_attrs(self.n_attrs[i], attrs)
         self.n_keys[i] = self.intern_keys(self.n_attrs[i])
+
+    def see(self, i: int, entity: Entity, time: int, observation_id: str) -> None:
+        """A later sighting of node ``i`` (the accumulator's hot loop inlines these checks):
+        first-available label and attributes, its facts record (an equal one only moves the
+        stamp forward), its stable key."""
+        if not self.n_keys[i].issuperset(entity.attrs) or (not self.n_label[i] and entity.label):
+            self.merge_node(i, entity.label, entity.attrs)
+        facts = entity.facts
+        if facts is not None:
+            if facts == self.n_facts[i]:
+                ft = self.n_ft[i]
+                if time > ft or (time == ft and observation_id > self.n_fid[i]):
+                    self.n_ft[i], self.n_fid[i] = time, observation_id
+            else:
+                self.offer_facts(i, facts, time, observation_id)
+        if entity.key and entity.key != self.n_key[i]:
+            self.offer_key(i, entity.key)
+
+    def offer_key(self, i: int, key: str) -> None:
+        """A sighting of node ``i`` states ``key``: kept when it ranks higher (:func:`key_rank`)."""
+        if key_rank(key) > key_rank(self.n_key[i]):
+            self.n_key[i] = key
+
+    def offer_facts(self, i: int, facts: Facts, time: int, observation_id: str) -> None:
+        """A sighting of node ``i`` states ``facts``, which differ from its last record.
+
+        The last record moves to the node's history with its stamp; ``facts`` becomes the last
+        record, keeping the later of its new stamp and any stamp the history held for it.
+        """
+        self.offers += 1
+        stamp: Stamp = (time, observation_id, self.offers)
+        last = self.n_facts[i]
+        history = self.f_hist.get(i)
+        if last is not None:
+            if history is None:
+                history = self.f_hist[i] = {}
+            history[last] = (self.n_ft[i], self.n_fid[i], self.n_fseq[i])
+        if history:
+            earlier = history.pop(facts, None)
+            if earlier is not None and earlier > stamp:
+                stamp = earlier
+        self.n_facts[i] = facts
+        self.n_ft[i], self.n_fid[i], self.n_fseq[i] = stamp
+
+    def merged_facts(self, i: int) -> Facts | None:
+        """The facts of node ``i``, merged per field over every record seen (see the module)."""
+        last = self.n_facts[i]
+        history = self.f_hist.get(i)
+        if last is None or not history:
+            return last
+        records = [(stamp, facts) for facts, stamp in history.items()]
+        records.append(((self.n_ft[i], self.n_fid[i], self.n_fseq[i]), last))
+        return merge_facts(records)
 
     def own(self, i: int) -> list[int]:
         """The own aggregates of node ``i`` (created empty)."""

@@ -20,6 +20,8 @@ from collections.abc import Sequence
 from itertools import repeat
 from typing import Any, TypeVar, cast
 
+import msgspec
+
 from otel_bridge.graph._elements import (
     CHANNEL_LISTS,
     CHANNEL_MASK,
@@ -38,7 +40,7 @@ from otel_bridge.graph.summary import CAUSAL_NAMES, Summary
 
 _T = TypeVar("_T")
 _Sources = tuple[tuple[str, ...], tuple[str, ...]]
-_Info = tuple[str, Any, Any, Any, tuple[str, ...], bool, tuple[str, ...], tuple[str, ...]]
+_Info = tuple[str, Any, Any, Any, tuple[str, ...], tuple[str, ...], tuple[str, ...]]
 """Classified evidence plus channels and backends: everything an edge's mask determines."""
 
 _SOURCE_CACHE: dict[tuple[tuple[str, ...], int], _Sources] = {}
@@ -99,8 +101,10 @@ def _node_template(channels: tuple[str, ...], backends: tuple[str, ...]) -> dict
         "backends": backends,
         "channels": channels,
         "evidence_count": 0,
+        "facts": None,
         "first_seen": None,
         "id": "",
+        "key": "",
         "kind": "",
         "label": "",
         "last_seen": None,
@@ -110,7 +114,7 @@ def _node_template(channels: tuple[str, ...], backends: tuple[str, ...]) -> dict
 
 def _edge_template(info: _Info) -> dict[str, Any]:
     """An edge dict with its keys in sorted order and the values ``info`` determines."""
-    grade, causal, inferred, exact, attributions, viewer_only, channels, backends = info
+    grade, causal, inferred, exact, attributions, channels, backends = info
     return {
         "attribution": attributions,
         "attrs": None,
@@ -132,8 +136,21 @@ def _edge_template(info: _Info) -> dict[str, Any]:
         "source": "",
         "support": None,
         "target": "",
-        "viewer_only": viewer_only,
     }
+
+
+def _facts_column(st: Store, order: list[int]) -> list[dict[str, Any] | None]:
+    """The nodes' merged facts in ``order``, as JSON objects tagged ``type`` (None: no facts).
+
+    Only nodes that saw several distinct records are merged; the others show their one record.
+    """
+    merged = st.n_facts
+    if st.f_hist:
+        merged = list(merged)
+        for i in st.f_hist:
+            merged[i] = st.merged_facts(i)
+    column: list[dict[str, Any] | None] = msgspec.to_builtins(_take(merged, order))
+    return column
 
 
 def _node_totals(st: Store) -> tuple[list[int], list[int], list[int], list[int]]:
@@ -178,9 +195,11 @@ def _nodes(
     templates = {m: _node_template(*pair) for m, pair in pairs.items()}
     nodes: list[dict[str, Any]] = []
     append = nodes.append
-    for i, k, lb, a, template, f, la, ev, lg in zip(
+    for i, k, key, facts, lb, a, template, f, la, ev, lg in zip(
         _take(ids, order),
         _take(st.n_kind, order),
+        _take(st.n_key, order),
+        _facts_column(st, order),
         _take(st.n_label, order),
         map(dict, _take(st.n_attrs, order)),
         map(templates.__getitem__, _take(sources, order)),
@@ -193,8 +212,11 @@ def _nodes(
         d = template.copy()
         d["attrs"] = a
         d["evidence_count"] = ev
+        if facts is not None:
+            d["facts"] = facts
         d["first_seen"] = f
         d["id"] = i
+        d["key"] = key
         d["kind"] = k
         d["label"] = lb
         d["last_seen"] = la
@@ -286,7 +308,7 @@ def _edges(
     summary.edges = size
     summary.by_relation.update(rels)
     for mask, n in masks.items():
-        for channel in table[mask][6]:
+        for channel in table[mask][5]:
             summary.edges_by_channel[channel] += n
     summary.by_grade.update(map(operator.itemgetter(0), infos))
     for flag, n in Counter(map(operator.itemgetter(1), infos)).items():

@@ -9,15 +9,21 @@ node per entity id, one edge per ``(source, relation, target)`` — not a node p
   fixed input order is needed for reproducible attributes when observations disagree),
   ``logical_count`` (distinct occurrences mentioning the node) and ``evidence_count``
   (observations mentioning it).
+* Nodes also keep ``key``, the entity's stable key: when sightings state different keys the
+  most informative one wins (any key beats none; fewer ``?`` parts beat more), ties keep the
+  first seen; and ``facts``, the typed facts merged **per field** over every sighting: a field
+  takes its latest non-None value by observation time, ties broken by observation id (then by
+  application order), so the exit code of an exit event and the argv of an exec both land. The
+  merge is independent of input order when stamps differ; it runs at snapshot time.
 * Edges keep the same, plus the Boolean aggregation of ``causal``, ``inferred`` and
   ``identity_exact``: only explicit ``True`` -> ``True``, only ``False`` -> ``False``, both ->
   ``"mixed"``, none -> ``None`` (an omitted flag is ignored, never read as ``False``); the
   sorted set of attribution modes; the recorded methods (one string, or a sorted list when
   several differ); ``score`` = the **maximum** score seen; ``grade`` from
-  :func:`otel_bridge.grading.grade_edge`; ``viewer_only`` true only when every supporting
-  observation was viewer-only; ``derived_support`` = the union of the ``evidence.support`` ids of
-  derived observations; and, when ``retain_support`` is on, ``support`` = ids of the observations
-  applied to the edge (at most ``support_limit`` per edge; ``evidence_count`` keeps the total).
+  :func:`otel_bridge.grading.grade_edge`; ``derived_support`` = the union of the
+  ``evidence.support`` ids of derived observations; and, when ``retain_support`` is on,
+  ``support`` = ids of the observations applied to the edge (at most ``support_limit`` per
+  edge; ``evidence_count`` keeps the total).
 
 **Bounded de-duplication.** Logical counts need to know whether an occurrence was already
 counted for an element. The accumulator remembers occurrences in two generations of at most
@@ -50,14 +56,13 @@ from otel_bridge.graph._elements import (
     CHANNEL_BIT,
     EV_WIDTH,
     LOGICAL,
-    NEVER,
     REL_VALUE,
     Store,
     evidence_bits,
 )
 from otel_bridge.graph._snapshot import snapshot
 from otel_bridge.graph.document import Graph
-from otel_bridge.model import CoverageRecord, Evidence, Observation
+from otel_bridge.model import Channel, CoverageRecord, Evidence, Observation, Source
 
 _Seen = int | tuple[int, ...]
 """What an occurrence already counted: an edge number (standing for the edge and both its
@@ -117,31 +122,38 @@ class GraphAccumulator:
             self._coverage_by_channel[record.source.channel.value] += 1
 
     def apply_many(self, observations: tuple[Observation, ...] | list[Observation]) -> None:
-        """Apply observations in order.
+        """Hot path: apply observations in order, one loop that inlines per observation the
+        source and evidence bit look-ups (one-entry memos), the merge checks of the subject and
+        object nodes (first-available label and attributes, stable key, typed facts: an equal
+        facts record only moves its stamp), the edge look-up, first/last seen, evidence OR,
+        counts and support ids, and the occurrence window of relation observations.
 
-        The hot path: an event on a known edge costs an edge look-up, three key-set checks for
-        new attributes, a few list updates and the occurrence look-up, and leaves no new object
-        behind but its occurrence entry.
+        Everything else is a named method: new edges and nodes (:meth:`_new_edge`), entity
+        observations (:meth:`_apply_entity`), occurrences that reach several elements
+        (:meth:`_regrow`), window rotation, key and facts offers (``Store.offer_*``); the node
+        merge checks are written out once, readably, as ``Store.see``. An event
+        on a known edge leaves no new object behind but its occurrence entry. The reference of
+        this loop is the plain accumulator ``tests/graph/reference_graph.py``: the differential
+        tests in ``tests/graph/test_graph_reference.py`` compare every snapshot with it, byte
+        for byte, keys and facts included.
         """
         st = self._store
-        node_index, n_keys, n_label, n_own = st.node_index, st.n_keys, st.n_label, st.n_own
+        node_index, n_keys, n_label = st.node_index, st.n_keys, st.n_label
+        n_key, n_facts, n_ft, n_fid = st.n_key, st.n_facts, st.n_ft, st.n_fid
         edge_index, e_dst, e_keys = st.edge_index, st.e_dst, st.e_keys
         e_first, e_last, e_mask, e_count = st.e_first, st.e_last, st.e_mask, st.e_count
-        add_node, rel_value = st.add_node, REL_VALUE
         occ, old, half = self._occ, self._occ_old, self._half
         room = half - len(occ)
-        channel_bit, backend_bit = CHANNEL_BIT, self._backend_bit
-        ev_cache, retain, both = self._ev_cache, self.retain_support, BOTH
-        support, limit = st.support, self.support_limit
-        # One-entry memos: consecutive observations usually share the source's channel and
-        # backend, the evidence object and the subject node.
-        last_channel: object = None
-        last_backend: object = None
+        retain, support, limit, both = self.retain_support, st.support, self.support_limit, BOTH
+        # One-entry memos: consecutive observations usually share the source, the evidence
+        # object and the subject node.
+        last_backend: str | None = None
+        last_channel: Channel | None = None
         nbits = 0  # source bits of a node
         mbits = 0  # evidence bits | source bits << EV_WIDTH, for an edge
-        last_ev: object = None
+        last_ev: Evidence | None = None
         ev_bits, extras, slow = 0, False, False
-        last_sid: object = None
+        last_sid: str | None = None
         si = -1
         # the subject's memo: last attributes merged, key set and whether it has a label (they
         # may go stale when the node is merged as an object: that only costs a needless merge)
@@ -153,90 +165,64 @@ class GraphAccumulator:
             te = o.end_time_unix_nano or t
             src = o.source
             if src.backend is not last_backend or src.channel is not last_channel:
-                last_channel, last_backend = src.channel, src.backend
-                # channels in bits 0-3, backends from bit 4 on: one OR per element.
-                nbits = channel_bit[src.channel] | (
-                    backend_bit.get(src.backend) or self._intern_backend(src.backend)
-                )
+                last_backend, last_channel = src.backend, src.channel
+                nbits = self._source_bits(src)
                 mbits = ev_bits | nbits << EV_WIDTH
             s = o.subject
             sid = s.id
             if sid != last_sid:
                 last_sid = sid
                 found = node_index.get(sid)
-                si = add_node(sid, s.kind, s.label, s.attrs) if found is None else found
+                si = st.add_node(s, t, o.id) if found is None else found
                 s_seen, s_keys, s_labeled = None, n_keys[si], bool(n_label[si])
+            # the node merge checks of Store.see, inline: label and attributes, facts, key
             attrs = s.attrs
             if attrs is not s_seen or not s_labeled:
                 s_seen = attrs
-                # merge when the entity brings a new key, or a label the node lacks
                 if not s_keys.issuperset(attrs) or (not s_labeled and s.label):
                     st.merge_node(si, s.label, attrs)
                     s_keys, s_labeled = n_keys[si], bool(n_label[si])
-            ob = o.object
-            occurrence = o.occurrence
-            if ob is None:  # an entity observation: the node's own aggregates
-                own = n_own.get(si)
-                if own is None:
-                    own = n_own[si] = [NEVER, 0, 0, 0]
-                if 0 < t < own[0]:
-                    own[0] = t
-                if te > own[1]:  # noqa: PLR1730
-                    own[1] = te
-                own[2] |= nbits
-                if not occurrence:
-                    own[3] += both
-                    continue
-                seen = occ.get(occurrence)
-                if seen is None and old:
-                    seen = old.get(occurrence)
-                    if seen is not None:
-                        occ[occurrence] = seen
-                        room -= 1
-                tag = si << 1 | 1
-                if seen is None:
-                    occ[occurrence] = (tag,)
-                    room -= 1
-                    own[3] += both
+            f = s.facts
+            if f is not None:
+                if f == n_facts[si]:
+                    if t > n_ft[si] or (t == n_ft[si] and o.id > n_fid[si]):
+                        n_ft[si], n_fid[si] = t, o.id
                 else:
-                    grown = self._expand(seen)
-                    if tag in grown:
-                        own[3] += 1
-                        continue
-                    occ[occurrence] = (*grown, tag)
-                    own[3] += both
-                if room <= 0:
-                    old, occ, room = occ, self._rotate(), half
+                    st.offer_facts(si, f, t, o.id)
+            k = s.key
+            if k and k != n_key[si]:
+                st.offer_key(si, k)
+            ob = o.object
+            if ob is None:  # an entity observation: the node's own aggregates
+                self._apply_entity(si, t, te, nbits, o.occurrence)
+                occ, old = self._occ, self._occ_old
+                room = half - len(occ)
                 continue
-            # evidence matters for edges only (entity observations often carry a fresh one)
-            ev = o.evidence
+            ev = o.evidence  # evidence matters for edges only
             if ev is not last_ev:
-                hit = ev_cache.get(id(ev))
-                if hit is None or hit[0] is not ev:
-                    hit = self._cache_evidence(ev)
-                last_ev, ev_bits, extras = ev, hit[1], hit[2]
+                last_ev, ev_bits, extras = self._evidence(ev)
                 slow = extras or retain
                 mbits = ev_bits | nbits << EV_WIDTH
-            oid = ob.id
-            ei = edge_index.get((sid, o.relation, oid))
+            ei = edge_index.get((sid, o.relation, ob.id))
             if ei is None:
-                found = node_index.get(oid)
-                if found is None:
-                    oi = add_node(oid, ob.kind, ob.label, ob.attrs)
-                else:
-                    oi = found
-                    attrs = ob.attrs
-                    if not n_keys[oi].issuperset(attrs) or (not n_label[oi] and ob.label):
-                        st.merge_node(oi, ob.label, attrs)
-                ei = st.add_edge((sid, rel_value[o.relation], oid), si, oi, o.attrs)
-            else:
+                ei = self._new_edge(o, si, t)
+            else:  # Store.see of the object, inline, and the edge's first-available attributes
                 oi = e_dst[ei]
                 attrs = ob.attrs
                 if not n_keys[oi].issuperset(attrs) or (not n_label[oi] and ob.label):
                     st.merge_node(oi, ob.label, attrs)
-                attrs = o.attrs
-                if not e_keys[ei].issuperset(attrs):
-                    st.merge_edge(ei, attrs)
+                f = ob.facts
+                if f is not None:
+                    if f == n_facts[oi]:
+                        if t > n_ft[oi] or (t == n_ft[oi] and o.id > n_fid[oi]):
+                            n_ft[oi], n_fid[oi] = t, o.id
+                    else:
+                        st.offer_facts(oi, f, t, o.id)
+                k = ob.key
+                if k and k != n_key[oi]:
+                    st.offer_key(oi, k)
+                if not e_keys[ei].issuperset(o.attrs):
+                    st.merge_edge(ei, o.attrs)
             if 0 < t < e_first[ei]:
                 e_first[ei] = t
             if te > e_last[ei]:  # noqa: PLR1730 - hot path, cheaper than max()
@@ -251,6 +237,7 @@ class GraphAccumulator:
                         support[ei] = [o.id]
                     elif len(sup) < limit:
                         sup.append(o.id)
+            occurrence = o.occurrence
             if not occurrence:
                 e_count[ei] += both
                 continue
@@ -271,8 +258,68 @@ class GraphAccumulator:
                 # An occurrence that already counted this edge also counted both its end nodes
                 # (they are added together): nothing to regrow.
                 if seen != ei and (isinstance(seen, int) or ei << 1 not in seen):
-                    self._regrow(occurrence, seen, ei, si, oi)
+                    self._regrow(occurrence, seen, ei, si, e_dst[ei])
         self.observations += len(observations)
+
+    def _source_bits(self, source: Source) -> int:
+        """The node source bits of ``source``: channels in bits 0-3, backends from bit 4 on."""
+        backend = self._backend_bit.get(source.backend)
+        if backend is None:
+            backend = 1 << (4 + len(self._backend_names))
+            self._backend_names.append(source.backend)
+            self._backend_bit[source.backend] = backend
+        return CHANNEL_BIT[source.channel] | backend
+
+    def _evidence(self, ev: Evidence) -> tuple[Evidence, int, bool]:
+        """``ev``, its packed bits, and whether it has a method, score or support (cached)."""
+        hit = self._ev_cache.get(id(ev))
+        if hit is None or hit[0] is not ev:
+            extras = ev.method is not None or ev.score is not None or bool(ev.support)
+            hit = (ev, evidence_bits(ev), extras)
+            if len(self._ev_cache) >= 1024:  # bounded: producers share a few evidence objects
+                self._ev_cache.clear()
+            self._ev_cache[id(ev)] = hit
+        return hit
+
+    def _new_edge(self, o: Observation, si: int, t: int) -> int:
+        """Add the edge of relation observation ``o`` (and its object node when new)."""
+        st, ob = self._store, o.object
+        assert ob is not None
+        assert o.relation is not None
+        oi = st.node_index.get(ob.id)
+        if oi is None:
+            oi = st.add_node(ob, t, o.id)
+        else:
+            st.see(oi, ob, t, o.id)
+        return st.add_edge((o.subject.id, REL_VALUE[o.relation], ob.id), si, oi, o.attrs)
+
+    def _apply_entity(self, si: int, t: int, te: int, nbits: int, occurrence: str) -> None:
+        """An entity observation of node ``si``: its own times, sources and counts."""
+        own = self._store.own(si)
+        if 0 < t < own[0]:
+            own[0] = t
+        own[1] = max(own[1], te)
+        own[2] |= nbits
+        if not occurrence:
+            own[3] += BOTH
+            return
+        seen = self._occ.get(occurrence)
+        if seen is None and self._occ_old:
+            seen = self._occ_old.get(occurrence)
+            if seen is not None:
+                self._occ[occurrence] = seen
+        tag = si << 1 | 1
+        if seen is None:
+            self._occ[occurrence] = (tag,)
+        else:
+            grown = self._expand(seen)
+            if tag in grown:
+                own[3] += 1
+                return
+            self._occ[occurrence] = (*grown, tag)
+        own[3] += BOTH
+        if len(self._occ) >= self._half:
+            self._rotate()
 
     def _regrow(self, occurrence: str, seen: _Seen, ei: int, si: int, oi: int) -> None:
         """An occurrence seen before through other elements: count the ones it reaches anew.
@@ -311,20 +358,6 @@ class GraphAccumulator:
         self._occ_old = self._occ
         self._occ = {}
         return self._occ
-
-    def _intern_backend(self, backend: str) -> int:
-        bit = 1 << (4 + len(self._backend_names))
-        self._backend_names.append(backend)
-        self._backend_bit[backend] = bit
-        return bit
-
-    def _cache_evidence(self, ev: Evidence) -> tuple[Evidence, int, bool]:
-        extras = ev.method is not None or ev.score is not None or bool(ev.support)
-        hit = (ev, evidence_bits(ev), extras)
-        if len(self._ev_cache) >= 1024:  # bounded: producers share a few evidence objects
-            self._ev_cache.clear()
-        self._ev_cache[id(ev)] = hit
-        return hit
 
     def graph(self) -> Graph:
         """The snapshot as a typed :class:`Graph`."""

@@ -20,13 +20,17 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
+import msgspec
 import orjson
 
 from otel_bridge.errors import DecodeError
 from otel_bridge.grading import Flag
+from otel_bridge.model import Facts
 
 FORMAT = "otel-bridge.graph"
-VERSION = 1
+VERSION = 2
+"""The document version: 2 added the node ``key`` and ``facts`` and removed the edge
+``viewer_only`` (``docs/graph.md`` lists the changes)."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -36,6 +40,10 @@ class GraphNode:
     id: str
     kind: str
     label: str = ""
+    key: str = ""
+    """The run-independent stable key ("" when no sighting stated one)."""
+    facts: Facts | None = None
+    """The typed facts, merged per field over the node's observations (None: none stated)."""
     channels: tuple[str, ...] = ()
     backends: tuple[str, ...] = ()
     attrs: Mapping[str, Any] = field(default_factory=dict)
@@ -50,6 +58,8 @@ class GraphNode:
             "id": self.id,
             "kind": self.kind,
             "label": self.label,
+            "key": self.key,
+            "facts": None if self.facts is None else _plain(msgspec.to_builtins(self.facts)),
             "channels": list(self.channels),
             "backends": list(self.backends),
             "attrs": dict(self.attrs),
@@ -79,7 +89,6 @@ class GraphEdge:
     grade: str = "U"
     support: tuple[str, ...] | None = None
     derived_support: tuple[str, ...] = ()
-    viewer_only: bool = False
     attrs: Mapping[str, Any] = field(default_factory=dict)
     first_seen: int | None = None
     last_seen: int | None = None
@@ -104,7 +113,6 @@ class GraphEdge:
             "grade": self.grade,
             "support": None if self.support is None else list(self.support),
             "derived_support": list(self.derived_support),
-            "viewer_only": self.viewer_only,
             "attrs": dict(self.attrs),
             "first_seen": self.first_seen,
             "last_seen": self.last_seen,
@@ -159,6 +167,8 @@ def _node(d: dict[str, Any]) -> GraphNode:
         id=d["id"],
         kind=d["kind"],
         label=d["label"],
+        key=d["key"],
+        facts=_facts(d["facts"]),
         channels=tuple(d["channels"]),
         backends=tuple(d["backends"]),
         attrs=d["attrs"],
@@ -167,6 +177,16 @@ def _node(d: dict[str, Any]) -> GraphNode:
         logical_count=d["logical_count"],
         evidence_count=d["evidence_count"],
     )
+
+
+def _facts(data: dict[str, Any] | None) -> Facts | None:
+    if data is None:
+        return None
+    try:
+        facts: Facts = msgspec.convert(data, Facts)
+    except msgspec.ValidationError as exc:
+        raise DecodeError(f"node facts: {exc}") from exc
+    return facts
 
 
 def _edge(d: dict[str, Any]) -> GraphEdge:
@@ -187,7 +207,6 @@ def _edge(d: dict[str, Any]) -> GraphEdge:
         grade=d["grade"],
         support=None if d["support"] is None else tuple(d["support"]),
         derived_support=tuple(d["derived_support"]),
-        viewer_only=d["viewer_only"],
         attrs=d["attrs"],
         first_seen=d["first_seen"],
         last_seen=d["last_seen"],

@@ -1,5 +1,9 @@
 """Other formats from the same graph: a networkx view, GraphML and W3C PROV-JSON.
 
+networkx is imported only by the functions that need it (:func:`to_networkx`,
+:func:`write_graphml`), and :mod:`otel_bridge.graph` imports this module only when one of its
+names is first used, so the collector never pays for either.
+
 **networkx.** :func:`to_networkx` gives a ``MultiDiGraph``: one node per graph node (attributes
 ``kind``, ``label``, ``channels``, ... as in ``graph.json``) and one edge per graph edge, keyed by
 its relation, carrying every edge field.
@@ -35,9 +39,10 @@ anything else (and any pair whose      ``wasInfluencedBy`` (influencee = target,
 types do not fit the relation above)   influencer = source)
 =====================================  =================================================
 
-Every PROV record carries ``ob:relation`` and the edge's evidence fields (``ob:causal``,
-``ob:grade``, ...), so the evidence status survives the translation. Qualified names use the
-prefix ``ob`` (``urn:otel-bridge:``).
+Every PROV relation record carries ``ob:relation`` and the edge's evidence fields
+(``ob:causal``, ``ob:grade``, ...), so the evidence status survives the translation; every node
+record carries ``ob:kind``, the stable key ``ob:key`` and, when the node has facts, ``ob:facts``
+(their JSON text). Qualified names use the prefix ``ob`` (``urn:otel-bridge:``).
 """
 
 from __future__ import annotations
@@ -45,11 +50,14 @@ from __future__ import annotations
 import datetime as dt
 import json
 import os
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import networkx as nx
+import msgspec
 
 from otel_bridge.graph.document import Graph, GraphEdge, GraphNode
+
+if TYPE_CHECKING:
+    import networkx as nx
 
 PROV_PREFIX = "ob"
 PROV_NAMESPACE = "urn:otel-bridge:"
@@ -71,6 +79,8 @@ _GENERATED = frozenset({"wrote", "created", "renamed"})
 
 def to_networkx(graph: Graph) -> nx.MultiDiGraph:
     """A ``MultiDiGraph`` view of ``graph``: one networkx edge per graph edge, keyed by relation."""
+    import networkx as nx  # noqa: PLC0415 - lazily: the collector never needs it
+
     g = nx.MultiDiGraph()
     g.graph["run"] = dict(graph.run)
     for n in graph.nodes:
@@ -104,6 +114,8 @@ def _graphml_value(key: str, value: Any) -> Any:
 
 def write_graphml(graph: Graph, path: str | os.PathLike[str]) -> None:
     """Write ``graph`` as GraphML (see the module docstring for the value mapping)."""
+    import networkx as nx  # noqa: PLC0415 - lazily: the collector never needs it
+
     g = nx.MultiDiGraph()
     for n in graph.nodes:
         g.add_node(n.id, **{k: _scalar(v) for k, v in n.to_dict().items() if v is not None})
@@ -133,10 +145,13 @@ def _node_record(n: GraphNode) -> dict[str, Any]:
     record: dict[str, Any] = {
         "prov:label": n.label or n.id,
         f"{PROV_PREFIX}:kind": n.kind,
+        f"{PROV_PREFIX}:key": n.key,
         f"{PROV_PREFIX}:channels": " ".join(n.channels),
         f"{PROV_PREFIX}:logical_count": n.logical_count,
         f"{PROV_PREFIX}:evidence_count": n.evidence_count,
     }
+    if n.facts is not None:
+        record[f"{PROV_PREFIX}:facts"] = _scalar(msgspec.to_builtins(n.facts))
     for key, value in sorted(n.attrs.items()):
         record[f"{PROV_PREFIX}:attr.{key}"] = _scalar(value)
     return record

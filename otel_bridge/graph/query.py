@@ -2,7 +2,8 @@
 
 Filtering produces a derived view, never a rewrite of the source graph:
 
-* node filters (``kind``, and ``channel``/``backend`` which also apply to nodes) select nodes;
+* node filters (``kind``, ``key`` (exact stable key), and ``channel``/``backend`` which also
+  apply to nodes) select nodes;
 * edge filters (``relation``, ``channel``, ``backend``, ``causal``, ``grade``) select edges;
 * when a node filter is given, an edge is kept only if it satisfies the edge filters **and**
   touches at least one selected node; without node filters every edge satisfying the edge
@@ -20,12 +21,14 @@ from __future__ import annotations
 
 import itertools
 from dataclasses import dataclass
-
-import networkx as nx
+from typing import TYPE_CHECKING
 
 from otel_bridge.errors import OtelBridgeError
 from otel_bridge.graph.document import Graph, GraphEdge, GraphNode
 from otel_bridge.graph.summary import causal_name, summarize
+
+if TYPE_CHECKING:
+    import networkx as nx
 
 CAUSAL_STATUSES = ("true", "false", "mixed", "unknown")
 
@@ -35,6 +38,8 @@ class GraphFilter:
     """What to keep. Each field is a set of accepted values; empty means "any"."""
 
     kinds: frozenset[str] = frozenset()
+    keys: frozenset[str] = frozenset()
+    """Stable keys (exact match)."""
     relations: frozenset[str] = frozenset()
     channels: frozenset[str] = frozenset()
     backends: frozenset[str] = frozenset()
@@ -53,6 +58,7 @@ class GraphFilter:
         """True when ``node`` passes the node filters."""
         return (
             (not self.kinds or node.kind in self.kinds)
+            and (not self.keys or node.key in self.keys)
             and (not self.channels or not self.channels.isdisjoint(node.channels))
             and (not self.backends or not self.backends.isdisjoint(node.backends))
         )
@@ -70,12 +76,13 @@ class GraphFilter:
     @property
     def filters_nodes(self) -> bool:
         """True when some node filter is set."""
-        return bool(self.kinds or self.channels or self.backends)
+        return bool(self.kinds or self.keys or self.channels or self.backends)
 
     @property
     def filters_edges_only(self) -> bool:
-        """True when an edge-only criterion (relation, causal, grade) is set and no kind is."""
-        return bool(self.relations or self.causal or self.grades) and not self.kinds
+        """True when an edge-only criterion (relation, causal, grade) is set and no kind or key
+        is."""
+        return bool(self.relations or self.causal or self.grades) and not (self.kinds or self.keys)
 
 
 def filter_graph(graph: Graph, flt: GraphFilter) -> Graph:
@@ -101,6 +108,8 @@ def filter_graph(graph: Graph, flt: GraphFilter) -> Graph:
 
 def to_digraph(graph: Graph) -> nx.DiGraph:
     """A plain directed graph of node ids (one arc per connected ordered pair)."""
+    import networkx as nx  # noqa: PLC0415 - lazily: the collector never needs it
+
     g = nx.DiGraph()
     g.add_nodes_from(n.id for n in graph.nodes)
     g.add_edges_from((e.source, e.target) for e in graph.edges)
@@ -122,6 +131,8 @@ def simple_paths(
         raise OtelBridgeError("--max-depth and --max-paths must be at least 1")
     if source == target:
         return [[source]]
+    import networkx as nx  # noqa: PLC0415 - lazily: the collector never needs it
+
     g = to_digraph(graph)
     paths: list[list[str]] = []
     try:

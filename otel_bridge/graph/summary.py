@@ -3,21 +3,16 @@ causal status and coverage reason."""
 
 from __future__ import annotations
 
-import operator
 from collections import Counter
-from collections.abc import Mapping, Sequence
 from typing import Any
 
 from otel_bridge.grading import Flag
 
 CAUSAL_NAMES: dict[Flag, str] = {None: "unknown", True: "true", False: "false", "mixed": "mixed"}
-_KIND = operator.attrgetter("kind")
-_RELATION = operator.attrgetter("relation")
-_SOURCES = operator.attrgetter("sources")
 
 
 class Summary:
-    """Summary counts of the accumulator, computed per distinct mask at C speed."""
+    """Summary counts of the accumulator; the snapshot fills them per distinct mask."""
 
     def __init__(self) -> None:
         self.by_kind: Counter[str] = Counter()
@@ -28,33 +23,6 @@ class Summary:
         self.by_causal: Counter[str] = Counter()
         self.nodes = 0
         self.edges = 0
-
-    def count_nodes(
-        self, nodes: Sequence[Any], sources: Mapping[int, tuple[tuple[str, ...], tuple[str, ...]]]
-    ) -> None:
-        """Count accumulator nodes (objects with ``kind`` and ``sources``)."""
-        self.nodes = len(nodes)
-        self.by_kind.update(map(_KIND, nodes))
-        for mask, n in Counter(map(_SOURCES, nodes)).items():
-            for channel in sources[mask][0]:
-                self.nodes_by_channel[channel] += n
-
-    def count_edges(
-        self,
-        edges: Sequence[Any],
-        sources: Mapping[int, tuple[tuple[str, ...], tuple[str, ...]]],
-        grades: Mapping[tuple[int, bool], tuple[Any, ...]],
-    ) -> None:
-        """Count accumulator edges; ``grades`` maps each evidence key to its classification."""
-        self.edges = len(edges)
-        self.by_relation.update(map(_RELATION, edges))
-        for mask, n in Counter(map(_SOURCES, edges)).items():
-            for channel in sources[mask][0]:
-                self.edges_by_channel[channel] += n
-        for e in edges:
-            classified = grades[(e.bits, bool(e.methods))]
-            self.by_grade[classified[0]] += 1
-            self.by_causal[CAUSAL_NAMES[classified[1]]] += 1
 
     def to_dict(
         self, coverage: Counter[str], coverage_by_channel: Counter[str], observations: int

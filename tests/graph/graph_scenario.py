@@ -12,7 +12,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "normalize"))
 from otel_span_helpers import HOST, OS_RESOURCE, model_span, os_record
 
 from otel_bridge.graph import GraphAccumulator
-from otel_bridge.identity import process_id
+from otel_bridge.identity import process_id, process_key, tool_call_key
 from otel_bridge.model import (
     Attribution,
     Batch,
@@ -21,9 +21,11 @@ from otel_bridge.model import (
     EntityKind,
     Evidence,
     Observation,
+    ProcessFacts,
     RelationKind,
     Resource,
     Source,
+    ToolCallFacts,
 )
 from otel_bridge.processors.normalize import Normalizer
 
@@ -149,9 +151,29 @@ def scenario_batches() -> list[Batch]:
 
 
 def bridge() -> Observation:
-    """A derived singleton bridge tool call -> process, as the correlator emits it."""
-    tool = Entity(kind=EntityKind.TOOL_CALL, id=f"tool_call:{1:032x}:{3:016x}")
-    proc = Entity(kind=EntityKind.PROCESS, id=process_id(HOST, 200, 1_767_225_600_000))
+    """A derived singleton bridge tool call -> process, as the correlator emits it: its entities
+    carry typed facts and stable keys (the graph merges them into the nodes' ``facts``/``key``)."""
+    trace, span = f"{1:032x}", f"{3:016x}"
+    tool = Entity(
+        kind=EntityKind.TOOL_CALL,
+        id=f"tool_call:{trace}:{span}",
+        facts=ToolCallFacts(
+            tool="shell", call_id="call_1", agent="planner", trace_id=trace, span_id=span
+        ),
+        key=tool_call_key("planner", "shell"),
+    )
+    proc = Entity(
+        kind=EntityKind.PROCESS,
+        id=process_id(HOST, 200, 1_767_225_600_000),
+        facts=ProcessFacts(
+            host_id=HOST,
+            pid=200,
+            start_time_ms=1_767_225_600_000,
+            executable_path="/usr/bin/python3",
+            argv=("python3", "-c", "pass"),
+        ),
+        key=process_key("/usr/bin/python3", ("python3", "-c", "pass")),
+    )
     return Observation(
         id="correlate:1",
         time_unix_nano=T0 + 20 * MS,

@@ -1,7 +1,7 @@
 """A deliberately naive graph accumulator: the documented rules of
 :mod:`otel_bridge.graph.accumulator`, written as plainly as possible (dicts and sets per
-element, every total counted directly), so property tests can check the optimized accumulator
-against it byte for byte.
+element, every total counted directly, every facts sighting kept and merged at the end), so
+property tests can check the optimized accumulator against it byte for byte.
 """
 
 from __future__ import annotations
@@ -11,11 +11,13 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
 
+import msgspec
+
 from otel_bridge.grading import Flag, grade_edge
 from otel_bridge.graph.document import FORMAT, VERSION
 from otel_bridge.graph.summary import summarize
 from otel_bridge.jsonl import value_to_json
-from otel_bridge.model import Attribution, CoverageRecord, Entity, Observation
+from otel_bridge.model import Attribution, CoverageRecord, Entity, Facts, Observation
 
 Element = tuple[str, object]
 """("node", id) or ("edge", (source, relation, target))."""
@@ -39,13 +41,42 @@ class _Element:
     score: float | None = None
     derived: set[str] = field(default_factory=set)
     support: list[str] | None = None
-    viewer_only: list[bool] = field(default_factory=list)
+    # nodes only: every stable key stated, in order; every facts sighting with its stamp
+    keys: list[str] = field(default_factory=list)
+    facts: list[tuple[tuple[int, str, int], Facts]] = field(default_factory=list)
 
 
 def _merge_attrs(into: dict[str, Any], new: Any) -> None:
     for key, value in new.items():
         if key not in into:
             into[key] = value_to_json(value)
+
+
+def _key(keys: list[str]) -> str:
+    """The most informative key: any key beats none, fewer "?" parts beat more, then the first."""
+    best = ""
+    for key in keys:
+        if not key:
+            continue
+        if not best or key.split(":").count("?") < best.split(":").count("?"):
+            best = key
+    return best
+
+
+def _facts(sightings: list[tuple[tuple[int, str, int], Facts]]) -> Any:
+    """Per field, the latest non-None value by (time, observation id, application order), among
+    the records of the latest record's type; as JSON."""
+    if not sightings:
+        return None
+    ordered = sorted(sightings, key=lambda s: s[0])
+    cls = type(ordered[-1][1])
+    fields: dict[str, Any] = {}
+    for _, facts in ordered:
+        if type(facts) is cls:
+            for name in facts.__struct_fields__:
+                if getattr(facts, name) is not None:
+                    fields[name] = getattr(facts, name)
+    return msgspec.to_builtins(cls(**fields))
 
 
 def _flag(seen: set[bool]) -> Flag:
@@ -78,6 +109,7 @@ class ReferenceGraph:
         self.coverage: Counter[str] = Counter()
         self.coverage_by_channel: Counter[str] = Counter()
         self.observations = 0
+        self.sightings = 0
 
     def apply_many(self, observations: list[Observation]) -> None:
         """Apply observations in order."""
@@ -90,22 +122,26 @@ class ReferenceGraph:
             self.coverage[record.reason] += 1
             self.coverage_by_channel[record.source.channel.value] += 1
 
-    def _node(self, entity: Entity) -> _Element:
+    def _node(self, entity: Entity, o: Observation) -> _Element:
         node = self.nodes.get(entity.id)
         if node is None:
             node = self.nodes[entity.id] = _Element(kind=entity.kind.value, label=entity.label)
         elif not node.label:
             node.label = entity.label  # the first non-empty label
         _merge_attrs(node.attrs, entity.attrs)
+        node.keys.append(entity.key)
+        self.sightings += 1
+        if entity.facts is not None:
+            node.facts.append(((o.time_unix_nano, o.id, self.sightings), entity.facts))
         return node
 
     def apply(self, o: Observation) -> None:
         """Apply one observation."""
         self.observations += 1
         t, te = o.time_unix_nano, o.end_time_unix_nano or o.time_unix_nano
-        touched: dict[Element, _Element] = {("node", o.subject.id): self._node(o.subject)}
+        touched: dict[Element, _Element] = {("node", o.subject.id): self._node(o.subject, o)}
         if o.object is not None and o.relation is not None:
-            touched[("node", o.object.id)] = self._node(o.object)
+            touched[("node", o.object.id)] = self._node(o.object, o)
             key = (o.subject.id, o.relation.value, o.object.id)
             edge = self.edges.get(key)
             if edge is None:
@@ -124,7 +160,6 @@ class ReferenceGraph:
             if ev.score is not None and (edge.score is None or ev.score > edge.score):
                 edge.score = ev.score
             edge.derived.update(ev.support)
-            edge.viewer_only.append(ev.viewer_only)
             if self.retain_support:
                 # the first id is always kept (so a limit of 0 still lists one), then up to
                 # support_limit
@@ -175,6 +210,8 @@ class ReferenceGraph:
                 "id": node_id,
                 "kind": n.kind,
                 "label": n.label,
+                "key": _key(n.keys),
+                "facts": _facts(n.facts),
                 "channels": sorted(n.channels),
                 "backends": sorted(n.backends),
                 "attrs": dict(n.attrs),
@@ -210,7 +247,6 @@ class ReferenceGraph:
                     ).value,
                     "support": None if e.support is None else sorted(e.support),
                     "derived_support": sorted(e.derived),
-                    "viewer_only": all(e.viewer_only),
                     "attrs": dict(e.attrs),
                     "first_seen": e.first,
                     "last_seen": e.last or None,

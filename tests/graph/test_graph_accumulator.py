@@ -195,13 +195,6 @@ def test_derived_support_method_and_score() -> None:
     assert both["derived_support"] == ["x#0", "y#0"]
 
 
-def test_viewer_only_only_when_every_observation_is() -> None:
-    """An edge is viewer_only only if all its support is viewer-only."""
-    view = Evidence(inferred=True, causal=False, viewer_only=True)
-    assert _edge(_snapshot(obs("v", evidence=view)))["viewer_only"] is True
-    assert _edge(_snapshot(obs("v", evidence=view), obs("n")))["viewer_only"] is False
-
-
 def test_coverage_is_summarized_by_reason_and_channel() -> None:
     """Coverage records are counted in the summary."""
     acc = GraphAccumulator()
@@ -242,3 +235,11 @@ def test_edge_ids_are_stable_and_distinct() -> None:
 def test_run_metadata_is_copied() -> None:
     """The run object is the metadata given to the accumulator."""
     assert _snapshot(run={"id": "r1"})["run"] == {"id": "r1"}
+
+
+def test_an_entity_with_an_empty_id_is_still_a_node() -> None:
+    """The subject memo has no id of its own: even an empty entity id names a node."""
+    blank = Entity(kind=EntityKind.DATA, id="")
+    doc = _snapshot(obs("a", subject=blank, relation=None), obs("b", subject=blank))
+    assert [n["id"] for n in doc["nodes"]] == ["", "file:/tmp/f"]
+    assert [e["source"] for e in doc["edges"]] == [""]

@@ -136,7 +136,6 @@ evidence_st = st.builds(
     method=st.one_of(st.none(), st.sampled_from(["m", "n"])),
     score=st.one_of(st.none(), st.floats(0, 1)),
     support=st.lists(st.sampled_from(["s1", "s2"]), max_size=2).map(tuple),
-    viewer_only=st.booleans(),
 )
 
 

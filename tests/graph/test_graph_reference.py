@@ -6,6 +6,7 @@ from __future__ import annotations
 import gc
 from typing import Any
 
+import msgspec
 from graph_helpers import PROC, agent, file_entity, obs
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -19,12 +20,23 @@ from otel_bridge.model import (
     Entity,
     EntityKind,
     Evidence,
+    ExecutableFacts,
+    FileFacts,
     Observation,
+    ProcessFacts,
     RelationKind,
     Source,
 )
 
 _SHARED = {"shared": 1}
+_started = ProcessFacts(
+    host_id="h",
+    pid=10,
+    start_time_ms=1,
+    executable_path="/usr/bin/python3",
+    argv=("python3", "x.py"),
+    cwd="/w",
+)
 """One attribute mapping used by several entities (labeled and not): identity must not matter."""
 ENTITIES = [
     agent("a"),
@@ -38,12 +50,30 @@ ENTITIES = [
     Entity(kind=EntityKind.FILE, id="file:/a", attrs=_SHARED),
     Entity(kind=EntityKind.FILE, id="file:/a", label="late label", attrs=_SHARED),
     Entity(kind=EntityKind.MODEL, id="model:p:m", label="m", attrs=_SHARED),
+    # sightings of one process that state different facts and keys (start, file event, exec,
+    # exit), a file with facts and keys, and a record of another facts type on that file
+    *(
+        Entity(kind=EntityKind.PROCESS, id=PROC.id, facts=facts, key=key)
+        for facts, key in [
+            (_started, "process:/usr/bin/python3:python# x.py"),
+            (ProcessFacts(host_id="h", pid=10, start_time_ms=1), "process:?:?"),
+            (ProcessFacts(host_id="h", pid=10, start_time_ms=1, exit_code=3), "process:?:?"),
+            (
+                ProcessFacts(host_id="h", pid=10, executable_path="/bin/sh", argv=(), parent_pid=1),
+                "process:/bin/sh:",
+            ),
+            (_started, ""),
+        ]
+    ),
+    Entity(kind=EntityKind.FILE, id="file:/a", facts=FileFacts(path="/a"), key="file:/a"),
+    Entity(kind=EntityKind.FILE, id="file:/a", facts=FileFacts(path="/A"), key="file:?"),
+    Entity(kind=EntityKind.FILE, id="file:/a", facts=ExecutableFacts(path="/a", name="a")),
 ]
 RELATIONS = [None, RelationKind.OPENED, RelationKind.INVOKED, RelationKind.CHILD_OF]
 EVIDENCE = [
     Evidence(attribution=Attribution.SYSCALL, causal=True),
     Evidence(attribution=Attribution.REPORTED),
-    Evidence(causal=False, inferred=True, viewer_only=True),
+    Evidence(causal=False, inferred=True),
     Evidence(identity_exact=True, attribution=Attribution.EXACT_IDENTITY),
     Evidence(
         attribution=Attribution.HEURISTIC,
@@ -60,10 +90,23 @@ ATTRS: list[dict[str, Any]] = [{}, {"flags": "O_RDONLY"}, {"flags": "O_RDWR", "n
 
 
 @st.composite
+def entities(draw: st.DrawFn) -> Entity:
+    """One of ENTITIES, sometimes with an equal but distinct facts record."""
+    entity = draw(st.sampled_from(ENTITIES))
+    if entity.facts is not None and draw(st.booleans()):
+        copy = type(entity.facts)(**msgspec.structs.asdict(entity.facts))
+        entity = msgspec.structs.replace(entity, facts=copy)
+    return entity
+
+
+@st.composite
 def observations(draw: st.DrawFn) -> list[Observation]:
     """A random stream: entity and relation observations, self-loops, replays, shared ids."""
-    out = []
+    out: list[Observation] = []
     for i in range(draw(st.integers(0, 30))):
+        if out and draw(st.integers(0, 9)) == 0:  # a replay: the same observation again
+            out.append(draw(st.sampled_from(out)))
+            continue
         relation = draw(st.sampled_from(RELATIONS))
         evidence = draw(st.sampled_from(EVIDENCE))
         if draw(st.booleans()):  # an equal but distinct evidence object
@@ -71,9 +114,9 @@ def observations(draw: st.DrawFn) -> list[Observation]:
         out.append(
             obs(
                 f"r{draw(st.integers(0, 12))}",
-                subject=draw(st.sampled_from(ENTITIES)),
+                subject=draw(entities()),
                 relation=relation,
-                obj=draw(st.sampled_from(ENTITIES)) if relation is not None else None,
+                obj=draw(entities()) if relation is not None else None,
                 evidence=evidence,
                 occurrence=draw(st.sampled_from([None, "", "o1", "o2", "o3"])),
                 time=draw(st.sampled_from([0, 50, 100, 300])),

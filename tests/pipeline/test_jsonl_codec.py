@@ -70,7 +70,6 @@ EVIDENCE = st.builds(
     score=st.none() | st.floats(allow_nan=False) | st.integers(-5, 5),
     support=st.lists(st.text(max_size=4), max_size=3).map(tuple),
     grade=st.none() | st.sampled_from(list(Grade)),
-    viewer_only=st.booleans(),
 )
 
 

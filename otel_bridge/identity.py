@@ -25,7 +25,7 @@ import socket
 import uuid
 from collections.abc import Sequence
 
-from otel_bridge.model import AnyValue, EntityKind
+from otel_bridge.model import AnyValue, EntityKind, ProcessFacts
 
 
 def process_id(host_id: str, pid: int, start_time_ms: int | None) -> str:
@@ -290,3 +290,10 @@ def command_key(tool: str, command: str) -> str:
 def span_key(service: str, name: str) -> str:
     """``span:<service>:<span name>`` for a plain operation span."""
     return f"{EntityKind.SPAN}:{service}:{name}"
+
+
+def process_label(facts: ProcessFacts) -> str:
+    """``<executable name> (<pid>)`` for a process, from what it executed; empty when no image
+    was observed (a label never names another process's image)."""
+    name = facts.executable_name or os.path.basename(facts.executable_path or "")
+    return f"{name} ({facts.pid})" if name else ""

@@ -24,6 +24,8 @@ import math
 from collections.abc import Mapping
 from typing import Any
 
+import msgspec
+
 from otel_bridge.errors import DecodeError
 from otel_bridge.model import (
     AnyValue,
@@ -33,6 +35,7 @@ from otel_bridge.model import (
     Entity,
     EntityKind,
     Evidence,
+    Facts,
     Grade,
     Observation,
     RelationKind,
@@ -122,12 +125,17 @@ def source_to_dict(source: Source) -> dict[str, Any]:
 
 def entity_to_dict(entity: Entity) -> dict[str, Any]:
     """An :class:`Entity` as a plain dict."""
-    return {
+    out: dict[str, Any] = {
         "kind": str(entity.kind),
         "id": entity.id,
         "label": entity.label,
         "attrs": attrs_to_json(entity.attrs),
     }
+    if entity.key:
+        out["key"] = entity.key
+    if entity.facts is not None:
+        out["facts"] = msgspec.to_builtins(entity.facts)  # tagged with "type"
+    return out
 
 
 def evidence_to_dict(evidence: Evidence) -> dict[str, Any]:
@@ -231,7 +239,19 @@ def entity_from_dict(data: Any, path: str = "entity") -> Entity:
         id=_field(d, "id", str, path),
         label=d.get("label") or "",
         attrs=attrs_from_json(d.get("attrs", {}), f"{path}.attrs"),
+        facts=_facts(d.get("facts"), f"{path}.facts"),
+        key=d.get("key") or "",
     )
+
+
+def _facts(data: Any, path: str) -> Facts | None:
+    if data is None:
+        return None
+    try:
+        facts: Facts = msgspec.convert(data, type=Facts)
+        return facts
+    except msgspec.ValidationError as exc:
+        raise DecodeError(f"{path}: {exc}") from None
 
 
 def evidence_from_dict(data: Any, path: str = "evidence") -> Evidence:

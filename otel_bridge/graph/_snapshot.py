@@ -1,4 +1,4 @@
-"""The ``graph.json`` snapshot of an accumulator's rows (DESIGN.md section 6). Private to
+"""The ``graph.json`` snapshot of an accumulator's rows (`docs/graph.md`). Private to
 :mod:`otel_bridge.graph`.
 
 The snapshot is built column-wise: a value that depends only on a source mask or an evidence
@@ -37,6 +37,8 @@ from otel_bridge.graph._elements import (
 )
 from otel_bridge.graph.document import FORMAT, VERSION
 from otel_bridge.graph.summary import CAUSAL_NAMES, Summary
+from otel_bridge.identity import process_key, process_label
+from otel_bridge.model import ProcessFacts
 
 _T = TypeVar("_T")
 _Sources = tuple[tuple[str, ...], tuple[str, ...]]
@@ -139,18 +141,28 @@ def _edge_template(info: _Info) -> dict[str, Any]:
     }
 
 
-def _facts_column(st: Store, order: list[int]) -> list[dict[str, Any] | None]:
-    """The nodes' merged facts in ``order``, as JSON objects tagged ``type`` (None: no facts).
+def _facts_column(
+    st: Store, order: list[int]
+) -> tuple[list[dict[str, Any] | None], Sequence[str], Sequence[str]]:
+    """The nodes' merged facts in ``order``, as JSON objects tagged ``type`` (None: no facts),
+    with the nodes' keys and labels in the same order.
 
     Only nodes that saw several distinct records are merged; the others show their one record.
+    A *process* whose records differ (it exec'd: the gate shell, then the agent) takes its key
+    and label from its merged facts, so both name what it executed last, whatever order the
+    records came in (the offered key and the first label would name the first image).
     """
     merged = st.n_facts
+    keys, labels = st.n_key, st.n_label
     if st.f_hist:
-        merged = list(merged)
+        merged, keys, labels = list(merged), list(keys), list(labels)
         for i in st.f_hist:
-            merged[i] = st.merged_facts(i)
+            facts = merged[i] = st.merged_facts(i)
+            if isinstance(facts, ProcessFacts):
+                keys[i] = process_key(facts.executable_path, facts.argv)
+                labels[i] = process_label(facts) or labels[i]
     column: list[dict[str, Any] | None] = msgspec.to_builtins(_take(merged, order))
-    return column
+    return column, _take(keys, order), _take(labels, order)
 
 
 def _node_totals(st: Store) -> tuple[list[int], list[int], list[int], list[int]]:
@@ -195,12 +207,13 @@ def _nodes(
     templates = {m: _node_template(*pair) for m, pair in pairs.items()}
     nodes: list[dict[str, Any]] = []
     append = nodes.append
+    facts_column, keys, labels = _facts_column(st, order)
     for i, k, key, facts, lb, a, template, f, la, ev, lg in zip(
         _take(ids, order),
         _take(st.n_kind, order),
-        _take(st.n_key, order),
-        _facts_column(st, order),
-        _take(st.n_label, order),
+        keys,
+        facts_column,
+        labels,
         map(dict, _take(st.n_attrs, order)),
         map(templates.__getitem__, _take(sources, order)),
         map(_FIRST_SEEN, *[_take(first, order)] * 2),

@@ -364,7 +364,7 @@ class GraphAccumulator:
         return Graph.from_dict(self.to_dict(), validate=False)
 
     def to_dict(self) -> dict[str, Any]:
-        """The deterministic ``graph.json`` document (DESIGN.md section 6) as a dict."""
+        """The deterministic ``graph.json`` document (`docs/graph.md`) as a dict."""
         return snapshot(
             self._store,
             names=tuple(self._backend_names),

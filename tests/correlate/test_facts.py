@@ -15,7 +15,6 @@ from correlate_builders import HOST, MS, T0, Proc, declaration, exit_obs, tracep
 from test_enrich import make
 
 from otel_bridge.component import PROCESSOR, CreateSettings, Host, Telemetry
-from otel_bridge.identity import process_key
 from otel_bridge.model import (
     Attribution,
     Batch,
@@ -117,9 +116,10 @@ def test_skipped_no_facts_reaches_the_run_summary() -> None:
 # ------------------------------------------------------------------ derived entities
 
 
-def test_bridge_process_entity_carries_the_supporting_facts_and_key() -> None:
-    """The process a singleton bridge points at carries the facts of its start observation (one
-    of the bridge's support ids) and the stable key those facts give."""
+def test_bridge_process_entity_carries_identity_facts_only() -> None:
+    """The process a singleton bridge points at carries the facts that never change over the
+    process's life (host, pid, start) and no image, argv, key or label: the bridge is stamped
+    later than the start it rests on, so a copied image would outrank a later exec."""
     p = Proc(pid=7, exe="/usr/bin/pytest", argv=("pytest", "-q", "tests/"), time=T0 + 2 * MS)
     out, _ = run(declaration("c3" * 8, "pytest -q tests/", T0, T0 + 100 * MS) + p.observations())
     [bridge] = links(out)
@@ -127,13 +127,16 @@ def test_bridge_process_entity_carries_the_supporting_facts_and_key() -> None:
     start = p.observations()[0]
     assert start.id in bridge.evidence.support
     assert bridge.object is not None
-    assert bridge.object.facts == start.subject.facts
-    assert bridge.object.key == process_key("/usr/bin/pytest", ("pytest", "-q", "tests/"))
-    assert bridge.object.label == "pytest"
+    start_facts = start.subject.facts
+    assert isinstance(start_facts, ProcessFacts)
+    assert bridge.object.facts == ProcessFacts(
+        host_id=HOST, pid=7, start_time_ms=start_facts.start_time_ms
+    )
+    assert (bridge.object.key, bridge.object.label) == ("", "")
 
 
-def test_exact_process_entities_carry_facts_and_keys() -> None:
-    """Traceparent and resource-pid links point at process entities with facts and keys."""
+def test_exact_process_entities_carry_identity_facts_only() -> None:
+    """Traceparent and resource-pid links point at process entities with identity facts only."""
     span = "d4" * 8
     child = Proc(pid=8, exe="/usr/bin/git", argv=("git", "log"), time=T0 + MS)
     child.traceparent = traceparent(span)
@@ -146,8 +149,9 @@ def test_exact_process_entities_carry_facts_and_keys() -> None:
         assert link.object is not None
         facts = link.object.facts
         assert isinstance(facts, ProcessFacts)
-        assert (facts.host_id, facts.pid, facts.argv) == (HOST, proc.pid, proc.argv)
-        assert link.object.key == process_key(proc.exe, proc.argv)
+        assert (facts.host_id, facts.pid) == (HOST, proc.pid)
+        assert (facts.executable_path, facts.argv) == (None, None)
+        assert link.object.key == ""
 
 
 # ------------------------------------------------------------------ enrich reads facts

@@ -16,8 +16,9 @@ import msgspec
 from otel_bridge.grading import Flag, grade_edge
 from otel_bridge.graph.document import FORMAT, VERSION
 from otel_bridge.graph.summary import summarize
+from otel_bridge.identity import process_key, process_label
 from otel_bridge.jsonl import value_to_json
-from otel_bridge.model import Attribution, CoverageRecord, Entity, Facts, Observation
+from otel_bridge.model import Attribution, CoverageRecord, Entity, Facts, Observation, ProcessFacts
 
 Element = tuple[str, object]
 """("node", id) or ("edge", (source, relation, target))."""
@@ -63,9 +64,9 @@ def _key(keys: list[str]) -> str:
     return best
 
 
-def _facts(sightings: list[tuple[tuple[int, str, int], Facts]]) -> Any:
+def _merged(sightings: list[tuple[tuple[int, str, int], Facts]]) -> Facts | None:
     """Per field, the latest non-None value by (time, observation id, application order), among
-    the records of the latest record's type; as JSON."""
+    the records of the latest record's type."""
     if not sightings:
         return None
     ordered = sorted(sightings, key=lambda s: s[0])
@@ -76,7 +77,22 @@ def _facts(sightings: list[tuple[tuple[int, str, int], Facts]]) -> Any:
             for name in facts.__struct_fields__:
                 if getattr(facts, name) is not None:
                     fields[name] = getattr(facts, name)
-    return msgspec.to_builtins(cls(**fields))
+    return cls(**fields)
+
+
+def _node_view(n: _Element) -> tuple[str, str, Any]:
+    """Key, label and facts (as JSON) of a node. A process that stated several distinct facts
+    records (it exec'd) is keyed and labelled by its merged facts: what it executed last."""
+    merged = _merged(n.facts)
+    key, label = _key(n.keys), n.label
+    distinct: list[Facts] = []
+    for _, facts in n.facts:
+        if facts not in distinct:
+            distinct.append(facts)
+    if isinstance(merged, ProcessFacts) and len(distinct) > 1:
+        key = process_key(merged.executable_path, merged.argv)
+        label = process_label(merged) or label
+    return key, label, msgspec.to_builtins(merged)
 
 
 def _flag(seen: set[bool]) -> Flag:
@@ -209,9 +225,9 @@ class ReferenceGraph:
             {
                 "id": node_id,
                 "kind": n.kind,
-                "label": n.label,
-                "key": _key(n.keys),
-                "facts": _facts(n.facts),
+                "label": view[1],
+                "key": view[0],
+                "facts": view[2],
                 "channels": sorted(n.channels),
                 "backends": sorted(n.backends),
                 "attrs": dict(n.attrs),
@@ -221,6 +237,7 @@ class ReferenceGraph:
                 "evidence_count": n.evidence,
             }
             for node_id, n in sorted(self.nodes.items())
+            for view in (_node_view(n),)
         ]
         edges = []
         for (source, relation, target), e in sorted(self.edges.items()):

@@ -239,7 +239,7 @@ def test_run_metadata_is_copied() -> None:
 
 def test_an_entity_with_an_empty_id_is_still_a_node() -> None:
     """The subject memo has no id of its own: even an empty entity id names a node."""
-    blank = Entity(kind=EntityKind.DATA, id="")
+    blank = Entity(kind=EntityKind.SPAN, id="")
     doc = _snapshot(obs("a", subject=blank, relation=None), obs("b", subject=blank))
     assert [n["id"] for n in doc["nodes"]] == ["", "file:/tmp/f"]
     assert [e["source"] for e in doc["edges"]] == [""]

@@ -238,7 +238,7 @@ def test_every_facts_type_passes_the_schema_and_loads_typed(tmp_path: Path) -> N
         [
             obs(
                 f"r{i}",
-                subject=Entity(kind=EntityKind.DATA, id=f"data:{i}", facts=facts, key=f"k:{i}"),
+                subject=Entity(kind=EntityKind.SPAN, id=f"span:{i}", facts=facts, key=f"k:{i}"),
                 relation=None,
             )
             for i, facts in enumerate(EVERY_FACTS)

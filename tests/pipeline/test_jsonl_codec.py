@@ -202,3 +202,22 @@ def test_bad_markers() -> None:
         jsonl.value_from_json({"$bytes": "!!"})
     with pytest.raises(DecodeError, match=r"\$float must be"):
         jsonl.value_from_json({"$float": "big"})
+
+
+def test_entity_facts_and_key_round_trip() -> None:
+    """The correlated stream keeps every entity's typed facts and stable key (lossless)."""
+    from otel_bridge.jsonl import entity_from_dict, entity_to_dict
+    from otel_bridge.model import Entity, EntityKind, FileFacts, ProcessFacts
+
+    entities = [
+        Entity(
+            kind=EntityKind.PROCESS,
+            id="process:h:1:2",
+            facts=ProcessFacts(host_id="h", pid=1, start_time_ms=2, argv=("cp", "a", "b")),
+            key="process:/usr/bin/cp:cp a b",
+        ),
+        Entity(kind=EntityKind.FILE, id="file:/x", facts=FileFacts(path="/x"), key="file:/x"),
+        Entity(kind=EntityKind.SPAN, id="span:t:s"),
+    ]
+    for entity in entities:
+        assert entity_from_dict(json.loads(json.dumps(entity_to_dict(entity)))) == entity

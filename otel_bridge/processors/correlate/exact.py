@@ -31,7 +31,6 @@ from otel_bridge.identity import (
     iso_to_ms,
     parse_traceparent,
     process_id,
-    process_key,
     str_value,
 )
 from otel_bridge.model import (
@@ -55,18 +54,18 @@ _CHILD_OF = RelationKind.CHILD_OF
 
 
 def process_entity(identity: str, facts: ProcessFacts) -> Entity:
-    """The process entity a derived relation points at.
+    """The process entity a derived relation points at: its identity facts only.
 
-    It carries the facts of the observation the relation rests on (one of its support ids) and
-    the stable key they give; the label is the executable name when that was observed.
+    Only the facts that never change over a process's life (host, pid, start time) are carried,
+    with no key or label: a derived relation is stamped later than the OS records it rests on
+    (its support ids), so an image or argv copied from one of them would outrank a later exec in
+    the graph's latest-by-time merge and name an image the process no longer ran.
     """
     return Entity(
         kind=EntityKind.PROCESS,
         id=identity,
-        label=facts.executable_name or "",
         attrs={"process.pid": facts.pid, "host.id": facts.host_id},
-        facts=facts,
-        key=process_key(facts.executable_path, facts.argv),
+        facts=ProcessFacts(host_id=facts.host_id, pid=facts.pid, start_time_ms=facts.start_time_ms),
     )
 
 

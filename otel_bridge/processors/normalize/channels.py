@@ -1,4 +1,4 @@
-"""Channel assignment of incoming spans (DESIGN.md section 3).
+"""Channel assignment of incoming spans (`docs/architecture.md`, channels).
 
 A span's channel is decided once per (resource, scope) pair, in this order:
 

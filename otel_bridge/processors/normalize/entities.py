@@ -11,6 +11,8 @@ sessions, command facts) in bounded caches and spells the per-span ones out, wit
 
 from __future__ import annotations
 
+import msgspec
+
 from otel_bridge.identity import (
     agent_key,
     command_key,
@@ -112,6 +114,27 @@ def calling_agent(agent: Entity) -> str | None:
     if isinstance(facts, AgentFacts):
         return facts.name or facts.agent_id
     return None
+
+
+def with_calling_agent(tool_call: Entity, agent: Entity) -> Entity:
+    """``tool_call`` naming the agent that invoked it, when its facts do not name one yet.
+
+    A tool span often arrives before its agent's span (SDKs export children first), so the tool
+    call's own observation cannot name the agent; the ``invoked`` relation, built once the agent
+    is known (at once or later), carries the tool call with the agent filled in. The graph merges
+    both sightings per field, so the result does not depend on arrival order.
+    """
+    facts = tool_call.facts
+    if not isinstance(facts, ToolCallFacts) or facts.agent is not None:
+        return tool_call
+    name = calling_agent(agent)
+    if name is None:
+        return tool_call
+    return msgspec.structs.replace(
+        tool_call,
+        facts=msgspec.structs.replace(facts, agent=name),
+        key=tool_call_key(name, facts.tool),
+    )
 
 
 def tool_call_entity(

@@ -22,6 +22,7 @@ from otel_bridge.model import (
 )
 
 from .ancestry import Found, Outcome, PendingLink, Root
+from .entities import with_calling_agent
 
 REPORTED = Evidence(attribution=Attribution.REPORTED)
 """Evidence of every relation a span states about itself (no causal flag)."""
@@ -97,6 +98,8 @@ def found(
     if kind == DELEGATION and ancestor.id == node.id:
         return None  # an agent's own nested invocation is not a delegation
     relation, from_span = LINKS[kind]
+    if kind == INVOCATION:
+        node = with_calling_agent(node, ancestor)
     subject, obj = (node, ancestor) if from_span else (ancestor, node)
     return rel(ctx, 1, subject, relation, obj, attrs=attrs if kind == REQUEST else None)
 

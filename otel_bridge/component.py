@@ -163,8 +163,16 @@ class Telemetry:
         view._state = self._state
         view._scope = scope
         if scope is not None:
+            key = (scope.kind, scope.id)
             with self._state.lock:
-                self._state.scopes.setdefault((scope.kind, scope.id), scope)
+                known = self._state.scopes.get(key)
+                if known is None:
+                    self._state.scopes[key] = scope
+                elif not scope.specs.keys() <= known.specs.keys():
+                    # One instance seen through several views (the pipeline's standard counters,
+                    # the component's own): readers see every counter any of them declares.
+                    specs = {**known.specs, **scope.specs}
+                    self._state.scopes[key] = CounterScope(scope.kind, scope.id, scope.type, specs)
         return view
 
     def for_factory(self, factory: Factory[Any], component_id: str) -> Telemetry:
@@ -227,8 +235,21 @@ class Telemetry:
         self, name: str, kind: str, type_: str | None, id_: str | None, label: str | None
     ) -> list[tuple[_Key, int]]:
         with self._state.lock:
-            types = {k: s.type for k, s in self._state.scopes.items()}
+            scopes = list(self._state.scopes.values())
             items = list(self._state.counts.items())
+        types = {(s.kind, s.id): s.type for s in scopes}
+        readable = [
+            s
+            for s in scopes
+            if s.kind == kind
+            and (type_ is None or s.type == type_)
+            and (id_ is None or s.id == id_)
+        ]
+        if readable and not any(name in s.specs for s in readable):
+            # A reader's typo reads 0 for ever: refuse it like an undeclared count.
+            raise UndeclaredCounterError(
+                f"no {kind} {type_ or id_ or ''} declares a counter {name!r}".replace("  ", " ")
+            )
         return [
             (key, v)
             for key, v in items

@@ -18,6 +18,7 @@ from otel_bridge.receivers.host import HostConfig, HostReceiver, factory
 from otel_bridge.receivers.host.config import MIN_POLL_INTERVAL
 from otel_bridge.receivers.host.ebpf import EbpfBackend
 from otel_bridge.receivers.host.procfs import (
+    ProcessInfo,
     approx_start_ms,
     descendants_of,
     read_process,
@@ -144,9 +145,13 @@ def test_read_process_matches_identity_and_redacts() -> None:
     """read_process gives linux_start_time_ms's start and redacted argv."""
     proc = subprocess.Popen(["sh", "-c", "sleep 5", "sh", "--token=abcdef"])
     try:
-        info = wait_until(
-            lambda: read_process(proc.pid, Redactor()), 5, "the shell's /proc entry to be read"
-        )
+        # Right after fork, and while exec replaces the image, cmdline reads as the parent's or
+        # empty: wait for the exec'd shell's entry.
+        def exec_d() -> ProcessInfo | None:
+            found = read_process(proc.pid, Redactor())
+            return found if found is not None and found.argv[:1] == ["sh"] else None
+
+        info = wait_until(exec_d, 5, "the exec'd shell's /proc entry to be read")
         assert info.start_ms == linux_start_time_ms(proc.pid)
         assert info.argv == ["sh", "-c", "sleep 5", "sh", "--token=[REDACTED]"]
         assert info.name in ("dash", "sh", "bash")

@@ -8,6 +8,10 @@ what was awaited.
 
 from __future__ import annotations
 
+import queue
+import re
+import subprocess
+import threading
 import time
 from collections.abc import Callable
 from typing import TypeVar
@@ -55,3 +59,53 @@ def poll(
         time.sleep(interval)  # the poll interval between two reads, not synchronisation
         result = read()
     return result
+
+
+class Stderr:
+    """Collects a child process's stderr lines on a thread, so waits on them can time out."""
+
+    def __init__(self, proc: subprocess.Popen[str], *, timeout: float = 20.0) -> None:
+        self.lines: queue.Queue[str] = queue.Queue()
+        self.seen: list[str] = []
+        self.timeout = timeout
+        assert proc.stderr is not None
+        self.stream = proc.stderr
+        self.thread = threading.Thread(target=self._pump, daemon=True)
+        self.thread.start()
+
+    def _pump(self) -> None:
+        for line in self.stream:
+            self.lines.put(line)
+
+    def wait_for(self, pattern: str, timeout: float | None = None) -> re.Match[str]:
+        """The first unread line matching ``pattern``; fails the test on timeout."""
+        limit = self.timeout if timeout is None else timeout
+        deadline = time.monotonic() + limit
+        while time.monotonic() < deadline:
+            try:
+                line = self.lines.get(timeout=0.1)
+            except queue.Empty:
+                continue
+            self.seen.append(line)
+            match = re.search(pattern, line)
+            if match:
+                return match
+        raise AssertionError(f"no line matching {pattern!r} in {self.seen}")
+
+    def _drain(self) -> list[str]:
+        self.thread.join(10)
+        self.stream.close()
+        out = []
+        while not self.lines.empty():
+            out.append(self.lines.get())
+        self.seen.extend(out)
+        return out
+
+    def rest(self) -> str:
+        """The lines not read yet; call after the child exited. Closes the pipe."""
+        return "".join(self._drain())
+
+    def log(self) -> str:
+        """Every line, read or not; call after the child exited. Closes the pipe."""
+        self._drain()
+        return "".join(self.seen)

@@ -3,17 +3,15 @@
 from __future__ import annotations
 
 import os
-import queue
-import re
 import signal
 import socket
 import subprocess
 import sys
-import threading
-import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
+
+from waiting import Stderr
 
 from otel_bridge.component import CreateSettings, Host
 from otel_bridge.receivers.otlp import OtlpReceiver, factory
@@ -39,44 +37,6 @@ def downstream() -> Iterator[tuple[OtlpReceiver, RecordingConsumer]]:
         receiver.shutdown()
 
 
-class Stderr:
-    """Collects a child process's stderr lines on a thread, so waits can time out."""
-
-    def __init__(self, proc: subprocess.Popen[str]) -> None:
-        self.lines: queue.Queue[str] = queue.Queue()
-        self.seen: list[str] = []
-        assert proc.stderr is not None
-        self.stream = proc.stderr
-        self.thread = threading.Thread(target=self._pump, daemon=True)
-        self.thread.start()
-
-    def _pump(self) -> None:
-        for line in self.stream:
-            self.lines.put(line)
-
-    def wait_for(self, pattern: str, timeout: float = 30.0) -> re.Match[str]:
-        """The first unread line matching ``pattern``; fails the test on timeout."""
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            try:
-                line = self.lines.get(timeout=0.1)
-            except queue.Empty:
-                continue
-            self.seen.append(line)
-            match = re.search(pattern, line)
-            if match:
-                return match
-        raise AssertionError(f"no line matching {pattern!r} in {self.seen}")
-
-    def rest(self) -> str:
-        """Everything seen, once the child exited (closes the pipe)."""
-        self.thread.join(10)
-        self.stream.close()
-        while not self.lines.empty():
-            self.seen.append(self.lines.get())
-        return "".join(self.seen)
-
-
 def start_run(config: Path, env: dict[str, str]) -> tuple[subprocess.Popen[str], Stderr]:
     """``python -m otel_bridge run -c config`` with stderr collected."""
     proc = subprocess.Popen(
@@ -86,7 +46,7 @@ def start_run(config: Path, env: dict[str, str]) -> tuple[subprocess.Popen[str],
         text=True,
         env={**os.environ, **env},
     )
-    return proc, Stderr(proc)
+    return proc, Stderr(proc, timeout=30.0)
 
 
 def stop(proc: subprocess.Popen[str], sig: int = signal.SIGTERM) -> int:

@@ -135,7 +135,7 @@ def test_acknowledged_spans_survive_kill_9_and_arrive_once_downstream(tmp_path: 
     finally:
         stop(a)
         stop(b)
-    a_log, b_log = a_err.rest(), b_err.rest()
+    a_log, b_log = a_err.log(), b_err.log()
     assert replayed == KILL_AFTER
     assert sorted(arrived) == sorted(acked), "each acknowledged span exactly once, nothing else"
     assert "export failures 0" in a_log

@@ -7,16 +7,13 @@ every span the collector acknowledged is in the output file after SIGTERM, and t
 from __future__ import annotations
 
 import os
-import queue
-import re
 import signal
 import subprocess
 import sys
-import threading
-import time
 from pathlib import Path
 
 import pytest
+from waiting import Stderr
 
 from otel_bridge.cli import main
 from otel_bridge.commands.run import embedded_config_text, load_run_config
@@ -53,46 +50,6 @@ service:
       receivers: [otlp]
       exporters: [file/logs]
 """
-
-
-class Stderr:
-    """Collects a child's stderr lines on a thread, so reads can time out."""
-
-    def __init__(self, proc: subprocess.Popen[str]) -> None:
-        self.lines: queue.Queue[str] = queue.Queue()
-        self.seen: list[str] = []
-        assert proc.stderr is not None
-        self.stream = proc.stderr
-        self.thread = threading.Thread(target=self._pump, daemon=True)
-        self.thread.start()
-
-    def _pump(self) -> None:
-        for line in self.stream:
-            self.lines.put(line)
-
-    def wait_for(self, pattern: str, timeout: float = 20.0) -> re.Match[str]:
-        """The first line matching ``pattern``; fails the test on timeout."""
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            try:
-                line = self.lines.get(timeout=0.1)
-            except queue.Empty:
-                continue
-            self.seen.append(line)
-            match = re.search(pattern, line)
-            if match:
-                return match
-        pytest.fail(f"no line matching {pattern!r} in {self.seen}")
-
-    def rest(self) -> str:
-        """Everything not read yet; call after the child exited. Closes the pipe."""
-        self.thread.join(10)
-        self.stream.close()
-        out = []
-        while not self.lines.empty():
-            out.append(self.lines.get())
-        self.seen.extend(out)
-        return "".join(out)
 
 
 def start_run(config: Path, env: dict[str, str], *extra: str) -> subprocess.Popen[str]:

@@ -17,8 +17,14 @@ from dataclasses import dataclass
 from typing import Any, Generic, TypeVar
 
 import msgspec
-from opentelemetry.proto.collector.logs.v1.logs_service_pb2 import ExportLogsServiceRequest
-from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
+from opentelemetry.proto.collector.logs.v1.logs_service_pb2 import (
+    ExportLogsServiceRequest,
+    ExportLogsServiceResponse,
+)
+from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
+    ExportTraceServiceRequest,
+    ExportTraceServiceResponse,
+)
 
 from otel_bridge.model import (
     UNSET_STATUS,
@@ -342,3 +348,19 @@ def decode_logs(request: ExportLogsServiceRequest | bytes) -> Decoded[LogRecord]
                     )
                 )
     return Decoded(tuple(logs), rejects.count, rejects.message("log records"))
+
+
+def encode_export_response(signal: str, rejected: int, error_message: str) -> bytes:
+    """The serialized ``Export*ServiceResponse`` of ``signal`` (``traces`` or ``logs``): empty,
+    or a ``partial_success`` naming how many records were rejected and why."""
+    if signal == "traces":
+        traces = ExportTraceServiceResponse()
+        if rejected:
+            traces.partial_success.rejected_spans = rejected
+            traces.partial_success.error_message = error_message
+        return traces.SerializeToString()
+    logs = ExportLogsServiceResponse()
+    if rejected:
+        logs.partial_success.rejected_log_records = rejected
+        logs.partial_success.error_message = error_message
+    return logs.SerializeToString()

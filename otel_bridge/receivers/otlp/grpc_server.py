@@ -18,19 +18,13 @@ from google.protobuf import duration_pb2
 from google.protobuf.any_pb2 import Any as PbAny
 from google.protobuf.message import DecodeError as PbDecodeError
 from google.rpc import error_details_pb2, status_pb2  # type: ignore[import-untyped]
-from opentelemetry.proto.collector.logs.v1.logs_service_pb2 import (
-    ExportLogsServiceResponse,
-)
-from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
-    ExportTraceServiceResponse,
-)
 
 from otel_bridge.errors import StartupError
-from otel_bridge.otlp.proto_codec import decode_logs, decode_traces
+from otel_bridge.otlp.proto_codec import decode_logs, decode_traces, encode_export_response
 from otel_bridge.receivers.otlp.config import GrpcConfig, split_endpoint
 
 if TYPE_CHECKING:
-    from otel_bridge.receivers.otlp.receiver import OtlpReceiver
+    from otel_bridge.receivers.otlp.receiver import OtlpReceiver, Outcome
 
 TRACE_SERVICE = "opentelemetry.proto.collector.trace.v1.TraceService"
 LOGS_SERVICE = "opentelemetry.proto.collector.logs.v1.LogsService"
@@ -144,30 +138,24 @@ class GrpcServer:
 
     def _traces(self, raw: bytes, context: grpc.ServicerContext) -> bytes:
         def parse(data: bytes) -> bytes:
-            outcome = self._receiver.deliver_spans(decode_traces(data))
-            if outcome.refused:
-                raise _RefusedError(outcome.refused)
-            if outcome.failed:
-                raise _FailedError(outcome.failed)
-            response = ExportTraceServiceResponse()
-            if outcome.rejected:
-                response.partial_success.rejected_spans = outcome.rejected
-                response.partial_success.error_message = outcome.error_message
-            return response.SerializeToString()
+            outcome = _accepted(self._receiver.deliver_spans(decode_traces(data)))
+            return encode_export_response("traces", outcome.rejected, outcome.error_message)
 
         return self._handle(raw, context, parse, "ExportTraceServiceRequest")
 
     def _logs(self, raw: bytes, context: grpc.ServicerContext) -> bytes:
         def parse(data: bytes) -> bytes:
-            outcome = self._receiver.deliver_logs(decode_logs(data))
-            if outcome.refused:
-                raise _RefusedError(outcome.refused)
-            if outcome.failed:
-                raise _FailedError(outcome.failed)
-            response = ExportLogsServiceResponse()
-            if outcome.rejected:
-                response.partial_success.rejected_log_records = outcome.rejected
-                response.partial_success.error_message = outcome.error_message
-            return response.SerializeToString()
+            outcome = _accepted(self._receiver.deliver_logs(decode_logs(data)))
+            return encode_export_response("logs", outcome.rejected, outcome.error_message)
 
         return self._handle(raw, context, parse, "ExportLogsServiceRequest")
+
+
+def _accepted(outcome: Outcome) -> Outcome:
+    """``outcome`` when the pipeline took the request; a refusal or failure raises, for
+    :meth:`GrpcServer._handle` to answer with its status."""
+    if outcome.refused:
+        raise _RefusedError(outcome.refused)
+    if outcome.failed:
+        raise _FailedError(outcome.failed)
+    return outcome

@@ -22,12 +22,6 @@ from typing import TYPE_CHECKING, Any
 
 from google.protobuf.message import DecodeError as PbDecodeError
 from google.rpc import status_pb2  # type: ignore[import-untyped]
-from opentelemetry.proto.collector.logs.v1.logs_service_pb2 import (
-    ExportLogsServiceResponse,
-)
-from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
-    ExportTraceServiceResponse,
-)
 
 from otel_bridge.errors import DecodeError, PayloadTooLargeError, StartupError
 from otel_bridge.otlp import json_codec, proto_codec
@@ -107,27 +101,13 @@ def status_body(content_type: str, code: int, message: str) -> bytes:
 
 
 def _response_body(content_type: str, signal: str, outcome: Outcome) -> bytes:
-    if signal == "traces":
-        if content_type == JSON:
-            partial = {"rejectedSpans": str(outcome.rejected)}
-        else:
-            trace_response = ExportTraceServiceResponse()
-            if outcome.rejected:
-                trace_response.partial_success.rejected_spans = outcome.rejected
-                trace_response.partial_success.error_message = outcome.error_message
-            return trace_response.SerializeToString()
-    elif content_type == JSON:
-        partial = {"rejectedLogRecords": str(outcome.rejected)}
-    else:
-        logs_response = ExportLogsServiceResponse()
-        if outcome.rejected:
-            logs_response.partial_success.rejected_log_records = outcome.rejected
-            logs_response.partial_success.error_message = outcome.error_message
-        return logs_response.SerializeToString()
+    if content_type != JSON:
+        return proto_codec.encode_export_response(signal, outcome.rejected, outcome.error_message)
     if not outcome.rejected:
         return b"{}"
+    field = "rejectedSpans" if signal == "traces" else "rejectedLogRecords"
     return json.dumps(
-        {"partialSuccess": {**partial, "errorMessage": outcome.error_message}}
+        {"partialSuccess": {field: str(outcome.rejected), "errorMessage": outcome.error_message}}
     ).encode()
 
 

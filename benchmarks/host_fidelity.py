@@ -24,7 +24,6 @@ Needs root for the linux backend (otherwise ``auto`` picks what runs, and the ta
 from __future__ import annotations
 
 import argparse
-import contextlib
 import http.server
 import json
 import os
@@ -34,25 +33,13 @@ import sys
 import tempfile
 import threading
 import time
-from collections.abc import Iterator
 from typing import Any
 
 from bench_support import Gate, Sink, start_host
 
 from otel_bridge.model import LogRecord
 from otel_bridge.receivers.host import HostConfig
-
-CLIENT = """
-import json, os, sys, time, urllib.request
-url, out, n = sys.argv[1], sys.argv[2], int(sys.argv[3])
-receipts = []
-for _ in range(n):
-    with urllib.request.urlopen(url) as resp:
-        receipts.append({"pid": os.getpid(), "port": int(resp.read())})
-    time.sleep(0.03)
-with open(out, "w") as f:
-    json.dump(receipts, f)
-"""
+from otel_bridge.testing import HTTP_CLIENT_WORKLOAD, SHORT_CHILDREN_WORKLOAD, cpu_load
 
 SERVER = """
 import os, socket, sys, time
@@ -70,32 +57,6 @@ for i in range(n):
     time.sleep(0.03)
     conn.close()
 """
-
-PARENT = """
-import json, subprocess, sys
-out, src, n = sys.argv[1], sys.argv[2], int(sys.argv[3])
-receipts = []
-for i in range(n):
-    argv = [["cp", src, f"{src}.{i}"], ["true"], ["sh", "-c", f"exit {i % 3}"],
-            ["sleep", "0.005"]][i % 4]
-    proc = subprocess.Popen(argv)
-    receipts.append({"pid": proc.pid, "argv": argv})
-    proc.wait()
-with open(out, "w") as f:
-    json.dump(receipts, f)
-"""
-
-
-@contextlib.contextmanager
-def cpu_load(workers: int = 2) -> Iterator[None]:
-    """``workers`` busy processes outside every observed lineage."""
-    procs = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(workers)]
-    try:
-        yield
-    finally:
-        for p in procs:
-            p.kill()
-            p.wait()
 
 
 def observe(backend: str, argv: list[str], cwd: str, during: Any = None) -> tuple[list[Any], str]:
@@ -133,7 +94,7 @@ class _PortEcho(http.server.BaseHTTPRequestHandler):
 def short_connections(backend: str, n: int, work: str) -> tuple[dict[str, int], str]:
     """Counts of how the ``n`` short requests were recorded."""
     with open(os.path.join(work, "client.py"), "w") as f:
-        f.write(CLIENT)
+        f.write(HTTP_CLIENT_WORKLOAD)
     server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _PortEcho)
     thread = threading.Thread(target=server.serve_forever, daemon=True)
     thread.start()
@@ -193,7 +154,7 @@ def children_worker(backend: str, n: int) -> None:
     """One observe-like run over the children workload; prints its counts as JSON."""
     work = tempfile.mkdtemp(prefix="bench-children-")
     with open(os.path.join(work, "parent.py"), "w") as f:
-        f.write(PARENT)
+        f.write(SHORT_CHILDREN_WORKLOAD)
     src = os.path.join(work, "src.txt")
     with open(src, "w") as f:
         f.write("data\n")

@@ -23,11 +23,14 @@ Example::
 
 from __future__ import annotations
 
+import contextlib
 import datetime
 import socket
+import subprocess
+import sys
 import threading
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -644,3 +647,54 @@ class LoopbackServer:
         self._thread.join(timeout=2)
         for conn in self._conns:
             conn.close()
+
+
+# --------------------------------------------------------------------------------------------
+# Host-fidelity workloads, shared by the host tests and benchmarks/host_fidelity.py
+# --------------------------------------------------------------------------------------------
+
+HTTP_CLIENT_WORKLOAD = """
+import json, os, sys, time, urllib.request
+url, out, n = sys.argv[1], sys.argv[2], int(sys.argv[3])
+receipts = []
+for _ in range(n):
+    with urllib.request.urlopen(url) as resp:
+        receipts.append({"pid": os.getpid(), "port": int(resp.read())})
+    time.sleep(0.03)
+with open(out, "w") as f:
+    json.dump(receipts, f)
+"""
+"""``python -c`` script: ``URL OUT N``: N short GET requests (each about a millisecond against a
+local server that answers with the client's port), receipts (pid, client port) written to OUT."""
+
+SHORT_CHILDREN_WORKLOAD = """
+import json, subprocess, sys
+out, src = sys.argv[1], sys.argv[2]
+receipts = []
+for i in range(int(sys.argv[3])):
+    argv = [
+        ["cp", src, f"{src}.{i}"],
+        ["true"],
+        ["sh", "-c", f"exit {i % 3}"],
+        ["sleep", "0.005"],
+    ][i % 4]
+    proc = subprocess.Popen(argv)
+    receipts.append({"pid": proc.pid, "argv": argv})
+    proc.wait()
+with open(out, "w") as f:
+    json.dump(receipts, f)
+"""
+"""Script ``OUT SRC N``: N children of about 5 ms (cp, true, sh -c, sleep), one after another,
+each child's pid and argv written to OUT as the receipt the observed plane is checked against."""
+
+
+@contextlib.contextmanager
+def cpu_load(workers: int = 2) -> Iterator[None]:
+    """``workers`` busy processes (outside any observed lineage) for the block."""
+    procs = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(workers)]
+    try:
+        yield
+    finally:
+        for p in procs:
+            p.kill()
+            p.wait()

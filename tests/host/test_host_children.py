@@ -12,9 +12,6 @@ from __future__ import annotations
 import json
 import shlex
 import subprocess
-import sys
-from collections.abc import Iterator
-from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -25,43 +22,14 @@ from host_support import start_receiver as start
 from otel_bridge.receivers.host import HostConfig
 from otel_bridge.receivers.host.procfs import ProcessInfo
 from otel_bridge.receivers.host.starts import StartGate, identity_only, read_image
+from otel_bridge.testing import SHORT_CHILDREN_WORKLOAD, cpu_load
 
 CHILDREN = 40
-
-PARENT = """
-import json, subprocess, sys
-out, src = sys.argv[1], sys.argv[2]
-receipts = []
-for i in range(int(sys.argv[3])):
-    argv = [
-        ["cp", src, f"{src}.{i}"],
-        ["true"],
-        ["sh", "-c", f"exit {i % 3}"],
-        ["sleep", "0.005"],
-    ][i % 4]
-    proc = subprocess.Popen(argv)
-    receipts.append({"pid": proc.pid, "argv": argv})
-    proc.wait()
-with open(out, "w") as f:
-    json.dump(receipts, f)
-"""
-
-
-@contextmanager
-def cpu_load(workers: int = 2) -> Iterator[None]:
-    """``workers`` busy processes (outside any observed lineage) for the block."""
-    procs = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(workers)]
-    try:
-        yield
-    finally:
-        for p in procs:
-            p.kill()
-            p.wait()
 
 
 def run_children(backend: str, tmp_path: Path, n: int = CHILDREN) -> tuple[Observed, list[Any]]:
     """Observe the parent workload under load; its receipts."""
-    (tmp_path / "parent.py").write_text(PARENT)
+    (tmp_path / "parent.py").write_text(SHORT_CHILDREN_WORKLOAD)
     src = tmp_path / "src.txt"
     src.write_text("data\n")
     receipts = tmp_path / "receipts.json"

@@ -23,7 +23,6 @@ from typing import Any
 import pytest
 from host_support import Gated, Observed, finish, needs_root, python, require_backend
 from host_support import start_receiver as start
-from test_host_children import cpu_load
 
 from otel_bridge.receivers.host import HostConfig
 from otel_bridge.receivers.host.direction import DirectionRule
@@ -33,20 +32,9 @@ from otel_bridge.receivers.host.sockdiag import (
     DestroyWatcher,
     parse_destroyed,
 )
+from otel_bridge.testing import HTTP_CLIENT_WORKLOAD, cpu_load
 
 TRIES = 20
-
-CLIENT = """
-import json, os, sys, time, urllib.request
-url, out, n = sys.argv[1], sys.argv[2], int(sys.argv[3])
-receipts = []
-for _ in range(n):
-    with urllib.request.urlopen(url) as resp:
-        receipts.append({"pid": os.getpid(), "port": int(resp.read())})
-    time.sleep(0.03)
-with open(out, "w") as f:
-    json.dump(receipts, f)
-"""
 
 
 class _PortEcho(http.server.BaseHTTPRequestHandler):
@@ -77,7 +65,7 @@ def echo_server() -> Iterator[int]:
 
 def run_requests(tmp_path: Path, n: int = TRIES) -> tuple[Observed, list[Any], int]:
     """Observe the client workload under CPU load; its receipts and the server port."""
-    (tmp_path / "client.py").write_text(CLIENT)
+    (tmp_path / "client.py").write_text(HTTP_CLIENT_WORKLOAD)
     receipts = tmp_path / "receipts.json"
     with echo_server() as port:
         url = f"http://127.0.0.1:{port}/"

@@ -34,9 +34,11 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-STAGES = ("decode", "normalize", "full")
+STAGES = ("decode", "normalize", "full", "graph")
 """``decode``: bytes to typed spans; ``normalize``: and the normalizer; ``full``: the whole
-pipeline of ``pipeline_throughput.py`` (memory_limiter, batch, normalize, graph)."""
+pipeline of ``pipeline_throughput.py`` (memory_limiter, batch, normalize, graph); ``graph``: the
+graph accumulator alone (``apply_many`` of the normalized observations of each request, normalized
+before the measured part in both runs, so the difference is the accumulator's own work)."""
 _REQUEST_SPANS = 512
 _TOTAL = re.compile(r"I\s+refs:\s+([\d,]+)")
 _HERE = str(Path(__file__).resolve().parent)
@@ -63,8 +65,40 @@ def pipeline_step(stage: str, workdir: str) -> tuple[Callable[[bytes], object], 
     return lambda raw: receiver.deliver_spans(decode_traces(raw)), collector.shutdown
 
 
-def work(stage: str, spans: int) -> None:
+def graph_work(spans: int, prepared: int) -> None:
+    """The ``graph`` stage: normalize ``prepared`` spans' worth of requests afresh (each its own
+    objects, as the pipeline delivers them; both runs prepare the same amount), warm up, then
+    apply the first ``spans`` spans' worth to the accumulator of the graph exporter's defaults."""
+    from pipeline_throughput import _DISTINCT_REQUESTS, build_requests
+
+    from otel_bridge.graph import GraphAccumulator
+    from otel_bridge.model import Batch
+    from otel_bridge.otlp.proto_codec import decode_traces
+    from otel_bridge.processors.normalize import Normalizer
+
+    per_sender = [build_requests(s, _REQUEST_SPANS) for s in range(4)]
+    order = [reqs[i] for i in range(_DISTINCT_REQUESTS) for reqs in per_sender]
+    normalizer = Normalizer()
+
+    def normalized(raw: bytes) -> Any:
+        out = normalizer(Batch(spans=decode_traces(raw).records))
+        return out.observations if out is not None else ()
+
+    warm = [normalized(raw) for raw in order]
+    batches = [normalized(order[i % len(order)]) for i in range(prepared // _REQUEST_SPANS)]
+    accumulator = GraphAccumulator(retain_support=True)
+    for observations in warm:
+        accumulator.apply_many(observations)
+    for observations in batches[: spans // _REQUEST_SPANS]:
+        accumulator.apply_many(observations)
+    sys.stdout.flush()
+    os._exit(0)
+
+
+def work(stage: str, spans: int, prepared: int) -> None:
     """Warm up, then push ``spans`` spans through ``stage`` (the measured child's job)."""
+    if stage == "graph":
+        graph_work(spans, prepared)
     from pipeline_throughput import _DISTINCT_REQUESTS, build_requests
 
     per_sender = [build_requests(s, _REQUEST_SPANS) for s in range(4)]
@@ -81,7 +115,7 @@ def work(stage: str, spans: int) -> None:
         os._exit(0)
 
 
-def instructions(stage: str, spans: int) -> int:
+def instructions(stage: str, spans: int, prepared: int) -> int:
     """Instructions executed by a child process that pushes ``spans`` spans through ``stage``."""
     with tempfile.TemporaryDirectory() as tmp:
         out = Path(tmp) / "cachegrind.out"
@@ -98,6 +132,7 @@ def instructions(stage: str, spans: int) -> int:
                 "--child",
                 stage,
                 str(spans),
+                str(prepared),
             ],
             capture_output=True,
             text=True,
@@ -112,8 +147,8 @@ def instructions(stage: str, spans: int) -> int:
 
 def per_span(stage: str, spans: int) -> float:
     """Instructions per span at ``stage`` (start-up and warm-up subtracted)."""
-    base = instructions(stage, 0)
-    loaded = instructions(stage, spans)
+    base = instructions(stage, 0, spans)
+    loaded = instructions(stage, spans, spans)
     return (loaded - base) / (spans // _REQUEST_SPANS * _REQUEST_SPANS)
 
 
@@ -122,11 +157,13 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
     parser.add_argument("--spans", type=int, default=32_768)
     parser.add_argument("--stage", nargs="+", choices=STAGES, default=list(STAGES))
-    parser.add_argument("--child", nargs=2, metavar=("STAGE", "SPANS"), help=argparse.SUPPRESS)
+    parser.add_argument(
+        "--child", nargs=3, metavar=("STAGE", "SPANS", "PREPARED"), help=argparse.SUPPRESS
+    )
     args = parser.parse_args(argv)
     if args.child:
         sys.path.insert(0, _HERE)
-        work(args.child[0], int(args.child[1]))
+        work(args.child[0], int(args.child[1]), int(args.child[2]))
         return 0
     if shutil.which("valgrind") is None:
         print("needs valgrind (apt-get install valgrind)", file=sys.stderr)
@@ -135,7 +172,8 @@ def main(argv: list[str] | None = None) -> int:
     previous = 0.0
     for stage in args.stage:
         value = per_span(stage, args.spans)
-        added = f"  (+{value - previous:,.0f} over the previous stage)" if previous else ""
+        chained = previous and stage != "graph"
+        added = f"  (+{value - previous:,.0f} over the previous stage)" if chained else ""
         print(f"{stage:>10}: {value:>9,.0f}{added}")
         previous = value
     return 0

@@ -17,7 +17,7 @@ integer into its edge; the aggregate is decoded once per distinct bit pattern at
 Each node also keeps its stable key (the most informative one offered, :func:`key_rank`) and
 its typed facts as *distinct values with stamps*: the last distinct facts record seen
 (``n_facts``) with the stamp of its latest sighting (``n_ft`` time, ``n_fid`` observation id,
-``n_fseq`` offer order), and, sparsely, every earlier distinct record with its latest stamp
+``f_seq`` offer order, sparse), and, sparsely, every earlier distinct record with its latest stamp
 (``f_hist``). A repeated, equal record only moves the stamp forward; the per-field merge
 (:meth:`Store.merged_facts`) runs at snapshot time and gives the same result as merging every
 sighting (a record's latest sighting is the only one that can win a field).
@@ -193,14 +193,19 @@ class Store:
         """Stamp of the last record's latest sighting: observation time, ..."""
         self.n_fid: list[str] = []
         """... observation id, ..."""
-        self.n_fseq: list[int] = []
-        """... and offer order (``offers`` when the record was last offered as new; 0 for the
-        node's first record)."""
+        self.f_seq: dict[int, int] = {}
+        """... and, sparsely, offer order (``offers`` when the record was last offered as new;
+        absent, 0, for the node's first record)."""
         self.f_hist: dict[int, dict[Facts, Stamp]] = {}
         """Sparse: every earlier distinct facts record of a node with its latest stamp."""
         self.offers = 0
         self.key_sets: dict[frozenset[str], frozenset[str]] = {}
         """Interned attribute key sets: nodes of one kind share one."""
+        self.n_ent: list[Entity] = []
+        """The entity object last merged into the node. Producers share one entity object
+        between the observations of a batch that mention it, and merging the same object again
+        changes nothing but the facts stamp, so a sighting of ``n_ent[i]`` itself skips the
+        merge checks (:meth:`see`) and only moves the stamp (:meth:`stamp`)."""
 
     def intern_keys(self, attrs: dict[str, Any]) -> frozenset[str]:
         """The shared key set of ``attrs``."""
@@ -224,7 +229,7 @@ class Store:
         self.n_facts.append(entity.facts)
         self.n_ft.append(time)
         self.n_fid.append(observation_id)
-        self.n_fseq.append(0)  # the node's first record: every other one is offered later
+        self.n_ent.append(entity)
         return i
 
     def merge_node(self, i: int, label: str, attrs: Attributes) -> None:
@@ -235,21 +240,31 @@ class Store:
         self.n_keys[i] = self.intern_keys(self.n_attrs[i])
 
     def see(self, i: int, entity: Entity, time: int, observation_id: str) -> None:
-        """A later sighting of node ``i`` (the accumulator's hot loop inlines these checks):
-        first-available label and attributes, its facts record (an equal one only moves the
-        stamp forward), its stable key."""
+        """A later sighting of node ``i``: first-available label and attributes, its facts record
+        (an equal one only moves the stamp forward, :meth:`stamp`), its stable key. A sighting
+        of the entity object last merged (``n_ent[i]``) needs only the stamp; the accumulator's
+        hot loop inlines that test and the stamp."""
+        if entity is self.n_ent[i]:
+            if entity.facts is not None:
+                self.stamp(i, time, observation_id)
+            return
+        self.n_ent[i] = entity
         if not self.n_keys[i].issuperset(entity.attrs) or (not self.n_label[i] and entity.label):
             self.merge_node(i, entity.label, entity.attrs)
         facts = entity.facts
         if facts is not None:
             if facts == self.n_facts[i]:
-                ft = self.n_ft[i]
-                if time > ft or (time == ft and observation_id > self.n_fid[i]):
-                    self.n_ft[i], self.n_fid[i] = time, observation_id
+                self.stamp(i, time, observation_id)
             else:
                 self.offer_facts(i, facts, time, observation_id)
         if entity.key and entity.key != self.n_key[i]:
             self.offer_key(i, entity.key)
+
+    def stamp(self, i: int, time: int, observation_id: str) -> None:
+        """A sighting of node ``i``'s last facts record: its stamp moves to the latest one."""
+        ft = self.n_ft[i]
+        if time > ft or (time == ft and observation_id > self.n_fid[i]):
+            self.n_ft[i], self.n_fid[i] = time, observation_id
 
     def offer_key(self, i: int, key: str) -> None:
         """A sighting of node ``i`` states ``key``: kept when it ranks higher (:func:`key_rank`)."""
@@ -269,13 +284,13 @@ class Store:
         if last is not None:
             if history is None:
                 history = self.f_hist[i] = {}
-            history[last] = (self.n_ft[i], self.n_fid[i], self.n_fseq[i])
+            history[last] = (self.n_ft[i], self.n_fid[i], self.f_seq.get(i, 0))
         if history:
             earlier = history.pop(facts, None)
             if earlier is not None and earlier > stamp:
                 stamp = earlier
         self.n_facts[i] = facts
-        self.n_ft[i], self.n_fid[i], self.n_fseq[i] = stamp
+        self.n_ft[i], self.n_fid[i], self.f_seq[i] = stamp
 
     def merged_facts(self, i: int) -> Facts | None:
         """The facts of node ``i``, merged per field over every record seen (see the module)."""
@@ -284,7 +299,7 @@ class Store:
         if last is None or not history:
             return last
         records = [(stamp, facts) for facts, stamp in history.items()]
-        records.append(((self.n_ft[i], self.n_fid[i], self.n_fseq[i]), last))
+        records.append(((self.n_ft[i], self.n_fid[i], self.f_seq.get(i, 0)), last))
         return merge_facts(records)
 
     def own(self, i: int) -> list[int]:

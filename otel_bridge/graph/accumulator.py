@@ -56,6 +56,7 @@ from otel_bridge.graph._elements import (
     CHANNEL_BIT,
     EV_WIDTH,
     LOGICAL,
+    NEVER,
     REL_VALUE,
     Store,
     evidence_bits,
@@ -126,19 +127,27 @@ class GraphAccumulator:
         source and evidence bit look-ups (one-entry memos), the merge checks of the subject and
         object nodes (first-available label and attributes, stable key, typed facts: an equal
         facts record only moves its stamp), the edge look-up, first/last seen, evidence OR,
-        counts and support ids, and the occurrence window of relation observations.
+        counts and support ids, the node's own aggregates of entity observations, and the
+        occurrence window. A sighting of the entity object last merged into a node skips the
+        merge checks and only moves the facts stamp (see ``Store.n_ent``).
 
-        Everything else is a named method: new edges and nodes (:meth:`_new_edge`), entity
-        observations (:meth:`_apply_entity`), occurrences that reach several elements
-        (:meth:`_regrow`), window rotation, key and facts offers (``Store.offer_*``); the node
-        merge checks are written out once, readably, as ``Store.see``. An event
-        on a known edge leaves no new object behind but its occurrence entry. The reference of
+        Everything else is a named method: new nodes and edges (``Store.add_*``), occurrences
+        that reach several elements (:meth:`_regrow`), window rotation, key and facts offers
+        (``Store.offer_*``); the node merge checks are written out once, readably, as
+        ``Store.see``. An event on a known edge leaves no new object behind but its occurrence
+        entry. The reference of
         this loop is the plain accumulator ``tests/graph/reference_graph.py``: the differential
         tests in ``tests/graph/test_graph_reference.py`` compare every snapshot with it, byte
         for byte, keys and facts included.
         """
         st = self._store
-        node_index, n_keys, n_label = st.node_index, st.n_keys, st.n_label
+        node_index, n_ent, n_own, n_keys, n_label = (
+            st.node_index,
+            st.n_ent,
+            st.n_own,
+            st.n_keys,
+            st.n_label,
+        )
         n_key, n_facts, n_ft, n_fid = st.n_key, st.n_facts, st.n_ft, st.n_fid
         edge_index, e_dst, e_keys = st.edge_index, st.e_dst, st.e_keys
         e_first, e_last, e_mask, e_count = st.e_first, st.e_last, st.e_mask, st.e_count
@@ -155,11 +164,6 @@ class GraphAccumulator:
         ev_bits, extras, slow = 0, False, False
         last_sid: str | None = None
         si = -1
-        # the subject's memo: last attributes merged, key set and whether it has a label (they
-        # may go stale when the node is merged as an object: that only costs a needless merge)
-        s_seen: object = None
-        s_keys: frozenset[str] = frozenset()
-        s_labeled = False
         for o in observations:
             t = o.time_unix_nano
             te = o.end_time_unix_nano or t
@@ -174,53 +178,95 @@ class GraphAccumulator:
                 last_sid = sid
                 found = node_index.get(sid)
                 si = st.add_node(s, t, o.id) if found is None else found
-                s_seen, s_keys, s_labeled = None, n_keys[si], bool(n_label[si])
-            # the node merge checks of Store.see, inline: label and attributes, facts, key
-            attrs = s.attrs
-            if attrs is not s_seen or not s_labeled:
-                s_seen = attrs
-                if not s_keys.issuperset(attrs) or (not s_labeled and s.label):
-                    st.merge_node(si, s.label, attrs)
-                    s_keys, s_labeled = n_keys[si], bool(n_label[si])
+            # Store.see and Store.stamp, inline: the entity object last merged into the node
+            # needs only its facts stamp moved; another one gets the merge checks
             f = s.facts
-            if f is not None:
-                if f == n_facts[si]:
-                    if t > n_ft[si] or (t == n_ft[si] and o.id > n_fid[si]):
-                        n_ft[si], n_fid[si] = t, o.id
-                else:
+            if s is not n_ent[si]:
+                n_ent[si] = s
+                attrs = s.attrs
+                if not n_keys[si].issuperset(attrs) or (not n_label[si] and s.label):
+                    st.merge_node(si, s.label, attrs)
+                if f is not None and f != n_facts[si]:
                     st.offer_facts(si, f, t, o.id)
-            k = s.key
-            if k and k != n_key[si]:
-                st.offer_key(si, k)
+                    f = None  # stamped
+                k = s.key
+                if k and k != n_key[si]:
+                    st.offer_key(si, k)
+            if f is not None:
+                ft = n_ft[si]
+                if t > ft or (t == ft and o.id > n_fid[si]):
+                    n_ft[si], n_fid[si] = t, o.id
             ob = o.object
+            occurrence = o.occurrence
             if ob is None:  # an entity observation: the node's own aggregates
-                self._apply_entity(si, t, te, nbits, o.occurrence)
-                occ, old = self._occ, self._occ_old
-                room = half - len(occ)
+                own = n_own.get(si)
+                if own is None:
+                    own = n_own[si] = [NEVER, 0, 0, 0]
+                if 0 < t < own[0]:
+                    own[0] = t
+                if te > own[1]:  # noqa: PLR1730 - hot path, cheaper than max()
+                    own[1] = te
+                own[2] |= nbits
+                if not occurrence:
+                    own[3] += both
+                    continue
+                seen = occ.get(occurrence)
+                if seen is None and old:
+                    seen = old.get(occurrence)
+                    if seen is not None:
+                        occ[occurrence] = seen
+                        room -= 1
+                tag = si << 1 | 1
+                if seen is None:
+                    occ[occurrence] = (tag,)
+                    room -= 1
+                    own[3] += both
+                else:
+                    grown = self._expand(seen)
+                    if tag in grown:
+                        own[3] += 1
+                        continue
+                    occ[occurrence] = (*grown, tag)
+                    own[3] += both
+                if room <= 0:
+                    old, occ, room = occ, self._rotate(), half
                 continue
             ev = o.evidence  # evidence matters for edges only
             if ev is not last_ev:
                 last_ev, ev_bits, extras = self._evidence(ev)
                 slow = extras or retain
                 mbits = ev_bits | nbits << EV_WIDTH
-            ei = edge_index.get((sid, o.relation, ob.id))
-            if ei is None:
-                ei = self._new_edge(o, si, t)
+            oid = ob.id
+            ei = edge_index.get((sid, o.relation, oid))
+            if ei is None:  # a new edge, and its object node when new
+                oi = node_index.get(oid)
+                if oi is None:
+                    oi = st.add_node(ob, t, o.id)
+                elif ob is not n_ent[oi]:
+                    st.see(oi, ob, t, o.id)
+                elif ob.facts is not None:
+                    ft = n_ft[oi]
+                    if t > ft or (t == ft and o.id > n_fid[oi]):
+                        n_ft[oi], n_fid[oi] = t, o.id
+                ei = st.add_edge((sid, REL_VALUE[o.relation], oid), si, oi, o.attrs)
             else:  # Store.see of the object, inline, and the edge's first-available attributes
                 oi = e_dst[ei]
-                attrs = ob.attrs
-                if not n_keys[oi].issuperset(attrs) or (not n_label[oi] and ob.label):
-                    st.merge_node(oi, ob.label, attrs)
                 f = ob.facts
-                if f is not None:
-                    if f == n_facts[oi]:
-                        if t > n_ft[oi] or (t == n_ft[oi] and o.id > n_fid[oi]):
-                            n_ft[oi], n_fid[oi] = t, o.id
-                    else:
+                if ob is not n_ent[oi]:
+                    n_ent[oi] = ob
+                    attrs = ob.attrs
+                    if not n_keys[oi].issuperset(attrs) or (not n_label[oi] and ob.label):
+                        st.merge_node(oi, ob.label, attrs)
+                    if f is not None and f != n_facts[oi]:
                         st.offer_facts(oi, f, t, o.id)
-                k = ob.key
-                if k and k != n_key[oi]:
-                    st.offer_key(oi, k)
+                        f = None  # stamped
+                    k = ob.key
+                    if k and k != n_key[oi]:
+                        st.offer_key(oi, k)
+                if f is not None:
+                    ft = n_ft[oi]
+                    if t > ft or (t == ft and o.id > n_fid[oi]):
+                        n_ft[oi], n_fid[oi] = t, o.id
                 if not e_keys[ei].issuperset(o.attrs):
                     st.merge_edge(ei, o.attrs)
             if 0 < t < e_first[ei]:
@@ -237,7 +283,6 @@ class GraphAccumulator:
                         support[ei] = [o.id]
                     elif len(sup) < limit:
                         sup.append(o.id)
-            occurrence = o.occurrence
             if not occurrence:
                 e_count[ei] += both
                 continue
@@ -280,46 +325,6 @@ class GraphAccumulator:
                 self._ev_cache.clear()
             self._ev_cache[id(ev)] = hit
         return hit
-
-    def _new_edge(self, o: Observation, si: int, t: int) -> int:
-        """Add the edge of relation observation ``o`` (and its object node when new)."""
-        st, ob = self._store, o.object
-        assert ob is not None
-        assert o.relation is not None
-        oi = st.node_index.get(ob.id)
-        if oi is None:
-            oi = st.add_node(ob, t, o.id)
-        else:
-            st.see(oi, ob, t, o.id)
-        return st.add_edge((o.subject.id, REL_VALUE[o.relation], ob.id), si, oi, o.attrs)
-
-    def _apply_entity(self, si: int, t: int, te: int, nbits: int, occurrence: str) -> None:
-        """An entity observation of node ``si``: its own times, sources and counts."""
-        own = self._store.own(si)
-        if 0 < t < own[0]:
-            own[0] = t
-        own[1] = max(own[1], te)
-        own[2] |= nbits
-        if not occurrence:
-            own[3] += BOTH
-            return
-        seen = self._occ.get(occurrence)
-        if seen is None and self._occ_old:
-            seen = self._occ_old.get(occurrence)
-            if seen is not None:
-                self._occ[occurrence] = seen
-        tag = si << 1 | 1
-        if seen is None:
-            self._occ[occurrence] = (tag,)
-        else:
-            grown = self._expand(seen)
-            if tag in grown:
-                own[3] += 1
-                return
-            self._occ[occurrence] = (*grown, tag)
-        own[3] += BOTH
-        if len(self._occ) >= self._half:
-            self._rotate()
 
     def _regrow(self, occurrence: str, seen: _Seen, ei: int, si: int, oi: int) -> None:
         """An occurrence seen before through other elements: count the ones it reaches anew.

@@ -3,8 +3,10 @@
 Requests arrive as raw bytes and are parsed here, so a malformed message is answered with
 ``INVALID_ARGUMENT`` and a message saying what is wrong (grpcio would answer its own deserializer
 failure with ``INTERNAL``). Oversized messages are refused by grpcio itself with
-``RESOURCE_EXHAUSTED``; a refusal by the pipeline is ``UNAVAILABLE`` with ``RetryInfo``; any other
-failure of the pipeline is ``INVALID_ARGUMENT`` (permanent: the client does not retry).
+``RESOURCE_EXHAUSTED`` (no ``RetryInfo``: permanent for an OTLP client); a refusal by the pipeline
+(e.g. the memory limiter) is ``RESOURCE_EXHAUSTED`` *with* ``RetryInfo``, which the OTLP
+specification makes retryable after that delay (the OpenTelemetry SDK exporters retry it); any
+other failure of the pipeline is ``INVALID_ARGUMENT`` (permanent: the client does not retry).
 """
 
 from __future__ import annotations
@@ -54,18 +56,18 @@ class _RichStatus(grpc.Status):
         self.trailing_metadata = trailing_metadata
 
 
-def unavailable_status(message: str, retry_after: float) -> grpc.Status:
-    """``UNAVAILABLE`` carrying ``RetryInfo(retry_after)`` in both trailer conventions."""
+def throttled_status(message: str, retry_after: float) -> grpc.Status:
+    """``RESOURCE_EXHAUSTED`` carrying ``RetryInfo(retry_after)`` in both trailer conventions."""
     delay = duration_pb2.Duration()
     delay.FromNanoseconds(int(retry_after * 1e9))
     retry_info = error_details_pb2.RetryInfo(retry_delay=delay)
     packed = PbAny()
     packed.Pack(retry_info)
     rich = status_pb2.Status(
-        code=grpc.StatusCode.UNAVAILABLE.value[0], message=message, details=[packed]
+        code=grpc.StatusCode.RESOURCE_EXHAUSTED.value[0], message=message, details=[packed]
     )
     return _RichStatus(
-        grpc.StatusCode.UNAVAILABLE,
+        grpc.StatusCode.RESOURCE_EXHAUSTED,
         message,
         (
             (RETRY_INFO_METADATA, retry_info.SerializeToString()),
@@ -128,7 +130,7 @@ class GrpcServer:
             self._receiver.count("requests_malformed")
             context.abort(grpc.StatusCode.INVALID_ARGUMENT, f"cannot decode {what}: {exc}")
         except _RefusedError as refused:
-            context.abort_with_status(unavailable_status(str(refused), self._receiver.retry_after))
+            context.abort_with_status(throttled_status(str(refused), self._receiver.retry_after))
         except _FailedError as failed:
             context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(failed))
         except Exception as exc:  # a bug must not kill the server; the client sees INTERNAL

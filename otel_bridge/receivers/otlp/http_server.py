@@ -5,8 +5,8 @@ Follows the OTLP/HTTP specification: binary protobuf (``application/x-protobuf``
 content type of the request. Errors carry a ``google.rpc.Status`` whose message says what is
 wrong: 400 malformed body, 404 unknown path, 405 wrong method, 411 no length, 413 body too large
 (checked against ``Content-Length`` before reading and again while decompressing, so a gzip bomb
-never grows past the limit), 415 unsupported content type or encoding, 503 with ``Retry-After``
-when the pipeline refuses data.
+never grows past the limit), 415 unsupported content type or encoding, 429 with ``Retry-After``
+when the pipeline refuses data (throttling, which OTLP clients retry after that delay).
 """
 
 from __future__ import annotations
@@ -202,7 +202,9 @@ class _Handler(BaseHTTPRequestHandler):
             raise _HttpError(500, _INTERNAL, f"internal error: {exc}") from None
         if outcome.refused:
             seconds = max(0, math.ceil(receiver.retry_after))
-            raise _HttpError(503, _UNAVAILABLE, outcome.refused, {"Retry-After": str(seconds)})
+            raise _HttpError(
+                429, _RESOURCE_EXHAUSTED, outcome.refused, {"Retry-After": str(seconds)}
+            )
         if outcome.failed:
             raise _HttpError(400, _INVALID_ARGUMENT, outcome.failed)
         self._send(200, content_type, _response_body(content_type, signal, outcome), {})

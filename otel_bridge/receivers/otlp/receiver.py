@@ -8,8 +8,9 @@ to :meth:`OtlpReceiver.deliver`, which implements the OTLP response rules in one
   passed on;
 * when the next consumer refuses a batch for now (it raises
   :class:`~otel_bridge.errors.RefusedError`, e.g. the memory limiter is over its limit), nothing
-  is acknowledged: the client gets a retryable status (gRPC ``UNAVAILABLE`` with ``RetryInfo``,
-  HTTP 503 with ``Retry-After``), so nothing acknowledged is ever lost;
+  is acknowledged: the client gets the OTLP throttling status (gRPC ``RESOURCE_EXHAUSTED`` with
+  ``RetryInfo``, HTTP 429 with ``Retry-After``), which OTLP clients retry after that delay, so
+  nothing acknowledged is ever lost;
 * when the next consumer raises anything else (a permanent error, or a processor's
   ``ValueError``), the batch will never be accepted: the client gets a permanent status (gRPC
   ``INVALID_ARGUMENT``, HTTP 400) with a message saying what was wrong, the records are counted

@@ -66,6 +66,11 @@ class HttpConfig:
     """``host:port`` to listen on; port 0 picks a free port."""
     max_request_body_size: int = 20 * 1024 * 1024
     """Largest accepted body in bytes, both as sent and after decompression; larger gets 413."""
+    read_timeout: float = field(default=30.0, metadata={"duration": True})
+    """Seconds a request may take to arrive, headers and body together, once its first line
+    has; a slower (stalled) upload gets 408 and its connection and thread are released."""
+    idle_timeout: float = field(default=60.0, metadata={"duration": True})
+    """Seconds a kept-alive connection may wait for its next request before it is closed."""
 
 
 @dataclass(slots=True, kw_only=True)
@@ -111,6 +116,9 @@ class OtlpReceiverConfig:
             problems += _endpoint_problems(protocols.http.endpoint, "protocols.http.endpoint")
             if protocols.http.max_request_body_size <= 0:
                 problems.append("protocols.http.max_request_body_size: must be positive")
+            for name in ("read_timeout", "idle_timeout"):
+                if not getattr(protocols.http, name) > 0:
+                    problems.append(f"protocols.http.{name}: must be positive")
         if self.retry_after < 0:
             problems.append("retry_after: must not be negative")
         return problems

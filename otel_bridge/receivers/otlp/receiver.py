@@ -18,7 +18,7 @@ to :meth:`OtlpReceiver.deliver`, which implements the OTLP response rules in one
 
 Counters (:data:`COUNTERS`, ``receiver.<id>.<name>``): ``spans_accepted``, ``spans_rejected``,
 ``spans_refused``, ``log_records_accepted``, ``log_records_rejected``, ``log_records_refused``,
-``requests_malformed``, ``requests_too_large``.
+``requests_malformed``, ``requests_too_large``, ``requests_timed_out``.
 """
 
 from __future__ import annotations
@@ -59,6 +59,9 @@ COUNTERS: tuple[CounterSpec, ...] = (
     CounterSpec("log_records_refused", "log records refused for now (client retries)", "{records}"),
     CounterSpec("requests_malformed", "requests whose body could not be decoded", "{requests}"),
     CounterSpec("requests_too_large", "requests over the size limit", "{requests}"),
+    CounterSpec(
+        "requests_timed_out", "HTTP requests that did not arrive within read_timeout", "{requests}"
+    ),
 )
 """The counters of the ``otlp`` receiver."""
 

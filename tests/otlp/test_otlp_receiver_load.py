@@ -50,11 +50,12 @@ def _sdk_send(exporter: object) -> bool:
     from opentelemetry.sdk.trace.export import SimpleSpanProcessor, SpanExporter, SpanExportResult
 
     assert isinstance(exporter, SpanExporter)
+    target = exporter
     results: list[SpanExportResult] = []
 
     class Recording(SpanExporter):
         def export(self, spans):  # type: ignore[no-untyped-def]
-            results.append(exporter.export(spans))
+            results.append(target.export(spans))
             return results[-1]
 
     provider = TracerProvider(resource=Resource.create({"service.name": "load"}))

@@ -24,6 +24,7 @@ from google.rpc import error_details_pb2, status_pb2  # type: ignore[import-unty
 from otel_bridge.errors import StartupError
 from otel_bridge.otlp.proto_codec import decode_logs, decode_traces, encode_export_response
 from otel_bridge.receivers.otlp.config import GrpcConfig, split_endpoint
+from otel_bridge.receivers.otlp.security import TlsConfig
 
 if TYPE_CHECKING:
     from otel_bridge.receivers.otlp.receiver import OtlpReceiver, Outcome
@@ -103,7 +104,15 @@ class GrpcServer:
         )
         address = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
         try:
-            bound = self._server.add_insecure_port(address)
+            self._auth = config.auth.authenticator() if config.auth else None
+            credentials = _credentials(config.tls) if config.tls else None
+        except OSError as exc:
+            raise StartupError(f"otlp receiver: gRPC tls/auth: {exc}") from exc
+        try:
+            if credentials is not None:
+                bound = self._server.add_secure_port(address, credentials)
+            else:
+                bound = self._server.add_insecure_port(address)
         except RuntimeError as exc:
             raise StartupError(
                 f"otlp receiver: cannot listen for gRPC on {address}: {exc}"
@@ -124,6 +133,11 @@ class GrpcServer:
         parse: Callable[[bytes], bytes],
         what: str,
     ) -> bytes:
+        if self._auth is not None:
+            metadata = {k: v for k, v in context.invocation_metadata() if isinstance(v, str)}
+            if not self._auth.check(metadata.get("authorization")):
+                self._receiver.count("requests_unauthenticated")
+                context.abort(grpc.StatusCode.UNAUTHENTICATED, "missing or invalid credentials")
         try:
             return parse(raw)
         except PbDecodeError as exc:
@@ -151,6 +165,13 @@ class GrpcServer:
             return encode_export_response("logs", outcome.rejected, outcome.error_message)
 
         return self._handle(raw, context, parse, "ExportLogsServiceRequest")
+
+
+def _credentials(tls: TlsConfig) -> grpc.ServerCredentials:
+    key, chain, client_ca = tls.pem()
+    return grpc.ssl_server_credentials(
+        [(key, chain)], root_certificates=client_ca, require_client_auth=client_ca is not None
+    )
 
 
 def _accepted(outcome: Outcome) -> Outcome:

@@ -17,6 +17,7 @@ from __future__ import annotations
 import json
 import math
 import socket
+import ssl
 import threading
 import time
 import zlib
@@ -48,6 +49,7 @@ _RESOURCE_EXHAUSTED = 8
 _UNAVAILABLE = 14
 _UNIMPLEMENTED = 12
 _INTERNAL = 13
+_UNAUTHENTICATED = 16
 
 
 class _HttpError(Exception):
@@ -128,6 +130,18 @@ class _Handler(BaseHTTPRequestHandler):
 
     def log_message(self, format: str, *args: Any) -> None:
         """Quiet: failures are counted in telemetry instead of printed per request."""
+
+    def handle(self) -> None:
+        """Complete a TLS handshake (within ``read_timeout``) before serving requests."""
+        server: HttpServer = self.server.otlp  # type: ignore[attr-defined]
+        if isinstance(self.connection, ssl.SSLSocket):
+            self.connection.settimeout(server.read_timeout)
+            try:
+                self.connection.do_handshake()
+            except (ssl.SSLError, OSError):
+                server.receiver.count("tls_handshake_failures")
+                return
+        super().handle()
 
     def handle_one_request(self) -> None:
         """Wait at most ``idle_timeout`` for the request line, then serve the request."""
@@ -214,6 +228,16 @@ class _Handler(BaseHTTPRequestHandler):
 
     def _error_or_reply(self, server: HttpServer) -> None:
         receiver = server.receiver
+        auth = server.authenticator
+        if auth is not None and not auth.check(self.headers.get("Authorization")):
+            receiver.count("requests_unauthenticated")
+            self.close_connection = True  # the body is left unread
+            raise _HttpError(
+                401,
+                _UNAUTHENTICATED,
+                "missing or invalid credentials",
+                {"WWW-Authenticate": auth.challenge},
+            )
         path = self.path.split("?", 1)[0]
         if path not in (TRACES_PATH, LOGS_PATH):
             self.close_connection = True
@@ -363,6 +387,16 @@ class HttpServer:
                 f"otlp receiver: cannot listen for HTTP on {config.endpoint}: {exc.strerror or exc}"
             ) from exc
         self._httpd.otlp = self
+        try:
+            self.authenticator = config.auth.authenticator() if config.auth else None
+            if config.tls is not None:
+                context = config.tls.server_context()
+                self._httpd.socket = context.wrap_socket(
+                    self._httpd.socket, server_side=True, do_handshake_on_connect=False
+                )
+        except (OSError, ValueError) as exc:
+            self._httpd.server_close()
+            raise StartupError(f"otlp receiver: HTTP tls/auth: {exc}") from exc
         self.port: int = self._httpd.server_address[1]
         self._thread = threading.Thread(
             target=self._httpd.serve_forever,

@@ -4,12 +4,14 @@ Two limits, either or both:
 
 * **Process memory** (as the Collector's): every ``check_interval`` the process's resident set
   size is read with psutil, and again on the data path whenever the last reading is older than
-  :data:`INLINE_INTERVAL` (so a flood between two periodic checks cannot run far past the
-  limit). At or above the soft limit (``limit_mib - spike_limit_mib``) new data is refused until
-  usage falls back; the periodic check then returns freed memory to the system (a garbage
-  collection above the hard limit, ``malloc_trim`` where glibc has it), so usage does fall once
-  the pressure is gone. ``limit_percentage`` sets the limit as a share of physical memory
-  instead.
+  :data:`INLINE_INTERVAL`, or for every batch once usage is within one spike of the soft limit
+  (so a flood between two periodic checks cannot run far past the limit). At or above the soft
+  limit (``limit_mib - spike_limit_mib``) new data is refused until usage falls back; the
+  periodic check then returns freed memory to the system (a garbage collection above the hard
+  limit, ``malloc_trim`` where glibc has it), so usage does fall once the pressure is gone.
+  ``limit_percentage`` sets the limit as a share of physical memory instead. Data a receiver
+  has read and decoded but not yet handed on is not gated: the hard limit can be passed by at
+  most what the receivers hold in flight (threads times request size).
 * **Retained state** (``retained_after``): memory can stay over the soft limit with nothing in
   flight because the pipeline *keeps* it (the graph exporter's graph, bounded by its own
   settings), not because of data in flight; refusing would then last forever. When usage has
@@ -288,8 +290,13 @@ class MemoryLimiter:
         """Pass ``batch`` on, or raise :class:`RefusedError` when over a limit."""
         n = len(batch)
         if self._limits is not None:
+            soft, hard = self._limits
             with self._lock:
-                stale = self._retained or time.monotonic() - self._read_at >= INLINE_INTERVAL
+                stale = (
+                    self._retained
+                    or self._last_usage >= soft - (hard - soft)  # near the limit: every batch
+                    or time.monotonic() - self._read_at >= INLINE_INTERVAL
+                )
             if stale:
                 self.check(release=False)
         with self._lock:

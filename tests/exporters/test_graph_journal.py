@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import math
 import os
+import struct
+import zlib
 from pathlib import Path
 from typing import Any
 
@@ -186,3 +188,24 @@ def test_journal_file_is_not_world_readable_even_with_a_loose_umask(tmp_path: Pa
     finally:
         os.umask(old)
     assert (tmp_path / "state" / "graph.journal").stat().st_mode & 0o777 == 0o600
+
+
+def test_an_intact_but_unreadable_frame_is_skipped_and_later_frames_replay(tmp_path: Path) -> None:
+    """A frame whose CRC holds but whose payload is not a journal payload is skipped and
+    counted; the frames after it still replay (nothing is cut off)."""
+    first = _exporter(tmp_path)
+    batches = _batches(2)
+    first.consume(batches[0])
+    assert first.journal is not None
+    path = Path(first.journal.path)
+    first.journal.close()
+    payload = b"\xc1 not msgpack"
+    with path.open("ab") as f:
+        f.write(struct.pack("<II", len(payload), zlib.crc32(payload)) + payload)
+        f.write(encode_frame(batches[1].observations, batches[1].coverage))
+    telemetry = Telemetry()
+    second = _exporter(tmp_path, telemetry)
+    second.shutdown()
+    assert telemetry.total("journal_skipped_frames", kind="exporter") == 1
+    assert second.snapshot()["summary"]["observations"] == 2
+    assert telemetry.total("journal_torn_bytes", kind="exporter") == 0

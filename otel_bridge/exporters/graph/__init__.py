@@ -57,6 +57,8 @@ COUNTERS: tuple[CounterSpec, ...] = (
         "journal_dropped", "observations applied but not journaled (journal full or failing)"
     ),
     CounterSpec("journal_torn_bytes", "bytes of a torn journal tail cut off at start", "By"),
+    CounterSpec("journal_skipped", "journaled observations the graph refused at replay"),
+    CounterSpec("journal_skipped_frames", "intact journal frames that could not be decoded"),
 )
 """The counters of the ``graph`` exporter."""
 _ALL = (*COUNTERS, *STANDARD_COUNTERS[EXPORTER])
@@ -162,6 +164,12 @@ class GraphExporter:
                 f"the graph journal {journal.path} ended in a torn frame "
                 f"({replay.torn_bytes} bytes, written when the process was killed): cut off",
             )
+        if replay.skipped:
+            self._count("journal_skipped_frames", replay.skipped)
+            self._warn(
+                "journal_skipped_frames",
+                f"skipped {replay.skipped} intact but unreadable frames of {journal.path}",
+            )
         if replay.batches:
             self._count("journal_replayed", replay.observations)
             self._warn(
@@ -177,8 +185,13 @@ class GraphExporter:
     def _apply(
         self, observations: tuple[Observation, ...], coverage: tuple[CoverageRecord, ...]
     ) -> None:
-        self.accumulator.apply_many(observations)
-        self.accumulator.apply_coverage(coverage)
+        """Replay one journaled batch; one the graph cannot take is skipped, never a crash loop."""
+        try:
+            self.accumulator.apply_many(observations)
+            self.accumulator.apply_coverage(coverage)
+        except Exception as exc:  # the same batch failed when it first arrived
+            self._count("journal_skipped", len(observations))
+            self._warn("journal_skipped", f"skipped a journaled batch the graph refused: {exc!r}")
 
     def _count(self, name: str, n: int = 1) -> None:
         if self._telemetry is not None and n:

@@ -15,7 +15,8 @@ The payload is a msgpack array ``[observations, coverage]`` of the lossless dict
 
 Recovery: frames are read in order; the first one cut short or failing its CRC (a write torn
 by kill -9) and everything after it are cut off (``ftruncate``) and counted, never a start-up
-failure. A file that does not start with the header is refused (it is not ours to overwrite).
+failure. An intact frame whose payload cannot be decoded is skipped, counted and left in place.
+A file that does not start with the header is refused (it is not ours to overwrite).
 
 Bounds: the journal never grows past ``max_bytes``. A batch that would pass it is applied to
 the graph but not journaled: the exporter counts it (``journal_dropped``) and warns once, since
@@ -66,6 +67,8 @@ class Replay:
     observations: int = 0
     torn_bytes: int = 0
     """Bytes cut off the end: a frame torn by a kill, or damaged."""
+    skipped: int = 0
+    """Intact frames (CRC correct) whose payload could not be decoded; left in place."""
     bytes: int = 0
     """Size of the journal after recovery."""
 
@@ -167,14 +170,15 @@ class Journal:
             payload = data[pos + _FRAME.size : end]
             if end > len(data) or zlib.crc32(payload) != crc:
                 break
+            pos = end
             try:
                 observations, coverage = decode_payload(payload)
             except DecodeError:
-                break
+                replay.skipped += 1  # intact but unreadable: keep it and what follows
+                continue
             apply(observations, coverage)
             replay.batches += 1
             replay.observations += len(observations)
-            pos = end
         if not data:
             os.ftruncate(self._fd, 0)
             os.write(self._fd, MAGIC)

@@ -20,8 +20,7 @@ def test_kill_9_at_random_moments_loses_no_acknowledged_span(tmp_path: Path) -> 
     the client saw acknowledged is in A's file, at B and in A's graph.json after restart."""
     result = run_chaos(tmp_path, kills=3, seed=13)
     assert result.kills == 3
-    assert result.acknowledged > 0
-    assert result.acknowledged < result.sent or result.sent > 0
+    assert result.sent >= result.acknowledged > 0
     assert result.lost_file == []
     assert result.lost_downstream == []
     assert result.lost_graph == []

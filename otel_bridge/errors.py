@@ -8,8 +8,8 @@
     ├── ComponentError              a component failed to create, start or shut down
     │   ├── StartupError            a component could not start (port in use, no permission)
     │   └── RefusedError            data refused for now (memory limit, queue full);
-    │                               retryable: receivers answer HTTP 503 + Retry-After /
-    │                               gRPC UNAVAILABLE + RetryInfo
+    │                               retryable: receivers answer HTTP 429 + Retry-After /
+    │                               gRPC RESOURCE_EXHAUSTED + RetryInfo
     ├── PermanentError              data that will never be accepted; receivers answer
     │   │                           HTTP 400 / gRPC INVALID_ARGUMENT and the client drops it
     │   └── DecodeError             an incoming record or body is malformed; the message says
@@ -52,7 +52,8 @@ class RefusedError(ComponentError):
     """Data was refused for now (e.g. over the memory limit) and should be sent again later.
 
     Nothing was accepted: a receiver answers its client with a retryable status (gRPC
-    ``UNAVAILABLE``, HTTP 503) so the client's exporter retries with backoff.
+    ``RESOURCE_EXHAUSTED`` with ``RetryInfo``, HTTP 429 with ``Retry-After``) so the client's
+    exporter retries after that delay.
     """
 
 

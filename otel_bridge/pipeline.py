@@ -16,9 +16,10 @@ Graph, as in the OpenTelemetry Collector::
   :class:`~otel_bridge.errors.RefusedError` (memory limit) from any consumer (retryable), or
   every consumer failing (the first error). A partial permanent failure is not raised, so a
   client does not resend what the healthy consumers already have.
-* What a receiver's client is answered: a ``RefusedError`` is retryable (HTTP 503, gRPC
-  ``UNAVAILABLE``); anything else raised downstream is permanent (HTTP 400, gRPC
-  ``INVALID_ARGUMENT``), counted in ``receiver.<id>.rejected``. See ``docs/components.md``.
+* What a receiver's client is answered: a ``RefusedError`` is retryable (HTTP 429, gRPC
+  ``RESOURCE_EXHAUSTED`` with ``RetryInfo``); anything else raised downstream is permanent
+  (HTTP 400, gRPC ``INVALID_ARGUMENT``), counted in ``receiver.<id>.rejected``. See
+  ``docs/components.md``.
 * Counters (declared, :mod:`otel_bridge.component`): per receiver ``routed`` (by part),
   ``refused``, ``rejected``; per exporter ``sent``, ``failed``; per pipeline ``sent``,
   ``failed``; ``collector.service.shutdown_errors``.

@@ -3,26 +3,43 @@
 Two limits, either or both:
 
 * **Process memory** (as the Collector's): every ``check_interval`` the process's resident set
-  size is read with psutil. At or above the soft limit (``limit_mib - spike_limit_mib``) new data
-  is refused until usage falls back; above the hard limit (``limit_mib``) a garbage collection is
-  also forced. ``limit_percentage`` sets the limit as a share of physical memory instead.
+  size is read with psutil, and again on the data path whenever the last reading is older than
+  :data:`INLINE_INTERVAL`, or for every batch once usage is within one spike of the soft limit
+  (so a flood between two periodic checks cannot run far past the limit). At or above the soft
+  limit (``limit_mib - spike_limit_mib``) new data is refused until usage falls back; the
+  periodic check then returns freed memory to the system (a garbage collection above the hard
+  limit, ``malloc_trim`` where glibc has it), so usage does fall once the pressure is gone.
+  ``limit_percentage`` sets the limit as a share of physical memory instead. Data a receiver
+  has read and decoded but not yet handed on is not gated: the hard limit can be passed by at
+  most what the receivers hold in flight (threads times request size).
+* **Retained state** (``retained_after``): memory can stay over the soft limit with nothing in
+  flight because the pipeline *keeps* it (the graph exporter's graph, bounded by its own
+  settings), not because of data in flight; refusing would then last forever. When usage has
+  stayed over the soft limit for ``retained_after`` seconds, the limiter admits data again one
+  batch at a time (nothing else in flight), each after a fresh reading below the hard limit;
+  only the hard limit refuses. It is reported once, and leaves this mode when usage falls below
+  the soft limit.
 * **Records in flight** (``limit_records``): the number of records currently being handled
   downstream of this processor, across every receiver thread. A batch that would push it past
   the limit is refused (a batch larger than the limit alone still passes when nothing else is
   in flight, or it could never pass).
 
 Refusing raises :class:`~otel_bridge.errors.RefusedError`: nothing was accepted, and receivers
-answer their clients with a retryable status (gRPC ``UNAVAILABLE``, HTTP 503), so an OTel SDK
-retries with backoff. Every refusal is counted in ``processor.<id>.refused_records``. Put this
-processor first in a pipeline.
+answer their clients with the OTLP throttling status (gRPC ``RESOURCE_EXHAUSTED`` with
+``RetryInfo``, HTTP 429 with ``Retry-After``), so an OTel SDK retries after that delay. Every
+refusal is counted in ``processor.<id>.refused_records``. Put this processor first in a
+pipeline.
 """
 
 from __future__ import annotations
 
+import ctypes
+import ctypes.util
 import gc
 import threading
+import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import psutil
 
@@ -41,6 +58,8 @@ from otel_bridge.errors import RefusedError
 from otel_bridge.model import Batch
 
 _MIB = 1024 * 1024
+INLINE_INTERVAL = 0.05
+"""Seconds after which a batch re-reads memory itself rather than trust the periodic check."""
 
 
 @dataclass(slots=True)
@@ -60,12 +79,17 @@ class Config:
     """Spike headroom as a percentage of physical memory, with ``limit_percentage``."""
     limit_records: int = 0
     """Most records in flight downstream at once; 0 means no such limit."""
+    retained_after: float = field(default=10.0, metadata={"duration": True})
+    """Seconds over the soft limit after which the memory is taken as retained state and data
+    is admitted one batch at a time below the hard limit; 0 refuses until usage falls."""
 
     def validate(self) -> list[str]:
         """Problems with this configuration, as ``"key: message"``."""
         problems = []
         if self.check_interval <= 0:
             problems.append("check_interval: must be positive (e.g. 1s)")
+        if self.retained_after < 0:
+            problems.append("retained_after: must not be negative")
         for name in ("limit_mib", "spike_limit_mib", "limit_records"):
             if getattr(self, name) < 0:
                 problems.append(f"{name}: must not be negative")
@@ -100,8 +124,34 @@ class Config:
         return hard - spike, hard
 
 
+_PROCESS: list[psutil.Process] = []
+
+
 def _process_rss() -> int:
-    return int(psutil.Process().memory_info().rss)
+    if not _PROCESS:
+        _PROCESS.append(psutil.Process())
+    return int(_PROCESS[0].memory_info().rss)
+
+
+def _load_malloc_trim() -> Callable[[int], int] | None:
+    name = ctypes.util.find_library("c")
+    try:
+        trim: Callable[[int], int] = ctypes.CDLL(name).malloc_trim if name else None  # type: ignore[assignment]
+    except (OSError, AttributeError):
+        return None
+    return trim
+
+
+def release_memory(hard: bool) -> None:
+    """Return freed memory to the system: a full collection when ``hard``, then malloc_trim."""
+    if hard:
+        gc.collect()
+    trim = _TRIM[0] if _TRIM else None
+    if trim is not None:
+        trim(0)
+
+
+_TRIM: list[Callable[[int], int] | None] = [_load_malloc_trim()]
 
 
 class MemoryLimiter:
@@ -127,7 +177,10 @@ class MemoryLimiter:
         self._lock = threading.Lock()
         self._in_flight = 0
         self._over_memory = False
+        self._over_since = 0.0
+        self._retained = False
         self._last_usage = 0
+        self._read_at = 0.0
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
 
@@ -160,45 +213,95 @@ class MemoryLimiter:
         if thread is not None and thread is not threading.current_thread():
             thread.join()
 
-    def check(self) -> int:
-        """Read memory now and update the refusing state; returns the usage in bytes."""
+    @property
+    def retained(self) -> bool:
+        """True while memory over the soft limit is taken as retained state (module doc)."""
+        with self._lock:
+            return self._retained
+
+    def check(self, *, release: bool = True) -> int:
+        """Read memory now and update the refusing state; returns the usage in bytes.
+
+        With ``release`` (the periodic check), usage over the soft limit first returns freed
+        memory to the system (:func:`release_memory`) and is read again.
+        """
         if self._limits is None:
             return 0
         soft, hard = self._limits
         usage = self._read_memory()
-        if usage >= hard:
-            gc.collect()
+        if release and usage >= soft:
+            release_memory(usage >= hard)
             usage = self._read_memory()
+        now = time.monotonic()
         with self._lock:
-            was = self._over_memory
+            was, was_retained = self._over_memory, self._retained
             self._over_memory = usage >= soft
             self._last_usage = usage
-        if self._over_memory and not was:
+            self._read_at = now
+            if not self._over_memory:
+                self._retained = False
+            elif not was:
+                self._over_since = now
+            elif (
+                self._config.retained_after
+                and now - self._over_since >= self._config.retained_after
+            ):
+                self._retained = True
+            retained = self._retained and not was_retained
+        self._report(usage, soft, newly_over=self._over_memory and not was, retained=retained)
+        return usage
+
+    def _report(self, usage: int, soft: int, *, newly_over: bool, retained: bool) -> None:
+        if newly_over:
             self._telemetry.report_once(
                 f"processor.{self._name}.over_limit",
                 f"{self._name}: memory {usage // _MIB} MiB is over the soft limit "
                 f"{soft // _MIB} MiB; refusing data until it falls",
             )
-        return usage
+        if retained:
+            self._telemetry.report_once(
+                f"processor.{self._name}.retained",
+                f"{self._name}: memory {usage // _MIB} MiB has stayed over the soft limit "
+                f"{soft // _MIB} MiB for {self._config.retained_after:g} s: taken as state the "
+                "pipeline keeps (e.g. the graph); admitting one batch at a time below the hard "
+                "limit",
+            )
 
     def _run(self) -> None:
         while not self._stop.wait(self._config.check_interval):
             self.check()
 
+    def _refusal(self, n: int) -> str:
+        """Why a batch of ``n`` records is refused now ("" to admit it); holds ``_lock``."""
+        limit = self._config.limit_records
+        if self._over_memory and self._limits is not None:
+            soft, hard = self._limits
+            if self._retained and not self._in_flight and self._last_usage < hard:
+                return ""
+            bound, which = (hard, "hard") if self._retained else (soft, "soft")
+            return (
+                f"memory {self._last_usage // _MIB} MiB over the {which} limit {bound // _MIB} MiB"
+            )
+        if limit and self._in_flight and self._in_flight + n > limit:
+            return f"{self._in_flight} records in flight, limit_records is {limit}"
+        return ""
+
     def consume(self, batch: Batch) -> None:
         """Pass ``batch`` on, or raise :class:`RefusedError` when over a limit."""
         n = len(batch)
-        limit = self._config.limit_records
-        with self._lock:
-            if self._over_memory:
-                reason = (
-                    f"memory {self._last_usage // _MIB} MiB over the soft limit "
-                    f"{self._limits[0] // _MIB if self._limits else 0} MiB"
+        if self._limits is not None:
+            soft, hard = self._limits
+            with self._lock:
+                stale = (
+                    self._retained
+                    or self._last_usage >= soft - (hard - soft)  # near the limit: every batch
+                    or time.monotonic() - self._read_at >= INLINE_INTERVAL
                 )
-            elif limit and self._in_flight and self._in_flight + n > limit:
-                reason = f"{self._in_flight} records in flight, limit_records is {limit}"
-            else:
-                reason = ""
+            if stale:
+                self.check(release=False)
+        with self._lock:
+            reason = self._refusal(n)
+            if not reason:
                 self._in_flight += n
         if reason:
             self._telemetry.count("refused_records", n)

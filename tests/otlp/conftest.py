@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import socket
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 import pytest
 from otlp_fixtures import Running, StartReceiver
@@ -64,3 +64,22 @@ def unused_port() -> int:
         sock.bind(("127.0.0.1", 0))
         port: int = sock.getsockname()[1]
     return port
+
+
+@pytest.fixture
+def start_config() -> Iterator[Callable[..., Running]]:
+    """Start a receiver from a full config (``sink`` optional); shut it down afterwards."""
+    started: list[OtlpReceiver] = []
+
+    def start(config: OtlpReceiverConfig, sink: RecordingConsumer | None = None) -> Running:
+        sink = sink or RecordingConsumer()
+        receiver = factory.create(CreateSettings(id="otlp"), config, sink)
+        assert isinstance(receiver, OtlpReceiver)
+        host = Host()
+        receiver.start(host)
+        started.append(receiver)
+        return Running(receiver, sink, host)
+
+    yield start
+    for receiver in started:
+        receiver.shutdown()

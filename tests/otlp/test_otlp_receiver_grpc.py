@@ -131,22 +131,25 @@ def test_oversized_message_is_resource_exhausted(start_receiver: StartReceiver) 
     assert running.sink.spans == []
 
 
-def test_refusal_downstream_is_unavailable_with_retry_info(start_receiver: StartReceiver) -> None:
-    """When the next consumer refuses, the client gets UNAVAILABLE with a RetryInfo delay."""
+def test_refusal_downstream_is_resource_exhausted_with_retry_info(
+    start_receiver: StartReceiver,
+) -> None:
+    """When the next consumer refuses, the client gets RESOURCE_EXHAUSTED with a RetryInfo delay
+    (the OTLP throttling answer: retryable only because RetryInfo is there)."""
     sink = RecordingConsumer(error=RefusedError("memory limit exceeded"))
     running = start_receiver(http=False, sink=sink, retry_after=2.5)
     channel, stub = trace_stub(running.grpc_target)
     with channel, pytest.raises(grpc.RpcError) as info:
         stub.Export(proto_codec.encode_traces([make_span(1)]), timeout=5)
     err = info.value
-    assert err.code() is grpc.StatusCode.UNAVAILABLE
+    assert err.code() is grpc.StatusCode.RESOURCE_EXHAUSTED
     assert "memory limit exceeded" in (err.details() or "")
     trailers: dict[str, Any] = dict(err.trailing_metadata() or ())  # type: ignore[arg-type]
     retry = error_details_pb2.RetryInfo.FromString(trailers["google.rpc.retryinfo-bin"])
     assert retry.retry_delay.seconds == 2
     assert retry.retry_delay.nanos == 500_000_000
     rich = status_pb2.Status.FromString(trailers["grpc-status-details-bin"])
-    assert rich.code == grpc.StatusCode.UNAVAILABLE.value[0]
+    assert rich.code == grpc.StatusCode.RESOURCE_EXHAUSTED.value[0]
     assert rich.details[0].type_url.endswith("google.rpc.RetryInfo")
     assert running.counter("spans_refused") == 1
     assert running.counter("spans_accepted") == 0

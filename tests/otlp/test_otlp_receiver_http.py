@@ -291,13 +291,13 @@ def test_unknown_path_is_404(start_receiver: StartReceiver) -> None:
     assert post(f"{running.http_url}/v1/metrics", b"{}")[0] == 404
 
 
-def test_refusal_downstream_is_503_with_retry_after(start_receiver: StartReceiver) -> None:
-    """When the next consumer refuses, the client gets 503 with Retry-After; nothing is counted
-    as accepted."""
+def test_refusal_downstream_is_429_with_retry_after(start_receiver: StartReceiver) -> None:
+    """When the next consumer refuses, the client gets 429 (throttled) with Retry-After; nothing
+    is counted as accepted."""
     sink = RecordingConsumer(error=RefusedError("over the memory limit"))
     running = start_receiver(grpc=False, sink=sink, retry_after=3)
     status, headers, body = post(f"{running.http_url}/v1/traces", json_request(json_span()))
-    assert status == 503
+    assert status == 429
     assert headers["Retry-After"] == "3"
     assert "over the memory limit" in json.loads(body)["message"]
     assert running.counter("spans_refused") == 1

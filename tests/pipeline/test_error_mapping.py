@@ -1,10 +1,11 @@
 """What a client is answered when the pipeline behind the OTLP receiver raises.
 
-Only a refusal (:class:`RefusedError`: memory limit, queue full) is retryable: HTTP 503 with
-Retry-After, gRPC UNAVAILABLE with RetryInfo. Anything else raised downstream, a permanent error or
-a processor's ``ValueError`` on a poison batch, is permanent: HTTP 400, gRPC INVALID_ARGUMENT, with
-a message saying what was wrong, counted as rejected, and the OpenTelemetry SDK's exporters do not
-send it again. The collectors here are real (receiver -> failing processor -> exporter).
+Only a refusal (:class:`RefusedError`: memory limit, queue full) is retryable: HTTP 429 with
+Retry-After, gRPC RESOURCE_EXHAUSTED with RetryInfo. Anything else raised downstream, a permanent
+error or a processor's ``ValueError`` on a poison batch, is permanent: HTTP 400, gRPC
+INVALID_ARGUMENT, with a message saying what was wrong, counted as rejected, and the OpenTelemetry
+SDK's exporters do not send it again. The collectors here are real (receiver -> failing
+processor -> exporter).
 """
 
 from __future__ import annotations
@@ -197,15 +198,16 @@ def test_poison_batch_is_invalid_argument_over_grpc(running: Any) -> None:
     assert elapsed < 1.0
 
 
-def test_refusal_is_still_retryable_503_and_unavailable(running: Any) -> None:
-    """A RefusedError downstream: HTTP 503 with Retry-After, gRPC UNAVAILABLE with RetryInfo."""
+def test_refusal_is_still_retryable_429_and_resource_exhausted(running: Any) -> None:
+    """A RefusedError downstream: HTTP 429 with Retry-After, gRPC RESOURCE_EXHAUSTED with
+    RetryInfo (the OTLP throttling answers)."""
     collector = running("refused")
     status, headers, body = post_json(collector)
-    assert status == 503
+    assert status == 429
     assert headers["Retry-After"] == "2"
-    assert body["code"] == 14  # UNAVAILABLE
+    assert body["code"] == 8  # RESOURCE_EXHAUSTED
     err = grpc_export(collector)
-    assert err.code() is grpc.StatusCode.UNAVAILABLE
+    assert err.code() is grpc.StatusCode.RESOURCE_EXHAUSTED
     trailers: dict[str, Any] = dict(err.trailing_metadata() or ())  # type: ignore[arg-type]
     assert "google.rpc.retryinfo-bin" in trailers
     assert counter(collector, "spans_refused") == 2

@@ -8,6 +8,15 @@ atomically (temporary file + rename, mode 0600, directory created 0700) every
 ``output`` is the file path; a relative path is resolved against the run directory when the
 collector runs under ``observe`` (``host.run_dir``), else against the working directory.
 The accumulator is exposed as :attr:`GraphExporter.accumulator` for ``observe`` and tests.
+
+With ``journal.path`` set, every batch is also appended to a journal before it is applied, and
+the journal is replayed at start, so the graph survives kill -9 (:mod:`.journal`;
+``docs/exporters.md``)::
+
+    exporters:
+      graph:
+        output: graph.json
+        journal: {path: graph.journal, max_bytes: 268435456, fsync: false}
 """
 
 from __future__ import annotations
@@ -29,20 +38,42 @@ from otel_bridge.component import (
     Factory,
     Host,
 )
+from otel_bridge.errors import StartupError
 from otel_bridge.graph import GraphAccumulator, encode
 from otel_bridge.graph.document import write_atomic
-from otel_bridge.model import Batch
+from otel_bridge.model import Batch, CoverageRecord, Observation
 
-__all__ = ["GraphExporter", "GraphExporterConfig", "factory"]
+from .journal import Journal, JournalError
+
+__all__ = ["GraphExporter", "GraphExporterConfig", "JournalConfig", "factory"]
 
 _log = logging.getLogger("otel_bridge.exporters.graph")
 
 COUNTERS: tuple[CounterSpec, ...] = (
     CounterSpec("observations", "observations applied to the graph", "{observations}"),
     CounterSpec("write_errors", "graph.json writes that failed", "{errors}"),
+    CounterSpec("journal_replayed", "observations replayed from the journal at start"),
+    CounterSpec(
+        "journal_dropped", "observations applied but not journaled (journal full or failing)"
+    ),
+    CounterSpec("journal_torn_bytes", "bytes of a torn journal tail cut off at start", "By"),
+    CounterSpec("journal_skipped", "journaled observations the graph refused at replay"),
+    CounterSpec("journal_skipped_frames", "intact journal frames that could not be decoded"),
 )
 """The counters of the ``graph`` exporter."""
 _ALL = (*COUNTERS, *STANDARD_COUNTERS[EXPORTER])
+
+
+@dataclass(slots=True)
+class JournalConfig:
+    """The graph journal (off unless ``path`` is set); see :mod:`.journal`."""
+
+    path: str = ""
+    """Journal file; relative paths resolve like ``output``. Empty: no journal."""
+    max_bytes: int = 256 * 1024 * 1024
+    """The journal never grows past this; later batches are applied but not journaled."""
+    fsync: bool = False
+    """``fdatasync`` every append (survives power loss, not only kill -9)."""
 
 
 @dataclass(slots=True)
@@ -61,6 +92,8 @@ class GraphExporterConfig:
     """Distinct occurrences remembered for exact logical counts (see the accumulator)."""
     run: dict[str, str] = field(default_factory=dict)
     """Run metadata copied into graph.json's ``run`` object."""
+    journal: JournalConfig = field(default_factory=JournalConfig)
+    """The append-only journal that lets the graph survive kill -9."""
 
     def validate(self) -> list[str]:
         """Problems with this configuration, relative to the component."""
@@ -73,6 +106,8 @@ class GraphExporterConfig:
             problems.append("support_limit: must not be negative")
         if self.occurrence_window < 2:
             problems.append("occurrence_window: must be at least 2")
+        if self.journal.max_bytes < 1024:
+            problems.append("journal.max_bytes: must be at least 1024")
         return problems
 
 
@@ -97,6 +132,7 @@ class GraphExporter:
         self._dirty = True
         self._stopped = False
         self.path = Path(config.output)
+        self.journal: Journal | None = None
 
     def start(self, host: Host) -> None:
         """Resolve the output path and start the periodic flush thread."""
@@ -104,21 +140,92 @@ class GraphExporter:
         self._telemetry = host.telemetry.scoped(
             self._telemetry.scope if self._telemetry else CounterScope.of(EXPORTER, self._id, _ALL)
         )
-        path = Path(self.config.output).expanduser()
-        if not path.is_absolute() and host.run_dir:
-            path = Path(host.run_dir) / path
-        self.path = path
+        self.path = _resolve(self.config.output, host)
+        if self.config.journal.path:
+            self._open_journal(host)
         if self.config.flush_interval > 0:
             self._thread = threading.Thread(
                 target=self._loop, name=f"otel-bridge-{self._id}-flush", daemon=True
             )
             self._thread.start()
 
+    def _open_journal(self, host: Host) -> None:
+        cfg = self.config.journal
+        journal = Journal(str(_resolve(cfg.path, host)), max_bytes=cfg.max_bytes, fsync=cfg.fsync)
+        try:
+            replay = journal.open(self._apply)
+        except JournalError as exc:
+            raise StartupError(f"{self._id}: journal.path: {exc}") from exc
+        self.journal = journal
+        if replay.torn_bytes:
+            self._count("journal_torn_bytes", replay.torn_bytes)
+            self._warn(
+                "journal_torn",
+                f"the graph journal {journal.path} ended in a torn frame "
+                f"({replay.torn_bytes} bytes, written when the process was killed): cut off",
+            )
+        if replay.skipped:
+            self._count("journal_skipped_frames", replay.skipped)
+            self._warn(
+                "journal_skipped_frames",
+                f"skipped {replay.skipped} intact but unreadable frames of {journal.path}",
+            )
+        if replay.batches:
+            self._count("journal_replayed", replay.observations)
+            self._warn(
+                "journal_replayed",
+                f"rebuilt the graph from {replay.batches} batches ({replay.observations} "
+                f"observations) in the journal {journal.path}",
+            )
+            try:
+                self.flush()
+            except OSError as exc:
+                self._report(exc)
+
+    def _apply(
+        self, observations: tuple[Observation, ...], coverage: tuple[CoverageRecord, ...]
+    ) -> None:
+        """Replay one journaled batch; one the graph cannot take is skipped, never a crash loop."""
+        try:
+            self.accumulator.apply_many(observations)
+            self.accumulator.apply_coverage(coverage)
+        except Exception as exc:  # the same batch failed when it first arrived
+            self._count("journal_skipped", len(observations))
+            self._warn("journal_skipped", f"skipped a journaled batch the graph refused: {exc!r}")
+
+    def _count(self, name: str, n: int = 1) -> None:
+        if self._telemetry is not None and n:
+            self._telemetry.count(name, n)
+
+    def _warn(self, key: str, message: str) -> None:
+        if self._telemetry is not None:
+            self._telemetry.report_once(f"exporter.{self._id}.{key}", f"{self._id}: {message}")
+        else:
+            _log.warning("%s: %s", self._id, message)
+
+    def _journal(self, batch: Batch) -> None:
+        """Append ``batch`` to the journal (caller holds ``_lock``); count what is not."""
+        journal = self.journal
+        if journal is None:
+            return
+        try:
+            if journal.append(batch.observations, batch.coverage):
+                return
+            problem = f"the journal {journal.path} reached journal.max_bytes; "
+        except (OSError, JournalError, TypeError, ValueError) as exc:
+            problem = f"cannot append to the journal {journal.path} ({exc}); "
+        self._count("journal_dropped", len(batch.observations))
+        self._warn(
+            "journal_dropped",
+            problem + "later observations are in the graph but would not survive a kill -9",
+        )
+
     def consume(self, batch: Batch) -> None:
-        """Apply the batch's observations and coverage."""
+        """Journal (when configured), then apply the batch's observations and coverage."""
         if not batch.observations and not batch.coverage:
             return
         with self._lock:
+            self._journal(batch)
             self.accumulator.apply_many(batch.observations)
             self.accumulator.apply_coverage(batch.coverage)
             self._dirty = True
@@ -168,6 +275,16 @@ class GraphExporter:
             self.flush()
         except OSError as exc:
             self._report(exc)
+        if self.journal is not None:
+            self.journal.close()
+
+
+def _resolve(name: str, host: Host) -> Path:
+    """``name`` with ``~`` expanded; relative to the run directory under ``observe``."""
+    path = Path(name).expanduser()
+    if not path.is_absolute() and host.run_dir:
+        path = Path(host.run_dir) / path
+    return path
 
 
 def _create(

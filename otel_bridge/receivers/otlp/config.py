@@ -12,6 +12,9 @@
             endpoint: 127.0.0.1:4318
             max_request_body_size: 20971520
 
+Each protocol also takes ``tls`` and ``auth`` (:mod:`otel_bridge.receivers.otlp.security`,
+``docs/security.md``).
+
 As in the Collector, a protocol is on when its section is present (``grpc:`` with no value means
 "on, with defaults") and off when it is left out. Without any ``protocols`` section both are on
 with their defaults, so ``receivers: {otlp: }`` is a working receiver. Port ``0`` asks the system
@@ -21,6 +24,8 @@ for a free port; the receiver reports the bound ports as ``grpc_port``/``http_po
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+
+from otel_bridge.receivers.otlp.security import AuthConfig, TlsConfig, is_loopback
 
 DEFAULT_GRPC_ENDPOINT = "127.0.0.1:4317"
 DEFAULT_HTTP_ENDPOINT = "127.0.0.1:4318"
@@ -48,6 +53,29 @@ def _endpoint_problems(endpoint: str, path: str) -> list[str]:
     return []
 
 
+def _security_problems(cfg: GrpcConfig | HttpConfig, path: str) -> list[str]:
+    problems: list[str] = []
+    if cfg.tls is not None:
+        problems += cfg.tls.problems(f"{path}.tls")
+    if cfg.auth is not None:
+        problems += cfg.auth.problems(f"{path}.auth")
+        if cfg.tls is None and not exposed_only_locally(cfg.endpoint):
+            problems.append(
+                f"{path}.auth: credentials would cross the network in clear text; "
+                f"add {path}.tls or listen on a loopback address"
+            )
+    return problems
+
+
+def exposed_only_locally(endpoint: str) -> bool:
+    """Whether ``endpoint`` listens on a loopback address only (False if unparsable)."""
+    try:
+        host, _ = split_endpoint(endpoint)
+    except ValueError:
+        return False
+    return is_loopback(host)
+
+
 @dataclass(slots=True, kw_only=True)
 class GrpcConfig:
     """OTLP/gRPC server settings."""
@@ -56,6 +84,10 @@ class GrpcConfig:
     """``host:port`` to listen on; port 0 picks a free port."""
     max_recv_msg_size_mib: int = 4
     """Largest accepted request, in MiB; larger ones get ``RESOURCE_EXHAUSTED``."""
+    tls: TlsConfig | None = None
+    """Serve TLS (and with ``client_ca_file`` require client certificates)."""
+    auth: AuthConfig | None = None
+    """Require credentials in the ``authorization`` metadata."""
 
 
 @dataclass(slots=True, kw_only=True)
@@ -66,6 +98,15 @@ class HttpConfig:
     """``host:port`` to listen on; port 0 picks a free port."""
     max_request_body_size: int = 20 * 1024 * 1024
     """Largest accepted body in bytes, both as sent and after decompression; larger gets 413."""
+    read_timeout: float = field(default=30.0, metadata={"duration": True})
+    """Seconds a request may take to arrive, headers and body together, once its first line
+    has; a slower (stalled) upload gets 408 and its connection and thread are released."""
+    idle_timeout: float = field(default=60.0, metadata={"duration": True})
+    """Seconds a kept-alive connection may wait for its next request before it is closed."""
+    tls: TlsConfig | None = None
+    """Serve HTTPS (and with ``client_ca_file`` require client certificates)."""
+    auth: AuthConfig | None = None
+    """Require credentials in the ``Authorization`` header."""
 
 
 @dataclass(slots=True, kw_only=True)
@@ -107,10 +148,15 @@ class OtlpReceiverConfig:
                 problems.append("protocols.grpc.max_recv_msg_size_mib: must be positive")
             elif protocols.grpc.max_recv_msg_size_mib > 2047:
                 problems.append("protocols.grpc.max_recv_msg_size_mib: must be at most 2047")
+            problems += _security_problems(protocols.grpc, "protocols.grpc")
         if protocols.http is not None:
             problems += _endpoint_problems(protocols.http.endpoint, "protocols.http.endpoint")
             if protocols.http.max_request_body_size <= 0:
                 problems.append("protocols.http.max_request_body_size: must be positive")
+            for name in ("read_timeout", "idle_timeout"):
+                if not getattr(protocols.http, name) > 0:
+                    problems.append(f"protocols.http.{name}: must be positive")
+            problems += _security_problems(protocols.http, "protocols.http")
         if self.retry_after < 0:
             problems.append("retry_after: must not be negative")
         return problems

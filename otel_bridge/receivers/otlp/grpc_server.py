@@ -3,8 +3,10 @@
 Requests arrive as raw bytes and are parsed here, so a malformed message is answered with
 ``INVALID_ARGUMENT`` and a message saying what is wrong (grpcio would answer its own deserializer
 failure with ``INTERNAL``). Oversized messages are refused by grpcio itself with
-``RESOURCE_EXHAUSTED``; a refusal by the pipeline is ``UNAVAILABLE`` with ``RetryInfo``; any other
-failure of the pipeline is ``INVALID_ARGUMENT`` (permanent: the client does not retry).
+``RESOURCE_EXHAUSTED`` (no ``RetryInfo``: permanent for an OTLP client); a refusal by the pipeline
+(e.g. the memory limiter) is ``RESOURCE_EXHAUSTED`` *with* ``RetryInfo``, which the OTLP
+specification makes retryable after that delay (the OpenTelemetry SDK exporters retry it); any
+other failure of the pipeline is ``INVALID_ARGUMENT`` (permanent: the client does not retry).
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ from google.rpc import error_details_pb2, status_pb2  # type: ignore[import-unty
 from otel_bridge.errors import StartupError
 from otel_bridge.otlp.proto_codec import decode_logs, decode_traces, encode_export_response
 from otel_bridge.receivers.otlp.config import GrpcConfig, split_endpoint
+from otel_bridge.receivers.otlp.security import TlsConfig
 
 if TYPE_CHECKING:
     from otel_bridge.receivers.otlp.receiver import OtlpReceiver, Outcome
@@ -54,18 +57,18 @@ class _RichStatus(grpc.Status):
         self.trailing_metadata = trailing_metadata
 
 
-def unavailable_status(message: str, retry_after: float) -> grpc.Status:
-    """``UNAVAILABLE`` carrying ``RetryInfo(retry_after)`` in both trailer conventions."""
+def throttled_status(message: str, retry_after: float) -> grpc.Status:
+    """``RESOURCE_EXHAUSTED`` carrying ``RetryInfo(retry_after)`` in both trailer conventions."""
     delay = duration_pb2.Duration()
     delay.FromNanoseconds(int(retry_after * 1e9))
     retry_info = error_details_pb2.RetryInfo(retry_delay=delay)
     packed = PbAny()
     packed.Pack(retry_info)
     rich = status_pb2.Status(
-        code=grpc.StatusCode.UNAVAILABLE.value[0], message=message, details=[packed]
+        code=grpc.StatusCode.RESOURCE_EXHAUSTED.value[0], message=message, details=[packed]
     )
     return _RichStatus(
-        grpc.StatusCode.UNAVAILABLE,
+        grpc.StatusCode.RESOURCE_EXHAUSTED,
         message,
         (
             (RETRY_INFO_METADATA, retry_info.SerializeToString()),
@@ -101,7 +104,15 @@ class GrpcServer:
         )
         address = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
         try:
-            bound = self._server.add_insecure_port(address)
+            self._auth = config.auth.authenticator() if config.auth else None
+            credentials = _credentials(config.tls) if config.tls else None
+        except OSError as exc:
+            raise StartupError(f"otlp receiver: gRPC tls/auth: {exc}") from exc
+        try:
+            if credentials is not None:
+                bound = self._server.add_secure_port(address, credentials)
+            else:
+                bound = self._server.add_insecure_port(address)
         except RuntimeError as exc:
             raise StartupError(
                 f"otlp receiver: cannot listen for gRPC on {address}: {exc}"
@@ -122,13 +133,18 @@ class GrpcServer:
         parse: Callable[[bytes], bytes],
         what: str,
     ) -> bytes:
+        if self._auth is not None:
+            metadata = {k: v for k, v in context.invocation_metadata() if isinstance(v, str)}
+            if not self._auth.check(metadata.get("authorization")):
+                self._receiver.count("requests_unauthenticated")
+                context.abort(grpc.StatusCode.UNAUTHENTICATED, "missing or invalid credentials")
         try:
             return parse(raw)
         except PbDecodeError as exc:
             self._receiver.count("requests_malformed")
             context.abort(grpc.StatusCode.INVALID_ARGUMENT, f"cannot decode {what}: {exc}")
         except _RefusedError as refused:
-            context.abort_with_status(unavailable_status(str(refused), self._receiver.retry_after))
+            context.abort_with_status(throttled_status(str(refused), self._receiver.retry_after))
         except _FailedError as failed:
             context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(failed))
         except Exception as exc:  # a bug must not kill the server; the client sees INTERNAL
@@ -149,6 +165,13 @@ class GrpcServer:
             return encode_export_response("logs", outcome.rejected, outcome.error_message)
 
         return self._handle(raw, context, parse, "ExportLogsServiceRequest")
+
+
+def _credentials(tls: TlsConfig) -> grpc.ServerCredentials:
+    key, chain, client_ca = tls.pem()
+    return grpc.ssl_server_credentials(
+        [(key, chain)], root_certificates=client_ca, require_client_auth=client_ca is not None
+    )
 
 
 def _accepted(outcome: Outcome) -> Outcome:

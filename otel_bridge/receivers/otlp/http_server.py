@@ -5,8 +5,11 @@ Follows the OTLP/HTTP specification: binary protobuf (``application/x-protobuf``
 content type of the request. Errors carry a ``google.rpc.Status`` whose message says what is
 wrong: 400 malformed body, 404 unknown path, 405 wrong method, 411 no length, 413 body too large
 (checked against ``Content-Length`` before reading and again while decompressing, so a gzip bomb
-never grows past the limit), 415 unsupported content type or encoding, 503 with ``Retry-After``
-when the pipeline refuses data.
+never grows past the limit), 408 when the request does not arrive within ``read_timeout`` (the
+connection is closed and its thread released), 415 unsupported content type or encoding, 429
+with ``Retry-After`` when the pipeline refuses data (throttling, which OTLP clients retry after
+that delay). The listen backlog is :data:`LISTEN_BACKLOG`; a kept-alive connection idle for
+``idle_timeout`` is closed.
 """
 
 from __future__ import annotations
@@ -14,7 +17,9 @@ from __future__ import annotations
 import json
 import math
 import socket
+import ssl
 import threading
+import time
 import zlib
 from collections.abc import Callable
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -35,6 +40,8 @@ JSON = "application/json"
 TRACES_PATH = "/v1/traces"
 LOGS_PATH = "/v1/logs"
 _CHUNK = 64 * 1024
+LISTEN_BACKLOG = 1024
+"""Connections the kernel queues before they are accepted (capped by ``net.core.somaxconn``)."""
 # google.rpc.Code values used in Status bodies.
 _INVALID_ARGUMENT = 3
 _NOT_FOUND = 5
@@ -42,6 +49,7 @@ _RESOURCE_EXHAUSTED = 8
 _UNAVAILABLE = 14
 _UNIMPLEMENTED = 12
 _INTERNAL = 13
+_UNAUTHENTICATED = 16
 
 
 class _HttpError(Exception):
@@ -118,8 +126,49 @@ class _Handler(BaseHTTPRequestHandler):
     server_version = "otel-bridge"
     sys_version = ""
 
+    _deadline = 0.0
+
     def log_message(self, format: str, *args: Any) -> None:
         """Quiet: failures are counted in telemetry instead of printed per request."""
+
+    def handle(self) -> None:
+        """Complete a TLS handshake (within ``read_timeout``) before serving requests."""
+        server: HttpServer = self.server.otlp  # type: ignore[attr-defined]
+        if isinstance(self.connection, ssl.SSLSocket):
+            self.connection.settimeout(server.read_timeout)
+            try:
+                self.connection.do_handshake()
+            except (ssl.SSLError, OSError):
+                server.receiver.count("tls_handshake_failures")
+                return
+        super().handle()
+
+    def handle_one_request(self) -> None:
+        """Wait at most ``idle_timeout`` for the request line, then serve the request."""
+        server: HttpServer = self.server.otlp  # type: ignore[attr-defined]
+        self.connection.settimeout(server.idle_timeout)
+        super().handle_one_request()
+
+    def parse_request(self) -> bool:
+        """Start the ``read_timeout`` clock once the request line is in, then read headers."""
+        server: HttpServer = self.server.otlp  # type: ignore[attr-defined]
+        self._deadline = time.monotonic() + server.read_timeout
+        self.connection.settimeout(server.read_timeout)
+        return super().parse_request()
+
+    def _read(self, n: int) -> bytes:
+        """Up to ``n`` body bytes, failing with TimeoutError past the request's deadline."""
+        out = bytearray()
+        while len(out) < n:
+            remaining = self._deadline - time.monotonic()
+            if remaining <= 0:
+                raise TimeoutError("read_timeout passed")
+            self.connection.settimeout(remaining)
+            chunk = self.rfile.read1(min(n - len(out), _CHUNK))
+            if not chunk:
+                break
+            out += chunk
+        return bytes(out)
 
     def _content_type(self) -> str:
         return self.headers.get("Content-Type", "").split(";", 1)[0].strip().lower()
@@ -165,9 +214,30 @@ class _Handler(BaseHTTPRequestHandler):
             self._error_or_reply(server)
         except _HttpError as err:
             self._error(err)
+        except TimeoutError:
+            server.receiver.count("requests_timed_out")
+            self.close_connection = True
+            self.connection.settimeout(1.0)
+            self._error(
+                _HttpError(
+                    408,
+                    _INVALID_ARGUMENT,
+                    f"the request did not arrive within {server.read_timeout:g} s",
+                )
+            )
 
     def _error_or_reply(self, server: HttpServer) -> None:
         receiver = server.receiver
+        auth = server.authenticator
+        if auth is not None and not auth.check(self.headers.get("Authorization")):
+            receiver.count("requests_unauthenticated")
+            self.close_connection = True  # the body is left unread
+            raise _HttpError(
+                401,
+                _UNAUTHENTICATED,
+                "missing or invalid credentials",
+                {"WWW-Authenticate": auth.challenge},
+            )
         path = self.path.split("?", 1)[0]
         if path not in (TRACES_PATH, LOGS_PATH):
             self.close_connection = True
@@ -202,7 +272,9 @@ class _Handler(BaseHTTPRequestHandler):
             raise _HttpError(500, _INTERNAL, f"internal error: {exc}") from None
         if outcome.refused:
             seconds = max(0, math.ceil(receiver.retry_after))
-            raise _HttpError(503, _UNAVAILABLE, outcome.refused, {"Retry-After": str(seconds)})
+            raise _HttpError(
+                429, _RESOURCE_EXHAUSTED, outcome.refused, {"Retry-After": str(seconds)}
+            )
         if outcome.failed:
             raise _HttpError(400, _INVALID_ARGUMENT, outcome.failed)
         self._send(200, content_type, _response_body(content_type, signal, outcome), {})
@@ -221,7 +293,7 @@ class _Handler(BaseHTTPRequestHandler):
                 self.close_connection = True
                 raise _HttpError(411, _INVALID_ARGUMENT, "Content-Length is required")
         else:
-            reader = self.rfile.read
+            reader = self._read
         if not length_text.strip().isdigit():
             self.close_connection = True
             raise _HttpError(400, _INVALID_ARGUMENT, f"invalid Content-Length {length_text!r}")
@@ -263,7 +335,7 @@ class _Handler(BaseHTTPRequestHandler):
                 raise _HttpError(
                     413, _RESOURCE_EXHAUSTED, f"body exceeds the limit of {limit} bytes"
                 )
-            out += self.rfile.read(size)
+            out += self._read(size)
             self.rfile.readline(1024)
 
     @staticmethod
@@ -290,6 +362,7 @@ class _Handler(BaseHTTPRequestHandler):
 class _Server(ThreadingHTTPServer):
     daemon_threads = True
     allow_reuse_address = True
+    request_queue_size = LISTEN_BACKLOG
     otlp: HttpServer
 
 
@@ -303,6 +376,8 @@ class HttpServer:
     def __init__(self, receiver: OtlpReceiver, config: HttpConfig) -> None:
         self.receiver = receiver
         self.max_body = config.max_request_body_size
+        self.read_timeout = config.read_timeout
+        self.idle_timeout = config.idle_timeout
         host, port = split_endpoint(config.endpoint)
         server_class = _Server6 if ":" in host else _Server
         try:
@@ -312,6 +387,16 @@ class HttpServer:
                 f"otlp receiver: cannot listen for HTTP on {config.endpoint}: {exc.strerror or exc}"
             ) from exc
         self._httpd.otlp = self
+        try:
+            self.authenticator = config.auth.authenticator() if config.auth else None
+            if config.tls is not None:
+                context = config.tls.server_context()
+                self._httpd.socket = context.wrap_socket(
+                    self._httpd.socket, server_side=True, do_handshake_on_connect=False
+                )
+        except (OSError, ValueError) as exc:
+            self._httpd.server_close()
+            raise StartupError(f"otlp receiver: HTTP tls/auth: {exc}") from exc
         self.port: int = self._httpd.server_address[1]
         self._thread = threading.Thread(
             target=self._httpd.serve_forever,

@@ -8,8 +8,9 @@ to :meth:`OtlpReceiver.deliver`, which implements the OTLP response rules in one
   passed on;
 * when the next consumer refuses a batch for now (it raises
   :class:`~otel_bridge.errors.RefusedError`, e.g. the memory limiter is over its limit), nothing
-  is acknowledged: the client gets a retryable status (gRPC ``UNAVAILABLE`` with ``RetryInfo``,
-  HTTP 503 with ``Retry-After``), so nothing acknowledged is ever lost;
+  is acknowledged: the client gets the OTLP throttling status (gRPC ``RESOURCE_EXHAUSTED`` with
+  ``RetryInfo``, HTTP 429 with ``Retry-After``), which OTLP clients retry after that delay, so
+  nothing acknowledged is ever lost;
 * when the next consumer raises anything else (a permanent error, or a processor's
   ``ValueError``), the batch will never be accepted: the client gets a permanent status (gRPC
   ``INVALID_ARGUMENT``, HTTP 400) with a message saying what was wrong, the records are counted
@@ -17,7 +18,11 @@ to :meth:`OtlpReceiver.deliver`, which implements the OTLP response rules in one
 
 Counters (:data:`COUNTERS`, ``receiver.<id>.<name>``): ``spans_accepted``, ``spans_rejected``,
 ``spans_refused``, ``log_records_accepted``, ``log_records_rejected``, ``log_records_refused``,
-``requests_malformed``, ``requests_too_large``.
+``requests_malformed``, ``requests_too_large``, ``requests_timed_out``,
+``requests_unauthenticated``, ``tls_handshake_failures``.
+
+Binding beyond loopback without ``auth`` is allowed but warned about at start (anyone who can
+reach the port can write evidence); see ``docs/security.md``.
 """
 
 from __future__ import annotations
@@ -37,7 +42,7 @@ from otel_bridge.component import (
 from otel_bridge.errors import StartupError, is_retryable
 from otel_bridge.model import Batch, LogRecord, Span
 from otel_bridge.otlp.proto_codec import Decoded
-from otel_bridge.receivers.otlp.config import OtlpReceiverConfig
+from otel_bridge.receivers.otlp.config import OtlpReceiverConfig, Protocols, exposed_only_locally
 from otel_bridge.receivers.otlp.grpc_server import GrpcServer
 from otel_bridge.receivers.otlp.http_server import HttpServer
 
@@ -58,6 +63,13 @@ COUNTERS: tuple[CounterSpec, ...] = (
     CounterSpec("log_records_refused", "log records refused for now (client retries)", "{records}"),
     CounterSpec("requests_malformed", "requests whose body could not be decoded", "{requests}"),
     CounterSpec("requests_too_large", "requests over the size limit", "{requests}"),
+    CounterSpec(
+        "requests_timed_out", "HTTP requests that did not arrive within read_timeout", "{requests}"
+    ),
+    CounterSpec(
+        "requests_unauthenticated", "requests refused for missing or bad credentials", "{requests}"
+    ),
+    CounterSpec("tls_handshake_failures", "HTTPS connections whose handshake failed", "{conns}"),
 )
 """The counters of the ``otlp`` receiver."""
 
@@ -150,6 +162,17 @@ class OtlpReceiver:
             except StartupError:
                 self._stop_servers()
                 raise
+            self._warn_exposed(protocols)
+
+    def _warn_exposed(self, protocols: Protocols) -> None:
+        """Warn once per protocol that listens beyond loopback without authentication."""
+        for name, cfg in (("grpc", protocols.grpc), ("http", protocols.http)):
+            if cfg is not None and cfg.auth is None and not exposed_only_locally(cfg.endpoint):
+                self.report_once(
+                    f"{name}_exposed",
+                    f"{name} listens on {cfg.endpoint}, beyond loopback, without auth: anyone "
+                    f"who can reach it can send data; set protocols.{name}.auth (and tls)",
+                )
 
     def shutdown(self) -> None:
         """Stop accepting requests and wait for those in flight. Safe before start and twice."""

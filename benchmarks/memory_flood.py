@@ -1,0 +1,176 @@
+"""Memory flood: does the memory limiter hold its hard limit, and recover once the flood stops?
+
+    python benchmarks/memory_flood.py [--seconds 20] [--clients 8] [--headroom 96]
+
+A real collector (``python -m otel_bridge run``: OTLP/HTTP -> memory_limiter -> normalize ->
+graph) is started once to read its resting RSS, then again with ``limit_mib`` set to that RSS
+plus ``--headroom`` MiB (spike limit a quarter of the headroom). ``--clients`` threads post
+1,000-span OTLP/protobuf bodies as fast as they are answered, honouring 429 + Retry-After, for
+``--seconds``; the collector's RSS is sampled every 10 ms from outside (psutil). Bodies cycle
+through a fixed pool of two (2,000 distinct spans), so the graph stays a fixed size and what
+presses on memory is the data in flight. After the flood, one more request must be accepted
+(recovery).
+
+Prints the limits, the peak RSS against the hard limit, requests accepted and refused (429).
+"""
+
+from __future__ import annotations
+
+import argparse
+import http.client
+import os
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+import psutil
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path[:0] = [str(ROOT / "tests")]
+
+from waiting import Stderr, wait_until  # noqa: E402
+
+from otel_bridge.otlp.proto_codec import encode_traces  # noqa: E402
+from otel_bridge.testing import make_span  # noqa: E402
+
+CONFIG = """
+receivers:
+  otlp:
+    protocols:
+      http: {endpoint: "127.0.0.1:${env:PORT}"}
+processors:
+  memory_limiter:
+    limit_mib: ${env:LIMIT}
+    spike_limit_mib: ${env:SPIKE}
+    check_interval: 1s
+  normalize:
+exporters:
+  graph: {output: "${env:WORK}/graph.json", flush_interval: 0}
+service:
+  pipelines:
+    traces: {receivers: [otlp], processors: [memory_limiter, normalize], exporters: [graph]}
+"""
+MIB = 1024 * 1024
+
+
+def _free_port() -> int:
+    import socket
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port: int = sock.getsockname()[1]
+    return port
+
+
+def _start(work: Path, limit: int, spike: int) -> tuple[subprocess.Popen[str], int]:
+    port = _free_port()
+    env = {**os.environ, "PORT": str(port), "LIMIT": str(limit), "SPIKE": str(spike)}
+    env["WORK"] = str(work)
+    (work / "flood.yaml").write_text(CONFIG)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "otel_bridge", "run", "-c", str(work / "flood.yaml")],
+        stderr=subprocess.PIPE,
+        stdout=subprocess.DEVNULL,
+        text=True,
+        env=env,
+    )
+    Stderr(proc, timeout=60).wait_for(r"running \(pid")
+    return proc, port
+
+
+def _post(port: int, body: bytes) -> tuple[int, float]:
+    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=60)
+    try:
+        headers = {"Content-Type": "application/x-protobuf"}
+        conn.request("POST", "/v1/traces", body, headers)
+        response = conn.getresponse()
+        response.read()
+        return response.status, float(response.getheader("Retry-After") or 0)
+    finally:
+        conn.close()
+
+
+def _bodies(n: int) -> list[bytes]:
+    out = []
+    for b in range(n):
+        spans = [make_span(b * 1000 + i, attributes={"pad": "x" * 100}) for i in range(1000)]
+        out.append(encode_traces(spans).SerializeToString())
+    return out
+
+
+def main() -> int:
+    """Run the flood; print the figures; exit 1 if the hard limit was passed or no recovery."""
+    parser = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
+    parser.add_argument("--seconds", type=float, default=20.0)
+    parser.add_argument("--clients", type=int, default=8)
+    parser.add_argument("--headroom", type=int, default=96)
+    args = parser.parse_args()
+    bodies = _bodies(2)
+    with tempfile.TemporaryDirectory(prefix="otel-bridge-flood-") as tmp:
+        work = Path(tmp)
+        probe, port = _start(work, 100_000, 1000)
+        _post(port, bodies[0])
+        resting = psutil.Process(probe.pid).memory_info().rss // MIB
+        probe.terminate()
+        probe.wait(60)
+        limit = resting + args.headroom
+        spike = args.headroom // 4
+        proc, port = _start(work, limit, spike)
+        counts = {"accepted": 0, "refused": 0, "other": 0}
+        peak = [0]
+        stop = threading.Event()
+        lock = threading.Lock()
+
+        def sample() -> None:
+            p = psutil.Process(proc.pid)
+            while not stop.is_set():
+                peak[0] = max(peak[0], p.memory_info().rss)
+                stop.wait(0.01)  # the sampling period, not synchronisation
+
+        def client(k: int) -> None:
+            i = k
+            while not stop.is_set():
+                status, retry = _post(port, bodies[i % len(bodies)])
+                key = {200: "accepted", 429: "refused"}.get(status, "other")
+                with lock:
+                    counts[key] += 1
+                if status == 429:
+                    stop.wait(retry)  # the client honours Retry-After, as an SDK does
+                i += 1
+
+        threads = [threading.Thread(target=sample)]
+        threads += [threading.Thread(target=client, args=(k,)) for k in range(args.clients)]
+        started = time.monotonic()
+        for t in threads:
+            t.start()
+        stop.wait(args.seconds)  # the flood's duration
+        stop.set()
+        for t in threads:
+            t.join(120)
+        elapsed = time.monotonic() - started
+        try:
+            recovered = wait_until(lambda: _post(port, bodies[0])[0] == 200, 60, "recovery")
+        except AssertionError:
+            recovered = False
+        after = psutil.Process(proc.pid).memory_info().rss // MIB
+        proc.terminate()
+        proc.wait(60)
+    soft = limit - spike
+    print(f"resting RSS                 {resting} MiB")
+    print(f"limits (soft / hard)        {soft} / {limit} MiB")
+    print(
+        f"peak RSS during the flood   {peak[0] / MIB:.1f} MiB ({peak[0] / MIB / limit:.1%} of hard)"
+    )
+    print(f"requests accepted           {counts['accepted']} ({counts['accepted'] * 1000} spans)")
+    print(f"requests refused (429)      {counts['refused']}")
+    print(f"other answers               {counts['other']}")
+    print(f"flood seconds               {elapsed:.0f} with {args.clients} clients")
+    print(f"accepted after the flood    {bool(recovered)} (RSS then {after} MiB)")
+    return 0 if peak[0] <= limit * MIB and recovered and not counts["other"] else 1
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,115 @@
+"""The memory limiter under load: reads memory on the data path, holds the hard limit, and
+recovers when what stays over the soft limit is retained state rather than data in flight."""
+
+from __future__ import annotations
+
+import threading
+
+import pytest
+from waiting import wait_until
+
+from otel_bridge.component import Host, Telemetry
+from otel_bridge.errors import RefusedError
+from otel_bridge.model import Batch
+from otel_bridge.processors.memory_limiter import Config, MemoryLimiter
+from otel_bridge.testing import RecordingConsumer, make_span
+
+MIB = 1024 * 1024
+
+
+class Memory:
+    """A settable memory reading standing for the process's RSS."""
+
+    def __init__(self, mib: int) -> None:
+        self.mib = mib
+
+    def __call__(self) -> int:
+        return self.mib * MIB
+
+
+def one(n: int = 0) -> Batch:
+    """A one-span batch."""
+    return Batch(spans=(make_span(n),))
+
+
+def _limiter(memory: Memory, sink: RecordingConsumer, **kw: float) -> MemoryLimiter:
+    config = Config(limit_mib=100, spike_limit_mib=20, check_interval=3600, **kw)  # type: ignore[arg-type]
+    proc = MemoryLimiter(config, sink, name="ml", telemetry=Telemetry(), read_memory=memory)
+    proc.start(Host())
+    return proc
+
+
+def _refused(proc: MemoryLimiter) -> bool:
+    try:
+        proc.consume(one())
+    except RefusedError:
+        return True
+    return False
+
+
+def test_growth_between_periodic_checks_is_refused_on_the_data_path() -> None:
+    """With an hour between periodic checks, a batch still re-reads memory once the reading is
+    stale, so a flood cannot run past the limit until the next check."""
+    memory = Memory(50)
+    proc = _limiter(memory, RecordingConsumer())
+    proc.consume(one())
+    memory.mib = 90
+    wait_until(lambda: _refused(proc), 5, "a refusal read on the data path")
+    proc.shutdown()
+
+
+def test_retained_state_is_admitted_one_batch_at_a_time_below_the_hard_limit() -> None:
+    """Usage that stays over the soft limit (the graph's own size) stops being refused after
+    retained_after: one batch at a time, each after a fresh reading below the hard limit."""
+    memory = Memory(85)
+    sink = Blocking()
+    proc = _limiter(memory, sink, retained_after=0.05)
+    with pytest.raises(RefusedError, match="over the soft limit 80 MiB"):
+        proc.consume(one())
+    wait_until(lambda: proc.check() and proc.retained, 5, "the retained-state mode")
+    first = threading.Thread(target=proc.consume, args=(one(1),))
+    first.start()
+    assert sink.entered.wait(5)
+    with pytest.raises(RefusedError, match="over the hard limit 100 MiB"):
+        proc.consume(one(2))  # one batch in flight already
+    sink.release.set()
+    first.join()
+    proc.consume(one(3))
+    memory.mib = 101
+    with pytest.raises(RefusedError, match="memory 101 MiB over the hard limit"):
+        proc.consume(one(4))
+    memory.mib = 60
+    proc.check()
+    assert not proc.retained
+    assert not proc.refusing
+    proc.consume(one(5))
+    assert sink.record_count == 3
+    proc.shutdown()
+
+
+def test_retained_after_zero_refuses_until_usage_falls() -> None:
+    """retained_after: 0 keeps the Collector's behaviour: refuse while over the soft limit."""
+    memory = Memory(85)
+    proc = _limiter(memory, RecordingConsumer(), retained_after=0)
+    for _ in range(3):
+        proc.check()
+        assert _refused(proc)
+    assert not proc.retained
+    assert Config(retained_after=-1).validate() == ["retained_after: must not be negative"]
+    proc.shutdown()
+
+
+class Blocking(RecordingConsumer):
+    """A consumer that blocks until released, to hold a batch in flight."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.entered = threading.Event()
+        self.release = threading.Event()
+
+    def consume(self, batch: Batch) -> None:
+        """Block (the first time), then record."""
+        if not self.entered.is_set():
+            self.entered.set()
+            self.release.wait(5)
+        super().consume(batch)

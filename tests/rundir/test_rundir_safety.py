@@ -19,7 +19,7 @@ import pytest
 
 from otel_bridge import rundir
 from otel_bridge.component import Host, Telemetry
-from otel_bridge.errors import StartupError
+from otel_bridge.errors import StartupError, VerificationError
 from otel_bridge.exporters.file import Config, FileExporter
 from otel_bridge.rundir import RunDirError
 
@@ -154,7 +154,7 @@ def test_verify_sees_a_manifest_swapped_for_a_link(tmp_path: Path) -> None:
     real = tmp_path / "elsewhere.json"
     os.rename(run.file(rundir.MANIFEST), real)
     os.symlink(real, run.file(rundir.MANIFEST))
-    with pytest.raises(rundir.VerificationError, match="not a regular file"):
+    with pytest.raises(VerificationError, match="not a regular file"):
         rundir.verify(run.path)
 
 

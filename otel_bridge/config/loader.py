@@ -45,6 +45,14 @@ class _UniqueKeyLoader(yaml.SafeLoader):
 
     paths: dict[int, str]
 
+    def fetch_flow_collection_start(self, TokenClass: Any) -> None:  # noqa: N803 (PyYAML's name)
+        # PyYAML's scanner slows quadratically with flow nesting: stop before it matters
+        if self.flow_level >= MAX_DEPTH:
+            raise yaml.scanner.ScannerError(
+                None, None, f"nested deeper than {MAX_DEPTH}", self.get_mark()
+            )
+        super().fetch_flow_collection_start(TokenClass)
+
     def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
         seen: set[Any] = set()
         for key_node, _ in node.value:

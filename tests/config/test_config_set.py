@@ -77,6 +77,14 @@ def test_missing_mappings_are_created() -> None:
     assert out == {"a": 1, "exporters": {"file/two": {"path": "./x", "append": True}}}
 
 
+def test_parse_override_splits_on_double_colon_when_given() -> None:
+    """``::`` separates keys that hold dots; the value is YAML."""
+    assert parse_override("service::telemetry::logs.x=[1, 2]") == (
+        ["service", "telemetry", "logs.x"],
+        [1, 2],
+    )
+
+
 @pytest.mark.parametrize(
     ("text", "message"),
     [
@@ -87,14 +95,6 @@ def test_missing_mappings_are_created() -> None:
         ("exporters.file.path.deeper=1", "exporters.file.path is not a mapping"),
     ],
 )
-def test_parse_override_splits_on_double_colon_when_given() -> None:
-    """``::`` separates keys that hold dots; the value is YAML."""
-    assert parse_override("service::telemetry::logs.x=[1, 2]") == (
-        ["service", "telemetry", "logs.x"],
-        [1, 2],
-    )
-
-
 def test_malformed_overrides_are_config_errors(text: str, message: str) -> None:
     """A malformed --set is a ConfigError that quotes it."""
     with pytest.raises(ConfigError, match=message):

@@ -144,8 +144,9 @@ def load_yaml(text: str, origin: str) -> Any:
     """
     if len(text) > MAX_CONFIG_BYTES:
         raise ConfigError([f"{origin}: larger than {MAX_CONFIG_BYTES} bytes"])
-    loader = _UniqueKeyLoader(text)
+    loader: _UniqueKeyLoader | None = None
     try:
+        loader = _UniqueKeyLoader(text)  # its reader refuses control characters at once
         node = loader.get_single_node()
         if node is None:
             return None
@@ -160,7 +161,8 @@ def load_yaml(text: str, origin: str) -> Any:
     except RecursionError:
         raise ConfigError([f"{origin}: nested too deeply to read"]) from None
     finally:
-        loader.dispose()
+        if loader is not None:
+            loader.dispose()
 
 
 def decode_text(data: bytes, origin: str) -> str:

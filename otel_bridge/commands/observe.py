@@ -383,7 +383,8 @@ def run(args: argparse.Namespace) -> int:
     run_id = new_run_id()
     user = read_config(args.config) if args.config else None
     run = rundir.RunDir.create(
-        args.output or os.path.join("otel-bridge-runs", run_id), replace=args.replace
+        args.output or os.path.join("otel-bridge-runs", run_id),
+        replace=getattr(args, "replace", False),
     )
     overlay, wiring = build_overlay(
         run, run_id, backend=args.backend, user=user if isinstance(user, Mapping) else None

@@ -47,6 +47,8 @@ COMMANDS: dict[str, tuple[str, str]] = {
 """Command name -> (module, one-line help shown by ``otel-bridge --help``)."""
 
 _TOP_OPTIONS_WITH_VALUE = ("--log-level",)
+_SET_COMMANDS = ("run", "validate", "observe")
+"""Commands that read a collector configuration and so take ``--set KEY=VALUE``."""
 
 
 def chosen_command(argv: Sequence[str]) -> str | None:
@@ -89,6 +91,15 @@ def build_parser(argv: Sequence[str] | None = None) -> argparse.ArgumentParser:
     for name, (module_name, help_text) in COMMANDS.items():
         if argv is None or name == chosen:
             importlib.import_module(module_name).register(sub)
+            if name in _SET_COMMANDS:
+                sub.choices[name].add_argument(
+                    "--set",
+                    action="append",
+                    default=[],
+                    metavar="KEY=VALUE",
+                    help="override one configuration value after the file, e.g. "
+                    "exporters.file.path=./out.jsonl (repeatable; VALUE is YAML)",
+                )
         else:
             sub.add_parser(name, help=help_text)
     return parser
@@ -104,7 +115,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
     )
     try:
-        code: int = args.func(args)
+        code: int = _call(args)
     except ConfigError as exc:
         print("otel-bridge: invalid configuration:", file=sys.stderr)
         for problem in exc.problems:
@@ -116,6 +127,22 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:
         return 130
     return code
+
+
+def _call(args: argparse.Namespace) -> int:
+    """Run the command, with its ``--set`` overrides in effect for every configuration read."""
+    overrides = tuple(getattr(args, "set", None) or ())
+    if not overrides:
+        result: int = args.func(args)
+        return result
+    from otel_bridge.config import OVERRIDES  # noqa: PLC0415 (the YAML loader, only when used)
+
+    token = OVERRIDES.set(overrides)
+    try:
+        result = args.func(args)
+    finally:
+        OVERRIDES.reset(token)
+    return result
 
 
 if __name__ == "__main__":

@@ -14,19 +14,29 @@ Every directory is 0700 and every file 0600: a run directory is a sensitive arti
 manifest detects changes relative to itself; evidence and manifest share one writable trust
 boundary, so it is a tamper-evidence check for honest mistakes and careless edits, not
 adversary-resistant logging.
+
+Nothing here follows a symbolic link: directories are walked with ``os.fwalk`` (no link
+followed), modes are changed through descriptors opened with ``O_NOFOLLOW``, and only regular
+files are hashed (a FIFO or device left in the directory is recorded by kind, never opened for
+reading). ``observe`` writes an *incomplete* manifest when it starts (:meth:`RunDir.begin`) and
+the complete one last, so a run killed in between is reported as ``incomplete: ...``.
 """
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import os
+import shutil
+import stat
+import subprocess
 import tempfile
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from otel_bridge.errors import VerificationError
+from otel_bridge.errors import OtelBridgeError, VerificationError
 
 OS_STREAM = "os.jsonl"
 SEM_STREAM = "sem.jsonl"
@@ -34,39 +44,110 @@ CORRELATED_STREAM = "correlated.jsonl"
 GRAPH = "graph.json"
 SUMMARY = "summary.json"
 MANIFEST = "manifest.json"
+REQUIRED = (OS_STREAM, SEM_STREAM, CORRELATED_STREAM, GRAPH, SUMMARY)
+"""The files every complete ``observe`` run directory holds."""
 
 DIR_MODE = 0o700
 FILE_MODE = 0o600
 MANIFEST_FORMAT = "otel-bridge.manifest"
+MANIFEST_VERSION = 2
+COMPLETE = "complete"
+INCOMPLETE = "incomplete"
+
+_NOFOLLOW_READ = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
+_KINDS = {
+    stat.S_IFDIR: "directory",
+    stat.S_IFLNK: "symbolic link",
+    stat.S_IFIFO: "fifo",
+    stat.S_IFSOCK: "socket",
+    stat.S_IFCHR: "character device",
+    stat.S_IFBLK: "block device",
+}
 
 
-def _mkdir(path: str) -> None:
-    os.makedirs(path, mode=DIR_MODE, exist_ok=True)
-    os.chmod(path, DIR_MODE)
+class RunDirError(OtelBridgeError):
+    """A run directory cannot be created or used as asked (the message says why)."""
+
+
+def kind_of(mode: int) -> str:
+    """``file`` for a regular file, else the kind of a non-regular entry (``symbolic link``)."""
+    return "file" if stat.S_ISREG(mode) else _KINDS.get(stat.S_IFMT(mode), "other")
+
+
+def _open_regular(path: str, *, dir_fd: int | None = None) -> int | None:
+    """A read descriptor on ``path`` when it is a regular file (no link followed), else None."""
+    try:
+        fd = os.open(path, _NOFOLLOW_READ, dir_fd=dir_fd)
+    except OSError:
+        return None
+    if not stat.S_ISREG(os.fstat(fd).st_mode):
+        os.close(fd)
+        return None
+    return fd
+
+
+def _digest_fd(fd: int) -> tuple[str, int]:
+    digest = hashlib.sha256()
+    size = 0
+    with os.fdopen(fd, "rb") as f:
+        for chunk in iter(lambda: f.read(1 << 20), b""):
+            digest.update(chunk)
+            size += len(chunk)
+    return digest.hexdigest(), size
 
 
 def sha256_file(path: str) -> str:
-    """The hex SHA-256 of a file's bytes."""
-    digest = hashlib.sha256()
-    with open(path, "rb") as f:
-        for chunk in iter(lambda: f.read(1 << 20), b""):
-            digest.update(chunk)
-    return digest.hexdigest()
+    """The hex SHA-256 of a regular file's bytes (OSError for anything else, links included)."""
+    fd = _open_regular(path)
+    if fd is None:
+        raise OSError(f"{path}: not a regular file")
+    return _digest_fd(fd)[0]
 
 
 def write_private(path: str, data: bytes) -> None:
-    """Write ``data`` to ``path`` atomically with mode 0600."""
+    """Write ``data`` to ``path`` atomically with mode 0600.
+
+    The temporary is created exclusively (mode 0600) and renamed over ``path``: a symbolic link
+    at ``path`` is replaced, its target never written.
+    """
     directory = os.path.dirname(path) or "."
     fd, tmp = tempfile.mkstemp(dir=directory, prefix=".tmp-")
     try:
         with os.fdopen(fd, "wb") as f:
             f.write(data)
-        os.chmod(tmp, FILE_MODE)
+            os.fchmod(f.fileno(), FILE_MODE)
         os.replace(tmp, path)
     except BaseException:
-        if os.path.exists(tmp):
+        with contextlib.suppress(FileNotFoundError):
             os.unlink(tmp)
         raise
+
+
+def _chmod_entry(name: str, dir_fd: int, mode: int, *, directory: bool) -> None:
+    """Set ``mode`` on a directory or regular file through a no-follow descriptor."""
+    flags = _NOFOLLOW_READ | (os.O_DIRECTORY if directory else 0)
+    try:
+        fd = os.open(name, flags, dir_fd=dir_fd)
+    except OSError:
+        return  # a link, a vanished entry: never followed
+    try:
+        st = os.fstat(fd)
+        if stat.S_ISDIR(st.st_mode) or stat.S_ISREG(st.st_mode):
+            os.fchmod(fd, mode)
+    finally:
+        os.close(fd)
+
+
+@dataclass(frozen=True, slots=True)
+class Entry:
+    """One entry below a run directory: its kind, and a link's target."""
+
+    kind: str
+    target: str | None = None
+
+    def describe(self) -> str:
+        """``symbolic link to /etc/passwd``, ``fifo``, ``directory``."""
+        return f"{self.kind} to {self.target}" if self.target is not None else self.kind
 
 
 @dataclass(frozen=True, slots=True)
@@ -76,13 +157,28 @@ class RunDir:
     path: str
 
     @classmethod
-    def create(cls, path: str) -> RunDir:
-        """Create ``path`` (and missing parents) with mode 0700."""
+    def create(cls, path: str, *, replace: bool = False) -> RunDir:
+        """Create ``path`` (and missing parents) with mode 0700.
+
+        An existing empty directory is used. A non-empty one is refused unless ``replace`` is
+        true and it is a run directory (holds a manifest): then its contents are removed (links
+        removed, never followed). A symbolic link or a non-directory at ``path`` is refused.
+        """
         path = os.path.abspath(path)
         parent = os.path.dirname(path)
         if not os.path.isdir(parent):
-            _mkdir(parent)
-        _mkdir(path)
+            os.makedirs(parent, mode=DIR_MODE, exist_ok=True)
+        try:
+            os.mkdir(path, DIR_MODE)
+        except FileExistsError:
+            _reuse(path, replace=replace)
+        except OSError as exc:
+            raise RunDirError(f"{path}: cannot create the run directory: {exc.strerror}") from None
+        fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW)
+        try:
+            os.fchmod(fd, DIR_MODE)
+        finally:
+            os.close(fd)
         return cls(path)
 
     def file(self, name: str) -> str:
@@ -96,77 +192,242 @@ class RunDir:
         return path
 
     def secure(self) -> None:
-        """Force 0700 on every directory and 0600 on every file below the run directory."""
-        os.chmod(self.path, DIR_MODE)
-        for root, dirs, files in os.walk(self.path):
+        """Force 0700 on every directory and 0600 on every regular file below the run directory.
+
+        Walks with descriptors and never follows a link; other kinds of entries are left as
+        they are (the manifest records them).
+        """
+        _chmod_entry(self.path, -1, DIR_MODE, directory=True)
+        for _root, dirs, files, root_fd in os.fwalk(self.path, follow_symlinks=False):
             for d in dirs:
-                os.chmod(os.path.join(root, d), DIR_MODE)
+                _chmod_entry(d, root_fd, DIR_MODE, directory=True)
             for f in files:
-                os.chmod(os.path.join(root, f), FILE_MODE)
+                _chmod_entry(f, root_fd, FILE_MODE, directory=False)
+
+    def entries(self) -> dict[str, Entry]:
+        """Every entry below the run directory but the manifest, by relative path (no link
+        followed; a link to a directory is an entry, not descended into)."""
+        out: dict[str, Entry] = {}
+        for root, dirs, files, root_fd in os.fwalk(self.path, follow_symlinks=False):
+            rel_root = os.path.relpath(root, self.path)
+            for name in (*dirs, *files):
+                rel = name if rel_root == "." else os.path.join(rel_root, name)
+                rel = rel.replace(os.sep, "/")
+                if rel == MANIFEST:
+                    continue
+                try:
+                    st = os.stat(name, dir_fd=root_fd, follow_symlinks=False)
+                except FileNotFoundError:
+                    continue
+                kind = kind_of(st.st_mode)
+                target = os.readlink(name, dir_fd=root_fd) if kind == "symbolic link" else None
+                out[rel] = Entry(kind, target)
+        return out
 
     def files(self, *, temporaries: bool = False) -> list[str]:
-        """Relative paths of every file except the manifest, sorted.
+        """Relative paths of every regular file except the manifest, sorted.
 
         A writer's temporaries (``.tmp-*``, renamed into place when complete) are left out
         unless ``temporaries`` is true: the manifest never lists them, and :func:`verify` reports
         any that remain, since nothing writes to a run directory after its manifest.
         """
-        out: list[str] = []
-        for root, _dirs, files in os.walk(self.path):
-            for f in files:
-                rel = os.path.relpath(os.path.join(root, f), self.path)
-                if rel == MANIFEST or (not temporaries and f.startswith(".tmp-")):
-                    continue
-                out.append(rel.replace(os.sep, "/"))
-        return sorted(out)
+        return sorted(
+            rel
+            for rel, entry in self.entries().items()
+            if entry.kind == "file"
+            and (temporaries or not os.path.basename(rel).startswith(".tmp-"))
+        )
 
-    def write_manifest(self, run: Mapping[str, Any] | None = None) -> str:
-        """Digest every file into ``manifest.json`` (after :meth:`secure`); returns its path."""
+    def begin(self, run: Mapping[str, Any] | None = None) -> str:
+        """Write the *incomplete* manifest that marks a run in progress; returns its path.
+
+        Written when ``observe`` starts: if it never gets to :meth:`write_manifest` (killed,
+        crashed), :func:`verify` reports the directory as ``incomplete: ...``.
+        """
+        return self.write_json(MANIFEST, _manifest(INCOMPLETE, run, {}, {}, ()))
+
+    def write_manifest(
+        self, run: Mapping[str, Any] | None = None, *, required: Iterable[str] = ()
+    ) -> str:
+        """Digest every regular file and record every other entry into ``manifest.json``
+        (after :meth:`secure`); returns its path. ``required`` names files the run must hold:
+        one absent is recorded, and :func:`verify` reports it as missing."""
         self.secure()
-        entries = {
-            rel: {"sha256": sha256_file(self.file(rel)), "bytes": os.path.getsize(self.file(rel))}
-            for rel in self.files()
-        }
-        manifest = {
-            "format": MANIFEST_FORMAT,
-            "version": 1,
-            "algorithm": "sha256",
-            "run": dict(run or {}),
-            "files": entries,
-        }
-        return self.write_json(MANIFEST, manifest)
+        files: dict[str, Any] = {}
+        others: dict[str, Any] = {}
+        for rel, entry in sorted(self.entries().items()):
+            if entry.kind != "file":
+                others[rel] = {"kind": entry.kind, "target": entry.target}
+                continue
+            if os.path.basename(rel).startswith(".tmp-"):
+                continue
+            fd = _open_regular(self.file(rel))
+            if fd is not None:
+                digest, size = _digest_fd(fd)
+                files[rel] = {"sha256": digest, "bytes": size}
+        return self.write_json(MANIFEST, _manifest(COMPLETE, run, files, others, required))
+
+
+def _manifest(
+    state: str,
+    run: Mapping[str, Any] | None,
+    files: Mapping[str, Any],
+    others: Mapping[str, Any],
+    required: Iterable[str],
+) -> dict[str, Any]:
+    return {
+        "format": MANIFEST_FORMAT,
+        "version": MANIFEST_VERSION,
+        "state": state,
+        "algorithm": "sha256",
+        "run": dict(run or {}),
+        "files": dict(files),
+        "entries": dict(others),
+        "required": sorted(required),
+    }
+
+
+def _reuse(path: str, *, replace: bool) -> None:
+    """Check (and with ``replace`` empty) an existing ``path`` for use as a run directory."""
+    st = os.lstat(path)
+    if stat.S_ISLNK(st.st_mode):
+        raise RunDirError(f"{path}: is a symbolic link; give the run directory's real path")
+    if not stat.S_ISDIR(st.st_mode):
+        raise RunDirError(f"{path}: exists and is not a directory")
+    names = os.listdir(path)
+    if not names:
+        return
+    manifest = os.path.join(path, MANIFEST)
+    if not replace:
+        raise RunDirError(
+            f"{path}: exists and is not empty (choose a new directory"
+            + (", or --replace to discard this earlier run)" if os.path.lexists(manifest) else ")")
+        )
+    fd = _open_regular(manifest)
+    if fd is None:
+        raise RunDirError(f"{path}: not a run directory (no {MANIFEST}); refusing to replace it")
+    os.close(fd)
+    for name in names:
+        full = os.path.join(path, name)
+        if os.path.isdir(full) and not os.path.islink(full):
+            shutil.rmtree(full)  # fd-based, removes links without following them
+        else:
+            os.unlink(full)
+
+
+class WorkloadGuard:
+    """Kills a workload's process group when the observer dies, however it dies.
+
+    A watchdog ``sh`` in a session of its own waits on a pipe only this process holds open.
+    :meth:`release` (the run finished) tells it to exit quietly; if the pipe closes without
+    that word (the observer was killed, even with SIGKILL), it sends SIGKILL to the group.
+    """
+
+    def __init__(self, pgid: int) -> None:
+        read_end, self._write = os.pipe()
+        os.set_inheritable(self._write, False)
+        script = (
+            f'IFS= read -r word; [ "$word" = done ] || kill -s KILL -- -{int(pgid)} 2>/dev/null'
+        )
+        try:
+            self._proc = subprocess.Popen(
+                ["sh", "-c", script],
+                stdin=read_end,
+                start_new_session=True,
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.DEVNULL,
+            )
+        finally:
+            os.close(read_end)
+
+    def release(self) -> None:
+        """The run ended normally: the watchdog exits without killing anything."""
+        if self._write < 0:
+            return
+        with contextlib.suppress(OSError):
+            os.write(self._write, b"done\n")
+        os.close(self._write)
+        self._write = -1
+        self._proc.wait()
+
+
+def _read_manifest(run: RunDir, shown: str) -> dict[str, Any]:
+    manifest_path = run.file(MANIFEST)
+    if not os.path.lexists(manifest_path):
+        raise VerificationError(f"{shown}: no {MANIFEST}: not a run directory")
+    fd = _open_regular(manifest_path)
+    if fd is None:
+        raise VerificationError(f"{manifest_path}: not a regular file (a link or special file)")
+    try:
+        with os.fdopen(fd, encoding="utf-8") as f:
+            manifest = json.load(f)
+    except (OSError, ValueError) as exc:
+        raise VerificationError(f"{manifest_path}: unreadable manifest: {exc}") from exc
+    if not isinstance(manifest, dict) or manifest.get("format") != MANIFEST_FORMAT:
+        raise VerificationError(f"{manifest_path}: not an otel-bridge manifest")
+    if not isinstance(manifest.get("files"), dict):
+        raise VerificationError(f"{manifest_path}: no file list")
+    return manifest
+
+
+def _incomplete(manifest: Mapping[str, Any]) -> str:
+    run = manifest.get("run")
+    run_id = run.get("id") if isinstance(run, dict) else None
+    name = f"run {run_id}" if run_id else "the run"
+    return (
+        f"incomplete: {name} never finished (observe was killed or crashed before writing "
+        "its manifest); the files hold what was recorded until then and are not checked"
+    )
 
 
 def verify(path: str) -> list[str]:
     """Every problem of run directory ``path`` against its manifest; empty when it matches.
 
-    Each problem names a file: ``modified: os.jsonl``, ``missing: graph.json``,
-    ``unexpected: extra.txt`` (a file the manifest does not list).
+    Each problem names an entry: ``modified: os.jsonl``, ``missing: graph.json``,
+    ``unexpected: extra.txt`` (something the manifest does not list; its kind is added when it
+    is not a regular file: ``unexpected: sub (directory)``). A listed file now a link or another
+    non-regular entry is ``modified: os.jsonl (now a symbolic link to ...)``. A run that never
+    finished is one problem, ``incomplete: ...``.
     """
     run = RunDir(os.path.abspath(path))
-    manifest_path = run.file(MANIFEST)
-    try:
-        with open(manifest_path, encoding="utf-8") as f:
-            manifest = json.load(f)
-    except FileNotFoundError as exc:
-        raise VerificationError(f"{path}: no {MANIFEST}: not a run directory") from exc
-    except (OSError, ValueError) as exc:
-        raise VerificationError(f"{manifest_path}: unreadable manifest: {exc}") from exc
-    if not isinstance(manifest, dict) or manifest.get("format") != MANIFEST_FORMAT:
-        raise VerificationError(f"{manifest_path}: not an otel-bridge manifest")
-    listed = manifest.get("files")
-    if not isinstance(listed, dict):
-        raise VerificationError(f"{manifest_path}: no file list")
+    manifest = _read_manifest(run, path)
+    if manifest.get("state") == INCOMPLETE:
+        return [_incomplete(manifest)]
+    listed: dict[str, Any] = manifest["files"]
+    others = manifest.get("entries")
+    listed_others: dict[str, Any] = others if isinstance(others, dict) else {}
+    present = run.entries()
     problems: list[str] = []
     for rel, entry in sorted(listed.items()):
-        full = run.file(rel)
-        if not os.path.isfile(full):
+        found = present.get(rel)
+        if found is None or found.kind == "directory":
             problems.append(f"missing: {rel}")
             continue
+        if found.kind != "file":
+            problems.append(f"modified: {rel} (now a {found.describe()})")
+            continue
+        fd = _open_regular(run.file(rel))
         expected = entry.get("sha256") if isinstance(entry, dict) else None
-        if sha256_file(full) != expected:
+        if fd is None or _digest_fd(fd)[0] != expected:
             problems.append(f"modified: {rel}")
-    for rel in run.files(temporaries=True):
+    required = manifest.get("required")
+    for rel in sorted(required) if isinstance(required, list) else ():
         if rel not in listed:
-            problems.append(f"unexpected: {rel}")
+            problems.append(f"missing: {rel} (never written)")
+    for rel, entry in sorted(listed_others.items()):
+        want = (
+            Entry(str(entry.get("kind")), entry.get("target")) if isinstance(entry, dict) else None
+        )
+        found = present.get(rel)
+        if found is None:
+            problems.append(f"missing: {rel}")
+        elif found != want:
+            problems.append(f"modified: {rel} (now a {found.describe()})")
+    for rel, found in sorted(present.items()):
+        if rel in listed or rel in listed_others:
+            continue
+        if found.kind == "directory" and any(r.startswith(rel + "/") for r in listed):
+            continue  # a listed file's folder (a version-1 manifest lists no directories)
+        suffix = "" if found.kind == "file" else f" ({found.describe()})"
+        problems.append(f"unexpected: {rel}{suffix}")
     return problems

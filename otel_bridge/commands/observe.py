@@ -35,7 +35,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
-from otel_bridge import rundir
+from otel_bridge import rundir, strings
 from otel_bridge.component import RECEIVER, Endpoint, RootSettable, Telemetry
 from otel_bridge.config import (
     ComponentAddition,
@@ -91,6 +91,9 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         help="host observation backend (default: the config's, else auto)",
     )
     parser.add_argument("--no-progress", action="store_true", help="no live progress line")
+    parser.add_argument(
+        "--replace", action="store_true", help="-o DIR may be an earlier run directory: discard it"
+    )
     parser.add_argument("command", nargs=argparse.REMAINDER, metavar="-- CMD ...")
     parser.set_defaults(func=run)
 
@@ -254,11 +257,13 @@ def _root_span(
         kind=SpanKind.INTERNAL,
         start_time_unix_nano=start,
         end_time_unix_nano=time.time_ns(),
-        attributes={
-            "otel_bridge.run.id": run_id,
-            "process.command_args": tuple(redact_argv(command)),
-            "process.exit.code": code,
-        },
+        attributes=strings.clean(
+            {
+                "otel_bridge.run.id": run_id,
+                "process.command_args": tuple(redact_argv(command)),
+                "process.exit.code": code,
+            }
+        ),
         status=Status(code=StatusCode.ERROR if code else StatusCode.UNSET),
     )
 
@@ -377,11 +382,15 @@ def run(args: argparse.Namespace) -> int:
     command = _command_of(args)
     run_id = new_run_id()
     user = read_config(args.config) if args.config else None
-    run = rundir.RunDir.create(args.output or os.path.join("otel-bridge-runs", run_id))
+    run = rundir.RunDir.create(
+        args.output or os.path.join("otel-bridge-runs", run_id),
+        replace=getattr(args, "replace", False),
+    )
     overlay, wiring = build_overlay(
         run, run_id, backend=args.backend, user=user if isinstance(user, Mapping) else None
     )
     config = parse_config(user, overlay=overlay, origin=args.config or "<observe>")
+    run.begin({"id": run_id})
     trace_id, span_id = secrets.token_bytes(16), secrets.token_bytes(8)
     env = {k: v for k, v in os.environ.items() if k not in _UNSET}
     env.update(
@@ -395,6 +404,7 @@ def run(args: argparse.Namespace) -> int:
     collector.host.run_dir = run.path
     started_ns = time.time_ns()
     workload = Workload(command, env)
+    guard = rundir.WorkloadGuard(workload.pid)
     progress = Progress(telemetry, not args.no_progress)
     code: int | None = None
     interrupted: list[int] = []
@@ -432,15 +442,17 @@ def run(args: argparse.Namespace) -> int:
         progress.stop()
         workload.terminate()
         collector.shutdown()
+        guard.release()
         raise
     finally:
         for s, handler in previous.items():
             signal.signal(s, handler)
+    guard.release()
     collector.shutdown()
     summary = _summary(run_id, command, code, collector, wiring=wiring, started_ns=started_ns)
     summary["signals_forwarded"] = [signal.Signals(s).name for s in interrupted]
     run.write_json(rundir.SUMMARY, summary)
-    run.write_manifest({"id": run_id})
+    run.write_manifest({"id": run_id}, required=rundir.REQUIRED)
     _print_summary(run, summary, collector)
     return code
 
@@ -459,8 +471,8 @@ def _summary(
     host = collector.status(wiring.host)
     return {
         "run": {"id": run_id, "host.id": host_id(), "started": started_ns, "ended": time.time_ns()},
-        "command": redact_argv(command),
-        "command_line": shlex.join(redact_argv(command)),
+        "command": [strings.replaced(a) for a in redact_argv(command)],
+        "command_line": strings.replaced(shlex.join(redact_argv(command))),
         "exit_code": code,
         "host_backend": host.detail,
         "host_backend_name": host.backend,

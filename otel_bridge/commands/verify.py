@@ -15,9 +15,10 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         help="check a run directory against its manifest",
         description=(
             "Recompute the SHA-256 of every file of run directory DIR and compare with its "
-            "manifest.json. Exits 0 when everything matches, 1 naming each modified, missing "
-            "or unexpected file. The manifest detects changes relative to itself; it is not "
-            "tamper-proof when an attacker can rewrite the manifest too."
+            "manifest.json, following no link. Exits 0 when everything matches, 1 naming each "
+            "modified, missing or unexpected file, directory or link, or saying the run is "
+            "incomplete (interrupted before its end). The manifest detects changes relative to "
+            "itself; it is not tamper-proof when an attacker can rewrite the manifest too."
         ),
     )
     parser.add_argument("dir", metavar="DIR", help="the run directory (holds manifest.json)")

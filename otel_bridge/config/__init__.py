@@ -15,10 +15,23 @@ maps of component id (``type`` or ``type/name``) to that component's settings, a
 Every problem is collected and raised at once in one :class:`~otel_bridge.errors.ConfigError`,
 each line starting with its full key path (``receivers.otlp.protocols.grpc.endpoint: ...``).
 Configured components no pipeline uses are allowed and listed in ``CollectorConfig.warnings``.
+``--set KEY=VALUE`` overrides (:func:`.apply_overrides`) are applied before validation.
+
+Reading is bounded (:mod:`.loader`): size, nesting depth and alias expansion are limited, text
+must be UTF-8 (or UTF-16/32 with a BOM), and any value its YAML tag cannot hold is an error at
+its key path, so no input ends in a traceback.
 """
 
 from otel_bridge.config.env import substitute
-from otel_bridge.config.loader import load_config, load_yaml, parse_config, read_config
+from otel_bridge.config.loader import (
+    OVERRIDES,
+    apply_overrides,
+    load_config,
+    load_yaml,
+    parse_config,
+    parse_override,
+    read_config,
+)
 from otel_bridge.config.model import (
     PIPELINE_TYPES,
     CollectorConfig,
@@ -33,6 +46,7 @@ from otel_bridge.config.model import (
 from otel_bridge.config.overlay import overlay, parse_duration
 
 __all__ = [
+    "OVERRIDES",
     "PIPELINE_TYPES",
     "CollectorConfig",
     "ComponentAddition",
@@ -41,12 +55,14 @@ __all__ = [
     "ConfigOverlay",
     "PipelineAddition",
     "PipelineConfig",
+    "apply_overrides",
     "component_ids",
     "load_config",
     "load_yaml",
     "overlay",
     "parse_config",
     "parse_duration",
+    "parse_override",
     "read_config",
     "substitute",
 ]

@@ -101,8 +101,8 @@ def _as_scalar(text: str) -> Any:
     """``text`` read as a YAML scalar (int, float, bool) when it is one, else ``text``."""
     try:
         parsed = yaml.safe_load(text)
-    except yaml.YAMLError:
-        return text
+    except (yaml.YAMLError, ValueError, TypeError, OverflowError, RecursionError):
+        return text  # e.g. an integer of more than 4300 digits: kept as text
     if isinstance(parsed, bool | int | float):
         return parsed
     return text

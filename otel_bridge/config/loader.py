@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import codecs
 import os
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
+from contextvars import ContextVar
 from typing import Any
 
 import yaml
@@ -29,32 +31,161 @@ _PIPELINE_KEYS = ("receivers", "processors", "exporters")
 _LOG_LEVELS = ("debug", "info", "warn", "warning", "error", "critical")
 
 
+MAX_CONFIG_BYTES = 1 << 20
+"""The largest configuration accepted (1 MiB; real ones are a few KiB)."""
+MAX_NODES = 100_000
+"""The most YAML nodes a configuration may expand to, aliases counted at every use."""
+MAX_DEPTH = 64
+"""The deepest nesting of mappings and lists a configuration may have."""
+
+
 class _UniqueKeyLoader(yaml.SafeLoader):
-    """A safe YAML loader that rejects a key repeated in one mapping (PyYAML keeps the last)."""
+    """A safe YAML loader that rejects a key repeated in one mapping (PyYAML keeps the last),
+    and turns a value its tag cannot hold (``!!float abc``) into an error at that node."""
+
+    paths: dict[int, str]
+
+    def fetch_flow_collection_start(self, TokenClass: Any) -> None:  # noqa: N803 (PyYAML's name)
+        # PyYAML's scanner slows quadratically with flow nesting: stop before it matters
+        if self.flow_level >= MAX_DEPTH:
+            raise yaml.scanner.ScannerError(
+                None, None, f"nested deeper than {MAX_DEPTH}", self.get_mark()
+            )
+        super().fetch_flow_collection_start(TokenClass)
 
     def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
         seen: set[Any] = set()
         for key_node, _ in node.value:
             key = self.construct_object(key_node, deep=deep)
-            if isinstance(key, list | dict):
-                continue
+            try:
+                hash(key)
+            except TypeError:
+                raise yaml.constructor.ConstructorError(
+                    None, None, f"a {type(key).__name__} cannot be a key", key_node.start_mark
+                ) from None
             if key in seen:
                 mark = key_node.start_mark
                 raise yaml.constructor.ConstructorError(None, None, f"duplicate key {key!r}", mark)
             seen.add(key)
         return super().construct_mapping(node, deep=deep)
 
+    def construct_object(self, node: yaml.Node, deep: bool = False) -> Any:
+        try:
+            return super().construct_object(node, deep=deep)
+        except yaml.YAMLError:
+            raise
+        except (ValueError, TypeError, OverflowError) as exc:
+            where = self.paths.get(id(node), "")
+            value = str(node.value)[:40] if isinstance(node, yaml.ScalarNode) else "..."
+            raise yaml.constructor.ConstructorError(
+                None,
+                None,
+                f"{where + ': ' if where else ''}{node.tag.rpartition(':')[2]} value "
+                f"{value!r} is not valid ({str(exc)[:80]})",
+                node.start_mark,
+            ) from None
+
+
+def _children(node: yaml.Node, path: str) -> list[tuple[yaml.Node, str]]:
+    if isinstance(node, yaml.MappingNode):
+        out: list[tuple[yaml.Node, str]] = []
+        for k, v in node.value:
+            name = k.value if isinstance(k, yaml.ScalarNode) else "<key>"
+            out += [(k, path), (v, join_path(path, str(name)[:60]))]
+        return out
+    if isinstance(node, yaml.SequenceNode):
+        return [(v, f"{path}[{i}]") for i, v in enumerate(node.value)]
+    return []
+
+
+def check_nodes(root: yaml.Node, origin: str) -> dict[int, str]:
+    """Refuse a composed document that is cyclic, nested deeper than :data:`MAX_DEPTH` or
+    expands past :data:`MAX_NODES`; returns each node's first key path (for messages).
+
+    Aliases are counted at every use, with the counts memoized per node, so a "billion laughs"
+    document is refused after visiting each distinct node once.
+    """
+    paths: dict[int, str] = {}
+    size: dict[int, int] = {}
+    active: set[int] = set()
+    stack: list[tuple[yaml.Node, str, int, bool]] = [(root, "", 1, False)]
+    while stack:
+        node, path, depth, done = stack.pop()
+        key = id(node)
+        if done:
+            active.discard(key)
+            size[key] = 1 + sum(size[id(c)] for c, _ in _children(node, path))
+            if size[key] > MAX_NODES:
+                raise ConfigError(
+                    [
+                        f"{origin}: {path or '<root>'}: expands to more than {MAX_NODES} values "
+                        "(aliases counted at each use)"
+                    ]
+                )
+            continue
+        if key in active:
+            raise ConfigError([f"{origin}: {path or '<root>'}: an alias refers to itself"])
+        if key in size:
+            continue
+        if depth > MAX_DEPTH:
+            raise ConfigError([f"{origin}: {path or '<root>'}: nested deeper than {MAX_DEPTH}"])
+        paths.setdefault(key, path)
+        active.add(key)
+        stack.append((node, path, depth, True))
+        stack.extend((c, p, depth + 1, False) for c, p in _children(node, path))
+    return paths
+
 
 def load_yaml(text: str, origin: str) -> Any:
-    """Parse YAML text; ConfigError with line and column when it is malformed."""
+    """Parse YAML text; ConfigError with line and column when it is malformed.
+
+    Bounded: :data:`MAX_CONFIG_BYTES`, :data:`MAX_DEPTH`, :data:`MAX_NODES` (see
+    :func:`check_nodes`); every failure is a :class:`ConfigError`, never a traceback.
+    """
+    if len(text) > MAX_CONFIG_BYTES:
+        raise ConfigError([f"{origin}: larger than {MAX_CONFIG_BYTES} bytes"])
+    loader: _UniqueKeyLoader | None = None
     try:
-        return yaml.load(text, Loader=_UniqueKeyLoader)
+        loader = _UniqueKeyLoader(text)  # its reader refuses control characters at once
+        node = loader.get_single_node()
+        if node is None:
+            return None
+        loader.paths = check_nodes(node, origin)
+        return loader.construct_document(node)
     except yaml.MarkedYAMLError as exc:
         mark = exc.problem_mark
         where = f" line {mark.line + 1} column {mark.column + 1}" if mark else ""
         raise ConfigError([f"{origin}:{where}: invalid YAML: {exc.problem}"]) from None
     except yaml.YAMLError as exc:
         raise ConfigError([f"{origin}: invalid YAML: {exc}"]) from None
+    except RecursionError:
+        raise ConfigError([f"{origin}: nested too deeply to read"]) from None
+    finally:
+        if loader is not None:
+            loader.dispose()
+
+
+def decode_text(data: bytes, origin: str) -> str:
+    """Configuration bytes as text: UTF-8 (a BOM allowed), or UTF-16/32 with a BOM, as YAML
+    allows; ConfigError naming the line and column of the first invalid byte."""
+    boms = (
+        (codecs.BOM_UTF32_LE, "utf-32"),
+        (codecs.BOM_UTF32_BE, "utf-32"),
+        (codecs.BOM_UTF8, "utf-8-sig"),
+        (codecs.BOM_UTF16_LE, "utf-16"),
+        (codecs.BOM_UTF16_BE, "utf-16"),
+    )
+    codec = next((name for bom, name in boms if data.startswith(bom)), "utf-8")
+    try:
+        return data.decode(codec)
+    except UnicodeDecodeError as exc:
+        before = data[: exc.start]
+        line = before.count(b"\n") + 1
+        column = exc.start - (before.rfind(b"\n") + 1) + 1
+        name = codec.removesuffix("-sig").upper()
+        raise ConfigError(
+            [f"{origin}: line {line} column {column}: not valid {name} ({exc.reason})"]
+        ) from None
 
 
 def read_config(path: str | os.PathLike[str]) -> Any:
@@ -64,11 +195,62 @@ def read_config(path: str | os.PathLike[str]) -> Any:
     """
     origin = os.fspath(path)
     try:
-        with open(origin, encoding="utf-8") as f:
-            text = f.read()
-    except OSError as exc:
-        raise ConfigError([f"{origin}: cannot read: {exc.strerror or exc}"]) from None
-    return load_yaml(text, origin)
+        with open(origin, "rb") as f:
+            data = f.read(MAX_CONFIG_BYTES + 1)
+    except (OSError, ValueError) as exc:
+        reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
+        raise ConfigError([f"{origin}: cannot read: {reason}"]) from None
+    if len(data) > MAX_CONFIG_BYTES:
+        raise ConfigError([f"{origin}: larger than {MAX_CONFIG_BYTES} bytes"])
+    return load_yaml(decode_text(data, origin), origin)
+
+
+# --- ``--set KEY=VALUE`` overrides
+#
+# ``--set key.path=value`` overrides, applied after the configuration file, as the Collector's.
+#
+# ``KEY`` is a key path through the configuration's mappings, separated by ``.`` or, when a key
+# itself holds a dot, by ``::`` (``exporters::file/out::path=./x.jsonl``). ``VALUE`` is read as
+# YAML by the same bounded loader as a file (``[otlp, host]`` is a list, ``2s`` a string, ``5`` an
+# integer, nothing at all null). Missing mappings along the path are created. The result is
+# validated like the file: an override naming an unknown key or a wrong type fails with that key's
+# path. :data:`OVERRIDES` carries the command line's overrides to
+# :func:`~otel_bridge.config.parse_config`, which applies them to every configuration it reads.
+
+OVERRIDES: ContextVar[tuple[str, ...]] = ContextVar("otel_bridge_config_overrides", default=())
+"""The ``--set`` overrides of the running command (set by the command line)."""
+
+
+def parse_override(text: str) -> tuple[list[str], Any]:
+    """``(key path, value)`` of one ``KEY=VALUE``; ConfigError when malformed."""
+    key, sep, raw = text.partition("=")
+    key = key.strip()
+    shown = f"--set {key or text!r}"
+    if not sep or not key:
+        raise ConfigError([f"{shown}: expected KEY=VALUE (e.g. exporters.file.path=./out.jsonl)"])
+    parts = key.split("::") if "::" in key else key.split(".")
+    if any(not p for p in parts):
+        raise ConfigError([f"{shown}: empty key in the path {key!r}"])
+    return parts, load_yaml(raw, shown)
+
+
+def apply_overrides(mapping: Mapping[str, Any] | None, overrides: Iterable[str]) -> dict[str, Any]:
+    """A new mapping: ``mapping`` (not modified) with each override set, in order."""
+    out: dict[str, Any] = dict(mapping or {})
+    for text in overrides:
+        parts, value = parse_override(text)
+        current = out
+        for i, part in enumerate(parts[:-1]):
+            below = current.get(part)
+            if below is None:
+                below = {}
+            elif not isinstance(below, Mapping):
+                where = ".".join(parts[: i + 1])
+                raise ConfigError([f"--set {'.'.join(parts)}: {where} is not a mapping"])
+            current[part] = dict(below)
+            current = current[part]
+        current[parts[-1]] = value
+    return out
 
 
 def load_config(
@@ -95,17 +277,22 @@ def parse_config(
     registry: Registry | None = None,
     origin: str = "<dict>",
     overlay: ConfigOverlay | None = None,
+    overrides: Iterable[str] | None = None,
 ) -> CollectorConfig:
     """Validate an already-loaded configuration mapping (as YAML would give it).
 
     ``env`` defaults to ``os.environ``; ``registry`` to
     :func:`~otel_bridge.registry.default_registry`. ``overlay``, when given, is applied to the
     mapping first (a ``None`` mapping, an empty file, then stands for no file), and the result
-    is validated as one configuration. Raises :class:`~otel_bridge.errors.ConfigError` listing
-    every problem with its full key path.
+    is validated as one configuration. ``overrides`` (``KEY=VALUE`` texts, default: the command
+    line's :data:`OVERRIDES`) are applied after it. Raises
+    :class:`~otel_bridge.errors.ConfigError` listing every problem with its full key path.
     """
     if overlay is not None and (mapping is None or isinstance(mapping, Mapping)):
         mapping = overlay.apply(mapping)
+    sets = OVERRIDES.get() if overrides is None else tuple(overrides)
+    if sets and (mapping is None or isinstance(mapping, Mapping)):
+        mapping = apply_overrides(mapping, sets)
     if mapping is None:
         raise ConfigError([f"{origin}: the configuration is empty"])
     if not isinstance(mapping, Mapping):

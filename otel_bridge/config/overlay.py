@@ -22,6 +22,7 @@ import dataclasses
 import datetime
 import difflib
 import enum
+import math
 import pathlib
 import re
 import types
@@ -61,11 +62,22 @@ class _Invalid:
 INVALID = _Invalid()
 
 
+MAX_SECONDS = 1e9
+"""The longest duration a config accepts (about 31 years; threads cannot wait longer anyway)."""
+_MAX_DURATION_TEXT = 64
+
+
 def parse_duration(text: str) -> float:
-    """Seconds in a Go-style duration (``"200ms"``, ``"1m30s"``); ValueError if malformed."""
+    """Seconds in a Go-style duration (``"200ms"``, ``"1m30s"``); ValueError if malformed.
+
+    A duration longer than :data:`MAX_SECONDS` (or written with more than 64 characters) is
+    refused as malformed, so ``"999...9s"`` never becomes infinity.
+    """
     s = text.strip()
     if not s:
         raise ValueError("empty duration")
+    if len(s) > _MAX_DURATION_TEXT:
+        raise ValueError(f"invalid duration {text[:20]!r}... ({len(s)} characters)")
     pos, total = 0, 0.0
     while pos < len(s):
         match = _DURATION_PART.match(s, pos)
@@ -75,7 +87,32 @@ def parse_duration(text: str) -> float:
             )
         total += float(match.group(1)) * _DURATION_UNITS[match.group(2)]
         pos = match.end()
+    if not total <= MAX_SECONDS:
+        raise ValueError(f"duration {text!r} is longer than {MAX_SECONDS:.0e} seconds")
     return total
+
+
+def _number(value: float | int, path: str, problems: list[str], duration: bool) -> Any:
+    """``value`` as a finite float (a duration also at most :data:`MAX_SECONDS`), else INVALID."""
+    try:
+        number = float(value)
+    except OverflowError:
+        number = math.inf
+    if not math.isfinite(number):
+        problems.append(f"{path}: expected a finite number, got {_describe(value)[:40]}")
+        return INVALID
+    if duration and abs(number) > MAX_SECONDS:
+        problems.append(f"{path}: duration {number:g}s is longer than {MAX_SECONDS:.0e} seconds")
+        return INVALID
+    return number
+
+
+def _text(value: str, path: str, problems: list[str]) -> str | _Invalid:
+    """``value`` unless it holds a NUL character (no path, name or address can)."""
+    if "\0" in value:
+        problems.append(f"{path}: contains a NUL character")
+        return INVALID
+    return value
 
 
 def is_duration_field(field: dataclasses.Field[Any]) -> bool:
@@ -329,7 +366,7 @@ def _convert_scalar(tp: Any, value: Any, path: str, problems: list[str], duratio
             return value
     elif tp is float:
         if isinstance(value, int | float) and not isinstance(value, bool):
-            return float(value)
+            return _number(value, path, problems, duration)
         if duration and isinstance(value, str):
             try:
                 return parse_duration(value)
@@ -338,17 +375,19 @@ def _convert_scalar(tp: Any, value: Any, path: str, problems: list[str], duratio
                 return INVALID
     elif tp is str:
         if isinstance(value, str):
-            return value
+            return _text(value, path, problems)
         if (text := SUBSTITUTED_TEXT.get({}).get(path)) is not None:
             return text  # ${env:X} read as a number or bool, but the field wants the text
     elif tp is pathlib.Path:
         if isinstance(value, str):
-            return pathlib.Path(value)
+            checked = _text(value, path, problems)
+            return checked if isinstance(checked, _Invalid) else pathlib.Path(checked)
         if (text := SUBSTITUTED_TEXT.get({}).get(path)) is not None:
             return pathlib.Path(text)
     elif tp is datetime.timedelta:
         if isinstance(value, int | float) and not isinstance(value, bool):
-            return datetime.timedelta(seconds=value)
+            seconds = _number(value, path, problems, True)
+            return seconds if seconds is INVALID else datetime.timedelta(seconds=seconds)
         if isinstance(value, str):
             try:
                 return datetime.timedelta(seconds=parse_duration(value))
@@ -409,6 +448,8 @@ def _describe(value: Any) -> str:
     if isinstance(value, bool):
         return f"boolean {str(value).lower()}"
     if isinstance(value, int):
+        if value.bit_length() > 128:
+            return f"an integer of {value.bit_length()} bits"
         return f"integer {value}"
     if isinstance(value, float):
         return f"number {value}"

@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import contextlib
+import errno
 import os
+import stat
+import tempfile
 import threading
 from typing import IO
 
@@ -38,11 +41,37 @@ def make_private_dirs(path: str) -> None:
 
 
 def open_private(path: str, *, append: bool) -> IO[str]:
-    """Open ``path`` for writing text; a file it creates gets mode 0600."""
+    """Open ``path`` for writing text; a file it creates gets mode 0600.
+
+    No symbolic link is followed: appending opens with ``O_NOFOLLOW`` (a link at ``path`` is
+    refused) and requires a regular file (a FIFO is refused, never waited on); replacing
+    creates a new file exclusively and renames it over ``path`` (a link there is replaced, its
+    target never touched).
+    """
     make_private_dirs(os.path.dirname(os.path.abspath(path)))
-    flags = os.O_WRONLY | os.O_CREAT | (os.O_APPEND if append else os.O_TRUNC)
-    fd = os.open(path, flags, 0o600)
-    return os.fdopen(fd, "a" if append else "w", encoding="utf-8")
+    if append:
+        flags = os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_NOFOLLOW | os.O_NONBLOCK
+        try:
+            fd = os.open(path, flags, 0o600)
+        except OSError as exc:
+            if exc.errno == errno.ELOOP:
+                raise OSError(errno.ELOOP, "is a symbolic link (never followed)") from None
+            raise
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            os.close(fd)
+            raise OSError(errno.EINVAL, "not a regular file")
+        os.set_blocking(fd, True)
+        return os.fdopen(fd, "a", encoding="utf-8")
+    directory = os.path.dirname(os.path.abspath(path))
+    fd, tmp = tempfile.mkstemp(dir=directory, prefix=".tmp-")
+    try:
+        os.replace(tmp, path)
+    except BaseException:
+        os.close(fd)
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(tmp)
+        raise
+    return os.fdopen(fd, "w", encoding="utf-8")
 
 
 COUNTERS: tuple[CounterSpec, ...] = (

@@ -28,6 +28,7 @@ from otel_bridge.receivers.host.procfs import (
     read_process,
 )
 from otel_bridge.redaction import Redactor
+from otel_bridge.strings import clean
 
 SYSCALL = "syscall"
 SAMPLED = "sampled_process"
@@ -235,7 +236,7 @@ class EventFactory:
             severity_number=9,
             severity_text="INFO",
             event_name=event_name,
-            attributes=full,
+            attributes=clean(full),  # OS text that is not valid Unicode: docs/strings.md
         )
 
     def remember(self, info: ProcessInfo) -> ProcessInfo:

@@ -126,7 +126,7 @@ def parse_line(line: bytes) -> tuple[int, int, Image] | None:
         exe, cmd, cwd, tp = (bytes.fromhex(p.decode("ascii")) for p in parts[2:])
     except ValueError:
         return None
-    argv = [a.decode("utf-8", "replace") for a in cmd.rstrip(b"\0").split(b"\0")]
+    argv = [a.decode("utf-8", "surrogateescape") for a in cmd.rstrip(b"\0").split(b"\0")]
     image = Image(
         exe=exe.decode("utf-8", "surrogateescape"),
         argv=argv,

@@ -93,7 +93,7 @@ def read_process(
     raw = _read(f"/proc/{pid}/cmdline")
     if raw:
         info.argv = redactor.argv(
-            [a.decode("utf-8", "replace") for a in raw.rstrip(b"\0").split(b"\0")]
+            [a.decode("utf-8", "surrogateescape") for a in raw.rstrip(b"\0").split(b"\0")]
         )
     with contextlib.suppress(OSError):
         info.cwd = os.readlink(f"/proc/{pid}/cwd")
@@ -104,11 +104,11 @@ def read_process(
             name, sep, value = item.partition(b"=")
             if not sep:
                 continue
-            key = name.decode("utf-8", "replace")
+            key = name.decode("utf-8", "surrogateescape")
             if key == "TRACEPARENT":
                 info.traceparent = value.decode("ascii", "replace")
             if capture_environment:
-                env[key] = value.decode("utf-8", "replace")
+                env[key] = value.decode("utf-8", "surrogateescape")
             elif info.traceparent:
                 break
         if capture_environment:

@@ -66,7 +66,7 @@ def unescape(text: str) -> str:
         else:
             out.append(simple.get(n, n))
             i += 2
-    return out.decode("utf-8", "replace")
+    return out.decode("utf-8", "surrogateescape")
 
 
 def strings(args: str) -> list[str]:

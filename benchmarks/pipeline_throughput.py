@@ -319,8 +319,8 @@ def stage_costs(
     from otel_bridge.exporters.graph import GraphExporterConfig
     from otel_bridge.graph import GraphAccumulator
     from otel_bridge.model import Batch
-    from otel_bridge.otlp._wire import ScanTraceRequest
     from otel_bridge.otlp.proto_codec import decode_traces
+    from otel_bridge.otlp.wire import ScanTraceRequest
     from otel_bridge.processors.normalize import Normalizer
 
     per_sender = [build_requests(s, batch) for s in range(senders)]

@@ -297,3 +297,16 @@ def process_label(facts: ProcessFacts) -> str:
     was observed (a label never names another process's image)."""
     name = facts.executable_name or os.path.basename(facts.executable_path or "")
     return f"{name} ({facts.pid})" if name else ""
+
+
+@functools.lru_cache(maxsize=4096)
+def key_rank(key: str) -> int:
+    """How informative a stable key is: the more the better.
+
+    Every key beats the empty key (no stable key stated); among keys, fewer ``:``-separated
+    parts that are exactly ``?`` (not observed) is better. A node's key is replaced only by one
+    of a higher rank, so equal ranks keep the first key seen.
+    """
+    if not key:
+        return -(1 << 30)
+    return -key.split(":").count("?")

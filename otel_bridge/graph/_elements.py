@@ -25,13 +25,13 @@ sighting (a record's latest sighting is the only one that can win a field).
 
 from __future__ import annotations
 
-import functools
 import operator
 from typing import Any
 
 import msgspec
 
 from otel_bridge.grading import Flag, grade_edge
+from otel_bridge.identity import key_rank
 from otel_bridge.jsonl import value_to_json
 from otel_bridge.model import (
     Attributes,
@@ -105,19 +105,6 @@ def merge_attrs(attrs: dict[str, Any], new: Attributes) -> None:
     for k, v in new.items():
         if k not in attrs:
             attrs[k] = v if v.__class__ in PLAIN else value_to_json(v)
-
-
-@functools.lru_cache(maxsize=4096)
-def key_rank(key: str) -> int:
-    """How informative a stable key is: the more the better.
-
-    Every key beats the empty key (no stable key stated); among keys, fewer ``:``-separated
-    parts that are exactly ``?`` (not observed) is better. A node's key is replaced only by one
-    of a higher rank, so equal ranks keep the first key seen.
-    """
-    if not key:
-        return -(1 << 30)
-    return -key.split(":").count("?")
 
 
 Stamp = tuple[int, str, int]

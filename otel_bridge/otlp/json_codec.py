@@ -42,7 +42,7 @@ from otel_bridge.model import (
     Status,
     StatusCode,
 )
-from otel_bridge.otlp._json_read import (
+from otel_bridge.otlp.json_read import (
     field,
     read_any_value,
     read_attributes,

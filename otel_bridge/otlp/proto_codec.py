@@ -43,7 +43,7 @@ from otel_bridge.otlp._proto_encode import (
     fill_attributes,
     group_by_resource_scope,
 )
-from otel_bridge.otlp._wire import (
+from otel_bridge.otlp.wire import (
     STATUS_CODES,
     LogsRequest,
     ScanTraceRequest,
@@ -94,7 +94,7 @@ class Decoded(Generic[T]):
 
 
 def _resource(pb: Any, schema_url: str) -> Resource:
-    # ``pb`` here and below: a twin message of :mod:`._wire` (attributes as serialized bytes).
+    # ``pb`` here and below: a twin message of :mod:`.wire` (attributes as serialized bytes).
     return Resource(
         attributes=attributes_from_wire(pb.attributes),
         dropped_attributes_count=pb.dropped_attributes_count,
@@ -269,7 +269,7 @@ def decode_traces(request: ExportTraceServiceRequest | bytes) -> Decoded[Span]:
 
     ``request`` is a serialized ``ExportTraceServiceRequest`` (what receivers get; a malformed
     one raises ``google.protobuf.message.DecodeError``) or a message, which is serialized first.
-    Either way it is read through the twin messages of :mod:`._wire`: first the one that tells
+    Either way it is read through the twin messages of :mod:`.wire`: first the one that tells
     in one call whether a span has any rare field; a span that has one (or is invalid) is read
     again from the full twin, parsed once per request and only when needed.
     """

@@ -26,7 +26,7 @@ from otel_bridge.processors.correlate.index import (
     tail_key,
     tail_keys,
 )
-from otel_bridge.processors.correlate.parser import _scan, _scan_chars
+from otel_bridge.processors.correlate.parser import scan, scan_chars
 
 
 def stream(n: int, *, names: int = 500, seed: int = 1) -> list[Observation]:
@@ -108,7 +108,7 @@ def test_tail_keys_match_tail_key_of_each_slice(argv: list[str]) -> None:
 @given(st.text(alphabet="ab -=./\t\r\x0b\x0c\u00a0'\"\\`$*?[~#;&|<>()\n{}!1", max_size=16))
 def test_scan_fast_path_equals_character_walk(line: str) -> None:
     """The regex shortcut for plain lines returns exactly what the character walk returns."""
-    assert _scan(line) == _scan_chars(line)
+    assert scan(line) == scan_chars(line)
 
 
 def test_proc_event_reads_the_process_facts() -> None:

@@ -23,8 +23,7 @@ from otel_bridge.graph import (
     load,
     schema,
 )
-from otel_bridge.graph._elements import key_rank
-from otel_bridge.identity import file_key, process_key
+from otel_bridge.identity import file_key, key_rank, process_key
 from otel_bridge.model import (
     AgentFacts,
     CommandFacts,

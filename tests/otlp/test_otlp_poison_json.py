@@ -16,7 +16,7 @@ from otlp_fixtures import StartReceiver
 
 from otel_bridge.errors import DecodeError
 from otel_bridge.otlp import json_codec
-from otel_bridge.otlp._json_read import MAX_VALUE_DEPTH
+from otel_bridge.otlp.json_read import MAX_VALUE_DEPTH
 
 TRACE = "5b8efff798038103d269b633813fc60c"
 

@@ -1,4 +1,4 @@
-"""The twin messages of ``otel_bridge.otlp._wire`` read attributes as the generated classes do.
+"""The twin messages of ``otel_bridge.otlp.wire`` read attributes as the generated classes do.
 
 Attributes arrive as serialized ``KeyValue`` bytes and the usual ones are read straight from
 those bytes; these tests hold that shortcut to the generated ``KeyValue`` class over arbitrary
@@ -19,7 +19,8 @@ from opentelemetry.proto.common.v1.common_pb2 import KeyValue
 from opentelemetry.proto.trace.v1.trace_pb2 import Span as PbSpan
 
 from otel_bridge.model import UNSET_STATUS
-from otel_bridge.otlp import _wire, proto_codec
+from otel_bridge.otlp import proto_codec
+from otel_bridge.otlp import wire as twins
 
 INT64 = st.integers(min_value=-(2**63), max_value=2**63 - 1)
 # Keys and strings on both sides of the one-byte length limit (127), some not ASCII.
@@ -45,15 +46,15 @@ def serialized(key: str, value: object) -> bytes:
 
 def generated(raw: bytes) -> dict[str, object]:
     """What the generated classes make of serialized ``KeyValue``s."""
-    return dict(_wire.attributes_from_pb([KeyValue.FromString(raw)]))
+    return dict(twins.attributes_from_pb([KeyValue.FromString(raw)]))
 
 
 @settings(max_examples=400, deadline=None)
 @given(key=TEXT, value=VALUES)
 def test_the_shortcut_reads_every_attribute_as_the_generated_class(key: str, value: object) -> None:
     raw = serialized(key, value)
-    first = _wire.attributes_from_wire([raw])
-    again = _wire.attributes_from_wire([raw])  # now possibly from the table of known values
+    first = twins.attributes_from_wire([raw])
+    again = twins.attributes_from_wire([raw])  # now possibly from the table of known values
     assert first == again == generated(raw)
     assert [type(v) for v in first.values()] == [type(v) for v in generated(raw).values()]
 
@@ -85,12 +86,12 @@ def test_the_shortcut_reads_every_attribute_as_the_generated_class(key: str, val
     ],
 )
 def test_unusual_layouts_decode_as_the_generated_class_does(raw: bytes) -> None:
-    assert _wire.attributes_from_wire([raw]) == generated(raw)
+    assert twins.attributes_from_wire([raw]) == generated(raw)
 
 
 def test_a_repeated_key_keeps_its_last_value() -> None:
     raws = [serialized("k", "first"), serialized("other", 1), serialized("k", "last")]
-    assert _wire.attributes_from_wire(raws) == {"k": "last", "other": 1}
+    assert twins.attributes_from_wire(raws) == {"k": "last", "other": 1}
 
 
 @pytest.mark.parametrize(
@@ -98,13 +99,13 @@ def test_a_repeated_key_keeps_its_last_value() -> None:
 )
 def test_invalid_utf8_is_a_decode_error_as_in_the_generated_classes(raw: bytes) -> None:
     with pytest.raises(DecodeError, match="UTF-8"):
-        _wire.attributes_from_wire([raw])
+        twins.attributes_from_wire([raw])
 
 
 def test_mutable_values_are_never_shared_between_spans() -> None:
     raw = serialized("list", {"a": 1})
-    first = _wire.attributes_from_wire([raw])["list"]
-    second = _wire.attributes_from_wire([raw])["list"]
+    first = twins.attributes_from_wire([raw])["list"]
+    second = twins.attributes_from_wire([raw])["list"]
     assert first == second == {"a": 1}
     assert first is not second
 
@@ -125,7 +126,7 @@ def test_a_request_with_bad_utf8_in_an_attribute_is_rejected_whole() -> None:
 
 def test_a_malformed_attribute_is_a_decode_error() -> None:
     with pytest.raises(DecodeError):
-        _wire.attributes_from_wire([b"\x0a\x01k\x12\x04\x18\xac\x02"])  # value cut short
+        twins.attributes_from_wire([b"\x0a\x01k\x12\x04\x18\xac\x02"])  # value cut short
 
 
 RARE_SETTERS: dict[str, Callable[[PbSpan], object]] = {
@@ -150,7 +151,7 @@ def test_each_rare_span_field_is_detected_and_read_in_full(field: str) -> None:
         span.attributes.add(key="n", value=PbAnyValue(int_value=n))
     RARE_SETTERS[field](scope_spans.spans[1])
     wire = request.SerializeToString()
-    scanned = _wire.ScanTraceRequest.FromString(wire).resource_spans[0].scope_spans[0].spans
+    scanned = twins.ScanTraceRequest.FromString(wire).resource_spans[0].scope_spans[0].spans
     assert [s.WhichOneof("rare") for s in scanned] == [None, field, None]
     plain, special, last = proto_codec.decode_traces(wire).records
     expected = ExportTraceServiceRequest.FromString(wire).resource_spans[0].scope_spans[0]
@@ -184,7 +185,7 @@ def test_a_status_is_read_without_the_full_twin(code: int, message: str) -> None
         span.status.message = message
 
     wire = _three_spans(set_status)
-    scanned = _wire.ScanTraceRequest.FromString(wire).resource_spans[0].scope_spans[0].spans
+    scanned = twins.ScanTraceRequest.FromString(wire).resource_spans[0].scope_spans[0].spans
     assert [s.WhichOneof("rare") for s in scanned] == [None, None, None]
     for _ in range(2):  # the second time from the table of known statuses (when short)
         plain, special, last = proto_codec.decode_traces(wire).records

@@ -212,7 +212,7 @@ class Unsupported:
 
 
 @dataclass(frozen=True, slots=True)
-class _Scan:
+class Scan:
     end: int
     """Where the command ends (a comment starts there)."""
     expanding: tuple[bool, ...]
@@ -220,20 +220,20 @@ class _Scan:
 
 
 _PLAIN = re.compile(r"[^'\"\\`$*?\[~#;&|<>()\n]*")
-"""Matches a line with none of the characters :func:`_scan` acts on: no quote, escape,
+"""Matches a line with none of the characters :func:`scan` acts on: no quote, escape,
 substitution, expansion, comment or operator. Its words are its whitespace-separated parts."""
 
 
-def _scan(line: str) -> Unsupported | _Scan:
+def scan(line: str) -> Unsupported | Scan:
     """Reject substitutions anywhere and control operators outside quotes; find expansions."""
     if _PLAIN.fullmatch(line):
         # What the character walk below returns for such a line, without the walk.
-        return _Scan(len(line), (False,) * len(line.split()))
-    return _scan_chars(line)
+        return Scan(len(line), (False,) * len(line.split()))
+    return scan_chars(line)
 
 
-def _scan_chars(line: str) -> Unsupported | _Scan:
-    """:func:`_scan` by walking the line character by character (any line)."""
+def scan_chars(line: str) -> Unsupported | Scan:
+    """:func:`scan` by walking the line character by character (any line)."""
     if "`" in line:
         return Unsupported("command_substitution", "backtick")
     if "$(" in line:
@@ -258,7 +258,7 @@ def _scan_chars(line: str) -> Unsupported | _Scan:
         elif c.isspace() and c != "\n":
             in_word = False
         elif c == "#" and not in_word:
-            return _Scan(i, tuple(expanding))
+            return Scan(i, tuple(expanding))
         elif c in ";&|<>()\n":
             op = line[i : i + 2] if line[i : i + 2] in ("&&", "||") else c
             return Unsupported("control_operator", _OPERATOR_NAMES[op])
@@ -273,7 +273,7 @@ def _scan_chars(line: str) -> Unsupported | _Scan:
             elif c in "$*?[" or (c == "~" and (i == 0 or line[i - 1].isspace())):
                 expanding[-1] = True
         i += 1
-    return _Scan(n, tuple(expanding))
+    return Scan(n, tuple(expanding))
 
 
 @functools.lru_cache(maxsize=4096)
@@ -284,10 +284,10 @@ def parse_command(line: str) -> ParsedCommand | Unsupported:
     """
     if not line or not line.strip():
         return Unsupported("empty")
-    scan = _scan(line)
-    if isinstance(scan, Unsupported):
-        return scan
-    text = line[: scan.end]
+    scanned = scan(line)
+    if isinstance(scanned, Unsupported):
+        return scanned
+    text = line[: scanned.end]
     if "'" in text or '"' in text or "\\" in text:
         try:
             words = shlex.split(text, posix=True)
@@ -295,10 +295,10 @@ def parse_command(line: str) -> ParsedCommand | Unsupported:
             return Unsupported("unbalanced_quotes")
     else:
         words = text.split()  # nothing to unquote: exactly what shlex would return
-    if len(words) != len(scan.expanding):
+    if len(words) != len(scanned.expanding):
         # A word made only of an empty quoted string, or similar corner: stay out.
         return Unsupported("unbalanced_quotes", "word_split_mismatch")
-    expanding = list(scan.expanding)
+    expanding = list(scanned.expanding)
     assignments: list[str] = []
     while words and _ASSIGNMENT.match(words[0]):
         assignments.append(words.pop(0))

@@ -90,9 +90,21 @@ class EbpfBackend:
         self._ctx: HostContext | None = None
         self._lines: BpftraceInterpreter | None = None
 
+    def follow(self, pid: int) -> str:
+        """Not supported: why ``pid`` is not followed (the filter is fixed at start)."""
+        return (
+            f"ebpf: pid {pid} not followed: the kernel-side lineage filter is fixed when the "
+            "probe is compiled"
+        )
+
     def start(self, ctx: HostContext) -> None:
         """Start bpftrace and wait for READY (it compiles and attaches first)."""
         self._ctx = ctx
+        if not ctx.lineage.root:
+            raise BackendUnavailableError(
+                "ebpf: the lineage filter is compiled into the probe at start, so it cannot "
+                "follow processes learned later (a standing collector without root_pid)"
+            )
         pids = ctx.snapshot_lineage()
         seed = " ".join(f"@track[{pid}] = 1;" for pid in pids)
         cmd = [self._path, "-B", "line", "-e", PROGRAM.replace("SEED", seed)]

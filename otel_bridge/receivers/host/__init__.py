@@ -154,7 +154,7 @@ class HostReceiver:
                 f"{self._settings.id}: no host backend can run: {'; '.join(skipped)}"
             )
         self._settle(needed, skipped, telemetry)
-        self._start_following(host, telemetry)
+        self._start_following(host)
 
     def _try(
         self,
@@ -222,7 +222,7 @@ class HostReceiver:
         chosen = (covering or reported)[:1]
         return chosen[0].name if chosen else ""
 
-    def _start_following(self, host: Host, telemetry: Telemetry) -> None:
+    def _start_following(self, host: Host) -> None:
         selectors = Selectors.of(self.config)
         telemetry_follow = self.standing and self.config.follow_telemetry
         if not selectors and not telemetry_follow:
@@ -232,7 +232,7 @@ class HostReceiver:
             self._runs[0].ctx,
             follow,
             selectors=selectors,
-            telemetry=telemetry,
+            telemetry=self._runs[0].ctx.telemetry,
             interval=self.config.selector_interval,
             logger=self._settings.logger,
         )

@@ -158,11 +158,19 @@ class Follower:
         self._declined = {p: t for p, t in self._declined.items() if live.get(p) == t}
 
     def _is_own(self, pid: int) -> bool:
-        """The collector or one of its helpers (strace, the exec image reader)."""
+        """The collector or one of its helpers: a child running strace or the exec image reader
+        (``python -S -c``). Other children of the collector's process (a test's) are not."""
         if pid == self._own:
             return True
         stat = read_stat(pid)
-        return stat is not None and stat[0] == self._own
+        if stat is None or stat[0] != self._own:
+            return False
+        try:
+            with open(f"/proc/{pid}/cmdline", "rb") as f:
+                argv = f.read().split(b"\0")
+        except OSError:
+            return False
+        return os.path.basename(argv[0]) == b"strace" or argv[1:3] == [b"-S", b"-c"]
 
     def _adopt(self, pid: int, start_ms: int, why: str, how: str) -> None:
         reasons = [f"{name}: {r}" for name, fn in self._follow if (r := fn(pid))]

@@ -118,7 +118,7 @@ class EbpfBackend:
         if not ready.wait(deadline - time.monotonic()):
             err = self._stop_process()
             raise BackendUnavailableError(
-                f"ebpf: bpftrace did not attach within {ctx.config.startup_timeout:g}s: "
+                f"ebpf: bpftrace failed or did not attach within {ctx.config.startup_timeout:g}s: "
                 f"{err.strip().splitlines()[-1] if err.strip() else 'no output'}"
             )
         for name, on in (
@@ -189,14 +189,19 @@ class _ReadyWaiter:
     def __init__(self, stream: IO[bytes]) -> None:
         self._stream = stream
         self._event = threading.Event()
+        self._ready = False
 
     def wait(self, timeout: float) -> bool:
+        """True once READY was read; False on timeout or when bpftrace ended first (at once)."""
         thread = threading.Thread(target=self._read, daemon=True)
         thread.start()
-        return self._event.wait(max(0.0, timeout))
+        self._event.wait(max(0.0, timeout))
+        return self._ready
 
     def _read(self) -> None:
         for raw in self._stream:
             if raw.strip() == b"READY":
+                self._ready = True
                 self._event.set()
                 return
+        self._event.set()  # bpftrace exited (it failed to compile or attach): do not wait on

@@ -22,12 +22,12 @@ from otel_bridge.testing import RecordingConsumer, make_span
 def test_interests_are_published_once_and_replayed_to_late_subscribers() -> None:
     """A process is published once; a subscriber first gets what was published before."""
     interests = ProcessInterests()
-    assert not interests.wanted
+    wanted_before = interests.wanted
     first = ProcessInterest(pid=10, host_id="h", start_time_ms=5)
     interests.publish(first)
     got: list[ProcessInterest] = []
     unsubscribe = interests.subscribe(got.append)
-    assert interests.wanted
+    assert (wanted_before, interests.wanted) == (False, True)
     interests.publish(ProcessInterest(pid=10, host_id="h", start_time_ms=5, source="again"))
     interests.publish(ProcessInterest(pid=10, host_id="h", start_time_ms=6))  # a recycled pid
     assert [(i.pid, i.start_time_ms) for i in got] == [(10, 5), (10, 6)]

@@ -118,11 +118,13 @@ def unprivileged_prefix() -> list[str]:
     pytest.skip(f"user nobody cannot run {sys.executable} with otel_bridge importable")
 
 
+@pytest.mark.slow  # ~15 s: a collector and an agent under strace
 def test_standing_collector_as_an_unprivileged_user(tmp_path: Path) -> None:
     """A plain user's standing collector (configs/local.yaml) follows that user's SDK agent
     (strace for files and connections; no fanotify, no eBPF) and records its process, file
     write and connection."""
     _need("strace")
+    pytest.importorskip("opentelemetry.exporter.otlp.proto.http", reason="needs the dev extra")
     prefix = unprivileged_prefix()
     os.chmod(tmp_path, 0o777)
     graph_path = tmp_path / "graph.json"

@@ -21,6 +21,10 @@ from otel_bridge.testing import LoopbackServer
 
 CONFIGS = REPO / "configs"
 
+# the agent exports with the SDK's own OTLP exporters (the dev extra)
+pytest.importorskip("opentelemetry.exporter.otlp.proto.http", reason="needs the dev extra")
+pytest.importorskip("opentelemetry.exporter.otlp.proto.grpc", reason="needs the dev extra")
+
 
 def test_every_shipped_config_is_tested_here() -> None:
     """Adding a config file means adding it to the standing tests below."""
@@ -85,6 +89,7 @@ def os_span_of(spans: list[Span], pid: int) -> Span:
     return span
 
 
+@pytest.mark.slow  # 10-20 s each: enrich holds spans for its window before the drain
 @pytest.mark.parametrize(
     ("config", "protocol"), [("phoenix.yaml", "http/protobuf"), ("jaeger.yaml", "grpc")]
 )

@@ -318,6 +318,9 @@ class ProcessInterest:
     pid: int
     host_id: str = ""
     start_time_ms: int | None = None
+    instance_id: str = ""
+    """The resource's ``service.instance.id`` (SDKs set a fresh one per process): tells a
+    recycled pid apart when no ``process.creation.time`` is stated."""
     seen_ns: int = 0
     """When the collector first received telemetry from it (Unix ns)."""
     source: str = ""
@@ -339,7 +342,7 @@ class ProcessInterests:
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
-        self._seen: dict[tuple[int, str, int | None], ProcessInterest] = {}
+        self._seen: dict[tuple[int, str, int | None, str], ProcessInterest] = {}
         self._subscribers: list[InterestCallback] = []
 
     @property
@@ -347,13 +350,13 @@ class ProcessInterests:
         """True while at least one subscriber listens (publishers may skip the work otherwise)."""
         return bool(self._subscribers)
 
-    def known(self, pid: int, host_id: str, start_time_ms: int | None) -> bool:
+    def known(self, pid: int, host_id: str, start_time_ms: int | None, instance_id: str) -> bool:
         """True when this process was published already (cheap, for publishers)."""
-        return (pid, host_id, start_time_ms) in self._seen
+        return (pid, host_id, start_time_ms, instance_id) in self._seen
 
     def publish(self, interest: ProcessInterest) -> None:
         """Tell every subscriber about ``interest`` unless the same process was published."""
-        key = (interest.pid, interest.host_id, interest.start_time_ms)
+        key = (interest.pid, interest.host_id, interest.start_time_ms, interest.instance_id)
         with self._lock:
             if key in self._seen:
                 return

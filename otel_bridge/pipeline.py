@@ -148,7 +148,8 @@ class FanOut:
 
 def publish_span_processes(batch: Batch, interests: ProcessInterests, source: str) -> None:
     """Publish the process each span resource of ``batch`` names (``process.pid`` + ``host.id``
-    + ``process.creation.time``) to ``interests``; resources without an integer pid are skipped.
+    + ``process.creation.time`` + ``service.instance.id``) to ``interests``; resources without
+    an integer pid are skipped.
     """
     seen: set[int] = set()
     for span in batch.spans:
@@ -162,13 +163,15 @@ def publish_span_processes(batch: Batch, interests: ProcessInterests, source: st
             continue
         host_id = str_value(attrs.get("host.id")) or ""
         start_ms = iso_to_ms(str_value(attrs.get("process.creation.time")))
-        if interests.known(pid, host_id, start_ms):
+        instance = str_value(attrs.get("service.instance.id")) or ""
+        if interests.known(pid, host_id, start_ms, instance):
             continue
         interests.publish(
             ProcessInterest(
                 pid=pid,
                 host_id=host_id,
                 start_time_ms=start_ms,
+                instance_id=instance,
                 seen_ns=time.time_ns(),
                 source=source,
             )

@@ -46,6 +46,7 @@ def test_span_resources_are_published_with_pid_host_and_start() -> None:
         }
     )
     bare = Resource(attributes={"process.pid": "77"})
+    recycled = Resource(attributes={"process.pid": "77", "service.instance.id": "second"})
     none = Resource(attributes={"service.name": "no pid"})
     batch = Batch(
         spans=(
@@ -53,6 +54,7 @@ def test_span_resources_are_published_with_pid_host_and_start() -> None:
             make_span(1, resource=agent),
             make_span(2, resource=bare),
             make_span(3, resource=none),
+            make_span(4, resource=recycled),
         )
     )
     interests = ProcessInterests()
@@ -60,9 +62,10 @@ def test_span_resources_are_published_with_pid_host_and_start() -> None:
     interests.subscribe(got.append)
     publish_span_processes(batch, interests, "otlp")
     publish_span_processes(batch, interests, "otlp")
-    assert [(i.pid, i.host_id, i.start_time_ms, i.source) for i in got] == [
-        (4242, "machine", 1767323045678, "otlp"),
-        (77, "", None, "otlp"),
+    assert [(i.pid, i.host_id, i.start_time_ms, i.instance_id, i.source) for i in got] == [
+        (4242, "machine", 1767323045678, "", "otlp"),
+        (77, "", None, "", "otlp"),
+        (77, "", None, "second", "otlp"),
     ]
 
 

@@ -138,8 +138,7 @@ class HostReceiver:
         telemetry = host.telemetry.in_scope_of(self._settings.telemetry)
         auto = self.config.backend == "auto"
         names = self.auto_order if auto else (self.config.backend,)
-        wanted = tuple(p for p in PLANES if getattr(self.config, _FLAGS[p]))
-        needed = wanted
+        needed = tuple(p for p in PLANES if getattr(self.config, _FLAGS[p]))
         skipped: list[str] = []
         for name in names:
             if self._runs and not needed:
@@ -147,8 +146,14 @@ class HostReceiver:
             run = self._try(name, needed, host, telemetry, skipped, hold=auto)
             if run is None:
                 continue
+            covered = tuple(p for p in needed if run.ctx.states.get(p, ("",))[0] in _COVERED)
+            if self._runs and not covered:  # started for gaps it cannot fill either: drop it
+                run.backend.stop()
+                run.emitter.close()
+                skipped.append(f"{name}: cannot observe {', '.join(needed)} here either")
+                continue
             self._runs.append(run)
-            needed = tuple(p for p in needed if run.ctx.states.get(p, ("",))[0] not in _COVERED)
+            needed = tuple(p for p in needed if p not in covered)
         if not self._runs:
             raise StartupError(
                 f"{self._settings.id}: no host backend can run: {'; '.join(skipped)}"

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 import pytest
@@ -12,7 +13,7 @@ from otel_bridge.receivers.host import HostConfig, HostReceiver
 from otel_bridge.testing import RecordingConsumer
 
 
-def _file_states(logs: list[dict[str, object]]) -> list[tuple[object, object]]:
+def _file_states(logs: Sequence[Mapping[str, object]]) -> list[tuple[object, object]]:
     return [
         (a["collection.state"], a["collection.reason"])
         for a in logs

@@ -60,7 +60,7 @@ class HostConfig:
     regular expressions (searched, not anchored)."""
     user: list[str] = field(default_factory=list)
     """Follow processes whose real user is one of these (names or numeric uids)."""
-    selector_interval: float = 0.25
+    selector_interval: float = 0.5
     """How often the selectors are matched against the running processes (seconds)."""
     run_id: str = ""
     """Run id tagged on every record (``otel_bridge.run.id``); ``observe`` sets it."""

@@ -140,7 +140,7 @@ class Follower:
             if not name.isdigit():
                 continue
             pid = int(name)
-            if pid in self._ctx.lineage or self._is_own(pid):
+            if pid in self._ctx.lineage:
                 continue
             stat = read_stat(pid)
             if stat is None:
@@ -152,8 +152,8 @@ class Follower:
             if not how:
                 self._declined[pid] = stat[1]
                 continue
-            if stat[0] in self._ctx.lineage:
-                continue  # its parent is followed: the backends add it themselves
+            if stat[0] in self._ctx.lineage or self._is_own(pid):
+                continue  # its parent is followed (the backends add it), or it is ours
             self._adopt(pid, start_ms_from_ticks(stat[1]), f"it matched {how}", "selector")
         self._declined = {p: t for p, t in self._declined.items() if live.get(p) == t}
 

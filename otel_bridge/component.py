@@ -386,11 +386,11 @@ class Host:
     """What a started component may use from the collector that runs it."""
 
     telemetry: Telemetry = field(default_factory=Telemetry)
-    interests: ProcessInterests = field(default_factory=ProcessInterests)
-    """Processes that report telemetry (the pipeline publishes them, :class:`ProcessInterests`)."""
     extensions: dict[str, object] = field(default_factory=dict)
     run_dir: str | None = None
     """The run directory when running under ``observe``; None otherwise."""
+    interests: ProcessInterests = field(default_factory=ProcessInterests)
+    """Processes that report telemetry (the pipeline publishes them, :class:`ProcessInterests`)."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

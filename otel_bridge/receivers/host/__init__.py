@@ -1,9 +1,11 @@
-"""The ``host`` receiver: independent OS observation of one workload lineage.
+"""The ``host`` receiver: independent OS observation of workload lineages.
 
 It follows a root process (``root_pid``, or :meth:`HostReceiver.set_root_pid` as ``observe``
-does) and every descendant, and emits what the machine saw as OTLP log records under a resource
-tagged ``evidence.channel=os`` (the event table of ``docs/contracts.md``). Which backend
-observes is configurable; ``auto`` picks the strongest that works here (:mod:`.selection`).
+does) and every descendant; standing (no root), it follows the processes that report spans and
+those its selectors match, each from the moment it is known (:mod:`.follow`). It emits what the
+machine saw as OTLP log records under a resource tagged ``evidence.channel=os`` (the event
+table of ``docs/contracts.md``). Which backend observes is configurable; ``auto`` picks, per
+plane, the strongest that works here (:meth:`HostReceiver.start`, :mod:`.selection`).
 
 Backends and their evidence:
 

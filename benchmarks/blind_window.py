@@ -135,7 +135,7 @@ def measure_poll(interval_ms: float, seconds: float = 5.0) -> None:
     receiver = start_host(config, gate.pid, sink)
     gate.release()
     time.sleep(seconds)
-    backend = receiver._backend  # the running backend, to read its poll counters
+    backend = receiver.backends[0]  # the running backend, to read its poll counters
     assert isinstance(backend, PortableBackend)
     polls, busy = backend.polls, backend.poll_seconds
     elapsed, cpu = time.monotonic() - t0, time.process_time() - cpu0

@@ -308,6 +308,79 @@ class Telemetry:
             return dict(self._state.notes)
 
 
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ProcessInterest:
+    """A process that reported telemetry, as its span resource states it.
+
+    ``host_id`` is ``""`` and ``start_time_ms`` None when the resource did not state them.
+    """
+
+    pid: int
+    host_id: str = ""
+    start_time_ms: int | None = None
+    instance_id: str = ""
+    """The resource's ``service.instance.id`` (SDKs set a fresh one per process): tells a
+    recycled pid apart when no ``process.creation.time`` is stated."""
+    seen_ns: int = 0
+    """When the collector first received telemetry from it (Unix ns)."""
+    source: str = ""
+    """Where it was learned (the receiver id)."""
+
+
+InterestCallback = Callable[[ProcessInterest], None]
+
+
+class ProcessInterests:
+    """Processes of interest, published by the pipeline, followed by the host receiver.
+
+    The collector publishes the ``process.pid`` (+ ``host.id``, ``process.creation.time``) of
+    each span resource a receiver hands to the pipelines (only while someone subscribes, so a
+    collector without a host receiver pays nothing). Each distinct process is published once.
+    A subscriber is called on the publisher's thread and must only queue the interest;
+    :meth:`subscribe` replays what was published before it subscribed. Thread-safe.
+    """
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._seen: dict[tuple[int, str, int | None, str], ProcessInterest] = {}
+        self._subscribers: list[InterestCallback] = []
+
+    @property
+    def wanted(self) -> bool:
+        """True while at least one subscriber listens (publishers may skip the work otherwise)."""
+        return bool(self._subscribers)
+
+    def known(self, pid: int, host_id: str, start_time_ms: int | None, instance_id: str) -> bool:
+        """True when this process was published already (cheap, for publishers)."""
+        return (pid, host_id, start_time_ms, instance_id) in self._seen
+
+    def publish(self, interest: ProcessInterest) -> None:
+        """Tell every subscriber about ``interest`` unless the same process was published."""
+        key = (interest.pid, interest.host_id, interest.start_time_ms, interest.instance_id)
+        with self._lock:
+            if key in self._seen:
+                return
+            self._seen[key] = interest
+            subscribers = list(self._subscribers)
+        for callback in subscribers:
+            callback(interest)
+
+    def subscribe(self, callback: InterestCallback) -> Callable[[], None]:
+        """Call ``callback`` for every interest (past ones first); returns the unsubscriber."""
+        with self._lock:
+            self._subscribers.append(callback)
+            past = list(self._seen.values())
+        for interest in past:
+            callback(interest)
+
+        def unsubscribe() -> None:
+            with self._lock:
+                if callback in self._subscribers:
+                    self._subscribers.remove(callback)
+
+        return unsubscribe
+
+
 @dataclass(slots=True)
 class Host:
     """What a started component may use from the collector that runs it."""
@@ -316,6 +389,8 @@ class Host:
     extensions: dict[str, object] = field(default_factory=dict)
     run_dir: str | None = None
     """The run directory when running under ``observe``; None otherwise."""
+    interests: ProcessInterests = field(default_factory=ProcessInterests)
+    """Processes that report telemetry (the pipeline publishes them, :class:`ProcessInterests`)."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -54,11 +54,14 @@ from otel_bridge.component import (
     CounterSpec,
     CreateSettings,
     Host,
+    ProcessInterest,
+    ProcessInterests,
     Telemetry,
     status_of,
 )
 from otel_bridge.config import CollectorConfig, ComponentConfig
 from otel_bridge.errors import ComponentError, StartupError, is_retryable
+from otel_bridge.identity import int_value, iso_to_ms, str_value
 from otel_bridge.model import Batch
 from otel_bridge.registry import Registry
 
@@ -144,6 +147,38 @@ class FanOut:
         return None
 
 
+def publish_span_processes(batch: Batch, interests: ProcessInterests, source: str) -> None:
+    """Publish the process each span resource of ``batch`` names (``process.pid`` + ``host.id``
+    + ``process.creation.time`` + ``service.instance.id``) to ``interests``; resources without
+    an integer pid are skipped.
+    """
+    seen: set[int] = set()
+    for span in batch.spans:
+        resource = span.resource
+        if id(resource) in seen:
+            continue
+        seen.add(id(resource))
+        attrs = resource.attributes
+        pid = int_value(attrs.get("process.pid"))
+        if pid is None or pid <= 0:
+            continue
+        host_id = str_value(attrs.get("host.id")) or ""
+        start_ms = iso_to_ms(str_value(attrs.get("process.creation.time")))
+        instance = str_value(attrs.get("service.instance.id")) or ""
+        if interests.known(pid, host_id, start_ms, instance):
+            continue
+        interests.publish(
+            ProcessInterest(
+                pid=pid,
+                host_id=host_id,
+                start_time_ms=start_ms,
+                instance_id=instance,
+                seen_ns=time.time_ns(),
+                source=source,
+            )
+        )
+
+
 class _Router:
     """The consumer a receiver is created with: counts, then routes to its pipelines."""
 
@@ -163,6 +198,8 @@ class _Router:
             n = len(getattr(batch, part))
             if n:
                 self._telemetry.count("routed", n, label=part)
+        if batch.spans and self._host.interests.wanted:
+            publish_span_processes(batch, self._host.interests, self._id)
         selected = [
             (pid, _Selecting(ptype, consumer))
             for pid, ptype, consumer in self._targets

@@ -68,11 +68,18 @@ def test_shutdown_before_start_and_twice() -> None:
     receiver.shutdown()
 
 
-def test_start_without_root_pid_fails_clearly() -> None:
-    """Starting with no root pid raises StartupError saying how to set one."""
-    receiver = HostReceiver(CreateSettings(id="host"), HostConfig(), RecordingConsumer())
-    with pytest.raises(StartupError, match="root_pid"):
+def test_start_without_root_pid_is_a_standing_receiver() -> None:
+    """With no root pid the receiver starts with an empty lineage and follows what it learns."""
+    receiver = HostReceiver(
+        CreateSettings(id="host"), HostConfig(backend="portable"), RecordingConsumer()
+    )
+    try:
         receiver.start(Host())
+        assert receiver.standing
+        assert receiver.context is not None
+        assert receiver.context.lineage.snapshot() == []
+    finally:
+        receiver.shutdown()
 
 
 def test_missing_tools_are_unavailable_with_reason() -> None:

@@ -179,8 +179,8 @@ def test_embedded_local_config_validates(tmp_path: Path, monkeypatch: pytest.Mon
     config = load_run_config(None)
     assert set(config.pipelines) == {"evidence"}
     evidence = config.pipelines["evidence"]
-    # The host receiver needs a lineage root; `observe` adds it, plain `run` does not.
-    assert evidence.receivers == ("otlp",)
+    # A standing host receiver: it follows the processes that send spans (docs/host.md).
+    assert evidence.receivers == ("otlp", "host")
     assert evidence.processors == ("normalize", "correlate", "grade")
     assert set(evidence.exporters) == {"graph", "file"}
     otlp = config.receivers["otlp"].config

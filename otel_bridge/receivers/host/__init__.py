@@ -1,9 +1,11 @@
-"""The ``host`` receiver: independent OS observation of one workload lineage.
+"""The ``host`` receiver: independent OS observation of workload lineages.
 
 It follows a root process (``root_pid``, or :meth:`HostReceiver.set_root_pid` as ``observe``
-does) and every descendant, and emits what the machine saw as OTLP log records under a resource
-tagged ``evidence.channel=os`` (the event table of ``docs/contracts.md``). Which backend
-observes is configurable; ``auto`` picks the strongest that works here (:mod:`.selection`).
+does) and every descendant; standing (no root), it follows the processes that report spans and
+those its selectors match, each from the moment it is known (:mod:`.follow`). It emits what the
+machine saw as OTLP log records under a resource tagged ``evidence.channel=os`` (the event
+table of ``docs/contracts.md``). Which backend observes is configurable; ``auto`` picks, per
+plane, the strongest that works here (:meth:`HostReceiver.start`, :mod:`.selection`).
 
 Backends and their evidence:
 
@@ -28,6 +30,8 @@ from __future__ import annotations
 
 import threading
 import time
+from collections.abc import Callable
+from dataclasses import dataclass, replace
 
 from otel_bridge.component import (
     RECEIVER,
@@ -36,21 +40,50 @@ from otel_bridge.component import (
     CreateSettings,
     Factory,
     Host,
+    Telemetry,
     require_consumer,
 )
 from otel_bridge.errors import BackendUnavailableError, StartupError
+from otel_bridge.model import CollectionState
 from otel_bridge.receivers.host.backend import Backend
 from otel_bridge.receivers.host.config import AUTO_ORDER, HostConfig
 from otel_bridge.receivers.host.counters import COUNTERS
-from otel_bridge.receivers.host.events import Emitter, EventFactory, HostContext, Lineage
+from otel_bridge.receivers.host.events import PLANES, Emitter, EventFactory, HostContext, Lineage
+from otel_bridge.receivers.host.follow import Follower
 from otel_bridge.receivers.host.selection import create_backend
+from otel_bridge.receivers.host.selectors import Selectors
 from otel_bridge.redaction import Redactor
 
 __all__ = ["COUNTERS", "HostConfig", "HostReceiver", "factory"]
 
 
+@dataclass(slots=True)
+class _Run:
+    """One started backend, the planes it was given, its context and emitter."""
+
+    name: str
+    backend: Backend
+    ctx: HostContext
+    emitter: Emitter
+    planes: tuple[str, ...]
+
+
+_FLAGS = {"process": "processes", "file": "files", "network": "network"}
+_COVERED = (str(CollectionState.AVAILABLE), str(CollectionState.DEGRADED))
+
+
+def _plane_config(config: HostConfig, planes: tuple[str, ...]) -> HostConfig:
+    """``config`` with only ``planes`` collected."""
+    return replace(
+        config,
+        processes="process" in planes,
+        files="file" in planes,
+        network="network" in planes,
+    )
+
+
 class HostReceiver:
-    """Runs one backend over the lineage and batches its records to the next consumer."""
+    """Runs the backends over the lineage and batches their records to the next consumer."""
 
     def __init__(
         self, settings: CreateSettings, config: HostConfig, next_consumer: Consumer
@@ -60,20 +93,21 @@ class HostReceiver:
         self._next = next_consumer
         self._root_pid = config.root_pid
         self._run_id = config.run_id
-        self._backend: Backend | None = None
-        self._emitter: Emitter | None = None
-        self._ctx: HostContext | None = None
+        self._runs: list[_Run] = []
+        self._follower: Follower | None = None
+        self._unsubscribe: Callable[[], None] | None = None
         self._lock = threading.Lock()
         self.explanation = ""
-        """Which backend runs and why (also the telemetry note ``host.backend``)."""
+        """Which backend observes which plane and why (also the telemetry note ``host.backend``)."""
         self.backend_name = ""
-        """The backend in use (kept after shutdown), ``""`` before start."""
+        """The backend(s) in use, ``+``-joined (kept after shutdown), ``""`` before start."""
         self.auto_order: tuple[str, ...] = AUTO_ORDER
         """Backends ``auto`` tries, strongest first."""
+        self._stopped = False
 
     def set_root_pid(self, pid: int) -> None:
         """Observe the lineage rooted at ``pid`` (before :meth:`start`)."""
-        if self._backend is not None:
+        if self._runs or self._stopped:
             raise RuntimeError("host receiver: root pid must be set before start")
         self._root_pid = pid
 
@@ -83,84 +117,180 @@ class HostReceiver:
 
     @property
     def context(self) -> HostContext | None:
-        """The running context (lineage, identities, collection states); None before start."""
-        return self._ctx
+        """The running context of the first backend (lineage, identities, collection states)."""
+        return self._runs[0].ctx if self._runs else None
+
+    @property
+    def backends(self) -> list[Backend]:
+        """The started backends, the first (strongest) first; per-plane ``auto`` may run more."""
+        return [r.backend for r in self._runs]
+
+    @property
+    def standing(self) -> bool:
+        """True without a root pid: the receiver follows what it learns (:mod:`.follow`)."""
+        return self._root_pid <= 0
 
     def start(self, host: Host) -> None:
-        """Pick and start a backend; raises ``StartupError`` when none can run."""
-        if self._root_pid <= 0:
-            raise StartupError(
-                f"{self._settings.id}: no root_pid to observe (set root_pid, or use "
-                "`otel-bridge observe`, which sets it to the launched command)"
-            )
+        """Pick and start the backends, then follow; ``StartupError`` when none can run.
+
+        ``auto`` chooses per plane: the strongest backend that starts takes every plane it
+        covers; a plane it reports ``unavailable`` or ``not_sampled`` goes to the next backend
+        that works here, and so on. A plane nobody covers keeps its first backend's gap state.
+        """
         telemetry = host.telemetry.in_scope_of(self._settings.telemetry)
-        names = self.auto_order if self.config.backend == "auto" else (self.config.backend,)
+        auto = self.config.backend == "auto"
+        names = self.auto_order if auto else (self.config.backend,)
+        needed = tuple(p for p in PLANES if getattr(self.config, _FLAGS[p]))
         skipped: list[str] = []
         for name in names:
-            emitter = Emitter(
-                self._next,
-                telemetry,
-                batch_size=self.config.batch_size,
-                interval=self.config.batch_interval,
-            )
-            ctx = HostContext(
-                config=self.config,
-                lineage=Lineage(self._root_pid),
-                events=EventFactory(name, self._run_id, emitter),
-                telemetry=telemetry,
-                redactor=Redactor(),
-                exclude_paths=(host.run_dir,) if host.run_dir else (),
-            )
-            try:
-                backend = create_backend(name, self.config)
-                emitter.start()
-                backend.start(ctx)
-            except BackendUnavailableError as exc:
-                emitter.close()
-                skipped.append(str(exc))
+            if self._runs and not needed:
+                break
+            run = self._try(name, needed, host, telemetry, skipped, hold=auto)
+            if run is None:
                 continue
-            except OSError as exc:
-                emitter.close()
-                skipped.append(f"{name}: {exc}")
+            covered = tuple(p for p in needed if run.ctx.states.get(p, ("",))[0] in _COVERED)
+            if self._runs and not covered:  # started for gaps it cannot fill either: drop it
+                run.backend.stop()
+                run.emitter.close()
+                skipped.append(f"{name}: cannot observe {', '.join(needed)} here either")
                 continue
-            self._backend, self._emitter, self._ctx = backend, emitter, ctx
-            self.backend_name = name
-            self.explanation = f"{name}: {backend.why}"
-            if skipped:
-                self.explanation += f" (skipped: {'; '.join(skipped)})"
-            telemetry.note("host.backend", self.explanation)
+            self._runs.append(run)
+            needed = tuple(p for p in needed if p not in covered)
+        if not self._runs:
+            raise StartupError(
+                f"{self._settings.id}: no host backend can run: {'; '.join(skipped)}"
+            )
+        self._settle(needed, skipped, telemetry)
+        self._start_following(host)
+
+    def _try(
+        self,
+        name: str,
+        planes: tuple[str, ...],
+        host: Host,
+        telemetry: Telemetry,
+        skipped: list[str],
+        *,
+        hold: bool,
+    ) -> _Run | None:
+        """Start backend ``name`` for ``planes``; None (reason in ``skipped``) when it cannot."""
+        config = _plane_config(self.config, planes) if self._runs else self.config
+        emitter = Emitter(
+            self._next, telemetry, batch_size=config.batch_size, interval=config.batch_interval
+        )
+        ctx = HostContext(
+            config=config,
+            lineage=Lineage(self._root_pid if self._root_pid > 0 else 0),
+            events=EventFactory(name, self._run_id, emitter),
+            telemetry=telemetry,
+            redactor=Redactor(),
+            exclude_paths=(host.run_dir,) if host.run_dir else (),
+            planes=frozenset(planes) if self._runs else None,
+            hold_gaps=hold,
+        )
+        try:
+            backend = create_backend(name, config)
+            emitter.start()
+            backend.start(ctx)
+        except (BackendUnavailableError, OSError) as exc:
+            emitter.close()
+            skipped.append(
+                str(exc) if isinstance(exc, BackendUnavailableError) else f"{name}: {exc}"
+            )
+            return None
+        return _Run(name, backend, ctx, emitter, planes)
+
+    def _settle(self, uncovered: tuple[str, ...], skipped: list[str], telemetry: Telemetry) -> None:
+        """Emit the gap states nobody covered; name which backend observes which plane."""
+        emitted: set[str] = set()
+        for run in self._runs:
+            run.ctx.hold_gaps = False
+            for plane, record in run.ctx.held.items():
+                if plane in uncovered and plane not in emitted:
+                    emitted.add(plane)
+                    run.ctx.emit(record)
+            run.ctx.held.clear()
+        self.backend_name = "+".join(r.name for r in self._runs)
+        first = self._runs[0]
+        self.explanation = f"{first.name}: {first.backend.why}"
+        if len(self._runs) > 1:
+            by_plane = ", ".join(
+                f"{p}: {self._plane_owner(p)}" for p in PLANES if self._plane_owner(p)
+            )
+            self.explanation += f"; per plane: {by_plane}"
+        if skipped:
+            self.explanation += f" (skipped: {'; '.join(skipped)})"
+        telemetry.note("host.backend", self.explanation)
+
+    def _plane_owner(self, plane: str) -> str:
+        """The backend that covers ``plane`` (else the first that reported it), ``""``."""
+        reported = [r for r in self._runs if plane in r.ctx.states]
+        covering = [r for r in reported if r.ctx.states[plane][0] in _COVERED]
+        chosen = (covering or reported)[:1]
+        return chosen[0].name if chosen else ""
+
+    def _start_following(self, host: Host) -> None:
+        selectors = Selectors.of(self.config)
+        telemetry_follow = self.standing and self.config.follow_telemetry
+        if not selectors and not telemetry_follow:
             return
-        raise StartupError(f"{self._settings.id}: no host backend can run: {'; '.join(skipped)}")
+        follow = [(r.name, r.backend.follow) for r in self._runs]
+        self._follower = Follower(
+            self._runs[0].ctx,
+            follow,
+            selectors=selectors,
+            telemetry=self._runs[0].ctx.telemetry,
+            interval=self.config.selector_interval,
+            logger=self._settings.logger,
+        )
+        self._follower.start()
+        if telemetry_follow:
+            self._unsubscribe = host.interests.subscribe(self._follower.offer)
 
     def status(self) -> ComponentStatus:
-        """The backend in use and why, and each collection's state (``state: reason``)."""
-        ctx = self._ctx
-        states = dict(ctx.states) if ctx is not None else {}
+        """Which backend observes each collection, its state and why (``state: backend: why``)."""
+        collections: dict[str, str] = {}
+        for plane in (*PLANES, *{k for r in self._runs for k in r.ctx.states} - set(PLANES)):
+            owner = self._plane_owner(plane)
+            run = next((r for r in self._runs if r.name == owner), None)
+            if run is None:
+                continue
+            state, reason = run.ctx.states[plane]
+            collections[plane] = f"{state}: {owner}: {reason}"
+        follower = self._follower
+        if follower is not None and follower.followed:
+            collections["lineage"] = (
+                f"degraded: {follower.followed} process(es) followed from the moment they "
+                "reported telemetry or matched a selector: their earlier activity is unknown"
+            )
         return ComponentStatus(
-            backend=self.backend_name,
-            detail=self.explanation,
-            collections={name: f"{state}: {reason}" for name, (state, reason) in states.items()},
+            backend=self.backend_name, detail=self.explanation, collections=collections
         )
 
     def shutdown(self) -> None:
-        """Stop the backend and flush. Safe before start and twice."""
+        """Stop following, stop the backends and flush. Safe before start and twice."""
         with self._lock:
-            backend, self._backend = self._backend, None
-            emitter, self._emitter = self._emitter, None
-        if backend is not None:
-            backend.stop()
-        if emitter is not None:
-            emitter.close()
+            unsubscribe, self._unsubscribe = self._unsubscribe, None
+            runs = [] if self._stopped else self._runs  # kept: status() after shutdown
+            self._stopped = True
+        if unsubscribe is not None:
+            unsubscribe()
+        if self._follower is not None:
+            self._follower.stop()
+        for run in runs:
+            run.backend.stop()
+        for run in runs:
+            run.emitter.close()
 
     def wait_idle(self, quiet: float = 0.1, timeout: float = 2.0) -> None:
         """Wait until no record was emitted for ``quiet`` seconds (at most ``timeout``)."""
-        emitter = self._emitter
-        if emitter is None:
+        emitters = [] if self._stopped else [r.emitter for r in self._runs]
+        if not emitters:
             return
         deadline = time.monotonic() + timeout
         last = -1
         while time.monotonic() < deadline:
-            count = emitter.emitted
+            count = sum(e.emitted for e in emitters)
             if count == last:
                 return
             last = count
@@ -170,6 +300,13 @@ class HostReceiver:
 def _create(
     settings: CreateSettings, config: HostConfig, next_consumer: Consumer | None
 ) -> HostReceiver:
+    """The receiver; an explicit backend that cannot run here is refused now, so ``validate``
+    (which creates every component) refuses what ``run`` would (``auto`` always finds one)."""
+    if config.backend != "auto":
+        try:
+            create_backend(config.backend, config)  # constructing is the check; holds nothing
+        except BackendUnavailableError as exc:
+            raise StartupError(f"receivers.{settings.id}.backend: {exc}") from exc
     return HostReceiver(settings, config, require_consumer(next_consumer, "host"))
 
 

@@ -23,5 +23,9 @@ class Backend(Protocol):
     def start(self, ctx: HostContext) -> None:
         """Attach to the lineage ``ctx.lineage`` and start emitting."""
 
+    def follow(self, pid: int) -> str:
+        """Adopt ``pid`` and its running descendants into the lineage after start (a standing
+        collector learned it, :mod:`.follow`); ``""`` when followed, else why it cannot be."""
+
     def stop(self) -> None:
         """Detach, emit what is pending. Safe twice and before start."""

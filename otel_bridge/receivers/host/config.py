@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from otel_bridge.receivers.host.selectors import selector_problems
+
 BACKENDS: tuple[str, ...] = ("auto", "linux", "ebpf", "strace", "portable")
 """Accepted ``backend`` values; ``auto`` tries the others in :data:`AUTO_ORDER`."""
 
@@ -39,7 +41,27 @@ class HostConfig:
     backend: str = "auto"
     """``auto`` (strongest that works here), ``linux``, ``ebpf``, ``strace`` or ``portable``."""
     root_pid: int = 0
-    """Root of the observed lineage; 0 means it is set programmatically (``observe`` does)."""
+    """Root of a lineage to observe from the start (``observe`` sets it to its command).
+
+    0 (a standing collector): the receiver follows what the selectors below and
+    ``follow_telemetry`` name, each from the moment it is known (:mod:`.follow`)."""
+    follow_telemetry: bool = True
+    """Follow every process of this host that reports spans (its resource's ``process.pid``,
+    matched by ``process.creation.time`` when stated) and its descendants from then on."""
+    cgroup: list[str] = field(default_factory=list)
+    """Follow processes in these cgroups: a path (as ``/proc/<pid>/cgroup`` shows it, or under
+    ``/sys/fs/cgroup``; sub-cgroups included) of a systemd slice or unit or a container, or a
+    bare unit or scope name (``agent.service``, ``docker-<id>.scope``) matching any component
+    of the process's cgroup path, in any hierarchy (v2 or v1)."""
+    executable: list[str] = field(default_factory=list)
+    """Follow processes whose executable path or file name matches one of these globs."""
+    command: list[str] = field(default_factory=list)
+    """Follow processes whose command line (arguments joined by spaces) matches one of these
+    regular expressions (searched, not anchored)."""
+    user: list[str] = field(default_factory=list)
+    """Follow processes whose real user is one of these (names or numeric uids)."""
+    selector_interval: float = 0.5
+    """How often the selectors are matched against the running processes (seconds)."""
     run_id: str = ""
     """Run id tagged on every record (``otel_bridge.run.id``); ``observe`` sets it."""
     processes: bool = True
@@ -86,6 +108,7 @@ class HostConfig:
             problems.append(f"backend: must be one of {', '.join(BACKENDS)}, got {self.backend!r}")
         if self.root_pid < 0:
             problems.append("root_pid: must be >= 0")
+        problems.extend(selector_problems(self))
         if self.poll_interval < MIN_POLL_INTERVAL:
             problems.append(
                 f"poll_interval: must be at least {MIN_POLL_INTERVAL * 1000:.0f}ms, "

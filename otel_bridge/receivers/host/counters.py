@@ -22,6 +22,18 @@ COUNTERS: tuple[CounterSpec, ...] = (
         "sockets whose direction (initiated or accepted) could not be decided: not claimed",
         "{sockets}",
     ),
+    CounterSpec(
+        "follow.followed",
+        "processes followed after start (reported telemetry or matched a selector), by how",
+        "{processes}",
+        labeled=True,
+    ),
+    CounterSpec(
+        "follow.skipped",
+        "processes learned but not followed, by reason (other_host, gone, start_mismatch, ...)",
+        "{processes}",
+        labeled=True,
+    ),
     CounterSpec("sockdiag.overruns", "sock_diag destroy-notification buffer overruns"),
     CounterSpec(
         "sockdiag.connections",

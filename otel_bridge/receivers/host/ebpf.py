@@ -90,9 +90,21 @@ class EbpfBackend:
         self._ctx: HostContext | None = None
         self._lines: BpftraceInterpreter | None = None
 
+    def follow(self, pid: int) -> str:
+        """Not supported: why ``pid`` is not followed (the filter is fixed at start)."""
+        return (
+            f"ebpf: pid {pid} not followed: the kernel-side lineage filter is fixed when the "
+            "probe is compiled"
+        )
+
     def start(self, ctx: HostContext) -> None:
         """Start bpftrace and wait for READY (it compiles and attaches first)."""
         self._ctx = ctx
+        if not ctx.lineage.root:
+            raise BackendUnavailableError(
+                "ebpf: the lineage filter is compiled into the probe at start, so it cannot "
+                "follow processes learned later (a standing collector without root_pid)"
+            )
         pids = ctx.snapshot_lineage()
         seed = " ".join(f"@track[{pid}] = 1;" for pid in pids)
         cmd = [self._path, "-B", "line", "-e", PROGRAM.replace("SEED", seed)]
@@ -106,7 +118,7 @@ class EbpfBackend:
         if not ready.wait(deadline - time.monotonic()):
             err = self._stop_process()
             raise BackendUnavailableError(
-                f"ebpf: bpftrace did not attach within {ctx.config.startup_timeout:g}s: "
+                f"ebpf: bpftrace failed or did not attach within {ctx.config.startup_timeout:g}s: "
                 f"{err.strip().splitlines()[-1] if err.strip() else 'no output'}"
             )
         for name, on in (
@@ -177,14 +189,19 @@ class _ReadyWaiter:
     def __init__(self, stream: IO[bytes]) -> None:
         self._stream = stream
         self._event = threading.Event()
+        self._ready = False
 
     def wait(self, timeout: float) -> bool:
+        """True once READY was read; False on timeout or when bpftrace ended first (at once)."""
         thread = threading.Thread(target=self._read, daemon=True)
         thread.start()
-        return self._event.wait(max(0.0, timeout))
+        self._event.wait(max(0.0, timeout))
+        return self._ready
 
     def _read(self) -> None:
         for raw in self._stream:
             if raw.strip() == b"READY":
+                self._ready = True
                 self._event.set()
                 return
+        self._event.set()  # bpftrace exited (it failed to compile or attach): do not wait on

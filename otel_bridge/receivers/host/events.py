@@ -33,6 +33,8 @@ from otel_bridge.strings import clean
 SYSCALL = "syscall"
 SAMPLED = "sampled_process"
 SESSION = "session_observation"
+PLANES: tuple[str, ...] = ("process", "file", "network")
+"""The collections a backend covers; per-plane ``auto`` picks a backend for each."""
 
 
 class Lineage:
@@ -140,6 +142,14 @@ class HostContext:
     states: dict[str, tuple[str, str]] = field(default_factory=dict)
     exclude_paths: tuple[str, ...] = ()
     """Directories whose file events are the collector's own (the run directory): ignored."""
+    planes: frozenset[str] | None = None
+    """The collections (``process``, ``file``, ``network``) this backend reports for; None =
+    all. Per-plane ``auto`` runs several backends, each for its own planes: a backend's state
+    of a plane it was not given is not recorded."""
+    hold_gaps: bool = False
+    """Hold ``unavailable`` / ``not_sampled`` states in :attr:`held` instead of emitting them
+    (per-plane ``auto`` asks the next backend first; the receiver emits what nobody covered)."""
+    held: dict[str, LogRecord] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         self.telemetry = host_telemetry(self.telemetry)
@@ -155,7 +165,20 @@ class HostContext:
         is read from /proc once and reported as sampled ``process.start`` events.
         """
         root = self.lineage.root
-        pids = [root, *descendants_of(root)]
+        if not root:
+            return []  # a standing collector: processes are adopted as they are learned
+        return self._identify([root, *descendants_of(root)])
+
+    def adopt(self, root: int) -> list[int]:
+        """Adopt ``root`` and its running descendants (sampled ``process.start``); their pids.
+
+        Used for every process the receiver learns to follow after start (:mod:`.follow`);
+        pids already in the lineage are skipped.
+        """
+        return self._identify([p for p in (root, *descendants_of(root)) if p not in self.lineage])
+
+    def _identify(self, pids: list[int]) -> list[int]:
+        """Identify, track and report ``pids`` (the running ones) as sampled starts."""
         now = time.time_ns()
         for pid in pids:
             info = read_process(
@@ -173,20 +196,24 @@ class HostContext:
 
     def collection_state(self, name: str, state: CollectionState, reason: str) -> None:
         """Report the terminal state of one collection (record + telemetry note)."""
+        if self.planes is not None and name in PLANES and name not in self.planes:
+            return  # another backend reports this plane
         self.states[name] = (str(state), reason)
         self.telemetry.note(f"host.collection.{name}", f"{state}: {reason}")
-        self.emit(
-            self.events.record(
-                "collection.state",
-                time.time_ns(),
-                {
-                    "collection.name": name,
-                    "collection.state": str(state),
-                    "collection.reason": reason,
-                },
-                attribution=None,
-            )
+        record = self.events.record(
+            "collection.state",
+            time.time_ns(),
+            {
+                "collection.name": name,
+                "collection.state": str(state),
+                "collection.reason": reason,
+            },
+            attribution=None,
         )
+        if self.hold_gaps and state in (CollectionState.UNAVAILABLE, CollectionState.NOT_SAMPLED):
+            self.held[name] = record
+            return
+        self.emit(record)
 
 
 class EventFactory:

@@ -8,7 +8,8 @@ lineage process reads ``stat``, ``exe``, ``cmdline``, ``cwd`` and ``TRACEPARENT`
 consistency checks as :func:`.starts.read_image` (start time and executable unchanged across the
 read). It runs at real-time priority when allowed and writes one line per exec to a pipe; the
 backend uses a line only for the identity ``(pid, start time)`` it already knows, so a recycled
-pid can never lend its image. It stops when its standard input closes (the collector is gone).
+pid can never lend its image. Pids written to its standard input (whitespace-separated) are
+tracked too; it stops when its standard input closes (the collector is gone).
 """
 
 from __future__ import annotations
@@ -73,8 +74,11 @@ def image(pid):
 
 while True:
     ready, _, _ = select.select([sock, sys.stdin], [], [])
-    if sys.stdin in ready and not os.read(sys.stdin.fileno(), 1):
-        break
+    if sys.stdin in ready:
+        chunk = os.read(sys.stdin.fileno(), 4096)
+        if not chunk:
+            break
+        tracked.update(int(w) for w in chunk.split() if w.isdigit())
     if sock not in ready:
         continue
     try:
@@ -181,6 +185,17 @@ class ExecReader:
                 if image is not None or left <= 0:
                     return image
                 self._cond.wait(left)
+
+    def follow(self, pids: list[int]) -> None:
+        """Track ``pids`` too (processes the receiver learned to follow after start)."""
+        stdin = self._proc.stdin
+        if stdin is None or stdin.closed or not pids:
+            return
+        try:
+            stdin.write(" ".join(map(str, pids)).encode() + b"\n")
+            stdin.flush()
+        except OSError:
+            pass  # the helper is gone: the backend reads images itself
 
     def close(self) -> None:
         """Stop the helper. Safe twice."""

@@ -159,7 +159,8 @@ def _prefer_this_thread() -> None:
 def _exec_reader(ctx: HostContext) -> ExecReader | None:
     """The exec image helper over the lineage, or None (noted) when it cannot start."""
     try:
-        return ExecReader([ctx.lineage.root, *descendants_of(ctx.lineage.root)])
+        root = ctx.lineage.root
+        return ExecReader([root, *descendants_of(root)] if root else [])
     except OSError as exc:
         ctx.telemetry.note("host.exec_images", f"no exec image helper: {exc}")
         return None
@@ -167,7 +168,8 @@ def _exec_reader(ctx: HostContext) -> ExecReader | None:
 
 def _destroy_watcher(ctx: HostContext, scanner: SocketScanner) -> tuple[DestroyWatcher | None, str]:
     """The TCP destroy watcher and a note for the network state, or None and why not."""
-    if same_network_namespace(ctx.lineage.root) is False:
+    # a standing collector (no root) follows processes of its own namespace only: see docs/host.md
+    if same_network_namespace(ctx.lineage.root or os.getpid()) is False:
         return None, (
             "the workload runs in another network namespace: TCP destroy notifications are not "
             "followed, so a connection opened and closed between scans is missed"
@@ -260,6 +262,17 @@ class LinuxBackend:
             ctx.collection_state("network", CollectionState.NOT_REQUESTED, "network: false")
         self._thread = threading.Thread(target=self._run, name="host-linux", daemon=True)
         self._thread.start()
+
+    def follow(self, pid: int) -> str:
+        """Adopt ``pid`` and its running descendants; ``""`` (the connector follows any pid)."""
+        ctx, gate = self._ctx, self._gate
+        if ctx is None or gate is None:
+            return "linux: not running"
+        pids = ctx.adopt(pid)
+        if gate.images is not None:
+            gate.images.follow(pids)
+        self._scan()
+        return ""
 
     def _run(self) -> None:
         _prefer_this_thread()

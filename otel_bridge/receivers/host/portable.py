@@ -81,6 +81,24 @@ class PortableBackend:
         """Established sockets whose direction could not be decided (no connect claimed)."""
         self.polls = 0
         self.poll_seconds = 0.0
+        self._poll_lock = threading.Lock()
+        """Serialises a poll with :meth:`follow` (which runs on the receiver's thread)."""
+
+    def follow(self, pid: int) -> str:
+        """Adopt ``pid`` and its running descendants into the sampled lineage; ``""``."""
+        ctx = self._ctx
+        if ctx is None:
+            return "portable: not running"
+        with self._poll_lock:
+            for adopted in ctx.adopt(pid):
+                self._outside.discard(adopted)
+                try:
+                    proc = psutil.Process(adopted)
+                    self._known[adopted] = _image(proc)
+                except (psutil.Error, OSError):
+                    continue
+                self._procs[adopted] = proc
+        return ""
 
     def start(self, ctx: HostContext) -> None:
         """Take the first sample synchronously, then poll in a thread."""
@@ -158,7 +176,8 @@ class PortableBackend:
         interval = self._ctx.config.poll_interval
         next_at = time.monotonic() + interval
         while not self._stop.wait(max(0.0, next_at - time.monotonic())):
-            self._poll()
+            with self._poll_lock:
+                self._poll()
             next_at += interval
             now = time.monotonic()
             if next_at < now:  # overran: skip, do not burst

@@ -5,8 +5,9 @@
 complete syscalls but the highest overhead), then ``portable`` (sampling; always works). Each
 backend that cannot run raises :class:`BackendUnavailableError` with its reason; ``auto`` records
 every reason and continues (also when a backend fails while starting, e.g. bpftrace cannot
-attach), so the summary says which backend was chosen and why the stronger ones were not. The
-loop lives in :meth:`otel_bridge.receivers.host.HostReceiver.start`.
+attach), so the summary says which backend was chosen and why the stronger ones were not. A
+plane the chosen backend reports unavailable or not sampled goes to the next backend that works
+(per-plane ``auto``). The loop lives in :meth:`otel_bridge.receivers.host.HostReceiver.start`.
 """
 
 from __future__ import annotations

@@ -45,43 +45,20 @@ def _drain_and_close(stream: IO[bytes]) -> None:
             pass
 
 
-class StraceBackend:
-    """strace -f -p ROOT, parsed from a pipe (see the module docstring)."""
+_OFF = {"process": "processes: false", "file": "files: false", "network": "network: false"}
 
-    name = "strace"
 
-    def __init__(self, strace_path: str = "strace") -> None:
-        path = shutil.which(strace_path)
-        if path is None:
-            raise BackendUnavailableError(f"strace: {strace_path!r} is not installed")
-        try:
-            version = subprocess.run(
-                [path, "-V"], capture_output=True, text=True, timeout=10, check=False
-            ).stdout.splitlines()[0]
-        except (OSError, subprocess.TimeoutExpired, IndexError) as exc:
-            raise BackendUnavailableError(f"strace: cannot run {path}: {exc}") from exc
-        self._path = path
-        self.version = version
-        self.why = (
-            f"{version}: ptrace syscall tracing of the lineage (attached by pid, so no "
-            "--seccomp-bpf: every traced syscall stops in the tracer)"
-        )
-        self._proc: subprocess.Popen[bytes] | None = None
-        self._read_fd = -1
-        self._thread: threading.Thread | None = None
-        self._interp: SyscallInterpreter | None = None
-        self._drain: threading.Thread | None = None
+class _Session:
+    """One strace process attached to a set of pids, parsed from its pipe by one thread."""
 
-    def start(self, ctx: HostContext) -> None:
-        """Attach strace to the lineage and wait until every pid is attached."""
-        pids = ctx.snapshot_lineage()
+    def __init__(self, path: str, pids: list[int], ctx: HostContext) -> None:
         read_fd, write_fd = os.pipe()
-        cmd = [self._path, "-f", "-ttt", "-yy", "-s", "4096", "-o", f"/dev/fd/{write_fd}"]
+        cmd = [path, "-f", "-ttt", "-yy", "-s", "4096", "-o", f"/dev/fd/{write_fd}"]
         cmd += ["-e", f"trace={TRACE_SET}", "-e", "signal=none"]
         for pid in pids:
             cmd += ["-p", str(pid)]
         try:
-            self._proc = subprocess.Popen(
+            self.proc: subprocess.Popen[bytes] | None = subprocess.Popen(
                 cmd,
                 stdin=subprocess.DEVNULL,
                 stdout=subprocess.DEVNULL,
@@ -91,38 +68,21 @@ class StraceBackend:
         finally:
             os.close(write_fd)
         self._read_fd = read_fd
+        self._thread: threading.Thread | None = None
+        self._drain: threading.Thread | None = None
+        self.interp: SyscallInterpreter | None = None
         self._wait_attached(pids, ctx.config.startup_timeout)
-        self._interp = SyscallInterpreter(ctx)
-        ctx.collection_state(
-            "process",
-            CollectionState.AVAILABLE if ctx.config.processes else CollectionState.NOT_REQUESTED,
-            self.why if ctx.config.processes else "processes: false",
-        )
-        ctx.collection_state(
-            "file",
-            CollectionState.AVAILABLE if ctx.config.files else CollectionState.NOT_REQUESTED,
-            "open/openat/openat2/creat, unlink, rename syscalls (successful opens only; "
-            "bytes read or written are not traced)"
-            if ctx.config.files
-            else "files: false",
-        )
-        ctx.collection_state(
-            "network",
-            CollectionState.AVAILABLE if ctx.config.network else CollectionState.NOT_REQUESTED,
-            "connect/listen syscalls (accepted connections are not traced)"
-            if ctx.config.network
-            else "network: false",
-        )
+        self.interp = SyscallInterpreter(ctx)
         self._thread = threading.Thread(target=self._run, name="host-strace", daemon=True)
         self._thread.start()
 
     def _wait_attached(self, pids: list[int], timeout: float) -> None:
-        assert self._proc is not None
-        assert self._proc.stderr is not None
+        assert self.proc is not None
+        assert self.proc.stderr is not None
         deadline = time.monotonic() + timeout
         waiting = {str(p) for p in pids}
         while waiting and time.monotonic() < deadline:
-            line = self._proc.stderr.readline().decode("utf-8", "replace")
+            line = self.proc.stderr.readline().decode("utf-8", "replace")
             if not line:
                 break
             # "strace: Process 123 attached"
@@ -143,12 +103,12 @@ class StraceBackend:
             )
         # keep draining stderr so strace never blocks on it
         self._drain = threading.Thread(
-            target=_drain_and_close, args=(self._proc.stderr,), name="strace-stderr", daemon=True
+            target=_drain_and_close, args=(self.proc.stderr,), name="strace-stderr", daemon=True
         )
         self._drain.start()
 
     def _run(self) -> None:
-        interp = self._interp
+        interp = self.interp
         assert interp is not None
         parser = StraceParser()
         with os.fdopen(self._read_fd, "rb", closefd=True) as stream:
@@ -162,7 +122,7 @@ class StraceBackend:
 
     def stop(self) -> None:
         """Detach strace (SIGINT), parse what it wrote, and stop. Safe twice."""
-        proc = self._proc
+        proc = self.proc
         if proc is not None:
             if proc.poll() is None:
                 proc.send_signal(2)
@@ -176,13 +136,89 @@ class StraceBackend:
                 self._drain = None
             elif proc.stderr is not None:
                 proc.stderr.close()
-            self._proc = None
+            self.proc = None
         if self._thread is not None:
             self._thread.join(timeout=10)
             self._thread = None
-        if self._interp is not None:
-            self._interp.gate.flush()
-            self._interp = None
+        if self.interp is not None:
+            self.interp.gate.flush()
+            self.interp = None
         if self._read_fd >= 0:
             os.close(self._read_fd)
             self._read_fd = -1
+
+
+class StraceBackend:
+    """strace -f -p ROOT, parsed from a pipe (see the module docstring).
+
+    A standing collector (no root) starts no tracer until it learns a process to follow; each
+    followed process gets its own ``strace -f -p PID`` session (:meth:`follow`).
+    """
+
+    name = "strace"
+
+    def __init__(self, strace_path: str = "strace") -> None:
+        path = shutil.which(strace_path)
+        if path is None:
+            raise BackendUnavailableError(f"strace: {strace_path!r} is not installed")
+        try:
+            version = subprocess.run(
+                [path, "-V"], capture_output=True, text=True, timeout=10, check=False
+            ).stdout.splitlines()[0]
+        except (OSError, subprocess.TimeoutExpired, IndexError) as exc:
+            raise BackendUnavailableError(f"strace: cannot run {path}: {exc}") from exc
+        self._path = path
+        self.version = version
+        self.why = (
+            f"{version}: ptrace syscall tracing of the lineage (attached by pid, so no "
+            "--seccomp-bpf: every traced syscall stops in the tracer)"
+        )
+        self._ctx: HostContext | None = None
+        self._sessions: list[_Session] = []
+        self._lock = threading.Lock()
+
+    def start(self, ctx: HostContext) -> None:
+        """Attach strace to the lineage (if it has a root) and wait until every pid is attached."""
+        self._ctx = ctx
+        pids = ctx.snapshot_lineage()
+        if pids:
+            self._sessions.append(_Session(self._path, pids, ctx))
+        on = {"process": ctx.config.processes, "file": ctx.config.files}
+        on["network"] = ctx.config.network
+        details = {
+            "process": self.why,
+            "file": "open/openat/openat2/creat, unlink, rename syscalls (successful opens only; "
+            "bytes read or written are not traced)",
+            "network": "connect/listen syscalls (accepted connections are not traced)",
+        }
+        for name, wanted in on.items():
+            ctx.collection_state(
+                name,
+                CollectionState.AVAILABLE if wanted else CollectionState.NOT_REQUESTED,
+                details[name] if wanted else _OFF[name],
+            )
+
+    def follow(self, pid: int) -> str:
+        """Attach a new tracer to ``pid`` and its running descendants; ``""`` or why not."""
+        ctx = self._ctx
+        if ctx is None:
+            return "strace: not running"
+        pids = ctx.adopt(pid)
+        if not pids:
+            return ""
+        try:
+            session = _Session(self._path, pids, ctx)
+        except (BackendUnavailableError, OSError) as exc:
+            for p in pids:
+                ctx.lineage.discard(p)
+            return str(exc)
+        with self._lock:
+            self._sessions.append(session)
+        return ""
+
+    def stop(self) -> None:
+        """Detach every tracer, parse what they wrote, and stop. Safe twice."""
+        with self._lock:
+            sessions, self._sessions = self._sessions, []
+        for session in sessions:
+            session.stop()

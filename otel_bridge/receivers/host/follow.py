@@ -1,0 +1,212 @@
+"""What a standing collector follows: processes that report telemetry, and selector matches.
+
+With no ``root_pid`` the host receiver starts with an empty lineage. A :class:`Follower` thread
+then adds roots to it, each with its running descendants, from two sources:
+
+* **telemetry** (``follow_telemetry``): the pipeline publishes the ``process.pid`` of each span
+  resource it receives through :class:`~otel_bridge.component.ProcessInterests` (``host.id``
+  and ``process.creation.time`` with it when the resource states them). A process is followed
+  only if it runs on this host (a stated ``host.id`` must be ours) and is still the process that
+  reported: with ``process.creation.time`` stated, the live pid's start time must agree within
+  :data:`START_TOLERANCE_MS` (else the pid was recycled and nothing is followed).
+* **selectors** (``cgroup``, ``executable``, ``command``, ``user``, :mod:`.selectors`), matched
+  against ``/proc`` every ``selector_interval``.
+
+A process followed this way was running, unobserved, before: what it did earlier (its start,
+files, connections, children that already exited) is unknown. Each follow therefore emits a
+``collection.state`` record for the collection ``lineage`` with state ``degraded``, the
+process's identity and the moment observation began, which normalize turns into a coverage
+record (``collection.lineage.degraded``). A process that reported telemetry but was gone before
+it could be followed gets a ``lineage`` ``unavailable`` record: its OS activity is unknown,
+not absent. The collector's own processes are never followed.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import queue
+import threading
+import time
+from collections.abc import Callable, Sequence
+
+from otel_bridge.component import ProcessInterest, Telemetry
+from otel_bridge.identity import host_id, iso_ms, start_ms_from_ticks
+from otel_bridge.model import AnyValue, CollectionState
+from otel_bridge.receivers.host.events import HostContext
+from otel_bridge.receivers.host.procfs import read_stat
+from otel_bridge.receivers.host.selectors import Selectors
+
+START_TOLERANCE_MS = 50
+"""How far a live pid's start time may be from a stated ``process.creation.time`` (clock-tick
+rounding and the SDK's own reading), far below any pid recycling interval."""
+
+FollowFn = Callable[[int], str]
+"""A backend's ``follow(pid)``: ``""`` when it follows ``pid`` now, else why not."""
+
+
+class Follower:
+    """Queues interests, scans selectors, and has every backend adopt each new root."""
+
+    def __init__(
+        self,
+        ctx: HostContext,
+        follow: Sequence[tuple[str, FollowFn]],
+        *,
+        selectors: Selectors,
+        telemetry: Telemetry,
+        interval: float,
+        logger: logging.Logger,
+    ) -> None:
+        self._ctx = ctx
+        self._log = logger
+        self._follow = list(follow)
+        self._selectors = selectors
+        self._telemetry = telemetry
+        self._interval = interval
+        self._queue: queue.Queue[ProcessInterest | None] = queue.Queue()
+        self._host = host_id()
+        self._own = os.getpid()
+        self._thread: threading.Thread | None = None
+        self._declined: dict[int, int] = {}
+        """Selector scan: pid -> start ticks of processes that matched nothing (not re-read)."""
+        self.followed = 0
+        """Processes followed after start (telemetry or selectors)."""
+
+    def offer(self, interest: ProcessInterest) -> None:
+        """Queue ``interest`` (called on the publisher's thread; returns at once)."""
+        self._queue.put(interest)
+
+    def start(self) -> None:
+        """Match the selectors once now, then follow in a thread."""
+        if self._selectors:
+            self.scan()
+        self._thread = threading.Thread(target=self._run, name="host-follow", daemon=True)
+        self._thread.start()
+
+    def stop(self) -> None:
+        """Handle what is queued, then stop. Safe twice."""
+        if self._thread is not None:
+            self._queue.put(None)
+            self._thread.join()
+            self._thread = None
+
+    def _run(self) -> None:
+        next_scan = time.monotonic() + self._interval
+        while True:
+            timeout = max(0.0, next_scan - time.monotonic()) if self._selectors else None
+            try:
+                item = self._queue.get(timeout=timeout)
+            except queue.Empty:
+                pass
+            else:
+                if item is None:
+                    return
+                self.interest(item)
+            if self._selectors and time.monotonic() >= next_scan:
+                self.scan()
+                next_scan = time.monotonic() + self._interval
+
+    def interest(self, interest: ProcessInterest) -> None:
+        """Follow the process ``interest`` names if it is this host's and still the same."""
+        pid = interest.pid
+        if interest.host_id and interest.host_id != self._host:
+            self._skip("other_host")
+            return
+        if pid in self._ctx.lineage or self._is_own(pid):
+            return
+        stat = read_stat(pid)
+        if stat is None:
+            self._skip("gone")
+            self._record(
+                pid,
+                interest.start_time_ms,
+                CollectionState.UNAVAILABLE,
+                f"pid {pid} reported telemetry ({interest.source}) but had exited before it "
+                "could be followed: its process, file and network activity is unknown",
+            )
+            return
+        start_ms = start_ms_from_ticks(stat[1])
+        expected = interest.start_time_ms
+        if expected is not None and abs(start_ms - expected) > START_TOLERANCE_MS:
+            self._skip("start_mismatch")
+            return
+        self._adopt(pid, start_ms, f"it reported its first span ({interest.source})", "telemetry")
+
+    def scan(self) -> None:
+        """Follow every running process a selector matches (outside the lineage)."""
+        live: dict[int, int] = {}
+        for name in os.listdir("/proc"):
+            if not name.isdigit():
+                continue
+            pid = int(name)
+            if pid in self._ctx.lineage:
+                continue
+            stat = read_stat(pid)
+            if stat is None:
+                continue
+            live[pid] = stat[1]
+            if self._declined.get(pid) == stat[1] and not self._selectors.commands:
+                continue  # uid/cgroup/exe seldom change; a command line changes on exec
+            how = self._selectors.match(pid)
+            if not how:
+                self._declined[pid] = stat[1]
+                continue
+            if stat[0] in self._ctx.lineage or self._is_own(pid):
+                continue  # its parent is followed (the backends add it), or it is ours
+            self._adopt(pid, start_ms_from_ticks(stat[1]), f"it matched {how}", "selector")
+        self._declined = {p: t for p, t in self._declined.items() if live.get(p) == t}
+
+    def _is_own(self, pid: int) -> bool:
+        """The collector or one of its helpers: a child running strace or the exec image reader
+        (``python -S -c``). Other children of the collector's process (a test's) are not."""
+        if pid == self._own:
+            return True
+        stat = read_stat(pid)
+        if stat is None or stat[0] != self._own:
+            return False
+        try:
+            with open(f"/proc/{pid}/cmdline", "rb") as f:
+                argv = f.read().split(b"\0")
+        except OSError:
+            return False
+        return os.path.basename(argv[0]) == b"strace" or argv[1:3] == [b"-S", b"-c"]
+
+    def _adopt(self, pid: int, start_ms: int, why: str, how: str) -> None:
+        reasons = [f"{name}: {r}" for name, fn in self._follow if (r := fn(pid))]
+        if reasons:
+            self._skip("backend")
+            self._log.warning("pid %d (%s) not followed: %s", pid, why, "; ".join(reasons))
+            self._record(
+                pid,
+                start_ms,
+                CollectionState.UNAVAILABLE,
+                f"pid {pid} ({why}) could not be followed: {'; '.join(reasons)}",
+            )
+            return
+        self.followed += 1
+        self._telemetry.count("follow.followed", label=how)
+        self._log.info("following pid %d from now: %s", pid, why)
+        self._record(
+            pid,
+            start_ms,
+            CollectionState.DEGRADED,
+            f"pid {pid} followed from {iso_ms(time.time_ns() // 1_000_000)}, when {why}: its "
+            "earlier process, file and network activity (and that of children that exited "
+            "before) was not observed",
+        )
+
+    def _skip(self, reason: str) -> None:
+        self._telemetry.count("follow.skipped", label=reason)
+
+    def _record(self, pid: int, start_ms: int | None, state: CollectionState, reason: str) -> None:
+        attrs: dict[str, AnyValue] = {
+            "collection.name": "lineage",
+            "collection.state": str(state),
+            "collection.reason": reason,
+            "process.pid": pid,
+        }
+        if start_ms is not None:
+            attrs["process.creation.time"] = iso_ms(start_ms)
+        ctx = self._ctx
+        ctx.emit(ctx.events.record("collection.state", time.time_ns(), attrs, attribution=None))

@@ -1,0 +1,157 @@
+"""Explicit selectors of a standing collector: which running processes the host receiver follows.
+
+A process matches when it satisfies *any* configured selector (``cgroup``, ``executable``,
+``command``, ``user``). Selectors are matched against ``/proc`` every ``selector_interval``
+by :class:`~otel_bridge.receivers.host.follow.Follower`; a matching process is followed, with
+its descendants, from the scan that found it. Validation says, with the key path, every
+selector that cannot work here (an invalid pattern, an unknown user, cgroup selectors without
+the cgroup v2 hierarchy), so ``validate`` refuses what ``run`` could not do.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import os
+import pwd
+import re
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from otel_bridge.receivers.host.config import HostConfig
+
+CGROUP_ROOT = "/sys/fs/cgroup"
+
+
+def cgroups_readable() -> bool:
+    """True when processes' cgroup memberships can be read (``/proc/<pid>/cgroup``, Linux)."""
+    return os.path.exists("/proc/self/cgroup")
+
+
+def _uid(value: str) -> int | None:
+    if value.isdigit():
+        return int(value)
+    try:
+        return pwd.getpwnam(value).pw_uid
+    except KeyError:
+        return None
+
+
+def _cgroup_path(value: str) -> str:
+    """A cgroup selector with a ``/`` as a path relative to its hierarchy's root.
+
+    A path under :data:`CGROUP_ROOT` loses that prefix, and, on a hybrid or v1 host, the
+    hierarchy's own mount directory (``unified``, ``memory``, ``systemd``, ...).
+    """
+    if not value.startswith(CGROUP_ROOT + "/"):
+        return "/" + value.strip("/")
+    rest = value[len(CGROUP_ROOT) :].strip("/")
+    first, _, tail = rest.partition("/")
+    if first and os.path.ismount(os.path.join(CGROUP_ROOT, first)):
+        rest = tail
+    return "/" + rest.strip("/")
+
+
+def selector_problems(config: HostConfig) -> list[str]:
+    """Each selector of ``config`` that cannot work here, as ``key[i]: message``."""
+    problems: list[str] = []
+    if config.selector_interval < 0.01:
+        problems.append("selector_interval: must be at least 10ms")
+    for i, pattern in enumerate(config.command):
+        try:
+            re.compile(pattern)
+        except re.error as exc:
+            problems.append(f"command[{i}]: not a regular expression: {exc}")
+    for i, glob in enumerate(config.executable):
+        if not glob.strip():
+            problems.append(f"executable[{i}]: empty pattern")
+    for i, user in enumerate(config.user):
+        if _uid(user) is None:
+            problems.append(f"user[{i}]: no such user {user!r} on this host")
+    for i, group in enumerate(config.cgroup):
+        if not group.strip("/ "):
+            problems.append(f"cgroup[{i}]: empty cgroup path")
+        elif ".." in group.split("/"):
+            problems.append(f"cgroup[{i}]: '..' is not allowed in a cgroup path")
+        elif not cgroups_readable():
+            problems.append(f"cgroup[{i}]: this system has no /proc/<pid>/cgroup to match")
+    return problems
+
+
+@dataclass(frozen=True, slots=True)
+class Selectors:
+    """The compiled selectors of one host receiver (see the module docstring)."""
+
+    cgroup_paths: tuple[str, ...] = ()
+    cgroup_names: tuple[str, ...] = ()
+    executables: tuple[str, ...] = ()
+    commands: tuple[re.Pattern[str], ...] = ()
+    uids: frozenset[int] = frozenset()
+
+    @classmethod
+    def of(cls, config: HostConfig) -> Selectors:
+        """Compile ``config``'s selectors (it was validated)."""
+        paths = tuple(_cgroup_path(g) for g in config.cgroup if "/" in g)
+        names = tuple(g for g in config.cgroup if "/" not in g)
+        uids = frozenset(u for u in (_uid(v) for v in config.user) if u is not None)
+        return cls(
+            cgroup_paths=paths,
+            cgroup_names=names,
+            executables=tuple(config.executable),
+            commands=tuple(re.compile(p) for p in config.command),
+            uids=uids,
+        )
+
+    def __bool__(self) -> bool:
+        return bool(
+            self.cgroup_paths or self.cgroup_names or self.executables or self.commands or self.uids
+        )
+
+    def match(self, pid: int) -> str:
+        """Which selector ``pid`` matches (``"user=0"``, ...), ``""`` for none or gone."""
+        try:
+            return self._match(pid)
+        except (OSError, ValueError):
+            return ""  # gone, or not ours to read
+
+    def _match(self, pid: int) -> str:
+        if self.uids:
+            with open(f"/proc/{pid}/status", encoding="ascii", errors="replace") as f:
+                for line in f:
+                    if line.startswith("Uid:"):
+                        uid = int(line.split()[1])
+                        if uid in self.uids:
+                            return f"user={uid}"
+                        break
+        if self.cgroup_paths or self.cgroup_names:
+            found = self._cgroup(pid)
+            if found:
+                return found
+        if self.executables:
+            exe = os.readlink(f"/proc/{pid}/exe")
+            for glob in self.executables:
+                if fnmatch.fnmatchcase(exe, glob) or fnmatch.fnmatchcase(
+                    os.path.basename(exe), glob
+                ):
+                    return f"executable={glob}"
+        if self.commands:
+            with open(f"/proc/{pid}/cmdline", "rb") as f:
+                line = f.read().rstrip(b"\0").replace(b"\0", b" ").decode("utf-8", "replace")
+            for pattern in self.commands:
+                if line and pattern.search(line):
+                    return f"command={pattern.pattern}"
+        return ""
+
+    def _cgroup(self, pid: int) -> str:
+        with open(f"/proc/{pid}/cgroup", encoding="utf-8", errors="replace") as f:
+            text = f.read()
+        for line in text.splitlines():  # "0::/path" (v2), "4:memory:/path" (v1): any matches
+            path = line.split(":", 2)[-1] or "/"
+            for want in self.cgroup_paths:
+                if path == want or path.startswith(want.rstrip("/") + "/") or want == "/":
+                    return f"cgroup={want}"
+            parts = path.split("/")
+            for name in self.cgroup_names:
+                if name in parts:
+                    return f"cgroup={name}"
+        return ""

@@ -1,0 +1,180 @@
+"""Helpers of the standing-collector tests: a collector process, a downstream stand-in, the agent.
+
+* :class:`RunningCollector`: ``python -m otel_bridge --log-level INFO run -c CONFIG`` as a real
+  subprocess, its OTLP ports read from its start-up banner, stopped with SIGINT (drain).
+* :class:`Downstream`: an OTLP receiver in this process (otel-bridge's own, gRPC and HTTP) with
+  a recording exporter: stands in for Phoenix and Jaeger at the endpoint their config names.
+* :class:`Agent`: ``tests/standing/sdk_agent.py`` (OpenTelemetry SDK only) as a plain subprocess.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+from waiting import Stderr
+
+from otel_bridge.component import RECEIVER
+from otel_bridge.config import parse_config
+from otel_bridge.model import Span
+from otel_bridge.pipeline import Collector
+from otel_bridge.registry import default_registry
+from otel_bridge.testing import RecordingConsumer, recording_exporter_factory
+
+HERE = Path(__file__).resolve().parent
+REPO = HERE.parent.parent
+AGENT = HERE / "sdk_agent.py"
+_BANNER = re.compile(r"receiver otlp: OTLP/grpc on ([\d.]+):(\d+), OTLP/http on ([\d.]+):(\d+)")
+
+
+def subprocess_env(**extra: str) -> dict[str, str]:
+    """This environment with the working tree first on PYTHONPATH, plus ``extra``."""
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (str(REPO), env.get("PYTHONPATH", "")) if p)
+    for key in [k for k in env if k.startswith("OTEL_")]:
+        del env[key]
+    env.update(extra)
+    return env
+
+
+class RunningCollector:
+    """``otel-bridge run -c CONFIG`` on ephemeral OTLP ports (see the module docstring)."""
+
+    def __init__(
+        self, config: Path | str, cwd: Path, env: dict[str, str], prefix: list[str] | None = None
+    ) -> None:
+        env = {
+            "OTEL_BRIDGE_OTLP_GRPC_ENDPOINT": "127.0.0.1:0",
+            "OTEL_BRIDGE_OTLP_HTTP_ENDPOINT": "127.0.0.1:0",
+            "OTEL_BRIDGE_LOG_LEVEL": "info",  # local.yaml's level; the others follow --log-level
+            **env,
+        }
+        cmd = [*(prefix or []), sys.executable, "-m", "otel_bridge", "--log-level", "INFO"]
+        cmd += ["run", "-c", str(config)]
+        self.proc = subprocess.Popen(
+            cmd,
+            cwd=cwd,
+            env=subprocess_env(**env),
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        self.stderr = Stderr(self.proc, timeout=60)
+        match = self.stderr.wait_for(_BANNER.pattern)
+        self.grpc_port, self.http_port = int(match[2]), int(match[4])
+        self.output = ""
+
+    def stop(self) -> int:
+        """SIGINT, then wait for the drain; the exit code (its stderr is then in ``output``)."""
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGINT)
+        try:
+            return self.proc.wait(timeout=60)
+        finally:
+            if self.proc.poll() is None:
+                self.proc.kill()
+                self.proc.wait()
+            if not self.output:
+                self.output = self.stderr.log()
+
+
+class Downstream:
+    """otel-bridge's OTLP receiver with a recording exporter, on ephemeral ports."""
+
+    def __init__(self) -> None:
+        registry = default_registry()
+        registry.add(recording_exporter_factory("recording"))
+        doc = {
+            "receivers": {
+                "otlp": {
+                    "protocols": {
+                        "grpc": {"endpoint": "127.0.0.1:0"},
+                        "http": {"endpoint": "127.0.0.1:0"},
+                    }
+                }
+            },
+            "exporters": {"recording": None},
+            "service": {
+                "pipelines": {"traces": {"receivers": ["otlp"], "exporters": ["recording"]}}
+            },
+        }
+        self.collector = Collector(parse_config(doc, env={}, registry=registry))
+        self.collector.start()
+        (rid,) = self.collector.component_ids(RECEIVER)
+        status = self.collector.status(rid)
+        grpc, http = status.endpoint("grpc"), status.endpoint("http")
+        assert grpc is not None
+        assert http is not None
+        self.grpc_endpoint = f"127.0.0.1:{grpc.port}"
+        self.http_url = http.url
+        recorder = self.collector.component("recording")
+        assert isinstance(recorder, RecordingConsumer)
+        self.recorder = recorder
+
+    def spans(self) -> list[Span]:
+        """Every span received so far."""
+        return self.recorder.spans
+
+    def stop(self) -> None:
+        """Shut the stand-in down."""
+        self.collector.shutdown()
+
+
+class Agent:
+    """The SDK agent as a plain subprocess (see ``sdk_agent.py``)."""
+
+    def __init__(
+        self,
+        out_file: Path,
+        port: int,
+        endpoint: str,
+        protocol: str,
+        prefix: list[str] | None = None,
+    ) -> None:
+        env = subprocess_env(
+            OTEL_EXPORTER_OTLP_ENDPOINT=endpoint,
+            OTEL_EXPORTER_OTLP_PROTOCOL=protocol,
+            OTEL_EXPERIMENTAL_RESOURCE_DETECTORS="process,host",
+            OTEL_SERVICE_NAME="standing-agent",
+        )
+        self.proc = subprocess.Popen(
+            [*(prefix or []), sys.executable, str(AGENT), str(out_file), str(port)],
+            env=env,
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        assert self.proc.stdout is not None
+        line = self.proc.stdout.readline()
+        assert line.strip() == "reported", line + (
+            self.proc.stderr.read() if self.proc.stderr else ""
+        )
+
+    @property
+    def pid(self) -> int:
+        """The agent's pid."""
+        return self.proc.pid
+
+    def go(self) -> None:
+        """Let the agent act, and wait for it to exit 0."""
+        assert self.proc.stdin is not None
+        self.proc.stdin.write("go\n")
+        self.proc.stdin.close()
+        code = self.proc.wait(timeout=60)
+        err = self.proc.stderr.read() if self.proc.stderr else ""
+        assert code == 0, err
+
+    def kill(self) -> None:
+        """Stop the agent if it still runs; close its pipes."""
+        if self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait()
+        for stream in (self.proc.stdin, self.proc.stdout, self.proc.stderr):
+            if stream is not None and not stream.closed:
+                stream.close()

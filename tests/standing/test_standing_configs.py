@@ -1,0 +1,117 @@
+"""Issue 11, reproductions 2 and 3: a standing collector from each shipped config sees the OS.
+
+Each test starts ``otel-bridge run -c configs/<file>`` as a real process (its downstream, for
+Phoenix and Jaeger, is a local OTLP receiver at the endpoint the config reads), then an agent
+instrumented with nothing but the OpenTelemetry SDK as a separate plain subprocess. The
+collector learns the agent's pid from its first span, follows it, and records what the agent
+does next: its process, a file it writes and a connection it makes.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+from standing_support import REPO, Agent, Downstream, RunningCollector
+
+from otel_bridge.model import Span
+from otel_bridge.testing import LoopbackServer
+
+CONFIGS = REPO / "configs"
+
+# the agent exports with the SDK's own OTLP exporters (the dev extra)
+pytest.importorskip("opentelemetry.exporter.otlp.proto.http", reason="needs the dev extra")
+pytest.importorskip("opentelemetry.exporter.otlp.proto.grpc", reason="needs the dev extra")
+
+
+def test_every_shipped_config_is_tested_here() -> None:
+    """Adding a config file means adding it to the standing tests below."""
+    assert sorted(p.name for p in CONFIGS.glob("*.yaml")) == [
+        "jaeger.yaml",
+        "local.yaml",
+        "phoenix.yaml",
+    ]
+
+
+def run_agent(
+    collector: RunningCollector, tmp_path: Path, protocol: str
+) -> tuple[Agent, Path, int]:
+    """Start the SDK agent against ``collector``, wait until it is followed, let it act."""
+    out = tmp_path / "agent-output.txt"
+    server = LoopbackServer()
+    port = collector.grpc_port if protocol == "grpc" else collector.http_port
+    agent = Agent(out, server.port, f"http://127.0.0.1:{port}", protocol)
+    try:
+        collector.stderr.wait_for(rf"following pid {agent.pid} from now")
+        agent.go()
+    finally:
+        agent.kill()
+        server.close()
+        code = collector.stop()
+    assert code == 0, collector.output
+    return agent, out, server.port
+
+
+def test_local_yaml_records_the_os_plane_of_a_separately_started_agent(tmp_path: Path) -> None:
+    """configs/local.yaml: the graph holds the agent's process, its file and its connection."""
+    graph_path = tmp_path / "graph.json"
+    env = {
+        "OTEL_BRIDGE_GRAPH": str(graph_path),
+        "OTEL_BRIDGE_RECORDS": str(tmp_path / "records.jsonl"),
+    }
+    collector = RunningCollector(CONFIGS / "local.yaml", tmp_path, env)
+    agent, out, port = run_agent(collector, tmp_path, "http/protobuf")
+    graph: dict[str, Any] = json.loads(graph_path.read_text())
+    nodes = {n["id"]: n for n in graph["nodes"]}
+    (proc,) = [
+        n for n in nodes.values() if n["kind"] == "process" and n["facts"]["pid"] == agent.pid
+    ]
+    assert "os" in proc["channels"]
+    targets = {e["target"] for e in graph["edges"] if e["source"] == proc["id"]}
+    files = [nodes[t] for t in targets if nodes[t]["kind"] == "file"]
+    assert str(out) in {f["facts"]["path"] for f in files}, targets
+    endpoints = [nodes[t]["facts"] for t in targets if nodes[t]["kind"] == "endpoint"]
+    assert port in {e["port"] for e in endpoints}, targets
+    # followed from its first span: what came before is recorded as unknown
+    assert graph["summary"]["coverage"].get("collection.lineage.degraded") == 1
+
+
+def os_span_of(spans: list[Span], pid: int) -> Span:
+    """The enrich processor's OS-plane span of process ``pid``."""
+    (span,) = [
+        s
+        for s in spans
+        if s.resource.attributes.get("service.name") == "otel-bridge-host"
+        and s.attributes.get("process.pid") == pid
+    ]
+    return span
+
+
+@pytest.mark.slow  # 10-20 s each: enrich holds spans for its window before the drain
+@pytest.mark.parametrize(
+    ("config", "protocol"), [("phoenix.yaml", "http/protobuf"), ("jaeger.yaml", "grpc")]
+)
+def test_backend_config_records_the_os_plane_of_a_separately_started_agent(
+    tmp_path: Path, config: str, protocol: str
+) -> None:
+    """configs/phoenix.yaml and jaeger.yaml: the downstream gets the agent's OS-plane span,
+    with the file it wrote and the connection it made as span events."""
+    downstream = Downstream()
+    try:
+        env = {
+            "PHOENIX_COLLECTOR_ENDPOINT": downstream.http_url,
+            "JAEGER_ENDPOINT": downstream.grpc_endpoint,
+        }
+        collector = RunningCollector(CONFIGS / config, tmp_path, env)
+        agent, out, port = run_agent(collector, tmp_path, protocol)
+        spans = downstream.spans()
+    finally:
+        downstream.stop()
+    names = {s.name for s in spans if s.resource.attributes.get("service.name") == "standing-agent"}
+    assert names == {"agent.hello", "agent.act"}
+    span = os_span_of(spans, agent.pid)
+    targets = {str(e.attributes.get("otel_bridge.target")) for e in span.events}
+    assert any(str(out) in t for t in targets), targets
+    assert any(t.endswith(f":{port}") for t in targets), targets

@@ -1,4 +1,5 @@
-"""Suite-wide settings.
+"""Suite-wide settings, and the OTLP tests' fixtures (a real receiver on free ports feeding a
+recording consumer).
 
 Hypothesis: no per-example deadline and no "input generation is slow" health check. Both measure
 wall time, which a shared, loaded machine stretches without anything being wrong; the properties
@@ -7,7 +8,89 @@ themselves and their example counts are unchanged.
 
 from __future__ import annotations
 
+import socket
+from collections.abc import Callable, Iterator
+
+import pytest
 from hypothesis import HealthCheck, settings
+from otlp_fixtures import Running, StartReceiver
+
+from otel_bridge.component import CreateSettings, Host
+from otel_bridge.receivers.otlp import OtlpReceiver, factory
+from otel_bridge.receivers.otlp.config import (
+    GrpcConfig,
+    HttpConfig,
+    OtlpReceiverConfig,
+    Protocols,
+)
+from otel_bridge.testing import RecordingConsumer
+
+
+@pytest.fixture
+def start_receiver() -> Iterator[StartReceiver]:
+    """Start receivers on port 0 (both protocols unless told); shut them down afterwards."""
+    started: list[OtlpReceiver] = []
+
+    def start(
+        *,
+        grpc: bool = True,
+        http: bool = True,
+        max_recv_msg_size_mib: int = 4,
+        max_request_body_size: int = 20 * 1024 * 1024,
+        sink: RecordingConsumer | None = None,
+        retry_after: float = 1.0,
+    ) -> Running:
+        config = OtlpReceiverConfig(
+            protocols=Protocols(
+                grpc=GrpcConfig(endpoint="127.0.0.1:0", max_recv_msg_size_mib=max_recv_msg_size_mib)
+                if grpc
+                else None,
+                http=HttpConfig(endpoint="127.0.0.1:0", max_request_body_size=max_request_body_size)
+                if http
+                else None,
+            ),
+            retry_after=retry_after,
+        )
+        sink = sink or RecordingConsumer()
+        receiver = factory.create(CreateSettings(id="otlp"), config, sink)
+        assert isinstance(receiver, OtlpReceiver)
+        host = Host()
+        receiver.start(host)
+        started.append(receiver)
+        return Running(receiver, sink, host)
+
+    yield start
+    for receiver in started:
+        receiver.shutdown()
+
+
+@pytest.fixture
+def unused_port() -> int:
+    """A TCP port on 127.0.0.1 that nobody listens on (bound, then released)."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port: int = sock.getsockname()[1]
+    return port
+
+
+@pytest.fixture
+def start_config() -> Iterator[Callable[..., Running]]:
+    """Start a receiver from a full config (``sink`` optional); shut it down afterwards."""
+    started: list[OtlpReceiver] = []
+
+    def start(config: OtlpReceiverConfig, sink: RecordingConsumer | None = None) -> Running:
+        sink = sink or RecordingConsumer()
+        receiver = factory.create(CreateSettings(id="otlp"), config, sink)
+        assert isinstance(receiver, OtlpReceiver)
+        host = Host()
+        receiver.start(host)
+        started.append(receiver)
+        return Running(receiver, sink, host)
+
+    yield start
+    for receiver in started:
+        receiver.shutdown()
+
 
 settings.register_profile(
     "otel-bridge",

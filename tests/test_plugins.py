@@ -13,11 +13,11 @@ import signal
 import socket
 import subprocess
 import sys
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from waiting import poll
 
 PLUGIN = Path(__file__).parent / "testdata" / "plugin"
 
@@ -135,16 +135,17 @@ def collector(plugin_path: Path, tmp_path: Path) -> Iterator[tuple[int, Path]]:
         text=True,
     )
     try:
-        deadline = time.monotonic() + 60
-        while True:
+
+        def listening() -> bool:
             try:
                 socket.create_connection(("127.0.0.1", port), timeout=0.5).close()
-                break
             except OSError:
-                if proc.poll() is not None or time.monotonic() > deadline:
-                    output = proc.stdout.read() if proc.stdout else ""
-                    pytest.fail(f"collector did not listen on {port}: {output}")
-                time.sleep(0.05)  # polling interval of the wait, not a synchronisation
+                return False
+            return True
+
+        if not poll(listening, lambda up: up or proc.poll() is not None, 60):
+            output = proc.stdout.read() if proc.stdout else ""
+            pytest.fail(f"collector did not listen on {port}: {output}")
         yield port, out
     finally:
         proc.send_signal(signal.SIGTERM)
@@ -166,13 +167,11 @@ def test_plugin_processor_runs_in_a_pipeline(collector: tuple[int, Path]) -> Non
         pass
     provider.shutdown()
 
-    deadline = time.monotonic() + 30
-    text = ""
-    while time.monotonic() < deadline:
-        text = out.read_text(encoding="utf-8") if out.exists() else ""
-        if "stamped-span" in text:
-            break
-        time.sleep(0.05)  # polling interval of the wait
+    text = poll(
+        lambda: out.read_text(encoding="utf-8") if out.exists() else "",
+        lambda written: "stamped-span" in written,
+        30,
+    )
     assert "stamped-span" in text
     assert "plugin.tag" in text
     assert "from-plugin" in text

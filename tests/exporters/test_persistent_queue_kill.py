@@ -11,11 +11,11 @@ is what arrives.
 from __future__ import annotations
 
 import signal
-import time
 from pathlib import Path
 
 import pytest
 from exporters_support import free_port, start_run, stop
+from waiting import poll
 
 from otel_bridge.exporters.file import read_batch
 
@@ -90,15 +90,14 @@ def send_spans(port: int, names: list[str]) -> list[str]:
 
 def wait_for_names(path: Path, names: set[str], timeout: float = 60.0) -> list[str]:
     """The span names written to ``path`` once they include ``names`` (fails on timeout)."""
-    deadline = time.monotonic() + timeout
-    seen: list[str] = []
-    while time.monotonic() < deadline:
-        if path.exists():
-            seen = [s.name for s in read_batch(path).spans]
-            if names <= set(seen):
-                return seen
-        time.sleep(0.1)
-    raise AssertionError(f"missing after {timeout}s: {sorted(names - set(seen))}")
+    seen = poll(
+        lambda: [s.name for s in read_batch(path).spans] if path.exists() else [],
+        lambda names_seen: names <= set(names_seen),
+        timeout,
+        interval=0.1,
+    )
+    assert names <= set(seen), f"missing after {timeout}s: {sorted(names - set(seen))}"
+    return seen
 
 
 @pytest.mark.slow

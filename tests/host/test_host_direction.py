@@ -5,11 +5,11 @@ from __future__ import annotations
 import os
 import shlex
 import socket
-import time
 from pathlib import Path
 
 import pytest
 from host_support import Gated, finish, needs_root, python, require_backend, start_receiver
+from waiting import wait_until
 
 from otel_bridge.component import Telemetry
 from otel_bridge.model import AnyValue, LogRecord
@@ -125,12 +125,8 @@ conn.close()
 
 
 def _wait_file(path: Path, timeout: float = 10.0) -> str:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if path.exists():
-            return path.read_text()
-        time.sleep(0.01)
-    raise AssertionError(f"{path} not written within {timeout}s")
+    wait_until(path.exists, timeout, f"{path} to be written")
+    return path.read_text()
 
 
 def _phantoms(backend: str, tmp_path: Path) -> tuple[list[dict[str, AnyValue]], int, int]:

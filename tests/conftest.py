@@ -1,4 +1,10 @@
-"""Fixtures for the OTLP tests: a real receiver on free ports feeding a recording consumer."""
+"""Suite-wide settings, and the OTLP tests' fixtures (a real receiver on free ports feeding a
+recording consumer).
+
+Hypothesis: no per-example deadline and no "input generation is slow" health check. Both measure
+wall time, which a shared, loaded machine stretches without anything being wrong; the properties
+themselves and their example counts are unchanged.
+"""
 
 from __future__ import annotations
 
@@ -6,6 +12,7 @@ import socket
 from collections.abc import Callable, Iterator
 
 import pytest
+from hypothesis import HealthCheck, settings
 from otlp_fixtures import Running, StartReceiver
 
 from otel_bridge.component import CreateSettings, Host
@@ -83,3 +90,11 @@ def start_config() -> Iterator[Callable[..., Running]]:
     yield start
     for receiver in started:
         receiver.shutdown()
+
+
+settings.register_profile(
+    "otel-bridge",
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow],
+)
+settings.load_profile("otel-bridge")

@@ -14,6 +14,7 @@ from __future__ import annotations
 import argparse
 import importlib
 import logging
+import os
 import sys
 from collections.abc import Sequence
 
@@ -105,6 +106,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     try:
         code: int = args.func(args)
+        sys.stdout.flush()  # inside the try: a reader that left (``| head``) raises here
+    except BrokenPipeError:
+        return _reader_left()
     except ConfigError as exc:
         print("otel-bridge: invalid configuration:", file=sys.stderr)
         for problem in exc.problems:
@@ -116,6 +120,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:
         return 130
     return code
+
+
+def _reader_left() -> int:
+    """The reader of stdout closed the pipe (``otel-bridge graph ... | head``): end quietly, as
+    a command killed by SIGPIPE would (exit 141), with no traceback at interpreter exit."""
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, sys.stdout.fileno())
+    os.close(devnull)
+    return 128 + 13
 
 
 if __name__ == "__main__":

@@ -76,14 +76,16 @@ def test_three_tool_calls_answer_in_the_report_and_a_small_graph(tmp_path: Path)
     assert f"{tmp_path}/agent-notes.bak (" in report  # cp's write, on cp's row
     assert "write_file (call_2) declared no command; no process was linked" in report
     assert "## Not linked, and why" in report
-    assert "exact." not in report and "skip." not in report  # no counter jargon
+    assert "exact." not in report  # no counter jargon
+    assert "skip." not in report
     assert "## Tool calls" in result.stderr  # printed too
     assert str(tmp_path / "run" / "report.md") in result.stderr
 
     # -o refuses the previous run; --replace replaces it, --keep-runtime-reads keeps the files
     again = _observe(tmp_path, "true")
     assert again.returncode == 2
-    assert "not empty" in again.stderr and "--replace" in again.stderr
+    assert "not empty" in again.stderr
+    assert "--replace" in again.stderr
     assert _graph(tmp_path)["summary"]["nodes_by_kind"]["tool_call"] == 3  # untouched
     cmd = (sys.executable, "-c", "import json")
     kept = _observe(tmp_path, *cmd, extra=("--replace", "--keep-runtime-reads"))
@@ -109,7 +111,7 @@ def test_replace_refuses_a_directory_that_is_not_a_run(tmp_path: Path) -> None:
 
 def test_graph_into_a_closed_pipe_ends_without_a_traceback(tmp_path: Path) -> None:
     """``otel-bridge graph FILE | head -1``: the reader leaves, the command ends quietly."""
-    nodes = [
+    nodes: list[dict[str, Any]] = [
         {
             "id": f"file:/srv/data/{i:05d}.csv",
             "kind": "file",
@@ -140,10 +142,12 @@ def test_graph_into_a_closed_pipe_ends_without_a_traceback(tmp_path: Path) -> No
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
     )
-    assert proc.stdout is not None and proc.stderr is not None
+    assert proc.stdout is not None
+    assert proc.stderr is not None
     assert proc.stdout.readline()
     proc.stdout.close()  # what `head -1` does after its line
     with proc.stderr:
         err = proc.stderr.read().decode()
     assert proc.wait(timeout=60) == 141
-    assert "Traceback" not in err and "BrokenPipe" not in err, err
+    assert "Traceback" not in err, err
+    assert "BrokenPipe" not in err, err

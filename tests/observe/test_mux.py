@@ -24,14 +24,14 @@ from otel_bridge.testing import RecordingConsumer
 pytest.importorskip("opentelemetry.exporter.otlp.proto.grpc", reason="needs the gRPC exporter")
 pytest.importorskip("opentelemetry.exporter.otlp.proto.http", reason="needs the HTTP exporter")
 
-from opentelemetry.exporter.otlp.proto.grpc.trace_exporter import (  # noqa: E402
+from opentelemetry.exporter.otlp.proto.grpc.trace_exporter import (
     OTLPSpanExporter as GrpcSpanExporter,
 )
-from opentelemetry.exporter.otlp.proto.http.trace_exporter import (  # noqa: E402
+from opentelemetry.exporter.otlp.proto.http.trace_exporter import (
     OTLPSpanExporter as HttpSpanExporter,
 )
-from opentelemetry.sdk.trace import TracerProvider  # noqa: E402
-from opentelemetry.sdk.trace.export import SimpleSpanProcessor, SpanExporter  # noqa: E402
+from opentelemetry.sdk.trace import TracerProvider
+from opentelemetry.sdk.trace.export import SimpleSpanProcessor, SpanExporter
 
 
 @pytest.fixture
@@ -46,7 +46,8 @@ def served() -> Iterator[tuple[OtlpReceiver, RecordingConsumer, ProtocolMux]]:
     receiver = factory.create(CreateSettings(id="otlp"), config, sink)
     assert isinstance(receiver, OtlpReceiver)
     receiver.start(Host())
-    assert receiver.grpc_port is not None and receiver.http_port is not None
+    assert receiver.grpc_port is not None
+    assert receiver.http_port is not None
     mux = ProtocolMux(
         grpc=Upstream("127.0.0.1", receiver.grpc_port),
         http=Upstream("127.0.0.1", receiver.http_port),
@@ -145,9 +146,13 @@ def test_only_grpc_served_refuses_http_clients_cleanly() -> None:
     try:
         _export(GrpcSpanExporter(endpoint=mux.url, insecure=True), "grpc-only")
         conn = http.client.HTTPConnection("127.0.0.1", mux.port, timeout=10)
-        with pytest.raises((http.client.RemoteDisconnected, ConnectionError)):
+
+        def post() -> None:
             conn.request("POST", "/v1/traces", b"{}", {"Content-Type": "application/json"})
             conn.getresponse()
+
+        with pytest.raises((http.client.RemoteDisconnected, ConnectionError)):
+            post()
         conn.close()
         assert _span_names(sink) == ["grpc-only"]
         assert mux.wait_idle(10)

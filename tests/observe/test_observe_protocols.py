@@ -98,7 +98,8 @@ def test_a_run_without_spans_says_so_with_the_likely_cause(tmp_path: Path) -> No
     assert result.returncode == 0, result.stderr
     assert "warning: the command sent no spans: it never connected" in result.stderr
     warnings = _summary(tmp_path)["otlp"]["warnings"]
-    assert len(warnings) == 1 and "never connected" in warnings[0]
+    assert len(warnings) == 1
+    assert "never connected" in warnings[0]
     assert "the command sent no spans" in (tmp_path / "run" / "report.md").read_text()
 
 
@@ -144,7 +145,8 @@ def test_the_users_destination_still_receives_the_agents_spans(
     forward = _summary(tmp_path)["forward"]
     assert forward["destination"] == f"http://127.0.0.1:{port}"
     assert forward["protocol"] == protocol
-    assert forward["spans_sent"] == 2 and forward["spans_not_sent"] == 0
+    assert forward["spans_sent"] == 2
+    assert forward["spans_not_sent"] == 0
     assert f"Forwarded to http://127.0.0.1:{port}" in result.stderr
 
 

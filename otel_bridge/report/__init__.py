@@ -181,8 +181,6 @@ def build(graph: Graph) -> Report:
         and n.id not in agents
         and isinstance(n.facts, ProcessFacts)
         and n.facts.argv is not None
-        and any(e.relation == "spawned" for e in ix.into[n.id])
-        and not any(e.source in agents or e.source in linked for e in ix.into[n.id])
     ]
     return Report(
         calls=calls,
@@ -242,7 +240,9 @@ def render(report: Report, *, title: str, planes: Mapping[str, str] | None = Non
     notes = [*report.unlinked_calls, *report.unlinked_processes]
     for plane, state in sorted((planes or {}).items()):
         if not state.startswith("available"):
-            notes.append(f"the {plane} plane was {state}: what it did not see is unknown")
+            notes.append(
+                f"the {plane} plane was {state}; what it did not see is unknown, not absent"
+            )
     lines += [f"- {n}" for n in notes] or ["- everything the agent reported was linked"]
     if report.folded:
         lines += [

@@ -31,6 +31,7 @@ and exit cost, which is subtracted. CPU seconds of the whole ``observe`` tree ar
     python benchmarks/overhead.py --backend linux --pairs 30,30,10
     python benchmarks/overhead.py --backend portable --poll-interval 20 --mode cli
     python benchmarks/overhead.py --backend linux --mode fixed --runs 20
+    python benchmarks/overhead.py --backend linux --mode phases --runs 10   # where it goes
 """
 
 from __future__ import annotations
@@ -212,7 +213,6 @@ def fixed_once(observed: bool, backend: str) -> tuple[float, float, float]:
             "--backend",
             backend,
             "--no-progress",
-            "--no-forward",
             "-o",
             os.path.join(out_dir, "run"),
             "--",
@@ -258,11 +258,74 @@ def fixed_main(runs: int, backend: str, rng: random.Random) -> None:
     print(f"  CPU of the observe tree                  {med(cpu):.3f} s")
 
 
+PHASES = (
+    ("commands.observe", "_prepare", "config + registry (imports every component)"),
+    ("pipeline", "Collector.start", "collector start (host backend, OTLP servers)"),
+    ("commands.observe", "start_mux", "protocol mux start"),
+    ("commands.observe", "Workload.release", "gate opened"),
+    ("commands.observe", "Workload.exit_code", "workload runs"),
+    ("commands.observe", "drain", "drain (process group gone, mux idle)"),
+    ("pipeline", "Collector.shutdown", "collector shutdown (host drain, flushes)"),
+    ("commands.observe", "_finish", "summary, report.md, manifest"),
+)
+
+
+PHASE_CHILD = r"""
+import importlib, sys, time
+spawned = int(sys.argv[1])
+marks = [("python start (interpreter, site)", time.time_ns(), time.process_time())]
+from otel_bridge import cli
+importlib.import_module("otel_bridge.commands.observe")
+marks.append(("cli + observe modules imported", time.time_ns(), time.process_time()))
+for module_name, attr, label in PHASES:
+    module = importlib.import_module("otel_bridge." + module_name)
+    owner_name, _, fn_name = attr.rpartition(".")
+    owner = getattr(module, owner_name) if owner_name else module
+    def timed(*a, _f=getattr(owner, fn_name), _label=label, **k):
+        result = _f(*a, **k)
+        marks.append((_label, time.time_ns(), time.process_time()))
+        return result
+    setattr(owner, fn_name, timed)
+cli.main(sys.argv[2:])
+previous = (spawned, 0.0)
+for label, wall, cpu in marks:
+    print(f"PHASE\t{label}\t{(wall - previous[0]) / 1e9:.4f}\t{cpu - previous[1]:.4f}",
+          file=sys.stderr)
+    previous = (wall, cpu)
+"""
+"""Runs ``observe`` in a fresh interpreter, timing each phase (wall and process CPU)."""
+
+
+def phases_main(runs: int, backend: str) -> None:
+    """Median wall and CPU per phase of ``observe -- true`` over ``runs`` runs."""
+    table: dict[str, list[tuple[float, float]]] = {}
+    for _ in range(runs):
+        out_dir = tempfile.mkdtemp(prefix="ovh-phase-")
+        code = f"PHASES = {PHASES!r}\n{PHASE_CHILD}"
+        argv = [sys.executable, "-c", code, str(time.time_ns()), "observe", "--backend", backend]
+        argv += ["--no-progress", "--no-forward", "-o", os.path.join(out_dir, "run"), "--", "true"]
+        try:
+            proc = subprocess.run(argv, capture_output=True, text=True, check=True)
+        finally:
+            shutil.rmtree(out_dir, ignore_errors=True)
+        for line in proc.stderr.splitlines():
+            if line.startswith("PHASE\t"):
+                _, label, wall_text, cpu_text = line.split("\t")
+                table.setdefault(label, []).append((float(wall_text), float(cpu_text)))
+    print(f"observe -- true, phases in order ({runs} runs, medians; wall includes waiting)")
+    for label, values in table.items():
+        wall = statistics.median(v[0] for v in values)
+        cpu = statistics.median(v[1] for v in values)
+        print(f"  {label:48} wall {wall:7.3f} s   CPU {cpu:7.3f} s")
+
+
 def main(argv: list[str] | None = None) -> int:
     """Run the pairs and print the summary table."""
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--backend", default="linux")
-    parser.add_argument("--mode", choices=("receiver", "cli", "fixed"), default="receiver")
+    parser.add_argument(
+        "--mode", choices=("receiver", "cli", "fixed", "phases"), default="receiver"
+    )
     parser.add_argument("--runs", type=int, default=20, help="fixed mode: paired runs")
     parser.add_argument("--pairs", default="30,30,10", help="pairs for micro,medium,long")
     parser.add_argument("--poll-interval", type=float, default=20, help="portable interval, ms")
@@ -274,6 +337,9 @@ def main(argv: list[str] | None = None) -> int:
     print(f"backend={args.backend} mode={args.mode} poll={args.poll_interval:g}ms")
     if args.mode == "fixed":
         fixed_main(args.runs, args.backend, rng)
+        return 0
+    if args.mode == "phases":
+        phases_main(args.runs, args.backend)
         return 0
     print(
         f"{'workload':8} {'pairs':>5} {'median ovh':>10} {'P25-P75':>17} "

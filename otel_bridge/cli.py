@@ -12,6 +12,7 @@ problem) and exit 2.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import importlib
 import logging
 import os
@@ -119,7 +120,21 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
     except KeyboardInterrupt:
         return 130
+    if argv is None and getattr(args, "exit_when_done", False):
+        _exit_now(code)
     return code
+
+
+def _exit_now(code: int) -> None:
+    """End the process without interpreter finalization (tearing down every imported module and
+    the gRPC runtime takes longer than the work of a short command). Only for a command that sets
+    ``exit_when_done`` after its own output is complete and closed, and only from the console
+    entry point (``argv`` None), never for an in-process caller."""
+    logging.shutdown()
+    for stream in (sys.stdout, sys.stderr):
+        with contextlib.suppress(BrokenPipeError, ValueError):
+            stream.flush()
+    os._exit(code)
 
 
 def _reader_left() -> int:

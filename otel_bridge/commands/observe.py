@@ -118,7 +118,8 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         help="keep interpreter and shared-library reads as file nodes in graph.json",
     )
     parser.add_argument("command", nargs=argparse.REMAINDER, metavar="-- CMD ...")
-    parser.set_defaults(func=run)
+    # the run directory is complete and closed when run() returns: the process may end at once
+    parser.set_defaults(func=run, exit_when_done=True)
 
 
 def new_run_id() -> str:

@@ -143,12 +143,13 @@ class ProtocolMux:
     def _sniff(self, conn: socket.socket) -> str | None:
         """``grpc`` or ``http`` from the first bytes (not consumed); None if the peer left."""
         conn.settimeout(_SNIFF_TIMEOUT)
+        deadline = time.monotonic() + _SNIFF_TIMEOUT
         head = b""
         while len(head) < _SNIFF_BYTES:
             head = conn.recv(_SNIFF_BYTES, socket.MSG_PEEK)
             if not head:
                 return None
-            if not H2_PREFACE.startswith(head):
+            if not H2_PREFACE.startswith(head) or time.monotonic() > deadline:
                 break
             if len(head) < _SNIFF_BYTES:
                 time.sleep(0.001)  # a preface split across segments: wait for the rest

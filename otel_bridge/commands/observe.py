@@ -14,6 +14,12 @@ so its pid is known before anything runs; the collector starts with the host rec
 that pid; only then is the gate opened (passing the OTLP endpoint, whose port is chosen by the
 kernel), and the gate ``exec``s CMD. If the collector fails at any point, the workload's process
 group is terminated, never orphaned. The exit code is CMD's (128+N when killed by signal N).
+
+The endpoint CMD gets is a protocol mux (:mod:`otel_bridge.otlp.mux`) in front of the receiver's
+gRPC and HTTP servers, so either SDK exporter works; a destination the user had already set in
+``OTEL_EXPORTER_OTLP_*`` is forwarded to (``_observe_forward``); after CMD exits the run drains
+on events (its process group gone, the mux idle), and ends with ``summary.json``, ``report.md``
+and the manifest (``_observe_report``). ``docs/observe.md`` is the contract.
 """
 
 from __future__ import annotations

@@ -188,16 +188,7 @@ def build_overlay(
         ComponentAddition(section="processors", id=f"{name}/run")
         for name in ("redact", "normalize", "correlate", "grade")
     ]
-    for eid, settings in (
-        ("file/run_os", {"path": run.file(rundir.OS_STREAM), "signals": ["logs"]}),
-        ("file/run_sem", {"path": run.file(rundir.SEM_STREAM), "signals": ["spans", "logs"]}),
-        (
-            "file/run_correlated",
-            {"path": run.file(rundir.CORRELATED_STREAM), "signals": ["observations", "coverage"]},
-        ),
-        ("graph/run", {"output": run.file(rundir.GRAPH), "run": _graph_run(keep_runtime_reads)}),
-    ):
-        adds.append(ComponentAddition(section="exporters", id=eid, settings=settings))
+    adds += _run_exporters(run, keep_runtime_reads)
     forwarding: tuple[PipelineAddition, ...] = ()
     if forward is not None:
         exporter, forwarding = forward_overlay(forward, otlp)
@@ -225,6 +216,28 @@ def build_overlay(
         *forwarding,
     )
     return ConfigOverlay(components=tuple(adds), pipelines=pipelines), Wiring(otlp, host)
+
+
+def _run_exporters(run: rundir.RunDir, keep_runtime_reads: bool) -> list[ComponentAddition]:
+    """The exporters writing the run directory's streams and graph."""
+    return [
+        ComponentAddition(section="exporters", id=eid, settings=settings)
+        for eid, settings in (
+            ("file/run_os", {"path": run.file(rundir.OS_STREAM), "signals": ["logs"]}),
+            ("file/run_sem", {"path": run.file(rundir.SEM_STREAM), "signals": ["spans", "logs"]}),
+            (
+                "file/run_correlated",
+                {
+                    "path": run.file(rundir.CORRELATED_STREAM),
+                    "signals": ["observations", "coverage"],
+                },
+            ),
+            (
+                "graph/run",
+                {"output": run.file(rundir.GRAPH), "run": _graph_run(keep_runtime_reads)},
+            ),
+        )
+    ]
 
 
 def _graph_run(keep_runtime_reads: bool) -> dict[str, str]:

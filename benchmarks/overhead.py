@@ -22,8 +22,16 @@ artifact bytes and event counts. A second line gives the paired CPU-time overhea
 seconds of the workload tree plus the collector, the RSS sampler's own CPU excluded), which is
 far less sensitive than elapsed time to other load on a shared machine.
 
+A third mode, ``fixed``, measures what ``observe`` costs around any command: the time from
+starting ``otel-bridge observe`` to the workload's first instruction, and from the workload's
+last instruction to ``observe``'s exit. The workload is ``date +%s%N`` (it prints the wall clock
+the moment it runs and exits at once); the same command run directly gives the baseline spawn
+and exit cost, which is subtracted. CPU seconds of the whole ``observe`` tree are reported too.
+
     python benchmarks/overhead.py --backend linux --pairs 30,30,10
     python benchmarks/overhead.py --backend portable --poll-interval 20 --mode cli
+    python benchmarks/overhead.py --backend linux --mode fixed --runs 20
+    python benchmarks/overhead.py --backend linux --mode phases --runs 10   # where it goes
 """
 
 from __future__ import annotations
@@ -191,11 +199,134 @@ def run_once(mode: str, on: bool, iterations: int, backend: str, poll: float) ->
         shutil.rmtree(out_dir, ignore_errors=True)
 
 
+def fixed_once(observed: bool, backend: str) -> tuple[float, float, float]:
+    """One ``date +%s%N`` run: (start → first instruction, last instruction → exit, CPU s)."""
+    out_dir = tempfile.mkdtemp(prefix="ovh-fixed-")
+    date = shutil.which("date") or "/bin/date"
+    cmd = [date, "+%s%N"]
+    if observed:
+        cmd = [
+            sys.executable,
+            "-m",
+            "otel_bridge",
+            "observe",
+            "--backend",
+            backend,
+            "--no-progress",
+            "-o",
+            os.path.join(out_dir, "run"),
+            "--",
+            *cmd,
+        ]
+    kids0 = resource.getrusage(resource.RUSAGE_CHILDREN)
+    try:
+        t0 = time.time_ns()
+        proc = subprocess.run(
+            cmd, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, check=True
+        )
+        t1 = time.time_ns()
+    finally:
+        shutil.rmtree(out_dir, ignore_errors=True)
+    cpu = _cpu(resource.getrusage(resource.RUSAGE_CHILDREN)) - _cpu(kids0)
+    ran = int(proc.stdout.strip().splitlines()[-1])
+    return (ran - t0) / 1e9, (t1 - ran) / 1e9, cpu
+
+
+def fixed_main(runs: int, backend: str, rng: random.Random) -> None:
+    """Print observe's fixed cost: medians over ``runs`` paired runs in random order."""
+    start, end, cpu = [], [], []
+    for _ in range(runs):
+        order = [False, True]
+        rng.shuffle(order)
+        res = {observed: fixed_once(observed, backend) for observed in order}
+        (s_on, e_on, c_on), (s_off, e_off, c_off) = res[True], res[False]
+        start.append(s_on - s_off)
+        end.append(e_on - e_off)
+        cpu.append(c_on - c_off)
+    med = statistics.median
+    print(f"fixed cost of observe ({runs} paired runs, baseline: the command run directly)")
+    print(
+        f"  start -> workload's first instruction  {med(start):.3f} s "
+        f"(P25-P75 {quantile(start, 0.25):.3f}-{quantile(start, 0.75):.3f})"
+    )
+    print(
+        f"  workload exit -> observe exit           {med(end):.3f} s "
+        f"(P25-P75 {quantile(end, 0.25):.3f}-{quantile(end, 0.75):.3f})"
+    )
+    total = [a + b for a, b in zip(start, end, strict=True)]
+    print(f"  total                                    {med(total):.3f} s")
+    print(f"  CPU of the observe tree                  {med(cpu):.3f} s")
+
+
+PHASES = (
+    ("commands.observe", "_prepare", "config + registry (imports every component)"),
+    ("pipeline", "Collector.start", "collector start (host backend, OTLP servers)"),
+    ("commands.observe", "start_mux", "protocol mux start"),
+    ("commands.observe", "Workload.release", "gate opened"),
+    ("commands.observe", "Workload.exit_code", "workload runs"),
+    ("commands.observe", "drain", "drain (process group gone, mux idle)"),
+    ("pipeline", "Collector.shutdown", "collector shutdown (host drain, flushes)"),
+    ("commands.observe", "_finish", "summary, report.md, manifest"),
+)
+
+
+PHASE_CHILD = r"""
+import importlib, sys, time
+spawned = int(sys.argv[1])
+marks = [("python start (interpreter, site)", time.time_ns(), time.process_time())]
+from otel_bridge import cli
+importlib.import_module("otel_bridge.commands.observe")
+marks.append(("cli + observe modules imported", time.time_ns(), time.process_time()))
+for module_name, attr, label in PHASES:
+    module = importlib.import_module("otel_bridge." + module_name)
+    owner_name, _, fn_name = attr.rpartition(".")
+    owner = getattr(module, owner_name) if owner_name else module
+    def timed(*a, _f=getattr(owner, fn_name), _label=label, **k):
+        result = _f(*a, **k)
+        marks.append((_label, time.time_ns(), time.process_time()))
+        return result
+    setattr(owner, fn_name, timed)
+cli.main(sys.argv[2:])
+previous = (spawned, 0.0)
+for label, wall, cpu in marks:
+    print(f"PHASE\t{label}\t{(wall - previous[0]) / 1e9:.4f}\t{cpu - previous[1]:.4f}",
+          file=sys.stderr)
+    previous = (wall, cpu)
+"""
+"""Runs ``observe`` in a fresh interpreter, timing each phase (wall and process CPU)."""
+
+
+def phases_main(runs: int, backend: str) -> None:
+    """Median wall and CPU per phase of ``observe -- true`` over ``runs`` runs."""
+    table: dict[str, list[tuple[float, float]]] = {}
+    for _ in range(runs):
+        out_dir = tempfile.mkdtemp(prefix="ovh-phase-")
+        code = f"PHASES = {PHASES!r}\n{PHASE_CHILD}"
+        argv = [sys.executable, "-c", code, str(time.time_ns()), "observe", "--backend", backend]
+        argv += ["--no-progress", "--no-forward", "-o", os.path.join(out_dir, "run"), "--", "true"]
+        try:
+            proc = subprocess.run(argv, capture_output=True, text=True, check=True)
+        finally:
+            shutil.rmtree(out_dir, ignore_errors=True)
+        for line in proc.stderr.splitlines():
+            if line.startswith("PHASE\t"):
+                _, label, wall_text, cpu_text = line.split("\t")
+                table.setdefault(label, []).append((float(wall_text), float(cpu_text)))
+    print(f"observe -- true, phases in order ({runs} runs, medians; wall includes waiting)")
+    for label, values in table.items():
+        wall = statistics.median(v[0] for v in values)
+        cpu = statistics.median(v[1] for v in values)
+        print(f"  {label:48} wall {wall:7.3f} s   CPU {cpu:7.3f} s")
+
+
 def main(argv: list[str] | None = None) -> int:
     """Run the pairs and print the summary table."""
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--backend", default="linux")
-    parser.add_argument("--mode", choices=("receiver", "cli"), default="receiver")
+    parser.add_argument(
+        "--mode", choices=("receiver", "cli", "fixed", "phases"), default="receiver"
+    )
+    parser.add_argument("--runs", type=int, default=20, help="fixed mode: paired runs")
     parser.add_argument("--pairs", default="30,30,10", help="pairs for micro,medium,long")
     parser.add_argument("--poll-interval", type=float, default=20, help="portable interval, ms")
     parser.add_argument("--workloads", default="micro,medium,long")
@@ -204,6 +335,12 @@ def main(argv: list[str] | None = None) -> int:
     pairs = dict(zip(WORKLOADS, (int(x) for x in args.pairs.split(",")), strict=True))
     rng = random.Random(args.seed)
     print(f"backend={args.backend} mode={args.mode} poll={args.poll_interval:g}ms")
+    if args.mode == "fixed":
+        fixed_main(args.runs, args.backend, rng)
+        return 0
+    if args.mode == "phases":
+        phases_main(args.runs, args.backend)
+        return 0
     print(
         f"{'workload':8} {'pairs':>5} {'median ovh':>10} {'P25-P75':>17} "
         f"{'bootstrap 95% CI':>19} {'off wall':>9} {'on wall':>9} {'on RSS':>9} {'off RSS':>9} "
@@ -214,6 +351,7 @@ def main(argv: list[str] | None = None) -> int:
         n_iter = WORKLOADS[name]
         ratios, offs, ons, rss_on, rss_off, art, evs = [], [], [], [], [], [], []
         cpu_ratios: list[float] = []
+        cpu_per_s: list[float] = []
         for _ in range(pairs[name]):
             order = [False, True]
             rng.shuffle(order)
@@ -232,6 +370,8 @@ def main(argv: list[str] | None = None) -> int:
             t_off, t_on = float(off["elapsed"]), float(on["elapsed"])  # type: ignore[arg-type]
             ratios.append(t_on / t_off - 1)
             cpu_ratios.append(float(on["cpu"]) / float(off["cpu"]) - 1)  # type: ignore[arg-type]
+            # the collector's CPU: the pair's extra CPU, per second of observed (on) wall time
+            cpu_per_s.append((float(on["cpu"]) - float(off["cpu"])) / t_on)  # type: ignore[arg-type]
             offs.append(t_off)
             ons.append(t_on)
             rss_on.append(int(on["rss"]))  # type: ignore[call-overload]
@@ -255,7 +395,8 @@ def main(argv: list[str] | None = None) -> int:
         print(
             f"{'':8} {'':>5} CPU (workload tree + collector) paired median "
             f"{statistics.median(cpu_ratios) * 100:+.1f}% (95% CI {clo * 100:+.1f}–"
-            f"{chi * 100:+.1f}%)",
+            f"{chi * 100:+.1f}%); collector CPU per observed second "
+            f"{statistics.median(cpu_per_s):.3f} s/s",
             flush=True,
         )
     return 1 if failed else 0

@@ -12,8 +12,10 @@ problem) and exit 2.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import importlib
 import logging
+import os
 import sys
 from collections.abc import Sequence
 
@@ -116,6 +118,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     try:
         code: int = _call(args)
+        sys.stdout.flush()  # inside the try: a reader that left (``| head``) raises here
+    except BrokenPipeError:
+        return _reader_left()
     except ConfigError as exc:
         print("otel-bridge: invalid configuration:", file=sys.stderr)
         for problem in exc.problems:
@@ -126,6 +131,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
     except KeyboardInterrupt:
         return 130
+    if argv is None and getattr(args, "exit_when_done", False):
+        _exit_now(code)
     return code
 
 
@@ -143,6 +150,27 @@ def _call(args: argparse.Namespace) -> int:
     finally:
         OVERRIDES.reset(token)
     return result
+
+
+def _exit_now(code: int) -> None:
+    """End the process without interpreter finalization (tearing down every imported module and
+    the gRPC runtime takes longer than the work of a short command). Only for a command that sets
+    ``exit_when_done`` after its own output is complete and closed, and only from the console
+    entry point (``argv`` None), never for an in-process caller."""
+    logging.shutdown()
+    for stream in (sys.stdout, sys.stderr):
+        with contextlib.suppress(BrokenPipeError, ValueError):
+            stream.flush()
+    os._exit(code)
+
+
+def _reader_left() -> int:
+    """The reader of stdout closed the pipe (``otel-bridge graph ... | head``): end quietly, as
+    a command killed by SIGPIPE would (exit 141), with no traceback at interpreter exit."""
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, sys.stdout.fileno())
+    os.close(devnull)
+    return 128 + 13
 
 
 if __name__ == "__main__":

@@ -14,6 +14,12 @@ so its pid is known before anything runs; the collector starts with the host rec
 that pid; only then is the gate opened (passing the OTLP endpoint, whose port is chosen by the
 kernel), and the gate ``exec``s CMD. If the collector fails at any point, the workload's process
 group is terminated, never orphaned. The exit code is CMD's (128+N when killed by signal N).
+
+The endpoint CMD gets is a protocol mux (:mod:`otel_bridge.otlp.mux`) in front of the receiver's
+gRPC and HTTP servers, so either SDK exporter works; a destination the user had already set in
+``OTEL_EXPORTER_OTLP_*`` is forwarded to (``_observe_forward``); after CMD exits the run drains
+on events (its process group gone, the mux idle), and ends with ``summary.json``, ``report.md``
+and the manifest (``_observe_report``). ``docs/observe.md`` is the contract.
 """
 
 from __future__ import annotations
@@ -36,6 +42,17 @@ from datetime import UTC, datetime
 from typing import Any
 
 from otel_bridge import rundir, strings
+from otel_bridge.commands._observe_forward import (
+    Forward,
+    forward_from_env,
+    forward_overlay,
+    forward_summary,
+)
+from otel_bridge.commands._observe_report import (
+    otlp_summary,
+    print_summary,
+    write_report,
+)
 from otel_bridge.component import RECEIVER, Endpoint, RootSettable, Telemetry
 from otel_bridge.config import (
     ComponentAddition,
@@ -48,24 +65,23 @@ from otel_bridge.config import (
 from otel_bridge.errors import OtelBridgeError
 from otel_bridge.identity import host_id
 from otel_bridge.model import Batch, Resource, Scope, Span, SpanKind, Status, StatusCode
+from otel_bridge.otlp.mux import ProtocolMux, Upstream
 from otel_bridge.pipeline import Collector
 from otel_bridge.redaction import redact_argv
 
-_UNSET = (
-    "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT",
-    "OTEL_EXPORTER_OTLP_LOGS_ENDPOINT",
-    "OTEL_EXPORTER_OTLP_METRICS_ENDPOINT",
-    "OTEL_EXPORTER_OTLP_TRACES_PROTOCOL",
-    "OTEL_EXPORTER_OTLP_LOGS_PROTOCOL",
-    "OTEL_EXPORTER_OTLP_METRICS_PROTOCOL",
-)
+_OTLP_VARS = "OTEL_EXPORTER_OTLP_"
+"""Every variable of the user's own OTLP destination is taken from CMD's environment (its
+destination is forwarded to instead, see ``_observe_forward``); the gate sets the two CMD needs."""
+_PROTOCOLS = ("grpc", "http/protobuf", "http/json")
 _GATE = (
     "{ IFS= read -r OTEL_EXPORTER_OTLP_ENDPOINT && IFS= read -r OTEL_EXPORTER_OTLP_PROTOCOL; } "
     '< "$1" || exit 126; shift; '
     'export OTEL_EXPORTER_OTLP_ENDPOINT OTEL_EXPORTER_OTLP_PROTOCOL; exec "$@"'
 )
 _LAST_SPANS_WAIT = 0.2
-"""After CMD exits, wait until no span arrived for this long (bounded by 3 s)."""
+"""Without the mux: after CMD exits, wait until no span arrived for this long (at most 3 s)."""
+_DRAIN_BOUND = 3.0
+"""After CMD exits, wait at most this long for its process group and its OTLP connections."""
 _RUN_PIPELINE = "evidence/run"
 _WILDCARD_HOSTS = ("", "0.0.0.0", "::")
 
@@ -92,10 +108,23 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     )
     parser.add_argument("--no-progress", action="store_true", help="no live progress line")
     parser.add_argument(
-        "--replace", action="store_true", help="-o DIR may be an earlier run directory: discard it"
+        "--replace",
+        action="store_true",
+        help="replace the previous run in -o DIR (default: refuse a non-empty directory)",
+    )
+    parser.add_argument(
+        "--no-forward",
+        action="store_true",
+        help="do not forward CMD's telemetry to the OTEL_EXPORTER_OTLP_* destination already set",
+    )
+    parser.add_argument(
+        "--keep-runtime-reads",
+        action="store_true",
+        help="keep interpreter and shared-library reads as file nodes in graph.json",
     )
     parser.add_argument("command", nargs=argparse.REMAINDER, metavar="-- CMD ...")
-    parser.set_defaults(func=run)
+    # the run directory is complete and closed when run() returns: the process may end at once
+    parser.set_defaults(func=run, exit_when_done=True)
 
 
 def new_run_id() -> str:
@@ -119,6 +148,8 @@ def build_overlay(
     *,
     backend: str | None = None,
     user: Mapping[str, Any] | None = None,
+    forward: Forward | None = None,
+    keep_runtime_reads: bool = False,
 ) -> tuple[ConfigOverlay, Wiring]:
     """The run's additions to the configuration ``user`` (None: none), and its wiring.
 
@@ -156,16 +187,11 @@ def build_overlay(
         ComponentAddition(section="processors", id=f"{name}/run")
         for name in ("redact", "normalize", "correlate", "grade")
     ]
-    for eid, settings in (
-        ("file/run_os", {"path": run.file(rundir.OS_STREAM), "signals": ["logs"]}),
-        ("file/run_sem", {"path": run.file(rundir.SEM_STREAM), "signals": ["spans", "logs"]}),
-        (
-            "file/run_correlated",
-            {"path": run.file(rundir.CORRELATED_STREAM), "signals": ["observations", "coverage"]},
-        ),
-        ("graph/run", {"output": run.file(rundir.GRAPH)}),
-    ):
-        adds.append(ComponentAddition(section="exporters", id=eid, settings=settings))
+    adds += _run_exporters(run, keep_runtime_reads)
+    forwarding: tuple[PipelineAddition, ...] = ()
+    if forward is not None:
+        exporter, forwarding = forward_overlay(forward, otlp)
+        adds.append(exporter)
     pipelines = (
         PipelineAddition(id="logs/run_os", receivers=(host,), exporters=("file/run_os",)),
         PipelineAddition(
@@ -186,8 +212,36 @@ def build_overlay(
             processors=("redact/run", "normalize/run", "correlate/run", "grade/run"),
             exporters=("graph/run", "file/run_correlated"),
         ),
+        *forwarding,
     )
     return ConfigOverlay(components=tuple(adds), pipelines=pipelines), Wiring(otlp, host)
+
+
+def _run_exporters(run: rundir.RunDir, keep_runtime_reads: bool) -> list[ComponentAddition]:
+    """The exporters writing the run directory's streams and graph."""
+    return [
+        ComponentAddition(section="exporters", id=eid, settings=settings)
+        for eid, settings in (
+            ("file/run_os", {"path": run.file(rundir.OS_STREAM), "signals": ["logs"]}),
+            ("file/run_sem", {"path": run.file(rundir.SEM_STREAM), "signals": ["spans", "logs"]}),
+            (
+                "file/run_correlated",
+                {
+                    "path": run.file(rundir.CORRELATED_STREAM),
+                    "signals": ["observations", "coverage"],
+                },
+            ),
+            (
+                "graph/run",
+                {"output": run.file(rundir.GRAPH), "run": _graph_run(keep_runtime_reads)},
+            ),
+        )
+    ]
+
+
+def _graph_run(keep_runtime_reads: bool) -> dict[str, str]:
+    """The graph's ``run`` metadata: whether runtime reads are folded (``graph/fold.py``)."""
+    return {"runtime_reads": "keep" if keep_runtime_reads else "folded"}
 
 
 class Workload:
@@ -356,15 +410,97 @@ def _client_url(endpoint: Endpoint) -> str:
     return endpoint.url
 
 
-def _otlp_target(collector: Collector, receiver_id: str) -> tuple[str, str]:
-    """The OTLP endpoint and protocol CMD is told, from the receiver's status."""
+def _upstream(endpoint: Endpoint | None) -> Upstream | None:
+    if endpoint is None:
+        return None
+    host = "127.0.0.1" if endpoint.host in _WILDCARD_HOSTS else endpoint.host
+    return Upstream(host=host, port=endpoint.port)
+
+
+def start_mux(collector: Collector, receiver_id: str) -> ProtocolMux | None:
+    """One loopback port in front of the receiver's gRPC and HTTP servers (None: neither)."""
+    status = collector.status(receiver_id)
+    grpc, http = _upstream(status.endpoint("grpc")), _upstream(status.endpoint("http"))
+    if grpc is None and http is None:
+        return None
+    return ProtocolMux(grpc=grpc, http=http)
+
+
+def _otlp_target(
+    collector: Collector, receiver_id: str, mux: ProtocolMux | None, wanted: str
+) -> tuple[str, str]:
+    """The OTLP endpoint and protocol CMD is told.
+
+    With the mux, CMD's exporter may speak either transport to the one endpoint; the protocol
+    variable is the user's own choice when the receiver serves it, else ``http/protobuf``
+    (``grpc`` when only gRPC is served).
+    """
     status = collector.status(receiver_id)
     http, grpc = status.endpoint("http"), status.endpoint("grpc")
+    served = ({"http/protobuf", "http/json"} if http else set()) | ({"grpc"} if grpc else set())
+    protocol = wanted if wanted in served else "http/protobuf" if http else "grpc"
+    if mux is not None:
+        return mux.url, protocol
     if http is not None:
         return _client_url(http), "http/protobuf"
     if grpc is not None:
         return _client_url(grpc), "grpc"
     return "", "http/protobuf"
+
+
+def workload_env(
+    environ: Mapping[str, str], *, run_id: str, trace_id: bytes, span_id: bytes
+) -> tuple[dict[str, str], str]:
+    """CMD's environment without the user's OTLP destination, and the protocol they chose."""
+    wanted = environ.get("OTEL_EXPORTER_OTLP_TRACES_PROTOCOL") or environ.get(
+        "OTEL_EXPORTER_OTLP_PROTOCOL", ""
+    )
+    env = {k: v for k, v in environ.items() if not k.startswith(_OTLP_VARS)}
+    env.update(
+        {
+            "TRACEPARENT": f"00-{trace_id.hex()}-{span_id.hex()}-01",
+            "OTEL_BRIDGE_RUN_ID": run_id,
+        }
+    )
+    return env, wanted.strip() if wanted.strip() in _PROTOCOLS else ""
+
+
+def group_alive(pgid: int) -> bool:
+    """Whether any process of process group ``pgid`` still exists."""
+    try:
+        os.killpg(pgid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def drain(workload: Workload, mux: ProtocolMux | None, telemetry: Telemetry) -> dict[str, Any]:
+    """After CMD exits: wait for the rest of its process group, then for its OTLP connections.
+
+    Event-driven where it can be: once no process of CMD's group is left, every connection it
+    opened is closed by the kernel, and the mux reports idle as soon as the receiver has answered
+    the last request. Without the mux (no OTLP endpoint), it waits for a quiet period instead.
+    Bounded by ``_DRAIN_BOUND`` in all.
+    """
+    t0 = time.monotonic()
+    deadline = t0 + _DRAIN_BOUND
+    pause = 0.001
+    while group_alive(workload.pid) and time.monotonic() < deadline:
+        time.sleep(pause)  # no event for "the group is empty": back off from 1 ms to 20 ms
+        pause = min(pause * 2, 0.02)
+    group_left = group_alive(workload.pid)
+    if mux is not None:
+        idle = mux.wait_idle(max(0.0, deadline - time.monotonic()))
+    else:
+        wait_quiet(telemetry, bound=max(0.0, deadline - time.monotonic()))
+        idle = True
+    return {
+        "seconds": round(time.monotonic() - t0, 4),
+        "processes_left_running": group_left,
+        "connections_left_open": not idle,
+    }
 
 
 def _command_of(args: argparse.Namespace) -> list[str]:
@@ -376,37 +512,57 @@ def _command_of(args: argparse.Namespace) -> list[str]:
     return command
 
 
-def run(args: argparse.Namespace) -> int:
-    """Observe ``args.command``; returns its exit code."""
+@dataclass(slots=True)
+class _Run:
+    """What one ``observe`` holds while CMD runs."""
 
+    run_id: str
+    run: rundir.RunDir
+    command: list[str]
+    wiring: Wiring
+    collector: Collector
+    forward: Forward | None
+    mux: ProtocolMux | None = None
+    drained: dict[str, Any] | None = None
+
+
+def _prepare(args: argparse.Namespace) -> tuple[_Run, dict[str, str], str, bytes, bytes]:
+    """The run directory, the collector (not started), CMD's environment and trace context."""
     command = _command_of(args)
     run_id = new_run_id()
     user = read_config(args.config) if args.config else None
     run = rundir.RunDir.create(
-        args.output or os.path.join("otel-bridge-runs", run_id),
-        replace=getattr(args, "replace", False),
+        args.output or os.path.join("otel-bridge-runs", run_id), replace=args.replace
     )
+    forward = None if args.no_forward else forward_from_env(os.environ)
     overlay, wiring = build_overlay(
-        run, run_id, backend=args.backend, user=user if isinstance(user, Mapping) else None
+        run,
+        run_id,
+        backend=args.backend,
+        user=user if isinstance(user, Mapping) else None,
+        forward=forward,
+        keep_runtime_reads=args.keep_runtime_reads,
     )
     config = parse_config(user, overlay=overlay, origin=args.config or "<observe>")
     run.begin({"id": run_id})
     trace_id, span_id = secrets.token_bytes(16), secrets.token_bytes(8)
-    env = {k: v for k, v in os.environ.items() if k not in _UNSET}
-    env.update(
-        {
-            "TRACEPARENT": f"00-{trace_id.hex()}-{span_id.hex()}-01",
-            "OTEL_BRIDGE_RUN_ID": run_id,
-        }
-    )
+    env, wanted = workload_env(os.environ, run_id=run_id, trace_id=trace_id, span_id=span_id)
     collector = Collector(config)
-    telemetry = collector.host.telemetry
     collector.host.run_dir = run.path
+    state = _Run(run_id, run, command, wiring, collector, forward)
+    return state, env, wanted, trace_id, span_id
+
+
+def run(args: argparse.Namespace) -> int:
+    """Observe ``args.command``; returns its exit code."""
+
+    state, env, wanted, trace_id, span_id = _prepare(args)
+    collector = state.collector
+    telemetry = collector.host.telemetry
     started_ns = time.time_ns()
-    workload = Workload(command, env)
+    workload = Workload(state.command, env)
     guard = rundir.WorkloadGuard(workload.pid)
     progress = Progress(telemetry, not args.no_progress)
-    code: int | None = None
     interrupted: list[int] = []
     previous = {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM)}
 
@@ -417,68 +573,82 @@ def run(args: argparse.Namespace) -> int:
             os.killpg(workload.pid, signum)
 
     try:
-        host = collector.component(wiring.host)
+        host = collector.component(state.wiring.host)
         if isinstance(host, RootSettable):
             host.set_root_pid(workload.pid)
         collector.start()
-        endpoint, protocol = _otlp_target(collector, wiring.otlp)
+        state.mux = start_mux(collector, state.wiring.otlp)
+        endpoint, protocol = _otlp_target(collector, state.wiring.otlp, state.mux, wanted)
         for s in previous:
             signal.signal(s, forward)
         workload.release(endpoint, protocol)
         progress.start()
         code = workload.exit_code()
         progress.stop()
+        state.drained = drain(workload, state.mux, telemetry)
         root = _root_span(
-            run_id=run_id,
+            run_id=state.run_id,
             trace_id=trace_id,
             span_id=span_id,
-            command=command,
+            command=state.command,
             start=started_ns,
             code=code,
         )
-        wait_quiet(telemetry)
-        _record_root_span(collector, wiring.otlp, root)
+        _record_root_span(collector, state.wiring.otlp, root)
     except BaseException:
         progress.stop()
         workload.terminate()
-        collector.shutdown()
         guard.release()
+        _stop(state)
         raise
     finally:
         for s, handler in previous.items():
             signal.signal(s, handler)
     guard.release()
-    collector.shutdown()
-    summary = _summary(run_id, command, code, collector, wiring=wiring, started_ns=started_ns)
-    summary["signals_forwarded"] = [signal.Signals(s).name for s in interrupted]
-    run.write_json(rundir.SUMMARY, summary)
-    run.write_manifest({"id": run_id}, required=rundir.REQUIRED)
-    _print_summary(run, summary, collector)
+    _stop(state)
+    _finish(state, code, started_ns, [signal.Signals(s).name for s in interrupted])
     return code
 
 
-def _summary(
-    run_id: str,
-    command: list[str],
-    code: int,
-    collector: Collector,
-    *,
-    wiring: Wiring,
-    started_ns: int,
-) -> dict[str, Any]:
+def _stop(state: _Run) -> None:
+    if state.mux is not None:
+        state.mux.stop()
+    state.collector.shutdown()
 
+
+def _finish(state: _Run, code: int, started_ns: int, signals: list[str]) -> None:
+    """Write summary.json, report.md and the manifest; print the summary and the report."""
+    summary = _summary(state, code, started_ns=started_ns)
+    summary["signals_forwarded"] = signals
+    report = write_report(state.run, summary)
+    state.run.write_json(rundir.SUMMARY, summary)
+    state.run.write_manifest({"id": state.run_id}, required=rundir.REQUIRED)
+    print_summary(state.run, summary, report)
+
+
+def _summary(state: _Run, code: int, *, started_ns: int) -> dict[str, Any]:
+    collector = state.collector
     telemetry = collector.host.telemetry
-    host = collector.status(wiring.host)
+    host = collector.status(state.wiring.host)
     return {
-        "run": {"id": run_id, "host.id": host_id(), "started": started_ns, "ended": time.time_ns()},
-        "command": [strings.replaced(a) for a in redact_argv(command)],
-        "command_line": strings.replaced(shlex.join(redact_argv(command))),
+        "run": {
+            "id": state.run_id,
+            "host.id": host_id(),
+            "started": started_ns,
+            "ended": time.time_ns(),
+        },
+        "command": [strings.replaced(a) for a in redact_argv(state.command)],
+        "command_line": strings.replaced(shlex.join(redact_argv(state.command))),
         "exit_code": code,
         "host_backend": host.detail,
         "host_backend_name": host.backend,
         "collection": dict(host.collections),
         # The run's own correlator only: with -c the user's pipelines may run another one.
         "correlation": run_correlation(collector),
+        "otlp": otlp_summary(telemetry, state.mux, recorded=recorded_spans(telemetry)),
+        "os_events": telemetry.total("events_emitted", kind=RECEIVER, type="host"),
+        "drain": state.drained,
+        "forward": None if state.forward is None else forward_summary(state.forward, telemetry),
         "counters": telemetry.counters(),
         "notes": telemetry.notes(),
     }
@@ -492,21 +662,3 @@ def run_correlation(collector: Collector) -> dict[str, int]:
             if v:
                 out[k] = out.get(k, 0) + v
     return out
-
-
-def _print_summary(run: rundir.RunDir, summary: Mapping[str, Any], collector: Collector) -> None:
-
-    telemetry = collector.host.telemetry
-    out = sys.stderr
-    print(f"otel-bridge: run {summary['run']['id']} exit code {summary['exit_code']}", file=out)
-    print(f"  graph:    {run.file(rundir.GRAPH)}", file=out)
-    print(f"  run dir:  {run.path}", file=out)
-    print(f"  backend:  {summary['host_backend']}", file=out)
-    for name, state in sorted(summary["collection"].items()):
-        print(f"  {name + ':':9} {state}", file=out)
-    spans = recorded_spans(telemetry)
-    events = telemetry.total("events_emitted", kind=RECEIVER, type="host")
-    print(f"  recorded: {spans} spans, {events} OS events", file=out)
-    if summary["correlation"]:
-        skips = ", ".join(f"{k} {v}" for k, v in sorted(summary["correlation"].items()))
-        print(f"  correlation: {skips}", file=out)

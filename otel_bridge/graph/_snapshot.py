@@ -36,6 +36,7 @@ from otel_bridge.graph._elements import (
     classify,
 )
 from otel_bridge.graph.document import FORMAT, VERSION
+from otel_bridge.graph.fold import fold_runtime_reads
 from otel_bridge.graph.summary import CAUSAL_NAMES, Summary
 from otel_bridge.identity import process_key, process_label
 from otel_bridge.model import ProcessFacts
@@ -349,7 +350,7 @@ def snapshot(
     rels = list(map(operator.itemgetter(1), keys))
     edge_order = _edge_order(st, node_order, rels)
     edges = _edges(st, names, summary, keys=keys, rels=rels, order=edge_order)
-    return {
+    doc = {
         "edges": edges,
         "format": FORMAT,
         "nodes": nodes,
@@ -357,3 +358,4 @@ def snapshot(
         "summary": summary.to_dict(coverage, coverage_by_channel, observations),
         "version": VERSION,
     }
+    return fold_runtime_reads(doc)  # docs/graph.md, "Folded runtime reads"

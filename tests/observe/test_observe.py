@@ -188,6 +188,9 @@ def test_failure_while_running_kills_the_workload(
         output=str(tmp_path / "run"),
         backend="portable",
         no_progress=True,
+        replace=False,
+        no_forward=True,
+        keep_runtime_reads=False,
         command=["--", "sh", "-c", f"sleep 30 & echo $! >> {pidfile}; echo $$ >> {pidfile}; wait"],
     )
     with pytest.raises(RuntimeError, match="collector failed"):

@@ -77,7 +77,7 @@ def test_observe_counts_the_spans_of_a_named_otlp_receiver_and_drains(tmp_path: 
         check=False,
     )
     assert result.returncode == 0, result.stderr
-    assert "recorded: 10 spans," in result.stderr
+    assert "recorded: 10 spans (9 from the command)," in result.stderr
     sem = (tmp_path / "run" / rundir.SEM_STREAM).read_text()
     assert sem.count('"step-') == 9
     assert "otel-bridge observe" in sem

@@ -1,0 +1,137 @@
+"""The end of ``observe``: the run directory's safety check, the OTLP health of the run in plain
+words, ``report.md`` and the printed summary."""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Mapping
+from typing import Any
+
+import orjson
+
+from otel_bridge import rundir
+from otel_bridge.component import RECEIVER, Telemetry
+from otel_bridge.otlp.mux import ProtocolMux
+
+REPORT = "report.md"
+"""The run report's file name in the run directory."""
+
+
+def otlp_summary(telemetry: Telemetry, mux: ProtocolMux | None, *, recorded: int) -> dict[str, Any]:
+    """What the OTLP receivers got from CMD, and warnings in plain words when it was nothing."""
+
+    def n(name: str) -> int:
+        return telemetry.total(name, kind=RECEIVER, type="otlp")
+
+    out: dict[str, Any] = {
+        "endpoint": mux.url if mux is not None else None,
+        "connections": dict(mux.connections) if mux is not None else None,
+        "spans_received": n("spans_accepted"),
+        "spans_recorded": recorded,
+        "spans_rejected": n("spans_rejected"),
+        "spans_refused": n("spans_refused"),
+        "log_records_received": n("log_records_accepted"),
+        "requests_malformed": n("requests_malformed"),
+        "requests_too_large": n("requests_too_large"),
+    }
+    out["warnings"] = _warnings(out)
+    return out
+
+
+def _warnings(o: Mapping[str, Any]) -> list[str]:
+    warnings = []
+    conns = o["connections"]
+    routed = 0 if conns is None else conns["grpc"] + conns["http"]
+    if not (o["spans_received"] or o["spans_rejected"] or o["spans_refused"]):
+        if conns is not None and routed == 0:
+            warnings.append(
+                "the command sent no spans: it never connected to OTEL_EXPORTER_OTLP_ENDPOINT "
+                "(it is not instrumented with an OpenTelemetry SDK exporter, sets its exporter's "
+                "endpoint in code, or exited before exporting)"
+            )
+        else:
+            warnings.append(
+                "the command sent no spans: it connected to the OTLP endpoint but exported "
+                "none (did it end its spans and call the tracer provider's shutdown() or "
+                "force_flush() before exiting?)"
+            )
+    if o["spans_refused"]:
+        warnings.append(
+            f"{o['spans_refused']} spans were refused because the collector was over its memory "
+            "limit; the exporter was told to retry later and may have given up"
+        )
+    if o["spans_rejected"]:
+        warnings.append(f"{o['spans_rejected']} spans were rejected as invalid (see the notes)")
+    if o["requests_malformed"]:
+        warnings.append(
+            f"{o['requests_malformed']} OTLP requests could not be decoded (an exporter "
+            "configured for another encoding or protocol?)"
+        )
+    if o["requests_too_large"]:
+        warnings.append(f"{o['requests_too_large']} OTLP requests were over the size limit")
+    if conns is not None and conns["unroutable"]:
+        warnings.append(
+            f"{conns['unroutable']} connections to the OTLP endpoint closed before sending a "
+            "request, or had no server for their protocol"
+        )
+    return warnings
+
+
+def write_report(run: rundir.RunDir, summary: Mapping[str, Any]) -> str:
+    """Write ``report.md`` from the run's graph.json; returns its text ("" without a graph)."""
+    from otel_bridge.report import report_text  # noqa: PLC0415 - only at the end of a run
+
+    try:
+        with open(run.file(rundir.GRAPH), "rb") as f:
+            doc = orjson.loads(f.read())
+    except (OSError, orjson.JSONDecodeError):
+        return ""
+    title = f"otel-bridge run {summary['run']['id']}: `{summary['command_line']}`"
+    text = report_text(doc, title=title, planes=summary["collection"])
+    head = [f"Exit code {summary['exit_code']}.", ""]
+    head += [f"**Warning:** {w}." for w in summary["otlp"]["warnings"]]
+    forward = summary.get("forward")
+    if forward:
+        head.append(_forward_line(forward))
+    if len(head) > 2:
+        head.append("")
+    first, _, rest = text.partition("\n\n")
+    text = first + "\n\n" + "\n".join(head) + "\n" + rest
+    rundir.write_private(run.file(REPORT), text.encode())
+    return text
+
+
+def _forward_line(forward: Mapping[str, Any]) -> str:
+    return (
+        f"Forwarded to {forward['destination']} ({forward['protocol']}, "
+        f"{forward['protocol_source']}): {forward['spans_sent']} spans and "
+        f"{forward['log_records_sent']} log records sent, {forward['spans_not_sent']} spans "
+        "not sent."
+    )
+
+
+def print_summary(run: rundir.RunDir, summary: Mapping[str, Any], report: str) -> None:
+    """The end of ``observe`` on stderr: where the run is, how each plane was observed, the
+    report."""
+    out = sys.stderr
+    print(f"otel-bridge: run {summary['run']['id']} exit code {summary['exit_code']}", file=out)
+    print(f"  graph:    {run.file(rundir.GRAPH)}", file=out)
+    print(f"  report:   {run.file(REPORT)}", file=out)
+    print(f"  run dir:  {run.path}", file=out)
+    print(f"  backend:  {summary['host_backend_name']}", file=out)
+    for name, state in sorted(summary["collection"].items()):
+        print(f"  {name + ':':9} {state}", file=out)
+    otlp = summary["otlp"]
+    print(
+        f"  recorded: {otlp['spans_recorded']} spans ({otlp['spans_received']} from the "
+        f"command), {summary['os_events']} OS events",
+        file=out,
+    )
+    if summary.get("forward"):
+        print(f"  {_forward_line(summary['forward'])}", file=out)
+    for warning in otlp["warnings"]:
+        print(f"  warning: {warning}", file=out)
+    if report:
+        body = report.partition("## ")[2]
+        print("", file=out)
+        print("## " + body.rstrip(), file=out)

@@ -1,0 +1,188 @@
+"""Runtime reads folded into one node per process (``docs/graph.md``, *Folded runtime reads*).
+
+A Python agent opens hundreds of files before it does anything of its own: its interpreter's
+standard library and ``.pyc`` caches, site-packages, shared libraries, ``/proc`` and ``/sys``,
+locale and font caches. As nodes they bury the few files the agent's work touched. By default
+the snapshot folds them: every ``opened`` edge from a process to a file whose path is a runtime
+read (:func:`runtime_read_class`), when that file has no other relation in the graph (a file the
+process also wrote, created, renamed or deleted is never folded), becomes part of one
+``opened`` edge from the process to a ``runtime_reads`` node for that process. The folded edge
+aggregates the folded edges (counts summed, times min/max, support and flags unioned, the
+weakest grade), so nothing is lost from the totals; the raw events stay in the OS stream. The
+node's ``attrs`` say how many files of which class were folded, with a few example paths.
+
+A graph whose ``run`` object has ``"runtime_reads": "keep"`` is left as it is (``observe
+--keep-runtime-reads``).
+"""
+
+from __future__ import annotations
+
+import re
+from collections import Counter, defaultdict
+from typing import Any
+
+from otel_bridge.grading import MIXED, weakest
+from otel_bridge.graph.summary import summarize
+from otel_bridge.model import Grade
+
+KIND = "runtime_reads"
+"""The node kind of a folded group."""
+KEEP = "keep"
+"""``run["runtime_reads"]`` value that turns folding off."""
+EXAMPLES = 5
+"""Example paths kept per folded node."""
+SUPPORT_LIMIT = 1000
+
+_CLASSES: tuple[tuple[str, re.Pattern[str]], ...] = (
+    ("python bytecode", re.compile(r"\.py[co]$|/__pycache__/")),
+    ("shared library", re.compile(r"\.so(\.[0-9]+)*$|^/etc/ld\.so\.")),
+    ("installed packages", re.compile(r"/(site|dist)-packages/")),
+    ("interpreter library", re.compile(r"/lib/python[0-9.]+/|/lib/node_modules/")),
+    ("kernel interface", re.compile(r"^/(proc|sys)/")),
+    ("locale and fonts", re.compile(r"/locale|/fonts?/|fontconfig|/zoneinfo/|/gconv/")),
+    ("device", re.compile(r"^/dev/(null|zero|u?random|urandom)$")),
+)
+
+
+def runtime_read_class(path: str) -> str | None:
+    """The class of runtime read ``path`` is (``python bytecode``, ...), or None."""
+    for name, pattern in _CLASSES:
+        if pattern.search(path):
+            return name
+    return None
+
+
+def _flag(values: list[Any]) -> Any:
+    seen = {v for v in values if v is not None}
+    if not seen:
+        return None
+    if MIXED in seen or len(seen) > 1:
+        return MIXED
+    return next(iter(seen))
+
+
+def _union(lists: list[list[str] | None]) -> list[str]:
+    return sorted({x for xs in lists if xs for x in xs})
+
+
+def _folded_edge(source: str, target: str, edges: list[dict[str, Any]]) -> dict[str, Any]:
+    """One ``opened`` edge aggregating ``edges`` (see the module docstring)."""
+    from otel_bridge.graph._snapshot import edge_id  # noqa: PLC0415 - it imports this module
+
+    firsts = [e["first_seen"] for e in edges if e["first_seen"] is not None]
+    lasts = [e["last_seen"] for e in edges if e["last_seen"] is not None]
+    methods = _union(
+        [[e["method"]] if isinstance(e["method"], str) else e["method"] for e in edges]
+    )
+    scores = [e["score"] for e in edges if e["score"] is not None]
+    supports = [e["support"] for e in edges]
+    return {
+        "attribution": _union([e["attribution"] for e in edges]),
+        "attrs": {"folded_files": len(edges)},
+        "backends": _union([e["backends"] for e in edges]),
+        "causal": _flag([e["causal"] for e in edges]),
+        "channels": _union([e["channels"] for e in edges]),
+        "derived_support": _union([e["derived_support"] for e in edges]),
+        "evidence_count": sum(e["evidence_count"] for e in edges),
+        "first_seen": min(firsts) if firsts else None,
+        "grade": weakest(Grade(e["grade"]) for e in edges).value,
+        "id": edge_id(source, "opened", target),
+        "identity_exact": _flag([e["identity_exact"] for e in edges]),
+        "inferred": _flag([e["inferred"] for e in edges]),
+        "last_seen": max(lasts) if lasts else None,
+        "logical_count": sum(e["logical_count"] for e in edges),
+        "method": None if not methods else methods[0] if len(methods) == 1 else methods,
+        "relation": "opened",
+        "score": max(scores) if scores else None,
+        "source": source,
+        "support": None if all(s is None for s in supports) else _union(supports)[:SUPPORT_LIMIT],
+        "target": target,
+    }
+
+
+def _folded_node(
+    node_id: str, process: dict[str, Any], files: list[dict[str, Any]], edge: dict[str, Any]
+) -> dict[str, Any]:
+    classes: Counter[str] = Counter()
+    for f in files:
+        classes[runtime_read_class(f["id"].removeprefix("file:")) or "other"] += 1
+    owner = process["label"] or process["id"]
+    return {
+        "attrs": {
+            "files": len(files),
+            "by_class": dict(sorted(classes.items())),
+            "examples": sorted(f["id"].removeprefix("file:") for f in files)[:EXAMPLES],
+        },
+        "backends": _union([f["backends"] for f in files]),
+        "channels": _union([f["channels"] for f in files]),
+        "evidence_count": edge["evidence_count"],
+        "facts": None,
+        "first_seen": edge["first_seen"],
+        "id": node_id,
+        "key": f"{KIND}:{process['key']}" if process["key"] else "",
+        "kind": KIND,
+        "label": f"{len(files)} runtime reads of {owner}",
+        "last_seen": edge["last_seen"],
+        "logical_count": edge["logical_count"],
+    }
+
+
+def foldable(doc: dict[str, Any]) -> dict[str, list[dict[str, Any]]]:
+    """Per process node id, the ``opened`` edges the fold would merge."""
+    nodes = {n["id"]: n for n in doc["nodes"]}
+    other_relations: set[str] = set()
+    candidates: dict[str, list[dict[str, Any]]] = defaultdict(list)
+    for e in doc["edges"]:
+        target = e["target"]
+        if e["relation"] != "opened" or not target.startswith("file:"):
+            other_relations.add(target)
+            other_relations.add(e["source"])
+            continue
+        src = nodes.get(e["source"])
+        if src is not None and src["kind"] == "process" and runtime_read_class(target[5:]):
+            candidates[e["source"]].append(e)
+    out: dict[str, list[dict[str, Any]]] = {}
+    for pid, edges in candidates.items():
+        kept = [e for e in edges if e["target"] not in other_relations]
+        if kept:
+            out[pid] = kept
+    return out
+
+
+def fold_runtime_reads(doc: dict[str, Any]) -> dict[str, Any]:
+    """``doc`` with its runtime reads folded (the same dict when nothing folds or kept)."""
+    if doc.get("run", {}).get("runtime_reads") == KEEP:
+        return doc
+    groups = foldable(doc)
+    if not groups:
+        return doc
+    nodes = {n["id"]: n for n in doc["nodes"]}
+    dropped_edges: set[str] = set()
+    new_nodes: list[dict[str, Any]] = []
+    new_edges: list[dict[str, Any]] = []
+    for pid, edges in groups.items():
+        node_id = f"{KIND}:{pid}"
+        edge = _folded_edge(pid, node_id, edges)
+        files = [nodes[e["target"]] for e in edges]
+        new_nodes.append(_folded_node(node_id, nodes[pid], files, edge))
+        new_edges.append(edge)
+        dropped_edges.update(e["id"] for e in edges)
+    edges_out = [e for e in doc["edges"] if e["id"] not in dropped_edges] + new_edges
+    still = {e["source"] for e in edges_out} | {e["target"] for e in edges_out}
+    folded_files = {e["target"] for es in groups.values() for e in es}
+    nodes_out = [
+        n for n in doc["nodes"] if n["id"] not in folded_files or n["id"] in still
+    ] + new_nodes
+    nodes_out.sort(key=lambda n: str(n["id"]))
+    edges_out.sort(key=lambda e: (e["source"], e["relation"], e["target"]))
+    out = dict(doc)
+    out["nodes"], out["edges"] = nodes_out, edges_out
+    summary = doc["summary"]
+    out["summary"] = summarize(
+        nodes_out,
+        edges_out,
+        summary["coverage"],
+        summary["coverage_by_channel"],
+        summary["observations"],
+    )
+    return out

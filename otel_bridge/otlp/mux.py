@@ -1,0 +1,187 @@
+"""One listening port for both OTLP transports: OTLP/gRPC (HTTP/2) and OTLP/HTTP (HTTP/1.1).
+
+An OpenTelemetry SDK exporter is configured by ``OTEL_EXPORTER_OTLP_ENDPOINT`` alone, whatever its
+transport: the gRPC exporter speaks HTTP/2 to it, the HTTP exporters POST ``/v1/traces`` over
+HTTP/1.1. :class:`ProtocolMux` listens on one loopback port, reads (without consuming) the first
+bytes of each connection, and relays the connection unchanged to the gRPC server when they are
+the HTTP/2 client preface (``PRI * HTTP/2.0``), otherwise to the HTTP server. The servers are
+untouched: they see an ordinary loopback client.
+
+The mux keeps no data: bytes are relayed as they arrive, in both directions, and a half-close is
+passed on so a client that shuts down its sending side still gets its answer. It counts
+connections per protocol (:attr:`ProtocolMux.connections`) and how many are open
+(:meth:`ProtocolMux.wait_idle` returns once every relayed connection is closed: the drain
+condition of ``observe``).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import selectors
+import socket
+import threading
+import time
+from dataclasses import dataclass
+
+H2_PREFACE = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n"
+"""The HTTP/2 client connection preface (RFC 9113, 3.4)."""
+_SNIFF_BYTES = 4
+_SNIFF_TIMEOUT = 10.0
+_CHUNK = 65536
+
+
+@dataclass(frozen=True, slots=True)
+class Upstream:
+    """Where one transport's connections are relayed to."""
+
+    host: str
+    port: int
+
+
+def is_http2(head: bytes) -> bool:
+    """Whether the first bytes of a connection are (the start of) the HTTP/2 client preface."""
+    return len(head) >= _SNIFF_BYTES and H2_PREFACE.startswith(head[:_SNIFF_BYTES])
+
+
+class ProtocolMux:
+    """A loopback listener relaying each connection to the gRPC or the HTTP upstream."""
+
+    def __init__(
+        self, *, grpc: Upstream | None, http: Upstream | None, host: str = "127.0.0.1"
+    ) -> None:
+        if grpc is None and http is None:
+            raise ValueError("mux: no upstream")
+        self._upstreams = {"grpc": grpc, "http": http}
+        self._listener = socket.create_server((host, 0))
+        self.host = host
+        self.port: int = self._listener.getsockname()[1]
+        self.connections = {"grpc": 0, "http": 0, "unroutable": 0}
+        """Connections accepted, per protocol they were relayed to."""
+        self._open = 0
+        self._cond = threading.Condition()
+        self._stopped = False
+        self._socks: set[socket.socket] = set()
+        self._thread = threading.Thread(target=self._accept_loop, name="otlp-mux", daemon=True)
+        self._thread.start()
+
+    @property
+    def url(self) -> str:
+        """The endpoint URL a client is given (``http://127.0.0.1:PORT``)."""
+        return f"http://{self.host}:{self.port}"
+
+    @property
+    def open_connections(self) -> int:
+        """Connections being relayed now."""
+        with self._cond:
+            return self._open
+
+    def wait_idle(self, timeout: float) -> bool:
+        """Wait until no connection is open (at most ``timeout`` s); whether it is idle."""
+        deadline = time.monotonic() + timeout
+        with self._cond:
+            while self._open:
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    return False
+                self._cond.wait(left)
+            return True
+
+    def stop(self) -> None:
+        """Stop accepting and close every relayed connection. Safe twice."""
+        with self._cond:
+            if self._stopped:
+                return
+            self._stopped = True
+            socks = list(self._socks)
+        with contextlib.suppress(OSError):
+            self._listener.shutdown(socket.SHUT_RDWR)
+        self._listener.close()
+        for s in socks:
+            with contextlib.suppress(OSError):
+                s.shutdown(socket.SHUT_RDWR)
+        self._thread.join(timeout=5)
+
+    def _accept_loop(self) -> None:
+        while True:
+            try:
+                conn, _ = self._listener.accept()
+            except OSError:
+                return
+            with self._cond:
+                if self._stopped:
+                    conn.close()
+                    return
+                self._open += 1
+                self._socks.add(conn)
+            threading.Thread(target=self._serve, args=(conn,), name="otlp-mux-conn").start()
+
+    def _serve(self, conn: socket.socket) -> None:
+        upstream: socket.socket | None = None
+        try:
+            name = self._sniff(conn)
+            target = self._upstreams.get(name) if name else None
+            if target is None:
+                self._count("unroutable")
+                return
+            upstream = socket.create_connection((target.host, target.port), timeout=10)
+            upstream.settimeout(None)
+            with self._cond:
+                self._socks.add(upstream)
+            self._count(name or "unroutable")
+            _relay(conn, upstream)
+        except OSError:
+            pass
+        finally:
+            with self._cond:
+                for s in (conn, upstream):
+                    if s is not None:
+                        self._socks.discard(s)
+                        s.close()
+                self._open -= 1
+                self._cond.notify_all()
+
+    def _sniff(self, conn: socket.socket) -> str | None:
+        """``grpc`` or ``http`` from the first bytes (not consumed); None if the peer left."""
+        conn.settimeout(_SNIFF_TIMEOUT)
+        deadline = time.monotonic() + _SNIFF_TIMEOUT
+        head = b""
+        while len(head) < _SNIFF_BYTES:
+            head = conn.recv(_SNIFF_BYTES, socket.MSG_PEEK)
+            if not head:
+                return None
+            if not H2_PREFACE.startswith(head) or time.monotonic() > deadline:
+                break
+            if len(head) < _SNIFF_BYTES:
+                time.sleep(0.001)  # a preface split across segments: wait for the rest
+        conn.settimeout(None)
+        return "grpc" if is_http2(head) else "http"
+
+    def _count(self, name: str) -> None:
+        with self._cond:
+            self.connections[name] += 1
+
+
+def _relay(a: socket.socket, b: socket.socket) -> None:
+    """Copy bytes both ways until both directions are closed, passing half-closes on."""
+    peer = {a: b, b: a}
+    open_reads = {a, b}
+    with selectors.DefaultSelector() as sel:
+        for s in open_reads:
+            sel.register(s, selectors.EVENT_READ)
+        while open_reads:
+            for key, _ in sel.select():
+                src: socket.socket = key.fileobj  # type: ignore[assignment]
+                try:
+                    data = src.recv(_CHUNK)
+                except OSError:
+                    data = b""
+                if data:
+                    try:
+                        peer[src].sendall(data)
+                        continue
+                    except OSError:
+                        return
+                sel.unregister(src)
+                open_reads.discard(src)
+                with contextlib.suppress(OSError):
+                    peer[src].shutdown(socket.SHUT_WR)

@@ -1,0 +1,274 @@
+"""The run report (``report.md``): what each tool call ran, wrote and reached, in plain words.
+
+Read from a finished graph (``graph.json``, `docs/graph.md`) through its typed facts and edges
+only, never attribute strings:
+
+* each tool call (in time order) → the processes linked to it (``correlated_with_process``) and
+  their descendants (``spawned``), each with argv, exit code, how it was linked and at what
+  grade → the files those processes wrote, created, renamed or deleted, and the endpoints they
+  connected to;
+* then what could not be linked, and why: tool calls no process was linked to, processes linked
+  to no tool call, and the planes whose observation was degraded (so "no file written" is read
+  as "not observed" where the file plane was not complete).
+
+The report states only what the graph holds; an overlap in time is said to be one, never a link.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from otel_bridge.graph.document import Graph, GraphEdge, GraphNode
+from otel_bridge.model import CommandFacts, ProcessFacts, ToolCallFacts
+
+WRITES = ("wrote", "created", "renamed", "deleted")
+"""Relations of a process to a file that change it."""
+_HOW = {
+    "traceparent": "it inherited the call's trace context (TRACEPARENT)",
+    "resource_pid": "the span's resource named its pid",
+}
+
+
+@dataclass(slots=True)
+class ProcessRow:
+    """One process a tool call ran."""
+
+    node: GraphNode
+    how: str
+    grade: str
+    writes: list[str] = field(default_factory=list)
+    endpoints: list[str] = field(default_factory=list)
+
+
+@dataclass(slots=True)
+class CallRow:
+    """One tool call and what it ran."""
+
+    node: GraphNode
+    command: str
+    processes: list[ProcessRow] = field(default_factory=list)
+
+
+@dataclass(slots=True)
+class Report:
+    """What :func:`render` prints."""
+
+    calls: list[CallRow]
+    unlinked_calls: list[str]
+    unlinked_processes: list[str]
+    agent_processes: list[str]
+    folded: int
+
+
+def _argv(node: GraphNode) -> str:
+    facts = node.facts
+    if isinstance(facts, ProcessFacts) and facts.argv is not None:
+        return " ".join(facts.argv) or "(empty argv)"
+    return node.label or node.id
+
+
+def _pid(node: GraphNode) -> str:
+    facts = node.facts
+    return str(facts.pid) if isinstance(facts, ProcessFacts) else "?"
+
+
+def _exit(node: GraphNode) -> str:
+    facts = node.facts
+    if isinstance(facts, ProcessFacts) and facts.exit_code is not None:
+        return str(facts.exit_code)
+    return "not observed"
+
+
+def _how(edge: GraphEdge) -> str:
+    method = edge.method if isinstance(edge.method, str) else ", ".join(edge.method or ())
+    if edge.inferred is True or edge.inferred == "mixed":
+        return f"inferred ({method or 'heuristic'}): a likely match, not proof"
+    return _HOW.get(method, method or "exact identity")
+
+
+def _call_label(node: GraphNode) -> str:
+    facts = node.facts
+    if isinstance(facts, ToolCallFacts):
+        return f"{facts.tool} ({facts.call_id})" if facts.call_id else facts.tool
+    return node.label or node.id
+
+
+class _Index:
+    def __init__(self, graph: Graph) -> None:
+        self.nodes = {n.id: n for n in graph.nodes}
+        self.out: dict[str, list[GraphEdge]] = defaultdict(list)
+        self.into: dict[str, list[GraphEdge]] = defaultdict(list)
+        for e in graph.edges:
+            self.out[e.source].append(e)
+            self.into[e.target].append(e)
+
+    def targets(self, source: str, relations: Iterable[str]) -> list[GraphEdge]:
+        rels = set(relations)
+        return [e for e in self.out[source] if e.relation in rels]
+
+    def descendants(self, pid: str) -> list[GraphEdge]:
+        """The ``spawned`` edges below ``pid``, parents before children."""
+        seen, todo, out = {pid}, [pid], []
+        while todo:
+            for e in self.targets(todo.pop(0), ("spawned",)):
+                if e.target not in seen:
+                    seen.add(e.target)
+                    out.append(e)
+                    todo.append(e.target)
+        return out
+
+    def writes(self, pid: str, window: tuple[int, int] | None = None) -> list[str]:
+        """Files ``pid`` changed (within ``window`` when given), ``path (created, wrote)``."""
+        how: dict[str, list[str]] = defaultdict(list)
+        for e in self.targets(pid, WRITES):
+            if window is not None and not window[0] <= (e.first_seen or -1) <= window[1]:
+                continue
+            how[self.nodes[e.target].label or e.target].append(e.relation)
+        return [f"{path} ({', '.join(sorted(rels))})" for path, rels in sorted(how.items())]
+
+    def effects(self, row: ProcessRow) -> None:
+        row.writes = self.writes(row.node.id)
+        for e in self.targets(row.node.id, ("connected_to",)):
+            label = self.nodes[e.target].label or e.target
+            if label not in row.endpoints:
+                row.endpoints.append(label)
+
+
+def _by_time(nodes: Iterable[GraphNode]) -> list[GraphNode]:
+    return sorted(nodes, key=lambda n: (n.first_seen or 0, n.id))
+
+
+def build(graph: Graph) -> Report:
+    """The report of ``graph``."""
+    ix = _Index(graph)
+    calls: list[CallRow] = []
+    unlinked_calls: list[str] = []
+    linked: set[str] = set()
+    for node in _by_time(n for n in graph.nodes if n.kind == "tool_call"):
+        commands = [ix.nodes[e.target] for e in ix.targets(node.id, ("declared_command",))]
+        command = next((c.facts.command for c in commands if isinstance(c.facts, CommandFacts)), "")
+        row = CallRow(node=node, command=command)
+        sources = [node.id] + [c.id for c in commands]
+        for src in sources:
+            for e in ix.targets(src, ("correlated_with_process",)):
+                if any(p.node.id == e.target for p in row.processes):
+                    continue
+                row.processes.append(ProcessRow(ix.nodes[e.target], _how(e), e.grade))
+                for child in ix.descendants(e.target):
+                    how = f"its parent pid {_pid(ix.nodes[child.source])} is linked (fork record)"
+                    row.processes.append(ProcessRow(ix.nodes[child.target], how, child.grade))
+        for p in row.processes:
+            ix.effects(p)
+            linked.add(p.node.id)
+        calls.append(row)
+    agents = {
+        e.target
+        for n in graph.nodes
+        if n.kind == "agent"
+        for e in ix.targets(n.id, ("correlated_with_process",))
+    }
+    for row in calls:
+        if not row.processes:
+            unlinked_calls.append(_unlinked_call(row, ix, agents))
+    unlinked = [
+        f"pid {_pid(n)} `{_argv(n)}` (exit {_exit(n)}) ran, but no tool call is linked to it"
+        for n in _by_time(graph.nodes)
+        if n.kind == "process"
+        and n.id not in linked
+        and n.id not in agents
+        and isinstance(n.facts, ProcessFacts)
+        and n.facts.argv is not None
+    ]
+    return Report(
+        calls=calls,
+        unlinked_calls=unlinked_calls,
+        unlinked_processes=unlinked,
+        agent_processes=[f"pid {_pid(ix.nodes[a])} `{_argv(ix.nodes[a])}`" for a in agents],
+        folded=sum(1 for n in graph.nodes if n.kind == "runtime_reads"),
+    )
+
+
+def _unlinked_call(row: CallRow, ix: _Index, agents: set[str]) -> str:
+    what = f"`{_md(row.command)}`" if row.command else "no command"
+    text = (
+        f"{_call_label(row.node)} declared {what}; no process was linked to it: it ran inside "
+        "the agent's own process, or its processes carried no trace context and matched "
+        "nothing unambiguously"
+    )
+    start, end = row.node.first_seen, row.node.last_seen
+    if start is None or end is None:
+        return text
+    during = [w for a in sorted(agents) for w in ix.writes(a, (start, end))]
+    if during:
+        text += (
+            f". While it ran, the agent's process changed {', '.join(map(_md, during))} "
+            "(same time only: not a link)"
+        )
+    return text
+
+
+def _md(text: str) -> str:
+    """``text`` safe inside a Markdown table cell."""
+    return text.replace("|", "\\|").replace("\n", " ")
+
+
+def _cell(items: list[str]) -> str:
+    return "<br>".join(map(_md, items)) if items else "none observed"
+
+
+def render(report: Report, *, title: str, planes: Mapping[str, str] | None = None) -> str:
+    """The report as Markdown."""
+    lines = [f"# {title}", ""]
+    if report.agent_processes:
+        lines += [f"Agent process: {', '.join(report.agent_processes)}", ""]
+    lines += ["## Tool calls", ""]
+    if not report.calls:
+        lines += ["The agent reported no tool calls (no `execute_tool` or TOOL spans arrived).", ""]
+    else:
+        lines += [
+            "| tool call | process (argv) | exit | linked because | grade | files written "
+            "| endpoints reached |",
+            "| --- | --- | --- | --- | --- | --- | --- |",
+        ]
+        for call in report.calls:
+            lines += _call_rows(call)
+        lines.append("")
+    lines += ["## Not linked, and why", ""]
+    notes = [*report.unlinked_calls, *report.unlinked_processes]
+    for plane, state in sorted((planes or {}).items()):
+        if not state.startswith("available"):
+            notes.append(
+                f"the {plane} plane was {state}; what it did not see is unknown, not absent"
+            )
+    lines += [f"- {n}" for n in notes] or ["- everything the agent reported was linked"]
+    if report.folded:
+        lines += [
+            "",
+            f"Interpreter and shared-library reads of {report.folded} process(es) are folded "
+            "into one `runtime_reads` node each in graph.json (all events are in os.jsonl).",
+        ]
+    return "\n".join(lines) + "\n"
+
+
+def _call_rows(call: CallRow) -> list[str]:
+    label = _call_label(call.node)
+    if call.command:
+        label += f": `{_md(call.command)}`"
+    if not call.processes:
+        return [f"| {label} | none linked | | | | | |"]
+    rows = []
+    for i, p in enumerate(call.processes):
+        rows.append(
+            f"| {label if i == 0 else ''} | pid {_pid(p.node)} `{_md(_argv(p.node))}` "
+            f"| {_exit(p.node)} | {p.how} | {p.grade} | {_cell(p.writes)} "
+            f"| {_cell(p.endpoints)} |"
+        )
+    return rows
+
+
+def report_text(doc: Mapping[str, Any], *, title: str, planes: Mapping[str, str]) -> str:
+    """``report.md`` of a graph document (the ``graph.json`` object)."""
+    return render(build(Graph.from_dict(doc, validate=False)), title=title, planes=planes)

@@ -1,0 +1,149 @@
+"""Runtime reads folded into one node per process (``otel_bridge/graph/fold.py``)."""
+
+from __future__ import annotations
+
+import hashlib
+from typing import Any
+
+import pytest
+
+from otel_bridge.graph import validate_document
+from otel_bridge.graph.fold import KIND, fold_runtime_reads, runtime_read_class
+from otel_bridge.graph.summary import summarize
+
+P = "process:h:10:1"
+Q = "process:h:11:2"
+
+
+def edge_id(source: str, relation: str, target: str) -> str:
+    """An edge's stable id as ``docs/graph.md`` defines it."""
+    digest = hashlib.blake2b(f"{source}\0{relation}\0{target}".encode(), digest_size=8)
+    return "e-" + digest.hexdigest()
+
+
+def _node(node_id: str, kind: str) -> dict[str, Any]:
+    return {
+        "id": node_id,
+        "kind": kind,
+        "label": "python3 (10)" if kind == "process" else node_id[5:],
+        "key": "process:/usr/bin/python3:python3 job.py" if kind == "process" else "",
+        "facts": None,
+        "channels": ["os"],
+        "backends": ["linux"],
+        "attrs": {},
+        "first_seen": 5,
+        "last_seen": 9,
+        "logical_count": 1,
+        "evidence_count": 1,
+    }
+
+
+def _edge(source: str, relation: str, target: str, n: int, t: int) -> dict[str, Any]:
+    return {
+        "id": edge_id(source, relation, target),
+        "source": source,
+        "target": target,
+        "relation": relation,
+        "channels": ["os"],
+        "backends": ["linux"],
+        "causal": True,
+        "inferred": None,
+        "identity_exact": None,
+        "attribution": ["syscall"],
+        "method": None,
+        "score": None,
+        "grade": "A",
+        "support": [f"obs-{target}"],
+        "derived_support": [],
+        "attrs": {},
+        "first_seen": t,
+        "last_seen": t + 1,
+        "logical_count": n,
+        "evidence_count": n,
+    }
+
+
+def _doc(run: dict[str, Any] | None = None) -> dict[str, Any]:
+    so, pyc = "file:/usr/lib/libz.so.1", "file:/opt/app/__pycache__/m.cpython-311.pyc"
+    written_pyc, data = "file:/opt/app/__pycache__/new.cpython-311.pyc", "file:/etc/app.conf"
+    nodes = [_node(P, "process"), _node(Q, "process")]
+    nodes += [_node(f, "file") for f in (so, pyc, written_pyc, data)]
+    edges = [
+        _edge(P, "opened", so, 2, 100),
+        _edge(P, "opened", pyc, 3, 50),
+        _edge(P, "opened", written_pyc, 1, 70),
+        _edge(P, "created", written_pyc, 1, 71),
+        _edge(P, "opened", data, 1, 80),
+        _edge(Q, "opened", so, 1, 300),
+    ]
+    nodes.sort(key=lambda n: str(n["id"]))
+    edges.sort(key=lambda e: (e["source"], e["relation"], e["target"]))
+    return {
+        "format": "otel-bridge.graph",
+        "version": 2,
+        "run": run or {},
+        "nodes": nodes,
+        "edges": edges,
+        "summary": summarize(nodes, edges, {}, {}, 9),
+    }
+
+
+@pytest.mark.parametrize(
+    ("path", "cls"),
+    [
+        ("/usr/lib/python3.11/json/__init__.py", "interpreter library"),
+        ("/root/.venv/lib/python3.11/site-packages/x/y.py", "installed packages"),
+        ("/a/__pycache__/b.cpython-311.pyc", "python bytecode"),
+        ("/lib/x86_64-linux-gnu/libc.so.6", "shared library"),
+        ("/etc/ld.so.cache", "shared library"),
+        ("/proc/self/status", "kernel interface"),
+        ("/sys/devices/system/cpu/online", "kernel interface"),
+        ("/usr/lib/locale/C.utf8/LC_CTYPE", "locale and fonts"),
+        ("/var/cache/fontconfig/x.cache-8", "locale and fonts"),
+        ("/home/me/project/report.csv", None),
+        ("/etc/passwd", None),
+        ("/tmp/job/out.json", None),
+    ],
+)
+def test_runtime_read_classes(path: str, cls: str | None) -> None:
+    """Interpreter, library, kernel-interface and locale reads are runtime; work files are not."""
+    assert runtime_read_class(path) == cls
+
+
+def test_fold_merges_runtime_reads_per_process_and_keeps_everything_else() -> None:
+    """Each process's runtime reads become one node and one edge with summed counts; a file
+    the process also created, and a non-runtime file, stay; the result is a valid document."""
+    doc = _doc()
+    out = fold_runtime_reads(doc)
+    validate_document(out)
+    ids = {n["id"] for n in out["nodes"]}
+    assert "file:/usr/lib/libz.so.1" not in ids
+    assert "file:/opt/app/__pycache__/m.cpython-311.pyc" not in ids
+    assert "file:/opt/app/__pycache__/new.cpython-311.pyc" in ids  # it was created: kept
+    assert "file:/etc/app.conf" in ids
+    folded = {n["id"]: n for n in out["nodes"] if n["kind"] == KIND}
+    assert set(folded) == {f"{KIND}:{P}", f"{KIND}:{Q}"}
+    node = folded[f"{KIND}:{P}"]
+    assert node["attrs"]["files"] == 2
+    assert node["attrs"]["by_class"] == {"python bytecode": 1, "shared library": 1}
+    assert node["key"] == f"{KIND}:process:/usr/bin/python3:python3 job.py"
+    edge = next(e for e in out["edges"] if e["target"] == f"{KIND}:{P}")
+    assert edge["relation"] == "opened"
+    assert edge["evidence_count"] == 5  # 2 + 3: nothing lost from the totals
+    assert (edge["first_seen"], edge["last_seen"]) == (50, 101)
+    assert edge["support"] == [
+        "obs-file:/opt/app/__pycache__/m.cpython-311.pyc",
+        "obs-file:/usr/lib/libz.so.1",
+    ]
+    assert (edge["causal"], edge["grade"]) == (True, "A")
+    assert out["summary"]["nodes"] == len(out["nodes"]) == 6
+    assert out["summary"]["edges_by_relation"] == {"created": 1, "opened": 4}
+    assert sum(e["evidence_count"] for e in out["edges"]) == sum(
+        e["evidence_count"] for e in doc["edges"]
+    )
+
+
+def test_keep_leaves_the_graph_as_it_is() -> None:
+    """``run.runtime_reads == "keep"`` (``observe --keep-runtime-reads``) turns folding off."""
+    doc = _doc({"runtime_reads": "keep"})
+    assert fold_runtime_reads(doc) is doc

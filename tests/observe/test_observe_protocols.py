@@ -1,0 +1,167 @@
+"""Issue 11, reproduction 4: under ``observe`` an agent is recorded whichever OTLP exporter it
+uses, with nothing but ``OTEL_EXPORTER_OTLP_ENDPOINT``; a run without spans says so; the user's
+own OTLP destination still receives the agent's telemetry (unless ``--no-forward``)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from observe_support import observe_argv
+
+from otel_bridge import rundir
+from otel_bridge.component import CreateSettings, Host
+from otel_bridge.receivers.otlp import OtlpReceiver, factory
+from otel_bridge.receivers.otlp.config import GrpcConfig, HttpConfig, OtlpReceiverConfig, Protocols
+from otel_bridge.testing import RecordingConsumer
+
+pytest.importorskip("opentelemetry.exporter.otlp.proto.grpc", reason="needs the gRPC exporter")
+pytest.importorskip("opentelemetry.exporter.otlp.proto.http", reason="needs the HTTP exporter")
+
+AGENT = textwrap.dedent(
+    """
+    import json, os, sys, urllib.request
+    kind = sys.argv[1]
+    if kind == "json":  # no JSON exporter in the Python SDK: post OTLP/JSON by hand
+        span = {"traceId": "0af7651916cd43dd8448eb211c80319c", "spanId": "b7ad6b7169203331",
+                "name": "step-json", "kind": 1, "startTimeUnixNano": "1", "endTimeUnixNano": "2"}
+        body = {"resourceSpans": [{"scopeSpans": [{"spans": [span]}]}]}
+        req = urllib.request.Request(
+            os.environ["OTEL_EXPORTER_OTLP_ENDPOINT"] + "/v1/traces",
+            data=json.dumps(body).encode(), headers={"Content-Type": "application/json"})
+        assert urllib.request.urlopen(req).status == 200
+        sys.exit(0)
+    if kind == "grpc":  # the most common snippet: the gRPC exporter, endpoint from the variable
+        from opentelemetry.exporter.otlp.proto.grpc.trace_exporter import OTLPSpanExporter
+    else:
+        from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
+    from opentelemetry.sdk.trace import TracerProvider
+    from opentelemetry.sdk.trace.export import BatchSpanProcessor
+    provider = TracerProvider()
+    provider.add_span_processor(BatchSpanProcessor(OTLPSpanExporter()))
+    with provider.get_tracer("t").start_as_current_span("step-" + kind):
+        pass
+    provider.shutdown()
+    """
+)
+
+
+def _observe(
+    tmp_path: Path, *cmd: str, extra: tuple[str, ...] = (), env: dict[str, str] | None = None
+) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        observe_argv(tmp_path, *cmd, extra=extra),
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+        env=env,
+    )
+
+
+def _summary(tmp_path: Path) -> dict[str, Any]:
+    data: dict[str, Any] = json.loads((tmp_path / "run" / rundir.SUMMARY).read_text())
+    return data
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("kind", ["grpc", "http", "json"])
+def test_any_exporter_is_recorded_with_only_the_endpoint_variable(
+    tmp_path: Path, kind: str
+) -> None:
+    """The SDK's gRPC exporter (which ignores OTEL_EXPORTER_OTLP_PROTOCOL), its HTTP/protobuf
+    exporter and an HTTP/JSON client all reach observe's one endpoint and are recorded."""
+    (tmp_path / "agent.py").write_text(AGENT)
+    result = _observe(tmp_path, sys.executable, "agent.py", kind)
+    assert result.returncode == 0, result.stderr
+    sem = (tmp_path / "run" / rundir.SEM_STREAM).read_text()
+    assert f"step-{kind}" in sem
+    otlp = _summary(tmp_path)["otlp"]
+    assert otlp["spans_received"] == 1
+    assert otlp["warnings"] == []
+    assert otlp["connections"]["grpc" if kind == "grpc" else "http"] >= 1
+    assert "warning:" not in result.stderr
+
+
+@pytest.mark.slow
+def test_a_run_without_spans_says_so_with_the_likely_cause(tmp_path: Path) -> None:
+    """A command that never exports gets a plain warning in the summary, printed and stored."""
+    result = _observe(tmp_path, "true")
+    assert result.returncode == 0, result.stderr
+    assert "warning: the command sent no spans: it never connected" in result.stderr
+    warnings = _summary(tmp_path)["otlp"]["warnings"]
+    assert len(warnings) == 1
+    assert "never connected" in warnings[0]
+    assert "the command sent no spans" in (tmp_path / "run" / "report.md").read_text()
+
+
+@pytest.fixture
+def destination() -> Iterator[tuple[OtlpReceiver, RecordingConsumer]]:
+    """The user's own OTLP destination: a second, real receiver (gRPC and HTTP)."""
+    config = OtlpReceiverConfig(
+        protocols=Protocols(
+            grpc=GrpcConfig(endpoint="127.0.0.1:0"), http=HttpConfig(endpoint="127.0.0.1:0")
+        )
+    )
+    sink = RecordingConsumer()
+    receiver = factory.create(CreateSettings(id="otlp"), config, sink)
+    assert isinstance(receiver, OtlpReceiver)
+    receiver.start(Host())
+    yield receiver, sink
+    receiver.shutdown()
+
+
+def _names(sink: RecordingConsumer) -> set[str]:
+    return {s.name for b in sink.batches for s in b.spans}
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("protocol", ["grpc", "http/protobuf"])
+def test_the_users_destination_still_receives_the_agents_spans(
+    tmp_path: Path, destination: tuple[OtlpReceiver, RecordingConsumer], protocol: str
+) -> None:
+    """With OTEL_EXPORTER_OTLP_ENDPOINT/PROTOCOL already set, the agent's span (and the run's
+    root span) reach that destination during observe, and the summary says so."""
+    receiver, sink = destination
+    port = receiver.grpc_port if protocol == "grpc" else receiver.http_port
+    env = dict(
+        os.environ,
+        OTEL_EXPORTER_OTLP_ENDPOINT=f"http://127.0.0.1:{port}",
+        OTEL_EXPORTER_OTLP_PROTOCOL=protocol,
+    )
+    (tmp_path / "agent.py").write_text(AGENT)
+    result = _observe(tmp_path, sys.executable, "agent.py", "http", env=env)
+    assert result.returncode == 0, result.stderr
+    assert {"step-http", "otel-bridge observe"} <= _names(sink)
+    assert "step-http" in (tmp_path / "run" / rundir.SEM_STREAM).read_text()  # recorded too
+    forward = _summary(tmp_path)["forward"]
+    assert forward["destination"] == f"http://127.0.0.1:{port}"
+    assert forward["protocol"] == protocol
+    assert forward["spans_sent"] == 2
+    assert forward["spans_not_sent"] == 0
+    assert f"Forwarded to http://127.0.0.1:{port}" in result.stderr
+
+
+@pytest.mark.slow
+def test_no_forward_opts_out(
+    tmp_path: Path, destination: tuple[OtlpReceiver, RecordingConsumer]
+) -> None:
+    """``--no-forward``: the destination receives nothing; the run still records the span."""
+    receiver, sink = destination
+    env = dict(os.environ, OTEL_EXPORTER_OTLP_ENDPOINT=f"http://127.0.0.1:{receiver.http_port}")
+    (tmp_path / "agent.py").write_text(AGENT)
+    result = _observe(
+        tmp_path, sys.executable, "agent.py", "http", extra=("--no-forward",), env=env
+    )
+    assert result.returncode == 0, result.stderr
+    assert _names(sink) == set()
+    assert "step-http" in (tmp_path / "run" / rundir.SEM_STREAM).read_text()
+    assert _summary(tmp_path)["forward"] is None

@@ -1,0 +1,113 @@
+"""``report.md`` from a graph: rows per tool call, how each process is linked, what is not."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from otel_bridge.graph.document import Graph, GraphEdge, GraphNode
+from otel_bridge.model import CommandFacts, ProcessFacts, ToolCallFacts
+from otel_bridge.report import build, render
+
+H = "h1"
+
+
+def _proc(pid: int, argv: list[str], exit_code: int | None, parent: int) -> GraphNode:
+    facts = ProcessFacts(
+        host_id=H,
+        pid=pid,
+        start_time_ms=pid,
+        parent_pid=parent,
+        argv=tuple(argv),
+        exit_code=exit_code,
+        executable_name=argv[0],
+    )
+    return GraphNode(id=f"process:{H}:{pid}:{pid}", kind="process", label=argv[0], facts=facts)
+
+
+def _edge(source: str, relation: str, target: str, **kw: Any) -> GraphEdge:
+    return GraphEdge(
+        id=f"e-{source}-{relation}-{target}", source=source, target=target, relation=relation, **kw
+    )
+
+
+def _graph() -> Graph:
+    agent = _proc(10, ["python", "agent.py"], 0, 1)
+    shell = _proc(11, ["sh", "-c", "make | tee log"], 2, 10)
+    make = _proc(12, ["make"], 2, 11)
+    stray = _proc(13, ["curl", "http://example.test"], None, 10)
+    call1 = GraphNode(
+        id="tool_call:t:a",
+        kind="tool_call",
+        label="shell",
+        facts=ToolCallFacts(tool="shell", call_id="c1", agent="bot", trace_id="t", span_id="a"),
+        first_seen=100,
+        last_seen=200,
+    )
+    call2 = GraphNode(
+        id="tool_call:t:b",
+        kind="tool_call",
+        label="notes",
+        facts=ToolCallFacts(tool="notes", call_id="c2", agent="bot", trace_id="t", span_id="b"),
+        first_seen=300,
+        last_seen=400,
+    )
+    cmd = GraphNode(
+        id="command:t:a", kind="command", facts=CommandFacts(command="make | tee log", tool="shell")
+    )
+    out = GraphNode(id="file:/w/build.out", kind="file", label="/w/build.out")
+    notes = GraphNode(id="file:/w/notes.md", kind="file", label="/w/notes.md")
+    ep = GraphNode(id="endpoint:tcp:10.0.0.5:443", kind="endpoint", label="10.0.0.5:443")
+    bot = GraphNode(id="agent:svc:bot", kind="agent", label="bot")
+    edges = (
+        _edge(bot.id, "correlated_with_process", agent.id, method="resource_pid", grade="C"),
+        _edge(call1.id, "declared_command", cmd.id),
+        _edge(
+            cmd.id,
+            "correlated_with_process",
+            shell.id,
+            method="singleton",
+            inferred=True,
+            grade="D",
+        ),
+        _edge(agent.id, "spawned", shell.id, grade="A"),
+        _edge(shell.id, "spawned", make.id, grade="A"),
+        _edge(agent.id, "spawned", stray.id, grade="A"),
+        _edge(make.id, "wrote", out.id, grade="A"),
+        _edge(make.id, "created", out.id, grade="A"),
+        _edge(make.id, "connected_to", ep.id, grade="B"),
+        _edge(agent.id, "wrote", notes.id, grade="A", first_seen=350),
+    )
+    nodes = (agent, shell, make, stray, call1, call2, cmd, out, notes, ep, bot)
+    return Graph(nodes=nodes, edges=edges)
+
+
+def test_rows_say_what_each_call_ran_and_how_it_is_linked() -> None:
+    """A heuristic link is called a likely match; a descendant names its linked parent; the
+    descendant's writes and connections are on its row; pipes in argv do not break the table."""
+    text = render(build(_graph()), title="run", planes={"network": "degraded: scans"})
+    row = next(line for line in text.splitlines() if "pid 11" in line)
+    assert row.startswith("| shell (c1): `make \\| tee log` |")
+    assert (
+        "`sh -c make \\| tee log` | 2 | inferred (singleton): a likely match, not proof | D |"
+        in row
+    )
+    child = next(line for line in text.splitlines() if "pid 12" in line)
+    assert "its parent pid 11 is linked (fork record) | A |" in child
+    assert "/w/build.out (created, wrote)" in child
+    assert "10.0.0.5:443" in child
+    assert "Agent process: pid 10 `python agent.py`" in text
+
+
+def test_what_is_not_linked_is_said_plainly() -> None:
+    """The call without a process, the agent's own write during it (as a time overlap only),
+    the process no call is linked to, and the degraded plane are all listed."""
+    report = build(_graph())
+    assert report.agent_processes == ["pid 10 `python agent.py`"]
+    text = render(report, title="run", planes={"network": "degraded: scans", "file": "available"})
+    notes = text.split("## Not linked, and why", 1)[1]
+    assert "notes (c2) declared no command; no process was linked to it" in notes
+    assert "changed /w/notes.md (wrote) (same time only: not a link)" in notes
+    assert "pid 13 `curl http://example.test` (exit not observed) ran, but no tool call" in notes
+    assert "the network plane was degraded: scans; what it did not see is unknown" in notes
+    assert "file plane" not in notes
+    assert "pid 12" not in notes  # a descendant of a linked process is linked

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import datetime as dt
 import functools
+import ipaddress
 import os
 import re
 import socket
@@ -256,14 +257,51 @@ def file_key(path: str) -> str:
     return f"{EntityKind.FILE}:{path_shape(path)}"
 
 
-def endpoint_key(transport: str, address: str, port: int) -> str:
-    """``endpoint:<transport>:<address>:<port>``, the same as the identity (already run-free).
+EPHEMERAL_RANGE_FILE = "/proc/sys/net/ipv4/ip_local_port_range"
+DEFAULT_EPHEMERAL_RANGE = (32768, 60999)
 
-    For a Unix socket the address is its path, masked like a file's.
+
+def ephemeral_range(path: str = EPHEMERAL_RANGE_FILE) -> tuple[int, int]:
+    """The ephemeral port range of this network namespace (default 32768-60999)."""
+    try:
+        with open(path, encoding="ascii") as f:
+            low, high = (int(x) for x in f.read().split()[:2])
+    except (OSError, ValueError):
+        return DEFAULT_EPHEMERAL_RANGE
+    return (low, high) if 0 < low <= high else DEFAULT_EPHEMERAL_RANGE
+
+
+@functools.cache
+def _local_ephemeral_range() -> tuple[int, int]:
+    return ephemeral_range()
+
+
+def is_loopback(address: str) -> bool:
+    """True for a loopback IP address (``127.0.0.0/8``, ``::1``, IPv4-mapped loopback)."""
+    try:
+        ip = ipaddress.ip_address(address)
+    except ValueError:
+        return False
+    mapped = getattr(ip, "ipv4_mapped", None)
+    return bool(ip.is_loopback or (mapped is not None and mapped.is_loopback))
+
+
+def endpoint_key(transport: str, address: str, port: int) -> str:
+    """``endpoint:<transport>:<address>:<port>``, the identity without its run-local parts.
+
+    For a Unix socket the address is its path, masked like a file's. A loopback port in this
+    host's ephemeral range (``/proc/sys/net/ipv4/ip_local_port_range``) was chosen by the kernel
+    at bind time (a local server started on port 0: a test model server, a collector) and differs
+    from run to run, so the key says ``ephemeral`` instead of the number:
+    ``endpoint:tcp:127.0.0.1:ephemeral``. The identity keeps the number.
     """
     transport = transport.lower()
     if transport == "unix":
         address = path_shape(address)
+    elif is_loopback(address):
+        low, high = _local_ephemeral_range()
+        if low <= port <= high:
+            return f"{EntityKind.ENDPOINT}:{transport}:{address}:ephemeral"
     return f"{EntityKind.ENDPOINT}:{transport}:{address}:{port}"
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import random
+import socket
 from pathlib import Path
 from typing import Any, get_args
 
@@ -23,7 +24,14 @@ from otel_bridge.graph import (
     load,
     schema,
 )
-from otel_bridge.identity import file_key, key_rank, process_key
+from otel_bridge.identity import (
+    endpoint_id,
+    endpoint_key,
+    ephemeral_range,
+    file_key,
+    key_rank,
+    process_key,
+)
 from otel_bridge.model import (
     AgentFacts,
     CommandFacts,
@@ -252,3 +260,19 @@ def test_every_facts_type_passes_the_schema_and_loads_typed(tmp_path: Path) -> N
     broken["nodes"][0]["facts"]["pid"] = "ten"
     with pytest.raises(DecodeError, match="nodes/0/facts"):
         Graph.from_dict(broken)
+
+
+def test_a_loopback_port_the_kernel_chose_is_keyed_as_ephemeral() -> None:
+    """A local server on port 0 gets a new port every run; its key must not carry the number,
+    while a fixed port (11434), a remote address and the identity keep theirs."""
+    low, high = ephemeral_range()
+    chosen = socket.socket()
+    chosen.bind(("127.0.0.1", 0))  # the kernel picks from the ephemeral range, as servers do
+    port = chosen.getsockname()[1]
+    chosen.close()
+    assert low <= port <= high
+    assert endpoint_key("tcp", "127.0.0.1", port) == "endpoint:tcp:127.0.0.1:ephemeral"
+    assert endpoint_key("tcp", "::1", port) == "endpoint:tcp:::1:ephemeral"
+    assert endpoint_key("tcp", "127.0.0.1", 11434) == "endpoint:tcp:127.0.0.1:11434"
+    assert endpoint_key("tcp", "10.0.0.5", port) == f"endpoint:tcp:10.0.0.5:{port}"
+    assert endpoint_id("tcp", "127.0.0.1", port) == f"endpoint:tcp:127.0.0.1:{port}"

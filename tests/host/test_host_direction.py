@@ -12,9 +12,10 @@ from host_support import Gated, finish, needs_root, python, require_backend, sta
 from waiting import wait_until
 
 from otel_bridge.component import Telemetry
+from otel_bridge.identity import ephemeral_range
 from otel_bridge.model import AnyValue, LogRecord
 from otel_bridge.receivers.host import HostConfig
-from otel_bridge.receivers.host.direction import Direction, DirectionRule, ephemeral_range
+from otel_bridge.receivers.host.direction import Direction, DirectionRule
 from otel_bridge.receivers.host.events import (
     SAMPLED,
     Emitter,

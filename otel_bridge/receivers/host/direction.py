@@ -30,8 +30,7 @@ import enum
 import ipaddress
 import threading
 
-_RANGE_FILE = "/proc/sys/net/ipv4/ip_local_port_range"
-_DEFAULT_RANGE = (32768, 60999)
+from otel_bridge.identity import ephemeral_range
 
 
 class Direction(enum.Enum):
@@ -40,16 +39,6 @@ class Direction(enum.Enum):
     INITIATED = "initiated"
     ACCEPTED = "accepted"
     UNKNOWN = "unknown"
-
-
-def ephemeral_range(path: str = _RANGE_FILE) -> tuple[int, int]:
-    """The ephemeral port range of the collector's network namespace (default 32768-60999)."""
-    try:
-        with open(path, encoding="ascii") as f:
-            low, high = (int(x) for x in f.read().split()[:2])
-    except (OSError, ValueError):
-        return _DEFAULT_RANGE
-    return (low, high) if 0 < low <= high else _DEFAULT_RANGE
 
 
 def is_local_address(address: str, local_address: str) -> bool:

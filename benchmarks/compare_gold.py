@@ -17,12 +17,14 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from otel_bridge.compare import compare, load_run
+from otel_bridge.compare import CompareConfig, compare, load_run
 from otel_bridge.compare.gold import reported_edges, tally
 
 ROOT = Path(__file__).resolve().parent.parent
 TASK = ROOT / "examples" / "compare" / "task.py"
 GOLD = ROOT / "examples" / "compare" / "gold.json"
+THRESHOLDS = (0.75, 0.9, 0.95)
+"""Clustering thresholds of the weight ablation (0.75 is the default)."""
 PLAN = [
     (task, variant)
     for task in ("pipeline", "coding")
@@ -71,7 +73,9 @@ def evaluate(done: dict[str, list[tuple[Path, str, Path]]]) -> dict[str, Any]:
     for task, runs in done.items():
         loaded = [load_run(run_dir) for run_dir, _, _ in runs]
         doc = compare(loaded)
-        report["ablation"][task] = doc["joined"]["ablation"]
+        for threshold in THRESHOLDS:
+            other = compare(loaded, CompareConfig(threshold=threshold))
+            report["ablation"][(task, threshold)] = other["joined"]["ablation"]
         for run, (_, variant, workdir) in zip(loaded, runs, strict=True):
             gold = {tuple(e) for e in gold_doc[task][variant]}
             pairs.append((reported_edges(doc["provenance"][run.id]), gold))
@@ -86,13 +90,22 @@ def evaluate(done: dict[str, list[tuple[Path, str, Path]]]) -> dict[str, Any]:
     return report
 
 
+def reuse(base: Path) -> dict[str, list[tuple[Path, str, Path]]]:
+    """The runs of :data:`PLAN` already observed under ``base`` (``--reuse``)."""
+    done: dict[str, list[tuple[Path, str, Path]]] = {}
+    for n, (task, variant) in enumerate(PLAN):
+        done.setdefault(task, []).append((base / f"run-{n:02d}", variant, base / f"work-{n:02d}"))
+    return done
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", help="keep the run directories here (default: a temporary one)")
+    parser.add_argument("--reuse", action="store_true", help="score the runs already in --out")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory(prefix="compare-gold-") as tmp:
         base = Path(args.out) if args.out else Path(tmp)
-        report = evaluate(run_plan(base))
+        report = evaluate(reuse(base) if args.reuse and args.out else run_plan(base))
     match = report["receipts_match"]
     print(f"runs: {report['runs']}; coverage matrix equals the runs' receipts: {match}")
     print("| method | TP | FP | FN | precision | recall |")
@@ -105,17 +118,17 @@ def main() -> int:
         )
     print()
     print(
-        "| task | calls | clusters | "
+        "| task | threshold | calls | clusters | "
         + " | ".join(f"drop {c}" for c in ("tool", "io", "context", "lineage"))
         + " |"
     )
-    print("| --- | --- | --- | --- | --- | --- | --- |")
-    for task, ab in report["ablation"].items():
+    print("| --- | --- | --- | --- | --- | --- | --- | --- |")
+    for (task, threshold), ab in report["ablation"].items():
         cells = " | ".join(
             f"{ab['dropped'][c]['changed']} ({ab['dropped'][c]['clusters']} clusters)"
             for c in ("tool", "io", "context", "lineage")
         )
-        print(f"| {task} | {ab['calls']} | {ab['clusters']} | {cells} |")
+        print(f"| {task} | {threshold} | {ab['calls']} | {ab['clusters']} | {cells} |")
     return 0
 
 

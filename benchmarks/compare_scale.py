@@ -6,7 +6,8 @@ results, built from one 100-step task template with seeded variations: a skipped
 detour call (5%), a retried call (3%). The timed part is what ``compare`` does after reading the
 files: :func:`extract_run` on every document, then :func:`compare` (dependencies by method,
 provenance, capsules, clustering, joined graph, coverage, impact; the ablation is off, it
-re-clusters four times), then encoding compare.json. Times are CPU seconds of this process.
+re-clusters four times), then encoding compare.json. Times are CPU seconds of this process; peak
+RSS is the process's maximum resident set (with ``--growth`` each row runs in its own process).
 
 Run: ``python benchmarks/compare_scale.py [--runs 1000 --calls 100] [--growth]``.
 """
@@ -16,6 +17,7 @@ from __future__ import annotations
 import argparse
 import random
 import resource
+import subprocess
 import sys
 import time
 from typing import Any
@@ -64,25 +66,30 @@ def variant(plan: list[Step], rng: random.Random) -> list[Step]:
 
 
 def measure(runs: int, calls: int, seed: int = 0) -> dict[str, float]:
+    """One row: documents are built one at a time and dropped once extracted, as files would."""
     rng = random.Random(seed)
     plan = template(calls)
-    docs = [graph_document(f"run-{n:05d}", variant(plan, rng)) for n in range(runs)]
-    t0 = time.process_time()
-    loaded = [extract_run(f"run-{n:05d}", "synthetic", g, io) for n, (g, io) in enumerate(docs)]
-    for _n, run in enumerate(loaded):
+    loaded = []
+    extract = 0.0
+    for n in range(runs):
+        graph, io = graph_document(f"run-{n:05d}", variant(plan, rng))
+        start = time.process_time()
+        run = extract_run(f"run-{n:05d}", "synthetic", graph, io)
+        extract += time.process_time() - start
         run.metrics.update(score=rng.random(), tokens={"input": None, "output": None}, cost=None)
-    t1 = time.process_time()
+        loaded.append(run)
+    start = time.process_time()
     doc = compare(loaded, CompareConfig(ablation=False))
-    t2 = time.process_time()
+    middle = time.process_time()
     encoded = orjson.dumps(doc)
-    t3 = time.process_time()
+    end = time.process_time()
     return {
         "runs": runs,
         "calls": sum(len(r.calls) for r in loaded),
-        "extract": t1 - t0,
-        "compare": t2 - t1,
-        "encode": t3 - t2,
-        "total": t3 - t0,
+        "extract": extract,
+        "compare": middle - start,
+        "encode": end - middle,
+        "total": extract + end - start,
         "nodes": len(doc["joined"]["nodes"]),
         "bytes": len(encoded),
         "rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
@@ -94,6 +101,7 @@ def main() -> int:
     parser.add_argument("--runs", type=int, default=1000)
     parser.add_argument("--calls", type=int, default=100)
     parser.add_argument("--growth", action="store_true", help="also vary runs and calls per run")
+    parser.add_argument("--row", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
     rows = [(args.runs, args.calls)]
     if args.growth:
@@ -102,9 +110,14 @@ def main() -> int:
         "runs", "calls per run", "calls", "extract s", "compare s", "encode s", "total s",
         "joined nodes", "compare.json bytes", "peak RSS MB",
     ]  # fmt: skip
-    print("| " + " | ".join(header) + " |")
-    print("|" + " --- |" * len(header))
+    if not args.row:
+        print("| " + " | ".join(header) + " |")
+        print("|" + " --- |" * len(header))
     for runs, calls in rows:
+        if len(rows) > 1:  # each row in a fresh process, so its peak RSS is its own
+            argv = [sys.executable, __file__, "--runs", str(runs), "--calls", str(calls), "--row"]
+            print(subprocess.run(argv, check=True, capture_output=True, text=True).stdout, end="")
+            continue
         m = measure(runs, calls)
         print(
             f"| {runs} | {calls} | {m['calls']:,.0f} | {m['extract']:.2f} | {m['compare']:.2f} | "

@@ -90,6 +90,8 @@ class RunData:
     """File node id -> the path its facts state."""
     writes_by_file: dict[str, list[FileAccess]] = field(default_factory=dict)
     """File node id -> every write the OS plane saw in the run (by any process), by time."""
+    flat: list[Any] | None = None
+    """Cache of every call's flattened arguments and result (``provenance.flatten_io``)."""
 
 
 def _json_value(text: AnyValue) -> Any:

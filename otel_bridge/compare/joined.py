@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from .inputs import RunData
-from .provenance import CONFIRMED, Dependency
+from .provenance import CONFIRMED, Dependency, flatten_io
 
 COMPONENTS = ("tool", "io", "context", "lineage")
 DEFAULT_WEIGHTS: dict[str, float] = {"tool": 0.4, "io": 0.25, "context": 0.2, "lineage": 0.15}
@@ -75,16 +75,6 @@ def _roots(deps: Sequence[Dependency], n: int, keys: Sequence[str]) -> list[froz
     return [frozenset({f"root:{k}" for k in s}) if s != {"root"} else s for s in lineage]
 
 
-def _io(value: Any, prefix: str, out: set[str]) -> None:
-    if isinstance(value, dict):
-        for k, v in value.items():
-            out.add(f"{prefix}{k}")
-            _io(v, f"{prefix}{k}.", out)
-    elif isinstance(value, list):
-        for item in value:
-            _io(item, f"{prefix}[].", out)
-
-
 def capsules(run: RunData, deps: Sequence[Dependency]) -> list[Capsule]:
     """The capsule of every call of ``run`` (in call order), from its confirmed dependencies."""
     confirmed = sorted(
@@ -98,10 +88,9 @@ def capsules(run: RunData, deps: Sequence[Dependency]) -> list[Capsule]:
         context[d.producer].add(f"out:{keys[d.consumer]}")
     lineage = _roots(confirmed, len(calls), keys)
     out: list[Capsule] = []
-    for i, call in enumerate(calls):
-        io: set[str] = set()
-        _io(call.io.arguments, "arg:", io)
-        _io(call.io.result, "res:", io)
+    for i, (call, (args, result)) in enumerate(zip(calls, flatten_io(run), strict=True)):
+        io = {f"arg:{path}" for path, _, is_key in args if is_key}
+        io.update(f"res:{path}" for path, _, is_key in result if is_key)
         io.update(f"read:{run.keys.get(a.file, '')}" for a in call.reads)
         io.update(f"wrote:{run.keys.get(a.file, '')}" for a in call.writes)
         io.update(f"endpoint:{run.keys.get(e, '')}" for e in call.endpoints)

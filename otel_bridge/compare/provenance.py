@@ -22,7 +22,6 @@ one method, never merged:
 from __future__ import annotations
 
 import re
-from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -50,18 +49,32 @@ class Dependency:
     detail: dict[str, Any] = field(default_factory=dict)
 
 
-def _walk(value: Any, path: str) -> Iterator[tuple[str, Any, bool]]:
-    """(path, scalar, is_key) for every scalar and every object key below ``value``."""
+Flat = list[tuple[str, Any, bool]]
+
+
+def _flatten(value: Any, path: str, out: Flat) -> Flat:
+    """Append (path, scalar, is_key) for every scalar and every object key below ``value``."""
     if isinstance(value, dict):
-        for k in sorted(value, key=str):
+        for k, v in value.items():
             sub = f"{path}.{k}" if path else str(k)
-            yield sub, str(k), True
-            yield from _walk(value[k], sub)
+            out.append((sub, str(k), True))
+            _flatten(v, sub, out)
     elif isinstance(value, list):
         for item in value:
-            yield from _walk(item, f"{path}[]")
-    else:
-        yield path, value, False
+            _flatten(item, f"{path}[]", out)
+    elif value is not None:
+        out.append((path, value, False))
+    return out
+
+
+def flatten_io(run: RunData) -> list[tuple[Flat, Flat]]:
+    """Every call's arguments and result, flattened once (cached on the run)."""
+    if run.flat is None:
+        run.flat = [
+            (_flatten(c.io.arguments, "", []), _flatten(c.io.result, "", [])) for c in run.calls
+        ]
+    flat: list[tuple[Flat, Flat]] = run.flat
+    return flat
 
 
 def reference_value(value: Any) -> tuple[str, Any] | None:
@@ -77,13 +90,13 @@ def reference_value(value: Any) -> tuple[str, Any] | None:
     return None
 
 
-def exact_references(calls: list[Call]) -> list[Dependency]:
+def exact_references(calls: list[Call], flat: list[tuple[Flat, Flat]]) -> list[Dependency]:
     """``exact_reference`` edges: arguments naming a value or key of the latest earlier result."""
     latest: dict[tuple[str, Any], tuple[int, str]] = {}
     out: dict[tuple[int, int], Dependency] = {}
-    for i, call in enumerate(calls):
-        if call.io.arguments is not None:
-            for arg_path, value, is_key in _walk(call.io.arguments, ""):
+    for i, (args, result) in enumerate(flat):
+        if args:
+            for arg_path, value, is_key in args:
                 ref = None if is_key else reference_value(value)
                 if ref is None or ref not in latest:
                     continue
@@ -94,11 +107,10 @@ def exact_references(calls: list[Call]) -> list[Dependency]:
                 )
                 dep.detail.setdefault("arguments", []).append(arg_path)
                 dep.detail.setdefault("result", []).append(result_path)
-        if call.io.result is not None:
-            for res_path, value, _ in _walk(call.io.result, ""):
-                ref = reference_value(value)
-                if ref is not None:
-                    latest[ref] = (i, res_path)
+        for res_path, value, _ in result:
+            ref = reference_value(value)
+            if ref is not None:
+                latest[ref] = (i, res_path)
     for dep in out.values():
         dep.detail = {k: sorted(set(v)) for k, v in dep.detail.items()}
     return sorted(out.values(), key=lambda d: (d.consumer, d.producer))
@@ -137,20 +149,17 @@ def observed_dataflow(run: RunData) -> list[Dependency]:
     return sorted(out.values(), key=lambda d: (d.consumer, d.producer, d.via))
 
 
-def _tokens(value: Any) -> set[str]:
-    if value is None:
-        return set()
-    words: set[str] = set()
-    for _, scalar, _ in _walk(value, ""):
-        if isinstance(scalar, str):
-            words.update(t.lower() for t in _TOKEN.findall(scalar))
-    return words
+def _tokens(flat: Flat) -> set[str]:
+    text = "\n".join(scalar for _, scalar, _ in flat if isinstance(scalar, str))
+    return set(_TOKEN.findall(text.lower())) if text else set()
 
 
-def candidates(calls: list[Call], exact: list[Dependency]) -> list[Dependency]:
+def candidates(
+    calls: list[Call], flat: list[tuple[Flat, Flat]], exact: list[Dependency]
+) -> list[Dependency]:
     """``candidate`` edges: shared word tokens between arguments and the latest earlier result."""
-    arg_tokens = [_tokens(c.io.arguments) for c in calls]
-    res_tokens = [_tokens(c.io.result) for c in calls]
+    arg_tokens = [_tokens(a) for a, _ in flat]
+    res_tokens = [_tokens(r) for _, r in flat]
     frequency: dict[str, int] = {}
     for a, r in zip(arg_tokens, res_tokens, strict=True):
         for token in a | r:
@@ -180,8 +189,9 @@ def candidates(calls: list[Call], exact: list[Dependency]) -> list[Dependency]:
 
 def dependencies(run: RunData) -> list[Dependency]:
     """Every dependency edge of the run, by method."""
-    exact = exact_references(run.calls)
-    return [*exact, *observed_dataflow(run), *candidates(run.calls, exact)]
+    flat = flatten_io(run)
+    exact = exact_references(run.calls, flat)
+    return [*exact, *observed_dataflow(run), *candidates(run.calls, flat, exact)]
 
 
 def _edge(source: str, target: str, relation: str, method: str, **extra: Any) -> dict[str, Any]:

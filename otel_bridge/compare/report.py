@@ -38,7 +38,6 @@ class CompareConfig:
     weights: Mapping[str, float] = field(default_factory=lambda: dict(DEFAULT_WEIGHTS))
     threshold: float = DEFAULT_THRESHOLD
     ablation: bool = True
-    provenance: bool = True
     shapley_samples: int = 2000
 
 
@@ -106,12 +105,7 @@ def compare(runs: Sequence[RunData], config: CompareConfig | None = None) -> dic
         "runs": [{"id": r.id, "path": r.path, "metrics": r.metrics} for r in runs],
         "coverage": coverage(runs),
         "impact": shapley(tool_sets, scores, samples=config.shapley_samples),
-        "provenance": {
-            r.id: provenance(r, d)
-            if config.provenance
-            else {"activities": [], "entities": [], "edges": []}
-            for r, d in zip(runs, deps, strict=True)
-        },
+        "provenance": {r.id: provenance(r, d) for r, d in zip(runs, deps, strict=True)},
         "joined": joined_graph(runs, deps, clusters),
     }
     doc["joined"]["weights"] = weights

@@ -137,7 +137,10 @@ def span_metrics(spans: Iterable[Span], logs: Iterable[LogRecord]) -> dict[str, 
     scores: list[tuple[int, float]] = []
     tokens: dict[str, int | None] = {"input": None, "output": None}
     cost: float | None = None
+    agent_times: list[tuple[int, int]] = []
     for span in spans:
+        if span.attributes.get("gen_ai.operation.name") == "invoke_agent":
+            agent_times.append((span.start_time_unix_nano, span.end_time_unix_nano))
         for attrs, time in _attribute_sets(span):
             value = _number(attrs.get(SCORE_ATTRIBUTE))
             if value is not None:
@@ -156,7 +159,12 @@ def span_metrics(spans: Iterable[Span], logs: Iterable[LogRecord]) -> dict[str, 
             if value is not None:
                 scores.append((log.time_unix_nano, value))
     score = max(scores)[1] if scores else None  # the latest stated score
-    return {"score": score, "tokens": tokens, "cost": cost}
+    latency = (
+        (max(t[1] for t in agent_times) - min(t[0] for t in agent_times)) / 1e6
+        if agent_times
+        else None
+    )
+    return {"score": score, "tokens": tokens, "cost": cost, "latency_ms": latency}
 
 
 def _attribute_sets(span: Span) -> Iterable[tuple[Mapping[str, AnyValue], int]]:
@@ -258,6 +266,9 @@ def extract_run(
     calls.sort(key=lambda c: (c.start, c.id))
     merged = dict(metrics or {})
     merged.update(_graph_metrics(graph, calls))
+    if merged.get("latency_ms") is None:  # no invoke_agent span: the tool calls' extent
+        merged["latency_ms"] = merged["tool_span_ms"]
+    del merged["tool_span_ms"]
     paths = {
         n["id"]: n["facts"]["path"]
         for n in nodes
@@ -292,11 +303,7 @@ def _writes_by_file(
 def _graph_metrics(graph: Mapping[str, Any], calls: list[Call]) -> dict[str, Any]:
     nodes = graph["nodes"]
     kinds = {n["id"]: n["kind"] for n in nodes}
-    times = [
-        (n.get("first_seen"), n.get("last_seen"))
-        for n in nodes
-        if n["kind"] in ("agent", "tool_call") and n.get("first_seen") and n.get("last_seen")
-    ]
+    times = [(c.start, c.end) for c in calls if c.start and c.end]
     latency = (max(t[1] for t in times) - min(t[0] for t in times)) / 1e6 if times else None
     written = {e["target"] for e in graph["edges"] if e["relation"] == WRITE_RELATION}
     reached = {
@@ -306,7 +313,7 @@ def _graph_metrics(graph: Mapping[str, Any], calls: list[Call]) -> dict[str, Any
     }
     return {
         "tool_calls": len(calls),
-        "latency_ms": latency,
+        "tool_span_ms": latency,
         "processes": sum(1 for n in nodes if n["kind"] == "process"),
         "files_written": len(written),
         "endpoints": len(reached),

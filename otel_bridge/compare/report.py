@@ -144,7 +144,7 @@ def _fmt(value: Any) -> str:
     if value is None:
         return "unknown"
     if isinstance(value, float):
-        return f"{value:.4g}"
+        return f"{value:.0f}" if abs(value) >= 1000 else f"{value:.4g}"
     return str(value)
 
 

@@ -13,6 +13,7 @@ from otel_bridge.compare import (
     CompareConfig,
     compare,
     load_run,
+    load_traces,
     render_markdown,
     validate_document,
 )
@@ -38,6 +39,13 @@ def register(subparsers: Any) -> None:
         "--threshold", type=float, default=None, help="clustering threshold (default: 0.75)"
     )
     p.add_argument("--no-ablation", action="store_true", help="skip the weight ablation")
+    p.add_argument(
+        "--group-by",
+        choices=("run", "trace"),
+        default="run",
+        help="one run per run directory (default), or per trace holding tool calls (the "
+        "output of one standing collector: each trace is a run, id '<run id>#<trace id>')",
+    )
     p.set_defaults(func=run)
 
 
@@ -63,7 +71,10 @@ def _scores(path: str) -> dict[str, float]:
 
 def run(args: argparse.Namespace) -> int:
     """Execute the command."""
-    runs = [load_run(d) for d in args.runs]
+    if args.group_by == "trace":
+        runs = [r for d in args.runs for r in load_traces(d)]
+    else:
+        runs = [load_run(d) for d in args.runs]
     if args.scores:
         overrides = _scores(args.scores)
         for r in runs:

@@ -6,7 +6,7 @@ builds the ``compare.json`` document, :func:`render_markdown` its ``compare.md``
 
 from __future__ import annotations
 
-from .inputs import RunData, ToolIO, extract_run, load_run
+from .inputs import RunData, ToolIO, extract_run, load_run, load_traces
 from .report import CompareConfig, compare, render_markdown, schema, validate_document
 
 __all__ = [
@@ -16,6 +16,7 @@ __all__ = [
     "compare",
     "extract_run",
     "load_run",
+    "load_traces",
     "render_markdown",
     "schema",
     "validate_document",

@@ -234,8 +234,14 @@ def extract_run(
     graph: Mapping[str, Any],
     tool_io: Mapping[tuple[str, str], ToolIO],
     metrics: Mapping[str, Any] | None = None,
+    *,
+    trace_id: str | None = None,
 ) -> RunData:
-    """A run's calls (ordered by start time, then id) from its graph document and span data."""
+    """A run's calls (ordered by start time, then id) from its graph document and span data.
+
+    With ``trace_id``, only the tool calls of that trace: one run of a standing collector's
+    graph, which holds many; its process, file and endpoint counts are then those of its calls.
+    """
     nodes = graph["nodes"]
     kinds = {n["id"]: n["kind"] for n in nodes}
     keys = {n["id"]: n.get("key", "") for n in nodes}
@@ -244,6 +250,8 @@ def extract_run(
     for node in nodes:
         facts = node.get("facts")
         if node["kind"] != "tool_call" or not facts or facts.get("type") != "tool_call":
+            continue
+        if trace_id is not None and facts.get("trace_id") != trace_id:
             continue
         processes = _subtree(correlated.get(node["id"], ()), children)
         reads, writes, endpoints = _accesses(processes, by_source, kinds)
@@ -265,7 +273,7 @@ def extract_run(
         )
     calls.sort(key=lambda c: (c.start, c.id))
     merged = dict(metrics or {})
-    merged.update(_graph_metrics(graph, calls))
+    merged.update(_graph_metrics(graph, calls) if trace_id is None else _call_metrics(calls))
     if merged.get("latency_ms") is None:  # no invoke_agent span: the tool calls' extent
         merged["latency_ms"] = merged["tool_span_ms"]
     del merged["tool_span_ms"]
@@ -320,6 +328,19 @@ def _graph_metrics(graph: Mapping[str, Any], calls: list[Call]) -> dict[str, Any
     }
 
 
+def _call_metrics(calls: list[Call]) -> dict[str, Any]:
+    times = [(c.start, c.end) for c in calls if c.start and c.end]
+    return {
+        "tool_calls": len(calls),
+        "tool_span_ms": (max(t[1] for t in times) - min(t[0] for t in times)) / 1e6
+        if times
+        else None,
+        "processes": len({p for c in calls for p in c.processes}),
+        "files_written": len({w.file for c in calls for w in c.writes}),
+        "endpoints": len({e for c in calls for e in c.endpoints}),
+    }
+
+
 def _read_json(path: Path) -> Any:
     try:
         return orjson.loads(path.read_bytes())
@@ -354,9 +375,7 @@ def review_findings(run_dir: Path) -> int | None:
     return len(findings) if isinstance(findings, list) else None
 
 
-def load_run(run_dir: str | os.PathLike[str]) -> RunData:
-    """One run directory: run id from ``manifest.json``, graph, spans, optional review."""
-    root = Path(run_dir)
+def _read_dir(root: Path) -> tuple[str, dict[str, Any], list[Span], list[LogRecord]]:
     manifest = _read_json(root / "manifest.json")
     if not isinstance(manifest, dict) or manifest.get("format") != "otel-bridge.manifest":
         raise DecodeError(f"{root}: manifest.json is not an otel-bridge manifest")
@@ -364,7 +383,45 @@ def load_run(run_dir: str | os.PathLike[str]) -> RunData:
     graph = _read_json(root / "graph.json")
     validate_document(graph)
     spans, logs = read_streams(root / "sem.jsonl")
+    return run_id, graph, spans, logs
+
+
+def _metrics(spans: list[Span], logs: list[LogRecord], root: Path) -> dict[str, Any]:
     metrics = span_metrics(spans, logs)
     metrics["score_source"] = "attribute" if metrics["score"] is not None else None
     metrics["review_findings"] = review_findings(root)
-    return extract_run(run_id, str(root), graph, tool_io_from_spans(spans), metrics)
+    return metrics
+
+
+def load_run(run_dir: str | os.PathLike[str]) -> RunData:
+    """One run directory: run id from ``manifest.json``, graph, spans, optional review."""
+    root = Path(run_dir)
+    run_id, graph, spans, logs = _read_dir(root)
+    io = tool_io_from_spans(spans)
+    return extract_run(run_id, str(root), graph, io, _metrics(spans, logs, root))
+
+
+def load_traces(run_dir: str | os.PathLike[str]) -> list[RunData]:
+    """One run per trace holding tool calls in one run directory (a standing collector's output).
+
+    Each run's id is ``<run id>#<trace id>``; its metrics come from that trace's spans and log
+    records only, and a review of the directory is not split (``review_findings`` is None).
+    """
+    root = Path(run_dir)
+    run_id, graph, spans, logs = _read_dir(root)
+    io = tool_io_from_spans(spans)
+    traces = sorted(
+        {
+            n["facts"].get("trace_id", "")
+            for n in graph["nodes"]
+            if n["kind"] == "tool_call" and n.get("facts") and n["facts"].get("type") == "tool_call"
+        }
+    )
+    runs: list[RunData] = []
+    for trace in traces:
+        mine = [s for s in spans if s.trace_id.hex() == trace]
+        metrics = span_metrics(mine, [r for r in logs if r.trace_id.hex() == trace])
+        metrics["score_source"] = "attribute" if metrics["score"] is not None else None
+        metrics["review_findings"] = None
+        runs.append(extract_run(f"{run_id}#{trace}", str(root), graph, io, metrics, trace_id=trace))
+    return runs

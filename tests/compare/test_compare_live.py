@@ -146,3 +146,35 @@ def test_the_pipeline_detour_is_a_support_1_node(observed: dict[str, Any]) -> No
     assert inspect[0]["id"] in {d["id"] for d in joined["detours"]}
     fetch = [n for n in joined["nodes"] if n["tool"] == "fetch_data"]
     assert [n["support"] for n in fetch] == [2]
+
+
+def test_one_directory_of_two_traces_splits_into_two_runs(tmp_path: Path) -> None:
+    """A standing collector's output holds many runs: --group-by trace makes one per trace."""
+    run_dir = tmp_path / "run"
+    # without the launcher's TRACEPARENT, each agent starts a trace of its own, as agents
+    # reporting to a standing collector do
+    script = (
+        f"unset TRACEPARENT; {sys.executable} {TASK} --task pipeline --workdir {tmp_path}/a && "
+        f"{sys.executable} {TASK} --task pipeline --variant skip --workdir {tmp_path}/b"
+    )
+    subprocess.run(
+        [sys.executable, "-m", "otel_bridge", "observe", "-o", str(run_dir), "--", "sh", "-c",
+         script],
+        check=True, capture_output=True, timeout=300, env=_env(),
+    )  # fmt: skip
+    out = tmp_path / "out"
+    subprocess.run(
+        [sys.executable, "-m", "otel_bridge", "compare", "--group-by", "trace", str(run_dir),
+         "-o", str(out)],
+        check=True, capture_output=True, timeout=300, env=_env(),
+    )  # fmt: skip
+    doc = json.loads((out / "compare.json").read_text())
+    rows = sorted(doc["coverage"]["matrix"].values(), key=lambda row: -sum(row.values()))
+    assert len(rows) == 2
+    assert sum(rows[0].values()) == 5  # base: fetch, clean, rate, aggregate, report
+    assert rows[0]["clean_data"] == 1
+    assert sum(rows[1].values()) == 4  # skip: no clean_data
+    assert rows[1]["clean_data"] == 0
+    assert sorted(r["metrics"]["score"] for r in doc["runs"]) == [0.6, 1.0]
+    run_id = json.loads((run_dir / "manifest.json").read_text())["run"]["id"]
+    assert all(r["id"].startswith(f"{run_id}#") for r in doc["runs"])

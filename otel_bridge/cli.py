@@ -45,6 +45,10 @@ COMMANDS: dict[str, tuple[str, str]] = {
         "otel_bridge.commands.export",
         "convert a graph.json to W3C PROV-JSON, GraphML or normalized JSON",
     ),
+    "compare": (
+        "otel_bridge.commands.compare",
+        "compare run directories: coverage, tool impact, provenance, joined graph",
+    ),
 }
 """Command name -> (module, one-line help shown by ``otel-bridge --help``)."""
 

@@ -1,0 +1,427 @@
+"""What ``compare`` reads from one run: its tool calls, their processes and files, its metrics.
+
+A run comes from a run directory (``manifest.json`` names its run id, ``graph.json`` holds the
+evidence graph, ``sem.jsonl`` the spans). Everything structural is read from the graph's typed
+``facts`` and stable ``key``s (``docs/graph.md``); only what the graph does not keep is read from
+the spans: a tool call's arguments and result, token counts, cost and the outcome score.
+:func:`extract_run` works on an in-memory graph document, so benchmarks and tests can feed
+synthetic documents without a run directory.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import orjson
+
+from otel_bridge.errors import DecodeError
+from otel_bridge.graph import validate_document
+from otel_bridge.model import AnyValue, LogRecord, Span
+from otel_bridge.otlp import json_codec
+
+ARGUMENT_ATTRIBUTES = ("gen_ai.tool.call.arguments", "input.value")
+"""Span attributes holding a tool call's arguments: GenAI semconv first, then OpenInference."""
+RESULT_ATTRIBUTES = ("gen_ai.tool.call.result", "output.value")
+"""Span attributes holding a tool call's result, in the same order."""
+SCORE_ATTRIBUTE = "gen_ai.evaluation.score.value"
+"""The outcome score: on the resource, a span, a span event or a log record (the
+``gen_ai.evaluation.result`` event)."""
+COST_ATTRIBUTE = "gen_ai.usage.cost"
+"""Cost, when a producer states it (not in the GenAI semantic conventions; summed when present)."""
+MODEL_OPERATIONS = frozenset({"chat", "text_completion", "generate_content", "embeddings"})
+"""``gen_ai.operation.name`` values whose ``gen_ai.usage.*`` tokens are summed (agent spans that
+repeat their children's totals are not counted twice)."""
+
+READ_RELATIONS = frozenset({"read", "opened"})
+WRITE_RELATION = "wrote"
+
+
+@dataclass(frozen=True, slots=True)
+class ToolIO:
+    """A tool call's arguments and result as its span stated them (JSON-decoded when JSON)."""
+
+    arguments: Any = None
+    result: Any = None
+    error: bool = False
+
+
+@dataclass(slots=True)
+class FileAccess:
+    """One process's access to one file: the earliest and latest time the OS plane saw it."""
+
+    process: str
+    file: str
+    first: int
+    last: int
+
+
+@dataclass(slots=True)
+class Call:
+    """One tool call of a run, with the processes it ran and their file accesses."""
+
+    id: str
+    tool: str
+    key: str
+    call_id: str | None
+    start: int
+    end: int
+    io: ToolIO = field(default_factory=ToolIO)
+    processes: list[str] = field(default_factory=list)
+    reads: list[FileAccess] = field(default_factory=list)
+    writes: list[FileAccess] = field(default_factory=list)
+    endpoints: list[str] = field(default_factory=list)
+
+
+@dataclass(slots=True)
+class RunData:
+    """Everything ``compare`` uses of one run."""
+
+    id: str
+    path: str
+    calls: list[Call]
+    keys: dict[str, str]
+    metrics: dict[str, Any]
+    paths: dict[str, str] = field(default_factory=dict)
+    """File node id -> the path its facts state."""
+    writes_by_file: dict[str, list[FileAccess]] = field(default_factory=dict)
+    """File node id -> every write the OS plane saw in the run (by any process), by time."""
+    flat: list[Any] | None = None
+    """Cache of every call's flattened arguments and result (``provenance.flatten_io``)."""
+
+
+def _json_value(text: AnyValue) -> Any:
+    if not isinstance(text, str):
+        return text
+    try:
+        return json.loads(text)
+    except ValueError:
+        return text
+
+
+def _first(attrs: Mapping[str, AnyValue], names: Iterable[str]) -> AnyValue:
+    for name in names:
+        if name in attrs:
+            return attrs[name]
+    return None
+
+
+def tool_io_from_spans(spans: Iterable[Span]) -> dict[tuple[str, str], ToolIO]:
+    """(trace id hex, span id hex) -> arguments and result of every span that states either."""
+    out: dict[tuple[str, str], ToolIO] = {}
+    for span in spans:
+        args = _first(span.attributes, ARGUMENT_ATTRIBUTES)
+        result = _first(span.attributes, RESULT_ATTRIBUTES)
+        if args is None and result is None:
+            continue
+        out[(span.trace_id.hex(), span.span_id.hex())] = ToolIO(
+            arguments=_json_value(args),
+            result=_json_value(result),
+            error=span.status.code == 2,
+        )
+    return out
+
+
+def _number(value: AnyValue) -> float | None:
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return None
+    return float(value)
+
+
+def span_metrics(spans: Iterable[Span], logs: Iterable[LogRecord]) -> dict[str, Any]:
+    """Score, tokens and cost the spans and log records state (None for what none stated)."""
+    scores: list[tuple[int, float]] = []
+    tokens: dict[str, int | None] = {"input": None, "output": None}
+    cost: float | None = None
+    agent_times: list[tuple[int, int]] = []
+    for span in spans:
+        if span.attributes.get("gen_ai.operation.name") == "invoke_agent":
+            agent_times.append((span.start_time_unix_nano, span.end_time_unix_nano))
+        for attrs, time in _attribute_sets(span):
+            value = _number(attrs.get(SCORE_ATTRIBUTE))
+            if value is not None:
+                scores.append((time, value))
+        if span.attributes.get("gen_ai.operation.name") in MODEL_OPERATIONS:
+            for name in ("input", "output"):
+                n = _number(span.attributes.get(f"gen_ai.usage.{name}_tokens"))
+                if n is not None:
+                    tokens[name] = (tokens[name] or 0) + int(n)
+        stated = _number(span.attributes.get(COST_ATTRIBUTE))
+        if stated is not None:
+            cost = (cost or 0.0) + stated
+    for log in logs:
+        for attrs in (log.attributes, log.resource.attributes):
+            value = _number(attrs.get(SCORE_ATTRIBUTE))
+            if value is not None:
+                scores.append((log.time_unix_nano, value))
+    score = max(scores)[1] if scores else None  # the latest stated score
+    latency = (
+        (max(t[1] for t in agent_times) - min(t[0] for t in agent_times)) / 1e6
+        if agent_times
+        else None
+    )
+    return {"score": score, "tokens": tokens, "cost": cost, "latency_ms": latency}
+
+
+def _attribute_sets(span: Span) -> Iterable[tuple[Mapping[str, AnyValue], int]]:
+    yield span.resource.attributes, span.start_time_unix_nano
+    yield span.attributes, span.end_time_unix_nano
+    for event in span.events:
+        yield event.attributes, event.time_unix_nano
+
+
+def _adjacency(
+    edges: Iterable[Mapping[str, Any]],
+) -> tuple[dict[str, list[str]], dict[str, list[str]], dict[str, list[Mapping[str, Any]]]]:
+    correlated: dict[str, list[str]] = {}
+    children: dict[str, list[str]] = {}
+    by_source: dict[str, list[Mapping[str, Any]]] = {}
+    for edge in edges:
+        relation = edge["relation"]
+        if relation == "correlated_with_process":
+            correlated.setdefault(edge["source"], []).append(edge["target"])
+        elif relation == "spawned":
+            children.setdefault(edge["source"], []).append(edge["target"])
+        else:
+            by_source.setdefault(edge["source"], []).append(edge)
+    return correlated, children, by_source
+
+
+def _subtree(roots: Iterable[str], children: Mapping[str, list[str]]) -> list[str]:
+    seen: list[str] = []
+    stack = sorted(roots, reverse=True)
+    while stack:
+        node = stack.pop()
+        if node in seen:
+            continue
+        seen.append(node)
+        stack.extend(sorted(children.get(node, ()), reverse=True))
+    return seen
+
+
+def _accesses(
+    processes: Iterable[str],
+    by_source: Mapping[str, list[Mapping[str, Any]]],
+    kinds: Mapping[str, str],
+) -> tuple[list[FileAccess], list[FileAccess], list[str]]:
+    reads: list[FileAccess] = []
+    writes: list[FileAccess] = []
+    endpoints: set[str] = set()
+    for process in processes:
+        edges = by_source.get(process, [])
+        written = {e["target"] for e in edges if e["relation"] == WRITE_RELATION}
+        for e in edges:
+            target, relation = e["target"], e["relation"]
+            if kinds.get(target) == "endpoint" and relation == "connected_to":
+                endpoints.add(target)
+            if kinds.get(target) != "file":
+                continue
+            access = FileAccess(process, target, e["first_seen"] or 0, e["last_seen"] or 0)
+            if relation == WRITE_RELATION:
+                writes.append(access)
+            elif relation in READ_RELATIONS and target not in written:
+                reads.append(access)  # an open by a process that also wrote the file is no read
+    return reads, writes, sorted(endpoints)
+
+
+def extract_run(
+    run_id: str,
+    path: str,
+    graph: Mapping[str, Any],
+    tool_io: Mapping[tuple[str, str], ToolIO],
+    metrics: Mapping[str, Any] | None = None,
+    *,
+    trace_id: str | None = None,
+) -> RunData:
+    """A run's calls (ordered by start time, then id) from its graph document and span data.
+
+    With ``trace_id``, only the tool calls of that trace: one run of a standing collector's
+    graph, which holds many; its process, file and endpoint counts are then those of its calls.
+    """
+    nodes = graph["nodes"]
+    kinds = {n["id"]: n["kind"] for n in nodes}
+    keys = {n["id"]: n.get("key", "") for n in nodes}
+    correlated, children, by_source = _adjacency(graph["edges"])
+    calls: list[Call] = []
+    for node in nodes:
+        facts = node.get("facts")
+        if node["kind"] != "tool_call" or not facts or facts.get("type") != "tool_call":
+            continue
+        if trace_id is not None and facts.get("trace_id") != trace_id:
+            continue
+        processes = _subtree(correlated.get(node["id"], ()), children)
+        reads, writes, endpoints = _accesses(processes, by_source, kinds)
+        io = tool_io.get((facts.get("trace_id", ""), facts.get("span_id", "")), ToolIO())
+        calls.append(
+            Call(
+                id=node["id"],
+                tool=facts["tool"],
+                key=node.get("key") or f"tool_call:?:{facts['tool']}",
+                call_id=facts.get("call_id"),
+                start=node.get("first_seen") or 0,
+                end=node.get("last_seen") or 0,
+                io=io,
+                processes=processes,
+                reads=reads,
+                writes=writes,
+                endpoints=endpoints,
+            )
+        )
+    calls.sort(key=lambda c: (c.start, c.id))
+    merged = dict(metrics or {})
+    merged.update(_graph_metrics(graph, calls) if trace_id is None else _call_metrics(calls))
+    if merged.get("latency_ms") is None:  # no invoke_agent span: the tool calls' extent
+        merged["latency_ms"] = merged["tool_span_ms"]
+    del merged["tool_span_ms"]
+    paths = {
+        n["id"]: n["facts"]["path"]
+        for n in nodes
+        if n["kind"] == "file" and n.get("facts") and n["facts"].get("type") == "file"
+    }
+    return RunData(
+        id=run_id,
+        path=path,
+        calls=calls,
+        keys=keys,
+        metrics=merged,
+        paths=paths,
+        writes_by_file=_writes_by_file(graph["edges"], kinds),
+    )
+
+
+def _writes_by_file(
+    edges: Iterable[Mapping[str, Any]], kinds: Mapping[str, str]
+) -> dict[str, list[FileAccess]]:
+    writes: dict[str, list[FileAccess]] = {}
+    for edge in edges:
+        if edge["relation"] == WRITE_RELATION and kinds.get(edge["target"]) == "file":
+            access = FileAccess(
+                edge["source"], edge["target"], edge["first_seen"] or 0, edge["last_seen"] or 0
+            )
+            writes.setdefault(edge["target"], []).append(access)
+    for accesses in writes.values():
+        accesses.sort(key=lambda a: (a.first, a.process))
+    return writes
+
+
+def _graph_metrics(graph: Mapping[str, Any], calls: list[Call]) -> dict[str, Any]:
+    nodes = graph["nodes"]
+    kinds = {n["id"]: n["kind"] for n in nodes}
+    times = [(c.start, c.end) for c in calls if c.start and c.end]
+    latency = (max(t[1] for t in times) - min(t[0] for t in times)) / 1e6 if times else None
+    written = {e["target"] for e in graph["edges"] if e["relation"] == WRITE_RELATION}
+    reached = {
+        e["target"]
+        for e in graph["edges"]
+        if e["relation"] == "connected_to" and kinds.get(e["target"]) == "endpoint"
+    }
+    return {
+        "tool_calls": len(calls),
+        "tool_span_ms": latency,
+        "processes": sum(1 for n in nodes if n["kind"] == "process"),
+        "files_written": len(written),
+        "endpoints": len(reached),
+    }
+
+
+def _call_metrics(calls: list[Call]) -> dict[str, Any]:
+    times = [(c.start, c.end) for c in calls if c.start and c.end]
+    return {
+        "tool_calls": len(calls),
+        "tool_span_ms": (max(t[1] for t in times) - min(t[0] for t in times)) / 1e6
+        if times
+        else None,
+        "processes": len({p for c in calls for p in c.processes}),
+        "files_written": len({w.file for c in calls for w in c.writes}),
+        "endpoints": len({e for c in calls for e in c.endpoints}),
+    }
+
+
+def _read_json(path: Path) -> Any:
+    try:
+        return orjson.loads(path.read_bytes())
+    except OSError as exc:
+        raise DecodeError(f"cannot read {path}: {exc.strerror or exc}") from exc
+    except orjson.JSONDecodeError as exc:
+        raise DecodeError(f"{path} is not JSON: {exc}") from exc
+
+
+def read_streams(path: Path) -> tuple[list[Span], list[LogRecord]]:
+    """The spans and log records of a run directory's ``sem.jsonl`` (empty when absent)."""
+    spans: list[Span] = []
+    logs: list[LogRecord] = []
+    if not path.exists():
+        return spans, logs
+    with path.open(encoding="utf-8") as f:
+        for line in f:
+            if '"resourceSpans"' in line:
+                spans.extend(json_codec.decode_traces(line).records)
+            elif '"resourceLogs"' in line:
+                logs.extend(json_codec.decode_logs(line).records)
+    return spans, logs
+
+
+def review_findings(run_dir: Path) -> int | None:
+    """The number of findings in the run's ``review.json``, None when there is no review."""
+    path = run_dir / "review.json"
+    if not path.exists():
+        return None
+    doc = _read_json(path)
+    findings = doc.get("findings") if isinstance(doc, dict) else None
+    return len(findings) if isinstance(findings, list) else None
+
+
+def _read_dir(root: Path) -> tuple[str, dict[str, Any], list[Span], list[LogRecord]]:
+    manifest = _read_json(root / "manifest.json")
+    if not isinstance(manifest, dict) or manifest.get("format") != "otel-bridge.manifest":
+        raise DecodeError(f"{root}: manifest.json is not an otel-bridge manifest")
+    run_id = str(manifest.get("run", {}).get("id") or root.name)
+    graph = _read_json(root / "graph.json")
+    validate_document(graph)
+    spans, logs = read_streams(root / "sem.jsonl")
+    return run_id, graph, spans, logs
+
+
+def _metrics(spans: list[Span], logs: list[LogRecord], root: Path) -> dict[str, Any]:
+    metrics = span_metrics(spans, logs)
+    metrics["score_source"] = "attribute" if metrics["score"] is not None else None
+    metrics["review_findings"] = review_findings(root)
+    return metrics
+
+
+def load_run(run_dir: str | os.PathLike[str]) -> RunData:
+    """One run directory: run id from ``manifest.json``, graph, spans, optional review."""
+    root = Path(run_dir)
+    run_id, graph, spans, logs = _read_dir(root)
+    io = tool_io_from_spans(spans)
+    return extract_run(run_id, str(root), graph, io, _metrics(spans, logs, root))
+
+
+def load_traces(run_dir: str | os.PathLike[str]) -> list[RunData]:
+    """One run per trace holding tool calls in one run directory (a standing collector's output).
+
+    Each run's id is ``<run id>#<trace id>``; its metrics come from that trace's spans and log
+    records only, and a review of the directory is not split (``review_findings`` is None).
+    """
+    root = Path(run_dir)
+    run_id, graph, spans, logs = _read_dir(root)
+    io = tool_io_from_spans(spans)
+    traces = sorted(
+        {
+            n["facts"].get("trace_id", "")
+            for n in graph["nodes"]
+            if n["kind"] == "tool_call" and n.get("facts") and n["facts"].get("type") == "tool_call"
+        }
+    )
+    runs: list[RunData] = []
+    for trace in traces:
+        mine = [s for s in spans if s.trace_id.hex() == trace]
+        metrics = span_metrics(mine, [r for r in logs if r.trace_id.hex() == trace])
+        metrics["score_source"] = "attribute" if metrics["score"] is not None else None
+        metrics["review_findings"] = None
+        runs.append(extract_run(f"{run_id}#{trace}", str(root), graph, io, metrics, trace_id=trace))
+    return runs

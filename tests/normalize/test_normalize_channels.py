@@ -2,10 +2,9 @@
 
 from __future__ import annotations
 
+import msgspec
 import pytest
 from otel_span_helpers import model_span
-
-import msgspec
 
 from otel_bridge.model import Batch, Channel, Resource, Scope, SpanKind
 from otel_bridge.processors.normalize import (

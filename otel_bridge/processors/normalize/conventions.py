@@ -36,7 +36,7 @@ from __future__ import annotations
 
 import orjson
 
-from otel_bridge.model import Attributes, CoverageRecord, Source, Span, SpanKind
+from otel_bridge.model import AnyValue, Attributes, CoverageRecord, Source, Span, SpanKind
 
 from ._values import get_str
 
@@ -63,6 +63,24 @@ def has_convention(a: Attributes) -> bool:
         or "gen_ai.provider.name" in a
         or "gen_ai.system" in a
     )
+
+
+ENDPOINT_KEYS = ("server.address", "server.port", "gen_ai.openai.api_base")
+"""Where a model call states the API endpoint it called (OpenLLMetry: its API base URL)."""
+
+
+def call_attrs(attrs: dict[str, AnyValue], a: Attributes, root: bool) -> None:
+    """Add to a model call's observation attributes what ``correlate`` joins it by.
+
+    The endpoint the span states (:data:`ENDPOINT_KEYS`, as stated) and ``span.root`` (true when
+    the span has no parent: then no agent or tool call is its caller, and its process is).
+    """
+    if root:
+        attrs["span.root"] = True
+    for key in ENDPOINT_KEYS:
+        value = a.get(key)
+        if value is not None:
+            attrs[key] = value
 
 
 def names_model(a: Attributes) -> bool:

@@ -70,6 +70,7 @@ from .conventions import (
     AGENT_NAME_KEYS,
     KIND_KEYS,
     TOOL_NAME_KEYS,
+    call_attrs,
     has_convention,
     implied_operation,
     model_name,
@@ -298,6 +299,7 @@ class SpanNormalizer:
                 assert isinstance(model_name, str)
                 role = _MODEL_ROLE
                 node = self._model_entity(a, model_name)
+                call_attrs(obs_attrs, a, parent is None)
             else:
                 coverage.append(_no_model_name(source, start, name))
         if node is None:
@@ -459,6 +461,10 @@ class SpanNormalizer:
         if not op and not get_str(a, *KIND_KEYS) and has_convention(a):
             op = implied_operation(span, ctx.source, coverage)
         role, node = self._reference_node(span, ctx, service, op, parent, coverage)
+        if role is Role.MODEL:
+            attrs = dict(ctx.attrs)
+            call_attrs(attrs, a, parent is None)
+            ctx.attrs = attrs
         out.append(_entity_observation(ctx, node))
         if parent is not None and not (role is Role.AGENT and op == "create_agent"):
             self._reference_link(out, coverage, ctx, parent, role, node, a)

@@ -71,9 +71,17 @@ def _start(time: int) -> LogRecord:
     )
 
 
-def _connect(n: int, time: int, port: int, address: str = "127.0.0.1", pid: int = PID) -> LogRecord:
+def _connect(
+    n: int,
+    time: int,
+    port: int,
+    *,
+    address: str = "127.0.0.1",
+    pid: int = PID,
+    event: str = "network.connect",
+) -> LogRecord:
     return _record(
-        "network.connect",
+        event,
         n,
         time,
         **{
@@ -217,3 +225,13 @@ def test_server_address_and_port_join_exactly() -> None:
     assert served.evidence.identity_exact is True
     assert served.object is not None
     assert served.object.id == "endpoint:tcp:127.0.0.1:9000"
+
+
+def test_an_attempted_connect_counts_and_says_so() -> None:
+    """``strace`` sees a non-blocking ``connect`` as an attempt: it joins, and the link says so."""
+    spans = load("openllmetry.json")[:1]
+    t = spans[0].start_time_unix_nano
+    logs = [_connect(1, t + MS, _api_port(spans), event="network.connect_attempt")]
+    derived, _ = _correlate(spans, logs)
+    (served,) = _served(derived)
+    assert served.attrs["connection"] == "attempted_connect"

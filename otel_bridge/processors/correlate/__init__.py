@@ -86,7 +86,7 @@ from otel_bridge.processors.correlate.singleton import (
 _NS = 1_000_000_000
 # Looking up an enum member costs ~0.2 us on Python 3.11: the hot paths use these.
 _OS = Channel.OS
-_CONNECTED = RelationKind.CONNECTED_TO
+_CONNECTED, _ATTEMPTED = RelationKind.CONNECTED_TO, RelationKind.ATTEMPTED_CONNECT
 
 
 @dataclass(slots=True)
@@ -217,7 +217,9 @@ class Correlator:
                     last_rec, last_id = rec, oid
                 elif name == EXIT_EVENT:
                     self._add_exit(obs)
-                elif obs.relation is _CONNECTED and self.config.model_endpoints:
+                elif (
+                    obs.relation is _CONNECTED or obs.relation is _ATTEMPTED
+                ) and self.config.model_endpoints:
                     self.models.add_connection(obs)
         finally:
             self._max_time, self._min_time = max_time, min_time

@@ -12,9 +12,10 @@ causal=false`` (sharing an identifier proves identity, not causation):
 * ``resource_pid``: a span whose resource carries ``process.pid`` (with ``host.id`` and
   ``process.creation.time`` when present) resolves to the one observed process with that pid
   alive at span time on that host, exactly that start time when given; the agent of the span is
-  linked to it. A root model call span (``span.root``: no agent or tool call above it, as
-  instrumentors that trace only the client call emit) makes that process its caller: ``process
-  requested model``. With no creation time and several live matches nothing is linked.
+  linked to it. A model call that no agent or tool call made (a root span, or one whose nearest
+  ancestors are plain spans, as instrumentors that trace only the client call emit) makes that
+  process its caller: ``process requested model``. With no creation time and several live
+  matches nothing is linked.
 * ``request_id``: ``sem``, ``gw`` and ``model`` observations sharing ``request.id`` give
   ``same_request`` relations between their (distinct) subjects, from the earlier channel in the
   order sem, gw, model to the later.
@@ -53,6 +54,8 @@ _CHANNEL_ORDER = (Channel.SEM, Channel.GW, Channel.MODEL)
 # Looking up an enum member costs ~0.2 us on Python 3.11: the hot paths use these.
 _AGENT = EntityKind.AGENT
 _MODEL = EntityKind.MODEL
+_SPAN = EntityKind.SPAN
+_REQUESTED = RelationKind.REQUESTED
 _CHILD_OF = RelationKind.CHILD_OF
 
 
@@ -249,9 +252,8 @@ class ExactLinker:
         if trace and span:
             self._note_span(obs, (trace, span), first)
         agent = _agent_of(obs)
-        root_call = obs.relation is None and obs.subject.kind == _MODEL and a.get("span.root")
-        if agent is None and root_call is True:  # a root model call: its process is the caller
-            agent = obs.subject
+        if agent is None:
+            agent = _callerless_model(obs)  # then the model's caller is the span's process
         pid = int_value(a.get("process.pid")) if agent is not None else None
         if agent is not None and pid is not None:
             host = str_value(a.get("host.id")) or ""
@@ -490,6 +492,18 @@ class ExactLinker:
                     self._more_lives[pid] = kept[1:]
             elif pid in self._lives:
                 del self._lives[pid]
+
+
+def _callerless_model(obs: Observation) -> Entity | None:
+    """The model of a call no agent or tool call made: a root model call span (``span.root`` on
+    its node's observation), or one whose ``requested`` comes from the nearest plain span
+    standing in for a caller (a launcher's span the client's trace joined)."""
+    subject, obj = obs.subject, obs.object
+    if obs.relation is None:
+        return subject if subject.kind == _MODEL and obs.attrs.get("span.root") is True else None
+    if obs.relation == _REQUESTED and subject.kind == _SPAN and obj is not None:
+        return obj if obj.kind == _MODEL else None
+    return None
 
 
 def _agent_of(obs: Observation) -> Entity | None:

@@ -1,9 +1,12 @@
 """Model calls joined to the connections their process made: ``model served_at endpoint``.
 
 A model call span (any convention ``normalize`` reads: its ``#0`` observation is the model node)
-whose resource states ``process.pid`` is joined to the ``connected_to`` observations of that
-process (same pid, same host when the span states ``host.id``, same start time when it states
-``process.creation.time``):
+whose resource states ``process.pid`` is joined to the ``connected_to`` and ``attempted_connect``
+observations of that process (same pid, same host when the span states ``host.id``, same start
+time when it states ``process.creation.time``). An attempt counts: a client's non-blocking
+``connect`` returns before the handshake completes, so a backend that sees only the system call
+(``strace``) reports the connection as attempted; the derived link's ``connection`` attribute says
+which relation it rests on.
 
 * **exact** (``attribution=exact_identity, identity_exact=true, inferred=false, causal=false``,
   method ``model_endpoint``): the span states the endpoint it called (``server.address`` and
@@ -48,7 +51,7 @@ from otel_bridge.model import (
 from otel_bridge.processors.correlate.exact import derived, exact_evidence
 
 _MODEL = EntityKind.MODEL
-_CONNECTED = RelationKind.CONNECTED_TO
+_CONNECTIONS = frozenset({RelationKind.CONNECTED_TO, RelationKind.ATTEMPTED_CONNECT})
 _LOOPBACK = frozenset({"127.0.0.1", "::1"})
 _DEFAULT_PORTS = {"http": 80, "https": 443}
 
@@ -77,6 +80,7 @@ class _Conn:
     endpoint: Entity
     address: str
     port: int
+    relation: str
 
 
 def _ip(address: str) -> str | None:
@@ -161,8 +165,8 @@ class ModelCallLinker:
         )
 
     def add_connection(self, obs: Observation) -> None:
-        """An OS observation: kept when it is a ``connected_to`` with typed facts on both ends."""
-        if obs.relation != _CONNECTED or obs.object is None:
+        """An OS observation: kept when it is a connection or an attempt, typed on both ends."""
+        if obs.relation not in _CONNECTIONS or obs.object is None:
             return
         proc, endpoint = obs.subject.facts, obs.object.facts
         if not isinstance(proc, ProcessFacts) or not isinstance(endpoint, EndpointFacts):
@@ -176,6 +180,7 @@ class ModelCallLinker:
             obs.object,
             address,
             endpoint.port,
+            str(obs.relation),
         )
         self._conns.setdefault(proc.pid, []).append(conn)
 
@@ -256,6 +261,7 @@ class ModelCallLinker:
                 "process.pid": call.pid,
                 "host_matched": bool(call.host),
                 "time_delta_ms": round((conn.time - call.start) / 1e6, 3),
+                "connection": conn.relation,
             },
         )
 

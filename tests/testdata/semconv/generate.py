@@ -40,17 +40,23 @@ PID = 4242
 
 def _instrument(name: str) -> None:
     if name == "openai-v2":
-        from opentelemetry.instrumentation.openai_v2 import OpenAIInstrumentor
+        from opentelemetry.instrumentation.openai_v2 import (  # type: ignore[import-not-found,unused-ignore]
+            OpenAIInstrumentor,
+        )
 
         OpenAIInstrumentor().instrument()
     elif name == "openinference":
-        from openinference.instrumentation.openai import OpenAIInstrumentor as OI
+        from openinference.instrumentation.openai import (
+            OpenAIInstrumentor as OpenInferenceInstrumentor,
+        )
 
-        OI().instrument()
+        OpenInferenceInstrumentor().instrument()
     elif name == "openllmetry":
-        from opentelemetry.instrumentation.openai import OpenAIInstrumentor as LL
+        from opentelemetry.instrumentation.openai import (  # type: ignore[import-not-found,unused-ignore]
+            OpenAIInstrumentor as OpenLLMetryInstrumentor,
+        )
 
-        LL().instrument()
+        OpenLLMetryInstrumentor().instrument()
     else:
         raise SystemExit(f"unknown instrumentor {name!r}")
 
@@ -131,7 +137,7 @@ def main() -> int:
     server = serve_in_thread(parse_script(BUILTIN_SCRIPT))
     try:
         client = openai.OpenAI(base_url=server.base_url, api_key="sk-offline-not-a-key")
-        tools = [
+        tools: list[Any] = [
             {
                 "type": "function",
                 "function": {

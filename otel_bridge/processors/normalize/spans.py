@@ -299,7 +299,11 @@ class SpanNormalizer:
                 assert isinstance(model_name, str)
                 role = _MODEL_ROLE
                 node = self._model_entity(a, model_name)
-                call_attrs(obs_attrs, a, parent is None)
+                # conventions.call_attrs, spelled out for the usual call (no endpoint stated)
+                if parent is None:
+                    obs_attrs["span.root"] = True
+                if "server.address" in a or "server.port" in a or "gen_ai.openai.api_base" in a:
+                    call_attrs(obs_attrs, a, False)
             else:
                 coverage.append(_no_model_name(source, start, name))
         if node is None:

@@ -26,6 +26,7 @@ class Origin:
         "scope",
         "server_channel",
         "service",
+        "serving",
         "template",
     )
 
@@ -34,6 +35,8 @@ class Origin:
         self.scope = scope
         self.channel, self.server_channel = channels
         """The channel of this pair's spans; of its SERVER spans (``channels.ChannelAssigner``)."""
+        self.serving = self.server_channel is not self.channel
+        """Whether SERVER spans get another channel (a scope rule names who serves calls)."""
         self.service = get_str(resource.attributes, "service.name") or "unknown_service"
         attributes = resource.attributes
         self.identity: dict[str, AnyValue] = {}

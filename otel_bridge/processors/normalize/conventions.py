@@ -77,6 +77,8 @@ def call_attrs(attrs: dict[str, AnyValue], a: Attributes, root: bool) -> None:
     """
     if root:
         attrs["span.root"] = True
+    if "server.address" not in a and "gen_ai.openai.api_base" not in a:
+        return  # a port alone names no endpoint
     for key in ENDPOINT_KEYS:
         value = a.get(key)
         if value is not None:

@@ -219,7 +219,9 @@ class SpanNormalizer:
         obs_attrs["span_id"] = span_hex
         obs_attrs["span.name"] = name
         obs_attrs["span.status"] = state
-        channel = origin.channel if span.kind is not _SERVER else origin.server_channel
+        channel = origin.channel
+        if origin.serving and span.kind is _SERVER:  # a scope rule names who serves the calls
+            channel = origin.server_channel
         source = Source(channel=channel, backend="otlp", record_id=span_hex)
         occurrence = f"{trace}:{span_hex}"
         start = span.start_time_unix_nano
@@ -302,7 +304,7 @@ class SpanNormalizer:
                 # conventions.call_attrs, spelled out for the usual call (no endpoint stated)
                 if parent is None:
                     obs_attrs["span.root"] = True
-                if "server.address" in a or "server.port" in a or "gen_ai.openai.api_base" in a:
+                if "server.address" in a or "gen_ai.openai.api_base" in a:
                     call_attrs(obs_attrs, a, False)
             else:
                 coverage.append(_no_model_name(source, start, name))

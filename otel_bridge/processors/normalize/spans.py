@@ -337,7 +337,22 @@ class SpanNormalizer:
         # -- relation to the ancestor (#1; reference: _reference_link) ------------------------
         if role is _MODEL_ROLE:
             kind, accept = REQUEST, _AGENTS_TOOLS
-            link_attrs = _request_attrs(obs_attrs, a)
+            # _request_attrs, spelled out (a call and a loop per model span saved)
+            link_attrs = obs_attrs.copy()
+            request_id = a.get("gen_ai.response.id")
+            if request_id.__class__ is not str or not request_id:
+                request_id = get_str(a, "gen_ai.response.id", "request.id")
+            if request_id is not None:
+                link_attrs["request.id"] = request_id
+            value = a.get("gen_ai.request.model", _ABSENT)
+            if value is not _ABSENT:
+                link_attrs["gen_ai.request.model"] = value
+            value = a.get("gen_ai.response.model", _ABSENT)
+            if value is not _ABSENT:
+                link_attrs["gen_ai.response.model"] = value
+            value = a.get("gen_ai.response.id", _ABSENT)
+            if value is not _ABSENT:
+                link_attrs["gen_ai.response.id"] = value
         elif role is _TOOL_ROLE:
             kind, accept, link_attrs = INVOCATION, _AGENTS, obs_attrs
         elif role is _AGENT_ROLE:

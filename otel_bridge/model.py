@@ -88,6 +88,8 @@ class RelationKind(enum.StrEnum):
     CORRELATED_WITH_PROCESS = "correlated_with_process"
     SAME_REQUEST = "same_request"
     """sem/gw/model spans that share a request id (exact identity, non-causal)."""
+    SERVED_AT = "served_at"
+    """model -> endpoint: a call of the model reached the API at that observed endpoint."""
     PART_OF = "part_of"
     """An entity belongs to a session or run (agent in session, span in trace)."""
     CHILD_OF = "child_of"

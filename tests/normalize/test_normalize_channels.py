@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
+import msgspec
 import pytest
 from otel_span_helpers import model_span
 
-from otel_bridge.model import Batch, Channel, Resource, Scope
+from otel_bridge.model import Batch, Channel, Resource, Scope, SpanKind
 from otel_bridge.processors.normalize import (
     ChannelRule,
     NormalizeConfig,
@@ -16,9 +17,13 @@ from otel_bridge.processors.normalize import (
 
 
 def _channel(
-    resource: dict[str, str], scope: str = "x", config: NormalizeConfig | None = None
+    resource: dict[str, str],
+    scope: str = "x",
+    config: NormalizeConfig | None = None,
+    kind: SpanKind = SpanKind.SERVER,
 ) -> Channel:
     span = model_span("s", 1, resource=Resource(attributes=resource), scope=Scope(name=scope))
+    span = msgspec.structs.replace(span, kind=kind)
     (obs,) = Normalizer(config)(Batch(spans=(span,))).observations
     channel: Channel = obs.source.channel
     return channel
@@ -44,6 +49,32 @@ def _channel(
 def test_builtin_rules(resource: dict[str, str], scope: str, expected: Channel) -> None:
     """Known gateways map to gw, model runtimes to model, the rest to sem."""
     assert _channel(resource, scope) is expected
+
+
+@pytest.mark.parametrize(
+    ("scope", "served"),
+    [
+        ("openinference.instrumentation.litellm", Channel.GW),
+        ("opentelemetry.instrumentation.ollama", Channel.MODEL),
+        ("opentelemetry.instrumentation.vllm", Channel.MODEL),
+    ],
+)
+def test_scope_names_say_who_serves_not_who_calls(scope: str, served: Channel) -> None:
+    """A CLIENT (or INTERNAL) span of a gateway's or runtime's instrumentation is the caller's view.
+
+    The OpenInference LiteLLM instrumentor and the Ollama client instrumentor trace the *client*
+    side: those spans are the calling process's ``sem`` model calls; only a SERVER span under such
+    a scope is the gateway's or runtime's own view.
+    """
+    service = {"service.name": "agent"}
+    assert _channel(service, scope, kind=SpanKind.CLIENT) is Channel.SEM
+    assert _channel(service, scope, kind=SpanKind.INTERNAL) is Channel.SEM
+    assert _channel(service, scope, kind=SpanKind.SERVER) is served
+
+
+def test_resource_rules_apply_to_every_span_of_the_process() -> None:
+    """A gateway process (by ``service.name``) is ``gw`` for its client spans too."""
+    assert _channel({"service.name": "litellm-proxy"}, kind=SpanKind.CLIENT) is Channel.GW
 
 
 def test_evidence_channel_resource_attribute_always_wins() -> None:

@@ -27,7 +27,6 @@ ACCEPT: list[tuple[str, dict[str, AnyValue], str]] = [
         {"input.value": json.dumps({"command": "uname -a"}), "input.mime_type": "application/json"},
         "uname -a",
     ),
-    ("execute_command", {"tool.parameters": json.dumps({"command": "id"})}, "id"),
     ("shell", {GENAI: {"command": "df -h"}}, "df -h"),
     (
         "shell",

@@ -268,7 +268,7 @@ AGENT = {"gen_ai.operation.name": "invoke_agent"}
             {**AGENT, "gen_ai.agent.name": "planner", "gen_ai.agent.id": "a-1"},
             "invoke_agent planner",
             AgentFacts(service="svc", name="planner", agent_id="a-1"),
-            "agent:svc:planner",
+            "agent:svc:a-1",
         ),
         (
             {**AGENT, "gen_ai.agent.id": "a-1"},
@@ -293,11 +293,13 @@ AGENT = {"gen_ai.operation.name": "invoke_agent"}
 def test_agent_facts_and_key(
     attrs: dict[str, AnyValue], span_name: str, facts: AgentFacts, node_id: str
 ) -> None:
-    """An agent states its service, name and id; its key is ``agent:<service>:<name or id>``."""
+    """An agent states its service, name and id; its node is ``agent:<service>:<id or name>``,
+    its key ``agent:<service>:<name or id>``."""
     (node,) = _nodes(_spans(model_span(span_name, 1, attrs=attrs)))
     assert node.id == node_id
     assert node.facts == facts
-    assert node.key == agent_key("svc", facts.name, facts.agent_id) == node_id
+    assert node.key == agent_key("svc", facts.name, facts.agent_id)
+    assert node.label == (facts.name or facts.agent_id)
 
 
 def test_agent_naming_nothing_is_its_span_alone() -> None:
@@ -308,11 +310,8 @@ def test_agent_naming_nothing_is_its_span_alone() -> None:
     assert node.key == "agent:svc:?"
 
 
-def test_agents_with_one_name_and_two_ids_share_a_node_but_not_facts() -> None:
-    """Today's identity rule names an agent by name: two ids under one name are one node.
-
-    The facts of each observation keep the ids apart, so the difference stays visible.
-    """
+def test_agents_with_one_name_and_two_ids_are_two_nodes() -> None:
+    """An agent is identified by its id: two ids under one name are two nodes, one label."""
     nodes = _nodes(
         _spans(
             *(
@@ -325,7 +324,8 @@ def test_agents_with_one_name_and_two_ids_share_a_node_but_not_facts() -> None:
             )
         )
     )
-    assert [n.id for n in nodes] == ["agent:svc:planner", "agent:svc:planner"]
+    assert [n.id for n in nodes] == ["agent:svc:a-1", "agent:svc:a-2"]
+    assert [n.label for n in nodes] == ["planner", "planner"]
     assert [_facts(n).agent_id for n in nodes] == ["a-1", "a-2"]
 
 

@@ -87,12 +87,12 @@ def test_agent_invokes_tool_and_requests_model() -> None:
     out = Normalizer()(Batch(spans=_agent_trace()))
     invoked = _relations(out.observations, RelationKind.INVOKED)
     assert {(o.subject.id, o.object.label) for o in invoked if o.object} == {
-        ("agent:agents:planner", "shell"),
+        ("agent:agents:agent-7", "shell"),
         ("agent:agents:coder", "read_file"),
     }
     requested = _relations(out.observations, RelationKind.REQUESTED)
     assert len(requested) == 1
-    assert requested[0].subject.id == "agent:agents:planner"
+    assert requested[0].subject.id == "agent:agents:agent-7"
     assert requested[0].object is not None
     assert requested[0].object.id == "model:openai:gpt-4o"
     assert requested[0].attrs["request.id"] == "chatcmpl-1"
@@ -104,7 +104,7 @@ def test_sub_agent_is_delegated_to() -> None:
     out = Normalizer()(Batch(spans=_agent_trace()))
     delegated = _relations(out.observations, RelationKind.DELEGATED_TO)
     assert [(o.subject.id, o.object.id if o.object else "") for o in delegated] == [
-        ("agent:agents:planner", "agent:agents:coder")
+        ("agent:agents:agent-7", "agent:agents:coder")
     ]
 
 
@@ -167,7 +167,7 @@ def test_conversation_id_makes_agent_part_of_session() -> None:
     """gen_ai.conversation.id on an agent span gives `part_of` a conversation session."""
     out = Normalizer()(Batch(spans=_agent_trace()))
     (part,) = _relations(out.observations, RelationKind.PART_OF)
-    assert part.subject.id == "agent:agents:planner"
+    assert part.subject.id == "agent:agents:agent-7"
     assert part.object is not None
     assert part.object.id == "session:conversation:conv-1"
 
@@ -175,7 +175,7 @@ def test_conversation_id_makes_agent_part_of_session() -> None:
 def test_provider_ids_stay_as_attributes() -> None:
     """Provider identifiers (agent id, conversation id) are kept as entity attributes."""
     out = Normalizer()(Batch(spans=_agent_trace()))
-    planner = next(o.subject for o in out.observations if o.subject.id == "agent:agents:planner")
+    planner = next(o.subject for o in out.observations if o.subject.id == "agent:agents:agent-7")
     assert planner.attrs["gen_ai.agent.id"] == "agent-7"
     assert planner.attrs["gen_ai.conversation.id"] == "conv-1"
     assert planner.attrs["service.name"] == "agents"

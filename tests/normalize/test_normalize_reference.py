@@ -27,6 +27,7 @@ from otel_bridge.model import (
     Resource,
     Scope,
     Span,
+    SpanKind,
     Status,
     StatusCode,
 )
@@ -40,7 +41,12 @@ RESOURCES = (
     Resource(attributes={"process.creation.time": "2026-01-01T00:00:00.000Z"}),
     Resource(attributes={"service.name": 5, "evidence.channel": "model"}),
 )
-SCOPES = (Scope(name="agents"), Scope(name="openinference.instrumentation.x"))
+SCOPES = (
+    Scope(name="agents"),
+    Scope(name="openinference.instrumentation.x"),
+    Scope(name="openinference.instrumentation.litellm"),
+)
+KINDS = (SpanKind.INTERNAL, SpanKind.CLIENT, SpanKind.SERVER, SpanKind.UNSPECIFIED)
 STATUSES = (Status(), Status(code=StatusCode.OK), Status(code=StatusCode.ERROR, message="boom"))
 
 
@@ -77,8 +83,8 @@ def _agent_attrs(pick: Pick) -> dict[str, AnyValue]:
     if pick([True, False]):
         attrs["gen_ai.operation.name"] = pick(["invoke_agent", "create_agent"])
     else:
-        attrs["openinference.span.kind"] = pick(["AGENT", "agent"])
-    for key in ("gen_ai.agent.name", "agent.name", "gen_ai.agent.id"):
+        attrs[pick(["openinference.span.kind", "traceloop.span.kind"])] = pick(["AGENT", "agent"])
+    for key in ("gen_ai.agent.name", "agent.name", "gen_ai.agent.id", "traceloop.entity.name"):
         if pick([True, False, False]):
             attrs[key] = _text(pick, "planner", "coder", "agent-1")
     if pick([True, False, False]):
@@ -99,14 +105,19 @@ _ARGUMENTS: list[AnyValue] = [
 
 def _tool_attrs(pick: Pick) -> dict[str, AnyValue]:
     attrs: dict[str, AnyValue] = {}
-    if pick([True, False]):
+    shape = pick(["genai", "openinference", "vercel"])
+    if shape == "genai":
         attrs["gen_ai.operation.name"] = "execute_tool"
         attrs["gen_ai.tool.name"] = _text(pick, "shell", "search", "run_command")
+    elif shape == "openinference":
+        attrs[pick(["openinference.span.kind", "traceloop.span.kind"])] = pick(["TOOL", "tool"])
+        attrs[pick(["tool.name", "traceloop.entity.name"])] = _text(pick, "bash", "lookup")
     else:
-        attrs["openinference.span.kind"] = "TOOL"
-        attrs["tool.name"] = _text(pick, "bash", "lookup")
+        attrs["ai.operationId"] = "ai.toolCall"
+        attrs["ai.toolCall.name"] = _text(pick, "weather")
     if pick([True, False]):
-        attrs[pick(["gen_ai.tool.call.id", "tool_call.id"])] = _text(pick, "call-1", "call-2")
+        key = pick(["gen_ai.tool.call.id", "tool_call.id", "tool.id", "ai.toolCall.id"])
+        attrs[key] = _text(pick, "call-1", "call-2")
     shape = pick(["arguments", "arguments", "input", "parameters", "none"])
     if shape == "arguments":
         attrs["gen_ai.tool.call.arguments"] = pick(_ARGUMENTS)
@@ -122,7 +133,23 @@ def _tool_attrs(pick: Pick) -> dict[str, AnyValue]:
 
 def _model_attrs(pick: Pick) -> dict[str, AnyValue]:
     attrs: dict[str, AnyValue] = {}
-    if pick([True, False]):
+    shape = pick(["genai", "genai", "openinference", "implied"])
+    if shape == "implied":  # no operation name: conventions.implied_operation decides
+        key, value = pick(
+            [
+                ("ai.operationId", "ai.generateText.doGenerate"),
+                ("ai.operationId", "ai.embed.doEmbed"),
+                ("ai.operationId", "ai.streamText"),
+                ("llm.request.type", "chat"),
+                ("llm.request.type", "rerank"),
+                ("gen_ai.system", "openai"),
+            ]
+        )
+        attrs[key] = value
+        for extra in ("gen_ai.request.model", "ai.model.id", "ai.model.provider"):
+            if pick([True, False]):
+                attrs[extra] = _text(pick, "gpt-4o", "openai.chat")
+    elif shape == "genai":
         op = pick(["chat", "text_completion", "embeddings", "generate_content"])
         attrs["gen_ai.operation.name"] = op
         if pick([True, True, False]):
@@ -137,6 +164,10 @@ def _model_attrs(pick: Pick) -> dict[str, AnyValue]:
             attrs[pick(["llm.model_name", "embedding.model_name"])] = _text(pick, "m1", "m2")
         if pick([True, False]):
             attrs[pick(["llm.provider", "llm.system"])] = _text(pick, "anthropic")
+        if pick([True, False, False]):
+            attrs["llm.invocation_parameters"] = pick(
+                ['{"model": "m0"}', '{"model": 3}', "{not json", '{"temperature": 0}']
+            )
     for key in ("gen_ai.response.id", "request.id"):
         if pick([True, False, False]):
             attrs[key] = _text(pick, "resp-1", "resp-2")
@@ -182,6 +213,7 @@ def generate(pick: Pick, count: int) -> list[Span]:
                 start_time_unix_nano=1000 + i,
                 end_time_unix_nano=2000 + i,
                 attributes=attrs,
+                kind=pick(KINDS),
                 status=pick(STATUSES),
             )
         )
@@ -268,4 +300,9 @@ def test_corpus_covers_every_role_and_outcome() -> None:
         "part_of",
     }
     reasons = {c.reason for c in coverage}
-    assert {"parent_span_missing", "model_name_missing", "command_not_extracted"} <= reasons
+    assert {
+        "parent_span_missing",
+        "model_name_missing",
+        "command_not_extracted",
+        "genai_operation_unknown",
+    } <= reasons

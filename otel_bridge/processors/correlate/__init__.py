@@ -63,6 +63,7 @@ from otel_bridge.model import (
 )
 from otel_bridge.processors.correlate.exact import ExactLinker, derived, process_entity
 from otel_bridge.processors.correlate.index import proc_event
+from otel_bridge.processors.correlate.model_calls import ModelCallLinker
 from otel_bridge.processors.correlate.shared import (
     DEFAULT_ALLOWED_LATENESS_S,
     DEFAULT_MAX_WINDOW_S,
@@ -85,6 +86,7 @@ from otel_bridge.processors.correlate.singleton import (
 _NS = 1_000_000_000
 # Looking up an enum member costs ~0.2 us on Python 3.11: the hot paths use these.
 _OS = Channel.OS
+_CONNECTED, _ATTEMPTED = RelationKind.CONNECTED_TO, RelationKind.ATTEMPTED_CONNECT
 
 
 @dataclass(slots=True)
@@ -103,6 +105,8 @@ class Config:
     """Derive exact-identity links (traceparent, resource pid, request id)."""
     singleton: bool = True
     """Derive singleton bridges."""
+    model_endpoints: bool = True
+    """Join model calls to the connections of their process (:mod:`.model_calls`)."""
 
     def validate(self) -> list[str]:
         """Problems with the settings, as ``key: message``."""
@@ -158,6 +162,7 @@ class Correlator:
             policy=self.policy, max_window_ns=int(config.max_window * _NS)
         )
         self.exact = ExactLinker()
+        self.models = ModelCallLinker()
         self._max_time = 0
         self._lateness = int(config.allowed_lateness * _NS)
         self._retention = int(config.retention * _NS)
@@ -212,6 +217,10 @@ class Correlator:
                     last_rec, last_id = rec, oid
                 elif name == EXIT_EVENT:
                     self._add_exit(obs)
+                elif (
+                    obs.relation is _CONNECTED or obs.relation is _ATTEMPTED
+                ) and self.config.model_endpoints:
+                    self.models.add_connection(obs)
         finally:
             self._max_time, self._min_time = max_time, min_time
 
@@ -241,6 +250,8 @@ class Correlator:
                 self.engine.note_tool_span(ent.facts.trace_id, ent.facts.span_id)
         if self.config.exact:
             self.exact.add_semantic(obs)
+        if self.config.model_endpoints:
+            self.models.add_call(obs)
         decl = declaration_of(obs, self.policy.scope)
         if decl is None:
             if lacks_declaration_facts(obs):
@@ -254,6 +265,8 @@ class Correlator:
         out: list[Observation] = []
         if self.config.exact:
             out.extend(self.exact.decide(wm, final))
+        if self.config.model_endpoints:
+            out.extend(self.models.decide(wm, final))
         outcomes: list[Outcome] = self.engine.finish() if final else self.engine.decide(wm)
         for o in outcomes:
             if isinstance(o, Bridge):
@@ -271,6 +284,7 @@ class Correlator:
             self._evicted = horizon
             self.engine.evict(horizon)
             self.exact.evict(horizon)
+            self.models.evict(horizon)
             live = self.engine.index.record_ids()
             self._record_process = {k: v for k, v in self._record_process.items() if k in live}
         return out
@@ -285,6 +299,8 @@ class Correlator:
                 c[f"skip.{k}"] += v
         for k, v in self.exact.counts.items():
             c[f"exact.{k}"] += v
+        for k, v in self.models.counts.items():
+            c[k] += v
         for k, v in self.skipped.items():
             c[f"skipped.{k}"] += v
         return c

@@ -12,7 +12,10 @@ causal=false`` (sharing an identifier proves identity, not causation):
 * ``resource_pid``: a span whose resource carries ``process.pid`` (with ``host.id`` and
   ``process.creation.time`` when present) resolves to the one observed process with that pid
   alive at span time on that host, exactly that start time when given; the agent of the span is
-  linked to it. With no creation time and several live matches nothing is linked.
+  linked to it. A model call that no agent or tool call made (a root span, or one whose nearest
+  ancestors are plain spans, as instrumentors that trace only the client call emit) makes that
+  process its caller: ``process requested model``. With no creation time and several live
+  matches nothing is linked.
 * ``request_id``: ``sem``, ``gw`` and ``model`` observations sharing ``request.id`` give
   ``same_request`` relations between their (distinct) subjects, from the earlier channel in the
   order sem, gw, model to the later.
@@ -50,6 +53,9 @@ from otel_bridge.processors.correlate.index import ProcEvent
 _CHANNEL_ORDER = (Channel.SEM, Channel.GW, Channel.MODEL)
 # Looking up an enum member costs ~0.2 us on Python 3.11: the hot paths use these.
 _AGENT = EntityKind.AGENT
+_MODEL = EntityKind.MODEL
+_SPAN = EntityKind.SPAN
+_REQUESTED = RelationKind.REQUESTED
 _CHILD_OF = RelationKind.CHILD_OF
 
 
@@ -246,6 +252,8 @@ class ExactLinker:
         if trace and span:
             self._note_span(obs, (trace, span), first)
         agent = _agent_of(obs)
+        if agent is None:
+            agent = _callerless_model(obs)  # then the model's caller is the span's process
         pid = int_value(a.get("process.pid")) if agent is not None else None
         if agent is not None and pid is not None:
             host = str_value(a.get("host.id")) or ""
@@ -398,15 +406,17 @@ class ExactLinker:
                 continue
             identity, _, _, life_obs_id, _, life_facts = alive[0]
             del self._pid_claims[key]
+            process = process_entity(identity, life_facts)
+            caller = agent.kind == _MODEL  # the process requested the model (a root call)
             self._link_once(
                 out,
                 "resource_pid",
                 f"{agent.id}:{identity}",
                 time=first.time,
                 channel=first.channel,
-                subject=agent,
-                relation=RelationKind.CORRELATED_WITH_PROCESS,
-                obj=process_entity(identity, life_facts),
+                subject=process if caller else agent,
+                relation=RelationKind.REQUESTED if caller else RelationKind.CORRELATED_WITH_PROCESS,
+                obj=agent if caller else process,
                 support=(first.obs_id, life_obs_id),
                 attrs={"host_matched": bool(host)},
             )
@@ -482,6 +492,18 @@ class ExactLinker:
                     self._more_lives[pid] = kept[1:]
             elif pid in self._lives:
                 del self._lives[pid]
+
+
+def _callerless_model(obs: Observation) -> Entity | None:
+    """The model of a call no agent or tool call made: a root model call span (``span.root`` on
+    its node's observation), or one whose ``requested`` comes from the nearest plain span
+    standing in for a caller (a launcher's span the client's trace joined)."""
+    subject, obj = obs.subject, obs.object
+    if obs.relation is None:
+        return subject if subject.kind == _MODEL and obs.attrs.get("span.root") is True else None
+    if obs.relation == _REQUESTED and subject.kind == _SPAN and obj is not None:
+        return obj if obj.kind == _MODEL else None
+    return None
 
 
 def _agent_of(obs: Observation) -> Entity | None:

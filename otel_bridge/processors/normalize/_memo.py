@@ -19,12 +19,24 @@ RESOURCE_IDENTITY = ("process.pid", "host.id", "process.creation.time")
 class Origin:
     """What the spans under one (resource, scope) pair share."""
 
-    __slots__ = ("channel", "identity", "resource", "scope", "service", "template")
+    __slots__ = (
+        "channel",
+        "identity",
+        "resource",
+        "scope",
+        "server_channel",
+        "service",
+        "serving",
+        "template",
+    )
 
-    def __init__(self, resource: Resource, scope: Scope, channel: Channel) -> None:
+    def __init__(self, resource: Resource, scope: Scope, channels: tuple[Channel, Channel]) -> None:
         self.resource = resource  # kept alive so its id() is not reused while cached
         self.scope = scope
-        self.channel = channel
+        self.channel, self.server_channel = channels
+        """The channel of this pair's spans; of its SERVER spans (``channels.ChannelAssigner``)."""
+        self.serving = self.server_channel is not self.channel
+        """Whether SERVER spans get another channel (a scope rule names who serves calls)."""
         self.service = get_str(resource.attributes, "service.name") or "unknown_service"
         attributes = resource.attributes
         self.identity: dict[str, AnyValue] = {}

@@ -5,8 +5,15 @@ A span's channel is decided once per (resource, scope) pair, in this order:
 1. a resource attribute ``evidence.channel`` (``sem``/``gw``/``model``/``os``) always wins;
 2. the user's rules, first match wins;
 3. the built-in rules (unless ``default_rules: false``), which map known LLM gateway and proxy
-   instrumentations to ``gw`` and known model runtimes to ``model``;
+   processes and instrumentations to ``gw`` and known model runtimes to ``model``;
 4. otherwise ``sem``.
+
+A channel says whose view a span is. A built-in rule that matches the *scope name* (the
+instrumentation library) applies only to SERVER spans: an instrumentation named after LiteLLM or
+Ollama also instruments their *clients*, and a CLIENT span to a model API is the caller's own
+``sem`` view of its model call; the gateway or runtime is the process that *serves* such calls.
+Rules on the resource (the emitting process: ``service.name``, ``evidence.channel``) and the
+user's rules apply to every span of that process.
 
 A rule matches when every listed resource attribute fully matches its regular expression (the
 attribute value converted to a string) and, when given, the scope name fully matches its regular
@@ -80,7 +87,7 @@ _RUNTIME = (
     r"inference|\btgi\b|sglang|triton[._-]?inference|localai|lm[._-]?studio).*"
 )
 
-BUILTIN_RULES: tuple[ChannelRule, ...] = (
+BUILTIN_RULES: tuple[ChannelRule, ...] = (  # scope rules: SERVER spans only (module docstring)
     ChannelRule(match=RuleMatch(scope=ScopeMatch(name=_GATEWAY)), channel="gw"),
     ChannelRule(match=RuleMatch(resource={"service.name": _GATEWAY}), channel="gw"),
     ChannelRule(match=RuleMatch(scope=ScopeMatch(name=_RUNTIME)), channel="model"),
@@ -99,6 +106,8 @@ class _Compiled:
     resource: tuple[tuple[str, re.Pattern[str]], ...]
     scope: re.Pattern[str] | None
     channel: Channel
+    serving_only: bool = False
+    """A built-in scope rule: it names what serves model calls, so it applies to SERVER spans."""
 
 
 class ChannelAssigner:
@@ -109,7 +118,7 @@ class ChannelAssigner:
     """
 
     def __init__(self, rules: list[ChannelRule], *, default_rules: bool = True) -> None:
-        chosen = list(rules) + (list(BUILTIN_RULES) if default_rules else [])
+        builtin = list(BUILTIN_RULES) if default_rules else []
         self._rules = tuple(
             _Compiled(
                 resource=tuple(
@@ -117,29 +126,36 @@ class ChannelAssigner:
                 ),
                 scope=re.compile(r.match.scope.name, re.IGNORECASE) if r.match.scope.name else None,
                 channel=Channel(r.channel),
+                serving_only=i >= len(rules) and bool(r.match.scope.name),
             )
-            for r in chosen
+            for i, r in enumerate([*rules, *builtin])
         )
-        self._cache: dict[tuple[int, int], tuple[Resource, Scope, Channel]] = {}
+        self._cache: dict[tuple[int, int], tuple[Resource, Scope, tuple[Channel, Channel]]] = {}
 
-    def channel(self, resource: Resource, scope: Scope) -> Channel:
-        """The channel of spans under ``resource`` and ``scope``."""
+    def channel(self, resource: Resource, scope: Scope, *, server: bool = False) -> Channel:
+        """The channel of spans under ``resource`` and ``scope`` (of SERVER spans: ``server``)."""
+        return self.channels(resource, scope)[1 if server else 0]
+
+    def channels(self, resource: Resource, scope: Scope) -> tuple[Channel, Channel]:
+        """The channels of (other spans, SERVER spans) under ``resource`` and ``scope``."""
         key = (id(resource), id(scope))
         hit = self._cache.get(key)
         # The cached objects are kept alive in the entry, so an id cannot be reused meanwhile.
         if hit is not None and hit[0] is resource and hit[1] is scope:
             return hit[2]
-        result = self._decide(resource, scope)
+        result = (self._decide(resource, scope, False), self._decide(resource, scope, True))
         if len(self._cache) >= _CACHE_SIZE:
             self._cache.clear()
         self._cache[key] = (resource, scope, result)
         return result
 
-    def _decide(self, resource: Resource, scope: Scope) -> Channel:
+    def _decide(self, resource: Resource, scope: Scope, server: bool) -> Channel:
         stated = get_str(resource.attributes, "evidence.channel")
         if stated is not None and stated in {c.value for c in Channel}:
             return Channel(stated)
         for rule in self._rules:
+            if rule.serving_only and not server:
+                continue
             if rule.scope is not None and not rule.scope.fullmatch(scope.name):
                 continue
             if all(

@@ -3,9 +3,9 @@
 A command is extracted only when the tool call leaves no doubt about it:
 
 * the JSON arguments (``gen_ai.tool.call.arguments``, OpenInference ``input.value`` when its
-  ``input.mime_type`` is JSON, or ``tool.parameters`` when it holds argument values rather than
-  the JSON Schema the OpenInference spec defines it as; a text ``input.value`` that parses as
-  JSON counts as JSON) are an object with exactly one string
+  ``input.mime_type`` is JSON; a text ``input.value`` that parses as JSON counts as JSON; never
+  OpenInference ``tool.parameters``, which is the tool's parameter schema, not a call's
+  arguments) are an object with exactly one string
   field named ``cmd``, ``command``, ``shell_command`` or ``script``; or, with no such field, an
   ``argv`` list of strings, or an ``args`` list of strings for a tool whose name says it
   executes something;
@@ -81,17 +81,12 @@ def _mime(attrs: Attributes) -> str:
 
 
 def _arguments(attrs: Attributes) -> tuple[str, AnyValue]:
+    # OpenInference's ``tool.parameters`` is the tool's parameter *schema* (its spec says so),
+    # never the values of one call: it is not read, whatever its shape.
     for key in ("gen_ai.tool.call.arguments", "input.value"):
         value = attrs.get(key)
         if value is not None:
             return key, value
-    params = attrs.get("tool.parameters")
-    if params is not None:
-        decoded = json_value(params)
-        # OpenInference defines tool.parameters as the tool's parameter *schema*; a schema
-        # never carries the command, so it is not taken for arguments.
-        if not (isinstance(decoded, dict) and ("properties" in decoded or "$schema" in decoded)):
-            return "tool.parameters", params
     return "", None
 
 

@@ -32,6 +32,7 @@ from otel_bridge.model import (
 )
 
 from ._values import get_str
+from .conventions import AGENT_NAME_KEYS
 
 ENTITY_KEYS = (
     "gen_ai.agent.name",
@@ -79,13 +80,16 @@ def name_from_span(span_name: str, op: str) -> str | None:
 def agent_entity(
     a: Attributes, span_name: str, op: str, service: str, *, trace: str, span_hex: str
 ) -> Entity:
-    """The agent of an agent span: ``agent:<service>:<name or id>``.
+    """The agent of an agent span: ``agent:<service>:<id or name>``.
 
-    The name is ``gen_ai.agent.name`` (or ``agent.name``); with neither nor an id, what the span
-    name says after the operation. With no name or id at all the agent is this span's alone
-    (``agent:<service>:span:<trace>:<span>``) and its facts say neither.
+    An agent that states an id (``gen_ai.agent.id``) is that id's node: two agents sharing a name
+    under different ids are two nodes. The name is ``gen_ai.agent.name`` (or ``agent.name``,
+    OpenLLMetry's ``traceloop.entity.name``); with neither nor an id, what the span name says
+    after the operation. With no name or id at all the agent is this span's alone
+    (``agent:<service>:span:<trace>:<span>``) and its facts say neither. The stable key stays
+    ``agent:<service>:<name or id>`` (:func:`otel_bridge.identity.agent_key`).
     """
-    stated = get_str(a, "gen_ai.agent.name", "agent.name")
+    stated = get_str(a, *AGENT_NAME_KEYS)
     agent_id = get_str(a, "gen_ai.agent.id")
     name = stated if stated is not None or agent_id is not None else name_from_span(span_name, op)
     attrs = pick(a)
@@ -100,7 +104,7 @@ def agent_entity(
         )
     return Entity(
         kind=EntityKind.AGENT,
-        id=f"{AGENT_PREFIX}{service}:{shown}",
+        id=f"{AGENT_PREFIX}{service}:{agent_id or name}",
         label=shown,
         attrs=attrs,
         facts=facts,

@@ -56,6 +56,7 @@ from otel_bridge.model import (
     Scope,
     Source,
     Span,
+    SpanKind,
     StatusCode,
     ToolCallFacts,
 )
@@ -65,6 +66,18 @@ from ._values import get_str
 from .ancestry import Ancestry, Found, Missing, Outcome, PendingLink, Role, SpanInfo, SpanKey
 from .channels import ChannelAssigner
 from .command import CommandResult, extract_command
+from .conventions import (
+    AGENT_NAME_KEYS,
+    KIND_KEYS,
+    TOOL_NAME_KEYS,
+    call_attrs,
+    has_convention,
+    implied_operation,
+    model_name,
+    model_provider,
+    names_model,
+    tool_call_id,
+)
 from .entities import (
     COMMAND_PREFIX,
     SPAN_PREFIX,
@@ -109,6 +122,7 @@ _DECLARED_COMMAND, _REQUESTED, _PART_OF = (
     RelationKind.REQUESTED,
     RelationKind.PART_OF,
 )
+_SERVER = SpanKind.SERVER
 _AGENT_OPS = frozenset({"invoke_agent", "create_agent"})
 _MODEL_OPS = frozenset({"chat", "text_completion", "embeddings", "generate_content"})
 _OI_MODEL = frozenset({"LLM", "EMBEDDING"})
@@ -123,13 +137,6 @@ _ANCESTOR: dict[Role, tuple[int, frozenset[Role]]] = {
 }
 """Per role: how its relation to an ancestor is built, and which ancestors it accepts."""
 _STATUS = {StatusCode.OK: "ok", StatusCode.ERROR: "error", StatusCode.UNSET: "unset"}
-_MODEL_KEYS = (
-    "gen_ai.request.model",
-    "gen_ai.response.model",
-    "llm.model_name",
-    "embedding.model_name",
-)
-_PROVIDER_KEYS = ("gen_ai.provider.name", "gen_ai.system", "llm.provider", "llm.system")
 _REQUEST_KEYS = ("gen_ai.request.model", "gen_ai.response.model", "gen_ai.response.id")
 _COMMAND_INPUTS = (
     "gen_ai.tool.call.arguments",
@@ -212,7 +219,10 @@ class SpanNormalizer:
         obs_attrs["span_id"] = span_hex
         obs_attrs["span.name"] = name
         obs_attrs["span.status"] = state
-        source = Source(channel=origin.channel, backend="otlp", record_id=span_hex)
+        channel = origin.channel
+        if origin.serving and span.kind is _SERVER:  # a scope rule names who serves the calls
+            channel = origin.server_channel
+        source = Source(channel=channel, backend="otlp", record_id=span_hex)
         occurrence = f"{trace}:{span_hex}"
         start = span.start_time_unix_nano
         end = span.end_time_unix_nano
@@ -221,7 +231,19 @@ class SpanNormalizer:
         if op.__class__ is not str or not op:
             op = get_str(a, "gen_ai.operation.name") or ""
         assert isinstance(op, str)
-        oi_kind = "" if op else (get_str(a, "openinference.span.kind") or "").upper()
+        oi_kind = "" if op else (get_str(a, *KIND_KEYS) or "").upper()
+        if (
+            not op
+            and not oi_kind
+            and (
+                "ai.operationId" in a
+                or "llm.request.type" in a
+                or "gen_ai.request.model" in a
+                or "gen_ai.provider.name" in a
+                or "gen_ai.system" in a
+            )
+        ):  # conventions.has_convention, spelled out
+            op = implied_operation(span, source, coverage)
         parent_id = span.parent_span_id
         parent = trace_id + parent_id if parent_id else None
         info = None if parent is None else self._lookup(parent)
@@ -233,7 +255,7 @@ class SpanNormalizer:
         if op in _AGENT_OPS or (not op and oi_kind == "AGENT"):
             role = _AGENT_ROLE
             node = self._agent(span, op, origin.service, trace, span_hex)
-        elif op == "execute_tool" or (not op and oi_kind == "TOOL"):
+        elif (op == "execute_tool" and span.kind is not _SERVER) or (not op and oi_kind == "TOOL"):
             role = _TOOL_ROLE
             tool = a.get("gen_ai.tool.name")
             if tool.__class__ is not str or not tool:
@@ -246,7 +268,7 @@ class SpanNormalizer:
             }
             call_id = a.get("gen_ai.tool.call.id")
             if call_id.__class__ is not str or not call_id:
-                call_id = get_str(a, "gen_ai.tool.call.id", "tool_call.id")
+                call_id = tool_call_id(a)
             assert call_id is None or isinstance(call_id, str)
             if call_id is not None:
                 attrs["gen_ai.tool.call.id"] = call_id
@@ -279,6 +301,11 @@ class SpanNormalizer:
                 assert isinstance(model_name, str)
                 role = _MODEL_ROLE
                 node = self._model_entity(a, model_name)
+                # conventions.call_attrs, spelled out for the usual call (no endpoint stated)
+                if parent is None:
+                    obs_attrs["span.root"] = True
+                if "server.address" in a or "gen_ai.openai.api_base" in a:
+                    call_attrs(obs_attrs, a, False)
             else:
                 coverage.append(_no_model_name(source, start, name))
         if node is None:
@@ -310,7 +337,22 @@ class SpanNormalizer:
         # -- relation to the ancestor (#1; reference: _reference_link) ------------------------
         if role is _MODEL_ROLE:
             kind, accept = REQUEST, _AGENTS_TOOLS
-            link_attrs = _request_attrs(obs_attrs, a)
+            # _request_attrs, spelled out (a call and a loop per model span saved)
+            link_attrs = obs_attrs.copy()
+            request_id = a.get("gen_ai.response.id")
+            if request_id.__class__ is not str or not request_id:
+                request_id = get_str(a, "gen_ai.response.id", "request.id")
+            if request_id is not None:
+                link_attrs["request.id"] = request_id
+            value = a.get("gen_ai.request.model", _ABSENT)
+            if value is not _ABSENT:
+                link_attrs["gen_ai.request.model"] = value
+            value = a.get("gen_ai.response.model", _ABSENT)
+            if value is not _ABSENT:
+                link_attrs["gen_ai.response.model"] = value
+            value = a.get("gen_ai.response.id", _ABSENT)
+            if value is not _ABSENT:
+                link_attrs["gen_ai.response.id"] = value
         elif role is _TOOL_ROLE:
             kind, accept, link_attrs = INVOCATION, _AGENTS, obs_attrs
         elif role is _AGENT_ROLE:
@@ -399,7 +441,7 @@ class SpanNormalizer:
             or "gen_ai.response.model" in a
             or "llm.model_name" in a
             or "embedding.model_name" in a
-        ):
+        ):  # conventions.names_model, spelled out
             model_name = _model_name(a)
             if model_name:
                 ctx = ctx or Ctx(source, trace, occurrence, start, end, obs_attrs)
@@ -437,7 +479,13 @@ class SpanNormalizer:
         ctx, service = self._reference_context(span)
         parent = span.trace_id + span.parent_span_id if span.parent_span_id else None
         op = get_str(a, "gen_ai.operation.name") or ""
+        if not op and not get_str(a, *KIND_KEYS) and has_convention(a):
+            op = implied_operation(span, ctx.source, coverage)
         role, node = self._reference_node(span, ctx, service, op, parent, coverage)
+        if role is Role.MODEL:
+            attrs = dict(ctx.attrs)
+            call_attrs(attrs, a, parent is None)
+            ctx.attrs = attrs
         out.append(_entity_observation(ctx, node))
         if parent is not None and not (role is Role.AGENT and op == "create_agent"):
             self._reference_link(out, coverage, ctx, parent, role, node, a)
@@ -464,7 +512,8 @@ class SpanNormalizer:
                 attrs[key] = value
         attrs["span.name"] = span.name
         attrs["span.status"] = _STATUS.get(span.status.code, "unset")
-        channel = self._assigner.channel(span.resource, span.scope)
+        server = span.kind is SpanKind.SERVER
+        channel = self._assigner.channel(span.resource, span.scope, server=server)
         source = Source(channel=channel, backend="otlp", record_id=span_hex)
         start, end = span.start_time_unix_nano, span.end_time_unix_nano
         return Ctx(source, trace, f"{trace}:{span_hex}", start, end, attrs), service
@@ -481,13 +530,13 @@ class SpanNormalizer:
         """The role of ``span`` and the node it stands for (a model call naming no model is
         reported and kept as a plain span)."""
         a = span.attributes
-        role = span_role(op, a)
+        role = span_role(op, a, span.kind)
         if role is Role.AGENT:
             node = agent_entity(a, span.name, op, service, trace=ctx.trace, span_hex=ctx.record)
             return role, node
         if role is Role.TOOL:
             tool = _tool_name(span, op)
-            call_id = get_str(a, "gen_ai.tool.call.id", "tool_call.id")
+            call_id = tool_call_id(a)
             agent = self._calling_agent(parent)
             return role, tool_call_entity(tool, call_id, agent, ctx.trace, ctx.record)
         if role is Role.MODEL:
@@ -533,7 +582,7 @@ class SpanNormalizer:
         origin = self._origins.get(key)
         # The cached objects are kept alive in the entry, so an id cannot be reused meanwhile.
         if origin is None or origin.resource is not resource or origin.scope is not scope:
-            origin = Origin(resource, scope, self._assigner.channel(resource, scope))
+            origin = Origin(resource, scope, self._assigner.channels(resource, scope))
             if len(self._origins) >= _ORIGINS:
                 self._origins.clear()
             self._origins[key] = origin
@@ -545,7 +594,7 @@ class SpanNormalizer:
     def _agent(self, span: Span, op: str, service: str, trace: str, span_hex: str) -> Entity:
         """:func:`.entities.agent_entity`, shared by the spans of one named agent."""
         a = span.attributes
-        name = get_str(a, "gen_ai.agent.name", "agent.name", "gen_ai.agent.id")
+        name = get_str(a, *AGENT_NAME_KEYS, "gen_ai.agent.id")
         if name is None:
             name = name_from_span(span.name, op)
         attrs = pick(a)
@@ -679,15 +728,20 @@ class SpanNormalizer:
 # -- steps of the reference implementation (the hot path spells them out) ---------------------
 
 
-def span_role(op: str, a: Attributes) -> Role:
-    """What a span stands for: by its GenAI operation name, else its OpenInference span kind."""
+def span_role(op: str, a: Attributes, kind: SpanKind = SpanKind.UNSPECIFIED) -> Role:
+    """What a span stands for: by its GenAI operation name (stated or implied, see
+    :mod:`.conventions`), else its OpenInference or OpenLLMetry span kind.
+
+    An ``execute_tool`` SERVER span is the serving side of a tool call (an MCP server's
+    ``tools/call``), whose client span is the tool call: it is a plain span, not a second call.
+    """
     if op:
         if op in _AGENT_OPS:
             return Role.AGENT
         if op == "execute_tool":
-            return Role.TOOL
+            return Role.TOOL if kind is not SpanKind.SERVER else Role.PLAIN
         return Role.MODEL if op in _MODEL_OPS else Role.PLAIN
-    oi_kind = (get_str(a, "openinference.span.kind") or "").upper()
+    oi_kind = (get_str(a, *KIND_KEYS) or "").upper()
     if oi_kind == "AGENT":
         return Role.AGENT
     if oi_kind == "TOOL":
@@ -727,6 +781,8 @@ def _reference_command(
 
 def _reference_named_model(out: list[Observation], ctx: Ctx, node: Entity, a: Attributes) -> None:
     """``#3``: the model an agent or tool span names itself."""
+    if not names_model(a):
+        return
     model_name = _model_name(a)
     if model_name:
         model = model_entity(_model_provider(a), model_name)
@@ -745,19 +801,14 @@ def _reference_session(out: list[Observation], ctx: Ctx, node: Entity, a: Attrib
 
 
 def _tool_name(span: Span, op: str) -> str:
-    name = get_str(span.attributes, "gen_ai.tool.name", "tool.name")
+    name = get_str(span.attributes, *TOOL_NAME_KEYS)
     if name is None:
         name = name_from_span(span.name, op)
     return name or "unknown_tool"
 
 
-def _model_name(a: Attributes) -> str | None:
-    return get_str(a, *_MODEL_KEYS)
-
-
-def _model_provider(a: Attributes) -> str:
-    """The provider a model call names, lower case (``unknown`` when it names none)."""
-    return (get_str(a, *_PROVIDER_KEYS) or "unknown").lower()
+_model_name = model_name
+_model_provider = model_provider
 
 
 def _request_attrs(obs_attrs: dict[str, AnyValue], a: Attributes) -> Attributes:

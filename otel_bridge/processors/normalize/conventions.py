@@ -1,0 +1,173 @@
+"""What a span means when it states no GenAI operation name: the other conventions, read alike.
+
+The GenAI semantic conventions name a span's operation in ``gen_ai.operation.name``; OpenInference
+(``openinference.span.kind``) and OpenLLMetry (``traceloop.span.kind``) name a kind instead. Spans
+that state neither still often say what they are, and are read here as the GenAI operation they
+stand for (:func:`implied_operation`), so one set of rules builds their nodes:
+
+=========================================  ==============================================
+span                                       read as
+=========================================  ==============================================
+Vercel AI SDK ``ai.operationId`` ending    ``chat`` (a model call: ``gen_ai.request.model``
+``.doGenerate`` / ``.doStream``            or ``ai.model.id``)
+Vercel AI SDK ``ai.embed.doEmbed`` /       ``embeddings``
+``ai.embedMany.doEmbed``
+Vercel AI SDK ``ai.toolCall``              ``execute_tool`` (``ai.toolCall.name``/``.id``)
+OpenLLMetry ``llm.request.type``           ``chat``/``text_completion``/``embeddings``
+a CLIENT span naming a GenAI model or      ``chat``: the spec's own client span 2 states no
+provider (``gen_ai.request.model``,        operation; a client span to a model API is a
+``gen_ai.provider.name``, ``gen_ai.system``)  model call
+=========================================  ==============================================
+
+A span that carries GenAI attributes but matches none of these (say an INTERNAL span with only
+``gen_ai.system``) is kept as a plain span with a ``genai_operation_unknown`` coverage record, so
+what was not interpreted is visible. The Vercel AI SDK's wrapper spans (``ai.generateText``,
+``ai.streamText``, ...) enclose the model call span and are plain operation spans.
+
+The model a call names is its *request* model: ``gen_ai.request.model``, else OpenInference's
+``llm.invocation_parameters`` ``model`` (what the client asked for), else the response model
+(``gen_ai.response.model``, ``llm.model_name``), else the Vercel AI SDK's ``ai.model.id``, so one
+model gets one node whichever instrumentor reported the call. Its provider is
+``gen_ai.provider.name``, else the Vercel AI SDK's ``ai.model.provider`` up to its first dot
+(``openai.responses`` -> ``openai``), else ``gen_ai.system``, ``llm.system``, ``llm.provider``.
+"""
+
+from __future__ import annotations
+
+import orjson
+
+from otel_bridge.model import AnyValue, Attributes, CoverageRecord, Source, Span, SpanKind
+
+from ._values import get_str
+
+_VERCEL_MODEL = frozenset({"doGenerate", "doStream"})
+_VERCEL_EMBED = frozenset({"ai.embed.doEmbed", "ai.embedMany.doEmbed"})
+_LLM_REQUEST_TYPES = {"chat": "chat", "completion": "text_completion", "embedding": "embeddings"}
+_CLIENT = SpanKind.CLIENT
+_GENAI_MARKERS = ("gen_ai.request.model", "gen_ai.provider.name", "gen_ai.system")
+
+KIND_KEYS = ("openinference.span.kind", "traceloop.span.kind")
+"""The span-kind attributes of OpenInference and OpenLLMetry (``AGENT``/``TOOL``/``LLM``/...;
+OpenLLMetry's ``agent``/``tool``/``workflow``/``task`` read upper case alike)."""
+
+MODEL_KEYS = ("gen_ai.request.model", "gen_ai.response.model", "llm.model_name")
+"""Model name attributes after the request model and before the Vercel AI SDK's."""
+
+
+def has_convention(a: Attributes) -> bool:
+    """Whether ``a`` holds anything :func:`implied_operation` reads (cheap: five lookups)."""
+    return (
+        "ai.operationId" in a
+        or "llm.request.type" in a
+        or "gen_ai.request.model" in a
+        or "gen_ai.provider.name" in a
+        or "gen_ai.system" in a
+    )
+
+
+ENDPOINT_KEYS = ("server.address", "server.port", "gen_ai.openai.api_base")
+"""Where a model call states the API endpoint it called (OpenLLMetry: its API base URL)."""
+
+
+def call_attrs(attrs: dict[str, AnyValue], a: Attributes, root: bool) -> None:
+    """Add to a model call's observation attributes what ``correlate`` joins it by.
+
+    The endpoint the span states (:data:`ENDPOINT_KEYS`, as stated) and ``span.root`` (true when
+    the span has no parent: then no agent or tool call is its caller, and its process is).
+    """
+    if root:
+        attrs["span.root"] = True
+    if "server.address" not in a and "gen_ai.openai.api_base" not in a:
+        return  # a port alone names no endpoint
+    for key in ENDPOINT_KEYS:
+        value = a.get(key)
+        if value is not None:
+            attrs[key] = value
+
+
+def names_model(a: Attributes) -> bool:
+    """Whether an agent or tool span names a model it uses (read then by :func:`model_name`)."""
+    return (
+        "gen_ai.request.model" in a
+        or "gen_ai.response.model" in a
+        or "llm.model_name" in a
+        or "embedding.model_name" in a
+    )
+
+
+def implied_operation(span: Span, source: Source, coverage: list[CoverageRecord]) -> str:
+    """The GenAI operation a span with no operation name and no span-kind attribute stands for.
+
+    ``""`` when none; a span carrying GenAI attributes that says no operation also leaves a
+    ``genai_operation_unknown`` coverage record.
+    """
+    a = span.attributes
+    vercel = get_str(a, "ai.operationId")
+    if vercel is not None:
+        if vercel in _VERCEL_EMBED:
+            return "embeddings"
+        if vercel == "ai.toolCall":
+            return "execute_tool"
+        if vercel.rpartition(".")[2] in _VERCEL_MODEL:
+            return "chat"
+        return ""  # a wrapper (ai.generateText, ...): the model call is its child span
+    request_type = get_str(a, "llm.request.type")
+    if request_type is not None and request_type in _LLM_REQUEST_TYPES:
+        return _LLM_REQUEST_TYPES[request_type]
+    if any(get_str(a, key) for key in _GENAI_MARKERS):
+        if span.kind is _CLIENT:
+            return "chat"
+        coverage.append(
+            CoverageRecord(
+                source=source,
+                reason="genai_operation_unknown",
+                time_unix_nano=span.start_time_unix_nano,
+                detail=(
+                    f"span {span.name!r} carries GenAI attributes but states no operation and "
+                    "is not a CLIENT span; kept as a plain span"
+                ),
+            )
+        )
+    return ""
+
+
+def model_name(a: Attributes) -> str | None:
+    """The model a call names (the request model first; see the module docstring)."""
+    name = get_str(a, "gen_ai.request.model")
+    if name is not None:
+        return name
+    params = a.get("llm.invocation_parameters")
+    if isinstance(params, str) and '"model"' in params:
+        try:
+            decoded = orjson.loads(params)
+        except orjson.JSONDecodeError:
+            decoded = None
+        if isinstance(decoded, dict):
+            requested = decoded.get("model")
+            if isinstance(requested, str) and requested:
+                return requested
+    return get_str(a, *MODEL_KEYS) or get_str(a, "embedding.model_name", "ai.model.id")
+
+
+def model_provider(a: Attributes) -> str:
+    """The provider a model call names, lower case (``unknown`` when it names none)."""
+    provider = get_str(a, "gen_ai.provider.name")
+    if provider is None:
+        vercel = get_str(a, "ai.model.provider")
+        if vercel is not None:
+            provider = vercel.partition(".")[0]
+        else:
+            provider = get_str(a, "gen_ai.system", "llm.system", "llm.provider")
+    return (provider or "unknown").lower()
+
+
+def tool_call_id(a: Attributes) -> str | None:
+    """The id of a tool call: GenAI, OpenInference (``tool_call.id``, ``tool.id``), Vercel."""
+    return get_str(a, "gen_ai.tool.call.id", "tool_call.id", "tool.id", "ai.toolCall.id")
+
+
+TOOL_NAME_KEYS = ("gen_ai.tool.name", "tool.name", "ai.toolCall.name", "traceloop.entity.name")
+"""Where a tool span names its tool, in order."""
+
+AGENT_NAME_KEYS = ("gen_ai.agent.name", "agent.name", "traceloop.entity.name")
+"""Where an agent span names its agent, in order."""

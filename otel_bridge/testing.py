@@ -24,7 +24,6 @@ Example::
 from __future__ import annotations
 
 import contextlib
-import datetime
 import socket
 import subprocess
 import sys
@@ -49,6 +48,8 @@ from otel_bridge.errors import PermanentError, RefusedError, StartupError
 from otel_bridge.identity import (
     command_key,
     executable_key,
+    iso_ms,
+    iso_to_ms,
     kind_id,
     process_id,
     process_key,
@@ -396,17 +397,6 @@ def make_log(n: int = 0, **fields: Any) -> LogRecord:
 # --------------------------------------------------------------------------------------------
 
 
-def iso_utc(ms: int) -> str:
-    """ISO 8601 UTC with milliseconds for an epoch-ms value (``2023-11-14T22:13:20.000Z``)."""
-    moment = datetime.datetime.fromtimestamp(ms / 1000, tz=datetime.UTC)
-    return moment.strftime("%Y-%m-%dT%H:%M:%S.%f")[:-3] + "Z"
-
-
-def iso_utc_ms(value: str) -> int:
-    """Epoch ms of an ISO 8601 UTC time (the inverse of :func:`iso_utc`)."""
-    return round(datetime.datetime.fromisoformat(value.replace("Z", "+00:00")).timestamp() * 1000)
-
-
 def tool_call_entity(
     span: str, trace: str, name: str = "shell", agent: str | None = None
 ) -> Entity:
@@ -520,14 +510,14 @@ class ProcessRecord:
             "process.executable.name": self.exe.rsplit("/", 1)[-1],
             "process.command_args": self.argv,
             "process.working_directory": self.cwd,
-            "process.creation.time": iso_utc(self.ms),
+            "process.creation.time": iso_ms(self.ms),
             **self.extra,
         }
         if self.traceparent:
             attrs["process.env.traceparent"] = self.traceparent
         name = self.exe.rsplit("/", 1)[-1]
         parent_created = self.extra.get("process.parent.creation.time")
-        parent_ms = iso_utc_ms(parent_created) if isinstance(parent_created, str) else None
+        parent_ms = iso_to_ms(parent_created) if isinstance(parent_created, str) else None
         proc = Entity(
             kind=EntityKind.PROCESS,
             id=self.identity,

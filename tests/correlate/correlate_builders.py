@@ -9,12 +9,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from otel_bridge.identity import agent_key, kind_id
+from otel_bridge.identity import agent_key, iso_ms, kind_id
 from otel_bridge.model import AgentFacts, Channel, Entity, EntityKind, Observation
 from otel_bridge.testing import (
     ProcessRecord,
-    iso_utc,
-    iso_utc_ms,
     tool_call_entity,
     tool_declaration,
     w3c_traceparent,
@@ -26,8 +24,7 @@ MS = 1_000_000
 S = 1_000_000_000
 T0 = 1_700_000_000 * S
 
-iso = iso_utc
-iso_ms = iso_utc_ms
+iso = iso_ms
 
 
 def tool_entity(span: str, trace: str = TRACE, name: str = "shell") -> Entity:

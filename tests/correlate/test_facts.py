@@ -223,6 +223,18 @@ def test_identity_helpers_are_defined_exactly_once() -> None:
     assert _definitions() == {name: ["otel_bridge/identity.py"] for name in ONE_HOME}
 
 
+def test_iso_times_are_parsed_only_in_identity() -> None:
+    """No copy of the ISO time parser under another name: ``fromisoformat`` is called only in
+    identity.py (``iso_to_ms``)."""
+    callers = sorted(
+        path.relative_to(ROOT).as_posix()
+        for path in PACKAGE.rglob("*.py")
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8")))
+        if isinstance(node, ast.Attribute) and node.attr == "fromisoformat"
+    )
+    assert set(callers) == {"otel_bridge/identity.py"}
+
+
 def test_correlate_and_enrich_define_no_attribute_readers() -> None:
     """No private reader copies (``_s``, ``_str``, ``_int``) in correlate or enrich."""
     files = [*(PACKAGE / "processors" / "correlate").glob("*.py")]

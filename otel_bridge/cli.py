@@ -43,6 +43,10 @@ COMMANDS: dict[str, tuple[str, str]] = {
         "otel_bridge.commands.export",
         "convert a graph.json to W3C PROV-JSON, GraphML or normalized JSON",
     ),
+    "view": (
+        "otel_bridge.commands.view",
+        "show a run, graph.json, review.json or compare.json in the browser",
+    ),
 }
 """Command name -> (module, one-line help shown by ``otel-bridge --help``)."""
 

@@ -50,6 +50,8 @@ from otel_bridge.identity import host_id
 from otel_bridge.model import Batch, Resource, Scope, Span, SpanKind, Status, StatusCode
 from otel_bridge.pipeline import Collector
 from otel_bridge.redaction import redact_argv
+from otel_bridge.viewer.live import LiveView
+from otel_bridge.viewer.live import attach as attach_view
 
 _UNSET = (
     "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT",
@@ -91,6 +93,9 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         help="host observation backend (default: the config's, else auto)",
     )
     parser.add_argument("--no-progress", action="store_true", help="no live progress line")
+    parser.add_argument(
+        "--view", action="store_true", help="serve the live viewer on 127.0.0.1 during the run"
+    )
     parser.add_argument("command", nargs=argparse.REMAINDER, metavar="-- CMD ...")
     parser.set_defaults(func=run)
 
@@ -398,6 +403,7 @@ def run(args: argparse.Namespace) -> int:
     progress = Progress(telemetry, not args.no_progress)
     code: int | None = None
     interrupted: list[int] = []
+    live: LiveView | None = None
     previous = {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM)}
 
     def forward(signum: int, frame: object) -> None:
@@ -411,6 +417,8 @@ def run(args: argparse.Namespace) -> int:
         if isinstance(host, RootSettable):
             host.set_root_pid(workload.pid)
         collector.start()
+        if args.view:
+            live = attach_view(collector, "graph/run", str(run.path), open=sys.stderr.isatty())
         endpoint, protocol = _otlp_target(collector, wiring.otlp)
         for s in previous:
             signal.signal(s, forward)
@@ -441,6 +449,8 @@ def run(args: argparse.Namespace) -> int:
     summary["signals_forwarded"] = [signal.Signals(s).name for s in interrupted]
     run.write_json(rundir.SUMMARY, summary)
     run.write_manifest({"id": run_id})
+    if live is not None:
+        live.finish(summary)
     _print_summary(run, summary, collector)
     return code
 

@@ -37,6 +37,8 @@ class BundleState:
         self.version = 1
         self._changed = threading.Condition()
         self.closed = False
+        self.fetched = 0
+        """The newest version a client has read through ``/data.json``."""
 
     @property
     def bundle(self) -> Bundle:
@@ -61,6 +63,17 @@ class BundleState:
         with self._changed:
             self._changed.wait_for(lambda: self.version != version or self.closed, timeout)
             return self.version
+
+    def mark_fetched(self, version: int) -> None:
+        """Record that a client read ``version``."""
+        with self._changed:
+            self.fetched = max(self.fetched, version)
+            self._changed.notify_all()
+
+    def wait_fetched(self, timeout: float) -> bool:
+        """Block until a client has read the current version (or timeout); whether one did."""
+        with self._changed:
+            return self._changed.wait_for(lambda: self.fetched >= self.version, timeout)
 
     def close(self) -> None:
         """End every event stream."""
@@ -146,6 +159,7 @@ class _Handler(BaseHTTPRequestHandler):
             self._send(HTTPStatus.OK, render(None).encode(), "text/html; charset=utf-8")
         elif path == "/data.json":
             version, body = state.encoded()
+            state.mark_fetched(version)
             self._send(HTTPStatus.OK, body, "application/json", {"X-Bundle-Version": str(version)})
         elif path == "/events":
             self._events(state)

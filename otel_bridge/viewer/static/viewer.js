@@ -792,6 +792,7 @@
       busy = true;
       fetch("data.json", { cache: "no-store" }).then(function (r) { return r.json(); }).then(function (b) {
         applyBundle(b);
+        if (b.ended) es.close();
       }).finally(function () { busy = false; if (pending) { pending = false; pull(); } });
     }
     var es = new EventSource("events");

@@ -207,7 +207,7 @@ class _Handler(BaseHTTPRequestHandler):
                 if newer != version:
                     version = newer
                     self.wfile.write(f"event: bundle\ndata: {version}\n\n".encode())
-                else:
+                elif not state.closed:
                     self.wfile.write(b": keepalive\n\n")
                 self.wfile.flush()
             self.wfile.write(b"event: closed\ndata: {}\n\n")

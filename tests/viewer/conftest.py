@@ -9,7 +9,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from viewer_support import launch
+
+from viewer.viewer_support import launch
 
 REPO = Path(__file__).resolve().parents[2]
 

@@ -15,11 +15,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from viewer_support import edge, graph_doc, node
 
 from otel_bridge.errors import OtelBridgeError
 from otel_bridge.viewer import Bundle, TraceLink, load_bundle, render
 from otel_bridge.viewer.server import BundleState, ViewServer
+from viewer.viewer_support import edge, graph_doc, node
 
 VENDOR = Path(__file__).resolve().parents[2] / "otel_bridge" / "viewer" / "static" / "vendor"
 HOSTILE = "</script><script>window.pwned=1</script>"

@@ -95,7 +95,7 @@ def launch(playwright: Any) -> Any:
 def wait_ready(page: Any) -> None:
     """Wait until the viewer drew its first frame (or, without a graph, finished booting)."""
     page.wait_for_function(
-        "window.obViewer && window.obViewer.ready && "
+        "() => window.obViewer && window.obViewer.ready && "
         "(!window.obViewer.state.bundle.graph || window.obViewer.firstPaint() !== null)",
         timeout=60_000,
     )

@@ -25,7 +25,7 @@
   var SEMANTIC_LANES = 5;
   var READ_RELATIONS = { opened: 1, read: 1 };
   var CROSS_RELATIONS = { correlated_with_process: 1, same_request: 1 };
-  var RUNTIME_PATH = /^\/(usr|lib|lib32|lib64|etc|proc|sys|dev|run|snap)\/|\/(site|dist)-packages\/|\/__pycache__\/|\/\.venv\/|\.(so(\.[0-9]+)*|pyc)$/;
+  var RUNTIME_PATH = /^\/(usr|lib|lib32|lib64|etc|proc|sys|dev|run|snap)\/|\/lib\/python[0-9.]+\/|\/(site|dist)-packages\/|\/__pycache__\/|\/\.venv\/|\.(so(\.[0-9]+)*|pyc)$/;
   var FILTER_GROUPS = ["kind", "relation", "channel", "grade", "causal"];
 
   var S = {
@@ -203,7 +203,7 @@
   }
   function refreshAll() {
     computeVisibility();
-    if (S.renderer) S.renderer.refresh();
+    if (S.renderer && S.view === "graph") S.renderer.refresh();
     if (S.view === "table") renderTable();
     if (S.view === "timeline") renderTimeline();
     return new Promise(function (resolve) { requestAnimationFrame(function () { requestAnimationFrame(resolve); }); });
@@ -251,7 +251,7 @@
     try {
       S.renderer = new Sigma(S.graph, $("ob-graph"), {
         renderEdgeLabels: false, enableEdgeEvents: true, defaultEdgeType: "arrow",
-        labelRenderedSizeThreshold: 7, zIndex: true,
+        labelRenderedSizeThreshold: 7, zIndex: true, allowInvalidContainer: true,
         nodeReducer: function (id, a) {
           if (!S.nodeVis.has(id)) return Object.assign({}, a, { hidden: true });
           var r = a;
@@ -682,8 +682,8 @@
     }
     var cols = {}, pos = {};
     shown.forEach(function (n) { var d = depth[n.id]; (cols[d] = cols[d] || []).push(n); });
-    Object.keys(cols).forEach(function (d) { cols[d].forEach(function (n, i) { pos[n.id] = { x: 70 + d * 150, y: 40 + i * 60 }; }); });
-    var W = 140 + Object.keys(cols).length * 150, H = 80 + Math.max.apply(null, [1].concat(Object.keys(cols).map(function (d) { return cols[d].length; }))) * 60, parts = [];
+    Object.keys(cols).forEach(function (d) { cols[d].forEach(function (n, i) { pos[n.id] = { x: 70 + d * 150, y: 40 + i * 60 + (detour[n.id] ? 70 : 0) }; }); });
+    var W = 140 + Object.keys(cols).length * 150, H = 80 + Math.max.apply(null, [1].concat(Object.keys(cols).map(function (d) { return cols[d].length; }))) * 60 + 70, parts = [];
     edges.forEach(function (e) {
       var a = pos[e.source], b = pos[e.target];
       if (a && b) parts.push(svgEl("line", { x1: a.x, y1: a.y, x2: b.x, y2: b.y, stroke: "#777", "stroke-width": 1 + 3 * (e.support || 1) / nRuns }));
@@ -719,7 +719,7 @@
     if (view === "timeline") renderTimeline();
     if (view === "review") renderReview();
     if (view === "compare") renderCompare();
-    if (view === "graph" && S.renderer) S.renderer.refresh();
+    if (view === "graph" && S.renderer) { S.renderer.resize(); S.renderer.refresh(); }
   }
   function wire() {
     $("ob-tabs").addEventListener("click", function (ev) {
@@ -776,11 +776,16 @@
     if (S.bundle.live) text += S.bundle.ended ? " · run ended" : " · live, updating";
     $("ob-status").textContent = text;
   }
+  function showTabs(bundle) {
+    ["graph", "table", "timeline"].forEach(function (v) { $("tab-" + v).hidden = !bundle.graph; });
+    $("ob-filters").hidden = !bundle.graph;
+    $("tab-review").hidden = !bundle.review;
+    $("tab-compare").hidden = !bundle.compare;
+  }
   function applyBundle(bundle) {
     S.bundle = bundle;
     $("ob-source").textContent = bundle.source || "";
-    $("tab-review").hidden = !bundle.review;
-    $("tab-compare").hidden = !bundle.compare;
+    showTabs(bundle);
     rebuild();
     S.version += 1;
     api.version = S.version;
@@ -802,8 +807,7 @@
   function boot(bundle) {
     S.bundle = bundle;
     $("ob-source").textContent = bundle.source || "";
-    $("tab-review").hidden = !bundle.review;
-    $("tab-compare").hidden = !bundle.compare;
+    showTabs(bundle);
     S.model = buildModel(bundle.graph || { nodes: [], edges: [] });
     computeVisibility();
     renderFilterControls();

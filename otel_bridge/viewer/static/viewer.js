@@ -805,6 +805,7 @@
     es.addEventListener("closed", function () { es.close(); S.bundle.ended = true; status(); });
   }
   function boot(bundle) {
+    performance.mark("ob:boot");
     S.bundle = bundle;
     $("ob-source").textContent = bundle.source || "";
     showTabs(bundle);
@@ -813,7 +814,9 @@
     renderFilterControls();
     renderLegend();
     wire();
+    performance.mark("ob:model");
     if (bundle.graph) initGraph();
+    performance.mark("ob:renderer");
     var first = bundle.graph ? "graph" : bundle.review ? "review" : "compare";
     show(first);
     status();
@@ -835,6 +838,7 @@
 
   S.config = JSON.parse($("ob-config").textContent);
   var inline = $("ob-bundle");
+  performance.mark("ob:script");
   if (inline) boot(JSON.parse(inline.textContent));
   else fetch("data.json", { cache: "no-store" }).then(function (r) { return r.json(); }).then(boot);
 })();

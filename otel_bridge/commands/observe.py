@@ -417,7 +417,7 @@ def run(args: argparse.Namespace) -> int:
         if isinstance(host, RootSettable):
             host.set_root_pid(workload.pid)
         collector.start()
-        if args.view:
+        if getattr(args, "view", False):  # a Namespace built without the option
             live = attach_view(collector, "graph/run", str(run.path), open=sys.stderr.isatty())
         endpoint, protocol = _otlp_target(collector, wiring.otlp)
         for s in previous:

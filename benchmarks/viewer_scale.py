@@ -24,6 +24,7 @@ import json
 import os
 import shutil
 import statistics
+import sys
 import tempfile
 import threading
 import time
@@ -211,6 +212,7 @@ def _ready(page: Any) -> None:
 
 def measure_static(browser: Any, doc: dict[str, Any], repeat: int) -> dict[str, Any]:
     """First paint and filter-change times of the exported report of ``doc``."""
+    print(f"static: {len(doc['nodes'])} nodes", file=sys.stderr, flush=True)
     with tempfile.TemporaryDirectory() as tmp:
         report = Path(tmp) / "report.html"
         report.write_text(render(Bundle(source="synthetic", graph=doc)))
@@ -257,10 +259,12 @@ class GrowingSource:
 
     def __init__(self, base: dict[str, Any], rate: int) -> None:
         self.base, self.rate = base, rate
-        self.started = time.monotonic()
+        self.started: float | None = None  # no events until the page is up
         self.stopped: float | None = None
 
     def events(self) -> int:
+        if self.started is None:
+            return 0
         end = self.stopped if self.stopped is not None else time.monotonic()
         return int((end - self.started) * self.rate)
 
@@ -283,6 +287,7 @@ class GrowingSource:
 
 def measure_live(browser: Any, seconds: float, rate: int) -> dict[str, Any]:
     """Follow a source growing at ``rate`` events/s for ``seconds`` in a live page."""
+    print("live", file=sys.stderr, flush=True)
     source = GrowingSource(synthetic_graph(200), rate)
     live = LiveView(source, source="synthetic-live")
     live.start()

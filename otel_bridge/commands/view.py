@@ -18,7 +18,7 @@ def register(subparsers: Any) -> None:
     """Add the ``view`` subcommand."""
     p: argparse.ArgumentParser = subparsers.add_parser(
         "view",
-        help="show a run directory, graph.json, review.json or compare.json in the browser",
+        help="show a run, graph.json, review.json or compare.json in the browser",
         description=(
             "Serve a local page (127.0.0.1 only) that shows the evidence graph, a table of the "
             "same data, the timeline, and the review and comparison when present; or, with "

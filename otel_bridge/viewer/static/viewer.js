@@ -26,6 +26,7 @@
   var READ_RELATIONS = { opened: 1, read: 1 };
   var CROSS_RELATIONS = { correlated_with_process: 1, same_request: 1 };
   var RUNTIME_PATH = /^\/(usr|lib|lib32|lib64|etc|proc|sys|dev|run|snap)\/|\/lib\/python[0-9.]+\/|\/(site|dist)-packages\/|\/__pycache__\/|\/\.venv\/|\.(so(\.[0-9]+)*|pyc)$/;
+  var EDGE_PICKING_LIMIT = 5000;
   var FILTER_GROUPS = ["kind", "relation", "channel", "grade", "causal"];
 
   var S = {
@@ -230,18 +231,26 @@
   function edgeAttrs(e) {
     return { color: GRADE_COLOR[e.grade] || "#999999", size: e.cross ? 2 : 1, type: "arrow", style: e.style };
   }
+  function changed(old, now) {
+    for (var k in now) if (old[k] !== now[k]) return true;
+    return false;
+  }
+  // Live updates touch only what changed: each graphology write costs a renderer event.
   function syncGraph() {
     var g = S.graph, m = S.model, keep = {};
     m.nodes.forEach(function (n) {
       keep[n.id] = 1;
-      if (g.hasNode(n.id)) g.mergeNodeAttributes(n.id, nodeAttrs(n)); else g.addNode(n.id, nodeAttrs(n));
+      var a = nodeAttrs(n);
+      if (!g.hasNode(n.id)) g.addNode(n.id, a);
+      else if (changed(g.getNodeAttributes(n.id), a)) g.mergeNodeAttributes(n.id, a);
     });
     g.forEachNode(function (id) { if (!keep[id]) g.dropNode(id); });
     var keepE = {};
     m.edges.forEach(function (e) {
       keepE[e.id] = 1;
-      if (g.hasEdge(e.id)) g.mergeEdgeAttributes(e.id, edgeAttrs(e));
-      else g.addEdgeWithKey(e.id, e.source, e.target, edgeAttrs(e));
+      var a = edgeAttrs(e);
+      if (!g.hasEdge(e.id)) g.addEdgeWithKey(e.id, e.source, e.target, a);
+      else if (changed(g.getEdgeAttributes(e.id), a)) g.mergeEdgeAttributes(e.id, a);
     });
     g.forEachEdge(function (id) { if (!keepE[id]) g.dropEdge(id); });
   }
@@ -250,7 +259,10 @@
     syncGraph();
     try {
       S.renderer = new Sigma(S.graph, $("ob-graph"), {
-        renderEdgeLabels: false, enableEdgeEvents: true, defaultEdgeType: "arrow",
+        renderEdgeLabels: false, defaultEdgeType: "arrow",
+        // Edge picking renders every edge a second time; past EDGE_PICKING_LIMIT edges are
+        // selected from a node's details or the table instead of by a click on the line.
+        enableEdgeEvents: S.model.edges.length <= EDGE_PICKING_LIMIT,
         labelRenderedSizeThreshold: 7, zIndex: true, allowInvalidContainer: true,
         nodeReducer: function (id, a) {
           if (!S.nodeVis.has(id)) return Object.assign({}, a, { hidden: true });

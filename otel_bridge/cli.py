@@ -49,6 +49,10 @@ COMMANDS: dict[str, tuple[str, str]] = {
         "otel_bridge.commands.compare",
         "compare run directories: coverage, tool impact, provenance, joined graph",
     ),
+    "view": (
+        "otel_bridge.commands.view",
+        "show a run, graph.json, review.json or compare.json in the browser",
+    ),
 }
 """Command name -> (module, one-line help shown by ``otel-bridge --help``)."""
 

@@ -39,7 +39,7 @@ import time
 from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from otel_bridge import rundir, strings
 from otel_bridge.commands._observe_forward import (
@@ -68,6 +68,9 @@ from otel_bridge.model import Batch, Resource, Scope, Span, SpanKind, Status, St
 from otel_bridge.otlp.mux import ProtocolMux, Upstream
 from otel_bridge.pipeline import Collector
 from otel_bridge.redaction import redact_argv
+
+if TYPE_CHECKING:
+    from otel_bridge.viewer.live import LiveView
 
 _OTLP_VARS = "OTEL_EXPORTER_OTLP_"
 """Every variable of the user's own OTLP destination is taken from CMD's environment (its
@@ -121,6 +124,9 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         "--keep-runtime-reads",
         action="store_true",
         help="keep interpreter and shared-library reads as file nodes in graph.json",
+    )
+    parser.add_argument(
+        "--view", action="store_true", help="serve the live viewer on 127.0.0.1 during the run"
     )
     parser.add_argument("command", nargs=argparse.REMAINDER, metavar="-- CMD ...")
     # the run directory is complete and closed when run() returns: the process may end at once
@@ -564,6 +570,7 @@ def run(args: argparse.Namespace) -> int:
     guard = rundir.WorkloadGuard(workload.pid)
     progress = Progress(telemetry, not args.no_progress)
     interrupted: list[int] = []
+    live: LiveView | None = None
     previous = {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM)}
 
     def forward(signum: int, frame: object) -> None:
@@ -578,6 +585,12 @@ def run(args: argparse.Namespace) -> int:
             host.set_root_pid(workload.pid)
         collector.start()
         state.mux = start_mux(collector, state.wiring.otlp)
+        if getattr(args, "view", False):  # a Namespace built without the option
+            from otel_bridge.viewer.live import attach as attach_view  # noqa: PLC0415 (opt-in)
+
+            live = attach_view(
+                collector, "graph/run", str(state.run.path), open=sys.stderr.isatty()
+            )
         endpoint, protocol = _otlp_target(collector, state.wiring.otlp, state.mux, wanted)
         for s in previous:
             signal.signal(s, forward)
@@ -606,7 +619,9 @@ def run(args: argparse.Namespace) -> int:
             signal.signal(s, handler)
     guard.release()
     _stop(state)
-    _finish(state, code, started_ns, [signal.Signals(s).name for s in interrupted])
+    summary = _finish(state, code, started_ns, [signal.Signals(s).name for s in interrupted])
+    if live is not None:
+        live.finish(summary)
     return code
 
 
@@ -616,7 +631,7 @@ def _stop(state: _Run) -> None:
     state.collector.shutdown()
 
 
-def _finish(state: _Run, code: int, started_ns: int, signals: list[str]) -> None:
+def _finish(state: _Run, code: int, started_ns: int, signals: list[str]) -> dict[str, Any]:
     """Write summary.json, report.md and the manifest; print the summary and the report."""
     summary = _summary(state, code, started_ns=started_ns)
     summary["signals_forwarded"] = signals
@@ -624,6 +639,7 @@ def _finish(state: _Run, code: int, started_ns: int, signals: list[str]) -> None
     state.run.write_json(rundir.SUMMARY, summary)
     state.run.write_manifest({"id": state.run_id}, required=rundir.REQUIRED)
     print_summary(state.run, summary, report)
+    return summary
 
 
 def _summary(state: _Run, code: int, *, started_ns: int) -> dict[str, Any]:

@@ -1,0 +1,856 @@
+/* otel-bridge viewer: draws every view from one bundle (docs/viewer.md). No network beyond the
+   serving page's own data.json and events; the exported file has everything inline. */
+(function () {
+  "use strict";
+
+  // Okabe-Ito: distinguishable with the common colour-vision deficiencies. Colour is never the
+  // only cue: kinds are lanes, grades are written on edges and in the table.
+  var KIND_COLOR = {
+    agent: "#CC79A7", tool_call: "#E69F00", command: "#B8860B", model: "#009E73",
+    span: "#999999", session: "#999999", process: "#0072B2", executable: "#56B4E9",
+    file: "#7A7A7A", folded: "#C8C8C8", endpoint: "#D55E00"
+  };
+  var GRADE_COLOR = { A: "#0072B2", B: "#56B4E9", C: "#E69F00", D: "#D55E00", U: "#999999" };
+  var LANES = [
+    { name: "agents", kinds: ["agent"] },
+    { name: "tool calls", kinds: ["tool_call", "command"] },
+    { name: "models", kinds: ["model"] },
+    { name: "spans", kinds: ["span", "session"] },
+    { name: "gateway", kinds: [] },
+    { name: "processes", kinds: ["process"] },
+    { name: "executables", kinds: ["executable"] },
+    { name: "files", kinds: ["file", "folded"] },
+    { name: "endpoints", kinds: ["endpoint"] }
+  ];
+  var SEMANTIC_LANES = 5;
+  var READ_RELATIONS = { opened: 1, read: 1 };
+  var CROSS_RELATIONS = { correlated_with_process: 1, same_request: 1 };
+  var RUNTIME_PATH = /^\/(usr|lib|lib32|lib64|etc|proc|sys|dev|run|snap)\/|\/lib\/python[0-9.]+\/|\/(site|dist)-packages\/|\/__pycache__\/|\/\.venv\/|\.(so(\.[0-9]+)*|pyc)$/;
+  var EDGE_PICKING_LIMIT = 5000;
+  var FILTER_GROUPS = ["kind", "relation", "channel", "grade", "causal"];
+
+  var S = {
+    bundle: null, model: null, graph: null, renderer: null, view: "graph",
+    off: { kind: {}, relation: {}, channel: {}, grade: {}, causal: {} },
+    expanded: {}, search: "", matches: null, selected: null,
+    nodeVis: null, edgeVis: null, firstPaintMs: null, lastFilterMs: null,
+    version: 0, reviewClaim: null, compareThreshold: 1
+  };
+  var api = { ready: false };
+  window.obViewer = api;
+
+  function $(id) { return document.getElementById(id); }
+  function esc(v) {
+    return String(v).replace(/[&<>"']/g, function (c) {
+      return { "&": "&amp;", "<": "&lt;", ">": "&gt;", '"': "&quot;", "'": "&#39;" }[c];
+    });
+  }
+  function causalName(v) { return v === true ? "true" : v === false ? "false" : v === "mixed" ? "mixed" : "unknown"; }
+  function flag(v) { return v === null || v === undefined ? '<span class="unknown">unknown (not stated)</span>' : esc(v); }
+  function iso(ns) {
+    if (!ns) return '<span class="unknown">unknown</span>';
+    return esc(new Date(ns / 1e6).toISOString());
+  }
+  function arr(v) { return Array.isArray(v) ? v : []; }
+
+  // ---- model: graph.json -> lanes, folds and edge styles ------------------------------------
+  function laneOf(n) {
+    if (n.kind !== "agent" && n.kind !== "tool_call" && arr(n.channels).indexOf("gw") >= 0 &&
+        arr(n.channels).indexOf("sem") < 0) return 4;
+    for (var i = 0; i < LANES.length; i++) if (LANES[i].kinds.indexOf(n.kind) >= 0) return i;
+    return 3;
+  }
+  function edgeStyle(e) {
+    if (e.viewerOnly) return "dotted";
+    if (e.inferred === true || e.inferred === "mixed" || e.grade === "D") return "dashed";
+    return "solid";
+  }
+  function filePath(n) { return (n.facts && n.facts.path) || String(n.id).replace(/^file:/, ""); }
+
+  function foldable(doc) {
+    // A file whose only relations are reads by one process, at a library/runtime path.
+    var byId = {}, readers = {}, folded = {};
+    doc.nodes.forEach(function (n) { byId[n.id] = n; });
+    doc.edges.forEach(function (e) {
+      var t = byId[e.target], s = byId[e.source];
+      [e.source, e.target].forEach(function (id) {
+        var r = readers[id] || (readers[id] = { ok: true, procs: {} });
+        if (!(READ_RELATIONS[e.relation] && id === e.target && s && s.kind === "process")) r.ok = false;
+        else r.procs[e.source] = 1;
+      });
+      void t;
+    });
+    doc.nodes.forEach(function (n) {
+      if (n.kind !== "file" || !RUNTIME_PATH.test(filePath(n))) return;
+      var r = readers[n.id];
+      if (!r || !r.ok) return;
+      var procs = Object.keys(r.procs);
+      if (procs.length === 1) folded[n.id] = procs[0];
+    });
+    return folded;
+  }
+
+  function buildModel(doc) {
+    var nodes = [], edges = [], foldOf = foldable(doc), folds = {}, byId = {};
+    doc.nodes.forEach(function (n) {
+      var proc = foldOf[n.id];
+      if (proc && !S.expanded[proc]) {
+        var f = folds[proc] || (folds[proc] = { id: "fold:" + proc, kind: "folded", process: proc,
+          count: 0, members: [], channels: ["os"], first_seen: n.first_seen });
+        f.count++; f.members.push(n.id);
+        if (n.first_seen && (!f.first_seen || n.first_seen < f.first_seen)) f.first_seen = n.first_seen;
+        return;
+      }
+      var v = { id: n.id, kind: n.kind, label: n.label || n.id, lane: laneOf(n), raw: n,
+        channels: arr(n.channels), first_seen: n.first_seen, folded: !!proc };
+      nodes.push(v); byId[v.id] = v;
+    });
+    Object.keys(folds).forEach(function (p) {
+      var f = folds[p];
+      var v = { id: f.id, kind: "folded", label: f.count + " library/runtime reads", lane: 7,
+        raw: null, fold: f, channels: f.channels, first_seen: f.first_seen, count: f.count };
+      nodes.push(v); byId[v.id] = v;
+      edges.push({ id: "viewer:" + f.id, source: p, target: f.id, relation: "reads (folded)",
+        grade: "U", causal: null, inferred: null, channels: ["os"], viewerOnly: true, raw: null,
+        style: "dotted" });
+    });
+    doc.edges.forEach(function (e) {
+      if (!byId[e.source] || !byId[e.target]) return;
+      edges.push({ id: e.id, source: e.source, target: e.target, relation: e.relation,
+        grade: e.grade, causal: e.causal, inferred: e.inferred, channels: arr(e.channels),
+        raw: e, style: edgeStyle(e), cross: !!CROSS_RELATIONS[e.relation] });
+    });
+    layout(nodes);
+    var foldedCount = 0;
+    Object.keys(folds).forEach(function (p) { foldedCount += folds[p].count; });
+    return { nodes: nodes, edges: edges, byId: byId, folded: foldedCount, folds: folds,
+      edgeById: edges.reduce(function (m, e) { m[e.id] = e; return m; }, {}) };
+  }
+
+  function layout(nodes) {
+    var lanes = LANES.map(function () { return []; });
+    nodes.forEach(function (n) { lanes[n.lane].push(n); });
+    var y = 0, dx = 10, dy = 10;
+    S.laneBands = [];
+    lanes.forEach(function (list, i) {
+      list.sort(function (a, b) {
+        return (a.first_seen || Infinity) - (b.first_seen || Infinity) || (a.id < b.id ? -1 : 1);
+      });
+      var cols = Math.max(1, Math.min(list.length, Math.max(60, Math.ceil(Math.sqrt(list.length * 8)))));
+      var rows = Math.ceil(list.length / cols) || 0;
+      list.forEach(function (n, k) {
+        var c = k % cols, r = Math.floor(k / cols);
+        n.x = (c - (Math.min(cols, list.length) - 1) / 2) * dx * (rows > 1 ? 1 : Math.max(1, 60 / Math.max(cols, 1)));
+        n.y = -(y + r * dy);
+      });
+      S.laneBands.push({ name: LANES[i].name, y0: -y, y1: -(y + Math.max(rows - 1, 0) * dy), n: list.length, semantic: i < SEMANTIC_LANES });
+      if (list.length) y += rows * dy + 40;
+    });
+  }
+
+  function nodeSize(n) {
+    return { agent: 9, tool_call: 7, command: 6, model: 7, process: 6, executable: 4, endpoint: 5, folded: 6 }[n.kind] || 3;
+  }
+
+  // ---- filters --------------------------------------------------------------------------------
+  function values(group) {
+    var seen = {};
+    if (!S.model) return [];
+    if (group === "kind") S.model.nodes.forEach(function (n) { seen[n.kind] = 1; });
+    if (group === "channel") S.model.nodes.forEach(function (n) { n.channels.forEach(function (c) { seen[c] = 1; }); });
+    S.model.edges.forEach(function (e) {
+      if (group === "relation") seen[e.relation] = 1;
+      if (group === "grade") seen[e.grade] = 1;
+      if (group === "causal") seen[causalName(e.causal)] = 1;
+      if (group === "channel") e.channels.forEach(function (c) { seen[c] = 1; });
+    });
+    return Object.keys(seen).sort();
+  }
+  function anyOn(list, off) {
+    if (!list.length) return true;
+    for (var i = 0; i < list.length; i++) if (!off[list[i]]) return true;
+    return false;
+  }
+  function computeVisibility() {
+    var nv = new Set(), ev = new Set(), off = S.off;
+    S.model.nodes.forEach(function (n) {
+      if (!off.kind[n.kind] && anyOn(n.channels, off.channel)) nv.add(n.id);
+    });
+    S.model.edges.forEach(function (e) {
+      if (nv.has(e.source) && nv.has(e.target) && !off.relation[e.relation] && !off.grade[e.grade] &&
+          !off.causal[causalName(e.causal)] && anyOn(e.channels, off.channel)) ev.add(e.id);
+    });
+    S.nodeVis = nv; S.edgeVis = ev;
+  }
+  function renderFilterControls() {
+    var box = $("ob-filter-groups"), html = "";
+    FILTER_GROUPS.forEach(function (g) {
+      html += '<fieldset><legend>' + esc(g) + "</legend>";
+      values(g).forEach(function (v) {
+        var id = "f-" + g + "-" + v.replace(/[^a-z0-9_]/gi, "_");
+        html += '<label><input type="checkbox" id="' + esc(id) + '" data-group="' + esc(g) +
+          '" data-value="' + esc(v) + '"' + (S.off[g][v] ? "" : " checked") + "> " + esc(v) + "</label>";
+      });
+      html += "</fieldset>";
+    });
+    box.innerHTML = html;
+  }
+  function setFilter(group, value, on) {
+    var t0 = performance.now();
+    if (on) delete S.off[group][value]; else S.off[group][value] = true;
+    var box = document.querySelector('input[data-group="' + group + '"][data-value="' + value + '"]');
+    if (box) box.checked = on;
+    return refreshAll().then(function () { S.lastFilterMs = performance.now() - t0; return S.lastFilterMs; });
+  }
+  function refreshAll() {
+    computeVisibility();
+    if (S.renderer && S.view === "graph") S.renderer.refresh();
+    if (S.view === "table") renderTable();
+    if (S.view === "timeline") renderTimeline();
+    return new Promise(function (resolve) { requestAnimationFrame(function () { requestAnimationFrame(resolve); }); });
+  }
+  function runSearch(text) {
+    S.search = text.trim().toLowerCase();
+    S.matches = null;
+    if (S.search) {
+      S.matches = new Set();
+      S.model.nodes.forEach(function (n) {
+        var key = n.raw ? n.raw.key || "" : "";
+        if ((n.label + " " + n.id + " " + key).toLowerCase().indexOf(S.search) >= 0) S.matches.add(n.id);
+      });
+    }
+    $("ob-search-result").textContent = S.matches ? S.matches.size + " matching nodes" : "";
+    if (S.renderer) S.renderer.refresh();
+    if (S.view === "table") renderTable();
+  }
+
+  // ---- graph view (graphology + sigma) ----------------------------------------------------------
+  function nodeAttrs(n) {
+    return { x: n.x, y: n.y, size: nodeSize(n), label: n.label, color: KIND_COLOR[n.kind] || "#999999", kind: n.kind };
+  }
+  function edgeAttrs(e) {
+    return { color: GRADE_COLOR[e.grade] || "#999999", size: e.cross ? 2 : 1, type: "arrow", style: e.style };
+  }
+  function changed(old, now) {
+    for (var k in now) if (old[k] !== now[k]) return true;
+    return false;
+  }
+  // Live updates touch only what changed: each graphology write costs a renderer event.
+  function syncGraph() {
+    var g = S.graph, m = S.model, keep = {};
+    m.nodes.forEach(function (n) {
+      keep[n.id] = 1;
+      var a = nodeAttrs(n);
+      if (!g.hasNode(n.id)) g.addNode(n.id, a);
+      else if (changed(g.getNodeAttributes(n.id), a)) g.mergeNodeAttributes(n.id, a);
+    });
+    g.forEachNode(function (id) { if (!keep[id]) g.dropNode(id); });
+    var keepE = {};
+    m.edges.forEach(function (e) {
+      keepE[e.id] = 1;
+      var a = edgeAttrs(e);
+      if (!g.hasEdge(e.id)) g.addEdgeWithKey(e.id, e.source, e.target, a);
+      else if (changed(g.getEdgeAttributes(e.id), a)) g.mergeEdgeAttributes(e.id, a);
+    });
+    g.forEachEdge(function (id) { if (!keepE[id]) g.dropEdge(id); });
+  }
+  function initGraph() {
+    S.graph = new graphology.MultiDirectedGraph();
+    syncGraph();
+    try {
+      S.renderer = new Sigma(S.graph, $("ob-graph"), {
+        renderEdgeLabels: false, defaultEdgeType: "arrow",
+        // Edge picking renders every edge a second time; past EDGE_PICKING_LIMIT edges are
+        // selected from a node's details or the table instead of by a click on the line.
+        enableEdgeEvents: S.model.edges.length <= EDGE_PICKING_LIMIT,
+        labelRenderedSizeThreshold: 7, zIndex: true, allowInvalidContainer: true,
+        nodeReducer: function (id, a) {
+          if (!S.nodeVis.has(id)) return Object.assign({}, a, { hidden: true });
+          var r = a;
+          if (S.matches && !S.matches.has(id)) r = Object.assign({}, a, { color: "#E4E4E4", label: "" });
+          if (S.matches && S.matches.has(id)) r = Object.assign({}, a, { highlighted: true, forceLabel: true });
+          if (S.selected === id) r = Object.assign({}, r, { highlighted: true, forceLabel: true });
+          return r;
+        },
+        edgeReducer: function (id, a) {
+          if (!S.edgeVis.has(id) || a.style !== "solid") return Object.assign({}, a, { hidden: true });
+          return a;
+        }
+      });
+    } catch (err) {
+      $("ob-graph").innerHTML = '<p class="section">The graph needs WebGL, which this browser did not provide (' +
+        esc(err && err.message) + "). The Table and Timeline views show the same data.</p>";
+      S.renderer = null;
+      return;
+    }
+    S.renderer.on("clickNode", function (ev) { select(ev.node); });
+    S.renderer.on("clickEdge", function (ev) { select(ev.edge); });
+    S.renderer.on("afterRender", drawOverlay);
+  }
+  function drawOverlay() {
+    var cv = $("ob-overlay"), r = S.renderer, box = $("ob-graph");
+    if (!r) return;
+    var w = box.clientWidth, h = box.clientHeight, dpr = window.devicePixelRatio || 1;
+    if (cv.width !== w * dpr || cv.height !== h * dpr) { cv.width = w * dpr; cv.height = h * dpr; cv.style.width = w + "px"; cv.style.height = h + "px"; }
+    var ctx = cv.getContext("2d");
+    ctx.setTransform(dpr, 0, 0, dpr, 0, 0);
+    ctx.clearRect(0, 0, w, h);
+    ctx.font = "12px system-ui, sans-serif";
+    S.laneBands.forEach(function (b, i) {
+      if (!b.n) return;
+      var p = r.graphToViewport({ x: 0, y: b.y0 });
+      ctx.fillStyle = b.semantic ? "#6a3d5a" : "#1f4e79";
+      ctx.fillText((b.semantic ? "semantic · " : "OS · ") + b.name + " (" + b.n + ")", 6, p.y - 8);
+      if (i === SEMANTIC_LANES) { ctx.strokeStyle = "#bbbbbb"; ctx.beginPath(); ctx.moveTo(0, p.y - 24); ctx.lineTo(w, p.y - 24); ctx.stroke(); }
+    });
+    var drawn = 0;
+    S.model.edges.forEach(function (e) {
+      if (drawn > 3000 || !S.edgeVis.has(e.id) || (e.style === "solid" && !e.cross)) return;
+      var s = S.graph.getNodeAttributes(e.source), t = S.graph.getNodeAttributes(e.target);
+      var a = r.graphToViewport(s), b = r.graphToViewport(t);
+      drawn++;
+      ctx.strokeStyle = GRADE_COLOR[e.grade] || "#999999";
+      ctx.lineWidth = e.selected ? 3 : 1.5;
+      if (e.style !== "solid") {
+        ctx.setLineDash(e.style === "dashed" ? [7, 5] : [2, 4]);
+        ctx.beginPath(); ctx.moveTo(a.x, a.y); ctx.lineTo(b.x, b.y); ctx.stroke();
+        ctx.setLineDash([]);
+      }
+      if (e.style !== "dotted") {
+        var mx = (a.x + b.x) / 2, my = (a.y + b.y) / 2;
+        ctx.fillStyle = "#ffffff"; ctx.fillRect(mx - 7, my - 8, 14, 14);
+        ctx.fillStyle = "#1b1b1b"; ctx.fillText(e.grade, mx - 4, my + 4);
+      }
+    });
+    if (S.firstPaintMs === null) { S.firstPaintMs = performance.now(); }
+  }
+  function renderLegend() {
+    var html = "";
+    Object.keys(KIND_COLOR).forEach(function (k) {
+      html += '<span><span class="swatch" style="background:' + KIND_COLOR[k] + '"></span>' + esc(k) + "</span>";
+    });
+    html += '<span><span class="ls"></span>observed / exact</span><span><span class="ls dashed"></span>inferred</span>' +
+      '<span><span class="ls dotted"></span>viewer-only (folded reads)</span>';
+    Object.keys(GRADE_COLOR).forEach(function (g) {
+      html += '<span><span class="swatch" style="background:' + GRADE_COLOR[g] + '"></span>grade ' + g + "</span>";
+    });
+    $("ob-legend").innerHTML = html;
+  }
+
+  // ---- details panel ------------------------------------------------------------------------------
+  function dl(pairs) {
+    return "<dl>" + pairs.map(function (p) { return "<dt>" + esc(p[0]) + "</dt><dd>" + p[1] + "</dd>"; }).join("") + "</dl>";
+  }
+  function objectRows(obj, nullText) {
+    return Object.keys(obj || {}).sort().map(function (k) {
+      var v = obj[k];
+      var text = v === null ? '<span class="unknown">' + nullText + "</span>" :
+        esc(typeof v === "object" ? JSON.stringify(v) : v);
+      return [k, text];
+    });
+  }
+  function traceLinks(traceId, spanId) {
+    if (!traceId) return "";
+    var links = arr(S.bundle.trace_links).map(function (t) {
+      var url = t.template.split("{trace_id}").join(encodeURIComponent(traceId)).split("{span_id}").join(encodeURIComponent(spanId || ""));
+      if (!/^https?:\/\//.test(url)) return "";
+      return '<a href="' + esc(url) + '" target="_blank" rel="noopener noreferrer">open in ' + esc(t.name) + "</a>";
+    }).filter(Boolean);
+    return links.length ? "<p>" + links.join(" · ") + "</p>" : "";
+  }
+  function idList(ids) {
+    if (!ids || !ids.length) return '<span class="unknown">none recorded</span>';
+    return '<ul class="plain">' + ids.map(function (i) { return "<li><code>" + esc(i) + "</code></li>"; }).join("") + "</ul>";
+  }
+  function select(id) {
+    var m = S.model, html;
+    if (S.selected && m.edgeById[S.selected]) m.edgeById[S.selected].selected = false;
+    S.selected = id;
+    var n = m.byId[id], e = m.edgeById[id];
+    if (n) html = nodeDetails(n);
+    else if (e) { e.selected = true; html = edgeDetails(e); }
+    else html = '<p class="muted">' + esc(id) + " is not in this view.</p>";
+    $("ob-details").innerHTML = html;
+    if (S.renderer) S.renderer.refresh();
+    document.querySelectorAll("tr.sel").forEach(function (r) { r.classList.remove("sel"); });
+    document.querySelectorAll('tr[data-id="' + (window.CSS ? CSS.escape(id) : id) + '"]').forEach(function (r) { r.classList.add("sel"); });
+  }
+  function incident(id) {
+    return S.model.edges.filter(function (e) { return e.source === id || e.target === id; });
+  }
+  function edgeButtons(list) {
+    return '<ul class="plain">' + list.slice(0, 200).map(function (e) {
+      var other = e.source === S.selected ? "→ " + e.target : "← " + e.source;
+      return '<li><button type="button" class="link" data-select="' + esc(e.id) + '">' + esc(e.relation) +
+        " " + esc(other) + "</button> (" + esc(e.grade) + ")</li>";
+    }).join("") + (list.length > 200 ? "<li>… " + (list.length - 200) + " more (Table view)</li>" : "") + "</ul>";
+  }
+  function nodeDetails(n) {
+    if (n.fold) {
+      return "<h2>Folded reads</h2><p>" + n.count + " library and runtime files read by <code>" + esc(n.fold.process) +
+        '</code> and nothing else, folded into one viewer-only node (not in graph.json).</p>' +
+        '<button type="button" data-expand="' + esc(n.fold.process) + '">Expand</button>' + idList(n.fold.members.slice(0, 100));
+    }
+    var r = n.raw, facts = r.facts || {};
+    var html = "<h2>" + esc(n.label) + '</h2><p class="muted">' + esc(r.kind) + "</p>" + dl([
+      ["id", "<code>" + esc(r.id) + "</code>"], ["key", r.key ? "<code>" + esc(r.key) + "</code>" : '<span class="unknown">none stated</span>'],
+      ["channels", esc(arr(r.channels).join(", "))], ["backends", esc(arr(r.backends).join(", "))],
+      ["first seen", iso(r.first_seen)], ["last seen", iso(r.last_seen)],
+      ["evidence", esc(r.evidence_count) + " observations, " + esc(r.logical_count) + " logical"]
+    ]);
+    if (n.kind === "process" && S.model.folds[n.id]) {
+      html += '<button type="button" data-expand="' + esc(n.id) + '">Fold / expand its library reads</button>';
+    }
+    if (S.expanded[n.id]) html += '<button type="button" data-collapse="' + esc(n.id) + '">Fold its library reads</button>';
+    html += "<h3>Facts</h3>" + (r.facts ? dl(objectRows(facts, "not observed")) : '<p class="unknown">no typed facts stated</p>');
+    html += "<h3>Attributes</h3>" + dl(objectRows(r.attrs, "null"));
+    html += traceLinks(facts.trace_id || (r.attrs || {}).trace_id, facts.span_id || (r.attrs || {}).span_id);
+    html += "<h3>Relations</h3>" + edgeButtons(incident(n.id));
+    return html;
+  }
+  function edgeDetails(e) {
+    if (e.viewerOnly) return "<h2>Folded reads</h2><p>A viewer-only edge: it stands for the folded files' read edges.</p>";
+    var r = e.raw;
+    var html = "<h2>" + esc(r.relation) + '</h2><p class="muted">' + esc(e.style === "solid" ? "observed / exact" : "inferred") + ", grade " + esc(r.grade) + "</p>" + dl([
+      ["id", "<code>" + esc(r.id) + "</code>"],
+      ["source", '<button type="button" class="link" data-select="' + esc(r.source) + '">' + esc(r.source) + "</button>"],
+      ["target", '<button type="button" class="link" data-select="' + esc(r.target) + '">' + esc(r.target) + "</button>"],
+      ["grade", esc(r.grade)], ["causal", flag(r.causal)], ["inferred", flag(r.inferred)],
+      ["identity exact", flag(r.identity_exact)], ["attribution", esc(arr(r.attribution).join(", ") || "none")],
+      ["method", r.method === null ? '<span class="unknown">none</span>' : esc(r.method)],
+      ["score", r.score === null ? '<span class="unknown">none</span>' : esc(r.score)],
+      ["channels", esc(arr(r.channels).join(", "))], ["backends", esc(arr(r.backends).join(", "))],
+      ["first seen", iso(r.first_seen)], ["last seen", iso(r.last_seen)],
+      ["evidence", esc(r.evidence_count) + " observations, " + esc(r.logical_count) + " logical"]
+    ]);
+    html += "<h3>Supporting records</h3>" + (r.support === null ? '<p class="unknown">not retained by this graph</p>' : idList(r.support));
+    html += "<h3>Derived from</h3>" + idList(r.derived_support);
+    html += "<h3>Attributes</h3>" + dl(objectRows(r.attrs, "null"));
+    html += traceLinks((r.attrs || {}).trace_id, (r.attrs || {}).span_id);
+    return html;
+  }
+
+  // ---- table view -----------------------------------------------------------------------------------
+  var sortState = { nodes: ["lane", 1], edges: ["relation", 1] };
+  function sortRows(rows, key, dir) {
+    return rows.sort(function (a, b) {
+      var x = a[key], y = b[key];
+      if (x === y) return a.id < b.id ? -1 : 1;
+      if (x === undefined || x === null) return 1;
+      if (y === undefined || y === null) return -1;
+      return (x < y ? -1 : 1) * dir;
+    });
+  }
+  function th(table, key, label) {
+    var s = sortState[table], sorted = s[0] === key;
+    return '<th scope="col"' + (sorted ? ' aria-sort="' + (s[1] > 0 ? "ascending" : "descending") + '"' : "") +
+      '><button type="button" data-sort="' + table + ":" + key + '">' + esc(label) + "</button></th>";
+  }
+  function renderTable() {
+    var m = S.model, vis = S.nodeVis, nodes = m.nodes.filter(function (n) { return vis.has(n.id) && (!S.matches || S.matches.has(n.id)); });
+    var rows = nodes.map(function (n) {
+      var r = n.raw || {};
+      return { id: n.id, kind: n.kind, label: n.label, key: r.key || "", lane: n.lane,
+        channels: n.channels.join(","), first_seen: n.first_seen || null, count: n.fold ? n.count : r.evidence_count };
+    });
+    sortRows(rows, sortState.nodes[0], sortState.nodes[1]);
+    var html = '<div class="section"><table id="ob-node-table"><caption>Nodes: ' + rows.length + " shown" +
+      (m.folded ? ", " + m.folded + " library/runtime reads folded into " + Object.keys(m.folds).length + " rows (kind folded)" : "") +
+      "</caption><thead><tr>" + th("nodes", "kind", "kind") + th("nodes", "label", "label") + th("nodes", "id", "id") +
+      th("nodes", "key", "stable key") + th("nodes", "channels", "channels") + th("nodes", "first_seen", "first seen") +
+      th("nodes", "count", "observations / folded") + "</tr></thead><tbody>";
+    html += rows.map(function (r) {
+      return '<tr tabindex="0" data-id="' + esc(r.id) + '" data-kind="' + esc(r.kind) + '"' + (r.kind === "folded" ? ' data-count="' + r.count + '"' : "") +
+        "><td>" + esc(r.kind) + "</td><td>" + esc(r.label) + "</td><td><code>" + esc(r.id) + "</code></td><td>" + esc(r.key) +
+        "</td><td>" + esc(r.channels) + "</td><td>" + (r.first_seen ? iso(r.first_seen) : '<span class="unknown">unknown</span>') + "</td><td>" + esc(r.count) + "</td></tr>";
+    }).join("");
+    html += "</tbody></table>";
+    var edges = m.edges.filter(function (e) { return S.edgeVis.has(e.id); }).map(function (e) {
+      return { id: e.id, source: e.source, target: e.target, relation: e.relation, grade: e.grade,
+        causal: causalName(e.causal), style: e.style === "solid" ? "observed/exact" : e.style === "dashed" ? "inferred" : "viewer-only" };
+    });
+    sortRows(edges, sortState.edges[0], sortState.edges[1]);
+    html += '<table id="ob-edge-table"><caption>Edges: ' + edges.length + " shown</caption><thead><tr>" + th("edges", "relation", "relation") +
+      th("edges", "source", "source") + th("edges", "target", "target") + th("edges", "grade", "grade") + th("edges", "causal", "causal") +
+      th("edges", "style", "evidence") + "</tr></thead><tbody>";
+    html += edges.map(function (r) {
+      return '<tr tabindex="0" data-id="' + esc(r.id) + '"><td>' + esc(r.relation) + "</td><td><code>" + esc(r.source) + "</code></td><td><code>" +
+        esc(r.target) + "</code></td><td>" + esc(r.grade) + "</td><td>" + esc(r.causal) + "</td><td>" + esc(r.style) + "</td></tr>";
+    }).join("");
+    $("view-table").innerHTML = html + "</tbody></table></div>";
+  }
+
+  // ---- timeline view -------------------------------------------------------------------------------
+  var TIMELINE_KINDS = { agent: 0, tool_call: 1, model: 2, process: 3 };
+  function svgEl(tag, attrs, text) {
+    var s = "<" + tag;
+    Object.keys(attrs).forEach(function (k) { s += " " + k + '="' + esc(attrs[k]) + '"'; });
+    return s + ">" + (text ? esc(text) : "") + "</" + tag + ">";
+  }
+  function failure(n) {
+    var r = n.raw, f = r.facts || {}, a = r.attrs || {};
+    if (n.kind === "process") {
+      if (f.exit_code === null || f.exit_code === undefined) return { text: "exit ?", failed: false };
+      return { text: "exit " + f.exit_code, failed: f.exit_code !== 0 };
+    }
+    var status = String(a["span.status"] || a["otel.status_code"] || "").toLowerCase();
+    if (status === "error" || a["error.type"]) return { text: "failed" + (a["error.type"] ? ": " + a["error.type"] : ""), failed: true };
+    return null;
+  }
+  function renderTimeline() {
+    var rows = S.model.nodes.filter(function (n) {
+      return n.raw && TIMELINE_KINDS[n.kind] !== undefined && S.nodeVis.has(n.id) && n.raw.first_seen;
+    }).sort(function (a, b) {
+      return TIMELINE_KINDS[a.kind] - TIMELINE_KINDS[b.kind] || a.raw.first_seen - b.raw.first_seen || (a.id < b.id ? -1 : 1);
+    });
+    var box = $("view-timeline");
+    if (!rows.length) { box.innerHTML = '<p class="section">No timed agent, tool call, model or process nodes.</p>'; return; }
+    var t0 = Infinity, t1 = -Infinity;
+    rows.forEach(function (n) { t0 = Math.min(t0, n.raw.first_seen); t1 = Math.max(t1, n.raw.last_seen || n.raw.first_seen); });
+    var W = Math.max(600, (box.clientWidth || 900) - 30), left = 230, rowH = 18, span = Math.max(t1 - t0, 1);
+    var H = rows.length * rowH + 40, index = {};
+    function X(t) { return left + (t - t0) / span * (W - left - 70); }
+    var parts = [];
+    for (var k = 0; k <= 4; k++) {
+      var tt = t0 + span * k / 4, xx = X(tt);
+      parts.push(svgEl("line", { x1: xx, y1: 0, x2: xx, y2: H - 20, stroke: "#e0e0e0" }));
+      parts.push(svgEl("text", { x: xx - 20, y: H - 6 }, "+" + ((tt - t0) / 1e6).toFixed(0) + " ms"));
+    }
+    rows.forEach(function (n, i) {
+      index[n.id] = i;
+      var y = 10 + i * rowH, r = n.raw, x1 = X(r.first_seen), x2 = Math.max(X(r.last_seen || r.first_seen), x1 + 2);
+      var fl = failure(n);
+      parts.push('<g data-id="' + esc(n.id) + '" class="tl-row' + (fl && fl.failed ? " failed" : "") + '">' +
+        svgEl("text", { x: 4, y: y + 11 }, (n.kind + ": " + n.label).slice(0, 38)) +
+        svgEl("rect", { x: x1, y: y + 2, width: x2 - x1, height: rowH - 6, fill: KIND_COLOR[n.kind], rx: 2 }) +
+        (fl ? svgEl("text", { x: x2 + 4, y: y + 11, fill: fl.failed ? "#b34700" : "#333", "font-weight": fl.failed ? "700" : "400" }, (fl.failed ? "✕ " : "") + fl.text) : "") + "</g>");
+    });
+    S.model.edges.forEach(function (e) {
+      if (!S.edgeVis.has(e.id) || index[e.source] === undefined || index[e.target] === undefined) return;
+      if (!e.cross && e.relation !== "spawned") return;
+      var tgt = S.model.byId[e.target].raw, x = X(tgt.first_seen);
+      var ya = 10 + index[e.source] * rowH + rowH / 2, yb = 10 + index[e.target] * rowH + rowH / 2;
+      parts.push(svgEl("line", { x1: x, y1: ya, x2: x, y2: yb, stroke: e.cross ? GRADE_COLOR[e.grade] : "#555555",
+        "stroke-width": e.cross ? 2 : 1, "stroke-dasharray": e.style === "dashed" ? "6 4" : "none", "data-edge": e.id, "class": "tl-link" }));
+    });
+    var table = '<table id="ob-timeline-table"><caption>Timeline rows (the chart above as a table)</caption><thead><tr><th scope="col">kind</th>' +
+      '<th scope="col">name</th><th scope="col">start (ms from first)</th><th scope="col">duration (ms)</th><th scope="col">outcome</th></tr></thead><tbody>' +
+      rows.map(function (n) {
+        var r = n.raw, fl = failure(n);
+        return '<tr tabindex="0" data-id="' + esc(n.id) + '"><td>' + esc(n.kind) + "</td><td>" + esc(n.label) + "</td><td>" +
+          ((r.first_seen - t0) / 1e6).toFixed(1) + "</td><td>" + (((r.last_seen || r.first_seen) - r.first_seen) / 1e6).toFixed(1) +
+          "</td><td" + (fl && fl.failed ? ' class="fail"' : "") + ">" + esc(fl ? fl.text : "") + "</td></tr>";
+      }).join("") + "</tbody></table>";
+    box.innerHTML = '<div class="section"><svg id="ob-timeline" role="img" aria-label="Timeline of ' + rows.length +
+      ' rows; the table below lists them" width="' + W + '" height="' + H + '">' + parts.join("") + "</svg>" + table + "</div>";
+  }
+
+  // ---- review view (review.json) ---------------------------------------------------------------
+  var STATUS_ORDER = { contradicted: 0, unsupported: 1, partially_supported: 2, supported: 3 };
+  function reviewIndex(rv) {
+    var nodes = {}, edges = {}, paths = {};
+    arr(rv.workflow).forEach(function (n) { nodes[n.id] = { n: n, level: 0 }; });
+    arr(rv.evidence).forEach(function (n) { nodes[n.id] = { n: n, level: 1 }; });
+    arr(rv.edges).forEach(function (e) { if (e.id) edges[e.id] = e; });
+    arr(rv.paths).forEach(function (p) { if (p && p.id) paths[p.id] = p; });
+    return { nodes: nodes, edges: edges, paths: paths };
+  }
+  function supportOf(rv, claim) {
+    var ix = reviewIndex(rv), hlN = {}, hlE = {}, order = [];
+    function addEdge(id) {
+      var e = ix.edges[id];
+      if (!e) return;
+      hlE[id] = 1;
+      [e.source, e.target].forEach(function (n) { if (!hlN[n]) { hlN[n] = 1; order.push(n); } });
+    }
+    arr(claim.support).forEach(function (s) {
+      if (Array.isArray(s)) { s.forEach(addEdge); return; }
+      if (ix.edges[s]) addEdge(s);
+      else if (ix.paths[s]) { arr(ix.paths[s].edges).forEach(addEdge); arr(ix.paths[s].nodes).forEach(function (n) { if (!hlN[n]) { hlN[n] = 1; order.push(n); } }); }
+      else if (ix.nodes[s] && !hlN[s]) { hlN[s] = 1; order.push(s); }
+    });
+    return { nodes: hlN, edges: hlE, order: order };
+  }
+  function nodeName(n) { return n.label || n.path || n.text || n.name || n.id; }
+  function renderReview() {
+    var rv = S.bundle.review, box = $("view-review");
+    if (!rv) { box.innerHTML = ""; return; }
+    var findings = arr(rv.findings), subjects = {};
+    findings.forEach(function (f) { subjects[f.subject] = 1; });
+    var claims = arr(rv.claims).slice().sort(function (a, b) {
+      return (subjects[b.id] ? 1 : 0) - (subjects[a.id] ? 1 : 0) || (STATUS_ORDER[a.status] - STATUS_ORDER[b.status]) || (a.id < b.id ? -1 : 1);
+    });
+    var html = '<div class="section"><h2>Findings</h2>' + (findings.length ? '<ul id="ob-findings">' + findings.map(function (f) {
+      return '<li><span class="badge fail">' + esc(f.kind) + "</span> " + esc(f.message || "") + " <code>" + esc(f.subject || "") + "</code></li>";
+    }).join("") + "</ul>" : "<p>None.</p>");
+    html += '<h2>Claims</h2><ul class="plain claims" id="ob-claims">' + claims.map(function (c) {
+      return '<li><button type="button" data-claim="' + esc(c.id) + '" aria-pressed="' + (S.reviewClaim === c.id) + '"><span class="badge st-' + esc(c.status) + '">' +
+        esc(String(c.status).replace("_", " ")) + "</span> " + esc(c.text) + "</button></li>";
+    }).join("") + "</ul>";
+    var sel = claims.filter(function (c) { return c.id === S.reviewClaim; })[0], hl = sel ? supportOf(rv, sel) : null;
+    html += reviewGraph(rv, hl);
+    if (hl) {
+      var ix = reviewIndex(rv);
+      html += '<h3>Support path of the selected claim</h3><ol id="ob-review-path">' + hl.order.map(function (id) {
+        var n = ix.nodes[id] ? ix.nodes[id].n : { id: id };
+        return '<li data-id="' + esc(id) + '">' + esc(n.kind || "") + " " + esc(nodeName(n)) + "</li>";
+      }).join("") + "</ol>";
+    }
+    html += reviewArtifacts(rv) + reviewAudit(rv) + "</div>";
+    box.innerHTML = html;
+  }
+  function reviewGraph(rv, hl) {
+    var levels = [arr(rv.workflow), arr(rv.evidence)], pos = {}, W = 1000, parts = [];
+    levels.forEach(function (list, lv) {
+      list.forEach(function (n, i) { pos[n.id] = { x: 60 + (i + 0.5) * (W - 120) / list.length, y: 40 + lv * 140 }; });
+    });
+    arr(rv.edges).forEach(function (e) {
+      var a = pos[e.source], b = pos[e.target];
+      if (!a || !b) return;
+      var on = hl && hl.edges[e.id];
+      parts.push(svgEl("line", { x1: a.x, y1: a.y, x2: b.x, y2: b.y, stroke: "#888", "stroke-dasharray": e.inferred === true ? "6 4" : "none",
+        "class": on ? "hl" : hl ? "dim" : "", "data-edge": e.id || "" }));
+    });
+    levels.forEach(function (list) {
+      list.forEach(function (n) {
+        var p = pos[n.id], on = hl && hl.nodes[n.id];
+        parts.push('<g data-id="' + esc(n.id) + '" class="rv-node' + (on ? " highlighted" : "") + '">' +
+          svgEl("circle", { cx: p.x, cy: p.y, r: 9, fill: on ? "#D55E00" : "#56B4E9", "class": on ? "hl" : hl ? "dim" : "" }) +
+          svgEl("text", { x: p.x - 30, y: p.y + 24 }, (n.kind ? n.kind + ": " : "") + String(nodeName(n)).slice(0, 22)) + "</g>");
+      });
+    });
+    return '<h2>Workflow (top) and evidence (bottom)</h2><svg id="ob-review-graph" role="img" aria-label="Workflow and evidence graph; the support path list and the audit table give the same links" width="' + W + '" height="260">' + parts.join("") + "</svg>";
+  }
+  function reviewArtifacts(rv) {
+    var kinds = { artifact: 1, file: 1, patch: 1, command_output: 1, table: 1, plot: 1 };
+    var list = arr(rv.evidence).filter(function (n) { return kinds[n.kind] || n.path; });
+    if (!list.length) return "";
+    return "<h2>Artifacts</h2>" + list.map(function (n) {
+      var body = n.content !== undefined && n.content !== null ? "<pre>" + esc(n.content) + "</pre>" :
+        dl([["sha256", n.sha256 ? "<code>" + esc(n.sha256) + "</code>" : '<span class="unknown">not captured</span>'],
+            ["size", n.size !== undefined && n.size !== null ? esc(n.size) + " bytes" : '<span class="unknown">not captured</span>']]);
+      return "<h3>" + esc(nodeName(n)) + "</h3>" + body;
+    }).join("");
+  }
+  function reviewAudit(rv) {
+    function how(x) { return x.rule || x.method || x.model || ""; }
+    var rows = arr(rv.workflow).concat(arr(rv.evidence)).map(function (n) { return ["node", n.id, n.kind || "", how(n)]; })
+      .concat(arr(rv.edges).map(function (e) { return ["edge", e.id || e.source + "→" + e.target, e.kind || e.type || e.relation || "", how(e)]; }));
+    return '<h2>Construction audit</h2><table id="ob-audit"><caption>Which rule or model made each node and edge</caption><thead><tr><th scope="col">element</th><th scope="col">id</th><th scope="col">kind</th><th scope="col">made by</th></tr></thead><tbody>' +
+      rows.map(function (r) { return "<tr><td>" + esc(r[0]) + "</td><td><code>" + esc(r[1]) + "</code></td><td>" + esc(r[2]) + "</td><td>" + esc(r[3] || "not stated") + "</td></tr>"; }).join("") + "</tbody></table>";
+  }
+
+  // ---- compare view (compare.json) -----------------------------------------------------------------
+  function idsOf(item) { return Array.isArray(item) ? item : arr(item && (item.nodes || item.members || item.path)); }
+  function renderCompare() {
+    var cp = S.bundle.compare, box = $("view-compare");
+    if (!cp) { box.innerHTML = ""; return; }
+    var runs = arr(cp.runs), cov = cp.coverage || {}, tools = arr(cov.tools), matrix = cov.matrix || {};
+    var served = S.config.mode === "served";
+    var html = '<div class="section"><h2>Runs</h2><table id="ob-runs"><caption>Per-run metrics</caption><thead><tr><th scope="col">run</th><th scope="col">metrics</th></tr></thead><tbody>' +
+      runs.map(function (r) {
+        var name = served ? '<a href="run/' + encodeURIComponent(r.id) + '/" data-run="' + esc(r.id) + '">' + esc(r.id) + "</a>" : esc(r.id) + ' <span class="muted">' + esc(r.path || "") + "</span>";
+        return "<tr><td>" + name + "</td><td>" + esc(Object.keys(r.metrics || {}).sort().map(function (k) { return k + "=" + JSON.stringify(r.metrics[k]); }).join(", ")) + "</td></tr>";
+      }).join("") + "</tbody></table>";
+    var max = 1;
+    runs.forEach(function (r) { tools.forEach(function (t) { max = Math.max(max, (matrix[r.id] || {})[t] || 0); }); });
+    html += '<h2>Coverage (UpSet)</h2><table class="upset" id="ob-upset"><caption>Tool calls per tool and run</caption><thead><tr><th scope="col">tool</th>' +
+      runs.map(function (r) { return '<th scope="col">' + esc(r.id) + "</th>"; }).join("") + "</tr></thead><tbody>" +
+      tools.map(function (t) {
+        return '<tr><th scope="row">' + esc(t) + "</th>" + runs.map(function (r) {
+          var c = (matrix[r.id] || {})[t] || 0;
+          return '<td class="cell" style="background:rgba(0,114,178,' + (c ? 0.15 + 0.6 * c / max : 0) + ')">' + (c ? "● " + c : "○") + "</td>";
+        }).join("") + "</tr>";
+      }).join("") + "</tbody></table>";
+    var inter = arr(cov.intersections);
+    if (inter.length) {
+      html += '<table id="ob-intersections"><caption>Intersections: tools shared by exactly these runs</caption><thead><tr><th scope="col">runs</th><th scope="col">size</th><th scope="col">tools</th></tr></thead><tbody>' +
+        inter.map(function (it) {
+          var size = it.count !== undefined ? it.count : it.size !== undefined ? it.size : arr(it.tools).length;
+          return "<tr><td>" + esc(arr(it.runs).join(" ∩ ")) + '</td><td><span class="swatch" style="border-radius:0;width:' + (4 + 8 * size) + 'px;background:#0072B2"></span> ' + esc(size) + "</td><td>" + esc(arr(it.tools).join(", ")) + "</td></tr>";
+        }).join("") + "</tbody></table>";
+    }
+    html += joinedGraph(cp.joined || {}, runs.length) + "</div>";
+    box.innerHTML = html;
+  }
+  function joinedGraph(j, nRuns) {
+    var nodes = arr(j.nodes), edges = arr(j.edges), t = S.compareThreshold, maxS = 1;
+    nodes.forEach(function (n) { maxS = Math.max(maxS, n.support || 0); });
+    var motif = {}, detour = {};
+    arr(j.motifs).forEach(function (m) { idsOf(m).forEach(function (id) { motif[id] = 1; }); });
+    arr(j.detours).forEach(function (d) { idsOf(d).forEach(function (id) { detour[id] = 1; }); });
+    var shown = nodes.filter(function (n) { return (n.support || 0) >= t; }), on = {};
+    shown.forEach(function (n) { on[n.id] = 1; });
+    // Layers: longest path from a source over the shown edges (cycles are cut at revisits).
+    var depth = {}, out = {};
+    edges.forEach(function (e) { if (on[e.source] && on[e.target]) (out[e.source] = out[e.source] || []).push(e.target); });
+    shown.forEach(function (n) { depth[n.id] = depth[n.id] || 0; });
+    for (var pass = 0; pass < shown.length; pass++) {
+      var moved = false;
+      edges.forEach(function (e) {
+        if (on[e.source] && on[e.target] && depth[e.target] < depth[e.source] + 1 && depth[e.source] + 1 < shown.length) { depth[e.target] = depth[e.source] + 1; moved = true; }
+      });
+      if (!moved) break;
+    }
+    var cols = {}, pos = {};
+    shown.forEach(function (n) { var d = depth[n.id]; (cols[d] = cols[d] || []).push(n); });
+    Object.keys(cols).forEach(function (d) { cols[d].forEach(function (n, i) { pos[n.id] = { x: 70 + d * 150, y: 40 + i * 60 + (detour[n.id] ? 70 : 0) }; }); });
+    var W = 140 + Object.keys(cols).length * 150, H = 80 + Math.max.apply(null, [1].concat(Object.keys(cols).map(function (d) { return cols[d].length; }))) * 60 + 70, parts = [];
+    edges.forEach(function (e) {
+      var a = pos[e.source], b = pos[e.target];
+      if (a && b) parts.push(svgEl("line", { x1: a.x, y1: a.y, x2: b.x, y2: b.y, stroke: "#777", "stroke-width": 1 + 3 * (e.support || 1) / nRuns }));
+    });
+    shown.forEach(function (n) {
+      var p = pos[n.id], cls = detour[n.id] ? "detour" : motif[n.id] ? "motif" : "";
+      parts.push('<g data-id="' + esc(n.id) + '" data-support="' + esc(n.support) + '" class="jn ' + cls + '">' +
+        svgEl("circle", { cx: p.x, cy: p.y, r: 6 + 10 * (n.support || 0) / Math.max(nRuns, 1), fill: detour[n.id] ? "#D55E00" : motif[n.id] ? "#009E73" : "#56B4E9",
+          stroke: "#1b1b1b", "stroke-dasharray": detour[n.id] ? "3 2" : "none" }) +
+        svgEl("text", { x: p.x - 40, y: p.y + 28 }, (n.tool || n.id) + " ×" + (n.support || 0) + (detour[n.id] ? " detour" : motif[n.id] ? " motif" : "")) + "</g>");
+    });
+    return '<h2>Joined graph</h2><label for="ob-support">Minimum support (runs): <output id="ob-support-out">' + t + '</output></label> ' +
+      '<input type="range" id="ob-support" min="1" max="' + maxS + '" value="' + t + '">' +
+      '<p class="legend"><span><span class="swatch" style="background:#009E73"></span>motif</span><span><span class="swatch" style="background:#D55E00"></span>detour (dashed ring)</span></p>' +
+      '<svg id="ob-joined" role="img" aria-label="Joined graph; the table below lists its nodes" width="' + W + '" height="' + H + '">' + parts.join("") + "</svg>" +
+      '<table id="ob-joined-table"><caption>Joined nodes at support ≥ ' + t + '</caption><thead><tr><th scope="col">node</th><th scope="col">tool</th><th scope="col">support</th><th scope="col">per run</th><th scope="col">marked</th></tr></thead><tbody>' +
+      shown.map(function (n) {
+        return '<tr data-id="' + esc(n.id) + '"><td><code>' + esc(n.id) + "</code></td><td>" + esc(n.tool || "") + "</td><td>" + esc(n.support) + "</td><td>" +
+          esc(JSON.stringify(n.multiplicity || {})) + "</td><td>" + (detour[n.id] ? "detour" : motif[n.id] ? "motif" : "") + "</td></tr>";
+      }).join("") + "</tbody></table>";
+  }
+
+  // ---- tabs, events, live updates, boot -----------------------------------------------------------
+  function show(view) {
+    S.view = view;
+    document.querySelectorAll("[role=tab]").forEach(function (b) {
+      var on = b.getAttribute("data-view") === view;
+      b.setAttribute("aria-selected", on ? "true" : "false");
+      b.tabIndex = on ? 0 : -1;
+      $("view-" + b.getAttribute("data-view")).hidden = !on;
+    });
+    if (view === "table") renderTable();
+    if (view === "timeline") renderTimeline();
+    if (view === "review") renderReview();
+    if (view === "compare") renderCompare();
+    if (view === "graph" && S.renderer) { S.renderer.resize(); S.renderer.refresh(); }
+  }
+  function wire() {
+    $("ob-tabs").addEventListener("click", function (ev) {
+      var b = ev.target.closest("[role=tab]");
+      if (b) show(b.getAttribute("data-view"));
+    });
+    $("ob-tabs").addEventListener("keydown", function (ev) {
+      if (ev.key !== "ArrowRight" && ev.key !== "ArrowLeft") return;
+      var tabs = Array.prototype.filter.call(document.querySelectorAll("[role=tab]"), function (b) { return !b.hidden; });
+      var i = tabs.indexOf(document.activeElement), next = tabs[(i + (ev.key === "ArrowRight" ? 1 : tabs.length - 1)) % tabs.length];
+      next.focus(); show(next.getAttribute("data-view"));
+    });
+    $("ob-filter-groups").addEventListener("change", function (ev) {
+      var t = ev.target;
+      if (t.getAttribute("data-group")) setFilter(t.getAttribute("data-group"), t.getAttribute("data-value"), t.checked);
+    });
+    $("ob-search").addEventListener("input", function (ev) { runSearch(ev.target.value); });
+    $("ob-search").addEventListener("keydown", function (ev) {
+      if (ev.key === "Enter" && S.matches && S.matches.size) select(S.matches.values().next().value);
+    });
+    document.body.addEventListener("click", function (ev) {
+      var t = ev.target.closest("[data-select],[data-expand],[data-collapse],[data-sort],[data-claim],tr[data-id]");
+      if (!t) return;
+      if (t.hasAttribute("data-select")) select(t.getAttribute("data-select"));
+      else if (t.hasAttribute("data-expand")) { S.expanded[t.getAttribute("data-expand")] = true; rebuild(); select(t.getAttribute("data-expand")); }
+      else if (t.hasAttribute("data-collapse")) { delete S.expanded[t.getAttribute("data-collapse")]; rebuild(); select(t.getAttribute("data-collapse")); }
+      else if (t.hasAttribute("data-sort")) {
+        var p = t.getAttribute("data-sort").split(":"), s = sortState[p[0]];
+        sortState[p[0]] = [p[1], s[0] === p[1] ? -s[1] : 1]; renderTable();
+      } else if (t.hasAttribute("data-claim")) { S.reviewClaim = t.getAttribute("data-claim"); renderReview(); }
+      else if (S.model.byId[t.getAttribute("data-id")] || S.model.edgeById[t.getAttribute("data-id")]) select(t.getAttribute("data-id"));
+    });
+    document.body.addEventListener("keydown", function (ev) {
+      var t = ev.target;
+      if (ev.key === "Enter" && t.matches && t.matches("tr[data-id]")) { select(t.getAttribute("data-id")); $("ob-details").focus(); }
+    });
+    document.body.addEventListener("input", function (ev) {
+      if (ev.target.id === "ob-support") { S.compareThreshold = Number(ev.target.value); renderCompare(); $("ob-support").focus(); }
+    });
+  }
+  function rebuild() {
+    var doc = S.bundle.graph || { nodes: [], edges: [] };
+    S.model = buildModel(doc);
+    computeVisibility();
+    renderFilterControls();
+    if (S.graph) syncGraph();
+    if (S.renderer) S.renderer.refresh();
+    if (S.view !== "graph") show(S.view);
+    status();
+  }
+  function status() {
+    var g = S.bundle.graph, text = "";
+    if (g) text = S.model.nodes.length + " nodes shown (" + g.nodes.length + " in graph.json, " + S.model.folded + " folded), " + g.edges.length + " edges";
+    if (S.bundle.live) text += S.bundle.ended ? " · run ended" : " · live, updating";
+    $("ob-status").textContent = text;
+  }
+  function showTabs(bundle) {
+    ["graph", "table", "timeline"].forEach(function (v) { $("tab-" + v).hidden = !bundle.graph; });
+    $("ob-filters").hidden = !bundle.graph;
+    $("tab-review").hidden = !bundle.review;
+    $("tab-compare").hidden = !bundle.compare;
+  }
+  function applyBundle(bundle) {
+    S.bundle = bundle;
+    $("ob-source").textContent = bundle.source || "";
+    showTabs(bundle);
+    rebuild();
+    S.version += 1;
+    api.version = S.version;
+  }
+  function listen() {
+    var pending = false, busy = false;
+    function pull() {
+      if (busy) { pending = true; return; }
+      busy = true;
+      fetch("data.json", { cache: "no-store" }).then(function (r) { return r.json(); }).then(function (b) {
+        applyBundle(b);
+        if (b.ended) es.close();
+      }).finally(function () { busy = false; if (pending) { pending = false; pull(); } });
+    }
+    var es = new EventSource("events");
+    es.addEventListener("bundle", pull);
+    es.addEventListener("closed", function () { es.close(); S.bundle.ended = true; status(); });
+  }
+  function boot(bundle) {
+    performance.mark("ob:boot");
+    S.bundle = bundle;
+    $("ob-source").textContent = bundle.source || "";
+    showTabs(bundle);
+    S.model = buildModel(bundle.graph || { nodes: [], edges: [] });
+    computeVisibility();
+    renderFilterControls();
+    renderLegend();
+    wire();
+    performance.mark("ob:model");
+    if (bundle.graph) initGraph();
+    performance.mark("ob:renderer");
+    var first = bundle.graph ? "graph" : bundle.review ? "review" : "compare";
+    show(first);
+    status();
+    api.ready = true;
+    api.version = S.version = 1;
+    if (S.config.mode === "served" && bundle.live && !bundle.ended) listen();
+  }
+  api.state = S;
+  api.setFilter = setFilter;
+  api.select = select;
+  api.show = show;
+  api.search = runSearch;
+  api.tableIds = function () {
+    return Array.prototype.map.call(document.querySelectorAll("#ob-node-table tbody tr"), function (r) { return r.getAttribute("data-id"); });
+  };
+  api.nodeIds = function () { return S.model.nodes.map(function (n) { return n.id; }); };
+  api.firstPaint = function () { return S.firstPaintMs; };
+  api.lastFilter = function () { return S.lastFilterMs; };
+
+  S.config = JSON.parse($("ob-config").textContent);
+  var inline = $("ob-bundle");
+  performance.mark("ob:script");
+  if (inline) boot(JSON.parse(inline.textContent));
+  else fetch("data.json", { cache: "no-store" }).then(function (r) { return r.json(); }).then(boot);
+})();

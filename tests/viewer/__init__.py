@@ -1,0 +1,1 @@
+"""Tests of the web viewer (otel_bridge/viewer)."""

@@ -1,0 +1,71 @@
+"""Fixtures of the viewer tests: a headless Chromium, a real observed run, screenshot folder."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from viewer.viewer_support import launch
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+@pytest.fixture(scope="session")
+def browser() -> Iterator[Any]:
+    """One headless Chromium for the session (skips without playwright or chromium)."""
+    sync_api = pytest.importorskip("playwright.sync_api", reason="the dev extra's playwright")
+    with sync_api.sync_playwright() as p:
+        b = launch(p)
+        yield b
+        b.close()
+
+
+@pytest.fixture
+def page(browser: Any) -> Iterator[Any]:
+    """A fresh page (1400x900) that fails the test on any script error."""
+    context = browser.new_context(viewport={"width": 1400, "height": 900})
+    pg = context.new_page()
+    errors: list[str] = []
+    pg.on("pageerror", lambda exc: errors.append(str(exc)))
+    yield pg
+    context.close()
+    assert not errors, errors
+
+
+@pytest.fixture(scope="session")
+def shots(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """Where screenshots are written (a test artifact under pytest's base temp directory)."""
+    return tmp_path_factory.getbasetemp() / "viewer-screenshots"
+
+
+@pytest.fixture(scope="session")
+def observed_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The run directory of a real ``observe`` of examples/plain_otel_agent.py."""
+    base = tmp_path_factory.mktemp("observed")
+    work = base / "work"
+    work.mkdir()
+    run = base / "run"
+    subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "otel_bridge",
+            "observe",
+            "-o",
+            str(run),
+            "--no-progress",
+            "--",
+            sys.executable,
+            str(REPO / "examples" / "plain_otel_agent.py"),
+        ],
+        cwd=work,
+        check=True,
+        capture_output=True,
+        timeout=180,
+    )
+    return run

@@ -1,0 +1,294 @@
+"""The viewer in a real headless Chromium: served and exported pages of real and fixture data."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from otel_bridge.viewer import Bundle, load_bundle
+from otel_bridge.viewer.server import BundleState, ViewServer
+from viewer.fixtures import DETOUR_RUN, PLOT, compare_doc, review_doc
+from viewer.viewer_support import edge, graph_doc, node, screenshot, wait_ready
+
+pytestmark = pytest.mark.slow
+
+
+def export(path: Path, out: Path) -> Path:
+    """``otel-bridge view PATH --export OUT`` as a user runs it."""
+    subprocess.run(
+        [sys.executable, "-m", "otel_bridge", "view", str(path), "--export", str(out)],
+        check=True,
+        capture_output=True,
+    )
+    return out
+
+
+@contextlib.contextmanager
+def serve(bundle: Bundle) -> Iterator[ViewServer]:
+    server = ViewServer(BundleState(bundle))
+    server.start()
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
+def check_table_matches_graph(page: Any, graph: dict[str, Any]) -> None:
+    """The table lists every graph.json node, less the folded ones, which the fold rows count."""
+    page.evaluate("obViewer.show('table')")
+    rows = page.eval_on_selector_all(
+        "#ob-node-table tbody tr",
+        "rs => rs.map(r => [r.dataset.id, r.dataset.kind, Number(r.dataset.count || 0)])",
+    )
+    folds = page.evaluate("obViewer.state.model.folds")
+    graph_ids = {n["id"] for n in graph["nodes"]}
+    kinds = {n["id"]: n["kind"] for n in graph["nodes"]}
+    listed = {r[0] for r in rows if r[1] != "folded"}
+    folded = {m for f in folds.values() for m in f["members"]}
+    assert listed | folded == graph_ids
+    assert not listed & folded
+    assert sum(r[2] for r in rows if r[1] == "folded") == len(folded)
+    assert {kinds[m] for m in folded} <= {"file"}
+    assert len(rows) == len(listed) + len(folds)
+
+
+def test_exported_file_of_a_real_run(
+    observed_run: Path, page: Any, shots: Path, tmp_path: Path
+) -> None:
+    """The exported report of a real observe run renders every view with no network request."""
+    out = export(observed_run, tmp_path / "report.html")
+    requests: list[str] = []
+    page.on("request", lambda r: requests.append(r.url))
+    page.goto(out.as_uri())
+    wait_ready(page)
+    assert requests == [out.as_uri()]
+    graph = json.loads((observed_run / "graph.json").read_text())
+    screenshot(page, shots, "export-graph")
+    check_table_matches_graph(page, graph)
+    screenshot(page, shots, "export-table")
+    page.evaluate("obViewer.show('timeline')")
+    outcomes = page.eval_on_selector_all(
+        "#ob-timeline-table tbody tr",
+        "rs => rs.map(r => r.cells[0].textContent + ' ' + r.cells[4].textContent)",
+    )
+    assert "process exit 0" in outcomes
+    assert any(o.startswith("tool_call") for o in outcomes)
+    assert page.locator("#ob-timeline line.tl-link").count() >= 2  # tool call -> process links
+    screenshot(page, shots, "export-timeline")
+    assert requests == [out.as_uri()]
+
+
+def test_served_page_of_a_real_run(observed_run: Path, page: Any, shots: Path) -> None:
+    """The served page: same table, details of the exact link, filters, all from this server."""
+    bundle = load_bundle(observed_run)
+    origins: set[str] = set()
+    with serve(bundle) as server:
+        page.on("request", lambda r: origins.add(r.url.split("/")[2]))
+        page.goto(server.url)
+        wait_ready(page)
+        assert origins == {server.url.split("/")[2]}
+        assert bundle.graph is not None
+        check_table_matches_graph(page, bundle.graph)
+        link = page.locator('#ob-edge-table tr:has(td:text-is("correlated_with_process"))').first
+        link.click()
+        details = page.locator("#ob-details")
+        assert "identity exact" in details.inner_text()
+        assert "Supporting records" in details.inner_text()
+        assert "grade C" in details.inner_text()
+        page.evaluate("obViewer.setFilter('kind', 'file', false)")
+        assert page.locator('#ob-node-table tr[data-kind="file"]').count() == 0
+        assert page.evaluate("obViewer.lastFilter()") is not None
+        page.evaluate("obViewer.show('graph')")
+        screenshot(page, shots, "served-graph-files-filtered")
+
+
+def failing_graph() -> dict[str, Any]:
+    """A tool call whose exactly linked process exited 2, and an inferred bridge to another."""
+    tool, proc, other = "tool_call:t:s1", "process:h:1:1000", "process:h:2:1000"
+    facts = {
+        "type": "process",
+        "host_id": "h",
+        "pid": 1,
+        "start_time_ms": 1000,
+        "parent_pid": None,
+        "parent_start_time_ms": None,
+        "executable_path": "/usr/bin/false",
+        "executable_name": "false",
+        "argv": ["false"],
+        "command_line": None,
+        "cwd": None,
+        "traceparent": None,
+        "exit_code": 2,
+        "user": None,
+    }
+    return graph_doc(
+        [
+            node(
+                tool,
+                "tool_call",
+                "run_command",
+                channels=["sem"],
+                attrs={"trace_id": "ab" * 16, "span.status": "error"},
+            ),
+            node(proc, "process", "false (1)", facts=facts, first_seen=1_100_000_000),
+            node(other, "process", "sh (2)", facts=None),
+        ],
+        [
+            edge(
+                "e-1",
+                tool,
+                "correlated_with_process",
+                proc,
+                channels=["sem"],
+                causal=False,
+                identity_exact=True,
+                inferred=False,
+                attribution=["exact_identity"],
+                grade="C",
+            ),
+            edge(
+                "e-2",
+                tool,
+                "correlated_with_process",
+                other,
+                channels=["sem"],
+                causal=False,
+                inferred=True,
+                attribution=["heuristic"],
+                method="singleton_bridge",
+                score=0.8,
+                grade="D",
+            ),
+        ],
+    )
+
+
+def test_timeline_marks_failures_and_details_show_unknowns(
+    page: Any, shots: Path, tmp_path: Path
+) -> None:
+    """Exit code 2 and an error span are marked; an unread exit code shows as unknown, not 0."""
+    (tmp_path / "graph.json").write_text(json.dumps(failing_graph()))
+    out = export(tmp_path / "graph.json", tmp_path / "r.html")
+    page.goto(out.as_uri())
+    wait_ready(page)
+    page.evaluate("obViewer.show('timeline')")
+    cells = page.eval_on_selector_all(
+        "#ob-timeline-table tbody tr",
+        "rs => Object.fromEntries(rs.map(r => [r.dataset.id, r.cells[4].textContent]))",
+    )
+    assert cells["process:h:1:1000"] == "exit 2"
+    assert cells["process:h:2:1000"] == "exit ?"
+    assert cells["tool_call:t:s1"] == "failed"
+    assert page.locator('#ob-timeline line.tl-link[stroke-dasharray="6 4"]').count() == 1
+    screenshot(page, shots, "timeline-failure")
+    page.evaluate("obViewer.select('e-2')")
+    text = page.locator("#ob-details").inner_text()
+    assert "inferred" in text
+    assert "singleton_bridge" in text
+    page.evaluate("obViewer.select('process:h:2:1000')")
+    assert "no typed facts stated" in page.locator("#ob-details").inner_text()
+
+
+def test_trace_links_are_configurable(page: Any, tmp_path: Path) -> None:
+    """--trace-link NAME=URL puts a link to the trace id on the details of a node that has one."""
+    (tmp_path / "graph.json").write_text(json.dumps(failing_graph()))
+    out = tmp_path / "r.html"
+    subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "otel_bridge",
+            "view",
+            str(tmp_path / "graph.json"),
+            "--export",
+            str(out),
+            "--trace-link",
+            "jaeger=http://127.0.0.1:16686/trace/{trace_id}",
+        ],
+        check=True,
+        capture_output=True,
+    )
+    page.goto(out.as_uri())
+    wait_ready(page)
+    page.evaluate("obViewer.select('tool_call:t:s1')")
+    href = page.locator('#ob-details a:text("open in jaeger")').get_attribute("href")
+    assert href == "http://127.0.0.1:16686/trace/" + "ab" * 16
+
+
+def test_keyboard_reaches_tabs_and_table_rows(
+    observed_run: Path, page: Any, tmp_path: Path
+) -> None:
+    """Arrow keys move between tabs; a table row takes focus and Enter opens its details."""
+    out = export(observed_run / "graph.json", tmp_path / "r.html")
+    page.goto(out.as_uri())
+    wait_ready(page)
+    page.focus("#tab-graph")
+    page.keyboard.press("ArrowRight")
+    assert page.get_attribute("#tab-table", "aria-selected") == "true"
+    assert page.is_visible("#ob-node-table")
+    page.focus("#ob-node-table tbody tr")
+    row_id = page.evaluate("document.activeElement.dataset.id")
+    page.keyboard.press("Enter")
+    assert (
+        row_id in page.locator("#ob-details").inner_text()
+        or "Folded" in page.locator("#ob-details").inner_text()
+    )
+
+
+def test_review_view_highlights_the_support_path(page: Any, shots: Path, tmp_path: Path) -> None:
+    """Findings first; selecting the plot claim highlights a path ending at plot.png."""
+    (tmp_path / "review.json").write_text(json.dumps(review_doc()))
+    out = export(tmp_path / "review.json", tmp_path / "review.html")
+    page.goto(out.as_uri())
+    wait_ready(page)
+    assert page.get_attribute("#tab-review", "aria-selected") == "true"
+    claims = page.eval_on_selector_all("#ob-claims button", "bs => bs.map(b => b.dataset.claim)")
+    assert claims[0] == "c-tests"  # the claim a finding names comes first
+    assert "contradicted_claim" in page.inner_text("#ob-findings")
+    page.click('button[data-claim="c-plot"]')
+    path = page.eval_on_selector_all("#ob-review-path li", "ls => ls.map(l => l.dataset.id)")
+    assert path[0] == "w:claim"
+    assert path[-1] == PLOT
+    assert page.locator(f'#ob-review-graph g.highlighted[data-id="{PLOT}"]').count() == 1
+    assert page.locator('#ob-review-graph g.highlighted[data-id="process:h:3:4"]').count() == 0
+    text = page.inner_text("#view-review")
+    assert "ab" * 32 in text  # the artifact's hash
+    assert "n=3" in text  # captured content
+    assert "model:scripted" in page.inner_text("#ob-audit")
+    screenshot(page, shots, "review")
+
+
+def test_compare_view_supports_and_click_through(page: Any, shots: Path, tmp_path: Path) -> None:
+    """The detour one run of five took has support 1, the common path 5; the slider hides it."""
+    run = tmp_path / "r1"
+    run.mkdir()
+    (run / "graph.json").write_text(json.dumps(failing_graph()))
+    doc = compare_doc({"r1": str(run)})
+    with serve(Bundle(source="compare.json", compare=doc)) as server:
+        page.goto(server.url)
+        wait_ready(page)
+        support = page.eval_on_selector_all(
+            "#ob-joined g.jn",
+            "gs => Object.fromEntries(gs.map(g => [g.dataset.id, g.dataset.support]))",
+        )
+        assert support == {"j:read": "5", "j:write": "5", "j:test": "5", "j:search": "1"}
+        assert "detour" in (page.get_attribute('#ob-joined g[data-id="j:search"]', "class") or "")
+        assert "motif" in (page.get_attribute('#ob-joined g[data-id="j:read"]', "class") or "")
+        assert page.locator(f'#ob-upset th:text-is("{DETOUR_RUN}")').count() == 1
+        screenshot(page, shots, "compare")
+        page.fill("#ob-support", "2")
+        page.dispatch_event("#ob-support", "input")
+        assert page.locator('#ob-joined g[data-id="j:search"]').count() == 0
+        assert page.locator('#ob-joined g[data-id="j:read"]').count() == 1
+        page.click('a[data-run="r1"]')
+        wait_ready(page)
+        assert page.url == server.url + "run/r1/"
+        page.evaluate("obViewer.show('table')")
+        assert page.locator('#ob-node-table tr[data-id="process:h:1:1000"]').count() == 1

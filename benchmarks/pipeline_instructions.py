@@ -17,6 +17,7 @@ Usage::
 
     python benchmarks/pipeline_instructions.py
     python benchmarks/pipeline_instructions.py --spans 32768 --stage decode normalize full
+    python benchmarks/pipeline_instructions.py --stage graph-os --spans 16000  # per OS event
 
 Needs valgrind (``apt-get install valgrind``).
 """
@@ -35,6 +36,10 @@ from pathlib import Path
 from typing import Any
 
 STAGES = ("decode", "normalize", "full", "graph")
+EXTRA_STAGES = ("graph-os",)
+"""``graph-os``: the graph accumulator alone on the synthetic OS events of
+``graph_materialization.py`` (``opened`` relations with fresh entities, typed facts and keys, per
+event rather than per span; not run by default)."""
 """``decode``: bytes to typed spans; ``normalize``: and the normalizer; ``full``: the whole
 pipeline of ``pipeline_throughput.py`` (memory_limiter, batch, normalize, graph); ``graph``: the
 graph accumulator alone (``apply_many`` of the normalized observations of each request, normalized
@@ -95,10 +100,27 @@ def graph_work(spans: int, prepared: int) -> None:
     os._exit(0)
 
 
+def graph_os_work(events: int, prepared: int) -> None:
+    """The ``graph-os`` stage: ``prepared`` synthetic OS events built in both runs, 2,000 applied
+    as warm-up, then ``events`` more."""
+    from graph_materialization import synthetic_events
+
+    from otel_bridge.graph import GraphAccumulator
+
+    built = synthetic_events(2_000 + prepared)
+    accumulator = GraphAccumulator(retain_support=False)
+    accumulator.apply_many(built[:2_000])
+    accumulator.apply_many(built[2_000 : 2_000 + events])
+    sys.stdout.flush()
+    os._exit(0)
+
+
 def work(stage: str, spans: int, prepared: int) -> None:
     """Warm up, then push ``spans`` spans through ``stage`` (the measured child's job)."""
     if stage == "graph":
         graph_work(spans, prepared)
+    if stage == "graph-os":
+        graph_os_work(spans, prepared)
     from pipeline_throughput import _DISTINCT_REQUESTS, build_requests
 
     per_sender = [build_requests(s, _REQUEST_SPANS) for s in range(4)]
@@ -146,9 +168,12 @@ def instructions(stage: str, spans: int, prepared: int) -> int:
 
 
 def per_span(stage: str, spans: int) -> float:
-    """Instructions per span at ``stage`` (start-up and warm-up subtracted)."""
+    """Instructions per span (per event for ``graph-os``) at ``stage``, start-up and warm-up
+    subtracted."""
     base = instructions(stage, 0, spans)
     loaded = instructions(stage, spans, spans)
+    if stage == "graph-os":
+        return (loaded - base) / spans
     return (loaded - base) / (spans // _REQUEST_SPANS * _REQUEST_SPANS)
 
 
@@ -156,7 +181,7 @@ def main(argv: list[str] | None = None) -> int:
     """Print instructions per span for each requested stage."""
     parser = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
     parser.add_argument("--spans", type=int, default=32_768)
-    parser.add_argument("--stage", nargs="+", choices=STAGES, default=list(STAGES))
+    parser.add_argument("--stage", nargs="+", choices=STAGES + EXTRA_STAGES, default=list(STAGES))
     parser.add_argument(
         "--child", nargs=3, metavar=("STAGE", "SPANS", "PREPARED"), help=argparse.SUPPRESS
     )
@@ -172,7 +197,7 @@ def main(argv: list[str] | None = None) -> int:
     previous = 0.0
     for stage in args.stage:
         value = per_span(stage, args.spans)
-        chained = previous and stage != "graph"
+        chained = previous and stage not in {"graph", *EXTRA_STAGES}
         added = f"  (+{value - previous:,.0f} over the previous stage)" if chained else ""
         print(f"{stage:>10}: {value:>9,.0f}{added}")
         previous = value

@@ -43,6 +43,10 @@ COMMANDS: dict[str, tuple[str, str]] = {
         "otel_bridge.commands.export",
         "convert a graph.json to W3C PROV-JSON, GraphML or normalized JSON",
     ),
+    "review": (
+        "otel_bridge.commands.review",
+        "review a run's agent claims against the observed evidence",
+    ),
 }
 """Command name -> (module, one-line help shown by ``otel-bridge --help``)."""
 

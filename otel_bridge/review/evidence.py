@@ -355,16 +355,25 @@ def add_artifacts(
 def _transient(
     aid: str, touches: Mapping[str, list[tuple[str, GraphEdge]]], index: GraphIndex
 ) -> bool:
-    """A temporary: unlinked while open, or created and then deleted or renamed away."""
+    """A temporary: unlinked while open, created and then deleted or renamed away, or inside a
+    directory renamed away after its last write (the name no longer exists)."""
     if aid.endswith(" (deleted)") or f"{aid} (deleted)" in index.nodes:
         return True
     edges = [e for _, e in touches[aid]]
-    created = [e for e in edges if e.relation == "created"]
-    gone = [e for e in edges if e.relation in ("deleted", "renamed")]
-    if not created or not gone:
-        return False
-    last_write = max(e.last_seen or 0 for e in edges if e.relation in ("created", "wrote"))
-    return max(e.last_seen or 0 for e in gone) >= last_write
+    last_write = max(
+        (e.last_seen or 0 for e in edges if e.relation in ("created", "wrote")), default=0
+    )
+    created = any(e.relation == "created" for e in edges)
+    gone = [e.last_seen or 0 for e in edges if e.relation in ("deleted", "renamed")]
+    if created and gone and max(gone) >= last_write:
+        return True
+    parts = aid.split("/")
+    for n in range(2, len(parts)):  # a parent directory renamed away after the last write
+        parent = touches.get("/".join(parts[:n]), ())
+        moved = [e.last_seen or 0 for _, e in parent if e.relation == "renamed"]
+        if moved and max(moved) >= last_write:
+            return True
+    return False
 
 
 def _directory(aid: str, touches: Mapping[str, list[tuple[str, GraphEdge]]]) -> bool:

@@ -50,6 +50,7 @@ from otel_bridge.identity import host_id
 from otel_bridge.model import Batch, Resource, Scope, Span, SpanKind, Status, StatusCode
 from otel_bridge.pipeline import Collector
 from otel_bridge.redaction import redact_argv
+from otel_bridge.review.hook import review_at_end
 
 _UNSET = (
     "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT",
@@ -91,6 +92,9 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         help="host observation backend (default: the config's, else auto)",
     )
     parser.add_argument("--no-progress", action="store_true", help="no live progress line")
+    parser.add_argument(
+        "--no-review", action="store_true", help="do not review the run (docs/review.md)"
+    )
     parser.add_argument("command", nargs=argparse.REMAINDER, metavar="-- CMD ...")
     parser.set_defaults(func=run)
 
@@ -440,6 +444,8 @@ def run(args: argparse.Namespace) -> int:
     summary = _summary(run_id, command, code, collector, wiring=wiring, started_ns=started_ns)
     summary["signals_forwarded"] = [signal.Signals(s).name for s in interrupted]
     run.write_json(rundir.SUMMARY, summary)
+    if not getattr(args, "no_review", False):
+        review_at_end(run.path)
     run.write_manifest({"id": run_id})
     _print_summary(run, summary, collector)
     return code

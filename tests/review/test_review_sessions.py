@@ -83,6 +83,11 @@ def all_reviewed(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Reviewed
         output, _ = process.communicate(timeout=300)
         assert process.returncode == 0, output
         run_dir = dirs[name] / "run"
+        # observe reviewed the run itself, before writing its manifest
+        assert (run_dir / "review.json").exists(), output
+        assert verify(str(run_dir)) == []
+        hooked = json.loads((run_dir / "review.json").read_text())
+        assert all(c["text"] in output for c in hooked["claims"])
         reviewed = _run([sys.executable, "-m", "otel_bridge", "review", str(run_dir)], dirs[name])
         assert reviewed.returncode == 0, reviewed.stderr
         doc: dict[str, Any] = json.loads((run_dir / "review.json").read_text())
@@ -182,3 +187,16 @@ def test_evidence_points_at_records_and_graph_nodes(
         assert set(claim["support"]) <= edge_ids
         if claim["status"] == "supported":
             assert claim["support"], claim["text"]
+
+
+def test_no_review_skips_the_review(tmp_path: Path) -> None:
+    run_dir = tmp_path / "run"
+    done = _run(
+        [sys.executable, "-m", "otel_bridge", "observe", "--no-progress", "--no-review"]
+        + ["-o", str(run_dir), "--", "true"],
+        tmp_path,
+    )
+    assert done.returncode == 0, done.stderr
+    assert (run_dir / "graph.json").exists()
+    assert not (run_dir / "review.json").exists()
+    assert verify(str(run_dir)) == []

@@ -191,11 +191,8 @@ def test_evidence_points_at_records_and_graph_nodes(
 
 def test_no_review_skips_the_review(tmp_path: Path) -> None:
     run_dir = tmp_path / "run"
-    done = _run(
-        [sys.executable, "-m", "otel_bridge", "observe", "--no-progress", "--no-review"]
-        + ["-o", str(run_dir), "--", "true"],
-        tmp_path,
-    )
+    command = [sys.executable, "-m", "otel_bridge", "observe", "--no-progress", "--no-review"]
+    done = _run([*command, "-o", str(run_dir), "--", "true"], tmp_path)
     assert done.returncode == 0, done.stderr
     assert (run_dir / "graph.json").exists()
     assert not (run_dir / "review.json").exists()

@@ -10,13 +10,18 @@ import functools
 import importlib
 import json
 import os
+from dataclasses import dataclass
 from importlib import resources
 from typing import Any
 
+import msgspec
 import orjson
 
 from otel_bridge.errors import DecodeError, OtelBridgeError
-from otel_bridge.graph.document import Graph, load
+from otel_bridge.graph.document import FORMAT as GRAPH_FORMAT
+from otel_bridge.graph.document import VERSION as GRAPH_VERSION
+from otel_bridge.graph.document import GraphNode
+from otel_bridge.model import Facts
 from otel_bridge.review import claims as claims_mod
 from otel_bridge.review import evidence as ev
 from otel_bridge.review import findings as findings_mod
@@ -33,7 +38,54 @@ REVIEW_MD = "review.md"
 RECORDS = "review-records.jsonl"
 
 
-def coverage_of(graph: Graph) -> claims_mod.Coverage:
+@dataclass(frozen=True, slots=True)
+class GraphRead:
+    """What the review reads of ``graph.json``: its run, summary and indexed nodes and edges."""
+
+    run: dict[str, Any]
+    summary: dict[str, Any]
+    index: ev.GraphIndex
+
+
+def read_graph(path: str) -> GraphRead:
+    """``graph.json``, format and version checked, facts typed; not schema-validated.
+
+    Full JSON Schema validation costs seconds per 100,000 edges and the review reads only typed
+    fields, so it checks what it relies on (``otel-bridge graph`` validates the whole document).
+    """
+    try:
+        with open(path, "rb") as f:
+            doc = orjson.loads(f.read())
+    except (OSError, orjson.JSONDecodeError) as exc:
+        raise DecodeError(f"cannot read {path}: {exc}") from exc
+    if not isinstance(doc, dict) or doc.get("format") != GRAPH_FORMAT:
+        raise DecodeError(f"{path} is not an otel-bridge graph document")
+    if doc.get("version") != GRAPH_VERSION:
+        version = doc.get("version")
+        raise DecodeError(f"{path}: graph version {version!r}, review reads {GRAPH_VERSION}")
+    try:
+        index = ev.GraphIndex.of(
+            (_node(n) for n in doc["nodes"]), (ev.GEdge.of(e) for e in doc["edges"])
+        )
+    except (KeyError, TypeError, msgspec.ValidationError) as exc:
+        raise DecodeError(f"{path}: malformed graph document ({exc!r})") from exc
+    return GraphRead(run=doc.get("run") or {}, summary=doc.get("summary") or {}, index=index)
+
+
+def _node(d: dict[str, Any]) -> GraphNode:
+    facts = d.get("facts")
+    return GraphNode(
+        id=d["id"],
+        kind=d["kind"],
+        label=d.get("label") or "",
+        key=d.get("key") or "",
+        facts=None if facts is None else msgspec.convert(facts, Facts),
+        first_seen=d.get("first_seen"),
+        last_seen=d.get("last_seen"),
+    )
+
+
+def coverage_of(graph: GraphRead) -> claims_mod.Coverage:
     """Whether the file and process collections were ``available`` (absence is then evidence)."""
     counts = graph.summary.get("coverage") or {}
 
@@ -64,8 +116,8 @@ def build_review(run_dir: str) -> tuple[dict[str, Any], list[dict[str, Any]]]:
     graph_path = os.path.join(run_dir, GRAPH)
     if not os.path.exists(graph_path):
         raise OtelBridgeError(f"review: {run_dir} has no {GRAPH}")
-    graph = load(graph_path)
-    index = ev.GraphIndex.of(graph)
+    graph = read_graph(graph_path)
+    index = graph.index
     records = read_records(run_dir)
     coverage = coverage_of(graph)
     sessions = ev.find_sessions(records)
@@ -99,7 +151,7 @@ def _order(node: EvidenceNode) -> tuple[int, str]:
     return (node.time or 0, node.id)
 
 
-def _run_meta(run_dir: str, graph: Graph, coverage: claims_mod.Coverage) -> dict[str, Any]:
+def _run_meta(run_dir: str, graph: GraphRead, coverage: claims_mod.Coverage) -> dict[str, Any]:
     summary: dict[str, Any] = {}
     path = os.path.join(run_dir, SUMMARY)
     if os.path.exists(path):

@@ -24,9 +24,9 @@ import os
 from collections import defaultdict
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NamedTuple
 
-from otel_bridge.graph.document import Graph, GraphEdge, GraphNode
+from otel_bridge.graph.document import GraphNode
 from otel_bridge.model import EndpointFacts, FileFacts, ProcessFacts, Span, StatusCode
 from otel_bridge.review import rules
 from otel_bridge.review.records import Records
@@ -41,25 +41,59 @@ GENAI_OPERATIONS = frozenset(
 OPENINFERENCE_KINDS = frozenset({"AGENT", "LLM", "TOOL"})
 
 
+class GEdge(NamedTuple):
+    """The fields of a ``graph.json`` edge the review reads (a light record: 200,000 of them are
+    read for a one-hour session)."""
+
+    id: str
+    source: str
+    target: str
+    relation: str
+    causal: Any
+    inferred: Any
+    method: Any
+    grade: str
+    support: tuple[str, ...]
+    first_seen: int | None
+    last_seen: int | None
+
+    @staticmethod
+    def of(d: Mapping[str, Any]) -> GEdge:
+        """From the edge's JSON object."""
+        return GEdge(
+            d["id"],
+            d["source"],
+            d["target"],
+            d["relation"],
+            d.get("causal"),
+            d.get("inferred"),
+            d.get("method"),
+            d.get("grade") or "U",
+            tuple(d.get("support") or ()),
+            d.get("first_seen"),
+            d.get("last_seen"),
+        )
+
+
 @dataclass(slots=True)
 class GraphIndex:
     """The graph's nodes by id and edges by end."""
 
     nodes: dict[str, GraphNode]
-    out: dict[str, list[GraphEdge]]
-    into: dict[str, list[GraphEdge]]
+    out: dict[str, list[GEdge]]
+    into: dict[str, list[GEdge]]
 
     @staticmethod
-    def of(graph: Graph) -> GraphIndex:
-        """Index ``graph``."""
-        out: dict[str, list[GraphEdge]] = defaultdict(list)
-        into: dict[str, list[GraphEdge]] = defaultdict(list)
-        for e in graph.edges:
+    def of(nodes: Iterable[GraphNode], edges: Iterable[GEdge]) -> GraphIndex:
+        """Index the graph's nodes and edges."""
+        out: dict[str, list[GEdge]] = defaultdict(list)
+        into: dict[str, list[GEdge]] = defaultdict(list)
+        for e in edges:
             out[e.source].append(e)
             into[e.target].append(e)
-        return GraphIndex({n.id: n for n in graph.nodes}, out, into)
+        return GraphIndex({n.id: n for n in nodes}, out, into)
 
-    def out_edges(self, node: str, relations: Iterable[str]) -> list[GraphEdge]:
+    def out_edges(self, node: str, relations: Iterable[str]) -> list[GEdge]:
         """Edges leaving ``node`` with one of ``relations``."""
         wanted = set(relations)
         return [e for e in self.out.get(node, ()) if e.relation in wanted]
@@ -85,7 +119,9 @@ class Session:
     owner: dict[str, str] = field(default_factory=dict)
     """process id -> the evidence node (tool call or process run) that owns its effects."""
     cwds: set[str] = field(default_factory=set)
-    links: dict[str, list[GraphEdge]] = field(default_factory=dict)
+    window_owned: set[str] = field(default_factory=set)
+    """processes attributed to a tool call by time window (rule ``tool_window``), not by link."""
+    links: dict[str, list[GEdge]] = field(default_factory=dict)
     """tool call id -> the graph edges linking it to its processes."""
 
     def add(self, node: EvidenceNode) -> EvidenceNode:
@@ -198,7 +234,7 @@ def descendants(index: GraphIndex, roots: Iterable[str]) -> list[str]:
     return seen
 
 
-def tool_links(index: GraphIndex, tool_id: str) -> list[GraphEdge]:
+def tool_links(index: GraphIndex, tool_id: str) -> list[GEdge]:
     """The graph's ``correlated_with_process`` edges of a tool call (and its declared command)."""
     links = index.out_edges(tool_id, ("correlated_with_process",))
     for declared in index.out_edges(tool_id, ("declared_command",)):
@@ -284,13 +320,24 @@ def add_agent_processes(
             start = index.nodes[child].first_seen
             if shared and not _within(start, session.start, session.end):
                 continue
+            tool = next(
+                (t for t in session.of_type("tool_call") if _within(start, t.time, t.end)), None
+            )
             for pid in descendants(index, [child]):
                 if pid in claimed or pid in session.owner:
                     continue
                 proc = process_node(session, index, pid, records)
-                proc.data["role"] = "undeclared"
-                proc.data["rule"] = "session_window" if shared else "agent_child"
-                session.owner[pid] = child
+                if tool is None:
+                    proc.data["role"] = "undeclared"
+                    proc.data["rule"] = "session_window" if shared else "agent_child"
+                    session.owner[pid] = child
+                    continue
+                # started inside a tool call but not linked to it (its context was not seen):
+                # attributed to the call by time, an inference (rule tool_window)
+                proc.data["tool_call"], proc.data["rule"] = tool.id, "tool_window"
+                tool.data["processes"].append(pid)
+                session.owner[pid] = tool.id
+                session.window_owned.add(pid)
 
 
 def _within(t: int | None, start: int | None, end: int | None) -> bool:
@@ -299,9 +346,9 @@ def _within(t: int | None, start: int | None, end: int | None) -> bool:
 
 def add_artifacts(
     session: Session, index: GraphIndex, records: Records, run_dir: str, shared: bool
-) -> dict[str, list[tuple[str, GraphEdge]]]:
+) -> dict[str, list[tuple[str, GEdge]]]:
     """File and endpoint artifacts; returns artifact id -> [(owner node id, graph edge)]."""
-    touches: dict[str, list[tuple[str, GraphEdge]]] = defaultdict(list)
+    touches: dict[str, list[tuple[str, GEdge]]] = defaultdict(list)
     for pid, owner in session.owner.items():
         agent = pid in session.agent_processes
         for e in index.out.get(pid, ()):
@@ -319,7 +366,8 @@ def add_artifacts(
                 and not agent
             ):
                 touches[target.id].append((owner, e))
-    for aid in [a for a in touches if _transient(a, touches, index) or _directory(a, touches)]:
+    parents = _parents(touches)
+    for aid in [a for a in touches if a in parents or _transient(a, touches, index)]:
         del touches[aid]
     for aid, uses in touches.items():
         g = index.nodes[aid]
@@ -352,9 +400,7 @@ def add_artifacts(
     return touches
 
 
-def _transient(
-    aid: str, touches: Mapping[str, list[tuple[str, GraphEdge]]], index: GraphIndex
-) -> bool:
+def _transient(aid: str, touches: Mapping[str, list[tuple[str, GEdge]]], index: GraphIndex) -> bool:
     """A temporary: unlinked while open, created and then deleted or renamed away, or inside a
     directory renamed away after its last write (the name no longer exists)."""
     if aid.endswith(" (deleted)") or f"{aid} (deleted)" in index.nodes:
@@ -363,9 +409,11 @@ def _transient(
     last_write = max(
         (e.last_seen or 0 for e in edges if e.relation in ("created", "wrote")), default=0
     )
-    created = any(e.relation == "created" for e in edges)
+    created = [e.first_seen or 0 for e in edges if e.relation == "created"]
     gone = [e.last_seen or 0 for e in edges if e.relation in ("deleted", "renamed")]
-    if created and gone and max(gone) >= last_write:
+    written = [e.last_seen or 0 for e in edges if e.relation == "wrote"]
+    # events of one instant can arrive out of order: created, then gone, and no write after it
+    if created and gone and max(gone) >= min(created) and max(written, default=0) <= max(gone):
         return True
     parts = aid.split("/")
     for n in range(2, len(parts)):  # a parent directory renamed away after the last write
@@ -376,13 +424,16 @@ def _transient(
     return False
 
 
-def _directory(aid: str, touches: Mapping[str, list[tuple[str, GraphEdge]]]) -> bool:
-    """A path that is the parent directory of another artifact (the children stand for it)."""
-    prefix = aid + "/"
-    return any(other.startswith(prefix) for other in touches)
+def _parents(touches: Mapping[str, list[tuple[str, GEdge]]]) -> set[str]:
+    """Ids that are the parent directory of another touched path (the children stand for it)."""
+    out: set[str] = set()
+    for aid in touches:
+        parts = aid.split("/")
+        out.update("/".join(parts[:n]) for n in range(2, len(parts)))
+    return out
 
 
-def _file_kept(e: GraphEdge, facts: FileFacts, session: Session, agent: bool, run_dir: str) -> bool:
+def _file_kept(e: GEdge, facts: FileFacts, session: Session, agent: bool, run_dir: str) -> bool:
     if rules.incidental(facts.path, run_dir):
         return False
     if e.relation in WRITE_RELATIONS:
@@ -431,6 +482,9 @@ MESSAGE_TYPES = {"user": "user_message", "assistant": "assistant_message", "syst
 def add_messages(session: Session) -> None:
     """Messages and model calls from the session's chat spans (first sighting wins)."""
     seen: dict[str, EvidenceNode] = {}
+    calls_by_id = {
+        str(t.data["call_id"]): t for t in session.of_type("tool_call") if t.data.get("call_id")
+    }
     for rid, span in session.spans:
         if operation(span) != "chat":
             continue
@@ -457,21 +511,23 @@ def add_messages(session: Session) -> None:
             for m in parse_messages(attr(span, "gen_ai.output.messages"))
         ]
         for message, time in sightings:
-            _sight(session, seen, message, time, rid)
+            _sight(session, seen=seen, calls_by_id=calls_by_id, message=message, time=time, rid=rid)
 
 
 def _sight(
-    session: Session, seen: dict[str, EvidenceNode], message: Mapping[str, Any], time: int, rid: str
+    session: Session,
+    *,
+    seen: dict[str, EvidenceNode],
+    calls_by_id: Mapping[str, EvidenceNode],
+    message: Mapping[str, Any],
+    time: int,
+    rid: str,
 ) -> None:
     role, text, calls, response_id = message_fields(message)
     if role == "tool":
-        for tool in session.of_type("tool_call"):
-            if (
-                response_id
-                and tool.data.get("call_id") == response_id
-                and not tool.data.get("result")
-            ):
-                tool.data["result"] = text or None
+        tool = calls_by_id.get(response_id)
+        if tool is not None and not tool.data.get("result"):
+            tool.data["result"] = text or None
         return
     kind = MESSAGE_TYPES.get(role)
     if kind is None:

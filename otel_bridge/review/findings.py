@@ -116,6 +116,7 @@ def failed_checks(session: Session) -> list[Finding]:
 def unchecked_artifacts(session: Session, edges: list[Edge]) -> list[Finding]:
     """``unchecked_artifact``: written files with no ``checked_by`` edge."""
     checked = {e.source for e in edges if e.relation == "checked_by"}
+    by_target = _by_target(edges)
     validators = {
         session.owner.get(p.id, p.id) for p in session.of_type("process_run") if p.data.get("check")
     }
@@ -123,10 +124,9 @@ def unchecked_artifacts(session: Session, edges: list[Edge]) -> list[Finding]:
     for artifact in session.of_type("artifact"):
         if not artifact.data.get("written") or artifact.id in checked:
             continue
-        produced = [e.id for e in edges if e.relation == "produces" and e.target == artifact.id]
+        produced = [e.id for e in by_target.get(artifact.id, ()) if e.relation == "produces"]
         read_before = any(
-            e.relation == "uses" and e.target == artifact.id and e.source in validators
-            for e in edges
+            e.relation == "uses" and e.source in validators for e in by_target.get(artifact.id, ())
         )
         why = (
             "written again after the last validation that read it"
@@ -145,22 +145,33 @@ def unchecked_artifacts(session: Session, edges: list[Edge]) -> list[Finding]:
     return out
 
 
-def _named(text: str, names: Iterable[str]) -> bool:
-    return any(re.search(rf"(?<![\w.-]){re.escape(n)}(?![\w-])", text) for n in names if n)
+_TOKEN = re.compile(r"[\w./:@-]+")
+
+
+def tokens(text: str) -> set[str]:
+    """The path-like words of ``text``, with trailing dots and colons stripped (a sentence end)."""
+    return {t.rstrip(".:") for t in _TOKEN.findall(text)}
+
+
+def _named(words: set[str], names: Iterable[str]) -> bool:
+    return any(n in words for n in names if n)
 
 
 def side_effects(session: Session, edges: list[Edge], claims: list[Claim]) -> list[Finding]:
     """``unreported_side_effect``: writes, processes and connections nobody declared."""
-    declared = " \n".join(str(t.data.get("arguments") or "") for t in session.of_type("tool_call"))
-    said = " \n".join(
-        [str(m.data.get("text") or "") for m in session.of_type("assistant_message")]
-        + [c.text for c in claims]
+    declared = tokens(
+        " ".join(str(t.data.get("arguments") or "") for t in session.of_type("tool_call"))
     )
+    said = tokens(
+        " ".join(
+            [str(m.data.get("text") or "") for m in session.of_type("assistant_message")]
+            + [c.text for c in claims]
+        )
+    )
+    by_target = _by_target(edges)
     out = []
     for artifact in session.of_type("artifact"):
-        produced = [
-            e.id for e in edges if e.relation in ("produces", "uses") and e.target == artifact.id
-        ]
+        produced = [e.id for e in by_target.get(artifact.id, ())]
         if artifact.data.get("kind") == "file":
             path = str(artifact.data["path"])
             names = [path, os.path.basename(path), *workspace_relative(path, session.cwds)]
@@ -195,6 +206,14 @@ def _undeclared(proc: EvidenceNode, session: Session) -> Finding:
         session.id,
         [proc.id],
     )
+
+
+def _by_target(edges: list[Edge]) -> dict[str, list[Edge]]:
+    out: dict[str, list[Edge]] = {}
+    for e in edges:
+        if e.relation in ("produces", "uses"):
+            out.setdefault(e.target, []).append(e)
+    return out
 
 
 def build_findings(session: Session, edges: list[Edge], claims: list[Claim]) -> list[Finding]:

@@ -23,11 +23,10 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from otel_bridge.graph.document import GraphEdge
-from otel_bridge.review.evidence import WRITE_RELATIONS, Session
+from otel_bridge.review.evidence import WRITE_RELATIONS, GEdge, Session
 from otel_bridge.review.types import Edge, EvidenceNode, WorkflowNode, chained, ruled
 
-Touches = Mapping[str, list[tuple[str, GraphEdge]]]
+Touches = Mapping[str, list[tuple[str, GEdge]]]
 
 
 def final_answer(session: Session) -> EvidenceNode | None:
@@ -139,41 +138,47 @@ def artifact_edges(session: Session, touches: Touches) -> list[Edge]:
     """``produces`` and ``uses`` from the owners' observed file writes and reads."""
     out: list[Edge] = []
     for aid, uses in touches.items():
-        by_owner: dict[tuple[str, str], list[GraphEdge]] = {}
+        by_owner: dict[tuple[str, str], list[GEdge]] = {}
         for owner, e in uses:
             relation = "produces" if e.relation in WRITE_RELATIONS else "uses"
             by_owner.setdefault((owner, relation), []).append(e)
         for (owner, relation), edges in by_owner.items():
             chain = edges + _link_edges(session, owner)
-            out.append(
-                chained(
-                    owner,
-                    relation,
-                    aid,
-                    session=session.id,
-                    edges=chain,
-                    detail={
-                        "first": min((e.first_seen or 0 for e in edges), default=None),
-                        "last": max((e.last_seen or 0 for e in edges), default=None),
-                        "relations": sorted({e.relation for e in edges}),
-                    },
-                )
+            by_window = any(e.source in session.window_owned for e in edges)
+            edge = chained(
+                owner,
+                relation,
+                aid,
+                session=session.id,
+                edges=chain,
+                method="rule:tool_window" if by_window else "observed",
+                detail={
+                    "first": min((e.first_seen or 0 for e in edges), default=None),
+                    "last": max((e.last_seen or 0 for e in edges), default=None),
+                    "relations": sorted({e.relation for e in edges}),
+                },
             )
+            if by_window:  # the process is the call's by time only: an inference
+                edge.inferred, edge.grade = True, "D"
+            out.append(edge)
     return out
 
 
-def _link_edges(session: Session, owner: str) -> list[GraphEdge]:
+def _link_edges(session: Session, owner: str) -> list[GEdge]:
     return list(session.links.get(owner, ()))
 
 
 def informs_edges(session: Session, edges: list[Edge]) -> list[Edge]:
     """``informs``: a later action read an artifact an earlier one wrote (observed dataflow)."""
     producers = [e for e in edges if e.relation == "produces"]
-    users = [e for e in edges if e.relation == "uses"]
+    users: dict[str, list[Edge]] = {}
+    for e in edges:
+        if e.relation == "uses":
+            users.setdefault(e.target, []).append(e)
     out: dict[str, Edge] = {}
     for p in producers:
-        for u in users:
-            if u.target != p.target or u.source == p.source:
+        for u in users.get(p.target, ()):
+            if u.source == p.source:
                 continue
             if (u.detail.get("last") or 0) < (p.detail.get("first") or 0):
                 continue

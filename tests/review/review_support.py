@@ -47,6 +47,10 @@ class Session:
     answer: str
     commands: list[tuple[list[str], int, list[str], list[str]]] = field(default_factory=list)
     """(argv, exit code, files read, files written) per tool call, in order."""
+    unlinked: set[int] = field(default_factory=set)
+    """Tool calls (by index) whose process the graph does not link: only its parent is known."""
+    stray: list[list[str]] = field(default_factory=list)
+    """argv of processes the agent process runs after its tool calls, outside any of them."""
 
 
 @dataclass
@@ -116,10 +120,36 @@ class RunBuilder:
                 n=root + 2 + 2 * i,
                 call=call,
                 command=(argv, code, reads, writes),
+                command_index=i,
                 agent=agent,
                 parent=root,
             )
+        for k, argv in enumerate(s.stray):
+            start = self.tick()
+            pid = f"process:{HOST}:{root + 50 + k}:{root + 50 + k}"
+            facts = ProcessFacts(host_id=HOST, pid=root + 50 + k, argv=tuple(argv), cwd="/w")
+            self.nodes[pid] = GraphNode(
+                id=pid, kind="process", label=argv[0], facts=facts, first_seen=start
+            )
+            self.edge(self.agent_process(agent), "spawned", pid, causal=True, grade="A")
         self._chat(s.trace, root + 100, history, [_msg("assistant", s.answer)], root)
+
+    def agent_process(self, agent: str) -> str:
+        """The agent's own process node, linked to the agent (created once)."""
+        pid = f"process:{HOST}:1:1"
+        if pid not in self.nodes:
+            facts = ProcessFacts(host_id=HOST, pid=1, argv=("python", "agent.py"), cwd="/w")
+            self.nodes[pid] = GraphNode(id=pid, kind="process", label="agent", facts=facts)
+            self.edge(
+                agent,
+                "correlated_with_process",
+                pid,
+                causal=False,
+                inferred=False,
+                attribution=("exact_identity",),
+                grade="C",
+            )
+        return pid
 
     def _chat(self, trace: str, n: int, inputs: Any, outputs: Any, parent: int) -> None:
         attrs = {
@@ -137,6 +167,7 @@ class RunBuilder:
         n: int,
         call: str,
         command: tuple[list[str], int, list[str], list[str]],
+        command_index: int,
         agent: str,
         parent: int,
     ) -> None:
@@ -162,17 +193,20 @@ class RunBuilder:
             last_seen=span.end_time_unix_nano,
         )
         self.edge(agent, "invoked", tool, attribution=("reported",), grade="U")
-        self.edge(
-            tool,
-            "correlated_with_process",
-            pid,
-            causal=False,
-            inferred=False,
-            identity_exact=True,
-            attribution=("exact_identity",),
-            method="traceparent",
-            grade="C",
-        )
+        if command_index in s.unlinked:  # the OS plane saw the fork, not the context
+            self.edge(self.agent_process(agent), "spawned", pid, causal=True, grade="A")
+        else:
+            self.edge(
+                tool,
+                "correlated_with_process",
+                pid,
+                causal=False,
+                inferred=False,
+                identity_exact=True,
+                attribution=("exact_identity",),
+                method="traceparent",
+                grade="C",
+            )
         for path in reads:
             self.edge(
                 pid, "opened", self.file(path), causal=True, attribution=("syscall",), grade="A"

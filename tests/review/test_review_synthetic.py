@@ -128,3 +128,63 @@ def test_schema_rejects_unknown_statuses(tmp_path: Path) -> None:
 
 def test_a_directory_without_a_graph_is_refused(tmp_path: Path) -> None:
     assert main(["review", str(tmp_path)]) == 2
+
+
+def test_unlinked_processes_inside_and_outside_tool_calls(tmp_path: Path) -> None:
+    session = Session(
+        trace=T1,
+        task="Write notes.txt.",
+        answer="I wrote notes.txt.",
+        commands=[(["tee", "notes.txt"], 0, [], ["/w/notes.txt"])],
+        unlinked={0},
+        stray=[["curl", "example.org"]],
+    )
+    builder = RunBuilder()
+    builder.add(session, first_span=1000)
+    doc, _ = build_review(str(builder.write(tmp_path / "run")))
+    # the write is the tool call's by time window only: produced, but as an inference (grade D)
+    produces = [e for e in doc["edges"] if e["relation"] == "produces"]
+    assert [(e["method"], e["inferred"], e["grade"]) for e in produces] == [
+        ("rule:tool_window", True, "D")
+    ]
+    assert _claims(doc) == {"I wrote notes.txt.": "supported"}
+    # a process the agent ran outside every tool call is an unreported side effect
+    side = [f for f in doc["findings"] if f["kind"] == "unreported_side_effect"]
+    assert [f["message"] for f in side] == [
+        "the agent process ran 'curl example.org' outside every tool call"
+    ]
+    phases = [w["phase"] for w in doc["workflow"]]
+    assert phases == ["context", "execute", "claim"]
+    assert doc["workflow"][1]["rules"] == ["writes_artifact", "undeclared_process"]
+
+
+def test_compact_and_reformatted_os_lines_give_the_same_records(tmp_path: Path) -> None:
+    record = {
+        "timeUnixNano": "1796130351118215476",
+        "eventName": "process.start",
+        "attributes": [{"key": "evidence.record_id", "value": {"stringValue": "linux:7"}}],
+    }
+    resource = {"attributes": [{"key": "evidence.channel", "value": {"stringValue": "os"}}]}
+    line = {"resourceLogs": [{"resource": resource, "scopeLogs": [{"logRecords": [record]}]}]}
+    found = []
+    for name, text in (
+        ("compact", json.dumps(line, separators=(",", ":"))),
+        ("spaced", json.dumps(line)),
+    ):
+        run_dir = _run_dir(tmp_path / name, HONEST)
+        (run_dir / "os.jsonl").write_text(text + "\n")
+        _, records = build_review(str(run_dir))
+        found.append([r for r in records if r["source"]["file"] == "os.jsonl"])
+    assert (
+        found[0]
+        == found[1]
+        == [
+            {
+                "id": "os.jsonl:1",
+                "type": "os_event",
+                "name": "process.start",
+                "time": 1796130351118215476,
+                "source": {"file": "os.jsonl", "line": 1, "trace_id": None, "span_id": None},
+            }
+        ]
+    )

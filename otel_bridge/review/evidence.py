@@ -121,6 +121,8 @@ class Session:
     cwds: set[str] = field(default_factory=set)
     window_owned: set[str] = field(default_factory=set)
     """processes attributed to a tool call by time window (rule ``tool_window``), not by link."""
+    window_edges: set[str] = field(default_factory=set)
+    """graph edges of the agent process attributed to a tool call by time (rule ``tool_window``)."""
     links: dict[str, list[GEdge]] = field(default_factory=dict)
     """tool call id -> the graph edges linking it to its processes."""
 
@@ -320,9 +322,7 @@ def add_agent_processes(
             start = index.nodes[child].first_seen
             if shared and not _within(start, session.start, session.end):
                 continue
-            tool = next(
-                (t for t in session.of_type("tool_call") if _within(start, t.time, t.end)), None
-            )
+            tool = tool_at(session, start)
             for pid in descendants(index, [child]):
                 if pid in claimed or pid in session.owner:
                     continue
@@ -365,7 +365,7 @@ def add_artifacts(
                 and e.relation in CONNECT_RELATIONS
                 and not agent
             ):
-                touches[target.id].append((owner, e))
+                touches[target.id].append((_holder(session, owner, e, agent), e))
     parents = _parents(touches)
     for aid in [a for a in touches if a in parents or _transient(a, touches, index)]:
         del touches[aid]
@@ -398,6 +398,24 @@ def add_artifacts(
             )
         )
     return touches
+
+
+def tool_at(session: Session, t: int | None) -> EvidenceNode | None:
+    """The tool call whose span holds time ``t``, if any."""
+    return next((c for c in session.of_type("tool_call") if _within(t, c.time, c.end)), None)
+
+
+def _holder(session: Session, owner: str, e: GEdge, agent: bool) -> str:
+    """Who an effect belongs to: its process's owner, except that a write by the agent's own
+    process inside a tool call's span is that call's (an in-process tool), by rule
+    ``tool_window``."""
+    if not agent or e.relation not in WRITE_RELATIONS:
+        return owner
+    tool = tool_at(session, e.first_seen)
+    if tool is None:
+        return owner
+    session.window_edges.add(e.id)
+    return tool.id
 
 
 def _transient(aid: str, touches: Mapping[str, list[tuple[str, GEdge]]], index: GraphIndex) -> bool:
@@ -434,13 +452,12 @@ def _parents(touches: Mapping[str, list[tuple[str, GEdge]]]) -> set[str]:
 
 
 def _file_kept(e: GEdge, facts: FileFacts, session: Session, agent: bool, run_dir: str) -> bool:
-    if rules.incidental(facts.path, run_dir):
-        return False
-    if e.relation in WRITE_RELATIONS:
-        return True
-    if agent or e.relation not in READ_RELATIONS:
-        return False
-    return any(facts.path.startswith(cwd.rstrip("/") + "/") for cwd in session.cwds)
+    if e.relation not in WRITE_RELATIONS:
+        if agent or e.relation not in READ_RELATIONS:
+            return False
+        if not any(facts.path.startswith(cwd.rstrip("/") + "/") for cwd in session.cwds):
+            return False
+    return not rules.incidental(facts.path, run_dir)
 
 
 def parse_messages(raw: str | None) -> list[dict[str, Any]]:

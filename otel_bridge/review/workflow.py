@@ -39,23 +39,22 @@ def final_answer(session: Session) -> EvidenceNode | None:
     return None if later_calls or last.data.get("tool_calls") else last
 
 
-def _tool_phase(tool: EvidenceNode, session: Session, touches: Touches) -> tuple[str, str]:
+def _tool_phase(tool: EvidenceNode, session: Session, wrote: set[str]) -> tuple[str, str]:
     procs = [session.nodes[p] for p in tool.data.get("processes", ()) if p in session.nodes]
     for proc in procs:
         check = proc.data.get("check")
         if check:
             return "validate", f"validate_table:{check['name']}"
-    if _writes(tool.id, touches):
+    if tool.id in wrote:
         return "execute", "writes_artifact"
     if procs:
         return "inspect", "reads_only"
     return "execute", "no_observed_process"
 
 
-def _writes(owner: str, touches: Touches) -> bool:
-    return any(
-        o == owner and e.relation in WRITE_RELATIONS for uses in touches.values() for o, e in uses
-    )
+def writers(touches: Touches) -> set[str]:
+    """The owners (tool calls, process runs) that wrote some artifact."""
+    return {o for uses in touches.values() for o, e in uses if e.relation in WRITE_RELATIONS}
 
 
 def phases(session: Session, touches: Touches) -> list[tuple[EvidenceNode, str, str]]:
@@ -68,6 +67,7 @@ def phases(session: Session, touches: Touches) -> list[tuple[EvidenceNode, str, 
         if p.data.get("role") == "undeclared" and session.owner.get(p.id) == p.id
     ]
     ordered = sorted(actions + undeclared, key=lambda n: (n.time or 0, n.id))
+    wrote = writers(touches)
     first_action = next((n.time for n in ordered if n.type in ("tool_call", "process_run")), None)
     out: list[tuple[EvidenceNode, str, str]] = []
     for node in ordered:
@@ -84,7 +84,7 @@ def phases(session: Session, touches: Touches) -> list[tuple[EvidenceNode, str, 
                     (node, "plan", "text_before_first_action" if before else "text_between_actions")
                 )
         elif node.type == "tool_call":
-            phase, rule = _tool_phase(node, session, touches)
+            phase, rule = _tool_phase(node, session, wrote)
             out.append((node, phase, rule))
         else:
             out.append((node, "execute", "undeclared_process"))
@@ -144,7 +144,9 @@ def artifact_edges(session: Session, touches: Touches) -> list[Edge]:
             by_owner.setdefault((owner, relation), []).append(e)
         for (owner, relation), edges in by_owner.items():
             chain = edges + _link_edges(session, owner)
-            by_window = any(e.source in session.window_owned for e in edges)
+            by_window = any(
+                e.source in session.window_owned or e.id in session.window_edges for e in edges
+            )
             edge = chained(
                 owner,
                 relation,

@@ -50,6 +50,8 @@ class Session:
     unlinked: set[int] = field(default_factory=set)
     """Tool calls (by index) whose process the graph does not link: only its parent is known."""
     stray: list[list[str]] = field(default_factory=list)
+    in_process: dict[int, list[str]] = field(default_factory=dict)
+    """Files the agent's own process writes during a tool call (by index): an in-process tool."""
     """argv of processes the agent process runs after its tool calls, outside any of them."""
 
 
@@ -83,8 +85,8 @@ class RunBuilder:
         self.spans.append(span)
         return span
 
-    def edge(self, source: str, relation: str, target: str, **kw: Any) -> None:
-        t = self.tick()
+    def edge(self, source: str, relation: str, target: str, at: int = 0, **kw: Any) -> None:
+        t = at or self.tick()
         self.edges.append(
             GraphEdge(
                 id=f"e-{len(self.edges):016x}",
@@ -207,6 +209,9 @@ class RunBuilder:
                 method="traceparent",
                 grade="C",
             )
+        for path in s.in_process.get(command_index, ()):
+            at = span.start_time_unix_nano + 1
+            self.edge(self.agent_process(agent), "wrote", self.file(path), at=at, causal=True)
         for path in reads:
             self.edge(
                 pid, "opened", self.file(path), causal=True, attribution=("syscall",), grade="A"

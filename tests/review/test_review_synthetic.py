@@ -188,3 +188,21 @@ def test_compact_and_reformatted_os_lines_give_the_same_records(tmp_path: Path) 
             }
         ]
     )
+
+
+def test_an_in_process_tool_write_belongs_to_its_call_by_time(tmp_path: Path) -> None:
+    session = Session(
+        trace=T1,
+        task="Note it.",
+        answer="I saved memo.md.",
+        commands=[(["true"], 0, [], [])],
+        in_process={0: ["/w/memo.md"]},
+    )
+    builder = RunBuilder()
+    builder.add(session, first_span=1000)
+    doc, _ = build_review(str(builder.write(tmp_path / "run")))
+    produces = [e for e in doc["edges"] if e["relation"] == "produces"]
+    assert [(e["source"].split(":")[0], e["method"], e["grade"]) for e in produces] == [
+        ("tool_call", "rule:tool_window", "D")
+    ]
+    assert _claims(doc) == {"I saved memo.md.": "supported"}

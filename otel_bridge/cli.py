@@ -45,7 +45,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     ),
     "review": (
         "otel_bridge.commands.review",
-        "review a run's agent claims against the observed evidence",
+        "review the claims of a run's agent sessions against the observed evidence",
     ),
 }
 """Command name -> (module, one-line help shown by ``otel-bridge --help``)."""

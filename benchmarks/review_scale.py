@@ -155,7 +155,12 @@ class Generator:
         self.nodes[tool] = GraphNode(id=tool, kind="tool_call", label="run_command", facts=tfacts)
         pid = f"process:{HOST}:{10_000 + i}:{i}"
         pfacts = ProcessFacts(
-            host_id=HOST, pid=10_000 + i, argv=argv, exit_code=0, cwd=WORKSPACE, start_time_ms=i
+            host_id=HOST,
+            pid=10_000 + i,
+            argv=argv,
+            exit_code=0,
+            cwd=WORKSPACE,
+            start_time_ms=span.start_time_unix_nano // 1_000_000,
         )
         self.nodes[pid] = GraphNode(
             id=pid,

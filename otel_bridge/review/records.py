@@ -114,6 +114,11 @@ _TIME = re.compile(rb'"timeUnixNano":"?(\d+)')
 _EVENT = re.compile(rb'"eventName":"([^"\\]*)"')
 _RECORD_ID = re.compile(rb'\{"key":"evidence\.record_id","value":\{"stringValue":"([^"\\]*)"\}')
 
+_WRITER_ORDER = re.compile(
+    rb'"timeUnixNano":"(\d+)".*?\{"key":"evidence\.record_id","value":\{"stringValue":"([^"\\]*)"\}'
+    rb'.*"eventName":"([^"\\]*)"'
+)
+
 
 def _fast_os_line(out: Records, name: str, number: int, raw: bytes) -> bool:
     """One OS event per line as the file exporter writes it (compact OTLP/JSON): read its time,
@@ -121,15 +126,20 @@ def _fast_os_line(out: Records, name: str, number: int, raw: bytes) -> bool:
     else (then it is decoded in full)."""
     if not _ONE_LOG.match(raw) or raw.count(b'"timeUnixNano"') != 1 or _OS_RESOURCE not in raw:
         return False
-    time, event = _TIME.search(raw), _EVENT.search(raw)
-    if time is None:
-        return False
     rid = f"{name}:{number}"
-    label = event.group(1).decode() if event else ""
-    out.records.append(Record(rid, "os_event", name, number, label, int(time.group(1))))
-    source = _RECORD_ID.search(raw)
-    if source is not None:
-        out.by_os_record.setdefault(source.group(1).decode(), rid)
+    whole = _WRITER_ORDER.search(raw)
+    if whole is not None:  # the host receiver's own field order: one pass
+        time, source, label = int(whole.group(1)), whole.group(2).decode(), whole.group(3).decode()
+    else:
+        found_time, event = _TIME.search(raw), _EVENT.search(raw)
+        if found_time is None:
+            return False
+        found = _RECORD_ID.search(raw)
+        time, label = int(found_time.group(1)), event.group(1).decode() if event else ""
+        source = found.group(1).decode() if found is not None else ""
+    out.records.append(Record(rid, "os_event", name, number, label, time))
+    if source:
+        out.by_os_record.setdefault(source, rid)
     return True
 
 

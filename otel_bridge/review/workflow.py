@@ -203,41 +203,36 @@ def _worst_flags(edges: tuple[Edge, ...]) -> tuple[Any, Any]:
 
 
 def checked_by_edges(session: Session, edges: list[Edge]) -> list[Edge]:
-    """``checked_by``: a validate run read the artifact after its last write (observed), or its
-    working directory holds the artifact and it started after the last write (rule)."""
+    """``checked_by``, at most one per artifact: the earliest validate run that read it after its
+    last write (observed), else the earliest whose working directory holds it and that started
+    after the last write (rule ``covers_directory``)."""
     out: list[Edge] = []
     validators = [p for p in session.of_type("process_run") if p.data.get("check") is not None]
     reads = {(e.source, e.target): e for e in edges if e.relation == "uses"}
     for artifact in session.of_type("artifact"):
-        last_write = artifact.data.get("last_write")
+        last_write = artifact.data.get("last_write") or 0
         path = artifact.data.get("path")
         if not artifact.data.get("written") or path is None:
             continue
+        covering: EvidenceNode | None = None
         for proc in validators:
-            owner = session.owner.get(proc.id, proc.id)
-            use = reads.get((owner, artifact.id))
-            if use is not None and (use.detail.get("last") or 0) >= (last_write or 0):
+            use = reads.get((session.owner.get(proc.id, proc.id), artifact.id))
+            if use is not None and (use.detail.get("last") or 0) >= last_write:
                 edge = ruled(
                     artifact.id, "checked_by", proc.id, session=session.id, method="observed"
                 )
                 edge.inferred, edge.causal, edge.grade = use.inferred, use.causal, use.grade
                 edge.support = [use.id]
                 out.append(edge)
-                continue
+                break
             cwd = proc.data.get("cwd")
-            if (
-                cwd
-                and path.startswith(cwd.rstrip("/") + "/")
-                and (proc.time or 0) > (last_write or 0)
-            ):
+            if covering is None and cwd and path.startswith(cwd.rstrip("/") + "/"):
+                covering = proc if (proc.time or 0) > last_write else None
+        else:
+            if covering is not None:
+                method = "rule:covers_directory"
                 out.append(
-                    ruled(
-                        artifact.id,
-                        "checked_by",
-                        proc.id,
-                        session=session.id,
-                        method="rule:covers_directory",
-                    )
+                    ruled(artifact.id, "checked_by", covering.id, session=session.id, method=method)
                 )
     return out
 

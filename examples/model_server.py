@@ -75,7 +75,7 @@ class ToolCall:
 
 @dataclass(frozen=True, slots=True)
 class Step:
-    """One scripted assistant turn: text, or tool calls."""
+    """One scripted assistant turn: text, or tool calls (optionally with text)."""
 
     content: str | None = None
     tool_calls: tuple[ToolCall, ...] = ()
@@ -116,7 +116,10 @@ def parse_script(data: Mapping[str, Any]) -> Script:
                 if not isinstance(arguments, dict):
                     raise ValueError(f"script: steps[{i}].tool_calls[{j}].arguments: not an object")
                 parsed.append(ToolCall(name=call["name"], arguments=arguments))
-            steps.append(Step(tool_calls=tuple(parsed)))
+            text = raw.get("content")  # text said alongside the calls (a plan), optional
+            steps.append(
+                Step(content=text if isinstance(text, str) else None, tool_calls=tuple(parsed))
+            )
         elif isinstance(raw.get("content"), str):
             steps.append(Step(content=raw["content"]))
         else:
@@ -152,7 +155,7 @@ def _message(step: Step, call_ids: Iterator[str]) -> dict[str, Any]:
         return {"role": "assistant", "content": step.content or ""}
     return {
         "role": "assistant",
-        "content": None,
+        "content": step.content,
         "tool_calls": [
             {
                 "id": next(call_ids),

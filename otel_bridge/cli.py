@@ -53,6 +53,10 @@ COMMANDS: dict[str, tuple[str, str]] = {
         "otel_bridge.commands.view",
         "show a run, graph.json, review.json or compare.json in the browser",
     ),
+    "review": (
+        "otel_bridge.commands.review",
+        "review the claims of a run's agent sessions against the observed evidence",
+    ),
 }
 """Command name -> (module, one-line help shown by ``otel-bridge --help``)."""
 

@@ -128,6 +128,9 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     parser.add_argument(
         "--view", action="store_true", help="serve the live viewer on 127.0.0.1 during the run"
     )
+    parser.add_argument(
+        "--no-review", action="store_true", help="do not review the run (docs/review.md)"
+    )
     parser.add_argument("command", nargs=argparse.REMAINDER, metavar="-- CMD ...")
     # the run directory is complete and closed when run() returns: the process may end at once
     parser.set_defaults(func=run, exit_when_done=True)
@@ -619,7 +622,9 @@ def run(args: argparse.Namespace) -> int:
             signal.signal(s, handler)
     guard.release()
     _stop(state)
-    summary = _finish(state, code, started_ns, [signal.Signals(s).name for s in interrupted])
+    signals = [signal.Signals(s).name for s in interrupted]
+    review = not getattr(args, "no_review", False)  # a Namespace built without the option
+    summary = _finish(state, code, started_ns, signals, review=review)
     if live is not None:
         live.finish(summary)
     return code
@@ -631,12 +636,19 @@ def _stop(state: _Run) -> None:
     state.collector.shutdown()
 
 
-def _finish(state: _Run, code: int, started_ns: int, signals: list[str]) -> dict[str, Any]:
-    """Write summary.json, report.md and the manifest; print the summary and the report."""
+def _finish(
+    state: _Run, code: int, started_ns: int, signals: list[str], *, review: bool
+) -> dict[str, Any]:
+    """Write summary.json, report.md, the review (unless told not to) and the manifest; print
+    the summary and the report."""
     summary = _summary(state, code, started_ns=started_ns)
     summary["signals_forwarded"] = signals
     report = write_report(state.run, summary)
     state.run.write_json(rundir.SUMMARY, summary)
+    if review:
+        from otel_bridge.review.hook import review_at_end  # noqa: PLC0415 (only at the end)
+
+        review_at_end(state.run.path)
     state.run.write_manifest({"id": state.run_id}, required=rundir.REQUIRED)
     print_summary(state.run, summary, report)
     return summary

@@ -1,0 +1,266 @@
+"""Review scale benchmark: a one-hour-scale session (issue 14's "done when").
+
+Generates a run directory the way ``observe`` writes one, but synthetic: one agent session with
+``--tools`` tool calls (default 2,000; every 20th runs pytest, the others a script writing one
+file and reading the previous one), a ``chat`` span per call carrying the last messages of the
+conversation (``gen_ai.input.messages``, ``gen_ai.output.messages``), and ``--events`` OS events
+(default 200,000) in ``os.jsonl`` as OTLP/JSON log records. ``graph.json`` holds the matching
+graph: every process opens library files (``opened`` edges) plus its workspace files, so the
+graph's edges account for the OS events. Then ``build_review`` runs ``--reps`` times on it.
+
+Reported: the median wall time and process CPU time of one review (reading the streams and
+graph.json included, writing excluded), and the sizes. The machine is shared: the CPU time is the
+steadier figure.
+
+Run: ``python benchmarks/review_scale.py [--tools 2000] [--events 200000] [--reps 3]``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import orjson
+
+from otel_bridge.graph.document import Graph, GraphEdge, GraphNode, dump
+from otel_bridge.graph.summary import summarize
+from otel_bridge.model import (
+    AgentFacts,
+    FileFacts,
+    ProcessFacts,
+    Resource,
+    Scope,
+    Span,
+    ToolCallFacts,
+)
+from otel_bridge.otlp import json_codec
+from otel_bridge.review import build_review
+
+TRACE = "ab" * 16
+HOST = "bench-host"
+AGENT = "agent:bench:bench-agent"
+LIBRARY_FILES = 2_000
+WORKSPACE = "/srv/work"
+
+
+class Generator:
+    """Builds the spans, graph and OS lines of the synthetic session."""
+
+    def __init__(self, tools: int, events: int) -> None:
+        self.tools = tools
+        self.events = events
+        self.clock = 1_796_000_000_000_000_000
+        self.spans: list[Span] = []
+        self.nodes: dict[str, GraphNode] = {}
+        self.edges: list[GraphEdge] = []
+        self.os_records = 0
+        self.resource = Resource(attributes={"service.name": "bench"})
+        self.scope = Scope(name="bench")
+
+    def tick(self, ms: int = 1) -> int:
+        self.clock += ms * 1_000_000
+        return self.clock
+
+    def span(self, n: int, name: str, attrs: dict[str, Any]) -> Span:
+        start = self.tick()
+        span = Span(
+            resource=self.resource,
+            scope=self.scope,
+            trace_id=bytes.fromhex(TRACE),
+            span_id=n.to_bytes(8, "big"),
+            parent_span_id=(1).to_bytes(8, "big") if n != 1 else b"",
+            name=name,
+            start_time_unix_nano=start,
+            end_time_unix_nano=self.tick(5),
+            attributes=attrs,
+        )
+        self.spans.append(span)
+        return span
+
+    def edge(self, source: str, relation: str, target: str, **kw: Any) -> None:
+        t = self.tick(0) + len(self.edges)
+        oid = f"linux:{self.os_records}#0"
+        self.os_records += 1
+        self.edges.append(
+            GraphEdge(
+                id=f"e-{len(self.edges):016x}",
+                source=source,
+                target=target,
+                relation=relation,
+                first_seen=t,
+                last_seen=t,
+                support=(oid,),
+                **kw,
+            )
+        )
+
+    def file(self, path: str) -> str:
+        fid = f"file:{path}"
+        if fid not in self.nodes:
+            self.nodes[fid] = GraphNode(id=fid, kind="file", label=path, facts=FileFacts(path=path))
+        return fid
+
+    def build(self) -> None:
+        """The whole session."""
+        facts = AgentFacts(service="bench", name="bench-agent")
+        self.nodes[AGENT] = GraphNode(id=AGENT, kind="agent", label="bench-agent", facts=facts)
+        self.span(1, "invoke_agent bench-agent", {"gen_ai.operation.name": "invoke_agent"})
+        opens_per_tool = max(1, (self.events - 3 * self.tools) // self.tools)
+        history: list[dict[str, Any]] = [
+            {"role": "user", "parts": [{"type": "text", "content": "Run the whole analysis."}]}
+        ]
+        for i in range(self.tools):
+            call = f"call_{i}"
+            output = [{"role": "assistant", "parts": [{"type": "tool_call", "id": call}]}]
+            self.chat(10 + 2 * i, history[-8:], output)
+            history += output
+            self.tool(11 + 2 * i, i, call, opens_per_tool)
+            history.append({"role": "tool", "parts": [{"type": "tool_call_response", "id": call}]})
+        answer = f"I wrote out/result-{self.tools - 1}.csv and all tests pass."
+        final = [{"role": "assistant", "parts": [{"type": "text", "content": answer}]}]
+        self.chat(5, history[-8:], final)
+
+    def chat(self, n: int, inputs: list[dict[str, Any]], outputs: list[dict[str, Any]]) -> None:
+        """One model request."""
+        attrs = {
+            "gen_ai.operation.name": "chat",
+            "gen_ai.request.model": "m",
+            "gen_ai.input.messages": json.dumps(inputs),
+            "gen_ai.output.messages": json.dumps(outputs),
+        }
+        self.span(n, "chat m", attrs)
+
+    def tool(self, n: int, i: int, call: str, opens: int) -> None:
+        """One tool call, its process, its file opens, its write and its read."""
+        test = i % 20 == 19
+        argv = ("python", "-m", "pytest", "-q") if test else ("python", f"step{i}.py")
+        attrs = {
+            "gen_ai.operation.name": "execute_tool",
+            "gen_ai.tool.name": "run_command",
+            "gen_ai.tool.call.id": call,
+            "gen_ai.tool.call.arguments": json.dumps({"command": " ".join(argv)}),
+            "gen_ai.tool.call.result": "exit code 0",
+        }
+        span = self.span(n, "execute_tool run_command", attrs)
+        tool = f"tool_call:{TRACE}:{span.span_id.hex()}"
+        tfacts = ToolCallFacts(tool="run_command", call_id=call, trace_id=TRACE)
+        self.nodes[tool] = GraphNode(id=tool, kind="tool_call", label="run_command", facts=tfacts)
+        pid = f"process:{HOST}:{10_000 + i}:{i}"
+        pfacts = ProcessFacts(
+            host_id=HOST,
+            pid=10_000 + i,
+            argv=argv,
+            exit_code=0,
+            cwd=WORKSPACE,
+            start_time_ms=span.start_time_unix_nano // 1_000_000,
+        )
+        self.nodes[pid] = GraphNode(
+            id=pid,
+            kind="process",
+            label="python",
+            facts=pfacts,
+            first_seen=span.start_time_unix_nano,
+            last_seen=span.end_time_unix_nano,
+        )
+        self.edge(AGENT, "invoked", tool, attribution=("reported",), grade="U")
+        self.edge(
+            tool,
+            "correlated_with_process",
+            pid,
+            causal=False,
+            inferred=False,
+            identity_exact=True,
+            attribution=("exact_identity",),
+            grade="C",
+        )
+        syscall: dict[str, Any] = {"causal": True, "attribution": ("syscall",), "grade": "A"}
+        for k in range(opens):
+            self.edge(
+                pid, "opened", self.file(f"/usr/lib/py/m{(i + k) % LIBRARY_FILES}.py"), **syscall
+            )
+        if i:
+            self.edge(pid, "opened", self.file(f"{WORKSPACE}/out/result-{i - 1}.csv"), **syscall)
+        if not test:
+            self.edge(pid, "wrote", self.file(f"{WORKSPACE}/out/result-{i}.csv"), **syscall)
+
+    def write(self, run_dir: Path) -> None:
+        """``sem.jsonl``, ``os.jsonl`` (one log record per OS event) and ``graph.json``."""
+        with open(run_dir / "sem.jsonl", "wb") as f:
+            for span in self.spans:
+                f.write(orjson.dumps(json_codec.encode_traces([span])) + b"\n")
+        resource = {"attributes": [{"key": "evidence.channel", "value": {"stringValue": "os"}}]}
+        with open(run_dir / "os.jsonl", "wb") as f:
+            for r in range(self.os_records):
+                record = {
+                    "timeUnixNano": str(self.clock + r),
+                    "eventName": "file.open",
+                    "attributes": [
+                        {"key": "evidence.record_id", "value": {"stringValue": f"linux:{r}"}},
+                        {"key": "process.pid", "value": {"intValue": str(10_000 + r % 2_000)}},
+                        {"key": "file.path", "value": {"stringValue": f"/usr/lib/py/m{r}.py"}},
+                    ],
+                }
+                line = {
+                    "resourceLogs": [
+                        {"resource": resource, "scopeLogs": [{"logRecords": [record]}]}
+                    ]
+                }
+                f.write(orjson.dumps(line) + b"\n")
+        nodes = tuple(sorted(self.nodes.values(), key=lambda n: n.id))
+        edges = tuple(sorted(self.edges, key=lambda e: (e.source, e.relation, e.target)))
+        coverage = {"collection.file.available": 1, "collection.process.available": 1}
+        summary = summarize(
+            [n.to_dict() for n in nodes],
+            [e.to_dict() for e in edges],
+            coverage,
+            {"os": 2},
+            len(edges),
+        )
+        dump(
+            Graph(run={"id": "bench"}, nodes=nodes, edges=edges, summary=summary),
+            run_dir / "graph.json",
+        )
+
+
+def main() -> int:
+    """Generate the run directory, review it ``--reps`` times, print the figures."""
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--tools", type=int, default=2_000)
+    parser.add_argument("--events", type=int, default=200_000)
+    parser.add_argument("--reps", type=int, default=3)
+    args = parser.parse_args()
+    with tempfile.TemporaryDirectory(prefix="review-bench-") as tmp:
+        run_dir = Path(tmp)
+        generator = Generator(args.tools, args.events)
+        generator.build()
+        generator.write(run_dir)
+        sizes = {p.name: p.stat().st_size for p in sorted(run_dir.iterdir())}
+        walls, cpus = [], []
+        doc: dict[str, Any] = {}
+        for _ in range(args.reps):
+            wall, cpu = time.perf_counter(), time.process_time()
+            doc, _records = build_review(str(run_dir))
+            walls.append(time.perf_counter() - wall)
+            cpus.append(time.process_time() - cpu)
+    print(f"python {platform.python_version()} on {platform.machine()}, {os.cpu_count()} cpus")
+    print(f"tool calls {args.tools}, OS events (graph edges) {generator.os_records}")
+    print("files: " + ", ".join(f"{k} {v / 1e6:.1f} MB" for k, v in sizes.items()))
+    print(
+        f"review: records {doc['records']['total']}, evidence {len(doc['evidence'])}, "
+        f"edges {len(doc['edges'])}, claims {len(doc['claims'])}, findings {len(doc['findings'])}"
+    )
+    wall_s, cpu_s = statistics.median(walls), statistics.median(cpus)
+    print(f"review time: wall median {wall_s:.2f} s, cpu median {cpu_s:.2f} s")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

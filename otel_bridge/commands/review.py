@@ -1,0 +1,45 @@
+"""``otel-bridge review RUN_DIR``: the claim-to-evidence review of a run directory."""
+
+from __future__ import annotations
+
+import argparse
+import os
+
+from otel_bridge.review import REVIEW_JSON, summary_lines, write_review
+
+
+def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    """Add the ``review`` command."""
+    parser = subparsers.add_parser(
+        "review",
+        help="review the claims of a run's agent sessions against the observed evidence",
+        description=(
+            "Read RUN_DIR's graph.json and streams (an observe run directory, or a standing "
+            "collector's graph with its JSONL streams), build the claim-to-evidence review of "
+            "every agent session in it, write review.json, review.md and review-records.jsonl "
+            "(owner-only) and print each claim with its status and the findings. See "
+            "docs/review.md."
+        ),
+    )
+    parser.add_argument("run_dir", metavar="RUN_DIR", help="directory holding graph.json")
+    parser.add_argument(
+        "-o",
+        "--output",
+        metavar="DIR",
+        help="write the review files here instead of into RUN_DIR",
+    )
+    parser.add_argument(
+        "--quiet", action="store_true", help="print only where the review was written"
+    )
+    parser.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    """Review ``args.run_dir``; 0 when written (findings are output, not failures)."""
+    doc = write_review(args.run_dir, args.output)
+    if not args.quiet:
+        for line in summary_lines(doc):
+            print(line)
+    target = os.path.abspath(args.output or args.run_dir)
+    print(f"review: {os.path.join(target, REVIEW_JSON)}")
+    return 0

@@ -1,0 +1,239 @@
+"""Build the review of a run directory: ``review.json``, ``review.md`` and ``records.jsonl``.
+
+Deterministic: the same run directory gives byte-identical files (orjson, sorted keys; every list
+sorted by id or time). ``docs/review.md`` is the contract.
+"""
+
+from __future__ import annotations
+
+import functools
+import importlib
+import json
+import os
+from dataclasses import dataclass
+from importlib import resources
+from typing import Any
+
+import msgspec
+import orjson
+
+from otel_bridge.errors import DecodeError, OtelBridgeError
+from otel_bridge.graph.document import FORMAT as GRAPH_FORMAT
+from otel_bridge.graph.document import VERSION as GRAPH_VERSION
+from otel_bridge.graph.document import GraphNode
+from otel_bridge.model import Facts
+from otel_bridge.review import claims as claims_mod
+from otel_bridge.review import evidence as ev
+from otel_bridge.review import findings as findings_mod
+from otel_bridge.review import workflow as wf
+from otel_bridge.review.records import read_records, stream_files
+from otel_bridge.review.render import render_markdown
+from otel_bridge.review.types import EvidenceNode
+from otel_bridge.rundir import GRAPH, MANIFEST, SUMMARY, RunDir, verify, write_private
+
+FORMAT = "otel-bridge.review"
+VERSION = 1
+REVIEW_JSON = "review.json"
+REVIEW_MD = "review.md"
+RECORDS = "review-records.jsonl"
+
+
+@dataclass(frozen=True, slots=True)
+class GraphRead:
+    """What the review reads of ``graph.json``: its run, summary and indexed nodes and edges."""
+
+    run: dict[str, Any]
+    summary: dict[str, Any]
+    index: ev.GraphIndex
+
+
+def read_graph(path: str) -> GraphRead:
+    """``graph.json``, format and version checked, facts typed; not schema-validated.
+
+    Full JSON Schema validation costs seconds per 100,000 edges and the review reads only typed
+    fields, so it checks what it relies on (``otel-bridge graph`` validates the whole document).
+    """
+    try:
+        with open(path, "rb") as f:
+            doc = orjson.loads(f.read())
+    except (OSError, orjson.JSONDecodeError) as exc:
+        raise DecodeError(f"cannot read {path}: {exc}") from exc
+    if not isinstance(doc, dict) or doc.get("format") != GRAPH_FORMAT:
+        raise DecodeError(f"{path} is not an otel-bridge graph document")
+    if doc.get("version") != GRAPH_VERSION:
+        version = doc.get("version")
+        raise DecodeError(f"{path}: graph version {version!r}, review reads {GRAPH_VERSION}")
+    try:
+        index = ev.GraphIndex.of(
+            (_node(n) for n in doc["nodes"]), (ev.GEdge.of(e) for e in doc["edges"])
+        )
+    except (KeyError, TypeError, msgspec.ValidationError) as exc:
+        raise DecodeError(f"{path}: malformed graph document ({exc!r})") from exc
+    return GraphRead(run=doc.get("run") or {}, summary=doc.get("summary") or {}, index=index)
+
+
+def _node(d: dict[str, Any]) -> GraphNode:
+    facts = d.get("facts")
+    return GraphNode(
+        id=d["id"],
+        kind=d["kind"],
+        label=d.get("label") or "",
+        key=d.get("key") or "",
+        facts=None if facts is None else msgspec.convert(facts, Facts),
+        first_seen=d.get("first_seen"),
+        last_seen=d.get("last_seen"),
+    )
+
+
+def coverage_of(graph: GraphRead) -> claims_mod.Coverage:
+    """Whether the file and process collections were ``available`` (absence is then evidence)."""
+    counts = graph.summary.get("coverage") or {}
+
+    def available(name: str) -> bool:
+        states = {k.rsplit(".", 1)[-1] for k in counts if k.startswith(f"collection.{name}.")}
+        return states == {"available"}
+
+    return claims_mod.Coverage(files=available("file"), processes=available("process"))
+
+
+def _session_review(
+    session: ev.Session, touches: wf.Touches, coverage: claims_mod.Coverage
+) -> dict[str, list[Any]]:
+    workflow = wf.workflow_nodes(session, touches)
+    edges = wf.artifact_edges(session, touches)
+    edges += wf.informs_edges(session, edges)
+    edges += wf.checked_by_edges(session, edges)
+    edges += wf.frames_edges(session, workflow)
+    claims, supports = claims_mod.build_claims(session, coverage)
+    edges += supports
+    findings = findings_mod.build_findings(session, edges, claims)
+    return {"workflow": workflow, "edges": edges, "claims": claims, "findings": findings}
+
+
+def build_review(run_dir: str) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+    """The ``review.json`` document of ``run_dir`` and its trace records."""
+    run_dir = os.path.abspath(run_dir)
+    graph_path = os.path.join(run_dir, GRAPH)
+    if not os.path.exists(graph_path):
+        raise OtelBridgeError(f"review: {run_dir} has no {GRAPH}")
+    graph = read_graph(graph_path)
+    index = graph.index
+    records = read_records(run_dir)
+    coverage = coverage_of(graph)
+    sessions = ev.find_sessions(records)
+    for session in sessions:
+        ev.add_tool_calls(session, index, records)
+    claimed = {pid for s in sessions for pid, owner in s.owner.items() if owner != pid}
+    shared = len(sessions) > 1
+    parts: dict[str, list[Any]] = {"workflow": [], "edges": [], "claims": [], "findings": []}
+    for session in sessions:
+        ev.add_agent_processes(session, index, records, claimed, shared)
+        ev.add_messages(session)
+        touches = ev.add_artifacts(session, index, records, run_dir, shared)
+        for key, values in _session_review(session, touches, coverage).items():
+            parts[key].extend(values)
+    doc = {
+        "format": FORMAT,
+        "version": VERSION,
+        "run": _run_meta(run_dir, graph, coverage),
+        "records": records.counts(),
+        "sessions": [_session_meta(s, parts) for s in sessions],
+        "evidence": [n.to_dict() for s in sessions for n in sorted(s.nodes.values(), key=_order)],
+        "workflow": [w.to_dict() for w in parts["workflow"]],
+        "edges": sorted((e.to_dict() for e in parts["edges"]), key=lambda e: e["id"]),
+        "claims": [c.to_dict() for c in parts["claims"]],
+        "findings": [f.to_dict() for f in parts["findings"]],
+    }
+    return doc, [r.to_dict() for r in records.records]
+
+
+def _order(node: EvidenceNode) -> tuple[int, str]:
+    return (node.time or 0, node.id)
+
+
+def _run_meta(run_dir: str, graph: GraphRead, coverage: claims_mod.Coverage) -> dict[str, Any]:
+    summary: dict[str, Any] = {}
+    path = os.path.join(run_dir, SUMMARY)
+    if os.path.exists(path):
+        with open(path, "rb") as f:
+            summary = orjson.loads(f.read())
+    run = summary.get("run") or {}
+    return {
+        "id": run.get("id") or graph.run.get("id"),
+        "dir": run_dir,
+        "command": summary.get("command"),
+        "exit_code": summary.get("exit_code"),
+        "streams": stream_files(run_dir),
+        "coverage": {"files_available": coverage.files, "processes_available": coverage.processes},
+        "graph_coverage": dict(graph.summary.get("coverage") or {}),
+    }
+
+
+def _session_meta(session: ev.Session, parts: dict[str, list[Any]]) -> dict[str, Any]:
+    claims = [c for c in parts["claims"] if c.session == session.id]
+    findings = [f for f in parts["findings"] if f.session == session.id]
+    statuses = ("supported", "partially_supported", "unsupported", "contradicted")
+    return {
+        "id": session.id,
+        "trace_id": session.trace_id,
+        "agents": sorted(session.agents),
+        "start": session.start,
+        "end": session.end,
+        "claims": {s: sum(1 for c in claims if c.status == s) for s in statuses},
+        "findings": {k: sum(1 for f in findings if f.kind == k) for k in findings_mod.KINDS},
+    }
+
+
+@functools.cache
+def schema() -> dict[str, Any]:
+    """The JSON Schema of ``review.json`` shipped in the package."""
+    text = resources.files("otel_bridge").joinpath("schemas/review.schema.json").read_text("utf-8")
+    loaded: dict[str, Any] = json.loads(text)
+    return loaded
+
+
+def validate_review(doc: Any) -> None:
+    """Raise :class:`DecodeError` naming the first problems when ``doc`` breaks the schema."""
+    validators = importlib.import_module("jsonschema.validators")
+    validator = validators.validator_for(schema())(schema())
+    errors = sorted(validator.iter_errors(doc), key=lambda e: list(e.absolute_path))
+    if errors:
+        lines = [
+            f"{'/'.join(str(p) for p in e.absolute_path) or '<root>'}: {e.message}"
+            for e in errors[:5]
+        ]
+        raise DecodeError("review.json does not match its schema: " + "; ".join(lines))
+
+
+def write_review(run_dir: str, out_dir: str | None = None) -> dict[str, Any]:
+    """Review ``run_dir`` and write the review files into ``out_dir`` (default: ``run_dir``).
+
+    Writing into a run directory whose manifest verifies re-digests it afterwards, so
+    ``otel-bridge verify`` still passes; a directory whose manifest does not verify keeps it as
+    it is (the review does not vouch for files that changed).
+    """
+    doc, records = build_review(run_dir)
+    validate_review(doc)
+    target = os.path.abspath(out_dir or run_dir)
+    RunDir.create(target)
+    manifest = os.path.join(target, MANIFEST)
+    redigest = os.path.exists(manifest) and not verify(target)
+    write_private(
+        os.path.join(target, REVIEW_JSON),
+        orjson.dumps(
+            doc, option=orjson.OPT_SORT_KEYS | orjson.OPT_APPEND_NEWLINE | orjson.OPT_INDENT_2
+        ),
+    )
+    write_private(os.path.join(target, REVIEW_MD), render_markdown(doc).encode())
+    write_private(
+        os.path.join(target, RECORDS),
+        b"".join(
+            orjson.dumps(r, option=orjson.OPT_SORT_KEYS | orjson.OPT_APPEND_NEWLINE)
+            for r in records
+        ),
+    )
+    if redigest:
+        with open(manifest, "rb") as f:
+            run = orjson.loads(f.read()).get("run") or {}
+        RunDir(target).write_manifest(run)
+    return doc

@@ -1,0 +1,580 @@
+"""Sessions and Evidence Nodes, built by rule from the trace records and the evidence graph.
+
+A **session** is one trace (a trace id) holding at least one GenAI or OpenInference span (agent,
+model or tool). Its evidence nodes:
+
+* messages from the ``chat`` spans' ``gen_ai.input.messages`` / ``gen_ai.output.messages``
+  (the conventions' ``role``/``parts`` JSON), deduplicated across requests;
+* ``tool_call``: each ``execute_tool`` span, id = the graph's ``tool_call`` node id, with the
+  processes the graph links to it (``correlated_with_process``) and their ``spawned`` descendants;
+* ``process_run``: every such process, the agent's own process, and processes the agent process
+  spawned outside any tool call (undeclared);
+* ``model_call``: each ``chat`` span;
+* ``artifact``: files the session's processes wrote, and files tool processes read under a
+  working directory of the session; endpoints the non-agent processes connected to.
+
+Process and file facts come from the graph's typed ``facts``; nothing is parsed back out of
+attribute strings.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections import defaultdict
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any, NamedTuple
+
+from otel_bridge.graph.document import GraphNode
+from otel_bridge.model import EndpointFacts, FileFacts, ProcessFacts, Span, StatusCode
+from otel_bridge.review import rules
+from otel_bridge.review.records import Records
+from otel_bridge.review.types import EvidenceNode
+
+WRITE_RELATIONS = frozenset({"wrote", "created", "deleted", "renamed"})
+READ_RELATIONS = frozenset({"opened", "read"})
+CONNECT_RELATIONS = frozenset({"connected_to", "attempted_connect"})
+GENAI_OPERATIONS = frozenset(
+    {"invoke_agent", "create_agent", "chat", "text_completion", "generate_content", "execute_tool"}
+)
+OPENINFERENCE_KINDS = frozenset({"AGENT", "LLM", "TOOL"})
+
+
+class GEdge(NamedTuple):
+    """The fields of a ``graph.json`` edge the review reads (a light record: 200,000 of them are
+    read for a one-hour session)."""
+
+    id: str
+    source: str
+    target: str
+    relation: str
+    causal: Any
+    inferred: Any
+    method: Any
+    grade: str
+    support: tuple[str, ...]
+    first_seen: int | None
+    last_seen: int | None
+
+    @staticmethod
+    def of(d: Mapping[str, Any]) -> GEdge:
+        """From the edge's JSON object."""
+        return GEdge(
+            d["id"],
+            d["source"],
+            d["target"],
+            d["relation"],
+            d.get("causal"),
+            d.get("inferred"),
+            d.get("method"),
+            d.get("grade") or "U",
+            tuple(d.get("support") or ()),
+            d.get("first_seen"),
+            d.get("last_seen"),
+        )
+
+
+@dataclass(slots=True)
+class GraphIndex:
+    """The graph's nodes by id and edges by end."""
+
+    nodes: dict[str, GraphNode]
+    out: dict[str, list[GEdge]]
+    into: dict[str, list[GEdge]]
+
+    @staticmethod
+    def of(nodes: Iterable[GraphNode], edges: Iterable[GEdge]) -> GraphIndex:
+        """Index the graph's nodes and edges."""
+        out: dict[str, list[GEdge]] = defaultdict(list)
+        into: dict[str, list[GEdge]] = defaultdict(list)
+        for e in edges:
+            out[e.source].append(e)
+            into[e.target].append(e)
+        return GraphIndex({n.id: n for n in nodes}, out, into)
+
+    def out_edges(self, node: str, relations: Iterable[str]) -> list[GEdge]:
+        """Edges leaving ``node`` with one of ``relations``."""
+        wanted = set(relations)
+        return [e for e in self.out.get(node, ()) if e.relation in wanted]
+
+    def process_facts(self, node: str) -> ProcessFacts | None:
+        """The merged process facts of ``node``, when it is a process with facts."""
+        n = self.nodes.get(node)
+        return n.facts if n is not None and isinstance(n.facts, ProcessFacts) else None
+
+
+@dataclass(slots=True)
+class Session:
+    """One agent session (trace) and what the review built for it."""
+
+    id: str
+    trace_id: str
+    spans: list[tuple[str, Span]]
+    start: int | None = None
+    end: int | None = None
+    agents: list[str] = field(default_factory=list)
+    agent_processes: list[str] = field(default_factory=list)
+    nodes: dict[str, EvidenceNode] = field(default_factory=dict)
+    owner: dict[str, str] = field(default_factory=dict)
+    """process id -> the evidence node (tool call or process run) that owns its effects."""
+    cwds: set[str] = field(default_factory=set)
+    window_owned: set[str] = field(default_factory=set)
+    """processes attributed to a tool call by time window (rule ``tool_window``), not by link."""
+    window_edges: set[str] = field(default_factory=set)
+    """graph edges of the agent process attributed to a tool call by time (rule ``tool_window``)."""
+    links: dict[str, list[GEdge]] = field(default_factory=dict)
+    """tool call id -> the graph edges linking it to its processes."""
+
+    def add(self, node: EvidenceNode) -> EvidenceNode:
+        """Add ``node`` (or return the one with its id)."""
+        return self.nodes.setdefault(node.id, node)
+
+    def of_type(self, *types: str) -> list[EvidenceNode]:
+        """Nodes of ``types`` in time order."""
+        found = [n for n in self.nodes.values() if n.type in types]
+        return sorted(found, key=lambda n: (n.time or 0, n.id))
+
+
+def attr(span: Span, key: str) -> str | None:
+    """A string attribute of ``span``."""
+    value = span.attributes.get(key)
+    return value if isinstance(value, str) else None
+
+
+def is_genai(span: Span) -> bool:
+    """True for agent, model and tool spans (GenAI conventions or OpenInference)."""
+    return (
+        attr(span, "gen_ai.operation.name") in GENAI_OPERATIONS
+        or attr(span, "openinference.span.kind") in OPENINFERENCE_KINDS
+    )
+
+
+def operation(span: Span) -> str:
+    """``chat``, ``execute_tool``, ``invoke_agent`` or ``""`` (OpenInference kinds mapped)."""
+    op = attr(span, "gen_ai.operation.name")
+    if op in ("chat", "text_completion", "generate_content"):
+        return "chat"
+    if op in ("execute_tool", "invoke_agent"):
+        return op
+    return {"LLM": "chat", "TOOL": "execute_tool", "AGENT": "invoke_agent"}.get(
+        attr(span, "openinference.span.kind") or "", ""
+    )
+
+
+def find_sessions(records: Records) -> list[Session]:
+    """One session per trace holding a GenAI span, in order of first span start."""
+    by_trace: dict[str, list[tuple[str, Span]]] = defaultdict(list)
+    for rid, span in records.spans:
+        by_trace[span.trace_id.hex()].append((rid, span))
+    sessions = []
+    for trace_id, spans in by_trace.items():
+        genai = [s for _, s in spans if is_genai(s)]
+        if not genai:
+            continue
+        spans.sort(key=lambda rs: (rs[1].start_time_unix_nano, rs[0]))
+        session = Session(id=f"session:{trace_id}", trace_id=trace_id, spans=spans)
+        session.start = min(s.start_time_unix_nano for s in genai)
+        session.end = max(s.end_time_unix_nano for s in genai)
+        sessions.append(session)
+    sessions.sort(key=lambda s: (s.start or 0, s.id))
+    return sessions
+
+
+def process_node(session: Session, index: GraphIndex, pid: str, records: Records) -> EvidenceNode:
+    """The ``process_run`` node of graph process ``pid``."""
+    g = index.nodes[pid]
+    facts = index.process_facts(pid)
+    support = [
+        o for e in index.out.get(pid, ()) if e.relation == "executed" for o in e.support or ()
+    ]
+    support += [
+        o for e in index.into.get(pid, ()) if e.relation == "spawned" for o in e.support or ()
+    ]
+    start = g.first_seen
+    if facts is not None and facts.start_time_ms is not None:
+        start = facts.start_time_ms * 1_000_000
+    if facts is not None and facts.cwd:
+        session.cwds.add(facts.cwd)
+    argv = None if facts is None or facts.argv is None else list(facts.argv)
+    check = rules.match_check(argv)
+    return session.add(
+        EvidenceNode(
+            id=pid,
+            type="process_run",
+            session=session.id,
+            label=g.label,
+            time=start,
+            end=g.last_seen,
+            records=records.for_observations(support),
+            data={
+                "key": g.key,
+                "argv": argv,
+                "executable": None if facts is None else facts.executable_path,
+                "cwd": None if facts is None else facts.cwd,
+                "exit_code": None if facts is None else facts.exit_code,
+                "check": None
+                if check is None
+                else {"name": check.name, "category": check.category},
+                "tool_call": None,
+                "role": "tool",
+            },
+        )
+    )
+
+
+def descendants(index: GraphIndex, roots: Iterable[str]) -> list[str]:
+    """``roots`` and every process they (transitively) spawned, in discovery order."""
+    seen: list[str] = []
+    stack = list(roots)
+    while stack:
+        pid = stack.pop()
+        if pid in seen or pid not in index.nodes:
+            continue
+        seen.append(pid)
+        stack.extend(e.target for e in index.out_edges(pid, ("spawned",)))
+    return seen
+
+
+def tool_links(index: GraphIndex, tool_id: str) -> list[GEdge]:
+    """The graph's ``correlated_with_process`` edges of a tool call (and its declared command)."""
+    links = index.out_edges(tool_id, ("correlated_with_process",))
+    for declared in index.out_edges(tool_id, ("declared_command",)):
+        links += index.out_edges(declared.target, ("correlated_with_process",))
+    return links
+
+
+def tool_call_node(session: Session, rid: str, span: Span, index: GraphIndex) -> EvidenceNode:
+    """The ``tool_call`` node of an ``execute_tool`` span."""
+    trace_id, span_id = span.trace_id.hex(), span.span_id.hex()
+    node_id = f"tool_call:{trace_id}:{span_id}"
+    g = index.nodes.get(node_id)
+    status = {StatusCode.OK: "ok", StatusCode.ERROR: "error"}.get(span.status.code, "unset")
+    return session.add(
+        EvidenceNode(
+            id=node_id,
+            type="tool_call",
+            session=session.id,
+            label=g.label if g is not None else (attr(span, "gen_ai.tool.name") or span.name),
+            time=span.start_time_unix_nano,
+            end=span.end_time_unix_nano,
+            records=[rid],
+            data={
+                "tool": attr(span, "gen_ai.tool.name") or attr(span, "tool.name"),
+                "call_id": attr(span, "gen_ai.tool.call.id") or attr(span, "tool_call.id"),
+                "arguments": attr(span, "gen_ai.tool.call.arguments") or attr(span, "input.value"),
+                "result": attr(span, "gen_ai.tool.call.result") or attr(span, "output.value"),
+                "status": status,
+                "in_graph": g is not None,
+                "processes": [],
+                "links": [],
+            },
+        )
+    )
+
+
+def add_tool_calls(session: Session, index: GraphIndex, records: Records) -> None:
+    """Tool calls, their linked processes and those processes' descendants."""
+    for rid, span in session.spans:
+        if operation(span) != "execute_tool":
+            continue
+        tool = tool_call_node(session, rid, span, index)
+        for agent_edge in index.into.get(tool.id, ()):
+            if agent_edge.relation == "invoked" and agent_edge.source not in session.agents:
+                session.agents.append(agent_edge.source)
+        links = tool_links(index, tool.id)
+        session.links[tool.id] = links
+        tool.data["links"] = [
+            {"edge": e.id, "method": e.method, "grade": e.grade, "inferred": e.inferred}
+            for e in links
+        ]
+        for pid in descendants(index, [e.target for e in links]):
+            if pid in session.owner:
+                continue
+            proc = process_node(session, index, pid, records)
+            proc.data["tool_call"] = tool.id
+            session.owner[pid] = tool.id
+            tool.data["processes"].append(pid)
+
+
+def add_agent_processes(
+    session: Session, index: GraphIndex, records: Records, claimed: set[str], shared: bool
+) -> None:
+    """The agent's own process, and processes it spawned outside every tool call.
+
+    ``claimed`` holds every process some session's tool call owns. When several sessions share
+    the agent process (``shared``), an undeclared child belongs to the session whose span window
+    holds its start (rule ``session_window``).
+    """
+    for agent in session.agents:
+        for link in index.out_edges(agent, ("correlated_with_process",)):
+            if link.target in session.agent_processes or link.target not in index.nodes:
+                continue
+            session.agent_processes.append(link.target)
+            proc = process_node(session, index, link.target, records)
+            proc.data["role"] = "agent"
+            session.owner.setdefault(link.target, link.target)
+    for parent in list(session.agent_processes):
+        for spawn in index.out_edges(parent, ("spawned",)):
+            child = spawn.target
+            if child in claimed or child in session.owner or child not in index.nodes:
+                continue
+            start = index.nodes[child].first_seen
+            if shared and not _within(start, session.start, session.end):
+                continue
+            tool = tool_at(session, start)
+            for pid in descendants(index, [child]):
+                if pid in claimed or pid in session.owner:
+                    continue
+                proc = process_node(session, index, pid, records)
+                if tool is None:
+                    proc.data["role"] = "undeclared"
+                    proc.data["rule"] = "session_window" if shared else "agent_child"
+                    session.owner[pid] = child
+                    continue
+                # started inside a tool call but not linked to it (its context was not seen):
+                # attributed to the call by time, an inference (rule tool_window)
+                proc.data["tool_call"], proc.data["rule"] = tool.id, "tool_window"
+                tool.data["processes"].append(pid)
+                session.owner[pid] = tool.id
+                session.window_owned.add(pid)
+
+
+def _within(t: int | None, start: int | None, end: int | None) -> bool:
+    return t is not None and start is not None and end is not None and start <= t <= end
+
+
+def add_artifacts(
+    session: Session, index: GraphIndex, records: Records, run_dir: str, shared: bool
+) -> dict[str, list[tuple[str, GEdge]]]:
+    """File and endpoint artifacts; returns artifact id -> [(owner node id, graph edge)]."""
+    touches: dict[str, list[tuple[str, GEdge]]] = defaultdict(list)
+    for pid, owner in session.owner.items():
+        agent = pid in session.agent_processes
+        for e in index.out.get(pid, ()):
+            target = index.nodes.get(e.target)
+            if target is None:
+                continue
+            if agent and shared and not _within(e.first_seen, session.start, session.end):
+                continue
+            if (
+                isinstance(target.facts, FileFacts)
+                and _file_kept(e, target.facts, session, agent, run_dir)
+            ) or (
+                isinstance(target.facts, EndpointFacts)
+                and e.relation in CONNECT_RELATIONS
+                and not agent
+            ):
+                touches[target.id].append((_holder(session, owner, e, agent), e))
+    parents = _parents(touches)
+    for aid in [a for a in touches if a in parents or _transient(a, touches, index)]:
+        del touches[aid]
+    for aid, uses in touches.items():
+        g = index.nodes[aid]
+        writes = [e for _, e in uses if e.relation in WRITE_RELATIONS]
+        support = [o for _, e in uses for o in e.support or ()]
+        data: dict[str, Any] = {"kind": "file" if isinstance(g.facts, FileFacts) else "endpoint"}
+        if isinstance(g.facts, FileFacts):
+            data |= {
+                "path": g.facts.path,
+                "key": g.key,
+                "written": bool(writes),
+                "last_write": max((e.last_seen or 0 for e in writes), default=None),
+                "size": None,
+                "sha256": None,
+            }
+        elif isinstance(g.facts, EndpointFacts):
+            data |= {"address": g.facts.address, "port": g.facts.port, "key": g.key}
+        session.add(
+            EvidenceNode(
+                id=aid,
+                type="artifact",
+                session=session.id,
+                label=g.label,
+                time=min((e.first_seen or 0 for _, e in uses), default=None),
+                end=max((e.last_seen or 0 for _, e in uses), default=None),
+                records=records.for_observations(support),
+                data=data,
+            )
+        )
+    return touches
+
+
+def tool_at(session: Session, t: int | None) -> EvidenceNode | None:
+    """The tool call whose span holds time ``t``, if any."""
+    return next((c for c in session.of_type("tool_call") if _within(t, c.time, c.end)), None)
+
+
+def _holder(session: Session, owner: str, e: GEdge, agent: bool) -> str:
+    """Who an effect belongs to: its process's owner, except that a write by the agent's own
+    process inside a tool call's span is that call's (an in-process tool), by rule
+    ``tool_window``."""
+    if not agent or e.relation not in WRITE_RELATIONS:
+        return owner
+    tool = tool_at(session, e.first_seen)
+    if tool is None:
+        return owner
+    session.window_edges.add(e.id)
+    return tool.id
+
+
+def _transient(aid: str, touches: Mapping[str, list[tuple[str, GEdge]]], index: GraphIndex) -> bool:
+    """A temporary: unlinked while open, created and then deleted or renamed away, or inside a
+    directory renamed away after its last write (the name no longer exists)."""
+    if aid.endswith(" (deleted)") or f"{aid} (deleted)" in index.nodes:
+        return True
+    edges = [e for _, e in touches[aid]]
+    last_write = max(
+        (e.last_seen or 0 for e in edges if e.relation in ("created", "wrote")), default=0
+    )
+    created = [e.first_seen or 0 for e in edges if e.relation == "created"]
+    gone = [e.last_seen or 0 for e in edges if e.relation in ("deleted", "renamed")]
+    written = [e.last_seen or 0 for e in edges if e.relation == "wrote"]
+    # events of one instant can arrive out of order: created, then gone, and no write after it
+    if created and gone and max(gone) >= min(created) and max(written, default=0) <= max(gone):
+        return True
+    parts = aid.split("/")
+    for n in range(2, len(parts)):  # a parent directory renamed away after the last write
+        parent = touches.get("/".join(parts[:n]), ())
+        moved = [e.last_seen or 0 for _, e in parent if e.relation == "renamed"]
+        if moved and max(moved) >= last_write:
+            return True
+    return False
+
+
+def _parents(touches: Mapping[str, list[tuple[str, GEdge]]]) -> set[str]:
+    """Ids that are the parent directory of another touched path (the children stand for it)."""
+    out: set[str] = set()
+    for aid in touches:
+        parts = aid.split("/")
+        out.update("/".join(parts[:n]) for n in range(2, len(parts)))
+    return out
+
+
+def _file_kept(e: GEdge, facts: FileFacts, session: Session, agent: bool, run_dir: str) -> bool:
+    if e.relation not in WRITE_RELATIONS:
+        if agent or e.relation not in READ_RELATIONS:
+            return False
+        if not any(facts.path.startswith(cwd.rstrip("/") + "/") for cwd in session.cwds):
+            return False
+    return not rules.incidental(facts.path, run_dir)
+
+
+def parse_messages(raw: str | None) -> list[dict[str, Any]]:
+    """The messages of a ``gen_ai.*.messages`` attribute (JSON), [] when absent or malformed."""
+    if not raw:
+        return []
+    try:
+        loaded = json.loads(raw)
+    except ValueError:
+        return []
+    return [m for m in loaded if isinstance(m, dict)] if isinstance(loaded, list) else []
+
+
+def message_fields(message: Mapping[str, Any]) -> tuple[str, str, list[dict[str, Any]], str]:
+    """(role, text, tool call requests, tool call response id) of a conventions message."""
+    role = str(message.get("role") or "")
+    texts: list[str] = []
+    calls: list[dict[str, Any]] = []
+    response_id = ""
+    parts = message.get("parts")
+    if isinstance(message.get("content"), str):  # the older flat form
+        texts.append(message["content"])
+    for part in parts if isinstance(parts, list) else ():
+        if not isinstance(part, dict):
+            continue
+        kind = part.get("type")
+        if kind == "text" and isinstance(part.get("content"), str):
+            texts.append(part["content"])
+        elif kind == "tool_call":
+            calls.append({"id": part.get("id"), "name": part.get("name")})
+        elif kind == "tool_call_response":
+            response_id = str(part.get("id") or "")
+    return role, "\n".join(texts), calls, response_id
+
+
+MESSAGE_TYPES = {"user": "user_message", "assistant": "assistant_message", "system": "control"}
+
+
+def add_messages(session: Session) -> None:
+    """Messages and model calls from the session's chat spans (first sighting wins)."""
+    seen: dict[str, EvidenceNode] = {}
+    calls_by_id = {
+        str(t.data["call_id"]): t for t in session.of_type("tool_call") if t.data.get("call_id")
+    }
+    for rid, span in session.spans:
+        if operation(span) != "chat":
+            continue
+        trace_id, span_id = span.trace_id.hex(), span.span_id.hex()
+        model = attr(span, "gen_ai.request.model") or attr(span, "llm.model_name") or ""
+        session.add(
+            EvidenceNode(
+                id=f"model_call:{trace_id}:{span_id}",
+                type="model_call",
+                session=session.id,
+                label=span.name,
+                time=span.start_time_unix_nano,
+                end=span.end_time_unix_nano,
+                records=[rid],
+                data={"model": model, "response_id": attr(span, "gen_ai.response.id")},
+            )
+        )
+        sightings = [
+            (m, span.start_time_unix_nano)
+            for m in parse_messages(attr(span, "gen_ai.input.messages"))
+        ]
+        sightings += [
+            (m, span.end_time_unix_nano)
+            for m in parse_messages(attr(span, "gen_ai.output.messages"))
+        ]
+        for message, time in sightings:
+            _sight(session, seen=seen, calls_by_id=calls_by_id, message=message, time=time, rid=rid)
+
+
+def _sight(
+    session: Session,
+    *,
+    seen: dict[str, EvidenceNode],
+    calls_by_id: Mapping[str, EvidenceNode],
+    message: Mapping[str, Any],
+    time: int,
+    rid: str,
+) -> None:
+    role, text, calls, response_id = message_fields(message)
+    if role == "tool":
+        tool = calls_by_id.get(response_id)
+        if tool is not None and not tool.data.get("result"):
+            tool.data["result"] = text or None
+        return
+    kind = MESSAGE_TYPES.get(role)
+    if kind is None:
+        return
+    key = json.dumps([role, text, [c.get("id") for c in calls]])
+    node = seen.get(key)
+    if node is None:
+        node = EvidenceNode(
+            id=f"message:{session.trace_id}:{len(seen) + 1}",
+            type=kind,
+            session=session.id,
+            label=(text.strip().splitlines() or [role])[0][:80],
+            time=time,
+            data={"role": role, "text": text, "tool_calls": [c.get("id") for c in calls]},
+        )
+        seen[key] = session.add(node)
+    if rid not in node.records:
+        node.records.append(rid)
+
+
+def tool_result_text(session: Session) -> dict[str, str]:
+    """tool call id -> its result text (from the span, else the tool message)."""
+    return {t.id: str(t.data.get("result") or "") for t in session.of_type("tool_call")}
+
+
+def workspace_relative(path: str, cwds: Iterable[str]) -> list[str]:
+    """``path`` relative to each working directory it lies under."""
+    out = []
+    for cwd in cwds:
+        prefix = cwd.rstrip("/") + "/"
+        if path.startswith(prefix):
+            out.append(os.path.relpath(path, cwd))
+    return out

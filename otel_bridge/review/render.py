@@ -1,0 +1,90 @@
+"""Claim-centred text of a review: ``review.md`` and the terminal summary.
+
+Both start from the claims (status first, then the evidence each rests on or the reason it does
+not), then list the findings; nothing here decides anything, it only prints ``review.json``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+STATUS_MARK = {
+    "supported": "SUPPORTED",
+    "partially_supported": "PARTIAL",
+    "unsupported": "UNSUPPORTED",
+    "contradicted": "CONTRADICTED",
+}
+
+
+def _labels(doc: Mapping[str, Any]) -> dict[str, str]:
+    return {n["id"]: n.get("label") or n["id"] for n in doc["evidence"]}
+
+
+def _mention_lines(claim: Mapping[str, Any], labels: Mapping[str, str]) -> list[str]:
+    lines = []
+    for m in claim["mentions"]:
+        evidence = ", ".join(labels.get(e, e) for e in m["evidence"]) or "none"
+        lines.append(
+            f"    - {m['type']} `{m['text']}`: {m['status']} ({m['reason']}; evidence: {evidence})"
+        )
+    return lines
+
+
+def summary_lines(doc: Mapping[str, Any]) -> list[str]:
+    """The terminal summary: per session, each claim with its status, then the findings."""
+    labels = _labels(doc)
+    out: list[str] = []
+    for session in doc["sessions"]:
+        counts = ", ".join(f"{n} {s}" for s, n in session["claims"].items() if n)
+        out.append(
+            f"session {session['trace_id']} ({', '.join(session['agents']) or 'agent unknown'}): "
+            f"{counts or 'no claims'}"
+        )
+        for claim in (c for c in doc["claims"] if c["session"] == session["id"]):
+            out.append(f"  [{STATUS_MARK[claim['status']]}] {claim['text']}")
+            out.extend(_mention_lines(claim, labels))
+        findings = [f for f in doc["findings"] if f["session"] == session["id"]]
+        for finding in findings:
+            out.append(f"  ! {finding['kind']}: {finding['message']}")
+        if not findings:
+            out.append("  no findings")
+    if not doc["sessions"]:
+        out.append("no agent session in this run (no GenAI agent, model or tool span)")
+    return out
+
+
+def render_markdown(doc: Mapping[str, Any]) -> str:
+    """``review.md``: claims with their evidence, findings, then the workflow per session."""
+    labels = _labels(doc)
+    run = doc["run"]
+    lines = [f"# Review of run {run.get('id') or run.get('dir')}", ""]
+    lines.append(
+        f"Records: {doc['records']['total']} ({doc['records']['span']} spans, "
+        f"{doc['records']['os_event']} OS events). File collection available: "
+        f"{run['coverage']['files_available']}; process collection available: "
+        f"{run['coverage']['processes_available']}."
+    )
+    for session in doc["sessions"]:
+        sid = session["id"]
+        lines += ["", f"## Session {session['trace_id']}", "", "### Claims", ""]
+        claims = [c for c in doc["claims"] if c["session"] == sid]
+        for claim in claims:
+            lines.append(f"- **{claim['status']}**: {claim['text']}")
+            lines.extend(_mention_lines(claim, labels))
+        if not claims:
+            lines.append("No claims.")
+        lines += ["", "### Findings", ""]
+        findings = [f for f in doc["findings"] if f["session"] == sid]
+        for f in findings:
+            evidence = ", ".join(labels.get(e, e) for e in f["evidence"])
+            lines.append(f"- **{f['kind']}**: {f['message']} (evidence: {evidence})")
+        if not findings:
+            lines.append("No findings.")
+        lines += ["", "### Workflow", "", "| phase | rules | members |", "| --- | --- | --- |"]
+        for w in (w for w in doc["workflow"] if w["session"] == sid):
+            members = "; ".join(labels.get(m, m) for m in w["members"])
+            lines.append(
+                f"| {w['phase']} | {', '.join(w['rules'])} | {members.replace('|', '/')} |"
+            )
+    return "\n".join(lines) + "\n"

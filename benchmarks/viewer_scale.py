@@ -33,7 +33,7 @@ from typing import Any
 
 import psutil
 
-from otel_bridge.graph.summary import summarize
+from otel_bridge.testing import graph_document, graph_edge_doc, graph_node_doc
 from otel_bridge.viewer import Bundle, render
 from otel_bridge.viewer.live import LiveView
 
@@ -42,47 +42,29 @@ T0 = 1_796_000_000_000_000_000
 
 
 def _node(node_id: str, kind: str, label: str, t: int, channel: str) -> dict[str, Any]:
-    return {
-        "id": node_id,
-        "kind": kind,
-        "label": label,
-        "key": "",
-        "facts": None,
-        "attrs": {},
-        "channels": [channel],
-        "backends": ["otlp" if channel == "sem" else "linux"],
-        "first_seen": t,
-        "last_seen": t + 1_000_000,
-        "logical_count": 1,
-        "evidence_count": 1,
-    }
+    backend = "otlp" if channel == "sem" else "linux"
+    return graph_node_doc(
+        node_id,
+        kind,
+        label=label,
+        channels=[channel],
+        backends=[backend],
+        first_seen=t,
+        last_seen=t + 1_000_000,
+    )
 
 
 def _edge(i: int, source: str, relation: str, target: str, t: int, **flags: Any) -> dict[str, Any]:
-    doc: dict[str, Any] = {
-        "id": f"e-{i:016x}",
-        "source": source,
-        "target": target,
-        "relation": relation,
-        "channels": ["os"],
-        "backends": ["linux"],
-        "causal": True,
-        "inferred": None,
-        "identity_exact": None,
-        "attribution": ["syscall"],
-        "method": None,
-        "score": None,
-        "grade": "A",
-        "support": [f"obs-{i}"],
-        "derived_support": [],
-        "attrs": {},
-        "first_seen": t,
-        "last_seen": t,
-        "logical_count": 1,
-        "evidence_count": 1,
-    }
-    doc.update(flags)
-    return doc
+    return graph_edge_doc(
+        f"e-{i:016x}",
+        source,
+        relation,
+        target,
+        support=[f"obs-{i}"],
+        first_seen=t,
+        last_seen=t,
+        **flags,
+    )
 
 
 def synthetic_graph(n: int) -> dict[str, Any]:
@@ -167,16 +149,7 @@ def synthetic_graph(n: int) -> dict[str, Any]:
         edges.append(
             _edge(len(edges), f"process:h:{1000 + e % procs}:{e % procs}", "connected_to", ep, T0)
         )
-    nodes.sort(key=lambda d: d["id"])
-    edges.sort(key=lambda d: (d["source"], d["relation"], d["target"]))
-    return {
-        "format": "otel-bridge.graph",
-        "version": 2,
-        "run": {},
-        "nodes": nodes,
-        "edges": edges,
-        "summary": summarize(nodes, edges, {}, {}, len(edges)),
-    }
+    return graph_document(nodes, edges)
 
 
 def _launch(playwright: Any) -> Any:

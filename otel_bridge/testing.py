@@ -688,3 +688,83 @@ def cpu_load(workers: int = 2) -> Iterator[None]:
         for p in procs:
             p.kill()
             p.wait()
+
+
+# --------------------------------------------------------------------------------------------
+# graph.json documents written directly (docs/graph.md), for tests and benchmarks of the layers
+# that read a graph: every field present, with neutral defaults a caller overrides by keyword
+# --------------------------------------------------------------------------------------------
+
+
+def graph_node_doc(node_id: str, kind: str, **fields: Any) -> dict[str, Any]:
+    """A graph.json v2 node with every field: one OS sighting at 1 s, no key or facts."""
+    doc: dict[str, Any] = {
+        "id": node_id,
+        "kind": kind,
+        "label": node_id,
+        "key": "",
+        "facts": None,
+        "attrs": {},
+        "channels": ["os"],
+        "backends": ["linux"],
+        "first_seen": 1_000_000_000,
+        "last_seen": 2_000_000_000,
+        "logical_count": 1,
+        "evidence_count": 1,
+    }
+    doc.update(fields)
+    return doc
+
+
+def graph_edge_doc(
+    edge_id: str, source: str, relation: str, target: str, **fields: Any
+) -> dict[str, Any]:
+    """A graph.json v2 edge with every field: one observed, causal syscall sighting, grade A."""
+    doc: dict[str, Any] = {
+        "id": edge_id,
+        "source": source,
+        "target": target,
+        "relation": relation,
+        "channels": ["os"],
+        "backends": ["linux"],
+        "causal": True,
+        "inferred": None,
+        "identity_exact": None,
+        "attribution": ["syscall"],
+        "method": None,
+        "score": None,
+        "grade": "A",
+        "support": ["obs-1"],
+        "derived_support": [],
+        "attrs": {},
+        "first_seen": 1_000_000_000,
+        "last_seen": 2_000_000_000,
+        "logical_count": 1,
+        "evidence_count": 1,
+    }
+    doc.update(fields)
+    return doc
+
+
+def graph_document(
+    nodes: list[dict[str, Any]],
+    edges: list[dict[str, Any]],
+    *,
+    run: dict[str, Any] | None = None,
+    observations: int | None = None,
+) -> dict[str, Any]:
+    """A graph.json document of ``nodes`` and ``edges`` in the document's order, its summary
+    computed by the package's own code (``observations`` defaults to the edge count)."""
+    from otel_bridge.graph.summary import summarize  # noqa: PLC0415 (only for graph builders)
+
+    nodes = sorted(nodes, key=lambda n: str(n["id"]))
+    edges = sorted(edges, key=lambda e: (e["source"], e["relation"], e["target"]))
+    count = len(edges) if observations is None else observations
+    return {
+        "format": "otel-bridge.graph",
+        "version": 2,
+        "run": run or {},
+        "nodes": nodes,
+        "edges": edges,
+        "summary": summarize(nodes, edges, {}, {}, count),
+    }

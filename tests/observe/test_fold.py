@@ -9,7 +9,7 @@ import pytest
 
 from otel_bridge.graph import validate_document
 from otel_bridge.graph.fold import KIND, fold_runtime_reads, runtime_read_class
-from otel_bridge.graph.summary import summarize
+from otel_bridge.testing import graph_document, graph_edge_doc, graph_node_doc
 
 P = "process:h:10:1"
 Q = "process:h:11:2"
@@ -22,45 +22,28 @@ def edge_id(source: str, relation: str, target: str) -> str:
 
 
 def _node(node_id: str, kind: str) -> dict[str, Any]:
-    return {
-        "id": node_id,
-        "kind": kind,
-        "label": "python3 (10)" if kind == "process" else node_id[5:],
-        "key": "process:/usr/bin/python3:python3 job.py" if kind == "process" else "",
-        "facts": None,
-        "channels": ["os"],
-        "backends": ["linux"],
-        "attrs": {},
-        "first_seen": 5,
-        "last_seen": 9,
-        "logical_count": 1,
-        "evidence_count": 1,
-    }
+    return graph_node_doc(
+        node_id,
+        kind,
+        label="python3 (10)" if kind == "process" else node_id[5:],
+        key="process:/usr/bin/python3:python3 job.py" if kind == "process" else "",
+        first_seen=5,
+        last_seen=9,
+    )
 
 
 def _edge(source: str, relation: str, target: str, n: int, t: int) -> dict[str, Any]:
-    return {
-        "id": edge_id(source, relation, target),
-        "source": source,
-        "target": target,
-        "relation": relation,
-        "channels": ["os"],
-        "backends": ["linux"],
-        "causal": True,
-        "inferred": None,
-        "identity_exact": None,
-        "attribution": ["syscall"],
-        "method": None,
-        "score": None,
-        "grade": "A",
-        "support": [f"obs-{target}"],
-        "derived_support": [],
-        "attrs": {},
-        "first_seen": t,
-        "last_seen": t + 1,
-        "logical_count": n,
-        "evidence_count": n,
-    }
+    return graph_edge_doc(
+        edge_id(source, relation, target),
+        source,
+        relation,
+        target,
+        support=[f"obs-{target}"],
+        first_seen=t,
+        last_seen=t + 1,
+        logical_count=n,
+        evidence_count=n,
+    )
 
 
 def _doc(run: dict[str, Any] | None = None) -> dict[str, Any]:
@@ -76,16 +59,7 @@ def _doc(run: dict[str, Any] | None = None) -> dict[str, Any]:
         _edge(P, "opened", data, 1, 80),
         _edge(Q, "opened", so, 1, 300),
     ]
-    nodes.sort(key=lambda n: str(n["id"]))
-    edges.sort(key=lambda e: (e["source"], e["relation"], e["target"]))
-    return {
-        "format": "otel-bridge.graph",
-        "version": 2,
-        "run": run or {},
-        "nodes": nodes,
-        "edges": edges,
-        "summary": summarize(nodes, edges, {}, {}, 9),
-    }
+    return graph_document(nodes, edges, run=run, observations=9)
 
 
 @pytest.mark.parametrize(

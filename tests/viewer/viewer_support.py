@@ -9,6 +9,8 @@ from typing import Any
 
 import pytest
 
+from otel_bridge.testing import graph_document, graph_edge_doc, graph_node_doc
+
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
 CHROMIUM_ARGS = [
     # Headless software WebGL (SwiftShader) for sigma.js; no GPU on these machines.
@@ -20,67 +22,19 @@ CHROMIUM_ARGS = [
 
 def node(node_id: str, kind: str, label: str, **extra: Any) -> dict[str, Any]:
     """A graph.json v2 node with every field (docs/graph.md)."""
-    doc: dict[str, Any] = {
-        "id": node_id,
-        "kind": kind,
-        "label": label,
-        "key": "",
-        "facts": None,
-        "attrs": {},
-        "channels": ["os"],
-        "backends": ["linux"],
-        "first_seen": 1_000_000_000,
-        "last_seen": 2_000_000_000,
-        "logical_count": 1,
-        "evidence_count": 1,
-    }
-    doc.update(extra)
-    return doc
+    return graph_node_doc(node_id, kind, label=label, **extra)
 
 
 def edge(edge_id: str, source: str, relation: str, target: str, **extra: Any) -> dict[str, Any]:
     """A graph.json v2 edge with every field (docs/graph.md)."""
-    doc: dict[str, Any] = {
-        "id": edge_id,
-        "source": source,
-        "target": target,
-        "relation": relation,
-        "channels": ["os"],
-        "backends": ["linux"],
-        "causal": True,
-        "inferred": None,
-        "identity_exact": None,
-        "attribution": ["syscall"],
-        "method": None,
-        "score": None,
-        "grade": "A",
-        "support": ["obs-1"],
-        "derived_support": [],
-        "attrs": {},
-        "first_seen": 1_000_000_000,
-        "last_seen": 2_000_000_000,
-        "logical_count": 1,
-        "evidence_count": 1,
-    }
-    doc.update(extra)
-    return doc
+    return graph_edge_doc(edge_id, source, relation, target, **extra)
 
 
 def graph_doc(nodes: list[dict[str, Any]], edges: list[dict[str, Any]]) -> dict[str, Any]:
-    """A graph.json document (summary computed by the package's own code)."""
+    """A graph.json document (summary computed by the package's own code), schema-checked."""
     from otel_bridge.graph import validate_document
-    from otel_bridge.graph.summary import summarize
 
-    nodes = sorted(nodes, key=lambda n: n["id"])
-    edges = sorted(edges, key=lambda e: (e["source"], e["relation"], e["target"]))
-    doc: dict[str, Any] = {
-        "format": "otel-bridge.graph",
-        "version": 2,
-        "run": {},
-        "nodes": nodes,
-        "edges": edges,
-        "summary": summarize(nodes, edges, {}, {}, len(edges)),
-    }
+    doc = graph_document(nodes, edges)
     validate_document(copy.deepcopy(doc))
     return doc
 

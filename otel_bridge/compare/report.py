@@ -2,14 +2,11 @@
 
 from __future__ import annotations
 
-import functools
-import importlib
-import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from importlib import resources
 from typing import Any
 
+from otel_bridge import schemas
 from otel_bridge.errors import DecodeError
 
 from .impact import shapley
@@ -117,27 +114,12 @@ def compare(runs: Sequence[RunData], config: CompareConfig | None = None) -> dic
 
 def schema() -> dict[str, Any]:
     """The JSON Schema of ``compare.json`` shipped in the package."""
-    text = resources.files("otel_bridge").joinpath("schemas/compare.schema.json").read_text("utf-8")
-    loaded: dict[str, Any] = json.loads(text)
-    return loaded
-
-
-@functools.cache
-def _validator() -> Any:
-    validators = importlib.import_module("jsonschema.validators")
-    cls = validators.validator_for(schema())
-    return cls(schema())
+    return schemas.load("compare")
 
 
 def validate_document(doc: Any) -> None:
     """Raise :class:`DecodeError` naming the first problems when ``doc`` breaks the schema."""
-    errors = sorted(_validator().iter_errors(doc), key=lambda e: list(e.absolute_path))
-    if errors:
-        lines = [
-            f"{'/'.join(str(p) for p in e.absolute_path) or '<root>'}: {e.message}"
-            for e in errors[:5]
-        ]
-        raise DecodeError("compare.json does not match its schema: " + "; ".join(lines))
+    schemas.check("compare", doc)
 
 
 def _fmt(value: Any) -> str:

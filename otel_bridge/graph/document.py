@@ -9,20 +9,17 @@ give byte-identical files.
 from __future__ import annotations
 
 import contextlib
-import functools
-import importlib
-import json
 import os
 import tempfile
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from importlib import resources
 from pathlib import Path
 from typing import Any
 
 import msgspec
 import orjson
 
+from otel_bridge import schemas
 from otel_bridge.errors import DecodeError
 from otel_bridge.grading import Flag
 from otel_bridge.model import Facts
@@ -224,32 +221,14 @@ def _plain(value: Any) -> Any:
     return value
 
 
-@functools.cache
 def schema() -> dict[str, Any]:
     """The JSON Schema of ``graph.json`` shipped in the package."""
-    text = resources.files("otel_bridge").joinpath("schemas/graph.schema.json").read_text("utf-8")
-    loaded: dict[str, Any] = json.loads(text)
-    return loaded
-
-
-@functools.cache
-def _validator() -> Any:
-    # Imported by name: jsonschema ships no type stubs here, and only this function needs it.
-    validators = importlib.import_module("jsonschema.validators")
-    cls = validators.validator_for(schema())
-    return cls(schema())
+    return schemas.load("graph")
 
 
 def validate_document(doc: Any) -> None:
     """Raise :class:`DecodeError` listing the first problems when ``doc`` breaks the schema."""
-    errors = sorted(_validator().iter_errors(_plain(doc)), key=lambda e: list(e.absolute_path))
-    if errors:
-        lines = [
-            f"{'/'.join(str(p) for p in e.absolute_path) or '<root>'}: {e.message}"
-            for e in errors[:5]
-        ]
-        more = f" (and {len(errors) - 5} more)" if len(errors) > 5 else ""
-        raise DecodeError("graph.json does not match its schema: " + "; ".join(lines) + more)
+    schemas.check("graph", _plain(doc))
 
 
 def encode(doc: Mapping[str, Any]) -> bytes:

@@ -6,17 +6,14 @@ sorted by id or time). ``docs/review.md`` is the contract.
 
 from __future__ import annotations
 
-import functools
-import importlib
-import json
 import os
 from dataclasses import dataclass
-from importlib import resources
 from typing import Any
 
 import msgspec
 import orjson
 
+from otel_bridge import schemas
 from otel_bridge.errors import DecodeError, OtelBridgeError
 from otel_bridge.graph.document import FORMAT as GRAPH_FORMAT
 from otel_bridge.graph.document import VERSION as GRAPH_VERSION
@@ -184,25 +181,14 @@ def _session_meta(session: ev.Session, parts: dict[str, list[Any]]) -> dict[str,
     }
 
 
-@functools.cache
 def schema() -> dict[str, Any]:
     """The JSON Schema of ``review.json`` shipped in the package."""
-    text = resources.files("otel_bridge").joinpath("schemas/review.schema.json").read_text("utf-8")
-    loaded: dict[str, Any] = json.loads(text)
-    return loaded
+    return schemas.load("review")
 
 
 def validate_review(doc: Any) -> None:
     """Raise :class:`DecodeError` naming the first problems when ``doc`` breaks the schema."""
-    validators = importlib.import_module("jsonschema.validators")
-    validator = validators.validator_for(schema())(schema())
-    errors = sorted(validator.iter_errors(doc), key=lambda e: list(e.absolute_path))
-    if errors:
-        lines = [
-            f"{'/'.join(str(p) for p in e.absolute_path) or '<root>'}: {e.message}"
-            for e in errors[:5]
-        ]
-        raise DecodeError("review.json does not match its schema: " + "; ".join(lines))
+    schemas.check("review", doc)
 
 
 def write_review(run_dir: str, out_dir: str | None = None) -> dict[str, Any]:
@@ -215,7 +201,8 @@ def write_review(run_dir: str, out_dir: str | None = None) -> dict[str, Any]:
     doc, records = build_review(run_dir)
     validate_review(doc)
     target = os.path.abspath(out_dir or run_dir)
-    RunDir.create(target)
+    if not (os.path.isdir(target) and not os.path.islink(target)):
+        RunDir.create(target)  # a new output directory (an existing one is written into)
     manifest = os.path.join(target, MANIFEST)
     redigest = os.path.exists(manifest) and not verify(target)
     write_private(
@@ -234,6 +221,8 @@ def write_review(run_dir: str, out_dir: str | None = None) -> dict[str, Any]:
     )
     if redigest:
         with open(manifest, "rb") as f:
-            run = orjson.loads(f.read()).get("run") or {}
-        RunDir(target).write_manifest(run)
+            earlier = orjson.loads(f.read())
+        RunDir(target).write_manifest(
+            earlier.get("run") or {}, required=earlier.get("required") or ()
+        )
     return doc

@@ -74,8 +74,9 @@ class Stderr:
         self.thread.start()
 
     def _pump(self) -> None:
-        for line in self.stream:
-            self.lines.put(line)
+        with self.stream:  # closed at the child's end of output, read or not
+            for line in self.stream:
+                self.lines.put(line)
 
     def wait_for(self, pattern: str, timeout: float | None = None) -> re.Match[str]:
         """The first unread line matching ``pattern``; fails the test on timeout."""
@@ -94,7 +95,6 @@ class Stderr:
 
     def _drain(self) -> list[str]:
         self.thread.join(10)
-        self.stream.close()
         out = []
         while not self.lines.empty():
             out.append(self.lines.get())

@@ -200,9 +200,21 @@ def test_autogen_agent(tmp_path: Path, workdir: Path, model: ModelServer, team: 
         run_dir=tmp_path / "run",
         cwd=workdir,
     )
+    agent_id = "agent:autogen-agent:autogen_assistant"
+    if team:
+        # In a group chat AutoGen's own agent span states gen_ai.agent.id (the team's span names
+        # the agent only): an agent that states an id is a node of its own, and it is the one
+        # whose spans the tool spans nest under.
+        stated = [
+            node_id
+            for node_id, node in run.graph.nodes.items()
+            if node["kind"] == "agent" and (node.get("facts") or {}).get("agent_id")
+        ]
+        assert len(stated) == 1, stated
+        agent_id = stated[0]
     check_agent_run(
         run,
-        agent_id="agent:autogen-agent:autogen_assistant",
+        agent_id=agent_id,
         script_name="autogen_agent.py",
         workdir=workdir,
         mode="exact",

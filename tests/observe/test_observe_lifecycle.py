@@ -35,15 +35,18 @@ def _wait_for(path: Path, timeout: float = 30) -> None:
 def test_sigint_is_forwarded_and_run_dir_still_written(tmp_path: Path) -> None:
     """SIGINT to observe reaches CMD; observe still writes a verifiable run dir and exits 130."""
     started = tmp_path / "started"
-    proc = _start(tmp_path, "sh", "-c", f"trap 'exit 130' INT; touch {started}; sleep 30; exit 0")
-    try:
-        _wait_for(started)
-        proc.send_signal(signal.SIGINT)
-        _, err = proc.communicate(timeout=30)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
+    # Short sleeps: a SIGINT landing between a fork and its exec can be lost by the child, and
+    # sh runs its trap only once the foreground child ends (at most 0.1 s here, not 30 s).
+    loop = f"trap 'exit 130' INT; touch {started}; while :; do sleep 0.1; done"
+    with _start(tmp_path, "sh", "-c", loop) as proc:
+        try:
+            _wait_for(started)
+            proc.send_signal(signal.SIGINT)
+            _, err = proc.communicate(timeout=30)
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
     assert proc.returncode == 130, err
     run = tmp_path / "run"
     summary = json.loads((run / rundir.SUMMARY).read_text())
@@ -56,15 +59,16 @@ def test_sigint_is_forwarded_and_run_dir_still_written(tmp_path: Path) -> None:
 def test_observe_returns_when_root_exits_without_fabricating_exits(tmp_path: Path) -> None:
     """A background child outliving CMD does not delay observe nor get a fabricated exit."""
     pidfile = tmp_path / "bg.pid"
-    proc = _start(tmp_path, "sh", "-c", f"sleep 20 >/dev/null 2>&1 & echo $! > {pidfile}; exit 0")
-    try:
-        _, err = proc.communicate(timeout=30)
-        bg = int(pidfile.read_text())
-        assert psutil.pid_exists(bg)
-    finally:
-        if pidfile.exists():
-            with contextlib.suppress(ProcessLookupError):
-                os.kill(int(pidfile.read_text()), signal.SIGKILL)
+    cmd = f"sleep 20 >/dev/null 2>&1 & echo $! > {pidfile}; exit 0"
+    with _start(tmp_path, "sh", "-c", cmd) as proc:
+        try:
+            _, err = proc.communicate(timeout=30)
+            bg = int(pidfile.read_text())
+            assert psutil.pid_exists(bg)
+        finally:
+            if pidfile.exists():
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(int(pidfile.read_text()), signal.SIGKILL)
     assert proc.returncode == 0, err
     os_stream = (tmp_path / "run" / rundir.OS_STREAM).read_text()
     exits = []

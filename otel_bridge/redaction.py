@@ -120,6 +120,9 @@ _MYSQL_TOOLS = frozenset(
     }
 )
 _WRAPPERS = frozenset({"sudo", "env", "exec", "nohup", "time", "command", "xargs"})
+_SCRIPT_HOSTS = frozenset({"sh", "bash", "dash", "zsh", "ksh"})
+"""Shells that run a script named by their first word: ``sh /opt/bin/mysql -pPW`` is what the
+kernel runs for a ``#!/bin/sh`` script called ``mysql``, so the script's name is the tool."""
 _SEPARATORS = frozenset({"|", "||", "&&", ";", "&"})
 _WORD = re.compile(r"""(?:'[^']*'|"[^"]*"|[^\s'"]|['"])+""")
 """A shell word: quoted parts may hold spaces (an unbalanced quote is an ordinary character)."""
@@ -158,16 +161,23 @@ def _curl_option(tokens: Sequence[str], i: int, out: dict[int, str]) -> None:
 def tool_redactions(tokens: Sequence[str]) -> dict[int, str]:
     """Replacements, by index, that the tool-specific rules make in one command's words.
 
-    ``tokens[0]`` (after ``NAME=value`` assignments and wrappers such as ``sudo`` or ``env``)
-    names the tool; only ``curl``, the ``mysql`` family and ``sshpass`` have rules. ``sshpass``
-    runs a command: its options end at the first word that is not one, and the rest is checked
-    as a command of its own (so ``sshpass -p PW ssh -p 22 host`` keeps the port).
+    ``tokens[0]`` (after ``NAME=value`` assignments and wrappers such as ``sudo`` or ``env``,
+    and past a shell running a script: ``sh /opt/bin/mysql ...``) names the tool; only
+    ``curl``, the ``mysql`` family and ``sshpass`` have rules. ``sshpass`` runs a command: its
+    options end at the first word that is not one, and the rest is checked as a command of its
+    own (so ``sshpass -p PW ssh -p 22 host`` keeps the port).
     """
     start = 0
     while start < len(tokens) and ("=" in tokens[start] or _tool_name(tokens[start]) in _WRAPPERS):
         start += 1
     if start >= len(tokens):
         return {}
+    if (
+        _tool_name(tokens[start]) in _SCRIPT_HOSTS
+        and start + 1 < len(tokens)
+        and not tokens[start + 1].startswith("-")
+    ):
+        start += 1
     tool = _tool_name(tokens[start])
     out: dict[int, str] = {}
     i = start + 1

@@ -36,6 +36,13 @@ RULES: list[tuple[str, str, str]] = [
     ("curl user", "curl -U bob:pw2 https://x", "curl -U bob:[REDACTED] https://x"),
     ("mysql -p", "mysql -u root -pS3cret shop", "mysql -u root -p[REDACTED] shop"),
     ("mysql -p", "mysqldump -pS3cret shop", "mysqldump -p[REDACTED] shop"),
+    # a #!/bin/sh script named mysql runs as `/bin/sh /path/mysql ...`
+    (
+        "mysql -p",
+        "/bin/sh /opt/bin/mysql -uroot -pS3cret db",
+        "/bin/sh /opt/bin/mysql -uroot -p[REDACTED] db",
+    ),
+    ("sshpass -p", "bash ./sshpass -p S3cret ssh h", "bash ./sshpass -p [REDACTED] ssh h"),
     ("secret option", "mysql --password=S3cret shop", "mysql --password=[REDACTED] shop"),
     ("secret option", "deploy --api-token tok123", "deploy --api-token [REDACTED]"),
     (

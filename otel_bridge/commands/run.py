@@ -9,7 +9,7 @@ import os
 import sys
 from collections.abc import Iterator
 
-from otel_bridge.component import COLLECTOR, EXPORTER, RECEIVER
+from otel_bridge.component import COLLECTOR, EXPORTER, RECEIVER, UndeclaredCounterError
 from otel_bridge.config import CollectorConfig, load_config, load_yaml, parse_config
 from otel_bridge.pipeline import PARTS, Collector
 
@@ -80,19 +80,38 @@ def describe_endpoints(collector: Collector) -> Iterator[str]:
         yield f"exporter {eid}" + (f": {target}" if target else "")
 
 
+_DELIVERY = (("delivered", "sent"), ("not delivered", "failed"), ("dropped", "dropped"))
+"""Outcomes of the exporters that send to a destination (``otlp``, ``otlphttp``): what the
+destination accepted, what failed for good, what was dropped (queue full, shutdown)."""
+
+
 def progress_line(collector: Collector) -> str:
-    """One line: uptime, records received per signal, records exported, failures."""
+    """One line: uptime, records received per signal, records the exporters accepted, and, for
+    exporters that deliver to a destination, what was delivered, not delivered and dropped (an
+    exporter that queues accepts a record before it is delivered, or lost)."""
     telemetry = collector.host.telemetry
     routed = telemetry.by_label("routed", kind=RECEIVER)
     received = [f"{routed.get(part, 0)} {part}" for part in PARTS]
     refused = telemetry.total("refused", kind=RECEIVER)
     rejected = telemetry.total("rejected", kind=RECEIVER)
-    sent = telemetry.total("sent", kind=EXPORTER)
+    accepted = telemetry.total("sent", kind=EXPORTER)
     failed = telemetry.total("failed", kind=EXPORTER)
-    return (
+    line = (
         f"otel-bridge: up {collector.uptime:.0f}s | received {', '.join(received)} | "
-        f"exported {sent} | refused {refused} | rejected {rejected} | export failures {failed}"
+        f"exported {accepted} | refused {refused} | rejected {rejected} | "
+        f"export failures {failed}"
     )
+    outcomes = []
+    for shown, verb in _DELIVERY:
+        try:
+            n = sum(
+                telemetry.total(f"{verb}_{noun}", kind=EXPORTER)
+                for noun in ("spans", "log_records")
+            )
+        except UndeclaredCounterError:  # no exporter here delivers to a destination
+            return line
+        outcomes.append(f"{shown} {n}")
+    return f"{line} | downstream: {', '.join(outcomes)}"
 
 
 def run(args: argparse.Namespace) -> int:

@@ -2,16 +2,19 @@
 
 from __future__ import annotations
 
+import socket
 import threading
 from pathlib import Path
 
 import pytest
+from waiting import poll
 
 from otel_bridge.commands.run import describe_endpoints, progress_line
 from otel_bridge.component import CreateSettings, Host
 from otel_bridge.config import parse_config
 from otel_bridge.errors import StartupError
 from otel_bridge.exporters import file as file_exporter
+from otel_bridge.exporters import otlp as otlp_exporter
 from otel_bridge.model import Batch
 from otel_bridge.pipeline import Collector
 from otel_bridge.testing import (
@@ -165,3 +168,42 @@ def test_progress_line_and_endpoints(tmp_path: Path) -> None:
     assert "exported 6" in line
     assert "export failures 0" in line
     collector.shutdown()
+
+
+def test_progress_line_says_what_never_reached_a_down_destination() -> None:
+    """An exporter that queues accepts records before delivering them: the line says how many
+    the destination got, and how many it never got, rather than "exported" alone."""
+    with socket.socket() as probe:  # a port nobody listens on
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    config = parse_config(
+        {
+            "receivers": {"list": None},
+            "exporters": {
+                "otlphttp": {
+                    "endpoint": f"http://127.0.0.1:{port}",
+                    "retry_on_failure": {"enabled": False},
+                }
+            },
+            "service": {
+                "pipelines": {"traces": {"receivers": ["list"], "exporters": ["otlphttp"]}}
+            },
+        },
+        env={},
+        registry=double_registry(*otlp_exporter.factories),
+    )
+    collector = Collector(config)
+    collector.start()
+    try:
+        receiver = collector.component("list")
+        assert isinstance(receiver, ListReceiver)
+        receiver.emit(Batch(spans=(make_span(1), make_span(2))))
+        line = poll(
+            lambda: progress_line(collector),
+            lambda text: "not delivered 2" in text,
+            30,
+        )
+        assert "exported 2" in line  # accepted into the exporter's queue
+        assert "downstream: delivered 0, not delivered 2, dropped 0" in line, line
+    finally:
+        collector.shutdown()

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import logging
 import os
 import stat
 import tempfile
@@ -24,6 +25,8 @@ from otel_bridge.model import Batch
 from .codec import encode_lines
 from .config import Config
 
+_log = logging.getLogger("otel_bridge.exporters.file")
+
 
 def make_private_dirs(path: str) -> None:
     """Create ``path`` and its missing parents with mode 0700 (existing ones are left as is)."""
@@ -38,6 +41,16 @@ def make_private_dirs(path: str) -> None:
     for directory in reversed(missing):
         with contextlib.suppress(FileExistsError):
             os.mkdir(directory, 0o700)
+
+
+def _earlier_size(path: str) -> int:
+    """The size of a regular file already at ``path`` (0 when there is none; links not
+    followed)."""
+    try:
+        st = os.lstat(path)
+    except OSError:
+        return 0
+    return st.st_size if stat.S_ISREG(st.st_mode) else 0
 
 
 def open_private(path: str, *, append: bool) -> IO[str]:
@@ -106,10 +119,19 @@ class FileExporter:
         with self._lock:
             if self._file is not None or self._closed:
                 return
+            replaced = 0 if self._config.append else _earlier_size(self._config.path)
             try:
                 self._file = open_private(self._config.path, append=self._config.append)
             except OSError as exc:
                 raise StartupError(f"cannot open {self._config.path}: {exc.strerror}") from exc
+        if replaced:
+            _log.warning(
+                "%s: replaced %d bytes of earlier records in %s (append: true keeps them "
+                "across restarts)",
+                self._name,
+                replaced,
+                self._config.path,
+            )
         if self._config.flush_interval > 0:
             self._thread = threading.Thread(
                 target=self._run, name=f"otel-bridge-{self._name}", daemon=True

@@ -22,6 +22,7 @@ the journal is replayed at start, so the graph survives kill -9 (:mod:`.journal`
 from __future__ import annotations
 
 import logging
+import os
 import threading
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -143,6 +144,13 @@ class GraphExporter:
         self.path = _resolve(self.config.output, host)
         if self.config.journal.path:
             self._open_journal(host)
+        elif os.path.isfile(self.path) and os.path.getsize(self.path):
+            _log.warning(
+                "%s: %s holds an earlier graph, which this run replaces (journal.path keeps "
+                "the graph across restarts)",
+                self._id,
+                self.path,
+            )
         if self.config.flush_interval > 0:
             self._thread = threading.Thread(
                 target=self._loop, name=f"otel-bridge-{self._id}-flush", daemon=True

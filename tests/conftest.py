@@ -8,6 +8,7 @@ themselves and their example counts are unchanged.
 
 from __future__ import annotations
 
+import signal
 import socket
 from collections.abc import Callable, Iterator
 
@@ -91,6 +92,13 @@ def start_config() -> Iterator[Callable[..., Running]]:
     for receiver in started:
         receiver.shutdown()
 
+
+# A suite started in the background by a non-interactive shell (`make check &`) inherits SIGINT
+# ignored, and every child inherits that too: a collector, `view` or a shell trap the tests stop
+# with SIGINT would then never see it. A handler (unlike "ignored") is reset to the default in
+# an exec'd child, so restoring Python's own handler here gives children the default.
+if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+    signal.signal(signal.SIGINT, signal.default_int_handler)
 
 settings.register_profile(
     "otel-bridge",

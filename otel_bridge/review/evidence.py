@@ -452,11 +452,12 @@ def _parents(touches: Mapping[str, list[tuple[str, GEdge]]]) -> set[str]:
 
 
 def _file_kept(e: GEdge, facts: FileFacts, session: Session, agent: bool, run_dir: str) -> bool:
+    inside = any(facts.path.startswith(cwd.rstrip("/") + "/") for cwd in session.cwds)
     if e.relation not in WRITE_RELATIONS:
-        if agent or e.relation not in READ_RELATIONS:
+        if agent or e.relation not in READ_RELATIONS or not inside:
             return False
-        if not any(facts.path.startswith(cwd.rstrip("/") + "/") for cwd in session.cwds):
-            return False
+    elif not inside and rules.scratch(facts.path):
+        return False
     return not rules.incidental(facts.path, run_dir)
 
 

@@ -115,6 +115,19 @@ INCIDENTAL_PARTS = frozenset(
 INCIDENTAL_PREFIXES = ("/proc/", "/sys/", "/dev/")
 
 
+SCRATCH_DIRS = ("/tmp", "/var/tmp")
+"""System temporary directories (and ``$TMPDIR``): a file directly in one, outside every
+working directory of the session, is a tool's scratch file (``tempfile``'s random names), not
+an artifact."""
+
+
+def scratch(path: str) -> bool:
+    """True for a file directly in a system temporary directory (see :data:`SCRATCH_DIRS`)."""
+    parent = os.path.dirname(path)
+    roots = {*SCRATCH_DIRS, os.environ.get("TMPDIR", "/tmp").rstrip("/") or "/tmp"}
+    return parent in roots
+
+
 def incidental(path: str, run_dir: str = "") -> bool:
     """True for paths the review does not treat as artifacts (caches, pseudo files, the run dir)."""
     if path.startswith(INCIDENTAL_PREFIXES) or path in ("/dev/null", "/dev/tty"):

@@ -6,13 +6,6 @@ import pytest
 
 from otel_bridge.identity import iso_to_ms
 from otel_bridge.model import AnyValue, Channel, Entity, EntityKind, Observation, Source
-from otel_bridge.processors.normalize._values import (
-    NOT_JSON,
-    get_bool,
-    get_int,
-    get_str,
-    json_value,
-)
 from otel_bridge.processors.normalize.ancestry import (
     Ancestry,
     Found,
@@ -24,6 +17,13 @@ from otel_bridge.processors.normalize.ancestry import (
     SpanInfo,
 )
 from otel_bridge.processors.normalize.command import is_shell_tool
+from otel_bridge.processors.normalize.values import (
+    NOT_JSON,
+    get_bool,
+    get_int,
+    get_str,
+    json_value,
+)
 
 A: dict[str, AnyValue] = {
     "s": "x",

@@ -8,7 +8,7 @@ gives ``process.pid`` and ``host.id``); spans go out through the SDK's OTLP expo
     python sdk_agent.py OUT_FILE PORT
 
 It sends a first span, then waits for one line on standard input (the test's go-ahead, once
-the collector follows it), writes OUT_FILE, holds a connection to 127.0.0.1:PORT for 0.3 s,
+the collector follows it), writes OUT_FILE, holds a connection to 127.0.0.1:PORT for 1 s,
 sends a second span and exits 0.
 """
 
@@ -51,9 +51,9 @@ def main(out_file: str, port: int) -> int:
             f.write("written by the agent\n")
         with socket.create_connection(("127.0.0.1", port)) as conn:
             conn.sendall(b"hello\n")
-            # the workload: a connection that lives 0.3 s, as a model or tool call would, so a
+            # the workload: a connection that lives 1 s, as a model or tool call would, so a
             # sampling observer (socket scans every 10-20 ms) sees it with its process
-            time.sleep(0.3)
+            time.sleep(1.0)
     provider.shutdown()
     return 0
 

@@ -7,7 +7,7 @@ from typing import Generic, TypeVar
 
 from otel_bridge.model import AnyValue, Channel, Resource, Scope
 
-from ._values import get_str
+from .values import get_str
 
 K = TypeVar("K", bound=Hashable)
 V = TypeVar("V")

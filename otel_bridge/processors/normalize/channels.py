@@ -27,7 +27,7 @@ from dataclasses import dataclass, field
 
 from otel_bridge.model import Channel, Resource, Scope
 
-from ._values import get_str
+from .values import get_str
 
 
 @dataclass(slots=True)

@@ -27,7 +27,7 @@ from dataclasses import dataclass
 from otel_bridge.model import AnyValue, Attributes
 from otel_bridge.redaction import redact_text
 
-from ._values import NOT_JSON, json_value
+from .values import NOT_JSON, json_value
 
 COMMAND_FIELDS = ("cmd", "command", "shell_command", "script")
 _SHELL_NAME = re.compile(

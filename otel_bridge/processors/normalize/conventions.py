@@ -38,7 +38,7 @@ import orjson
 
 from otel_bridge.model import AnyValue, Attributes, CoverageRecord, Source, Span, SpanKind
 
-from ._values import get_str
+from .values import get_str
 
 _VERCEL_MODEL = frozenset({"doGenerate", "doStream"})
 _VERCEL_EMBED = frozenset({"ai.embed.doEmbed", "ai.embedMany.doEmbed"})

@@ -31,8 +31,8 @@ from otel_bridge.model import (
     ToolCallFacts,
 )
 
-from ._values import get_str
 from .conventions import AGENT_NAME_KEYS
+from .values import get_str
 
 ENTITY_KEYS = (
     "gen_ai.agent.name",

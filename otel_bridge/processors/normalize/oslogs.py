@@ -49,8 +49,8 @@ from otel_bridge.model import (
     Source,
 )
 
-from ._values import get_bool, get_int, get_str
 from .entities import SESSION_KEY
+from .values import get_bool, get_int, get_str
 
 FILE_RELATIONS: Mapping[str, RelationKind] = {
     "file.open": RelationKind.OPENED,

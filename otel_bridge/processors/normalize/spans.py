@@ -62,7 +62,6 @@ from otel_bridge.model import (
 )
 
 from ._memo import RESOURCE_IDENTITY, Cache, Origin
-from ._values import get_str
 from .ancestry import Ancestry, Found, Missing, Outcome, PendingLink, Role, SpanInfo, SpanKey
 from .channels import ChannelAssigner
 from .command import CommandResult, extract_command
@@ -106,6 +105,7 @@ from .relations import (
     rel,
     resolver,
 )
+from .values import get_str
 
 # Enum members the hot path uses per span, as module constants: on Python 3.11 reading a member
 # as a class attribute (``Role.AGENT``) goes through ``EnumType``'s ``__getattr__`` hook (a generic

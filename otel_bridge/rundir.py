@@ -104,6 +104,21 @@ def sha256_file(path: str) -> str:
     return _digest_fd(fd)[0]
 
 
+def make_private_dirs(path: str) -> None:
+    """Create ``path`` and its missing parents with mode 0700 (existing ones are left as is)."""
+    missing: list[str] = []
+    current = os.path.abspath(path)
+    while current and not os.path.isdir(current):
+        missing.append(current)
+        parent = os.path.dirname(current)
+        if parent == current:
+            break
+        current = parent
+    for directory in reversed(missing):
+        with contextlib.suppress(FileExistsError):
+            os.mkdir(directory, 0o700)
+
+
 def write_private(path: str, data: bytes) -> None:
     """Write ``data`` to ``path`` atomically with mode 0600.
 

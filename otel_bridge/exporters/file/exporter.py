@@ -21,26 +21,12 @@ from otel_bridge.component import (
 )
 from otel_bridge.errors import StartupError
 from otel_bridge.model import Batch
+from otel_bridge.rundir import make_private_dirs
 
 from .codec import encode_lines
 from .config import Config
 
 _log = logging.getLogger("otel_bridge.exporters.file")
-
-
-def make_private_dirs(path: str) -> None:
-    """Create ``path`` and its missing parents with mode 0700 (existing ones are left as is)."""
-    missing: list[str] = []
-    current = os.path.abspath(path)
-    while current and not os.path.isdir(current):
-        missing.append(current)
-        parent = os.path.dirname(current)
-        if parent == current:
-            break
-        current = parent
-    for directory in reversed(missing):
-        with contextlib.suppress(FileExistsError):
-            os.mkdir(directory, 0o700)
 
 
 def _earlier_size(path: str) -> int:

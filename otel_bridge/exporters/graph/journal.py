@@ -47,6 +47,7 @@ import msgspec
 from otel_bridge import jsonl
 from otel_bridge.errors import DecodeError
 from otel_bridge.model import CoverageRecord, Observation
+from otel_bridge.rundir import make_private_dirs
 
 MAGIC = b"OBGJ0001"
 _FRAME = struct.Struct("<II")
@@ -99,19 +100,6 @@ def decode_payload(payload: bytes) -> tuple[tuple[Observation, ...], tuple[Cover
     return observations, coverage
 
 
-def _make_dirs(directory: str) -> None:
-    missing: list[str] = []
-    while directory and not os.path.isdir(directory):
-        missing.append(directory)
-        parent = os.path.dirname(directory)
-        if parent == directory:
-            break
-        directory = parent
-    for name in reversed(missing):
-        with contextlib.suppress(FileExistsError):
-            os.mkdir(name, 0o700)
-
-
 class Journal:
     """An append-only, CRC-framed, bounded journal of applied batches (see the module doc)."""
 
@@ -131,7 +119,7 @@ class Journal:
     def open(self, apply: Apply) -> Replay:
         """Open (creating) and lock the journal, replay its frames into ``apply`` in order."""
         try:
-            _make_dirs(os.path.dirname(os.path.abspath(self.path)))
+            make_private_dirs(os.path.dirname(os.path.abspath(self.path)))
             self._fd = os.open(self.path, _FLAGS, 0o600)
         except OSError as exc:
             raise JournalError(f"cannot open graph journal {self.path}: {exc.strerror}") from exc

@@ -268,7 +268,7 @@ class Collector:
     ) -> Component:
         factory = component.factory
         if self._registry is not None:
-            factory = self._registry.table(component.kind).get(component.id.type, factory)
+            factory = self._registry.get(component.kind, component.id.type) or factory
         settings = CreateSettings(
             id=str(component.id),
             pipeline=pipeline,

@@ -363,7 +363,6 @@ def _parse_section(
     if not isinstance(raw, Mapping):
         problems.append(f"{section}: expected a mapping of component id to config")
         return out
-    table = registry.table(kind)
     for key, value in raw.items():
         path = join_path(section, key)
         try:
@@ -371,11 +370,12 @@ def _parse_section(
         except ValueError as exc:
             problems.append(f"{path}: {exc}")
             continue
-        factory = table.get(cid.type)
+        factory = registry.get(kind, cid.type)
         if factory is None:
-            valid = ", ".join(sorted(table)) or "none"
+            names = registry.names(kind)
+            valid = ", ".join(names) or "none"
             problems.append(
-                f"{path}: unknown {kind} type {cid.type!r}{suggest(cid.type, table)} "
+                f"{path}: unknown {kind} type {cid.type!r}{suggest(cid.type, names)} "
                 f"(valid types: {valid})"
             )
             continue

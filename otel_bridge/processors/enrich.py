@@ -22,6 +22,17 @@ its exit event; a process with no observed exit is emitted at shutdown ending at
 was observed, marked ``otel_bridge.process.exit_observed=false``: no exit is fabricated. File and
 network observations become span events (at most ``max_events_per_process``).
 
+**Late OS events are never dropped.** A process span is sent ``hold_delay`` after the process's
+exit; an observation of the process that reaches enrich after that (a socket seen by a scan or a
+destroy notification behind the exit, a backend drained at shutdown) goes out in a **late-events
+span**: a child of the process span, in the same trace, under the same Resource, with the same
+``process.pid`` and ``otel_bridge.process.id``, ``otel_bridge.os_plane.late=true``, and the late
+observations as its events (a late exit as a ``process.exit`` event with its code). Late events
+are gathered for ``late_delay`` seconds (at shutdown: at once) so a burst becomes one span; each
+is counted (``os_plane.late_event``, ``os_plane.late_spans``). A process whose start was never
+observed but that has events is sent at shutdown too, marked
+``otel_bridge.process.start_observed=false`` and starting at its first observed event.
+
 Processes are read from their entities' typed ``ProcessFacts``; the process span's ``process.*``
 attributes are written from those fields (only the ones observed). An OS observation whose process
 entity carries no facts is skipped and counted (``enrich.os_plane.skipped.no_facts``).
@@ -94,6 +105,9 @@ class Config:
     max_events_per_process: int = 128
     tick_interval: float = 0.2
     """How often held spans are checked for release."""
+    late_delay: float = 1.0
+    """How long late OS events of an already sent process span are gathered before their
+    late-events span is sent (seconds)."""
 
     def validate(self) -> list[str]:
         """Problems with the settings."""
@@ -106,6 +120,8 @@ class Config:
             problems.append("max_events_per_process: must not be negative")
         if not self.tick_interval > 0:
             problems.append("tick_interval: must be positive")
+        if self.late_delay < 0:
+            problems.append("late_delay: must not be negative")
         return problems
 
 
@@ -125,6 +141,7 @@ class _Proc:
     host: str
     run: str
     start: int = 0
+    first_seen: int = 0
     last_seen: int = 0
     exit_time: int = 0
     exit_code: AnyValue = None
@@ -134,6 +151,10 @@ class _Proc:
     dropped_events: int = 0
     emitted: bool = False
     due: float = 0.0
+    late: list[SpanEvent] = field(default_factory=list)
+    """Events that arrived after the process span was sent (see the module docstring)."""
+    late_due: float = 0.0
+    late_spans: int = 0
 
 
 class EnrichProcessor:
@@ -215,7 +236,7 @@ class EnrichProcessor:
                 due = now + self._config.hold_delay
                 self._held.extend((due, s) for s in batch.spans)
                 held = ()
-            released = self._release(force=False)
+            released = self._release(force=self._done)  # after shutdown: nothing waits
         rest = batch.replace(spans=held + released.spans)
         if len(rest):
             self._next.consume(rest)
@@ -240,11 +261,14 @@ class EnrichProcessor:
         if proc is None:
             proc = _Proc(identity=identity, host=facts.host_id, run=self._run_id)
             self._procs[identity] = proc
-        if proc.emitted:
-            self._telemetry.count("os_plane.late_event")
-            return
         t = obs.time_unix_nano
+        if proc.emitted:
+            self._learn_late(proc, obs, facts, now)
+            return
+        proc.first_seen = min(proc.first_seen, t) if proc.first_seen else t
         proc.last_seen = max(proc.last_seen, t)
+        if facts.pid is not None:
+            proc.attrs.setdefault("process.pid", facts.pid)
         if event in START_EVENTS:
             if event == "process.start" or not proc.start:
                 proc.start = min(proc.start, t) if proc.start else t
@@ -259,20 +283,32 @@ class EnrichProcessor:
             proc.exit_time = t
             proc.exit_code = facts.exit_code
             proc.due = now + self._config.hold_delay
-        elif obs.relation is not None and obs.object is not None and obs.subject.id == identity:
+        elif (event_ := _relation_event(obs, identity)) is not None:
             if len(proc.events) < self._config.max_events_per_process:
-                proc.events.append(
-                    SpanEvent(
-                        time_unix_nano=t,
-                        name=str(obs.relation),
-                        attributes={
-                            "otel_bridge.target": obs.object.id,
-                            "evidence.attribution": str(obs.evidence.attribution or ""),
-                        },
-                    )
-                )
+                proc.events.append(event_)
             else:
                 proc.dropped_events += 1
+
+    def _learn_late(self, proc: _Proc, obs: Observation, facts: ProcessFacts, now: float) -> None:
+        """Keep an observation of an already sent process for its late-events span."""
+        event = obs.attrs.get("event.name")
+        late: SpanEvent | None
+        if event == EXIT_EVENT:
+            attrs: dict[str, AnyValue] = {"evidence.attribution": _attribution(obs)}
+            if facts.exit_code is not None:
+                attrs["process.exit.code"] = facts.exit_code
+            late = SpanEvent(time_unix_nano=obs.time_unix_nano, name=EXIT_EVENT, attributes=attrs)
+        else:
+            late = _relation_event(obs, proc.identity)
+        if late is None:
+            return  # a start or attribute record of a process already sent: nothing new to show
+        self._telemetry.count("os_plane.late_event")
+        if not proc.late:
+            proc.late_due = now + self._config.late_delay
+        if len(proc.late) < self._config.max_events_per_process:
+            proc.late.append(late)
+        else:
+            proc.dropped_events += 1
 
     def _release(self, *, force: bool) -> Batch:
         now = self._clock()
@@ -285,8 +321,12 @@ class EnrichProcessor:
                 keep.append((due, span))
         self._held = keep
         for proc in self._procs.values():
-            if proc.emitted or not proc.start:
+            if proc.emitted:
+                if proc.late and (force or proc.late_due <= now):
+                    spans.append(self._late_span(proc))
                 continue
+            if not proc.start and not (force and proc.events):
+                continue  # a start may still come; at the end, only one with events is sent
             if force or (proc.exit_time and proc.due <= now):
                 spans.append(self._process_span(proc))
                 proc.emitted = True
@@ -310,31 +350,52 @@ class EnrichProcessor:
         attrs["otel_bridge.process.id"] = proc.identity
         attrs["evidence.channel"] = "os"
         attrs["otel_bridge.process.exit_observed"] = bool(proc.exit_time)
+        if not proc.start:
+            attrs["otel_bridge.process.start_observed"] = False
         if proc.exit_time and proc.exit_code is not None:
             attrs["process.exit.code"] = proc.exit_code
         if not proc.exit_time:
             attrs["otel_bridge.process.last_seen_unix_nano"] = proc.last_seen
-        name = str(attrs.get("process.executable.name") or attrs.get("process.pid") or "process")
-        resource_attrs: dict[str, AnyValue] = {
-            "service.name": "otel-bridge-host",
-            "evidence.channel": "os",
-            "host.id": proc.host,
-        }
-        if proc.run:
-            resource_attrs["otel_bridge.run.id"] = proc.run
+        start = proc.start or proc.first_seen
         return Span(
-            resource=Resource(attributes=resource_attrs),
+            resource=_resource(proc),
             scope=SCOPE,
             trace_id=self._trace_for(proc),
             span_id=process_span_id(proc.identity),
             parent_span_id=parent_id,
-            name=f"process {name}",
+            name=f"process {_name(attrs)}",
             kind=SpanKind.INTERNAL,
-            start_time_unix_nano=proc.start,
-            end_time_unix_nano=proc.exit_time or max(proc.last_seen, proc.start),
+            start_time_unix_nano=start,
+            end_time_unix_nano=proc.exit_time or max(proc.last_seen, start),
             attributes=attrs,
             events=tuple(sorted(proc.events, key=lambda e: e.time_unix_nano)),
             dropped_events_count=proc.dropped_events,
+        )
+
+    def _late_span(self, proc: _Proc) -> Span:
+        """The late-events span of ``proc`` (its late events taken), a child of its span."""
+        events = sorted(proc.late, key=lambda e: e.time_unix_nano)
+        proc.late = []
+        proc.late_spans += 1
+        self._telemetry.count("os_plane.late_spans")
+        attrs: dict[str, AnyValue] = {
+            k: v for k, v in proc.attrs.items() if k in ("process.pid", "process.executable.name")
+        }
+        attrs["otel_bridge.process.id"] = proc.identity
+        attrs["evidence.channel"] = "os"
+        attrs["otel_bridge.os_plane.late"] = True
+        return Span(
+            resource=_resource(proc),
+            scope=SCOPE,
+            trace_id=self._trace_for(proc),
+            span_id=process_span_id(f"{proc.identity}#late{proc.late_spans}"),
+            parent_span_id=process_span_id(proc.identity),
+            name=f"process {_name(attrs)} (late events)",
+            kind=SpanKind.INTERNAL,
+            start_time_unix_nano=events[0].time_unix_nano,
+            end_time_unix_nano=events[-1].time_unix_nano,
+            attributes=attrs,
+            events=tuple(events),
         )
 
     def _enrich(self, span: Span) -> Span:
@@ -389,6 +450,36 @@ def process_attributes(facts: ProcessFacts) -> dict[str, AnyValue]:
     return {k: v for k, v in values.items() if v is not None}
 
 
+def _relation_event(obs: Observation, identity: str) -> SpanEvent | None:
+    """The span event of a file or network observation made by process ``identity``."""
+    if obs.relation is None or obs.object is None or obs.subject.id != identity:
+        return None
+    return SpanEvent(
+        time_unix_nano=obs.time_unix_nano,
+        name=str(obs.relation),
+        attributes={"otel_bridge.target": obs.object.id, "evidence.attribution": _attribution(obs)},
+    )
+
+
+def _attribution(obs: Observation) -> str:
+    return str(obs.evidence.attribution or "")
+
+
+def _resource(proc: _Proc) -> Resource:
+    attrs: dict[str, AnyValue] = {
+        "service.name": "otel-bridge-host",
+        "evidence.channel": "os",
+        "host.id": proc.host,
+    }
+    if proc.run:
+        attrs["otel_bridge.run.id"] = proc.run
+    return Resource(attributes=attrs)
+
+
+def _name(attrs: dict[str, AnyValue]) -> str:
+    return str(attrs.get("process.executable.name") or attrs.get("process.pid") or "process")
+
+
 def _iso_or_none(ms: int | None) -> str | None:
     return None if ms is None else iso_ms(ms)
 
@@ -436,7 +527,11 @@ factory: Factory[Config] = Factory(
     create=_create,
     signals=frozenset({"evidence"}),
     counters=(
-        CounterSpec("os_plane.late_event", "OS events that arrived after their span was sent"),
+        CounterSpec(
+            "os_plane.late_event",
+            "OS events that arrived after their process span was sent (sent in a late-events span)",
+        ),
+        CounterSpec("os_plane.late_spans", "late-events spans emitted", "{spans}"),
         CounterSpec("os_plane.spans", "OS-plane process spans emitted", "{spans}"),
         CounterSpec(
             "os_plane.skipped.no_facts",

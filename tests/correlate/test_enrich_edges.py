@@ -99,8 +99,9 @@ def test_exited_process_waits_for_hold_delay_before_emission() -> None:
     assert _span_of(sink.spans, p).attributes["process.exit.code"] == 0
 
 
-def test_events_after_emission_are_counted_not_attached() -> None:
-    """Observations arriving after a process span was emitted are counted as late, not lost."""
+def test_events_after_emission_go_downstream_in_a_late_events_span() -> None:
+    """An observation arriving after its process span was sent is not lost: after late_delay it
+    goes out in a child span of the process span, same trace and pid, flagged late."""
     proc, sink, clock = make()
     p = Proc(pid=13, exe="/bin/true", argv=("true",), time=T0)
     proc.consume(Batch(observations=(*p.observations(), exit_obs(p, T0 + MS, 1))))
@@ -108,9 +109,54 @@ def test_events_after_emission_are_counted_not_attached() -> None:
     proc.flush_due()
     before = _span_of(sink.spans, p)
     proc.consume(Batch(observations=(file_open(p, "/late", T0 + 2 * MS),)))
+    proc.flush_due()
+    assert len(sink.spans) == 1  # gathered for late_delay first
+    clock.now += 1.1
+    proc.flush_due()
+    late = sink.spans[-1]
+    assert _span_of(sink.spans, p) == before  # the process span itself is never re-sent
+    assert late.parent_span_id == before.span_id
+    assert late.trace_id == before.trace_id
+    assert late.resource == before.resource
+    assert late.attributes["otel_bridge.os_plane.late"] is True
+    assert late.attributes["process.pid"] == 13
+    assert late.attributes["otel_bridge.process.id"] == p.identity
+    assert [e.attributes["otel_bridge.target"] for e in late.events] == ["file:/late"]
     proc.shutdown()
-    assert _span_of(sink.spans, p) == before
-    assert proc._telemetry.counters()["processor.enrich.os_plane.late_event"] == 1
+    assert len(sink.spans) == 2
+    counters = proc._telemetry.counters()
+    assert counters["processor.enrich.os_plane.late_event"] == 1
+    assert counters["processor.enrich.os_plane.late_spans"] == 1
+
+
+def test_events_after_shutdown_are_sent_at_once() -> None:
+    """After shutdown nothing waits: a late observation (a backend drained last) is sent in
+    its late-events span in the same call, and a late exit is an event with its code."""
+    proc, sink, _ = make()
+    p = Proc(pid=15, exe="/bin/sleep", argv=("sleep", "9"), time=T0)
+    proc.consume(Batch(observations=tuple(p.observations())))
+    proc.shutdown()
+    open_span = _span_of(sink.spans, p)
+    assert open_span.attributes["otel_bridge.process.exit_observed"] is False
+    proc.consume(Batch(observations=(file_open(p, "/x", T0 + MS), exit_obs(p, T0 + 2 * MS, 3))))
+    late = sink.spans[-1]
+    assert late.parent_span_id == open_span.span_id
+    assert [e.name for e in late.events] == ["opened", "process.exit"]
+    assert late.events[1].attributes["process.exit.code"] == 3
+
+
+def test_a_process_with_events_but_no_observed_start_is_sent_at_shutdown() -> None:
+    """Events of a process whose start was never observed are not dropped: its span is sent at
+    shutdown, starting at its first event, marked start_observed=false."""
+    proc, sink, _ = make()
+    p = Proc(pid=16, exe="/bin/cat", argv=("cat",), time=T0)
+    proc.consume(Batch(observations=(file_open(p, "/seen", T0 + 5 * MS),)))
+    proc.shutdown()
+    span = _span_of(sink.spans, p)
+    assert span.attributes["otel_bridge.process.start_observed"] is False
+    assert span.attributes["process.pid"] == 16
+    assert span.start_time_unix_nano == T0 + 5 * MS
+    assert [e.attributes["otel_bridge.target"] for e in span.events] == ["file:/seen"]
 
 
 def test_exec_replaces_attributes_and_keeps_start_time() -> None:

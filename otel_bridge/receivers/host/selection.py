@@ -15,21 +15,29 @@ from __future__ import annotations
 from otel_bridge.errors import BackendUnavailableError
 from otel_bridge.receivers.host.backend import Backend
 from otel_bridge.receivers.host.config import AUTO_ORDER, HostConfig
-from otel_bridge.receivers.host.ebpf import EbpfBackend
-from otel_bridge.receivers.host.linux import LinuxBackend
-from otel_bridge.receivers.host.portable import PortableBackend
-from otel_bridge.receivers.host.strace import StraceBackend
+
+# Each backend's module is imported when that backend is tried, not before: the ``portable`` one
+# pulls psutil and watchdog, ``ebpf`` and ``strace`` their parsers, none of which a run of the
+# ``linux`` backend needs (issue 11: the fixed cost of ``observe`` is mostly imports).
 
 
 def create_backend(name: str, config: HostConfig) -> Backend:
     """Construct backend ``name``; raises ``BackendUnavailableError`` when it cannot run."""
     if name == "linux":
+        from otel_bridge.receivers.host.linux import LinuxBackend  # noqa: PLC0415
+
         return LinuxBackend()
     if name == "ebpf":
+        from otel_bridge.receivers.host.ebpf import EbpfBackend  # noqa: PLC0415
+
         return EbpfBackend(config.bpftrace_path)
     if name == "strace":
+        from otel_bridge.receivers.host.strace import StraceBackend  # noqa: PLC0415
+
         return StraceBackend(config.strace_path)
     if name == "portable":
+        from otel_bridge.receivers.host.portable import PortableBackend  # noqa: PLC0415
+
         return PortableBackend()
     raise BackendUnavailableError(f"unknown host backend {name!r}")
 

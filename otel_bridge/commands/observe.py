@@ -197,6 +197,7 @@ def build_overlay(
         for name in ("redact", "normalize", "correlate", "grade")
     ]
     adds += _run_exporters(run, keep_runtime_reads)
+    adds += durable_state_in_run(user, run)
     forwarding: tuple[PipelineAddition, ...] = ()
     if forward is not None:
         exporter, forwarding = forward_overlay(forward, otlp)
@@ -246,6 +247,43 @@ def _run_exporters(run: rundir.RunDir, keep_runtime_reads: bool) -> list[Compone
             ),
         )
     ]
+
+
+_QUEUED_EXPORTERS = ("otlp", "otlphttp", "otlp_grpc", "otlp_http")
+RUN_QUEUE_DIR = "queue"
+"""The run directory's subdirectory holding the persistent queues of a ``-c`` file's exporters."""
+
+
+def durable_state_in_run(
+    user: Mapping[str, Any] | None, run: rundir.RunDir
+) -> list[ComponentAddition]:
+    """The ``-c`` file's graph journals and persistent queues, moved into the run directory.
+
+    A configuration written for a standing collector (the bundled ones) keeps a graph journal
+    and its OTLP exporters' persistent queues at that collector's paths. Under ``observe`` they
+    would replay the standing collector's state into this run, or be locked by it; so each
+    journal ``path`` and ``sending_queue.storage`` set in the file is replaced by
+    ``graph[-NAME].journal`` or ``queue/`` in the run directory (the journal and the queue
+    create them owner-only and open them with ``O_NOFOLLOW``), keeping the other settings.
+    """
+    exporters = (user or {}).get("exporters")
+    if not isinstance(exporters, Mapping):
+        return []
+    out: list[ComponentAddition] = []
+    for key, settings in exporters.items():
+        if not isinstance(settings, Mapping):
+            continue
+        type_name, _, name = str(key).partition("/")
+        journal, queue = settings.get("journal"), settings.get("sending_queue")
+        moved: dict[str, Any] = {}
+        if type_name == "graph" and isinstance(journal, Mapping) and journal.get("path"):
+            path = run.file(f"graph-{name}.journal" if name else "graph.journal")
+            moved["journal"] = {**journal, "path": path}
+        if type_name in _QUEUED_EXPORTERS and isinstance(queue, Mapping) and queue.get("storage"):
+            moved["sending_queue"] = {**queue, "storage": run.file(RUN_QUEUE_DIR)}
+        if moved:
+            out.append(ComponentAddition(section="exporters", id=str(key), settings=moved))
+    return out
 
 
 def _graph_run(keep_runtime_reads: bool) -> dict[str, str]:

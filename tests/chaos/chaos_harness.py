@@ -120,9 +120,10 @@ def free_port() -> int:
 class Collector:
     """One ``otel-bridge run`` child, restartable."""
 
-    def __init__(self, config: Path, env: dict[str, str]) -> None:
+    def __init__(self, config: Path, env: dict[str, str], cwd: Path | None = None) -> None:
         self.config = config
         self.env = env
+        self.cwd = cwd
         self.proc: subprocess.Popen[str] | None = None
         self.stderr: Stderr | None = None
         self.logs: list[str] = []
@@ -135,6 +136,7 @@ class Collector:
             stdout=subprocess.DEVNULL,
             text=True,
             env={**os.environ, **self.env},
+            cwd=self.cwd,
         )
         self.stderr = Stderr(self.proc, timeout=60.0)
         self.stderr.wait_for(r"running \(pid")

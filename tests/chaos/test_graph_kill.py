@@ -11,6 +11,8 @@ import pytest
 from chaos_harness import Client, Collector, free_port, graph_names
 from waiting import wait_until
 
+from otel_bridge.configs import __file__ as configs_init
+
 pytest.importorskip("opentelemetry.exporter.otlp.proto.grpc", reason="needs the OTLP gRPC exporter")
 
 CONFIG = """
@@ -59,3 +61,38 @@ def test_graph_json_rebuilt_after_kill_9_holds_every_acknowledged_span(tmp_path:
         assert collector.stop() == 0
     assert "rebuilt the graph from" in collector.logs[-1]
     assert acked <= graph_names(tmp_path / "graph.json")
+
+
+@pytest.mark.slow
+def test_bundled_local_yaml_is_durable_by_default(tmp_path: Path) -> None:
+    """Issue 13: the bundled default (``run -c configs/local.yaml``, nothing added) journals its
+    graph next to it (``./otel-bridge-graph.journal``, 0600): after kill -9 and a restart from
+    the same directory, graph.json holds every acknowledged span."""
+    local_yaml = Path(configs_init).parent / "local.yaml"
+    port = free_port()
+    env = {
+        "OTEL_BRIDGE_OTLP_GRPC_ENDPOINT": f"127.0.0.1:{port}",
+        "OTEL_BRIDGE_OTLP_HTTP_ENDPOINT": "127.0.0.1:0",
+        "OTEL_BRIDGE_LOG_LEVEL": "info",
+    }
+    collector = Collector(local_yaml, env, cwd=tmp_path)
+    collector.start()
+    client = Client(port, pace=0.0)
+    client.start()
+    try:
+        wait_until(lambda: len(client.acked) >= 30, 60, "30 acknowledged spans")
+    finally:
+        client.stop()
+    assert collector.stop(signal.SIGKILL) == -signal.SIGKILL
+    acked = set(client.acked)
+    journal = tmp_path / "otel-bridge-graph.journal"
+    assert journal.stat().st_mode & 0o777 == 0o600
+    graph = tmp_path / "otel-bridge-graph.json"
+
+    collector.start()  # replays the journal and rewrites graph.json before it reports running
+    try:
+        assert acked <= graph_names(graph)
+    finally:
+        assert collector.stop() == 0
+    assert "rebuilt the graph from" in collector.logs[-1]
+    assert acked <= graph_names(graph)

@@ -44,6 +44,7 @@ from otel_bridge.model import (
 )
 from otel_bridge.otlp.json_read import (
     field,
+    parse_int,
     read_any_value,
     read_attributes,
     read_enum,
@@ -267,16 +268,25 @@ def load_body(body: bytes | str | Mapping[str, Any]) -> Mapping[str, Any]:
     if isinstance(body, Mapping):
         return body
     try:
-        value = json.loads(body)
+        value = _loads(body, oversize=False)
+    except ValueError:
+        # an integer literal over the interpreter's digit limit: parsed again (only then: the
+        # hook costs a call per integer) keeping it as a marker that the field readers refuse
+        # with the field's path (json_read.OversizeInt)
+        value = _loads(body, oversize=True)
+    if not isinstance(value, dict):
+        raise DecodeError(f"body: expected a JSON object, got {type(value).__name__}")
+    return value
+
+
+def _loads(body: bytes | str, *, oversize: bool) -> Any:
+    """``json.loads``; malformed JSON and too deep nesting as ``DecodeError``."""
+    try:
+        return json.loads(body, parse_int=parse_int) if oversize else json.loads(body)
     except (UnicodeDecodeError, json.JSONDecodeError) as exc:
         raise DecodeError(f"body is not valid JSON: {exc}") from None
     except RecursionError:
         raise DecodeError("body: JSON nested too deeply") from None
-    except ValueError as exc:  # e.g. an integer literal over the interpreter's digit limit
-        raise DecodeError(f"body: {exc}") from None
-    if not isinstance(value, dict):
-        raise DecodeError(f"body: expected a JSON object, got {type(value).__name__}")
-    return value
 
 
 def _resource(obj: Mapping[str, Any], path: str) -> Resource:

@@ -10,6 +10,7 @@ from __future__ import annotations
 import base64
 import binascii
 import math
+import sys
 from collections.abc import Mapping
 from typing import Any
 
@@ -24,10 +25,32 @@ _SPECIAL_DOUBLES = {"NaN": math.nan, "Infinity": math.inf, "-Infinity": -math.in
 _HEX_DIGITS = frozenset("0123456789abcdefABCDEF")
 
 
+class OversizeInt:
+    """An integer literal longer than the interpreter converts (``sys.get_int_max_str_digits``,
+    4,300 digits by default), kept as its length so the reader that meets it names its field
+    path (``spans[0].name: expected a string, got an integer literal of 5001 digits ...``)."""
+
+    __slots__ = ("digits",)
+
+    def __init__(self, text: str) -> None:
+        self.digits = len(text.lstrip("-"))
+
+
+def parse_int(text: str) -> int | OversizeInt:
+    """``json.loads``' ``parse_int``: the integer, or an :class:`OversizeInt` past the limit."""
+    try:
+        return int(text)
+    except ValueError:
+        return OversizeInt(text)
+
+
 def type_name(value: object) -> str:
     """The JSON name of ``value``'s type, for error messages."""
     if value is None:
         return "null"
+    if isinstance(value, OversizeInt):
+        limit = sys.get_int_max_str_digits()
+        return f"an integer literal of {value.digits} digits (over the {limit}-digit limit)"
     if isinstance(value, bool):
         return "a boolean"
     if isinstance(value, int | float):
@@ -39,6 +62,12 @@ def type_name(value: object) -> str:
     if isinstance(value, dict):
         return "an object"
     return type(value).__name__
+
+
+def shown(value: object, limit: int = 60) -> str:
+    """``repr(value)`` cut to about ``limit`` characters (a 5,000-digit string is not echoed)."""
+    text = repr(value)
+    return text if len(text) <= limit else f"{text[:limit]}... ({len(text)} characters)"
 
 
 def fail(path: str, message: str) -> DecodeError:
@@ -116,7 +145,7 @@ def read_int(value: Any, path: str, lo: int, hi: int, what: str) -> int:
         number = value
     elif isinstance(value, float):
         if not value.is_integer():
-            raise fail(path, f"expected {what}, got {value!r}")
+            raise fail(path, f"expected {what}, got {shown(value)}")
         number = int(value)
     elif isinstance(value, str):
         text = value.strip()
@@ -126,9 +155,9 @@ def read_int(value: Any, path: str, lo: int, hi: int, what: str) -> int:
             try:
                 as_float = float(text)
             except ValueError:
-                raise fail(path, f"expected {what}, got {value!r}") from None
+                raise fail(path, f"expected {what}, got {shown(value)}") from None
             if not as_float.is_integer():
-                raise fail(path, f"expected {what}, got {value!r}") from None
+                raise fail(path, f"expected {what}, got {shown(value)}") from None
             number = int(as_float)
     else:
         raise fail(path, f"expected {what}, got {type_name(value)}")
@@ -175,9 +204,9 @@ def read_double(value: Any, path: str) -> float:
         try:
             number = float(value)
         except ValueError:
-            raise fail(path, f"expected a number, got {value!r}") from None
+            raise fail(path, f"expected a number, got {shown(value)}") from None
         if math.isnan(number) or math.isinf(number):
-            raise fail(path, f"expected a number, got {value!r}")
+            raise fail(path, f"expected a number, got {shown(value)}")
         return number
     raise fail(path, f"expected a number, got {type_name(value)}")
 

@@ -2,7 +2,8 @@
 
 Reproductions from the reliability issue: a lone surrogate in a span name (answered 200 before,
 then it killed the graph exporter's flush thread), an integer literal over the interpreter's
-4,300-digit limit and JSON nested about 1,000 deep (both answered 500 before).
+4,300-digit limit and JSON nested about 1,000 deep (both answered 500 before; the integer's 400
+now names its field path).
 """
 
 from __future__ import annotations
@@ -54,7 +55,18 @@ POISON = {
         _body('"n"', attrs='[{"key":"k","value":{"stringValue":"\\ud83d"}}]'),
         "attributes[0].value.stringValue: not valid Unicode",
     ),
-    "integer literal over 4,300 digits": (_body("1" + "0" * 5000), "body: Exceeds the limit"),
+    "integer literal over 4,300 digits": (
+        _body("1" + "0" * 5000),
+        "spans[0].name: expected a string, got an integer literal of 5001 digits",
+    ),
+    "integer literal over 4,300 digits as an attribute's intValue": (
+        _body('"n"', attrs='[{"key":"k","value":{"intValue":-' + "9" * 4400 + "}}]"),
+        "attributes[0].value.intValue: expected a 64-bit integer, got an integer literal of 4400",
+    ),
+    "decimal string over 4,300 digits as a timestamp": (
+        _body('"n"').replace(b'"name"', b'"startTimeUnixNano":"' + b"7" * 4400 + b'","name"'),
+        "spans[0].startTimeUnixNano: expected an unsigned 64-bit integer, got '777",
+    ),
     "JSON nested 100,000 deep": (b"[" * 100_000 + b"]" * 100_000, "body: JSON nested too deeply"),
     "attribute value nested past the limit": (
         _body('"n"', attrs=_nested(MAX_VALUE_DEPTH + 2)),

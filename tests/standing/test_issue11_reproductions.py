@@ -64,15 +64,15 @@ def _cli(*argv: str, cwd: Path) -> subprocess.CompletedProcess[str]:
 def test_base_install_commands_work_without_any_extra(tmp_path: Path) -> None:
     """Reproduction 1: with every extra-only module unimportable, --help, components, validate
     of each bundled config and an observe of a shell command work."""
-    for argv in (("--help",), ("components",)):
-        done = _cli(*argv, cwd=tmp_path)
+    for command in ("--help", "components"):
+        done = _cli(command, cwd=tmp_path)
         assert done.returncode == 0, done.stderr
     for config in sorted((REPO / "configs").glob("*.yaml")):
         done = _cli("validate", str(config), cwd=tmp_path)
         assert done.returncode == 0, done.stderr
     run = tmp_path / "run"
-    argv = ("observe", "--no-progress", "-o", str(run), "--", "sh", "-c", "echo x > f; exit 3")
-    done = _cli(*argv, cwd=tmp_path)
+    observe = ("observe", "--no-progress", "-o", str(run), "--", "sh", "-c", "echo x > f; exit 3")
+    done = _cli(*observe, cwd=tmp_path)
     assert done.returncode == 3, done.stderr
     assert (tmp_path / "f").read_text() == "x\n"
     assert json.loads((run / "summary.json").read_text())["exit_code"] == 3

@@ -259,7 +259,7 @@ def fixed_main(runs: int, backend: str, rng: random.Random) -> None:
 
 
 PHASES = (
-    ("commands.observe", "_prepare", "config + registry (imports every component)"),
+    ("commands.observe", "_prepare", "config + registry (imports the components it names)"),
     ("pipeline", "Collector.start", "collector start (host backend, OTLP servers)"),
     ("commands.observe", "start_mux", "protocol mux start"),
     ("commands.observe", "Workload.release", "gate opened"),

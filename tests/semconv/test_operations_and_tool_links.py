@@ -217,6 +217,10 @@ def test_spec_output_tool_call_is_joined_to_its_execute_tool_span() -> None:
     )
     assert ev.method == "tool_call_id"
     assert ev.support == ("0000000000000011#0", "0000000000000012#0")
+    model_call = next(
+        s for s in load("genai_spec_llm_calls.json") if s.span_id.hex() == "0000000000000011"
+    )
+    assert (link.time_unix_nano, link.end_time_unix_nano) == (model_call.end_time_unix_nano, 0)
     assert coverage == []
 
 

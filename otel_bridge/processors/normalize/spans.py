@@ -631,11 +631,12 @@ class SpanNormalizer:
         if role is _MODEL_ROLE:
             call_ids = output_tool_calls(a)
             if call_ids:
-                self._calls.asked(trace_id, call_ids, node, source, trace, start, out, coverage)
+                at = end or start
+                self._calls.asked(trace_id, call_ids, node, source, trace, at, out, coverage)
             return
         facts = node.facts
         if isinstance(facts, ToolCallFacts) and facts.call_id is not None:
-            out.extend(self._calls.executed(trace_id, facts.call_id, node, facts.span_id, end))
+            out.extend(self._calls.executed(trace_id, facts.call_id, node, facts.span_id))
 
     # -- shared per (resource, scope) --------------------------------------------------------
 

@@ -7,7 +7,9 @@ When both sides are in one trace and state the same id, the normalizer relates t
 
 ``model asked_for tool_call`` (attribution ``exact_identity``, ``identity_exact=true``,
 ``inferred=false``, ``causal=false``, method ``tool_call_id``), supported by the model call's
-observation (``<model span>#0``) and the tool span's (``<tool span>#0``). The subject is the
+observation (``<model span>#0``) and the tool span's (``<tool span>#0``), timed at the model
+call's end (when its output asked for the call: an instant, so neither node's first or last
+sighting moves beyond its own span). The subject is the
 model node (shared by every call of the model); the observation's attributes name the model call
 span (``span_id``) and the tool span (``tool.span_id``). Only the id is compared, never a tool
 name or a time: a call id is unique within a model response, and a trace bounds it.
@@ -61,7 +63,8 @@ class _Asked:
     source: Source
     trace: str
     span_hex: str
-    start: int
+    at: int
+    """When the model call's output asked for the call: the span's end (else its start)."""
     call_id: str
     executed: bool = False
 
@@ -72,7 +75,6 @@ class _Executed:
 
     tool: Entity
     span_hex: str
-    end: int
 
 
 @dataclass(slots=True)
@@ -90,18 +92,18 @@ class CallLinks:
         model: Entity,
         source: Source,
         trace: str,
-        start: int,
+        at: int,
         out: list[Observation],
         coverage: list[CoverageRecord],
     ) -> None:
-        """A model call (``source.record_id`` its span) asked for ``call_ids``."""
+        """A model call (``source.record_id`` its span, ending at ``at``) asked for ``call_ids``."""
         span_hex = source.record_id
         for call_id in call_ids:
             key = (trace_id, call_id)
             entries = self._asked.setdefault(key, [])
             if any(e.span_hex == span_hex for e in entries):
                 continue  # the same span again: its links were made the first time
-            entry = _Asked(model, source, trace, span_hex, start, call_id)
+            entry = _Asked(model, source, trace, span_hex, at, call_id)
             entries.append(entry)
             for done in self._executed.get(key, ()):
                 entry.executed = True
@@ -112,11 +114,11 @@ class CallLinks:
                 coverage.extend(_not_observed(e, full) for e in dropped if not e.executed)
 
     def executed(
-        self, trace_id: bytes, call_id: str, tool: Entity, span_hex: str, end: int
+        self, trace_id: bytes, call_id: str, tool: Entity, span_hex: str
     ) -> list[Observation]:
         """A tool span executed ``call_id``: its links to the model calls that asked for it."""
         key = (trace_id, call_id)
-        done = _Executed(tool, span_hex, end)
+        done = _Executed(tool, span_hex)
         seen = self._executed.setdefault(key, [])
         if any(d.span_hex == span_hex for d in seen):
             return []
@@ -146,8 +148,7 @@ def _link(asked: _Asked, done: _Executed) -> Observation:
     model_obs, tool_obs = f"{asked.span_hex}#0", f"{done.span_hex}#0"
     return Observation(
         id=f"{asked.span_hex}#call:{asked.call_id}",
-        time_unix_nano=asked.start,
-        end_time_unix_nano=max(done.end, asked.start),
+        time_unix_nano=asked.at,
         source=asked.source,
         subject=asked.model,
         relation=_ASKED_FOR,
@@ -167,7 +168,7 @@ def _not_observed(asked: _Asked, why: str) -> CoverageRecord:
     return CoverageRecord(
         source=asked.source,
         reason="tool_call_not_observed",
-        time_unix_nano=asked.start,
+        time_unix_nano=asked.at,
         detail=(
             f"model call span {asked.span_hex} ({asked.model.label}) asked for tool call "
             f"{asked.call_id!r}; no tool span with that call id was observed in trace "

@@ -16,7 +16,7 @@ import msgspec
 import pytest
 from semconv_corpus import RECORDED, load
 
-from otel_bridge.graph import GraphAccumulator, validate_document
+from otel_bridge.graph import Graph, GraphAccumulator, to_prov, validate_document
 from otel_bridge.model import (
     Attribution,
     Batch,
@@ -336,3 +336,14 @@ def test_openllmetry_completion_tool_calls_meet_the_tool_span() -> None:
     assert link.object is not None
     assert link.object.label == "lookup"
     assert coverage == []
+
+
+def test_typed_operations_are_prov_activities() -> None:
+    """In PROV-JSON the typed operations are activities, as the plain spans they were."""
+    observations, _ = _run(load("genai_spec_agents_mcp.json"))
+    acc = GraphAccumulator()
+    acc.apply_many(observations)
+    prov = to_prov(Graph.from_dict(acc.to_dict()))
+    kinds = {record["ob:kind"] for record in prov["activity"].values()}
+    assert {"workflow", "retrieval", "span", "tool_call"} <= kinds
+    assert not {"workflow", "retrieval"} & {r["ob:kind"] for r in prov.get("entity", {}).values()}

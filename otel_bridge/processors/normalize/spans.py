@@ -256,6 +256,7 @@ class SpanNormalizer:
         parent = trace_id + parent_id if parent_id else None
         info = None if parent is None else self._lookup(parent)
         walked: tuple[Outcome, Entity | None] | None = None  # a tool's walk to its agent
+        called: str | None = None  # a tool call's call id
 
         # -- classify: the node this span stands for (reference: _reference_node) -------------
         role = _PLAIN_ROLE
@@ -280,6 +281,7 @@ class SpanNormalizer:
             assert call_id is None or isinstance(call_id, str)
             if call_id is not None:
                 attrs["gen_ai.tool.call.id"] = call_id
+                called = call_id
             # The calling agent (reference: _calling_agent): usually the parent itself; else the
             # walk, which the relation to the ancestor (#1) reuses.
             agent: str | None = None
@@ -471,8 +473,19 @@ class SpanNormalizer:
                 session = self._session(session_id)
                 out.append(rel(ctx, 4, node, _PART_OF, session))
 
-        if role is _MODEL_ROLE or role is _TOOL_ROLE:
-            self._call_links(out, coverage, role, node, a, trace_id, trace, source, start, end)
+        # -- tool calls joined by call id (reference: _call_links) ------------------------------
+        if role is _TOOL_ROLE:
+            if called is not None:
+                links = self._calls.executed(trace, called, node, span_hex)
+                if links:
+                    out.extend(links)
+        elif role is _MODEL_ROLE and (
+            "gen_ai.output.messages" in a
+            or "llm.output_messages.0.message.role" in a
+            or "ai.response.toolCalls" in a
+            or "gen_ai.completion.0.role" in a
+        ):  # conventions.output_tool_calls reads nothing else
+            self._call_links(out, coverage, role, node, a, trace, source, start, end)
 
         key = trace_id + span.span_id
         own = node if role is not _MODEL_ROLE else None
@@ -521,7 +534,6 @@ class SpanNormalizer:
                 role,
                 node,
                 a,
-                span.trace_id,
                 ctx.trace,
                 ctx.source,
                 ctx.start,
@@ -620,7 +632,6 @@ class SpanNormalizer:
         role: Role,
         node: Entity,
         a: Attributes,
-        trace_id: bytes,
         trace: str,
         source: Source,
         start: int,
@@ -632,11 +643,11 @@ class SpanNormalizer:
             call_ids = output_tool_calls(a)
             if call_ids:
                 at = end or start
-                self._calls.asked(trace_id, call_ids, node, source, trace, at, out, coverage)
+                self._calls.asked(call_ids, node, source, trace, at, out, coverage)
             return
         facts = node.facts
         if isinstance(facts, ToolCallFacts) and facts.call_id is not None:
-            out.extend(self._calls.executed(trace_id, facts.call_id, node, facts.span_id))
+            out.extend(self._calls.executed(trace, facts.call_id, node, facts.span_id))
 
     # -- shared per (resource, scope) --------------------------------------------------------
 

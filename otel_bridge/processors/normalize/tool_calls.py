@@ -25,7 +25,7 @@ table drops it. A tool span stating an id no model call asked for is no gap and 
 from __future__ import annotations
 
 from collections import OrderedDict
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from otel_bridge.model import (
     Attribution,
@@ -69,25 +69,32 @@ class _Asked:
     executed: bool = False
 
 
-@dataclass(frozen=True, slots=True)
-class _Executed:
-    """One tool span that states a call id."""
+_Executed = tuple[Entity, str]
+"""One tool span that states a call id: its tool call node and its span id (hex)."""
 
-    tool: Entity
-    span_hex: str
+_NONE: tuple[Observation, ...] = ()
 
 
-@dataclass(slots=True)
 class CallLinks:
-    """Both sides of the call-id join, bounded by ``capacity`` entries each (oldest dropped)."""
+    """Both sides of the call-id join, keyed by ``<trace hex><call id>`` (the trace id has a
+    fixed length, so the key is unambiguous).
 
-    capacity: int
-    _asked: OrderedDict[tuple[bytes, str], list[_Asked]] = field(default_factory=OrderedDict)
-    _executed: OrderedDict[tuple[bytes, str], list[_Executed]] = field(default_factory=OrderedDict)
+    The tool side is on the collector's per-span path (every tool span stating a call id), so it
+    is two generations of plain dictionaries as in :class:`.ancestry.Ancestry`: at least the
+    most recent ``capacity`` call ids are remembered, at most twice as many. The asked side is
+    first in first out, at most ``capacity`` call ids; one dropped unexecuted is reported.
+    """
+
+    __slots__ = ("_asked", "_capacity", "_executed", "_old")
+
+    def __init__(self, capacity: int) -> None:
+        self._capacity = max(1, capacity)
+        self._asked: OrderedDict[str, list[_Asked]] = OrderedDict()
+        self._executed: dict[str, tuple[_Executed, ...]] = {}
+        self._old: dict[str, tuple[_Executed, ...]] = {}
 
     def asked(  # noqa: PLR0917 (what the model call's #0 observation holds)
         self,
-        trace_id: bytes,
         call_ids: tuple[str, ...],
         model: Entity,
         source: Source,
@@ -99,37 +106,53 @@ class CallLinks:
         """A model call (``source.record_id`` its span, ending at ``at``) asked for ``call_ids``."""
         span_hex = source.record_id
         for call_id in call_ids:
-            key = (trace_id, call_id)
+            key = trace + call_id
             entries = self._asked.setdefault(key, [])
             if any(e.span_hex == span_hex for e in entries):
                 continue  # the same span again: its links were made the first time
             entry = _Asked(model, source, trace, span_hex, at, call_id)
             entries.append(entry)
-            for done in self._executed.get(key, ()):
+            for done in self._known(key):
                 entry.executed = True
                 out.append(_link(entry, done))
-            while len(self._asked) > self.capacity:
+            while len(self._asked) > self._capacity:
                 _, dropped = self._asked.popitem(last=False)
                 full = "the table of waiting calls was full"
                 coverage.extend(_not_observed(e, full) for e in dropped if not e.executed)
 
+    def _known(self, key: str) -> tuple[_Executed, ...]:
+        seen = self._executed.get(key)
+        if seen is None:
+            seen = self._old.get(key, ())
+        return seen
+
     def executed(
-        self, trace_id: bytes, call_id: str, tool: Entity, span_hex: str
-    ) -> list[Observation]:
+        self, trace: str, call_id: str, tool: Entity, span_hex: str
+    ) -> tuple[Observation, ...]:
         """A tool span executed ``call_id``: its links to the model calls that asked for it."""
-        key = (trace_id, call_id)
-        done = _Executed(tool, span_hex)
-        seen = self._executed.setdefault(key, [])
-        if any(d.span_hex == span_hex for d in seen):
-            return []
-        seen.append(done)
-        while len(self._executed) > self.capacity:
-            self._executed.popitem(last=False)
+        key = trace + call_id
+        executed = self._executed
+        seen = executed.get(key)
+        if seen is None:
+            seen = self._old.pop(key, None) if self._old else None
+            executed[key] = ((tool, span_hex),) if seen is None else (*seen, (tool, span_hex))
+            if len(executed) >= self._capacity:
+                self._old = executed
+                self._executed = {}
+        elif any(s[1] == span_hex for s in seen):
+            return _NONE  # the same span again
+        else:
+            executed[key] = (*seen, (tool, span_hex))
+        if not self._asked:
+            return _NONE
+        entries = self._asked.get(key)
+        if entries is None:
+            return _NONE
         links: list[Observation] = []
-        for entry in self._asked.get(key, ()):
+        for entry in entries:
             entry.executed = True
-            links.append(_link(entry, done))
-        return links
+            links.append(_link(entry, (tool, span_hex)))
+        return tuple(links)
 
     def drain(self) -> list[CoverageRecord]:
         """Coverage for every asked-for call no tool span executed; forgets both sides."""
@@ -140,25 +163,26 @@ class CallLinks:
             if not e.executed
         ]
         self._asked.clear()
-        self._executed.clear()
+        self._executed, self._old = {}, {}
         return out
 
 
 def _link(asked: _Asked, done: _Executed) -> Observation:
-    model_obs, tool_obs = f"{asked.span_hex}#0", f"{done.span_hex}#0"
+    tool, tool_hex = done
+    model_obs, tool_obs = f"{asked.span_hex}#0", f"{tool_hex}#0"
     return Observation(
         id=f"{asked.span_hex}#call:{asked.call_id}",
         time_unix_nano=asked.at,
         source=asked.source,
         subject=asked.model,
         relation=_ASKED_FOR,
-        object=done.tool,
+        object=tool,
         evidence=asked_evidence(tuple(sorted((model_obs, tool_obs)))),
         occurrence=f"{asked.trace}:{asked.span_hex}:call:{asked.call_id}",
         attrs={
             "trace_id": asked.trace,
             "span_id": asked.span_hex,
-            "tool.span_id": done.span_hex,
+            "tool.span_id": tool_hex,
             "gen_ai.tool.call.id": asked.call_id,
         },
     )

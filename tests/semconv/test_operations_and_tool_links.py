@@ -10,6 +10,7 @@ a corpus span with the attributes the convention documents.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 import msgspec
@@ -30,7 +31,7 @@ from otel_bridge.model import (
     SpanKind,
     ToolCallFacts,
 )
-from otel_bridge.processors.normalize import Normalizer
+from otel_bridge.processors.normalize import NormalizeConfig, Normalizer
 
 
 def _run(*batches: tuple[Span, ...]) -> tuple[list[Observation], list[CoverageRecord]]:
@@ -347,3 +348,59 @@ def test_typed_operations_are_prov_activities() -> None:
     kinds = {record["ob:kind"] for record in prov["activity"].values()}
     assert {"workflow", "retrieval", "span", "tool_call"} <= kinds
     assert not {"workflow", "retrieval"} & {r["ob:kind"] for r in prov.get("entity", {}).values()}
+
+
+def _not_observed(records: Sequence[CoverageRecord]) -> list[CoverageRecord]:
+    """The ``tool_call_not_observed`` records (the spans' parents are not in these batches)."""
+    return [c for c in records if c.reason == "tool_call_not_observed"]
+
+
+def test_bounded_tables_report_what_they_drop() -> None:
+    """With room for one waiting call, the first of two unexecuted asks is dropped and reported
+    at once; a tool span remembered beyond the tool table's two generations is forgotten, never
+    linked by a guess. Spans from ``genai_spec_llm_calls.json``."""
+    model_call, tool = (
+        s
+        for s in load("genai_spec_llm_calls.json")
+        if s.span_id.hex() in ("0000000000000011", "0000000000000012")
+    )
+    other_ask = msgspec.structs.replace(
+        model_call,
+        span_id=bytes.fromhex("00000000000000b1"),
+        attributes={
+            **model_call.attributes,
+            "gen_ai.output.messages": '[{"role":"assistant","parts":'
+            '[{"type":"tool_call","id":"call_b1","name":"get_weather"}]}]',
+        },
+    )
+    normalizer = Normalizer(NormalizeConfig(pending_cache_size=1))
+    dropped = _not_observed(normalizer(Batch(spans=(model_call, other_ask))).coverage)
+    assert len(dropped) == 1
+    assert "call_VSPygqKTWdrhaFErNvMV18Yl" in dropped[0].detail
+    assert "table of waiting calls was full" in dropped[0].detail
+    (left,) = _not_observed(normalizer.drain())
+    assert "call_b1" in left.detail
+    # Tool spans first: three call ids through a table of one per generation.
+    tools = tuple(
+        msgspec.structs.replace(
+            tool,
+            span_id=bytes([0, 0, 0, 0, 0, 0, 0xC0, n]),
+            attributes={**tool.attributes, "gen_ai.tool.call.id": f"call_c{n}"},
+        )
+        for n in range(3)
+    )
+    late = Normalizer(NormalizeConfig(pending_cache_size=1))
+    late(Batch(spans=tools))
+    asking = msgspec.structs.replace(
+        model_call,
+        attributes={
+            **model_call.attributes,
+            "gen_ai.output.messages": '[{"role":"assistant","parts":['
+            '{"type":"tool_call","id":"call_c0"},{"type":"tool_call","id":"call_c2"}]}]',
+        },
+    )
+    out = late(Batch(spans=(asking,)))
+    asked = [o.attrs["gen_ai.tool.call.id"] for o in _asked(list(out.observations))]
+    assert asked == ["call_c2"]
+    reported = _not_observed([*out.coverage, *late.drain()])
+    assert [c.detail.split("'")[1] for c in reported] == ["call_c0"]

@@ -9,13 +9,13 @@ When both sides are in one trace and state the same id, the normalizer relates t
 ``inferred=false``, ``causal=false``, method ``tool_call_id``), supported by the model call's
 observation (``<model span>#0``) and the tool span's (``<tool span>#0``), timed at the model
 call's end (when its output asked for the call: an instant, so neither node's first or last
-sighting moves beyond its own span). The subject is the
-model node (shared by every call of the model); the observation's attributes name the model call
-span (``span_id``) and the tool span (``tool.span_id``). Only the id is compared, never a tool
-name or a time: a call id is unique within a model response, and a trace bounds it.
+sighting moves beyond its own span). The subject is the model node (shared by every call of the
+model); the observation's attributes name the model call span (``span_id``) and the tool span
+(``tool.span_id``). Only the id is compared, never a tool name or a time: a call id is unique
+within a model response, and a trace bounds it.
 
-The two spans arrive in any order and in any batch, so both sides are remembered (bounded,
-first in first out): each tool span that states an id the model asked for is related, however
+The two spans arrive in any order and in any batch, so both sides are remembered (bounded, see
+:class:`CallLinks`): each tool span that states an id the model asked for is related, however
 many there are (a framework's tool span and a nested one may both state it). A call the model
 asked for that no tool span executed is a ``tool_call_not_observed`` coverage record, given when
 the normalizer stops waiting for it: at shutdown (:meth:`CallLinks.drain`), or when the bounded

@@ -330,6 +330,12 @@ def span_key(service: str, name: str) -> str:
     return f"{EntityKind.SPAN}:{service}:{name}"
 
 
+def operation_key(kind: str, service: str, name: str | None) -> str:
+    """``<kind>:<service>:<name>`` for a typed operation span (workflow, retrieval, ...);
+    ``?`` when the span names none. Every run of one named workflow shares the key."""
+    return f"{kind}:{service}:{name or '?'}"
+
+
 def process_label(facts: ProcessFacts) -> str:
     """``<executable name> (<pid>)`` for a process, from what it executed; empty when no image
     was observed (a label never names another process's image)."""

@@ -76,6 +76,33 @@ class EntityKind(enum.StrEnum):
     ENDPOINT = "endpoint"
     SPAN = "span"
     """A span the normalizer kept as a plain operation (neither agent, tool nor model call)."""
+    WORKFLOW = "workflow"
+    """A workflow run: GenAI ``invoke_workflow``, OpenLLMetry ``workflow`` (``OperationFacts``)."""
+    CHAIN = "chain"
+    """A step linking other steps: OpenInference CHAIN, OpenLLMetry ``task``."""
+    RETRIEVAL = "retrieval"
+    """A retrieval from a data source: GenAI ``retrieval``, OpenInference RETRIEVER."""
+    RERANKER = "reranker"
+    """A reranking of documents: OpenInference RERANKER."""
+    GUARDRAIL = "guardrail"
+    """A guardrail check: OpenInference GUARDRAIL."""
+    EVALUATOR = "evaluator"
+    """An evaluation: OpenInference EVALUATOR."""
+
+
+OPERATION_KINDS: frozenset[EntityKind] = frozenset(
+    {
+        EntityKind.WORKFLOW,
+        EntityKind.CHAIN,
+        EntityKind.RETRIEVAL,
+        EntityKind.RERANKER,
+        EntityKind.GUARDRAIL,
+        EntityKind.EVALUATOR,
+    }
+)
+"""Kinds of the typed operation spans (:class:`OperationFacts`): in the trace's structure they
+stand where a plain span would (``child_of`` their parent's node, and a model call under them
+with no agent or tool call above is still their process's own call)."""
 
 
 class RelationKind(enum.StrEnum):
@@ -103,6 +130,9 @@ class RelationKind(enum.StrEnum):
     DELETED = "deleted"
     RENAMED = "renamed"
     OBSERVED_CHANGE = "observed_change"
+    ASKED_FOR = "asked_for"
+    """model -> tool_call: a model call's output asked for the tool call that a tool span
+    executed, matched by call id in one trace (exact identity, non-causal)."""
     CONNECTED_TO = "connected_to"
     ATTEMPTED_CONNECT = "attempted_connect"
     LISTENED_ON = "listened_on"
@@ -383,6 +413,21 @@ class CommandFacts(msgspec.Struct, frozen=True, kw_only=True, gc=False, tag="com
     tool: str = ""
 
 
+class OperationFacts(msgspec.Struct, frozen=True, kw_only=True, gc=False, tag="operation"):
+    """One typed operation span (workflow, chain, retrieval, reranker, guardrail, evaluator)."""
+
+    operation: str
+    """The entity kind (``workflow``, ``chain``, ``retrieval``, ...)."""
+    service: str
+    """The emitting service (resource ``service.name``, ``unknown_service`` when unstated)."""
+    name: str | None = None
+    """The operation's name as the span states it (workflow name, ...), else None."""
+    data_source: str | None = None
+    """The data source a retrieval states (``gen_ai.data_source.id``), else None."""
+    trace_id: str = ""
+    span_id: str = ""
+
+
 Facts: TypeAlias = (
     ProcessFacts
     | ExecutableFacts
@@ -392,6 +437,7 @@ Facts: TypeAlias = (
     | AgentFacts
     | ToolCallFacts
     | CommandFacts
+    | OperationFacts
 )
 """Every facts record; encoded with a ``type`` tag (``process``, ``file``, ...)."""
 

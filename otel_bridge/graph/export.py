@@ -21,7 +21,8 @@ graph                                  PROV
 =====================================  =================================================
 ``agent`` node                         ``agent`` (``prov:type`` ``prov:SoftwareAgent``)
 ``tool_call``, ``process``, ``span``   ``activity`` (``prov:startTime``/``endTime`` from
-                                       first/last seen)
+and the typed operations               first/last seen)
+(``workflow``, ``chain``, ...)
 every other node                       ``entity``
 ``invoked`` agent -> tool call         ``wasAssociatedWith`` (activity, agent)
 ``delegated_to`` agent -> agent        ``actedOnBehalfOf`` (delegate = target, responsible
@@ -55,13 +56,16 @@ from typing import TYPE_CHECKING, Any
 import msgspec
 
 from otel_bridge.graph.document import Graph, GraphEdge, GraphNode
+from otel_bridge.model import OPERATION_KINDS
 
 if TYPE_CHECKING:
     import networkx as nx
 
 PROV_PREFIX = "ob"
 PROV_NAMESPACE = "urn:otel-bridge:"
-_ACTIVITY_KINDS = frozenset({"tool_call", "process", "span"})
+_ACTIVITY_KINDS = frozenset(
+    {"tool_call", "process", "span", *(str(kind) for kind in OPERATION_KINDS)}
+)
 _USED = frozenset(
     {
         "read",

@@ -131,9 +131,10 @@ def test_openinference_json_input_declares_command() -> None:
 
 
 def test_graph_node_and_session_ids_are_kept() -> None:
-    """graph.node.id stays on the span entity; a root session.id gives `part_of` a session."""
+    """graph.node.id stays on the CHAIN span's entity (a typed ``chain`` node); a root session.id
+    gives `part_of` a session."""
     out = Normalizer()(Batch(spans=_langgraph_trace()))
     node = next(o.subject for o in out.observations if o.subject.label == "tools")
-    assert node.kind is EntityKind.SPAN
+    assert node.kind is EntityKind.CHAIN
     assert node.attrs["graph.node.id"] == "tools"
     assert _by_relation(out.observations, RelationKind.PART_OF) == {("LangGraph", "thread-9")}

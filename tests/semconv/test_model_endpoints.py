@@ -12,16 +12,19 @@ from collections.abc import Sequence
 import msgspec
 from semconv_corpus import load
 
+from otel_bridge.grading import grade_evidence
 from otel_bridge.model import (
     Attribution,
     Batch,
     Channel,
+    Grade,
     LogRecord,
     Observation,
     RelationKind,
     Resource,
     Scope,
     Span,
+    SpanKind,
 )
 from otel_bridge.processors.correlate import Config, Correlator
 from otel_bridge.processors.normalize import Normalizer
@@ -235,3 +238,37 @@ def test_an_attempted_connect_counts_and_says_so() -> None:
     derived, _ = _correlate(spans, logs)
     (served,) = _served(derived)
     assert served.attrs["connection"] == "attempted_connect"
+
+
+def test_inferred_link_grades_d_and_exact_link_c() -> None:
+    """Time and process only: graded D (inferred); a stated endpoint: graded C (exact, non-causal).
+    Spans: ``openai_v2.json`` (states no endpoint) and ``openllmetry.json`` (its API base)."""
+    spans = load("openai_v2.json")[:1]
+    t = spans[0].start_time_unix_nano
+    (inferred,) = _served(_correlate(spans, [_connect(1, t + MS, 8000)])[0])
+    assert grade_evidence(inferred.evidence) == Grade.D
+    spans = load("openllmetry.json")[:1]
+    t = spans[0].start_time_unix_nano
+    (exact,) = _served(_correlate(spans, [_connect(1, t + MS, _api_port(spans))])[0])
+    assert grade_evidence(exact.evidence) == Grade.C
+
+
+def test_chat_span_under_a_workflow_gets_its_process_as_caller() -> None:
+    """A recorded root chat span (``openai_v2.json``) placed under an application's
+    ``invoke_workflow`` span: still no agent or tool call made the call, so the process is the
+    caller, as for a root span (the typed workflow node stands where a plain span would)."""
+    chat = load("openai_v2.json")[0]
+    workflow = msgspec.structs.replace(
+        chat,
+        name="invoke_workflow triage",
+        span_id=bytes.fromhex("00000000000000f1"),
+        kind=SpanKind.INTERNAL,
+        attributes={"gen_ai.operation.name": "invoke_workflow", "gen_ai.workflow.name": "triage"},
+    )
+    nested = msgspec.structs.replace(chat, parent_span_id=workflow.span_id)
+    start = _start(chat.start_time_unix_nano - 500 * MS)
+    derived, _ = _correlate([workflow, nested], [start])
+    (requested,) = [o for o in derived if o.relation == RelationKind.REQUESTED]
+    assert requested.subject.id.startswith(f"process:{HOST}:{PID}:")
+    assert requested.object is not None
+    assert requested.object.id == "model:openai:scripted-model"

@@ -17,6 +17,7 @@ import subprocess
 import sys
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -61,7 +62,8 @@ def model_url() -> Iterator[str]:
             server.stdout.close()
 
 
-def test_root_chat_span_meets_its_process_and_endpoint(tmp_path: Path, model_url: str) -> None:
+def _observe(tmp_path: Path, *agent_args: str) -> dict[str, Any]:
+    """``observe --backend strace`` of ``openai_chat_agent.py``: the run's graph document."""
     run_dir = tmp_path / "run"
     done = subprocess.run(
         [
@@ -77,7 +79,7 @@ def test_root_chat_span_meets_its_process_and_endpoint(tmp_path: Path, model_url
             "--",
             sys.executable,
             str(HERE / "openai_chat_agent.py"),
-            model_url,
+            *agent_args,
         ],
         cwd=tmp_path,
         env=dict(os.environ),
@@ -88,7 +90,12 @@ def test_root_chat_span_meets_its_process_and_endpoint(tmp_path: Path, model_url
     )
     assert done.returncode == 0, done.stderr[-3000:]
     (graph_file,) = sorted(run_dir.rglob("graph.json"))
-    graph = json.loads(graph_file.read_text())
+    graph: dict[str, Any] = json.loads(graph_file.read_text())
+    return graph
+
+
+def test_root_chat_span_meets_its_process_and_endpoint(tmp_path: Path, model_url: str) -> None:
+    graph = _observe(tmp_path, model_url)
     nodes = {n["id"]: n for n in graph["nodes"]}
     model = "model:openai:scripted-model"
     assert model in nodes
@@ -107,3 +114,26 @@ def test_root_chat_span_meets_its_process_and_endpoint(tmp_path: Path, model_url
     assert served["target"] == endpoint
     assert served["inferred"] is True
     assert served["grade"] == "D"
+    # The model asked for a tool call (the scripted server's first step) and nothing ran it.
+    assert graph["summary"]["coverage"].get("tool_call_not_observed") == 1
+    assert not [e for e in graph["edges"] if e["relation"] == "asked_for"]
+
+
+def test_output_tool_call_meets_the_tool_span_that_ran_it(tmp_path: Path, model_url: str) -> None:
+    """The real client's output tool call (OpenInference ``llm.output_messages``) and the
+    application's TOOL span stating its ``tool_call.id``: one ``asked_for`` edge, exact and
+    non-causal, under a typed ``chain`` node; no ``tool_call_not_observed`` record."""
+    graph = _observe(tmp_path, model_url, "--run-tool")
+    nodes = {n["id"]: n for n in graph["nodes"]}
+    (edge,) = [e for e in graph["edges"] if e["relation"] == "asked_for"]
+    assert edge["source"] == "model:openai:scripted-model"
+    tool = nodes[edge["target"]]
+    assert tool["kind"] == "tool_call"
+    assert tool["facts"]["tool"] == "run_command"
+    assert tool["facts"]["call_id"] == "call_1"
+    assert (edge["grade"], edge["causal"], edge["identity_exact"]) == ("C", False, True)
+    assert len(edge["derived_support"]) == 2
+    assert "tool_call_not_observed" not in graph["summary"]["coverage"]
+    (chain,) = [n for n in graph["nodes"] if n["kind"] == "chain"]
+    assert chain["facts"]["type"] == "operation"
+    assert chain["label"] == "session"

@@ -23,6 +23,7 @@ from otel_bridge.model import (
     ModelFacts,
     Observation,
     RelationKind,
+    Scope,
     Span,
     SpanKind,
     ToolCallFacts,
@@ -207,3 +208,20 @@ def test_openllmetry_shapes() -> None:
     assert requested.object.id == "model:openai:gpt-4o"
     (invoked,) = _relations(batch, RelationKind.INVOKED)
     assert invoked.subject.id == agent.id
+
+
+@pytest.mark.parametrize(
+    "scope", ["opentelemetry.instrumentation.ollama", "openinference.instrumentation.litellm"]
+)
+def test_client_spans_under_a_runtime_or_gateway_scope_stay_the_callers(scope: str) -> None:
+    """The recorded openai-v2 CLIENT chat spans (``openai_v2.json``) under the scope name of an
+    Ollama client instrumentor or OpenInference's LiteLLM one: still the caller's ``sem`` model
+    calls. The same span as a SERVER span is the runtime's (``model``) or gateway's (``gw``)."""
+    spans = tuple(
+        msgspec.structs.replace(s, scope=Scope(name=scope)) for s in load("openai_v2.json")
+    )
+    batch = _normalize(spans)
+    assert {o.source.channel for o in batch.observations} == {Channel.SEM}
+    served = _normalize(tuple(msgspec.structs.replace(s, kind=SpanKind.SERVER) for s in spans))
+    expected = Channel.MODEL if "ollama" in scope else Channel.GW
+    assert {o.source.channel for o in served.observations} == {expected}

@@ -37,6 +37,7 @@ from otel_bridge.identity import (
     str_value,
 )
 from otel_bridge.model import (
+    OPERATION_KINDS,
     Attribution,
     Channel,
     Entity,
@@ -54,7 +55,8 @@ _CHANNEL_ORDER = (Channel.SEM, Channel.GW, Channel.MODEL)
 # Looking up an enum member costs ~0.2 us on Python 3.11: the hot paths use these.
 _AGENT = EntityKind.AGENT
 _MODEL = EntityKind.MODEL
-_SPAN = EntityKind.SPAN
+_STAND_INS = frozenset({EntityKind.SPAN, *OPERATION_KINDS})
+"""Nodes that stand in for a model call's caller when no agent or tool call made it."""
 _REQUESTED = RelationKind.REQUESTED
 _CHILD_OF = RelationKind.CHILD_OF
 
@@ -497,11 +499,12 @@ class ExactLinker:
 def _callerless_model(obs: Observation) -> Entity | None:
     """The model of a call no agent or tool call made: a root model call span (``span.root`` on
     its node's observation), or one whose ``requested`` comes from the nearest plain span
-    standing in for a caller (a launcher's span the client's trace joined)."""
+    standing in for a caller (a launcher's span the client's trace joined, or a typed operation
+    such as a workflow or chain: those stand where plain spans would)."""
     subject, obj = obs.subject, obs.object
     if obs.relation is None:
         return subject if subject.kind == _MODEL and obs.attrs.get("span.root") is True else None
-    if obs.relation == _REQUESTED and subject.kind == _SPAN and obj is not None:
+    if obs.relation == _REQUESTED and subject.kind in _STAND_INS and obj is not None:
         return obj if obj.kind == _MODEL else None
     return None
 

@@ -100,7 +100,9 @@ class Normalizer:
         self._lock = threading.Lock()
         assigner = ChannelAssigner(config.channel_rules, default_rules=config.default_rules)
         self._spans = SpanNormalizer(
-            assigner, Ancestry(config.span_cache_size, config.pending_cache_size)
+            assigner,
+            Ancestry(config.span_cache_size, config.pending_cache_size),
+            config.pending_cache_size,
         )
 
     def __call__(self, batch: Batch, /) -> Batch:

@@ -34,9 +34,19 @@ model gets one node whichever instrumentor reported the call. Its provider is
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
+
 import orjson
 
-from otel_bridge.model import AnyValue, Attributes, CoverageRecord, Source, Span, SpanKind
+from otel_bridge.model import (
+    AnyValue,
+    Attributes,
+    CoverageRecord,
+    EntityKind,
+    Source,
+    Span,
+    SpanKind,
+)
 
 from .values import get_str
 
@@ -171,3 +181,136 @@ TOOL_NAME_KEYS = ("gen_ai.tool.name", "tool.name", "ai.toolCall.name", "traceloo
 
 AGENT_NAME_KEYS = ("gen_ai.agent.name", "agent.name", "traceloop.entity.name")
 """Where an agent span names its agent, in order."""
+
+
+# -- typed operation spans: workflows, chains, retrievals, rerankers, guardrails, evaluators ----
+
+OPERATION_OPS: dict[str, EntityKind] = {
+    "invoke_workflow": EntityKind.WORKFLOW,
+    "retrieval": EntityKind.RETRIEVAL,
+}
+"""GenAI operations that stand for a typed operation node (not an agent, tool or model call)."""
+
+OPERATION_SPAN_KINDS: dict[str, EntityKind] = {
+    "CHAIN": EntityKind.CHAIN,
+    "RETRIEVER": EntityKind.RETRIEVAL,
+    "RERANKER": EntityKind.RERANKER,
+    "GUARDRAIL": EntityKind.GUARDRAIL,
+    "EVALUATOR": EntityKind.EVALUATOR,
+    "WORKFLOW": EntityKind.WORKFLOW,
+    "TASK": EntityKind.CHAIN,
+}
+"""OpenInference (upper case) and OpenLLMetry (``workflow``, ``task``, read upper case) span kinds
+that stand for a typed operation node. OpenLLMetry's ``task`` is a step of a workflow: a chain."""
+
+INTERPRETED_OPS = frozenset(
+    {
+        "invoke_agent",
+        "create_agent",
+        "execute_tool",
+        "chat",
+        "text_completion",
+        "embeddings",
+        "generate_content",
+        *OPERATION_OPS,
+    }
+)
+"""Every ``gen_ai.operation.name`` value the normalizer builds a node for."""
+
+INTERPRETED_SPAN_KINDS = frozenset({"AGENT", "TOOL", "LLM", "EMBEDDING", *OPERATION_SPAN_KINDS})
+"""Every OpenInference / OpenLLMetry span kind the normalizer builds a node for."""
+
+
+def operation_kind(op: str, span_kind: str) -> EntityKind | None:
+    """The typed operation node a span stands for, by its GenAI operation (stated or implied)
+    or, when it states none, its OpenInference / OpenLLMetry span kind (upper case); else None."""
+    if op:
+        return OPERATION_OPS.get(op)
+    return OPERATION_SPAN_KINDS.get(span_kind) if span_kind else None
+
+
+def not_interpreted(span: Span, source: Source, op: str, span_kind: str) -> CoverageRecord | None:
+    """The coverage record of a span whose stated operation or span kind no rule reads, else None.
+
+    Such a span is kept as a plain span; the record says which value was not understood, so a
+    convention the normalizer does not know yet is visible rather than silently flattened.
+    """
+    if op:
+        if op in INTERPRETED_OPS:
+            return None
+        reason, what = "genai_operation_not_interpreted", f"gen_ai.operation.name {op!r}"
+    elif span_kind and span_kind not in INTERPRETED_SPAN_KINDS:
+        reason, what = "span_kind_not_interpreted", f"span kind {span_kind!r}"
+    else:
+        return None
+    return CoverageRecord(
+        source=source,
+        reason=reason,
+        time_unix_nano=span.start_time_unix_nano,
+        detail=f"span {span.name!r} states {what}, which no rule reads; kept as a plain span",
+    )
+
+
+def operation_name(kind: EntityKind, a: Attributes) -> str | None:
+    """The name an operation span states: a workflow's ``gen_ai.workflow.name``, else (every
+    kind) OpenLLMetry's ``traceloop.entity.name``; None when neither (the caller then takes the
+    span name after the operation). ``traceloop.workflow.name`` is not read: OpenLLMetry sets it
+    on every span of a workflow, so it names the enclosing workflow, not the span."""
+    if kind is EntityKind.WORKFLOW:
+        name = get_str(a, "gen_ai.workflow.name")
+        if name is not None:
+            return name
+    return get_str(a, "traceloop.entity.name")
+
+
+# -- tool calls a model call's output asks for ------------------------------------------------
+
+_OI_OUTPUT = "llm.output_messages."
+_OI_CALL_ID = ".tool_call.id"
+_LLMETRY_OUTPUT = "gen_ai.completion."
+_LLMETRY_CALL = ".tool_calls."
+
+
+def output_tool_calls(a: Attributes) -> tuple[str, ...]:
+    """The ids of the tool calls a model call's output asks for, in order, without repeats.
+
+    Read from ``gen_ai.output.messages`` (GenAI: ``tool_call`` parts with an ``id``; a JSON string
+    or the structured value), OpenInference's flattened
+    ``llm.output_messages.<i>.message.tool_calls.<j>.tool_call.id``, OpenLLMetry's older
+    ``gen_ai.completion.<i>.tool_calls.<j>.id`` and the Vercel AI SDK's ``ai.response.toolCalls``
+    (a JSON array of objects with ``toolCallId``). The flattened forms are scanned only when the
+    span states an output message role (``...0.message.role`` / ``gen_ai.completion.0.role``).
+    """
+    ids: list[str] = []
+    messages = a.get("gen_ai.output.messages")
+    if messages is not None:
+        for message in _as_list(_decoded(messages)):
+            if isinstance(message, Mapping):
+                for part in _as_list(message.get("parts")):
+                    if isinstance(part, Mapping) and part.get("type") == "tool_call":
+                        ids.append(part.get("id"))  # type: ignore[arg-type]
+    vercel = a.get("ai.response.toolCalls")
+    if vercel is not None:
+        for call in _as_list(_decoded(vercel)):
+            if isinstance(call, Mapping):
+                ids.append(call.get("toolCallId"))  # type: ignore[arg-type]
+    if "llm.output_messages.0.message.role" in a or "gen_ai.completion.0.role" in a:
+        for key, value in a.items():
+            if (key.startswith(_OI_OUTPUT) and key.endswith(_OI_CALL_ID)) or (
+                key.startswith(_LLMETRY_OUTPUT) and _LLMETRY_CALL in key and key.endswith(".id")
+            ):
+                ids.append(value)  # type: ignore[arg-type]
+    return tuple(dict.fromkeys(i for i in ids if isinstance(i, str) and i))
+
+
+def _decoded(value: AnyValue) -> object:
+    if isinstance(value, str):
+        try:
+            return orjson.loads(value)
+        except orjson.JSONDecodeError:
+            return None
+    return value
+
+
+def _as_list(value: object) -> Sequence[object]:
+    return value if isinstance(value, (list, tuple)) else ()

@@ -17,6 +17,7 @@ from otel_bridge.identity import (
     agent_key,
     command_key,
     model_key,
+    operation_key,
     span_key,
     tool_call_key,
 )
@@ -28,10 +29,11 @@ from otel_bridge.model import (
     Entity,
     EntityKind,
     ModelFacts,
+    OperationFacts,
     ToolCallFacts,
 )
 
-from .conventions import AGENT_NAME_KEYS
+from .conventions import AGENT_NAME_KEYS, operation_name
 from .values import get_str
 
 ENTITY_KEYS = (
@@ -206,6 +208,49 @@ def command_entity(parts: CommandParts, trace: str, span_hex: str) -> Entity:
         attrs=attrs,
         facts=facts,
         key=key,
+    )
+
+
+def operation_entity(  # noqa: PLR0917 (the parts of one span, as the hot path has them)
+    kind: EntityKind,
+    a: Attributes,
+    span_name: str,
+    op: str,
+    service: str,
+    trace: str,
+    span_hex: str,
+) -> Entity:
+    """A typed operation span (workflow, chain, retrieval, ...): ``<kind>:<trace>:<span>``.
+
+    Every run of the operation is its own node, like a tool call; the key
+    (:func:`otel_bridge.identity.operation_key`) joins the runs of one named operation across
+    runs. The name is what the span states (:func:`.conventions.operation_name`), else the span
+    name after the operation (``invoke_workflow travel`` -> ``travel``), else for a retrieval
+    its data source. The attributes are a plain span's, so displays keep working.
+    """
+    name = operation_name(kind, a) or name_from_span(span_name, op)
+    data_source = get_str(a, "gen_ai.data_source.id")
+    if name is None:
+        name = data_source
+    attrs = pick(a)
+    attrs["span.name"] = span_name
+    attrs["trace_id"] = trace
+    attrs["span_id"] = span_hex
+    attrs["service.name"] = service
+    return Entity(
+        kind=kind,
+        id=f"{kind}:{trace}:{span_hex}",
+        label=name or span_name,
+        attrs=attrs,
+        facts=OperationFacts(
+            operation=str(kind),
+            service=service,
+            name=name,
+            data_source=data_source,
+            trace_id=trace,
+            span_id=span_hex,
+        ),
+        key=operation_key(str(kind), service, name),
     )
 
 

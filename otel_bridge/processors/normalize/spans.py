@@ -75,6 +75,9 @@ from .conventions import (
     model_name,
     model_provider,
     names_model,
+    not_interpreted,
+    operation_kind,
+    output_tool_calls,
     tool_call_id,
 )
 from .entities import (
@@ -88,6 +91,7 @@ from .entities import (
     command_parts,
     model_entity,
     name_from_span,
+    operation_entity,
     pick,
     session_entity,
     span_entity,
@@ -105,6 +109,7 @@ from .relations import (
     rel,
     resolver,
 )
+from .tool_calls import CallLinks
 from .values import get_str
 
 # Enum members the hot path uses per span, as module constants: on Python 3.11 reading a member
@@ -159,8 +164,11 @@ _COMMAND_CACHE = 1024
 class SpanNormalizer:
     """Turns spans into observations, resolving ancestors through an :class:`Ancestry`."""
 
-    def __init__(self, assigner: ChannelAssigner, ancestry: Ancestry) -> None:
+    def __init__(
+        self, assigner: ChannelAssigner, ancestry: Ancestry, call_capacity: int = 100_000
+    ) -> None:
         self._assigner = assigner
+        self._calls = CallLinks(call_capacity)
         self._ancestry = ancestry
         self._lookup = ancestry.lookup
         self._remember = ancestry.remember
@@ -248,6 +256,7 @@ class SpanNormalizer:
         parent = trace_id + parent_id if parent_id else None
         info = None if parent is None else self._lookup(parent)
         walked: tuple[Outcome, Entity | None] | None = None  # a tool's walk to its agent
+        called: str | None = None  # a tool call's call id
 
         # -- classify: the node this span stands for (reference: _reference_node) -------------
         role = _PLAIN_ROLE
@@ -272,6 +281,7 @@ class SpanNormalizer:
             assert call_id is None or isinstance(call_id, str)
             if call_id is not None:
                 attrs["gen_ai.tool.call.id"] = call_id
+                called = call_id
             # The calling agent (reference: _calling_agent): usually the parent itself; else the
             # walk, which the relation to the ancestor (#1) reuses.
             agent: str | None = None
@@ -308,6 +318,14 @@ class SpanNormalizer:
                     call_attrs(obs_attrs, a, False)
             else:
                 coverage.append(_no_model_name(source, start, name))
+        if node is None and (op or oi_kind):  # a typed operation, or a kind no rule reads
+            operation = operation_kind(op, oi_kind)
+            if operation is not None:
+                node = operation_entity(operation, a, name, op, origin.service, trace, span_hex)
+            else:
+                unread = not_interpreted(span, source, op, oi_kind)
+                if unread is not None:
+                    coverage.append(unread)
         if node is None:
             picked = pick(a)
             picked["span.name"] = name
@@ -455,6 +473,20 @@ class SpanNormalizer:
                 session = self._session(session_id)
                 out.append(rel(ctx, 4, node, _PART_OF, session))
 
+        # -- tool calls joined by call id (reference: _call_links) ------------------------------
+        if role is _TOOL_ROLE:
+            if called is not None:
+                links = self._calls.executed(trace, called, node, span_hex)
+                if links:
+                    out.extend(links)
+        elif role is _MODEL_ROLE and (
+            "gen_ai.output.messages" in a
+            or "llm.output_messages.0.message.role" in a
+            or "ai.response.toolCalls" in a
+            or "gen_ai.completion.0.role" in a
+        ):  # conventions.output_tool_calls reads nothing else
+            self._call_links(out, coverage, role, node, a, trace, source, start, end)
+
         key = trace_id + span.span_id
         own = node if role is not _MODEL_ROLE else None
         waiting = self._remember(key, SpanInfo(role, own, parent))
@@ -495,6 +527,18 @@ class SpanNormalizer:
             _reference_named_model(out, ctx, node, a)
         if role is Role.AGENT or parent is None:
             _reference_session(out, ctx, node, a)
+        if role is Role.MODEL or role is Role.TOOL:
+            self._call_links(
+                out,
+                coverage,
+                role,
+                node,
+                a,
+                ctx.trace,
+                ctx.source,
+                ctx.start,
+                ctx.end,
+            )
         key = span.trace_id + span.span_id
         info = SpanInfo(role, None if role is Role.MODEL else node, parent)
         for link in self._remember(key, info):
@@ -544,6 +588,14 @@ class SpanNormalizer:
             if model_name:
                 return role, model_entity(_model_provider(a), model_name)
             coverage.append(_no_model_name(ctx.source, ctx.start, span.name))
+        span_kind = "" if op else (get_str(a, *KIND_KEYS) or "").upper()
+        kind = operation_kind(op, span_kind)
+        if kind is not None:
+            node = operation_entity(kind, a, span.name, op, service, ctx.trace, ctx.record)
+            return Role.PLAIN, node
+        unread = not_interpreted(span, ctx.source, op, span_kind)
+        if unread is not None:
+            coverage.append(unread)
         return Role.PLAIN, span_entity(a, span.name, service, ctx.trace, ctx.record)
 
     def _calling_agent(self, parent: SpanKey | None) -> str | None:
@@ -569,8 +621,33 @@ class SpanNormalizer:
         self._link(out, coverage, ctx, parent, accept=accept, kind=kind, node=node, attrs=attrs)
 
     def drain(self) -> list[CoverageRecord]:
-        """Coverage records for every relation still waiting for an ancestor."""
-        return [missing(link) for link in self._ancestry.drain()]
+        """Coverage records for every relation still waiting for an ancestor, then for every
+        tool call a model asked for that no tool span executed (:mod:`.tool_calls`)."""
+        return [missing(link) for link in self._ancestry.drain()] + self._calls.drain()
+
+    def _call_links(  # noqa: PLR0917 (both implementations pass what they hold)
+        self,
+        out: list[Observation],
+        coverage: list[CoverageRecord],
+        role: Role,
+        node: Entity,
+        a: Attributes,
+        trace: str,
+        source: Source,
+        start: int,
+        end: int,
+    ) -> None:
+        """A model call's asked-for tool calls, or a tool span's call id, joined by id
+        (:mod:`.tool_calls`): the ``asked_for`` relations this span completes."""
+        if role is _MODEL_ROLE:
+            call_ids = output_tool_calls(a)
+            if call_ids:
+                at = end or start
+                self._calls.asked(call_ids, node, source, trace, at, out, coverage)
+            return
+        facts = node.facts
+        if isinstance(facts, ToolCallFacts) and facts.call_id is not None:
+            out.extend(self._calls.executed(trace, facts.call_id, node, facts.span_id))
 
     # -- shared per (resource, scope) --------------------------------------------------------
 

@@ -15,7 +15,7 @@
     { name: "agents", kinds: ["agent"] },
     { name: "tool calls", kinds: ["tool_call", "command"] },
     { name: "models", kinds: ["model"] },
-    { name: "spans", kinds: ["span", "session"] },
+    { name: "spans", kinds: ["span", "session", "workflow", "chain", "retrieval", "reranker", "guardrail", "evaluator"] },
     { name: "gateway", kinds: [] },
     { name: "processes", kinds: ["process"] },
     { name: "executables", kinds: ["executable"] },

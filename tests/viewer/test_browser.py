@@ -407,3 +407,47 @@ def test_tables_are_named_and_reachable_by_keyboard_alone(
     assert reached[-1] == "row", reached
     page.keyboard.press("Enter")
     assert page.evaluate("document.activeElement.id") == "ob-details"
+
+
+HIDDEN = """() => {
+  const r = obViewer.state.renderer, out = {};
+  obViewer.state.graph.forEachNode(id => { out[id] = r.getNodeDisplayData(id).hidden; });
+  obViewer.state.graph.forEachEdge(id => { out[id] = r.getEdgeDisplayData(id).hidden; });
+  return out;
+}"""
+
+
+def test_filter_changes_redraw_exactly_what_a_full_redraw_would(
+    observed_run: Path, page: Any, tmp_path: Path
+) -> None:
+    """A filter change re-reduces only the changed items; what sigma then holds for every node
+    and edge equals what a full refresh computes, through hide, show, and a change made while
+    the graph was not the shown view."""
+    out = export(observed_run, tmp_path / "r.html")
+    page.goto(out.as_uri())
+    wait_ready(page)
+
+    def check() -> dict[str, bool]:
+        partial = page.evaluate(HIDDEN)
+        page.evaluate("obViewer.state.renderer.refresh()")
+        assert page.evaluate(HIDDEN) == partial
+        return dict(partial)
+
+    before = check()
+    page.evaluate("obViewer.setFilter('kind', 'file', false)")
+    hidden = check()
+    files = [
+        n
+        for n, k in page.evaluate("obViewer.state.model.nodes.map(n => [n.id, n.kind])")
+        if k == "file"
+    ]
+    assert files
+    assert all(hidden[f] for f in files)
+    page.evaluate("obViewer.setFilter('kind', 'file', true)")
+    assert check() == before
+    page.evaluate("obViewer.show('table')")
+    page.evaluate("obViewer.setFilter('kind', 'process', false)")
+    page.evaluate("obViewer.show('graph')")
+    assert check() != before
+    page.evaluate("obViewer.setFilter('kind', 'process', true)")
+    assert check() == before

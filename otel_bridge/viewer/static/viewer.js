@@ -127,31 +127,54 @@
         grade: e.grade, causal: e.causal, inferred: e.inferred, channels: arr(e.channels),
         raw: e, style: edgeStyle(e), cross: !!CROSS_RELATIONS[e.relation] });
     });
-    layout(nodes);
+    layout(nodes, edges);
     var foldedCount = 0;
     Object.keys(folds).forEach(function (p) { foldedCount += folds[p].count; });
     return { nodes: nodes, edges: edges, byId: byId, folded: foldedCount, folds: folds,
       edgeById: edges.reduce(function (m, e) { m[e.id] = e; return m; }, {}) };
   }
 
-  function layout(nodes) {
-    var lanes = LANES.map(function () { return []; });
-    nodes.forEach(function (n) { lanes[n.lane].push(n); });
-    var y = 0, dx = 10, dy = 10;
+  // Layered layout. Every lane spans the same width, so lanes line up. The lanes down to the
+  // processes wrap row by row in first_seen order; the lanes below (executables, files,
+  // endpoints, other OS kinds) are ordered by where their processes are (the mean x of their
+  // neighbours above: barycentre ordering) and fill column by column, so a process's files sit
+  // under it: edges stay short and rarely cross (fewer pixels for a software rasteriser, too).
+  var PROCESS_LANE = 5;
+  function layout(nodes, edges) {
+    var lanes = LANES.map(function () { return []; }), byId = {}, up = {};
+    nodes.forEach(function (n) { lanes[n.lane].push(n); byId[n.id] = n; });
+    edges.forEach(function (e) {
+      var s = byId[e.source], t = byId[e.target];
+      if (!s || !t) return;
+      if (s.lane <= PROCESS_LANE && t.lane > PROCESS_LANE) (up[t.id] = up[t.id] || []).push(s);
+      else if (t.lane <= PROCESS_LANE && s.lane > PROCESS_LANE) (up[s.id] = up[s.id] || []).push(t);
+    });
+    var dy = 10, y = 0, width = 600;
+    var grid = lanes.map(function (list) {
+      var cols = Math.max(1, Math.min(list.length, Math.max(60, Math.ceil(Math.sqrt(list.length * 8)))));
+      width = Math.max(width, (cols - 1) * 10);
+      return { cols: cols, rows: Math.ceil(list.length / cols) || 0 };
+    });
+    function byTime(a, b) { return (a.first_seen || Infinity) - (b.first_seen || Infinity) || (a.id < b.id ? -1 : 1); }
     S.laneBands = [];
     lanes.forEach(function (list, i) {
-      list.sort(function (a, b) {
-        return (a.first_seen || Infinity) - (b.first_seen || Infinity) || (a.id < b.id ? -1 : 1);
-      });
-      var cols = Math.max(1, Math.min(list.length, Math.max(60, Math.ceil(Math.sqrt(list.length * 8)))));
-      var rows = Math.ceil(list.length / cols) || 0;
+      var g = grid[i], below = i > PROCESS_LANE;
+      if (below) {
+        list.forEach(function (n) {
+          var ns = up[n.id] || [], sum = 0;
+          ns.forEach(function (m) { sum += m.x; });
+          n.anchor = ns.length ? sum / ns.length : Infinity;
+        });
+        list.sort(function (a, b) { return a.anchor - b.anchor || byTime(a, b); });
+      } else list.sort(byTime);
+      var used = below ? Math.ceil(list.length / g.rows) : Math.min(g.cols, list.length);
       list.forEach(function (n, k) {
-        var c = k % cols, r = Math.floor(k / cols);
-        n.x = (c - (Math.min(cols, list.length) - 1) / 2) * dx * (rows > 1 ? 1 : Math.max(1, 60 / Math.max(cols, 1)));
+        var c = below ? Math.floor(k / g.rows) : k % g.cols, r = below ? k % g.rows : Math.floor(k / g.cols);
+        n.x = used > 1 ? (c / (used - 1) - 0.5) * width : 0;
         n.y = -(y + r * dy);
       });
-      S.laneBands.push({ name: LANES[i].name, y0: -y, y1: -(y + Math.max(rows - 1, 0) * dy), n: list.length, semantic: i < SEMANTIC_LANES });
-      if (list.length) y += rows * dy + 40;
+      S.laneBands.push({ name: LANES[i].name, y0: -y, y1: -(y + Math.max(g.rows - 1, 0) * dy), n: list.length, semantic: i < SEMANTIC_LANES });
+      if (list.length) y += g.rows * dy + 40;
     });
   }
 

@@ -138,7 +138,7 @@
   // processes wrap row by row in first_seen order; the lanes below (executables, files,
   // endpoints, other OS kinds) are ordered by where their processes are (the mean x of their
   // neighbours above: barycentre ordering) and fill column by column, so a process's files sit
-  // under it: edges stay short and rarely cross (fewer pixels for a software rasteriser, too).
+  // under it: its edges stay short and rarely cross.
   var PROCESS_LANE = 5;
   function layout(nodes, edges) {
     var lanes = LANES.map(function () { return []; }), byId = {}, up = {};

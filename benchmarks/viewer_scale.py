@@ -1,16 +1,24 @@
 """Viewer performance in headless Chromium: first paint and filter changes at 10,000 nodes, and
 live mode under 1,000 events/s.
 
-Run: ``python benchmarks/viewer_scale.py [--nodes 10000] [--repeat 5] [--live-seconds 5]``
-(needs the dev extra's playwright and Debian's chromium). Prints one JSON object.
+Run: ``python benchmarks/viewer_scale.py [--nodes 10000] [--repeat 5] [--live-seconds 5]
+[--flags swiftshader] [--flags software-compositing]`` (needs the dev extra's playwright and
+Debian's chromium). Prints one JSON object.
 
 * **first paint**: the exported report of a synthetic graph (agents, tool calls, models,
   processes, executables, files at project paths so that nothing folds, endpoints; about 1.3
   edges per node, one in ten tool-call links inferred) is opened; the figure is
-  ``performance.now()`` at the end of the first rendered frame, i.e. milliseconds since the
-  navigation started, parsing of the inlined data included. Median of ``--repeat`` fresh pages.
+  ``performance.now()`` when the frame holding sigma's first render is on screen (two animation
+  frames after that render), i.e. milliseconds since the navigation started, parsing of the
+  inlined data included. The page's ``performance.mark`` entries split it into stages
+  (``STAGES``). Median of ``--repeat`` fresh pages.
 * **filter change**: ``obViewer.setFilter`` on a kind, a relation and a grade, each off then on;
   the time from the call until two animation frames later (the frame with the change painted).
+* **browser CPU**: user + system time of every Chromium process over each measured interval,
+  also split by Chromium process type (renderer: our JavaScript, sigma, layout; gpu-process:
+  SwiftShader executing WebGL and compositing).
+* **flag sets** (``FLAG_SETS``): each measured in its own browser; ``swiftshader`` is what the
+  tests use.
 * **live**: a :class:`~otel_bridge.viewer.live.LiveView` fed by a source that grows by 1,000
   events (one node and one edge each) per second; a page follows it over server-sent events.
   Reported: events applied, the page's longest main-thread task (``longtask`` entries) and how
@@ -38,6 +46,14 @@ from otel_bridge.viewer import Bundle, render
 from otel_bridge.viewer.live import LiveView
 
 CHROMIUM_ARGS = ["--use-angle=swiftshader", "--enable-unsafe-swiftshader", "--no-sandbox"]
+FLAG_SETS = {
+    # What the tests use: WebGL and the display compositor both on SwiftShader (software Vulkan).
+    "swiftshader": CHROMIUM_ARGS,
+    # WebGL on SwiftShader, the page's layers composited by Skia on the CPU instead.
+    "software-compositing": [*CHROMIUM_ARGS, "--disable-gpu-compositing"],
+}
+MARKS = ("ob:script", "ob:boot", "ob:model", "ob:graph", "ob:rendered", "ob:painted")
+"""The page's ``performance.mark`` names in boot order (``docs/viewer.md``, *Performance*)."""
 T0 = 1_796_000_000_000_000_000
 
 
@@ -152,28 +168,41 @@ def synthetic_graph(n: int) -> dict[str, Any]:
     return graph_document(nodes, edges)
 
 
-def _launch(playwright: Any) -> Any:
+def _launch(playwright: Any, flags: list[str]) -> Any:
     exe = shutil.which("chromium") or shutil.which("chromium-browser")
     if exe is None:
         raise SystemExit("Debian's chromium is needed (apt-get install chromium)")
-    return playwright.chromium.launch(executable_path=exe, args=CHROMIUM_ARGS)
+    return playwright.chromium.launch(executable_path=exe, args=flags)
 
 
-def chromium_cpu_s() -> float:
-    """CPU seconds (user + system) used so far by this process's Chromium descendants.
+def chromium_cpu_by_type() -> dict[str, float]:
+    """CPU seconds (user + system) used so far by this process's Chromium descendants, per
+    Chromium process type (``browser``, ``renderer``, ``gpu-process``, ...).
 
     Wall-clock figures on a loaded machine mostly measure the wait for a core; the CPU the
-    browser spent is what the page costs (summed over its browser, GPU and renderer processes).
+    browser spent is what the page costs.
     """
-    total = 0.0
+    total: dict[str, float] = {}
     for proc in psutil.Process().children(recursive=True):
         try:
-            if "chrom" in proc.name():
-                t = proc.cpu_times()
-                total += t.user + t.system
+            if "chrom" not in proc.name():
+                continue
+            kind = next((a[7:] for a in proc.cmdline() if a.startswith("--type=")), "browser")
+            t = proc.cpu_times()
+            total[kind] = total.get(kind, 0.0) + t.user + t.system
         except psutil.NoSuchProcess:
             continue
     return total
+
+
+def chromium_cpu_s() -> float:
+    """CPU seconds used so far by every Chromium process (summed over their types)."""
+    return sum(chromium_cpu_by_type().values())
+
+
+def _cpu_delta(before: dict[str, float]) -> dict[str, float]:
+    after = chromium_cpu_by_type()
+    return {k: after[k] - before.get(k, 0.0) for k in after}
 
 
 def _ready(page: Any) -> None:
@@ -183,36 +212,75 @@ def _ready(page: Any) -> None:
     )
 
 
+STAGES = (
+    ("page parse and vendored scripts", "navigation", "ob:script"),
+    ("bundle JSON decode", "ob:script", "ob:boot"),
+    ("model: folds, lanes, layout, filters", "ob:boot", "ob:model"),
+    ("graphology graph", "ob:model", "ob:graph"),
+    ("sigma: WebGL contexts, programs, first render", "ob:graph", "ob:rendered"),
+    ("until the frame is on screen", "ob:rendered", "ob:painted"),
+)
+"""First-paint stages: (name, from mark, to mark); ``navigation`` is time 0."""
+
+
+def _stages(page: Any) -> dict[str, float]:
+    marks: dict[str, float] = dict(
+        page.evaluate("performance.getEntriesByType('mark').map(m => [m.name, m.startTime])")
+    )
+    marks["navigation"] = 0.0
+    return {name: marks[b] - marks[a] for name, a, b in STAGES if a in marks and b in marks}
+
+
+def _open(browser: Any, report: Path, out: dict[str, list[Any]]) -> Any:
+    page = browser.new_page(viewport={"width": 1400, "height": 900})
+    cpu = chromium_cpu_by_type()
+    page.goto(report.as_uri())
+    _ready(page)
+    out["paint_cpu"].append(_cpu_delta(cpu))
+    out["paints"].append(page.evaluate("obViewer.firstPaint()"))
+    out["stages"].append(_stages(page))
+    return page
+
+
+def _filters(page: Any, out: dict[str, list[Any]]) -> None:
+    for group, value in (("kind", "file"), ("relation", "wrote"), ("grade", "D")):
+        for on in ("false", "true"):
+            cpu = chromium_cpu_by_type()
+            out["filters"].append(page.evaluate(f"obViewer.setFilter('{group}', '{value}', {on})"))
+            out["filter_cpu"].append(_cpu_delta(cpu))
+
+
+def _by_type(samples: list[dict[str, float]]) -> dict[str, float]:
+    kinds = sorted({k for s in samples for k in s})
+    return {k: round(statistics.median(s.get(k, 0.0) for s in samples) * 1000) for k in kinds}
+
+
 def measure_static(browser: Any, doc: dict[str, Any], repeat: int) -> dict[str, Any]:
     """First paint and filter-change times of the exported report of ``doc``."""
     print(f"static: {len(doc['nodes'])} nodes", file=sys.stderr, flush=True)
+    out: dict[str, list[Any]] = {k: [] for k in ("paints", "paint_cpu", "stages", "filters")}
+    out["filter_cpu"] = []
     with tempfile.TemporaryDirectory() as tmp:
         report = Path(tmp) / "report.html"
         report.write_text(render(Bundle(source="synthetic", graph=doc)))
-        paints: list[float] = []
-        paint_cpu: list[float] = []
-        filters: list[float] = []
-        filter_cpu: list[float] = []
         for _ in range(repeat):
-            page = browser.new_page(viewport={"width": 1400, "height": 900})
-            cpu = chromium_cpu_s()
-            page.goto(report.as_uri())
-            _ready(page)
-            paint_cpu.append(chromium_cpu_s() - cpu)
-            paints.append(page.evaluate("obViewer.firstPaint()"))
-            for group, value in (("kind", "file"), ("relation", "wrote"), ("grade", "D")):
-                for on in ("false", "true"):
-                    cpu = chromium_cpu_s()
-                    filters.append(page.evaluate(f"obViewer.setFilter('{group}', '{value}', {on})"))
-                    filter_cpu.append(chromium_cpu_s() - cpu)
+            page = _open(browser, report, out)
+            _filters(page, out)
             page.close()
         size = report.stat().st_size
+    stages = {
+        name: round(statistics.median(s.get(name, 0.0) for s in out["stages"]), 1)
+        for name, _, _ in STAGES
+    }
     return {
         "report_bytes": size,
-        "first_paint_ms": _stats(paints),
-        "first_paint_browser_cpu_ms": _stats([c * 1000 for c in paint_cpu]),
-        "filter_change_ms": _stats(filters),
-        "filter_change_browser_cpu_ms": _stats([c * 1000 for c in filter_cpu]),
+        "first_paint_ms": _stats(out["paints"]),
+        "first_paint_stages_ms": stages,
+        "first_paint_browser_cpu_ms": _stats([sum(c.values()) * 1000 for c in out["paint_cpu"]]),
+        "first_paint_cpu_by_process_ms": _by_type(out["paint_cpu"]),
+        "filter_change_ms": _stats(out["filters"]),
+        "filter_change_browser_cpu_ms": _stats([sum(c.values()) * 1000 for c in out["filter_cpu"]]),
+        "filter_change_cpu_by_process_ms": _by_type(out["filter_cpu"]),
     }
 
 
@@ -303,21 +371,36 @@ def main() -> None:
     parser.add_argument("--repeat", type=int, default=5)
     parser.add_argument("--live-seconds", type=float, default=5.0)
     parser.add_argument("--rate", type=int, default=1000)
+    parser.add_argument(
+        "--flags",
+        action="append",
+        choices=sorted(FLAG_SETS),
+        help="Chromium flag sets to measure, each in its own browser (default: all)",
+    )
     args = parser.parse_args()
+    docs = {n: synthetic_graph(n) for n in sorted({args.small, args.nodes})}
+    result: dict[str, Any] = {"load_average_before": os.getloadavg(), "static": {}}
     with sync_playwright() as p:
-        browser = _launch(p)
-        result = {
-            "load_average_before": os.getloadavg(),
-            "static": {
-                str(n): {"edges": len(doc["edges"]), **measure_static(browser, doc, args.repeat)}
-                for n in sorted({args.small, args.nodes})
-                for doc in [synthetic_graph(n)]
-            },
-            "live": measure_live(browser, args.live_seconds, args.rate)
-            if args.live_seconds
-            else None,
-        }
+        for name in args.flags or list(FLAG_SETS):
+            print(f"flags: {name}", file=sys.stderr, flush=True)
+            browser = _launch(p, FLAG_SETS[name])
+            result["static"][name] = {
+                "args": FLAG_SETS[name],
+                **{
+                    str(n): {
+                        "edges": len(doc["edges"]),
+                        **measure_static(browser, doc, args.repeat),
+                    }
+                    for n, doc in docs.items()
+                },
+            }
+            browser.close()
+        browser = _launch(p, CHROMIUM_ARGS)
+        result["live"] = (
+            measure_live(browser, args.live_seconds, args.rate) if args.live_seconds else None
+        )
         browser.close()
+    result["load_average_after"] = os.getloadavg()
     print(json.dumps(result, indent=2))
 
 

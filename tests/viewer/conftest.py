@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -69,3 +70,47 @@ def observed_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
         timeout=180,
     )
     return run
+
+
+REVIEW_SESSIONS = REPO / "examples" / "review"
+
+
+@pytest.fixture(scope="session")
+def reviewed_session(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
+    """(run directory, workspace) of examples/review's analysis session under a real ``observe``.
+
+    ``observe`` writes the run's ``review.json`` itself; the session's ground truth is
+    ``examples/review/analysis.truth.json``.
+    """
+    pytest.importorskip("opentelemetry.exporter.otlp", reason="the examples extra")
+    base = tmp_path_factory.mktemp("reviewed")
+    work = base / "work"
+    script = str(REVIEW_SESSIONS / "session.py")
+    session = str(REVIEW_SESSIONS / "analysis.session.json")
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    subprocess.run(
+        [sys.executable, script, "prepare", session, str(work)], check=True, env=env, timeout=60
+    )
+    run = base / "run"
+    subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "otel_bridge",
+            "observe",
+            "-o",
+            str(run),
+            "--no-progress",
+            "--",
+            sys.executable,
+            script,
+            "run",
+            session,
+        ],
+        cwd=work,
+        env=env,
+        check=True,
+        capture_output=True,
+        timeout=300,
+    )
+    return run, work.resolve()

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import re
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -18,6 +19,7 @@ from viewer.fixtures import DETOUR_RUN, PLOT, compare_doc, review_doc
 from viewer.viewer_support import edge, graph_doc, node, screenshot, wait_ready
 
 pytestmark = pytest.mark.slow
+REPO = Path(__file__).resolve().parents[2]
 
 
 def export(path: Path, out: Path) -> Path:
@@ -292,3 +294,160 @@ def test_compare_view_supports_and_click_through(page: Any, shots: Path, tmp_pat
         assert page.url == server.url + "run/r1/"
         page.evaluate("obViewer.show('table')")
         assert page.locator('#ob-node-table tr[data-id="process:h:1:1000"]').count() == 1
+
+
+def test_review_view_of_a_real_session_follows_the_ground_truth(
+    reviewed_session: tuple[Path, Path], page: Any, shots: Path, tmp_path: Path
+) -> None:
+    """The review.json a real observe wrote: a claim naming one file highlights a path from the
+    claim's step through the tool call that wrote it to that file, the artifact the truth names."""
+    run, work = reviewed_session
+    review = json.loads((run / "review.json").read_text())
+    if not review["run"]["coverage"]["files_available"]:
+        pytest.skip("the OS plane could not watch files here (fanotify needs root)")
+    truth = json.loads((REPO / "examples/review/analysis.truth.json").read_text())
+    named = [
+        (c["text"], files[0])
+        for c in truth["sessions"]["analysis"]["claims"]
+        if c["status"] == "supported"
+        and len(files := re.findall(r"\b[\w-]+\.(?:md|csv|svg|py)\b", c["text"])) == 1
+    ]
+    assert named, "the truth names a supported claim about one file"
+    out = export(run, tmp_path / "review.html")
+    page.goto(out.as_uri())
+    wait_ready(page)
+    page.evaluate("obViewer.show('review')")
+    for text, name in named:
+        claim = next(c for c in review["claims"] if c["text"] == text)
+        page.click(f'button[data-claim="{claim["id"]}"]')
+        path = page.eval_on_selector_all("#ob-review-path li", "ls => ls.map(l => l.dataset.id)")
+        artifact = f"file:{work / name}"
+        assert path[-1] == artifact
+        assert path[0].startswith("workflow:")  # the step holding the claim
+        assert any(p.startswith("tool_call:") for p in path)  # the call that wrote the file
+        assert page.locator(f'#ob-review-graph g.highlighted[data-id="{artifact}"]').count() == 1
+    assert "not captured" in page.inner_text("#view-review")  # content is not captured
+    assert "rules: " in page.inner_text("#ob-audit")  # workflow steps name their rules
+    screenshot(page, shots, "review-real-session")
+
+
+def test_unknown_kinds_are_drawn_neutral_with_a_legend_entry(
+    page: Any, shots: Path, tmp_path: Path
+) -> None:
+    """Kinds this page has no style for (another layer's, a newer graph.json) still render."""
+    kinds = {"workflow:w1": "workflow", "guardrail:g1": "guardrail", "cgroup:c1": "cgroup"}
+    doc = graph_doc(
+        [
+            node("agent:svc:a", "agent", "a", channels=["sem"]),
+            node("workflow:w1", "workflow", "plan", channels=["sem"]),
+            node("guardrail:g1", "guardrail", "pii check", channels=["sem"]),
+            node("cgroup:c1", "cgroup", "/sys/fs/cgroup/x", channels=["os"]),
+        ],
+        [
+            edge("e-1", "agent:svc:a", "ran", "workflow:w1", channels=["sem"]),
+            edge("e-2", "workflow:w1", "checked_by", "guardrail:g1", channels=["sem"]),
+        ],
+    )
+    (tmp_path / "graph.json").write_text(json.dumps(doc))
+    out = export(tmp_path / "graph.json", tmp_path / "r.html")
+    page.goto(out.as_uri())
+    wait_ready(page)
+    neutral = page.evaluate("obViewer.state.graph.getNodeAttribute('workflow:w1', 'color')")
+    known = page.evaluate("obViewer.state.graph.getNodeAttribute('agent:svc:a', 'color')")
+    assert neutral != known
+    for node_id, kind in kinds.items():
+        assert (
+            page.evaluate(f"obViewer.state.graph.getNodeAttribute('{node_id}', 'color')") == neutral
+        )
+        entry = page.locator(f'#ob-legend [data-kind="{kind}"]')
+        assert "kind without a style" in entry.inner_text()
+    lanes = page.evaluate("obViewer.state.laneBands.filter(b => b.n).map(b => b.name)")
+    assert "other OS kinds" in lanes  # the OS-only unknown kind sits below the OS lanes
+    assert "spans and other semantic kinds" in lanes
+    screenshot(page, shots, "unknown-kinds")
+    page.evaluate("obViewer.show('table')")
+    assert set(page.evaluate("obViewer.tableIds()")) == {n["id"] for n in doc["nodes"]}
+    page.evaluate("obViewer.select('guardrail:g1')")
+    assert "pii check" in page.inner_text("#ob-details")
+
+
+def test_tables_are_named_and_reachable_by_keyboard_alone(
+    observed_run: Path, page: Any, tmp_path: Path
+) -> None:
+    """Tab order reaches the view tabs, then each table's sort buttons and rows; every table has
+    an accessible name (its caption) and column headers."""
+    out = export(observed_run, tmp_path / "r.html")
+    page.goto(out.as_uri())
+    wait_ready(page)
+    for view, table in (
+        ("table", "ob-node-table"),
+        ("table", "ob-edge-table"),
+        ("timeline", "ob-timeline-table"),
+    ):
+        page.evaluate(f"obViewer.show('{view}')")
+        caption = page.inner_text(f"#{table} caption")
+        assert page.get_by_role("table", name=caption).count() == 1
+        headers = page.eval_on_selector_all(f"#{table} thead th", "hs => hs.map(h => h.scope)")
+        assert headers
+        assert set(headers) == {"col"}
+    page.evaluate("obViewer.show('graph')")
+    page.focus("#tab-graph")
+    page.keyboard.press("ArrowRight")  # to the Table tab, which shows its panel
+    reached: list[str] = []
+    for _ in range(60):
+        page.keyboard.press("Tab")
+        reached.append(
+            page.evaluate(
+                "document.activeElement.closest('tr[data-id]') ? 'row' : "
+                "document.activeElement.tagName"
+            )
+        )
+        if reached[-1] == "row":
+            break
+    assert reached[-1] == "row", reached
+    page.keyboard.press("Enter")
+    assert page.evaluate("document.activeElement.id") == "ob-details"
+
+
+HIDDEN = """() => {
+  const r = obViewer.state.renderer, out = {};
+  obViewer.state.graph.forEachNode(id => { out[id] = r.getNodeDisplayData(id).hidden; });
+  obViewer.state.graph.forEachEdge(id => { out[id] = r.getEdgeDisplayData(id).hidden; });
+  return out;
+}"""
+
+
+def test_filter_changes_redraw_exactly_what_a_full_redraw_would(
+    observed_run: Path, page: Any, tmp_path: Path
+) -> None:
+    """A filter change re-reduces only the changed items; what sigma then holds for every node
+    and edge equals what a full refresh computes, through hide, show, and a change made while
+    the graph was not the shown view."""
+    out = export(observed_run, tmp_path / "r.html")
+    page.goto(out.as_uri())
+    wait_ready(page)
+
+    def check() -> dict[str, bool]:
+        partial = page.evaluate(HIDDEN)
+        page.evaluate("obViewer.state.renderer.refresh()")
+        assert page.evaluate(HIDDEN) == partial
+        return dict(partial)
+
+    before = check()
+    page.evaluate("obViewer.setFilter('kind', 'file', false)")
+    hidden = check()
+    files = [
+        n
+        for n, k in page.evaluate("obViewer.state.model.nodes.map(n => [n.id, n.kind])")
+        if k == "file"
+    ]
+    assert files
+    assert all(hidden[f] for f in files)
+    page.evaluate("obViewer.setFilter('kind', 'file', true)")
+    assert check() == before
+    page.evaluate("obViewer.show('table')")
+    page.evaluate("obViewer.setFilter('kind', 'process', false)")
+    page.evaluate("obViewer.show('graph')")
+    assert check() != before
+    page.evaluate("obViewer.setFilter('kind', 'process', true)")
+    assert check() == before

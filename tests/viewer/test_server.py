@@ -270,3 +270,16 @@ def test_render_served_page_has_no_bundle() -> None:
     """The served page fetches data.json; only the export inlines a bundle."""
     assert 'id="ob-bundle"' not in render(None)
     assert 'id="ob-bundle"' in render(Bundle(source="x", graph=small_graph()))
+
+
+def test_readme_shows_a_viewer_screenshot() -> None:
+    """The README's viewer section shows a real PNG screenshot from docs/images/."""
+    repo = VENDOR.parents[3]
+    images = re.findall(
+        r"!\[[^\]]*\]\((docs/images/viewer[^)]*\.png)\)", (repo / "README.md").read_text()
+    )
+    assert images
+    for image in images:
+        data = (repo / image).read_bytes()
+        assert data.startswith(b"\x89PNG\r\n\x1a\n")
+        assert len(data) > 20_000

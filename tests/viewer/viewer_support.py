@@ -16,6 +16,9 @@ CHROMIUM_ARGS = [
     # Headless software WebGL (SwiftShader) for sigma.js; no GPU on these machines.
     "--use-angle=swiftshader",
     "--enable-unsafe-swiftshader",
+    # Composite the page's layers with Skia on the CPU rather than through SwiftShader: about a
+    # third of the browser CPU a page costs here (benchmarks/viewer_scale.py, BENCHMARKS.md).
+    "--disable-gpu-compositing",
     "--no-sandbox",
 ]
 

@@ -8,20 +8,25 @@
   var KIND_COLOR = {
     agent: "#CC79A7", tool_call: "#E69F00", command: "#B8860B", model: "#009E73",
     span: "#999999", session: "#999999", process: "#0072B2", executable: "#56B4E9",
-    file: "#7A7A7A", folded: "#C8C8C8", endpoint: "#D55E00"
+    file: "#7A7A7A", folded: "#C8C8C8", runtime_reads: "#C8C8C8", endpoint: "#D55E00"
   };
+  // A kind this page does not know (a newer graph.json, another layer's kinds) is drawn in this
+  // neutral grey, in the "other" lane of its channel, and named in the legend as unstyled.
+  var NEUTRAL = "#B4B4B4";
   var GRADE_COLOR = { A: "#0072B2", B: "#56B4E9", C: "#E69F00", D: "#D55E00", U: "#999999" };
   var LANES = [
     { name: "agents", kinds: ["agent"] },
     { name: "tool calls", kinds: ["tool_call", "command"] },
     { name: "models", kinds: ["model"] },
-    { name: "spans", kinds: ["span", "session", "workflow", "chain", "retrieval", "reranker", "guardrail", "evaluator"] },
+    { name: "spans and other semantic kinds", kinds: ["span", "session", "workflow", "chain", "retrieval", "reranker", "guardrail", "evaluator"] },
     { name: "gateway", kinds: [] },
     { name: "processes", kinds: ["process"] },
     { name: "executables", kinds: ["executable"] },
-    { name: "files", kinds: ["file", "folded"] },
-    { name: "endpoints", kinds: ["endpoint"] }
+    { name: "files", kinds: ["file", "folded", "runtime_reads"] },
+    { name: "endpoints", kinds: ["endpoint"] },
+    { name: "other OS kinds", kinds: [] }
   ];
+  var OTHER_SEMANTIC_LANE = 3, OTHER_OS_LANE = 9;
   var SEMANTIC_LANES = 5;
   var READ_RELATIONS = { opened: 1, read: 1 };
   var CROSS_RELATIONS = { correlated_with_process: 1, same_request: 1 };
@@ -58,8 +63,10 @@
     if (n.kind !== "agent" && n.kind !== "tool_call" && arr(n.channels).indexOf("gw") >= 0 &&
         arr(n.channels).indexOf("sem") < 0) return 4;
     for (var i = 0; i < LANES.length; i++) if (LANES[i].kinds.indexOf(n.kind) >= 0) return i;
-    return 3;
+    var ch = arr(n.channels);
+    return ch.indexOf("os") >= 0 && ch.indexOf("sem") < 0 ? OTHER_OS_LANE : OTHER_SEMANTIC_LANE;
   }
+  function kindColor(kind) { return KIND_COLOR.hasOwnProperty(kind) ? KIND_COLOR[kind] : NEUTRAL; }
   function edgeStyle(e) {
     if (e.viewerOnly) return "dotted";
     if (e.inferred === true || e.inferred === "mixed" || e.grade === "D") return "dashed";
@@ -120,31 +127,54 @@
         grade: e.grade, causal: e.causal, inferred: e.inferred, channels: arr(e.channels),
         raw: e, style: edgeStyle(e), cross: !!CROSS_RELATIONS[e.relation] });
     });
-    layout(nodes);
+    layout(nodes, edges);
     var foldedCount = 0;
     Object.keys(folds).forEach(function (p) { foldedCount += folds[p].count; });
     return { nodes: nodes, edges: edges, byId: byId, folded: foldedCount, folds: folds,
       edgeById: edges.reduce(function (m, e) { m[e.id] = e; return m; }, {}) };
   }
 
-  function layout(nodes) {
-    var lanes = LANES.map(function () { return []; });
-    nodes.forEach(function (n) { lanes[n.lane].push(n); });
-    var y = 0, dx = 10, dy = 10;
+  // Layered layout. Every lane spans the same width, so lanes line up. The lanes down to the
+  // processes wrap row by row in first_seen order; the lanes below (executables, files,
+  // endpoints, other OS kinds) are ordered by where their processes are (the mean x of their
+  // neighbours above: barycentre ordering) and fill column by column, so a process's files sit
+  // under it: its edges stay short and rarely cross.
+  var PROCESS_LANE = 5;
+  function layout(nodes, edges) {
+    var lanes = LANES.map(function () { return []; }), byId = {}, up = {};
+    nodes.forEach(function (n) { lanes[n.lane].push(n); byId[n.id] = n; });
+    edges.forEach(function (e) {
+      var s = byId[e.source], t = byId[e.target];
+      if (!s || !t) return;
+      if (s.lane <= PROCESS_LANE && t.lane > PROCESS_LANE) (up[t.id] = up[t.id] || []).push(s);
+      else if (t.lane <= PROCESS_LANE && s.lane > PROCESS_LANE) (up[s.id] = up[s.id] || []).push(t);
+    });
+    var dy = 10, y = 0, width = 600;
+    var grid = lanes.map(function (list) {
+      var cols = Math.max(1, Math.min(list.length, Math.max(60, Math.ceil(Math.sqrt(list.length * 8)))));
+      width = Math.max(width, (cols - 1) * 10);
+      return { cols: cols, rows: Math.ceil(list.length / cols) || 0 };
+    });
+    function byTime(a, b) { return (a.first_seen || Infinity) - (b.first_seen || Infinity) || (a.id < b.id ? -1 : 1); }
     S.laneBands = [];
     lanes.forEach(function (list, i) {
-      list.sort(function (a, b) {
-        return (a.first_seen || Infinity) - (b.first_seen || Infinity) || (a.id < b.id ? -1 : 1);
-      });
-      var cols = Math.max(1, Math.min(list.length, Math.max(60, Math.ceil(Math.sqrt(list.length * 8)))));
-      var rows = Math.ceil(list.length / cols) || 0;
+      var g = grid[i], below = i > PROCESS_LANE;
+      if (below) {
+        list.forEach(function (n) {
+          var ns = up[n.id] || [], sum = 0;
+          ns.forEach(function (m) { sum += m.x; });
+          n.anchor = ns.length ? sum / ns.length : Infinity;
+        });
+        list.sort(function (a, b) { return a.anchor - b.anchor || byTime(a, b); });
+      } else list.sort(byTime);
+      var used = below ? Math.ceil(list.length / g.rows) : Math.min(g.cols, list.length);
       list.forEach(function (n, k) {
-        var c = k % cols, r = Math.floor(k / cols);
-        n.x = (c - (Math.min(cols, list.length) - 1) / 2) * dx * (rows > 1 ? 1 : Math.max(1, 60 / Math.max(cols, 1)));
+        var c = below ? Math.floor(k / g.rows) : k % g.cols, r = below ? k % g.rows : Math.floor(k / g.cols);
+        n.x = used > 1 ? (c / (used - 1) - 0.5) * width : 0;
         n.y = -(y + r * dy);
       });
-      S.laneBands.push({ name: LANES[i].name, y0: -y, y1: -(y + Math.max(rows - 1, 0) * dy), n: list.length, semantic: i < SEMANTIC_LANES });
-      if (list.length) y += rows * dy + 40;
+      S.laneBands.push({ name: LANES[i].name, y0: -y, y1: -(y + Math.max(g.rows - 1, 0) * dy), n: list.length, semantic: i < SEMANTIC_LANES });
+      if (list.length) y += g.rows * dy + 40;
     });
   }
 
@@ -204,7 +234,7 @@
   }
   function refreshAll() {
     computeVisibility();
-    if (S.renderer && S.view === "graph") S.renderer.refresh();
+    if (S.renderer && S.view === "graph") syncRenderer();
     if (S.view === "table") renderTable();
     if (S.view === "timeline") renderTimeline();
     return new Promise(function (resolve) { requestAnimationFrame(function () { requestAnimationFrame(resolve); }); });
@@ -220,13 +250,37 @@
       });
     }
     $("ob-search-result").textContent = S.matches ? S.matches.size + " matching nodes" : "";
-    if (S.renderer) S.renderer.refresh();
+    if (S.renderer) fullRefresh();
     if (S.view === "table") renderTable();
   }
 
   // ---- graph view (graphology + sigma) ----------------------------------------------------------
+  // A full refresh re-reduces and re-uploads every node and edge and rebuilds sigma's label grid;
+  // a filter change only re-reduces the items whose visibility changed (sigma's partial refresh,
+  // positions untouched). The label grid holds the nodes visible at the last full refresh, so a
+  // node hidden then is shown again through a full refresh (its label would be missing otherwise).
+  function markFull() {
+    var hidden = {};
+    S.model.nodes.forEach(function (n) { if (!S.nodeVis.has(n.id)) hidden[n.id] = 1; });
+    S.gridHidden = hidden; S.shownNodes = S.nodeVis; S.shownEdges = S.edgeVis;
+  }
+  function fullRefresh() { markFull(); S.renderer.refresh(); }
+  function syncRenderer() {
+    if (!S.shownNodes) { fullRefresh(); return; }
+    var nodes = [], edges = [], full = false, oldN = S.shownNodes, oldE = S.shownEdges;
+    S.model.nodes.forEach(function (n) {
+      var now = S.nodeVis.has(n.id);
+      if (now === oldN.has(n.id)) return;
+      nodes.push(n.id);
+      if (now && S.gridHidden[n.id]) full = true;
+    });
+    S.model.edges.forEach(function (e) { if (S.edgeVis.has(e.id) !== oldE.has(e.id)) edges.push(e.id); });
+    if (full) { fullRefresh(); return; }
+    S.shownNodes = S.nodeVis; S.shownEdges = S.edgeVis;
+    if (nodes.length || edges.length) S.renderer.refresh({ partialGraph: { nodes: nodes, edges: edges }, skipIndexation: true });
+  }
   function nodeAttrs(n) {
-    return { x: n.x, y: n.y, size: nodeSize(n), label: n.label, color: KIND_COLOR[n.kind] || "#999999", kind: n.kind };
+    return { x: n.x, y: n.y, size: nodeSize(n), label: n.label, color: kindColor(n.kind), kind: n.kind };
   }
   function edgeAttrs(e) {
     return { color: GRADE_COLOR[e.grade] || "#999999", size: e.cross ? 2 : 1, type: "arrow", style: e.style };
@@ -257,6 +311,7 @@
   function initGraph() {
     S.graph = new graphology.MultiDirectedGraph();
     syncGraph();
+    performance.mark("ob:graph");
     try {
       S.renderer = new Sigma(S.graph, $("ob-graph"), {
         renderEdgeLabels: false, defaultEdgeType: "arrow",
@@ -264,16 +319,15 @@
         // selected from a node's details or the table instead of by a click on the line.
         enableEdgeEvents: S.model.edges.length <= EDGE_PICKING_LIMIT,
         labelRenderedSizeThreshold: 7, zIndex: true, allowInvalidContainer: true,
+        // Sigma hands each reducer its own shallow copy of the attributes: changed in place.
         nodeReducer: function (id, a) {
-          if (!S.nodeVis.has(id)) return Object.assign({}, a, { hidden: true });
-          var r = a;
-          if (S.matches && !S.matches.has(id)) r = Object.assign({}, a, { color: "#E4E4E4", label: "" });
-          if (S.matches && S.matches.has(id)) r = Object.assign({}, a, { highlighted: true, forceLabel: true });
-          if (S.selected === id) r = Object.assign({}, r, { highlighted: true, forceLabel: true });
-          return r;
+          if (!S.nodeVis.has(id)) { a.hidden = true; return a; }
+          if (S.matches && !S.matches.has(id)) { a.color = "#E4E4E4"; a.label = ""; }
+          if ((S.matches && S.matches.has(id)) || S.selected === id) { a.highlighted = true; a.forceLabel = true; }
+          return a;
         },
         edgeReducer: function (id, a) {
-          if (!S.edgeVis.has(id) || a.style !== "solid") return Object.assign({}, a, { hidden: true });
+          if (!S.edgeVis.has(id) || a.style !== "solid") a.hidden = true;
           return a;
         }
       });
@@ -283,9 +337,11 @@
       S.renderer = null;
       return;
     }
+    markFull();  // the constructor rendered every node and edge with the current filters
     S.renderer.on("clickNode", function (ev) { select(ev.node); });
     S.renderer.on("clickEdge", function (ev) { select(ev.edge); });
     S.renderer.on("afterRender", drawOverlay);
+    drawOverlay();  // the constructor's render ran before this listener
   }
   function drawOverlay() {
     var cv = $("ob-overlay"), r = S.renderer, box = $("ob-graph");
@@ -322,12 +378,26 @@
         ctx.fillStyle = "#1b1b1b"; ctx.fillText(e.grade, mx - 4, my + 4);
       }
     });
-    if (S.firstPaintMs === null) { S.firstPaintMs = performance.now(); }
+    if (S.firstPaintMs === null && !S.paintPending) {
+      // The frame holding the first render is on screen when the next frame starts.
+      S.paintPending = true;
+      performance.mark("ob:rendered");
+      requestAnimationFrame(function () {
+        requestAnimationFrame(function () { performance.mark("ob:painted"); S.firstPaintMs = performance.now(); });
+      });
+    }
   }
   function renderLegend() {
-    var html = "";
+    var html = "", present = {};
+    (S.model ? S.model.nodes : []).forEach(function (n) { present[n.kind] = 1; });
     Object.keys(KIND_COLOR).forEach(function (k) {
-      html += '<span><span class="swatch" style="background:' + KIND_COLOR[k] + '"></span>' + esc(k) + "</span>";
+      if (k === "runtime_reads" && !present[k]) return;
+      html += '<span data-kind="' + esc(k) + '"><span class="swatch" style="background:' + KIND_COLOR[k] + '"></span>' + esc(k) + "</span>";
+    });
+    Object.keys(present).sort().forEach(function (k) {
+      if (KIND_COLOR.hasOwnProperty(k)) return;
+      html += '<span data-kind="' + esc(k) + '" class="unstyled"><span class="swatch" style="background:' + NEUTRAL +
+        '"></span>' + esc(k) + ' <span class="muted">(kind without a style)</span></span>';
     });
     html += '<span><span class="ls"></span>observed / exact</span><span><span class="ls dashed"></span>inferred</span>' +
       '<span><span class="ls dotted"></span>viewer-only (folded reads)</span>';
@@ -363,7 +433,7 @@
     return '<ul class="plain">' + ids.map(function (i) { return "<li><code>" + esc(i) + "</code></li>"; }).join("") + "</ul>";
   }
   function select(id) {
-    var m = S.model, html;
+    var m = S.model, html, prev = S.selected;
     if (S.selected && m.edgeById[S.selected]) m.edgeById[S.selected].selected = false;
     S.selected = id;
     var n = m.byId[id], e = m.edgeById[id];
@@ -371,7 +441,11 @@
     else if (e) { e.selected = true; html = edgeDetails(e); }
     else html = '<p class="muted">' + esc(id) + " is not in this view.</p>";
     $("ob-details").innerHTML = html;
-    if (S.renderer) S.renderer.refresh();
+    if (S.renderer && S.shownNodes) {
+      // Only the previously and newly selected nodes change (highlight and forced label).
+      var changed = [prev, id].filter(function (x) { return x && S.graph.hasNode(x); });
+      S.renderer.refresh({ partialGraph: { nodes: changed, edges: [] }, skipIndexation: true });
+    }
     document.querySelectorAll("tr.sel").forEach(function (r) { r.classList.remove("sel"); });
     document.querySelectorAll('tr[data-id="' + (window.CSS ? CSS.escape(id) : id) + '"]').forEach(function (r) { r.classList.add("sel"); });
   }
@@ -522,7 +596,7 @@
       var fl = failure(n);
       parts.push('<g data-id="' + esc(n.id) + '" class="tl-row' + (fl && fl.failed ? " failed" : "") + '">' +
         svgEl("text", { x: 4, y: y + 11 }, (n.kind + ": " + n.label).slice(0, 38)) +
-        svgEl("rect", { x: x1, y: y + 2, width: x2 - x1, height: rowH - 6, fill: KIND_COLOR[n.kind], rx: 2 }) +
+        svgEl("rect", { x: x1, y: y + 2, width: x2 - x1, height: rowH - 6, fill: kindColor(n.kind), rx: 2 }) +
         (fl ? svgEl("text", { x: x2 + 4, y: y + 11, fill: fl.failed ? "#b34700" : "#333", "font-weight": fl.failed ? "700" : "400" }, (fl.failed ? "✕ " : "") + fl.text) : "") + "</g>");
     });
     S.model.edges.forEach(function (e) {
@@ -547,31 +621,64 @@
 
   // ---- review view (review.json) ---------------------------------------------------------------
   var STATUS_ORDER = { contradicted: 0, unsupported: 1, partially_supported: 2, supported: 3 };
+  function relOf(e) { return e.relation || e.kind || e.type || ""; }
   function reviewIndex(rv) {
-    var nodes = {}, edges = {}, paths = {};
-    arr(rv.workflow).forEach(function (n) { nodes[n.id] = { n: n, level: 0 }; });
+    var nodes = {}, edges = {}, paths = {}, inbound = {}, outbound = {}, memberOf = {};
+    arr(rv.workflow).forEach(function (n) {
+      nodes[n.id] = { n: n, level: 0 };
+      arr(n.members).forEach(function (m) { memberOf[m] = n.id; });
+    });
     arr(rv.evidence).forEach(function (n) { nodes[n.id] = { n: n, level: 1 }; });
-    arr(rv.edges).forEach(function (e) { if (e.id) edges[e.id] = e; });
+    arr(rv.edges).forEach(function (e) {
+      if (e.id) edges[e.id] = e;
+      (inbound[e.target] = inbound[e.target] || []).push(e);
+      (outbound[e.source] = outbound[e.source] || []).push(e);
+    });
     arr(rv.paths).forEach(function (p) { if (p && p.id) paths[p.id] = p; });
-    return { nodes: nodes, edges: edges, paths: paths };
+    return { nodes: nodes, edges: edges, paths: paths, inbound: inbound, outbound: outbound, memberOf: memberOf };
   }
+  // A claim's support, as an ordered path: the claim's workflow node, then for each supported
+  // evidence node the workflow step and the tool call that produced or used it (review.json's
+  // produces/uses edges), then the node itself; artifacts' checked_by runs are listed apart.
   function supportOf(rv, claim) {
-    var ix = reviewIndex(rv), hlN = {}, hlE = {}, order = [];
+    var ix = reviewIndex(rv), hlN = {}, hlE = {}, order = [], checks = [];
+    function addNode(id) { if (id && !hlN[id]) { hlN[id] = 1; order.push(id); } }
+    function producers(target) {
+      arr(ix.inbound[target]).forEach(function (p) {
+        var r = relOf(p);
+        if (r !== "produces" && r !== "uses") return;
+        if (p.id) hlE[p.id] = 1;
+        addNode(ix.memberOf[p.source]);
+        addNode(p.source);
+      });
+    }
     function addEdge(id) {
       var e = ix.edges[id];
       if (!e) return;
       hlE[id] = 1;
-      [e.source, e.target].forEach(function (n) { if (!hlN[n]) { hlN[n] = 1; order.push(n); } });
+      if (ix.nodes[e.source]) addNode(e.source);
+      if (relOf(e) === "supports") producers(e.target);
+      addNode(e.target);
     }
+    addNode(ix.memberOf[claim.source]);
     arr(claim.support).forEach(function (s) {
       if (Array.isArray(s)) { s.forEach(addEdge); return; }
       if (ix.edges[s]) addEdge(s);
-      else if (ix.paths[s]) { arr(ix.paths[s].edges).forEach(addEdge); arr(ix.paths[s].nodes).forEach(function (n) { if (!hlN[n]) { hlN[n] = 1; order.push(n); } }); }
-      else if (ix.nodes[s] && !hlN[s]) { hlN[s] = 1; order.push(s); }
+      else if (ix.paths[s]) { arr(ix.paths[s].edges).forEach(addEdge); arr(ix.paths[s].nodes).forEach(addNode); }
+      else if (ix.nodes[s]) addNode(s);
     });
-    return { nodes: hlN, edges: hlE, order: order };
+    order.forEach(function (id) {
+      arr(ix.outbound[id]).forEach(function (c) {
+        if (relOf(c) !== "checked_by") return;
+        if (c.id) hlE[c.id] = 1;
+        hlN[c.target] = 1;
+        checks.push(c.target);
+      });
+    });
+    return { nodes: hlN, edges: hlE, order: order, checks: checks };
   }
-  function nodeName(n) { return n.label || n.path || n.text || n.name || n.id; }
+  function nodeName(n) { return n.label || n.path || n.text || n.name || (n.phase ? n.phase + " step" : n.id); }
+  function nodeKind(n) { return n.kind || n.type || n.phase || ""; }
   function renderReview() {
     var rv = S.bundle.review, box = $("view-review");
     if (!rv) { box.innerHTML = ""; return; }
@@ -593,14 +700,19 @@
       var ix = reviewIndex(rv);
       html += '<h3>Support path of the selected claim</h3><ol id="ob-review-path">' + hl.order.map(function (id) {
         var n = ix.nodes[id] ? ix.nodes[id].n : { id: id };
-        return '<li data-id="' + esc(id) + '">' + esc(n.kind || "") + " " + esc(nodeName(n)) + "</li>";
+        return '<li data-id="' + esc(id) + '">' + esc(nodeKind(n)) + " " + esc(nodeName(n)) + "</li>";
       }).join("") + "</ol>";
+      html += '<h3>Checked by</h3><ul id="ob-review-checks">' + (hl.checks.length ? hl.checks.map(function (id) {
+        var n = ix.nodes[id] ? ix.nodes[id].n : { id: id };
+        return '<li data-id="' + esc(id) + '">' + esc(nodeName(n)) + (n.exit_code !== undefined && n.exit_code !== null ? " (exit " + esc(n.exit_code) + ")" : "") + "</li>";
+      }).join("") : '<li class="unknown">no check read these artifacts</li>') + "</ul>";
     }
     html += reviewArtifacts(rv) + reviewAudit(rv) + "</div>";
     box.innerHTML = html;
   }
   function reviewGraph(rv, hl) {
-    var levels = [arr(rv.workflow), arr(rv.evidence)], pos = {}, W = 1000, parts = [];
+    var levels = [arr(rv.workflow), arr(rv.evidence)], pos = {}, parts = [];
+    var W = Math.max(1000, 120 + 34 * Math.max(levels[0].length, levels[1].length));
     levels.forEach(function (list, lv) {
       list.forEach(function (n, i) { pos[n.id] = { x: 60 + (i + 0.5) * (W - 120) / list.length, y: 40 + lv * 140 }; });
     });
@@ -613,17 +725,20 @@
     });
     levels.forEach(function (list) {
       list.forEach(function (n) {
-        var p = pos[n.id], on = hl && hl.nodes[n.id];
-        parts.push('<g data-id="' + esc(n.id) + '" class="rv-node' + (on ? " highlighted" : "") + '">' +
+        var p = pos[n.id], on = hl && hl.nodes[n.id], dense = list.length > 12, name = String(nodeName(n));
+        // Dense levels label only the highlighted nodes (each label stays readable); every
+        // node is named in the path list and the audit table.
+        var text = dense && !on ? "" : (nodeKind(n) ? nodeKind(n) + ": " : "") + name.slice(Math.max(0, name.length - 22));
+        parts.push('<g data-id="' + esc(n.id) + '" class="rv-node' + (on ? " highlighted" : "") + '"><title>' + esc(nodeKind(n) + " " + name) + "</title>" +
           svgEl("circle", { cx: p.x, cy: p.y, r: 9, fill: on ? "#D55E00" : "#56B4E9", "class": on ? "hl" : hl ? "dim" : "" }) +
-          svgEl("text", { x: p.x - 30, y: p.y + 24 }, (n.kind ? n.kind + ": " : "") + String(nodeName(n)).slice(0, 22)) + "</g>");
+          (text ? svgEl("text", { x: p.x - 30, y: p.y + (on && dense ? 24 + 14 * (list.indexOf(n) % 3) : 24) }, text) : "") + "</g>");
       });
     });
     return '<h2>Workflow (top) and evidence (bottom)</h2><svg id="ob-review-graph" role="img" aria-label="Workflow and evidence graph; the support path list and the audit table give the same links" width="' + W + '" height="260">' + parts.join("") + "</svg>";
   }
   function reviewArtifacts(rv) {
     var kinds = { artifact: 1, file: 1, patch: 1, command_output: 1, table: 1, plot: 1 };
-    var list = arr(rv.evidence).filter(function (n) { return kinds[n.kind] || n.path; });
+    var list = arr(rv.evidence).filter(function (n) { return kinds[n.kind] || n.type === "artifact" || n.path; });
     if (!list.length) return "";
     return "<h2>Artifacts</h2>" + list.map(function (n) {
       var body = n.content !== undefined && n.content !== null ? "<pre>" + esc(n.content) + "</pre>" :
@@ -633,8 +748,13 @@
     }).join("");
   }
   function reviewAudit(rv) {
-    function how(x) { return x.rule || x.method || x.model || ""; }
-    var rows = arr(rv.workflow).concat(arr(rv.evidence)).map(function (n) { return ["node", n.id, n.kind || "", how(n)]; })
+    function how(x) {
+      if (x.rule || x.method || x.model) return x.rule || x.method || x.model;
+      if (arr(x.rules).length) return "rules: " + x.rules.join(", ");
+      var rec = arr(x.records);
+      return rec.length ? "records: " + rec.slice(0, 3).join(", ") + (rec.length > 3 ? " (+" + (rec.length - 3) + ")" : "") : "";
+    }
+    var rows = arr(rv.workflow).concat(arr(rv.evidence)).map(function (n) { return ["node", n.id, nodeKind(n), how(n)]; })
       .concat(arr(rv.edges).map(function (e) { return ["edge", e.id || e.source + "→" + e.target, e.kind || e.type || e.relation || "", how(e)]; }));
     return '<h2>Construction audit</h2><table id="ob-audit"><caption>Which rule or model made each node and edge</caption><thead><tr><th scope="col">element</th><th scope="col">id</th><th scope="col">kind</th><th scope="col">made by</th></tr></thead><tbody>' +
       rows.map(function (r) { return "<tr><td>" + esc(r[0]) + "</td><td><code>" + esc(r[1]) + "</code></td><td>" + esc(r[2]) + "</td><td>" + esc(r[3] || "not stated") + "</td></tr>"; }).join("") + "</tbody></table>";
@@ -720,6 +840,7 @@
 
   // ---- tabs, events, live updates, boot -----------------------------------------------------------
   function show(view) {
+    var was = S.view;
     S.view = view;
     document.querySelectorAll("[role=tab]").forEach(function (b) {
       var on = b.getAttribute("data-view") === view;
@@ -731,7 +852,8 @@
     if (view === "timeline") renderTimeline();
     if (view === "review") renderReview();
     if (view === "compare") renderCompare();
-    if (view === "graph" && S.renderer) { S.renderer.resize(); S.renderer.refresh(); }
+    // The graph is drawn while hidden only by sigma's own events; catch up when it is shown again.
+    if (view === "graph" && S.renderer && was !== "graph") { S.renderer.resize(); fullRefresh(); }
   }
   function wire() {
     $("ob-tabs").addEventListener("click", function (ev) {
@@ -778,7 +900,8 @@
     computeVisibility();
     renderFilterControls();
     if (S.graph) syncGraph();
-    if (S.renderer) S.renderer.refresh();
+    if (S.renderer) fullRefresh();
+    renderLegend();
     if (S.view !== "graph") show(S.view);
     status();
   }

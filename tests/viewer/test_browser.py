@@ -335,24 +335,25 @@ def test_unknown_kinds_are_drawn_neutral_with_a_legend_entry(
     page: Any, shots: Path, tmp_path: Path
 ) -> None:
     """Kinds this page has no style for (another layer's, a newer graph.json) still render."""
-    kinds = {"workflow:w1": "workflow", "guardrail:g1": "guardrail", "cgroup:c1": "cgroup"}
+    kinds = {"planner:w1": "planner", "moderation:g1": "moderation", "cgroup:c1": "cgroup"}
     doc = graph_doc(
         [
             node("agent:svc:a", "agent", "a", channels=["sem"]),
-            node("workflow:w1", "workflow", "plan", channels=["sem"]),
-            node("guardrail:g1", "guardrail", "pii check", channels=["sem"]),
+            node("planner:w1", "planner", "plan", channels=["sem"]),
+            node("moderation:g1", "moderation", "pii check", channels=["sem"]),
             node("cgroup:c1", "cgroup", "/sys/fs/cgroup/x", channels=["os"]),
+            node("workflow:wf", "workflow", "nightly", channels=["sem"]),
         ],
         [
-            edge("e-1", "agent:svc:a", "ran", "workflow:w1", channels=["sem"]),
-            edge("e-2", "workflow:w1", "checked_by", "guardrail:g1", channels=["sem"]),
+            edge("e-1", "agent:svc:a", "ran", "planner:w1", channels=["sem"]),
+            edge("e-2", "planner:w1", "checked_by", "moderation:g1", channels=["sem"]),
         ],
     )
     (tmp_path / "graph.json").write_text(json.dumps(doc))
     out = export(tmp_path / "graph.json", tmp_path / "r.html")
     page.goto(out.as_uri())
     wait_ready(page)
-    neutral = page.evaluate("obViewer.state.graph.getNodeAttribute('workflow:w1', 'color')")
+    neutral = page.evaluate("obViewer.state.graph.getNodeAttribute('planner:w1', 'color')")
     known = page.evaluate("obViewer.state.graph.getNodeAttribute('agent:svc:a', 'color')")
     assert neutral != known
     for node_id, kind in kinds.items():
@@ -364,10 +365,15 @@ def test_unknown_kinds_are_drawn_neutral_with_a_legend_entry(
     lanes = page.evaluate("obViewer.state.laneBands.filter(b => b.n).map(b => b.name)")
     assert "other OS kinds" in lanes  # the OS-only unknown kind sits below the OS lanes
     assert "spans and other semantic kinds" in lanes
+    typed = page.evaluate("obViewer.state.graph.getNodeAttribute('workflow:wf', 'color')")
+    assert typed not in (neutral, known)  # a typed operation (docs/graph.md) has its own style
+    assert (
+        "kind without a style" not in page.locator('#ob-legend [data-kind="workflow"]').inner_text()
+    )
     screenshot(page, shots, "unknown-kinds")
     page.evaluate("obViewer.show('table')")
     assert set(page.evaluate("obViewer.tableIds()")) == {n["id"] for n in doc["nodes"]}
-    page.evaluate("obViewer.select('guardrail:g1')")
+    page.evaluate("obViewer.select('moderation:g1')")
     assert "pii check" in page.inner_text("#ob-details")
 
 

@@ -8,7 +8,10 @@
   var KIND_COLOR = {
     agent: "#CC79A7", tool_call: "#E69F00", command: "#B8860B", model: "#009E73",
     span: "#999999", session: "#999999", process: "#0072B2", executable: "#56B4E9",
-    file: "#7A7A7A", folded: "#C8C8C8", runtime_reads: "#C8C8C8", endpoint: "#D55E00"
+    file: "#7A7A7A", folded: "#C8C8C8", runtime_reads: "#C8C8C8", endpoint: "#D55E00",
+    // typed operations (docs/graph.md): one colour, told apart by label, lane and table
+    workflow: "#F0E442", chain: "#F0E442", retrieval: "#F0E442", reranker: "#F0E442",
+    guardrail: "#F0E442", evaluator: "#F0E442"
   };
   // A kind this page does not know (a newer graph.json, another layer's kinds) is drawn in this
   // neutral grey, in the "other" lane of its channel, and named in the legend as unstyled.

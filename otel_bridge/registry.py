@@ -34,6 +34,7 @@ BUILTIN_MODULES: tuple[str, ...] = (
     "otel_bridge.processors.correlate",
     "otel_bridge.processors.grade",
     "otel_bridge.processors.enrich",
+    "otel_bridge.processors.crosshost",
     "otel_bridge.processors.memory_limiter",
     "otel_bridge.processors.batch",
     "otel_bridge.exporters.graph",

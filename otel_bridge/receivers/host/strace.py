@@ -35,7 +35,7 @@ from otel_bridge.receivers.host.strace_parse import StraceParser
 TRACE_SET = (
     "execve,execveat,clone,clone3,fork,vfork,exit_group,"
     "open,openat,openat2,creat,unlink,unlinkat,rename,renameat,renameat2,"
-    "connect,listen"
+    "connect,listen,accept,accept4"
 )
 
 
@@ -189,7 +189,7 @@ class StraceBackend:
             "process": self.why,
             "file": "open/openat/openat2/creat, unlink, rename syscalls (successful opens only; "
             "bytes read or written are not traced)",
-            "network": "connect/listen syscalls (accepted connections are not traced)",
+            "network": "connect/listen syscalls (accepted connections only with network_accepted)",
         }
         for name, wanted in on.items():
             ctx.collection_state(

@@ -73,19 +73,13 @@ def conn(
     event: str, host: str, pid: int, local: tuple[str, int], peer: tuple[str, int], *, t: int = T0
 ) -> LogRecord:
     """A ``network.connect`` or ``network.accept`` with both ends."""
-    return os_log(
-        host,
-        f"strace:{event}:{pid}:{local[1]}:{peer[1]}:{t}",
-        event,
-        pid,
-        t,
-        **{
-            "network.local.address": local[0],
-            "network.local.port": local[1],
-            "network.peer.address": peer[0],
-            "network.peer.port": peer[1],
-        },
-    )
+    ends: dict[str, AnyValue] = {
+        "network.local.address": local[0],
+        "network.local.port": local[1],
+        "network.peer.address": peer[0],
+        "network.peer.port": peer[1],
+    }
+    return os_log(host, f"strace:{event}:{pid}:{local[1]}:{peer[1]}:{t}", event, pid, t, **ends)
 
 
 CLIENT = ("10.0.0.1", 40001)

@@ -39,7 +39,12 @@ class Collect(SpanProcessor):
 def main(endpoint: str, receipts: str) -> int:
     """Send until told to stop (see the module docstring)."""
     stop = threading.Event()
-    threading.Thread(target=lambda: (sys.stdin.readline(), stop.set()), daemon=True).start()
+
+    def wait_for_line() -> None:
+        sys.stdin.readline()
+        stop.set()
+
+    threading.Thread(target=wait_for_line, daemon=True).start()
     collect = Collect()
     provider = TracerProvider(resource=Resource.create({"service.name": "fleet-load"}))
     provider.add_span_processor(collect)
@@ -61,7 +66,6 @@ def main(endpoint: str, receipts: str) -> int:
                 print(f"acked {acked}", file=sys.stderr, flush=True)
             else:
                 print("failed", file=sys.stderr, flush=True)
-    exporter.shutdown()
     return 0
 
 

@@ -33,6 +33,7 @@ import re
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -178,8 +179,36 @@ def _start_gateway(directory: Path) -> tuple[subprocess.Popen[str], int]:
     for line in proc.stderr:
         match = _BANNER.search(line)
         if match:
+            stream = proc.stderr  # drained from now on, so the gateway never blocks on it
+            threading.Thread(target=stream.read, daemon=True).start()
             return proc, int(match[1])
     raise RuntimeError("the gateway did not start")
+
+
+def _send(
+    procs: list[tuple[subprocess.Popen[str], int]],
+    per_agent: list[tuple[list[bytes], int, int]],
+    gateways: int,
+) -> tuple[float, float, float]:
+    """Send every agent's requests at once; (end, start, gateways' CPU seconds)."""
+    ctx = mp.get_context("spawn")
+    ready, go, done = ctx.Queue(), ctx.Event(), ctx.Queue()
+    senders = [
+        ctx.Process(target=_sender, args=(procs[a % gateways][1], reqs, ready, go, done))
+        for a, (reqs, _, _) in enumerate(per_agent)
+    ]
+    for s in senders:
+        s.start()
+    for _ in senders:
+        ready.get(timeout=120)  # every sender's channel is connected
+    cpu0 = sum(_cpu_seconds(p.pid) for p, _ in procs)
+    start = time.monotonic()
+    go.set()
+    end = max(done.get(timeout=600) for _ in senders)
+    cpu = sum(_cpu_seconds(p.pid) for p, _ in procs) - cpu0
+    for s in senders:
+        s.join()
+    return end, start, cpu
 
 
 def run(observations: int, agents: int, gateways: int) -> dict[str, float]:
@@ -189,29 +218,19 @@ def run(observations: int, agents: int, gateways: int) -> dict[str, float]:
     total_raw = sum(p[2] for p in per_agent)
     with tempfile.TemporaryDirectory() as tmp:
         procs = [_start_gateway(Path(tmp) / f"gw{g}") for g in range(gateways)]
-        ctx = mp.get_context("spawn")
-        ready, go, done = ctx.Queue(), ctx.Event(), ctx.Queue()
-        senders = [
-            ctx.Process(target=_sender, args=(procs[a % gateways][1], reqs, ready, go, done))
-            for a, (reqs, _, _) in enumerate(per_agent)
-        ]
-        for s in senders:
-            s.start()
-        for _ in senders:
-            ready.get(timeout=120)  # every sender's channel is connected
-        cpu0 = sum(_cpu_seconds(p.pid) for p, _ in procs)
-        start = time.monotonic()
-        go.set()
-        end = max(done.get(timeout=600) for _ in senders)
-        cpu = sum(_cpu_seconds(p.pid) for p, _ in procs) - cpu0
-        for s in senders:
-            s.join()
-        applied = 0
-        for g, (p, _) in enumerate(procs):
-            p.send_signal(2)
-            p.wait(timeout=300)
-            graph = json.loads((Path(tmp) / f"gw{g}" / "graph.json").read_text())
-            applied += graph["summary"]["observations"]
+        try:
+            end, start, cpu = _send(procs, per_agent, gateways)
+            applied = 0
+            for g, (p, _) in enumerate(procs):
+                p.send_signal(2)
+                p.wait(timeout=300)
+                graph = json.loads((Path(tmp) / f"gw{g}" / "graph.json").read_text())
+                applied += graph["summary"]["observations"]
+        finally:
+            for p, _ in procs:
+                if p.poll() is None:
+                    p.kill()
+                    p.wait()
     elapsed = end - start
     return {
         "gateways": gateways,

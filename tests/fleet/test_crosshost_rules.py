@@ -9,11 +9,13 @@ real processes on simulated hosts.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+import msgspec
 import pytest
 
 from otel_bridge.config import parse_config
@@ -21,6 +23,7 @@ from otel_bridge.identity import iso_ms
 from otel_bridge.model import (
     AnyValue,
     Batch,
+    CoverageRecord,
     LogRecord,
     Observation,
     RelationKind,
@@ -333,3 +336,47 @@ def test_a_batch_the_pipeline_refused_is_not_remembered() -> None:
     assert seen.reserve([key]) == [False]  # in flight
     seen.release([key])
     assert seen.reserve([key]) == [True]
+
+
+def test_evidence_records_round_trip_every_value_exactly() -> None:
+    """Bytes, nested arrays and maps, NaN, absent and explicit-false flags survive the wire."""
+    (obs,) = normalize.Normalizer()(Batch(logs=(connect(),))).observations
+    tricky = msgspec.structs.replace(
+        obs,
+        attrs={
+            "bytes": b"\x00\xff",
+            "nested": ("a", 1, ("x",), {"k": (1.5, None)}),
+            "nan": float("nan"),
+            "flag": False,
+        },
+        evidence=msgspec.structs.replace(obs.evidence, causal=False, inferred=None),
+    )
+    cov = CoverageRecord(source=obs.source, reason="r", time_unix_nano=T0, detail="d")
+    records = wire.encode(wire.evidence_resource("h", "i"), [tricky, obs], [cov], max_records=2)
+    assert len(records) == 2  # two observations, then the coverage record
+    decoded_obs, decoded_cov = [], []
+    for record in records:
+        o, c = wire.decode(record)
+        decoded_obs += o
+        decoded_cov += c
+    back = decoded_obs[0]
+    assert math.isnan(back.attrs["nan"])  # type: ignore[arg-type]
+    assert msgspec.structs.replace(
+        back, attrs={**back.attrs, "nan": 0.0}
+    ) == msgspec.structs.replace(tricky, attrs={**tricky.attrs, "nan": 0.0})
+    assert decoded_obs[1] == obs
+    assert decoded_cov == [cov]
+    assert back.evidence.causal is False
+    assert back.evidence.inferred is None
+
+
+def test_an_evidence_record_that_does_not_decode_is_coverage_not_a_failure() -> None:
+    (good,) = shipped(HOST_A, Batch(logs=(connect(),))).logs[1:]
+    bad = msgspec.structs.replace(good, body=b"\xc1 not msgpack")
+    with running(["logs_to_evidence"]) as (receiver, recorder, collector):
+        receiver.emit(Batch(logs=(bad, good)))
+        reasons = [c.reason for c in recorder.coverage]
+        telemetry = collector.host.telemetry
+    assert reasons == ["evidence_record_invalid"]
+    assert len(recorder.observations) == 1
+    assert telemetry.value("invalid_evidence_records", kind="processor", id="logs_to_evidence") == 1

@@ -9,8 +9,13 @@ carry it. Each batch of observations and coverage records becomes one or more lo
   in every collector process, so they are unique only within one instance);
 * ``event_name`` ``otel_bridge.evidence``; attributes ``otel_bridge.evidence.encoding``
   (:data:`ENCODING`), ``otel_bridge.evidence.observations`` and ``.coverage`` (counts);
-* body: bytes, a msgpack map ``{"observations": [...], "coverage": [...]}`` of the lossless dict
-  forms of :mod:`otel_bridge.jsonl` (the graph journal's form).
+* body: bytes, msgpack of ``{"observations": [...], "coverage": [...]}``: each record is the model
+  struct (``otel_bridge/model.py``) encoded by msgspec field by field (enums as their values,
+  bytes as msgpack binary, tuples as arrays, absent evidence flags as nil), so nothing is lost.
+
+Decoding uses twins of ``Entity`` and ``Observation`` whose ``attrs`` are typed ``Any`` (msgspec
+cannot type a union of ``str`` and ``bytes``, which ``AnyValue`` is); arrays in attributes become
+tuples again, so a decoded record equals the one encoded.
 
 ``docs/deployment.md`` describes the format for other readers.
 """
@@ -23,12 +28,25 @@ from typing import Any
 
 import msgspec
 
-from otel_bridge import jsonl
 from otel_bridge.errors import DecodeError
-from otel_bridge.model import CoverageRecord, LogRecord, Observation, Resource, Scope
+from otel_bridge.model import (
+    NO_EVIDENCE,
+    AnyValue,
+    CoverageRecord,
+    Entity,
+    EntityKind,
+    Evidence,
+    Facts,
+    LogRecord,
+    Observation,
+    RelationKind,
+    Resource,
+    Scope,
+    Source,
+)
 
 EVENT_NAME = "otel_bridge.evidence"
-ENCODING = "msgpack-jsonl/1"
+ENCODING = "msgpack-struct/1"
 INSTANCE_ATTR = "otel_bridge.agent.instance"
 AGENT_HOST_ATTR = "otel_bridge.agent.host.id"
 """Observation attribute the gateway adds: the ``host.id`` of the agent that shipped it."""
@@ -46,6 +64,78 @@ def evidence_resource(host_id: str, instance: str) -> Resource:
     )
 
 
+class _Payload(msgspec.Struct, frozen=True, kw_only=True, gc=False):
+    observations: tuple[Observation, ...] = ()
+    coverage: tuple[CoverageRecord, ...] = ()
+
+
+class _Entity(msgspec.Struct, frozen=True, kw_only=True, gc=False):
+    kind: EntityKind
+    id: str
+    label: str = ""
+    attrs: dict[str, Any] = msgspec.field(default_factory=dict)
+    facts: Facts | None = None
+    key: str = ""
+
+
+class _Observation(msgspec.Struct, frozen=True, kw_only=True, gc=False):
+    id: str
+    time_unix_nano: int
+    source: Source
+    subject: _Entity
+    relation: RelationKind | None = None
+    object: _Entity | None = None
+    evidence: Evidence = NO_EVIDENCE
+    occurrence: str = ""
+    end_time_unix_nano: int = 0
+    attrs: dict[str, Any] = msgspec.field(default_factory=dict)
+
+
+class _WirePayload(msgspec.Struct, frozen=True, kw_only=True, gc=False):
+    observations: tuple[_Observation, ...] = ()
+    coverage: tuple[CoverageRecord, ...] = ()
+
+
+_ENCODER = msgspec.msgpack.Encoder()
+_DECODER = msgspec.msgpack.Decoder(_WirePayload)
+
+
+def _value(value: Any) -> AnyValue:
+    if isinstance(value, list):
+        return tuple(_value(v) for v in value)
+    if isinstance(value, dict):
+        return {k: _value(v) for k, v in value.items()}
+    return value  # type: ignore[no-any-return]
+
+
+def _attrs(attrs: dict[str, Any]) -> dict[str, AnyValue]:
+    for v in attrs.values():
+        if isinstance(v, list | dict):
+            return {k: _value(v) for k, v in attrs.items()}
+    return attrs
+
+
+def _entity(e: _Entity) -> Entity:
+    return Entity(
+        kind=e.kind, id=e.id, label=e.label, attrs=_attrs(e.attrs), facts=e.facts, key=e.key
+    )
+
+
+def _observation(o: _Observation) -> Observation:
+    return Observation(
+        id=o.id,
+        time_unix_nano=o.time_unix_nano,
+        source=o.source,
+        subject=_entity(o.subject),
+        relation=o.relation,
+        object=None if o.object is None else _entity(o.object),
+        evidence=o.evidence,
+        occurrence=o.occurrence,
+        end_time_unix_nano=o.end_time_unix_nano,
+        attrs=_attrs(o.attrs),
+    )
+
+
 def encode(
     resource: Resource,
     observations: Sequence[Observation],
@@ -56,13 +146,14 @@ def encode(
     of them per log record."""
     out: list[LogRecord] = []
     now = time.time_ns()
-    items: list[tuple[bool, Observation | CoverageRecord]] = [(True, o) for o in observations]
-    items.extend((False, c) for c in coverage)
-    for start in range(0, len(items), max_records):
-        chunk = items[start : start + max_records]
-        obs = [jsonl.observation_to_dict(r) for is_obs, r in chunk if is_obs]  # type: ignore[arg-type]
-        cov = [jsonl.coverage_to_dict(r) for is_obs, r in chunk if not is_obs]  # type: ignore[arg-type]
-        body = msgspec.msgpack.encode({"observations": obs, "coverage": cov})
+    obs, cov = tuple(observations), tuple(coverage)
+    n_obs = len(obs)
+    for start in range(0, n_obs + len(cov), max_records):
+        stop = start + max_records
+        payload = _Payload(
+            observations=obs[start:stop],
+            coverage=cov[max(0, start - n_obs) : max(0, stop - n_obs)],
+        )
         out.append(
             LogRecord(
                 resource=resource,
@@ -72,11 +163,11 @@ def encode(
                 severity_number=9,
                 severity_text="INFO",
                 event_name=EVENT_NAME,
-                body=body,
+                body=_ENCODER.encode(payload),
                 attributes={
                     "otel_bridge.evidence.encoding": ENCODING,
-                    "otel_bridge.evidence.observations": len(obs),
-                    "otel_bridge.evidence.coverage": len(cov),
+                    "otel_bridge.evidence.observations": len(payload.observations),
+                    "otel_bridge.evidence.coverage": len(payload.coverage),
                 },
             )
         )
@@ -108,19 +199,9 @@ def decode(record: LogRecord) -> tuple[list[Observation], list[CoverageRecord]]:
     if not isinstance(record.body, bytes):
         raise DecodeError("evidence record: the body is not bytes")
     try:
-        data: Any = msgspec.msgpack.decode(record.body)
-    except msgspec.DecodeError as exc:
-        raise DecodeError(f"evidence record: body is not msgpack: {exc}") from None
-    if not isinstance(data, dict):
-        raise DecodeError("evidence record: body is not a map")
-    try:
-        observations = [
-            jsonl.observation_from_dict(o, "evidence.observations")
-            for o in data.get("observations") or ()
-        ]
-        coverage = [
-            jsonl.coverage_from_dict(c, "evidence.coverage") for c in data.get("coverage") or ()
-        ]
-    except (ValueError, TypeError) as exc:
+        payload = _DECODER.decode(record.body)
+    except (msgspec.DecodeError, msgspec.ValidationError) as exc:
         raise DecodeError(f"evidence record: {exc}") from None
+    observations = [_observation(o) for o in payload.observations]
+    coverage = list(payload.coverage)
     return observations, coverage

@@ -16,11 +16,14 @@ Collector's load-balancing exporter routing by ``host.id`` would split them.
 Usage::
 
     python benchmarks/gateway_ingest.py --observations 200000 --agents 4 --gateways 1 2
+    python benchmarks/gateway_ingest.py --gateways --stages 20000
 
 Prints per run: observations and raw OS records accepted per second (first request sent ->
 last acknowledged), the gateways' CPU time per observation (user + system, from ``/proc``; unlike
 wall time it does not depend on what else runs on a shared machine), and checks that every
-observation reached the graph once.
+observation reached the graph once. ``--stages N`` adds each stage's CPU per observation, in one
+thread without gRPC: the OTLP decode, the two processors, and what the ``file`` and ``graph``
+exporters each add.
 """
 
 from __future__ import annotations
@@ -243,16 +246,80 @@ def run(observations: int, agents: int, gateways: int) -> dict[str, float]:
     }
 
 
+def stages(observations: int) -> dict[str, float]:
+    """CPU per observation of each gateway stage, in one thread without gRPC: the OTLP decode,
+    ``logs_to_evidence`` + ``crosshost``, and what each exporter adds (its final write
+    included)."""
+    from otel_bridge.config import parse_config
+    from otel_bridge.otlp.proto_codec import decode_logs
+    from otel_bridge.pipeline import Collector
+    from otel_bridge.registry import default_registry
+    from otel_bridge.testing import recording_exporter_factory
+
+    requests, n, _ = agent_requests(0, observations)
+    t0 = time.process_time()
+    batches = [Batch(logs=tuple(decode_logs(r).records)) for r in requests]
+    out = {"otlp_decode_us": (time.process_time() - t0) / n * 1e6}
+    exporters: dict[str, Any] = {
+        "recording": None,
+        "file": {"path": "records.jsonl", "flush_interval": 0, "append": True},
+        "graph": {"output": "graph.json", "journal": {"path": "graph.journal"}},
+    }
+    for name, template in exporters.items():
+        with tempfile.TemporaryDirectory() as tmp:
+            registry = default_registry()
+            registry.add(recording_exporter_factory("recording"))
+            settings = template
+            if isinstance(template, dict):
+                settings = {
+                    k: (f"{tmp}/{v}" if k in ("path", "output") else v) for k, v in template.items()
+                }
+                if "journal" in settings:
+                    settings["journal"] = {"path": f"{tmp}/graph.journal"}
+            processors = ["logs_to_evidence", "crosshost"]
+            doc = {
+                "receivers": {"otlp": {"protocols": {"grpc": {"endpoint": "127.0.0.1:0"}}}},
+                "processors": {
+                    "logs_to_evidence": {"dedupe": {"path": f"{tmp}/k"}},
+                    "crosshost": None,
+                },
+                "exporters": {name: settings},
+                "service": {
+                    "pipelines": {
+                        "evidence": {
+                            "receivers": ["otlp"],
+                            "processors": processors,
+                            "exporters": [name],
+                        }
+                    }
+                },
+            }
+            collector = Collector(parse_config(doc, env={}, registry=registry))
+            collector.start()
+            t0 = time.process_time()
+            for batch in batches:
+                collector.inject("otlp", batch)
+            collector.shutdown()
+            out[f"{name}_us"] = (time.process_time() - t0) / n * 1e6
+    out["processors_us"] = out.pop("recording_us")
+    out["file_us"] -= out["processors_us"]
+    out["graph_us"] -= out["processors_us"]
+    return out
+
+
 def main() -> None:
     """Parse arguments, run, print one line per run."""
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--observations", type=int, default=200_000)
     parser.add_argument("--agents", type=int, default=4)
-    parser.add_argument("--gateways", type=int, nargs="+", default=[1, 2])
+    parser.add_argument("--gateways", type=int, nargs="*", default=[1, 2])
+    parser.add_argument("--stages", type=int, default=0, metavar="N", help="stage CPU over N")
     args = parser.parse_args()
     for gateways in args.gateways:
         result = run(args.observations, args.agents, gateways)
         print(json.dumps(result))
+    if args.stages:
+        print(json.dumps(stages(args.stages)))
 
 
 if __name__ == "__main__":

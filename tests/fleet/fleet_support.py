@@ -32,12 +32,19 @@ BANNER = re.compile(r"receiver otlp: OTLP/grpc on ([\d.]+):(\d+), OTLP/http on (
 
 
 def require_namespaces() -> None:
-    """Skip unless this process may create network and mount namespaces."""
+    """Skip unless this process may create network and mount namespaces, and strace exists (an
+    agent inside a network namespace other than the initial one cannot use the process
+    connector, so its host receiver runs the strace backend)."""
     if os.geteuid() != 0:
         pytest.skip("needs root to create network and mount namespaces")
-    for tool in ("ip", "unshare"):
+    for tool in ("ip", "unshare", "strace"):
         if shutil.which(tool) is None:
             pytest.skip(f"needs the {tool} command")
+    probe = subprocess.run(
+        ["unshare", "-n", "-m", "true"], capture_output=True, text=True, check=False
+    )
+    if probe.returncode != 0:
+        pytest.skip(f"network and mount namespaces not permitted here: {probe.stderr.strip()}")
 
 
 def _ip(*args: str) -> None:

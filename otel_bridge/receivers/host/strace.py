@@ -35,8 +35,10 @@ from otel_bridge.receivers.host.strace_parse import StraceParser
 TRACE_SET = (
     "execve,execveat,clone,clone3,fork,vfork,exit_group,"
     "open,openat,openat2,creat,unlink,unlinkat,rename,renameat,renameat2,"
-    "connect,listen,accept,accept4"
+    "connect,listen"
 )
+ACCEPT_SET = ",accept,accept4"
+"""Traced as well with ``network_accepted`` (each accept then stops in the tracer)."""
 
 
 def _drain_and_close(stream: IO[bytes]) -> None:
@@ -54,7 +56,8 @@ class _Session:
     def __init__(self, path: str, pids: list[int], ctx: HostContext) -> None:
         read_fd, write_fd = os.pipe()
         cmd = [path, "-f", "-ttt", "-yy", "-s", "4096", "-o", f"/dev/fd/{write_fd}"]
-        cmd += ["-e", f"trace={TRACE_SET}", "-e", "signal=none"]
+        trace = TRACE_SET + (ACCEPT_SET if ctx.config.network_accepted else "")
+        cmd += ["-e", f"trace={trace}", "-e", "signal=none"]
         for pid in pids:
             cmd += ["-p", str(pid)]
         try:

@@ -1,5 +1,5 @@
 """Issue 17 part B: an agent and the gateway killed (-9) mid-run lose nothing acknowledged and add
-no duplicates.
+no duplicates; an agent that resends what the gateway already has adds nothing.
 
 Real processes: ``configs/gateway.yaml`` (TLS, bearer token, graph journal, key file) and
 ``configs/agent.yaml`` (persistent sending queue), and a client that sends spans with the
@@ -13,6 +13,8 @@ from __future__ import annotations
 
 import collections
 import json
+import re
+import shutil
 import socket
 import subprocess
 import sys
@@ -129,3 +131,70 @@ def test_agent_and_gateway_killed_mid_run_lose_nothing_acknowledged_add_nothing(
     }
     assert acked <= set(applied)
     assert {sid: n for sid, n in applied.items() if n != 1} == {}  # the journal replayed once
+
+
+@pytest.mark.slow  # about 30 s: three agent starts and a gateway
+def test_an_agent_resending_what_the_gateway_already_has_adds_nothing(tmp_path: Path) -> None:
+    """The resend after a crash, made certain: a copy of an agent's queue taken before delivery
+    is replayed by another agent process after the original was delivered."""
+    certs = make_certs(tmp_path)
+    state, receipts = tmp_path / "gateway", tmp_path / "receipts"
+    gw_port, agent_port = free_port(), free_port()
+    gw_env = gateway_env(state, certs.server, certs.server_key)
+    gw_env["OTEL_BRIDGE_GATEWAY_GRPC_ENDPOINT"] = f"127.0.0.1:{gw_port}"
+    gw_env["OTEL_BRIDGE_GATEWAY_HTTP_ENDPOINT"] = "127.0.0.1:0"
+
+    def agent(queue: Path) -> CollectorProcess:
+        env = agent_env(f"127.0.0.1:{gw_port}", certs.ca, queue)
+        env["OTEL_BRIDGE_OTLP_HTTP_ENDPOINT"] = f"127.0.0.1:{agent_port}"
+        drain = "exporters.otlp/gateway.shutdown_timeout=60s"  # SIGINT waits for the delivery
+        return CollectorProcess("agent.yaml", env, sets=[*FAST_RETRY, drain])
+
+    procs: list[CollectorProcess] = []
+    try:
+        procs.append(agent(tmp_path / "queue"))  # the gateway is down: all stays queued
+        load = [str(HERE / "fleet_load.py"), f"http://127.0.0.1:{agent_port}", str(receipts)]
+        client = subprocess.Popen(
+            [sys.executable, *load],
+            env=subprocess_env(),
+            stdin=subprocess.PIPE,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        Stderr(client, timeout=60).wait_for(r"acked 50\b")
+        assert client.stdin is not None
+        client.stdin.write("stop\n")
+        client.stdin.close()
+        assert client.wait(timeout=60) == 0
+        procs[0].kill()  # crash with everything still queued
+        shutil.copytree(tmp_path / "queue", tmp_path / "queue-copy")
+        procs.append(CollectorProcess("gateway.yaml", gw_env))
+        procs.append(agent(tmp_path / "queue"))  # replays and delivers
+        acked = set(receipts.read_text().split())
+        records = state / "records.jsonl"
+        wait_until(lambda: acked <= set(span_observation_ids(records)), 90, "the delivery")
+        assert procs[2].stop() == 0
+        resend = agent(tmp_path / "queue-copy")  # the same batches again
+        procs.append(resend)
+        assert resend.stop() == 0
+        assert re.search(r"replaying [1-9]\d* batches", resend.stderr.log())
+        check = agent(tmp_path / "queue-copy")  # the copy is empty now: it was delivered
+        procs.append(check)
+        assert check.stop() == 0
+        assert "replaying" not in check.stderr.log()
+        assert procs[1].stop() == 0
+    finally:
+        for proc in procs:
+            proc.kill()
+
+    counts = span_observation_ids(state / "records.jsonl")
+    assert acked <= set(counts)
+    assert {sid: n for sid, n in counts.items() if n > 1} == {}
+    graph: dict[str, Any] = json.loads((state / "graph.json").read_text())
+    applied = [
+        n["evidence_count"]
+        for n in graph["nodes"]
+        if n["kind"] == "span" and n["attrs"]["span_id"] in acked
+    ]
+    assert applied == [1] * len(acked)

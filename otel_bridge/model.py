@@ -136,6 +136,14 @@ class RelationKind(enum.StrEnum):
     CONNECTED_TO = "connected_to"
     ATTEMPTED_CONNECT = "attempted_connect"
     LISTENED_ON = "listened_on"
+    ACCEPTED = "accepted"
+    """process -> endpoint: the process accepted a TCP connection from that peer (os)."""
+    CONNECTED_TO_PROCESS = "connected_to_process"
+    """process -> process on another host: one TCP connection, both ends observed with the same
+    4-tuple (derived by the gateway's ``crosshost`` processor, exact, non-causal)."""
+    REMOTE_CHILD_OF = "remote_child_of"
+    """span node on one host -> its parent span's node on another host: one trace carried
+    across hosts by W3C trace context (derived by ``crosshost``, exact, non-causal)."""
 
 
 class Attribution(enum.StrEnum):

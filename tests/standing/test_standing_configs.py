@@ -27,8 +27,11 @@ pytest.importorskip("opentelemetry.exporter.otlp.proto.grpc", reason="needs the 
 
 
 def test_every_shipped_config_is_tested_here() -> None:
-    """Adding a config file means adding it to the standing tests below."""
+    """Adding a config file means adding it to the standing tests below (agent.yaml and
+    gateway.yaml run as standing collectors in tests/fleet/)."""
     assert sorted(p.name for p in CONFIGS.glob("*.yaml")) == [
+        "agent.yaml",
+        "gateway.yaml",
         "jaeger.yaml",
         "local.yaml",
         "phoenix.yaml",

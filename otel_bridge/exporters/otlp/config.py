@@ -13,6 +13,9 @@
         sending_queue: {enabled: true, queue_size: 1000, num_consumers: 2,
                         storage: /var/lib/otel-bridge/queue}   # optional: persistent queue
         signals: [traces, logs]           # what this backend accepts; [traces] sends no logs
+        tls: {ca_file: ca.pem}            # trust this CA (setting any file turns TLS on);
+                                          # server_name_override: the name to verify (gRPC)
+                                          # cert_file + key_file: a client certificate (mTLS)
       otlphttp:                           # alias: otlp_http
         endpoint: http://127.0.0.1:4318   # /v1/traces and /v1/logs are appended
         traces_endpoint: ""               # full URL overriding endpoint + /v1/traces
@@ -101,6 +104,49 @@ class QueueConfig:
 
 
 @dataclass(slots=True, kw_only=True)
+class ClientTLSConfig:
+    """The Collector's client ``configtls`` subset: a private CA and a client certificate."""
+
+    ca_file: str = ""
+    """PEM roots to verify the server with (empty: the system's)."""
+    cert_file: str = ""
+    """Client certificate chain (PEM), for a server that requires one (mTLS)."""
+    key_file: str = ""
+    """The client certificate's private key (PEM)."""
+    server_name_override: str = ""
+    """gRPC: verify the server's certificate for this name instead of the endpoint's host."""
+
+    @property
+    def enabled(self) -> bool:
+        """True when any file is set: TLS is then used whatever the endpoint's scheme."""
+        return bool(self.ca_file or self.cert_file or self.key_file)
+
+    def problems(self, prefix: str) -> list[str]:
+        """``cert_file`` and ``key_file`` come together; files must exist."""
+        import os  # noqa: PLC0415 - only when validating
+
+        out: list[str] = []
+        if bool(self.cert_file) != bool(self.key_file):
+            out.append(f"{prefix}: set both cert_file and key_file, or neither")
+        for name in ("ca_file", "cert_file", "key_file"):
+            value = getattr(self, name)
+            if value and not os.path.isfile(value):
+                out.append(f"{prefix}.{name}: no such file {value!r}")
+        return out
+
+    def read(self) -> tuple[bytes | None, bytes | None, bytes | None]:
+        """(CA, key, certificate) PEM bytes, None for what is not set."""
+
+        def load(path: str) -> bytes | None:
+            if not path:
+                return None
+            with open(path, "rb") as f:
+                return f.read()
+
+        return load(self.ca_file), load(self.key_file), load(self.cert_file)
+
+
+@dataclass(slots=True, kw_only=True)
 class OtlpExporterConfig:
     """Settings shared by both OTLP exporters."""
 
@@ -114,6 +160,8 @@ class OtlpExporterConfig:
     sending_queue: QueueConfig = field(default_factory=QueueConfig)
     shutdown_timeout: float = 5.0
     """Seconds ``shutdown`` waits for the queue to drain before dropping (and counting) the rest."""
+    tls: ClientTLSConfig = field(default_factory=ClientTLSConfig)
+    """TLS towards the backend: a private CA, a client certificate."""
     signals: list[SignalName] = field(default_factory=_both_signals)
     """The signals the backend accepts. A signal left out is never sent (Phoenix and Jaeger take
     traces only: ``[traces]``); a signal the backend refuses at run time (HTTP 404/405/415, gRPC
@@ -132,6 +180,7 @@ class OtlpExporterConfig:
             problems.append("signals: lists a signal twice")
         problems += self.retry_on_failure.problems("retry_on_failure")
         problems += self.sending_queue.problems("sending_queue")
+        problems += self.tls.problems("tls")
         return problems
 
     def endpoint_problems(self) -> list[str]:

@@ -21,6 +21,7 @@ import email.utils
 import gzip
 import http.client
 import json
+import ssl
 import threading
 import time
 from typing import Protocol
@@ -124,11 +125,14 @@ class GrpcTransport:
         for scheme in ("http://", "https://"):
             if target.startswith(scheme):
                 target = target[len(scheme) :]
-        self._channel = (
-            grpc.secure_channel(target, grpc.ssl_channel_credentials())
-            if secure
-            else grpc.insecure_channel(target)
-        )
+        if secure or config.tls.enabled:
+            ca, key, cert = config.tls.read()
+            creds = grpc.ssl_channel_credentials(ca, key, cert)
+            name = config.tls.server_name_override
+            options = [("grpc.ssl_target_name_override", name)] if name else None
+            self._channel = grpc.secure_channel(target, creds, options)
+        else:
+            self._channel = grpc.insecure_channel(target)
         self._calls = {
             signal: self._channel.unary_unary(method, None, None)
             for signal, method in _GRPC_METHODS.items()
@@ -206,6 +210,11 @@ class HttpTransport:
         self._local = threading.local()
         self._lock = threading.Lock()
         self._all: list[http.client.HTTPConnection] = []
+        self._ssl: ssl.SSLContext | None = None
+        if config.tls.enabled:
+            self._ssl = ssl.create_default_context(cafile=config.tls.ca_file or None)
+            if config.tls.cert_file:
+                self._ssl.load_cert_chain(config.tls.cert_file, config.tls.key_file)
 
     def _connection(self, signal: Signal) -> http.client.HTTPConnection:
         url = self._urls[signal]
@@ -216,10 +225,14 @@ class HttpTransport:
         self._local.conns = conns
         conn = conns.get(key)
         if conn is None:
-            cls = (
-                http.client.HTTPSConnection if url.scheme == "https" else http.client.HTTPConnection
-            )
-            conn = cls(url.hostname or "", url.port, timeout=self._timeout)
+            if url.scheme == "https":
+                conn = http.client.HTTPSConnection(
+                    url.hostname or "", url.port, timeout=self._timeout, context=self._ssl
+                )
+            else:
+                conn = http.client.HTTPConnection(
+                    url.hostname or "", url.port, timeout=self._timeout
+                )
             conns[key] = conn
             with self._lock:
                 self._all.append(conn)

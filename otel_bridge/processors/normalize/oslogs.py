@@ -64,6 +64,7 @@ NETWORK_RELATIONS: Mapping[str, RelationKind] = {
     "network.connect": RelationKind.CONNECTED_TO,
     "network.connect_attempt": RelationKind.ATTEMPTED_CONNECT,
     "network.listen": RelationKind.LISTENED_ON,
+    "network.accept": RelationKind.ACCEPTED,
 }
 _PROCESS_EVENTS = frozenset({"process.start", "process.exec", "process.exit"})
 _PROCESS_KEYS = (
@@ -83,6 +84,8 @@ _DETAIL_KEYS = (
     "file.new_path",
     "file.change.type",
     "network.connect.result",
+    "network.local.address",
+    "network.local.port",
     "error.type",
     "process.env.traceparent",
     # The correlator names the parent process by this (identity = pid + start time).

@@ -70,6 +70,11 @@ class HostConfig:
     """Collect file activity (syscalls, fanotify, or watchdog under ``watch_paths``)."""
     network: bool = True
     """Collect connections and listening sockets."""
+    network_accepted: bool = False
+    """Linux and strace backends: also record each TCP connection a followed process *accepted*
+    from a listener as ``network.accept`` (local and peer address and port). Off by default; a fleet
+    agent turns it on so a gateway can join the two ends of a connection across hosts
+    (``docs/deployment.md``)."""
     poll_interval: float = 0.02
     """Portable backend: process/connection sampling period (seconds, minimum 5 ms)."""
     network_poll_interval: float = 0.01

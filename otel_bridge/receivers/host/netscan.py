@@ -7,7 +7,8 @@ process's ``/proc/<pid>/fd``. A socket belongs to the process holding its inode.
 decided by :mod:`.direction`, which does not need the listener to still exist: an accepted socket
 is never an outbound connect, and a socket of undecidable direction is counted, not claimed),
 ``SYN_SENT`` becomes ``network.connect_attempt`` (``pending``), ``LISTEN`` becomes
-``network.listen``; a UDP socket with a peer becomes a ``udp`` connect.
+``network.listen``; a UDP socket with a peer becomes a ``udp`` connect. With
+``network_accepted`` an accepted TCP socket becomes ``network.accept`` (both ends' addresses).
 
 This is sampling (attribution ``sampled_process``): a socket opened and closed between two
 scans is missed. Scans run every ``network_poll_interval`` and immediately on every
@@ -182,12 +183,12 @@ class SocketScanner:
             if not self.claim((laddr, lport, raddr, rport)):
                 return  # attributed before (an earlier scan, or its destroy notification)
             direction = self.rule.decide(transport, laddr, lport, raddr, rport)
-            if direction is Direction.ACCEPTED:
+            if direction is Direction.ACCEPTED and not self._ctx.config.network_accepted:
                 return  # accepted from a listener: not this process's connect
             if direction is Direction.UNKNOWN:
                 self.count_undecided(inode)
                 return
-            name = "network.connect"
+            name = "network.accept" if direction is Direction.ACCEPTED else "network.connect"
         elif transport == "tcp" and state == _TCP_SYN_SENT:
             name = "network.connect_attempt"
         elif transport == "udp" and rport:

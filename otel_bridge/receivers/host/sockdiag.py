@@ -196,14 +196,16 @@ class DestroyWatcher:
         key = (gone.local_address, gone.local_port, gone.peer_address, gone.peer_port)
         if not scanner.claim(key):
             return  # a scan saw this connection: one occurrence
-        if direction is Direction.ACCEPTED:
+        accepted = direction is Direction.ACCEPTED
+        if accepted and not self._ctx.config.network_accepted:
             return
         if direction is Direction.UNKNOWN:
             scanner.count_undecided(key)
             return
-        self._emit(gone, scanner.inode_pids.get(gone.inode) if gone.inode else None)
+        pid = scanner.inode_pids.get(gone.inode) if gone.inode else None
+        self._emit(gone, pid, "network.accept" if accepted else "network.connect")
 
-    def _emit(self, gone: Destroyed, pid: int | None) -> None:
+    def _emit(self, gone: Destroyed, pid: int | None, name: str) -> None:
         ctx = self._ctx
         attrs: dict[str, AnyValue] = {}
         if pid is not None:
@@ -218,7 +220,7 @@ class DestroyWatcher:
         attrs["network.peer.port"] = gone.peer_port
         attrs["network.observed_at"] = "close"
         record = ctx.events.record(
-            "network.connect",
+            name,
             time.time_ns(),
             attrs,
             attribution=SESSION if pid is None else "sampled_process",

@@ -37,6 +37,8 @@ TRACE_SET = (
     "open,openat,openat2,creat,unlink,unlinkat,rename,renameat,renameat2,"
     "connect,listen"
 )
+ACCEPT_SET = ",accept,accept4"
+"""Traced as well with ``network_accepted`` (each accept then stops in the tracer)."""
 
 
 def _drain_and_close(stream: IO[bytes]) -> None:
@@ -54,7 +56,8 @@ class _Session:
     def __init__(self, path: str, pids: list[int], ctx: HostContext) -> None:
         read_fd, write_fd = os.pipe()
         cmd = [path, "-f", "-ttt", "-yy", "-s", "4096", "-o", f"/dev/fd/{write_fd}"]
-        cmd += ["-e", f"trace={TRACE_SET}", "-e", "signal=none"]
+        trace = TRACE_SET + (ACCEPT_SET if ctx.config.network_accepted else "")
+        cmd += ["-e", f"trace={trace}", "-e", "signal=none"]
         for pid in pids:
             cmd += ["-p", str(pid)]
         try:
@@ -189,7 +192,7 @@ class StraceBackend:
             "process": self.why,
             "file": "open/openat/openat2/creat, unlink, rename syscalls (successful opens only; "
             "bytes read or written are not traced)",
-            "network": "connect/listen syscalls (accepted connections are not traced)",
+            "network": "connect/listen syscalls (accepted connections only with network_accepted)",
         }
         for name, wanted in on.items():
             ctx.collection_state(

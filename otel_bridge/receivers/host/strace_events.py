@@ -9,6 +9,7 @@ import time
 from otel_bridge.identity import start_ms_from_ticks
 from otel_bridge.model import AnyValue
 from otel_bridge.receivers.host.events import SYSCALL, HostContext
+from otel_bridge.receivers.host.netscan import read_tables
 from otel_bridge.receivers.host.procfs import (
     ProcessInfo,
     approx_start_ms,
@@ -130,7 +131,7 @@ class SyscallInterpreter:
             if call.ret == 0:
                 self._exec(call)
             return
-        if not ctx.config.files and name not in ("connect", "listen"):
+        if not ctx.config.files and name not in _NETWORK_CALLS:
             return
         if name in ("open", "openat", "openat2", "creat"):
             self._open(call)
@@ -144,6 +145,8 @@ class SyscallInterpreter:
             self._connect(call)
         elif name == "listen" and ctx.config.network and call.ret == 0:
             self._listen(call)
+        elif name in ("accept", "accept4") and ctx.config.network_accepted and ctx.config.network:
+            self._accept(call)
 
     def _start(self, pid: int, time_ns: int, *, parent: int | None) -> None:
         """A new child: its identity now, its start once its own image is known."""
@@ -261,12 +264,34 @@ class SyscallInterpreter:
             "network.peer.port": port,
         }
         if call.ret == 0:
+            if self.ctx.config.network_accepted and anno is not None:
+                attrs.update(_local_end(call.pid, anno.group("addr") or ""))
             self._emit("network.connect", call, attrs)
             return
         self.failed_connects += 1
         attrs["network.connect.result"] = "pending" if call.errno == "EINPROGRESS" else "failed"
         attrs["error.type"] = call.errno or "unknown"
         self._emit("network.connect_attempt", call, attrs)
+
+    def _accept(self, call: Syscall) -> None:
+        """``accept4(...) = 4<TCP:[local->peer]>``: both ends from strace's annotation."""
+        if call.ret is None or call.ret < 0:
+            return
+        anno = _SOCK_ANNO.match(call.ret_annotation)
+        if anno is None or "->" not in (anno.group("addr") or ""):
+            return
+        local, _, peer = (anno.group("addr") or "").partition("->")
+        ends = [_split_hostport(local), _split_hostport(peer)]
+        if ends[0] is None or ends[1] is None:
+            return
+        attrs: dict[str, AnyValue] = {
+            "network.transport": "udp" if anno.group("proto").startswith("UDP") else "tcp",
+            "network.local.address": ends[0][0],
+            "network.local.port": ends[0][1],
+            "network.peer.address": ends[1][0],
+            "network.peer.port": ends[1][1],
+        }
+        self._emit("network.accept", call, attrs)
 
     def _listen(self, call: Syscall) -> None:
         args = split_args(call.args)
@@ -288,6 +313,26 @@ class SyscallInterpreter:
         attrs = ctx.events.identity_attrs(call.pid)
         attrs.update(extra)
         ctx.emit(ctx.events.record(name, call.time_ns, attrs, attribution=SYSCALL, causal=True))
+
+
+_NETWORK_CALLS = frozenset({"connect", "listen", "accept", "accept4"})
+
+
+def _split_hostport(text: str) -> tuple[str, int] | None:
+    host, _, port = text.rpartition(":")
+    return (host.strip("[]"), int(port)) if host and port.isdigit() else None
+
+
+def _local_end(pid: int, inode_text: str) -> dict[str, AnyValue]:
+    """The local address and port of the socket with inode ``inode_text`` (strace names an
+    unbound socket by its inode), read from ``pid``'s socket tables now; nothing when the socket
+    is already gone."""
+    if not inode_text.isdigit():
+        return {}
+    row = read_tables(pid).get(int(inode_text))
+    if row is None or not row[2]:
+        return {}
+    return {"network.local.address": row[1], "network.local.port": row[2]}
 
 
 def _wall_to_mono(wall_ns: int) -> int:

@@ -40,6 +40,7 @@ BUILTIN_MODULES: tuple[str, ...] = (
     "otel_bridge.exporters.otlp",
     "otel_bridge.exporters.file",
     "otel_bridge.exporters.debug",
+    "otel_bridge.exporters.postgres",
 )
 
 _log = logging.getLogger("otel_bridge.registry")

@@ -1,0 +1,87 @@
+"""The ``--db URL`` options the readers share (``graph``, ``review``, ``compare``, ``view``)."""
+
+from __future__ import annotations
+
+import argparse
+from datetime import datetime
+from typing import Any
+
+from otel_bridge.errors import OtelBridgeError
+
+
+def add_db_options(p: argparse.ArgumentParser) -> None:
+    """``--db URL`` and the selectors (``docs/store.md``, *Readers*)."""
+    g = p.add_argument_group("evidence store (instead of a file; docs/store.md)")
+    g.add_argument("--db", metavar="URL", help="read from PostgreSQL: postgresql://user@host/db")
+    g.add_argument("--run", default="", metavar="ID", help="with --db: one run")
+    g.add_argument(
+        "--host",
+        dest="db_host",
+        default="",
+        metavar="HOST_ID",
+        help="with --db: one host's evidence",
+    )
+    g.add_argument("--task", default="", help="with --db: the runs of one task")
+    g.add_argument("--service", default="", help="with --db: the runs of one service")
+    g.add_argument(
+        "--since",
+        default="",
+        metavar="TIME",
+        help="with --db: from this time (ISO 8601 or Unix ns)",
+    )
+    g.add_argument(
+        "--until",
+        default="",
+        metavar="TIME",
+        help="with --db: before this time (ISO 8601 or Unix ns)",
+    )
+
+
+def parse_time(text: str, option: str) -> int | None:
+    """Unix nanoseconds of ``text`` (ISO 8601, or an integer of ns); None when empty."""
+    if not text:
+        return None
+    if text.isdigit():
+        return int(text)
+    try:
+        moment = datetime.fromisoformat(text)
+    except ValueError:
+        raise OtelBridgeError(f"{option}: not a time: {text!r}") from None
+    if moment.tzinfo is None:
+        raise OtelBridgeError(f"{option}: give a time zone (e.g. 2026-12-01T10:00:00Z)")
+    return int(moment.timestamp() * 1_000_000) * 1000
+
+
+def selector_of(args: argparse.Namespace) -> Any:
+    """The :class:`~otel_bridge.store.reader.Selector` of the parsed options."""
+    from otel_bridge.store.reader import Selector  # noqa: PLC0415 - loads the graph code
+
+    return Selector(
+        run=args.run,
+        host=args.db_host,
+        task=args.task,
+        service=args.service,
+        since_ns=parse_time(args.since, "--since"),
+        until_ns=parse_time(args.until, "--until"),
+    )
+
+
+def read_db(args: argparse.Namespace) -> dict[str, Any]:
+    """The graph document the options select from ``--db``."""
+    from otel_bridge.store import connect  # noqa: PLC0415
+    from otel_bridge.store.reader import read_graph  # noqa: PLC0415
+
+    selector = selector_of(args)
+    conn = connect(args.db)
+    try:
+        return read_graph(conn, selector)
+    finally:
+        conn.close()
+
+
+def required_file(args: argparse.Namespace, name: str, attr: str = "file") -> str:
+    """The positional file argument, which is required without ``--db``."""
+    value = getattr(args, attr)
+    if not value:
+        raise OtelBridgeError(f"give {name} or --db URL")
+    return str(value)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import os
 from datetime import datetime
 from typing import Any
 
@@ -85,3 +86,41 @@ def required_file(args: argparse.Namespace, name: str, attr: str = "file") -> st
     if not value:
         raise OtelBridgeError(f"give {name} or --db URL")
     return str(value)
+
+
+def stored_run_dir(args: argparse.Namespace, dest: str | None) -> str:
+    """The one run the options select, written as a run directory at ``dest`` (default
+    ``./db-run-<id>``); returns its path (``docs/store.md``, *Readers*)."""
+    from otel_bridge.store import connect  # noqa: PLC0415
+    from otel_bridge.store.rundir_export import (  # noqa: PLC0415
+        default_dir,
+        select_one_run,
+        write_run_dir,
+    )
+
+    conn = connect(args.db)
+    try:
+        run_id = select_one_run(conn, selector_of(args))
+        return write_run_dir(conn, run_id, dest or default_dir(run_id)).path
+    finally:
+        conn.close()
+
+
+def stored_run_dirs(args: argparse.Namespace, parent: str) -> list[str]:
+    """Every run the options select, each written as a run directory under ``parent``."""
+    from otel_bridge.store import StoreError, connect  # noqa: PLC0415
+    from otel_bridge.store.reader import select_runs  # noqa: PLC0415
+    from otel_bridge.store.rundir_export import write_run_dir  # noqa: PLC0415
+
+    selector = selector_of(args)
+    conn = connect(args.db)
+    try:
+        runs = select_runs(conn, selector)
+        if not runs:
+            raise StoreError(f"no stored run matches {selector.describe()}")
+        return [
+            write_run_dir(conn, run_id, os.path.join(parent, f"run-{i}")).path
+            for i, run_id in enumerate(runs)
+        ]
+    finally:
+        conn.close()

@@ -125,6 +125,7 @@ CREATE TABLE ob_spans (
     trace_id        text NOT NULL,
     span_id         text NOT NULL,
     part_time       timestamptz NOT NULL,
+    seq             bigint NOT NULL,
     parent_span_id  text NOT NULL,
     name            text NOT NULL,
     service         text NOT NULL,
@@ -133,6 +134,20 @@ CREATE TABLE ob_spans (
     record          bytea NOT NULL,
     PRIMARY KEY (run_id, trace_id, span_id, part_time)
 ) PARTITION BY RANGE (part_time);
+CREATE INDEX ob_spans_run_seq ON ob_spans (run_id, seq);
+CREATE TABLE ob_logs (
+    run_id      text NOT NULL,
+    digest      text NOT NULL,
+    part_time   timestamptz NOT NULL,
+    seq         bigint NOT NULL,
+    time_ns     bigint NOT NULL,
+    host_id     text NOT NULL,
+    os_event    boolean NOT NULL,
+    event_name  text NOT NULL,
+    record      bytea NOT NULL,
+    PRIMARY KEY (run_id, digest, part_time)
+) PARTITION BY RANGE (part_time);
+CREATE INDEX ob_logs_run_seq ON ob_logs (run_id, seq);
 CREATE TABLE ob_coverage (
     run_id      text NOT NULL REFERENCES ob_runs (run_id) ON DELETE CASCADE,
     digest      text NOT NULL,
@@ -140,6 +155,7 @@ CREATE TABLE ob_coverage (
     time_ns     bigint NOT NULL,
     channel     text NOT NULL,
     backend     text NOT NULL,
+    record_id   text NOT NULL,
     reason      text NOT NULL,
     detail      text NOT NULL,
     PRIMARY KEY (run_id, digest)
@@ -153,7 +169,9 @@ CREATE TABLE ob_partitions (
 """
 
 MIGRATIONS: tuple[Migration, ...] = (
-    Migration(1, "runs, hosts, nodes, edges, coverage; partitioned observations and spans", _V1),
+    Migration(
+        1, "runs, hosts, nodes, edges, coverage; partitioned observations, spans and logs", _V1
+    ),
 )
 """Every schema step, in order. Append; never edit a released step."""
 

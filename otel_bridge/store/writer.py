@@ -21,14 +21,18 @@ from typing import TYPE_CHECKING, Any
 import msgspec
 
 from otel_bridge import jsonl
-from otel_bridge.model import CoverageRecord, Observation, ProcessFacts, Span
+from otel_bridge.model import Batch, CoverageRecord, LogRecord, Observation, ProcessFacts, Span
+from otel_bridge.otlp import json_codec
 
 if TYPE_CHECKING:
     import psycopg
 
 OBSERVATIONS = "ob_observations"
 SPANS = "ob_spans"
-PARTITIONED = (OBSERVATIONS, SPANS)
+LOGS = "ob_logs"
+PARTITIONED = (OBSERVATIONS, SPANS, LOGS)
+HOST_SCOPE = "otel_bridge.receivers.host"
+"""The instrumentation scope of the host receiver's OS events (log records)."""
 
 _OBS_COLUMNS = (
     "run_id, id, part_time, seq, time_ns, end_ns, host_id, channel, backend, record_id, "
@@ -36,9 +40,11 @@ _OBS_COLUMNS = (
     "occurrence, record"
 )
 _SPAN_COLUMNS = (
-    "run_id, trace_id, span_id, part_time, parent_span_id, name, service, start_ns, end_ns, record"
+    "run_id, trace_id, span_id, part_time, seq, parent_span_id, name, service, start_ns, end_ns, "
+    "record"
 )
-_COV_COLUMNS = "run_id, digest, seq, time_ns, channel, backend, reason, detail"
+_LOG_COLUMNS = "run_id, digest, part_time, seq, time_ns, host_id, os_event, event_name, record"
+_COV_COLUMNS = "run_id, digest, seq, time_ns, channel, backend, record_id, reason, detail"
 NODE_COLUMNS = (
     "run_id",
     "id",
@@ -84,6 +90,8 @@ _STAGING = (
     "(LIKE ob_observations INCLUDING DEFAULTS) ON COMMIT DELETE ROWS",
     "CREATE TEMP TABLE IF NOT EXISTS ob_stage_spans "
     "(LIKE ob_spans INCLUDING DEFAULTS) ON COMMIT DELETE ROWS",
+    "CREATE TEMP TABLE IF NOT EXISTS ob_stage_logs "
+    "(LIKE ob_logs INCLUDING DEFAULTS) ON COMMIT DELETE ROWS",
     "CREATE TEMP TABLE IF NOT EXISTS ob_stage_cov "
     "(LIKE ob_coverage INCLUDING DEFAULTS) ON COMMIT DELETE ROWS",
     "CREATE TEMP TABLE IF NOT EXISTS ob_stage_nodes "
@@ -155,21 +163,50 @@ def decode_observation(record: bytes) -> Observation:
     return jsonl.observation_from_dict(msgspec.msgpack.decode(record), "store")
 
 
-def span_row(run_id: str, span: Span, now: datetime) -> tuple[Any, ...]:
-    """The ``ob_spans`` row of ``span``."""
+def span_row(run_id: str, seq: int, span: Span, now: datetime) -> tuple[Any, ...]:
+    """The ``ob_spans`` row of ``span`` (the record: msgpack of its OTLP/JSON form)."""
     service = span.resource.attributes.get("service.name", "")
     return (
         run_id,
         span.trace_id.hex(),
         span.span_id.hex(),
         part_time(span.start_time_unix_nano, now),
+        seq,
         span.parent_span_id.hex(),
         span.name,
         service if isinstance(service, str) else str(service),
         span.start_time_unix_nano,
         span.end_time_unix_nano,
-        msgspec.msgpack.encode(span),
+        msgspec.msgpack.encode(json_codec.encode_traces((span,))),
     )
+
+
+def log_rows(
+    run_id: str, seq: int, logs: Sequence[LogRecord], host: str, now: datetime
+) -> list[tuple[Any, ...]]:
+    """``ob_logs`` rows; keyed like coverage records (content digest and ordinal), since a log
+    record has no id. OS events (the host receiver's scope) are flagged ``os_event``."""
+    seen: dict[bytes, int] = {}
+    rows = []
+    for i, r in enumerate(logs):
+        encoded = msgspec.msgpack.encode(json_codec.encode_logs((r,)))
+        n = seen.get(encoded, 0)
+        seen[encoded] = n + 1
+        digest = hashlib.blake2b(encoded + n.to_bytes(4, "little"), digest_size=16).hexdigest()
+        rows.append(
+            (
+                run_id,
+                digest,
+                part_time(r.time_unix_nano or r.observed_time_unix_nano, now),
+                seq + i,
+                r.time_unix_nano,
+                host,
+                r.scope.name == HOST_SCOPE,
+                r.event_name,
+                encoded,
+            )
+        )
+    return rows
 
 
 def coverage_rows(
@@ -194,6 +231,7 @@ def coverage_rows(
                 c.time_unix_nano,
                 source.channel.value,
                 source.backend,
+                source.record_id,
                 c.reason,
                 c.detail,
             )
@@ -201,9 +239,9 @@ def coverage_rows(
     return rows
 
 
-def coverage_from_row(row: Sequence[Any]) -> tuple[str, str]:
-    """(reason, channel) of a stored coverage row."""
-    return str(row[0]), str(row[1])
+def batch_size(batch: Batch) -> int:
+    """How many sequence numbers :meth:`StoreWriter.ingest` gives ``batch``'s records."""
+    return len(batch.observations) + len(batch.coverage) + len(batch.spans) + len(batch.logs)
 
 
 class StoreWriter:
@@ -274,39 +312,37 @@ class StoreWriter:
             self._known.add((parent, start))
 
     def ingest(
-        self,
-        run_id: str,
-        *,
-        host_id: str,
-        seq: int,
-        observations: Sequence[Observation],
-        spans: Sequence[Span],
-        coverage: Sequence[CoverageRecord],
+        self, run_id: str, *, host_id: str, seq: int, batch: Batch
     ) -> tuple[list[Observation], list[CoverageRecord]]:
-        """Store a batch in one transaction; returns the observations and coverage records that
-        were new (a record already stored for the run is skipped, in order, once)."""
+        """Store ``batch`` in one transaction; returns the observations and coverage records that
+        were new (a record already stored for the run is skipped, in order, once). Its records
+        take the sequence numbers from ``seq`` on (``batch_size(batch)`` of them)."""
         self._stage()
         now = datetime.now(UTC)
-        obs_rows = [
-            observation_row(run_id, seq + i, o, host_id, now) for i, o in enumerate(observations)
-        ]
-        span_rows = [span_row(run_id, s, now) for s in spans]
-        cov_rows = coverage_rows(run_id, seq, coverage)
+        obs, cov = batch.observations, batch.coverage
+        obs_rows = [observation_row(run_id, seq + i, o, host_id, now) for i, o in enumerate(obs)]
+        seq += len(obs)
+        cov_rows = coverage_rows(run_id, seq, cov)
+        seq += len(cov)
+        span_rows = [span_row(run_id, seq + i, s, now) for i, s in enumerate(batch.spans)]
+        seq += len(batch.spans)
+        logs = log_rows(run_id, seq, batch.logs, host_id, now)
         self.ensure_partitions(OBSERVATIONS, (r[2] for r in obs_rows))
         self.ensure_partitions(SPANS, (r[3] for r in span_rows))
-        conn = self.conn
-        with conn.transaction():
+        self.ensure_partitions(LOGS, (r[2] for r in logs))
+        with self.conn.transaction():
             new_ids = self._copy_insert("ob_stage_obs", OBSERVATIONS, _OBS_COLUMNS, obs_rows, "id")
             self._copy_insert("ob_stage_spans", SPANS, _SPAN_COLUMNS, span_rows, None)
+            self._copy_insert("ob_stage_logs", LOGS, _LOG_COLUMNS, logs, None)
             new_cov = self._copy_insert(
                 "ob_stage_cov", "ob_coverage", _COV_COLUMNS, cov_rows, "digest"
             )
         fresh: list[Observation] = []
-        for o in observations:
+        for o in obs:
             if o.id in new_ids:
                 new_ids.discard(o.id)
                 fresh.append(o)
-        fresh_cov = [c for c, row in zip(coverage, cov_rows, strict=True) if row[1] in new_cov]
+        fresh_cov = [c for c, row in zip(cov, cov_rows, strict=True) if row[1] in new_cov]
         return fresh, fresh_cov
 
     def _copy_insert(
@@ -397,9 +433,13 @@ class StoreWriter:
     def max_seq(self, run_id: str) -> int:
         """The next sequence number of ``run_id`` (one past every stored record's)."""
         row = self.conn.execute(
-            "SELECT greatest((SELECT max(seq) FROM ob_observations WHERE run_id = %s), "
-            "(SELECT max(seq) FROM ob_coverage WHERE run_id = %s))",
-            (run_id, run_id),
+            "SELECT greatest("
+            + ", ".join(
+                f"(SELECT max(seq) FROM {t} WHERE run_id = %(run)s)"
+                for t in (OBSERVATIONS, "ob_coverage", SPANS, LOGS)
+            )
+            + ")",
+            {"run": run_id},
         ).fetchone()
         self.conn.commit()
         return 0 if row is None or row[0] is None else int(row[0]) + 1

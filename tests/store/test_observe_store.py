@@ -95,6 +95,62 @@ def test_observe_into_postgres_reads_back_graph_json(pg_url: str, tmp_path: Path
         spans = conn.execute("SELECT count(*), min(service) FROM ob_spans").fetchone()
         stored = conn.execute("SELECT count(*) FROM ob_observations").fetchone()
         run = conn.execute("SELECT service, task FROM ob_runs").fetchone()
-    assert spans is not None and spans[0] > 0
-    assert stored is not None and stored[0] == expected["summary"]["observations"]
+    assert spans is not None
+    assert spans[0] > 0
+    assert stored is not None
+    assert stored[0] == expected["summary"]["observations"]
     assert run == ("plain-otel-agent", "plain-agent-demo")
+
+    _readers_from_the_store(pg_url, tmp_path)
+
+
+def _readers_from_the_store(pg_url: str, tmp_path: Path) -> None:
+    """review, compare and view read the stored run (written back as a run directory)."""
+    reviewed = _cli(
+        "review",
+        "--db",
+        pg_url,
+        "--run",
+        "observed-run",
+        "--quiet",
+        "-o",
+        str(tmp_path / "db-review"),
+        cwd=tmp_path,
+    )
+    assert reviewed.returncode == 0, reviewed.stderr
+    verified = _cli("verify", str(tmp_path / "db-review"), cwd=tmp_path)
+    assert verified.returncode == 0, verified.stdout + verified.stderr
+    original = _cli(
+        "review", str(tmp_path / "run"), "--quiet", "-o", str(tmp_path / "rv"), cwd=tmp_path
+    )
+    assert original.returncode == 0, original.stderr
+    stored_review = json.loads((tmp_path / "db-review" / "review.json").read_text())
+    run_review = json.loads((tmp_path / "rv" / "review.json").read_text())
+    # The same review but for the run metadata only observe knows (its command, exit code,
+    # its own run id and directory).
+    assert stored_review["run"]["id"] == "observed-run"
+    for review in (stored_review, run_review):
+        for field in ("id", "dir", "command", "exit_code"):
+            review["run"].pop(field)
+    assert stored_review == run_review
+    assert stored_review["records"]["os_event"] > 0
+    compared = _cli(
+        "compare",
+        "--db",
+        pg_url,
+        "--task",
+        "plain-agent-demo",
+        "-o",
+        str(tmp_path / "cmp"),
+        "--no-ablation",
+        cwd=tmp_path,
+    )
+    assert compared.returncode == 0, compared.stderr
+    doc = json.loads((tmp_path / "cmp" / "compare.json").read_text())
+    assert [r["id"] for r in doc["runs"]] == ["observed-run"]
+    page = tmp_path / "view.html"
+    viewed = _cli(
+        "view", "--db", pg_url, "--run", "observed-run", "--export", str(page), cwd=tmp_path
+    )
+    assert viewed.returncode == 0, viewed.stderr
+    assert "plain-otel-agent" in page.read_text()

@@ -48,7 +48,7 @@ from otel_bridge.store import (
     redact_url,
     require_schema,
 )
-from otel_bridge.store.writer import StoreWriter, replay
+from otel_bridge.store.writer import StoreWriter, batch_size, replay
 
 from .config import Config
 
@@ -63,6 +63,7 @@ COUNTERS: tuple[CounterSpec, ...] = (
     CounterSpec("observations", "observations stored and applied to the graph", "{observations}"),
     CounterSpec("duplicates", "records already stored for the run (re-sent), skipped", "{records}"),
     CounterSpec("spans_stored", "raw spans offered to the span table", "{spans}"),
+    CounterSpec("logs_stored", "raw log records (OS events) offered to the log table", "{logs}"),
     CounterSpec("rows_upserted", "graph rows (nodes and edges) upserted", "{rows}"),
     CounterSpec("write_errors", "batches or flushes the database did not take", "{errors}"),
     CounterSpec("partitions_dropped", "raw-record partitions dropped by retention", "{partitions}"),
@@ -221,7 +222,7 @@ class PostgresExporter:
 
     def consume(self, batch: Batch) -> None:
         """Store ``batch`` (one transaction) and apply its new observations to the graph."""
-        if not batch.observations and not batch.coverage and not batch.spans:
+        if not batch_size(batch):
             return
         with self._lock:
             writer = self._connected()
@@ -238,16 +239,11 @@ class PostgresExporter:
                     )
             try:
                 fresh, fresh_cov = writer.ingest(
-                    self.run_id,
-                    host_id=self.host_id,
-                    seq=self._seq,
-                    observations=batch.observations,
-                    spans=batch.spans,
-                    coverage=batch.coverage,
+                    self.run_id, host_id=self.host_id, seq=self._seq, batch=batch
                 )
             except Exception as exc:
                 self._failed(exc)
-            self._seq += len(batch.observations) + len(batch.coverage)
+            self._seq += batch_size(batch)
             self.accumulator.apply_many(fresh)
             for record in fresh_cov:
                 self._coverage[record.reason] += 1
@@ -257,6 +253,7 @@ class PostgresExporter:
                 self._flush_locked()
         self._count("observations", len(fresh))
         self._count("spans_stored", len(batch.spans))
+        self._count("logs_stored", len(batch.logs))
         self._count(
             "duplicates",
             len(batch.observations) - len(fresh) + len(batch.coverage) - len(fresh_cov),

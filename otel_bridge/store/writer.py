@@ -365,7 +365,6 @@ class StoreWriter:
                 f"ON CONFLICT DO NOTHING{tail}"
             )
             found = {str(r[0]) for r in cur.fetchall()} if returning else set()
-            cur.execute(f"TRUNCATE {stage}")
         return found
 
     def upsert(
@@ -410,7 +409,6 @@ class StoreWriter:
                 f"INSERT INTO {table} ({cols}) SELECT {cols} FROM {stage} "
                 f"ON CONFLICT ({', '.join(key)}) DO UPDATE SET {sets}"
             )
-            cur.execute(f"TRUNCATE {stage}")
 
     def update_run(
         self,

@@ -117,7 +117,7 @@ CREATE TABLE ob_observations (
     method      text,
     occurrence  text NOT NULL,
     record      bytea NOT NULL,
-    PRIMARY KEY (run_id, id, part_time)
+    PRIMARY KEY (run_id, host_id, id, part_time)
 ) PARTITION BY RANGE (part_time);
 CREATE INDEX ob_observations_run_seq ON ob_observations (run_id, seq);
 CREATE TABLE ob_spans (

@@ -129,8 +129,7 @@ def observation_row(
     run_id: str, seq: int, o: Observation, host: str, now: datetime
 ) -> tuple[Any, ...]:
     """The ``ob_observations`` row of ``o``."""
-    facts = o.subject.facts
-    host_id = facts.host_id if isinstance(facts, ProcessFacts) else host
+    host_id = observation_host(o, host)
     ob = o.object
     ev = o.evidence
     return (
@@ -156,6 +155,13 @@ def observation_row(
         o.occurrence,
         msgspec.msgpack.encode(jsonl.observation_to_dict(o)),
     )
+
+
+def observation_host(o: Observation, host: str) -> str:
+    """The host an observation belongs to: its subject process's host, else ``host`` (the
+    writer's). Part of the key: OS record ids are only unique per host."""
+    facts = o.subject.facts
+    return facts.host_id if isinstance(facts, ProcessFacts) else host
 
 
 def decode_observation(record: bytes) -> Observation:
@@ -331,16 +337,19 @@ class StoreWriter:
         self.ensure_partitions(SPANS, (r[3] for r in span_rows))
         self.ensure_partitions(LOGS, (r[2] for r in logs))
         with self.conn.transaction():
-            new_ids = self._copy_insert("ob_stage_obs", OBSERVATIONS, _OBS_COLUMNS, obs_rows, "id")
+            new_ids = self._copy_insert(
+                "ob_stage_obs", OBSERVATIONS, _OBS_COLUMNS, obs_rows, "host_id || chr(31) || id"
+            )
             self._copy_insert("ob_stage_spans", SPANS, _SPAN_COLUMNS, span_rows, None)
             self._copy_insert("ob_stage_logs", LOGS, _LOG_COLUMNS, logs, None)
             new_cov = self._copy_insert(
                 "ob_stage_cov", "ob_coverage", _COV_COLUMNS, cov_rows, "digest"
             )
         fresh: list[Observation] = []
-        for o in obs:
-            if o.id in new_ids:
-                new_ids.discard(o.id)
+        for o, row in zip(obs, obs_rows, strict=True):
+            key = f"{row[6]}\x1f{o.id}"
+            if key in new_ids:
+                new_ids.discard(key)
                 fresh.append(o)
         fresh_cov = [c for c, row in zip(cov, cov_rows, strict=True) if row[1] in new_cov]
         return fresh, fresh_cov
@@ -364,8 +373,7 @@ class StoreWriter:
                 f"INSERT INTO {table} ({columns}) SELECT {columns} FROM {stage} "
                 f"ON CONFLICT DO NOTHING{tail}"
             )
-            found = {str(r[0]) for r in cur.fetchall()} if returning else set()
-        return found
+            return {str(r[0]) for r in cur.fetchall()} if returning else set()
 
     def upsert(
         self,

@@ -243,3 +243,28 @@ def test_refused_connection_is_a_clear_error(tmp_path: Path) -> None:
     shown = _cli("graph", "--db", url, "--run", "r")
     assert shown.returncode == 2
     assert "cannot connect" in shown.stderr
+
+
+def test_same_record_id_on_two_hosts_is_two_records(pg_url: str) -> None:
+    """OS record ids are unique per host only: the same observation id from two hosts in one
+    run is two records (and two nodes), while the same one re-sent from one host is one."""
+    import msgspec
+
+    first = batches()[0].observations[0]
+    facts = first.subject.facts
+    assert facts is not None
+    other_host = msgspec.structs.replace(
+        first,
+        subject=msgspec.structs.replace(
+            first.subject,
+            id=first.subject.id.replace("host-a", "host-b"),
+            facts=msgspec.structs.replace(facts, host_id="host-b"),
+        ),
+    )
+    store = _exporter(pg_url, flush_interval=0)
+    store.consume(Batch(observations=(first, other_host, first)))
+    store.consume(Batch(observations=(other_host,)))
+    store.shutdown()
+    assert _count(pg_url, "SELECT count(*) FROM ob_observations") == 2
+    assert _count(pg_url, "SELECT count(DISTINCT host_id) FROM ob_observations") == 2
+    assert len(_read(pg_url, run="run-1")["nodes"]) == 2

@@ -21,6 +21,7 @@ import msgspec
 from otel_bridge import jsonl, rundir
 from otel_bridge.graph import encode
 from otel_bridge.model import Channel, CoverageRecord, Source
+from otel_bridge.store import codec
 from otel_bridge.store.reader import Selector, read_graph
 
 if TYPE_CHECKING:
@@ -72,7 +73,10 @@ def _write_lines(path: str, lines: list[str]) -> None:
 
 
 def _record_lines(rows: list[Any]) -> list[tuple[int, str]]:
-    return [(int(seq), jsonl.dumps(msgspec.msgpack.decode(bytes(rec)))) for seq, rec in rows]
+    return [
+        (int(seq), jsonl.dumps(msgspec.msgpack.decode(codec.unpack(bytes(rec)))))
+        for seq, rec in rows
+    ]
 
 
 def _log_lines(conn: psycopg.Connection[Any], run_id: str, *, os_events: bool) -> list[str]:
@@ -100,7 +104,7 @@ def _correlated_lines(conn: psycopg.Connection[Any], run_id: str) -> list[str]:
         "SELECT seq, record FROM ob_observations WHERE run_id = %s ORDER BY seq", (run_id,)
     ).fetchall()
     lines = [
-        (int(seq), jsonl.dumps({"observation": msgspec.msgpack.decode(bytes(rec))}))
+        (int(seq), jsonl.dumps({"observation": msgspec.msgpack.decode(codec.unpack(bytes(rec)))}))
         for seq, rec in obs
     ]
     cov = conn.execute(

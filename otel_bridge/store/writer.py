@@ -23,6 +23,7 @@ import msgspec
 from otel_bridge import jsonl
 from otel_bridge.model import Batch, CoverageRecord, LogRecord, Observation, ProcessFacts, Span
 from otel_bridge.otlp import json_codec
+from otel_bridge.store import codec
 
 if TYPE_CHECKING:
     import psycopg
@@ -153,7 +154,7 @@ def observation_row(
         ev.inferred,
         ev.method,
         o.occurrence,
-        msgspec.msgpack.encode(jsonl.observation_to_dict(o)),
+        codec.pack(msgspec.msgpack.encode(jsonl.observation_to_dict(o))),
     )
 
 
@@ -166,7 +167,7 @@ def observation_host(o: Observation, host: str) -> str:
 
 def decode_observation(record: bytes) -> Observation:
     """An observation stored by :func:`observation_row`."""
-    return jsonl.observation_from_dict(msgspec.msgpack.decode(record), "store")
+    return jsonl.observation_from_dict(msgspec.msgpack.decode(codec.unpack(record)), "store")
 
 
 def span_row(run_id: str, seq: int, span: Span, now: datetime) -> tuple[Any, ...]:
@@ -183,7 +184,7 @@ def span_row(run_id: str, seq: int, span: Span, now: datetime) -> tuple[Any, ...
         service if isinstance(service, str) else str(service),
         span.start_time_unix_nano,
         span.end_time_unix_nano,
-        msgspec.msgpack.encode(json_codec.encode_traces((span,))),
+        codec.pack(msgspec.msgpack.encode(json_codec.encode_traces((span,)))),
     )
 
 
@@ -209,7 +210,7 @@ def log_rows(
                 host,
                 r.scope.name == HOST_SCOPE,
                 r.event_name,
-                encoded,
+                codec.pack(encoded),
             )
         )
     return rows

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import argparse
 import os
-from datetime import datetime
 from typing import Any
 
 from otel_bridge.errors import OtelBridgeError
+from otel_bridge.identity import iso_to_ms
 
 
 def add_db_options(p: argparse.ArgumentParser) -> None:
@@ -39,18 +39,16 @@ def add_db_options(p: argparse.ArgumentParser) -> None:
 
 
 def parse_time(text: str, option: str) -> int | None:
-    """Unix nanoseconds of ``text`` (ISO 8601, or an integer of ns); None when empty."""
+    """Unix nanoseconds of ``text`` (ISO 8601, ``Z`` or an offset, naive is UTC; or an integer
+    of ns); None when empty. Millisecond precision for ISO times."""
     if not text:
         return None
     if text.isdigit():
         return int(text)
-    try:
-        moment = datetime.fromisoformat(text)
-    except ValueError:
-        raise OtelBridgeError(f"{option}: not a time: {text!r}") from None
-    if moment.tzinfo is None:
-        raise OtelBridgeError(f"{option}: give a time zone (e.g. 2026-12-01T10:00:00Z)")
-    return int(moment.timestamp() * 1_000_000) * 1000
+    ms = iso_to_ms(text)
+    if ms is None:
+        raise OtelBridgeError(f"{option}: not a time: {text!r} (e.g. 2026-12-01T10:00:00Z)")
+    return ms * 1_000_000
 
 
 def selector_of(args: argparse.Namespace) -> Any:

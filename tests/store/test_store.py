@@ -22,7 +22,7 @@ from otel_bridge.exporters.postgres import Config, PostgresExporter
 from otel_bridge.model import Batch
 from otel_bridge.store import connect, migrate, status
 from otel_bridge.store.reader import Selector, read_graph
-from store.store_support import Server, batches, free_port
+from store.store_support import T0, Server, batches, free_port
 
 RUN = {"runtime_reads": "folded"}
 CRASHING_COLLECTOR = """
@@ -115,6 +115,14 @@ def test_graph_read_back_equals_the_graph_exporter_document(pg_url: str, tmp_pat
     cli = _cli("graph", "--db", pg_url, "--run", "run-1", "--json")
     assert cli.returncode == 0, cli.stderr
     assert json.loads(cli.stdout) == expected
+    ranged = _cli(
+        "graph", "--db", pg_url, "--run", "run-1", "--since", "2020-01-01T00:00:00Z", "--json"
+    )
+    assert json.loads(ranged.stdout) == expected
+    # until T0 + 50 ns: the three process observations and the spawn, not the file events
+    early = _cli("graph", "--db", pg_url, "--run", "run-1", "--until", str(T0 + 50), "--json")
+    assert early.returncode == 0, early.stderr
+    assert json.loads(early.stdout)["summary"]["observations"] == 4
     # Evidence fields are columns: the derived edge is queryable without JSON.
     with psycopg.connect(pg_url) as conn:
         row = conn.execute(

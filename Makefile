@@ -4,7 +4,7 @@ PYTHON ?= python3
 .PHONY: install lint format typecheck test check bench clean
 
 install:
-	$(PYTHON) -m pip install -e ".[dev,examples,phoenix]"
+	$(PYTHON) -m pip install -e ".[dev,examples,phoenix,postgres]"
 
 lint:
 	ruff format --check .

@@ -57,6 +57,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
         "otel_bridge.commands.review",
         "review the claims of a run's agent sessions against the observed evidence",
     ),
+    "db": ("otel_bridge.commands.db", "the PostgreSQL evidence store: migrate, status, prune"),
 }
 """Command name -> (module, one-line help shown by ``otel-bridge --help``)."""
 

@@ -52,6 +52,7 @@ BUILTIN_TYPES: dict[tuple[str, str], str] = {
     (EXPORTER, "otlphttp"): "otel_bridge.exporters.otlp",
     (EXPORTER, "otlp_http"): "otel_bridge.exporters.otlp",
     (EXPORTER, "file"): "otel_bridge.exporters.file",
+    (EXPORTER, "postgres"): "otel_bridge.exporters.postgres",
     (EXPORTER, "debug"): "otel_bridge.exporters.debug",
 }
 """``(kind, type name) -> built-in module`` providing it: what :func:`default_registry` knows

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -18,6 +19,7 @@ from otel_bridge.compare import (
     validate_document,
 )
 from otel_bridge.errors import OtelBridgeError
+from otel_bridge.store.options import add_db_options, stored_run_dirs
 
 
 def register(subparsers: Any) -> None:
@@ -32,7 +34,7 @@ def register(subparsers: Any) -> None:
             "detours. Writes compare.json and compare.md (docs/compare.md)."
         ),
     )
-    p.add_argument("runs", nargs="+", metavar="RUN_DIR", help="run directories")
+    p.add_argument("runs", nargs="*", metavar="RUN_DIR", help="run directories (or --db)")
     p.add_argument("-o", "--output", default=".", help="output directory (default: .)")
     p.add_argument("--scores", help="JSON file {run_id: score} overriding stated scores")
     p.add_argument(
@@ -46,6 +48,7 @@ def register(subparsers: Any) -> None:
         help="one run per run directory (default), or per trace holding tool calls (the "
         "output of one standing collector: each trace is a run, id '<run id>#<trace id>')",
     )
+    add_db_options(p)
     p.set_defaults(func=run)
 
 
@@ -71,6 +74,16 @@ def _scores(path: str) -> dict[str, float]:
 
 def run(args: argparse.Namespace) -> int:
     """Execute the command."""
+    if args.db:  # every selected stored run, written as a private temporary run directory
+        with tempfile.TemporaryDirectory(prefix="otel-bridge-compare-") as tmp:
+            args.runs = stored_run_dirs(args, tmp)
+            return _run(args)
+    if not args.runs:
+        raise OtelBridgeError("give RUN_DIR... or --db URL")
+    return _run(args)
+
+
+def _run(args: argparse.Namespace) -> int:
     if args.group_by == "trace":
         runs = [r for d in args.runs for r in load_traces(d)]
     else:

@@ -10,6 +10,7 @@ from otel_bridge.graph import GraphFilter, encode, filter_graph, load, simple_pa
 from otel_bridge.graph.document import Graph
 from otel_bridge.graph.query import CAUSAL_STATUSES, path_edges
 from otel_bridge.graph.summary import causal_name
+from otel_bridge.store.options import add_db_options, read_db, required_file
 
 
 def register(subparsers: Any) -> None:
@@ -23,7 +24,8 @@ def register(subparsers: Any) -> None:
             "simple paths between two nodes. Repeat a filter option to accept several values."
         ),
     )
-    p.add_argument("file", metavar="FILE", help="a graph.json")
+    p.add_argument("file", metavar="FILE", nargs="?", help="a graph.json (or --db)")
+    add_db_options(p)
     p.add_argument("--kind", action="append", default=[], help="node kind (agent, process, ...)")
     p.add_argument("--key", action="append", default=[], help="node stable key (exact match)")
     p.add_argument("--relation", action="append", default=[], help="edge relation (spawned, ...)")
@@ -42,7 +44,7 @@ def register(subparsers: Any) -> None:
 
 def run(args: argparse.Namespace) -> int:
     """Execute the command."""
-    graph = load(args.file)
+    graph = Graph.from_dict(read_db(args)) if args.db else load(required_file(args, "FILE"))
     flt = GraphFilter(
         kinds=frozenset(args.kind),
         keys=frozenset(args.key),

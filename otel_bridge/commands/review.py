@@ -6,6 +6,7 @@ import argparse
 import os
 
 from otel_bridge.review import REVIEW_JSON, summary_lines, write_review
+from otel_bridge.store.options import add_db_options, required_file, stored_run_dir
 
 
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -21,7 +22,9 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
             "docs/review.md."
         ),
     )
-    parser.add_argument("run_dir", metavar="RUN_DIR", help="directory holding graph.json")
+    parser.add_argument(
+        "run_dir", metavar="RUN_DIR", nargs="?", help="directory holding graph.json (or --db)"
+    )
     parser.add_argument(
         "-o",
         "--output",
@@ -31,12 +34,15 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     parser.add_argument(
         "--quiet", action="store_true", help="print only where the review was written"
     )
+    add_db_options(parser)
     parser.set_defaults(func=run)
 
 
 def run(args: argparse.Namespace) -> int:
     """Review ``args.run_dir``; 0 when written (findings are output, not failures)."""
-    doc = write_review(args.run_dir, args.output)
+    if args.db:  # the stored run, written as a run directory (docs/store.md)
+        args.run_dir, args.output = stored_run_dir(args, args.output), None
+    doc = write_review(required_file(args, "RUN_DIR", "run_dir"), args.output)
     if not args.quiet:
         for line in summary_lines(doc):
             print(line)

@@ -5,11 +5,13 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+import tempfile
 import threading
 import webbrowser
 from typing import Any
 
 from otel_bridge.errors import OtelBridgeError
+from otel_bridge.store.options import add_db_options, required_file, stored_run_dir
 from otel_bridge.viewer import Bundle, TraceLink, load_bundle, render
 from otel_bridge.viewer.server import BundleState, ViewServer
 
@@ -27,7 +29,10 @@ def register(subparsers: Any) -> None:
         ),
     )
     p.add_argument(
-        "path", metavar="PATH", help="run directory, graph.json, review.json or compare.json"
+        "path",
+        metavar="PATH",
+        nargs="?",
+        help="run directory, graph.json, review.json or compare.json (or --db)",
     )
     p.add_argument("--port", type=int, default=0, help="port on 127.0.0.1 (default: a free one)")
     p.add_argument("--open", action="store_true", help="open the page in a browser")
@@ -40,13 +45,21 @@ def register(subparsers: Any) -> None:
         help="link trace ids to a backend, {trace_id} and {span_id} substituted "
         "(e.g. jaeger=http://127.0.0.1:16686/trace/{trace_id}); repeatable",
     )
+    add_db_options(p)
     p.set_defaults(func=run)
 
 
 def run(args: argparse.Namespace) -> int:
     """Execute the command."""
     links = [TraceLink.parse(t) for t in args.trace_link]
-    bundle = load_bundle(args.path, links)
+    if args.db:  # the stored run, written as a private temporary run directory
+        with tempfile.TemporaryDirectory(prefix="otel-bridge-view-") as tmp:
+            args.path = stored_run_dir(args, os.path.join(tmp, "run"))
+            return _show(load_bundle(args.path, links), args)
+    return _show(load_bundle(required_file(args, "PATH", "path"), links), args)
+
+
+def _show(bundle: Bundle, args: argparse.Namespace) -> int:
     if args.export:
         text = render(bundle, title=f"otel-bridge view: {os.path.basename(args.path.rstrip('/'))}")
         _write_private(args.export, text.encode("utf-8"))

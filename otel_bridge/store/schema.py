@@ -1,0 +1,186 @@
+"""The PostgreSQL schema of the evidence store and its migrations (``docs/store.md``).
+
+Every migration is one numbered step of SQL applied in one transaction, recorded in
+``ob_schema_version``. :func:`migrate` applies the steps a database lacks, holding an advisory
+lock so two collectors starting together do not race; re-running it is a no-op.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+LOCK_KEY = 0x0B5704E
+"""The advisory lock ``migrate`` holds (any constant shared by every writer)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Migration:
+    """One schema step."""
+
+    version: int
+    description: str
+    sql: str
+
+
+_V1 = """
+CREATE TABLE ob_hosts (
+    host_id     text PRIMARY KEY,
+    first_seen  timestamptz NOT NULL DEFAULT now(),
+    last_seen   timestamptz NOT NULL DEFAULT now()
+);
+CREATE TABLE ob_runs (
+    run_id              text PRIMARY KEY,
+    host_id             text REFERENCES ob_hosts (host_id),
+    service             text NOT NULL DEFAULT '',
+    task                text NOT NULL DEFAULT '',
+    run                 jsonb NOT NULL DEFAULT '{}',
+    first_seen          bigint,
+    last_seen           bigint,
+    observations        bigint NOT NULL DEFAULT 0,
+    coverage            jsonb NOT NULL DEFAULT '{}',
+    coverage_by_channel jsonb NOT NULL DEFAULT '{}',
+    created_at          timestamptz NOT NULL DEFAULT now(),
+    updated_at          timestamptz NOT NULL DEFAULT now()
+);
+CREATE INDEX ob_runs_task ON ob_runs (task);
+CREATE INDEX ob_runs_service ON ob_runs (service);
+CREATE TABLE ob_run_hosts (
+    run_id  text NOT NULL REFERENCES ob_runs (run_id) ON DELETE CASCADE,
+    host_id text NOT NULL REFERENCES ob_hosts (host_id),
+    PRIMARY KEY (run_id, host_id)
+);
+CREATE TABLE ob_nodes (
+    run_id          text NOT NULL REFERENCES ob_runs (run_id) ON DELETE CASCADE,
+    id              text NOT NULL,
+    key             text NOT NULL,
+    kind            text NOT NULL,
+    label           text NOT NULL,
+    facts           jsonb,
+    attrs           jsonb NOT NULL,
+    channels        text[] NOT NULL,
+    backends        text[] NOT NULL,
+    first_seen      bigint,
+    last_seen       bigint,
+    logical_count   bigint NOT NULL,
+    evidence_count  bigint NOT NULL,
+    PRIMARY KEY (run_id, id)
+);
+CREATE INDEX ob_nodes_key ON ob_nodes (key);
+CREATE INDEX ob_nodes_kind ON ob_nodes (kind);
+CREATE TABLE ob_edges (
+    run_id          text NOT NULL REFERENCES ob_runs (run_id) ON DELETE CASCADE,
+    source          text NOT NULL,
+    relation        text NOT NULL,
+    target          text NOT NULL,
+    id              text NOT NULL,
+    source_key      text NOT NULL,
+    target_key      text NOT NULL,
+    grade           text NOT NULL,
+    causal          text,
+    inferred        text,
+    identity_exact  text,
+    attribution     text[] NOT NULL,
+    method          jsonb,
+    score           double precision,
+    channels        text[] NOT NULL,
+    backends        text[] NOT NULL,
+    support         text[],
+    derived_support text[] NOT NULL,
+    attrs           jsonb NOT NULL,
+    first_seen      bigint,
+    last_seen       bigint,
+    logical_count   bigint NOT NULL,
+    evidence_count  bigint NOT NULL,
+    PRIMARY KEY (run_id, source, relation, target)
+);
+CREATE INDEX ob_edges_keys ON ob_edges (source_key, relation, target_key);
+CREATE INDEX ob_edges_grade ON ob_edges (grade);
+CREATE TABLE ob_observations (
+    run_id      text NOT NULL,
+    id          text NOT NULL,
+    part_time   timestamptz NOT NULL,
+    seq         bigint NOT NULL,
+    time_ns     bigint NOT NULL,
+    end_ns      bigint NOT NULL,
+    host_id     text NOT NULL,
+    channel     text NOT NULL,
+    backend     text NOT NULL,
+    record_id   text NOT NULL,
+    relation    text,
+    subject_id  text NOT NULL,
+    subject_key text NOT NULL,
+    object_id   text,
+    object_key  text,
+    grade       text,
+    causal      boolean,
+    inferred    boolean,
+    method      text,
+    occurrence  text NOT NULL,
+    record      bytea NOT NULL,
+    PRIMARY KEY (run_id, host_id, id, part_time)
+) PARTITION BY RANGE (part_time);
+CREATE INDEX ob_observations_run_seq ON ob_observations (run_id, seq);
+CREATE TABLE ob_spans (
+    run_id          text NOT NULL,
+    trace_id        text NOT NULL,
+    span_id         text NOT NULL,
+    part_time       timestamptz NOT NULL,
+    seq             bigint NOT NULL,
+    parent_span_id  text NOT NULL,
+    name            text NOT NULL,
+    service         text NOT NULL,
+    start_ns        bigint NOT NULL,
+    end_ns          bigint NOT NULL,
+    record          bytea NOT NULL,
+    PRIMARY KEY (run_id, trace_id, span_id, part_time)
+) PARTITION BY RANGE (part_time);
+CREATE INDEX ob_spans_run_seq ON ob_spans (run_id, seq);
+CREATE TABLE ob_logs (
+    run_id      text NOT NULL,
+    digest      text NOT NULL,
+    part_time   timestamptz NOT NULL,
+    seq         bigint NOT NULL,
+    time_ns     bigint NOT NULL,
+    host_id     text NOT NULL,
+    os_event    boolean NOT NULL,
+    event_name  text NOT NULL,
+    record      bytea NOT NULL,
+    PRIMARY KEY (run_id, digest, part_time)
+) PARTITION BY RANGE (part_time);
+CREATE INDEX ob_logs_run_seq ON ob_logs (run_id, seq);
+CREATE TABLE ob_coverage (
+    run_id      text NOT NULL REFERENCES ob_runs (run_id) ON DELETE CASCADE,
+    digest      text NOT NULL,
+    seq         bigint NOT NULL,
+    time_ns     bigint NOT NULL,
+    channel     text NOT NULL,
+    backend     text NOT NULL,
+    record_id   text NOT NULL,
+    reason      text NOT NULL,
+    detail      text NOT NULL,
+    PRIMARY KEY (run_id, digest)
+);
+CREATE TABLE ob_partitions (
+    name        text PRIMARY KEY,
+    parent      text NOT NULL,
+    lower_bound timestamptz NOT NULL,
+    upper_bound timestamptz NOT NULL
+);
+"""
+
+MIGRATIONS: tuple[Migration, ...] = (
+    Migration(
+        1, "runs, hosts, nodes, edges, coverage; partitioned observations, spans and logs", _V1
+    ),
+)
+"""Every schema step, in order. Append; never edit a released step."""
+
+LATEST = MIGRATIONS[-1].version
+
+VERSION_TABLE = """
+CREATE TABLE IF NOT EXISTS ob_schema_version (
+    version     integer PRIMARY KEY,
+    description text NOT NULL,
+    applied_at  timestamptz NOT NULL DEFAULT now()
+)
+"""

@@ -1,0 +1,278 @@
+"""The PostgreSQL store against a real server: migrations, the graph read back equal to the
+``graph`` exporter's document, idempotent re-sends, restart, retention, an unreachable database."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import psycopg
+import pytest
+from waiting import wait_until
+
+from otel_bridge.component import Host
+from otel_bridge.errors import RefusedError
+from otel_bridge.exporters.graph import GraphExporter, GraphExporterConfig
+from otel_bridge.exporters.postgres import Config, PostgresExporter
+from otel_bridge.model import Batch
+from otel_bridge.store import connect, migrate, status
+from otel_bridge.store.reader import Selector, read_graph
+from store.store_support import T0, Server, batches, free_port
+
+RUN = {"runtime_reads": "folded"}
+CRASHING_COLLECTOR = """
+import sys, time
+from store.store_support import batches
+from otel_bridge.component import Host
+from otel_bridge.exporters.postgres import Config, PostgresExporter
+exporter = PostgresExporter(Config(endpoint=sys.argv[1], run_id="run-1", flush_interval=3600,
+                                   run={"runtime_reads": "folded"}))
+exporter.start(Host())
+for batch in batches()[:2]:
+    exporter.consume(batch)
+print("stored", flush=True)
+time.sleep(600)
+"""
+
+
+def _cli(*args: str) -> subprocess.CompletedProcess[str]:
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
+    return subprocess.run(
+        [sys.executable, "-m", "otel_bridge", *args],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+        env=env,
+    )
+
+
+def _exporter(url: str, *, run_id: str = "run-1", **kw: Any) -> PostgresExporter:
+    exporter = PostgresExporter(Config(endpoint=url, run_id=run_id, run=dict(RUN), **kw))
+    exporter.start(Host())
+    return exporter
+
+
+def _graph_exporter(tmp_path: Path) -> GraphExporter:
+    exporter = GraphExporter(
+        GraphExporterConfig(output=str(tmp_path / "graph.json"), flush_interval=0, run=dict(RUN))
+    )
+    exporter.start(Host())
+    return exporter
+
+
+def _read(url: str, **selector: Any) -> dict[str, Any]:
+    with connect(url) as conn:
+        return read_graph(conn, Selector(**selector))
+
+
+def _count(url: str, sql: str) -> int:
+    with psycopg.connect(url) as conn:
+        row = conn.execute(sql).fetchone()
+        assert row is not None
+        return int(row[0])
+
+
+def test_migrate_from_empty_then_again_is_a_no_op(pg_url: str) -> None:
+    """The first migration creates every table and records version 1; running it again (API
+    and CLI) applies nothing and leaves the version table as it was."""
+    with connect(pg_url) as conn:
+        assert status(conn)["schema_version"] == 0
+        assert migrate(conn) == [1]
+        assert migrate(conn) == []
+        info = status(conn)
+    assert info["schema_version"] == info["latest"] == 1
+    assert info["pending"] == []
+    again = _cli("db", "migrate", "--db", pg_url)
+    assert again.returncode == 0, again.stderr
+    assert "nothing applied" in again.stdout
+    shown = _cli("db", "status", "--db", pg_url)
+    assert json.loads(shown.stdout)["schema_version"] == 1
+    assert _count(pg_url, "SELECT count(*) FROM ob_schema_version") == 1
+
+
+def test_graph_read_back_equals_the_graph_exporter_document(pg_url: str, tmp_path: Path) -> None:
+    """The same batches through the graph exporter and the postgres exporter: the graph read
+    back from the database (rows of one run) equals graph.json, runtime reads folded, facts
+    merged per field, derived support and coverage kept; a replay read (time range) too."""
+    graph = _graph_exporter(tmp_path)
+    store = _exporter(pg_url, flush_interval=0)
+    for batch in batches():
+        graph.consume(batch)
+        store.consume(batch)
+    graph.shutdown()
+    store.shutdown()
+    expected = json.loads((tmp_path / "graph.json").read_text())
+    assert any(n["kind"] == "runtime_reads" for n in expected["nodes"])  # the fold ran
+    assert expected["summary"]["coverage_total"] == 3
+    assert _read(pg_url, run="run-1") == expected
+    assert _read(pg_url, run="run-1", since_ns=0) == expected  # the replay path
+    cli = _cli("graph", "--db", pg_url, "--run", "run-1", "--json")
+    assert cli.returncode == 0, cli.stderr
+    assert json.loads(cli.stdout) == expected
+    ranged = _cli(
+        "graph", "--db", pg_url, "--run", "run-1", "--since", "2020-01-01T00:00:00Z", "--json"
+    )
+    assert json.loads(ranged.stdout) == expected
+    # until T0 + 50 ns: the three process observations and the spawn, not the file events
+    early = _cli("graph", "--db", pg_url, "--run", "run-1", "--until", str(T0 + 50), "--json")
+    assert early.returncode == 0, early.stderr
+    assert json.loads(early.stdout)["summary"]["observations"] == 4
+    # Evidence fields are columns: the derived edge is queryable without JSON.
+    with psycopg.connect(pg_url) as conn:
+        row = conn.execute(
+            "SELECT grade, inferred, method, derived_support FROM ob_edges "
+            "WHERE relation = 'correlated_with_process'"
+        ).fetchone()
+    expected_edge = next(e for e in expected["edges"] if e["relation"] == "correlated_with_process")
+    assert row == (expected_edge["grade"], "true", "time-window", ["obs-1", "obs-2"])
+
+
+def test_resending_after_a_crash_changes_nothing(pg_url: str, tmp_path: Path) -> None:
+    """A collector killed after storing two batches restarts (same run id) and its sender
+    re-sends everything: no record is stored twice, and the graph read back still equals the
+    graph of the stream sent once."""
+    graph = _graph_exporter(tmp_path)
+    stream = batches()
+    for batch in stream:
+        graph.consume(batch)
+    graph.shutdown()
+    # A collector process stores the first two batches, then is killed (-9: no shutdown, no
+    # final upsert of the graph rows).
+    child = subprocess.Popen(
+        [sys.executable, "-c", CRASHING_COLLECTOR, pg_url],
+        stdout=subprocess.PIPE,
+        text=True,
+        env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)},
+    )
+    assert child.stdout is not None
+    assert child.stdout.readline().strip() == "stored"
+    child.kill()
+    child.wait()
+    child.stdout.close()
+    stored = _count(pg_url, "SELECT count(*) FROM ob_observations")
+    second = _exporter(pg_url, flush_interval=3600)  # upserts only at shutdown
+    for batch in stream:  # everything again
+        second.consume(batch)
+    second.consume(stream[2])  # and the last batch twice
+    second.shutdown()
+    total = sum(len(b.observations) for b in stream)
+    assert stored == total - len(stream[2].observations)
+    assert _count(pg_url, "SELECT count(*) FROM ob_observations") == total
+    assert _count(pg_url, "SELECT count(*) FROM ob_coverage") == 3
+    assert _read(pg_url, run="run-1") == json.loads((tmp_path / "graph.json").read_text())
+
+
+def test_retention_drops_an_old_partition(pg_url: str) -> None:
+    """Observations from 40 days ago land in their own partition; `db prune --older-than 30d`
+    drops it and keeps today's, and the exporter's retention setting does the same."""
+    old = datetime.now(UTC) - timedelta(days=40)
+    base = int(old.timestamp()) * 1_000_000_000
+    recent = int(datetime.now(UTC).timestamp()) * 1_000_000_000
+    stream = batches(n_files=4)
+    shifted = [_shift(stream[0], base), _shift(stream[1], recent)]
+    store = _exporter(pg_url, flush_interval=0)
+    for batch in shifted:
+        store.consume(batch)
+    store.shutdown()
+    before = _count(pg_url, "SELECT count(*) FROM ob_partitions WHERE parent = 'ob_observations'")
+    assert before == 2
+    pruned = _cli("db", "prune", "--db", pg_url, "--older-than", "30d")
+    assert pruned.returncode == 0, pruned.stderr
+    assert "dropped 1 partitions" in pruned.stdout
+    assert _count(pg_url, "SELECT count(*) FROM ob_observations") == len(shifted[1].observations)
+    # the exporter's own retention setting: old records of another run, then a collector
+    # configured with a 1-day retention drops their partition (it checks at start, then
+    # every minute)
+    store = _exporter(pg_url, run_id="run-2", flush_interval=0)
+    store.consume(_shift(batches(n_files=2, prefix="x")[0], base))
+    store.shutdown()
+    assert _count(pg_url, "SELECT count(*) FROM ob_observations WHERE run_id = 'run-2'") == 3
+    store = _exporter(pg_url, run_id="run-3", retention=86400.0, flush_interval=0.05)
+    try:
+        wait_until(
+            lambda: (
+                _count(pg_url, "SELECT count(*) FROM ob_observations WHERE run_id = 'run-2'") == 0
+            ),
+            timeout=30,
+        )
+    finally:
+        store.shutdown()
+
+
+def _shift(batch: Batch, start: int) -> Batch:
+    import msgspec
+
+    obs = tuple(
+        msgspec.structs.replace(o, time_unix_nano=start + i, end_time_unix_nano=0)
+        for i, o in enumerate(batch.observations)
+    )
+    return Batch(observations=obs)
+
+
+def test_unreachable_database_refuses_then_accepts(
+    pg_server: Server, pg_url: str, tmp_path: Path
+) -> None:
+    """With the server down a batch is refused (RefusedError, retryable: the sender keeps it)
+    with a message naming the database; once it is back the same batch is accepted and the
+    graph equals the stream's."""
+    graph = _graph_exporter(tmp_path)
+    stream = batches()
+    for batch in stream:
+        graph.consume(batch)
+    graph.shutdown()
+    store = _exporter(pg_url, flush_interval=0)
+    store.consume(stream[0])
+    pg_server.stop()
+    try:
+        with pytest.raises(RefusedError, match=r"127\.0\.0\.1"):
+            store.consume(stream[1])
+    finally:
+        pg_server.start()
+    store.consume(stream[1])  # the sender's retry
+    store.consume(stream[2])
+    store.shutdown()
+    assert _read(pg_url, run="run-1") == json.loads((tmp_path / "graph.json").read_text())
+
+
+def test_refused_connection_is_a_clear_error(tmp_path: Path) -> None:
+    """Nothing listens: starting works (the database may come later), a batch is refused with
+    the redacted URL, and `otel-bridge graph --db` fails with one line, exit 2."""
+    url = f"postgresql://otel_bridge@127.0.0.1:{free_port()}/x"
+    store = _exporter(url, connect_timeout=2)
+    with pytest.raises(RefusedError, match=r"cannot connect to postgresql://otel_bridge@127"):
+        store.consume(batches()[0])
+    store.shutdown()
+    shown = _cli("graph", "--db", url, "--run", "r")
+    assert shown.returncode == 2
+    assert "cannot connect" in shown.stderr
+
+
+def test_same_record_id_on_two_hosts_is_two_records(pg_url: str) -> None:
+    """OS record ids are unique per host only: the same observation id from two hosts in one
+    run is two records (and two nodes), while the same one re-sent from one host is one."""
+    import msgspec
+
+    first = batches()[0].observations[0]
+    facts = first.subject.facts
+    assert facts is not None
+    other_host = msgspec.structs.replace(
+        first,
+        subject=msgspec.structs.replace(
+            first.subject,
+            id=first.subject.id.replace("host-a", "host-b"),
+            facts=msgspec.structs.replace(facts, host_id="host-b"),
+        ),
+    )
+    store = _exporter(pg_url, flush_interval=0)
+    store.consume(Batch(observations=(first, other_host, first)))
+    store.consume(Batch(observations=(other_host,)))
+    store.shutdown()
+    assert _count(pg_url, "SELECT count(*) FROM ob_observations") == 2
+    assert _count(pg_url, "SELECT count(DISTINCT host_id) FROM ob_observations") == 2
+    assert len(_read(pg_url, run="run-1")["nodes"]) == 2

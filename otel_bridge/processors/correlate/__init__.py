@@ -157,7 +157,11 @@ class Correlator:
     def __init__(self, config: Config, policy: Policy | None = None) -> None:
         scope: Scope = "global" if config.scope == "global" else "emitter"
         self.config = config
-        self.policy = policy if policy is not None else replace(OURS, scope=scope)
+        # ``scope: global`` is the paper's literal window: cut at any later declaration's start
+        literal = scope == "global"
+        self.policy = (
+            policy if policy is not None else replace(OURS, scope=scope, cut_at_next_start=literal)
+        )
         self.engine = SingletonEngine(
             policy=self.policy, max_window_ns=int(config.max_window * _NS)
         )

@@ -33,6 +33,7 @@ import struct
 import sys
 import threading
 import time
+from collections.abc import Callable
 
 from otel_bridge.errors import BackendUnavailableError
 from otel_bridge.identity import start_ms_from_ticks
@@ -49,6 +50,7 @@ from otel_bridge.receivers.host.procfs import (
     read_stat,
 )
 from otel_bridge.receivers.host.sockdiag import DestroyWatcher, same_network_namespace
+from otel_bridge.receivers.host.socktrace import Owner, SocketTracer
 from otel_bridge.receivers.host.starts import StartGate
 
 NETLINK_CONNECTOR = 11
@@ -188,6 +190,23 @@ def _destroy_watcher(ctx: HostContext, scanner: SocketScanner) -> tuple[DestroyW
     )
 
 
+def _socket_tracer(
+    ctx: HostContext, scanner: SocketScanner, owner: Owner, on_state: Callable[[str], None]
+) -> tuple[SocketTracer | None, str]:
+    """The eBPF socket tracer (not started) and its part of the network state, or None and why."""
+    if not ctx.config.socket_tracing:
+        return None, "socket attribution: lineage only (no eBPF: socket_tracing is off)"
+    try:
+        tracer = SocketTracer(ctx, scanner, owner, ctx.config.bpftrace_path, on_state)
+    except OSError as exc:
+        return None, f"socket attribution: lineage only (no eBPF: {exc})"
+    return tracer, (
+        "TCP connects will be traced with their exact pid once bpftrace (sock:inet_sock_set_state) "
+        "has attached; until then connections closed between scans are attributed to the "
+        "network namespace only"
+    )
+
+
 def fork_identity(pid: int, ppid: int, event_monotonic_ns: int) -> ProcessInfo:
     """A forked child's identity from ``/proc/<pid>/stat``, approximate when it is gone."""
     stat = read_stat(pid)
@@ -221,6 +240,9 @@ class LinuxBackend:
         self._fanotify: FanotifyWatcher | None = None
         self._scanner: SocketScanner | None = None
         self._destroys: DestroyWatcher | None = None
+        self._tracer: SocketTracer | None = None
+        self._exited: dict[int, int] = {}
+        """Lineage pid -> monotonic ns of its exit (until it is forked in the lineage again)."""
         self._retiring: list[tuple[float, int]] = []
         self._gate: StartGate | None = None
         self._switch = 0.005
@@ -253,15 +275,37 @@ class LinuxBackend:
         else:
             ctx.collection_state("file", CollectionState.NOT_REQUESTED, "files: false")
         if cfg.network:
-            self._scanner = SocketScanner(ctx, attribution=SAMPLED)
-            self._destroys, note = _destroy_watcher(ctx, self._scanner)
-            self._scanner.start(cfg.network_poll_interval, note)
-            if self._destroys is not None:
-                self._destroys.start()
+            self._start_network(ctx)
         else:
             ctx.collection_state("network", CollectionState.NOT_REQUESTED, "network: false")
         self._thread = threading.Thread(target=self._run, name="host-linux", daemon=True)
         self._thread.start()
+
+    def _start_network(self, ctx: HostContext) -> None:
+        """Socket scans, destroy notifications and the eBPF socket tracer (started, not awaited)."""
+        scanner = self._scanner = SocketScanner(ctx, attribution=SAMPLED)
+        self._destroys, destroy_note = _destroy_watcher(ctx, scanner)
+
+        def on_state(note: str) -> None:
+            reason = scanner.reason(f"{destroy_note}; {note}")
+            ctx.collection_state("network", CollectionState.DEGRADED, reason)
+
+        self._tracer, trace_note = _socket_tracer(ctx, scanner, self._owns, on_state)
+        scanner.start(ctx.config.network_poll_interval, f"{destroy_note}; {trace_note}")
+        if self._destroys is not None:
+            self._destroys.tracer = self._tracer
+            self._destroys.start()
+        if self._tracer is not None:
+            self._tracer.start()
+
+    def _owns(self, pid: int, connect_ns: int) -> bool | None:
+        """Whether a connect by ``pid`` at ``connect_ns`` (monotonic) was the lineage's; None
+        while the pid is unknown (its fork event may not have been read yet)."""
+        ended = self._exited.get(pid)
+        if ended is not None:
+            return connect_ns <= ended  # after its exit: the pid was recycled by another process
+        ctx = self._ctx
+        return True if ctx is not None and pid in ctx.lineage else None
 
     def follow(self, pid: int) -> str:
         """Adopt ``pid`` and its running descendants; ``""`` (the connector follows any pid)."""
@@ -330,6 +374,7 @@ class LinuxBackend:
                 return  # a new thread, or outside the lineage
             # the identity only: the image /proc shows now is the parent's until the child execs
             gate.forked(fork_identity(ctgid, ptgid, ts), wall)
+            self._exited.pop(ctgid, None)
             # Only now, with its identity known: the file and socket watchers report a pid's
             # events as soon as it is in the lineage, and they run in other threads.
             ctx.lineage.add(ctgid)
@@ -345,6 +390,7 @@ class LinuxBackend:
             if pid != tgid or tgid not in ctx.lineage:
                 return
             gate.exited(tgid)
+            self._exited[tgid] = ts
             if ctx.config.processes:
                 gate.emit_for(
                     tgid,
@@ -381,6 +427,11 @@ class LinuxBackend:
                 self._gate.images.close()
             self._gate = None
             sys.setswitchinterval(self._switch)
+        if self._destroys is not None:
+            self._destroys.stop_reading()
+        if self._tracer is not None:
+            self._tracer.stop()  # its last reports decide the destroyed connections waiting
+            self._tracer = None
         if self._destroys is not None:
             self._destroys.stop()
             self._destroys = None

@@ -103,7 +103,8 @@ def test_parse_line_reads_initiated_and_accepted_sockets() -> None:
 @needs_root
 def test_short_requests_after_attach_carry_their_pid(tmp_path: Path) -> None:
     """Every 1 ms request made once the tracer attached: recorded once, with its own pid, as a
-    causal syscall-attributed connect."""
+    causal syscall-attributed connect (or, when a socket scan saw it first, as the scan's
+    sampled record of the same pid)."""
     require_tracer()
     observed, receipts, port = requests(tmp_path, after_attach=True)
     assert len(receipts) == TRIES
@@ -112,6 +113,8 @@ def test_short_requests_after_attach_carry_their_pid(tmp_path: Path) -> None:
     assert counts == {"pid": TRIES, "lineage": 0, "wrong_pid": 0, "duplicate": 0, "missed": 0}
     for rec in observed.events("network.connect"):
         if rec["network.peer.port"] == port:
+            if rec["evidence.attribution"] == "sampled_process":
+                continue  # a scan saw the socket first: one record, the same pid
             assert rec["evidence.attribution"] == "syscall"
             assert rec["evidence.causal"] is True
             assert rec["network.observed_at"] == "connect"

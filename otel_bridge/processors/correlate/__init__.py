@@ -100,7 +100,9 @@ class Config:
     retention: float = field(default=600.0, metadata={"duration": True})
     """How long process events are kept below the watermark for late-arriving declarations."""
     scope: str = "emitter"
-    """Which declaration cuts a window: ``emitter`` (same agent process or trace) or ``global``."""
+    """``emitter``: a window ends at the call's own end (or ``max_window``), never cut by another
+    call; declarations are grouped by agent process or trace. ``global``: the paper's literal
+    rule, any later declaration's start cuts it, even while the call still runs."""
     exact: bool = True
     """Derive exact-identity links (traceparent, resource pid, request id)."""
     singleton: bool = True

@@ -13,11 +13,14 @@
   If the socket buffer overflows (``ENOBUFS``) events were lost: the process collection becomes
   ``degraded`` and the loss is counted.
 * **Files**: fanotify (:mod:`fanotify`), kernel-attributed to the accessing pid.
-* **Network**: no tracing: the lineage's socket inodes are matched against the kernel's socket
-  tables (:mod:`netscan`) on every fork/exec/exit and every ``network_poll_interval``. A TCP
-  connection opened and closed between two scans is still recorded when the kernel destroys it
-  (sock_diag destroy notifications, :mod:`sockdiag`), attributed to the session's network
-  namespace rather than to a pid. UDP and other sockets that live between two scans are missed.
+* **Network**: the lineage's socket inodes are matched against the kernel's socket tables
+  (:mod:`netscan`) on every fork/exec/exit and every ``network_poll_interval``. When bpftrace
+  runs here, the eBPF socket tracer (:mod:`socktrace`, started beside the workload, never
+  awaited) adds every TCP connect with its exact pid from the moment it attached. A TCP
+  connection opened and closed between two scans that the tracer did not report (before it
+  attached, or without it) is still recorded when the kernel destroys it (sock_diag destroy
+  notifications, :mod:`sockdiag`), attributed to the session's network namespace rather than to
+  a pid, with the reason. UDP and other sockets that live between two scans are missed.
 
 Needs root (``CAP_NET_ADMIN`` for the connector, ``CAP_SYS_ADMIN`` for fanotify).
 """

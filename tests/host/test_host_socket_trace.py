@@ -203,3 +203,76 @@ def test_accepted_socket_and_foreign_client_are_not_connects(tmp_path: Path) -> 
     assert [c for c in connects if c.get("network.peer.port") == port] == []
     assert [c for c in connects if client_port in (c.get("network.local.port"),)] == []
     assert os.getpid() not in {c.get("process.pid") for c in connects}
+
+
+def diag_message(sport: int, dport: int) -> bytes:
+    """One sock_diag destroy datagram of an established 127.0.0.1 TCP socket (RTT sampled)."""
+    import struct
+
+    from otel_bridge.receivers.host.sockdiag import INET_DIAG_INFO, SOCK_DIAG_BY_FAMILY
+
+    head = struct.pack("=BBBB", socket.AF_INET, 7, 0, 0) + struct.pack(">HH", sport, dport)
+    addr = socket.inet_aton("127.0.0.1") + bytes(12)
+    tail = struct.pack("=IIIIIIII", 0, 1, 2, 0, 0, 0, 0, 0)
+    info = bytes(68) + struct.pack("=I", 30) + bytes(16)
+    body = head + addr + addr + tail + struct.pack("=HH", 4 + len(info), INET_DIAG_INFO) + info
+    return struct.pack("=IHHII", 16 + len(body), SOCK_DIAG_BY_FAMILY, 0, 0, 0) + body
+
+
+def traced(tgid: int, sport: int, dport: int) -> str:
+    """A ``C`` line of the tracer program for a 127.0.0.1 connection."""
+    return f"C {tgid} 1000 2 {sport} {dport} 127.0.0.1 127.0.0.1 ::ffff:127.0.0.1 ::ffff:127.0.0.1"
+
+
+@pytest.mark.root
+@needs_root
+def test_destroys_join_the_tracer_by_four_tuple() -> None:
+    """One record per connection: a traced lineage connect is recorded with its pid and its
+    destroy adds nothing; another process's traced connect and its destroy are both dropped;
+    a destroy the tracer never reported is recorded lineage-only, saying why; an accepted
+    4-tuple the kernel reported is never a connect; before the attach, destroys say so."""
+    from test_host_interpreters import Harness
+
+    from otel_bridge.receivers.host.direction import DirectionRule
+    from otel_bridge.receivers.host.events import SAMPLED
+    from otel_bridge.receivers.host.netscan import SocketScanner
+    from otel_bridge.receivers.host.sockdiag import DestroyWatcher, parse_destroyed
+    from otel_bridge.receivers.host.socktrace import SocketTracer
+
+    require_tracer()
+    h = Harness()
+    scanner = SocketScanner(h.ctx, attribution=SAMPLED, rule=DirectionRule((32768, 60999)))
+    states: list[str] = []
+    owners = {4242: True, 999: False}
+    tracer = SocketTracer(
+        h.ctx, scanner, lambda pid, _ns: owners.get(pid), "bpftrace", states.append
+    )
+    watcher = DestroyWatcher(h.ctx, scanner)
+    watcher.tracer = tracer
+    try:
+        for gone in parse_destroyed(diag_message(45100, 8080)):
+            watcher.handle(gone)  # closed while bpftrace was still attaching
+        tracer.handle_line("READY 5")
+        tracer.handle_line(traced(4242, 45000, 8080))  # the lineage's
+        tracer.handle_line(traced(999, 45001, 8080))  # another process's
+        # a server bound to an ephemeral port accepted a client that bound port 5000: the port
+        # rules alone would read it as initiated (docs/host.md's blind spot); the kernel said
+        tracer.handle_line("A 2 45006 5000 127.0.0.1 127.0.0.1 ::ffff:1.1.1.1 ::ffff:1.1.1.1")
+        for sport, dport in ((45000, 8080), (45001, 8080), (45002, 8080), (45006, 5000)):
+            for gone in parse_destroyed(diag_message(sport, dport)):
+                watcher.handle(gone)
+        watcher.settle(final=True)
+    finally:
+        watcher.stop()
+    connects = {c["network.local.port"]: c for c in h.named("network.connect")}
+    assert sorted(connects) == [45000, 45002, 45100]
+    assert connects[45000]["process.pid"] == 4242
+    assert connects[45000]["evidence.attribution"] == "syscall"
+    for port, reason in ((45002, "not_traced"), (45100, "trace_attaching")):
+        assert "process.pid" not in connects[port]
+        assert connects[port]["network.attribution.reason"] == reason
+        assert connects[port]["evidence.attribution"] == "session_observation"
+    assert "TCP connects traced with their exact pid since" in states[0]
+    counters = h.telemetry.counters()
+    assert counters["receiver.host.sockdiag.joined"] == 1
+    assert counters["receiver.host.socktrace.foreign"] == 1

@@ -83,6 +83,10 @@ measured with three concurrent receivers under CPU load, exact argv rose from 8-
 28-30/30 per run. The previous interval is restored on stop."""
 _RETIRE_AFTER_S = 2.0
 """An exited pid stays in the lineage this long so its late fanotify/socket events still count."""
+_FORGET_EXIT_AFTER_S = 60.0
+"""How long after its retirement an exit time is kept to judge late socket tracer reports (a
+connect before the exit is the process's; after it, a recycled pid's). Later, unknown = not
+the lineage's."""
 
 
 def open_proc_connector() -> socket.socket:
@@ -244,6 +248,7 @@ class LinuxBackend:
         self._scanner: SocketScanner | None = None
         self._destroys: DestroyWatcher | None = None
         self._tracer: SocketTracer | None = None
+        self._forgetting: list[tuple[float, int, int | None]] = []
         self._exited: dict[int, int] = {}
         """Lineage pid -> monotonic ns of its exit (until it is forked in the lineage again)."""
         self._retiring: list[tuple[float, int]] = []
@@ -414,9 +419,14 @@ class LinuxBackend:
         for due, pid in self._retiring:
             if due <= now:
                 ctx.lineage.discard(pid)
+                self._forgetting.append((now + _FORGET_EXIT_AFTER_S, pid, self._exited.get(pid)))
             else:
                 keep.append((due, pid))
         self._retiring = keep
+        while self._forgetting and self._forgetting[0][0] <= now:
+            _, pid, ended = self._forgetting.pop(0)
+            if self._exited.get(pid) == ended:  # not forked again in the lineage since
+                self._exited.pop(pid, None)
 
     def stop(self) -> None:
         """Stop every reader; pending kernel events are drained first."""

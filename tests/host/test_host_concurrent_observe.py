@@ -3,9 +3,9 @@
 Three ``otel-bridge observe`` runs of ``examples/plain_otel_agent.py`` (its ``sleep 0.3`` and
 ``cp`` tool calls are short-lived children) start together while two busy processes load both
 cores. In every run's ``graph.json`` each child of the agent is named by what it executed
-(``cp (pid)``, ``sleep (pid)``) with its own argv, or its argv is unknown (None), never the
-parent's image; an unknown argv is counted where a reader sees it (the process plane's state in
-``report.md``).
+(``cp (pid)``, ``sleep (pid)``) with its own argv, or its argv is unknown (None, the node then
+named by what is known of it, at worst its pid), never the parent's image; an unknown argv is
+counted where a reader sees it (the process plane's state in ``report.md``).
 """
 
 from __future__ import annotations
@@ -70,18 +70,18 @@ def test_three_concurrent_observe_runs_never_mislabel_children(tmp_path: Path) -
         agent, children = children_of_agent(doc)
         agent_argv = agent["facts"]["argv"]
         assert agent_argv[-1] == str(EXAMPLE)
-        names = set()
+        assert len(children) >= 2, f"run {i}: the sleep and cp children were not seen"
         for child in children:
             argv = child["facts"]["argv"]
             assert argv != agent_argv, f"run {i}: {child['label']} carries the agent's argv"
             assert not child["label"].startswith("python"), f"run {i}: {child['label']}"
             name = child["label"].split(" (")[0]
-            names.add(name)
-            if argv is None:
+            if argv is None:  # unknown (the child exited before its image was read): said so
                 unknown_total += 1
                 report = (run / "report.md").read_text()
                 assert "argv could not be read" in report, f"run {i}: unknown argv unsaid"
+                assert name in ("sleep", "cp", str(child["facts"]["pid"])), child["label"]
             else:
+                assert name in ("sleep", "cp"), f"run {i}: {child['label']}"
                 assert argv[0] == name, f"run {i}: {child['label']} ran {argv}"
-        assert {"sleep", "cp"} <= names, f"run {i}: children {sorted(names)}"
     print(f"children with unknown argv over {RUNS} runs: {unknown_total}")

@@ -10,7 +10,15 @@ Fixture kinds (ground truth recorded by the generator, independently of any corr
   ``python3 other.py`` both run.
 * ``ambiguity_two_declarations``: two agents declare the same command; one process is seen (the
   other agent's process was missed); it truly belongs to the second.
-* ``sequential``: one agent runs the same command twice, one second apart.
+* ``sequential``: one agent runs the same command twice, one second apart, the spans' ends
+  unknown.
+* ``sequential_ended``: the same with both spans' ends known (each ends before the next starts).
+* ``parallel_calls``: one agent runs ``sleep 0.3`` twice at once (two threads, overlapping
+  spans); both processes are seen, each starting a few ms after its own call did, in either
+  order. Nothing but time tells them apart.
+* ``missed_sibling``: the same two overlapping calls, but the second call's process was missed;
+  the first call's process starts after the second call began (the thread was slower), so it
+  lies in both calls' windows. It must never be bridged to the second call.
 * ``false_uniqueness``: the true process is missing; one compatible impostor (another agent's
   identical command) remains, with no exact identity anywhere.
 * ``false_uniqueness_exact``: the same, but the agents propagate TRACEPARENT, so the impostor
@@ -108,6 +116,66 @@ def sequential(rng: random.Random) -> Fixture:
     return fx
 
 
+def sequential_ended(rng: random.Random) -> Fixture:
+    """The same command twice in sequence by one agent, each span ending before the next."""
+    fx = Fixture("sequential_ended", "ambiguity")
+    s1, s2 = _span(rng), _span(rng)
+    declare(fx, TRACE_A, s1, "git status", T0, T0 + 950 * MS, 10)
+    declare(fx, TRACE_A, s2, "git status", T0 + 1000 * MS, T0 + 1950 * MS, 10)
+    t1 = spawn(fx, 100, "/usr/bin/git", ("git", "status"), T0 + rng.randint(1, 900) * MS)
+    t2 = spawn(fx, 101, "/usr/bin/git", ("git", "status"), T0 + rng.randint(1001, 1900) * MS)
+    fx.truth[tool_id(TRACE_A, s1)] = t1
+    fx.truth[tool_id(TRACE_A, s2)] = t2
+    return fx
+
+
+def _two_overlapping_calls(fx: Fixture, rng: random.Random) -> tuple[str, str, int]:
+    """Two ``sleep 0.3`` calls of one agent, the second starting 1-20 ms after the first."""
+    s1, s2 = _span(rng), _span(rng)
+    lag = rng.randint(1, 20)
+    declare(fx, TRACE_A, s1, "sleep 0.3", T0, T0 + 320 * MS, 10)
+    declare(fx, TRACE_A, s2, "sleep 0.3", T0 + lag * MS, T0 + (lag + 320) * MS, 10)
+    return s1, s2, lag
+
+
+def parallel_calls(rng: random.Random) -> Fixture:
+    """Two overlapping identical calls, both processes seen (each a few ms after its call)."""
+    fx = Fixture("parallel_calls", "ambiguity")
+    s1, s2, lag = _two_overlapping_calls(fx, rng)
+    t1 = spawn(
+        fx, 100, "/usr/bin/sleep", ("sleep", "0.3"), T0 + rng.randint(1, 40) * MS, parent_pid=10
+    )
+    t2 = spawn(
+        fx,
+        101,
+        "/usr/bin/sleep",
+        ("sleep", "0.3"),
+        T0 + (lag + rng.randint(1, 40)) * MS,
+        parent_pid=10,
+    )
+    fx.truth[tool_id(TRACE_A, s1)] = t1
+    fx.truth[tool_id(TRACE_A, s2)] = t2
+    return fx
+
+
+def missed_sibling(rng: random.Random) -> Fixture:
+    """Two overlapping identical calls; only the first call's process is seen, and it starts
+    after the second call began."""
+    fx = Fixture("missed_sibling", "ambiguity")
+    s1, s2, lag = _two_overlapping_calls(fx, rng)
+    t1 = spawn(
+        fx,
+        100,
+        "/usr/bin/sleep",
+        ("sleep", "0.3"),
+        T0 + (lag + rng.randint(1, 40)) * MS,
+        parent_pid=10,
+    )
+    fx.truth[tool_id(TRACE_A, s1)] = t1
+    fx.truth[tool_id(TRACE_A, s2)] = None  # its process was missed by the observer
+    return fx
+
+
 def _false_unique(rng: random.Random, exact: bool) -> Fixture:
     kind = "false_uniqueness_exact" if exact else "false_uniqueness"
     fx = Fixture(kind, "false_uniqueness")
@@ -150,6 +218,9 @@ GENERATORS: list[Callable[[random.Random], Fixture]] = [
     ambiguity_interpreter,
     ambiguity_two_declarations,
     sequential,
+    sequential_ended,
+    parallel_calls,
+    missed_sibling,
     lambda r: _false_unique(r, exact=False),
     lambda r: _false_unique(r, exact=True),
     exact_available,
@@ -211,7 +282,15 @@ def main(argv: list[str] | None = None) -> int:
         for p in POLICIES:
             c = table[(p, fx)]
             print(f"{fx:28} {p:20} {c['correct']:8} {c['false']:6} {c['abstain']:8}")
-    ambiguity = ("ambiguity", "ambiguity_interpreter", "ambiguity_two_declarations", "sequential")
+    ambiguity = (
+        "ambiguity",
+        "ambiguity_interpreter",
+        "ambiguity_two_declarations",
+        "sequential",
+        "sequential_ended",
+        "parallel_calls",
+        "missed_sibling",
+    )
     ok = all(table[("ours", f)]["false"] == 0 for f in ambiguity)
     ok = ok and table[("ours", "false_uniqueness_exact")]["false"] == 0
     ok = ok and table[("ours", "exact_available")]["false"] == 0

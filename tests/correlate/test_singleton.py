@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections import Counter
+from dataclasses import replace
 
 import pytest
 from correlate_builders import HOST, MS, T0, Proc, S, declaration, iso, traceparent
@@ -11,7 +12,7 @@ from otel_bridge.component import Host, Telemetry
 from otel_bridge.grading import grade_evidence
 from otel_bridge.model import Attribution, Batch, Grade, Observation, RelationKind
 from otel_bridge.processors.correlate import Config, CorrelateProcessor, Correlator
-from otel_bridge.processors.correlate.singleton import PAPER, Policy
+from otel_bridge.processors.correlate.singleton import OURS, PAPER, Policy
 from otel_bridge.testing import RecordingConsumer
 
 
@@ -88,16 +89,48 @@ def test_max_window_configurable() -> None:
     assert not bridges(run(scenario("ls", p), max_window=1.0)[0])
 
 
-def test_next_declaration_bound_inclusive() -> None:
-    """The next later declaration in the same scope ends the window, inclusively."""
+def test_later_declaration_cuts_only_under_the_literal_rule() -> None:
+    """A later declaration of the same scope does not cut a window while the call may still run
+    (here its end is unknown): a process after it stays this call's candidate. The paper's
+    literal rule (``cut_at_next_start``) cuts there, inclusively."""
     d1 = declaration("01" * 8, "make build", T0)
     d2 = declaration("02" * 8, "cargo test", T0 + 1000 * MS)
     at = Proc(pid=5, exe="/usr/bin/make", argv=("make", "build"), time=T0 + 1000 * MS)
     after = Proc(pid=6, exe="/usr/bin/make", argv=("make", "build"), time=T0 + 1001 * MS)
-    out, _ = run(d1 + d2 + at.observations())
+    literal = replace(OURS, cut_at_next_start=True)
+    for proc in (at, after):
+        out, _ = run(d1 + d2 + proc.observations())
+        assert [b.object.id for b in bridges(out) if b.object] == [proc.identity]
+    out, _ = run(d1 + d2 + at.observations(), literal)
     assert [b.object.id for b in bridges(out) if b.object] == [at.identity]
-    out, _counts = run(d1 + d2 + after.observations())
+    out, _counts = run(d1 + d2 + after.observations(), literal)
     assert not bridges(out)
+
+
+def test_overlapping_calls_never_clip_each_other() -> None:
+    """Two overlapping calls of one command: a process in both windows is ambiguous from both
+    sides (no link), where the literal rule would hand it to the second call alone."""
+    d1 = declaration("01" * 8, "sleep 0.3", T0, T0 + 320 * MS)
+    d2 = declaration("02" * 8, "sleep 0.3", T0 + 5 * MS, T0 + 325 * MS)
+    first = Proc(pid=5, exe="/usr/bin/sleep", argv=("sleep", "0.3"), time=T0 + 12 * MS)
+    out, counts = run(d1 + d2 + first.observations())  # the second call's process was missed
+    assert not bridges(out)
+    assert counts["skip.process_ambiguous"] == 2
+    out, _ = run(d1 + d2 + first.observations(), replace(OURS, cut_at_next_start=True))
+    [wrong] = bridges(out)
+    assert wrong.subject.facts is not None
+    assert getattr(wrong.subject.facts, "span_id", "") == "02" * 8  # the missed-sibling error
+
+
+def test_sequential_calls_with_ends_are_each_bridged() -> None:
+    """Calls that end before the next starts keep disjoint windows: each gets its process."""
+    d1 = declaration("01" * 8, "git status", T0, T0 + 900 * MS)
+    d2 = declaration("02" * 8, "git status", T0 + 1000 * MS, T0 + 1900 * MS)
+    p1 = Proc(pid=5, exe="/usr/bin/git", argv=("git", "status"), time=T0 + 100 * MS)
+    p2 = Proc(pid=6, exe="/usr/bin/git", argv=("git", "status"), time=T0 + 1100 * MS)
+    out, _ = run(d1 + d2 + p1.observations() + p2.observations())
+    got = {getattr(b.subject.facts, "span_id", ""): b.object.id for b in bridges(out) if b.object}
+    assert got == {"01" * 8: p1.identity, "02" * 8: p2.identity}
 
 
 def test_equal_timestamp_does_not_cut() -> None:

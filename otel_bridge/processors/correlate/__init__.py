@@ -100,7 +100,9 @@ class Config:
     retention: float = field(default=600.0, metadata={"duration": True})
     """How long process events are kept below the watermark for late-arriving declarations."""
     scope: str = "emitter"
-    """Which declaration cuts a window: ``emitter`` (same agent process or trace) or ``global``."""
+    """``emitter``: a window ends at the call's own end (or ``max_window``), never cut by another
+    call; declarations are grouped by agent process or trace. ``global``: the paper's literal
+    rule, any later declaration's start cuts it, even while the call still runs."""
     exact: bool = True
     """Derive exact-identity links (traceparent, resource pid, request id)."""
     singleton: bool = True
@@ -157,7 +159,11 @@ class Correlator:
     def __init__(self, config: Config, policy: Policy | None = None) -> None:
         scope: Scope = "global" if config.scope == "global" else "emitter"
         self.config = config
-        self.policy = policy if policy is not None else replace(OURS, scope=scope)
+        # ``scope: global`` is the paper's literal window: cut at any later declaration's start
+        literal = scope == "global"
+        self.policy = (
+            policy if policy is not None else replace(OURS, scope=scope, cut_at_next_start=literal)
+        )
         self.engine = SingletonEngine(
             policy=self.policy, max_window_ns=int(config.max_window * _NS)
         )

@@ -1,15 +1,20 @@
 """The singleton command-to-process bridge (ExecWeave section V-D), with stricter options.
 
 **Window.** A declaration's search starts at its timestamp (the tool span's start) and ends at the
-earliest of: the maximum window (3 s by default), the tool call's first recorded success/failure
-(the tool span's end), and the next declaration *in the same scope* with a strictly later
-timestamp. Both endpoints are inclusive. The paper says "the immediately following declaration";
-we read it per **scope** (:attr:`Policy.scope` ``"emitter"``): declarations emitted by the same
-agent process (the span resource's ``host.id`` + ``process.pid`` + ``process.creation.time``),
-or, when the resource names no process, the same trace. A sequential agent's next command then
-cuts the window, while a concurrent agent elsewhere cannot shrink it (a shrunk window removes
-candidates and so manufactures uniqueness). ``"global"`` cuts at any later declaration, as a
-literal reading of the paper does.
+earliest of: the maximum window (3 s by default) and the tool call's first recorded
+success/failure (the tool span's end). Both endpoints are inclusive. The paper also ends it at
+"the immediately following declaration"; we let a later declaration *of the same scope* cut a
+window only when it starts after this call ended, which the span's end already does. Two calls
+that overlap (parallel tool calls of one agent) never clip each other: clipping one at the
+other's start would drop its own late-starting process from its window and leave that process
+alone in the other call's window, a bridge to the wrong call. With both windows whole, a process
+compatible with both declarations is ambiguous (``several_candidates`` from each side, or
+``process_ambiguous``): no link. A call whose end is unknown is not clipped. A scope is the
+agent process that emitted the declarations (the span resource's ``host.id`` + ``process.pid``
++ ``process.creation.time``), or, when the resource names no process, the trace
+(:attr:`Policy.scope` ``"emitter"``). The baselines (:attr:`Policy.cut_at_next_start`) keep the
+literal rule, cut at the next later declaration overlapping or not; with ``scope="global"`` that
+is any declaration.
 
 **Compatibility** of a declaration (head + args from the restricted parser) with a process
 start/exec event: ``path`` (the head is a path and equals the image path or argv[0], relative heads
@@ -98,6 +103,9 @@ class Policy:
     exe_path_only: bool = False
     """Executable-path-singleton baseline: match the image path's basename only."""
     scope: Scope = "emitter"
+    cut_at_next_start: bool = False
+    """The paper's literal window: cut at the next later declaration's start in its scope, even
+    while this call still runs (the baselines). Off: only the call's own end cuts it."""
 
 
 OURS = Policy()
@@ -107,6 +115,7 @@ PAPER = Policy(
     process_ambiguity_rule=False,
     exact_preference=False,
     scope="global",
+    cut_at_next_start=True,
 )
 NEAREST = replace(PAPER, name="forced_nearest", nearest=True)
 EXE_PATH_SINGLETON = replace(PAPER, name="exe_path_singleton", exe_path_only=True)
@@ -275,7 +284,7 @@ class SingletonEngine:
     _work: int = 0
 
     def __post_init__(self) -> None:
-        self._windows = Windows(self.max_window_ns)
+        self._windows = Windows(self.max_window_ns, self.policy.cut_at_next_start)
 
     @property
     def pending(self) -> int:

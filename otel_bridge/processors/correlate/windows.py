@@ -1,7 +1,13 @@
 """Declaration search windows: where each one ends, and in which order they close.
 
-A declaration's window ends at the earliest of its maximum window, its tool span's end and the
-next later declaration start in its scope (see :mod:`.singleton`). Starts only ever add up while
+A declaration's window ends at the earliest of its maximum window and its tool span's end (see
+:mod:`.singleton`). A later declaration of the same scope cuts it only if it started after this
+call ended, which the span's end already does: two calls that overlap never clip each other, and
+a call whose end is unknown is not clipped at all (its window is the maximum one, so a process
+of an overlapping call stays a competing candidate instead of vanishing from view).
+
+The paper's literal rule (``cut_at_next_start``, the baselines) also ends a window at the next
+later declaration start in its scope, overlapping or not. Starts only ever add up while
 a declaration is pending, so its end can only move earlier, and only when a declaration arrives
 right after it in its scope. That keeps a heap of (end, declaration) exact with one push per
 declaration and one per window it cuts: deciding at a watermark pops just the windows that
@@ -44,10 +50,20 @@ _START = itemgetter(0)
 class Windows:
     """Window ends of declarations by scope, and a heap of pending declarations by end."""
 
-    __slots__ = ("_closing", "_end_cache", "_scope_starts", "_version", "max_ns")
+    __slots__ = (
+        "_closing",
+        "_end_cache",
+        "_scope_starts",
+        "_version",
+        "cut_at_next_start",
+        "max_ns",
+    )
 
-    def __init__(self, max_window_ns: int) -> None:
+    def __init__(self, max_window_ns: int, cut_at_next_start: bool = False) -> None:
         self.max_ns = max_window_ns
+        self.cut_at_next_start = cut_at_next_start
+        """The paper's literal rule: the next later declaration ends a window even when the two
+        calls overlap (off for the shipped policy)."""
         self._scope_starts: dict[str, list[tuple[int, str]]] = {}
         """Per scope, (start, declaration id) of its declarations, sorted."""
         self._version: dict[str, int] = {}
@@ -63,7 +79,7 @@ class Windows:
         bisect.insort(starts, (d.start, d.obs_id), i)
         self._version[d.scope] = self._version.get(d.scope, 0) + 1
         heapq.heappush(self._closing, (self.end(d), d.obs_id))
-        if i:
+        if i and self.cut_at_next_start:
             # Those starting just before d now end at d's start at the latest.
             before = starts[i - 1][0]
             while i and starts[i - 1][0] == before:
@@ -81,6 +97,8 @@ class Windows:
         end = d.start + self.max_ns
         if d.end >= d.start and d.end > 0:
             end = min(end, d.end)
+        if not self.cut_at_next_start:
+            return end  # a later call cuts only after this one ended: the end is already here
         starts = self._scope_starts.get(d.scope, [])
         i = bisect.bisect_right(starts, d.start, key=_START)
         if i < len(starts):

@@ -12,9 +12,11 @@ Backends and their evidence:
 ========== ======================================== ===================== =================
 backend    processes                                files                 network
 ========== ======================================== ===================== =================
-linux      netlink proc connector (syscall, causal) fanotify (syscall):   socket scans
-                                                    open, write, create,  (sampled)
-                                                    delete, rename
+linux      netlink proc connector (syscall, causal) fanotify (syscall):   eBPF TCP connects
+                                                    open, write, create,  (syscall) when
+                                                    delete, rename        bpftrace runs,
+                                                                          socket scans
+                                                                          (sampled)
 ebpf       bpftrace tracepoints (syscall)           openat (syscall)      connect (syscall)
 strace     ptrace (syscall)                         open*/unlink/rename   connect/listen
 portable   psutil sampling (sampled_process)        watchdog (session,    psutil sampling

@@ -79,6 +79,12 @@ class HostConfig:
     """Portable backend: process/connection sampling period (seconds, minimum 5 ms)."""
     network_poll_interval: float = 0.01
     """Linux backend: period of the socket table scan (the remaining network blind window)."""
+    socket_tracing: bool = True
+    """Linux backend: add kernel-pushed TCP connect events with their exact pid from bpftrace
+    (``sock:inet_sock_set_state``, ``bpftrace_path``) when it runs here; started beside the
+    workload, never delaying it (``docs/host.md``). Off, or without bpftrace: connections
+    closed between two scans are attributed to the network namespace only, and the network
+    collection state says so."""
     watch_paths: list[str] = field(default_factory=list)
     """Portable backend: directories watched for file changes (session-correlated, non-causal)."""
     fanotify_events: list[str] = field(default_factory=_default_fanotify_events)
@@ -102,7 +108,7 @@ class HostConfig:
     strace_path: str = "strace"
     """The strace executable (strace backend)."""
     bpftrace_path: str = "bpftrace"
-    """The bpftrace executable (ebpf backend)."""
+    """The bpftrace executable (ebpf backend, and the linux backend's socket tracer)."""
     startup_timeout: float = 15.0
     """How long a tracing backend (strace, bpftrace) may take to attach (seconds)."""
 

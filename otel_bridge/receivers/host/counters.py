@@ -36,6 +36,23 @@ COUNTERS: tuple[CounterSpec, ...] = (
     ),
     CounterSpec("sockdiag.overruns", "sock_diag destroy-notification buffer overruns"),
     CounterSpec(
+        "sockdiag.joined",
+        "destroyed TCP connections the eBPF socket tracer had recorded with their pid",
+        "{connections}",
+    ),
+    CounterSpec(
+        "socktrace.connections",
+        "TCP connections recorded with their pid by the eBPF socket tracer",
+        "{connections}",
+    ),
+    CounterSpec(
+        "socktrace.foreign",
+        "traced TCP connections of processes outside the lineage (not recorded)",
+        "{connections}",
+    ),
+    CounterSpec("socktrace.unparsed", "socket tracer lines that could not be parsed", "{lines}"),
+    CounterSpec("socktrace.lost", "socket tracer perf buffer overflow reports"),
+    CounterSpec(
         "sockdiag.connections",
         "TCP connections recorded from destroy notifications",
         "{connections}",

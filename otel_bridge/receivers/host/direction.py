@@ -5,6 +5,8 @@ whichever end opened it. Backends that see syscalls (``strace``, ``ebpf``) know 
 exactly (only ``connect`` is traced); the sampling backends decide it here, from facts that stay
 true after the listener is gone:
 
+0. the socket's 4-tuple was reported by the kernel as initiated
+   (``connect``) or accepted (:mod:`.socktrace`, when the eBPF socket tracer runs): exactly that;
 1. the socket's local port is a port some socket of this network namespace was seen listening
    on (now, or in any earlier scan of this run) -> **accepted** (a connect never gets a port that
    a listener holds on the same address);
@@ -29,8 +31,11 @@ from __future__ import annotations
 import enum
 import ipaddress
 import threading
+from collections import OrderedDict
 
 from otel_bridge.identity import ephemeral_range
+
+_KNOWN_LIMIT = 65536
 
 
 class Direction(enum.Enum):
@@ -57,7 +62,23 @@ class DirectionRule:
     def __init__(self, ephemeral: tuple[int, int] | None = None) -> None:
         self.ephemeral = ephemeral if ephemeral is not None else ephemeral_range()
         self._listened: set[tuple[str, int]] = set()
+        self._known: OrderedDict[tuple[str, int, str, int], Direction] = OrderedDict()
+        """4-tuples whose direction the kernel reported (bounded: oldest forgotten first)."""
         self._lock = threading.Lock()
+
+    def saw_initiated(self, key: tuple[str, int, str, int]) -> None:
+        """The kernel reported ``key`` (local, local port, peer, peer port) as a ``connect``."""
+        self._know(key, Direction.INITIATED)
+
+    def saw_accepted(self, key: tuple[str, int, str, int]) -> None:
+        """The kernel reported ``key`` as a socket accepted from a listener."""
+        self._know(key, Direction.ACCEPTED)
+
+    def _know(self, key: tuple[str, int, str, int], direction: Direction) -> None:
+        with self._lock:
+            self._known[key] = direction
+            while len(self._known) > _KNOWN_LIMIT:
+                self._known.popitem(last=False)
 
     def saw_listener(self, transport: str, port: int) -> None:
         """Remember that ``port`` was seen listening (it stays a service port for the run)."""
@@ -77,6 +98,9 @@ class DirectionRule:
         self, transport: str, local_address: str, local_port: int, peer_address: str, peer_port: int
     ) -> Direction:
         """The direction of one established socket."""
+        known = self._known.get((local_address, local_port, peer_address, peer_port))
+        if known is not None:
+            return known
         if self.listened(transport, local_port):
             return Direction.ACCEPTED
         if is_local_address(peer_address, local_address) and self.listened(transport, peer_port):

@@ -13,11 +13,14 @@
   If the socket buffer overflows (``ENOBUFS``) events were lost: the process collection becomes
   ``degraded`` and the loss is counted.
 * **Files**: fanotify (:mod:`fanotify`), kernel-attributed to the accessing pid.
-* **Network**: no tracing: the lineage's socket inodes are matched against the kernel's socket
-  tables (:mod:`netscan`) on every fork/exec/exit and every ``network_poll_interval``. A TCP
-  connection opened and closed between two scans is still recorded when the kernel destroys it
-  (sock_diag destroy notifications, :mod:`sockdiag`), attributed to the session's network
-  namespace rather than to a pid. UDP and other sockets that live between two scans are missed.
+* **Network**: the lineage's socket inodes are matched against the kernel's socket tables
+  (:mod:`netscan`) on every fork/exec/exit and every ``network_poll_interval``. When bpftrace
+  runs here, the eBPF socket tracer (:mod:`socktrace`, started beside the workload, never
+  awaited) adds every TCP connect with its exact pid from the moment it attached. A TCP
+  connection opened and closed between two scans that the tracer did not report (before it
+  attached, or without it) is still recorded when the kernel destroys it (sock_diag destroy
+  notifications, :mod:`sockdiag`), attributed to the session's network namespace rather than to
+  a pid, with the reason. UDP and other sockets that live between two scans are missed.
 
 Needs root (``CAP_NET_ADMIN`` for the connector, ``CAP_SYS_ADMIN`` for fanotify).
 """
@@ -33,6 +36,7 @@ import struct
 import sys
 import threading
 import time
+from collections.abc import Callable
 
 from otel_bridge.errors import BackendUnavailableError
 from otel_bridge.identity import start_ms_from_ticks
@@ -49,6 +53,7 @@ from otel_bridge.receivers.host.procfs import (
     read_stat,
 )
 from otel_bridge.receivers.host.sockdiag import DestroyWatcher, same_network_namespace
+from otel_bridge.receivers.host.socktrace import Owner, SocketTracer
 from otel_bridge.receivers.host.starts import StartGate
 
 NETLINK_CONNECTOR = 11
@@ -78,6 +83,10 @@ measured with three concurrent receivers under CPU load, exact argv rose from 8-
 28-30/30 per run. The previous interval is restored on stop."""
 _RETIRE_AFTER_S = 2.0
 """An exited pid stays in the lineage this long so its late fanotify/socket events still count."""
+_FORGET_EXIT_AFTER_S = 60.0
+"""How long after its retirement an exit time is kept to judge late socket tracer reports (a
+connect before the exit is the process's; after it, a recycled pid's). Later, unknown = not
+the lineage's."""
 
 
 def open_proc_connector() -> socket.socket:
@@ -188,6 +197,23 @@ def _destroy_watcher(ctx: HostContext, scanner: SocketScanner) -> tuple[DestroyW
     )
 
 
+def _socket_tracer(
+    ctx: HostContext, scanner: SocketScanner, owner: Owner, on_state: Callable[[str], None]
+) -> tuple[SocketTracer | None, str]:
+    """The eBPF socket tracer (not started) and its part of the network state, or None and why."""
+    if not ctx.config.socket_tracing:
+        return None, "socket attribution: lineage only (no eBPF: socket_tracing is off)"
+    try:
+        tracer = SocketTracer(ctx, scanner, owner, ctx.config.bpftrace_path, on_state)
+    except OSError as exc:
+        return None, f"socket attribution: lineage only (no eBPF: {exc})"
+    return tracer, (
+        "TCP connects will be traced with their exact pid once bpftrace (sock:inet_sock_set_state) "
+        "has attached; until then connections closed between scans are attributed to the "
+        "network namespace only"
+    )
+
+
 def fork_identity(pid: int, ppid: int, event_monotonic_ns: int) -> ProcessInfo:
     """A forked child's identity from ``/proc/<pid>/stat``, approximate when it is gone."""
     stat = read_stat(pid)
@@ -221,6 +247,10 @@ class LinuxBackend:
         self._fanotify: FanotifyWatcher | None = None
         self._scanner: SocketScanner | None = None
         self._destroys: DestroyWatcher | None = None
+        self._tracer: SocketTracer | None = None
+        self._forgetting: list[tuple[float, int, int | None]] = []
+        self._exited: dict[int, int] = {}
+        """Lineage pid -> monotonic ns of its exit (until it is forked in the lineage again)."""
         self._retiring: list[tuple[float, int]] = []
         self._gate: StartGate | None = None
         self._switch = 0.005
@@ -253,15 +283,37 @@ class LinuxBackend:
         else:
             ctx.collection_state("file", CollectionState.NOT_REQUESTED, "files: false")
         if cfg.network:
-            self._scanner = SocketScanner(ctx, attribution=SAMPLED)
-            self._destroys, note = _destroy_watcher(ctx, self._scanner)
-            self._scanner.start(cfg.network_poll_interval, note)
-            if self._destroys is not None:
-                self._destroys.start()
+            self._start_network(ctx)
         else:
             ctx.collection_state("network", CollectionState.NOT_REQUESTED, "network: false")
         self._thread = threading.Thread(target=self._run, name="host-linux", daemon=True)
         self._thread.start()
+
+    def _start_network(self, ctx: HostContext) -> None:
+        """Socket scans, destroy notifications and the eBPF socket tracer (started, not awaited)."""
+        scanner = self._scanner = SocketScanner(ctx, attribution=SAMPLED)
+        self._destroys, destroy_note = _destroy_watcher(ctx, scanner)
+
+        def on_state(note: str) -> None:
+            reason = scanner.reason(f"{destroy_note}; {note}")
+            ctx.collection_state("network", CollectionState.DEGRADED, reason)
+
+        self._tracer, trace_note = _socket_tracer(ctx, scanner, self._owns, on_state)
+        scanner.start(ctx.config.network_poll_interval, f"{destroy_note}; {trace_note}")
+        if self._destroys is not None:
+            self._destroys.tracer = self._tracer
+            self._destroys.start()
+        if self._tracer is not None:
+            self._tracer.start()
+
+    def _owns(self, pid: int, connect_ns: int) -> bool | None:
+        """Whether a connect by ``pid`` at ``connect_ns`` (monotonic) was the lineage's; None
+        while the pid is unknown (its fork event may not have been read yet)."""
+        ended = self._exited.get(pid)
+        if ended is not None:
+            return connect_ns <= ended  # after its exit: the pid was recycled by another process
+        ctx = self._ctx
+        return True if ctx is not None and pid in ctx.lineage else None
 
     def follow(self, pid: int) -> str:
         """Adopt ``pid`` and its running descendants; ``""`` (the connector follows any pid)."""
@@ -330,6 +382,7 @@ class LinuxBackend:
                 return  # a new thread, or outside the lineage
             # the identity only: the image /proc shows now is the parent's until the child execs
             gate.forked(fork_identity(ctgid, ptgid, ts), wall)
+            self._exited.pop(ctgid, None)
             # Only now, with its identity known: the file and socket watchers report a pid's
             # events as soon as it is in the lineage, and they run in other threads.
             ctx.lineage.add(ctgid)
@@ -345,6 +398,7 @@ class LinuxBackend:
             if pid != tgid or tgid not in ctx.lineage:
                 return
             gate.exited(tgid)
+            self._exited[tgid] = ts
             if ctx.config.processes:
                 gate.emit_for(
                     tgid,
@@ -365,9 +419,14 @@ class LinuxBackend:
         for due, pid in self._retiring:
             if due <= now:
                 ctx.lineage.discard(pid)
+                self._forgetting.append((now + _FORGET_EXIT_AFTER_S, pid, self._exited.get(pid)))
             else:
                 keep.append((due, pid))
         self._retiring = keep
+        while self._forgetting and self._forgetting[0][0] <= now:
+            _, pid, ended = self._forgetting.pop(0)
+            if self._exited.get(pid) == ended:  # not forked again in the lineage since
+                self._exited.pop(pid, None)
 
     def stop(self) -> None:
         """Stop every reader; pending kernel events are drained first."""
@@ -381,6 +440,11 @@ class LinuxBackend:
                 self._gate.images.close()
             self._gate = None
             sys.setswitchinterval(self._switch)
+        if self._destroys is not None:
+            self._destroys.stop_reading()
+        if self._tracer is not None:
+            self._tracer.stop()  # its last reports decide the destroyed connections waiting
+            self._tracer = None
         if self._destroys is not None:
             self._destroys.stop()
             self._destroys = None

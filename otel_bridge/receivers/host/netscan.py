@@ -108,19 +108,21 @@ class SocketScanner:
         self._wake = threading.Event()
         self._thread: threading.Thread | None = None
         self.scans = 0
+        self.interval = 0.01
 
     def start(self, interval: float, note: str = "") -> None:
         """Report the state (with ``note`` on what complements the scans) and start scanning."""
-        reason = (
-            f"socket-table scans every {interval * 1000:g}ms and on each fork/exec/exit (no "
-            "tracing): "
-        )
-        reason += note or "a socket opened and closed between scans is missed"
-        self._ctx.collection_state("network", CollectionState.DEGRADED, reason)
+        self.interval = interval
+        self._ctx.collection_state("network", CollectionState.DEGRADED, self.reason(note))
         self._thread = threading.Thread(
             target=self._run, args=(interval,), name="host-netscan", daemon=True
         )
         self._thread.start()
+
+    def reason(self, note: str = "") -> str:
+        """The network collection's reason: the scans, then ``note`` on what complements them."""
+        reason = f"socket-table scans every {self.interval * 1000:g}ms and on each fork/exec/exit: "
+        return reason + (note or "a socket opened and closed between scans is missed")
 
     def scan_now(self) -> None:
         """Ask the scanner thread for an immediate scan."""
@@ -180,14 +182,14 @@ class SocketScanner:
         if transport == "tcp" and state == _TCP_LISTEN:
             name = "network.listen"
         elif transport == "tcp" and state == _TCP_ESTABLISHED:
-            if not self.claim((laddr, lport, raddr, rport)):
-                return  # attributed before (an earlier scan, or its destroy notification)
             direction = self.rule.decide(transport, laddr, lport, raddr, rport)
             if direction is Direction.ACCEPTED and not self._ctx.config.network_accepted:
                 return  # accepted from a listener: not this process's connect
             if direction is Direction.UNKNOWN:
                 self.count_undecided(inode)
                 return
+            if not self.claim((laddr, lport, raddr, rport)):
+                return  # attributed before (a scan, the socket tracer, a destroy notification)
             name = "network.accept" if direction is Direction.ACCEPTED else "network.connect"
         elif transport == "tcp" and state == _TCP_SYN_SENT:
             name = "network.connect_attempt"

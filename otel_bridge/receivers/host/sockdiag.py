@@ -19,7 +19,12 @@ groups ``SKNLGRP_INET_TCP_DESTROY`` / ``SKNLGRP_INET6_TCP_DESTROY`` (needs ``CAP
   ``evidence.causal=false``, ``evidence.identity_exact=false`` and
   ``network.attribution.scope=network_namespace``: it happened in the workload's network
   namespace during the session; no pid is guessed. Any process sharing that namespace could have
-  owned it (the collector's own connections included), which is what the flags say.
+  owned it (the collector's own connections included), which is what the flags say;
+  ``network.attribution.reason`` says why no pid: ``no_trace`` (no eBPF socket tracer here),
+  ``trace_attaching`` (closed before the tracer attached) or ``not_traced`` (the tracer, attached,
+  did not report it: opened before it attached, or its event was lost).
+* When the eBPF socket tracer (:mod:`.socktrace`) runs, it reports the same connection with
+  its pid; the two reports are joined by 4-tuple (see :class:`DestroyWatcher`).
 
 Notifications come from the collector's own network namespace: when the workload runs in another
 one the watcher is not started and the network collection says why.
@@ -40,6 +45,7 @@ from otel_bridge.model import AnyValue
 from otel_bridge.receivers.host.direction import Direction
 from otel_bridge.receivers.host.events import SESSION, HostContext
 from otel_bridge.receivers.host.netscan import SocketScanner
+from otel_bridge.receivers.host.socktrace import SocketTracer
 
 NETLINK_SOCK_DIAG = 4
 SKNLGRP_INET_TCP_DESTROY = 1
@@ -53,6 +59,9 @@ _DIAG_TAIL = struct.Struct("=IIIIIIII")  # if, cookie[2], expires, rqueue, wqueu
 _DIAG_MSG_SIZE = 72
 _TCPI_RTT_OFFSET = 68
 _RCVBUF = 4 * 1024 * 1024
+TRACE_WAIT_S = 1.0
+"""How long a destroyed connection waits for the socket tracer's report of it (the tracer's
+output goes through bpftrace and a pipe, which a loaded machine can delay)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -142,7 +151,14 @@ def same_network_namespace(pid: int) -> bool | None:
 
 
 class DestroyWatcher:
-    """Records connections from destroy notifications (see the module docstring)."""
+    """Records connections from destroy notifications (see the module docstring).
+
+    With a :class:`.socktrace.SocketTracer` attached (:attr:`tracer`), a destroyed connection
+    first waits up to :data:`TRACE_WAIT_S` for the tracer's report of its 4-tuple (the two come
+    through different channels, in either order): a connection the tracer recorded is one
+    occurrence (counted ``sockdiag.joined``), another process's connection is dropped, and only
+    one the tracer never saw (opened before it attached, or lost) is recorded lineage-only.
+    """
 
     def __init__(self, ctx: HostContext, scanner: SocketScanner) -> None:
         self._ctx = ctx
@@ -150,6 +166,9 @@ class DestroyWatcher:
         self._sock = open_destroy_socket()
         self._stop_r, self._stop_w = os.pipe()
         self._thread: threading.Thread | None = None
+        self._pending: list[tuple[float, Destroyed]] = []
+        self._pending_lock = threading.Lock()
+        self.tracer: SocketTracer | None = None
         self.recorded = 0
         self.overruns = 0
 
@@ -162,9 +181,11 @@ class DestroyWatcher:
         sock = self._sock
         sock.setblocking(False)
         while True:
-            ready, _, _ = select.select([sock.fileno(), self._stop_r], [], [], 0.5)
+            timeout = 0.02 if self._pending else 0.5
+            ready, _, _ = select.select([sock.fileno(), self._stop_r], [], [], timeout)
             while self._recv_once(sock):
                 pass
+            self.settle(final=False)
             if self._stop_r in ready:
                 return
 
@@ -187,6 +208,36 @@ class DestroyWatcher:
         """Record one destroyed socket if it is an established, initiated, unseen connection."""
         if not gone.established or not gone.peer_port:
             return
+        tracer = self.tracer
+        if tracer is not None and tracer.attached.is_set():
+            with self._pending_lock:
+                self._pending.append((time.monotonic() + TRACE_WAIT_S, gone))
+            return
+        reason = "no_trace" if tracer is None else "trace_attaching"
+        self._resolve(gone, reason)
+
+    def settle(self, *, final: bool) -> None:
+        """Decide the destroyed connections waiting for the tracer (all of them when ``final``)."""
+        tracer = self.tracer
+        now = time.monotonic()
+        with self._pending_lock:
+            pending, self._pending = self._pending, []
+        keep: list[tuple[float, Destroyed]] = []
+        for deadline, gone in pending:
+            key = (gone.local_address, gone.local_port, gone.peer_address, gone.peer_port)
+            owned = tracer.status(key) if tracer is not None else None
+            if owned is None and not final and now < deadline:
+                keep.append((deadline, gone))
+                continue
+            if owned is True:
+                self._ctx.telemetry.count("sockdiag.joined")
+            elif owned is None:
+                self._resolve(gone, "not_traced")
+            # owned False: another process's connection, as the tracer saw it: not recorded
+        with self._pending_lock:
+            self._pending[:0] = keep
+
+    def _resolve(self, gone: Destroyed, reason: str) -> None:
         scanner = self._scanner
         args = ("tcp", gone.local_address, gone.local_port, gone.peer_address, gone.peer_port)
         direction = scanner.rule.decide(*args)
@@ -194,18 +245,17 @@ class DestroyWatcher:
             scanner.refresh_listeners()  # a listener that still runs decides it
             direction = scanner.rule.decide(*args)
         key = (gone.local_address, gone.local_port, gone.peer_address, gone.peer_port)
-        if not scanner.claim(key):
-            return  # a scan saw this connection: one occurrence
         accepted = direction is Direction.ACCEPTED
         if accepted and not self._ctx.config.network_accepted:
             return
         if direction is Direction.UNKNOWN:
             scanner.count_undecided(key)
             return
-        pid = scanner.inode_pids.get(gone.inode) if gone.inode else None
-        self._emit(gone, pid, "network.accept" if accepted else "network.connect")
+        if scanner.claim(key):  # else a scan or the socket tracer recorded it: one occurrence
+            pid = scanner.inode_pids.get(gone.inode) if gone.inode else None
+            self._emit(gone, pid, "network.accept" if accepted else "network.connect", reason)
 
-    def _emit(self, gone: Destroyed, pid: int | None, name: str) -> None:
+    def _emit(self, gone: Destroyed, pid: int | None, name: str, reason: str) -> None:
         ctx = self._ctx
         attrs: dict[str, AnyValue] = {}
         if pid is not None:
@@ -213,6 +263,7 @@ class DestroyWatcher:
         else:
             attrs["evidence.identity_exact"] = False
             attrs["network.attribution.scope"] = "network_namespace"
+            attrs["network.attribution.reason"] = reason
         attrs["network.transport"] = "tcp"
         attrs["network.local.address"] = gone.local_address
         attrs["network.local.port"] = gone.local_port
@@ -230,12 +281,17 @@ class DestroyWatcher:
         ctx.telemetry.count("sockdiag.connections")
         ctx.emit(record)
 
-    def stop(self) -> None:
-        """Read what is queued, then stop. Safe twice."""
+    def stop_reading(self) -> None:
+        """Read what is queued and stop the reader; what waits for the tracer stays. Safe twice."""
         if self._thread is not None:
             os.write(self._stop_w, b"x")
             self._thread.join()
             self._thread = None
+
+    def stop(self) -> None:
+        """Read what is queued, decide what waits, then stop. Safe twice."""
+        self.stop_reading()
+        self.settle(final=True)
         if self._stop_r >= 0:
             self._sock.close()
             for fd in (self._stop_r, self._stop_w):

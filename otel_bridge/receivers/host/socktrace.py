@@ -1,0 +1,320 @@
+"""Kernel-pushed TCP connects for the ``linux`` backend (bpftrace on ``inet_sock_set_state``).
+
+Socket scans (:mod:`.netscan`) miss a connection that lives between two scans, and the kernel's
+destroy notification (:mod:`.sockdiag`) comes after the last descriptor closed, when the owner
+can no longer be read. This tracer adds what neither has: the process that *initiated* each TCP
+connection, pushed by the kernel as it happens.
+
+One bpftrace program on the tracepoint ``sock:inet_sock_set_state`` (host-wide; the lineage is
+filtered here, because the ``linux`` lineage grows in user space):
+
+* ``CLOSE -> SYN_SENT`` runs inside ``connect()``, in the connecting process: its tgid and the
+  time are kept in a kernel map keyed by the socket address;
+* ``SYN_SENT -> ESTABLISHED`` (softirq context, so its own pid means nothing) prints that kept
+  tgid with the now complete 4-tuple (the local port is only chosen after ``SYN_SENT``) as
+  ``C tgid connect_ns family sport dport saddr daddr saddr6 daddr6``; ``SYN_SENT -> CLOSE``
+  (refused, reset, timed out) drops the entry;
+* ``SYN_RECV -> ESTABLISHED`` is an *accepted* socket: ``A family sport dport ...``. It never
+  becomes a connection; it tells :class:`.direction.DirectionRule` the direction exactly.
+
+A connection whose tgid is in the lineage (or was, and the connect came before its exit) is
+recorded once (the 4-tuple is claimed through :meth:`.netscan.SocketScanner.claim`, shared with
+the scans and the destroy notifications) as ``network.connect`` with ``evidence.attribution=
+syscall``, ``evidence.causal=true`` and ``network.observed_at=connect``. A tgid not known yet
+(its fork event may still be on its way) is decided again for up to :data:`OWNER_WAIT_S`;
+then it is another process's connection: not recorded, and the destroy notification of the same
+4-tuple is dropped too (it is not the workload's).
+
+bpftrace compiles and attaches in one to several seconds. The tracer starts in parallel with
+the workload and never delays it: :attr:`SocketTracer.attached` is set when the program's
+``BEGIN`` probe runs, and connections closed before then keep the destroy notification's
+network-namespace attribution, which the network collection state says. A missing or refused
+bpftrace leaves ``socket attribution: lineage only (no eBPF: ...)`` in that state.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import select
+import shutil
+import subprocess
+import threading
+import time
+from collections import OrderedDict
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from otel_bridge.identity import iso_ms
+from otel_bridge.model import AnyValue
+from otel_bridge.receivers.host.events import SYSCALL, HostContext
+from otel_bridge.receivers.host.netscan import SocketScanner
+from otel_bridge.receivers.host.procfs import monotonic_to_wall_ns
+
+TRACEPOINT = "/sys/kernel/tracing/events/sock/inet_sock_set_state"
+OWNER_WAIT_S = 0.3
+"""How long a connection of a pid not (yet) in the lineage waits for the pid's fork event."""
+_KEEP = 65536
+"""Decided 4-tuples remembered (a standing collector runs for days: the oldest are forgotten)."""
+
+PROGRAM = r"""
+BEGIN { printf("READY %llu\n", nsecs); }
+tracepoint:sock:inet_sock_set_state
+/args->protocol == 6 && args->oldstate == 7 && args->newstate == 2/ {
+  @pid[args->skaddr] = pid; @at[args->skaddr] = nsecs; }
+tracepoint:sock:inet_sock_set_state
+/args->protocol == 6 && args->oldstate == 2 && @pid[args->skaddr]/ {
+  if (args->newstate == 1) {
+    printf("C %d %llu %d %d %d %s %s %s %s\n", @pid[args->skaddr], @at[args->skaddr],
+      args->family, args->sport, args->dport, ntop(args->saddr), ntop(args->daddr),
+      ntop(args->saddr_v6), ntop(args->daddr_v6));
+  }
+  delete(@pid[args->skaddr]); delete(@at[args->skaddr]); }
+tracepoint:sock:inet_sock_set_state
+/args->protocol == 6 && args->oldstate == 3 && args->newstate == 1/ {
+  printf("A %d %d %d %s %s %s %s\n", args->family, args->sport, args->dport,
+    ntop(args->saddr), ntop(args->daddr), ntop(args->saddr_v6), ntop(args->daddr_v6)); }
+END { clear(@pid); clear(@at); }
+"""
+
+Key = tuple[str, int, str, int]
+"""(local address, local port, peer address, peer port), as :mod:`.netscan` keys sockets."""
+Owner = Callable[[int, int], "bool | None"]
+"""``owner(tgid, connect_ns)``: True (the lineage's), False (not), None (not yet known)."""
+
+
+def check_socket_tracing(bpftrace_path: str) -> str:
+    """The bpftrace executable; ``OSError`` saying why the tracer cannot run here."""
+    path = shutil.which(bpftrace_path)
+    if path is None:
+        raise OSError(f"{bpftrace_path!r} is not installed")
+    if os.geteuid() != 0:
+        raise OSError("needs root (CAP_BPF/CAP_PERFMON)")
+    if not os.path.isdir(TRACEPOINT):
+        raise OSError(f"no tracepoint {TRACEPOINT} (tracefs not mounted, or an old kernel)")
+    return path
+
+
+def _address(family: int, v4: str, v6: str) -> str:
+    if family == 2:
+        return v4
+    return v6[len("::ffff:") :] if v6.startswith("::ffff:") and "." in v6 else v6
+
+
+@dataclass(frozen=True, slots=True)
+class TracedSocket:
+    """One line of the program: an initiated (``C``) or accepted (``A``) TCP connection."""
+
+    initiated: bool
+    key: Key
+    tgid: int = 0
+    """The connecting process (``C`` only)."""
+    connect_ns: int = 0
+    """CLOCK_MONOTONIC time of the ``connect()`` (``C`` only)."""
+
+
+def parse_line(line: str) -> TracedSocket | None:
+    """The connection a ``C`` / ``A`` line reports; None for any other line."""
+    parts = line.split()
+    if len(parts) == 10 and parts[0] == "C":
+        family, sport, dport = int(parts[3]), int(parts[4]), int(parts[5])
+        local = _address(family, parts[6], parts[8])
+        peer = _address(family, parts[7], parts[9])
+        return TracedSocket(True, (local, sport, peer, dport), int(parts[1]), int(parts[2]))
+    if len(parts) == 8 and parts[0] == "A":
+        family, sport, dport = int(parts[1]), int(parts[2]), int(parts[3])
+        local = _address(family, parts[4], parts[6])
+        peer = _address(family, parts[5], parts[7])
+        return TracedSocket(False, (local, sport, peer, dport))
+    return None
+
+
+class SocketTracer:
+    """Runs the program and records the lineage's connections (see the module docstring)."""
+
+    def __init__(
+        self,
+        ctx: HostContext,
+        scanner: SocketScanner,
+        owner: Owner,
+        bpftrace_path: str,
+        on_state: Callable[[str], None],
+    ) -> None:
+        self._path = check_socket_tracing(bpftrace_path)
+        self._ctx = ctx
+        self._scanner = scanner
+        self._owner = owner
+        self._on_state = on_state
+        self._proc: subprocess.Popen[bytes] | None = None
+        self._thread: threading.Thread | None = None
+        self._started = time.monotonic()
+        self._lock = threading.Lock()
+        self._decided: OrderedDict[Key, bool] = OrderedDict()
+        """4-tuple -> whether it was the lineage's connection."""
+        self._waiting: list[tuple[float, TracedSocket]] = []
+        self._buffer = b""
+        self._stopping = False
+        self.attached = threading.Event()
+        """Set when the program runs: connections from then on are traced."""
+        self.attached_ns = 0
+        """Wall-clock time of the attach (0 before)."""
+        self.recorded = 0
+        self.lost = 0
+
+    def start(self) -> None:
+        """Start bpftrace without waiting for it (it compiles and attaches in the background)."""
+        self._proc = subprocess.Popen(
+            [self._path, "-B", "line", "-e", PROGRAM],
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+        )
+        with contextlib.suppress(OSError):  # its output should not queue behind busy processes
+            os.setpriority(os.PRIO_PROCESS, self._proc.pid, -10)
+        self._thread = threading.Thread(target=self._run, name="host-socktrace", daemon=True)
+        self._thread.start()
+
+    def status(self, key: Key) -> bool | None:
+        """Whether the traced connection ``key`` was the lineage's; None when it was not traced
+        (or not decided yet)."""
+        with self._lock:
+            return self._decided.get(key)
+
+    def _run(self) -> None:
+        proc = self._proc
+        assert proc is not None
+        assert proc.stdout is not None
+        fd = proc.stdout.fileno()
+        while True:
+            timeout = 0.05 if self._waiting else 0.5
+            ready, _, _ = select.select([fd], [], [], timeout)
+            if ready:
+                chunk = os.read(fd, 65536)
+                if not chunk:
+                    break
+                self._feed(chunk)
+            self._decide_waiting(final=False)
+        self._decide_waiting(final=True)
+        if not self.attached.is_set():
+            self._failed(proc)
+
+    def _feed(self, chunk: bytes) -> None:
+        data = self._buffer + chunk
+        *lines, self._buffer = data.split(b"\n")
+        for raw in lines:
+            self.handle_line(raw.decode("utf-8", "replace"))
+
+    def handle_line(self, line: str) -> None:
+        """Interpret one line of the program's output."""
+        if line.startswith("READY "):
+            self._attach(int(line.split()[1]))
+            return
+        if line.startswith("Lost "):
+            self._lose(line)
+            return
+        try:
+            traced = parse_line(line)
+        except ValueError:
+            traced = None
+        if traced is None:
+            if line.startswith(("C ", "A ")):
+                self._ctx.telemetry.count("socktrace.unparsed")
+            return
+        rule = self._scanner.rule
+        if not traced.initiated:
+            rule.saw_accepted(traced.key)
+            return
+        rule.saw_initiated(traced.key)
+        self._decide(traced, time.monotonic() + OWNER_WAIT_S)
+
+    def _decide(self, traced: TracedSocket, deadline: float, final: bool = False) -> None:
+        owned = self._owner(traced.tgid, traced.connect_ns)
+        if owned is None and not final and time.monotonic() < deadline:
+            self._waiting.append((deadline, traced))
+            return
+        owned = bool(owned)
+        with self._lock:
+            self._decided[traced.key] = owned
+            while len(self._decided) > _KEEP:
+                self._decided.popitem(last=False)
+        if not owned:
+            self._ctx.telemetry.count("socktrace.foreign")
+        elif self._scanner.claim(traced.key):
+            self._emit(traced)
+
+    def _decide_waiting(self, *, final: bool) -> None:
+        waiting, self._waiting = self._waiting, []
+        for deadline, traced in waiting:
+            self._decide(traced, deadline, final)
+
+    def _emit(self, traced: TracedSocket) -> None:
+        ctx = self._ctx
+        local, lport, peer, pport = traced.key
+        attrs: dict[str, AnyValue] = ctx.events.identity_attrs(traced.tgid)
+        attrs["network.transport"] = "tcp"
+        attrs["network.local.address"] = local
+        attrs["network.local.port"] = lport
+        attrs["network.peer.address"] = peer
+        attrs["network.peer.port"] = pport
+        attrs["network.observed_at"] = "connect"
+        record = ctx.events.record(
+            "network.connect",
+            monotonic_to_wall_ns(traced.connect_ns),
+            attrs,
+            attribution=SYSCALL,
+            causal=True,
+        )
+        self.recorded += 1
+        ctx.telemetry.count("socktrace.connections")
+        ctx.emit(record)
+
+    def _attach(self, monotonic_ns: int) -> None:
+        self.attached_ns = monotonic_to_wall_ns(monotonic_ns)
+        after = time.monotonic() - self._started
+        self.attached.set()
+        self._on_state(
+            f"TCP connects traced with their exact pid since {iso_ms(self.attached_ns // 10**6)} "
+            f"(bpftrace on sock:inet_sock_set_state attached {after:.1f}s after start); "
+            "connections closed between scans before then are attributed to the network "
+            "namespace only"
+        )
+
+    def _lose(self, line: str) -> None:
+        self.lost += 1
+        self._ctx.telemetry.count("socktrace.lost")
+        self._on_state(
+            f"the socket tracer's perf buffer overflowed ({line.strip()}): connections it lost "
+            "are attributed to the network namespace only"
+        )
+
+    def _failed(self, proc: subprocess.Popen[bytes]) -> None:
+        err = b""
+        if proc.stderr is not None:
+            with contextlib.suppress(OSError, ValueError):
+                err = proc.stderr.read()
+        lines = [x for x in err.decode("utf-8", "replace").splitlines() if x.strip()]
+        why = lines[-1] if lines else f"bpftrace exited {proc.poll()}"
+        if self._stopping:
+            why = "observation stopped before the socket tracer attached"
+        self._on_state(f"socket attribution: lineage only (no eBPF: {why})")
+
+    def stop(self) -> None:
+        """Stop bpftrace (SIGINT), read the rest of its output, decide what waits. Safe twice."""
+        proc = self._proc
+        if proc is None:
+            return
+        self._stopping = True
+        if proc.poll() is None:
+            proc.send_signal(2)
+            try:
+                proc.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
+        if self._thread is not None:
+            self._thread.join(timeout=10)
+            self._thread = None
+        for stream in (proc.stdout, proc.stderr):
+            if stream is not None:
+                stream.close()
+        self._proc = None

@@ -150,11 +150,11 @@ def _read_stream(out: Records, name: str, f: BinaryIO) -> None:
 
 class _Prefix:
     """The bytes an OS event line starts with up to its time value: its resource and scope
-    (checked once by :func:`fast_os_line`) and ``{"logRecords":[{"timeUnixNano":"``. A later line
+    (checked once by :func:`fast_os_line`) and ``"logRecords":[{"timeUnixNano":"``. A later line
     with the same prefix has the same resource (the OS channel) and a time first; a block with no
     escape and no trace context leaves only the fields to find."""
 
-    TAIL = b'{"logRecords":[{"timeUnixNano":"'
+    TAIL = b'"logRecords":[{"timeUnixNano":"'
 
     def __init__(self) -> None:
         self.bytes = b""
@@ -171,7 +171,7 @@ class _Prefix:
         """(time, event name, record id) of a line that starts with the prefix."""
         at = len(self.bytes)
         end = raw.find(b'"', at)
-        if raw.find(_TIME, end) >= 0:
+        if end < 0 or not raw.endswith(_END) or raw.find(_TIME, end) >= 0:
             return None  # several log records
         try:
             time = int(raw[at:end])
@@ -185,6 +185,8 @@ _OS_RESOURCE = b'{"key":"evidence.channel","value":{"stringValue":"os"}}'
 _TIME = b'"timeUnixNano":'
 _EVENT = b'"eventName":"'
 _RECORD_ID = b'{"key":"evidence.record_id","value":{"stringValue":"'
+_END = b"}]}]}]}"
+"""How a compact request with one log record ends (a torn line, cut while written, does not)."""
 
 
 def _string_at(raw: bytes, key: bytes, start: int) -> str:
@@ -207,8 +209,10 @@ def fast_os_line(raw: bytes) -> tuple[int, str, str] | None:
     be escaped there, and a line with an escape is not read here), so each search finds the
     field itself.
     """
-    if not raw.startswith(_ONE_LOG) or b"\\" in raw or b'Id"' in raw:
-        return None  # not one log request, an escape, or a trace context (traceId, spanId)
+    if not raw.startswith(_ONE_LOG) or not raw.rstrip().endswith(_END):
+        return None  # not one whole log request
+    if b"\\" in raw or b'Id"' in raw:
+        return None  # an escape, or a trace context (traceId, spanId)
     scope = raw.find(b'"scopeLogs":')
     if raw.find(_OS_RESOURCE, 0, scope) < 0:
         return None  # not the OS channel's resource
@@ -219,7 +223,7 @@ def fast_os_line(raw: bytes) -> tuple[int, str, str] | None:
     quoted = raw[at] == 0x22  # '"'
     at += quoted
     end = raw.find(b'"' if quoted else b",", at)
-    if raw.find(_TIME, end) >= 0:
+    if end < 0 or raw.find(_TIME, end) >= 0:
         return None  # several log records
     try:
         time = int(raw[at:end])

@@ -24,7 +24,9 @@ import os
 from collections import defaultdict
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import Any, NamedTuple
+from typing import Any
+
+import msgspec
 
 from otel_bridge.graph.document import GraphNode
 from otel_bridge.model import EndpointFacts, FileFacts, ProcessFacts, Span, StatusCode
@@ -41,25 +43,25 @@ GENAI_OPERATIONS = frozenset(
 OPENINFERENCE_KINDS = frozenset({"AGENT", "LLM", "TOOL"})
 
 
-class GEdge(NamedTuple):
-    """The fields of a ``graph.json`` edge the review reads (a light record: 200,000 of them are
-    read for a one-hour session)."""
+class GEdge(msgspec.Struct, frozen=True, gc=False):
+    """The fields of a ``graph.json`` edge the review reads (a light record decoded straight from
+    the document: 200,000 of them are read for a one-hour session)."""
 
     id: str
     source: str
     target: str
     relation: str
-    causal: Any
-    inferred: Any
-    method: Any
-    grade: str
-    support: tuple[str, ...]
-    first_seen: int | None
-    last_seen: int | None
+    causal: Any = None
+    inferred: Any = None
+    method: Any = None
+    grade: str = "U"
+    support: tuple[str, ...] = ()
+    first_seen: int | None = None
+    last_seen: int | None = None
 
     @staticmethod
     def of(d: Mapping[str, Any]) -> GEdge:
-        """From the edge's JSON object."""
+        """From the edge's JSON object (null grade: ``U``, null support: none)."""
         return GEdge(
             d["id"],
             d["source"],
@@ -349,6 +351,7 @@ def add_artifacts(
 ) -> dict[str, list[tuple[str, GEdge]]]:
     """File and endpoint artifacts; returns artifact id -> [(owner node id, graph edge)]."""
     touches: dict[str, list[tuple[str, GEdge]]] = defaultdict(list)
+    inside: dict[str, bool] = {}  # path -> under a working directory of the session (memo)
     for pid, owner in session.owner.items():
         agent = pid in session.agent_processes
         for e in index.out.get(pid, ()):
@@ -359,7 +362,7 @@ def add_artifacts(
                 continue
             if (
                 isinstance(target.facts, FileFacts)
-                and _file_kept(e, target.facts, session, agent, run_dir)
+                and _file_kept(e, target.facts, session, agent, run_dir, inside=inside)
             ) or (
                 isinstance(target.facts, EndpointFacts)
                 and e.relation in CONNECT_RELATIONS
@@ -451,14 +454,28 @@ def _parents(touches: Mapping[str, list[tuple[str, GEdge]]]) -> set[str]:
     return out
 
 
-def _file_kept(e: GEdge, facts: FileFacts, session: Session, agent: bool, run_dir: str) -> bool:
-    inside = any(facts.path.startswith(cwd.rstrip("/") + "/") for cwd in session.cwds)
+def _file_kept(
+    e: GEdge,
+    facts: FileFacts,
+    session: Session,
+    agent: bool,
+    run_dir: str,
+    *,
+    inside: dict[str, bool],
+) -> bool:
     if e.relation not in WRITE_RELATIONS:
-        if agent or e.relation not in READ_RELATIONS or not inside:
+        if agent or e.relation not in READ_RELATIONS or not _inside(facts.path, session, inside):
             return False
-    elif not inside and rules.scratch(facts.path):
+    elif not _inside(facts.path, session, inside) and rules.scratch(facts.path):
         return False
     return not rules.incidental(facts.path, run_dir)
+
+
+def _inside(path: str, session: Session, memo: dict[str, bool]) -> bool:
+    found = memo.get(path)
+    if found is None:
+        found = memo[path] = any(path.startswith(cwd.rstrip("/") + "/") for cwd in session.cwds)
+    return found
 
 
 def parse_messages(raw: str | None) -> list[dict[str, Any]]:

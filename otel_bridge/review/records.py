@@ -14,12 +14,12 @@ receiver's ``evidence.record_id``) so that a long run's OS stream is read quickl
 from __future__ import annotations
 
 import os
-import re
 from collections import Counter
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
-from typing import Any, NamedTuple
+from typing import Any, BinaryIO
 
+import msgspec
 import orjson
 
 from otel_bridge.errors import DecodeError
@@ -30,7 +30,7 @@ SKIPPED_STREAMS = frozenset({"correlated.jsonl", "review-records.jsonl"})
 """Files that hold derived observations or the review's own index, not source records."""
 
 
-class Record(NamedTuple):
+class Record(msgspec.Struct, frozen=True, gc=False):
     """One trace record: its id (= source pointer) and what it is."""
 
     id: str
@@ -102,50 +102,153 @@ def read_records(run_dir: str) -> Records:
     out = Records()
     for name in stream_files(run_dir):
         with open(os.path.join(run_dir, name), "rb") as f:
-            for number, raw in enumerate(f, start=1):
-                if raw.strip():
-                    _read_line(out, name, number, raw)
+            _read_stream(out, name, f)
     return out
 
 
-_ONE_LOG = re.compile(rb'^\{"resourceLogs":')
+BLOCK = 1 << 22
+"""Streams are read in blocks of this many bytes, split into lines."""
+
+
+def blocks_of_lines(f: BinaryIO) -> Iterator[tuple[list[bytes], bool]]:
+    """The lines of ``f`` (without their newline) in lists, one list per block read, each with
+    whether its block is *plain*: holds no escaped character and no trace context (``traceId``,
+    ``spanId``), which :func:`fast_os_line` otherwise checks line by line."""
+    rest = b""
+    while block := f.read(BLOCK):
+        data = rest + block
+        lines = data.split(b"\n")
+        rest = lines.pop()
+        yield lines, b"\\" not in data and b'Id"' not in data
+    if rest:
+        yield [rest], False
+
+
+def _read_stream(out: Records, name: str, f: BinaryIO) -> None:
+    """Every line of one stream. Lines that start with the same resource and scope as an earlier
+    OS event line of the host receiver's writer (``_Prefix``) are read by position; the others by
+    :func:`fast_os_line` or in full (:func:`slow_line`); all three give the same record."""
+    number = 0
+    prefix = _Prefix()
+    for lines, plain in blocks_of_lines(f):
+        for raw in lines:
+            number += 1
+            if plain and prefix.bytes and raw.startswith(prefix.bytes):
+                found = prefix.read(raw)
+            else:
+                found = fast_os_line(raw)
+                if found is not None:
+                    prefix.learn(raw)
+            if found is not None:
+                rid = f"{name}:{number}"
+                out.records.append(Record(rid, "os_event", name, number, found[1], found[0]))
+                if found[2]:
+                    out.by_os_record.setdefault(found[2], rid)
+            elif raw.strip():
+                slow_line(out, name, number, raw)
+
+
+class _Prefix:
+    """The bytes an OS event line starts with up to its time value: its resource and scope
+    (checked once by :func:`fast_os_line`) and ``"logRecords":[{"timeUnixNano":"``. A later line
+    with the same prefix has the same resource (the OS channel) and a time first; a block with no
+    escape and no trace context leaves only the fields to find."""
+
+    TAIL = b'"logRecords":[{"timeUnixNano":"'
+
+    def __init__(self) -> None:
+        self.bytes = b""
+
+    def learn(self, raw: bytes) -> None:
+        """Take ``raw``'s prefix, when the time is its first log record's first field."""
+        at = raw.find(self.TAIL)
+        if at >= 0 and raw.find(_TIME) == at + len(self.TAIL) - len(_TIME) - 1:
+            head = raw[: at + len(self.TAIL)]
+            if _EVENT not in head and _RECORD_ID not in head:
+                self.bytes = head
+
+    def read(self, raw: bytes) -> tuple[int, str, str] | None:
+        """(time, event name, record id) of a line that starts with the prefix."""
+        at = len(self.bytes)
+        end = raw.find(b'"', at)
+        if end < 0 or not raw.endswith(_END) or raw.find(_TIME, end) >= 0:
+            return None  # several log records
+        try:
+            time = int(raw[at:end])
+        except ValueError:
+            return None
+        return time, _string_at(raw, _EVENT, end), _string_at(raw, _RECORD_ID, end)
+
+
+_ONE_LOG = b'{"resourceLogs":'
 _OS_RESOURCE = b'{"key":"evidence.channel","value":{"stringValue":"os"}}'
-_TIME = re.compile(rb'"timeUnixNano":"?(\d+)')
-_EVENT = re.compile(rb'"eventName":"([^"\\]*)"')
-_RECORD_ID = re.compile(rb'\{"key":"evidence\.record_id","value":\{"stringValue":"([^"\\]*)"\}')
-
-_WRITER_ORDER = re.compile(
-    rb'"timeUnixNano":"(\d+)".*?\{"key":"evidence\.record_id","value":\{"stringValue":"([^"\\]*)"\}'
-    rb'.*"eventName":"([^"\\]*)"'
-)
+_TIME = b'"timeUnixNano":'
+_EVENT = b'"eventName":"'
+_RECORD_ID = b'{"key":"evidence.record_id","value":{"stringValue":"'
+_END = b"}]}]}]}"
+"""How a compact request with one log record ends (a torn line, cut while written, does not)."""
 
 
-def _fast_os_line(out: Records, name: str, number: int, raw: bytes) -> bool:
-    """One OS event per line as the file exporter writes it (compact OTLP/JSON): read its time,
-    event name and record id without decoding the whole line. False when the line is anything
-    else (then it is decoded in full)."""
-    if not _ONE_LOG.match(raw) or raw.count(b'"timeUnixNano"') != 1 or _OS_RESOURCE not in raw:
-        return False
-    rid = f"{name}:{number}"
-    whole = _WRITER_ORDER.search(raw)
-    if whole is not None:  # the host receiver's own field order: one pass
-        time, source, label = int(whole.group(1)), whole.group(2).decode(), whole.group(3).decode()
-    else:
-        found_time, event = _TIME.search(raw), _EVENT.search(raw)
-        if found_time is None:
-            return False
-        found = _RECORD_ID.search(raw)
-        time, label = int(found_time.group(1)), event.group(1).decode() if event else ""
-        source = found.group(1).decode() if found is not None else ""
-    out.records.append(Record(rid, "os_event", name, number, label, time))
-    if source:
-        out.by_os_record.setdefault(source, rid)
-    return True
+def _string_at(raw: bytes, key: bytes, start: int) -> str:
+    """The JSON string after the first ``key`` (which ends with the opening quote) at or after
+    ``start``, "" when there is none (the caller has ruled out escapes)."""
+    i = raw.find(key, start) if start >= 0 else -1
+    if i < 0:
+        return ""
+    i += len(key)
+    return raw[i : raw.find(b'"', i)].decode()
 
 
-def _read_line(out: Records, name: str, number: int, raw: bytes) -> None:
-    if _fast_os_line(out, name, number, raw):
+def fast_os_line(raw: bytes) -> tuple[int, str, str] | None:
+    """(time, event name, host record id) of one OS event line as the file exporter writes it
+    (compact OTLP/JSON, one log record, no trace context, no escaped character), read with
+    substring searches instead of a decode; None when the line is anything else (then it is
+    decoded in full by :func:`slow_line`, which gives the same record).
+
+    A quoted key such as ``"timeUnixNano":`` cannot occur inside a JSON string (its quotes would
+    be escaped there, and a line with an escape is not read here), so each search finds the
+    field itself.
+    """
+    if not raw.startswith(_ONE_LOG) or not raw.rstrip().endswith(_END):
+        return None  # not one whole log request
+    if b"\\" in raw or b'Id"' in raw:
+        return None  # an escape, or a trace context (traceId, spanId)
+    scope = raw.find(b'"scopeLogs":')
+    if raw.find(_OS_RESOURCE, 0, scope) < 0:
+        return None  # not the OS channel's resource
+    at = raw.find(_TIME, scope)
+    if at < 0:
+        return None
+    at += len(_TIME)
+    quoted = raw[at] == 0x22  # '"'
+    at += quoted
+    end = raw.find(b'"' if quoted else b",", at)
+    if end < 0 or raw.find(_TIME, end) >= 0:
+        return None  # several log records
+    try:
+        time = int(raw[at:end])
+    except ValueError:
+        return None
+    source = raw.find(_RECORD_ID)
+    if 0 <= source < scope:
+        return None  # a resource attribute, not the record's
+    return time, _string_at(raw, _EVENT, scope), _string_at(raw, _RECORD_ID, source)
+
+
+def read_line(out: Records, name: str, number: int, raw: bytes) -> None:
+    """One stream line into ``out`` without the block shortcuts (fast path, else in full)."""
+    fast = fast_os_line(raw)
+    if fast is not None:
+        rid = f"{name}:{number}"
+        out.records.append(Record(rid, "os_event", name, number, fast[1], fast[0]))
+        if fast[2]:
+            out.by_os_record.setdefault(fast[2], rid)
         return
+    slow_line(out, name, number, raw)
+
+
+def slow_line(out: Records, name: str, number: int, raw: bytes) -> None:
+    """Decode one stream line in full into ``out`` (the reference the fast path agrees with)."""
     base = f"{name}:{number}"
     try:
         doc = orjson.loads(raw)

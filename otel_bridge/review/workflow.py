@@ -20,6 +20,7 @@ Consecutive nodes of one phase form one workflow node, which lists the rules of 
 
 from __future__ import annotations
 
+from bisect import bisect_right
 from collections.abc import Mapping
 from typing import Any
 
@@ -208,33 +209,48 @@ def checked_by_edges(session: Session, edges: list[Edge]) -> list[Edge]:
     after the last write (rule ``covers_directory``)."""
     out: list[Edge] = []
     validators = [p for p in session.of_type("process_run") if p.data.get("check") is not None]
-    reads = {(e.source, e.target): e for e in edges if e.relation == "uses"}
+    starts = [p.time or 0 for p in validators]
+    by_owner: dict[str, list[int]] = {}  # owner of the validate runs' effects -> their positions
+    for i, proc in enumerate(validators):
+        by_owner.setdefault(session.owner.get(proc.id, proc.id), []).append(i)
+    reads: dict[str, list[tuple[int, Edge]]] = {}  # artifact -> (validator position, its use)
+    for e in edges:
+        for i in by_owner.get(e.source, ()) if e.relation == "uses" else ():
+            reads.setdefault(e.target, []).append((i, e))
     for artifact in session.of_type("artifact"):
         last_write = artifact.data.get("last_write") or 0
         path = artifact.data.get("path")
         if not artifact.data.get("written") or path is None:
             continue
-        covering: EvidenceNode | None = None
-        for proc in validators:
-            use = reads.get((session.owner.get(proc.id, proc.id), artifact.id))
-            if use is not None and (use.detail.get("last") or 0) >= last_write:
-                edge = ruled(
-                    artifact.id, "checked_by", proc.id, session=session.id, method="observed"
-                )
-                edge.inferred, edge.causal, edge.grade = use.inferred, use.causal, use.grade
-                edge.support = [use.id]
-                out.append(edge)
-                break
+        # the earliest validate run (in time order) that read it after the last write
+        read = min(
+            ((i, use) for i, use in reads.get(artifact.id, ()) if _last(use) >= last_write),
+            key=lambda iu: iu[0],
+            default=None,
+        )
+        if read is not None:
+            i, use = read
+            edge = ruled(
+                artifact.id, "checked_by", validators[i].id, session=session.id, method="observed"
+            )
+            edge.inferred, edge.causal, edge.grade = use.inferred, use.causal, use.grade
+            edge.support = [use.id]
+            out.append(edge)
+            continue
+        # else the earliest that started after it and whose working directory holds it
+        for proc in validators[bisect_right(starts, last_write) :]:
             cwd = proc.data.get("cwd")
-            if covering is None and cwd and path.startswith(cwd.rstrip("/") + "/"):
-                covering = proc if (proc.time or 0) > last_write else None
-        else:
-            if covering is not None:
+            if cwd and path.startswith(cwd.rstrip("/") + "/"):
                 method = "rule:covers_directory"
                 out.append(
-                    ruled(artifact.id, "checked_by", covering.id, session=session.id, method=method)
+                    ruled(artifact.id, "checked_by", proc.id, session=session.id, method=method)
                 )
+                break
     return out
+
+
+def _last(use: Edge) -> int:
+    return int(use.detail.get("last") or 0)
 
 
 def frames_edges(session: Session, workflow: list[WorkflowNode]) -> list[Edge]:

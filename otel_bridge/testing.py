@@ -70,6 +70,7 @@ from otel_bridge.model import (
     Channel,
     CommandFacts,
     CoverageRecord,
+    EmitterFacts,
     Entity,
     EntityKind,
     Evidence,
@@ -449,7 +450,8 @@ def tool_declaration(
         facts=CommandFacts(command=line, tool=tool.label),
         key=command_key(tool.label, line),
     )
-    source = Source(channel=channel, backend="otlp", record_id=span)
+    emitter = None if agent_pid is None else EmitterFacts(host_id=host, pid=agent_pid)
+    source = Source(channel=channel, backend="otlp", record_id=span, emitter=emitter)
     reported = Evidence(attribution=Attribution.REPORTED)
     return [
         Observation(

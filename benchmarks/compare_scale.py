@@ -4,12 +4,16 @@ Each run is a graph document shaped as ``observe`` writes it (tool-call nodes wi
 stable keys, one process per call, files opened and written) plus the calls' arguments and
 results, built from one 100-step task template with seeded variations: a skipped step (5%), a
 detour call (5%), a retried call (3%). The timed part is what ``compare`` does after reading the
-files: :func:`extract_run` on every document, then :func:`compare` (dependencies by method,
-provenance, capsules, clustering, joined graph, coverage, impact; the ablation is off, it
-re-clusters four times), then encoding compare.json. Times are CPU seconds of this process; peak
-RSS is the process's maximum resident set (with ``--growth`` each row runs in its own process).
+files, as the command does it: each run is extracted (:func:`extract_run`) and added to a
+:class:`Comparison` (dependencies by method, capsules, its provenance graph written to a spool
+file, ``--provenance summary``: only its counts), then dropped; ``finish`` clusters and builds
+the joined graph, coverage and impact (the ablation is off, it re-clusters four times), and the
+spool writes compare.json around the spooled provenance. Times are CPU seconds of this process;
+peak RSS is the process's maximum resident set (with ``--growth`` each row runs in its own
+process).
 
-Run: ``python benchmarks/compare_scale.py [--runs 1000 --calls 100] [--growth]``.
+Run: ``python benchmarks/compare_scale.py [--runs 1000 --calls 100] [--growth]
+[--provenance summary]``.
 """
 
 from __future__ import annotations
@@ -19,12 +23,12 @@ import random
 import resource
 import subprocess
 import sys
+import tempfile
 import time
+from pathlib import Path
 from typing import Any
 
-import orjson
-
-from otel_bridge.compare import CompareConfig, compare, extract_run
+from otel_bridge.compare import CompareConfig, Comparison, ProvenanceSpool, extract_run
 from otel_bridge.compare.synthetic import Step, graph_document
 
 TOOLS = [f"tool_{i:02d}" for i in range(12)]
@@ -65,33 +69,43 @@ def variant(plan: list[Step], rng: random.Random) -> list[Step]:
     return out
 
 
-def measure(runs: int, calls: int, seed: int = 0) -> dict[str, float]:
-    """One row: documents are built one at a time and dropped once extracted, as files would."""
+def measure(runs: int, calls: int, provenance: str = "full", seed: int = 0) -> dict[str, float]:
+    """One row, as ``otel-bridge compare`` runs: documents are built one at a time, extracted,
+    compared in (provenance spooled to a file) and dropped; then the document is written."""
     rng = random.Random(seed)
     plan = template(calls)
-    loaded = []
-    extract = 0.0
-    for n in range(runs):
-        graph, io = graph_document(f"run-{n:05d}", variant(plan, rng))
+    extract = compared = 0.0
+    total_calls = 0
+    with tempfile.TemporaryDirectory() as out, ProvenanceSpool(Path(out)) as spool:
+        comparison = Comparison(CompareConfig(ablation=False), spool.add, provenance)
+        for n in range(runs):
+            graph, io = graph_document(f"run-{n:05d}", variant(plan, rng))
+            start = time.process_time()
+            run = extract_run(f"run-{n:05d}", "synthetic", graph, io)
+            middle = time.process_time()
+            run.metrics.update(
+                score=rng.random(), tokens={"input": None, "output": None}, cost=None
+            )
+            total_calls += len(run.calls)
+            comparison.add(run)
+            extract += middle - start
+            compared += time.process_time() - middle
+            del graph, io, run
         start = time.process_time()
-        run = extract_run(f"run-{n:05d}", "synthetic", graph, io)
-        extract += time.process_time() - start
-        run.metrics.update(score=rng.random(), tokens={"input": None, "output": None}, cost=None)
-        loaded.append(run)
-    start = time.process_time()
-    doc = compare(loaded, CompareConfig(ablation=False))
-    middle = time.process_time()
-    encoded = orjson.dumps(doc)
-    end = time.process_time()
+        doc = comparison.finish()
+        middle = time.process_time()
+        spool.write_document(doc, Path(out) / "compare.json")
+        end = time.process_time()
+        size = (Path(out) / "compare.json").stat().st_size
     return {
         "runs": runs,
-        "calls": sum(len(r.calls) for r in loaded),
+        "calls": total_calls,
         "extract": extract,
-        "compare": middle - start,
+        "compare": compared + middle - start,
         "encode": end - middle,
-        "total": extract + end - start,
+        "total": extract + compared + end - start,
         "nodes": len(doc["joined"]["nodes"]),
-        "bytes": len(encoded),
+        "bytes": size,
         "rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
     }
 
@@ -101,6 +115,7 @@ def main() -> int:
     parser.add_argument("--runs", type=int, default=1000)
     parser.add_argument("--calls", type=int, default=100)
     parser.add_argument("--growth", action="store_true", help="also vary runs and calls per run")
+    parser.add_argument("--provenance", choices=("full", "summary"), default="full")
     parser.add_argument("--row", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
     rows = [(args.runs, args.calls)]
@@ -116,9 +131,10 @@ def main() -> int:
     for runs, calls in rows:
         if len(rows) > 1:  # each row in a fresh process, so its peak RSS is its own
             argv = [sys.executable, __file__, "--runs", str(runs), "--calls", str(calls), "--row"]
+            argv += ["--provenance", args.provenance]
             print(subprocess.run(argv, check=True, capture_output=True, text=True).stdout, end="")
             continue
-        m = measure(runs, calls)
+        m = measure(runs, calls, args.provenance)
         print(
             f"| {runs} | {calls} | {m['calls']:,.0f} | {m['extract']:.2f} | {m['compare']:.2f} | "
             f"{m['encode']:.2f} | {m['total']:.2f} | {m['nodes']:.0f} | {m['bytes']:,.0f} | "

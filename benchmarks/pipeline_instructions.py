@@ -18,6 +18,7 @@ Usage::
     python benchmarks/pipeline_instructions.py
     python benchmarks/pipeline_instructions.py --spans 32768 --stage decode normalize full
     python benchmarks/pipeline_instructions.py --stage graph-os --spans 16000  # per OS event
+    python benchmarks/pipeline_instructions.py --stage graph-os-normalized --spans 16000
 
 Needs valgrind (``apt-get install valgrind``).
 """
@@ -36,10 +37,13 @@ from pathlib import Path
 from typing import Any
 
 STAGES = ("decode", "normalize", "full", "graph")
-EXTRA_STAGES = ("graph-os",)
+EXTRA_STAGES = ("graph-os", "graph-os-normalized")
 """``graph-os``: the graph accumulator alone on the synthetic OS events of
 ``graph_materialization.py`` (``opened`` relations with fresh entities, typed facts and keys, per
-event rather than per span; not run by default)."""
+event rather than per span; not run by default). ``graph-os-normalized``: the accumulator alone
+on what the ``normalize`` processor makes of host-receiver ``file.open`` records (one process,
+files cycling over ``graph_materialization.RESOURCE_CAP`` paths), normalized before the measured
+part: the same records for every version of the code, each version's own normalizer output."""
 """``decode``: bytes to typed spans; ``normalize``: and the normalizer; ``full``: the whole
 pipeline of ``pipeline_throughput.py`` (memory_limiter, batch, normalize, graph); ``graph``: the
 graph accumulator alone (``apply_many`` of the normalized observations of each request, normalized
@@ -115,12 +119,69 @@ def graph_os_work(events: int, prepared: int) -> None:
     os._exit(0)
 
 
+def os_records(n: int) -> list[Any]:
+    """``n`` ``file.open`` records of one process as the host receiver writes them, over
+    ``RESOURCE_CAP`` distinct paths (the workload of ``graph-os``, as OTLP log records)."""
+    from graph_materialization import RESOURCE_CAP
+
+    from otel_bridge.model import LogRecord, Resource, Scope
+
+    resource = Resource(
+        attributes={
+            "evidence.channel": "os",
+            "evidence.backend": "linux",
+            "host.id": "bench-host",
+            "otel_bridge.run.id": "bench",
+        }
+    )
+    scope = Scope(name="otel_bridge.host")
+    return [
+        LogRecord(
+            resource=resource,
+            scope=scope,
+            time_unix_nano=1_767_225_600_000_000_000 + i * 1_000,
+            event_name="file.open",
+            attributes={
+                "evidence.record_id": f"linux:{i}",
+                "evidence.attribution": "syscall",
+                "evidence.causal": True,
+                "process.pid": 4242,
+                "process.creation.time": "2026-01-01T00:00:00.000Z",
+                "file.path": f"/srv/data/file-{i % RESOURCE_CAP:05d}.bin",
+                "file.open.flags": "O_RDONLY",
+            },
+        )
+        for i in range(n)
+    ]
+
+
+def graph_os_normalized_work(events: int, prepared: int) -> None:
+    """The ``graph-os-normalized`` stage: ``prepared`` records normalized in batches of 512 in
+    both runs, 2,000 events applied as warm-up, then ``events`` more."""
+    from otel_bridge.graph import GraphAccumulator
+    from otel_bridge.model import Batch
+    from otel_bridge.processors.normalize import Normalizer
+
+    records = os_records(2_000 + prepared)
+    normalizer = Normalizer()
+    built: list[Any] = []
+    for i in range(0, len(records), _REQUEST_SPANS):
+        built.extend(normalizer(Batch(logs=tuple(records[i : i + _REQUEST_SPANS]))).observations)
+    accumulator = GraphAccumulator(retain_support=False)
+    accumulator.apply_many(built[:2_000])
+    accumulator.apply_many(built[2_000 : 2_000 + events])
+    sys.stdout.flush()
+    os._exit(0)
+
+
 def work(stage: str, spans: int, prepared: int) -> None:
     """Warm up, then push ``spans`` spans through ``stage`` (the measured child's job)."""
     if stage == "graph":
         graph_work(spans, prepared)
     if stage == "graph-os":
         graph_os_work(spans, prepared)
+    if stage == "graph-os-normalized":
+        graph_os_normalized_work(spans, prepared)
     from pipeline_throughput import _DISTINCT_REQUESTS, build_requests
 
     per_sender = [build_requests(s, _REQUEST_SPANS) for s in range(4)]
@@ -172,7 +233,7 @@ def per_span(stage: str, spans: int) -> float:
     subtracted."""
     base = instructions(stage, 0, spans)
     loaded = instructions(stage, spans, spans)
-    if stage == "graph-os":
+    if stage in EXTRA_STAGES:
         return (loaded - base) / spans
     return (loaded - base) / (spans // _REQUEST_SPANS * _REQUEST_SPANS)
 

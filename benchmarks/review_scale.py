@@ -19,7 +19,6 @@ Run: ``python benchmarks/review_scale.py [--tools 2000] [--events 200000] [--rep
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import platform
 import statistics
@@ -31,19 +30,10 @@ from typing import Any
 
 import orjson
 
-from otel_bridge.graph.document import Graph, GraphEdge, GraphNode, dump
-from otel_bridge.graph.summary import summarize
-from otel_bridge.model import (
-    AgentFacts,
-    FileFacts,
-    ProcessFacts,
-    Resource,
-    Scope,
-    Span,
-    ToolCallFacts,
-)
-from otel_bridge.otlp import json_codec
+from otel_bridge.graph.document import GraphNode
+from otel_bridge.model import AgentFacts, ProcessFacts, Resource, Scope, Span, ToolCallFacts
 from otel_bridge.review import build_review, write_review
+from otel_bridge.testing import SyntheticRun
 
 TRACE = "ab" * 16
 HOST = "bench-host"
@@ -52,62 +42,26 @@ LIBRARY_FILES = 2_000
 WORKSPACE = "/srv/work"
 
 
-class Generator:
+class Generator(SyntheticRun):
     """Builds the spans, graph and OS lines of the synthetic session."""
 
     def __init__(self, tools: int, events: int) -> None:
+        super().__init__(
+            resource=Resource(attributes={"service.name": "bench"}),
+            scope=Scope(name="bench"),
+            clock=1_796_000_000_000_000_000,
+        )
         self.tools = tools
         self.events = events
-        self.clock = 1_796_000_000_000_000_000
-        self.spans: list[Span] = []
-        self.nodes: dict[str, GraphNode] = {}
-        self.edges: list[GraphEdge] = []
         self.os_records = 0
-        self.resource = Resource(attributes={"service.name": "bench"})
-        self.scope = Scope(name="bench")
-
-    def tick(self, ms: int = 1) -> int:
-        self.clock += ms * 1_000_000
-        return self.clock
 
     def span(self, n: int, name: str, attrs: dict[str, Any]) -> Span:
-        start = self.tick()
-        span = Span(
-            resource=self.resource,
-            scope=self.scope,
-            trace_id=bytes.fromhex(TRACE),
-            span_id=n.to_bytes(8, "big"),
-            parent_span_id=(1).to_bytes(8, "big") if n != 1 else b"",
-            name=name,
-            start_time_unix_nano=start,
-            end_time_unix_nano=self.tick(5),
-            attributes=attrs,
-        )
-        self.spans.append(span)
-        return span
+        return self.add_span(TRACE, n, name, attrs, 1 if n != 1 else 0, duration_ms=5)
 
     def edge(self, source: str, relation: str, target: str, **kw: Any) -> None:
         t = self.tick(0) + len(self.edges)
-        oid = f"linux:{self.os_records}#0"
+        self.add_edge(source, relation, target, at=t, record=f"linux:{self.os_records}", **kw)
         self.os_records += 1
-        self.edges.append(
-            GraphEdge(
-                id=f"e-{len(self.edges):016x}",
-                source=source,
-                target=target,
-                relation=relation,
-                first_seen=t,
-                last_seen=t,
-                support=(oid,),
-                **kw,
-            )
-        )
-
-    def file(self, path: str) -> str:
-        fid = f"file:{path}"
-        if fid not in self.nodes:
-            self.nodes[fid] = GraphNode(id=fid, kind="file", label=path, facts=FileFacts(path=path))
-        return fid
 
     def build(self) -> None:
         """The whole session."""
@@ -131,25 +85,13 @@ class Generator:
 
     def chat(self, n: int, inputs: list[dict[str, Any]], outputs: list[dict[str, Any]]) -> None:
         """One model request."""
-        attrs = {
-            "gen_ai.operation.name": "chat",
-            "gen_ai.request.model": "m",
-            "gen_ai.input.messages": json.dumps(inputs),
-            "gen_ai.output.messages": json.dumps(outputs),
-        }
-        self.span(n, "chat m", attrs)
+        self.span(n, "chat m", self.chat_attrs(inputs, outputs))
 
     def tool(self, n: int, i: int, call: str, opens: int) -> None:
         """One tool call, its process, its file opens, its write and its read."""
         test = i % 20 == 19
         argv = ("python", "-m", "pytest", "-q") if test else ("python", f"step{i}.py")
-        attrs = {
-            "gen_ai.operation.name": "execute_tool",
-            "gen_ai.tool.name": "run_command",
-            "gen_ai.tool.call.id": call,
-            "gen_ai.tool.call.arguments": json.dumps({"command": " ".join(argv)}),
-            "gen_ai.tool.call.result": "exit code 0",
-        }
+        attrs = self.command_attrs(call, argv, "exit code 0")
         span = self.span(n, "execute_tool run_command", attrs)
         tool = f"tool_call:{TRACE}:{span.span_id.hex()}"
         tfacts = ToolCallFacts(tool="run_command", call_id=call, trace_id=TRACE)
@@ -195,8 +137,8 @@ class Generator:
     def write(self, run_dir: Path) -> None:
         """``sem.jsonl``, ``os.jsonl`` (one log record per OS event) and ``graph.json``."""
         with open(run_dir / "sem.jsonl", "wb") as f:
-            for span in self.spans:
-                f.write(orjson.dumps(json_codec.encode_traces([span])) + b"\n")
+            for encoded in self.span_lines():
+                f.write(encoded + b"\n")
         resource = {"attributes": [{"key": "evidence.channel", "value": {"stringValue": "os"}}]}
         with open(run_dir / "os.jsonl", "wb") as f:
             for r in range(self.os_records):
@@ -215,20 +157,8 @@ class Generator:
                     ]
                 }
                 f.write(orjson.dumps(line) + b"\n")
-        nodes = tuple(sorted(self.nodes.values(), key=lambda n: n.id))
-        edges = tuple(sorted(self.edges, key=lambda e: (e.source, e.relation, e.target)))
         coverage = {"collection.file.available": 1, "collection.process.available": 1}
-        summary = summarize(
-            [n.to_dict() for n in nodes],
-            [e.to_dict() for e in edges],
-            coverage,
-            {"os": 2},
-            len(edges),
-        )
-        dump(
-            Graph(run={"id": "bench"}, nodes=nodes, edges=edges, summary=summary),
-            run_dir / "graph.json",
-        )
+        self.write_graph(run_dir / "graph.json", "bench", coverage)
 
 
 def _timed(fn: Any, *args: Any) -> tuple[Any, float, float]:

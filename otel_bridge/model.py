@@ -304,6 +304,18 @@ class LogRecord(msgspec.Struct, frozen=True, kw_only=True, gc=False):
 # --------------------------------------------------------------------------------------------
 
 
+class EmitterFacts(msgspec.Struct, frozen=True, kw_only=True, gc=False, tag="emitter"):
+    """The process that emitted a span, as the span's resource states it (``None``: the
+    resource does not state it). Read once per resource by ``normalize``."""
+
+    host_id: str | None = None
+    """Resource ``host.id``."""
+    pid: int | None = None
+    """Resource ``process.pid``."""
+    start_time_ms: int | None = None
+    """Resource ``process.creation.time``, parsed (``identity.iso_to_ms``)."""
+
+
 class Source(msgspec.Struct, frozen=True, kw_only=True, gc=False):
     """Where an observation came from. Derived observations name the deriving component."""
 
@@ -313,6 +325,9 @@ class Source(msgspec.Struct, frozen=True, kw_only=True, gc=False):
     ``correlate`` for derived relations."""
     record_id: str
     """Id of the source record: span id (hex), OS event id, or derived record id."""
+    emitter: EmitterFacts | None = None
+    """For a span's observations, the process that emitted the span when its resource states
+    any of pid, host or start time (one shared object per resource); None otherwise."""
 
 
 class Evidence(msgspec.Struct, frozen=True, kw_only=True, gc=False):

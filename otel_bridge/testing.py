@@ -8,6 +8,8 @@
   them at start; :func:`list_receiver_factory` registers it as a receiver type.
 * :class:`FailingProcessor` raises on every batch (a ``ValueError``, a permanent or a retryable
   error); :func:`failing_processor_factory` registers it, to test what clients are answered.
+* :class:`SyntheticRun` writes a run directory directly (spans and graph.json), for review
+  tests and benchmarks.
 * :func:`tool_declaration` and :class:`ProcessRecord` build observations in the normalizer's
   documented shape (a tool span's declared command; a process start, exec or exit), for tests
   and benchmarks that feed the correlator directly.
@@ -24,6 +26,7 @@ Example::
 from __future__ import annotations
 
 import contextlib
+import json
 import socket
 import subprocess
 import sys
@@ -31,7 +34,10 @@ import threading
 import time
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
+
+import orjson
 
 from otel_bridge.component import (
     EXPORTER,
@@ -64,10 +70,12 @@ from otel_bridge.model import (
     Channel,
     CommandFacts,
     CoverageRecord,
+    EmitterFacts,
     Entity,
     EntityKind,
     Evidence,
     ExecutableFacts,
+    FileFacts,
     LogRecord,
     Observation,
     ProcessFacts,
@@ -76,6 +84,7 @@ from otel_bridge.model import (
     Scope,
     Source,
     Span,
+    SpanKind,
     ToolCallFacts,
 )
 from otel_bridge.registry import Registry
@@ -441,7 +450,8 @@ def tool_declaration(
         facts=CommandFacts(command=line, tool=tool.label),
         key=command_key(tool.label, line),
     )
-    source = Source(channel=channel, backend="otlp", record_id=span)
+    emitter = None if agent_pid is None else EmitterFacts(host_id=host, pid=agent_pid)
+    source = Source(channel=channel, backend="otlp", record_id=span, emitter=emitter)
     reported = Evidence(attribution=Attribution.REPORTED)
     return [
         Observation(
@@ -768,3 +778,126 @@ def graph_document(
         "edges": edges,
         "summary": summarize(nodes, edges, {}, {}, count),
     }
+
+
+@dataclass
+class SyntheticRun:
+    """A run directory written directly, for review tests and benchmarks: spans in
+    ``sem.jsonl`` (the OTLP/JSON codec) and ``graph.json`` (the graph document's own writer),
+    so a reader sees exactly the formats ``observe`` writes; the OS plane is stated, not
+    observed. Subclasses add their own sessions with :meth:`add_span`, :meth:`add_edge`,
+    :meth:`file` and the span attribute helpers."""
+
+    resource: Resource
+    scope: Scope
+    clock: int
+    spans: list[Span] = field(default_factory=list)
+    nodes: dict[str, Any] = field(default_factory=dict)
+    """Graph node id -> ``GraphNode``."""
+    edges: list[Any] = field(default_factory=list)
+    """``GraphEdge`` rows, in the order they were added."""
+
+    def tick(self, ms: int = 1) -> int:
+        """Move the clock ``ms`` milliseconds on; the new time (ns)."""
+        self.clock += ms * 1_000_000
+        return self.clock
+
+    def add_span(  # noqa: PLR0917 (a span's fields)
+        self,
+        trace: str,
+        n: int,
+        name: str,
+        attrs: dict[str, Any],
+        parent: int,
+        kind: SpanKind = SpanKind.UNSPECIFIED,
+        duration_ms: int = 1,
+    ) -> Span:
+        """Span number ``n`` of ``trace`` (hex), child of span number ``parent`` (0: a root),
+        starting at the next tick and lasting ``duration_ms``."""
+        start = self.tick()
+        span = Span(
+            resource=self.resource,
+            scope=self.scope,
+            trace_id=bytes.fromhex(trace),
+            span_id=n.to_bytes(8, "big"),
+            parent_span_id=parent.to_bytes(8, "big") if parent else b"",
+            name=name,
+            kind=kind,
+            start_time_unix_nano=start,
+            end_time_unix_nano=self.tick(duration_ms),
+            attributes=attrs,
+        )
+        self.spans.append(span)
+        return span
+
+    def add_edge(
+        self, source: str, relation: str, target: str, *, at: int, record: str, **kw: Any
+    ) -> None:
+        """A graph edge seen once at ``at``, supported by OS record ``record``."""
+        from otel_bridge.graph.document import GraphEdge  # noqa: PLC0415 (graph builders only)
+
+        self.edges.append(
+            GraphEdge(
+                id=f"e-{len(self.edges):016x}",
+                source=source,
+                target=target,
+                relation=relation,
+                first_seen=at,
+                last_seen=at,
+                support=(f"{record}#0",),
+                **kw,
+            )
+        )
+
+    def file(self, path: str) -> str:
+        """The file node of ``path`` (added once); its id."""
+        from otel_bridge.graph.document import GraphNode  # noqa: PLC0415 (graph builders only)
+
+        fid = f"file:{path}"
+        if fid not in self.nodes:
+            self.nodes[fid] = GraphNode(id=fid, kind="file", label=path, facts=FileFacts(path=path))
+        return fid
+
+    @staticmethod
+    def chat_attrs(inputs: Any, outputs: Any) -> dict[str, Any]:
+        """A ``chat`` span's attributes carrying the conversation's messages."""
+        return {
+            "gen_ai.operation.name": "chat",
+            "gen_ai.request.model": "m",
+            "gen_ai.input.messages": json.dumps(inputs),
+            "gen_ai.output.messages": json.dumps(outputs),
+        }
+
+    @staticmethod
+    def command_attrs(call: str, argv: Iterable[str], result: str) -> dict[str, Any]:
+        """A ``run_command`` tool span's attributes (the command is the joined argv)."""
+        return {
+            "gen_ai.operation.name": "execute_tool",
+            "gen_ai.tool.name": "run_command",
+            "gen_ai.tool.call.id": call,
+            "gen_ai.tool.call.arguments": json.dumps({"command": " ".join(argv)}),
+            "gen_ai.tool.call.result": result,
+        }
+
+    def span_lines(self) -> list[bytes]:
+        """One OTLP/JSON line per span, as ``sem.jsonl`` holds them."""
+        from otel_bridge.otlp import json_codec  # noqa: PLC0415 (run directory writers only)
+
+        return [orjson.dumps(json_codec.encode_traces([s])) for s in self.spans]
+
+    def write_graph(self, path: Path, run_id: str, coverage: dict[str, int]) -> None:
+        """``graph.json``: the nodes and edges in the document's order, the summary computed
+        by the package's own code, ``coverage`` counted as OS-channel coverage."""
+        from otel_bridge.graph.document import Graph, dump  # noqa: PLC0415 (graph builders)
+        from otel_bridge.graph.summary import summarize  # noqa: PLC0415
+
+        nodes = tuple(sorted(self.nodes.values(), key=lambda n: n.id))
+        edges = tuple(sorted(self.edges, key=lambda e: (e.source, e.relation, e.target)))
+        summary = summarize(
+            [n.to_dict() for n in nodes],
+            [e.to_dict() for e in edges],
+            coverage,
+            {"os": sum(coverage.values())} if coverage else {},
+            len(edges),
+        )
+        dump(Graph(run={"id": run_id}, nodes=nodes, edges=edges, summary=summary), path)

@@ -3,20 +3,27 @@
 from __future__ import annotations
 
 import argparse
+import itertools
 import os
 import tempfile
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import orjson
 
 from otel_bridge.compare import (
+    PROVENANCE_MODES,
     CompareConfig,
-    compare,
+    Comparison,
+    ProvenanceSpool,
+    RunData,
     load_run,
     load_traces,
+    provenance_summary,
     render_markdown,
     validate_document,
+    validate_provenance,
 )
 from otel_bridge.errors import OtelBridgeError
 from otel_bridge.store.options import add_db_options, stored_run_dirs
@@ -49,6 +56,13 @@ def register(subparsers: Any) -> None:
         "output of one standing collector: each trace is a run, id '<run id>#<trace id>')",
     )
     add_db_options(p)
+    p.add_argument(
+        "--provenance",
+        choices=PROVENANCE_MODES,
+        default="full",
+        help="per-run provenance graphs in compare.json: every activity, entity and edge "
+        "(full, default) or only their counts (summary, a much smaller file)",
+    )
     p.set_defaults(func=run)
 
 
@@ -72,6 +86,18 @@ def _scores(path: str) -> dict[str, float]:
     return {str(k): float(v) for k, v in data.items()}
 
 
+def _runs(args: argparse.Namespace) -> Iterator[RunData]:
+    """The runs, read one at a time (a run's data is dropped once it is compared)."""
+    overrides = _scores(args.scores) if args.scores else {}
+    for directory in args.runs:
+        loaded = load_traces(directory) if args.group_by == "trace" else [load_run(directory)]
+        for r in loaded:
+            if r.id in overrides:
+                r.metrics["score"] = overrides[r.id]
+                r.metrics["score_source"] = "scores_file"
+            yield r
+
+
 def run(args: argparse.Namespace) -> int:
     """Execute the command."""
     if args.db:  # every selected stored run, written as a private temporary run directory
@@ -84,31 +110,35 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _run(args: argparse.Namespace) -> int:
-    if args.group_by == "trace":
-        runs = [r for d in args.runs for r in load_traces(d)]
-    else:
-        runs = [load_run(d) for d in args.runs]
-    if args.scores:
-        overrides = _scores(args.scores)
-        for r in runs:
-            if r.id in overrides:
-                r.metrics["score"] = overrides[r.id]
-                r.metrics["score_source"] = "scores_file"
+    """Compare the runs: runs are compared one at a time and their provenance spooled to
+    disk, so memory does not grow with each run's provenance graph (``docs/compare.md``)."""
     config = CompareConfig(ablation=not args.no_ablation)
     if args.threshold is not None:
         config = CompareConfig(ablation=config.ablation, threshold=args.threshold)
-    doc = compare(runs, config)
-    validate_document(doc)
+    runs = _runs(args)
+    first = next(runs, None)  # a first run that cannot be read is refused before any output
     out = Path(args.output)
     out.mkdir(parents=True, exist_ok=True, mode=0o700)
-    _write_private(
-        out / "compare.json",
-        orjson.dumps(doc, option=orjson.OPT_SORT_KEYS | orjson.OPT_INDENT_2) + b"\n",
-    )
-    _write_private(out / "compare.md", render_markdown(doc).encode())
+    counts: dict[str, dict[str, Any]] = {}
+    with ProvenanceSpool(out) as spool:
+
+        def sink(run_id: str, provenance: dict[str, Any]) -> None:
+            validate_provenance(run_id, provenance)
+            spool.add(run_id, provenance)
+            counts[run_id] = (
+                provenance if "counts" in provenance else provenance_summary(provenance)
+            )
+
+        comparison = Comparison(config, sink, args.provenance)
+        for r in itertools.chain([first] if first is not None else [], runs):
+            comparison.add(r)
+        doc = comparison.finish()
+        validate_document({**doc, "provenance": {}})
+        spool.write_document(doc, out / "compare.json")
+    _write_private(out / "compare.md", render_markdown({**doc, "provenance": counts}).encode())
     joined = doc["joined"]
     print(
-        f"compared {len(runs)} runs: {len(doc['coverage']['tools'])} tools, "
+        f"compared {len(doc['runs'])} runs: {len(doc['coverage']['tools'])} tools, "
         f"{len(joined['nodes'])} joined nodes, {len(joined['detours'])} detours -> "
         f"{out / 'compare.json'}"
     )

@@ -7,17 +7,32 @@ builds the ``compare.json`` document, :func:`render_markdown` its ``compare.md``
 from __future__ import annotations
 
 from .inputs import RunData, ToolIO, extract_run, load_run, load_traces
-from .report import CompareConfig, compare, render_markdown, schema, validate_document
+from .output import ProvenanceSpool, validate_provenance
+from .report import (
+    PROVENANCE_MODES,
+    CompareConfig,
+    Comparison,
+    compare,
+    provenance_summary,
+    render_markdown,
+    schema,
+    validate_document,
+)
 
 __all__ = [
+    "PROVENANCE_MODES",
     "CompareConfig",
+    "Comparison",
+    "ProvenanceSpool",
     "RunData",
     "ToolIO",
     "compare",
     "extract_run",
     "load_run",
     "load_traces",
+    "provenance_summary",
     "render_markdown",
     "schema",
     "validate_document",
+    "validate_provenance",
 ]

@@ -23,7 +23,7 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
 from .inputs import RunData
 from .provenance import CONFIRMED, Dependency, flatten_io
@@ -37,6 +37,39 @@ DETOUR_FRACTION = 0.2
 """A joined node is a detour when at most this fraction of the runs (at least 1 run) have it."""
 
 Capsule = tuple[frozenset[str], ...]
+
+
+class CallView(Protocol):
+    """What the joined graph reads of a call (a :class:`~.inputs.Call` or a summary's)."""
+
+    @property
+    def id(self) -> str: ...
+    @property
+    def tool(self) -> str: ...
+    @property
+    def key(self) -> str: ...
+
+
+class RunView(Protocol):
+    """What the joined graph reads of a run (a :class:`RunData` or a run summary)."""
+
+    @property
+    def id(self) -> str: ...
+    @property
+    def metrics(self) -> dict[str, Any]: ...
+    @property
+    def calls(self) -> Sequence[CallView]: ...
+
+
+class DependencyView(Protocol):
+    """What the joined graph reads of a dependency."""
+
+    @property
+    def producer(self) -> int: ...
+    @property
+    def consumer(self) -> int: ...
+    @property
+    def method(self) -> str: ...
 
 
 @dataclass(slots=True)
@@ -184,8 +217,8 @@ def _score_summary(run_ids: Sequence[int], scores: Sequence[float | None]) -> di
 
 
 def joined_graph(
-    runs: Sequence[RunData],
-    deps: Sequence[Sequence[Dependency]],
+    runs: Sequence[RunView],
+    deps: Sequence[Sequence[DependencyView]],
     clusters: Sequence[Cluster],
 ) -> dict[str, Any]:
     """The ``joined`` object of ``compare.json`` from a clustering of every run's calls."""
@@ -221,8 +254,8 @@ def joined_graph(
 
 
 def _joined_edges(
-    runs: Sequence[RunData],
-    deps: Sequence[Sequence[Dependency]],
+    runs: Sequence[RunView],
+    deps: Sequence[Sequence[DependencyView]],
     where: Mapping[tuple[int, int], int],
 ) -> list[dict[str, Any]]:
     support: dict[tuple[int, int], set[int]] = {}

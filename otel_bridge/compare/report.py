@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NamedTuple
 
 from otel_bridge import schemas
 from otel_bridge.errors import DecodeError
@@ -15,6 +15,7 @@ from .joined import (
     COMPONENTS,
     DEFAULT_THRESHOLD,
     DEFAULT_WEIGHTS,
+    Capsule,
     Member,
     capsules,
     changed_assignments,
@@ -22,7 +23,7 @@ from .joined import (
     joined_graph,
     normalized,
 )
-from .provenance import Dependency, dependencies, provenance
+from .provenance import CONFIRMED, dependencies, provenance
 
 FORMAT = "otel-bridge.compare"
 VERSION = 1
@@ -38,7 +39,7 @@ class CompareConfig:
     shapley_samples: int = 2000
 
 
-def coverage(runs: Sequence[RunData]) -> dict[str, Any]:
+def coverage(runs: Sequence[RunData] | Sequence[RunSummary]) -> dict[str, Any]:
     """The coverage matrix M[run][tool] (calls of the tool) and the UpSet intersections."""
     tools = sorted({c.tool for r in runs for c in r.calls})
     matrix: dict[str, dict[str, int]] = {}
@@ -58,14 +59,6 @@ def coverage(runs: Sequence[RunData]) -> dict[str, Any]:
     return {"tools": tools, "matrix": matrix, "intersections": intersections}
 
 
-def _members(runs: Sequence[RunData], deps: Sequence[Sequence[Dependency]]) -> list[Member]:
-    members: list[Member] = []
-    for r, (run, run_deps) in enumerate(zip(runs, deps, strict=True)):
-        for i, capsule in enumerate(capsules(run, run_deps)):
-            members.append(Member(r, i, capsule))
-    return members
-
-
 def ablation(
     members: Sequence[Member], weights: Mapping[str, float], threshold: float
 ) -> dict[str, Any]:
@@ -82,33 +75,145 @@ def ablation(
     return out
 
 
-def compare(runs: Sequence[RunData], config: CompareConfig | None = None) -> dict[str, Any]:
-    """The ``compare.json`` document for ``runs`` (run ids must be distinct)."""
-    config = config or CompareConfig()
-    ids = [r.id for r in runs]
-    if len(set(ids)) != len(ids):
-        raise DecodeError(
-            f"runs with the same run id: {sorted({i for i in ids if ids.count(i) > 1})}"
-        )
-    weights = normalized(config.weights)
-    deps = [dependencies(run) for run in runs]
-    members = _members(runs, deps)
-    clusters = cluster(members, weights, config.threshold)
-    tool_sets = {r.id: frozenset(c.tool for c in r.calls) for r in runs}
-    scores = {r.id: r.metrics.get("score") for r in runs}
-    doc: dict[str, Any] = {
-        "format": FORMAT,
-        "version": VERSION,
-        "runs": [{"id": r.id, "path": r.path, "metrics": r.metrics} for r in runs],
-        "coverage": coverage(runs),
-        "impact": shapley(tool_sets, scores, samples=config.shapley_samples),
-        "provenance": {r.id: provenance(r, d) for r, d in zip(runs, deps, strict=True)},
-        "joined": joined_graph(runs, deps, clusters),
+class CallRef(NamedTuple):
+    """What the joined graph keeps of one tool call."""
+
+    id: str
+    tool: str
+    key: str
+
+
+class DepRef(NamedTuple):
+    """A confirmed dependency between two calls of one run (call indexes)."""
+
+    producer: int
+    consumer: int
+    method: str
+
+
+@dataclass(slots=True)
+class RunSummary:
+    """What a :class:`Comparison` keeps of a run once the run's provenance is written: the run's
+    row, its calls' ids, tools and keys (tools and keys interned), its confirmed dependencies."""
+
+    id: str
+    path: str
+    metrics: dict[str, Any]
+    calls: list[CallRef]
+    confirmed: list[DepRef]
+
+
+ProvenanceSink = Callable[[str, dict[str, Any]], None]
+"""Receives each run's ``provenance`` object (run id, object) as the run is added."""
+PROVENANCE_MODES = ("full", "summary")
+
+
+def provenance_summary(prov: Mapping[str, Any]) -> dict[str, Any]:
+    """The ``summary`` form of a run's provenance: how many activities, entities and edges (by
+    method) the full object holds (``compare --provenance summary``)."""
+    edges: dict[str, int] = {}
+    for edge in prov["edges"]:
+        edges[edge["method"]] = edges.get(edge["method"], 0) + 1
+    return {
+        "counts": {
+            "activities": len(prov["activities"]),
+            "entities": len(prov["entities"]),
+            "edges": dict(sorted(edges.items())),
+        }
     }
-    doc["joined"]["weights"] = weights
-    doc["joined"]["threshold"] = config.threshold
-    if config.ablation:
-        doc["joined"]["ablation"] = ablation(members, weights, config.threshold)
+
+
+class Comparison:
+    """``compare`` one run at a time, in bounded memory.
+
+    :meth:`add` computes a run's dependencies, capsules and provenance, hands the provenance to
+    ``sink`` (``summary`` mode: its counts) and keeps only a :class:`RunSummary` and the run's
+    capsules, interned (runs of one task repeat the same capsules, so each distinct capsule is
+    held once). The caller drops the :class:`RunData`. :meth:`finish` builds the rest of the
+    document (runs, coverage, impact, joined graph) without ``provenance``, which the sink has.
+    Memory is then the summaries (a call id and three references per call) plus one run's data,
+    not every run's calls, arguments, results and provenance graph.
+    """
+
+    def __init__(
+        self,
+        config: CompareConfig | None = None,
+        sink: ProvenanceSink | None = None,
+        provenance_mode: str = "full",
+    ) -> None:
+        if provenance_mode not in PROVENANCE_MODES:
+            raise ValueError(f"provenance mode must be one of {PROVENANCE_MODES}")
+        self.config = config or CompareConfig()
+        self.weights = normalized(self.config.weights)
+        self.runs: list[RunSummary] = []
+        self.members: list[Member] = []
+        self._sink = sink
+        self._mode = provenance_mode
+        self._ids: set[str] = set()
+        self._strings: dict[str, str] = {}
+        self._capsules: dict[Capsule, Capsule] = {}
+
+    def _intern(self, text: str) -> str:
+        return self._strings.setdefault(text, text)
+
+    def add(self, run: RunData) -> None:
+        """Compare ``run`` in: its provenance goes to the sink, its summary stays."""
+        if run.id in self._ids:
+            raise DecodeError(f"runs with the same run id: [{run.id!r}]")
+        self._ids.add(run.id)
+        deps = dependencies(run)
+        r = len(self.runs)
+        for i, capsule in enumerate(capsules(run, deps)):
+            shared = self._capsules.setdefault(capsule, capsule)
+            self.members.append(Member(r, i, shared))
+        if self._sink is not None:
+            prov = provenance(run, deps)
+            self._sink(run.id, prov if self._mode == "full" else provenance_summary(prov))
+        intern = self._intern
+        self.runs.append(
+            RunSummary(
+                id=run.id,
+                path=run.path,
+                metrics=run.metrics,
+                calls=[CallRef(c.id, intern(c.tool), intern(c.key)) for c in run.calls],
+                confirmed=[
+                    DepRef(d.producer, d.consumer, intern(d.method))
+                    for d in deps
+                    if d.method in CONFIRMED
+                ],
+            )
+        )
+
+    def finish(self) -> dict[str, Any]:
+        """The ``compare.json`` document without ``provenance`` (the sink received it)."""
+        config, runs = self.config, self.runs
+        clusters = cluster(self.members, self.weights, config.threshold)
+        tool_sets = {r.id: frozenset(c.tool for c in r.calls) for r in runs}
+        scores = {r.id: r.metrics.get("score") for r in runs}
+        doc: dict[str, Any] = {
+            "format": FORMAT,
+            "version": VERSION,
+            "runs": [{"id": r.id, "path": r.path, "metrics": r.metrics} for r in runs],
+            "coverage": coverage(runs),
+            "impact": shapley(tool_sets, scores, samples=config.shapley_samples),
+            "joined": joined_graph(runs, [r.confirmed for r in runs], clusters),
+        }
+        doc["joined"]["weights"] = self.weights
+        doc["joined"]["threshold"] = config.threshold
+        if config.ablation:
+            doc["joined"]["ablation"] = ablation(self.members, self.weights, config.threshold)
+        return doc
+
+
+def compare(runs: Iterable[RunData], config: CompareConfig | None = None) -> dict[str, Any]:
+    """The whole ``compare.json`` document for ``runs`` (run ids must be distinct), in memory:
+    a :class:`Comparison` whose sink keeps every run's provenance."""
+    provenance_by_run: dict[str, dict[str, Any]] = {}
+    comparison = Comparison(config, provenance_by_run.__setitem__)
+    for run in runs:
+        comparison.add(run)
+    doc = comparison.finish()
+    doc["provenance"] = provenance_by_run
     return doc
 
 
@@ -197,7 +302,9 @@ def render_markdown(doc: Mapping[str, Any]) -> str:
     ]
     for run_id, prov in doc["provenance"].items():
         counts = dict.fromkeys(("exact_reference", "observed_dataflow", "candidate"), 0)
-        for edge in prov["edges"]:
+        if "counts" in prov:  # the summary form
+            counts.update((m, n) for m, n in prov["counts"]["edges"].items() if m in counts)
+        for edge in prov.get("edges", ()):
             if edge["method"] in counts:
                 counts[edge["method"]] += 1
         lines.append(f"| {run_id} | " + " | ".join(str(v) for v in counts.values()) + " |")

@@ -192,7 +192,9 @@ class Store:
         """The entity object last merged into the node. Producers share one entity object
         between the observations of a batch that mention it, and merging the same object again
         changes nothing but the facts stamp, so a sighting of ``n_ent[i]`` itself skips the
-        merge checks (:meth:`see`) and only moves the stamp (:meth:`stamp`)."""
+        merge checks (:meth:`see`) and only moves the stamp (:meth:`stamp`); so does an entity
+        equal to it field for field (one C-level comparison: the normalizer builds OS events'
+        entities per record, most of them equal to the last one seen)."""
 
     def intern_keys(self, attrs: dict[str, Any]) -> frozenset[str]:
         """The shared key set of ``attrs``."""
@@ -231,7 +233,9 @@ class Store:
         (an equal one only moves the stamp forward, :meth:`stamp`), its stable key. A sighting
         of the entity object last merged (``n_ent[i]``) needs only the stamp; the accumulator's
         hot loop inlines that test and the stamp."""
-        if entity is self.n_ent[i]:
+        last = self.n_ent[i]
+        if entity is last or entity == last:  # merged already: only the stamp can move
+            self.n_ent[i] = entity
             if entity.facts is not None:
                 self.stamp(i, time, observation_id)
             return

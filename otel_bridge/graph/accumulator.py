@@ -126,10 +126,11 @@ class GraphAccumulator:
         """Hot path: apply observations in order, one loop that inlines per observation the
         source and evidence bit look-ups (one-entry memos), the merge checks of the subject and
         object nodes (first-available label and attributes, stable key, typed facts: an equal
-        facts record only moves its stamp), the edge look-up, first/last seen, evidence OR,
-        counts and support ids, the node's own aggregates of entity observations, and the
-        occurrence window. A sighting of the entity object last merged into a node skips the
-        merge checks and only moves the facts stamp (see ``Store.n_ent``).
+        facts record only moves its stamp; an entity equal to the one last merged, field for
+        field, is one C-level comparison and moves only the stamp), the edge look-up, first/last
+        seen, evidence OR, counts and support ids, the node's own aggregates of entity
+        observations, and the occurrence window. A sighting of the entity object last merged into
+        a node skips the merge checks and only moves the facts stamp (see ``Store.n_ent``).
 
         Everything else is a named method: new nodes and edges (``Store.add_*``), occurrences
         that reach several elements (:meth:`_regrow`), window rotation, key and facts offers
@@ -181,17 +182,19 @@ class GraphAccumulator:
             # Store.see and Store.stamp, inline: the entity object last merged into the node
             # needs only its facts stamp moved; another one gets the merge checks
             f = s.facts
-            if s is not n_ent[si]:
+            prev = n_ent[si]
+            if s is not prev:
                 n_ent[si] = s
-                attrs = s.attrs
-                if not n_keys[si].issuperset(attrs) or (not n_label[si] and s.label):
-                    st.merge_node(si, s.label, attrs)
-                if f is not None and f != n_facts[si]:
-                    st.offer_facts(si, f, t, o.id)
-                    f = None  # stamped
-                k = s.key
-                if k and k != n_key[si]:
-                    st.offer_key(si, k)
+                if s != prev:  # an entity equal to the last one (every field): the stamp only
+                    attrs = s.attrs
+                    if not n_keys[si].issuperset(attrs) or (not n_label[si] and s.label):
+                        st.merge_node(si, s.label, attrs)
+                    if f is not None and f != n_facts[si]:
+                        st.offer_facts(si, f, t, o.id)
+                        f = None  # stamped
+                    k = s.key
+                    if k and k != n_key[si]:
+                        st.offer_key(si, k)
             if f is not None:
                 ft = n_ft[si]
                 if t > ft or (t == ft and o.id > n_fid[si]):
@@ -252,17 +255,19 @@ class GraphAccumulator:
             else:  # Store.see of the object, inline, and the edge's first-available attributes
                 oi = e_dst[ei]
                 f = ob.facts
-                if ob is not n_ent[oi]:
+                prev = n_ent[oi]
+                if ob is not prev:
                     n_ent[oi] = ob
-                    attrs = ob.attrs
-                    if not n_keys[oi].issuperset(attrs) or (not n_label[oi] and ob.label):
-                        st.merge_node(oi, ob.label, attrs)
-                    if f is not None and f != n_facts[oi]:
-                        st.offer_facts(oi, f, t, o.id)
-                        f = None  # stamped
-                    k = ob.key
-                    if k and k != n_key[oi]:
-                        st.offer_key(oi, k)
+                    if ob != prev:
+                        attrs = ob.attrs
+                        if not n_keys[oi].issuperset(attrs) or (not n_label[oi] and ob.label):
+                            st.merge_node(oi, ob.label, attrs)
+                        if f is not None and f != n_facts[oi]:
+                            st.offer_facts(oi, f, t, o.id)
+                            f = None  # stamped
+                        k = ob.key
+                        if k and k != n_key[oi]:
+                            st.offer_key(oi, k)
                 if f is not None:
                     ft = n_ft[oi]
                     if t > ft or (t == ft and o.id > n_fid[oi]):

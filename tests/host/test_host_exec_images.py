@@ -94,17 +94,7 @@ def test_helper_reads_the_lineage_execs() -> None:
 
 def _wait_image(reader: ExecReader, argv0: str) -> Image | None:
     """The first image with ``argv0`` the helper reported (any identity), waiting up to 5 s."""
-    import time
-
-    deadline = time.monotonic() + 5
-    while time.monotonic() < deadline:
-        with reader._lock:
-            for key, image in list(reader._images.items()):
-                if image.argv[0] == argv0:
-                    del reader._images[key]
-                    return image
-        time.sleep(0.01)
-    return None
+    return reader.take_matching(lambda image: image.argv[0] == argv0, timeout=5)
 
 
 def test_helper_runs_with_this_interpreter() -> None:

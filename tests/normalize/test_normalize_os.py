@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 from otel_span_helpers import HOST, OS_RESOURCE, RUN, os_record
 
@@ -17,6 +19,7 @@ from otel_bridge.model import (
     Scope,
 )
 from otel_bridge.processors.normalize import Normalizer
+from otel_bridge.processors.normalize.oslogs import process_entity
 
 START_MS = 1767225600000
 PROC = process_id(HOST, 42, START_MS)
@@ -236,3 +239,38 @@ def test_record_without_record_id_gets_a_derived_one() -> None:
     (obs,) = _norm(record).observations
     assert obs.source.record_id == "linux:file.read:5000:0"
     assert _norm(record).observations[0].id == obs.id
+
+
+def test_shared_entities_equal_the_reference() -> None:
+    """The hot path shares one entity object between events that state the same values; each
+    shared object equals what the readable builder (``process_entity``) makes of its record,
+    and values that compare equal across types (1, 1.0, True) are never conflated."""
+    variants: list[dict[str, Any]] = [
+        {},
+        {"process__executable__name": "python3"},
+        {"process__exit__code": 1},
+        {"process__exit__code": 1.0},
+        {"process__exit__code": True},
+        {"process__command_args": ["python3", "-c", "pass"]},
+        {"process__working_directory": "/w"},
+    ]
+    records = [
+        os_record("file.open", f"linux:{n}:{i}", file__path=f"/w/f{n % 3}", **extra)
+        for n in range(6)
+        for i, extra in enumerate(variants)
+    ]
+    out = _norm(*records)
+    by_record = {o.source.record_id: o for o in out.observations}
+    for record in records:
+        subject = by_record[record.attributes["evidence.record_id"]].subject  # type: ignore[index]
+        assert subject == process_entity(record.attributes, HOST, "file.open")
+        assert subject.attrs == process_entity(record.attributes, HOST, "file.open").attrs
+    for i, extra in enumerate(variants):
+        seen = [by_record[f"linux:{n}:{i}"] for n in range(6)]
+        assert all(o.subject is seen[0].subject for o in seen), extra
+        codes = {o.subject.attrs.get("process.exit.code").__class__ for o in seen}
+        assert len(codes) == 1
+    exits = [by_record[f"linux:0:{i}"].subject.attrs.get("process.exit.code") for i in (2, 3, 4)]
+    assert [type(v) for v in exits] == [int, float, bool]
+    files = [by_record[f"linux:{n}:0"].object for n in (0, 3)]
+    assert files[0] is files[1]

@@ -1,31 +1,19 @@
 """A small run directory written directly (graph.json and sem.jsonl), for fast review tests.
 
-The spans are encoded by the OTLP/JSON codec and the graph by the graph document's own writer,
-so the review reads exactly the formats ``observe`` writes; only the OS plane is stated instead
-of observed (the scripted-session tests observe it for real).
+Built on :class:`otel_bridge.testing.SyntheticRun` (shared with ``benchmarks/review_scale.py``):
+the review reads exactly the formats ``observe`` writes; only the OS plane is stated instead of
+observed (the scripted-session tests observe it for real).
 """
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import orjson
-
-from otel_bridge.graph.document import Graph, GraphEdge, GraphNode, dump
-from otel_bridge.graph.summary import summarize
-from otel_bridge.model import (
-    FileFacts,
-    ProcessFacts,
-    Resource,
-    Scope,
-    Span,
-    SpanKind,
-    ToolCallFacts,
-)
-from otel_bridge.otlp import json_codec
+from otel_bridge.graph.document import GraphNode
+from otel_bridge.model import ProcessFacts, Resource, Scope, Span, SpanKind, ToolCallFacts
+from otel_bridge.testing import SyntheticRun
 
 HOST = "h1"
 RESOURCE = Resource(attributes={"service.name": "agent-svc"})
@@ -55,55 +43,18 @@ class Session:
     """argv of processes the agent process runs after its tool calls, outside any of them."""
 
 
-@dataclass
-class RunBuilder:
+class RunBuilder(SyntheticRun):
     """Collects spans, graph nodes and edges; writes the run directory."""
 
-    spans: list[Span] = field(default_factory=list)
-    nodes: dict[str, GraphNode] = field(default_factory=dict)
-    edges: list[GraphEdge] = field(default_factory=list)
-    clock: int = 1_000_000_000
-
-    def tick(self) -> int:
-        self.clock += 1_000_000
-        return self.clock
+    def __init__(self) -> None:
+        super().__init__(resource=RESOURCE, scope=SCOPE, clock=1_000_000_000)
 
     def span(self, trace: str, n: int, name: str, attrs: dict[str, Any], parent: int = 0) -> Span:
-        start = self.tick()
-        span = Span(
-            resource=RESOURCE,
-            scope=SCOPE,
-            trace_id=bytes.fromhex(trace),
-            span_id=n.to_bytes(8, "big"),
-            parent_span_id=parent.to_bytes(8, "big") if parent else b"",
-            name=name,
-            kind=SpanKind.INTERNAL,
-            start_time_unix_nano=start,
-            end_time_unix_nano=self.tick(),
-            attributes=attrs,
-        )
-        self.spans.append(span)
-        return span
+        return self.add_span(trace, n, name, attrs, parent, SpanKind.INTERNAL)
 
     def edge(self, source: str, relation: str, target: str, at: int = 0, **kw: Any) -> None:
         t = at or self.tick()
-        self.edges.append(
-            GraphEdge(
-                id=f"e-{len(self.edges):016x}",
-                source=source,
-                target=target,
-                relation=relation,
-                first_seen=t,
-                last_seen=t,
-                support=(f"linux:{len(self.edges)}#0",),
-                **kw,
-            )
-        )
-
-    def file(self, path: str) -> str:
-        fid = f"file:{path}"
-        self.nodes[fid] = GraphNode(id=fid, kind="file", label=path, facts=FileFacts(path=path))
-        return fid
+        self.add_edge(source, relation, target, at=t, record=f"linux:{len(self.edges)}", **kw)
 
     def add(self, s: Session, first_span: int) -> None:
         """Spans and graph entries of one session."""
@@ -115,7 +66,7 @@ class RunBuilder:
         for i, (argv, code, reads, writes) in enumerate(s.commands):
             call = f"call_{i}"
             output = [_msg("assistant", calls=(call,))]
-            self._chat(s.trace, root + 1 + 2 * i, history, output, root)
+            self.span(s.trace, root + 1 + 2 * i, "chat m", self.chat_attrs(history, output), root)
             history += output
             self._tool(
                 s,
@@ -134,7 +85,8 @@ class RunBuilder:
                 id=pid, kind="process", label=argv[0], facts=facts, first_seen=start
             )
             self.edge(self.agent_process(agent), "spawned", pid, causal=True, grade="A")
-        self._chat(s.trace, root + 100, history, [_msg("assistant", s.answer)], root)
+        final = [_msg("assistant", s.answer)]
+        self.span(s.trace, root + 100, "chat m", self.chat_attrs(history, final), root)
 
     def agent_process(self, agent: str) -> str:
         """The agent's own process node, linked to the agent (created once)."""
@@ -153,15 +105,6 @@ class RunBuilder:
             )
         return pid
 
-    def _chat(self, trace: str, n: int, inputs: Any, outputs: Any, parent: int) -> None:
-        attrs = {
-            "gen_ai.operation.name": "chat",
-            "gen_ai.request.model": "m",
-            "gen_ai.input.messages": json.dumps(inputs),
-            "gen_ai.output.messages": json.dumps(outputs),
-        }
-        self.span(trace, n, "chat m", attrs, parent)
-
     def _tool(
         self,
         s: Session,
@@ -174,13 +117,7 @@ class RunBuilder:
         parent: int,
     ) -> None:
         argv, code, reads, writes = command
-        attrs = {
-            "gen_ai.operation.name": "execute_tool",
-            "gen_ai.tool.name": "run_command",
-            "gen_ai.tool.call.id": call,
-            "gen_ai.tool.call.arguments": json.dumps({"command": " ".join(argv)}),
-            "gen_ai.tool.call.result": f"exit code {code}",
-        }
+        attrs = self.command_attrs(call, argv, f"exit code {code}")
         span = self.span(s.trace, n, "execute_tool run_command", attrs, parent)
         tool = f"tool_call:{s.trace}:{span.span_id.hex()}"
         facts = ToolCallFacts(tool="run_command", call_id=call, trace_id=s.trace)
@@ -224,24 +161,12 @@ class RunBuilder:
     def write(self, run_dir: Path, *, coverage: bool = True, extra_line: str = "") -> Path:
         """Write ``sem.jsonl`` and ``graph.json`` (and an unreadable line, if given)."""
         run_dir.mkdir(parents=True, exist_ok=True)
-        lines = [orjson.dumps(json_codec.encode_traces([s])).decode() for s in self.spans]
+        lines = [line.decode() for line in self.span_lines()]
         if extra_line:
             lines.append(extra_line)
         (run_dir / "sem.jsonl").write_text("\n".join(lines) + "\n")
         counts = (
             {"collection.file.available": 1, "collection.process.available": 1} if coverage else {}
         )
-        nodes = tuple(sorted(self.nodes.values(), key=lambda n: n.id))
-        edges = tuple(sorted(self.edges, key=lambda e: (e.source, e.relation, e.target)))
-        summary = summarize(
-            [n.to_dict() for n in nodes],
-            [e.to_dict() for e in edges],
-            counts,
-            {"os": sum(counts.values())} if counts else {},
-            len(edges),
-        )
-        dump(
-            Graph(run={"id": "synthetic"}, nodes=nodes, edges=edges, summary=summary),
-            run_dir / "graph.json",
-        )
+        self.write_graph(run_dir / "graph.json", "synthetic", counts)
         return run_dir

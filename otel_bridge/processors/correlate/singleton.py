@@ -47,7 +47,7 @@ from collections import Counter
 from dataclasses import dataclass, field, replace
 from typing import Literal
 
-from otel_bridge.identity import parse_traceparent, str_value
+from otel_bridge.identity import parse_traceparent
 from otel_bridge.model import (
     Channel,
     CommandFacts,
@@ -151,14 +151,13 @@ def declaration_of(obs: Observation, scope: Scope = "emitter") -> Declaration | 
     if not isinstance(command, CommandFacts) or not isinstance(tool, ToolCallFacts):
         return None
     trace, span = tool.trace_id, tool.span_id
+    emitter = obs.source.emitter
     if scope == "global":
         key = ""
-    elif obs.attrs.get("process.pid") is not None:
-        # The emitting agent's process, as the span's resource states it (observation details).
-        key = "proc:" + ":".join(
-            str_value(obs.attrs.get(k)) or ""
-            for k in ("host.id", "process.pid", "process.creation.time")
-        )
+    elif emitter is not None and emitter.pid is not None:
+        # The emitting agent's process, as the span's resource states it (typed, by normalize).
+        start = "" if emitter.start_time_ms is None else emitter.start_time_ms
+        key = f"proc:{emitter.host_id or ''}:{emitter.pid}:{start}"
     else:
         key = "trace:" + trace
     return Declaration(

@@ -5,7 +5,8 @@ from __future__ import annotations
 from collections.abc import Hashable
 from typing import Generic, TypeVar
 
-from otel_bridge.model import AnyValue, Channel, Resource, Scope
+from otel_bridge.identity import int_value, iso_to_ms, str_value
+from otel_bridge.model import AnyValue, Attributes, Channel, EmitterFacts, Resource, Scope
 
 from .values import get_str
 
@@ -16,11 +17,23 @@ RESOURCE_IDENTITY = ("process.pid", "host.id", "process.creation.time")
 """Resource attributes every observation of a span carries, for exact process identity."""
 
 
+def emitter_facts(resource: Attributes) -> EmitterFacts | None:
+    """What a span's resource states about the process that emitted it; None when it states
+    none of pid, host id and start time."""
+    pid = int_value(resource.get("process.pid"))
+    host = str_value(resource.get("host.id"))
+    start = iso_to_ms(str_value(resource.get("process.creation.time")))
+    if pid is None and host is None and start is None:
+        return None
+    return EmitterFacts(host_id=host, pid=pid, start_time_ms=start)
+
+
 class Origin:
     """What the spans under one (resource, scope) pair share."""
 
     __slots__ = (
         "channel",
+        "emitter",
         "identity",
         "resource",
         "scope",
@@ -39,6 +52,8 @@ class Origin:
         """Whether SERVER spans get another channel (a scope rule names who serves calls)."""
         self.service = get_str(resource.attributes, "service.name") or "unknown_service"
         attributes = resource.attributes
+        self.emitter = emitter_facts(attributes)
+        """The emitting process (one object for every observation of this pair's spans)."""
         self.identity: dict[str, AnyValue] = {}
         for key in RESOURCE_IDENTITY:
             value = attributes.get(key)

@@ -93,6 +93,20 @@ _DETAIL_KEYS = (
 )
 
 
+_ENTITY_KEYS = (
+    *_PROCESS_KEYS,
+    "process.parent.creation.time",
+    "process.command_line",
+    "process.env.traceparent",
+    "process.owner",
+    "process.user.name",
+)
+"""Every attribute :func:`process_entity` reads: equal values give an equal entity."""
+_SHARED = 4096
+"""Entries of each entity memo (cleared when full: entities are cheap to rebuild)."""
+_processes: dict[tuple[object, ...], Entity] = {}
+
+
 class CoverageError(Exception):
     """A record that cannot be interpreted; the message is the coverage reason and detail."""
 
@@ -197,7 +211,8 @@ def _observations(record: LogRecord, source: Source, time: int, name: str) -> li
         if name != "process.exit":
             exe_path = get_str(a, "process.executable.path")
             if exe_path:
-                out.append(obs(1, proc, RelationKind.EXECUTED, _executable(exe_path, a)))
+                exe_name = get_str(a, "process.executable.name")
+                out.append(obs(1, proc, RelationKind.EXECUTED, _executable(exe_path, exe_name)))
         facts = proc.facts
         assert isinstance(facts, ProcessFacts)
         if name == "process.start" and facts.parent_pid is not None:
@@ -210,7 +225,35 @@ def _observations(record: LogRecord, source: Source, time: int, name: str) -> li
 
 
 def _process(a: Attributes, host: str, name: str) -> Entity:
-    """The process an event is about, with everything the event states of it as facts."""
+    """Fast path of :func:`process_entity`: events that state the same values (every file and
+    network event of one process states only its pid and start time) share one entity object.
+
+    The memo's key is every attribute :func:`process_entity` reads, with each value's type (so
+    ``1``, ``1.0`` and ``True`` stay apart); a record with an unhashable value (a map) is built
+    afresh. Sharing the immutable object changes nothing in the output
+    (``tests/normalize/test_normalize_os.py`` compares both), and lets the graph accumulator
+    skip the merge checks of a node it saw as this very object (``Store.n_ent``).
+    """
+    values = tuple(map(a.get, _ENTITY_KEYS))
+    argv = a.get("process.command_args")
+    if isinstance(argv, tuple) and not all(x.__class__ is str for x in argv):
+        return process_entity(a, host, name)  # mixed element types: no sharing
+    memo = (host, values, tuple(map(type, values)))
+    try:
+        entity = _processes.get(memo)
+    except TypeError:  # an unhashable attribute value: no sharing
+        return process_entity(a, host, name)
+    if entity is None:
+        entity = process_entity(a, host, name)
+        if len(_processes) >= _SHARED:
+            _processes.clear()
+        _processes[memo] = entity
+    return entity
+
+
+def process_entity(a: Attributes, host: str, name: str) -> Entity:
+    """The process an event is about, with everything the event states of it as facts
+    (the reference of :func:`_process`, which shares the objects this builds)."""
     facts = process_facts(a, host)
     if facts is None:
         raise CoverageError("missing_attribute", f"{name}: no integer process.pid")
@@ -275,8 +318,11 @@ def _parent(child: ProcessFacts) -> Entity:
     )
 
 
-def _executable(path: str, a: Attributes) -> Entity:
-    name = get_str(a, "process.executable.name") or path.rsplit("/", 1)[-1]
+@functools.lru_cache(maxsize=_SHARED)
+def _executable(path: str, stated_name: str | None) -> Entity:
+    """The executable at ``path`` (named ``stated_name`` when the event names it); memoized, so
+    the events of one image share the entity object, as for :func:`_process`."""
+    name = stated_name or path.rsplit("/", 1)[-1]
     return Entity(
         kind=EntityKind.EXECUTABLE,
         id=executable_id(path),
@@ -287,7 +333,9 @@ def _executable(path: str, a: Attributes) -> Entity:
     )
 
 
+@functools.lru_cache(maxsize=_SHARED)
 def _file(path: str) -> Entity:
+    """The file at ``path``; memoized (the events of one file share the entity object)."""
     return Entity(
         kind=EntityKind.FILE,
         id=file_id(path),
@@ -307,8 +355,12 @@ def _endpoint(a: Attributes, name: str) -> Entity:
     port = get_int(a, port_key)
     if address is None:
         raise CoverageError("missing_attribute", f"{name}: no {addr_key}")
-    if port is None:
-        port = 0
+    return _endpoint_entity(transport, address, 0 if port is None else port)
+
+
+@functools.lru_cache(maxsize=_SHARED)
+def _endpoint_entity(transport: str, address: str, port: int) -> Entity:
+    """The endpoint (memoized, as :func:`_file`)."""
     return Entity(
         kind=EntityKind.ENDPOINT,
         id=endpoint_id(transport, address, port),

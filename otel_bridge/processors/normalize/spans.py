@@ -61,7 +61,7 @@ from otel_bridge.model import (
     ToolCallFacts,
 )
 
-from ._memo import RESOURCE_IDENTITY, Cache, Origin
+from ._memo import RESOURCE_IDENTITY, Cache, Origin, emitter_facts
 from .ancestry import Ancestry, Found, Missing, Outcome, PendingLink, Role, SpanInfo, SpanKey
 from .channels import ChannelAssigner
 from .command import CommandResult, extract_command
@@ -230,7 +230,7 @@ class SpanNormalizer:
         channel = origin.channel
         if origin.serving and span.kind is _SERVER:  # a scope rule names who serves the calls
             channel = origin.server_channel
-        source = Source(channel=channel, backend="otlp", record_id=span_hex)
+        source = Source(channel=channel, backend="otlp", record_id=span_hex, emitter=origin.emitter)
         occurrence = f"{trace}:{span_hex}"
         start = span.start_time_unix_nano
         end = span.end_time_unix_nano
@@ -558,7 +558,8 @@ class SpanNormalizer:
         attrs["span.status"] = _STATUS.get(span.status.code, "unset")
         server = span.kind is SpanKind.SERVER
         channel = self._assigner.channel(span.resource, span.scope, server=server)
-        source = Source(channel=channel, backend="otlp", record_id=span_hex)
+        emitter = emitter_facts(resource)
+        source = Source(channel=channel, backend="otlp", record_id=span_hex, emitter=emitter)
         start, end = span.start_time_unix_nano, span.end_time_unix_nano
         return Ctx(source, trace, f"{trace}:{span_hex}", start, end, attrs), service
 

@@ -19,6 +19,7 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from otel_bridge.identity import start_ms_from_ticks
@@ -184,6 +185,20 @@ class ExecReader:
                 left = deadline - time.monotonic()
                 if image is not None or left <= 0:
                     return image
+                self._cond.wait(left)
+
+    def take_matching(self, match: Callable[[Image], bool], timeout: float = 0.0) -> Image | None:
+        """The first held image ``match`` accepts (any identity), waiting up to ``timeout``."""
+        deadline = time.monotonic() + timeout
+        with self._cond:
+            while True:
+                for key, image in self._images.items():
+                    if match(image):
+                        del self._images[key]
+                        return image
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    return None
                 self._cond.wait(left)
 
     def follow(self, pids: list[int]) -> None:

@@ -17,10 +17,14 @@ from pathlib import Path
 
 from standing_support import REPO, subprocess_env
 
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "otlp"))
+from certs import make_certs
+
 # Top-level modules only the optional extras (dev, examples, phoenix) install: the core must run
 # without them (reproduction 1: `pip install .` then `--help` failed on a missing module).
 EXTRA_ONLY = (
     "opentelemetry.exporter",
+    "psycopg",
     "autogen_agentchat",
     "autogen_core",
     "autogen_ext",
@@ -48,12 +52,12 @@ sys.exit(main(sys.argv[1:]))
 """
 
 
-def _cli(*argv: str, cwd: Path) -> subprocess.CompletedProcess[str]:
+def _cli(*argv: str, cwd: Path, **env: str) -> subprocess.CompletedProcess[str]:
     code = BLOCKED_CLI.format(blocked=EXTRA_ONLY)
     return subprocess.run(
         [sys.executable, "-c", code, *argv],
         cwd=cwd,
-        env=subprocess_env(),
+        env=subprocess_env(**env),
         capture_output=True,
         text=True,
         timeout=120,
@@ -67,8 +71,16 @@ def test_base_install_commands_work_without_any_extra(tmp_path: Path) -> None:
     for command in ("--help", "components"):
         done = _cli(command, cwd=tmp_path)
         assert done.returncode == 0, done.stderr
+    certs = make_certs(tmp_path)
+    fleet = {  # what docs/deployment.md says agent.yaml and gateway.yaml read
+        "OTEL_BRIDGE_GATEWAY_ENDPOINT": "gateway.example:4317",
+        "OTEL_BRIDGE_GATEWAY_CA": str(certs.ca),
+        "OTEL_BRIDGE_GATEWAY_CERT": str(certs.server),
+        "OTEL_BRIDGE_GATEWAY_KEY": str(certs.server_key),
+        "OTEL_BRIDGE_GATEWAY_TOKEN": "t" * 32,
+    }
     for config in sorted((REPO / "configs").glob("*.yaml")):
-        done = _cli("validate", str(config), cwd=tmp_path)
+        done = _cli("validate", str(config), cwd=tmp_path, **fleet)
         assert done.returncode == 0, done.stderr
     run = tmp_path / "run"
     observe = ("observe", "--no-progress", "-o", str(run), "--", "sh", "-c", "echo x > f; exit 3")

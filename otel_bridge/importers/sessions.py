@@ -32,6 +32,9 @@ from otel_bridge.review.records import Records
 from otel_bridge.review.types import EvidenceNode
 from otel_bridge.rundir import SUMMARY
 
+REDACTED = frozenset({"[REDACTED]", "<REDACTED>", "REDACTED"})
+"""What the agents log instead of a prompt whose text logging is off (it is then unknown)."""
+
 CONTROL_PREFIXES = ("<environment_context>", "<user_instructions>", "# AGENTS.md")
 """Codex puts its environment and instructions in ``user`` messages: they are context the agent
 was given (``control``), not what the user asked."""
@@ -47,7 +50,14 @@ def build_sessions(events: Iterable[AgentEvent]) -> list[Session]:
         group.sort(key=lambda e: (e.time or 0, e.record))
         session = Session(id=f"session:{agent}:{key}", trace_id=key, spans=[])
         session.agents.append(f"agent:{agent}")
+        pending: dict[str, list[AgentEvent]] = defaultdict(list)
         for e in group:
+            if e.kind == "tool_decision" and not _has_call_id(e):
+                pending[str(e.attrs.get("tool_name"))].append(e)  # joined to its result below
+                continue
+            if e.kind == "tool_result" and not _has_call_id(e):
+                _pair(session, e, pending[str(e.attrs.get("tool_name"))])
+                continue
             _add_event(session, e)
         times = [t for n in session.nodes.values() for t in (n.time, n.end) if t is not None]
         session.start, session.end = (min(times), max(times)) if times else (None, None)
@@ -69,7 +79,8 @@ def _add_event(session: Session, e: AgentEvent) -> None:
 def _message(session: Session, e: AgentEvent) -> None:
     if e.kind == "user_prompt":
         prompt = e.attrs.get("prompt")
-        role, text = "user", prompt if isinstance(prompt, str) and prompt != "<REDACTED>" else None
+        logged = isinstance(prompt, str) and prompt not in REDACTED
+        role, text = "user", prompt if logged else None
     else:
         role, text = str(e.attrs.get("role") or ""), message_text(e.attrs)
     kind = {"user": "user_message", "assistant": "assistant_message"}.get(role, "control")
@@ -122,6 +133,22 @@ def _ms(value: object) -> int | None:
         return int(str(value)) * 1_000_000
     except ValueError:
         return None
+
+
+def _has_call_id(e: AgentEvent) -> bool:
+    return bool(e.attrs.get("call_id") or e.attrs.get("tool_use_id") or e.attrs.get("id"))
+
+
+def _pair(session: Session, e: AgentEvent, decisions: list[AgentEvent]) -> None:
+    """A result that names no call (Claude Code): one tool call, joined with the earliest
+    pending decision for the same tool (rule ``decision_order``, recorded on the node)."""
+    _tool_event(session, e)
+    node = session.nodes[f"tool_call:{session.trace_id}:{e.record}"]
+    if decisions:
+        decision = decisions.pop(0)
+        node.records.insert(0, decision.record)
+        node.data["decision"] = decision.attrs.get("decision")
+        node.data["rule"] = "decision_order"
 
 
 def _call_id(e: AgentEvent) -> str:

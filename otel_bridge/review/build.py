@@ -21,7 +21,6 @@ from otel_bridge.errors import DecodeError, OtelBridgeError
 from otel_bridge.graph.document import FORMAT as GRAPH_FORMAT
 from otel_bridge.graph.document import VERSION as GRAPH_VERSION
 from otel_bridge.graph.document import GraphNode
-from otel_bridge.importers.sessions import import_sessions
 from otel_bridge.model import Facts
 from otel_bridge.review import claims as claims_mod
 from otel_bridge.review import evidence as ev
@@ -207,7 +206,10 @@ def _build_review(
     sessions = ev.find_sessions(records)
     for session in sessions:
         ev.add_tool_calls(session, index, records)
-    sessions += import_sessions(run_dir, records, index, transcripts)  # coding agents
+    # coding agents (imported here: the importers read the review's records module)
+    from otel_bridge.importers.sessions import import_sessions  # noqa: PLC0415
+
+    sessions += import_sessions(run_dir, records, index, transcripts)
     claimed = {pid for s in sessions for pid, owner in s.owner.items() if owner != pid}
     shared = len(sessions) > 1
     parts: dict[str, list[Any]] = {"workflow": [], "edges": [], "claims": [], "findings": []}

@@ -101,7 +101,11 @@ class Agent:
         call_id = f"call_{self.calls}"
         args = json.dumps(arguments)
         self.event(
-            "tool_decision", tool_name=name, call_id=call_id, decision="accept", source="config"
+            "tool_decision",
+            tool_name=name,
+            call_id=call_id if self.flavor == "codex" else None,  # Claude Code names no call
+            decision="accept",
+            source="config",
         )
         self.line(
             "response_item",

@@ -102,7 +102,8 @@ def test_prompt_tool_calls_and_processes(flavor: str, reviews: dict[str, dict[st
     (linked,) = shell["processes"]
     assert procs[linked]["argv"][1:] == ["-m", "pytest", "-q", "test_greet.py"]
     assert procs[linked]["rule"] == "tool_window"  # attributed by the stated window: inferred
-    assert procs[linked]["exit_code"] == 0 and procs[linked]["check"]["name"] == "pytest"
+    assert procs[linked]["exit_code"] == 0
+    assert procs[linked]["check"]["name"] == "pytest"
     assert not [p for p in procs.values() if p["role"] == "undeclared"]
     records = {r for n in doc["evidence"] for r in n["records"]}
     assert any(r.startswith("sem.jsonl:") for r in records)  # the OTLP log records
@@ -127,7 +128,8 @@ def test_codex_claims(reviews: dict[str, dict[str, Any]]) -> None:
 def test_claude_has_no_claims(reviews: dict[str, dict[str, Any]]) -> None:
     """Claude Code's events carry no assistant text: no claim is made up."""
     doc = reviews["claude"]
-    assert doc["claims"] == [] and not _nodes(doc, "assistant_message")
+    assert doc["claims"] == []
+    assert not _nodes(doc, "assistant_message")
     write, _ = _nodes(doc, "tool_call")
     written = {e["target"] for e in doc["edges"] if e["relation"] == "produces"}
     if doc["run"]["coverage"]["files_available"]:

@@ -34,6 +34,13 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     parser.add_argument(
         "--quiet", action="store_true", help="print only where the review was written"
     )
+    parser.add_argument(
+        "--transcript",
+        metavar="FILE",
+        action="append",
+        default=[],
+        help="also read this Codex session transcript (rollout JSONL); repeatable",
+    )
     add_db_options(parser)
     parser.set_defaults(func=run)
 
@@ -42,7 +49,8 @@ def run(args: argparse.Namespace) -> int:
     """Review ``args.run_dir``; 0 when written (findings are output, not failures)."""
     if args.db:  # the stored run, written as a run directory (docs/store.md)
         args.run_dir, args.output = stored_run_dir(args, args.output), None
-    doc = write_review(required_file(args, "RUN_DIR", "run_dir"), args.output)
+    run_dir = required_file(args, "RUN_DIR", "run_dir")
+    doc = write_review(run_dir, args.output, tuple(args.transcript))
     if not args.quiet:
         for line in summary_lines(doc):
             print(line)

@@ -168,14 +168,17 @@ def _session_review(
     return {"workflow": workflow, "edges": edges, "claims": claims, "findings": findings}
 
 
-def build_review(run_dir: str) -> tuple[dict[str, Any], list[dict[str, Any]]]:
-    """The ``review.json`` document of ``run_dir`` and its trace records.
+def build_review(
+    run_dir: str, transcripts: tuple[str, ...] = ()
+) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+    """The ``review.json`` document of ``run_dir`` and its trace records (with the records of
+    the given Codex rollout files, ``transcripts``).
 
     The cyclic garbage collector is paused meanwhile: a long run's review allocates millions of
     objects that hold no cycles, and the collector's passes over them cost a fifth of the time.
     """
     with _gc_paused():
-        return _build_review(run_dir)
+        return _build_review(run_dir, transcripts)
 
 
 @contextmanager
@@ -189,7 +192,9 @@ def _gc_paused() -> Iterator[None]:
             gc.enable()
 
 
-def _build_review(run_dir: str) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+def _build_review(
+    run_dir: str, transcripts: tuple[str, ...] = ()
+) -> tuple[dict[str, Any], list[dict[str, Any]]]:
     run_dir = os.path.abspath(run_dir)
     graph_path = os.path.join(run_dir, GRAPH)
     if not os.path.exists(graph_path):
@@ -201,6 +206,10 @@ def _build_review(run_dir: str) -> tuple[dict[str, Any], list[dict[str, Any]]]:
     sessions = ev.find_sessions(records)
     for session in sessions:
         ev.add_tool_calls(session, index, records)
+    # coding agents (imported here: the importers read the review's records module)
+    from otel_bridge.importers.sessions import import_sessions  # noqa: PLC0415
+
+    sessions += import_sessions(run_dir, records, index, transcripts)
     claimed = {pid for s in sessions for pid, owner in s.owner.items() if owner != pid}
     shared = len(sessions) > 1
     parts: dict[str, list[Any]] = {"workflow": [], "edges": [], "claims": [], "findings": []}
@@ -272,14 +281,16 @@ def validate_review(doc: Any) -> None:
     schemas.check("review", doc)
 
 
-def write_review(run_dir: str, out_dir: str | None = None) -> dict[str, Any]:
+def write_review(
+    run_dir: str, out_dir: str | None = None, transcripts: tuple[str, ...] = ()
+) -> dict[str, Any]:
     """Review ``run_dir`` and write the review files into ``out_dir`` (default: ``run_dir``).
 
     Writing into a run directory whose manifest verifies re-digests it afterwards, so
     ``otel-bridge verify`` still passes; a directory whose manifest does not verify keeps it as
     it is (the review does not vouch for files that changed).
     """
-    doc, records = build_review(run_dir)
+    doc, records = build_review(run_dir, transcripts)
     validate_review(doc)
     target = os.path.abspath(out_dir or run_dir)
     if not (os.path.isdir(target) and not os.path.islink(target)):

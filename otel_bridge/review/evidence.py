@@ -127,6 +127,9 @@ class Session:
     """graph edges of the agent process attributed to a tool call by time (rule ``tool_window``)."""
     links: dict[str, list[GEdge]] = field(default_factory=dict)
     """tool call id -> the graph edges linking it to its processes."""
+    capture: set[str] = field(default_factory=set)
+    """Paths the session was read from (an imported transcript): not artifacts (rule
+    ``capture_source``)."""
 
     def add(self, node: EvidenceNode) -> EvidenceNode:
         """Add ``node`` (or return the one with its id)."""
@@ -468,7 +471,7 @@ def _file_kept(
             return False
     elif not _inside(facts.path, session, inside) and rules.scratch(facts.path):
         return False
-    return not rules.incidental(facts.path, run_dir)
+    return not rules.incidental(facts.path, run_dir) and facts.path not in session.capture
 
 
 def _inside(path: str, session: Session, memo: dict[str, bool]) -> bool:

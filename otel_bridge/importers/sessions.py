@@ -1,0 +1,303 @@
+"""Review sessions built from coding-agent events (:mod:`otel_bridge.importers.codingagents`).
+
+One session per (agent, session id). Evidence nodes: ``user_message`` / ``assistant_message`` /
+``control`` (prompts and rollout messages), ``tool_call`` (grouped by call id: decision, call,
+output and result events of one call are one node), ``model_call`` (``api_request`` /
+``api_error``). Processes are attached afterwards by the review's own agent-process rules
+(:func:`otel_bridge.review.evidence.add_agent_children`): the agent process is the one whose pid
+the events' resource names, else the run's root process, and each child it started inside a
+tool call's stated window is attributed to that call (rule ``tool_window``, inferred).
+"""
+
+from __future__ import annotations
+
+import os
+import urllib.parse
+from collections import defaultdict
+from collections.abc import Iterable
+
+import orjson
+
+from otel_bridge.importers.codingagents import (
+    WINDOW_SLACK_NS,
+    AgentEvent,
+    events_from_streams,
+    events_from_transcript,
+    message_text,
+    tool_output,
+)
+from otel_bridge.model import EndpointFacts, ProcessFacts
+from otel_bridge.review.evidence import CONNECT_RELATIONS, GraphIndex, Session, process_node
+from otel_bridge.review.records import Records
+from otel_bridge.review.types import EvidenceNode
+from otel_bridge.rundir import SUMMARY
+
+REDACTED = frozenset({"[REDACTED]", "<REDACTED>", "REDACTED"})
+"""What the agents log instead of a prompt whose text logging is off (it is then unknown)."""
+
+CONTROL_PREFIXES = ("<environment_context>", "<user_instructions>", "# AGENTS.md")
+"""Codex puts its environment and instructions in ``user`` messages: they are context the agent
+was given (``control``), not what the user asked."""
+
+
+def build_sessions(events: Iterable[AgentEvent]) -> list[Session]:
+    """The sessions of ``events``, in order of first event."""
+    grouped: dict[tuple[str, str], list[AgentEvent]] = defaultdict(list)
+    for e in events:
+        grouped[(e.agent, e.session)].append(e)
+    sessions = []
+    for (agent, key), group in grouped.items():
+        group.sort(key=lambda e: (e.time or 0, e.record))
+        session = Session(id=f"session:{agent}:{key}", trace_id=key, spans=[])
+        session.agents.append(f"agent:{agent}")
+        pending: dict[str, list[AgentEvent]] = defaultdict(list)
+        for e in group:
+            if e.kind == "tool_decision" and not _has_call_id(e):
+                pending[str(e.attrs.get("tool_name"))].append(e)  # joined to its result below
+                continue
+            if e.kind == "tool_result" and not _has_call_id(e):
+                _pair(session, e, pending[str(e.attrs.get("tool_name"))])
+                continue
+            _add_event(session, e)
+        times = [t for n in session.nodes.values() for t in (n.time, n.end) if t is not None]
+        session.start, session.end = (min(times), max(times)) if times else (None, None)
+        sessions.append(session)
+    sessions.sort(key=lambda s: (s.start or 0, s.id))
+    return sessions
+
+
+def _add_event(session: Session, e: AgentEvent) -> None:
+    if e.kind in ("user_prompt", "message"):
+        _message(session, e)
+    elif e.kind in ("api_request", "api_error"):
+        _model_call(session, e)
+    elif e.kind in ("tool_decision", "tool_result") or "call" in e.kind:
+        _tool_event(session, e)
+    # conversation_starts: the session's existence and model only; nothing to add
+
+
+def _message(session: Session, e: AgentEvent) -> None:
+    if e.kind == "user_prompt":
+        prompt = e.attrs.get("prompt")
+        logged = isinstance(prompt, str) and prompt not in REDACTED
+        role, text = "user", prompt if logged else None
+    else:
+        role, text = str(e.attrs.get("role") or ""), message_text(e.attrs)
+    kind = {"user": "user_message", "assistant": "assistant_message"}.get(role, "control")
+    if role == "user" and text and text.lstrip().startswith(CONTROL_PREFIXES):
+        kind = "control"
+    for node in session.of_type(kind):  # the OTel prompt event and the rollout both carry it
+        if node.data["text"] == text and text is not None:
+            node.records.append(e.record)
+            return
+    n = sum(
+        1
+        for x in session.nodes.values()
+        if x.type in ("user_message", "assistant_message", "control")
+    )
+    session.add(
+        EvidenceNode(
+            id=f"message:{session.trace_id}:{n + 1}",
+            type=kind,
+            session=session.id,
+            label=((text or "").strip().splitlines() or [f"{role} prompt (text not logged)"])[0][
+                :80
+            ],
+            time=e.time,
+            records=[e.record],
+            data={"role": role, "text": text, "tool_calls": []},
+        )
+    )
+
+
+def _model_call(session: Session, e: AgentEvent) -> None:
+    duration = _ms(e.attrs.get("duration_ms"))
+    start = e.time - duration if e.time is not None and duration is not None else e.time
+    model = e.attrs.get("model")
+    session.add(
+        EvidenceNode(
+            id=f"model_call:{session.trace_id}:{e.record}",
+            type="model_call",
+            session=session.id,
+            label=f"{e.kind} {model or ''}".strip(),
+            time=start,
+            end=e.time,
+            records=[e.record],
+            data={"model": model if isinstance(model, str) else "", "response_id": None},
+        )
+    )
+
+
+def _ms(value: object) -> int | None:
+    try:
+        return int(str(value)) * 1_000_000
+    except ValueError:
+        return None
+
+
+def _has_call_id(e: AgentEvent) -> bool:
+    return bool(e.attrs.get("call_id") or e.attrs.get("tool_use_id") or e.attrs.get("id"))
+
+
+def _pair(session: Session, e: AgentEvent, decisions: list[AgentEvent]) -> None:
+    """A result that names no call (Claude Code): one tool call, joined with the earliest
+    pending decision for the same tool (rule ``decision_order``, recorded on the node)."""
+    _tool_event(session, e)
+    node = session.nodes[f"tool_call:{session.trace_id}:{e.record}"]
+    if decisions:
+        decision = decisions.pop(0)
+        node.records.insert(0, decision.record)
+        node.data["decision"] = decision.attrs.get("decision")
+        node.data["rule"] = "decision_order"
+
+
+def _call_id(e: AgentEvent) -> str:
+    found = e.attrs.get("call_id") or e.attrs.get("tool_use_id") or e.attrs.get("id")
+    return str(found) if found else e.record  # Claude Code events name no call: one per result
+
+
+def _tool_event(session: Session, e: AgentEvent) -> None:
+    call_id = _call_id(e)
+    node = session.nodes.get(f"tool_call:{session.trace_id}:{call_id}")
+    if node is None:
+        node = _new_tool_call(session, e, call_id)
+    node.records.append(e.record) if e.record not in node.records else None
+    a = e.attrs
+    if e.kind in ("function_call", "local_shell_call", "custom_tool_call"):
+        node.time = e.time
+        node.data["tool"] = a.get("name") or ("shell" if e.kind == "local_shell_call" else None)
+        arguments = a.get("arguments") or a.get("input") or a.get("action")
+        node.data["arguments"] = arguments if isinstance(arguments, str | None) else str(arguments)
+    elif e.kind.endswith("_output"):
+        node.end = e.time
+        node.data["result"], node.data["exit_code"] = tool_output(a.get("output"))
+    elif e.kind == "tool_decision":
+        node.data["decision"] = a.get("decision")
+        node.data["tool"] = node.data["tool"] or a.get("tool_name")
+    elif e.kind == "tool_result":
+        _tool_result(node, e)
+
+
+def _new_tool_call(session: Session, e: AgentEvent, call_id: str) -> EvidenceNode:
+    tool = e.attrs.get("tool_name") or e.attrs.get("name")
+    return session.add(
+        EvidenceNode(
+            id=f"tool_call:{session.trace_id}:{call_id}",
+            type="tool_call",
+            session=session.id,
+            label=str(tool or e.kind),
+            time=e.time,
+            end=e.time,
+            data={
+                "tool": tool,
+                "call_id": call_id if call_id != e.record else None,
+                "arguments": None,
+                "result": None,
+                "status": "unset",
+                "decision": None,
+                "in_graph": False,
+                "processes": [],
+                "links": [],
+            },
+        )
+    )
+
+
+def _tool_result(node: EvidenceNode, e: AgentEvent) -> None:
+    a = e.attrs
+    node.data["tool"] = node.data["tool"] or a.get("tool_name")
+    node.label = str(node.data["tool"] or node.label)
+    success = str(a.get("success")).lower()
+    node.data["status"] = {"true": "ok", "false": "error"}.get(success, "unset")
+    if node.data["arguments"] is None:
+        args = a.get("arguments") or a.get("tool_parameters")
+        node.data["arguments"] = args if isinstance(args, str) else None
+    if node.data["result"] is None and isinstance(a.get("output"), str):
+        node.data["result"] = a["output"]
+    if a.get("decision") is not None and node.data["decision"] is None:
+        node.data["decision"] = a.get("decision")
+    duration = _ms(a.get("duration_ms"))
+    if e.time is not None:
+        node.end = max(node.end or 0, e.time)
+        if duration is not None:
+            stated = e.time - duration - WINDOW_SLACK_NS
+            node.time = min(node.time or stated, stated)
+
+
+def agent_process(
+    pids: Iterable[int | None], index: GraphIndex, otlp_port: int | None
+) -> tuple[str | None, str]:
+    """The graph process of the agent and how it was found (first rule that names exactly one):
+
+    * ``resource_pid``: the process with a pid the events' resource states (``process.pid``);
+    * ``otlp_sender``: the process observed connecting to the run's own OTLP endpoint (the agent
+      sends its events there; ``summary.json`` ``otlp.endpoint``);
+    * ``run_root``: the only process of the run no observed process spawned.
+    """
+    wanted = {p for p in pids if p}
+    procs = {nid: n.facts for nid, n in index.nodes.items() if isinstance(n.facts, ProcessFacts)}
+    by_pid = [nid for nid, f in procs.items() if f.pid in wanted]
+    if len(by_pid) == 1:
+        return by_pid[0], "resource_pid"
+    senders = sorted(
+        {
+            nid
+            for nid in procs
+            for e in index.out_edges(nid, CONNECT_RELATIONS)
+            if otlp_port is not None and _is_port(index, e.target, otlp_port)
+        }
+    )
+    if len(senders) == 1:
+        return senders[0], "otlp_sender"
+    spawned = {e.target for edges in index.out.values() for e in edges if e.relation == "spawned"}
+    roots = [nid for nid in procs if nid not in spawned and index.out_edges(nid, ("spawned",))]
+    if len(roots) == 1:
+        return roots[0], "run_root"
+    return None, "unknown"
+
+
+def _is_port(index: GraphIndex, node: str, port: int) -> bool:
+    found = index.nodes.get(node)
+    facts = None if found is None else found.facts
+    return isinstance(facts, EndpointFacts) and facts.port == port and _loopback(facts.address)
+
+
+def _loopback(address: str | None) -> bool:
+    return bool(address) and (str(address).startswith("127.") or address in ("::1", "localhost"))
+
+
+def otlp_port(run_dir: str) -> int | None:
+    """The port of the OTLP endpoint ``observe`` gave the command (``summary.json``)."""
+    try:
+        with open(os.path.join(run_dir, SUMMARY), "rb") as f:
+            summary = orjson.loads(f.read())
+        endpoint = str((summary.get("otlp") or {}).get("endpoint") or "")
+        return urllib.parse.urlsplit(endpoint if "//" in endpoint else f"//{endpoint}").port
+    except (OSError, ValueError, AttributeError):
+        return None
+
+
+def import_sessions(
+    run_dir: str, records: Records, index: GraphIndex, transcripts: Iterable[str] = ()
+) -> list[Session]:
+    """The coding-agent sessions of ``run_dir``'s streams and of the given rollout files, with
+    the agent process found (:func:`agent_process`) and added as a ``process_run`` (role
+    ``agent``, ``rule`` saying how it was found). Their child processes are attributed by the
+    review's own rules afterwards (``add_agent_processes``)."""
+    events = events_from_streams(run_dir, records)
+    for path in transcripts:
+        events += events_from_transcript(path, records)
+    sessions = build_sessions(events)
+    pids = {e.session: e.attrs.get("_pid") for e in events}
+    port = otlp_port(run_dir)
+    capture = {os.path.realpath(p) for p in transcripts} | {os.path.abspath(p) for p in transcripts}
+    for session in sessions:
+        session.capture |= capture
+        pid, how = agent_process([pids.get(session.trace_id)], index, port)
+        if pid is None:
+            continue
+        session.agent_processes.append(pid)
+        proc = process_node(session, index, pid, records)
+        proc.data["role"], proc.data["rule"] = "agent", how
+        session.owner.setdefault(pid, pid)
+    return sessions

@@ -1,0 +1,200 @@
+"""A fake coding agent that reports itself the way Claude Code or Codex CLI do.
+
+It emits no spans: only OTel *log events* over OTLP, with the event names and attributes of the
+agent it imitates (``claude_code.*`` or ``codex.*``, see ``tests/testdata/codingagents/README.md``),
+and with ``--flavor codex`` it also writes a rollout transcript (JSONL) like Codex's. Its work is
+real: it writes ``greet.py`` and ``test_greet.py`` in its working directory itself (an in-process
+``write`` tool) and runs ``python -m pytest -q test_greet.py`` as a child process (a ``shell``
+tool). Its final message (Codex flavor) claims the write, the test command, that the tests pass,
+and a file it never wrote (``notes.md``).
+
+Usage: ``fake_coding_agent.py --flavor claude|codex [--transcript FILE]`` under
+``otel-bridge observe``, which sets ``OTEL_EXPORTER_OTLP_ENDPOINT`` / ``_PROTOCOL``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import json
+import os
+import subprocess
+import sys
+import time
+import uuid
+from typing import Any
+
+from opentelemetry.sdk._logs import LoggerProvider
+from opentelemetry.sdk._logs.export import SimpleLogRecordProcessor
+from opentelemetry.sdk.resources import Resource
+
+GREET = "def greet(name: str) -> str:\n    return f'hello {name}'\n"
+TEST = (
+    "from greet import greet\n\n\ndef test_greet() -> None:\n    assert greet('x') == 'hello x'\n"
+)
+PROMPT = "Add a greet function in greet.py with a test, and run the tests."
+FINAL = (
+    "I wrote greet.py and test_greet.py.\n"
+    "I ran `python -m pytest -q test_greet.py` and all tests passed.\n"
+    "I also created notes.md with a summary."
+)
+TEST_ARGV = [sys.executable, "-m", "pytest", "-q", "test_greet.py"]
+
+
+def _exporter() -> Any:
+    if os.environ.get("OTEL_EXPORTER_OTLP_PROTOCOL", "").startswith("grpc"):
+        from opentelemetry.exporter.otlp.proto.grpc._log_exporter import (
+            OTLPLogExporter as Grpc,
+        )
+
+        return Grpc(insecure=True)
+    from opentelemetry.exporter.otlp.proto.http._log_exporter import (
+        OTLPLogExporter as Http,
+    )
+
+    return Http()
+
+
+def _iso(ns: int) -> str:
+    return dt.datetime.fromtimestamp(ns / 1e9, dt.UTC).isoformat(timespec="milliseconds")[:-6] + "Z"
+
+
+class Agent:
+    """Emits the flavor's events and (Codex) rollout lines."""
+
+    def __init__(self, flavor: str, transcript: str | None) -> None:
+        self.flavor = flavor
+        self.session = str(uuid.uuid4())
+        service = "claude-code" if flavor == "claude" else "codex_exec"
+        self.provider = LoggerProvider(resource=Resource.create({"service.name": service}))
+        self.provider.add_log_record_processor(SimpleLogRecordProcessor(_exporter()))
+        self.logger = self.provider.get_logger(
+            "com.anthropic.claude_code.events" if flavor == "claude" else "codex_otel"
+        )
+        self.rollout = open(transcript, "w", encoding="utf-8") if transcript else None  # noqa: SIM115
+        self.calls = 0
+
+    def event(self, kind: str, **attrs: Any) -> None:
+        """One OTel event of the flavor (Claude Code: short ``event.name`` and the full name as
+        the body; Codex: the full name in ``event.name``)."""
+        now = time.time_ns()
+        common = {"event.timestamp": _iso(now)}
+        if self.flavor == "claude":
+            common |= {"session.id": self.session, "event.name": kind}
+            body = f"claude_code.{kind}"
+        else:
+            common |= {"conversation.id": self.session, "event.name": f"codex.{kind}"}
+            body = f"codex.{kind}"
+        values = {k: v for k, v in (common | attrs).items() if v is not None}
+        self.logger.emit(timestamp=now, body=body, attributes=values)
+
+    def line(self, kind: str, payload: dict[str, Any]) -> None:
+        """One rollout line (Codex flavor only)."""
+        if self.rollout is not None:
+            record = {"timestamp": _iso(time.time_ns()), "type": kind, "payload": payload}
+            self.rollout.write(json.dumps(record) + "\n")
+            self.rollout.flush()
+
+    def tool(self, name: str, arguments: dict[str, Any], run: Any) -> None:
+        """One tool call: decision, call, the work, output and result events."""
+        self.calls += 1
+        call_id = f"call_{self.calls}"
+        args = json.dumps(arguments)
+        self.event(
+            "tool_decision",
+            tool_name=name,
+            call_id=call_id if self.flavor == "codex" else None,  # Claude Code names no call
+            decision="accept",
+            source="config",
+        )
+        self.line(
+            "response_item",
+            {"type": "function_call", "name": name, "arguments": args, "call_id": call_id},
+        )
+        started = time.monotonic_ns()
+        output, code = run()
+        duration_ms = (time.monotonic_ns() - started) // 1_000_000
+        result = json.dumps({"output": output, "metadata": {"exit_code": code}})
+        self.line(
+            "response_item", {"type": "function_call_output", "call_id": call_id, "output": result}
+        )
+        success = "true" if code == 0 else "false"
+        if self.flavor == "claude":
+            self.event(
+                "tool_result",
+                tool_name=name,
+                success=success,
+                duration_ms=str(duration_ms),
+                decision="accept",
+                source="config",
+                tool_parameters=args,
+            )
+        else:
+            self.event(
+                "tool_result",
+                tool_name=name,
+                call_id=call_id,
+                arguments=args,
+                duration_ms=str(duration_ms),
+                success=success,
+                output=output,
+            )
+
+
+def _write() -> tuple[str, int]:
+    with open("greet.py", "w", encoding="utf-8") as f:
+        f.write(GREET)
+    with open("test_greet.py", "w", encoding="utf-8") as f:
+        f.write(TEST)
+    return "wrote greet.py, test_greet.py", 0
+
+
+def _pytest() -> tuple[str, int]:
+    env = {**os.environ, "PYTEST_DISABLE_PLUGIN_AUTOLOAD": "1"}  # installed plugins are not ours
+    done = subprocess.run(TEST_ARGV, capture_output=True, text=True, check=False, env=env)
+    return done.stdout[-400:], done.returncode
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--flavor", choices=("claude", "codex"), required=True)
+    parser.add_argument("--transcript")
+    args = parser.parse_args()
+    agent = Agent(args.flavor, args.transcript)
+    agent.line(
+        "session_meta",
+        {
+            "id": agent.session,
+            "timestamp": _iso(time.time_ns()),
+            "cwd": os.getcwd(),
+            "originator": "fake_coding_agent",
+            "cli_version": "0.0.0-test",
+        },
+    )
+    if args.flavor == "codex":
+        agent.event("conversation_starts", model="scripted-model", provider_name="none")
+    agent.event("user_prompt", prompt_length=str(len(PROMPT)), prompt=PROMPT)
+    agent.line(
+        "response_item",
+        {"type": "message", "role": "user", "content": [{"type": "input_text", "text": PROMPT}]},
+    )
+    agent.event(
+        "api_request", model="scripted-model", duration_ms="3", input_tokens="10", output_tokens="5"
+    )
+    agent.tool("write", {"files": ["greet.py", "test_greet.py"]}, _write)
+    agent.tool("shell", {"command": TEST_ARGV[1:]}, _pytest)
+    agent.line(
+        "response_item",
+        {
+            "type": "message",
+            "role": "assistant",
+            "content": [{"type": "output_text", "text": FINAL}],
+        },
+    )
+    agent.line("event_msg", {"type": "agent_message", "message": FINAL})
+    agent.provider.shutdown()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,97 @@
+"""The coding-agent importers on the built fixtures of ``tests/testdata/codingagents``.
+
+Each fixture stream is put in a directory as a collector stream and read by the review's own
+record reader, so the imported events point at the review's record ids (file:line[.n]).
+"""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+from otel_bridge.importers.codingagents import events_from_streams, events_from_transcript
+from otel_bridge.importers.sessions import build_sessions
+from otel_bridge.review.evidence import Session
+from otel_bridge.review.records import read_records
+
+DATA = Path(__file__).resolve().parents[1] / "testdata" / "codingagents"
+
+
+def _streams(tmp_path: Path, name: str) -> tuple[list[Session], list[str], dict[str, str]]:
+    shutil.copy(DATA / name, tmp_path / name)
+    records = read_records(str(tmp_path))
+    sessions = build_sessions(events_from_streams(str(tmp_path), records))
+    coverage = [r.name for r in records.records if r.type == "coverage"]
+    types = {r.id: r.type for r in records.records}
+    return sessions, coverage, types
+
+
+def test_claude_code_events(tmp_path: Path) -> None:
+    sessions, coverage, types = _streams(tmp_path, "claude_code_logs.jsonl")
+    assert [s.id for s in sessions] == ["session:claude_code:cc-session-1"]
+    s = sessions[0]
+    (prompt,) = s.of_type("user_message")
+    assert prompt.data["text"] is None  # the prompt text was not logged: unknown, not empty
+    assert prompt.records == ["claude_code_logs.jsonl:1"]
+    bash, edit = s.of_type("tool_call")
+    assert (bash.data["tool"], bash.data["status"], bash.data["decision"]) == (
+        "Bash",
+        "ok",
+        "accept",
+    )
+    assert "pytest -q" in bash.data["arguments"]
+    # the decision (line 3, first record) and the result (line 3, second record) are one call
+    assert bash.records == ["claude_code_logs.jsonl:3", "claude_code_logs.jsonl:3.1"]
+    assert bash.end is not None
+    assert bash.time is not None
+    assert bash.end - bash.time >= 750_000_000  # the stated duration is the call's window
+    assert (edit.data["tool"], edit.data["status"]) == ("Edit", "error")
+    assert [m.data["model"] for m in s.of_type("model_call")] == ["claude-sonnet-4"] * 2
+    assert coverage == ["claude_code.some_future_event: event not interpreted"]
+    assert all(types[r] == "log" for n in s.nodes.values() for r in n.records)
+
+
+def test_codex_events(tmp_path: Path) -> None:
+    sessions, coverage, _ = _streams(tmp_path, "codex_logs.jsonl")
+    (s,) = sessions
+    assert s.id == "session:codex:019a0000-0000-7000-8000-000000000001"
+    (prompt,) = s.of_type("user_message")
+    assert prompt.data["text"] is None  # "[REDACTED]" is not the prompt
+    (call,) = s.of_type("tool_call")
+    assert call.id.endswith(":call_A")
+    assert (call.data["call_id"], call.data["decision"], call.data["status"]) == (
+        "call_A",
+        "approved",
+        "ok",
+    )
+    assert call.data["result"] == "3 passed in 0.10s"
+    assert len(call.records) == 2
+    assert coverage == ["codex.sse_event: event not interpreted"]
+
+
+def test_codex_rollout(tmp_path: Path) -> None:
+    records = read_records(str(tmp_path))  # no streams: only the transcript's records
+    events = events_from_transcript(str(DATA / "codex_rollout.jsonl"), records)
+    (s,) = build_sessions(events)
+    assert s.trace_id == "019a0000-0000-7000-8000-000000000002"
+    (control,) = s.of_type("control")
+    assert control.data["text"].startswith("<environment_context>")
+    (user,) = s.of_type("user_message")
+    assert user.data["text"] == "Fix the failing test in calc.py"
+    assert user.records == ["codex_rollout.jsonl:3"]
+    sed, tests = s.of_type("tool_call")
+    assert sed.data["tool"] == "shell"
+    assert "calc.py" in sed.data["arguments"]
+    assert sed.data["exit_code"] == 0
+    assert sed.records == ["codex_rollout.jsonl:7", "codex_rollout.jsonl:8"]
+    assert tests.data["result"] == "1 passed in 0.02s"
+    assert tests.end is not None
+    assert tests.time is not None
+    assert tests.end > tests.time
+    (final,) = s.of_type("assistant_message")
+    assert "`pytest -q`" in final.data["text"]
+    by_type: dict[str, list[int]] = {}
+    for r in records.records:
+        by_type.setdefault(r.type, []).append(r.line)
+    assert by_type["coverage"] == [4, 5, 6, 11, 13]  # event_msg, turn_context, reasoning
+    assert len(records.records) == 13  # every line is a record

@@ -1,0 +1,137 @@
+"""A fake coding agent that reports only Claude Code / Codex CLI OTel log events, run for real
+under ``otel-bridge observe`` (real OTLP export with the OTel SDK's log exporter, a real pytest
+child process, real file writes, the real OS plane), then reviewed.
+
+The review must have the user prompt, the tool calls, the pytest process linked to the tool call
+whose stated window holds its start, the agent process found from its connection to the run's
+OTLP endpoint, and (Codex, whose transcript holds the final message) each claim with the right
+status: the write and the test command supported, a file never written contradicted.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from otel_bridge.review import validate_review
+
+REPO = Path(__file__).resolve().parents[2]
+AGENT = Path(__file__).resolve().parent / "fake_coding_agent.py"
+
+pytestmark = [
+    pytest.mark.slow,
+    pytest.mark.skipif(
+        importlib.util.find_spec("opentelemetry.exporter.otlp") is None,
+        reason="needs the OTLP exporters (the examples extra)",
+    ),
+]
+
+FLAVORS = ("claude", "codex")
+
+
+def _env() -> dict[str, str]:
+    path = os.pathsep.join([os.path.dirname(sys.executable), os.environ.get("PATH", "")])
+    return {**os.environ, "PATH": path, "PYTHONPATH": str(REPO)}
+
+
+@pytest.fixture(scope="module")
+def reviews(tmp_path_factory: pytest.TempPathFactory) -> dict[str, dict[str, Any]]:
+    """Both flavors observed at once, then reviewed (Codex with its transcript)."""
+    dirs = {f: tmp_path_factory.mktemp(f) for f in FLAVORS}
+    running = {}
+    for flavor, tmp in dirs.items():
+        (tmp / "work").mkdir()
+        command = [sys.executable, "-m", "otel_bridge", "observe", "--no-progress", "--no-review"]
+        command += ["-o", str(tmp / "run"), "--", sys.executable, str(AGENT), "--flavor", flavor]
+        if flavor == "codex":
+            command += ["--transcript", str(tmp / "rollout.jsonl")]
+        running[flavor] = subprocess.Popen(
+            command,
+            cwd=tmp / "work",
+            env=_env(),
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+        )
+    out = {}
+    for flavor, process in running.items():
+        output, _ = process.communicate(timeout=300)
+        assert process.returncode == 0, output
+        tmp = dirs[flavor]
+        review = [sys.executable, "-m", "otel_bridge", "review", str(tmp / "run")]
+        if flavor == "codex":
+            review += ["--transcript", str(tmp / "rollout.jsonl")]
+        done = subprocess.run(
+            review, env=_env(), capture_output=True, text=True, timeout=300, check=False
+        )
+        assert done.returncode == 0, done.stderr
+        doc: dict[str, Any] = json.loads((tmp / "run" / "review.json").read_text())
+        validate_review(doc)
+        doc["_workspace"] = str((tmp / "work").resolve())
+        out[flavor] = doc
+    return out
+
+
+def _nodes(doc: dict[str, Any], kind: str) -> list[dict[str, Any]]:
+    return [n for n in doc["evidence"] if n["type"] == kind]
+
+
+@pytest.mark.parametrize("flavor", FLAVORS)
+def test_prompt_tool_calls_and_processes(flavor: str, reviews: dict[str, dict[str, Any]]) -> None:
+    doc = reviews[flavor]
+    agent = "claude_code" if flavor == "claude" else "codex"
+    (session,) = doc["sessions"]
+    assert session["agents"] == [f"agent:{agent}"]
+    (prompt,) = _nodes(doc, "user_message")
+    assert prompt["text"].startswith("Add a greet function")
+    write, shell = _nodes(doc, "tool_call")
+    assert (write["tool"], shell["tool"]) == ("write", "shell")
+    assert write["status"] == shell["status"] == "ok"
+    assert write["decision"] == "accept"
+    procs = {n["id"]: n for n in _nodes(doc, "process_run")}
+    agents = [p for p in procs.values() if p["role"] == "agent"]
+    assert [p["rule"] for p in agents] == ["otlp_sender"]
+    assert "fake_coding_agent.py" in " ".join(agents[0]["argv"])
+    (linked,) = shell["processes"]
+    assert procs[linked]["argv"][1:] == ["-m", "pytest", "-q", "test_greet.py"]
+    assert procs[linked]["rule"] == "tool_window"  # attributed by the stated window: inferred
+    assert procs[linked]["exit_code"] == 0
+    assert procs[linked]["check"]["name"] == "pytest"
+    assert not [p for p in procs.values() if p["role"] == "undeclared"]
+    records = {r for n in doc["evidence"] for r in n["records"]}
+    assert any(r.startswith("sem.jsonl:") for r in records)  # the OTLP log records
+
+
+def test_codex_claims(reviews: dict[str, dict[str, Any]]) -> None:
+    doc = reviews["codex"]
+    if not doc["run"]["coverage"]["files_available"]:
+        pytest.skip("the OS plane could not watch files here (fanotify needs root)")
+    got = {c["text"]: c["status"] for c in doc["claims"]}
+    assert got == {
+        "I wrote greet.py and test_greet.py.": "supported",
+        "I ran `python -m pytest -q test_greet.py` and all tests passed.": "supported",
+        "I also created notes.md with a summary.": "contradicted",
+    }
+    (final,) = _nodes(doc, "assistant_message")
+    assert final["records"] == ["rollout.jsonl:7"]  # file:line of the rollout
+    paths = {n.get("path") for n in _nodes(doc, "artifact")}
+    assert not any(p and p.endswith("rollout.jsonl") for p in paths)  # the capture source
+
+
+def test_claude_has_no_claims(reviews: dict[str, dict[str, Any]]) -> None:
+    """Claude Code's events carry no assistant text: no claim is made up."""
+    doc = reviews["claude"]
+    assert doc["claims"] == []
+    assert not _nodes(doc, "assistant_message")
+    write, _ = _nodes(doc, "tool_call")
+    written = {e["target"] for e in doc["edges"] if e["relation"] == "produces"}
+    if doc["run"]["coverage"]["files_available"]:
+        assert f"file:{doc['_workspace']}/greet.py" in written
+    assert write["records"][0].startswith("sem.jsonl:")

@@ -78,8 +78,8 @@ def _content(body: Any) -> str:
 
 def ask(
     config: ModelConfig, system: str, question: dict[str, Any], audit: AuditLog, purpose: str
-) -> str:
-    """Ask one question (a JSON object, redacted) and return the answer's text.
+) -> dict[str, Any]:
+    """Ask one question (a JSON object, redacted) and return the answer's JSON object.
 
     The exchange is audited whatever happens; any failure (connection, timeout, HTTP status,
     a body that is not a chat completion) raises :class:`AssistError` with a clear message.
@@ -103,7 +103,7 @@ def ask(
         raw = _post(config, request)
         entry["response"] = raw.decode("utf-8", "replace")
         body = json.loads(raw)
-        text = _content(body)
+        value = parse_answer(_content(body))
     except AssistError as exc:
         entry["error"] = str(exc)
         raise
@@ -112,7 +112,7 @@ def ask(
         raise AssistError(entry["error"]) from exc
     finally:
         audit.append(entry)
-    return text
+    return value
 
 
 def _post(config: ModelConfig, request: dict[str, Any]) -> bytes:

@@ -17,7 +17,7 @@ from typing import Any
 
 import orjson
 
-from otel_bridge.assist import AssistError, AuditLog, ModelConfig, ask, parse_answer
+from otel_bridge.assist import AssistError, AuditLog, ModelConfig, ask
 from otel_bridge.rundir import write_private
 
 from .provenance import CANDIDATE
@@ -221,7 +221,7 @@ def assist_compare(
         out["status"], out["error"] = "error", "needs the full provenance (--provenance full)"
         return out
     try:
-        answer = parse_answer(ask(config, SYSTEM, question(provenance), audit, "compare"))
+        answer = ask(config, SYSTEM, question(provenance), audit, "compare")
     except AssistError as exc:
         out["status"], out["error"] = "error", str(exc)
         return out

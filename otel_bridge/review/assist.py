@@ -16,7 +16,7 @@ from typing import Any
 
 import orjson
 
-from otel_bridge.assist import AssistError, AuditLog, ModelConfig, ask, parse_answer
+from otel_bridge.assist import AssistError, AuditLog, ModelConfig, ask
 from otel_bridge.review.types import edge_id
 from otel_bridge.rundir import MANIFEST, RunDir, verify, write_private
 
@@ -180,7 +180,7 @@ def assist_review(doc: Mapping[str, Any], config: ModelConfig, audit: AuditLog) 
         out["status"] = "nothing_to_ask"
         return out
     try:
-        answer = parse_answer(ask(config, SYSTEM, shown, audit, "review"))
+        answer = ask(config, SYSTEM, shown, audit, "review")
     except AssistError as exc:
         out["status"], out["error"] = "error", str(exc)
         return out

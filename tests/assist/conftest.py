@@ -10,12 +10,11 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from assist_support import Serve
 
 TESTS = Path(__file__).resolve().parents[1]
 MODEL_SERVER = TESTS.parent / "examples" / "model_server.py"
 sys.path.insert(0, str(TESTS / "review"))  # review_support: small run directories
-
-from assist_support import Serve
 
 
 def _url_line(process: subprocess.Popen[str], timeout: float = 20.0) -> str:

@@ -11,9 +11,12 @@ import stat
 from pathlib import Path
 from typing import Any
 
+import pytest
 from assist_support import Serve, answer
+from review_support import RunBuilder, Session
 
 from otel_bridge.assist import AuditLog, ModelConfig
+from otel_bridge.cli import main
 from otel_bridge.compare import compare
 from otel_bridge.compare.assist import assist_compare, write_assist
 from otel_bridge.compare.synthetic import Step, synthetic_run
@@ -111,3 +114,25 @@ def test_the_files_are_owner_only_and_summary_provenance_is_an_error(
     assert refused["status"] == "error"
     assert "--provenance full" in refused["error"]
     assert not (tmp_path / "a2.jsonl").exists()  # nothing was asked
+
+
+def test_compare_model_writes_its_own_file_and_leaves_compare_json_alone(
+    tmp_path: Path, model_server: Serve, capsys: pytest.CaptureFixture[str]
+) -> None:
+    builder = RunBuilder()
+    builder.add(
+        Session(trace="11" * 16, task="t", answer="done", commands=[(["ls"], 0, [], [])]), 1000
+    )
+    run = builder.write(tmp_path / "run")
+    (run / "manifest.json").write_text(json.dumps({"format": "otel-bridge.manifest"}))
+    plain, assisted = tmp_path / "plain", tmp_path / "assisted"
+    assert main(["compare", str(run), "-o", str(plain), "--no-ablation"]) == 0
+    bad = {"op": "remove", "run": "run", "source": "x", "target": "y"}
+    url = model_server(answer({"operations": [bad]}))
+    argv = ["compare", str(run), "-o", str(assisted), "--no-ablation", "--model", url]
+    assert main([*argv, "--model-name", "scripted"]) == 0
+    assert "model model:scripted: 0 added, 0 removed, 1 rejected" in capsys.readouterr().out
+    assert (plain / "compare.json").read_bytes() == (assisted / "compare.json").read_bytes()
+    result = json.loads((assisted / "compare-assist.json").read_text())
+    assert result["rejected"] == [{"operation": bad, "reason": "no source 'x' in run run"}]
+    assert len((assisted / "compare-audit.jsonl").read_text().splitlines()) == 1

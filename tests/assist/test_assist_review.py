@@ -18,6 +18,7 @@ from review_support import RunBuilder, Session
 
 from otel_bridge.cli import main
 from otel_bridge.review import build_review
+from otel_bridge.rundir import RunDir, verify
 
 TRACE = "11" * 16
 SESSION = Session(
@@ -161,3 +162,24 @@ def test_without_model_nothing_is_asked(tmp_path: Path) -> None:
     assert main(["review", str(run), "--quiet"]) == 0
     assert not (run / "review-assist.json").exists()
     assert not (run / "review-audit.jsonl").exists()
+
+
+def test_a_verified_run_directory_still_verifies_after_the_model_pass(
+    tmp_path: Path, model_server: Serve
+) -> None:
+    run = _run(tmp_path)
+    RunDir(str(run)).write_manifest({"id": "synthetic"})
+    url = model_server("```json\n" + answer({"supports": [], "splits": []}) + "\n```")
+    assert main(["review", str(run), "--model", url, "--quiet"]) == 0
+    assert _load(run / "review-assist.json")["status"] == "ok"  # a fenced answer is read
+    assert verify(str(run)) == []
+
+
+def test_an_http_error_is_a_clear_message(
+    tmp_path: Path, model_server: Serve, capsys: pytest.CaptureFixture[str]
+) -> None:
+    run = _run(tmp_path)
+    url = model_server(answer({})).replace("/v1", "/nowhere")
+    assert main(["review", str(run), "--model", url, "--quiet"]) == 0
+    assert "HTTP 404" in capsys.readouterr().err
+    assert _load(run / "review-assist.json")["status"] == "error"

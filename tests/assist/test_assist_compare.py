@@ -8,11 +8,12 @@ from __future__ import annotations
 
 import json
 import stat
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
-from assist_support import Serve, answer
+from assist_support import ModelServers, Serve, answer
 from review_support import RunBuilder, Session
 
 from otel_bridge.assist import AuditLog, ModelConfig
@@ -27,6 +28,14 @@ STEPS = [
     Step("load", {"n": 1}, {"done": True}, writes=["/w/x.csv"]),
     Step("transform", {"n": 2}, {"done": True}, reads=["/w/x.csv"], writes=["/w/y.csv"]),
 ]
+
+
+@pytest.fixture
+def model_server(tmp_path: Path) -> Iterator[Serve]:
+    """Scripted model servers on loopback, stopped after the test."""
+    servers = ModelServers(tmp_path)
+    yield servers.serve
+    servers.stop()
 
 
 def _provenance() -> dict[str, Any]:

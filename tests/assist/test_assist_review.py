@@ -9,11 +9,12 @@ from __future__ import annotations
 import json
 import socket
 import stat
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
-from assist_support import Serve, answer
+from assist_support import ModelServers, Serve, answer
 from review_support import RunBuilder, Session
 
 from otel_bridge.cli import main
@@ -30,6 +31,14 @@ SESSION = Session(
 CONTRADICTED = f"claim:{TRACE}:1"  # the failed pytest run contradicts it
 UNSUPPORTED = f"claim:{TRACE}:2"  # no write seen, file collection not available
 PROCESS = "process:h1:1002:1002"
+
+
+@pytest.fixture
+def model_server(tmp_path: Path) -> Iterator[Serve]:
+    """Scripted model servers on loopback, stopped after the test."""
+    servers = ModelServers(tmp_path)
+    yield servers.serve
+    servers.stop()
 
 
 def _run(tmp_path: Path) -> Path:

@@ -159,7 +159,7 @@ def _remove_problem(graph: RunGraph, op: Mapping[str, Any]) -> str:
 def _operation_problem(graphs: Mapping[str, RunGraph], op: Any) -> str:
     if not isinstance(op, dict) or op.get("op") not in ("add", "remove"):
         return "not an operation: needs op add or remove"
-    if op.get("run") not in graphs:
+    if not isinstance(op.get("run"), str) or op["run"] not in graphs:
         return f"no run {op.get('run')!r} in the comparison"
     graph = graphs[op["run"]]
     for end in ("source", "target"):

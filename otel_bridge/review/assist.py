@@ -133,8 +133,11 @@ def check_splits(doc: Mapping[str, Any], proposals: Any) -> tuple[list[Any], lis
 
 
 def _split_problem(proposal: Any, claims: Mapping[str, Any]) -> str:
-    if not isinstance(proposal, dict) or proposal.get("claim") not in claims:
-        return f"no claim {proposal.get('claim') if isinstance(proposal, dict) else None!r}"
+    if not isinstance(proposal, dict):
+        return "not an object"
+    claim = proposal.get("claim")
+    if not isinstance(claim, str) or claim not in claims:
+        return f"no claim {claim!r} in the review"
     parts = proposal.get("parts")
     if not isinstance(parts, list) or len(parts) < 2:
         return "a split needs two or more parts"

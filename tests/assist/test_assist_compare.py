@@ -74,6 +74,7 @@ def test_checked_operations_are_kept_and_the_rest_rejected_with_why(
         op("add", ids["chart"], "result:" + ids["search"], relation="used"),  # valid shape...
         {"op": "add", "run": "nope", "source": ids["chart"], "target": ids["search"]},
         op("rename", ids["chart"], ids["search"]),
+        {"op": "add", "run": ["r1"], "source": ids["chart"], "target": ids["search"]},
     ]
     url = model_server(answer({"operations": operations}))
     config = ModelConfig(url, "scripted", timeout=10)
@@ -93,7 +94,8 @@ def test_checked_operations_are_kept_and_the_rest_rejected_with_why(
     assert reasons[3] == "used joins activity -> entity, not entity -> entity: breaks the schema"
     assert reasons[4] == "no run 'nope' in the comparison"
     assert reasons[5] == "not an operation: needs op add or remove"
-    assert len(reasons) == 6
+    assert reasons[6] == "no run ['r1'] in the comparison"
+    assert len(reasons) == 7
     # the comparison itself is untouched: observed and exact edges all still there
     assert prov == _provenance()
     [exchange] = [json.loads(x) for x in (tmp_path / "audit.jsonl").read_text().splitlines()]

@@ -68,6 +68,7 @@ MALICIOUS = {
     "splits": [
         {"claim": CONTRADICTED, "parts": ["I ran `pytest -q`", "all tests pass."]},
         {"claim": UNSUPPORTED, "parts": ["I wrote out.txt", "and verified it"]},
+        {"claim": [UNSUPPORTED], "parts": ["I wrote"]},
     ],
 }
 
@@ -79,7 +80,7 @@ def test_only_checked_proposals_are_kept_and_every_exchange_is_audited(
     plain, _ = build_review(str(run))
     url = model_server(answer(MALICIOUS))
     assert main(["review", str(run), "--model", url, "--model-name", "scripted"]) == 0
-    assert "1 supports, 1 splits accepted, 5 rejected" in capsys.readouterr().out
+    assert "1 supports, 1 splits accepted, 6 rejected" in capsys.readouterr().out
     # the deterministic review is exactly what it is without a model
     assert _load(run / "review.json")["claims"] == plain["claims"]
     assert _load(run / "review.json")["edges"] == plain["edges"]
@@ -106,6 +107,7 @@ def test_only_checked_proposals_are_kept_and_every_exchange_is_audited(
         "no claim 'claim:nope:1' in the review",
         "not an object",
         "part 'and verified it' is not a verbatim piece of the claim's text (in order)",
+        f"no claim {[UNSUPPORTED]!r} in the review",
     ]
 
     [exchange] = [

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import itertools
 import os
+import sys
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
@@ -12,6 +13,7 @@ from typing import Any
 
 import orjson
 
+from otel_bridge.assist import ModelConfig
 from otel_bridge.compare import (
     PROVENANCE_MODES,
     CompareConfig,
@@ -25,6 +27,7 @@ from otel_bridge.compare import (
     validate_document,
     validate_provenance,
 )
+from otel_bridge.compare.assist import ASSIST_JSON, write_assist
 from otel_bridge.errors import OtelBridgeError
 from otel_bridge.store.options import add_db_options, stored_run_dirs
 
@@ -62,6 +65,16 @@ def register(subparsers: Any) -> None:
         default="full",
         help="per-run provenance graphs in compare.json: every activity, entity and edge "
         "(full, default) or only their counts (summary, a much smaller file)",
+    )
+    g = p.add_argument_group("model assistance (off by default; docs/compare.md)")
+    g.add_argument(
+        "--model",
+        metavar="URL",
+        help="OpenAI-compatible base URL asked to refine candidate edges (patch operations)",
+    )
+    g.add_argument("--model-name", default="default", help="model name sent (default: default)")
+    g.add_argument(
+        "--model-timeout", type=float, default=60.0, help="seconds per request (default: 60)"
     )
     p.set_defaults(func=run)
 
@@ -142,4 +155,20 @@ def _run(args: argparse.Namespace) -> int:
         f"{len(joined['nodes'])} joined nodes, {len(joined['detours'])} detours -> "
         f"{out / 'compare.json'}"
     )
+    if args.model:
+        _assist(args, out)
     return 0
+
+
+def _assist(args: argparse.Namespace, out: Path) -> None:
+    """The optional model pass: its outcome is a separate file; compare.json is unchanged."""
+    config = ModelConfig(args.model, args.model_name, args.model_timeout)
+    result = write_assist(str(out), str(out / "compare.json"), config)
+    if result["status"] == "error":
+        print(f"otel-bridge: compare: model assistance failed: {result['error']}", file=sys.stderr)
+    added = sum(len(r["added"]) for r in result["runs"].values())
+    removed = sum(len(r["removed"]) for r in result["runs"].values())
+    print(
+        f"model {config.method}: {added} added, {removed} removed, "
+        f"{len(result['rejected'])} rejected -> {out / ASSIST_JSON}"
+    )

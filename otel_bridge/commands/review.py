@@ -4,8 +4,11 @@ from __future__ import annotations
 
 import argparse
 import os
+import sys
 
+from otel_bridge.assist import ModelConfig
 from otel_bridge.review import REVIEW_JSON, summary_lines, write_review
+from otel_bridge.review.assist import ASSIST_JSON, write_assist
 from otel_bridge.store.options import add_db_options, required_file, stored_run_dir
 
 
@@ -42,7 +45,22 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         help="also read this Codex session transcript (rollout JSONL); repeatable",
     )
     add_db_options(parser)
+    add_model_options(parser)
     parser.set_defaults(func=run)
+
+
+def add_model_options(parser: argparse.ArgumentParser) -> None:
+    """``--model URL``, ``--model-name``, ``--model-timeout`` (off by default)."""
+    g = parser.add_argument_group("model assistance (off by default; docs/review.md)")
+    g.add_argument(
+        "--model",
+        metavar="URL",
+        help="OpenAI-compatible base URL (http://127.0.0.1:8000/v1) asked for proposals",
+    )
+    g.add_argument("--model-name", default="default", help="model name sent (default: default)")
+    g.add_argument(
+        "--model-timeout", type=float, default=60.0, help="seconds per request (default: 60)"
+    )
 
 
 def run(args: argparse.Namespace) -> int:
@@ -56,4 +74,19 @@ def run(args: argparse.Namespace) -> int:
             print(line)
     target = os.path.abspath(args.output or args.run_dir)
     print(f"review: {os.path.join(target, REVIEW_JSON)}")
+    if args.model:
+        _assist(args, doc, target)
     return 0
+
+
+def _assist(args: argparse.Namespace, doc: dict[str, object], target: str) -> None:
+    """The optional model pass: its outcome is a separate file; review.json is unchanged."""
+    config = ModelConfig(args.model, args.model_name, args.model_timeout)
+    result = write_assist(target, doc, config)
+    if result["status"] == "error":
+        print(f"otel-bridge: review: model assistance failed: {result['error']}", file=sys.stderr)
+    print(
+        f"model {config.method}: {len(result['edges'])} supports, {len(result['splits'])} "
+        f"splits accepted, {len(result['rejected'])} rejected -> "
+        f"{os.path.join(target, ASSIST_JSON)}"
+    )

@@ -83,8 +83,8 @@ class HostConfig:
     """Linux backend: add kernel-pushed TCP connect events with their exact pid from bpftrace
     (``sock:inet_sock_set_state``, ``bpftrace_path``) when it runs here; started beside the
     workload, never delaying it (``docs/host.md``). Off, or without bpftrace: connections
-    closed between two scans are attributed to the network namespace only, and the network
-    collection state says so."""
+    closed between two scans are recorded only when a scan saw their owner (else counted as
+    unattributed machine connections), and the network collection state says so."""
     watch_paths: list[str] = field(default_factory=list)
     """Portable backend: directories watched for file changes (session-correlated, non-causal)."""
     fanotify_events: list[str] = field(default_factory=_default_fanotify_events)

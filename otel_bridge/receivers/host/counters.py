@@ -57,6 +57,11 @@ COUNTERS: tuple[CounterSpec, ...] = (
         "TCP connections recorded from destroy notifications",
         "{connections}",
     ),
+    CounterSpec(
+        "sockdiag.unattributed",
+        "destroyed TCP connections no observed process was shown to own (not recorded)",
+        "{connections}",
+    ),
 )
 """The counters of the ``host`` receiver (``receiver.<id>.<name>``)."""
 

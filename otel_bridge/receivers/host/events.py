@@ -169,16 +169,20 @@ class HostContext:
             return []  # a standing collector: processes are adopted as they are learned
         return self._identify([root, *descendants_of(root)])
 
-    def adopt(self, root: int) -> list[int]:
+    def adopt(self, root: int, *, track: bool = True) -> list[int]:
         """Adopt ``root`` and its running descendants (sampled ``process.start``); their pids.
 
         Used for every process the receiver learns to follow after start (:mod:`.follow`);
-        pids already in the lineage are skipped.
+        pids already in the lineage are skipped. With ``track=False`` they are identified and
+        reported but not added to the lineage: a backend that must attach first (``strace``)
+        adds them once it observes them, so lineage membership means "observed from now".
         """
-        return self._identify([p for p in (root, *descendants_of(root)) if p not in self.lineage])
+        pids = [p for p in (root, *descendants_of(root)) if p not in self.lineage]
+        return self._identify(pids, track=track)
 
-    def _identify(self, pids: list[int]) -> list[int]:
-        """Identify, track and report ``pids`` (the running ones) as sampled starts."""
+    def _identify(self, pids: list[int], *, track: bool = True) -> list[int]:
+        """Identify, track (unless not ``track``) and report ``pids`` (the running ones) as
+        sampled starts."""
         now = time.time_ns()
         for pid in pids:
             info = read_process(
@@ -187,7 +191,8 @@ class HostContext:
             if info is None:
                 continue
             self.events.remember(info)
-            self.lineage.add(pid)  # after its identity: other threads report lineage pids
+            if track:
+                self.lineage.add(pid)  # after its identity: other threads report lineage pids
             if self.config.processes:
                 self.emit(
                     self.events.process_event("process.start", info, now, attribution=SAMPLED)

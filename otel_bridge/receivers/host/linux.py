@@ -18,9 +18,11 @@
   runs here, the eBPF socket tracer (:mod:`socktrace`, started beside the workload, never
   awaited) adds every TCP connect with its exact pid from the moment it attached. A TCP
   connection opened and closed between two scans that the tracer did not report (before it
-  attached, or without it) is still recorded when the kernel destroys it (sock_diag destroy
-  notifications, :mod:`sockdiag`), attributed to the session's network namespace rather than to
-  a pid, with the reason. UDP and other sockets that live between two scans are missed.
+  attached, or without it) is reported when the kernel destroys it (sock_diag destroy
+  notifications, :mod:`sockdiag`) for every process of the namespace: it is recorded only with
+  a scan's evidence that a lineage process owned it (its inode or 4-tuple), else counted as an
+  unattributed machine connection and not recorded. UDP and other sockets that live between
+  two scans are missed.
 
 Needs root (``CAP_NET_ADMIN`` for the connector, ``CAP_SYS_ADMIN`` for fanotify).
 """
@@ -193,7 +195,8 @@ def _destroy_watcher(ctx: HostContext, scanner: SocketScanner) -> tuple[DestroyW
         )
     return watcher, (
         "TCP connections closed between scans are recorded from sock_diag destroy "
-        "notifications, attributed to the session (network namespace), not to a pid"
+        "notifications only when a scan saw a followed process hold them; the others are "
+        "counted as unattributed machine connections, never attributed"
     )
 
 
@@ -209,8 +212,8 @@ def _socket_tracer(
         return None, f"socket attribution: lineage only (no eBPF: {exc})"
     return tracer, (
         "TCP connects will be traced with their exact pid once bpftrace (sock:inet_sock_set_state) "
-        "has attached; until then connections closed between scans are attributed to the "
-        "network namespace only"
+        "has attached; until then a connection closed between scans is missed unless a scan "
+        "saw its owner"
     )
 
 

@@ -103,6 +103,9 @@ class SocketScanner:
         already attributed (by a scan or a destroy notification): each is recorded once."""
         self.inode_pids: dict[int, int] = {}
         """Socket inode -> the lineage pid that held it, as last scanned."""
+        self._tuple_pids: dict[tuple[str, int, str, int], int] = {}
+        """TCP 4-tuple -> the lineage pid a scan saw holding it (in any state), until the
+        connection's destroy notification asks for it (:meth:`holder`)."""
         self._lock = threading.Lock()
         self._stop = threading.Event()
         self._wake = threading.Event()
@@ -154,6 +157,8 @@ class SocketScanner:
             if row is None:
                 continue
             self.inode_pids[inode] = pid
+            if row[0] == "tcp" and row[4]:
+                self.saw_holder((row[1], row[2], row[3], row[4]), pid)
             self._classify(pid, inode, row, now)
 
     def _table(self, pids: list[int]) -> dict[int, SocketRow]:
@@ -214,6 +219,29 @@ class SocketScanner:
             attrs["network.connect.result"] = "pending"
             attrs["error.type"] = "EINPROGRESS"
         ctx.emit(ctx.events.record(name, now, attrs, attribution=self._attribution))
+
+    def saw_holder(self, key: tuple[str, int, str, int], pid: int) -> None:
+        """Remember that lineage process ``pid`` was seen holding the TCP connection ``key``."""
+        with self._lock:
+            self._tuple_pids[key] = pid
+
+    def holder(self, inode: int, key: tuple[str, int, str, int]) -> int | None:
+        """The lineage pid a scan saw holding the destroyed socket ``inode`` / ``key``, or None.
+
+        This is the only evidence a destroy notification has of its owner: the inode a followed
+        process held (the kernel usually reports 0 once the last descriptor is closed) or the
+        4-tuple of a connection a followed process was seen holding (connecting, say). The
+        4-tuple is forgotten once asked for: a later connection reusing it is not inferred.
+        """
+        with self._lock:
+            by_tuple = self._tuple_pids.pop(key, None)
+        by_inode = self.inode_pids.get(inode) if inode else None
+        return by_inode if by_inode is not None else by_tuple
+
+    def claimed(self, key: tuple[str, int, str, int]) -> bool:
+        """True when the established connection ``key`` was already attributed."""
+        with self._lock:
+            return key in self._claimed
 
     def claim(self, key: tuple[str, int, str, int]) -> bool:
         """True the first time the established connection ``key`` is attributed."""

@@ -13,16 +13,16 @@ groups ``SKNLGRP_INET_TCP_DESTROY`` / ``SKNLGRP_INET6_TCP_DESTROY`` (needs ``CAP
   are counted, not claimed).
 * A socket a scan already attributed is skipped: one connection seen by both is one occurrence
   (the scanner and this watcher claim each 4-tuple once through :meth:`SocketScanner.claim`).
-* The owning process is known only through the inode a scan saw; a socket is destroyed after its
-  last descriptor closed, so the message's inode is normally 0. Such a connection is recorded
-  without ``process.pid`` and flagged ``evidence.attribution=session_observation``,
-  ``evidence.causal=false``, ``evidence.identity_exact=false`` and
-  ``network.attribution.scope=network_namespace``: it happened in the workload's network
-  namespace during the session; no pid is guessed. Any process sharing that namespace could have
-  owned it (the collector's own connections included), which is what the flags say;
-  ``network.attribution.reason`` says why no pid: ``no_trace`` (no eBPF socket tracer here),
-  ``trace_attaching`` (closed before the tracer attached) or ``not_traced`` (the tracer, attached,
-  did not report it: opened before it attached, or its event was lost).
+* Notifications cover every TCP socket of the network namespace: the whole machine for a
+  standing collector, every other process for ``observe``. A destroyed connection is recorded
+  only when a followed process is shown to own it by evidence: the socket inode a scan saw in a
+  followed process's fd table, the 4-tuple of a connection a scan saw a followed process holding
+  (:meth:`SocketScanner.holder`), or the eBPF socket tracer's report with a followed pid. It is
+  then recorded with that pid. The message's inode is normally 0 (the socket is destroyed after
+  its last descriptor closed), so a connection opened and closed between two scans that the
+  tracer did not report has no such evidence: it is **not recorded** and is counted
+  (``sockdiag.unattributed``); the network collection state says "unattributed machine
+  connections: N" at stop. Never is it attributed to the session or a pid by guess.
 * When the eBPF socket tracer (:mod:`.socktrace`) runs, it reports the same connection with
   its pid; the two reports are joined by 4-tuple (see :class:`DestroyWatcher`).
 
@@ -41,9 +41,9 @@ import threading
 import time
 from dataclasses import dataclass
 
-from otel_bridge.model import AnyValue
+from otel_bridge.model import AnyValue, CollectionState
 from otel_bridge.receivers.host.direction import Direction
-from otel_bridge.receivers.host.events import SESSION, HostContext
+from otel_bridge.receivers.host.events import HostContext
 from otel_bridge.receivers.host.netscan import SocketScanner
 from otel_bridge.receivers.host.socktrace import SocketTracer
 
@@ -156,8 +156,9 @@ class DestroyWatcher:
     With a :class:`.socktrace.SocketTracer` attached (:attr:`tracer`), a destroyed connection
     first waits up to :data:`TRACE_WAIT_S` for the tracer's report of its 4-tuple (the two come
     through different channels, in either order): a connection the tracer recorded is one
-    occurrence (counted ``sockdiag.joined``), another process's connection is dropped, and only
-    one the tracer never saw (opened before it attached, or lost) is recorded lineage-only.
+    occurrence (counted ``sockdiag.joined``), another process's connection is dropped, and one
+    the tracer never saw (opened before it attached, or lost) is recorded only with a scan's
+    evidence of its owner, else counted as unattributed.
     """
 
     def __init__(self, ctx: HostContext, scanner: SocketScanner) -> None:
@@ -170,6 +171,7 @@ class DestroyWatcher:
         self._pending_lock = threading.Lock()
         self.tracer: SocketTracer | None = None
         self.recorded = 0
+        self.unattributed = 0
         self.overruns = 0
 
     def start(self) -> None:
@@ -213,8 +215,7 @@ class DestroyWatcher:
             with self._pending_lock:
                 self._pending.append((time.monotonic() + TRACE_WAIT_S, gone))
             return
-        reason = "no_trace" if tracer is None else "trace_attaching"
-        self._resolve(gone, reason)
+        self._resolve(gone)
 
     def settle(self, *, final: bool) -> None:
         """Decide the destroyed connections waiting for the tracer (all of them when ``final``)."""
@@ -232,19 +233,28 @@ class DestroyWatcher:
             if owned is True:
                 self._ctx.telemetry.count("sockdiag.joined")
             elif owned is None:
-                self._resolve(gone, "not_traced")
+                self._resolve(gone)
             # owned False: another process's connection, as the tracer saw it: not recorded
         with self._pending_lock:
             self._pending[:0] = keep
 
-    def _resolve(self, gone: Destroyed, reason: str) -> None:
+    def _resolve(self, gone: Destroyed) -> None:
+        """Record ``gone`` with the pid a scan saw owning it, else count it unattributed."""
         scanner = self._scanner
         args = ("tcp", gone.local_address, gone.local_port, gone.peer_address, gone.peer_port)
+        key = (gone.local_address, gone.local_port, gone.peer_address, gone.peer_port)
+        pid = scanner.holder(gone.inode, key)
+        if scanner.claimed(key):
+            return  # a scan or the socket tracer recorded it: one occurrence
+        if pid is None:
+            if scanner.rule.decide(*args) is not Direction.ACCEPTED:
+                self.unattributed += 1  # whose it was is unknown: another process, as likely
+                self._ctx.telemetry.count("sockdiag.unattributed")
+            return
         direction = scanner.rule.decide(*args)
         if direction is Direction.UNKNOWN:
             scanner.refresh_listeners()  # a listener that still runs decides it
             direction = scanner.rule.decide(*args)
-        key = (gone.local_address, gone.local_port, gone.peer_address, gone.peer_port)
         accepted = direction is Direction.ACCEPTED
         if accepted and not self._ctx.config.network_accepted:
             return
@@ -252,34 +262,35 @@ class DestroyWatcher:
             scanner.count_undecided(key)
             return
         if scanner.claim(key):  # else a scan or the socket tracer recorded it: one occurrence
-            pid = scanner.inode_pids.get(gone.inode) if gone.inode else None
-            self._emit(gone, pid, "network.accept" if accepted else "network.connect", reason)
+            self._emit(gone, pid, "network.accept" if accepted else "network.connect")
 
-    def _emit(self, gone: Destroyed, pid: int | None, name: str, reason: str) -> None:
+    def _emit(self, gone: Destroyed, pid: int, name: str) -> None:
         ctx = self._ctx
-        attrs: dict[str, AnyValue] = {}
-        if pid is not None:
-            attrs.update(ctx.events.identity_attrs(pid))
-        else:
-            attrs["evidence.identity_exact"] = False
-            attrs["network.attribution.scope"] = "network_namespace"
-            attrs["network.attribution.reason"] = reason
+        attrs: dict[str, AnyValue] = ctx.events.identity_attrs(pid)
         attrs["network.transport"] = "tcp"
         attrs["network.local.address"] = gone.local_address
         attrs["network.local.port"] = gone.local_port
         attrs["network.peer.address"] = gone.peer_address
         attrs["network.peer.port"] = gone.peer_port
         attrs["network.observed_at"] = "close"
-        record = ctx.events.record(
-            name,
-            time.time_ns(),
-            attrs,
-            attribution=SESSION if pid is None else "sampled_process",
-            causal=False if pid is None else None,
-        )
+        record = ctx.events.record(name, time.time_ns(), attrs, attribution="sampled_process")
         self.recorded += 1
         ctx.telemetry.count("sockdiag.connections")
         ctx.emit(record)
+
+    def report_unattributed(self) -> None:
+        """Add "unattributed machine connections: N" to the network collection state (when N>0)."""
+        if not self.unattributed:
+            return
+        ctx = self._ctx
+        reason = ctx.states.get("network", ("", ""))[1]
+        note = (
+            f"unattributed machine connections: {self.unattributed} (TCP connections closed "
+            "between scans that no observed process was shown to own; not recorded)"
+        )
+        ctx.collection_state(
+            "network", CollectionState.DEGRADED, f"{reason}; {note}" if reason else note
+        )
 
     def stop_reading(self) -> None:
         """Read what is queued and stop the reader; what waits for the tracer stays. Safe twice."""
@@ -293,6 +304,7 @@ class DestroyWatcher:
         self.stop_reading()
         self.settle(final=True)
         if self._stop_r >= 0:
+            self.report_unattributed()
             self._sock.close()
             for fd in (self._stop_r, self._stop_w):
                 os.close(fd)

@@ -275,8 +275,8 @@ class SocketTracer:
         self._on_state(
             f"TCP connects traced with their exact pid since {iso_ms(self.attached_ns // 10**6)} "
             f"(bpftrace on sock:inet_sock_set_state attached {after:.1f}s after start); "
-            "connections closed between scans before then are attributed to the network "
-            "namespace only"
+            "connections closed between scans before then are recorded only when a scan saw "
+            "their owner"
         )
 
     def _lose(self, line: str) -> None:
@@ -284,7 +284,7 @@ class SocketTracer:
         self._ctx.telemetry.count("socktrace.lost")
         self._on_state(
             f"the socket tracer's perf buffer overflowed ({line.strip()}): connections it lost "
-            "are attributed to the network namespace only"
+            "are recorded only when a scan saw their owner"
         )
 
     def _failed(self, proc: subprocess.Popen[bytes]) -> None:

@@ -75,6 +75,8 @@ class _Session:
         self._drain: threading.Thread | None = None
         self.interp: SyscallInterpreter | None = None
         self._wait_attached(pids, ctx.config.startup_timeout)
+        for pid in pids:  # observed from now: only now are they the lineage (see follow)
+            ctx.lineage.add(pid)
         self.interp = SyscallInterpreter(ctx)
         self._thread = threading.Thread(target=self._run, name="host-strace", daemon=True)
         self._thread.start()
@@ -202,18 +204,21 @@ class StraceBackend:
             )
 
     def follow(self, pid: int) -> str:
-        """Attach a new tracer to ``pid`` and its running descendants; ``""`` or why not."""
+        """Attach a new tracer to ``pid`` and its running descendants; ``""`` or why not.
+
+        Returns once strace reported every pid attached: the pids join the lineage then, and
+        the caller's "following pid N from now" is true from that moment."""
         ctx = self._ctx
         if ctx is None:
             return "strace: not running"
-        pids = ctx.adopt(pid)
+        # identified now, in the lineage only once strace is attached (the session adds them):
+        # until then nothing they do is traced, so nothing may treat them as followed
+        pids = ctx.adopt(pid, track=False)
         if not pids:
             return ""
         try:
             session = _Session(self._path, pids, ctx)
         except (BackendUnavailableError, OSError) as exc:
-            for p in pids:
-                ctx.lineage.discard(p)
             return str(exc)
         with self._lock:
             self._sessions.append(session)

@@ -125,11 +125,17 @@ def write_private(path: str, data: bytes) -> None:
     The temporary is created exclusively (mode 0600) and renamed over ``path``: a symbolic link
     at ``path`` is replaced, its target never written.
     """
+    write_private_blocks(path, (data,))
+
+
+def write_private_blocks(path: str, blocks: Iterable[bytes]) -> None:
+    """:func:`write_private` of the concatenation of ``blocks``, written as they come."""
     directory = os.path.dirname(path) or "."
     fd, tmp = tempfile.mkstemp(dir=directory, prefix=".tmp-")
     try:
         with os.fdopen(fd, "wb") as f:
-            f.write(data)
+            for block in blocks:
+                f.write(block)
             os.fchmod(f.fileno(), FILE_MODE)
         os.replace(tmp, path)
     except BaseException:

@@ -1,7 +1,8 @@
 """The run report (``report.md``): what each tool call ran, wrote and reached, in plain words.
 
 Read from a finished graph (``graph.json``, `docs/graph.md`) through its typed facts and edges
-only, never attribute strings:
+only, never attribute strings (one exception: an ``opened`` edge's ``file.access``, the only
+write evidence of a file plane that sees opens, not writes, as strace and ebpf do):
 
 * each tool call (in time order) → the processes linked to it (``correlated_with_process``) and
   their descendants (``spawned``), each with argv, exit code, how it was linked and at what
@@ -26,6 +27,8 @@ from otel_bridge.model import CommandFacts, ProcessFacts, ToolCallFacts
 
 WRITES = ("wrote", "created", "renamed", "deleted")
 """Relations of a process to a file that change it."""
+WRITE_ACCESS = ("write", "read_write")
+"""``file.access`` values of an ``opened`` edge that opened the file for writing."""
 _HOW = {
     "traceparent": "it inherited the call's trace context (TRACEPARENT)",
     "resource_pid": "the span's resource named its pid",
@@ -123,10 +126,17 @@ class _Index:
     def writes(self, pid: str, window: tuple[int, int] | None = None) -> list[str]:
         """Files ``pid`` changed (within ``window`` when given), ``path (created, wrote)``."""
         how: dict[str, list[str]] = defaultdict(list)
-        for e in self.targets(pid, WRITES):
+        for e in self.targets(pid, (*WRITES, "opened")):
             if window is not None and not window[0] <= (e.first_seen or -1) <= window[1]:
                 continue
-            how[self.nodes[e.target].label or e.target].append(e.relation)
+            relation = e.relation
+            if relation == "opened":
+                # strace and ebpf see no write, only the open's access mode (contracts.md): an
+                # open for writing is said as such, not hidden behind "none observed".
+                if e.attrs.get("file.access") not in WRITE_ACCESS:
+                    continue
+                relation = "opened for writing"
+            how[self.nodes[e.target].label or e.target].append(relation)
         return [f"{path} ({', '.join(sorted(rels))})" for path, rels in sorted(how.items())]
 
     def effects(self, row: ProcessRow) -> None:

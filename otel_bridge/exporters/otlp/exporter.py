@@ -213,7 +213,14 @@ class OtlpExporter:
             return SendResult(ok=False, message="the exporter is not started")
         if item.signal in self._disabled:  # queued before the backend refused the signal
             return SendResult(ok=False, unsupported=True, message="signal disabled")
-        return transport.send(item.signal, self._encode(item))
+        result = transport.send(item.signal, self._encode(item))
+        if not result.ok and result.retryable:  # say so once, or a retry-forever send is silent
+            self._report(
+                f"retrying.{item.signal}",
+                f"cannot send {item.signal} to {transport.target(item.signal)} yet, retrying "
+                f"({result.message})",
+            )
+        return result
 
     def _done(self, item: Item, result: SendResult) -> None:
         noun = _NOUNS[item.signal]

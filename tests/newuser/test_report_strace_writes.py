@@ -1,0 +1,63 @@
+"""``report.md`` under the strace file plane names the files a tool call opened for writing.
+
+strace sees opens with their access mode, never the write itself, so its graph has ``opened``
+edges with ``file.access: write`` and no ``wrote`` edge. The report used to say "none observed"
+for a ``cp`` whose destination strace had seen opened ``O_WRONLY|O_CREAT``. A real ``observe``
+with the strace backend of a small agent (stdlib only: it reports its tool call over OTLP
+HTTP/JSON and hands the call's trace context to the command through ``TRACEPARENT``).
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+AGENT = r"""
+import json, os, subprocess, time, urllib.request
+trace, span = "4bf92f3577b34da6a3ce929d0e0e4736", "00f067aa0ba902b7"
+start = time.time_ns()
+env = dict(os.environ, TRACEPARENT=f"00-{trace}-{span}-01")
+subprocess.run(["cp", "src.txt", "dst.txt"], env=env, check=True)
+attrs = {"gen_ai.operation.name": "execute_tool", "gen_ai.tool.name": "run_command",
+         "gen_ai.tool.call.id": "call_1"}
+doc = {"resourceSpans": [{
+    "resource": {"attributes": [
+        {"key": "service.name", "value": {"stringValue": "nu-agent"}},
+        {"key": "process.pid", "value": {"intValue": str(os.getpid())}}]},
+    "scopeSpans": [{"spans": [{
+        "traceId": trace, "spanId": span, "name": "execute_tool run_command", "kind": 1,
+        "startTimeUnixNano": str(start), "endTimeUnixNano": str(time.time_ns()),
+        "attributes": [{"key": k, "value": {"stringValue": v}} for k, v in attrs.items()]}]}]}]}
+url = os.environ["OTEL_EXPORTER_OTLP_ENDPOINT"] + "/v1/traces"
+req = urllib.request.Request(url, json.dumps(doc).encode(), {"Content-Type": "application/json"})
+urllib.request.urlopen(req, timeout=30).read()
+"""
+OBSERVE = (sys.executable, "-m", "otel_bridge", "observe", "--set", "receivers.host.backend=strace")
+
+
+@pytest.mark.skipif(shutil.which("strace") is None, reason="strace is not installed")
+def test_report_names_files_opened_for_writing(tmp_path: Path) -> None:
+    (tmp_path / "src.txt").write_text("hi\n", encoding="utf-8")
+    (tmp_path / "agent.py").write_text(AGENT, encoding="utf-8")
+    run = tmp_path / "run"
+    done = subprocess.run(
+        [*OBSERVE, "-o", str(run), "--", sys.executable, "agent.py"],
+        check=False,
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env=os.environ.copy(),
+    )
+    assert done.returncode == 0, done.stderr
+    if "file:     available: strace" not in done.stdout + done.stderr:
+        pytest.skip(f"the strace file plane is not available here: {done.stderr[-400:]}")
+    report = (run / "report.md").read_text(encoding="utf-8")
+    row = next(line for line in report.splitlines() if "`cp src.txt dst.txt`" in line)
+    assert f"{tmp_path}/dst.txt (opened for writing)" in row
+    assert "src.txt (" not in row  # opened for reading only: not a write

@@ -179,6 +179,16 @@ def stored_span_ids(url: str) -> set[str]:
     return {str(r[0])[:-2] for r in rows}
 
 
+def joins(url: str) -> int:
+    """How many ``connected_to_process`` rows the gateway's run has."""
+    with psycopg.connect(url) as conn:
+        row = conn.execute(
+            "SELECT count(*) FROM ob_edges WHERE run_id = %s AND relation = 'connected_to_process'",
+            (RUN,),
+        ).fetchone()
+    return 0 if row is None else int(row[0])
+
+
 def graph_from_db(url: str, *extra: str) -> dict[str, Any]:
     done = subprocess.run(
         [sys.executable, "-m", "otel_bridge", "graph", "--db", url, "--run", RUN, *extra],
@@ -212,6 +222,9 @@ def test_two_agents_and_a_gateway_fill_postgres_and_read_back_the_gateway_graph(
         fleet.agent_a()
         fleet.agent_b()
         server, client, client_port = cross_host_calls(fleet, apps)
+        # both ends reach the gateway first: crosshost's pending ends live in its memory only,
+        # so a side that arrived before the gateway's kill and one after would never meet
+        wait_until(lambda: joins(url) == 1, 90, "the cross-host join stored")
         acked = load_with_restarts(fleet, tmp_path / "receipts")
         wait_until(lambda: acked <= stored_span_ids(url), 90, "every acknowledged span stored")
         for name in ("a", "b", "gateway"):  # drain: enrich's held spans, the queues, the store

@@ -16,7 +16,7 @@ from __future__ import annotations
 import hashlib
 import operator
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from itertools import repeat
 from typing import Any, TypeVar, cast
 
@@ -308,17 +308,20 @@ def _edges(
         d["target"] = t
         append(d)
     if st.methods or st.score or st.support or st.derived:
-        position = dict(zip(order, range(size), strict=True))
+        # ``order`` is every edge for a snapshot, some of them for ``RowIndex.rows``
+        at = dict(zip(order, edges, strict=True)).get
         for j, found in st.methods.items():
-            method = sorted(found) if len(found) > 1 else next(iter(found))
-            edges[position[j]]["method"] = method
+            if (d := at(j)) is not None:
+                d["method"] = sorted(found) if len(found) > 1 else next(iter(found))
         for j, score in st.score.items():
-            edges[position[j]]["score"] = score
+            if (d := at(j)) is not None:
+                d["score"] = score
         for j, supported in st.support.items():
-            edges[position[j]]["support"] = sorted(supported)
+            if (d := at(j)) is not None:
+                d["support"] = sorted(supported)
         for j, derived in st.derived.items():
-            if derived:
-                edges[position[j]]["derived_support"] = sorted(derived)
+            if derived and (d := at(j)) is not None:
+                d["derived_support"] = sorted(derived)
     summary.edges = size
     summary.by_relation.update(rels)
     for mask, n in masks.items():
@@ -328,6 +331,65 @@ def _edges(
     for flag, n in Counter(map(operator.itemgetter(1), infos)).items():
         summary.by_causal[CAUSAL_NAMES[flag]] += n
     return edges
+
+
+class RowIndex:
+    """Some rows of a store exactly as :func:`snapshot` shows them before folding, at a cost
+    that grows with those rows (and their nodes' incident edges), not with the graph: for a
+    reader that keeps a copy current by the elements it touched (the ``postgres`` exporter).
+
+    It keeps each node's incident edges, extended with the edges appended since the last call.
+    """
+
+    def __init__(self, st: Store) -> None:
+        self._st = st
+        self._incident: list[list[int]] = []
+        self._edges = 0
+
+    def _update(self) -> None:
+        st, incident = self._st, self._incident
+        incident.extend([] for _ in range(len(st.n_kind) - len(incident)))
+        for j in range(self._edges, len(st.e_src)):
+            s, d = st.e_src[j], st.e_dst[j]
+            incident[s].append(j)
+            if d != s:  # a self-loop counts for its node once
+                incident[d].append(j)
+        self._edges = len(st.e_src)
+
+    def _totals(self, order: list[int]) -> tuple[list[int], list[int], list[int], list[int]]:
+        """:func:`_node_totals` for the nodes in ``order`` (the others' entries are zero)."""
+        st = self._st
+        size = len(st.n_kind)
+        first, last, sources, counts = [NEVER] * size, [0] * size, [0] * size, [0] * size
+        e_first, e_last, e_mask, e_count = st.e_first, st.e_last, st.e_mask, st.e_count
+        for i in order:
+            f, la, m, c = st.n_own.get(i, (NEVER, 0, 0, 0))
+            for j in self._incident[i]:
+                f = min(f, e_first[j])
+                la = max(la, e_last[j])
+                m |= e_mask[j] >> EV_WIDTH
+                c += e_count[j]
+            first[i], last[i], sources[i], counts[i] = f, la, m, c
+        return first, last, sources, counts
+
+    def rows(
+        self,
+        names: tuple[str, ...],
+        node_ids: Iterable[str],
+        edge_keys: Iterable[tuple[str, str, str]],
+    ) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+        """The named nodes and edges (unknown ones skipped) as :func:`snapshot`'s rows."""
+        st = self._st
+        self._update()
+        node_index, edge_index = st.node_index, st.edge_index
+        node_order = sorted({i for n in node_ids if (i := node_index.get(n)) is not None})
+        ids = list(node_index)
+        nodes, summary = _nodes(st, names, ids, self._totals(node_order), node_order)
+        edge_order = sorted({j for k in edge_keys if (j := edge_index.get(k)) is not None})
+        keys = cast("list[tuple[str, str, str]]", list(edge_index))
+        rels = list(map(operator.itemgetter(1), keys))
+        edges = _edges(st, names, summary, keys=keys, rels=rels, order=edge_order)
+        return nodes, edges
 
 
 def snapshot(

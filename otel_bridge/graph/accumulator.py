@@ -49,6 +49,7 @@ graph.
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Iterable
 from typing import Any
 
 from otel_bridge.graph._elements import (
@@ -61,7 +62,7 @@ from otel_bridge.graph._elements import (
     Store,
     evidence_bits,
 )
-from otel_bridge.graph._snapshot import snapshot
+from otel_bridge.graph._snapshot import RowIndex, snapshot
 from otel_bridge.graph.document import Graph
 from otel_bridge.model import Channel, CoverageRecord, Evidence, Observation, Source
 
@@ -98,6 +99,7 @@ class GraphAccumulator:
         self._coverage: Counter[str] = Counter()
         self._coverage_by_channel: Counter[str] = Counter()
         self.observations = 0
+        self._rows: RowIndex | None = None
 
     def __len__(self) -> int:
         return len(self._store.n_kind) + len(self._store.e_src)
@@ -372,6 +374,17 @@ class GraphAccumulator:
     def graph(self) -> Graph:
         """The snapshot as a typed :class:`Graph`."""
         return Graph.from_dict(self.to_dict(), validate=False)
+
+    def rows(
+        self, node_ids: Iterable[str], edge_keys: Iterable[tuple[str, str, str]]
+    ) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+        """The nodes and edges named (by id, and by ``(source id, relation, target id)``;
+        unknown ones skipped) exactly as :meth:`to_dict` shows them before folding runtime
+        reads, at a cost that grows with them, not with the graph: a reader that keeps a copy
+        current names the elements its observations touched (the ``postgres`` exporter)."""
+        if self._rows is None:
+            self._rows = RowIndex(self._store)
+        return self._rows.rows(tuple(self._backend_names), node_ids, edge_keys)
 
     def to_dict(self) -> dict[str, Any]:
         """The deterministic ``graph.json`` document (`docs/graph.md`) as a dict."""

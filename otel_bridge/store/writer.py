@@ -158,11 +158,20 @@ def observation_row(
     )
 
 
+AGENT_HOST_ATTR = "otel_bridge.agent.host.id"
+"""The attribute a gateway's ``logs_to_evidence`` stamps on every observation it accepts: the
+host of the agent that shipped it (``otel_bridge/processors/crosshost/wire.py``)."""
+
+
 def observation_host(o: Observation, host: str) -> str:
-    """The host an observation belongs to: its subject process's host, else ``host`` (the
-    writer's). Part of the key: OS record ids are only unique per host."""
+    """The host an observation belongs to: its subject process's host, else the host of the
+    agent that shipped it to a gateway (``AGENT_HOST_ATTR``), else ``host`` (the writer's).
+    Part of the key: OS record ids are only unique per host (every agent counts from 1)."""
     facts = o.subject.facts
-    return facts.host_id if isinstance(facts, ProcessFacts) else host
+    if isinstance(facts, ProcessFacts) and facts.host_id:
+        return facts.host_id
+    shipped = o.attrs.get(AGENT_HOST_ATTR)
+    return shipped if isinstance(shipped, str) and shipped else host
 
 
 def decode_observation(record: bytes) -> Observation:
@@ -192,7 +201,8 @@ def log_rows(
     run_id: str, seq: int, logs: Sequence[LogRecord], host: str, now: datetime
 ) -> list[tuple[Any, ...]]:
     """``ob_logs`` rows; keyed like coverage records (content digest and ordinal), since a log
-    record has no id. OS events (the host receiver's scope) are flagged ``os_event``."""
+    record has no id. OS events (the host receiver's scope) are flagged ``os_event``. A record's
+    host is its resource's ``host.id`` (an agent's, passed through a gateway), else ``host``."""
     seen: dict[bytes, int] = {}
     rows = []
     for i, r in enumerate(logs):
@@ -207,13 +217,18 @@ def log_rows(
                 part_time(r.time_unix_nano or r.observed_time_unix_nano, now),
                 seq + i,
                 r.time_unix_nano,
-                host,
+                _resource_host(r, host),
                 r.scope.name == HOST_SCOPE,
                 r.event_name,
                 codec.pack(encoded),
             )
         )
     return rows
+
+
+def _resource_host(record: LogRecord, host: str) -> str:
+    value = record.resource.attributes.get("host.id")
+    return value if isinstance(value, str) and value else host
 
 
 def coverage_rows(
@@ -258,6 +273,7 @@ class StoreWriter:
         self.conn = conn
         self.interval = max(60, int(partition_interval))
         self._known: set[tuple[str, int]] = set()
+        self._run_hosts: set[tuple[str, str]] = set()
         self._staged = False
 
     def _stage(self) -> None:
@@ -338,6 +354,8 @@ class StoreWriter:
         self.ensure_partitions(SPANS, (r[3] for r in span_rows))
         self.ensure_partitions(LOGS, (r[2] for r in logs))
         with self.conn.transaction():
+            hosts = {str(r[6]) for r in obs_rows} | {str(r[5]) for r in logs}
+            self._ensure_run_hosts(run_id, hosts)
             new_ids = self._copy_insert(
                 "ob_stage_obs", OBSERVATIONS, _OBS_COLUMNS, obs_rows, "host_id || chr(31) || id"
             )
@@ -346,6 +364,7 @@ class StoreWriter:
             new_cov = self._copy_insert(
                 "ob_stage_cov", "ob_coverage", _COV_COLUMNS, cov_rows, "digest"
             )
+        self._run_hosts.update((run_id, h) for h in hosts)  # committed
         fresh: list[Observation] = []
         for o, row in zip(obs, obs_rows, strict=True):
             key = f"{row[6]}\x1f{o.id}"
@@ -354,6 +373,17 @@ class StoreWriter:
                 fresh.append(o)
         fresh_cov = [c for c, row in zip(cov, cov_rows, strict=True) if row[1] in new_cov]
         return fresh, fresh_cov
+
+    def _ensure_run_hosts(self, run_id: str, hosts: set[str]) -> None:
+        """Host rows and run-host links for the hosts a batch's observations belong to (a
+        gateway's run spans every agent's host); each pair is written once per writer."""
+        for host in sorted(hosts):
+            if (run_id, host) not in self._run_hosts:
+                self.ensure_host(host)
+                self.conn.execute(
+                    "INSERT INTO ob_run_hosts VALUES (%s, %s) ON CONFLICT DO NOTHING",
+                    (run_id, host),
+                )
 
     def _copy_insert(
         self,

@@ -27,14 +27,18 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "otlp"))
 from certs import make_certs
 
 
-@pytest.mark.parametrize("config", ["agent.yaml", "gateway.yaml"])
+@pytest.mark.parametrize("config", ["agent.yaml", "gateway.yaml", "gateway-postgres.yaml"])
 def test_validate_accepts_the_fleet_configs(tmp_path: Path, config: str) -> None:
+    if config == "gateway-postgres.yaml":
+        pytest.importorskip("psycopg", reason="needs the postgres extra")
     certs = make_certs(tmp_path)
     env = (
         agent_env("gateway.example:4317", certs.ca, tmp_path / "queue")
         if config == "agent.yaml"
         else gateway_env(tmp_path / "state", certs.server, certs.server_key)
     )
+    env["OTEL_BRIDGE_DB_URL"] = "postgresql://otel_bridge@db.example:5432/otel_bridge"
+    env["OTEL_BRIDGE_GATEWAY_RUN"] = "gateway-1"
     done = subprocess.run(
         [sys.executable, "-m", "otel_bridge", "validate", str(CONFIGS / config)],
         env=subprocess_env(**env),

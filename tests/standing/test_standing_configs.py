@@ -28,9 +28,11 @@ pytest.importorskip("opentelemetry.exporter.otlp.proto.grpc", reason="needs the 
 
 def test_every_shipped_config_is_tested_here() -> None:
     """Adding a config file means adding it to the standing tests below (agent.yaml and
-    gateway.yaml run as standing collectors in tests/fleet/)."""
+    gateway.yaml run as standing collectors in tests/fleet/, gateway-postgres.yaml in
+    tests/fleet/test_fleet_store.py)."""
     assert sorted(p.name for p in CONFIGS.glob("*.yaml")) == [
         "agent.yaml",
+        "gateway-postgres.yaml",
         "gateway.yaml",
         "jaeger.yaml",
         "local.yaml",

@@ -1,14 +1,28 @@
-"""Helpers of the store tests: the PostgreSQL server handle, and a small evidence stream:
+"""Helpers of the store tests: a real PostgreSQL server, and a small evidence stream:
 exec'd processes (facts merged per field), runtime reads that fold, written files, a derived
-relation with method, score and support, entity observations, and coverage records."""
+relation with method, score and support, entity observations, and coverage records.
+
+The fixtures ``pg_server`` and ``pg_url`` (imported by ``tests/store/conftest.py`` and by
+``tests/fleet/test_fleet_store.py``): the server is Debian's (``/usr/lib/postgresql/*/bin``,
+``.ci/run`` installs it), initialized with ``initdb`` and started with ``pg_ctl`` on a free
+127.0.0.1 port with its socket in the same directory. ``initdb`` refuses to run as root, so under
+root the server runs as the ``postgres`` system user (``runuser``). Every test gets its own
+database (``pg_url``). Without the binaries or psycopg the tests skip with the reason.
+"""
 
 from __future__ import annotations
 
 import glob
+import itertools
 import os
+import shutil
 import socket
 import subprocess
+import tempfile
+from collections.abc import Iterator
 from dataclasses import dataclass
+
+import pytest
 
 from otel_bridge.identity import file_key, process_key
 from otel_bridge.model import (
@@ -25,6 +39,7 @@ from otel_bridge.model import (
     RelationKind,
     Source,
 )
+from otel_bridge.store import driver_available
 
 T0 = 1_767_225_600_000_000_000
 SYSCALL = Evidence(attribution=Attribution.SYSCALL, causal=True, inferred=False)
@@ -157,6 +172,20 @@ class Server:
         """The URL of database ``db`` as the superuser ``otel_bridge``."""
         return f"postgresql://otel_bridge@127.0.0.1:{self.port}/{db}"
 
+    def socket_url(self, db: str) -> str:
+        """The URL of database ``db`` through the server's Unix socket (reachable from any
+        network namespace of this machine)."""
+        return f"postgresql://otel_bridge@/{db}?host={self.data}&port={self.port}"
+
+    def create_database(self) -> str:
+        """A fresh, empty database; its name."""
+        import psycopg
+
+        name = f"t{os.getpid()}_{next(_NUMBERS)}"
+        with psycopg.connect(self.url(), autocommit=True) as conn:
+            conn.execute(f"CREATE DATABASE {name}")
+        return name
+
     def ctl(self, *args: str) -> None:
         """Run ``pg_ctl`` on the server's data directory."""
         subprocess.run(
@@ -189,3 +218,63 @@ def free_port() -> int:
         s.bind(("127.0.0.1", 0))
         port: int = s.getsockname()[1]
         return port
+
+
+_NUMBERS = itertools.count()
+
+
+@pytest.fixture(scope="session")
+def pg_server() -> Iterator[Server]:
+    """The session's PostgreSQL server (skips without the binaries or psycopg)."""
+    if not driver_available():
+        pytest.skip("psycopg 3 is not installed (pip install 'otel-bridge[postgres]')")
+    binaries = bindir()
+    if binaries is None:
+        pytest.skip("PostgreSQL server binaries not found (apt-get install postgresql)")
+    root = tempfile.mkdtemp(prefix="otel-bridge-pg-")
+    data = os.path.join(root, "data")
+    run_as: list[str] = []
+    if os.geteuid() == 0:
+        if shutil.which("runuser") is None:
+            pytest.skip("running as root without runuser: initdb refuses root")
+        try:
+            import pwd
+
+            entry = pwd.getpwnam("postgres")
+        except KeyError:
+            pytest.skip("running as root and no postgres system user to run the server as")
+        os.chmod(root, 0o700)
+        os.chown(root, entry.pw_uid, entry.pw_gid)
+        run_as = ["runuser", "-u", "postgres", "--"]
+    subprocess.run(
+        [
+            *run_as,
+            os.path.join(binaries, "initdb"),
+            "-D",
+            data,
+            "-U",
+            "otel_bridge",
+            "--auth=trust",
+            "-E",
+            "UTF8",
+            "--no-sync",
+        ],
+        check=True,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+    )
+    server = Server(port=free_port(), data=data, bindir=binaries, run_as=run_as)
+    server.start()
+    try:
+        yield server
+    finally:
+        try:
+            server.stop()
+        finally:
+            shutil.rmtree(root, ignore_errors=True)
+
+
+@pytest.fixture
+def pg_url(pg_server: Server) -> str:
+    """A fresh, empty database on the session's server; its URL."""
+    return pg_server.url(pg_server.create_database())

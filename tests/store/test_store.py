@@ -276,3 +276,31 @@ def test_same_record_id_on_two_hosts_is_two_records(pg_url: str) -> None:
     assert _count(pg_url, "SELECT count(*) FROM ob_observations") == 2
     assert _count(pg_url, "SELECT count(DISTINCT host_id) FROM ob_observations") == 2
     assert len(_read(pg_url, run="run-1")["nodes"]) == 2
+
+
+def test_rows_of_touched_elements_keep_a_copy_equal_to_the_snapshot() -> None:
+    """The exporter's incremental upsert in miniature: a copy updated after every batch with
+    only the rows of the nodes and edges that batch touched equals the whole snapshot."""
+    from otel_bridge.graph import GraphAccumulator
+
+    acc = GraphAccumulator(retain_support=True, run={"runtime_reads": "keep"})
+    nodes: dict[str, Any] = {}
+    edges: dict[str, Any] = {}
+    for batch in batches():
+        acc.apply_many(batch.observations)
+        touched = {o.subject.id for o in batch.observations}
+        touched |= {o.object.id for o in batch.observations if o.object is not None}
+        pairs = {
+            (o.subject.id, o.relation.value, o.object.id)
+            for o in batch.observations
+            if o.object is not None and o.relation is not None
+        }
+        got_nodes, got_edges = acc.rows(touched, pairs)
+        assert len(got_nodes) == len(touched)
+        assert len(got_edges) == len(pairs)
+        nodes.update((n["id"], n) for n in got_nodes)
+        edges.update((e["id"], e) for e in got_edges)
+        doc = acc.to_dict()
+        assert sorted(nodes.values(), key=lambda n: n["id"]) == doc["nodes"]
+        assert {e["id"]: e for e in doc["edges"]} == edges
+    assert acc.rows(["no-such-node"], [("a", "b", "c")]) == ([], [])

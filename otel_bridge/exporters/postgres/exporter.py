@@ -3,8 +3,10 @@
 Every consumed batch is one transaction: raw records go through COPY into the time-partitioned
 tables, and only the records that were new (not stored for the run before: same observation
 id) are applied to the run's :class:`~otel_bridge.graph.GraphAccumulator`, so re-sending a batch
-changes nothing. Every ``flush_interval`` (and at shutdown) the graph rows that changed since
-the last flush are upserted; the rest of the graph is not rewritten.
+changes nothing. Every ``flush_interval`` (and at shutdown) the rows of the graph's nodes and
+edges that those observations touched since the last flush are upserted
+(:meth:`~otel_bridge.graph.GraphAccumulator.rows`); the rest of the graph is neither rewritten
+nor snapshotted.
 
 When the database cannot be reached, :meth:`PostgresExporter.consume` raises
 :class:`~otel_bridge.errors.RefusedError`: nothing was accepted, the receiver answers its client
@@ -15,7 +17,6 @@ upstream collector's persistent ``sending_queue``) until the database is back.
 from __future__ import annotations
 
 import contextlib
-import hashlib
 import json
 import logging
 import os
@@ -25,8 +26,6 @@ import time
 from collections import Counter
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any, NoReturn
-
-import msgspec
 
 from otel_bridge.component import (
     EXPORTER,
@@ -39,7 +38,7 @@ from otel_bridge.component import (
 from otel_bridge.errors import PermanentError, RefusedError
 from otel_bridge.graph import GraphAccumulator
 from otel_bridge.identity import host_id
-from otel_bridge.model import Batch
+from otel_bridge.model import Batch, Observation
 from otel_bridge.store import (
     ConnectOptions,
     StoreError,
@@ -85,7 +84,10 @@ class PostgresExporter:
         self.accumulator = self._new_accumulator()
         self._coverage: Counter[str] = Counter()
         self._coverage_by_channel: Counter[str] = Counter()
-        self._digests: dict[str, bytes] = {}
+        self._touched_nodes: set[str] = set()
+        self._touched_edges: set[tuple[str, str, str]] = set()
+        self._first: int | None = None
+        self._last: int | None = None
         self._seq = 0
         self._service = config.service
         self._conn: psycopg.Connection[Any] | None = None
@@ -198,11 +200,14 @@ class PostgresExporter:
         self.accumulator = self._new_accumulator()
         self._coverage.clear()
         self._coverage_by_channel.clear()
-        self._digests.clear()
+        self._touched_nodes.clear()
+        self._touched_edges.clear()
+        self._first = self._last = None
         if self._seq == 0:
             return
         for chunk in replay(conn, [self.run_id]):
             self.accumulator.apply_many(chunk)
+            self._touch(chunk)
         rows = conn.execute(
             "SELECT reason, channel FROM ob_coverage WHERE run_id = %s", (self.run_id,)
         ).fetchall()
@@ -245,6 +250,7 @@ class PostgresExporter:
                 self._failed(exc)
             self._seq += batch_size(batch)
             self.accumulator.apply_many(fresh)
+            self._touch(fresh)
             for record in fresh_cov:
                 self._coverage[record.reason] += 1
                 self._coverage_by_channel[record.source.channel.value] += 1
@@ -291,37 +297,43 @@ class PostgresExporter:
             self._warn("flush", f"cannot upsert the graph rows: {_first_line(exc)}")
             self._disconnect()
 
+    def _touch(self, observations: list[Observation]) -> None:
+        """Remember the nodes and edges ``observations`` changed: the next flush upserts
+        those rows only (an edge changes both its end nodes' totals; nothing else changes)."""
+        nodes, edges = self._touched_nodes, self._touched_edges
+        for o in observations:
+            sid = o.subject.id
+            nodes.add(sid)
+            ob, rel = o.object, o.relation
+            if ob is not None and rel is not None:
+                nodes.add(ob.id)
+                edges.add((sid, rel.value, ob.id))
+
     def _upsert(self, writer: StoreWriter) -> None:
-        doc = self.accumulator.to_dict()
-        digests = self._digests
-        keys = {n["id"]: n["key"] for n in doc["nodes"]}
-        changed_nodes: list[dict[str, Any]] = []
-        changed_edges: list[dict[str, Any]] = []
-        seen: dict[str, bytes] = {}
-        for kind, rows, out in (
-            ("n", doc["nodes"], changed_nodes),
-            ("e", doc["edges"], changed_edges),
-        ):
-            for row in rows:
-                name = kind + row["id"]
-                digest = hashlib.blake2b(msgspec.msgpack.encode(row), digest_size=16).digest()
-                if digests.get(name) != digest:
-                    out.append(row)
-                    seen[name] = digest
-        writer.upsert(self.run_id, changed_nodes, changed_edges, keys)
-        first = [n["first_seen"] for n in doc["nodes"] if n["first_seen"] is not None]
-        last = [n["last_seen"] for n in doc["nodes"] if n["last_seen"] is not None]
+        """Upsert the rows of the touched nodes and edges, then the run's totals."""
+        nodes, edges = self.accumulator.rows(self._touched_nodes, self._touched_edges)
+        keys = {n["id"]: n["key"] for n in nodes}  # every touched edge's ends are touched
+        writer.upsert(self.run_id, nodes, edges, keys)
+        # a node's first_seen only decreases and its last_seen only grows: the run's bounds
+        # are those of every row ever upserted
+        first = [n["first_seen"] for n in nodes if n["first_seen"] is not None]
+        last = [n["last_seen"] for n in nodes if n["last_seen"] is not None]
+        if first:
+            self._first = min(first) if self._first is None else min(self._first, *first)
+        if last:
+            self._last = max(last) if self._last is None else max(self._last, *last)
         writer.update_run(
             self.run_id,
             observations=self.accumulator.observations,
             coverage=dict(self._coverage),
             coverage_by_channel=dict(self._coverage_by_channel),
-            first=min(first) if first else None,
-            last=max(last) if last else None,
+            first=self._first,
+            last=self._last,
         )
-        digests.update(seen)
+        self._touched_nodes.clear()
+        self._touched_edges.clear()
         self._dirty = False
-        self._count("rows_upserted", len(changed_nodes) + len(changed_edges))
+        self._count("rows_upserted", len(nodes) + len(edges))
 
     def _loop(self) -> None:
         while not self._stop.wait(self.config.flush_interval):

@@ -79,8 +79,14 @@ def test_base_install_commands_work_without_any_extra(tmp_path: Path) -> None:
         "OTEL_BRIDGE_GATEWAY_KEY": str(certs.server_key),
         "OTEL_BRIDGE_GATEWAY_TOKEN": "t" * 32,
     }
+    fleet["OTEL_BRIDGE_DB_URL"] = "postgresql://u@127.0.0.1/db"
+    fleet["OTEL_BRIDGE_GATEWAY_RUN"] = "r1"
     for config in sorted((REPO / "configs").glob("*.yaml")):
         done = _cli("validate", str(config), cwd=tmp_path, **fleet)
+        if config.name == "gateway-postgres.yaml":  # the store needs the postgres extra
+            assert done.returncode == 2, done.stderr
+            assert "pip install 'otel-bridge[postgres]'" in done.stderr
+            continue
         assert done.returncode == 0, done.stderr
     run = tmp_path / "run"
     observe = ("observe", "--no-progress", "-o", str(run), "--", "sh", "-c", "echo x > f; exit 3")

@@ -624,7 +624,9 @@ class LoopbackServer:
     stay open, so an observer has time to see them unless the test closes them on purpose.
     """
 
-    def __init__(self, backlog: int = 64) -> None:
+    def __init__(self, backlog: int = 64, *, hold: bool = True) -> None:
+        self.hold = hold
+        """False: close each connection as soon as it is accepted (the server closes first)."""
         self.sock = socket.socket()
         self.sock.bind(("127.0.0.1", 0))
         self.sock.listen(backlog)
@@ -639,7 +641,10 @@ class LoopbackServer:
                 conn, _ = self.sock.accept()
             except OSError:
                 return
-            self._conns.append(conn)
+            if self.hold:
+                self._conns.append(conn)
+            else:
+                conn.close()
 
     def close(self) -> None:
         """Stop accepting and close every connection."""
@@ -647,6 +652,16 @@ class LoopbackServer:
         self._thread.join(timeout=2)
         for conn in self._conns:
             conn.close()
+
+
+@contextlib.contextmanager
+def closing_server() -> Iterator[int]:
+    """A 127.0.0.1 TCP server that closes every connection it accepts; yields its port."""
+    server = LoopbackServer(hold=False)
+    try:
+        yield server.port
+    finally:
+        server.close()
 
 
 # --------------------------------------------------------------------------------------------

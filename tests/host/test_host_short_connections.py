@@ -34,7 +34,7 @@ from otel_bridge.receivers.host.sockdiag import (
     DestroyWatcher,
     parse_destroyed,
 )
-from otel_bridge.testing import HTTP_CLIENT_WORKLOAD, cpu_load
+from otel_bridge.testing import HTTP_CLIENT_WORKLOAD, closing_server, cpu_load
 
 TRIES = 20
 
@@ -230,29 +230,6 @@ def short_connections(port: int, n: int) -> list[int]:
             ports.append(conn.getsockname()[1])
             conn.recv(16)  # the server closes first: this end is destroyed on close
     return ports
-
-
-@contextmanager
-def closing_server() -> Iterator[int]:
-    """A 127.0.0.1 TCP server that closes each connection it accepts; yields its port."""
-    server = socket.create_server(("127.0.0.1", 0))
-
-    def serve() -> None:
-        while True:
-            try:
-                conn, _ = server.accept()
-            except OSError:
-                return
-            conn.close()
-
-    thread = threading.Thread(target=serve, daemon=True)
-    thread.start()
-    try:
-        yield server.getsockname()[1]
-    finally:
-        server.shutdown(socket.SHUT_RDWR)
-        server.close()
-        thread.join(timeout=5)
 
 
 @pytest.mark.root

@@ -14,19 +14,15 @@ records or the graph; the agent's own connection still does, with its pid.
 from __future__ import annotations
 
 import json
-import socket
 import subprocess
 import sys
-import threading
-from collections.abc import Iterator
-from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
 import pytest
 from standing_support import REPO, Agent, RunningCollector
 
-from otel_bridge.testing import LoopbackServer
+from otel_bridge.testing import LoopbackServer, closing_server
 
 pytest.importorskip("opentelemetry.exporter.otlp.proto.http", reason="needs the dev extra")
 
@@ -54,31 +50,6 @@ def log_records(path: Path) -> list[dict[str, object]]:
                     attrs = {a["key"]: next(iter(a["value"].values())) for a in rec["attributes"]}
                     out.append({"event": rec.get("eventName"), **attrs})
     return out
-
-
-@contextmanager
-def closing_server() -> Iterator[int]:
-    """A 127.0.0.1 TCP server that closes every connection it accepts; yields its port."""
-    sock = socket.socket()
-    sock.bind(("127.0.0.1", 0))
-    sock.listen(64)
-
-    def serve() -> None:
-        while True:
-            try:
-                conn, _ = sock.accept()
-            except OSError:
-                return
-            conn.close()
-
-    thread = threading.Thread(target=serve, daemon=True)
-    thread.start()
-    try:
-        yield sock.getsockname()[1]
-    finally:
-        sock.shutdown(socket.SHUT_RDWR)
-        sock.close()
-        thread.join(timeout=5)
 
 
 def config_file(tmp_path: Path, tracing: bool) -> Path:

@@ -15,7 +15,7 @@ import shutil
 import signal
 import subprocess
 import sys
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -100,6 +100,22 @@ def subprocess_env(**extra: str) -> dict[str, str]:
     env["PYTHONPATH"] = os.pathsep.join(p for p in (str(REPO), env.get("PYTHONPATH", "")) if p)
     env.update(extra)
     return env
+
+
+def start_load(
+    agent_url: str, receipts: Path, prefix: Sequence[str] = ()
+) -> tuple[subprocess.Popen[str], Stderr]:
+    """``fleet_load.py`` sending to the agent at ``agent_url`` (run under ``prefix``, e.g. a
+    network namespace) and writing its receipts; the process and its progress reader."""
+    client = subprocess.Popen(
+        [*prefix, sys.executable, str(HERE / "fleet_load.py"), agent_url, str(receipts)],
+        env=subprocess_env(),
+        stdin=subprocess.PIPE,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    return client, Stderr(client, timeout=60)
 
 
 class CollectorProcess:

@@ -16,14 +16,18 @@ import json
 import re
 import shutil
 import socket
-import subprocess
 import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
-from fleet_support import HERE, CollectorProcess, agent_env, gateway_env, subprocess_env
-from waiting import Stderr, wait_until
+from fleet_support import (
+    CollectorProcess,
+    agent_env,
+    gateway_env,
+    start_load,
+)
+from waiting import wait_until
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "otlp"))
 from certs import make_certs
@@ -76,20 +80,7 @@ def test_agent_and_gateway_killed_mid_run_lose_nothing_acknowledged_add_nothing(
         return CollectorProcess("agent.yaml", a_env, sets=FAST_RETRY)
 
     procs = [gateway(), agent()]
-    client = subprocess.Popen(
-        [
-            sys.executable,
-            str(HERE / "fleet_load.py"),
-            f"http://127.0.0.1:{agent_port}",
-            str(receipts),
-        ],
-        env=subprocess_env(),
-        stdin=subprocess.PIPE,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
-    progress = Stderr(client, timeout=60)
+    client, progress = start_load(f"http://127.0.0.1:{agent_port}", receipts)
     try:
         progress.wait_for(r"acked 100\b")
         procs[1].kill()  # the agent: SIGKILL mid-run, restarted on the same queue
@@ -153,16 +144,8 @@ def test_an_agent_resending_what_the_gateway_already_has_adds_nothing(tmp_path: 
     procs: list[CollectorProcess] = []
     try:
         procs.append(agent(tmp_path / "queue"))  # the gateway is down: all stays queued
-        load = [str(HERE / "fleet_load.py"), f"http://127.0.0.1:{agent_port}", str(receipts)]
-        client = subprocess.Popen(
-            [sys.executable, *load],
-            env=subprocess_env(),
-            stdin=subprocess.PIPE,
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.PIPE,
-            text=True,
-        )
-        Stderr(client, timeout=60).wait_for(r"acked 50\b")
+        client, progress = start_load(f"http://127.0.0.1:{agent_port}", receipts)
+        progress.wait_for(r"acked 50\b")
         assert client.stdin is not None
         client.stdin.write("stop\n")
         client.stdin.close()

@@ -28,7 +28,6 @@ from typing import Any
 
 import pytest
 from fleet_support import (
-    HERE,
     App,
     CollectorProcess,
     Host,
@@ -37,10 +36,11 @@ from fleet_support import (
     link,
     remove,
     require_namespaces,
+    start_load,
     subprocess_env,
 )
 from store.store_support import Server, pg_server
-from waiting import Stderr, wait_until
+from waiting import wait_until
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "otlp"))
 from certs import make_certs
@@ -109,21 +109,9 @@ class Fleet:
 
 def load_with_restarts(fleet: Fleet, receipts: Path) -> set[str]:
     """Step 2 of the module docstring; the acknowledged span ids."""
-    client = subprocess.Popen(
-        [
-            *fleet.host_a.prefix(),
-            sys.executable,
-            str(HERE / "fleet_load.py"),
-            f"http://127.0.0.1:{AGENT_A_PORT}",
-            str(receipts),
-        ],
-        env=subprocess_env(),
-        stdin=subprocess.PIPE,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.PIPE,
-        text=True,
+    client, progress = start_load(
+        f"http://127.0.0.1:{AGENT_A_PORT}", receipts, fleet.host_a.prefix()
     )
-    progress = Stderr(client, timeout=60)
     try:
         progress.wait_for(r"acked 100\b")
         fleet.procs["a"].kill()  # SIGKILL mid-run, restarted on the same queue

@@ -32,8 +32,11 @@ PLAN = [
 ]
 
 
-def observe(out: Path, task: str, variant: str, workdir: Path) -> None:
-    """One run of a task variant under ``otel-bridge observe``."""
+def observe(
+    out: Path, task: str, variant: str, workdir: Path, env: dict[str, str] | None = None
+) -> None:
+    """One run of a task variant under ``otel-bridge observe`` (``env``: the environment, by
+    default this process's)."""
     argv = [
         sys.executable,
         "-m",
@@ -51,7 +54,7 @@ def observe(out: Path, task: str, variant: str, workdir: Path) -> None:
         "--workdir",
         str(workdir),
     ]
-    subprocess.run(argv, check=True, capture_output=True, timeout=300)
+    subprocess.run(argv, check=True, capture_output=True, timeout=300, env=env)
 
 
 def run_plan(base: Path) -> dict[str, list[tuple[Path, str, Path]]]:

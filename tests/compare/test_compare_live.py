@@ -16,7 +16,9 @@ from otel_bridge.compare import validate_document
 from otel_bridge.compare.gold import reported_edges
 
 ROOT = Path(__file__).resolve().parents[2]
-TASK = ROOT / "examples" / "compare" / "task.py"
+sys.path.insert(0, str(ROOT / "benchmarks"))
+from compare_gold import TASK, observe  # noqa: E402 (the benchmark's own way to observe a task)
+
 GOLD = json.loads((ROOT / "examples" / "compare" / "gold.json").read_text())
 PLAN = [("pipeline", "base"), ("pipeline", "detour"), ("coding", "retry")]
 
@@ -36,24 +38,7 @@ def observed(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     runs = []
     for n, (task, variant) in enumerate(PLAN):
         run_dir, workdir = base / f"run-{n}", base / f"work-{n}"
-        argv = [
-            sys.executable,
-            "-m",
-            "otel_bridge",
-            "observe",
-            "-o",
-            str(run_dir),
-            "--",
-            sys.executable,
-            str(TASK),
-            "--task",
-            task,
-            "--variant",
-            variant,
-            "--workdir",
-            str(workdir),
-        ]
-        subprocess.run(argv, check=True, capture_output=True, timeout=300, env=_env())
+        observe(run_dir, task, variant, workdir, _env())
         runs.append((run_dir, task, variant, workdir))
     scores = base / "scores.json"
     manifest = json.loads((runs[0][0] / "manifest.json").read_text())

@@ -312,24 +312,21 @@ def test_validate_command_refuses_what_run_would(tmp_path: Path) -> None:
         "service:\n  pipelines:\n    logs:\n      receivers: [host]\n      exporters: [file]\n"
     )
     env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(Path.cwd()), *sys.path]))
-    out = subprocess.run(
-        [sys.executable, "-m", "otel_bridge", "validate", str(cfg)],
-        capture_output=True,
-        text=True,
-        env=env,
-        cwd=tmp_path,
-        check=False,
-    )
+
+    def validate() -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [sys.executable, "-m", "otel_bridge", "validate", str(cfg)],
+            capture_output=True,
+            text=True,
+            env=env,
+            cwd=tmp_path,
+            check=False,
+        )
+
+    out = validate()
     assert out.returncode == 2, out
     assert "receivers.host.command[0]: not a regular expression" in out.stderr
     cfg.write_text(cfg.read_text().replace("command: ['(unclosed']", "command: [agent]"))
-    out = subprocess.run(
-        [sys.executable, "-m", "otel_bridge", "validate", str(cfg)],
-        capture_output=True,
-        text=True,
-        env=env,
-        cwd=tmp_path,
-        check=False,
-    )
+    out = validate()
     assert out.returncode == 2, out
     assert "receivers.host.backend: strace: '/nonexistent/strace' is not installed" in out.stderr

@@ -44,6 +44,16 @@ def shots(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return tmp_path_factory.getbasetemp() / "viewer-screenshots"
 
 
+def observe(
+    run: Path, cwd: Path, command: list[str], timeout: float, env: dict[str, str] | None = None
+) -> None:
+    """``otel-bridge observe -o run -- command`` in ``cwd``; fails the fixture if it fails."""
+    argv = [sys.executable, "-m", "otel_bridge", "observe", "-o", str(run), "--no-progress", "--"]
+    subprocess.run(
+        [*argv, *command], cwd=cwd, env=env, check=True, capture_output=True, timeout=timeout
+    )
+
+
 @pytest.fixture(scope="session")
 def observed_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """The run directory of a real ``observe`` of examples/plain_otel_agent.py."""
@@ -51,24 +61,7 @@ def observed_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
     work = base / "work"
     work.mkdir()
     run = base / "run"
-    subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "otel_bridge",
-            "observe",
-            "-o",
-            str(run),
-            "--no-progress",
-            "--",
-            sys.executable,
-            str(REPO / "examples" / "plain_otel_agent.py"),
-        ],
-        cwd=work,
-        check=True,
-        capture_output=True,
-        timeout=180,
-    )
+    observe(run, work, [sys.executable, str(REPO / "examples" / "plain_otel_agent.py")], 180)
     return run
 
 
@@ -92,25 +85,5 @@ def reviewed_session(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Pa
         [sys.executable, script, "prepare", session, str(work)], check=True, env=env, timeout=60
     )
     run = base / "run"
-    subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "otel_bridge",
-            "observe",
-            "-o",
-            str(run),
-            "--no-progress",
-            "--",
-            sys.executable,
-            script,
-            "run",
-            session,
-        ],
-        cwd=work,
-        env=env,
-        check=True,
-        capture_output=True,
-        timeout=300,
-    )
+    observe(run, work, [sys.executable, script, "run", session], 300, env=env)
     return run, work.resolve()

@@ -14,6 +14,7 @@ from typing import Any
 import orjson
 
 from otel_bridge.assist import ModelConfig
+from otel_bridge.commands._model_options import add_model_options
 from otel_bridge.compare import (
     PROVENANCE_MODES,
     CompareConfig,
@@ -66,15 +67,10 @@ def register(subparsers: Any) -> None:
         help="per-run provenance graphs in compare.json: every activity, entity and edge "
         "(full, default) or only their counts (summary, a much smaller file)",
     )
-    g = p.add_argument_group("model assistance (off by default; docs/compare.md)")
-    g.add_argument(
-        "--model",
-        metavar="URL",
-        help="OpenAI-compatible base URL asked to refine candidate edges (patch operations)",
-    )
-    g.add_argument("--model-name", default="default", help="model name sent (default: default)")
-    g.add_argument(
-        "--model-timeout", type=float, default=60.0, help="seconds per request (default: 60)"
+    add_model_options(
+        p,
+        "docs/compare.md",
+        "OpenAI-compatible base URL asked to refine candidate edges (patch operations)",
     )
     p.set_defaults(func=run)
 

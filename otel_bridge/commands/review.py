@@ -7,6 +7,7 @@ import os
 import sys
 
 from otel_bridge.assist import ModelConfig
+from otel_bridge.commands._model_options import add_model_options
 from otel_bridge.review import REVIEW_JSON, summary_lines, write_review
 from otel_bridge.review.assist import ASSIST_JSON, write_assist
 from otel_bridge.store.options import add_db_options, required_file, stored_run_dir
@@ -45,22 +46,12 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         help="also read this Codex session transcript (rollout JSONL); repeatable",
     )
     add_db_options(parser)
-    add_model_options(parser)
+    add_model_options(
+        parser,
+        "docs/review.md",
+        "OpenAI-compatible base URL (http://127.0.0.1:8000/v1) asked for proposals",
+    )
     parser.set_defaults(func=run)
-
-
-def add_model_options(parser: argparse.ArgumentParser) -> None:
-    """``--model URL``, ``--model-name``, ``--model-timeout`` (off by default)."""
-    g = parser.add_argument_group("model assistance (off by default; docs/review.md)")
-    g.add_argument(
-        "--model",
-        metavar="URL",
-        help="OpenAI-compatible base URL (http://127.0.0.1:8000/v1) asked for proposals",
-    )
-    g.add_argument("--model-name", default="default", help="model name sent (default: default)")
-    g.add_argument(
-        "--model-timeout", type=float, default=60.0, help="seconds per request (default: 60)"
-    )
 
 
 def run(args: argparse.Namespace) -> int:

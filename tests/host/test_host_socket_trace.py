@@ -34,7 +34,7 @@ ATTACHED = "TCP connects traced with their exact pid since"
 
 
 def require_tracer() -> None:
-    """Skip with the reason when the linux backend or its socket tracer cannot run here."""
+    """Skip with the reason when the linux backend or its bpftrace socket tracer cannot run."""
     require_backend("linux")
     try:
         check_socket_tracing("bpftrace")
@@ -60,8 +60,11 @@ def wait_attached(observed: Observed) -> None:
     )
 
 
-def requests(tmp_path: Path, *, after_attach: bool) -> tuple[Observed, list[Any], int]:
-    """Observe ``TRIES`` short requests under CPU load, released before or after the attach."""
+def requests(
+    tmp_path: Path, *, after_attach: bool, tracer: str = "bpftrace"
+) -> tuple[Observed, list[Any], int]:
+    """Observe ``TRIES`` short requests under CPU load, released before or after the attach
+    of the ``tracer`` (``socket_tracer``)."""
     (tmp_path / "client.py").write_text(HTTP_CLIENT_WORKLOAD)
     receipts = tmp_path / "receipts.json"
     with echo_server() as port, cpu_load():
@@ -69,7 +72,8 @@ def requests(tmp_path: Path, *, after_attach: bool) -> tuple[Observed, list[Any]
         script = f"exec {shlex.quote(python())} client.py {url} {receipts} {TRIES}"
         work = Gated(script, cwd=str(tmp_path))
         try:
-            observed = start(HostConfig(backend="linux", files=False), work.pid)
+            cfg = HostConfig(backend="linux", files=False, socket_tracer=tracer)
+            observed = start(cfg, work.pid)
             if after_attach:
                 wait_attached(observed)
         except BaseException:
@@ -142,19 +146,25 @@ def test_requests_during_the_attach_are_flagged_never_misattributed(tmp_path: Pa
 @pytest.mark.root
 @needs_root
 def test_without_bpftrace_the_network_state_says_lineage_only(tmp_path: Path) -> None:
-    """No bpftrace: the backend runs, and its network state says socket attribution is
-    lineage-only, with the reason, rather than staying silent."""
+    """Only bpftrace allowed (``socket_tracer: bpftrace``) and no bpftrace: the backend runs,
+    and its network state says socket attribution is lineage-only, with the reason, rather
+    than staying silent."""
     require_backend("linux")
     work = Gated("true", cwd=str(tmp_path))
     try:
-        cfg = HostConfig(backend="linux", files=False, bpftrace_path="/nonexistent/bpftrace")
+        cfg = HostConfig(
+            backend="linux",
+            files=False,
+            socket_tracer="bpftrace",
+            bpftrace_path="/nonexistent/bpftrace",
+        )
         observed = start(cfg, work.pid)
     finally:
         work.release()
         work.wait()
     observed = finish(observed)
     reason = network_reasons(observed)[-1]
-    assert "socket attribution: lineage only (no eBPF: '/nonexistent/bpftrace' is not" in reason
+    assert "lineage only (no socket tracer: bpftrace: '/nonexistent/bpftrace' is not" in reason
 
 
 SERVER = """
@@ -182,7 +192,8 @@ def test_accepted_socket_and_foreign_client_are_not_connects(tmp_path: Path) -> 
     out = tmp_path / "port"
     work = Gated(f"exec {shlex.quote(sys.executable)} server.py > {out}", cwd=str(tmp_path))
     try:
-        observed = start(HostConfig(backend="linux", files=False), work.pid)
+        cfg = HostConfig(backend="linux", files=False, socket_tracer="bpftrace")
+        observed = start(cfg, work.pid)
         wait_attached(observed)
     except BaseException:
         work.kill()

@@ -80,11 +80,15 @@ class HostConfig:
     network_poll_interval: float = 0.01
     """Linux backend: period of the socket table scan (the remaining network blind window)."""
     socket_tracing: bool = True
-    """Linux backend: add kernel-pushed TCP connect events with their exact pid from bpftrace
-    (``sock:inet_sock_set_state``, ``bpftrace_path``) when it runs here; started beside the
-    workload, never delaying it (``docs/host.md``). Off, or without bpftrace: connections
+    """Linux backend: add kernel-pushed TCP connect events with their exact pid from the
+    tracepoint ``sock:inet_sock_set_state``, read through ``perf_event_open`` (attached before
+    the workload starts) or else bpftrace (``bpftrace_path``, started beside the workload,
+    never delaying it; ``socket_tracer``, ``docs/host.md``). Off, or with neither: connections
     closed between two scans are recorded only when a scan saw their owner (else counted as
     unattributed machine connections), and the network collection state says so."""
+    socket_tracer: str = "auto"
+    """Linux backend: which socket tracer: ``auto`` (perf, else bpftrace), ``perf`` (the
+    tracepoint read through ``perf_event_open``, attached in milliseconds) or ``bpftrace``."""
     watch_paths: list[str] = field(default_factory=list)
     """Portable backend: directories watched for file changes (session-correlated, non-causal)."""
     fanotify_events: list[str] = field(default_factory=_default_fanotify_events)
@@ -125,6 +129,8 @@ class HostConfig:
                 f"poll_interval: must be at least {MIN_POLL_INTERVAL * 1000:.0f}ms, "
                 f"got {self.poll_interval * 1000:g}ms"
             )
+        if self.socket_tracer not in ("auto", "perf", "bpftrace"):
+            problems.append("socket_tracer: must be 'auto', 'perf' or 'bpftrace'")
         if self.network_poll_interval < 0.001:
             problems.append("network_poll_interval: must be at least 1ms")
         for i, name in enumerate(self.fanotify_events):

@@ -42,7 +42,7 @@ COUNTERS: tuple[CounterSpec, ...] = (
     ),
     CounterSpec(
         "socktrace.connections",
-        "TCP connections recorded with their pid by the eBPF socket tracer",
+        "TCP connections recorded with their pid by the socket tracer (perf or bpftrace)",
         "{connections}",
     ),
     CounterSpec(
@@ -50,8 +50,12 @@ COUNTERS: tuple[CounterSpec, ...] = (
         "traced TCP connections of processes outside the lineage (not recorded)",
         "{connections}",
     ),
-    CounterSpec("socktrace.unparsed", "socket tracer lines that could not be parsed", "{lines}"),
-    CounterSpec("socktrace.lost", "socket tracer perf buffer overflow reports"),
+    CounterSpec(
+        "socktrace.unparsed", "socket tracer reports that could not be parsed", "{reports}"
+    ),
+    CounterSpec(
+        "socktrace.lost", "kernel reports the socket tracer lost (perf buffer full)", "{reports}"
+    ),
     CounterSpec(
         "sockdiag.connections",
         "TCP connections recorded from destroy notifications",

@@ -47,6 +47,7 @@ from otel_bridge.receivers.host.events import SAMPLED, SYSCALL, HostContext
 from otel_bridge.receivers.host.execreader import ExecReader
 from otel_bridge.receivers.host.fanotify import FanotifyWatcher
 from otel_bridge.receivers.host.netscan import SocketScanner
+from otel_bridge.receivers.host.perftrace import PerfSocketTracer
 from otel_bridge.receivers.host.procfs import (
     ProcessInfo,
     approx_start_ms,
@@ -55,7 +56,7 @@ from otel_bridge.receivers.host.procfs import (
     read_stat,
 )
 from otel_bridge.receivers.host.sockdiag import DestroyWatcher, same_network_namespace
-from otel_bridge.receivers.host.socktrace import Owner, SocketTracer
+from otel_bridge.receivers.host.socktrace import ConnectTracer, Owner, SocketTracer
 from otel_bridge.receivers.host.starts import StartGate
 
 NETLINK_CONNECTOR = 11
@@ -202,19 +203,33 @@ def _destroy_watcher(ctx: HostContext, scanner: SocketScanner) -> tuple[DestroyW
 
 def _socket_tracer(
     ctx: HostContext, scanner: SocketScanner, owner: Owner, on_state: Callable[[str], None]
-) -> tuple[SocketTracer | None, str]:
-    """The eBPF socket tracer (not started) and its part of the network state, or None and why."""
-    if not ctx.config.socket_tracing:
-        return None, "socket attribution: lineage only (no eBPF: socket_tracing is off)"
-    try:
-        tracer = SocketTracer(ctx, scanner, owner, ctx.config.bpftrace_path, on_state)
-    except OSError as exc:
-        return None, f"socket attribution: lineage only (no eBPF: {exc})"
-    return tracer, (
-        "TCP connects will be traced with their exact pid once bpftrace (sock:inet_sock_set_state) "
-        "has attached; until then a connection closed between scans is missed unless a scan "
-        "saw its owner"
-    )
+) -> tuple[ConnectTracer | None, str]:
+    """The socket tracer (attached already when it is perf's, not started) and its part of the
+    network state, or None and why: perf, else bpftrace, else lineage only (``docs/host.md``)."""
+    cfg = ctx.config
+    if not cfg.socket_tracing:
+        return None, "socket attribution: lineage only (no socket tracer: socket_tracing is off)"
+    why: list[str] = []
+    if cfg.socket_tracer in ("auto", "perf"):
+        try:
+            perf = PerfSocketTracer(ctx, scanner, owner, on_state)
+        except OSError as exc:
+            why.append(f"perf: {exc.strerror or exc}")
+        else:
+            return perf, perf.note
+    if cfg.socket_tracer in ("auto", "bpftrace"):
+        try:
+            tracer = SocketTracer(ctx, scanner, owner, cfg.bpftrace_path, on_state)
+        except OSError as exc:
+            why.append(f"bpftrace: {exc}")
+        else:
+            unused = f" (perf tracer unavailable: {why[0]})" if why else ""
+            return tracer, (
+                "TCP connects will be traced with their exact pid once bpftrace "
+                f"(sock:inet_sock_set_state) has attached{unused}; until then a connection "
+                "closed between scans is missed unless a scan saw its owner"
+            )
+    return None, f"socket attribution: lineage only (no socket tracer: {'; '.join(why)})"
 
 
 def fork_identity(pid: int, ppid: int, event_monotonic_ns: int) -> ProcessInfo:
@@ -250,7 +265,7 @@ class LinuxBackend:
         self._fanotify: FanotifyWatcher | None = None
         self._scanner: SocketScanner | None = None
         self._destroys: DestroyWatcher | None = None
-        self._tracer: SocketTracer | None = None
+        self._tracer: ConnectTracer | None = None
         self._forgetting: list[tuple[float, int, int | None]] = []
         self._exited: dict[int, int] = {}
         """Lineage pid -> monotonic ns of its exit (until it is forked in the lineage again)."""

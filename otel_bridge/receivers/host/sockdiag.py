@@ -45,7 +45,7 @@ from otel_bridge.model import AnyValue, CollectionState
 from otel_bridge.receivers.host.direction import Direction
 from otel_bridge.receivers.host.events import HostContext
 from otel_bridge.receivers.host.netscan import SocketScanner
-from otel_bridge.receivers.host.socktrace import SocketTracer
+from otel_bridge.receivers.host.socktrace import ConnectTracer
 
 NETLINK_SOCK_DIAG = 4
 SKNLGRP_INET_TCP_DESTROY = 1
@@ -153,7 +153,7 @@ def same_network_namespace(pid: int) -> bool | None:
 class DestroyWatcher:
     """Records connections from destroy notifications (see the module docstring).
 
-    With a :class:`.socktrace.SocketTracer` attached (:attr:`tracer`), a destroyed connection
+    With a :class:`.socktrace.ConnectTracer` attached (:attr:`tracer`), a destroyed connection
     first waits up to :data:`TRACE_WAIT_S` for the tracer's report of its 4-tuple (the two come
     through different channels, in either order): a connection the tracer recorded is one
     occurrence (counted ``sockdiag.joined``), another process's connection is dropped, and one
@@ -169,7 +169,7 @@ class DestroyWatcher:
         self._thread: threading.Thread | None = None
         self._pending: list[tuple[float, Destroyed]] = []
         self._pending_lock = threading.Lock()
-        self.tracer: SocketTracer | None = None
+        self.tracer: ConnectTracer | None = None
         self.recorded = 0
         self.unattributed = 0
         self.overruns = 0

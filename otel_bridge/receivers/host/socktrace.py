@@ -36,6 +36,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import re
 import select
 import shutil
 import subprocess
@@ -95,7 +96,8 @@ def check_socket_tracing(bpftrace_path: str) -> str:
     return path
 
 
-def _address(family: int, v4: str, v6: str) -> str:
+def socket_address(family: int, v4: str, v6: str) -> str:
+    """The address as the socket tables write it (an IPv4-mapped IPv6 one as IPv4)."""
     if family == 2:
         return v4
     return v6[len("::ffff:") :] if v6.startswith("::ffff:") and "." in v6 else v6
@@ -118,61 +120,54 @@ def parse_line(line: str) -> TracedSocket | None:
     parts = line.split()
     if len(parts) == 10 and parts[0] == "C":
         family, sport, dport = int(parts[3]), int(parts[4]), int(parts[5])
-        local = _address(family, parts[6], parts[8])
-        peer = _address(family, parts[7], parts[9])
+        local = socket_address(family, parts[6], parts[8])
+        peer = socket_address(family, parts[7], parts[9])
         return TracedSocket(True, (local, sport, peer, dport), int(parts[1]), int(parts[2]))
     if len(parts) == 8 and parts[0] == "A":
         family, sport, dport = int(parts[1]), int(parts[2]), int(parts[3])
-        local = _address(family, parts[4], parts[6])
-        peer = _address(family, parts[5], parts[7])
+        local = socket_address(family, parts[4], parts[6])
+        peer = socket_address(family, parts[5], parts[7])
         return TracedSocket(False, (local, sport, peer, dport))
     return None
 
 
-class SocketTracer:
-    """Runs the program and records the lineage's connections (see the module docstring)."""
+class ConnectTracer:
+    """What every socket tracer shares: the rule that records the lineage's traced connects.
+
+    A tracer feeds :meth:`handle` with each :class:`TracedSocket` in the kernel's order; the
+    accepted ones tell the direction rule, the initiated ones are decided against ``owner``
+    (waiting up to :data:`OWNER_WAIT_S` for a pid not known yet) and recorded once. The reader
+    thread calls :meth:`decide_waiting` between reads, and with ``final`` when it stops."""
 
     def __init__(
         self,
         ctx: HostContext,
         scanner: SocketScanner,
         owner: Owner,
-        bpftrace_path: str,
         on_state: Callable[[str], None],
     ) -> None:
-        self._path = check_socket_tracing(bpftrace_path)
         self._ctx = ctx
         self._scanner = scanner
         self._owner = owner
         self._on_state = on_state
-        self._proc: subprocess.Popen[bytes] | None = None
-        self._thread: threading.Thread | None = None
-        self._started = time.monotonic()
         self._lock = threading.Lock()
         self._decided: OrderedDict[Key, bool] = OrderedDict()
         """4-tuple -> whether it was the lineage's connection."""
         self._waiting: list[tuple[float, TracedSocket]] = []
-        self._buffer = b""
-        self._stopping = False
         self.attached = threading.Event()
-        """Set when the program runs: connections from then on are traced."""
+        """Set when the tracer runs: connections from then on are traced."""
         self.attached_ns = 0
         """Wall-clock time of the attach (0 before)."""
         self.recorded = 0
         self.lost = 0
 
     def start(self) -> None:
-        """Start bpftrace without waiting for it (it compiles and attaches in the background)."""
-        self._proc = subprocess.Popen(
-            [self._path, "-B", "line", "-e", PROGRAM],
-            stdin=subprocess.DEVNULL,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-        )
-        with contextlib.suppress(OSError):  # its output should not queue behind busy processes
-            os.setpriority(os.PRIO_PROCESS, self._proc.pid, -10)
-        self._thread = threading.Thread(target=self._run, name="host-socktrace", daemon=True)
-        self._thread.start()
+        """Start following the kernel's reports (never waits for them)."""
+        raise NotImplementedError
+
+    def stop(self) -> None:
+        """Stop, handle what is left, decide what waits. Safe twice."""
+        raise NotImplementedError
 
     def status(self, key: Key) -> bool | None:
         """Whether the traced connection ``key`` was the lineage's; None when it was not traced
@@ -180,46 +175,8 @@ class SocketTracer:
         with self._lock:
             return self._decided.get(key)
 
-    def _run(self) -> None:
-        proc = self._proc
-        assert proc is not None
-        assert proc.stdout is not None
-        fd = proc.stdout.fileno()
-        while True:
-            timeout = 0.05 if self._waiting else 0.5
-            ready, _, _ = select.select([fd], [], [], timeout)
-            if ready:
-                chunk = os.read(fd, 65536)
-                if not chunk:
-                    break
-                self._feed(chunk)
-            self._decide_waiting(final=False)
-        self._decide_waiting(final=True)
-        if not self.attached.is_set():
-            self._failed(proc)
-
-    def _feed(self, chunk: bytes) -> None:
-        data = self._buffer + chunk
-        *lines, self._buffer = data.split(b"\n")
-        for raw in lines:
-            self.handle_line(raw.decode("utf-8", "replace"))
-
-    def handle_line(self, line: str) -> None:
-        """Interpret one line of the program's output."""
-        if line.startswith("READY "):
-            self._attach(int(line.split()[1]))
-            return
-        if line.startswith("Lost "):
-            self._lose(line)
-            return
-        try:
-            traced = parse_line(line)
-        except ValueError:
-            traced = None
-        if traced is None:
-            if line.startswith(("C ", "A ")):
-                self._ctx.telemetry.count("socktrace.unparsed")
-            return
+    def handle(self, traced: TracedSocket) -> None:
+        """Tell the direction rule, and decide an initiated connection (now or later)."""
         rule = self._scanner.rule
         if not traced.initiated:
             rule.saw_accepted(traced.key)
@@ -242,7 +199,8 @@ class SocketTracer:
         elif self._scanner.claim(traced.key):
             self._emit(traced)
 
-    def _decide_waiting(self, *, final: bool) -> None:
+    def decide_waiting(self, *, final: bool) -> None:
+        """Decide again the connects whose pid was not known yet (all of them when ``final``)."""
         waiting, self._waiting = self._waiting, []
         for deadline, traced in waiting:
             self._decide(traced, deadline, final)
@@ -268,6 +226,89 @@ class SocketTracer:
         ctx.telemetry.count("socktrace.connections")
         ctx.emit(record)
 
+    def _say_lost(self, count: int, detail: str) -> None:
+        self.lost += count
+        self._ctx.telemetry.count("socktrace.lost", count)
+        self._on_state(
+            f"the socket tracer lost {self.lost} kernel reports so far ({detail}): the "
+            "connections it lost are recorded only when a scan saw their owner"
+        )
+
+
+class SocketTracer(ConnectTracer):
+    """Runs the bpftrace program and records the lineage's connections (module docstring)."""
+
+    def __init__(
+        self,
+        ctx: HostContext,
+        scanner: SocketScanner,
+        owner: Owner,
+        bpftrace_path: str,
+        on_state: Callable[[str], None],
+    ) -> None:
+        self._path = check_socket_tracing(bpftrace_path)
+        super().__init__(ctx, scanner, owner, on_state)
+        self._proc: subprocess.Popen[bytes] | None = None
+        self._thread: threading.Thread | None = None
+        self._started = time.monotonic()
+        self._buffer = b""
+        self._stopping = False
+
+    def start(self) -> None:
+        """Start bpftrace without waiting for it (it compiles and attaches in the background)."""
+        self._proc = subprocess.Popen(
+            [self._path, "-B", "line", "-e", PROGRAM],
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+        )
+        with contextlib.suppress(OSError):  # its output should not queue behind busy processes
+            os.setpriority(os.PRIO_PROCESS, self._proc.pid, -10)
+        self._thread = threading.Thread(target=self._run, name="host-socktrace", daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        proc = self._proc
+        assert proc is not None
+        assert proc.stdout is not None
+        fd = proc.stdout.fileno()
+        while True:
+            timeout = 0.05 if self._waiting else 0.5
+            ready, _, _ = select.select([fd], [], [], timeout)
+            if ready:
+                chunk = os.read(fd, 65536)
+                if not chunk:
+                    break
+                self._feed(chunk)
+            self.decide_waiting(final=False)
+        self.decide_waiting(final=True)
+        if not self.attached.is_set():
+            self._failed(proc)
+
+    def _feed(self, chunk: bytes) -> None:
+        data = self._buffer + chunk
+        *lines, self._buffer = data.split(b"\n")
+        for raw in lines:
+            self.handle_line(raw.decode("utf-8", "replace"))
+
+    def handle_line(self, line: str) -> None:
+        """Interpret one line of the program's output."""
+        if line.startswith("READY "):
+            self._attach(int(line.split()[1]))
+            return
+        if line.startswith("Lost "):
+            self._lose(line)
+            return
+        try:
+            traced = parse_line(line)
+        except ValueError:
+            traced = None
+        if traced is None:
+            if line.startswith(("C ", "A ")):
+                self._ctx.telemetry.count("socktrace.unparsed")
+            return
+        self.handle(traced)
+
     def _attach(self, monotonic_ns: int) -> None:
         self.attached_ns = monotonic_to_wall_ns(monotonic_ns)
         after = time.monotonic() - self._started
@@ -280,12 +321,8 @@ class SocketTracer:
         )
 
     def _lose(self, line: str) -> None:
-        self.lost += 1
-        self._ctx.telemetry.count("socktrace.lost")
-        self._on_state(
-            f"the socket tracer's perf buffer overflowed ({line.strip()}): connections it lost "
-            "are recorded only when a scan saw their owner"
-        )
+        found = re.search(r"\d+", line)
+        self._say_lost(int(found[0]) if found else 1, f"bpftrace: {line.strip()}")
 
     def _failed(self, proc: subprocess.Popen[bytes]) -> None:
         err = b""

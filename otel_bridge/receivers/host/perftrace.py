@@ -1,0 +1,446 @@
+"""Kernel-pushed TCP connects with no compiler: ``perf_event_open(2)`` on a tracepoint.
+
+The bpftrace tracer (:mod:`.socktrace`) needs one to several seconds (24 s once under load) to
+compile its program and attach, and connections closed before then cannot be attributed. This
+reader opens the same tracepoint, ``sock:inet_sock_set_state``, directly: one perf event per
+online CPU (``PERF_TYPE_TRACEPOINT``, the id read from tracefs, every occurrence sampled with
+``PERF_SAMPLE_TID | PERF_SAMPLE_TIME | PERF_SAMPLE_CPU | PERF_SAMPLE_RAW`` on
+``CLOCK_MONOTONIC``), each with its ring buffer mapped into this process. Opening the events is
+the attach: it takes milliseconds, so the receiver is attached before it returns from
+``start``, before the workload is released.
+
+The raw sample is the tracepoint's record; every field is read at the offset and size the
+tracepoint's ``format`` file gives (nothing is hard-coded but the field names). The pairing
+is the bpftrace program's, done here in user space:
+
+* ``CLOSE -> SYN_SENT`` runs inside ``connect()``, in the connecting task: the sample's pid
+  (the tgid) and time are kept, keyed by the socket address ``skaddr``;
+* ``SYN_SENT -> ESTABLISHED`` (softirq: its own pid means nothing) completes the 4-tuple and
+  yields the connect with the kept tgid; ``SYN_SENT -> anything else`` drops the entry;
+* ``SYN_RECV -> ESTABLISHED`` is an accepted socket, for the direction rule.
+
+Each CPU has its own ring, so the two halves of one connect can sit in two rings. Every pass
+reads all rings and orders the samples by time; a sample younger than :data:`HOLD_NS` waits for
+the next pass, so that a sample of another CPU still being written when its ring was read
+comes first (what ``perf`` itself does with its flush rounds). A full ring makes the kernel
+write ``PERF_RECORD_LOST`` with the number of samples dropped: counted
+(``socktrace.lost``) and said in the network collection state. What is then recorded follows
+:class:`.socktrace.ConnectTracer`, shared with the bpftrace tracer.
+
+Needs ``CAP_PERFMON`` (or root / ``kernel.perf_event_paranoid`` <= -1) and tracefs mounted;
+without them :func:`open_rings` raises ``OSError`` saying why, and the ``linux`` backend falls
+back to bpftrace, then to lineage-only attribution (``docs/host.md``).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import errno
+import mmap
+import os
+import platform
+import re
+import select
+import socket
+import struct
+import sys
+import threading
+import time
+from collections import OrderedDict
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+
+from otel_bridge.identity import iso_ms
+from otel_bridge.receivers.host.events import HostContext
+from otel_bridge.receivers.host.netscan import SocketScanner
+from otel_bridge.receivers.host.procfs import monotonic_to_wall_ns
+from otel_bridge.receivers.host.socktrace import (
+    ConnectTracer,
+    Key,
+    Owner,
+    TracedSocket,
+    socket_address,
+)
+
+TRACEFS = "/sys/kernel/tracing"
+EVENT = "sock/inet_sock_set_state"
+HOLD_NS = 20_000_000
+"""A sample this young waits for the next pass before it is ordered with the other CPUs'."""
+RING_PAGES = 64
+"""Data pages per CPU ring (256 KiB: some 2,000 samples between two reads)."""
+_KEEP = 65536
+"""Connecting sockets remembered (a ``SYN_SENT`` whose end was never seen is forgotten)."""
+
+PERF_TYPE_TRACEPOINT = 2
+PERF_SAMPLE_TID = 1 << 1
+PERF_SAMPLE_TIME = 1 << 2
+PERF_SAMPLE_CPU = 1 << 7
+PERF_SAMPLE_RAW = 1 << 10
+PERF_FLAG_FD_CLOEXEC = 1 << 3
+PERF_RECORD_LOST = 2
+PERF_RECORD_SAMPLE = 9
+_USE_CLOCKID = 1 << 25
+_ATTR = struct.Struct("=IIQQQQQIIQQQQIi")
+"""``struct perf_event_attr`` up to ``clockid`` (``PERF_ATTR_SIZE_VER3``, 96 bytes)."""
+_HEADER = struct.Struct("=IHH")
+_SAMPLE = struct.Struct("=IIQII I")
+"""pid, tid (TID), time (TIME), cpu, reserved (CPU), raw size (RAW); then the raw record."""
+_HEAD_AT, _TAIL_AT, _DATA_OFFSET_AT = 1024, 1032, 1040
+"""Offsets of ``data_head``, ``data_tail``, ``data_offset`` in ``struct perf_event_mmap_page``."""
+_SYSCALL = {"x86_64": 298, "aarch64": 241, "arm64": 241}
+"""``__NR_perf_event_open`` per machine (asm-generic's 241 on arm64)."""
+
+TCP_ESTABLISHED, TCP_SYN_SENT, TCP_SYN_RECV, TCP_CLOSE, IPPROTO_TCP = 1, 2, 3, 7, 6
+_FIELDS = ("skaddr", "oldstate", "newstate", "sport", "dport", "family", "protocol")
+_ADDRS = ("saddr", "daddr", "saddr_v6", "daddr_v6")
+_FIELD = re.compile(r"field:([^;]*);\s*offset:(\d+);\s*size:(\d+);\s*signed:(\d+);")
+
+
+@dataclass(frozen=True, slots=True)
+class Field:
+    """One field of a tracepoint record, as its ``format`` file describes it."""
+
+    offset: int
+    size: int
+    signed: bool
+
+    def integer(self, raw: bytes) -> int:
+        """The field read as a native-endian integer."""
+        return int.from_bytes(
+            raw[self.offset : self.offset + self.size], sys.byteorder, signed=self.signed
+        )
+
+    def octets(self, raw: bytes) -> bytes:
+        """The field's bytes (an address)."""
+        return raw[self.offset : self.offset + self.size]
+
+
+def parse_format(text: str) -> dict[str, Field]:
+    """Field name -> :class:`Field` from a tracepoint ``format`` file."""
+    fields: dict[str, Field] = {}
+    for found in _FIELD.finditer(text):
+        decl, offset, size, signed = found.groups()
+        name = decl.split()[-1].split("[")[0].lstrip("*")
+        fields[name] = Field(int(offset), int(size), signed == "1")
+    return fields
+
+
+@dataclass(frozen=True, slots=True)
+class StateChange:
+    """One ``inet_sock_set_state`` record."""
+
+    skaddr: int
+    oldstate: int
+    newstate: int
+    protocol: int
+    key: Key
+
+
+class SetStateDecoder:
+    """Reads ``inet_sock_set_state`` raw records with the offsets of the running kernel."""
+
+    def __init__(self, fields: dict[str, Field]) -> None:
+        missing = [n for n in (*_FIELDS, *_ADDRS) if n not in fields]
+        if missing:
+            raise OSError(f"the tracepoint's format lacks {', '.join(missing)}")
+        self._f = fields
+        self.size = max(f.offset + f.size for f in fields.values())
+
+    def decode(self, raw: bytes) -> StateChange | None:
+        """The record, or None when it is shorter than the format says."""
+        if len(raw) < self.size:
+            return None
+        f = self._f
+        family = f["family"].integer(raw)
+        ends = []
+        for v4, v6 in (("saddr", "saddr_v6"), ("daddr", "daddr_v6")):
+            ends.append(
+                socket_address(
+                    family,
+                    socket.inet_ntop(socket.AF_INET, f[v4].octets(raw)),
+                    socket.inet_ntop(socket.AF_INET6, f[v6].octets(raw)),
+                )
+            )
+        key = (ends[0], f["sport"].integer(raw), ends[1], f["dport"].integer(raw))
+        return StateChange(
+            f["skaddr"].integer(raw),
+            f["oldstate"].integer(raw),
+            f["newstate"].integer(raw),
+            f["protocol"].integer(raw),
+            key,
+        )
+
+
+class ConnectPairing:
+    """The bpftrace program's logic: a connect's tgid from ``CLOSE -> SYN_SENT``, its 4-tuple
+    from ``SYN_SENT -> ESTABLISHED``; accepted sockets from ``SYN_RECV -> ESTABLISHED``. Feed
+    the samples in time order."""
+
+    def __init__(self) -> None:
+        self._connecting: OrderedDict[int, tuple[int, int]] = OrderedDict()
+        """skaddr -> (tgid, CLOCK_MONOTONIC ns) of the ``connect()``."""
+
+    def feed(self, tgid: int, time_ns: int, change: StateChange) -> TracedSocket | None:
+        """The initiated or accepted connection this sample completes, if any."""
+        if change.protocol != IPPROTO_TCP:
+            return None
+        old, new = change.oldstate, change.newstate
+        if old == TCP_CLOSE and new == TCP_SYN_SENT:
+            self._connecting[change.skaddr] = (tgid, time_ns)
+            while len(self._connecting) > _KEEP:
+                self._connecting.popitem(last=False)
+            return None
+        if old == TCP_SYN_SENT:
+            began = self._connecting.pop(change.skaddr, None)
+            if new == TCP_ESTABLISHED and began is not None:
+                return TracedSocket(True, change.key, began[0], began[1])
+            return None
+        if old == TCP_SYN_RECV and new == TCP_ESTABLISHED:
+            return TracedSocket(False, change.key)
+        return None
+
+
+def tracepoint(tracefs: str = TRACEFS) -> tuple[int, SetStateDecoder]:
+    """The tracepoint's id and decoder; ``OSError`` saying why it cannot be read."""
+    where = os.path.join(tracefs, "events", EVENT)
+    try:
+        with open(os.path.join(where, "id"), encoding="ascii") as f:
+            event_id = int(f.read())
+        with open(os.path.join(where, "format"), encoding="utf-8") as f:
+            fields = parse_format(f.read())
+    except OSError as exc:
+        raise OSError(f"cannot read {where} ({exc.strerror}; tracefs not mounted?)") from exc
+    return event_id, SetStateDecoder(fields)
+
+
+def online_cpus(path: str = "/sys/devices/system/cpu/online") -> list[int]:
+    """The online CPUs (``0-3,6`` form)."""
+    with open(path, encoding="ascii") as f:
+        text = f.read().strip()
+    cpus: list[int] = []
+    for part in text.split(","):
+        low, _, high = part.partition("-")
+        cpus.extend(range(int(low), int(high or low) + 1))
+    return cpus
+
+
+def _perf_event_open() -> Callable[[bytes, int, int, int, int], int]:
+    number = _SYSCALL.get(platform.machine())
+    if number is None:
+        raise OSError(f"perf_event_open's syscall number is not known here ({platform.machine()})")
+    libc = ctypes.CDLL(None, use_errno=True)
+    call = libc.syscall
+    call.restype = ctypes.c_long
+
+    def perf_event_open(attr: bytes, pid: int, cpu: int, group: int, flags: int) -> int:
+        fd = int(call(number, attr, pid, cpu, group, ctypes.c_ulong(flags)))
+        if fd < 0:
+            code = ctypes.get_errno()
+            raise OSError(code, os.strerror(code))
+        return fd
+
+    return perf_event_open
+
+
+class Ring:
+    """One CPU's perf event and its mapped ring buffer."""
+
+    def __init__(self, fd: int, cpu: int) -> None:
+        self.fd = fd
+        self.cpu = cpu
+        page = mmap.PAGESIZE
+        self._map = mmap.mmap(fd, page * (1 + RING_PAGES), mmap.MAP_SHARED)
+        offset = struct.unpack_from("=Q", self._map, _DATA_OFFSET_AT)[0]
+        self._start = offset or page  # data_offset is 0 before Linux 4.1: data follows page 0
+        self._size = page * RING_PAGES
+
+    def records(self) -> Iterator[tuple[int, bytes]]:
+        """(type, record) of everything written since the last call; frees the space."""
+        head = struct.unpack_from("=Q", self._map, _HEAD_AT)[0]
+        tail = struct.unpack_from("=Q", self._map, _TAIL_AT)[0]
+        while tail + _HEADER.size <= head:
+            kind, _misc, size = _HEADER.unpack(self._read(tail, _HEADER.size))
+            if size < _HEADER.size:
+                tail = head  # never written this way by the kernel: skip what is there
+                break
+            yield kind, self._read(tail, size)
+            tail += size
+        struct.pack_into("=Q", self._map, _TAIL_AT, tail)
+
+    def _read(self, position: int, n: int) -> bytes:
+        start = self._start + position % self._size
+        end = start + n
+        limit = self._start + self._size
+        if end <= limit:
+            return self._map[start:end]
+        return self._map[start:limit] + self._map[self._start : self._start + end - limit]
+
+    def close(self) -> None:
+        """Unmap and close."""
+        with contextlib.suppress(BufferError, ValueError):
+            self._map.close()
+        os.close(self.fd)
+
+
+def open_rings(event_id: int, cpus: list[int]) -> list[Ring]:
+    """One enabled tracepoint event with its ring per CPU; ``OSError`` saying why not."""
+    open_event = _perf_event_open()
+    sample = PERF_SAMPLE_TID | PERF_SAMPLE_TIME | PERF_SAMPLE_CPU | PERF_SAMPLE_RAW
+    attr = _ATTR.pack(
+        PERF_TYPE_TRACEPOINT, _ATTR.size, event_id, 1, sample, 0, _USE_CLOCKID,
+        1, 0, 0, 0, 0, 0, 0, time.CLOCK_MONOTONIC,
+    )  # fmt: skip
+    rings: list[Ring] = []
+    try:
+        for cpu in cpus:
+            try:
+                fd = open_event(attr, -1, cpu, -1, PERF_FLAG_FD_CLOEXEC)
+            except OSError as exc:
+                if exc.errno in (errno.EACCES, errno.EPERM):
+                    raise OSError(
+                        exc.errno,
+                        "perf_event_open refused (needs root or CAP_PERFMON; "
+                        f"kernel.perf_event_paranoid={_paranoid()})",
+                    ) from exc
+                raise
+            try:
+                rings.append(Ring(fd, cpu))
+            except OSError:
+                os.close(fd)
+                raise
+    except OSError:
+        for ring in rings:
+            ring.close()
+        raise
+    return rings
+
+
+def _paranoid() -> str:
+    try:
+        with open("/proc/sys/kernel/perf_event_paranoid", encoding="ascii") as f:
+            return f.read().strip()
+    except OSError:
+        return "unknown"
+
+
+@dataclass(frozen=True, slots=True, order=True)
+class Sample:
+    """One decoded sample, ordered by time across CPUs."""
+
+    time_ns: int
+    cpu: int
+    seq: int
+    tgid: int
+    change: StateChange
+
+
+class PerfSocketTracer(ConnectTracer):
+    """The perf tracepoint reader (module docstring); attached once constructed."""
+
+    def __init__(
+        self,
+        ctx: HostContext,
+        scanner: SocketScanner,
+        owner: Owner,
+        on_state: Callable[[str], None],
+        tracefs: str = TRACEFS,
+    ) -> None:
+        super().__init__(ctx, scanner, owner, on_state)
+        event_id, self._decoder = tracepoint(tracefs)
+        began = time.monotonic_ns()
+        self._rings = open_rings(event_id, online_cpus())
+        attached = time.monotonic_ns()
+        self.attach_s = (attached - began) / 1e9
+        """How long opening and mapping the events took (seconds)."""
+        self.attached_ns = monotonic_to_wall_ns(attached)
+        self.attached.set()
+        self._pairing = ConnectPairing()
+        self._pending: list[Sample] = []
+        self._seq = 0
+        self._stop_r, self._stop_w = os.pipe()
+        self._thread: threading.Thread | None = None
+
+    @property
+    def note(self) -> str:
+        """The network state's words for this tracer."""
+        return (
+            f"TCP connects traced with their exact pid since {iso_ms(self.attached_ns // 10**6)} "
+            f"(perf_event_open on sock:inet_sock_set_state, {len(self._rings)} CPUs, attached "
+            f"in {self.attach_s * 1000:.1f}ms, no compiler)"
+        )
+
+    def start(self) -> None:
+        """Start reading the rings (the events are enabled since the constructor)."""
+        self._thread = threading.Thread(target=self._run, name="host-perftrace", daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        poller = select.poll()
+        for ring in self._rings:
+            poller.register(ring.fd, select.POLLIN)
+        poller.register(self._stop_r, select.POLLIN)
+        while True:
+            waiting = self._pending or self._waiting
+            ready = poller.poll(HOLD_NS // 10**6 if waiting else 500)
+            if any(fd == self._stop_r for fd, _ in ready):
+                break
+            self.read_pass(final=False)
+            self.decide_waiting(final=False)
+        self.read_pass(final=True)
+        self.decide_waiting(final=True)
+
+    def read_pass(self, *, final: bool) -> None:
+        """Read every ring, then handle in time order the samples old enough (all when
+        ``final``)."""
+        lost = 0
+        for ring in self._rings:
+            for kind, record in ring.records():
+                if kind == PERF_RECORD_SAMPLE:
+                    self._sample(record)
+                elif kind == PERF_RECORD_LOST:
+                    lost += struct.unpack_from("=QQ", record, _HEADER.size)[1]
+        if lost:
+            self._say_lost(lost, "perf ring full, PERF_RECORD_LOST")
+        self._pending.sort()
+        cutoff = time.monotonic_ns() - HOLD_NS
+        ready = len(self._pending)
+        if not final:
+            ready = next((i for i, s in enumerate(self._pending) if s.time_ns > cutoff), ready)
+        now, self._pending = self._pending[:ready], self._pending[ready:]
+        for sample in now:
+            traced = self._pairing.feed(sample.tgid, sample.time_ns, sample.change)
+            if traced is not None:
+                self.handle(traced)
+
+    def _sample(self, record: bytes) -> None:
+        at = _HEADER.size
+        if len(record) < at + _SAMPLE.size:
+            self._ctx.telemetry.count("socktrace.unparsed")
+            return
+        pid, _tid, time_ns, cpu, _res, raw_size = _SAMPLE.unpack_from(record, at)
+        raw = record[at + _SAMPLE.size : at + _SAMPLE.size + raw_size]
+        change = self._decoder.decode(raw)
+        if change is None:
+            self._ctx.telemetry.count("socktrace.unparsed")
+            return
+        self._seq += 1
+        self._pending.append(Sample(time_ns, cpu, self._seq, pid, change))
+
+    def stop(self) -> None:
+        """Read what is left, decide what waits, close the events. Safe twice."""
+        if self._stop_w < 0:
+            return
+        os.write(self._stop_w, b"x")
+        if self._thread is not None:
+            self._thread.join(timeout=10)
+            self._thread = None
+        else:
+            self.read_pass(final=True)
+            self.decide_waiting(final=True)
+        for ring in self._rings:
+            ring.close()
+        self._rings = []
+        os.close(self._stop_r)
+        os.close(self._stop_w)
+        self._stop_r = self._stop_w = -1

@@ -1,0 +1,249 @@
+"""The ``linux`` backend's perf socket tracer: no blind window at the start.
+
+``perf_event_open`` on ``sock:inet_sock_set_state`` attaches in milliseconds, inside the
+receiver's ``start``, so a connection the workload makes at its very first instruction is
+traced with its pid. Real processes throughout, under the suite's background CPU load (two busy
+processes): an ``observe`` run whose workload's first act is a 1 ms ``urllib`` request; the
+receiver released at once over 15 such requests; the fallback when the kernel refuses perf
+events (capabilities dropped) said in the network state. The record decoder is checked against
+the running kernel's ``format`` file and against a format with other offsets (none are
+hard-coded).
+"""
+
+from __future__ import annotations
+
+import json
+import shlex
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+from host_support import Gated, finish, have, needs_root, python, require_backend
+from host_support import start_receiver as start
+from test_host_short_connections import echo_server, match_receipts
+from test_host_socket_trace import network_reasons
+
+from otel_bridge.receivers.host import HostConfig
+from otel_bridge.receivers.host.perftrace import (
+    ConnectPairing,
+    SetStateDecoder,
+    StateChange,
+    online_cpus,
+    open_rings,
+    parse_format,
+    tracepoint,
+)
+from otel_bridge.testing import HTTP_CLIENT_WORKLOAD, cpu_load
+
+TRIES = 15
+PERF = "perf_event_open on sock:inet_sock_set_state"
+
+
+def require_perf() -> None:
+    """Skip with the reason when the linux backend or the perf tracepoint cannot run here."""
+    require_backend("linux")
+    try:
+        event_id, _ = tracepoint()
+        for ring in open_rings(event_id, online_cpus()):
+            ring.close()
+    except OSError as exc:
+        pytest.skip(f"no perf tracepoint events here: {exc}")
+
+
+FORMAT = """name: inet_sock_set_state
+ID: 1
+format:
+\tfield:unsigned short common_type;\toffset:0;\tsize:2;\tsigned:0;
+\tfield:int common_pid;\toffset:4;\tsize:4;\tsigned:1;
+
+\tfield:__u16 pad_for_a_newer_kernel;\toffset:8;\tsize:8;\tsigned:0;
+\tfield:const void * skaddr;\toffset:16;\tsize:8;\tsigned:0;
+\tfield:int oldstate;\toffset:24;\tsize:4;\tsigned:1;
+\tfield:int newstate;\toffset:28;\tsize:4;\tsigned:1;
+\tfield:__u16 sport;\toffset:32;\tsize:2;\tsigned:0;
+\tfield:__u16 dport;\toffset:34;\tsize:2;\tsigned:0;
+\tfield:__u16 family;\toffset:36;\tsize:2;\tsigned:0;
+\tfield:__u16 protocol;\toffset:38;\tsize:2;\tsigned:0;
+\tfield:__u8 saddr[4];\toffset:40;\tsize:4;\tsigned:0;
+\tfield:__u8 daddr[4];\toffset:44;\tsize:4;\tsigned:0;
+\tfield:__u8 saddr_v6[16];\toffset:48;\tsize:16;\tsigned:0;
+\tfield:__u8 daddr_v6[16];\toffset:64;\tsize:16;\tsigned:0;
+"""
+
+
+def record(old: int, new: int, sport: int, skaddr: int = 0xFFFF8880DEADBEEF) -> bytes:
+    """A raw record laid out as :data:`FORMAT` says (not as this kernel does)."""
+    head = bytes(16) + skaddr.to_bytes(8, sys.byteorder)
+    states = old.to_bytes(4, sys.byteorder) + new.to_bytes(4, sys.byteorder)
+    ports = b"".join(v.to_bytes(2, sys.byteorder) for v in (sport, 8080, 2, 6))
+    v4 = socket.inet_aton("127.0.0.1") + socket.inet_aton("127.0.0.2")
+    v6 = socket.inet_pton(socket.AF_INET6, "::ffff:127.0.0.1")
+    v6 += socket.inet_pton(socket.AF_INET6, "::ffff:127.0.0.2")
+    return head + states + ports + v4 + v6
+
+
+def test_records_are_read_at_the_offsets_the_format_file_gives() -> None:
+    """A format with every field moved decodes as written; a format lacking a field is
+    refused with its name; the running kernel's format, when readable, has every field."""
+    decoder = SetStateDecoder(parse_format(FORMAT))
+    change = decoder.decode(record(7, 2, 45000))
+    assert change == StateChange(
+        0xFFFF8880DEADBEEF, 7, 2, 6, ("127.0.0.1", 45000, "127.0.0.2", 8080)
+    )
+    assert decoder.decode(record(7, 2, 45000)[:-1]) is None
+    with pytest.raises(OSError, match="lacks skaddr"):
+        SetStateDecoder(parse_format(FORMAT.replace("skaddr", "sk")))
+    with pytest.raises(OSError, match="tracefs not mounted"):
+        tracepoint("/nonexistent/tracefs")
+
+
+def test_pairing_takes_the_pid_from_the_connecting_task() -> None:
+    """``CLOSE -> SYN_SENT`` gives the pid and time, ``SYN_SENT -> ESTABLISHED`` (whatever its
+    own pid: softirq) the 4-tuple; a refused connect yields nothing and is forgotten;
+    ``SYN_RECV -> ESTABLISHED`` is an accepted socket; other protocols are ignored."""
+    decoder = SetStateDecoder(parse_format(FORMAT))
+    pairing = ConnectPairing()
+
+    def feed(pid: int, at: int, states: tuple[int, int], sport: int, sk: int = 1) -> Any:
+        change = decoder.decode(record(*states, sport, sk))
+        assert change is not None
+        return pairing.feed(pid, at, change)
+
+    assert feed(4242, 100, (7, 2), 0) is None  # connect() in pid 4242, port not chosen yet
+    done = feed(0, 150, (2, 1), 45000)  # softirq
+    assert (done.initiated, done.tgid, done.connect_ns) == (True, 4242, 100)
+    assert done.key == ("127.0.0.1", 45000, "127.0.0.2", 8080)
+    assert feed(77, 200, (7, 2), 0, sk=2) is None
+    assert feed(0, 210, (2, 7), 45001, sk=2) is None  # refused
+    assert feed(0, 220, (2, 1), 45001, sk=2) is None  # no connecting entry left
+    accepted = feed(0, 300, (3, 1), 8081, sk=3)
+    assert (accepted.initiated, accepted.key[1]) == (False, 8081)
+    sctp = StateChange(4, 7, 2, 132, ("127.0.0.1", 1, "127.0.0.2", 2))
+    assert pairing.feed(1, 1, sctp) is None
+
+
+@pytest.mark.root
+@needs_root
+def test_requests_released_at_once_all_carry_their_pid(tmp_path: Path) -> None:
+    """Released the moment the receiver started (no wait for any attach), every 1 ms request
+    is recorded once with its own pid as a causal syscall connect; the first network state
+    already says the perf tracer attached, and in how long."""
+    require_perf()
+    (tmp_path / "client.py").write_text(HTTP_CLIENT_WORKLOAD)
+    receipts, cwd = tmp_path / "receipts.json", str(tmp_path)
+    with echo_server() as port, cpu_load():
+        url = f"http://127.0.0.1:{port}/"
+        work = Gated(f"exec {shlex.quote(python())} client.py {url} {receipts} {TRIES}", cwd)
+        try:
+            observed = start(HostConfig(backend="linux", files=False), work.pid)
+        except BaseException:
+            work.kill()
+            raise
+        work.release()
+        assert work.wait(timeout=120) == 0
+        observed.receiver.wait_idle()
+        observed = finish(observed)
+    counts = match_receipts(observed, json.loads(receipts.read_text()), port)
+    assert counts == {"pid": TRIES, "unowned": 0, "wrong_pid": 0, "duplicate": 0, "missed": 0}
+    first = network_reasons(observed)[0]
+    assert "TCP connects traced with their exact pid since" in first
+    assert PERF in first
+    traced = [c for c in observed.events("network.connect") if c["network.peer.port"] == port]
+    assert {c["evidence.attribution"] for c in traced} <= {"syscall", "sampled_process"}
+
+
+def os_records(run: Path, name: str) -> list[dict[str, Any]]:
+    """Attributes of the ``name`` records of a run's ``os.jsonl`` (OTLP/JSON, scalars only)."""
+    out = []
+    for line in (run / "os.jsonl").read_text().splitlines():
+        for rl in json.loads(line)["resourceLogs"]:
+            for sl in rl["scopeLogs"]:
+                for rec in sl["logRecords"]:
+                    if rec.get("eventName") != name:
+                        continue
+                    attrs = {}
+                    for kv in rec.get("attributes", []):
+                        value = next(iter(kv["value"].values()), None)
+                        attrs[kv["key"]] = int(value) if "intValue" in kv["value"] else value
+                    out.append(attrs)
+    return out
+
+
+FIRST_ACT = (
+    "import os, sys, urllib.request\n"
+    "port = urllib.request.urlopen(sys.argv[1]).read().decode()\n"
+    "open(sys.argv[2], 'w').write(f'{os.getpid()} {port}')\n"
+)
+
+
+@pytest.mark.root
+@needs_root
+def test_observe_traces_a_request_made_at_the_first_instruction(tmp_path: Path) -> None:
+    """``otel-bridge observe`` of a workload whose first act is a 1 ms request, under CPU load:
+    the run's OS stream has that connection with the workload's pid, traced at the connect;
+    the summary's network state names the perf tracer."""
+    require_perf()
+    (tmp_path / "first.py").write_text(FIRST_ACT)
+    receipt, run = tmp_path / "receipt", tmp_path / "run"
+    with echo_server() as port, cpu_load():
+        argv = [sys.executable, "-m", "otel_bridge", "observe", "-o", str(run), "--no-progress"]
+        argv += ["--", python(), "first.py", f"http://127.0.0.1:{port}/", str(receipt)]
+        done = subprocess.run(
+            argv, cwd=tmp_path, capture_output=True, text=True, timeout=180, check=False
+        )
+    assert done.returncode == 0, done.stderr
+    pid, client_port = (int(x) for x in receipt.read_text().split())
+    found = [c for c in os_records(run, "network.connect") if c["network.peer.port"] == port]
+    assert len(found) == 1, found
+    assert (found[0]["process.pid"], found[0]["network.local.port"]) == (pid, client_port)
+    assert found[0]["network.observed_at"] == "connect"
+    summary = json.loads((run / "summary.json").read_text())
+    assert PERF in summary["collection"]["network"]
+
+
+REFUSED = """
+import json, sys
+sys.path[:0] = sys.argv[1:]
+from host_support import Gated, finish, start_receiver
+from test_host_socket_trace import network_reasons
+from otel_bridge.receivers.host import HostConfig
+work = Gated("true", cwd=".")
+try:
+    observed = start_receiver(HostConfig(backend="linux", files=False), work.pid)
+finally:
+    work.release()
+    work.wait()
+print(json.dumps(network_reasons(finish(observed))))
+"""
+
+
+@pytest.mark.root
+@needs_root
+def test_without_perf_capabilities_the_state_says_the_fallback(tmp_path: Path) -> None:
+    """Root without CAP_PERFMON, CAP_SYS_ADMIN and CAP_BPF (``setpriv``): perf events are
+    refused, and the network state says so and names what was used instead (bpftrace, which
+    cannot attach either, then lineage-only attribution)."""
+    require_perf()
+    if not have("setpriv"):
+        pytest.skip("needs setpriv (util-linux)")
+    (tmp_path / "refused.py").write_text(REFUSED)
+    here = Path(__file__).parent
+    argv = ["setpriv", "--bounding-set=-perfmon,-sys_admin,-bpf", "--inh-caps=-all"]
+    argv += [sys.executable, "refused.py", str(here.parent), str(here)]
+    began = time.monotonic()
+    done = subprocess.run(
+        argv, cwd=tmp_path, capture_output=True, text=True, timeout=120, check=False
+    )
+    assert done.returncode == 0, done.stderr
+    reasons = json.loads(done.stdout.splitlines()[-1])
+    assert "perf: perf_event_open refused (needs root or CAP_PERFMON" in reasons[0], reasons
+    if have("bpftrace"):
+        assert "once bpftrace" in reasons[0], reasons
+        assert "lineage only" in reasons[-1], reasons
+    else:
+        assert "lineage only (no socket tracer: perf:" in reasons[0], reasons
+    assert time.monotonic() - began < 120

@@ -165,9 +165,9 @@ def os_records(run: Path, name: str) -> list[dict[str, Any]]:
                 for rec in sl["logRecords"]:
                     if rec.get("eventName") != name:
                         continue
-                    attrs = {}
+                    attrs: dict[str, Any] = {}
                     for kv in rec.get("attributes", []):
-                        value = next(iter(kv["value"].values()), None)
+                        value: Any = next(iter(kv["value"].values()), None)
                         attrs[kv["key"]] = int(value) if "intValue" in kv["value"] else value
                     out.append(attrs)
     return out

@@ -7,10 +7,11 @@ both cores throughout:
   to a local ``http.server`` that answers with the client's port; the workload writes (pid,
   port) per request. Counted: requests recorded at all, recorded with the right pid, recorded
   without a pid (session/network-namespace attribution), recorded with a wrong pid, duplicates.
-  Run twice: released once the ``linux`` backend's eBPF socket tracer said it attached (a
-  standing collector, or an ``observe`` run past its first second or so), and released at
-  once (the tracer still compiling: those connections keep the flagged lineage-only
-  attribution). The attach time is printed.
+  Run twice: released once the ``linux`` backend's socket tracer said it attached (a
+  standing collector), and released as soon as the receiver's ``start`` returned (as
+  ``observe`` does). The perf tracer (the default) is attached inside ``start``; bpftrace
+  (``--socket-tracer bpftrace``) attaches seconds later, and connections closed before then
+  cannot be attributed. The attach time, the receiver's start time and the load are printed.
 * **phantom connections**: a lineage server accepts ``n`` connections from the harness, closing
   its listener after each ``accept()``; any ``network.connect`` from the server's side (local
   port = its listening port, or peer port = a harness client port) is a phantom.
@@ -64,6 +65,8 @@ for i in range(n):
 
 
 ATTACHED = "TCP connects traced with their exact pid since"
+TRACER = ["auto"]
+"""The host receiver's ``socket_tracer`` (``--socket-tracer``)."""
 
 
 def traced_since(logs: list[Any]) -> str:
@@ -79,6 +82,10 @@ def traced_since(logs: list[Any]) -> str:
     return attached[0] if attached else (reasons[-1] if reasons else "")
 
 
+STARTS: list[float] = []
+"""Seconds each receiver's ``start`` took (the workload waits for it, released at once)."""
+
+
 def observe(
     backend: str, argv: list[str], cwd: str, during: Any = None, *, after_attach: bool = False
 ) -> tuple[list[Any], str]:
@@ -88,7 +95,9 @@ def observe(
     a backend without one releases it then and the table says so)."""
     gate = Gate(argv, cwd=cwd)
     sink = Sink()
-    receiver = start_host(HostConfig(backend=backend), gate.pid, sink)
+    began = time.monotonic()
+    receiver = start_host(HostConfig(backend=backend, socket_tracer=TRACER[0]), gate.pid, sink)
+    STARTS.append(time.monotonic() - began)
     deadline = time.monotonic() + 60
     while after_attach and ATTACHED not in traced_since(sink.logs):
         if time.monotonic() > deadline:
@@ -245,6 +254,7 @@ def children_worker(backend: str, n: int) -> None:
 def short_children(backend: str, n: int, runs: int = 3) -> list[dict[str, int]]:
     """``runs`` concurrent children workers; their counts."""
     argv = [sys.executable, __file__, "--worker", "--backend", backend, "-n", str(n)]
+    argv += ["--socket-tracer", TRACER[0]]
     procs = [subprocess.Popen(argv, stdout=subprocess.PIPE, text=True) for _ in range(runs)]
     results = []
     for p in procs:
@@ -264,7 +274,14 @@ def main() -> None:
     parser.add_argument(
         "--connections-only", action="store_true", help="only the short-connection checks"
     )
+    parser.add_argument(
+        "--socket-tracer",
+        default="auto",
+        choices=("auto", "perf", "bpftrace"),
+        help="the linux backend's socket tracer (default auto: perf, else bpftrace)",
+    )
     args = parser.parse_args()
+    TRACER[0] = args.socket_tracer
     if args.worker:
         children_worker(args.backend, args.n)
         return
@@ -276,6 +293,9 @@ def main() -> None:
         runs = [] if args.connections_only else short_children(args.backend, n)
     print(f"network state (tracer attached): {why}")
     print(f"network state (released at once): {why_early}")
+    load = os.getloadavg()
+    print(f"load average {load[0]:.1f} {load[1]:.1f} {load[2]:.1f}; receiver start (workload")
+    print(f"  waits for it): {min(STARTS) * 1000:.0f} to {max(STARTS) * 1000:.0f} ms")
     print(f"{'check':<44} {'result':>18}  target")
     for label, conns in (("after the attach", traced), ("released at once", early)):
         print(f"{'1 ms loopback requests, ' + label:<44} {conns['seen']:>15}/{n}  {n}/{n}")

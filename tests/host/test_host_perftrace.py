@@ -13,6 +13,7 @@ hard-coded).
 from __future__ import annotations
 
 import json
+import os
 import shlex
 import socket
 import subprocess
@@ -30,8 +31,10 @@ from test_host_socket_trace import network_reasons
 from otel_bridge.receivers.host import HostConfig
 from otel_bridge.receivers.host.perftrace import (
     ConnectPairing,
+    Sample,
     SetStateDecoder,
     StateChange,
+    in_time_order,
     online_cpus,
     open_rings,
     parse_format,
@@ -247,3 +250,92 @@ def test_without_perf_capabilities_the_state_says_the_fallback(tmp_path: Path) -
     else:
         assert "lineage only (no socket tracer: perf:" in reasons[0], reasons
     assert time.monotonic() - began < 120
+
+
+def connect_many(n: int) -> list[tuple[str, int, str, int]]:
+    """``n`` loopback TCP connections from this process, accepted and closed; their 4-tuples."""
+    keys = []
+    with socket.create_server(("127.0.0.1", 0)) as server:
+        port = server.getsockname()[1]
+        for _ in range(n):
+            with socket.create_connection(("127.0.0.1", port)) as client:
+                accepted, _ = server.accept()
+                accepted.close()
+                keys.append(("127.0.0.1", client.getsockname()[1], "127.0.0.1", port))
+    return keys
+
+
+def tracer_over(pages: int) -> tuple[Any, Any, list[str]]:
+    """A perf tracer (not started: :meth:`stop` reads the rings) whose lineage is this process."""
+    from test_host_interpreters import Harness
+
+    from otel_bridge.receivers.host.direction import DirectionRule
+    from otel_bridge.receivers.host.events import SAMPLED
+    from otel_bridge.receivers.host.netscan import SocketScanner
+    from otel_bridge.receivers.host.perftrace import PerfSocketTracer
+
+    h = Harness()
+    scanner = SocketScanner(h.ctx, attribution=SAMPLED, rule=DirectionRule((32768, 60999)))
+    states: list[str] = []
+    me = os.getpid()
+    tracer = PerfSocketTracer(
+        h.ctx, scanner, lambda pid, _ns: pid == me, states.append, ring_pages=pages
+    )
+    return h, tracer, states
+
+
+@pytest.mark.root
+@needs_root
+def test_connects_read_from_the_rings_carry_this_process_pid() -> None:
+    """Through the real rings: each of 20 loopback connects made after the constructor
+    returned is recorded once with this process's pid and the connect's 4-tuple; the
+    accepted ends are not connects; nothing was lost."""
+    require_perf()
+    h, tracer, states = tracer_over(64)
+    try:
+        keys = connect_many(20)
+    finally:
+        tracer.stop()
+    connects = {
+        (
+            c["network.local.address"],
+            c["network.local.port"],
+            c["network.peer.address"],
+            c["network.peer.port"],
+        ): c
+        for c in h.named("network.connect")
+        if c["network.peer.port"] == keys[0][3]
+    }
+    assert sorted(connects) == sorted(keys)
+    assert {c["process.pid"] for c in connects.values()} == {os.getpid()}
+    assert all(tracer.status(k) is True for k in keys)
+    assert (tracer.lost, states) == (0, [])
+
+
+@pytest.mark.root
+@needs_root
+def test_a_full_ring_is_counted_and_said_never_silent() -> None:
+    """One data page per CPU and no reader while 200 connections are made: the kernel drops
+    samples (PERF_RECORD_LOST); the number is counted and the state says it; what was kept is
+    still recorded with this process's pid, never another's."""
+    require_perf()
+    h, tracer, states = tracer_over(1)
+    try:
+        connect_many(200)
+    finally:
+        tracer.stop()
+    assert tracer.lost > 0
+    assert h.telemetry.counters()["receiver.host.socktrace.lost"] == tracer.lost
+    assert f"the socket tracer lost {tracer.lost} kernel reports so far" in states[-1]
+    assert {c["process.pid"] for c in h.named("network.connect")} <= {os.getpid()}
+
+
+def test_samples_are_ordered_across_cpus_and_young_ones_wait() -> None:
+    """Samples of two CPUs come out in time order; those younger than the cutoff wait."""
+    change = StateChange(1, 7, 2, 6, ("127.0.0.1", 0, "127.0.0.1", 80))
+    cpu1 = [Sample(t, 1, i, 10, change) for i, t in enumerate((30, 10))]
+    cpu0 = [Sample(t, 0, 5 + i, 10, change) for i, t in enumerate((20, 40))]
+    ready, rest = in_time_order(cpu1 + cpu0, 30)
+    assert [s.time_ns for s in ready] == [10, 20, 30]
+    assert [s.time_ns for s in rest] == [40]
+    assert [s.time_ns for s in in_time_order(rest, None)[0]] == [40]

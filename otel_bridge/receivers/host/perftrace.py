@@ -77,7 +77,9 @@ PERF_SAMPLE_TID = 1 << 1
 PERF_SAMPLE_TIME = 1 << 2
 PERF_SAMPLE_CPU = 1 << 7
 PERF_SAMPLE_RAW = 1 << 10
-PERF_FLAG_FD_CLOEXEC = 1 << 3
+PERF_FORMAT_LOST = 1 << 4
+FD_CLOEXEC = 1 << 3
+"""``PERF_FLAG_FD_CLOEXEC``."""
 PERF_RECORD_LOST = 2
 PERF_RECORD_SAMPLE = 9
 _USE_CLOCKID = 1 << 25
@@ -244,16 +246,18 @@ def _perf_event_open() -> Callable[[bytes, int, int, int, int], int]:
 
 
 class Ring:
-    """One CPU's perf event and its mapped ring buffer."""
+    """One CPU's perf event and its mapped ring buffer of ``pages`` data pages (a power of 2)."""
 
-    def __init__(self, fd: int, cpu: int) -> None:
+    def __init__(self, fd: int, cpu: int, pages: int = RING_PAGES, *, counts_lost: bool) -> None:
         self.fd = fd
         self.cpu = cpu
+        self.counts_lost = counts_lost
+        """Whether :meth:`lost` reads the kernel's count (``PERF_FORMAT_LOST``)."""
         page = mmap.PAGESIZE
-        self._map = mmap.mmap(fd, page * (1 + RING_PAGES), mmap.MAP_SHARED)
+        self._map = mmap.mmap(fd, page * (1 + pages), mmap.MAP_SHARED)
         offset = struct.unpack_from("=Q", self._map, _DATA_OFFSET_AT)[0]
         self._start = offset or page  # data_offset is 0 before Linux 4.1: data follows page 0
-        self._size = page * RING_PAGES
+        self._size = page * pages
 
     def records(self) -> Iterator[tuple[int, bytes]]:
         """(type, record) of everything written since the last call; frees the space."""
@@ -276,6 +280,11 @@ class Ring:
             return self._map[start:end]
         return self._map[start:limit] + self._map[self._start : self._start + end - limit]
 
+    def lost(self) -> int:
+        """Samples dropped so far because the ring was full (``counts_lost`` only)."""
+        _value, lost = struct.unpack("=QQ", os.read(self.fd, 16))
+        return int(lost)
+
     def close(self) -> None:
         """Unmap and close."""
         with contextlib.suppress(BufferError, ValueError):
@@ -283,19 +292,33 @@ class Ring:
         os.close(self.fd)
 
 
-def open_rings(event_id: int, cpus: list[int]) -> list[Ring]:
-    """One enabled tracepoint event with its ring per CPU; ``OSError`` saying why not."""
-    open_event = _perf_event_open()
+def _attr(event_id: int, read_format: int) -> bytes:
     sample = PERF_SAMPLE_TID | PERF_SAMPLE_TIME | PERF_SAMPLE_CPU | PERF_SAMPLE_RAW
-    attr = _ATTR.pack(
-        PERF_TYPE_TRACEPOINT, _ATTR.size, event_id, 1, sample, 0, _USE_CLOCKID,
+    return _ATTR.pack(
+        PERF_TYPE_TRACEPOINT, _ATTR.size, event_id, 1, sample, read_format, _USE_CLOCKID,
         1, 0, 0, 0, 0, 0, 0, time.CLOCK_MONOTONIC,
     )  # fmt: skip
+
+
+def open_rings(event_id: int, cpus: list[int], pages: int = RING_PAGES) -> list[Ring]:
+    """One enabled tracepoint event with its ring per CPU; ``OSError`` saying why not.
+
+    Each event counts the samples its ring had no room for (``PERF_FORMAT_LOST``, Linux 6.0)
+    where the kernel can; elsewhere only ``PERF_RECORD_LOST`` says it (written once there is
+    room again, so a loss just before the end may go unreported there)."""
+    open_event = _perf_event_open()
+    read_format = PERF_FORMAT_LOST
     rings: list[Ring] = []
     try:
         for cpu in cpus:
             try:
-                fd = open_event(attr, -1, cpu, -1, PERF_FLAG_FD_CLOEXEC)
+                try:
+                    fd = open_event(_attr(event_id, read_format), -1, cpu, -1, FD_CLOEXEC)
+                except OSError as exc:
+                    if exc.errno != errno.EINVAL or not read_format:
+                        raise
+                    read_format = 0  # a kernel before 6.0
+                    fd = open_event(_attr(event_id, read_format), -1, cpu, -1, FD_CLOEXEC)
             except OSError as exc:
                 if exc.errno in (errno.EACCES, errno.EPERM):
                     raise OSError(
@@ -305,7 +328,7 @@ def open_rings(event_id: int, cpus: list[int]) -> list[Ring]:
                     ) from exc
                 raise
             try:
-                rings.append(Ring(fd, cpu))
+                rings.append(Ring(fd, cpu, pages, counts_lost=bool(read_format)))
             except OSError:
                 os.close(fd)
                 raise
@@ -335,6 +358,18 @@ class Sample:
     change: StateChange
 
 
+def in_time_order(
+    samples: list[Sample], cutoff_ns: int | None
+) -> tuple[list[Sample], list[Sample]]:
+    """The samples up to ``cutoff_ns`` (all for None) in time order, and the younger ones that
+    wait for the next pass (a sample of another CPU may still come before them)."""
+    samples = sorted(samples)
+    ready = len(samples)
+    if cutoff_ns is not None:
+        ready = next((i for i, s in enumerate(samples) if s.time_ns > cutoff_ns), ready)
+    return samples[:ready], samples[ready:]
+
+
 class PerfSocketTracer(ConnectTracer):
     """The perf tracepoint reader (module docstring); attached once constructed."""
 
@@ -344,12 +379,14 @@ class PerfSocketTracer(ConnectTracer):
         scanner: SocketScanner,
         owner: Owner,
         on_state: Callable[[str], None],
+        *,
         tracefs: str = TRACEFS,
+        ring_pages: int = RING_PAGES,
     ) -> None:
         super().__init__(ctx, scanner, owner, on_state)
         event_id, self._decoder = tracepoint(tracefs)
         began = time.monotonic_ns()
-        self._rings = open_rings(event_id, online_cpus())
+        self._rings = open_rings(event_id, online_cpus(), ring_pages)
         attached = time.monotonic_ns()
         self.attach_s = (attached - began) / 1e9
         """How long opening and mapping the events took (seconds)."""
@@ -358,6 +395,7 @@ class PerfSocketTracer(ConnectTracer):
         self._pairing = ConnectPairing()
         self._pending: list[Sample] = []
         self._seq = 0
+        self._counted_lost = 0
         self._stop_r, self._stop_w = os.pipe()
         self._thread: threading.Thread | None = None
 
@@ -393,21 +431,20 @@ class PerfSocketTracer(ConnectTracer):
     def read_pass(self, *, final: bool) -> None:
         """Read every ring, then handle in time order the samples old enough (all when
         ``final``)."""
-        lost = 0
+        reported = 0
         for ring in self._rings:
             for kind, record in ring.records():
                 if kind == PERF_RECORD_SAMPLE:
                     self._sample(record)
-                elif kind == PERF_RECORD_LOST:
-                    lost += struct.unpack_from("=QQ", record, _HEADER.size)[1]
+                elif kind == PERF_RECORD_LOST and not ring.counts_lost:
+                    reported += struct.unpack_from("=QQ", record, _HEADER.size)[1]
+        counted = sum(ring.lost() for ring in self._rings if ring.counts_lost)
+        lost = reported + counted - self._counted_lost
+        self._counted_lost = counted
         if lost:
-            self._say_lost(lost, "perf ring full, PERF_RECORD_LOST")
-        self._pending.sort()
-        cutoff = time.monotonic_ns() - HOLD_NS
-        ready = len(self._pending)
-        if not final:
-            ready = next((i for i, s in enumerate(self._pending) if s.time_ns > cutoff), ready)
-        now, self._pending = self._pending[:ready], self._pending[ready:]
+            self._say_lost(lost, "a perf ring was full")
+        cutoff = None if final else time.monotonic_ns() - HOLD_NS
+        now, self._pending = in_time_order(self._pending, cutoff)
         for sample in now:
             traced = self._pairing.feed(sample.tgid, sample.time_ns, sample.change)
             if traced is not None:

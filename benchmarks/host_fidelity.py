@@ -11,7 +11,9 @@ both cores throughout:
   standing collector), and released as soon as the receiver's ``start`` returned (as
   ``observe`` does). The perf tracer (the default) is attached inside ``start``; bpftrace
   (``--socket-tracer bpftrace``) attaches seconds later, and connections closed before then
-  cannot be attributed. The attach time, the receiver's start time and the load are printed.
+  cannot be attributed. Python's start-up takes seconds on a loaded machine, so a third run
+  makes the requests from bash's ``/dev/tcp`` at the script's first line, tens of ms after the
+  release. The attach time, the receiver's start time and the load are printed.
 * **phantom connections**: a lineage server accepts ``n`` connections from the harness, closing
   its listener after each ``accept()``; any ``network.connect`` from the server's side (local
   port = its listening port, or peer port = a harness client port) is a phantom.
@@ -29,6 +31,7 @@ Needs root for the linux backend (otherwise ``auto`` picks what runs, and the ta
 from __future__ import annotations
 
 import argparse
+import contextlib
 import http.server
 import json
 import os
@@ -84,6 +87,8 @@ def traced_since(logs: list[Any]) -> str:
 
 STARTS: list[float] = []
 """Seconds each receiver's ``start`` took (the workload waits for it, released at once)."""
+RELEASED: list[int] = []
+"""Wall-clock ns at which each workload was released."""
 
 
 def observe(
@@ -103,6 +108,7 @@ def observe(
         if time.monotonic() > deadline:
             break
         time.sleep(0.05)
+    RELEASED.append(time.time_ns())
     gate.release()
     if during is not None:
         during()
@@ -130,10 +136,31 @@ class _PortEcho(http.server.BaseHTTPRequestHandler):
         return
 
 
+SHELL_CLIENT = r"""
+out=$1 port=$2 n=$3 i=0
+while [ "$i" -lt "$n" ]; do
+  exec 3<>"/dev/tcp/127.0.0.1/$port"
+  printf 'GET / HTTP/1.0
+
+' >&3
+  body=$(cat <&3)
+  exec 3<&-
+  echo "$$ ${body##*$'
+'}" >> "$out"
+  i=$((i + 1))
+done
+"""
+"""``bash -c`` script: ``OUT PORT N``: N requests through bash's ``/dev/tcp`` from the first
+line on (no interpreter start-up before them), a receipt line (pid, client port) each."""
+
+
 def short_connections(
-    backend: str, n: int, work: str, *, after_attach: bool
+    backend: str, n: int, work: str, *, after_attach: bool, shell: bool = False
 ) -> tuple[dict[str, int], str]:
-    """Counts of how the ``n`` short requests were recorded, and the tracer's state."""
+    """Counts of how the ``n`` short requests were recorded, and the tracer's state.
+
+    ``shell``: the requests come from bash at its first line (:data:`SHELL_CLIENT`) rather
+    than from Python after its imports."""
     with open(os.path.join(work, "client.py"), "w") as f:
         f.write(HTTP_CLIENT_WORKLOAD)
     server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _PortEcho)
@@ -141,15 +168,23 @@ def short_connections(
     thread.start()
     port = server.server_address[1]
     out = os.path.join(work, "requests.json")
+    with contextlib.suppress(FileNotFoundError):
+        os.unlink(out)
     try:
         argv = [sys.executable, "client.py", f"http://127.0.0.1:{port}/", out, str(n)]
+        if shell:
+            argv = ["bash", "-c", SHELL_CLIENT, "client", out, str(port), str(n)]
         logs, _ = observe(backend, argv, work, after_attach=after_attach)
         why = traced_since(logs)
     finally:
         server.shutdown()
         server.server_close()
     with open(out) as f:
-        receipts = json.load(f)
+        if shell:
+            lines = [line.split() for line in f.read().splitlines()]
+            receipts = [{"pid": int(pid), "port": int(p)} for pid, p in lines]
+        else:
+            receipts = json.load(f)
     connects = [
         (r.time_unix_nano, dict(r.attributes))
         for r in logs
@@ -168,6 +203,10 @@ def short_connections(
     )
     counts = {"seen": 0, "right_pid": 0, "no_pid": 0, "wrong_pid": 0, "duplicates": 0}
     counts["before_attach"] = 0
+    released = RELEASED[-1]
+    earliest = min((t for t, _ in connects), default=released)
+    counts["first_ms"] = (earliest - released) // 10**6
+    counts["attach_ms"] = -1 if attached_at is None else (attached_at - released) // 10**6
     for receipt in receipts:
         found = [(t, a) for t, a in connects if a["network.local.port"] == receipt["port"]]
         if not found:
@@ -289,6 +328,7 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as work, cpu_load():
         traced, why = short_connections(args.backend, n, work, after_attach=True)
         early, why_early = short_connections(args.backend, n, work, after_attach=False)
+        first, _ = short_connections(args.backend, n, work, after_attach=False, shell=True)
         phantom = -1 if args.connections_only else phantoms(args.backend, n, work)
         runs = [] if args.connections_only else short_children(args.backend, n)
     print(f"network state (tracer attached): {why}")
@@ -297,13 +337,19 @@ def main() -> None:
     print(f"load average {load[0]:.1f} {load[1]:.1f} {load[2]:.1f}; receiver start (workload")
     print(f"  waits for it): {min(STARTS) * 1000:.0f} to {max(STARTS) * 1000:.0f} ms")
     print(f"{'check':<44} {'result':>18}  target")
-    for label, conns in (("after the attach", traced), ("released at once", early)):
+    for label, conns in (
+        ("after the attach", traced),
+        ("released at once", early),
+        ("bash at its first line", first),
+    ):
         print(f"{'1 ms loopback requests, ' + label:<44} {conns['seen']:>15}/{n}  {n}/{n}")
         print(f"{'  made before the tracer attached':<44} {conns['before_attach']:>15}/{n}")
         print(f"{'  with the right pid':<44} {conns['right_pid']:>15}/{n}")
         print(f"{'  without a pid (network namespace)':<44} {conns['no_pid']:>15}/{n}")
         print(f"{'  with a wrong pid':<44} {conns['wrong_pid']:>18}  0")
         print(f"{'  duplicate records':<44} {conns['duplicates']:>18}  0")
+        print(f"{'  first request, ms after the release':<44} {conns['first_ms']:>18}")
+        print(f"{'  tracer attached, ms after the release':<44} {conns['attach_ms']:>18}")
     print(f"{'phantom connections (server side)':<44} {phantom:>18}  0")
     for i, run in enumerate(runs, 1):
         label = f"5 ms children, run {i}/3: exact argv"

@@ -247,6 +247,7 @@ def test_without_perf_capabilities_the_state_says_the_fallback(tmp_path: Path) -
     if have("bpftrace"):
         assert "once bpftrace" in reasons[0], reasons
         assert "lineage only" in reasons[-1], reasons
+        assert "perf tracer unavailable: perf: perf_event_open refused" in reasons[-1]
     else:
         assert "lineage only (no socket tracer: perf:" in reasons[0], reasons
     assert time.monotonic() - began < 120

@@ -218,12 +218,15 @@ def _socket_tracer(
         else:
             return perf, perf.note
     if cfg.socket_tracer in ("auto", "bpftrace"):
+        instead = why[0] if why else ""
+        unused = f" (perf tracer unavailable: {instead})" if instead else ""
         try:
-            tracer = SocketTracer(ctx, scanner, owner, cfg.bpftrace_path, on_state)
+            tracer = SocketTracer(
+                ctx, scanner, owner, cfg.bpftrace_path, on_state, instead_of=instead
+            )
         except OSError as exc:
             why.append(f"bpftrace: {exc}")
         else:
-            unused = f" (perf tracer unavailable: {why[0]})" if why else ""
             return tracer, (
                 "TCP connects will be traced with their exact pid once bpftrace "
                 f"(sock:inet_sock_set_state) has attached{unused}; until then a connection "

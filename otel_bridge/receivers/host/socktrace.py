@@ -245,9 +245,13 @@ class SocketTracer(ConnectTracer):
         owner: Owner,
         bpftrace_path: str,
         on_state: Callable[[str], None],
+        *,
+        instead_of: str = "",
     ) -> None:
         self._path = check_socket_tracing(bpftrace_path)
         super().__init__(ctx, scanner, owner, on_state)
+        self._instead = f" (perf tracer unavailable: {instead_of})" if instead_of else ""
+        """Why the perf tracer is not used, said in every state of this one."""
         self._proc: subprocess.Popen[bytes] | None = None
         self._thread: threading.Thread | None = None
         self._started = time.monotonic()
@@ -315,7 +319,8 @@ class SocketTracer(ConnectTracer):
         self.attached.set()
         self._on_state(
             f"TCP connects traced with their exact pid since {iso_ms(self.attached_ns // 10**6)} "
-            f"(bpftrace on sock:inet_sock_set_state attached {after:.1f}s after start); "
+            f"(bpftrace on sock:inet_sock_set_state attached {after:.1f}s after start)"
+            f"{self._instead}; "
             "connections closed between scans before then are recorded only when a scan saw "
             "their owner"
         )
@@ -333,7 +338,7 @@ class SocketTracer(ConnectTracer):
         why = lines[-1] if lines else f"bpftrace exited {proc.poll()}"
         if self._stopping:
             why = "observation stopped before the socket tracer attached"
-        self._on_state(f"socket attribution: lineage only (no eBPF: {why})")
+        self._on_state(f"socket attribution: lineage only (no eBPF: {why}){self._instead}")
 
     def stop(self) -> None:
         """Stop bpftrace (SIGINT), read the rest of its output, decide what waits. Safe twice."""

@@ -12,9 +12,10 @@ Backends and their evidence:
 ========== ======================================== ===================== =================
 backend    processes                                files                 network
 ========== ======================================== ===================== =================
-linux      netlink proc connector (syscall, causal) fanotify (syscall):   eBPF TCP connects
-                                                    open, write, create,  (syscall) when
-                                                    delete, rename        bpftrace runs,
+linux      netlink proc connector (syscall, causal) fanotify (syscall):   traced TCP connects
+                                                    open, write, create,  (syscall; perf
+                                                    delete, rename        events or
+                                                                          bpftrace),
                                                                           socket scans
                                                                           (sampled)
 ebpf       bpftrace tracepoints (syscall)           openat (syscall)      connect (syscall)

@@ -14,9 +14,10 @@
   ``degraded`` and the loss is counted.
 * **Files**: fanotify (:mod:`fanotify`), kernel-attributed to the accessing pid.
 * **Network**: the lineage's socket inodes are matched against the kernel's socket tables
-  (:mod:`netscan`) on every fork/exec/exit and every ``network_poll_interval``. When bpftrace
-  runs here, the eBPF socket tracer (:mod:`socktrace`, started beside the workload, never
-  awaited) adds every TCP connect with its exact pid from the moment it attached. A TCP
+  (:mod:`netscan`) on every fork/exec/exit and every ``network_poll_interval``. The socket
+  tracer adds every TCP connect with its exact pid from the moment it attached: perf
+  tracepoint events (:mod:`perftrace`, attached within ``start``), else bpftrace
+  (:mod:`socktrace`, started beside the workload, never awaited). A TCP
   connection opened and closed between two scans that the tracer did not report (before it
   attached, or without it) is reported when the kernel destroys it (sock_diag destroy
   notifications, :mod:`sockdiag`) for every process of the namespace: it is recorded only with

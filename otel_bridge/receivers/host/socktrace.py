@@ -1,5 +1,9 @@
 """Kernel-pushed TCP connects for the ``linux`` backend (bpftrace on ``inet_sock_set_state``).
 
+:class:`ConnectTracer` is the rule both socket tracers share (what is recorded, once, for whom);
+:class:`SocketTracer` is the bpftrace reader, the fallback when the perf reader
+(:mod:`.perftrace`, attached in milliseconds, no compiler) cannot open the tracepoint.
+
 Socket scans (:mod:`.netscan`) miss a connection that lives between two scans, and the kernel's
 destroy notification (:mod:`.sockdiag`) comes after the last descriptor closed, when the owner
 can no longer be read. This tracer adds what neither has: the process that *initiated* each TCP

@@ -42,6 +42,24 @@ def require_backend(name: str) -> None:
         pytest.skip(reason)
 
 
+def require_socket_tracer(name: str) -> None:
+    """Skip with the reason when the linux backend or its ``name`` socket tracer (``perf`` or
+    ``bpftrace``) cannot run here."""
+    from otel_bridge.receivers.host.perftrace import online_cpus, open_rings, tracepoint
+    from otel_bridge.receivers.host.socktrace import check_socket_tracing
+
+    require_backend("linux")
+    try:
+        if name == "bpftrace":
+            check_socket_tracing("bpftrace")
+            return
+        event_id, _ = tracepoint()
+        for ring in open_rings(event_id, online_cpus()):
+            ring.close()
+    except OSError as exc:
+        pytest.skip(f"no {name} socket tracer here: {exc}")
+
+
 @contextmanager
 def loopback_server() -> Iterator[LoopbackServer]:
     """A :class:`LoopbackServer` for the duration of the block."""

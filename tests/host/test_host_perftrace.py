@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from host_support import Gated, finish, have, needs_root, python, require_backend
+from host_support import Gated, finish, have, needs_root, python, require_socket_tracer
 from host_support import start_receiver as start
 from test_host_short_connections import echo_server, match_receipts
 from test_host_socket_trace import network_reasons
@@ -35,8 +35,6 @@ from otel_bridge.receivers.host.perftrace import (
     SetStateDecoder,
     StateChange,
     in_time_order,
-    online_cpus,
-    open_rings,
     parse_format,
     tracepoint,
 )
@@ -48,13 +46,7 @@ PERF = "perf_event_open on sock:inet_sock_set_state"
 
 def require_perf() -> None:
     """Skip with the reason when the linux backend or the perf tracepoint cannot run here."""
-    require_backend("linux")
-    try:
-        event_id, _ = tracepoint()
-        for ring in open_rings(event_id, online_cpus()):
-            ring.close()
-    except OSError as exc:
-        pytest.skip(f"no perf tracepoint events here: {exc}")
+    require_socket_tracer("perf")
 
 
 FORMAT = """name: inet_sock_set_state
@@ -184,6 +176,7 @@ FIRST_ACT = (
 
 
 @pytest.mark.root
+@pytest.mark.slow  # a whole observe run (collector, pipeline, run directory): ~10-25 s
 @needs_root
 def test_observe_traces_a_request_made_at_the_first_instruction(tmp_path: Path) -> None:
     """``otel-bridge observe`` of a workload whose first act is a 1 ms request, under CPU load:

@@ -20,13 +20,21 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from host_support import Gated, Observed, finish, needs_root, python, require_backend
+from host_support import (
+    Gated,
+    Observed,
+    finish,
+    needs_root,
+    python,
+    require_backend,
+    require_socket_tracer,
+)
 from host_support import start_receiver as start
 from test_host_short_connections import echo_server, match_receipts
 from waiting import wait_until
 
 from otel_bridge.receivers.host import HostConfig
-from otel_bridge.receivers.host.socktrace import check_socket_tracing, parse_line
+from otel_bridge.receivers.host.socktrace import parse_line
 from otel_bridge.testing import HTTP_CLIENT_WORKLOAD, cpu_load
 
 TRIES = 15
@@ -35,11 +43,7 @@ ATTACHED = "TCP connects traced with their exact pid since"
 
 def require_tracer() -> None:
     """Skip with the reason when the linux backend or its bpftrace socket tracer cannot run."""
-    require_backend("linux")
-    try:
-        check_socket_tracing("bpftrace")
-    except OSError as exc:
-        pytest.skip(f"no eBPF socket tracer here: {exc}")
+    require_socket_tracer("bpftrace")
 
 
 def network_reasons(observed: Observed) -> list[str]:
@@ -183,16 +187,18 @@ conn.close()
 
 @pytest.mark.root
 @needs_root
-def test_accepted_socket_and_foreign_client_are_not_connects(tmp_path: Path) -> None:
+@pytest.mark.parametrize("tracer", ["perf", "bpftrace"])
+def test_accepted_socket_and_foreign_client_are_not_connects(tmp_path: Path, tracer: str) -> None:
     """A lineage server accepts the test's connection and closes its listener: the server's
     accepted socket is not a connect (the kernel said accepted), and the test's own client
-    (outside the lineage) is not recorded either, though it lived between two scans."""
-    require_tracer()
+    (outside the lineage) is not recorded either, though it lived between two scans. Both
+    socket tracers."""
+    require_socket_tracer(tracer)
     (tmp_path / "server.py").write_text(SERVER)
     out = tmp_path / "port"
     work = Gated(f"exec {shlex.quote(sys.executable)} server.py > {out}", cwd=str(tmp_path))
     try:
-        cfg = HostConfig(backend="linux", files=False, socket_tracer="bpftrace")
+        cfg = HostConfig(backend="linux", files=False, socket_tracer=tracer)
         observed = start(cfg, work.pid)
         wait_attached(observed)
     except BaseException:

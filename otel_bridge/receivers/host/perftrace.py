@@ -37,14 +37,15 @@ from __future__ import annotations
 import contextlib
 import ctypes
 import errno
+import fcntl
 import mmap
+import operator
 import os
 import platform
 import re
 import select
 import socket
 import struct
-import sys
 import threading
 import time
 from collections import OrderedDict
@@ -67,6 +68,8 @@ TRACEFS = "/sys/kernel/tracing"
 EVENT = "sock/inet_sock_set_state"
 HOLD_NS = 20_000_000
 """A sample this young waits for the next pass before it is ordered with the other CPUs'."""
+BATCH_MS = 5
+"""After a wakeup, the reader waits this long (or for stop) so a burst is read in one pass."""
 RING_PAGES = 64
 """Data pages per CPU ring (256 KiB: some 2,000 samples between two reads)."""
 _KEEP = 65536
@@ -78,6 +81,8 @@ PERF_SAMPLE_TIME = 1 << 2
 PERF_SAMPLE_CPU = 1 << 7
 PERF_SAMPLE_RAW = 1 << 10
 PERF_FORMAT_LOST = 1 << 4
+PERF_EVENT_IOC_SET_FILTER = 0x40082406
+"""``_IOW('$', 6, char *)``: an ftrace filter evaluated in the kernel before a sample is written."""
 FD_CLOEXEC = 1 << 3
 """``PERF_FLAG_FD_CLOEXEC``."""
 PERF_RECORD_LOST = 2
@@ -94,9 +99,18 @@ _SYSCALL = {"x86_64": 298, "aarch64": 241, "arm64": 241}
 """``__NR_perf_event_open`` per machine (asm-generic's 241 on arm64)."""
 
 TCP_ESTABLISHED, TCP_SYN_SENT, TCP_SYN_RECV, TCP_CLOSE, IPPROTO_TCP = 1, 2, 3, 7, 6
-_FIELDS = ("skaddr", "oldstate", "newstate", "sport", "dport", "family", "protocol")
+FILTER = (
+    f"protocol == {IPPROTO_TCP} && (oldstate == {TCP_SYN_SENT} "
+    f"|| (oldstate == {TCP_CLOSE} && newstate == {TCP_SYN_SENT}) "
+    f"|| (oldstate == {TCP_SYN_RECV} && newstate == {TCP_ESTABLISHED}))"
+)
+"""The transitions the pairing reads (TCP only: ``SYN_SENT -> *``, ``CLOSE -> SYN_SENT``,
+``SYN_RECV -> ESTABLISHED``), kept by the kernel before a sample is written: some 3 samples per
+loopback connection instead of 11. A kernel refusing the filter sends all (read the same)."""
+_FIELDS = ("skaddr", "oldstate", "newstate", "protocol", "family", "sport", "dport")
 _ADDRS = ("saddr", "daddr", "saddr_v6", "daddr_v6")
 _FIELD = re.compile(r"field:([^;]*);\s*offset:(\d+);\s*size:(\d+);\s*signed:(\d+);")
+_INTEGER = {1: "b", 2: "h", 4: "i", 8: "q"}
 
 
 @dataclass(frozen=True, slots=True)
@@ -106,16 +120,6 @@ class Field:
     offset: int
     size: int
     signed: bool
-
-    def integer(self, raw: bytes) -> int:
-        """The field read as a native-endian integer."""
-        return int.from_bytes(
-            raw[self.offset : self.offset + self.size], sys.byteorder, signed=self.signed
-        )
-
-    def octets(self, raw: bytes) -> bytes:
-        """The field's bytes (an address)."""
-        return raw[self.offset : self.offset + self.size]
 
 
 def parse_format(text: str) -> dict[str, Field]:
@@ -130,48 +134,80 @@ def parse_format(text: str) -> dict[str, Field]:
 
 @dataclass(frozen=True, slots=True)
 class StateChange:
-    """One ``inet_sock_set_state`` record."""
+    """One ``inet_sock_set_state`` record (addresses as the kernel wrote them)."""
 
     skaddr: int
     oldstate: int
     newstate: int
     protocol: int
-    key: Key
+    family: int
+    sport: int
+    dport: int
+    saddr: bytes
+    daddr: bytes
+    saddr_v6: bytes
+    daddr_v6: bytes
+
+    @property
+    def key(self) -> Key:
+        """(local address, local port, peer address, peer port), as the socket tables say."""
+        local = socket_address(
+            self.family,
+            socket.inet_ntop(socket.AF_INET, self.saddr),
+            socket.inet_ntop(socket.AF_INET6, self.saddr_v6),
+        )
+        peer = socket_address(
+            self.family,
+            socket.inet_ntop(socket.AF_INET, self.daddr),
+            socket.inet_ntop(socket.AF_INET6, self.daddr_v6),
+        )
+        return (local, self.sport, peer, self.dport)
+
+
+def record_layout(fields: dict[str, Field]) -> tuple[struct.Struct, list[int]]:
+    """One native-endian ``struct`` reading :data:`_FIELDS` and :data:`_ADDRS` at the offsets
+    ``fields`` gives (in offset order, padding skipped), and where each of them (in that order,
+    :class:`StateChange`'s) is among its values. ``OSError`` when the format lacks one or has a
+    size a field of that kind cannot have."""
+    names = (*_FIELDS, *_ADDRS)
+    missing = [n for n in names if n not in fields]
+    if missing:
+        raise OSError(f"the tracepoint's format lacks {', '.join(missing)}")
+    codes: list[tuple[int, int, str]] = []
+    for index, name in enumerate(names):
+        f = fields[name]
+        if name in _ADDRS:
+            if f.size != (4 if name in ("saddr", "daddr") else 16):
+                raise OSError(f"the tracepoint's {name} has {f.size} bytes")
+            code = f"{f.size}s"
+        elif f.size in _INTEGER:
+            code = _INTEGER[f.size] if f.signed else _INTEGER[f.size].upper()
+        else:
+            raise OSError(f"the tracepoint's {name} has {f.size} bytes")
+        codes.append((f.offset, index, code))
+    fmt, at = "=", 0
+    for offset, _index, code in sorted(codes):
+        if offset < at:
+            raise OSError("the tracepoint's fields overlap")
+        fmt += (f"{offset - at}x" if offset > at else "") + code
+        at = offset + struct.calcsize("=" + code)
+    order = [index for _offset, index, _code in sorted(codes)]
+    return struct.Struct(fmt), [order.index(i) for i in range(len(order))]
 
 
 class SetStateDecoder:
     """Reads ``inet_sock_set_state`` raw records with the offsets of the running kernel."""
 
     def __init__(self, fields: dict[str, Field]) -> None:
-        missing = [n for n in (*_FIELDS, *_ADDRS) if n not in fields]
-        if missing:
-            raise OSError(f"the tracepoint's format lacks {', '.join(missing)}")
-        self._f = fields
-        self.size = max(f.offset + f.size for f in fields.values())
+        self._layout, self._back = record_layout(fields)
+        self.size = self._layout.size
 
     def decode(self, raw: bytes) -> StateChange | None:
         """The record, or None when it is shorter than the format says."""
         if len(raw) < self.size:
             return None
-        f = self._f
-        family = f["family"].integer(raw)
-        ends = []
-        for v4, v6 in (("saddr", "saddr_v6"), ("daddr", "daddr_v6")):
-            ends.append(
-                socket_address(
-                    family,
-                    socket.inet_ntop(socket.AF_INET, f[v4].octets(raw)),
-                    socket.inet_ntop(socket.AF_INET6, f[v6].octets(raw)),
-                )
-            )
-        key = (ends[0], f["sport"].integer(raw), ends[1], f["dport"].integer(raw))
-        return StateChange(
-            f["skaddr"].integer(raw),
-            f["oldstate"].integer(raw),
-            f["newstate"].integer(raw),
-            f["protocol"].integer(raw),
-            key,
-        )
+        values = self._layout.unpack_from(raw)
+        return StateChange(*(values[i] for i in self._back))
 
 
 class ConnectPairing:
@@ -327,6 +363,8 @@ def open_rings(event_id: int, cpus: list[int], pages: int = RING_PAGES) -> list[
                         f"kernel.perf_event_paranoid={_paranoid()})",
                     ) from exc
                 raise
+            with contextlib.suppress(OSError):  # unfiltered, the pairing ignores the rest
+                fcntl.ioctl(fd, PERF_EVENT_IOC_SET_FILTER, FILTER.encode() + b"\0")
             try:
                 rings.append(Ring(fd, cpu, pages, counts_lost=bool(read_format)))
             except OSError:
@@ -347,7 +385,7 @@ def _paranoid() -> str:
         return "unknown"
 
 
-@dataclass(frozen=True, slots=True, order=True)
+@dataclass(frozen=True, slots=True)
 class Sample:
     """One decoded sample, ordered by time across CPUs."""
 
@@ -358,12 +396,15 @@ class Sample:
     change: StateChange
 
 
+_WHEN = operator.attrgetter("time_ns", "seq")
+
+
 def in_time_order(
     samples: list[Sample], cutoff_ns: int | None
 ) -> tuple[list[Sample], list[Sample]]:
     """The samples up to ``cutoff_ns`` (all for None) in time order, and the younger ones that
     wait for the next pass (a sample of another CPU may still come before them)."""
-    samples = sorted(samples)
+    samples = sorted(samples, key=_WHEN)
     ready = len(samples)
     if cutoff_ns is not None:
         ready = next((i for i, s in enumerate(samples) if s.time_ns > cutoff_ns), ready)
@@ -418,10 +459,14 @@ class PerfSocketTracer(ConnectTracer):
         for ring in self._rings:
             poller.register(ring.fd, select.POLLIN)
         poller.register(self._stop_r, select.POLLIN)
+        stop = select.poll()
+        stop.register(self._stop_r, select.POLLIN)
         while True:
             waiting = self._pending or self._waiting
             ready = poller.poll(HOLD_NS // 10**6 if waiting else 500)
             if any(fd == self._stop_r for fd, _ in ready):
+                break
+            if ready and stop.poll(BATCH_MS):  # let a burst gather: one pass, not one a sample
                 break
             self.read_pass(final=False)
             self.decide_waiting(final=False)

@@ -133,6 +133,12 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         "--no-review", action="store_true", help="do not review the run (docs/review.md)"
     )
     parser.add_argument(
+        "--hash-files",
+        action="store_true",
+        help="record the size and sha256 of each file CMD wrote (never the content; "
+        "off by default: docs/host.md)",
+    )
+    parser.add_argument(
         "--review-transcript",
         metavar="FILE",
         action="append",
@@ -172,6 +178,7 @@ def build_overlay(
     user: Mapping[str, Any] | None = None,
     forward: Forward | None = None,
     keep_runtime_reads: bool = False,
+    hash_files: bool = False,
 ) -> tuple[ConfigOverlay, Wiring]:
     """The run's additions to the configuration ``user`` (None: none), and its wiring.
 
@@ -196,6 +203,9 @@ def build_overlay(
     host_settings: dict[str, Any] = {"run_id": run_id}
     if backend:
         host_settings["backend"] = backend
+    if hash_files:  # the file's other capture settings (max_bytes) stay
+        stated = ((user or {}).get("receivers") or {}).get(host) or {}
+        host_settings["capture"] = {**(stated.get("capture") or {}), "file_hashes": True}
     # file watching (portable backend) defaults to the workload's working directory
     adds.append(
         ComponentAddition(
@@ -602,6 +612,7 @@ def _prepare(args: argparse.Namespace) -> tuple[_Run, dict[str, str], str, bytes
         user=user if isinstance(user, Mapping) else None,
         forward=forward,
         keep_runtime_reads=args.keep_runtime_reads,
+        hash_files=getattr(args, "hash_files", False),
     )
     config = parse_config(user, overlay=overlay, origin=args.config or "<observe>")
     run.begin({"id": run_id})

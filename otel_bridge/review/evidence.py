@@ -33,7 +33,7 @@ import msgspec
 
 from otel_bridge.graph import reading
 from otel_bridge.graph.document import GraphNode
-from otel_bridge.model import EndpointFacts, FileFacts, ProcessFacts, Span, StatusCode
+from otel_bridge.model import EndpointFacts, FileContent, FileFacts, ProcessFacts, Span, StatusCode
 from otel_bridge.review import rules
 from otel_bridge.review.records import Records
 from otel_bridge.review.types import EvidenceNode
@@ -408,8 +408,7 @@ def add_artifacts(
                 "written": bool(writes),
                 "write_observed": reading.strongest(e.write for e in writes if e.write),
                 "last_write": max((e.last_seen or 0 for e in writes), default=None),
-                "size": None,
-                "sha256": None,
+                **content_data(g.facts.content),
             }
         elif isinstance(g.facts, EndpointFacts):
             data |= {
@@ -431,6 +430,28 @@ def add_artifacts(
             )
         )
     return touches
+
+
+def content_data(content: FileContent | None) -> dict[str, Any]:
+    """An artifact's ``size``, ``sha256`` and how its content was read (all None: not captured,
+    content capture is off by default; ``docs/host.md``)."""
+    if content is None:
+        return {
+            "size": None,
+            "sha256": None,
+            "content_state": None,
+            "content_read_at": None,
+            "content_read_time": None,
+            "content_detail": None,
+        }
+    return {
+        "size": content.size,
+        "sha256": content.sha256 if content.state == "hashed" else None,
+        "content_state": content.state,
+        "content_read_at": content.read_at,
+        "content_read_time": content.time_unix_nano,
+        "content_detail": content.detail,
+    }
 
 
 def tool_at(session: Session, t: int | None) -> EvidenceNode | None:

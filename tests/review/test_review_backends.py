@@ -1,4 +1,5 @@
-"""One reading of "what was written and reached" under the ``linux`` and ``strace`` backends.
+"""One reading of "what was written and reached" under the ``linux`` and ``strace`` backends,
+and the opt-in artifact size and sha256 (``observe --hash-files``).
 
 The same stdlib agent is observed for real under each backend: its tool call runs a process that
 writes known bytes to ``out.txt`` and makes a non-blocking TCP connect to a listener the agent
@@ -6,11 +7,14 @@ holds. ``linux`` sees the write (fanotify close-write) and the connection (kerne
 ``strace`` sees ``openat(O_WRONLY|O_CREAT)`` and a ``connect`` returning ``EINPROGRESS``. The
 report, the review and compare must name the same written file and the same endpoint under both,
 each saying how it was observed (``otel_bridge.graph.reading``), and the weaker observation must
-never be presented as the stronger one.
+never be presented as the stronger one. Both runs hash the files written: the artifact has the
+size and sha256 of the bytes written, read at the close (``linux``) or at the end of the run
+(``strace``); a run without the flag reads no content at all.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import re
@@ -74,16 +78,18 @@ EXPECTED = {
     "linux": ("written", "connected"),
     "strace": ("opened_for_writing", "attempted"),
 }
+CONTENT = b"artifact bytes\n"
+READ_AT = {"linux": "close_write", "strace": "run_end"}
 
 
-def _observe(tmp_path: Path, backend: str) -> tuple[Path, Path]:
-    work = tmp_path / backend
+def _observe(tmp_path: Path, backend: str, *extra: str) -> tuple[Path, Path]:
+    work = tmp_path / (backend + "".join(extra))
     work.mkdir()
     (work / "agent.py").write_text(AGENT, encoding="utf-8")
     (work / "tool.py").write_text(TOOL, encoding="utf-8")
     run = work / "run"
     command = [sys.executable, "-m", "otel_bridge", "observe", "--no-progress", "--backend"]
-    command += [backend, "-o", str(run), "--", sys.executable, "agent.py"]
+    command += [backend, *extra, "-o", str(run), "--", sys.executable, "agent.py"]
     env = {**os.environ, "PYTHONPATH": str(REPO)}
     done = subprocess.run(
         command, cwd=work, env=env, capture_output=True, text=True, timeout=300, check=False
@@ -103,7 +109,7 @@ def runs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, tuple[Path, Path
     if shutil.which("strace") is None:
         pytest.skip("strace is not installed")
     tmp = tmp_path_factory.mktemp("backends")
-    return {backend: _observe(tmp, backend) for backend in EXPECTED}
+    return {backend: _observe(tmp, backend, "--hash-files") for backend in EXPECTED}
 
 
 def _load(path: Path) -> dict[str, Any]:
@@ -176,3 +182,49 @@ def test_compare_counts_the_same_files_and_endpoints(
         assert metrics["endpoints"] == metrics["endpoints_as"][reached] == 2
     md = (tmp_path / "compare.md").read_text(encoding="utf-8")
     assert "| 1 (1 opened for writing only) | 2 (2 connect not seen to complete) |" in md
+
+
+@pytest.mark.parametrize("backend", sorted(EXPECTED))
+def test_the_artifact_has_the_size_and_sha256_of_the_bytes_written(
+    runs: dict[str, tuple[Path, Path]], backend: str
+) -> None:
+    run, work = runs[backend]
+    doc = _load(run / "review.json")
+    [artifact] = [
+        n for n in doc["evidence"] if n["type"] == "artifact" and n.get("path") == f"{work}/out.txt"
+    ]
+    assert artifact["content_state"] == "hashed"
+    assert artifact["size"] == len(CONTENT)
+    assert artifact["sha256"] == hashlib.sha256(CONTENT).hexdigest()
+    assert artifact["content_read_at"] == READ_AT[backend]
+    assert isinstance(artifact["content_read_time"], int)
+    # the typed fact the review read it from, and review.md
+    graph = _load(run / "graph.json")
+    [node] = [n for n in graph["nodes"] if n["id"] == artifact["id"]]
+    assert node["facts"]["content"]["sha256"] == artifact["sha256"]
+    md = (run / "review.md").read_text(encoding="utf-8")
+    assert f"{len(CONTENT)} bytes, sha256 `{artifact['sha256']}`" in md
+    # only what the workload wrote was read: nothing of the run directory, no content stored
+    os_events = (run / "os.jsonl").read_text(encoding="utf-8")
+    assert "artifact bytes" not in os_events
+    assert str(run) + "/" not in "".join(
+        line for line in os_events.splitlines() if "file.content" in line
+    )
+
+
+def test_without_the_flag_no_content_is_read(tmp_path: Path) -> None:
+    if shutil.which("strace") is None:
+        pytest.skip("strace is not installed")
+    run, work = _observe(tmp_path, "strace")
+    doc = _load(run / "review.json")
+    [artifact] = [
+        n for n in doc["evidence"] if n["type"] == "artifact" and n.get("path") == f"{work}/out.txt"
+    ]
+    assert artifact["written"] is True
+    assert (artifact["size"], artifact["sha256"], artifact["content_state"]) == (None, None, None)
+    assert "file.content" not in (run / "os.jsonl").read_text(encoding="utf-8")
+    graph = _load(run / "graph.json")
+    [node] = [n for n in graph["nodes"] if n["id"] == artifact["id"]]
+    assert "content" not in node["facts"]
+    md = (run / "review.md").read_text(encoding="utf-8")
+    assert "content not captured (off by default" in md

@@ -26,6 +26,8 @@ from typing import Any
 
 import pytest
 
+from otel_bridge.testing import tool_call_agent
+
 REPO = Path(__file__).resolve().parents[2]
 pytestmark = pytest.mark.slow
 
@@ -43,9 +45,7 @@ s.recv(1)
 s.close()
 """
 
-AGENT = r"""
-import json, os, socket, subprocess, sys, threading, time, urllib.request
-trace, span = "4bf92f3577b34da6a3ce929d0e0e4736", "00f067aa0ba902b7"
+LISTENER = r"""
 listener = socket.socket()
 listener.bind(("127.0.0.1", 0))
 listener.listen(1)
@@ -55,31 +55,20 @@ def serve():
     conn.sendall(b"y")
     conn.close()
 threading.Thread(target=serve, daemon=True).start()
-start = time.time_ns()
-env = dict(os.environ, TRACEPARENT=f"00-{trace}-{span}-01")
 port = str(listener.getsockname()[1])
-subprocess.run([sys.executable, "tool.py", port], env=env, check=True)
-attrs = {"gen_ai.operation.name": "execute_tool", "gen_ai.tool.name": "run_command",
-         "gen_ai.tool.call.id": "call_1"}
-doc = {"resourceSpans": [{
-    "resource": {"attributes": [
-        {"key": "service.name", "value": {"stringValue": "backends-agent"}},
-        {"key": "process.pid", "value": {"intValue": str(os.getpid())}}]},
-    "scopeSpans": [{"spans": [{
-        "traceId": trace, "spanId": span, "name": "execute_tool run_command", "kind": 1,
-        "startTimeUnixNano": str(start), "endTimeUnixNano": str(time.time_ns()),
-        "attributes": [{"key": k, "value": {"stringValue": v}} for k, v in attrs.items()]}]}]}]}
-url = os.environ["OTEL_EXPORTER_OTLP_ENDPOINT"] + "/v1/traces"
-req = urllib.request.Request(url, json.dumps(doc).encode(), {"Content-Type": "application/json"})
-urllib.request.urlopen(req, timeout=30).read()
 """
+AGENT = tool_call_agent(
+    '[sys.executable, "tool.py", port]', service="backends-agent", prelude=LISTENER
+)
 
 EXPECTED = {
     "linux": ("written", "connected"),
     "strace": ("opened_for_writing", "attempted"),
 }
 CONTENT = b"artifact bytes\n"
-READ_AT = {"linux": "close_write", "strace": "run_end"}
+READ_AT = {"linux": ("close_write", "run_end"), "strace": ("run_end",)}
+"""When the content was read: ``linux`` at the close unless the tool's close came before its fork
+event was read (the event is held without its descriptor, docs/host.md), then at the end."""
 
 
 def _observe(tmp_path: Path, backend: str, *extra: str) -> tuple[Path, Path]:
@@ -196,7 +185,7 @@ def test_the_artifact_has_the_size_and_sha256_of_the_bytes_written(
     assert artifact["content_state"] == "hashed"
     assert artifact["size"] == len(CONTENT)
     assert artifact["sha256"] == hashlib.sha256(CONTENT).hexdigest()
-    assert artifact["content_read_at"] == READ_AT[backend]
+    assert artifact["content_read_at"] in READ_AT[backend]
     assert isinstance(artifact["content_read_time"], int)
     # the typed fact the review read it from, and review.md
     graph = _load(run / "graph.json")

@@ -389,10 +389,32 @@ class ExecutableFacts(msgspec.Struct, frozen=True, kw_only=True, gc=False, tag="
     name: str
 
 
-class FileFacts(msgspec.Struct, frozen=True, kw_only=True, gc=False, tag="file"):
-    """A file, by normalised absolute path."""
+class FileContent(msgspec.Struct, frozen=True, kw_only=True, gc=False):
+    """What the host receiver read of a written file's content (opt-in: ``capture.file_hashes``).
+
+    ``state`` says what the reading found: ``hashed`` (``size`` and ``sha256`` of the bytes
+    read), ``too_large`` (``size`` only: above ``max_bytes``, not read), ``changed`` (the file
+    changed while it was read: no hash), ``unreadable`` (``detail`` says why), ``missing`` (gone
+    when read), ``not_regular`` (not a regular file: not read). ``read_at`` says when:
+    ``close_write`` (at the writer's close, from the kernel's descriptor: ``linux``) or
+    ``run_end`` (after the workload ended: every backend), ``time_unix_nano`` exactly when."""
+
+    state: str
+    read_at: str
+    time_unix_nano: int
+    size: int | None = None
+    sha256: str | None = None
+    detail: str | None = None
+
+
+class FileFacts(
+    msgspec.Struct, frozen=True, kw_only=True, gc=False, tag="file", omit_defaults=True
+):
+    """A file, by normalised absolute path; ``content`` only when content capture was on and
+    the file was written (None: not read)."""
 
     path: str
+    content: FileContent | None = None
 
 
 class EndpointFacts(msgspec.Struct, frozen=True, kw_only=True, gc=False, tag="endpoint"):

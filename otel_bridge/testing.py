@@ -682,6 +682,41 @@ with open(out, "w") as f:
 """``python -c`` script: ``URL OUT N``: N short GET requests (each about a millisecond against a
 local server that answers with the client's port), receipts (pid, client port) written to OUT."""
 
+_TOOL_CALL_AGENT = r"""
+import json, os, socket, subprocess, sys, threading, time, urllib.request
+trace, span = "4bf92f3577b34da6a3ce929d0e0e4736", "00f067aa0ba902b7"
+@PRELUDE@
+start = time.time_ns()
+env = dict(os.environ, TRACEPARENT=f"00-{trace}-{span}-01")
+subprocess.run(@ARGV@, env=env, check=True)
+attrs = {"gen_ai.operation.name": "execute_tool", "gen_ai.tool.name": "run_command",
+         "gen_ai.tool.call.id": "call_1"}
+doc = {"resourceSpans": [{
+    "resource": {"attributes": [
+        {"key": "service.name", "value": {"stringValue": "@SERVICE@"}},
+        {"key": "process.pid", "value": {"intValue": str(os.getpid())}}]},
+    "scopeSpans": [{"spans": [{
+        "traceId": trace, "spanId": span, "name": "execute_tool run_command", "kind": 1,
+        "startTimeUnixNano": str(start), "endTimeUnixNano": str(time.time_ns()),
+        "attributes": [{"key": k, "value": {"stringValue": v}} for k, v in attrs.items()]}]}]}]}
+url = os.environ["OTEL_EXPORTER_OTLP_ENDPOINT"] + "/v1/traces"
+req = urllib.request.Request(url, json.dumps(doc).encode(), {"Content-Type": "application/json"})
+urllib.request.urlopen(req, timeout=30).read()
+"""
+
+
+def tool_call_agent(argv: str, *, service: str, prelude: str = "") -> str:
+    """A stdlib agent script (no SDK): ``prelude`` (Python statements), then one tool call that
+    runs the Python expression ``argv`` with the call's trace context in ``TRACEPARENT``, then
+    the call's ``execute_tool`` span sent to ``OTEL_EXPORTER_OTLP_ENDPOINT`` over OTLP HTTP/JSON
+    (resource ``service.name`` = ``service`` and the agent's ``process.pid``)."""
+    return (
+        _TOOL_CALL_AGENT.replace("@PRELUDE@", prelude)
+        .replace("@ARGV@", argv)
+        .replace("@SERVICE@", service)
+    )
+
+
 SHORT_CHILDREN_WORKLOAD = """
 import json, subprocess, sys
 out, src = sys.argv[1], sys.argv[2]

@@ -70,6 +70,7 @@ from otel_bridge.pipeline import Collector
 from otel_bridge.redaction import redact_argv
 
 if TYPE_CHECKING:
+    from otel_bridge.review.hook import ReviewInputs
     from otel_bridge.viewer.live import LiveView
 
 _OTLP_VARS = "OTEL_EXPORTER_OTLP_"
@@ -131,6 +132,24 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     parser.add_argument(
         "--no-review", action="store_true", help="do not review the run (docs/review.md)"
     )
+    parser.add_argument(
+        "--hash-files",
+        action="store_true",
+        help="record the size and sha256 of each file CMD wrote (never the content; "
+        "off by default: docs/host.md)",
+    )
+    parser.add_argument(
+        "--review-transcript",
+        metavar="FILE",
+        action="append",
+        default=[],
+        help="the review also reads this Codex session transcript (rollout JSONL); repeatable",
+    )
+    parser.add_argument(
+        "--review-model",
+        metavar="URL",
+        help="the review asks this OpenAI-compatible base URL for proposals (off by default)",
+    )
     parser.add_argument("command", nargs=argparse.REMAINDER, metavar="-- CMD ...")
     # the run directory is complete and closed when run() returns: the process may end at once
     parser.set_defaults(func=run, exit_when_done=True)
@@ -159,6 +178,7 @@ def build_overlay(
     user: Mapping[str, Any] | None = None,
     forward: Forward | None = None,
     keep_runtime_reads: bool = False,
+    hash_files: bool = False,
 ) -> tuple[ConfigOverlay, Wiring]:
     """The run's additions to the configuration ``user`` (None: none), and its wiring.
 
@@ -183,6 +203,9 @@ def build_overlay(
     host_settings: dict[str, Any] = {"run_id": run_id}
     if backend:
         host_settings["backend"] = backend
+    if hash_files:  # the file's other capture settings (max_bytes) stay
+        stated = ((user or {}).get("receivers") or {}).get(host) or {}
+        host_settings["capture"] = {**(stated.get("capture") or {}), "file_hashes": True}
     # file watching (portable backend) defaults to the workload's working directory
     adds.append(
         ComponentAddition(
@@ -589,6 +612,7 @@ def _prepare(args: argparse.Namespace) -> tuple[_Run, dict[str, str], str, bytes
         user=user if isinstance(user, Mapping) else None,
         forward=forward,
         keep_runtime_reads=args.keep_runtime_reads,
+        hash_files=getattr(args, "hash_files", False),
     )
     config = parse_config(user, overlay=overlay, origin=args.config or "<observe>")
     run.begin({"id": run_id})
@@ -661,8 +685,7 @@ def run(args: argparse.Namespace) -> int:
     guard.release()
     _stop(state)
     signals = [signal.Signals(s).name for s in interrupted]
-    review = not getattr(args, "no_review", False)  # a Namespace built without the option
-    summary = _finish(state, code, started_ns, signals, review=review)
+    summary = _finish(state, code, started_ns, signals, review=_review_inputs(args))
     if live is not None:
         live.finish(summary)
     return code
@@ -674,8 +697,19 @@ def _stop(state: _Run) -> None:
     state.collector.shutdown()
 
 
+def _review_inputs(args: argparse.Namespace) -> ReviewInputs | None:
+    """The review's inputs, or None with ``--no-review`` (a Namespace built without these
+    options reviews with none)."""
+    if getattr(args, "no_review", False):
+        return None
+    from otel_bridge.review.hook import ReviewInputs  # noqa: PLC0415 (only at the end)
+
+    transcripts = tuple(os.path.abspath(t) for t in getattr(args, "review_transcript", None) or ())
+    return ReviewInputs(transcripts=transcripts, model=getattr(args, "review_model", None))
+
+
 def _finish(
-    state: _Run, code: int, started_ns: int, signals: list[str], *, review: bool
+    state: _Run, code: int, started_ns: int, signals: list[str], *, review: ReviewInputs | None
 ) -> dict[str, Any]:
     """Write summary.json, report.md, the review (unless told not to) and the manifest; print
     the summary and the report."""
@@ -683,10 +717,10 @@ def _finish(
     summary["signals_forwarded"] = signals
     report = write_report(state.run, summary)
     state.run.write_json(rundir.SUMMARY, summary)
-    if review:
+    if review is not None:
         from otel_bridge.review.hook import review_at_end  # noqa: PLC0415 (only at the end)
 
-        review_at_end(state.run.path)
+        review_at_end(state.run.path, inputs=review)
     state.run.write_manifest({"id": state.run_id}, required=rundir.REQUIRED)
     print_summary(state.run, summary, report)
     return summary

@@ -20,7 +20,7 @@ from typing import Any
 import orjson
 
 from otel_bridge.errors import DecodeError
-from otel_bridge.graph import validate_document
+from otel_bridge.graph import reading, validate_document
 from otel_bridge.model import AnyValue, LogRecord, Span
 from otel_bridge.otlp import json_codec
 
@@ -38,7 +38,10 @@ MODEL_OPERATIONS = frozenset({"chat", "text_completion", "generate_content", "em
 repeat their children's totals are not counted twice)."""
 
 READ_RELATIONS = frozenset({"read", "opened"})
-WRITE_RELATION = "wrote"
+"""Relations of a read (an ``opened`` edge is a read unless its access was a write). What is a
+write and what reached an endpoint is ``otel_bridge.graph.reading``'s rule, shared with report and
+review: a ``wrote``/``created``/``renamed``/``deleted`` edge or an open for writing; a
+``connected_to`` edge or a connect begun and not seen to fail."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -58,6 +61,8 @@ class FileAccess:
     file: str
     first: int
     last: int
+    observed: str = ""
+    """For a write: ``written`` or ``opened_for_writing`` (the strongest of the pair's edges)."""
 
 
 @dataclass(slots=True)
@@ -75,6 +80,8 @@ class Call:
     reads: list[FileAccess] = field(default_factory=list)
     writes: list[FileAccess] = field(default_factory=list)
     endpoints: list[str] = field(default_factory=list)
+    reached: dict[str, str] = field(default_factory=dict)
+    """Endpoint id -> ``connected`` or ``attempted`` (the strongest observation)."""
 
 
 @dataclass(slots=True)
@@ -203,29 +210,48 @@ def _subtree(roots: Iterable[str], children: Mapping[str, list[str]]) -> list[st
     return seen
 
 
+def _is_write(edge: Mapping[str, Any]) -> str | None:
+    return reading.write_observation(edge["relation"], edge.get("attrs"))
+
+
+def _write(writes: dict[tuple[str, str], FileAccess], edge: Mapping[str, Any], how: str) -> None:
+    """Merge one write edge into the (process, file) pair's access."""
+    first, last = edge["first_seen"] or 0, edge["last_seen"] or 0
+    key = (edge["source"], edge["target"])
+    found = writes.get(key)
+    if found is None:
+        writes[key] = FileAccess(key[0], key[1], first, last, how)
+        return
+    found.first, found.last = min(found.first, first), max(found.last, last)
+    found.observed = reading.strongest((found.observed, how)) or how
+
+
 def _accesses(
     processes: Iterable[str],
     by_source: Mapping[str, list[Mapping[str, Any]]],
     kinds: Mapping[str, str],
-) -> tuple[list[FileAccess], list[FileAccess], list[str]]:
+) -> tuple[list[FileAccess], list[FileAccess], dict[str, str]]:
     reads: list[FileAccess] = []
-    writes: list[FileAccess] = []
-    endpoints: set[str] = set()
+    writes: dict[tuple[str, str], FileAccess] = {}
+    endpoints: dict[str, str] = {}
     for process in processes:
         edges = by_source.get(process, [])
-        written = {e["target"] for e in edges if e["relation"] == WRITE_RELATION}
+        written = {e["target"] for e in edges if _is_write(e)}
         for e in edges:
             target, relation = e["target"], e["relation"]
-            if kinds.get(target) == "endpoint" and relation == "connected_to":
-                endpoints.add(target)
-            if kinds.get(target) != "file":
+            kind = kinds.get(target)
+            seen = reading.reach_observation(relation, e.get("attrs"))
+            if kind == "endpoint" and seen is not None:
+                endpoints[target] = reading.strongest((endpoints.get(target, seen), seen)) or seen
+            if kind != "file":
                 continue
-            access = FileAccess(process, target, e["first_seen"] or 0, e["last_seen"] or 0)
-            if relation == WRITE_RELATION:
-                writes.append(access)
+            how = _is_write(e)
+            if how is not None:
+                _write(writes, e, how)
             elif relation in READ_RELATIONS and target not in written:
-                reads.append(access)  # an open by a process that also wrote the file is no read
-    return reads, writes, sorted(endpoints)
+                # an open by a process that also wrote the file is no read
+                reads.append(FileAccess(process, target, e["first_seen"] or 0, e["last_seen"] or 0))
+    return reads, list(writes.values()), endpoints
 
 
 def extract_run(
@@ -268,7 +294,8 @@ def extract_run(
                 processes=processes,
                 reads=reads,
                 writes=writes,
-                endpoints=endpoints,
+                endpoints=sorted(endpoints),
+                reached=endpoints,
             )
         )
     calls.sort(key=lambda c: (c.start, c.id))
@@ -296,16 +323,22 @@ def extract_run(
 def _writes_by_file(
     edges: Iterable[Mapping[str, Any]], kinds: Mapping[str, str]
 ) -> dict[str, list[FileAccess]]:
-    writes: dict[str, list[FileAccess]] = {}
+    pairs: dict[tuple[str, str], FileAccess] = {}
     for edge in edges:
-        if edge["relation"] == WRITE_RELATION and kinds.get(edge["target"]) == "file":
-            access = FileAccess(
-                edge["source"], edge["target"], edge["first_seen"] or 0, edge["last_seen"] or 0
-            )
-            writes.setdefault(edge["target"], []).append(access)
+        how = _is_write(edge)
+        if how is not None and kinds.get(edge["target"]) == "file":
+            _write(pairs, edge, how)
+    writes: dict[str, list[FileAccess]] = {}
+    for access in pairs.values():
+        writes.setdefault(access.file, []).append(access)
     for accesses in writes.values():
         accesses.sort(key=lambda a: (a.first, a.process))
     return writes
+
+
+def _counted(observations: Mapping[str, str], kinds: tuple[str, str]) -> dict[str, int]:
+    """How many of the counted files (or endpoints) rest on each observation kind."""
+    return {k: sum(1 for o in observations.values() if o == k) for k in kinds}
 
 
 def _graph_metrics(graph: Mapping[str, Any], calls: list[Call]) -> dict[str, Any]:
@@ -313,31 +346,46 @@ def _graph_metrics(graph: Mapping[str, Any], calls: list[Call]) -> dict[str, Any
     kinds = {n["id"]: n["kind"] for n in nodes}
     times = [(c.start, c.end) for c in calls if c.start and c.end]
     latency = (max(t[1] for t in times) - min(t[0] for t in times)) / 1e6 if times else None
-    written = {e["target"] for e in graph["edges"] if e["relation"] == WRITE_RELATION}
-    reached = {
-        e["target"]
-        for e in graph["edges"]
-        if e["relation"] == "connected_to" and kinds.get(e["target"]) == "endpoint"
-    }
+    written: dict[str, str] = {}
+    reached: dict[str, str] = {}
+    for e in graph["edges"]:
+        target, kind = e["target"], kinds.get(e["target"])
+        how = _is_write(e) if kind == "file" else None
+        if how is not None:
+            written[target] = reading.strongest((written.get(target, how), how)) or how
+        seen = reading.reach_observation(e["relation"], e.get("attrs"))
+        if kind == "endpoint" and seen is not None:
+            reached[target] = reading.strongest((reached.get(target, seen), seen)) or seen
     return {
         "tool_calls": len(calls),
         "tool_span_ms": latency,
         "processes": sum(1 for n in nodes if n["kind"] == "process"),
         "files_written": len(written),
+        "files_written_as": _counted(written, (reading.WRITTEN, reading.OPENED_FOR_WRITING)),
         "endpoints": len(reached),
+        "endpoints_as": _counted(reached, (reading.CONNECTED, reading.ATTEMPTED)),
     }
 
 
 def _call_metrics(calls: list[Call]) -> dict[str, Any]:
     times = [(c.start, c.end) for c in calls if c.start and c.end]
+    written: dict[str, str] = {}
+    reached: dict[str, str] = {}
+    for c in calls:
+        for w in c.writes:
+            written[w.file] = reading.strongest((written.get(w.file, w.observed), w.observed)) or ""
+        for e, how in c.reached.items():
+            reached[e] = reading.strongest((reached.get(e, how), how)) or how
     return {
         "tool_calls": len(calls),
         "tool_span_ms": (max(t[1] for t in times) - min(t[0] for t in times)) / 1e6
         if times
         else None,
         "processes": len({p for c in calls for p in c.processes}),
-        "files_written": len({w.file for c in calls for w in c.writes}),
-        "endpoints": len({e for c in calls for e in c.endpoints}),
+        "files_written": len(written),
+        "files_written_as": _counted(written, (reading.WRITTEN, reading.OPENED_FOR_WRITING)),
+        "endpoints": len(reached),
+        "endpoints_as": _counted(reached, (reading.CONNECTED, reading.ATTEMPTED)),
     }
 
 

@@ -259,7 +259,9 @@ def _structure(
                 if relation == "used"
                 else (access.file, access.process)
             )
-            edges.append(_edge(*pair, relation, "observed", time=access.first))
+            # a write seen only as an open for writing (strace, ebpf) says so in its method
+            method = "opened_for_writing" if access.observed == "opened_for_writing" else "observed"
+            edges.append(_edge(*pair, relation, method, time=access.first))
         for endpoint in call.endpoints:
             entities[endpoint] = {
                 "id": endpoint,

@@ -235,6 +235,13 @@ def _fmt(value: Any) -> str:
     return str(value)
 
 
+def _counts(metrics: Mapping[str, Any], name: str, weaker: str, said: str) -> str:
+    """A count, with how many of it rest on the weaker observation (``graph.reading``)."""
+    text = _fmt(metrics.get(name))
+    n = (metrics.get(f"{name}_as") or {}).get(weaker)
+    return f"{text} ({n} {said})" if n else text
+
+
 def _metrics_table(doc: Mapping[str, Any]) -> list[str]:
     header = [
         "run", "score", "tokens in/out", "cost", "latency ms", "tool calls", "processes",
@@ -248,7 +255,8 @@ def _metrics_table(doc: Mapping[str, Any]) -> list[str]:
             f"| {run['id']} | {_fmt(m.get('score'))} | {_fmt(tokens.get('input'))}/"
             f"{_fmt(tokens.get('output'))} | {_fmt(m.get('cost'))} | {_fmt(m.get('latency_ms'))} | "
             f"{_fmt(m.get('tool_calls'))} | {_fmt(m.get('processes'))} | "
-            f"{_fmt(m.get('files_written'))} | {_fmt(m.get('endpoints'))} | "
+            f"{_counts(m, 'files_written', 'opened_for_writing', 'opened for writing only')} | "
+            f"{_counts(m, 'endpoints', 'attempted', 'connect not seen to complete')} | "
             f"{_fmt(m.get('review_findings'))} |"
         )
     return lines

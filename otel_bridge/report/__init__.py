@@ -1,8 +1,9 @@
 """The run report (``report.md``): what each tool call ran, wrote and reached, in plain words.
 
-Read from a finished graph (``graph.json``, `docs/graph.md`) through its typed facts and edges
-only, never attribute strings (one exception: an ``opened`` edge's ``file.access``, the only
-write evidence of a file plane that sees opens, not writes, as strace and ebpf do):
+Read from a finished graph (``graph.json``, `docs/graph.md`) through its typed facts and edges,
+with what was written and reached read by the shared rule of ``otel_bridge.graph.reading`` (a
+write, or an open for writing where the file plane sees opens, not writes, as strace and ebpf
+do; a connect, or one begun whose completion was not seen):
 
 * each tool call (in time order) → the processes linked to it (``correlated_with_process``) and
   their descendants (``spawned``), each with argv, exit code, how it was linked and at what
@@ -22,13 +23,10 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from otel_bridge.graph import reading
 from otel_bridge.graph.document import Graph, GraphEdge, GraphNode
 from otel_bridge.model import CommandFacts, ProcessFacts, ToolCallFacts
 
-WRITES = ("wrote", "created", "renamed", "deleted")
-"""Relations of a process to a file that change it."""
-WRITE_ACCESS = ("write", "read_write")
-"""``file.access`` values of an ``opened`` edge that opened the file for writing."""
 _HOW = {
     "traceparent": "it inherited the call's trace context (TRACEPARENT)",
     "resource_pid": "the span's resource named its pid",
@@ -102,6 +100,12 @@ def _call_label(node: GraphNode) -> str:
 class _Index:
     def __init__(self, graph: Graph) -> None:
         self.nodes = {n.id: n for n in graph.nodes}
+        self.written: dict[str, list[reading.Effect]] = defaultdict(list)
+        self.reached: dict[str, list[reading.Effect]] = defaultdict(list)
+        for w in reading.writes(graph):
+            self.written[w.process].append(w)
+        for r in reading.reached_endpoints(graph):
+            self.reached[r.process].append(r)
         self.out: dict[str, list[GraphEdge]] = defaultdict(list)
         self.into: dict[str, list[GraphEdge]] = defaultdict(list)
         for e in graph.edges:
@@ -124,25 +128,24 @@ class _Index:
         return out
 
     def writes(self, pid: str, window: tuple[int, int] | None = None) -> list[str]:
-        """Files ``pid`` changed (within ``window`` when given), ``path (created, wrote)``."""
-        how: dict[str, list[str]] = defaultdict(list)
-        for e in self.targets(pid, (*WRITES, "opened")):
-            if window is not None and not window[0] <= (e.first_seen or -1) <= window[1]:
+        """Files ``pid`` changed (within ``window`` when given), ``path (created, wrote)``; an
+        open for writing (strace, ebpf) is said as such, not hidden behind "none observed"."""
+        out = []
+        for w in self.written.get(pid, ()):
+            if window is not None and not window[0] <= (w.first_seen or -1) <= window[1]:
                 continue
-            relation = e.relation
-            if relation == "opened":
-                # strace and ebpf see no write, only the open's access mode (contracts.md): an
-                # open for writing is said as such, not hidden behind "none observed".
-                if e.attrs.get("file.access") not in WRITE_ACCESS:
-                    continue
-                relation = "opened for writing"
-            how[self.nodes[e.target].label or e.target].append(relation)
-        return [f"{path} ({', '.join(sorted(rels))})" for path, rels in sorted(how.items())]
+            rels = [r for r in w.relations if r in reading.CHANGE_RELATIONS]
+            if w.observed == reading.OPENED_FOR_WRITING:
+                rels.append("opened for writing")
+            out.append(f"{w.label} ({', '.join(sorted(rels))})")
+        return sorted(out)
 
     def effects(self, row: ProcessRow) -> None:
         row.writes = self.writes(row.node.id)
-        for e in self.targets(row.node.id, ("connected_to",)):
-            label = self.nodes[e.target].label or e.target
+        for r in self.reached.get(row.node.id, ()):
+            label = r.label
+            if r.observed == reading.ATTEMPTED:
+                label += " (connect begun, completion not observed)"
             if label not in row.endpoints:
                 row.endpoints.append(label)
 

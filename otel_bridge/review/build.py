@@ -40,7 +40,9 @@ from otel_bridge.rundir import (
 )
 
 FORMAT = "otel-bridge.review"
-VERSION = 1
+VERSION = 2
+"""2 added the artifacts' ``write_observed``/``reach_observed`` and content fields
+(``docs/review.md``)."""
 REVIEW_JSON = "review.json"
 REVIEW_MD = "review.md"
 RECORDS = "review-records.jsonl"

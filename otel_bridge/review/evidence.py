@@ -10,8 +10,11 @@ model or tool). Its evidence nodes:
 * ``process_run``: every such process, the agent's own process, and processes the agent process
   spawned outside any tool call (undeclared);
 * ``model_call``: each ``chat`` span;
-* ``artifact``: files the session's processes wrote, and files tool processes read under a
-  working directory of the session; endpoints the non-agent processes connected to.
+* ``artifact``: files the session's processes wrote (or opened for writing, where the file plane
+  sees opens, not writes), and files tool processes read under a working directory of the
+  session; endpoints the non-agent processes connected (or began to connect) to. What counts as
+  a write or a connection is ``otel_bridge.graph.reading``'s rule, shared with report and
+  compare; each artifact says how it was observed.
 
 Process and file facts come from the graph's typed ``facts``; nothing is parsed back out of
 attribute strings.
@@ -28,19 +31,28 @@ from typing import Any
 
 import msgspec
 
+from otel_bridge.graph import reading
 from otel_bridge.graph.document import GraphNode
-from otel_bridge.model import EndpointFacts, FileFacts, ProcessFacts, Span, StatusCode
+from otel_bridge.model import EndpointFacts, FileContent, FileFacts, ProcessFacts, Span, StatusCode
 from otel_bridge.review import rules
 from otel_bridge.review.records import Records
 from otel_bridge.review.types import EvidenceNode
 
-WRITE_RELATIONS = frozenset({"wrote", "created", "deleted", "renamed"})
 READ_RELATIONS = frozenset({"opened", "read"})
 CONNECT_RELATIONS = frozenset({"connected_to", "attempted_connect"})
+"""Relations of a connect begun (the importers find an OTLP sender by either)."""
 GENAI_OPERATIONS = frozenset(
     {"invoke_agent", "create_agent", "chat", "text_completion", "generate_content", "execute_tool"}
 )
 OPENINFERENCE_KINDS = frozenset({"AGENT", "LLM", "TOOL"})
+
+
+class EdgeDetail(msgspec.Struct, frozen=True, gc=False):
+    """The two edge attributes :mod:`otel_bridge.graph.reading` reads (the others are skipped
+    when decoding)."""
+
+    access: Any = msgspec.field(default=None, name="file.access")
+    result: Any = msgspec.field(default=None, name="network.connect.result")
 
 
 class GEdge(msgspec.Struct, frozen=True, gc=False):
@@ -58,10 +70,22 @@ class GEdge(msgspec.Struct, frozen=True, gc=False):
     support: tuple[str, ...] = ()
     first_seen: int | None = None
     last_seen: int | None = None
+    attrs: EdgeDetail | None = None
+
+    @property
+    def write(self) -> str | None:
+        """``written``, ``opened_for_writing`` or None (:func:`reading.write_kind`)."""
+        return reading.write_kind(self.relation, None if self.attrs is None else self.attrs.access)
+
+    @property
+    def reach(self) -> str | None:
+        """``connected``, ``attempted`` or None (:func:`reading.reach_kind`)."""
+        return reading.reach_kind(self.relation, None if self.attrs is None else self.attrs.result)
 
     @staticmethod
     def of(d: Mapping[str, Any]) -> GEdge:
         """From the edge's JSON object (null grade: ``U``, null support: none)."""
+        attrs = d.get("attrs") or {}
         return GEdge(
             d["id"],
             d["source"],
@@ -74,6 +98,7 @@ class GEdge(msgspec.Struct, frozen=True, gc=False):
             tuple(d.get("support") or ()),
             d.get("first_seen"),
             d.get("last_seen"),
+            EdgeDetail(attrs.get("file.access"), attrs.get("network.connect.result")),
         )
 
 
@@ -366,18 +391,14 @@ def add_artifacts(
             if (
                 isinstance(target.facts, FileFacts)
                 and _file_kept(e, target.facts, session, agent, run_dir, inside=inside)
-            ) or (
-                isinstance(target.facts, EndpointFacts)
-                and e.relation in CONNECT_RELATIONS
-                and not agent
-            ):
+            ) or (isinstance(target.facts, EndpointFacts) and e.reach is not None and not agent):
                 touches[target.id].append((_holder(session, owner, e, agent), e))
     parents = _parents(touches)
     for aid in [a for a in touches if a in parents or _transient(a, touches, index)]:
         del touches[aid]
     for aid, uses in touches.items():
         g = index.nodes[aid]
-        writes = [e for _, e in uses if e.relation in WRITE_RELATIONS]
+        writes = [e for _, e in uses if e.write is not None]
         support = [o for _, e in uses for o in e.support or ()]
         data: dict[str, Any] = {"kind": "file" if isinstance(g.facts, FileFacts) else "endpoint"}
         if isinstance(g.facts, FileFacts):
@@ -385,12 +406,17 @@ def add_artifacts(
                 "path": g.facts.path,
                 "key": g.key,
                 "written": bool(writes),
+                "write_observed": reading.strongest(e.write for e in writes if e.write),
                 "last_write": max((e.last_seen or 0 for e in writes), default=None),
-                "size": None,
-                "sha256": None,
+                **content_data(g.facts.content),
             }
         elif isinstance(g.facts, EndpointFacts):
-            data |= {"address": g.facts.address, "port": g.facts.port, "key": g.key}
+            data |= {
+                "address": g.facts.address,
+                "port": g.facts.port,
+                "key": g.key,
+                "reach_observed": reading.strongest(e.reach for _, e in uses if e.reach),
+            }
         session.add(
             EvidenceNode(
                 id=aid,
@@ -406,6 +432,28 @@ def add_artifacts(
     return touches
 
 
+def content_data(content: FileContent | None) -> dict[str, Any]:
+    """An artifact's ``size``, ``sha256`` and how its content was read (all None: not captured,
+    content capture is off by default; ``docs/host.md``)."""
+    if content is None:
+        return {
+            "size": None,
+            "sha256": None,
+            "content_state": None,
+            "content_read_at": None,
+            "content_read_time": None,
+            "content_detail": None,
+        }
+    return {
+        "size": content.size,
+        "sha256": content.sha256 if content.state == "hashed" else None,
+        "content_state": content.state,
+        "content_read_at": content.read_at,
+        "content_read_time": content.time_unix_nano,
+        "content_detail": content.detail,
+    }
+
+
 def tool_at(session: Session, t: int | None) -> EvidenceNode | None:
     """The tool call whose span holds time ``t``, if any."""
     return next((c for c in session.of_type("tool_call") if _within(t, c.time, c.end)), None)
@@ -415,7 +463,7 @@ def _holder(session: Session, owner: str, e: GEdge, agent: bool) -> str:
     """Who an effect belongs to: its process's owner, except that a write by the agent's own
     process inside a tool call's span is that call's (an in-process tool), by rule
     ``tool_window``."""
-    if not agent or e.relation not in WRITE_RELATIONS:
+    if not agent or e.write is None:
         return owner
     tool = tool_at(session, e.first_seen)
     if tool is None:
@@ -466,7 +514,7 @@ def _file_kept(
     *,
     inside: dict[str, bool],
 ) -> bool:
-    if e.relation not in WRITE_RELATIONS:
+    if e.write is None:
         if agent or e.relation not in READ_RELATIONS or not _inside(facts.path, session, inside):
             return False
     elif not _inside(facts.path, session, inside) and rules.scratch(facts.path):

@@ -81,6 +81,7 @@ def render_markdown(doc: Mapping[str, Any]) -> str:
             lines.append(f"- **{f['kind']}**: {f['message']} (evidence: {evidence})")
         if not findings:
             lines.append("No findings.")
+        lines += _artifact_lines(doc, sid)
         lines += ["", "### Workflow", "", "| phase | rules | members |", "| --- | --- | --- |"]
         for w in (w for w in doc["workflow"] if w["session"] == sid):
             members = "; ".join(labels.get(m, m) for m in w["members"])
@@ -88,3 +89,41 @@ def render_markdown(doc: Mapping[str, Any]) -> str:
                 f"| {w['phase']} | {', '.join(w['rules'])} | {members.replace('|', '/')} |"
             )
     return "\n".join(lines) + "\n"
+
+
+_READ_AT = {"close_write": "at the writer's close", "run_end": "at the end of the run"}
+_STATES = {
+    "too_large": "larger than capture.max_bytes: not read",
+    "changed": "changed while it was read: no hash",
+    "unreadable": "could not be read",
+    "missing": "gone when it was to be read",
+    "not_regular": "not a regular file: not read",
+}
+
+
+def _content(n: Mapping[str, Any]) -> str:
+    state = n.get("content_state")
+    if state is None:
+        return "content not captured (off by default: `observe --hash-files`)"
+    when = _READ_AT.get(n.get("content_read_at") or "", "when unknown")
+    if state == "hashed":
+        return f"{n['size']} bytes, sha256 `{n['sha256']}` (read {when})"
+    size = f"{n['size']} bytes, " if n.get("size") is not None else ""
+    detail = f" ({n['content_detail']})" if n.get("content_detail") else ""
+    return f"{size}{_STATES.get(state, state)}{detail} (read {when})"
+
+
+def _artifact_lines(doc: Mapping[str, Any], sid: str) -> list[str]:
+    """The files the session wrote: how the write was seen, and their size and hash."""
+    written = [
+        n
+        for n in doc["evidence"]
+        if n["session"] == sid and n["type"] == "artifact" and n.get("written")
+    ]
+    if not written:
+        return []
+    lines = ["", "### Files written", ""]
+    for n in sorted(written, key=lambda n: str(n.get("path"))):
+        how = (n.get("write_observed") or "written").replace("_", " ")
+        lines.append(f"- `{n.get('path')}` ({how}): {_content(n)}")
+    return lines

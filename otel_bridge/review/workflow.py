@@ -24,7 +24,8 @@ from bisect import bisect_right
 from collections.abc import Mapping
 from typing import Any
 
-from otel_bridge.review.evidence import WRITE_RELATIONS, GEdge, Session
+from otel_bridge.graph import reading
+from otel_bridge.review.evidence import GEdge, Session
 from otel_bridge.review.types import Edge, EvidenceNode, WorkflowNode, chained, ruled
 
 Touches = Mapping[str, list[tuple[str, GEdge]]]
@@ -55,7 +56,7 @@ def _tool_phase(tool: EvidenceNode, session: Session, wrote: set[str]) -> tuple[
 
 def writers(touches: Touches) -> set[str]:
     """The owners (tool calls, process runs) that wrote some artifact."""
-    return {o for uses in touches.values() for o, e in uses if e.relation in WRITE_RELATIONS}
+    return {o for uses in touches.values() for o, e in uses if e.write is not None}
 
 
 def phases(session: Session, touches: Touches) -> list[tuple[EvidenceNode, str, str]]:
@@ -141,30 +142,42 @@ def artifact_edges(session: Session, touches: Touches) -> list[Edge]:
     for aid, uses in touches.items():
         by_owner: dict[tuple[str, str], list[GEdge]] = {}
         for owner, e in uses:
-            relation = "produces" if e.relation in WRITE_RELATIONS else "uses"
+            relation = "produces" if e.write is not None else "uses"
             by_owner.setdefault((owner, relation), []).append(e)
         for (owner, relation), edges in by_owner.items():
-            chain = edges + _link_edges(session, owner)
-            by_window = any(
-                e.source in session.window_owned or e.id in session.window_edges for e in edges
-            )
-            edge = chained(
-                owner,
-                relation,
-                aid,
-                session=session.id,
-                edges=chain,
-                method="rule:tool_window" if by_window else "observed",
-                detail={
-                    "first": min((e.first_seen or 0 for e in edges), default=None),
-                    "last": max((e.last_seen or 0 for e in edges), default=None),
-                    "relations": sorted({e.relation for e in edges}),
-                },
-            )
-            if by_window:  # the process is the call's by time only: an inference
-                edge.inferred, edge.grade = True, "D"
-            out.append(edge)
+            out.append(_artifact_edge(session, owner, relation, aid, edges))
     return out
+
+
+def _artifact_edge(
+    session: Session, owner: str, relation: str, aid: str, edges: list[GEdge]
+) -> Edge:
+    """One ``produces``/``uses`` edge. It is ``observed`` unless it rests on a rule: the process
+    is the call's by time only (``rule:tool_window``), or the only write seen is an open for
+    writing (``rule:opened_for_writing``: strace and ebpf see opens, not writes); both are
+    inferences, graded D, never promoted to an observed write."""
+    chain = edges + _link_edges(session, owner)
+    by_window = any(e.source in session.window_owned or e.id in session.window_edges for e in edges)
+    observed = reading.strongest(e.write for e in edges if e.write)
+    opened_only = relation == "produces" and observed == reading.OPENED_FOR_WRITING
+    method = "observed"
+    if by_window:
+        method = "rule:tool_window"
+    elif opened_only:
+        method = "rule:opened_for_writing"
+    detail: dict[str, Any] = {
+        "first": min((e.first_seen or 0 for e in edges), default=None),
+        "last": max((e.last_seen or 0 for e in edges), default=None),
+        "relations": sorted({e.relation for e in edges}),
+    }
+    if relation == "produces":
+        detail["observed"] = observed
+    edge = chained(
+        owner, relation, aid, session=session.id, edges=chain, method=method, detail=detail
+    )
+    if by_window or opened_only:  # an inference: never graded as an observed write
+        edge.inferred, edge.grade = True, "D"
+    return edge
 
 
 def _link_edges(session: Session, owner: str) -> list[GEdge]:

@@ -17,26 +17,9 @@ from pathlib import Path
 
 import pytest
 
-AGENT = r"""
-import json, os, subprocess, time, urllib.request
-trace, span = "4bf92f3577b34da6a3ce929d0e0e4736", "00f067aa0ba902b7"
-start = time.time_ns()
-env = dict(os.environ, TRACEPARENT=f"00-{trace}-{span}-01")
-subprocess.run(["cp", "src.txt", "dst.txt"], env=env, check=True)
-attrs = {"gen_ai.operation.name": "execute_tool", "gen_ai.tool.name": "run_command",
-         "gen_ai.tool.call.id": "call_1"}
-doc = {"resourceSpans": [{
-    "resource": {"attributes": [
-        {"key": "service.name", "value": {"stringValue": "nu-agent"}},
-        {"key": "process.pid", "value": {"intValue": str(os.getpid())}}]},
-    "scopeSpans": [{"spans": [{
-        "traceId": trace, "spanId": span, "name": "execute_tool run_command", "kind": 1,
-        "startTimeUnixNano": str(start), "endTimeUnixNano": str(time.time_ns()),
-        "attributes": [{"key": k, "value": {"stringValue": v}} for k, v in attrs.items()]}]}]}]}
-url = os.environ["OTEL_EXPORTER_OTLP_ENDPOINT"] + "/v1/traces"
-req = urllib.request.Request(url, json.dumps(doc).encode(), {"Content-Type": "application/json"})
-urllib.request.urlopen(req, timeout=30).read()
-"""
+from otel_bridge.testing import tool_call_agent
+
+AGENT = tool_call_agent('["cp", "src.txt", "dst.txt"]', service="nu-agent")
 OBSERVE = (sys.executable, "-m", "otel_bridge", "observe", "--set", "receivers.host.backend=strace")
 
 

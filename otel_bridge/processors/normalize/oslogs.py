@@ -41,6 +41,7 @@ from otel_bridge.model import (
     EntityKind,
     Evidence,
     ExecutableFacts,
+    FileContent,
     FileFacts,
     LogRecord,
     Observation,
@@ -203,6 +204,8 @@ def _observations(record: LogRecord, source: Source, time: int, name: str) -> li
                 attrs=attrs,
             )
         ]
+    if name == "file.content":  # the receiver read a written file (opt-in capture)
+        return [obs(0, _file_content(a, time))]
     if name not in _PROCESS_EVENTS and name not in FILE_RELATIONS and name not in NETWORK_RELATIONS:
         raise CoverageError("unknown_os_event", f"event {name!r} is not part of the OS contract")
     proc = _process(a, host, name)
@@ -343,6 +346,29 @@ def _file(path: str) -> Entity:
         attrs={"file.path": path},
         facts=FileFacts(path=os.path.normpath(path)),
         key=file_key(path),
+    )
+
+
+def _file_content(a: Attributes, time: int) -> Entity:
+    """The file a ``file.content`` event read, its facts stating what was read and when."""
+    path = _require_str(a, "file.path", "file.content")
+    state = _require_str(a, "file.content.state", "file.content")
+    content = FileContent(
+        state=state,
+        read_at=get_str(a, "file.content.read_at") or "run_end",
+        time_unix_nano=time,
+        size=get_int(a, "file.size"),
+        sha256=get_str(a, "file.hash.sha256") if state == "hashed" else None,
+        detail=get_str(a, "file.content.detail"),
+    )
+    entity = _file(path)
+    return Entity(
+        kind=entity.kind,
+        id=entity.id,
+        label=entity.label,
+        attrs=entity.attrs,
+        facts=FileFacts(path=os.path.normpath(path), content=content),
+        key=entity.key,
     )
 
 

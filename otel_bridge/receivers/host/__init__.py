@@ -49,6 +49,7 @@ from otel_bridge.component import (
 from otel_bridge.errors import BackendUnavailableError, StartupError
 from otel_bridge.model import CollectionState
 from otel_bridge.receivers.host.backend import Backend
+from otel_bridge.receivers.host.capture import ContentCapture
 from otel_bridge.receivers.host.config import AUTO_ORDER, HostConfig
 from otel_bridge.receivers.host.counters import COUNTERS
 from otel_bridge.receivers.host.events import PLANES, Emitter, EventFactory, HostContext, Lineage
@@ -191,6 +192,14 @@ class HostReceiver:
             planes=frozenset(planes) if self._runs else None,
             hold_gaps=hold,
         )
+        if config.capture.file_hashes and config.files:
+            ctx.capture = ContentCapture(
+                config.capture,
+                lambda n, t, a: ctx.events.record(n, t, a, attribution=None),
+                emitter.emit,
+                ctx.exclude_paths,
+            )
+            emitter.watch = ctx.capture.note
         try:
             backend = create_backend(name, config)
             emitter.start()
@@ -283,6 +292,8 @@ class HostReceiver:
         for run in runs:
             run.backend.stop()
         for run in runs:
+            if run.ctx.capture is not None:  # the files the run left behind (opt-in)
+                run.ctx.capture.finish()
             run.emitter.close()
 
     def wait_idle(self, quiet: float = 0.1, timeout: float = 2.0) -> None:

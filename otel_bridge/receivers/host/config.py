@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from otel_bridge.receivers.host.capture import CaptureConfig
 from otel_bridge.receivers.host.selectors import selector_problems
 
 BACKENDS: tuple[str, ...] = ("auto", "linux", "ebpf", "strace", "portable")
@@ -103,6 +104,10 @@ class HostConfig:
     """Linux backend: a path on each filesystem (or mount) to mark."""
     fanotify_mark: str = "filesystem"
     """``filesystem`` (whole filesystem of each path) or ``mount`` (that mount only)."""
+    capture: CaptureConfig = field(default_factory=CaptureConfig)
+    """Opt-in content capture: ``file_hashes: true`` records the size and SHA-256 of each file
+    the lineage wrote (never the content), ``max_bytes`` the largest file read (``docs/host.md``).
+    """
     capture_environment: bool = False
     """Store each process's environment (redacted). Off: only ``TRACEPARENT`` is read."""
     batch_interval: float = 0.05
@@ -147,4 +152,5 @@ class HostConfig:
             problems.append("batch_size: must be >= 1")
         if self.startup_timeout <= 0:
             problems.append("startup_timeout: must be > 0")
+        problems.extend(self.capture.problems())
         return problems

@@ -12,6 +12,7 @@ import itertools
 import threading
 import time
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 
@@ -19,6 +20,7 @@ from otel_bridge import __version__
 from otel_bridge.component import Consumer, Telemetry
 from otel_bridge.identity import host_id, iso_ms
 from otel_bridge.model import AnyValue, Batch, CollectionState, LogRecord, Resource, Scope
+from otel_bridge.receivers.host.capture import ContentCapture
 from otel_bridge.receivers.host.config import HostConfig
 from otel_bridge.receivers.host.counters import host_telemetry
 from otel_bridge.receivers.host.procfs import (
@@ -87,6 +89,8 @@ class Emitter:
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self.emitted = 0
+        self.watch: Callable[[LogRecord], None] | None = None
+        """Sees every record on its way out (the opt-in content capture, :mod:`.capture`)."""
 
     def start(self) -> None:
         """Start the periodic flusher."""
@@ -95,6 +99,8 @@ class Emitter:
 
     def emit(self, record: LogRecord) -> None:
         """Queue one record; flushes at once when the batch is full."""
+        if self.watch is not None:
+            self.watch(record)
         with self._lock:
             self._pending.append(record)
             full = len(self._pending) >= self._batch_size
@@ -150,6 +156,8 @@ class HostContext:
     """Hold ``unavailable`` / ``not_sampled`` states in :attr:`held` instead of emitting them
     (per-plane ``auto`` asks the next backend first; the receiver emits what nobody covered)."""
     held: dict[str, LogRecord] = field(default_factory=dict)
+    capture: ContentCapture | None = None
+    """The opt-in content capture (``capture.file_hashes``), None when off (:mod:`.capture`)."""
 
     def __post_init__(self) -> None:
         self.telemetry = host_telemetry(self.telemetry)

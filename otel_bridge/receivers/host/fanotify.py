@@ -283,6 +283,11 @@ class FanotifyWatcher:
                 path = os.readlink(f"/proc/self/fd/{fd}")
             except OSError:
                 return
+            if known and mask & FAN_CLOSE_WRITE and ctx.capture is not None:
+                # opt-in content capture: read the bytes this close left through the event's fd
+                self._file_event(mask, pid, path)
+                ctx.capture.at_close(fd, path)
+                return
         finally:
             if fd >= 0:
                 os.close(fd)

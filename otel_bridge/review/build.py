@@ -40,7 +40,7 @@ from otel_bridge.rundir import (
 )
 
 FORMAT = "otel-bridge.review"
-VERSION = 2
+VERSION = 1
 """2 added the artifacts' ``write_observed``/``reach_observed`` and content fields
 (``docs/review.md``)."""
 REVIEW_JSON = "review.json"

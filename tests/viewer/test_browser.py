@@ -474,6 +474,7 @@ def test_software_webgl_is_drawn_by_the_canvas_renderer(
     chosen = page.evaluate("obViewer.renderer()")
     assert chosen["kind"] == "canvas"
     assert "SwiftShader" in chosen["gl"]
+    assert "Canvas 2D: WebGL here runs in software" in page.inner_text("#ob-renderer")
     exported = page.evaluate("obViewer.frame()")
     assert set(exported["nodes"]) == set(page.evaluate("obViewer.nodeIds()"))
     with serve(load_bundle(observed_run)) as server:
@@ -485,6 +486,7 @@ def test_software_webgl_is_drawn_by_the_canvas_renderer(
     wait_ready(page)
     assert page.evaluate("obViewer.renderer().kind") == "webgl"
     assert page.locator("#ob-graph canvas").count() > 1  # sigma's layers
+    assert page.inner_text("#ob-renderer") == "drawn with WebGL"
 
 
 def shown_solid_edges(page: Any) -> set[str]:

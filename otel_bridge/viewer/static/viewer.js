@@ -462,6 +462,12 @@
       });
     }
   }
+  function rendererNote() {
+    if (S.rendererKind === "webgl") return "drawn with WebGL";
+    var gl = S.glRenderer || "";
+    return "drawn with Canvas 2D" + (gl === "none" ? " (no WebGL)" : /\(failed/.test(gl) ? " (WebGL failed)" :
+      /forced/.test(gl) ? "" : ": WebGL here runs in software");
+  }
   function renderLegend() {
     var html = "", present = {};
     (S.model ? S.model.nodes : []).forEach(function (n) { present[n.kind] = 1; });
@@ -479,6 +485,7 @@
     Object.keys(GRADE_COLOR).forEach(function (g) {
       html += '<span><span class="swatch" style="background:' + GRADE_COLOR[g] + '"></span>grade ' + g + "</span>";
     });
+    if (S.rendererKind) html += '<span class="muted" id="ob-renderer" title="' + esc(S.glRenderer || "") + '">' + esc(rendererNote()) + "</span>";
     $("ob-legend").innerHTML = html;
   }
 
@@ -1026,7 +1033,7 @@
     renderLegend();
     wire();
     performance.mark("ob:model");
-    if (bundle.graph) initGraph();
+    if (bundle.graph) { initGraph(); renderLegend(); }
     performance.mark("ob:renderer");
     var first = bundle.graph ? "graph" : bundle.review ? "review" : "compare";
     show(first);

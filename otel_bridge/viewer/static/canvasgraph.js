@@ -14,6 +14,10 @@
   var LABEL_CELL = 100;      // at most one unforced label per cell of this many pixels
   var HIT_SLOP = 3;          // pixels around a node or an edge that still select it
   var ARROW_LIMIT = 2000;    // arrowheads only when at most this many edges are on screen
+  // Level of detail: with more nodes than this on screen, a node drawn at a radius of at most
+  // SQUARE_RADIUS pixels is a square (Skia fills squares about five times faster than circles;
+  // at that size and density the two look alike). Below 1.5 px every node is a square.
+  var LOD_NODES = 2000, SQUARE_RADIUS = 3.5;
   // Skia fills one path of thousands of closed shapes in time that grows far faster than their
   // number (a path of 13,000 triangles: over a second); paths of this many shapes stay linear.
   var CHUNK = 512;
@@ -191,6 +195,7 @@
 
   CanvasGraph.prototype.drawNodes = function (ctx, pos) {
     var ix = pos.ix, groups = {}, keys = [], rings = [];
+    var square = pos.list.length > LOD_NODES ? SQUARE_RADIUS : 1.5;
     pos.list.forEach(function (i) {
       bucket(groups, keys, ix.color[i]).push(i);
       if (ix.ring[i]) rings.push(i);
@@ -200,7 +205,7 @@
       ctx.fillStyle = color;
       chunked(ctx, list.length, function (j) {
         var i = list[j], x = ix.x[i], y = ix.y[i], r = ix.r[i];
-        if (r < 1.5) { ctx.rect(x - r, y - r, 2 * r, 2 * r); return; }
+        if (r <= square) { ctx.rect(x - r, y - r, 2 * r, 2 * r); return; }
         ctx.moveTo(x + r, y);
         ctx.arc(x, y, r, 0, 2 * Math.PI);
       }, "fill");

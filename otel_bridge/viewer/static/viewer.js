@@ -274,7 +274,10 @@
     S.model.nodes.forEach(function (n) { if (!S.nodeVis.has(n.id)) hidden[n.id] = 1; });
     S.gridHidden = hidden; S.shownNodes = S.nodeVis; S.shownEdges = S.edgeVis;
   }
-  function fullRefresh() { markFull(); S.renderer.refresh(); }
+  function fullRefresh() {
+    if (S.rendererKind !== "canvas") markFull();  // the canvas keeps no state between frames
+    S.renderer.refresh();
+  }
   function syncRenderer() {
     if (!S.shownNodes || S.rendererKind === "canvas") { fullRefresh(); return; }
     var nodes = [], edges = [], full = false, oldN = S.shownNodes, oldE = S.shownEdges;
@@ -401,7 +404,6 @@
       display: nodeDisplay, edgeDisplay: edgeDisplay,
       afterRender: drawOverlay, onClick: select
     });
-    markFull();
     drawOverlay();  // the constructor's frame was drawn before S.renderer was set
   }
   // Where a model node is on screen (CSS pixels of the graph view), for either renderer.
@@ -428,7 +430,7 @@
       var p = viewportOf({ x: 0, y: b.y0 });
       ctx.fillStyle = b.semantic ? "#6a3d5a" : "#1f4e79";
       ctx.fillText((b.semantic ? "semantic · " : "OS · ") + b.name + " (" + b.n + ")", 6, p.y - 8);
-      if (i === SEMANTIC_LANES) { ctx.strokeStyle = "#bbbbbb"; ctx.beginPath(); ctx.moveTo(0, p.y - 24); ctx.lineTo(w, p.y - 24); ctx.stroke(); }
+      if (i === SEMANTIC_LANES) { ctx.strokeStyle = "#bbbbbb"; ctx.lineWidth = 1; ctx.beginPath(); ctx.moveTo(0, p.y - 24); ctx.lineTo(w, p.y - 24); ctx.stroke(); }
     });
     // Dashed and dotted edges, and the grade letters of cross-layer and dashed edges. Lines are
     // one pixel wide (Skia draws those as hairlines, many times faster than wider strokes) but

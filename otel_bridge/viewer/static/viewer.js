@@ -79,24 +79,23 @@
   function filePath(n) { return (n.facts && n.facts.path) || String(n.id).replace(/^file:/, ""); }
 
   function foldable(doc) {
-    // A file whose only relations are reads by one process, at a library/runtime path.
-    var byId = {}, readers = {}, folded = {};
-    doc.nodes.forEach(function (n) { byId[n.id] = n; });
-    doc.edges.forEach(function (e) {
-      var t = byId[e.target], s = byId[e.source];
-      [e.source, e.target].forEach(function (id) {
-        var r = readers[id] || (readers[id] = { ok: true, procs: {} });
-        if (!(READ_RELATIONS[e.relation] && id === e.target && s && s.kind === "process")) r.ok = false;
-        else r.procs[e.source] = 1;
-      });
-      void t;
-    });
+    // A file whose only relations are reads by one process, at a library/runtime path. Only such
+    // files are tracked (no bookkeeping per node or edge of the rest).
+    var kind = {}, cand = {}, folded = {};
     doc.nodes.forEach(function (n) {
-      if (n.kind !== "file" || !RUNTIME_PATH.test(filePath(n))) return;
-      var r = readers[n.id];
-      if (!r || !r.ok) return;
-      var procs = Object.keys(r.procs);
-      if (procs.length === 1) folded[n.id] = procs[0];
+      kind[n.id] = n.kind;
+      if (n.kind === "file" && RUNTIME_PATH.test(filePath(n))) cand[n.id] = { ok: true, procs: {} };
+    });
+    doc.edges.forEach(function (e) {
+      var asSource = cand[e.source], asTarget = cand[e.target];
+      if (asSource) asSource.ok = false;
+      if (!asTarget) return;
+      if (READ_RELATIONS[e.relation] && kind[e.source] === "process") asTarget.procs[e.source] = 1;
+      else asTarget.ok = false;
+    });
+    Object.keys(cand).forEach(function (id) {
+      var r = cand[id], procs = Object.keys(r.procs);
+      if (r.ok && procs.length === 1) folded[id] = procs[0];
     });
     return folded;
   }

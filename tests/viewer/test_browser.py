@@ -537,6 +537,15 @@ def test_canvas_frame_draws_exactly_what_the_filters_leave(
     assert matched
     assert all(page.evaluate(f"obViewer.display({json.dumps(m)}).forceLabel") for m in matched)
     assert check() == before  # search fades the rest; it hides nothing
+    page.evaluate("obViewer.search('')")
+    folds = page.evaluate("obViewer.state.model.folds")
+    assert folds  # the real run reads library files
+    process, fold = next(iter(folds.items()))
+    page.evaluate(f"obViewer.select({json.dumps(fold['id'])})")
+    page.click(f'#ob-details button[data-expand="{process}"]')
+    nodes, _ = check()
+    assert set(fold["members"]) <= nodes
+    assert fold["id"] not in nodes
 
 
 def click_at(page: Any, point: dict[str, float]) -> None:

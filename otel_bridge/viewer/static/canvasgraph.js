@@ -37,7 +37,7 @@
     // A CPU-backed canvas: where the compositor runs on SwiftShader, an accelerated canvas would
     // send every path through software GPU emulation (seconds per frame at 10,000 nodes).
     this.ctx = this.canvas.getContext("2d", { willReadFrequently: true });
-    this.camera = { rx: 0.5, ry: 0.5, z: 1 };  // centre as bbox fractions; z = 1 fits the box
+    this.camera = { rx: 0, ry: 0, z: 1 };  // centre's offset from the box's, in box sizes; z = 1 fits
     this.frame = null;                           // what the last frame drew: node and edge ids
     this.ix = null;                              // per-model index (see index())
     this.scheduled = false;
@@ -65,7 +65,8 @@
     var b = this.opts.bbox(), bw = Math.max(b.x1 - b.x0, 1), bh = Math.max(b.y1 - b.y0, 1);
     var fit = Math.min(Math.max(w - 2 * PAD, 1) / bw, Math.max(h - 2 * PAD, 1) / bh);
     var k = fit * this.camera.z;
-    return { k: k, cx: b.x0 + this.camera.rx * bw, cy: b.y0 + this.camera.ry * bh, w: w, h: h, bw: bw, bh: bh };
+    var mx = (b.x0 + b.x1) / 2, my = (b.y0 + b.y1) / 2;
+    return { k: k, cx: mx + this.camera.rx * bw, cy: my + this.camera.ry * bh, mx: mx, my: my, w: w, h: h, bw: bw, bh: bh };
   };
   CanvasGraph.prototype.toViewport = function (x, y) {
     var t = this.transform(this.container.clientWidth, this.container.clientHeight);
@@ -304,8 +305,8 @@
     var z = Math.max(0.2, Math.min(200, this.camera.z * factor));
     // Keep the graph point under the pointer where it is.
     var gx = t.cx + (x - t.w / 2) / t.k, gy = t.cy - (y - t.h / 2) / t.k, k2 = t.k * z / this.camera.z;
-    var cx = gx - (x - t.w / 2) / k2, cy = gy + (y - t.h / 2) / k2, b = this.opts.bbox();
-    this.camera = { rx: (cx - b.x0) / t.bw, ry: (cy - b.y0) / t.bh, z: z };
+    var cx = gx - (x - t.w / 2) / k2, cy = gy + (y - t.h / 2) / k2;
+    this.camera = { rx: (cx - t.mx) / t.bw, ry: (cy - t.my) / t.bh, z: z };
     this.schedule();
   };
 

@@ -2,21 +2,23 @@
 live mode under 1,000 events/s.
 
 Run: ``python benchmarks/viewer_scale.py [--nodes 10000] [--repeat 5] [--live-seconds 5]
-[--flags swiftshader] [--flags software-compositing]`` (needs the dev extra's playwright and
-Debian's chromium). Prints one JSON object.
+[--flags swiftshader] [--flags software-compositing] [--renderer auto|canvas|webgl]`` (needs the
+dev extra's playwright and Debian's chromium). Prints one JSON object.
 
 * **first paint**: the exported report of a synthetic graph (agents, tool calls, models,
   processes, executables, files at project paths so that nothing folds, endpoints; about 1.3
   edges per node, one in ten tool-call links inferred) is opened; the figure is
-  ``performance.now()`` when the frame holding sigma's first render is on screen (two animation
-  frames after that render), i.e. milliseconds since the navigation started, parsing of the
-  inlined data included. The page's ``performance.mark`` entries split it into stages
-  (``STAGES``). Median of ``--repeat`` fresh pages.
+  ``performance.now()`` when the frame holding the graph's first render is on screen (two
+  animation frames after that render), i.e. milliseconds since the navigation started, parsing of
+  the inlined data included. The page picks its renderer (``docs/viewer.md``, *Renderers*): the
+  Canvas 2D one where WebGL runs in software, as here; ``--renderer`` forces one
+  (``?renderer=``). The page's ``performance.mark`` entries split it into stages (``STAGES``).
+  Median of ``--repeat`` fresh pages.
 * **filter change**: ``obViewer.setFilter`` on a kind, a relation and a grade, each off then on;
   the time from the call until two animation frames later (the frame with the change painted).
 * **browser CPU**: user + system time of every Chromium process over each measured interval,
-  also split by Chromium process type (renderer: our JavaScript, sigma, layout; gpu-process:
-  SwiftShader executing WebGL and compositing).
+  also split by Chromium process type (renderer: our JavaScript, the canvas or sigma, layout;
+  gpu-process: SwiftShader executing WebGL and compositing).
 * **flag sets** (``FLAG_SETS``): each measured in its own browser; ``swiftshader`` is what the
   tests use.
 * **live**: a :class:`~otel_bridge.viewer.live.LiveView` fed by a source that grows by 1,000
@@ -216,8 +218,12 @@ STAGES = (
     ("page parse and vendored scripts", "navigation", "ob:script"),
     ("bundle JSON decode", "ob:script", "ob:boot"),
     ("model: folds, lanes, layout, filters", "ob:boot", "ob:model"),
-    ("graphology graph", "ob:model", "ob:graph"),
-    ("sigma: WebGL contexts, programs, first render", "ob:graph", "ob:rendered"),
+    ("renderer choice (WebGL probe; WebGL: the graphology graph)", "ob:model", "ob:graph"),
+    (
+        "first render (canvas: one frame; WebGL: sigma's contexts, programs)",
+        "ob:graph",
+        "ob:rendered",
+    ),
     ("until the frame is on screen", "ob:rendered", "ob:painted"),
 )
 """First-paint stages: (name, from mark, to mark); ``navigation`` is time 0."""
@@ -231,11 +237,12 @@ def _stages(page: Any) -> dict[str, float]:
     return {name: marks[b] - marks[a] for name, a, b in STAGES if a in marks and b in marks}
 
 
-def _open(browser: Any, report: Path, out: dict[str, list[Any]]) -> Any:
+def _open(browser: Any, url: str, out: dict[str, list[Any]]) -> Any:
     page = browser.new_page(viewport={"width": 1400, "height": 900})
     cpu = chromium_cpu_by_type()
-    page.goto(report.as_uri())
+    page.goto(url)
     _ready(page)
+    out["renderer"].append(page.evaluate("obViewer.renderer()"))
     out["paint_cpu"].append(_cpu_delta(cpu))
     out["paints"].append(page.evaluate("obViewer.firstPaint()"))
     out["stages"].append(_stages(page))
@@ -255,16 +262,19 @@ def _by_type(samples: list[dict[str, float]]) -> dict[str, float]:
     return {k: round(statistics.median(s.get(k, 0.0) for s in samples) * 1000) for k in kinds}
 
 
-def measure_static(browser: Any, doc: dict[str, Any], repeat: int) -> dict[str, Any]:
+def measure_static(
+    browser: Any, doc: dict[str, Any], repeat: int, renderer: str = "auto"
+) -> dict[str, Any]:
     """First paint and filter-change times of the exported report of ``doc``."""
     print(f"static: {len(doc['nodes'])} nodes", file=sys.stderr, flush=True)
     out: dict[str, list[Any]] = {k: [] for k in ("paints", "paint_cpu", "stages", "filters")}
-    out["filter_cpu"] = []
+    out["filter_cpu"], out["renderer"] = [], []
     with tempfile.TemporaryDirectory() as tmp:
         report = Path(tmp) / "report.html"
         report.write_text(render(Bundle(source="synthetic", graph=doc)))
+        url = report.as_uri() + ("" if renderer == "auto" else f"?renderer={renderer}")
         for _ in range(repeat):
-            page = _open(browser, report, out)
+            page = _open(browser, url, out)
             _filters(page, out)
             page.close()
         size = report.stat().st_size
@@ -273,6 +283,7 @@ def measure_static(browser: Any, doc: dict[str, Any], repeat: int) -> dict[str, 
         for name, _, _ in STAGES
     }
     return {
+        "renderer": out["renderer"][0],
         "report_bytes": size,
         "first_paint_ms": _stats(out["paints"]),
         "first_paint_stages_ms": stages,
@@ -372,6 +383,12 @@ def main() -> None:
     parser.add_argument("--live-seconds", type=float, default=5.0)
     parser.add_argument("--rate", type=int, default=1000)
     parser.add_argument(
+        "--renderer",
+        choices=("auto", "canvas", "webgl"),
+        default="auto",
+        help="the graph renderer: the page's own choice (default) or a forced one",
+    )
+    parser.add_argument(
         "--flags",
         action="append",
         choices=sorted(FLAG_SETS),
@@ -389,7 +406,7 @@ def main() -> None:
                 **{
                     str(n): {
                         "edges": len(doc["edges"]),
-                        **measure_static(browser, doc, args.repeat),
+                        **measure_static(browser, doc, args.repeat, args.renderer),
                     }
                     for n, doc in docs.items()
                 },

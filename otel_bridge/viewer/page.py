@@ -14,7 +14,12 @@ from typing import Any
 
 from otel_bridge.viewer.data import Bundle
 
-SCRIPTS = ("vendor/graphology.min.js", "vendor/sigma.min.js", "viewer.js")
+SCRIPTS = (
+    "vendor/graphology.min.js",
+    "vendor/sigma.min.js",
+    "canvasgraph.js",
+    "viewer.js",
+)
 """The scripts of the page, in load order (paths under ``static/``)."""
 STYLE = "viewer.css"
 EXPORT_CSP = (

@@ -331,6 +331,11 @@ def test_review_view_of_a_real_session_follows_the_ground_truth(
     screenshot(page, shots, "review-real-session")
 
 
+def color(page: Any, node_id: str) -> str:
+    """The colour the page draws a node in, whichever renderer draws it."""
+    return str(page.evaluate(f"obViewer.display('{node_id}').color"))
+
+
 def test_unknown_kinds_are_drawn_neutral_with_a_legend_entry(
     page: Any, shots: Path, tmp_path: Path
 ) -> None:
@@ -353,19 +358,17 @@ def test_unknown_kinds_are_drawn_neutral_with_a_legend_entry(
     out = export(tmp_path / "graph.json", tmp_path / "r.html")
     page.goto(out.as_uri())
     wait_ready(page)
-    neutral = page.evaluate("obViewer.state.graph.getNodeAttribute('planner:w1', 'color')")
-    known = page.evaluate("obViewer.state.graph.getNodeAttribute('agent:svc:a', 'color')")
+    neutral = color(page, "planner:w1")
+    known = color(page, "agent:svc:a")
     assert neutral != known
     for node_id, kind in kinds.items():
-        assert (
-            page.evaluate(f"obViewer.state.graph.getNodeAttribute('{node_id}', 'color')") == neutral
-        )
+        assert color(page, node_id) == neutral
         entry = page.locator(f'#ob-legend [data-kind="{kind}"]')
         assert "kind without a style" in entry.inner_text()
     lanes = page.evaluate("obViewer.state.laneBands.filter(b => b.n).map(b => b.name)")
     assert "other OS kinds" in lanes  # the OS-only unknown kind sits below the OS lanes
     assert "spans and other semantic kinds" in lanes
-    typed = page.evaluate("obViewer.state.graph.getNodeAttribute('workflow:wf', 'color')")
+    typed = color(page, "workflow:wf")
     assert typed not in (neutral, known)  # a typed operation (docs/graph.md) has its own style
     assert (
         "kind without a style" not in page.locator('#ob-legend [data-kind="workflow"]').inner_text()
@@ -426,12 +429,13 @@ HIDDEN = """() => {
 def test_filter_changes_redraw_exactly_what_a_full_redraw_would(
     observed_run: Path, page: Any, tmp_path: Path
 ) -> None:
-    """A filter change re-reduces only the changed items; what sigma then holds for every node
-    and edge equals what a full refresh computes, through hide, show, and a change made while
-    the graph was not the shown view."""
+    """With sigma (WebGL forced: here it runs on SwiftShader), a filter change re-reduces only the
+    changed items; what sigma then holds for every node and edge equals what a full refresh
+    computes, through hide, show, and a change made while the graph was not the shown view."""
     out = export(observed_run, tmp_path / "r.html")
-    page.goto(out.as_uri())
+    page.goto(out.as_uri() + "?renderer=webgl")
     wait_ready(page)
+    assert page.evaluate("obViewer.renderer().kind") == "webgl"
 
     def check() -> dict[str, bool]:
         partial = page.evaluate(HIDDEN)
@@ -457,3 +461,126 @@ def test_filter_changes_redraw_exactly_what_a_full_redraw_would(
     assert check() != before
     page.evaluate("obViewer.setFilter('kind', 'process', true)")
     assert check() == before
+
+
+def test_software_webgl_is_drawn_by_the_canvas_renderer(
+    observed_run: Path, page: Any, tmp_path: Path
+) -> None:
+    """SwiftShader's WebGL (no GPU here) is detected and the graph is drawn on a 2D canvas; the
+    served page and the exported file draw the same graph, and ?renderer=webgl still gets sigma."""
+    out = export(observed_run, tmp_path / "r.html")
+    page.goto(out.as_uri())
+    wait_ready(page)
+    chosen = page.evaluate("obViewer.renderer()")
+    assert chosen["kind"] == "canvas"
+    assert "SwiftShader" in chosen["gl"]
+    assert "Canvas 2D: WebGL here runs in software" in page.inner_text("#ob-renderer")
+    exported = page.evaluate("obViewer.frame()")
+    assert set(exported["nodes"]) == set(page.evaluate("obViewer.nodeIds()"))
+    with serve(load_bundle(observed_run)) as server:
+        page.goto(server.url)
+        wait_ready(page)
+        assert page.evaluate("obViewer.renderer().kind") == "canvas"
+        assert page.evaluate("obViewer.frame()") == exported
+    page.goto(out.as_uri() + "?renderer=webgl")
+    wait_ready(page)
+    assert page.evaluate("obViewer.renderer().kind") == "webgl"
+    assert page.locator("#ob-graph canvas").count() > 1  # sigma's layers
+    assert page.inner_text("#ob-renderer") == "drawn with WebGL"
+
+
+def shown_solid_edges(page: Any) -> set[str]:
+    """The edges the filters leave that the graph layer draws (dashed ones are the overlay's)."""
+    return set(
+        page.evaluate(
+            "obViewer.state.model.edges.filter(e => obViewer.state.edgeVis.has(e.id) && "
+            "e.style === 'solid').map(e => e.id)"
+        )
+    )
+
+
+def test_canvas_frame_draws_exactly_what_the_filters_leave(
+    observed_run: Path, page: Any, tmp_path: Path
+) -> None:
+    """Each canvas frame draws every node and solid edge the filters and search leave, and
+    nothing else, through hide, show, search, and a change made while another view was shown."""
+    out = export(observed_run, tmp_path / "r.html")
+    page.goto(out.as_uri())
+    wait_ready(page)
+
+    def check() -> tuple[set[str], set[str]]:
+        frame = page.evaluate("obViewer.frame()")
+        visible = set(
+            page.evaluate("obViewer.nodeIds().filter(id => obViewer.state.nodeVis.has(id))")
+        )
+        assert set(frame["nodes"]) == visible
+        assert set(frame["edges"]) == shown_solid_edges(page)
+        return set(frame["nodes"]), set(frame["edges"])
+
+    before = check()
+    page.evaluate("obViewer.setFilter('kind', 'file', false)")
+    nodes, edges = check()
+    kinds = dict(page.evaluate("obViewer.state.model.nodes.map(n => [n.id, n.kind])"))
+    assert any(k == "file" for k in kinds.values())
+    assert not any(kinds[n] == "file" for n in nodes)
+    assert edges < before[1]
+    page.evaluate("obViewer.setFilter('kind', 'file', true)")
+    assert check() == before
+    page.evaluate("obViewer.show('table')")
+    page.evaluate("obViewer.setFilter('kind', 'process', false)")
+    page.evaluate("obViewer.show('graph')")
+    assert check() != before
+    page.evaluate("obViewer.setFilter('kind', 'process', true)")
+    assert check() == before
+    page.evaluate("obViewer.search('process')")
+    matched = page.evaluate("[...obViewer.state.matches]")
+    assert matched
+    assert all(page.evaluate(f"obViewer.display({json.dumps(m)}).forceLabel") for m in matched)
+    assert check() == before  # search fades the rest; it hides nothing
+    page.evaluate("obViewer.search('')")
+    folds = page.evaluate("obViewer.state.model.folds")
+    assert folds  # the real run reads library files
+    process, fold = next(iter(folds.items()))
+    page.evaluate(f"obViewer.select({json.dumps(fold['id'])})")
+    page.click(f'#ob-details button[data-expand="{process}"]')
+    nodes, _ = check()
+    assert set(fold["members"]) <= nodes
+    assert fold["id"] not in nodes
+
+
+def click_at(page: Any, point: dict[str, float]) -> None:
+    box = page.locator("#ob-graph").bounding_box()
+    page.mouse.click(box["x"] + point["x"], box["y"] + point["y"])
+
+
+def test_canvas_click_selects_nodes_and_edges_and_the_wheel_zooms(
+    page: Any, tmp_path: Path
+) -> None:
+    """A click on a drawn node or edge opens its details; the wheel zooms about the pointer."""
+    tool, proc = "tool_call:t:s1", "process:h:1:1000"
+    doc = failing_graph()
+    (tmp_path / "graph.json").write_text(json.dumps(doc))
+    out = export(tmp_path / "graph.json", tmp_path / "r.html")
+    page.goto(out.as_uri())
+    wait_ready(page)
+    assert page.evaluate("obViewer.renderer().kind") == "canvas"
+    click_at(page, page.evaluate(f"obViewer.viewportOf('{proc}')"))
+    assert "false (1)" in page.inner_text("#ob-details")
+    a = page.evaluate(f"obViewer.viewportOf('{tool}')")
+    b = page.evaluate(f"obViewer.viewportOf('{proc}')")
+    # a point on the exact link (solid), a third of the way, off the grade letter at its middle
+    click_at(page, {"x": a["x"] + (b["x"] - a["x"]) / 3, "y": a["y"] + (b["y"] - a["y"]) / 3})
+    details = page.inner_text("#ob-details")
+    assert "correlated_with_process" in details
+    assert "identity exact" in details
+    box = page.locator("#ob-graph").bounding_box()
+    page.mouse.move(box["x"] + b["x"], box["y"] + b["y"])
+    page.mouse.wheel(0, -300)
+    apart = ((a["x"] - b["x"]) ** 2 + (a["y"] - b["y"]) ** 2) ** 0.5
+    page.wait_for_function(
+        f"() => {{ const a = obViewer.viewportOf('{tool}'), b = obViewer.viewportOf('{proc}');"
+        f" return Math.hypot(a.x - b.x, a.y - b.y) > {apart * 1.5}; }}"
+    )
+    after = page.evaluate(f"obViewer.viewportOf('{proc}')")
+    assert abs(after["x"] - b["x"]) < 2
+    assert abs(after["y"] - b["y"]) < 2  # the point under the pointer stays put

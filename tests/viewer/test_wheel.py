@@ -18,6 +18,7 @@ REPO = Path(__file__).resolve().parents[2]
 STATIC = (
     "otel_bridge/viewer/static/index.html",
     "otel_bridge/viewer/static/viewer.js",
+    "otel_bridge/viewer/static/canvasgraph.js",
     "otel_bridge/viewer/static/viewer.css",
     "otel_bridge/viewer/static/vendor/sigma.min.js",
     "otel_bridge/viewer/static/vendor/graphology.min.js",

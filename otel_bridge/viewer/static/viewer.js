@@ -35,6 +35,7 @@
   var CROSS_RELATIONS = { correlated_with_process: 1, same_request: 1 };
   var RUNTIME_PATH = /^\/(usr|lib|lib32|lib64|etc|proc|sys|dev|run|snap)\/|\/lib\/python[0-9.]+\/|\/(site|dist)-packages\/|\/__pycache__\/|\/\.venv\/|\.(so(\.[0-9]+)*|pyc)$/;
   var EDGE_PICKING_LIMIT = 5000;
+  var GRADE_CELL = 24;  // at most one grade letter per square of this many pixels
   var FILTER_GROUPS = ["kind", "relation", "channel", "grade", "causal"];
 
   var S = {
@@ -78,24 +79,23 @@
   function filePath(n) { return (n.facts && n.facts.path) || String(n.id).replace(/^file:/, ""); }
 
   function foldable(doc) {
-    // A file whose only relations are reads by one process, at a library/runtime path.
-    var byId = {}, readers = {}, folded = {};
-    doc.nodes.forEach(function (n) { byId[n.id] = n; });
-    doc.edges.forEach(function (e) {
-      var t = byId[e.target], s = byId[e.source];
-      [e.source, e.target].forEach(function (id) {
-        var r = readers[id] || (readers[id] = { ok: true, procs: {} });
-        if (!(READ_RELATIONS[e.relation] && id === e.target && s && s.kind === "process")) r.ok = false;
-        else r.procs[e.source] = 1;
-      });
-      void t;
-    });
+    // A file whose only relations are reads by one process, at a library/runtime path. Only such
+    // files are tracked (no bookkeeping per node or edge of the rest).
+    var kind = {}, cand = {}, folded = {};
     doc.nodes.forEach(function (n) {
-      if (n.kind !== "file" || !RUNTIME_PATH.test(filePath(n))) return;
-      var r = readers[n.id];
-      if (!r || !r.ok) return;
-      var procs = Object.keys(r.procs);
-      if (procs.length === 1) folded[n.id] = procs[0];
+      kind[n.id] = n.kind;
+      if (n.kind === "file" && RUNTIME_PATH.test(filePath(n))) cand[n.id] = { ok: true, procs: {} };
+    });
+    doc.edges.forEach(function (e) {
+      var asSource = cand[e.source], asTarget = cand[e.target];
+      if (asSource) asSource.ok = false;
+      if (!asTarget) return;
+      if (READ_RELATIONS[e.relation] && kind[e.source] === "process") asTarget.procs[e.source] = 1;
+      else asTarget.ok = false;
+    });
+    Object.keys(cand).forEach(function (id) {
+      var r = cand[id], procs = Object.keys(r.procs);
+      if (r.ok && procs.length === 1) folded[id] = procs[0];
     });
     return folded;
   }
@@ -131,9 +131,15 @@
         raw: e, style: edgeStyle(e), cross: !!CROSS_RELATIONS[e.relation] });
     });
     layout(nodes, edges);
+    var bbox = { x0: Infinity, y0: Infinity, x1: -Infinity, y1: -Infinity };
+    nodes.forEach(function (n) {
+      bbox.x0 = Math.min(bbox.x0, n.x); bbox.x1 = Math.max(bbox.x1, n.x);
+      bbox.y0 = Math.min(bbox.y0, n.y); bbox.y1 = Math.max(bbox.y1, n.y);
+    });
+    if (!nodes.length) bbox = { x0: 0, y0: 0, x1: 1, y1: 1 };
     var foldedCount = 0;
     Object.keys(folds).forEach(function (p) { foldedCount += folds[p].count; });
-    return { nodes: nodes, edges: edges, byId: byId, folded: foldedCount, folds: folds,
+    return { nodes: nodes, edges: edges, byId: byId, folded: foldedCount, folds: folds, bbox: bbox,
       edgeById: edges.reduce(function (m, e) { m[e.id] = e; return m; }, {}) };
   }
 
@@ -267,9 +273,12 @@
     S.model.nodes.forEach(function (n) { if (!S.nodeVis.has(n.id)) hidden[n.id] = 1; });
     S.gridHidden = hidden; S.shownNodes = S.nodeVis; S.shownEdges = S.edgeVis;
   }
-  function fullRefresh() { markFull(); S.renderer.refresh(); }
+  function fullRefresh() {
+    if (S.rendererKind !== "canvas") markFull();  // the canvas keeps no state between frames
+    S.renderer.refresh();
+  }
   function syncRenderer() {
-    if (!S.shownNodes) { fullRefresh(); return; }
+    if (!S.shownNodes || S.rendererKind === "canvas") { fullRefresh(); return; }
     var nodes = [], edges = [], full = false, oldN = S.shownNodes, oldE = S.shownEdges;
     S.model.nodes.forEach(function (n) {
       var now = S.nodeVis.has(n.id);
@@ -287,6 +296,29 @@
   }
   function edgeAttrs(e) {
     return { color: GRADE_COLOR[e.grade] || "#999999", size: e.cross ? 2 : 1, type: "arrow", style: e.style };
+  }
+  // The display rules both renderers apply (sigma as its reducers, the canvas per frame): they
+  // change the given attributes in place (sigma hands each call its own copy).
+  function reduceNode(id, a) {
+    if (!S.nodeVis.has(id)) { a.hidden = true; return a; }
+    if (S.matches && !S.matches.has(id)) { a.color = "#E4E4E4"; a.label = ""; }
+    if ((S.matches && S.matches.has(id)) || S.selected === id) { a.highlighted = true; a.forceLabel = true; }
+    return a;
+  }
+  function reduceEdge(id, a) {
+    if (!S.edgeVis.has(id) || a.style !== "solid") a.hidden = true;
+    return a;
+  }
+  // What a node or an edge is drawn as now, whichever renderer draws it.
+  function nodeDisplay(n, out) {
+    out.x = n.x; out.y = n.y; out.size = nodeSize(n); out.label = n.label; out.color = kindColor(n.kind);
+    out.kind = n.kind; out.hidden = false; out.highlighted = false; out.forceLabel = false;
+    return reduceNode(n.id, out);
+  }
+  function edgeDisplay(e, out) {
+    out.color = GRADE_COLOR[e.grade] || "#999999"; out.size = e.cross ? 2 : 1; out.type = "arrow";
+    out.style = e.style; out.hidden = false;
+    return reduceEdge(e.id, out);
   }
   function changed(old, now) {
     for (var k in now) if (old[k] !== now[k]) return true;
@@ -311,7 +343,29 @@
     });
     g.forEachEdge(function (id) { if (!keepE[id]) g.dropEdge(id); });
   }
+  // WebGL where a GPU runs it; where it would run in software (SwiftShader, llvmpipe: most
+  // headless and CI machines) or is missing, the page's own Canvas 2D renderer, which costs a
+  // filter change tens of milliseconds instead of seconds there. ?renderer=canvas|webgl forces one.
+  var SOFTWARE_GL = /swiftshader|llvmpipe|softpipe|software|basic render driver/i;
+  function chooseRenderer() {
+    var forced = /[?&#]renderer=(canvas|webgl)\b/.exec(location.search + location.hash);
+    if (forced) return { kind: forced[1], gl: "not probed (forced)" };
+    var gl = null, name = "none";
+    try {
+      var c = document.createElement("canvas");
+      gl = c.getContext("webgl2") || c.getContext("webgl");
+    } catch (err) { gl = null; }
+    if (!gl) return { kind: "canvas", gl: name };
+    var info = gl.getExtension("WEBGL_debug_renderer_info");
+    name = String(gl.getParameter(info ? info.UNMASKED_RENDERER_WEBGL : gl.RENDERER));
+    var lose = gl.getExtension("WEBGL_lose_context");
+    if (lose) lose.loseContext();
+    return { kind: SOFTWARE_GL.test(name) ? "canvas" : "webgl", gl: name };
+  }
   function initGraph() {
+    var choice = chooseRenderer();
+    S.rendererKind = choice.kind; S.glRenderer = choice.gl;
+    if (choice.kind === "canvas") { initCanvas(); return; }
     S.graph = new graphology.MultiDirectedGraph();
     syncGraph();
     performance.mark("ob:graph");
@@ -323,21 +377,14 @@
         enableEdgeEvents: S.model.edges.length <= EDGE_PICKING_LIMIT,
         labelRenderedSizeThreshold: 7, zIndex: true, allowInvalidContainer: true,
         // Sigma hands each reducer its own shallow copy of the attributes: changed in place.
-        nodeReducer: function (id, a) {
-          if (!S.nodeVis.has(id)) { a.hidden = true; return a; }
-          if (S.matches && !S.matches.has(id)) { a.color = "#E4E4E4"; a.label = ""; }
-          if ((S.matches && S.matches.has(id)) || S.selected === id) { a.highlighted = true; a.forceLabel = true; }
-          return a;
-        },
-        edgeReducer: function (id, a) {
-          if (!S.edgeVis.has(id) || a.style !== "solid") a.hidden = true;
-          return a;
-        }
+        nodeReducer: reduceNode,
+        edgeReducer: reduceEdge
       });
     } catch (err) {
-      $("ob-graph").innerHTML = '<p class="section">The graph needs WebGL, which this browser did not provide (' +
-        esc(err && err.message) + "). The Table and Timeline views show the same data.</p>";
-      S.renderer = null;
+      // WebGL was offered but failed (lost context, blocked): draw on a canvas instead.
+      S.graph = null; S.rendererKind = "canvas"; S.glRenderer += " (failed: " + (err && err.message) + ")";
+      $("ob-graph").innerHTML = "";
+      initCanvas();
       return;
     }
     markFull();  // the constructor rendered every node and edge with the current filters
@@ -346,37 +393,63 @@
     S.renderer.on("afterRender", drawOverlay);
     drawOverlay();  // the constructor's render ran before this listener
   }
-  function drawOverlay() {
-    var cv = $("ob-overlay"), r = S.renderer, box = $("ob-graph");
-    if (!r) return;
-    var w = box.clientWidth, h = box.clientHeight, dpr = window.devicePixelRatio || 1;
+  function initCanvas() {
+    performance.mark("ob:graph");
+    S.graph = null;
+    S.renderer = new window.ObCanvasGraph($("ob-graph"), {
+      nodes: function () { return S.model.nodes; },
+      edges: function () { return S.model.edges; },
+      bbox: function () { return S.model.bbox; },
+      display: nodeDisplay, edgeDisplay: edgeDisplay,
+      afterRender: drawOverlay, onClick: select
+    });
+    drawOverlay();  // the constructor's frame was drawn before S.renderer was set
+  }
+  // Where a model node is on screen (CSS pixels of the graph view), for either renderer.
+  function viewportOf(n) {
+    return S.rendererKind === "canvas" ? S.renderer.toViewport(n.x, n.y) : S.renderer.graphToViewport({ x: n.x, y: n.y });
+  }
+  // The canvas renderer's frame or, over sigma, the overlay canvas, ready for the overlay.
+  function overlayContext(w, h) {
+    var cv = $("ob-overlay"), dpr = window.devicePixelRatio || 1;
+    if (S.rendererKind === "canvas") { cv.hidden = true; return S.renderer.ctx; }  // one layer, not two
     if (cv.width !== w * dpr || cv.height !== h * dpr) { cv.width = w * dpr; cv.height = h * dpr; cv.style.width = w + "px"; cv.style.height = h + "px"; }
     var ctx = cv.getContext("2d");
     ctx.setTransform(dpr, 0, 0, dpr, 0, 0);
     ctx.clearRect(0, 0, w, h);
+    return ctx;
+  }
+  function drawOverlay() {
+    var r = S.renderer, box = $("ob-graph");
+    if (!r) return;
+    var w = box.clientWidth, h = box.clientHeight, ctx = overlayContext(w, h);
     ctx.font = "12px system-ui, sans-serif";
     S.laneBands.forEach(function (b, i) {
       if (!b.n) return;
-      var p = r.graphToViewport({ x: 0, y: b.y0 });
+      var p = viewportOf({ x: 0, y: b.y0 });
       ctx.fillStyle = b.semantic ? "#6a3d5a" : "#1f4e79";
       ctx.fillText((b.semantic ? "semantic · " : "OS · ") + b.name + " (" + b.n + ")", 6, p.y - 8);
-      if (i === SEMANTIC_LANES) { ctx.strokeStyle = "#bbbbbb"; ctx.beginPath(); ctx.moveTo(0, p.y - 24); ctx.lineTo(w, p.y - 24); ctx.stroke(); }
+      if (i === SEMANTIC_LANES) { ctx.strokeStyle = "#bbbbbb"; ctx.lineWidth = 1; ctx.beginPath(); ctx.moveTo(0, p.y - 24); ctx.lineTo(w, p.y - 24); ctx.stroke(); }
     });
-    var drawn = 0;
+    // Dashed and dotted edges, and the grade letters of cross-layer and dashed edges. Lines are
+    // one pixel wide (Skia draws those as hairlines, many times faster than wider strokes) but
+    // for the selected edge; at most one letter per GRADE_CELL square, so that they stay legible.
+    var drawn = 0, letters = {};
     S.model.edges.forEach(function (e) {
       if (drawn > 3000 || !S.edgeVis.has(e.id) || (e.style === "solid" && !e.cross)) return;
-      var s = S.graph.getNodeAttributes(e.source), t = S.graph.getNodeAttributes(e.target);
-      var a = r.graphToViewport(s), b = r.graphToViewport(t);
+      var a = viewportOf(S.model.byId[e.source]), b = viewportOf(S.model.byId[e.target]);
       drawn++;
       ctx.strokeStyle = GRADE_COLOR[e.grade] || "#999999";
-      ctx.lineWidth = e.selected ? 3 : 1.5;
+      ctx.lineWidth = e.selected ? 3 : 1;
       if (e.style !== "solid") {
         ctx.setLineDash(e.style === "dashed" ? [7, 5] : [2, 4]);
         ctx.beginPath(); ctx.moveTo(a.x, a.y); ctx.lineTo(b.x, b.y); ctx.stroke();
         ctx.setLineDash([]);
       }
-      if (e.style !== "dotted") {
-        var mx = (a.x + b.x) / 2, my = (a.y + b.y) / 2;
+      var mx = (a.x + b.x) / 2, my = (a.y + b.y) / 2;
+      var cell = Math.floor(mx / GRADE_CELL) + "," + Math.floor(my / GRADE_CELL);
+      if (e.style !== "dotted" && (e.selected || !letters[cell]) && mx > -8 && my > -8 && mx < w + 8 && my < h + 8) {
+        letters[cell] = 1;
         ctx.fillStyle = "#ffffff"; ctx.fillRect(mx - 7, my - 8, 14, 14);
         ctx.fillStyle = "#1b1b1b"; ctx.fillText(e.grade, mx - 4, my + 4);
       }
@@ -389,6 +462,12 @@
         requestAnimationFrame(function () { performance.mark("ob:painted"); S.firstPaintMs = performance.now(); });
       });
     }
+  }
+  function rendererNote() {
+    if (S.rendererKind === "webgl") return "drawn with WebGL";
+    var gl = S.glRenderer || "";
+    return "drawn with Canvas 2D" + (gl === "none" ? " (no WebGL)" : /\(failed/.test(gl) ? " (WebGL failed)" :
+      /forced/.test(gl) ? "" : ": WebGL here runs in software");
   }
   function renderLegend() {
     var html = "", present = {};
@@ -407,6 +486,7 @@
     Object.keys(GRADE_COLOR).forEach(function (g) {
       html += '<span><span class="swatch" style="background:' + GRADE_COLOR[g] + '"></span>grade ' + g + "</span>";
     });
+    if (S.rendererKind) html += '<span class="muted" id="ob-renderer" title="' + esc(S.glRenderer || "") + '">' + esc(rendererNote()) + "</span>";
     $("ob-legend").innerHTML = html;
   }
 
@@ -444,7 +524,8 @@
     else if (e) { e.selected = true; html = edgeDetails(e); }
     else html = '<p class="muted">' + esc(id) + " is not in this view.</p>";
     $("ob-details").innerHTML = html;
-    if (S.renderer && S.shownNodes) {
+    if (S.renderer && S.rendererKind === "canvas") S.renderer.refresh();
+    else if (S.renderer && S.shownNodes) {
       // Only the previously and newly selected nodes change (highlight and forced label).
       var changed = [prev, id].filter(function (x) { return x && S.graph.hasNode(x); });
       S.renderer.refresh({ partialGraph: { nodes: changed, edges: [] }, skipIndexation: true });
@@ -953,7 +1034,7 @@
     renderLegend();
     wire();
     performance.mark("ob:model");
-    if (bundle.graph) initGraph();
+    if (bundle.graph) { initGraph(); renderLegend(); }
     performance.mark("ob:renderer");
     var first = bundle.graph ? "graph" : bundle.review ? "review" : "compare";
     show(first);
@@ -972,6 +1053,19 @@
   };
   api.nodeIds = function () { return S.model.nodes.map(function (n) { return n.id; }); };
   api.firstPaint = function () { return S.firstPaintMs; };
+  // Which renderer draws the graph ("canvas" or "webgl") and the WebGL renderer string probed.
+  api.renderer = function () { return { kind: S.rendererKind || null, gl: S.glRenderer || null }; };
+  // What a node or an edge is drawn as now (color, size, hidden, ...), for either renderer.
+  api.display = function (id) {
+    var n = S.model.byId[id], e = S.model.edgeById[id];
+    if (S.rendererKind === "webgl" && S.graph) {
+      return n ? S.renderer.getNodeDisplayData(id) : S.renderer.getEdgeDisplayData(id);
+    }
+    return n ? nodeDisplay(n, {}) : e ? edgeDisplay(e, {}) : null;
+  };
+  // The canvas renderer's last frame: the ids of the nodes and edges it drew.
+  api.frame = function () { return S.rendererKind === "canvas" ? S.renderer.frame : null; };
+  api.viewportOf = function (id) { return viewportOf(S.model.byId[id]); };
   api.lastFilter = function () { return S.lastFilterMs; };
 
   S.config = JSON.parse($("ob-config").textContent);

@@ -138,6 +138,15 @@ class Journal:
                 raise
             raise JournalError(f"graph journal {self.path}: {exc}") from exc
 
+    def open_empty(self) -> None:
+        """Open (creating) and lock the file like :meth:`open`, and empty it: a spill file holds
+        what the current graph does not, so each start begins a new one."""
+        self.open(lambda observations, coverage: None)
+        with self._lock:
+            os.ftruncate(self._fd, 0)
+            os.write(self._fd, MAGIC)
+            self._size = len(MAGIC)
+
     def _replay(self, apply: Apply) -> Replay:
         with open(self._fd, "rb", closefd=False) as f:
             data = f.read()
@@ -206,3 +215,25 @@ class Journal:
             if self._fd >= 0:
                 os.close(self._fd)
                 self._fd = -1
+
+
+def read_frames(
+    path: str,
+) -> list[tuple[tuple[Observation, ...], tuple[CoverageRecord, ...]]]:
+    """The batches of the journal (or spill file) at ``path``, in order, without locking or
+    changing it: the intact frames up to the first torn one; DecodeError if it is not one."""
+    with open(path, "rb") as f:
+        data = f.read()
+    if not data.startswith(MAGIC):
+        raise DecodeError(f"{path} is not a graph journal (header mismatch)")
+    out = []
+    pos = len(MAGIC)
+    while pos + _FRAME.size <= len(data):
+        length, crc = _FRAME.unpack_from(data, pos)
+        end = pos + _FRAME.size + length
+        payload = data[pos + _FRAME.size : end]
+        if end > len(data) or zlib.crc32(payload) != crc:
+            break
+        out.append(decode_payload(payload))
+        pos = end
+    return out

@@ -5,6 +5,7 @@
   the graph's flush thread died (graph.json never updated again), the file-only pipeline
   answered 503 (a poison request retried forever) and ``batch`` lost the good spans of other
   requests already acknowledged;
+* an OTLP/protobuf ``AnyValue`` nested 1,000 deep (a RecursionError, answered 500, before);
 * secrets in a run directory: ``curl -u user:pass``, ``mysql -pPW``, ``sshpass -p PW`` run by
   the workload, and passwords in span attributes (``db.statement``, ``process.command_line``).
 """
@@ -57,10 +58,39 @@ def _span(name_json: str, n: int) -> bytes:
     return ('{"resourceSpans":[{"scopeSpans":[{"spans":[' + span + "]}]}]}").encode()
 
 
-def _post(port: int, body: bytes) -> tuple[int, str | None]:
+def _field(number: int, payload: bytes) -> bytes:
+    """One length-delimited protobuf field."""
+    return _varint(number << 3 | 2) + _varint(len(payload)) + payload
+
+
+def _varint(n: int) -> bytes:
+    out = bytearray()
+    while n > 0x7F:
+        out.append(n & 0x7F | 0x80)
+        n >>= 7
+    out.append(n)
+    return bytes(out)
+
+
+def _deep_protobuf(depth: int) -> bytes:
+    """An ExportTraceServiceRequest whose one span has an AnyValue nested ``depth`` deep, written
+    by hand (the protobuf runtime refuses to build one)."""
+    value = _field(1, b"leaf")  # AnyValue.string_value
+    for _ in range(depth):
+        value = _field(5, _field(1, value))  # AnyValue.array_value -> ArrayValue.values
+    span = (
+        _field(1, bytes(range(1, 17)))  # trace_id
+        + _field(2, bytes(range(1, 9)))  # span_id
+        + _field(5, b"deep")  # name
+        + _field(9, _field(1, b"deep") + _field(2, value))  # attributes: KeyValue
+    )
+    return _field(1, _field(2, _field(2, span)))  # resource_spans.scope_spans.spans
+
+
+def _post(port: int, body: bytes, content_type: str = "application/json") -> tuple[int, str | None]:
     conn = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
     try:
-        conn.request("POST", "/v1/traces", body, {"Content-Type": "application/json"})
+        conn.request("POST", "/v1/traces", body, {"Content-Type": content_type})
         response = conn.getresponse()
         response.read()
         return response.status, response.getheader("Retry-After")
@@ -68,9 +98,10 @@ def _post(port: int, body: bytes) -> tuple[int, str | None]:
         conn.close()
 
 
-def test_a_lone_surrogate_is_a_400_and_loses_nothing_around_it(tmp_path: Path) -> None:
-    """The poison request gets 400 without Retry-After (not 200, not 503); the good spans
-    before and after it are in the file, and graph.json keeps being rewritten with both
+def test_poison_requests_are_400_and_lose_nothing_around_them(tmp_path: Path) -> None:
+    """A lone surrogate in a span name and a protobuf AnyValue nested 1,000 deep each get 400
+    without Retry-After (not 200, 500 or 503); the good spans before and after them are in the
+    file, and graph.json keeps being rewritten with both
     (the flush thread lives, ``batch`` lost nothing), before and after shutdown."""
     port = _free_port()
     (tmp_path / "c.yaml").write_text(CONFIG)
@@ -87,6 +118,7 @@ def test_a_lone_surrogate_is_a_400_and_loses_nothing_around_it(tmp_path: Path) -
         err.wait_for(r"running \(pid")
         assert _post(port, _span('"good-before"', 0)) == (200, None)
         assert _post(port, _span('"bad \\ud800 name"', 1)) == (400, None)
+        assert _post(port, _deep_protobuf(1000), "application/x-protobuf") == (400, None)
         assert _post(port, _span('"good-after"', 2)) == (200, None)
         graph = tmp_path / "graph.json"
 

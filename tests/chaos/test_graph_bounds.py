@@ -18,7 +18,7 @@ from otel_bridge.exporters.graph import (
     factory,
 )
 from otel_bridge.exporters.graph.journal import read_frames
-from otel_bridge.graph import load
+from otel_bridge.graph import GraphFilter, filter_graph, load
 from otel_bridge.identity import file_id, process_id
 from otel_bridge.model import (
     Attribution,
@@ -172,3 +172,24 @@ def test_a_restart_replays_the_journal_into_the_same_bounded_graph_and_spill(
     after = [o.id for f in read_frames(str(spill)) for o in f[0]]
     assert after == before
     assert len(before) == expected["summary"]["bounded"]["spilled"] > 0
+
+
+def test_bounds_are_validated_and_a_filtered_view_keeps_what_was_bounded(tmp_path: Path) -> None:
+    """Negative maxima and a tiny spill bound are configuration problems naming the key; a
+    filtered view of a bounded graph (``otel-bridge graph --kind``) still says what the whole
+    graph could not hold."""
+    problems = GraphExporterConfig(
+        bounds=BoundsConfig(max_nodes=-1, max_edges=-2, spill_max_bytes=10)
+    ).validate()
+    assert problems == [
+        "bounds.max_nodes: must not be negative",
+        "bounds.max_edges: must not be negative",
+        "bounds.spill_max_bytes: must be at least 1024",
+    ]
+    exporter = _exporter(tmp_path, Telemetry(), bounds=BoundsConfig(max_nodes=3, spill=""))
+    exporter.consume(_opens(5))
+    exporter.shutdown()
+    graph = load(tmp_path / "graph.json")
+    view = filter_graph(graph, GraphFilter(kinds=frozenset({"file"})))
+    assert view.summary["bounded"] == graph.summary["bounded"]
+    assert graph.summary["bounded"]["dropped"] == 3

@@ -10,6 +10,7 @@ from typing import Any
 import pytest
 
 from otel_bridge.component import CreateSettings, Host, Telemetry
+from otel_bridge.errors import StartupError
 from otel_bridge.exporters.graph import (
     BoundsConfig,
     GraphExporter,
@@ -193,3 +194,21 @@ def test_bounds_are_validated_and_a_filtered_view_keeps_what_was_bounded(tmp_pat
     view = filter_graph(graph, GraphFilter(kinds=frozenset({"file"})))
     assert view.summary["bounded"] == graph.summary["bounded"]
     assert graph.summary["bounded"]["dropped"] == 3
+
+
+def test_a_foreign_file_or_a_link_at_the_spill_path_is_refused_untouched(tmp_path: Path) -> None:
+    """The spill file is emptied at start, but never a file that is not one (its bytes stay)
+    nor through a symbolic link (its target stays): both are start-up errors naming the key."""
+    foreign = tmp_path / "notes.txt"
+    foreign.write_bytes(b"not a spill file")
+    link = tmp_path / "link.spill"
+    link.symlink_to(foreign)
+    for path in (foreign, link):
+        cfg = GraphExporterConfig(
+            output=str(tmp_path / "graph.json"),
+            bounds=BoundsConfig(max_nodes=10, spill=str(path)),
+        )
+        exporter = factory.create(CreateSettings(id="graph"), cfg, None)
+        with pytest.raises(StartupError, match=r"bounds\.spill"):
+            exporter.start(Host(telemetry=Telemetry()))
+    assert foreign.read_bytes() == b"not a spill file"

@@ -1,6 +1,7 @@
 """Memory flood: does the memory limiter hold its hard limit, and recover once the flood stops?
 
     python benchmarks/memory_flood.py [--seconds 20] [--clients 8] [--headroom 96]
+                                      [--grow [--max-nodes N]]
 
 A real collector (``python -m otel_bridge run``: OTLP/HTTP -> memory_limiter -> normalize ->
 graph) is started once to read its resting RSS, then again with ``limit_mib`` set to that RSS
@@ -11,6 +12,10 @@ through a fixed pool of two (2,000 distinct spans), so the graph stays a fixed s
 presses on memory is the data in flight. After the flood, one more request must be accepted
 (recovery).
 
+``--grow`` makes every body 1,000 new spans, so the graph itself grows with the flood; with
+``--max-nodes N`` the graph exporter is bounded (``bounds.max_nodes``) and spills the rest to
+``graph.spill``; without it the graph grows past the hard limit.
+
 Prints the limits, the peak RSS against the hard limit, requests accepted and refused (429).
 """
 
@@ -18,6 +23,8 @@ from __future__ import annotations
 
 import argparse
 import http.client
+import itertools
+import json
 import os
 import subprocess
 import sys
@@ -48,7 +55,12 @@ processors:
     check_interval: 1s
   normalize:
 exporters:
-  graph: {output: "${env:WORK}/graph.json", flush_interval: 0}
+  graph:
+    output: "${env:WORK}/graph.json"
+    flush_interval: 0
+    bounds:
+      max_nodes: ${env:MAX_NODES}
+      spill: "${env:WORK}/graph.spill"
 service:
   pipelines:
     traces: {receivers: [otlp], processors: [memory_limiter, normalize], exporters: [graph]}
@@ -65,9 +77,12 @@ def _free_port() -> int:
     return port
 
 
-def _start(work: Path, limit: int, spike: int) -> tuple[subprocess.Popen[str], int]:
+def _start(
+    work: Path, limit: int, spike: int, max_nodes: int = 0
+) -> tuple[subprocess.Popen[str], int]:
     port = _free_port()
     env = {**os.environ, "PORT": str(port), "LIMIT": str(limit), "SPIKE": str(spike)}
+    env["MAX_NODES"] = str(max_nodes)
     env["WORK"] = str(work)
     (work / "flood.yaml").write_text(CONFIG)
     proc = subprocess.Popen(
@@ -93,12 +108,33 @@ def _post(port: int, body: bytes) -> tuple[int, float]:
         conn.close()
 
 
+def _body(b: int) -> bytes:
+    """1,000 distinct spans (the ``b``-th thousand) with a 100-byte attribute each."""
+    spans = [make_span(b * 1000 + i, attributes={"pad": "x" * 100}) for i in range(1000)]
+    return bytes(encode_traces(spans).SerializeToString())
+
+
 def _bodies(n: int) -> list[bytes]:
-    out = []
-    for b in range(n):
-        spans = [make_span(b * 1000 + i, attributes={"pad": "x" * 100}) for i in range(1000)]
-        out.append(encode_traces(spans).SerializeToString())
-    return out
+    return [_body(b) for b in range(n)]
+
+
+def _high_water_mark(pid: int) -> int:
+    """The kernel's peak RSS of ``pid`` in bytes (``VmHWM``), 0 where /proc has none."""
+    try:
+        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    return 0
+
+
+def _graph_summary(work: Path) -> dict[str, object]:
+    try:
+        summary: dict[str, object] = json.loads((work / "graph.json").read_text())["summary"]
+    except (OSError, ValueError, KeyError):
+        return {}
+    return summary
 
 
 def main() -> int:
@@ -107,6 +143,8 @@ def main() -> int:
     parser.add_argument("--seconds", type=float, default=20.0)
     parser.add_argument("--clients", type=int, default=8)
     parser.add_argument("--headroom", type=int, default=96)
+    parser.add_argument("--grow", action="store_true", help="every body 1,000 new spans")
+    parser.add_argument("--max-nodes", type=int, default=0, help="bound the graph (0: none)")
     args = parser.parse_args()
     bodies = _bodies(2)
     with tempfile.TemporaryDirectory(prefix="otel-bridge-flood-") as tmp:
@@ -118,11 +156,12 @@ def main() -> int:
         probe.wait(60)
         limit = resting + args.headroom
         spike = args.headroom // 4
-        proc, port = _start(work, limit, spike)
+        proc, port = _start(work, limit, spike, args.max_nodes)
         counts = {"accepted": 0, "refused": 0, "other": 0}
         peak = [0]
         stop = threading.Event()
         lock = threading.Lock()
+        fresh = itertools.count(len(bodies))
 
         def sample() -> None:
             p = psutil.Process(proc.pid)
@@ -132,14 +171,17 @@ def main() -> int:
 
         def client(k: int) -> None:
             i = k
+            body = bodies[i % len(bodies)]
             while not stop.is_set():
-                status, retry = _post(port, bodies[i % len(bodies)])
+                status, retry = _post(port, body)
                 key = {200: "accepted", 429: "refused"}.get(status, "other")
                 with lock:
                     counts[key] += 1
                 if status == 429:
                     stop.wait(retry)  # the client honours Retry-After, as an SDK does
+                    continue  # and sends the same body again
                 i += 1
+                body = _body(next(fresh)) if args.grow else bodies[i % len(bodies)]
 
         threads = [threading.Thread(target=sample)]
         threads += [threading.Thread(target=client, args=(k,)) for k in range(args.clients)]
@@ -156,20 +198,25 @@ def main() -> int:
         except AssertionError:
             recovered = False
         after = psutil.Process(proc.pid).memory_info().rss // MIB
+        hwm = _high_water_mark(proc.pid)
         proc.terminate()
         proc.wait(60)
+        summary = _graph_summary(work)
     soft = limit - spike
     print(f"resting RSS                 {resting} MiB")
     print(f"limits (soft / hard)        {soft} / {limit} MiB")
     print(
         f"peak RSS during the flood   {peak[0] / MIB:.1f} MiB ({peak[0] / MIB / limit:.1%} of hard)"
     )
+    print(f"peak RSS (kernel VmHWM)     {hwm / MIB:.1f} MiB ({hwm / MIB / limit:.1%} of hard)")
     print(f"requests accepted           {counts['accepted']} ({counts['accepted'] * 1000} spans)")
     print(f"requests refused (429)      {counts['refused']}")
     print(f"other answers               {counts['other']}")
     print(f"flood seconds               {elapsed:.0f} with {args.clients} clients")
     print(f"accepted after the flood    {bool(recovered)} (RSS then {after} MiB)")
-    return 0 if peak[0] <= limit * MIB and recovered and not counts["other"] else 1
+    print(f"graph nodes / observations  {summary.get('nodes')} / {summary.get('observations')}")
+    print(f"graph summary.bounded       {summary.get('bounded')}")
+    return 0 if max(peak[0], hwm) <= limit * MIB and recovered and not counts["other"] else 1
 
 
 if __name__ == "__main__":

@@ -114,6 +114,19 @@ class GraphAccumulator:
         """Number of edges."""
         return len(self._store.e_src)
 
+    def growth(self, observation: Observation) -> tuple[int, int]:
+        """The nodes and edges applying ``observation`` would add, ``(0..2, 0..1)``; the
+        ``graph`` exporter's bounds ask before they apply (``docs/exporters.md``)."""
+        index = self._store.node_index
+        sid = observation.subject.id
+        ob = observation.object
+        new_subject = sid not in index
+        if ob is None:
+            return int(new_subject), 0
+        if not new_subject and (sid, observation.relation, ob.id) in self._store.edge_index:
+            return 0, 0  # an edge implies both its end nodes
+        return int(new_subject) + int(ob.id != sid and ob.id not in index), 1
+
     def apply(self, observation: Observation) -> None:
         """Apply one observation."""
         self.apply_many((observation,))

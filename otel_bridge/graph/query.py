@@ -103,6 +103,8 @@ def filter_graph(graph: Graph, flt: GraphFilter) -> Graph:
     edge_dicts = [e.to_dict() for e in edges]
     observations = int(graph.summary.get("observations", 0))
     summary = summarize(node_dicts, edge_dicts, coverage, by_channel, observations)
+    if "bounded" in graph.summary:  # what the whole graph could not hold stays said
+        summary["bounded"] = dict(graph.summary["bounded"])
     return Graph(run=graph.run, nodes=nodes, edges=edges, summary=summary)
 
 

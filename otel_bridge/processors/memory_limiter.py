@@ -13,12 +13,12 @@ Two limits, either or both:
   has read and decoded but not yet handed on is not gated: the hard limit can be passed by at
   most what the receivers hold in flight (threads times request size).
 * **Retained state** (``retained_after``): memory can stay over the soft limit with nothing in
-  flight because the pipeline *keeps* it (the graph exporter's graph, bounded by its own
-  settings), not because of data in flight; refusing would then last forever. When usage has
-  stayed over the soft limit for ``retained_after`` seconds, the limiter admits data again one
-  batch at a time (nothing else in flight), each after a fresh reading below the hard limit;
-  only the hard limit refuses. It is reported once, and leaves this mode when usage falls below
-  the soft limit.
+  flight because the pipeline *keeps* it (the graph exporter's graph, bounded by its
+  ``bounds``, ``docs/exporters.md``), not because of data in flight; refusing would then last
+  forever. When usage has stayed over the soft limit for ``retained_after`` seconds, the
+  limiter admits data again one batch at a time (nothing else in flight), each after a fresh
+  reading below the hard limit; only the hard limit refuses. It is reported once, and leaves
+  this mode when usage falls below the soft limit.
 * **Records in flight** (``limit_records``): the number of records currently being handled
   downstream of this processor, across every receiver thread. A batch that would push it past
   the limit is refused (a batch larger than the limit alone still passes when nothing else is

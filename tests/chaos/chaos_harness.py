@@ -14,6 +14,13 @@ A is SIGKILLed a random time after each start; after the last round A is started
 B is started, and the harness waits until B holds every acknowledged span, then stops A with
 SIGTERM. A span is *lost* from a destination when it was acknowledged and is not there:
 A's JSON-lines file, B's file (through A's write-ahead queue), A's graph.json.
+
+``config`` picks collector A's configuration: ``"harness"`` (the one above), or a bundled one
+run as shipped, its paths and ports set through the variables it reads: ``"local"``
+(``configs/local.yaml``: graph with its journal, JSON-lines records, the standing host
+receiver; no OTLP exporter, so no B) or ``"phoenix"`` (``configs/phoenix.yaml``: its
+``otlphttp`` exporter with the persistent queue towards B over OTLP/HTTP, in place of
+Phoenix; its only destination). Destinations a configuration does not have are not checked.
 """
 
 from __future__ import annotations
@@ -28,6 +35,7 @@ import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Literal
 
 from waiting import Stderr, poll
 
@@ -36,6 +44,14 @@ from otel_bridge.exporters.file.codec import decode_line
 from otel_bridge.graph import load
 
 SERVICE = "chaos"
+ROOT = Path(__file__).resolve().parent.parent.parent
+Scenario = Literal["harness", "local", "phoenix"]
+DESTINATIONS: dict[Scenario, frozenset[str]] = {
+    "harness": frozenset({"file", "downstream", "graph"}),
+    "local": frozenset({"file", "graph"}),
+    "phoenix": frozenset({"downstream"}),
+}
+"""The destinations each configuration of collector A has (and the harness checks)."""
 
 COLLECTOR_A = """
 receivers:
@@ -87,6 +103,22 @@ service:
       receivers: [otlp]
       exporters: [file]
 """
+COLLECTOR_B_HTTP = COLLECTOR_B.replace("grpc:", "http:")
+"""B receiving OTLP/HTTP (protobuf), as Phoenix does."""
+
+
+def bundled_env(scenario: Scenario, work: Path, a_port: int, b_port: int) -> dict[str, str]:
+    """The variables that point a bundled config's ports and files into ``work/a``."""
+    a = work / "a"
+    return {
+        "OTEL_BRIDGE_OTLP_GRPC_ENDPOINT": f"127.0.0.1:{a_port}",
+        "OTEL_BRIDGE_OTLP_HTTP_ENDPOINT": f"127.0.0.1:{free_port()}",
+        "OTEL_BRIDGE_GRAPH": str(a / "graph.json"),
+        "OTEL_BRIDGE_GRAPH_JOURNAL": str(a / "graph.journal"),
+        "OTEL_BRIDGE_RECORDS": str(a / "spans.jsonl"),
+        "OTEL_BRIDGE_QUEUE_DIR": str(a / "queue"),
+        "PHOENIX_COLLECTOR_ENDPOINT": f"http://127.0.0.1:{b_port}",
+    }
 
 
 @dataclass(slots=True)
@@ -107,6 +139,8 @@ class ChaosResult:
     torn_lines: int = 0
     """Lines of the JSON-lines files cut short by a kill (not acknowledged data)."""
     seconds: float = 0.0
+    checked: frozenset[str] = frozenset()
+    """The destinations this configuration has (``file``, ``downstream``, ``graph``)."""
 
 
 def free_port() -> int:
@@ -242,14 +276,21 @@ def run_chaos(
     up: tuple[float, float] = (0.3, 1.5),
     pace: float = 0.005,
     journal: bool = True,
+    config: Scenario = "harness",
 ) -> ChaosResult:
     """Run the scenario of the module docstring in ``work``; the counts (see ChaosResult)."""
     rng = random.Random(seed)
     started = time.monotonic()
     env = {"A_PORT": str(free_port()), "B_PORT": str(free_port()), "WORK": str(work)}
-    config = COLLECTOR_A if journal else COLLECTOR_A.replace("    journal:", "    # journal:")
-    (work / "a.yaml").write_text(config)
-    (work / "b.yaml").write_text(COLLECTOR_B)
+    if config == "harness":
+        text = COLLECTOR_A if journal else COLLECTOR_A.replace("    journal:", "    # journal:")
+    else:
+        text = (ROOT / "configs" / f"{config}.yaml").read_text()
+        env.update(bundled_env(config, work, int(env["A_PORT"]), int(env["B_PORT"])))
+        (work / "a").mkdir(mode=0o700, exist_ok=True)
+    has_b = "downstream" in DESTINATIONS[config]
+    (work / "a.yaml").write_text(text)
+    (work / "b.yaml").write_text(COLLECTOR_B_HTTP if config == "phoenix" else COLLECTOR_B)
     a = Collector(work / "a.yaml", env)
     b = Collector(work / "b.yaml", env)
     client = Client(int(env["A_PORT"]), pace)
@@ -258,7 +299,7 @@ def run_chaos(
         client.start()
         for _ in range(kills):
             a.start()
-            if rng.random() < 0.5:
+            if has_b and rng.random() < 0.5:
                 if b.running:
                     b.stop()
                 else:
@@ -270,33 +311,37 @@ def run_chaos(
             result.kills += 1
         a.start()
         client.stop()
-        if not b.running:
-            b.start()
-            result.downstream_restarts += 1
-        acked = set(client.acked)
-        poll(lambda: set(read_names(work / "b" / "spans.jsonl")[0]), acked.issubset, 120)
+        if has_b:
+            if not b.running:
+                b.start()
+                result.downstream_restarts += 1
+            acked = set(client.acked)
+            poll(lambda: set(read_names(work / "b" / "spans.jsonl")[0]), acked.issubset, 120)
         a.stop()
     finally:
         client.stop()
         a.stop(signal.SIGKILL)
         b.stop()
-    return _tally(work, client, result, started)
+    return _tally(work, client, result, started, DESTINATIONS[config])
 
 
-def _tally(work: Path, client: Client, result: ChaosResult, started: float) -> ChaosResult:
+def _tally(
+    work: Path, client: Client, result: ChaosResult, started: float, checked: frozenset[str]
+) -> ChaosResult:
     acked = set(client.acked)
-    in_file, torn_a = read_names(work / "a" / "spans.jsonl")
+    in_file, torn_a = read_names(work / "a" / "spans.jsonl") if "file" in checked else ([], 0)
     downstream, torn_b = read_names(work / "b" / "spans.jsonl")
-    in_graph = graph_names(work / "a" / "graph.json")
+    in_graph = graph_names(work / "a" / "graph.json") if "graph" in checked else set()
+    result.checked = checked
     result.sent = client.sent
     result.acknowledged = len(acked)
     result.in_file = len(acked & set(in_file))
     result.downstream = len(acked & set(downstream))
     result.downstream_duplicates = len(downstream) - len(set(downstream))
     result.in_graph = len(acked & in_graph)
-    result.lost_file = sorted(acked - set(in_file))
-    result.lost_downstream = sorted(acked - set(downstream))
-    result.lost_graph = sorted(acked - in_graph)
+    result.lost_file = sorted(acked - set(in_file)) if "file" in checked else []
+    result.lost_downstream = sorted(acked - set(downstream)) if "downstream" in checked else []
+    result.lost_graph = sorted(acked - in_graph) if "graph" in checked else []
     result.torn_lines = torn_a + torn_b
     result.seconds = time.monotonic() - started
     return result

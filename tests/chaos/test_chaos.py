@@ -24,3 +24,15 @@ def test_kill_9_at_random_moments_loses_no_acknowledged_span(tmp_path: Path) -> 
     assert result.lost_file == []
     assert result.lost_downstream == []
     assert result.lost_graph == []
+
+
+@pytest.mark.slow
+def test_kill_9_on_the_bundled_local_config_loses_no_acknowledged_record(tmp_path: Path) -> None:
+    """Issue 13's JSON-lines loss at low rates, on ``configs/local.yaml`` as shipped: after two
+    SIGKILLs and restarts, every acknowledged span is in its records file and its graph.json."""
+    result = run_chaos(tmp_path, kills=2, seed=13, config="local")
+    assert result.kills == 2
+    assert result.checked == {"file", "graph"}
+    assert result.acknowledged > 0
+    assert result.lost_file == []
+    assert result.lost_graph == []

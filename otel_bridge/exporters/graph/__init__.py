@@ -17,6 +17,10 @@ the journal is replayed at start, so the graph survives kill -9 (:mod:`.journal`
       graph:
         output: graph.json
         journal: {path: graph.journal, max_bytes: 268435456, fsync: false}
+
+With ``bounds.max_nodes``/``bounds.max_edges`` set, the graph stops growing there and the
+observations that would grow it are spilled to a file, counted and said in ``graph.json``'s
+``summary.bounded`` (:mod:`.bounds`), so the graph cannot outgrow the memory limiter's limit.
 """
 
 from __future__ import annotations
@@ -44,9 +48,10 @@ from otel_bridge.graph import GraphAccumulator, encode
 from otel_bridge.graph.document import write_atomic
 from otel_bridge.model import Batch, CoverageRecord, Observation
 
+from .bounds import Bounds, BoundsConfig
 from .journal import Journal, JournalError
 
-__all__ = ["GraphExporter", "GraphExporterConfig", "JournalConfig", "factory"]
+__all__ = ["BoundsConfig", "GraphExporter", "GraphExporterConfig", "JournalConfig", "factory"]
 
 _log = logging.getLogger("otel_bridge.exporters.graph")
 
@@ -60,6 +65,8 @@ COUNTERS: tuple[CounterSpec, ...] = (
     CounterSpec("journal_torn_bytes", "bytes of a torn journal tail cut off at start", "By"),
     CounterSpec("journal_skipped", "journaled observations the graph refused at replay"),
     CounterSpec("journal_skipped_frames", "intact journal frames that could not be decoded"),
+    CounterSpec("spilled", "observations over the graph's bounds written to the spill file"),
+    CounterSpec("bound_dropped", "observations over the graph's bounds not spilled"),
 )
 """The counters of the ``graph`` exporter."""
 _ALL = (*COUNTERS, *STANDARD_COUNTERS[EXPORTER])
@@ -95,6 +102,8 @@ class GraphExporterConfig:
     """Run metadata copied into graph.json's ``run`` object."""
     journal: JournalConfig = field(default_factory=JournalConfig)
     """The append-only journal that lets the graph survive kill -9."""
+    bounds: BoundsConfig = field(default_factory=BoundsConfig)
+    """Most nodes and edges the graph holds; what would grow it further is spilled."""
 
     def validate(self) -> list[str]:
         """Problems with this configuration, relative to the component."""
@@ -109,6 +118,7 @@ class GraphExporterConfig:
             problems.append("occurrence_window: must be at least 2")
         if self.journal.max_bytes < 1024:
             problems.append("journal.max_bytes: must be at least 1024")
+        problems.extend(self.bounds.validate())
         return problems
 
 
@@ -134,6 +144,9 @@ class GraphExporter:
         self._stopped = False
         self.path = Path(config.output)
         self.journal: Journal | None = None
+        self.bounds: Bounds | None = (
+            Bounds(config.bounds, self.accumulator) if config.bounds.enabled else None
+        )
 
     def start(self, host: Host) -> None:
         """Resolve the output path and start the periodic flush thread."""
@@ -142,6 +155,12 @@ class GraphExporter:
             self._telemetry.scope if self._telemetry else CounterScope.of(EXPORTER, self._id, _ALL)
         )
         self.path = _resolve(self.config.output, host)
+        if self.bounds is not None:
+            spill = self.config.bounds.spill
+            try:
+                self.bounds.open(_resolve(spill, host) if spill else None)
+            except JournalError as exc:
+                raise StartupError(f"{self._id}: bounds.spill: {exc}") from exc
         if self.config.journal.path:
             self._open_journal(host)
         elif os.path.isfile(self.path) and os.path.getsize(self.path):
@@ -195,7 +214,7 @@ class GraphExporter:
     ) -> None:
         """Replay one journaled batch; one the graph cannot take is skipped, never a crash loop."""
         try:
-            self.accumulator.apply_many(observations)
+            self._apply_bounded(observations)
             self.accumulator.apply_coverage(coverage)
         except Exception as exc:  # the same batch failed when it first arrived
             self._count("journal_skipped", len(observations))
@@ -234,22 +253,56 @@ class GraphExporter:
             return
         with self._lock:
             self._journal(batch)
-            self.accumulator.apply_many(batch.observations)
+            over = self._apply_bounded(batch.observations)
             self.accumulator.apply_coverage(batch.coverage)
             self._dirty = True
         if self._telemetry is not None:
-            self._telemetry.count("observations", len(batch.observations))
+            self._telemetry.count("observations", len(batch.observations) - over)
+
+    def _apply_bounded(self, observations: tuple[Observation, ...]) -> int:
+        """Apply within the bounds (caller holds ``_lock``); count and say what went over."""
+        bounds = self.bounds
+        if bounds is None:
+            self.accumulator.apply_many(observations)
+            return 0
+        spilled, dropped = bounds.spilled, bounds.dropped
+        over = bounds.apply(observations)
+        if not over:
+            return 0
+        self._count("spilled", bounds.spilled - spilled)
+        self._count("bound_dropped", bounds.dropped - dropped)
+        cfg = self.config.bounds
+        self._warn(
+            "bounded",
+            f"the graph reached its bounds (max_nodes {cfg.max_nodes}, max_edges "
+            f"{cfg.max_edges}): observations that would grow it go to the spill file "
+            f"{bounds.spill_path} (counted in graph.json's summary.bounded)",
+        )
+        if bounds.dropped > dropped:
+            self._warn(
+                "bound_dropped",
+                f"{bounds.problem}: observations over the bounds are counted in graph.json's "
+                "summary.bounded.dropped but kept nowhere by this exporter",
+            )
+        return over
 
     def snapshot(self) -> dict[str, Any]:
         """The current graph document."""
         with self._lock:
-            return self.accumulator.to_dict()
+            return self._document()
+
+    def _document(self) -> dict[str, Any]:
+        """The graph document, with ``summary.bounded`` when bounded (caller holds ``_lock``)."""
+        doc = self.accumulator.to_dict()
+        if self.bounds is not None:
+            doc["summary"]["bounded"] = self.bounds.summary()
+        return doc
 
     def flush(self) -> None:
         """Write graph.json now (atomically, mode 0600)."""
         with self._write_lock:
             with self._lock:
-                doc = self.accumulator.to_dict()
+                doc = self._document()
                 self._dirty = False
             write_atomic(self.path, encode(doc))
 
@@ -285,6 +338,8 @@ class GraphExporter:
             self._report(exc)
         if self.journal is not None:
             self.journal.close()
+        if self.bounds is not None:
+            self.bounds.close()
 
 
 def _resolve(name: str, host: Host) -> Path:

@@ -118,6 +118,23 @@ class Journal:
 
     def open(self, apply: Apply) -> Replay:
         """Open (creating) and lock the journal, replay its frames into ``apply`` in order."""
+        return self._open(lambda: self._replay(apply))
+
+    def open_empty(self) -> None:
+        """Open (creating) and lock the file like :meth:`open`, and empty it without reading
+        it (a spill file holds what the current graph does not, so each start begins a new
+        one); a file that is not empty and not a journal is refused, as by :meth:`open`."""
+        self._open(self._empty)
+
+    def _empty(self) -> Replay:
+        if not MAGIC.startswith(os.pread(self._fd, len(MAGIC), 0)):  # empty, torn or ours
+            raise JournalError(f"{self.path} is not a graph journal (header mismatch)")
+        os.ftruncate(self._fd, 0)
+        os.write(self._fd, MAGIC)
+        self._size = len(MAGIC)
+        return Replay(bytes=self._size)
+
+    def _open(self, then: Callable[[], Replay]) -> Replay:
         try:
             make_private_dirs(os.path.dirname(os.path.abspath(self.path)))
             self._fd = os.open(self.path, _FLAGS, 0o600)
@@ -131,7 +148,7 @@ class Journal:
                     f"graph journal {self.path} is in use by another process"
                 ) from None
             os.fchmod(self._fd, 0o600)
-            return self._replay(apply)
+            return then()
         except (JournalError, OSError) as exc:
             self.close()
             if isinstance(exc, JournalError):
@@ -206,3 +223,25 @@ class Journal:
             if self._fd >= 0:
                 os.close(self._fd)
                 self._fd = -1
+
+
+def read_frames(
+    path: str,
+) -> list[tuple[tuple[Observation, ...], tuple[CoverageRecord, ...]]]:
+    """The batches of the journal (or spill file) at ``path``, in order, without locking or
+    changing it: the intact frames up to the first torn one; DecodeError if it is not one."""
+    with open(path, "rb") as f:
+        data = f.read()
+    if not data.startswith(MAGIC):
+        raise DecodeError(f"{path} is not a graph journal (header mismatch)")
+    out = []
+    pos = len(MAGIC)
+    while pos + _FRAME.size <= len(data):
+        length, crc = _FRAME.unpack_from(data, pos)
+        end = pos + _FRAME.size + length
+        payload = data[pos + _FRAME.size : end]
+        if end > len(data) or zlib.crc32(payload) != crc:
+            break
+        out.append(decode_payload(payload))
+        pos = end
+    return out

@@ -38,6 +38,11 @@ class Upstream:
     port: int
 
 
+def listen(host: str = "127.0.0.1") -> socket.socket:
+    """A listening TCP socket on ``host`` and a port the kernel chooses."""
+    return socket.create_server((host, 0), backlog=socket.SOMAXCONN)
+
+
 def is_http2(head: bytes) -> bool:
     """Whether the first bytes of a connection are (the start of) the HTTP/2 client preface."""
     return len(head) >= _SNIFF_BYTES and H2_PREFACE.startswith(head[:_SNIFF_BYTES])
@@ -47,13 +52,23 @@ class ProtocolMux:
     """A loopback listener relaying each connection to the gRPC or the HTTP upstream."""
 
     def __init__(
-        self, *, grpc: Upstream | None, http: Upstream | None, host: str = "127.0.0.1"
+        self,
+        *,
+        grpc: Upstream | None,
+        http: Upstream | None,
+        host: str = "127.0.0.1",
+        listener: socket.socket | None = None,
     ) -> None:
+        """``listener``: a socket bound and listening before the servers existed (``observe``
+        binds it before its command runs: the kernel's backlog holds an early client's
+        connection until the mux accepts it here). Closed when the mux stops."""
         if grpc is None and http is None:
+            if listener is not None:
+                listener.close()
             raise ValueError("mux: no upstream")
         self._upstreams = {"grpc": grpc, "http": http}
-        self._listener = socket.create_server((host, 0))
-        self.host = host
+        self._listener = listener if listener is not None else listen(host)
+        self.host = self._listener.getsockname()[0]
         self.port: int = self._listener.getsockname()[1]
         self.connections = {"grpc": 0, "http": 0, "unroutable": 0}
         """Connections accepted, per protocol they were relayed to."""

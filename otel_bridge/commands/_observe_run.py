@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import functools
 import os
 import secrets
 import shlex
@@ -50,7 +51,7 @@ from otel_bridge.config import (
 )
 from otel_bridge.identity import host_id
 from otel_bridge.model import Batch, Resource, Scope, Span, SpanKind, Status, StatusCode
-from otel_bridge.otlp.mux import ProtocolMux, Upstream
+from otel_bridge.otlp.mux import GrpcOnDemand, GrpcUpstream, ProtocolMux, Upstream
 from otel_bridge.pipeline import Collector
 from otel_bridge.redaction import redact_argv
 
@@ -342,17 +343,37 @@ def _upstream(endpoint: Endpoint | None) -> Upstream | None:
 
 
 def start_mux(
-    collector: Collector, receiver_id: str, listener: socket.socket | None = None
+    collector: Collector,
+    receiver_id: str,
+    listener: socket.socket | None = None,
+    on_demand: GrpcOnDemand | None = None,
 ) -> ProtocolMux | None:
     """One loopback port in front of the receiver's gRPC and HTTP servers (None: neither);
-    ``listener``: the socket bound before the command ran (armed), else a new one."""
+    ``listener``: the socket bound before the command ran (armed), else a new one;
+    ``on_demand``: the receiver, when its gRPC server was deferred (started by the mux at the
+    first HTTP/2 connection)."""
     status = collector.status(receiver_id)
-    grpc, http = _upstream(status.endpoint("grpc")), _upstream(status.endpoint("http"))
+    grpc: GrpcUpstream = _upstream(status.endpoint("grpc"))
+    http = _upstream(status.endpoint("http"))
+    if grpc is None and on_demand is not None:
+        if http is None:  # gRPC only: nothing to defer for
+            grpc = _started_grpc(on_demand)
+        else:
+            grpc = functools.partial(_started_grpc, on_demand)
     if grpc is None and http is None:
         if listener is not None:
             listener.close()
         return None
     return ProtocolMux(grpc=grpc, http=http, listener=listener)
+
+
+def _started_grpc(receiver: GrpcOnDemand) -> Upstream | None:
+    """Start the receiver's deferred gRPC server; where the mux relays to."""
+    bound = receiver.start_grpc()
+    if bound is None:
+        return None
+    host = "127.0.0.1" if bound[0] in _WILDCARD_HOSTS else bound[0]
+    return Upstream(host=host, port=bound[1])
 
 
 def _otlp_target(
@@ -366,7 +387,10 @@ def _otlp_target(
     """
     status = collector.status(receiver_id)
     http, grpc = status.endpoint("http"), status.endpoint("grpc")
-    served = ({"http/protobuf", "http/json"} if http else set()) | ({"grpc"} if grpc else set())
+    grpc_served = grpc is not None or (mux is not None and mux.serves("grpc"))
+    served = ({"http/protobuf", "http/json"} if http else set()) | (
+        {"grpc"} if grpc_served else set()
+    )
     protocol = wanted if wanted in served else "http/protobuf" if http else "grpc"
     if mux is not None:
         return mux.url, protocol
@@ -489,13 +513,17 @@ def _start(state: _Run, early: Early) -> None:
         )
     listener, early.listener = early.listener, None
     early.close_armed()
+    otlp = collector.component(state.wiring.otlp)
+    on_demand = otlp if isinstance(otlp, GrpcOnDemand) else None
+    if on_demand is not None:
+        on_demand.defer_grpc()  # gRPC is imported only for a command that uses it
     try:
         collector.start()
     except BaseException:
         if listener is not None:
             listener.close()
         raise
-    state.mux = start_mux(collector, state.wiring.otlp, listener)
+    state.mux = start_mux(collector, state.wiring.otlp, listener, on_demand)
 
 
 def observe(args: argparse.Namespace, command: list[str], early: Early | None) -> int:

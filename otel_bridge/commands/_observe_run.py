@@ -14,6 +14,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import functools
+import importlib
 import os
 import secrets
 import shlex
@@ -558,6 +559,7 @@ def observe(args: argparse.Namespace, command: list[str], early: Early | None) -
             )
         for s in previous:
             signal.signal(s, forward)
+        _preload_end_of_run(review=not getattr(args, "no_review", False))
         if not workload.released:
             workload.release(*_otlp_target(collector, state.wiring.otlp, state.mux, early.wanted))
         progress.start()
@@ -581,6 +583,25 @@ def observe(args: argparse.Namespace, command: list[str], early: Early | None) -
     if live is not None:
         live.finish(summary)
     return code
+
+
+_END_OF_RUN = ("otel_bridge.report", "otel_bridge.commands._observe_report")
+_REVIEW = "otel_bridge.review.hook"
+
+
+def _preload_end_of_run(*, review: bool) -> None:
+    """Import what the end of the run needs (report, review) in the background while CMD runs,
+    so CMD's exit is not followed by those imports (an import already under way in this thread
+    is simply waited for by the end of the run)."""
+
+    def load() -> None:
+        for name in (*_END_OF_RUN, *((_REVIEW,) if review else ())):
+            try:
+                importlib.import_module(name)
+            except ImportError:  # the end of the run reports it where it imports it
+                return
+
+    threading.Thread(target=load, name="observe-preload", daemon=True).start()
 
 
 def _root_span_of(state: _Run, early: Early, code: int) -> Span:

@@ -46,7 +46,9 @@ PROC_CN_MCAST_LISTEN = 1
 NLMSG_DONE = 3
 _NLMSGHDR = struct.Struct("=IHHII")
 _CN_MSG = struct.Struct("=IIIIHH")
-RCVBUF = 8 * 1024 * 1024
+RCVBUF = 32 * 1024 * 1024
+"""The process connector socket's receive buffer: it queues every process event of the machine
+(about 1 KiB each with its overhead) while an armed backlog waits to be read."""
 _PIPE_BYTES = 1 << 20
 _F_SETPIPE_SZ = 1031
 

@@ -111,3 +111,62 @@ def test_a_command_that_starts_before_the_collector_is_built_loses_nothing(
     assert otlp["spans_received"] == 3
     assert otlp["connections"]["grpc"] >= 1
     assert otlp["connections"]["http"] >= 2
+
+
+FRONT_IMPORTS = """
+import json, sys
+import otel_bridge.arming, otel_bridge.cli, otel_bridge.commands.observe, otel_bridge.otlp.mux
+print(json.dumps(sorted(sys.modules)))
+"""
+
+NOT_IN_THE_FRONT = (
+    "msgspec",
+    "yaml",
+    "grpc",
+    "google.protobuf",
+    "otel_bridge.model",
+    "otel_bridge.config",
+    "otel_bridge.component",
+    "otel_bridge.pipeline",
+    "otel_bridge.commands._observe_run",
+    "otel_bridge.receivers",
+)
+
+
+def test_what_runs_before_the_command_imports_no_collector_module() -> None:
+    """The armed path (the CLI, observe's front, arming, the mux's listener) imports the standard
+    library and a few small modules only: the collector is imported while the command runs."""
+    done = subprocess.run(
+        [sys.executable, "-c", FRONT_IMPORTS], capture_output=True, text=True, check=True
+    )
+    loaded = set(json.loads(done.stdout))
+    assert not loaded & set(NOT_IN_THE_FRONT), sorted(loaded & set(NOT_IN_THE_FRONT))
+
+
+RUN_IMPORTS = """
+import json, sys
+from otel_bridge.cli import main
+code = main(["observe", "--no-progress", "--no-forward", "--no-review", "-o", sys.argv[1], "--",
+             "true"])
+print(json.dumps(sorted(sys.modules)))
+sys.exit(code)
+"""
+
+
+def test_grpc_is_started_only_for_a_command_that_speaks_it(tmp_path: Path) -> None:
+    """A command that sends nothing over gRPC costs no gRPC runtime: the receiver's gRPC server
+    starts at the mux's first HTTP/2 connection (test_a_command_that_starts... covers that
+    one)."""
+    done = subprocess.run(
+        [sys.executable, "-c", RUN_IMPORTS, str(tmp_path / "run")],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    loaded = set(json.loads(done.stdout.splitlines()[-1]))
+    assert "grpc" not in loaded
+    summary = json.loads((tmp_path / "run" / rundir.SUMMARY).read_text())
+    assert summary["otlp"]["warnings"]  # and the run says the command sent nothing

@@ -446,6 +446,7 @@ _METADATA = struct.Struct("=IBBHQii")
 _FD_READ_BYTES = 8 * 1024
 """One read of the descriptor-reporting group (the kernel opens a descriptor per event)."""
 
+_READS_PER_WAKE = 64
 PreRead = tuple[int, int, int, str]
 """``(time ns, mask, pid, path)`` of one descriptor-group event read while armed; ``path`` is
 ``""`` for an event without a descriptor (a queue overflow)."""
@@ -480,8 +481,10 @@ class FanotifyPreReader:
                 return
 
     def _drain(self, fanotify_fd: int) -> None:
+        """Read what is queued, at most ``_READS_PER_WAKE`` reads (then the loop checks for
+        :meth:`take`: a steady stream of the machine's events cannot keep it here)."""
         dirents = fanotify_fd == self._groups.dir_fd
-        while True:
+        for _ in range(_READS_PER_WAKE):
             try:
                 data = os.read(fanotify_fd, 64 * 1024 if dirents else _FD_READ_BYTES)
             except OSError:

@@ -12,7 +12,6 @@ drains, and writes the run directory. It reads the components only through the p
 from __future__ import annotations
 
 import argparse
-import contextlib
 import functools
 import importlib
 import os
@@ -301,9 +300,11 @@ class Progress:
         )
 
     def _run(self) -> None:
-        while not self._stop.wait(0.25):
+        while True:  # drawn once at least: CMD may be done by the time the collector is up
             sys.stderr.write(f"\r\x1b[2Kotel-bridge: {self.line()}")
             sys.stderr.flush()
+            if self._stop.wait(0.25):
+                return
 
     def stop(self) -> None:
         """Stop and clear the line."""
@@ -539,16 +540,7 @@ def observe(args: argparse.Namespace, command: list[str], early: Early | None) -
     telemetry = collector.host.telemetry
     workload = early.workload
     progress = Progress(telemetry, not args.no_progress)
-    interrupted: list[int] = []
     live: LiveView | None = None
-    previous = {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM)}
-
-    def forward(signum: int, frame: object) -> None:
-        del frame
-        interrupted.append(signum)
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(workload.pid, signum)
-
     try:
         _start(state, early)
         if getattr(args, "view", False):  # a Namespace built without the option
@@ -557,8 +549,7 @@ def observe(args: argparse.Namespace, command: list[str], early: Early | None) -
             live = attach_view(
                 collector, "graph/run", str(state.run.path), open=sys.stderr.isatty()
             )
-        for s in previous:
-            signal.signal(s, forward)
+        early.forward_signals()
         _preload_end_of_run(review=not getattr(args, "no_review", False))
         if not workload.released:
             workload.release(*_otlp_target(collector, state.wiring.otlp, state.mux, early.wanted))
@@ -573,11 +564,10 @@ def observe(args: argparse.Namespace, command: list[str], early: Early | None) -
         _stop(state)
         raise
     finally:
-        for s, handler in previous.items():
-            signal.signal(s, handler)
+        early.restore_signals()
     early.guard.release()
     _stop(state)
-    signals = [signal.Signals(s).name for s in interrupted]
+    signals = [signal.Signals(s).name for s in early.interrupted]
     review = not getattr(args, "no_review", False)  # a Namespace built without the option
     summary = _finish(state, code, early.started_ns, signals, review=review)
     if live is not None:

@@ -31,7 +31,7 @@ import sys
 import tempfile
 import time
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
@@ -223,9 +223,34 @@ class Early:
     guard: rundir.WorkloadGuard
     armed: ArmedHost | None = None
     listener: socket.socket | None = None
+    interrupted: list[int] = field(default_factory=list)
+    """SIGINT/SIGTERM received (and passed on to CMD's process group), in order."""
+    _previous: dict[int, Any] = field(default_factory=dict)
+
+    def forward_signals(self) -> None:
+        """From now on SIGINT and SIGTERM go to CMD's process group (observe carries on, and
+        ends when CMD does). Before the gate opens. Safe twice."""
+        if self._previous:
+            return
+
+        def forward(signum: int, frame: object) -> None:
+            del frame
+            self.interrupted.append(signum)
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(self.workload.pid, signum)
+
+        for s in (signal.SIGINT, signal.SIGTERM):
+            self._previous[s] = signal.signal(s, forward)
+
+    def restore_signals(self) -> None:
+        """The handlers :meth:`forward_signals` replaced. Safe twice."""
+        for s, handler in self._previous.items():
+            signal.signal(s, handler)
+        self._previous.clear()
 
     def abandon(self) -> None:
         """The run cannot go on: terminate CMD's group and release what was armed."""
+        self.restore_signals()
         self.workload.terminate()
         self.guard.release()
         self.close_armed()
@@ -284,6 +309,7 @@ def _arm(early: Early) -> None:
         return
     early.listener = listen()
     host, port = early.listener.getsockname()[:2]
+    early.forward_signals()
     # the bundled OTLP receiver serves gRPC and HTTP behind the mux: the user's choice stands
     early.workload.release(f"http://{host}:{port}", early.wanted or "http/protobuf")
 

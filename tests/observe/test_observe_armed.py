@@ -18,7 +18,9 @@ from observe_support import observe_argv
 
 from otel_bridge import rundir
 from otel_bridge.exporters.file.codec import read_batch
+from otel_bridge.identity import start_ms_from_ticks
 from otel_bridge.model import Batch
+from otel_bridge.receivers.host.execreader import parse_fork, parse_line
 
 pytest.importorskip("opentelemetry.exporter.otlp.proto.grpc", reason="needs the gRPC exporter")
 pytest.importorskip("opentelemetry.exporter.otlp.proto.http", reason="needs the HTTP exporter")
@@ -170,3 +172,21 @@ def test_grpc_is_started_only_for_a_command_that_speaks_it(tmp_path: Path) -> No
     assert "grpc" not in loaded
     summary = json.loads((tmp_path / "run" / rundir.SUMMARY).read_text())
     assert summary["otlp"]["warnings"]  # and the run says the command sent nothing
+
+
+def test_helper_lines_carry_the_kernel_event_they_were_read_at() -> None:
+    """An exec line's seventh field and a fork line (``F pid ticks ppid event_ns``) key what the
+    helper read by the kernel event, so an event read late takes exactly that event's data."""
+    exec_line = b"42 100 %s %s %s  987654321\n" % (
+        b"/bin/cp".hex().encode(),
+        b"cp\0a\0".hex().encode(),
+        b"/w".hex().encode(),
+    )
+    parsed = parse_line(exec_line)
+    assert parsed is not None
+    assert parsed[0] == 42
+    assert parsed[2].argv == ["cp", "a"]
+    assert parsed[2].event_ns == 987654321
+    assert parse_fork(b"F 43 100 42 123456789\n") == (43, start_ms_from_ticks(100), 42, 123456789)
+    assert parse_fork(b"F 43 x 42 1\n") is None
+    assert parse_fork(exec_line) is None

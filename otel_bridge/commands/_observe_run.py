@@ -482,7 +482,8 @@ def _prepare(
         keep_runtime_reads=args.keep_runtime_reads,
     )
     config = parse_config(user, overlay=overlay, origin=args.config or "<observe>")
-    run.begin({"id": run_id})
+    if early is None:
+        run.begin({"id": run_id})
     collector = Collector(config)
     collector.host.run_dir = run.path
     state = _Run(run_id, run, command, wiring, collector, forward)

@@ -13,9 +13,10 @@ only then is the collector imported, built and started (:mod:`._observe_run`) on
 core, adopting the armed sources: what the kernel reported meanwhile is read from their queues
 in order, so nothing is lost or labelled late. This module therefore imports the standard
 library, :mod:`otel_bridge.rundir` and :mod:`otel_bridge.arming` only. Arming applies when the
-run's host receiver is the bundled one on the ``linux`` backend (no ``-c``; ``--backend`` unset,
-``auto`` or ``linux``; root). Otherwise, or when arming fails, the collector is built and started
-first and the gate opens after it (the order every backend supports).
+run's host receiver is the bundled one on the ``linux`` backend (no ``-c``, no ``--set``;
+``--backend`` unset, ``auto`` or ``linux``; root). Otherwise, or when arming fails, the
+collector is built and started first and the gate opens after it (the order every backend
+supports).
 """
 
 from __future__ import annotations
@@ -266,9 +267,11 @@ class Early:
 
 
 def armable(args: argparse.Namespace) -> bool:
-    """Whether this run's host receiver is the bundled one on the ``linux`` backend."""
+    """Whether this run's host receiver is the bundled one on the ``linux`` backend (no
+    ``-c`` file and no ``--set`` override could change it)."""
     return (
         not args.config
+        and not getattr(args, "set", None)
         and getattr(args, "backend", None) in _ARMABLE_BACKENDS
         and sys.platform == "linux"
         and os.geteuid() == 0
@@ -281,6 +284,7 @@ def start_early(args: argparse.Namespace, command: list[str]) -> Early:
     run_dir = rundir.RunDir.create(
         args.output or os.path.join("otel-bridge-runs", run_id), replace=args.replace
     )
+    run_dir.begin({"id": run_id})  # killed from now on, the directory says "incomplete"
     trace_id, span_id = secrets.token_bytes(16), secrets.token_bytes(8)
     env, wanted = workload_env(os.environ, run_id=run_id, trace_id=trace_id, span_id=span_id)
     started_ns = time.time_ns()

@@ -199,11 +199,16 @@ def run_once(mode: str, on: bool, iterations: int, backend: str, poll: float) ->
         shutil.rmtree(out_dir, ignore_errors=True)
 
 
-def fixed_once(observed: bool, backend: str) -> tuple[float, float, float]:
-    """One ``date +%s%N`` run: (start → first instruction, last instruction → exit, CPU s)."""
+def fixed_once(observed: bool, backend: str, hold: float = 0.0) -> tuple[float, float, float]:
+    """One ``date +%s%N`` run: (start → first instruction, last instruction → exit, CPU s).
+
+    ``hold`` > 0: the workload prints the clock, sleeps ``hold`` s, and prints it again (the
+    first and the last instruction), so work ``observe`` does while it runs is off both ends."""
     out_dir = tempfile.mkdtemp(prefix="ovh-fixed-")
     date = shutil.which("date") or "/bin/date"
     cmd = [date, "+%s%N"]
+    if hold > 0:
+        cmd = ["/bin/sh", "-c", f'{date} +%s%N; sleep "$1"; {date} +%s%N', "hold", str(hold)]
     if observed:
         cmd = [
             sys.executable,
@@ -228,23 +233,27 @@ def fixed_once(observed: bool, backend: str) -> tuple[float, float, float]:
     finally:
         shutil.rmtree(out_dir, ignore_errors=True)
     cpu = _cpu(resource.getrusage(resource.RUSAGE_CHILDREN)) - _cpu(kids0)
-    ran = int(proc.stdout.strip().splitlines()[-1])
-    return (ran - t0) / 1e9, (t1 - ran) / 1e9, cpu
+    lines = proc.stdout.strip().splitlines()
+    first, last = int(lines[0]), int(lines[-1])
+    return (first - t0) / 1e9, (t1 - last) / 1e9, cpu
 
 
-def fixed_main(runs: int, backend: str, rng: random.Random) -> None:
+def fixed_main(runs: int, backend: str, rng: random.Random, hold: float = 0.0) -> None:
     """Print observe's fixed cost: medians over ``runs`` paired runs in random order."""
     start, end, cpu = [], [], []
     for _ in range(runs):
         order = [False, True]
         rng.shuffle(order)
-        res = {observed: fixed_once(observed, backend) for observed in order}
+        res = {observed: fixed_once(observed, backend, hold) for observed in order}
         (s_on, e_on, c_on), (s_off, e_off, c_off) = res[True], res[False]
         start.append(s_on - s_off)
         end.append(e_on - e_off)
         cpu.append(c_on - c_off)
     med = statistics.median
-    print(f"fixed cost of observe ({runs} paired runs, baseline: the command run directly)")
+    what = f"a workload of {hold:g} s" if hold > 0 else "date +%s%N"
+    print(
+        f"fixed cost of observe ({runs} paired runs of {what}, baseline: the command run directly)"
+    )
     print(
         f"  start -> workload's first instruction  {med(start):.3f} s "
         f"(P25-P75 {quantile(start, 0.25):.3f}-{quantile(start, 0.75):.3f})"
@@ -259,15 +268,22 @@ def fixed_main(runs: int, backend: str, rng: random.Random) -> None:
 
 
 PHASES = (
-    ("commands.observe", "_prepare", "config + registry (imports the components it names)"),
+    (
+        "commands.observe",
+        "start_early",
+        "armed: host sources attached, OTLP port bound, gate opened",
+    ),
+    ("commands._observe_run", "_prepare", "config + registry (imports the components it names)"),
     ("pipeline", "Collector.start", "collector start (host backend, OTLP servers)"),
-    ("commands.observe", "start_mux", "protocol mux start"),
-    ("commands.observe", "Workload.release", "gate opened"),
+    ("commands._observe_run", "start_mux", "protocol mux start"),
+    ("commands.observe", "Workload.release", "gate opened (not armed)"),
     ("commands.observe", "Workload.exit_code", "workload runs"),
-    ("commands.observe", "drain", "drain (process group gone, mux idle)"),
+    ("commands._observe_run", "drain", "drain (process group gone, mux idle)"),
     ("pipeline", "Collector.shutdown", "collector shutdown (host drain, flushes)"),
-    ("commands.observe", "_finish", "summary, report.md, manifest"),
+    ("commands._observe_run", "_finish", "summary, report.md, manifest"),
 )
+"""Phases in order. A phase's module is patched once the phase before it returned (importing
+it then, as ``observe`` itself would next), so each import is counted in the phase that does it."""
 
 
 PHASE_CHILD = r"""
@@ -277,15 +293,28 @@ marks = [("python start (interpreter, site)", time.time_ns(), time.process_time(
 from otel_bridge import cli
 importlib.import_module("otel_bridge.commands.observe")
 marks.append(("cli + observe modules imported", time.time_ns(), time.process_time()))
-for module_name, attr, label in PHASES:
-    module = importlib.import_module("otel_bridge." + module_name)
-    owner_name, _, fn_name = attr.rpartition(".")
-    owner = getattr(module, owner_name) if owner_name else module
-    def timed(*a, _f=getattr(owner, fn_name), _label=label, **k):
-        result = _f(*a, **k)
-        marks.append((_label, time.time_ns(), time.process_time()))
-        return result
-    setattr(owner, fn_name, timed)
+pending = list(PHASES)
+
+def patch_ready():
+    for entry in list(pending):
+        module_name, attr, label = entry
+        name = "otel_bridge." + module_name
+        if name not in sys.modules and module_name != "commands.observe":
+            importlib.import_module(name)
+        pending.remove(entry)
+        module = sys.modules[name]
+        owner_name, _, fn_name = attr.rpartition(".")
+        owner = getattr(module, owner_name) if owner_name else module
+        def timed(*a, _f=getattr(owner, fn_name), _label=label, **k):
+            result = _f(*a, **k)
+            marks.append((_label, time.time_ns(), time.process_time()))
+            patch_ready()
+            return result
+        setattr(owner, fn_name, timed)
+        if module_name == "commands.observe" and entry == PHASES[0]:
+            return  # the body's modules are imported after the front armed
+
+patch_ready()
 cli.main(sys.argv[2:])
 previous = (spawned, 0.0)
 for label, wall, cpu in marks:
@@ -331,12 +360,15 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--poll-interval", type=float, default=20, help="portable interval, ms")
     parser.add_argument("--workloads", default="micro,medium,long")
     parser.add_argument("--seed", type=int, default=7)
+    parser.add_argument(
+        "--hold", type=float, default=0.0, help="fixed mode: the workload lasts this long (s)"
+    )
     args = parser.parse_args(argv)
     pairs = dict(zip(WORKLOADS, (int(x) for x in args.pairs.split(",")), strict=True))
     rng = random.Random(args.seed)
     print(f"backend={args.backend} mode={args.mode} poll={args.poll_interval:g}ms")
     if args.mode == "fixed":
-        fixed_main(args.runs, args.backend, rng)
+        fixed_main(args.runs, args.backend, rng, args.hold)
         return 0
     if args.mode == "phases":
         phases_main(args.runs, args.backend)

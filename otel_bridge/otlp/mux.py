@@ -21,7 +21,9 @@ import selectors
 import socket
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Protocol, runtime_checkable
 
 H2_PREFACE = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n"
 """The HTTP/2 client connection preface (RFC 9113, 3.4)."""
@@ -38,6 +40,27 @@ class Upstream:
     port: int
 
 
+@runtime_checkable
+class GrpcOnDemand(Protocol):
+    """A receiver whose gRPC server can start at the first gRPC connection instead of at start
+    (the OTLP receiver): the mux calls :meth:`start_grpc` when it sees an HTTP/2 preface."""
+
+    def defer_grpc(self) -> None:
+        """Do not start the gRPC server at start (before start)."""
+
+    def start_grpc(self) -> tuple[str, int] | None:
+        """Start it now if not running: its ``(host, port)``, None when it cannot."""
+
+
+GrpcUpstream = Upstream | Callable[[], Upstream | None] | None
+"""The gRPC upstream: where it listens, or a function starting it on first use (None: none)."""
+
+
+def listen(host: str = "127.0.0.1") -> socket.socket:
+    """A listening TCP socket on ``host`` and a port the kernel chooses."""
+    return socket.create_server((host, 0), backlog=socket.SOMAXCONN)
+
+
 def is_http2(head: bytes) -> bool:
     """Whether the first bytes of a connection are (the start of) the HTTP/2 client preface."""
     return len(head) >= _SNIFF_BYTES and H2_PREFACE.startswith(head[:_SNIFF_BYTES])
@@ -47,13 +70,26 @@ class ProtocolMux:
     """A loopback listener relaying each connection to the gRPC or the HTTP upstream."""
 
     def __init__(
-        self, *, grpc: Upstream | None, http: Upstream | None, host: str = "127.0.0.1"
+        self,
+        *,
+        grpc: GrpcUpstream,
+        http: Upstream | None,
+        host: str = "127.0.0.1",
+        listener: socket.socket | None = None,
     ) -> None:
+        """``listener``: a socket bound and listening before the servers existed (``observe``
+        binds it before its command runs: the kernel's backlog holds an early client's
+        connection until the mux accepts it here). Closed when the mux stops.
+        ``grpc`` may be a function starting the gRPC server: it is called (once) when the first
+        HTTP/2 connection arrives."""
         if grpc is None and http is None:
+            if listener is not None:
+                listener.close()
             raise ValueError("mux: no upstream")
-        self._upstreams = {"grpc": grpc, "http": http}
-        self._listener = socket.create_server((host, 0))
-        self.host = host
+        self._upstreams: dict[str, GrpcUpstream] = {"grpc": grpc, "http": http}
+        self._resolving = threading.Lock()
+        self._listener = listener if listener is not None else listen(host)
+        self.host = self._listener.getsockname()[0]
         self.port: int = self._listener.getsockname()[1]
         self.connections = {"grpc": 0, "http": 0, "unroutable": 0}
         """Connections accepted, per protocol they were relayed to."""
@@ -68,6 +104,11 @@ class ProtocolMux:
     def url(self) -> str:
         """The endpoint URL a client is given (``http://127.0.0.1:PORT``)."""
         return f"http://{self.host}:{self.port}"
+
+    def serves(self, name: str) -> bool:
+        """Whether connections of protocol ``name`` (``grpc``, ``http``) have an upstream (one
+        started on demand counts)."""
+        return self._upstreams.get(name) is not None
 
     @property
     def open_connections(self) -> int:
@@ -119,7 +160,7 @@ class ProtocolMux:
         upstream: socket.socket | None = None
         try:
             name = self._sniff(conn)
-            target = self._upstreams.get(name) if name else None
+            target = self._upstream(name) if name else None
             if target is None:
                 self._count("unroutable")
                 return
@@ -139,6 +180,14 @@ class ProtocolMux:
                         s.close()
                 self._open -= 1
                 self._cond.notify_all()
+
+    def _upstream(self, name: str) -> Upstream | None:
+        """Where ``name``'s connections go; starts an on-demand upstream on first use."""
+        with self._resolving:
+            target = self._upstreams.get(name)
+            if callable(target):
+                target = self._upstreams[name] = target()
+            return target
 
     def _sniff(self, conn: socket.socket) -> str | None:
         """``grpc`` or ``http`` from the first bytes (not consumed); None if the peer left."""

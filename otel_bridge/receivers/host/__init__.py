@@ -36,6 +36,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 
+from otel_bridge.arming import ArmedHost
 from otel_bridge.component import (
     RECEIVER,
     ComponentStatus,
@@ -108,6 +109,15 @@ class HostReceiver:
         self.auto_order: tuple[str, ...] = AUTO_ORDER
         """Backends ``auto`` tries, strongest first."""
         self._stopped = False
+        self._armed: ArmedHost | None = None
+
+    def set_armed(self, armed: ArmedHost) -> None:
+        """Adopt kernel sources attached before the collector was built (``observe`` arms them
+        for its gated command, :mod:`otel_bridge.arming`); the ``linux`` backend reads what they
+        queued meanwhile. Before :meth:`start`, with the same root pid."""
+        if self._runs or self._stopped:
+            raise RuntimeError("host receiver: armed sources must be set before start")
+        self._armed = armed
 
     def set_root_pid(self, pid: int) -> None:
         """Observe the lineage rooted at ``pid`` (before :meth:`start`)."""
@@ -160,12 +170,25 @@ class HostReceiver:
                 continue
             self._runs.append(run)
             needed = tuple(p for p in needed if p not in covered)
+        self._release_armed(telemetry)
         if not self._runs:
             raise StartupError(
                 f"{self._settings.id}: no host backend can run: {'; '.join(skipped)}"
             )
         self._settle(needed, skipped, telemetry)
         self._start_following(host)
+
+    def _release_armed(self, telemetry: Telemetry) -> None:
+        """Close armed sources no backend adopted; say the lineage was not observed meanwhile."""
+        armed, self._armed = self._armed, None
+        if armed is None:
+            return
+        armed.close()
+        telemetry.note(
+            "host.armed",
+            "the kernel sources armed before the collector was built were not used (the linux "
+            "backend did not start): what the command did before its backend started is unknown",
+        )
 
     def _try(
         self,
@@ -202,6 +225,12 @@ class HostReceiver:
             emitter.watch = ctx.capture.note
         try:
             backend = create_backend(name, config)
+            if name == "linux" and self._armed is not None:
+                from otel_bridge.receivers.host.linux import LinuxBackend  # noqa: PLC0415
+
+                if isinstance(backend, LinuxBackend):
+                    backend.adopt(self._armed)
+                    self._armed = None  # its start adopts what it uses and closes the rest
             emitter.start()
             backend.start(ctx)
         except (BackendUnavailableError, OSError) as exc:
@@ -285,6 +314,9 @@ class HostReceiver:
             unsubscribe, self._unsubscribe = self._unsubscribe, None
             runs = [] if self._stopped else self._runs  # kept: status() after shutdown
             self._stopped = True
+            armed, self._armed = self._armed, None
+        if armed is not None:  # shut down before start
+            armed.close()
         if unsubscribe is not None:
             unsubscribe()
         if self._follower is not None:

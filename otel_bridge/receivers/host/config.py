@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from otel_bridge.arming import DEFAULT_FANOTIFY_EVENTS, DEFAULT_FANOTIFY_PATHS
 from otel_bridge.receivers.host.capture import CaptureConfig
 from otel_bridge.receivers.host.selectors import selector_problems
 
@@ -28,11 +29,11 @@ FANOTIFY_EVENTS: tuple[str, ...] = (
 
 
 def _default_fanotify_events() -> list[str]:
-    return ["open", "close_write", "create", "delete", "rename"]
+    return list(DEFAULT_FANOTIFY_EVENTS)  # what observe arms before the collector is built
 
 
 def _default_fanotify_paths() -> list[str]:
-    return ["/"]
+    return list(DEFAULT_FANOTIFY_PATHS)
 
 
 @dataclass(slots=True)

@@ -166,16 +166,19 @@ class HostContext:
         """Send one record downstream."""
         self.events.emitter.emit(record)
 
-    def snapshot_lineage(self) -> list[int]:
-        """Adopt the root and its running descendants; returns their pids.
+    def snapshot_lineage(self, *, descendants: bool = True, at: int = 0) -> list[int]:
+        """Adopt the root and (unless not ``descendants``) its running descendants; their pids.
 
         An event-driven backend sees only what happens after it attaches, so what already runs
-        is read from /proc once and reported as sampled ``process.start`` events.
+        is read from /proc once and reported as sampled ``process.start`` events. A backend
+        whose sources were attached before the root ran anything (armed) snapshots the root
+        only: its descendants' forks are in its event queue. ``at``: the records' time (ns; 0:
+        now), for an armed backend the moment its sources were attached.
         """
         root = self.lineage.root
         if not root:
             return []  # a standing collector: processes are adopted as they are learned
-        return self._identify([root, *descendants_of(root)])
+        return self._identify([root, *descendants_of(root)] if descendants else [root], at=at)
 
     def adopt(self, root: int, *, track: bool = True) -> list[int]:
         """Adopt ``root`` and its running descendants (sampled ``process.start``); their pids.
@@ -188,10 +191,10 @@ class HostContext:
         pids = [p for p in (root, *descendants_of(root)) if p not in self.lineage]
         return self._identify(pids, track=track)
 
-    def _identify(self, pids: list[int], *, track: bool = True) -> list[int]:
+    def _identify(self, pids: list[int], *, track: bool = True, at: int = 0) -> list[int]:
         """Identify, track (unless not ``track``) and report ``pids`` (the running ones) as
-        sampled starts."""
-        now = time.time_ns()
+        sampled starts (at ``at`` ns, 0: now)."""
+        now = at or time.time_ns()
         for pid in pids:
             info = read_process(
                 pid, self.redactor, capture_environment=self.config.capture_environment

@@ -14,101 +14,17 @@ tracked too; it stops when its standard input closes (the collector is gone).
 
 from __future__ import annotations
 
-import select
 import subprocess
-import sys
 import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
+from otel_bridge.arming import HELPER, start_helper, stop_helper
 from otel_bridge.identity import start_ms_from_ticks
 
-HELPER = r"""
-import os, select, socket, struct, sys
-try:
-    os.sched_setscheduler(0, os.SCHED_FIFO, os.sched_param(2))
-except (OSError, AttributeError):
-    pass
-sock = socket.socket(socket.AF_NETLINK, socket.SOCK_DGRAM, 11)
-try:
-    sock.setsockopt(socket.SOL_SOCKET, 33, 8 << 20)
-except OSError:
-    pass
-sock.bind((0, 1))
-pay = struct.pack("=I", 1)
-cn = struct.pack("=IIIIHH", 1, 1, 0, 0, len(pay), 0) + pay
-sock.send(struct.pack("=IHHII", 16 + len(cn), 3, 0, 0, sock.getsockname()[0]) + cn)
-tracked = {int(p) for p in sys.argv[1:]}
-out = sys.stdout.buffer
-out.write(b"READY\n"); out.flush()
-
-def ticks(pid):
-    try:
-        with open(f"/proc/{pid}/stat", "rb") as f:
-            data = f.read()
-        return int(data[data.rfind(b")") + 2:].split()[19])
-    except (OSError, ValueError, IndexError):
-        return None
-
-def image(pid):
-    start = ticks(pid)
-    try:
-        exe = os.readlink(f"/proc/{pid}/exe")
-        with open(f"/proc/{pid}/cmdline", "rb") as f:
-            cmd = f.read()
-        cwd = os.readlink(f"/proc/{pid}/cwd")
-        with open(f"/proc/{pid}/environ", "rb") as f:
-            env = f.read()
-        if not cmd or os.readlink(f"/proc/{pid}/exe") != exe or ticks(pid) != start:
-            return
-    except OSError:
-        return
-    tp = b""
-    for item in env.split(b"\0"):
-        if item.startswith(b"TRACEPARENT="):
-            tp = item[12:]
-    out.write(b"%d %d %s %s %s %s\n" % (
-        pid, start, os.fsencode(exe).hex().encode(), cmd.hex().encode(),
-        os.fsencode(cwd).hex().encode(), tp.hex().encode()))
-    out.flush()
-
-while True:
-    ready, _, _ = select.select([sock, sys.stdin], [], [])
-    if sys.stdin in ready:
-        chunk = os.read(sys.stdin.fileno(), 4096)
-        if not chunk:
-            break
-        tracked.update(int(w) for w in chunk.split() if w.isdigit())
-    if sock not in ready:
-        continue
-    try:
-        data = sock.recv(65536)
-    except OSError:
-        continue
-    off = 0
-    while off + 16 <= len(data):
-        length = struct.unpack_from("=I", data, off)[0]
-        if length < 16:
-            break
-        body = off + 16 + 20
-        if body + 16 <= off + length:
-            what = struct.unpack_from("=I", data, body)[0]
-            rest = body + 16
-            if what == 1:
-                _pp, ptgid, cpid, ctgid = struct.unpack_from("=IIII", data, rest)
-                if cpid == ctgid and ptgid in tracked:
-                    tracked.add(ctgid)
-            elif what == 2:
-                pid, tgid = struct.unpack_from("=II", data, rest)
-                if tgid in tracked:
-                    image(tgid)
-            elif what == 0x80000000:
-                pid, tgid = struct.unpack_from("=II", data, rest)[:2]
-                if pid == tgid:
-                    tracked.discard(tgid)
-        off += (length + 3) & ~3
-"""
+__all__ = ["HELPER", "ExecReader", "Image", "parse_fork", "parse_line"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -119,16 +35,19 @@ class Image:
     argv: list[str]
     cwd: str
     traceparent: str
+    event_ns: int = 0
+    """The exec event's kernel timestamp (CLOCK_MONOTONIC ns), 0 when the line had none."""
 
 
 def parse_line(line: bytes) -> tuple[int, int, Image] | None:
-    """``(pid, start ms, image)`` from one helper line, None when malformed."""
+    """``(pid, start ms, image)`` from one helper exec line, None when malformed."""
     parts = line.rstrip(b"\n").split(b" ")
-    if len(parts) != 6:
+    if len(parts) not in (6, 7):
         return None
     try:
         pid, ticks = int(parts[0]), int(parts[1])
-        exe, cmd, cwd, tp = (bytes.fromhex(p.decode("ascii")) for p in parts[2:])
+        exe, cmd, cwd, tp = (bytes.fromhex(p.decode("ascii")) for p in parts[2:6])
+        event_ns = int(parts[6]) if len(parts) == 7 else 0
     except ValueError:
         return None
     argv = [a.decode("utf-8", "surrogateescape") for a in cmd.rstrip(b"\0").split(b"\0")]
@@ -137,26 +56,45 @@ def parse_line(line: bytes) -> tuple[int, int, Image] | None:
         argv=argv,
         cwd=cwd.decode("utf-8", "surrogateescape"),
         traceparent=tp.decode("ascii", "replace"),
+        event_ns=event_ns,
     )
     return pid, start_ms_from_ticks(ticks), image
 
 
-class ExecReader:
-    """Runs the helper and keeps its recent images by identity (see the module docstring)."""
+def parse_fork(line: bytes) -> tuple[int, int, int, int] | None:
+    """``(pid, start ms, parent pid, fork event ns)`` from one helper fork line (``F ...``)."""
+    parts = line.rstrip(b"\n").split(b" ")
+    if len(parts) != 5 or parts[0] != b"F":
+        return None
+    try:
+        pid, ticks, ppid, event_ns = (int(p) for p in parts[1:])
+    except ValueError:
+        return None
+    return pid, start_ms_from_ticks(ticks), ppid, event_ns
 
-    def __init__(self, pids: list[int], *, startup_timeout: float = 5.0) -> None:
-        self._proc = subprocess.Popen(
-            [sys.executable, "-S", "-c", HELPER, *map(str, pids)],
-            stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.DEVNULL,
-        )
-        assert self._proc.stdout is not None
-        ready, _, _ = select.select([self._proc.stdout], [], [], startup_timeout)
-        if not ready or self._proc.stdout.readline().strip() != b"READY":
-            self.close()
-            raise OSError("the exec image helper did not start")
+
+_KEEP = 4096
+"""Images and fork identities kept at most (the oldest go first)."""
+
+
+class ExecReader:
+    """Runs the helper and keeps its recent images by identity (see the module docstring).
+
+    ``process``: a helper already started (:func:`otel_bridge.arming.start_helper`, armed before
+    the collector was built); its lines written meanwhile wait in the pipe and are read now."""
+
+    def __init__(
+        self,
+        pids: list[int],
+        *,
+        startup_timeout: float = 5.0,
+        process: subprocess.Popen[bytes] | None = None,
+    ) -> None:
+        self._proc = process or start_helper(pids, timeout=startup_timeout)
         self._images: dict[tuple[int, int], Image] = {}
+        self._by_event: dict[tuple[int, int], Image] = {}
+        self._forks: dict[tuple[int, int], tuple[int, int]] = {}
+        self._syncs = 0
         self._lock = threading.Lock()
         self._cond = threading.Condition(self._lock)
         self._thread = threading.Thread(target=self._run, name="host-exec-images", daemon=True)
@@ -166,15 +104,60 @@ class ExecReader:
         stdout = self._proc.stdout
         assert stdout is not None
         for line in stdout:
-            parsed = parse_line(line)
-            if parsed is None:
+            if line == b"S\n":
+                with self._cond:
+                    self._syncs += 1
+                    self._cond.notify_all()
                 continue
-            pid, start_ms, image = parsed
+            fork = parse_fork(line) if line.startswith(b"F ") else None
+            parsed = None if fork is not None else parse_line(line)
             with self._cond:
-                if len(self._images) > 4096:
-                    self._images.pop(next(iter(self._images)))
-                self._images[(pid, start_ms)] = image
+                if fork is not None:
+                    pid, start_ms, ppid, event_ns = fork
+                    _put(self._forks, (pid, event_ns), (start_ms, ppid))
+                elif parsed is not None:
+                    pid, start_ms, image = parsed
+                    _put(self._images, (pid, start_ms), image)
+                    if image.event_ns:
+                        _put(self._by_event, (pid, image.event_ns), image)
+                else:
+                    continue
                 self._cond.notify_all()
+
+    def sync(self, timeout: float) -> bool:
+        """Wait until every line the helper wrote before now is read (at most ``timeout``):
+        used before reading an armed backlog, whose images and forks the helper wrote long
+        ago. False when the helper did not answer in time (or is gone)."""
+        with self._cond:
+            target = self._syncs + 1
+        self.follow_words(["sync"])
+        deadline = time.monotonic() + timeout
+        with self._cond:
+            while self._syncs < target:
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    return False
+                self._cond.wait(left)
+        return True
+
+    def take_event(self, pid: int, event_ns: int) -> tuple[int, Image] | None:
+        """``(start ms, image)`` ``pid`` exec'd in the exec event of timestamp ``event_ns``,
+        if the helper read it."""
+        with self._cond:
+            image = self._by_event.pop((pid, event_ns), None)
+            if image is None:
+                return None
+            for key, held in list(self._images.items()):
+                if held is image:
+                    del self._images[key]
+                    return key[1], image
+            return None
+
+    def fork_identity(self, pid: int, event_ns: int) -> tuple[int, int] | None:
+        """``(start ms, parent pid)`` of the child of the fork event ``(pid, event_ns)``, if the
+        helper read it (at the fork, so it is the child's own even if the pid was reused since)."""
+        with self._cond:
+            return self._forks.pop((pid, event_ns), None)
 
     def take(self, pid: int, start_ms: int, timeout: float = 0.0) -> Image | None:
         """The image of identity ``(pid, start_ms)``, waiting up to ``timeout`` for it."""
@@ -182,6 +165,8 @@ class ExecReader:
         with self._cond:
             while True:
                 image = self._images.pop((pid, start_ms), None)
+                if image is not None:
+                    self._by_event.pop((pid, image.event_ns), None)
                 left = deadline - time.monotonic()
                 if image is not None or left <= 0:
                     return image
@@ -195,6 +180,7 @@ class ExecReader:
                 for key, image in self._images.items():
                     if match(image):
                         del self._images[key]
+                        self._by_event.pop((key[0], image.event_ns), None)
                         return image
                 left = deadline - time.monotonic()
                 if left <= 0:
@@ -203,11 +189,15 @@ class ExecReader:
 
     def follow(self, pids: list[int]) -> None:
         """Track ``pids`` too (processes the receiver learned to follow after start)."""
+        self.follow_words([str(p) for p in pids])
+
+    def follow_words(self, words: list[str]) -> None:
+        """Write ``words`` to the helper's standard input (pids to track, or ``sync``)."""
         stdin = self._proc.stdin
-        if stdin is None or stdin.closed or not pids:
+        if stdin is None or stdin.closed or not words:
             return
         try:
-            stdin.write(" ".join(map(str, pids)).encode() + b"\n")
+            stdin.write(" ".join(words).encode() + b"\n")
             stdin.flush()
         except OSError:
             pass  # the helper is gone: the backend reads images itself
@@ -215,15 +205,15 @@ class ExecReader:
     def close(self) -> None:
         """Stop the helper. Safe twice."""
         proc = self._proc
-        if proc.stdin is not None and not proc.stdin.closed:
-            proc.stdin.close()
-        try:
-            proc.wait(timeout=5)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
+        stop_helper(proc)
         thread = getattr(self, "_thread", None)
         if thread is not None:
             thread.join(timeout=5)
         if proc.stdout is not None:
             proc.stdout.close()
+
+
+def _put(table: dict[tuple[int, int], Any], key: tuple[int, int], value: Any) -> None:
+    if len(table) >= _KEEP:
+        table.pop(next(iter(table)))
+    table[key] = value

@@ -33,7 +33,6 @@ Honest limits of this mode:
 
 from __future__ import annotations
 
-import ctypes
 import os
 import select
 import struct
@@ -41,41 +40,36 @@ import threading
 import time
 from collections.abc import Callable
 
+from otel_bridge.arming import (
+    DIRENT_BITS,
+    FAN_ACCESS,
+    FAN_CLOSE_NOWRITE,
+    FAN_CLOSE_WRITE,
+    FAN_CREATE,
+    FAN_DELETE,
+    FAN_MODIFY,
+    FAN_NOFD,
+    FAN_OPEN,
+    FAN_Q_OVERFLOW,
+    FAN_RENAME,
+    FAN_REPORT_DIR_FID,
+    FAN_REPORT_NAME,
+    FanotifyGroups,
+    PreRead,
+    fanotify_masks,
+    fanotify_open,
+)
+from otel_bridge.arming import libc as _libc
 from otel_bridge.model import AnyValue, CollectionState, LogRecord
 from otel_bridge.receivers.host.events import SYSCALL, HostContext
 
-FAN_ACCESS = 0x01
-FAN_MODIFY = 0x02
-FAN_CLOSE_WRITE = 0x08
-FAN_CLOSE_NOWRITE = 0x10
-FAN_OPEN = 0x20
-FAN_MOVED_FROM = 0x40
-FAN_MOVED_TO = 0x80
-FAN_CREATE = 0x100
-FAN_DELETE = 0x200
-FAN_Q_OVERFLOW = 0x4000
-FAN_RENAME = 0x10000000
-FAN_ONDIR = 0x40000000
-FAN_REPORT_DIR_FID = 0x400
-FAN_REPORT_NAME = 0x800
-FAN_CLOEXEC = 0x01
-FAN_NONBLOCK = 0x02
-FAN_CLASS_NOTIF = 0x00
-FAN_UNLIMITED_QUEUE = 0x10
-FAN_MARK_ADD = 0x01
-FAN_MARK_MOUNT = 0x10
-FAN_MARK_FILESYSTEM = 0x100
-AT_FDCWD = -100
-FAN_NOFD = -1
-
-EVENT_BITS: dict[str, int] = {
-    "open": FAN_OPEN,
-    "modify": FAN_MODIFY,
-    "close_write": FAN_CLOSE_WRITE,
-    "access": FAN_ACCESS,
-}
-DIRENT_BITS: dict[str, int] = {"create": FAN_CREATE, "delete": FAN_DELETE, "rename": FAN_RENAME}
-"""Directory-entry events, reported by the second (``FAN_REPORT_DFID_NAME``) group."""
+__all__ = [
+    "DIRENT_BITS",
+    "FAN_CLOSE_WRITE",
+    "FAN_OPEN",
+    "FanotifyWatcher",
+    "fanotify_open",
+]
 
 _METADATA = struct.Struct("=IBBHQii")
 _INFO_HEADER = struct.Struct("=BBH")
@@ -83,6 +77,10 @@ _HANDLE_HEADER = struct.Struct("=Ii")
 _FSID_SIZE = 8
 # fanotify_event_info_fid record types with a directory handle and an entry name
 _DFID_NAME, _OLD_DFID_NAME, _NEW_DFID_NAME = 2, 10, 12
+_FD_READ_BYTES = 8 * 1024
+"""One read of the descriptor-reporting group: the kernel opens a descriptor for every event it
+copies, so a large read of a long queue (an armed backlog) would hold thousands open at once
+(past ``select``'s 1024 limit for every other reader of the process): at most ~340 here."""
 _GRACE = 0.25
 """Seconds an event of a not-yet-known pid waits for the pid to join the lineage."""
 _MAX_WAITING = 10_000
@@ -93,81 +91,51 @@ _MAX_FOREIGN = 100_000
 """Foreign pids remembered at most (the table starts over when full)."""
 
 
-def _libc() -> ctypes.CDLL:
-    libc = ctypes.CDLL(None, use_errno=True)
-    libc.fanotify_init.argtypes = [ctypes.c_uint, ctypes.c_uint]
-    libc.fanotify_init.restype = ctypes.c_int
-    libc.fanotify_mark.argtypes = [
-        ctypes.c_int,
-        ctypes.c_uint,
-        ctypes.c_uint64,
-        ctypes.c_int,
-        ctypes.c_char_p,
-    ]
-    libc.fanotify_mark.restype = ctypes.c_int
-    libc.open_by_handle_at.argtypes = [ctypes.c_int, ctypes.c_char_p, ctypes.c_int]
-    libc.open_by_handle_at.restype = ctypes.c_int
-    return libc
-
-
-def fanotify_open(paths: list[str], mask: int, *, mount: bool, report: int = 0) -> int:
-    """An fanotify descriptor with ``mask`` marked on each path; raises ``OSError``.
-
-    ``report`` adds ``FAN_REPORT_*`` flags to ``fanotify_init`` (the directory-entry group)."""
-    libc = _libc()
-    fd = int(
-        libc.fanotify_init(
-            FAN_CLASS_NOTIF | FAN_CLOEXEC | FAN_NONBLOCK | FAN_UNLIMITED_QUEUE | report,
-            os.O_RDONLY | os.O_LARGEFILE | os.O_CLOEXEC,
-        )
-    )
-    if fd < 0:
-        err = ctypes.get_errno()
-        raise OSError(err, f"fanotify_init: {os.strerror(err)}")
-    flags = FAN_MARK_ADD | (FAN_MARK_MOUNT if mount else FAN_MARK_FILESYSTEM)
-    for path in paths:
-        if libc.fanotify_mark(fd, flags, mask, AT_FDCWD, os.fsencode(path)) < 0:
-            err = ctypes.get_errno()
-            os.close(fd)
-            raise OSError(err, f"fanotify_mark {path}: {os.strerror(err)}")
-    return fd
-
-
 class FanotifyWatcher:
     """Reads fanotify events and emits lineage file events (see the module docstring)."""
 
-    def __init__(self, ctx: HostContext) -> None:
+    def __init__(self, ctx: HostContext, *, armed: FanotifyGroups | None = None) -> None:
+        """``armed``: groups opened before the collector was built (:mod:`otel_bridge.arming`),
+        adopted when they were opened for this configuration, else left to their owner."""
         cfg = ctx.config
         self._ctx = ctx
         self.emit_for: Callable[[int, LogRecord], None] | None = None
         """Emits a record about a pid (the linux backend holds a child's records behind an exec
         still waiting for its image, :meth:`.starts.StartGate.emit_for`); None: emit at once."""
         self._wanted = set(cfg.fanotify_events)
-        mask = 0
-        for name in self._wanted & EVENT_BITS.keys():
-            mask |= EVENT_BITS[name]
-        if "access" in self._wanted:
-            mask |= FAN_CLOSE_NOWRITE  # to end a read cycle
-        if "modify" in self._wanted:
-            mask |= FAN_CLOSE_WRITE
+        mask, _ = fanotify_masks(self._wanted)
         paths, mount = list(cfg.fanotify_paths), cfg.fanotify_mark == "mount"
-        self._fd = fanotify_open(paths, mask, mount=mount) if mask else -1
+        adopt = armed is not None and armed.matches(self._wanted, paths, cfg.fanotify_mark)
         self._dir_fd = -1
         self._mount_fds: list[int] = []
+        self._pre: tuple[list[PreRead], list[tuple[int, bytes]]] = ([], [])
+        """Events the armed pre-reader read before this watcher existed (replayed first)."""
+        if armed is not None and adopt:
+            if armed.reader is not None:
+                self._pre = armed.reader.take()
+                armed.reader = None
+            self._fd, self._dir_fd, self._mount_fds = armed.fd, armed.dir_fd, armed.mount_fds
+            armed.fd, armed.dir_fd, armed.mount_fds = -1, -1, []
+        else:
+            self._fd = fanotify_open(paths, mask, mount=mount) if mask else -1
         self._libc = _libc()
         self.unnamed = 0
         """Directory-entry events whose directory could no longer be resolved."""
         self.unattributed = 0
         """Events of pids that did not join the lineage within the grace period (nearly all
         are other processes on the machine)."""
-        self._waiting: list[tuple[float, int, int, str | bytes]] = []
-        """(deadline, pid, mask, path or directory-entry records) of events held for a pid the
-        lineage does not know yet."""
+        self._waiting: list[tuple[float, int, int, str | bytes, int]] = []
+        """(deadline, pid, mask, path or directory-entry records, read time ns) of events held
+        for a pid the lineage does not know yet."""
         self._foreign: dict[int, float] = {}
         """pid -> until when its events are skipped (it did not join the lineage in time)."""
         dirents = sorted(self._wanted & DIRENT_BITS.keys())
         dirent_note = ""
-        if dirents:
+        if dirents and armed is not None and adopt:
+            error = armed.dirent_error
+            if error is not None:
+                dirent_note = f"; {', '.join(dirents)} not reported: {error.strerror or error}"
+        elif dirents:
             dirent_note = self._open_dirents(dirents, paths, mount=mount)
         self._stop_r, self._stop_w = os.pipe()
         self._thread: threading.Thread | None = None
@@ -184,9 +152,7 @@ class FanotifyWatcher:
 
     def _open_dirents(self, names: list[str], paths: list[str], *, mount: bool) -> str:
         """Set up the directory-entry group; returns what the collection note should add."""
-        mask = FAN_ONDIR
-        for name in names:
-            mask |= DIRENT_BITS[name]
+        mask = fanotify_masks(set(names))[1]
         try:
             self._dir_fd = fanotify_open(
                 paths, mask, mount=mount, report=FAN_REPORT_DIR_FID | FAN_REPORT_NAME
@@ -207,7 +173,20 @@ class FanotifyWatcher:
         self._thread = threading.Thread(target=self._run, name="host-fanotify", daemon=True)
         self._thread.start()
 
+    def _replay(self) -> None:
+        """The events the armed pre-reader read, with the times it read them at."""
+        events, dirents = self._pre
+        self._pre = ([], [])
+        for at, mask, pid, path in events:
+            if mask & FAN_Q_OVERFLOW:
+                self._overflow()
+            elif path:
+                self._path_event(mask, pid, path, at)
+        for at, data in dirents:
+            self._chunk(data, at, dirents=True)
+
     def _run(self) -> None:
+        self._replay()
         readers = [fd for fd in (self._fd, self._dir_fd) if fd >= 0]
         while True:
             timeout = 0.05 if self._waiting else 0.5
@@ -227,15 +206,15 @@ class FanotifyWatcher:
         dropped and counted after a grace period; a pid that never joined is then skipped for a
         while (it is another process on the machine)."""
         now = time.monotonic()
-        keep: list[tuple[float, int, int, str | bytes]] = []
-        for deadline, pid, mask, payload in self._waiting:
+        keep: list[tuple[float, int, int, str | bytes, int]] = []
+        for deadline, pid, mask, payload, at in self._waiting:
             if pid in self._ctx.lineage:
                 if isinstance(payload, str):
-                    self._file_event(mask, pid, payload)
+                    self._file_event(mask, pid, payload, at)
                 else:
-                    self._dirent(mask, pid, payload, 0, len(payload))
+                    self._dirent(mask, pid, payload, 0, len(payload), at)
             elif now < deadline and not final:
-                keep.append((deadline, pid, mask, payload))
+                keep.append((deadline, pid, mask, payload, at))
             else:
                 self.unattributed += 1
                 if len(self._foreign) >= _MAX_FOREIGN:
@@ -247,35 +226,42 @@ class FanotifyWatcher:
         dirents = fanotify_fd == self._dir_fd
         while True:
             try:
-                data = os.read(fanotify_fd, 64 * 1024)
+                data = os.read(fanotify_fd, 64 * 1024 if dirents else _FD_READ_BYTES)
             except BlockingIOError:
                 return
             except OSError:
                 return
             if not data:
                 return
-            offset = 0
-            while offset + _METADATA.size <= len(data):
-                length, _vers, _res, mlen, mask, fd, pid = _METADATA.unpack_from(data, offset)
-                if length < _METADATA.size:
-                    return
-                if dirents:
-                    self._dirent(mask, pid, data, offset + mlen, offset + length)
-                else:
-                    self._event(mask, fd, pid)
-                offset += length
+            self._chunk(data, time.time_ns(), dirents=dirents)
 
-    def _event(self, mask: int, fd: int, pid: int) -> None:
-        ctx = self._ctx
+    def _chunk(self, data: bytes, at: int, *, dirents: bool) -> None:
+        """The events of one read, read at ``at`` (ns)."""
+        offset = 0
+        while offset + _METADATA.size <= len(data):
+            length, _vers, _res, mlen, mask, fd, pid = _METADATA.unpack_from(data, offset)
+            if length < _METADATA.size:
+                return
+            if dirents:
+                self._dirent(mask, pid, data, offset + mlen, offset + length, at)
+            else:
+                self._event(mask, fd, pid, at)
+            offset += length
+
+    def _overflow(self) -> None:
+        self.overflows += 1
+        self._ctx.collection_state(
+            "file", CollectionState.DEGRADED, "fanotify queue overflow: events lost"
+        )
+
+    def _event(self, mask: int, fd: int, pid: int, at: int) -> None:
         try:
             if mask & FAN_Q_OVERFLOW:
-                self.overflows += 1
-                ctx.collection_state(
-                    "file", CollectionState.DEGRADED, "fanotify queue overflow: events lost"
-                )
+                self._overflow()
                 return
             if fd == FAN_NOFD:
                 return
+            ctx = self._ctx
             known = pid in ctx.lineage
             if not known and self._is_foreign(pid):
                 return
@@ -285,20 +271,23 @@ class FanotifyWatcher:
                 return
             if known and mask & FAN_CLOSE_WRITE and ctx.capture is not None:
                 # opt-in content capture: read the bytes this close left through the event's fd
-                self._file_event(mask, pid, path)
+                self._file_event(mask, pid, path, at)
                 ctx.capture.at_close(fd, path)
                 return
         finally:
             if fd >= 0:
                 os.close(fd)
-        if known:
-            self._file_event(mask, pid, path)
-        else:
-            self._wait(pid, mask, path)
+        self._path_event(mask, pid, path, at)
 
-    def _file_event(self, mask: int, pid: int, path: str) -> None:
-        """An open, read, write or close of ``path`` by lineage process ``pid``."""
-        now = time.time_ns()
+    def _path_event(self, mask: int, pid: int, path: str, at: int) -> None:
+        """An event of ``path`` read at ``at``: reported, held for its pid, or skipped."""
+        if pid in self._ctx.lineage:
+            self._file_event(mask, pid, path, at)
+        elif not self._is_foreign(pid):
+            self._wait(pid, mask, path, at)
+
+    def _file_event(self, mask: int, pid: int, path: str, now: int) -> None:
+        """An open, read, write or close of ``path`` by lineage process ``pid``, read at ``now``."""
         if mask & FAN_OPEN and "open" in self._wanted:
             self._cycle = {c for c in self._cycle if c[:2] != (pid, path)}
             self._emit("file.open", pid, path, now)
@@ -323,24 +312,27 @@ class FanotifyWatcher:
         del self._foreign[pid]
         return False
 
-    def _wait(self, pid: int, mask: int, payload: str | bytes) -> None:
-        """Hold an event of a pid the lineage does not know yet (see :meth:`_recheck`)."""
+    def _wait(self, pid: int, mask: int, payload: str | bytes, at: int = 0) -> None:
+        """Hold an event (read at ``at`` ns, 0: now) of a pid the lineage does not know yet
+        (see :meth:`_recheck`)."""
         if len(self._waiting) < _MAX_WAITING:
-            self._waiting.append((time.monotonic() + _GRACE, pid, mask, payload))
+            self._waiting.append(
+                (time.monotonic() + _GRACE, pid, mask, payload, at or time.time_ns())
+            )
         else:
             self.unattributed += 1
 
-    def _dirent(self, mask: int, pid: int, data: bytes, start: int, end: int) -> None:
-        """A create, delete or rename event: directory handles and names follow the metadata."""
+    def _dirent(  # noqa: PLR0917 (the hot path: one call per event)
+        self, mask: int, pid: int, data: bytes, start: int, end: int, now: int
+    ) -> None:
+        """A create, delete or rename event (read at ``now``): directory handles and names
+        follow the metadata."""
         if mask & FAN_Q_OVERFLOW:
-            self.overflows += 1
-            self._ctx.collection_state(
-                "file", CollectionState.DEGRADED, "fanotify queue overflow: events lost"
-            )
+            self._overflow()
             return
         if pid not in self._ctx.lineage:
             if not self._is_foreign(pid):
-                self._wait(pid, mask, data[start:end])
+                self._wait(pid, mask, data[start:end], now)
             return
         names: dict[int, str] = {}
         offset = start
@@ -355,7 +347,6 @@ class FanotifyWatcher:
                     return
                 names[info_type] = path
             offset += length
-        now = time.time_ns()
         if mask & FAN_RENAME:
             old, new = names.get(_OLD_DFID_NAME), names.get(_NEW_DFID_NAME)
             if old is not None and new is not None:

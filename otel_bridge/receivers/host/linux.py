@@ -41,6 +41,16 @@ import threading
 import time
 from collections.abc import Callable
 
+from otel_bridge.arming import (
+    CN_IDX_PROC,
+    CN_VAL_PROC,
+    NETLINK_CONNECTOR,
+    NLMSG_DONE,
+    PROC_CN_MCAST_LISTEN,
+    ArmedHost,
+    open_proc_connector,
+    subscribe_message,
+)
 from otel_bridge.errors import BackendUnavailableError
 from otel_bridge.identity import start_ms_from_ticks
 from otel_bridge.model import CollectionState
@@ -60,12 +70,19 @@ from otel_bridge.receivers.host.sockdiag import DestroyWatcher, same_network_nam
 from otel_bridge.receivers.host.socktrace import ConnectTracer, Owner, SocketTracer
 from otel_bridge.receivers.host.starts import StartGate
 
-NETLINK_CONNECTOR = 11
-CN_IDX_PROC = 1
-CN_VAL_PROC = 1
-PROC_CN_MCAST_LISTEN = 1
+__all__ = [
+    "CN_IDX_PROC",
+    "CN_VAL_PROC",
+    "NETLINK_CONNECTOR",
+    "NLMSG_DONE",
+    "PROC_CN_MCAST_LISTEN",
+    "LinuxBackend",
+    "open_proc_connector",
+    "parse_messages",
+    "subscribe_message",
+]
+
 PROC_CN_MCAST_IGNORE = 2
-NLMSG_DONE = 3
 PROC_EVENT_NONE = 0
 PROC_EVENT_FORK = 0x1
 PROC_EVENT_EXEC = 0x2
@@ -77,7 +94,6 @@ _EVENT_HEAD = struct.Struct("=IIQ")
 _FORK = struct.Struct("=IIII")
 _EXEC = struct.Struct("=II")
 _EXIT = struct.Struct("=IIII")
-_RCVBUF = 8 * 1024 * 1024
 _SWITCH_INTERVAL_S = 0.0005
 """The interpreter's thread switch interval while the backend runs (Python's default is 5 ms).
 
@@ -85,45 +101,14 @@ The event reader needs the GIL to read an exec'd image, and a 5 ms child is gone
 busy thread (fanotify, the socket scans, the pipeline) gives the GIL up at the default interval:
 measured with three concurrent receivers under CPU load, exact argv rose from 8-29/30 to
 28-30/30 per run. The previous interval is restored on stop."""
+_BACKLOG_READS = 100_000
+"""Datagrams an armed backlog is read for at most before the event thread takes over."""
 _RETIRE_AFTER_S = 2.0
 """An exited pid stays in the lineage this long so its late fanotify/socket events still count."""
 _FORGET_EXIT_AFTER_S = 60.0
 """How long after its retirement an exit time is kept to judge late socket tracer reports (a
 connect before the exit is the process's; after it, a recycled pid's). Later, unknown = not
 the lineage's."""
-
-
-def open_proc_connector() -> socket.socket:
-    """A bound, subscribed process-connector socket; raises ``BackendUnavailableError``."""
-    if not hasattr(socket, "AF_NETLINK"):
-        raise BackendUnavailableError("linux: no AF_NETLINK sockets on this platform")
-    try:
-        sock = socket.socket(socket.AF_NETLINK, socket.SOCK_DGRAM, NETLINK_CONNECTOR)
-    except OSError as exc:
-        raise BackendUnavailableError(
-            f"linux: cannot open a NETLINK_CONNECTOR socket ({exc.strerror}); "
-            "the kernel lacks CONFIG_CONNECTOR/CONFIG_PROC_EVENTS"
-        ) from exc
-    try:
-        try:
-            sock.setsockopt(socket.SOL_SOCKET, 33, _RCVBUF)  # SO_RCVBUFFORCE (root)
-        except OSError:
-            sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, _RCVBUF)
-        sock.bind((0, CN_IDX_PROC))
-        sock.send(_subscribe_message(PROC_CN_MCAST_LISTEN, sock.getsockname()[0]))
-    except OSError as exc:
-        sock.close()
-        reason = "needs root (CAP_NET_ADMIN)" if exc.errno == errno.EPERM else exc.strerror
-        raise BackendUnavailableError(
-            f"linux: cannot subscribe to the process connector: {reason}"
-        ) from exc
-    return sock
-
-
-def _subscribe_message(op: int, port_id: int) -> bytes:
-    payload = struct.pack("=I", op)
-    cn = _CN_MSG.pack(CN_IDX_PROC, CN_VAL_PROC, 0, 0, len(payload), 0) + payload
-    return _NLMSGHDR.pack(_NLMSGHDR.size + len(cn), NLMSG_DONE, 0, 0, port_id) + cn
 
 
 def parse_messages(data: bytes) -> list[tuple[int, int, tuple[int, ...]]]:
@@ -169,8 +154,11 @@ def _prefer_this_thread() -> None:
             os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), -10)
 
 
-def _exec_reader(ctx: HostContext) -> ExecReader | None:
-    """The exec image helper over the lineage, or None (noted) when it cannot start."""
+def _exec_reader(ctx: HostContext, armed: ArmedHost | None) -> ExecReader | None:
+    """The exec image helper over the lineage (the armed one when given), or None (noted)."""
+    if armed is not None and armed.helper is not None:
+        process, armed.helper = armed.helper, None
+        return ExecReader([], process=process)
     try:
         root = ctx.lineage.root
         return ExecReader([root, *descendants_of(root)] if root else [])
@@ -236,13 +224,18 @@ def _socket_tracer(
     return None, f"socket attribution: lineage only (no socket tracer: {'; '.join(why)})"
 
 
+_SAME_START_MS = 1000
+"""A process whose start time is further than this from its fork event is another process that
+reuses the pid (the child exited before its fork event was read)."""
+
+
 def fork_identity(pid: int, ppid: int, event_monotonic_ns: int) -> ProcessInfo:
-    """A forked child's identity from ``/proc/<pid>/stat``, approximate when it is gone."""
+    """A forked child's identity from ``/proc/<pid>/stat``, approximate when it is gone (or the
+    pid already belongs to a process started long after the fork)."""
     stat = read_stat(pid)
-    if stat is None:
-        return ProcessInfo(
-            pid=pid, start_ms=approx_start_ms(event_monotonic_ns), ppid=ppid, approximate=True
-        )
+    approx = approx_start_ms(event_monotonic_ns)
+    if stat is None or abs(start_ms_from_ticks(stat[1]) - approx) > _SAME_START_MS:
+        return ProcessInfo(pid=pid, start_ms=approx, ppid=ppid, approximate=True)
     return ProcessInfo(pid=pid, start_ms=start_ms_from_ticks(stat[1]), ppid=ppid)
 
 
@@ -277,15 +270,38 @@ class LinuxBackend:
         self._gate: StartGate | None = None
         self._switch = 0.005
         self.lost = 0
+        self._armed: ArmedHost | None = None
+
+    def adopt(self, armed: ArmedHost) -> None:
+        """Use the sources ``armed`` attached before the collector was built (before start):
+        what the kernel reported since is read from their queues, in order, by :meth:`start`."""
+        self._armed = armed
 
     def start(self, ctx: HostContext) -> None:
-        """Subscribe, snapshot the existing lineage, then follow kernel events."""
+        """Subscribe, snapshot the existing lineage, then follow kernel events.
+
+        Armed (:meth:`adopt`), the sources were attached while the root was still gated, so
+        every descendant's fork is in the connector's queue: only the root is snapshot."""
         self._ctx = ctx
+        armed, self._armed = self._armed, None
+        if armed is not None and armed.root_pid != ctx.lineage.root:
+            armed.close()  # armed for another lineage: nothing of it is ours
+            armed = None
+        try:
+            self._start(ctx, armed)
+        finally:
+            if armed is not None:
+                armed.close()  # the sources this configuration does not use
+
+    def _start(self, ctx: HostContext, armed: ArmedHost | None) -> None:
         cfg = ctx.config
-        self._sock = open_proc_connector()
+        if armed is not None and armed.proc_socket is not None:
+            self._sock, armed.proc_socket = armed.proc_socket, None
+        else:
+            self._sock = open_proc_connector()
         self._gate = StartGate(ctx, attribution=SYSCALL)
         if cfg.processes:
-            self._gate.images = _exec_reader(ctx)
+            self._gate.images = _exec_reader(ctx, armed)
         self._switch = sys.getswitchinterval()
         sys.setswitchinterval(min(self._switch, _SWITCH_INTERVAL_S))
         self._stop_r, self._stop_w = os.pipe()
@@ -293,10 +309,16 @@ class LinuxBackend:
             ctx.collection_state("process", CollectionState.AVAILABLE, self.why)
         else:
             ctx.collection_state("process", CollectionState.NOT_REQUESTED, "processes: false")
-        ctx.snapshot_lineage()
+        if armed is None:
+            ctx.snapshot_lineage()
+        else:
+            self._armed_root(ctx, armed)
+            self._read_backlog()  # the lineage as it is now, before files are attributed
         if cfg.files:
             try:
-                self._fanotify = FanotifyWatcher(ctx)
+                self._fanotify = FanotifyWatcher(
+                    ctx, armed=armed.fanotify if armed is not None else None
+                )
                 self._fanotify.emit_for = self._gate.emit_for
                 self._fanotify.start()
             except OSError as exc:
@@ -403,7 +425,7 @@ class LinuxBackend:
             if cpid != ctgid or ptgid not in ctx.lineage:
                 return  # a new thread, or outside the lineage
             # the identity only: the image /proc shows now is the parent's until the child execs
-            gate.forked(fork_identity(ctgid, ptgid, ts), wall)
+            gate.forked(self._fork_identity(ctgid, ptgid, ts), wall)
             self._exited.pop(ctgid, None)
             # Only now, with its identity known: the file and socket watchers report a pid's
             # events as soon as it is in the lineage, and they run in other threads.
@@ -413,7 +435,7 @@ class LinuxBackend:
             _pid, tgid = fields
             if tgid not in ctx.lineage:
                 return
-            gate.exec_event(tgid, ctx.events.processes.get(tgid), wall)
+            gate.exec_event(tgid, ctx.events.processes.get(tgid), wall, event_ns=ts)
             self._scan()
         elif what == PROC_EVENT_EXIT:
             pid, tgid, status, _sig = fields
@@ -428,6 +450,46 @@ class LinuxBackend:
                 )
             self._retiring.append((time.monotonic() + _RETIRE_AFTER_S, tgid))
             self._scan()  # the rest of the lineage may hold sockets the scan has not seen yet
+
+    def _armed_root(self, ctx: HostContext, armed: ArmedHost) -> None:
+        """The root's start, as of when the sources were armed (it was gated then): read now,
+        or, when it already exited, its identity read while it was gated."""
+        ctx.snapshot_lineage(descendants=False, at=armed.armed_ns)
+        root = ctx.lineage.root
+        if root in ctx.events.processes or armed.root_start_ticks is None:
+            return
+        info = ctx.events.remember(
+            ProcessInfo(
+                pid=root, start_ms=start_ms_from_ticks(armed.root_start_ticks), ppid=os.getpid()
+            )
+        )
+        if ctx.config.processes:
+            ctx.emit(
+                ctx.events.process_event(
+                    "process.start", info, armed.armed_ns or time.time_ns(), attribution=SAMPLED
+                )
+            )
+
+    def _read_backlog(self) -> None:
+        """Handle every process event queued since the sources were armed, in order."""
+        sock, gate = self._sock, self._gate
+        assert sock is not None
+        assert gate is not None
+        if gate.images is not None:
+            gate.images.sync(1.0)  # the helper's forks and images of those events are read
+        sock.setblocking(False)
+        for _ in range(_BACKLOG_READS):  # the rest, if the machine keeps it busy: the thread
+            if not self._recv_once(sock):
+                break
+
+    def _fork_identity(self, pid: int, ppid: int, event_ns: int) -> ProcessInfo:
+        """The identity the exec image helper read at the fork (exact even when this event is
+        read late, from an armed backlog), else :func:`fork_identity`."""
+        images = self._gate.images if self._gate is not None else None
+        known = images.fork_identity(pid, event_ns) if images is not None else None
+        if known is not None:
+            return ProcessInfo(pid=pid, start_ms=known[0], ppid=ppid)
+        return fork_identity(pid, ppid, event_ns)
 
     def _scan(self) -> None:
         if self._scanner is not None:

@@ -156,13 +156,23 @@ class StartGate:
         for record in records:
             self.ctx.emit(record)
 
-    def exec_event(self, pid: int, known: ProcessInfo | None, time_ns: int) -> None:
+    def exec_event(
+        self, pid: int, known: ProcessInfo | None, time_ns: int, *, event_ns: int = 0
+    ) -> None:
         """``pid`` exec'd at ``time_ns``: emit its held start, then its ``process.exec``.
 
-        The image is read here; when the process is already gone the helper's image for the
+        The helper's image of this very exec event (kernel timestamp ``event_ns``) is used when
+        it has one (read at the exec, so exact even when this event is read late); else the
+        image is read here; when the process is already gone the helper's image for the
         same identity is used (now, or from :meth:`due` within ``HELPER_WAIT_S``), else the
         record omits the argv and ``argv_unknown`` is counted.
         """
+        taken = self.images.take_event(pid, event_ns) if self.images and event_ns else None
+        if taken is not None and (known is None or taken[0] == known.start_ms):
+            base = known or ProcessInfo(pid=pid, start_ms=taken[0])
+            self._emit_exec(self._from_image(base, taken[1]), time_ns)
+            self.execed(pid)
+            return
         start_ms = known.start_ms if known is not None else _start_ms(pid)
         info = read_image(self.ctx, pid, start_ms) if start_ms is not None else None
         if info is None and self.images is not None and known is not None:

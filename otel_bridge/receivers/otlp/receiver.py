@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import threading
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from otel_bridge.component import (
     ComponentStatus,
@@ -41,10 +42,17 @@ from otel_bridge.component import (
 )
 from otel_bridge.errors import StartupError, is_retryable
 from otel_bridge.model import Batch, LogRecord, Span
-from otel_bridge.otlp.proto_codec import Decoded
-from otel_bridge.receivers.otlp.config import OtlpReceiverConfig, Protocols, exposed_only_locally
-from otel_bridge.receivers.otlp.grpc_server import GrpcServer
+from otel_bridge.receivers.otlp.config import (
+    GrpcConfig,
+    OtlpReceiverConfig,
+    Protocols,
+    exposed_only_locally,
+)
 from otel_bridge.receivers.otlp.http_server import HttpServer
+
+if TYPE_CHECKING:
+    from otel_bridge.otlp.proto_codec import Decoded
+    from otel_bridge.receivers.otlp.grpc_server import GrpcServer
 
 COUNTERS: tuple[CounterSpec, ...] = (
     CounterSpec("spans_accepted", "spans passed on to the pipelines", "{spans}"),
@@ -101,6 +109,29 @@ class OtlpReceiver:
         self._http: HttpServer | None = None
         self._started = False
         self._stopped = False
+        self._defer_grpc = False
+
+    def defer_grpc(self) -> None:
+        """Start the gRPC server (and import gRPC) only when :meth:`start_grpc` asks for it, not
+        in :meth:`start`: ``observe``'s protocol mux does so at the first HTTP/2 connection, so
+        a command that exports over HTTP costs no gRPC runtime. Before :meth:`start`."""
+        self._defer_grpc = True
+
+    def start_grpc(self) -> tuple[str, int] | None:
+        """Start the configured gRPC server now if it is not running; its ``(host, port)``,
+        None when gRPC is off, the receiver is not running, or the server cannot start."""
+        with self._lock:
+            cfg = self._config.effective_protocols().grpc
+            if cfg is None or not self._started or self._stopped:
+                return None
+            if self._grpc is None:
+                try:
+                    self._grpc = _grpc_server(self, cfg)
+                except StartupError as exc:
+                    self.report_once("grpc_start", f"gRPC server not started: {exc}")
+                    return None
+            host = cfg.endpoint.rpartition(":")[0].strip("[]") or "127.0.0.1"
+            return host, self._grpc.port
 
     @property
     def config(self) -> OtlpReceiverConfig:
@@ -155,8 +186,8 @@ class OtlpReceiver:
             self._telemetry = host.telemetry.in_scope_of(self._telemetry)
             protocols = self._config.effective_protocols()
             try:
-                if protocols.grpc is not None:
-                    self._grpc = GrpcServer(self, protocols.grpc)
+                if protocols.grpc is not None and not self._defer_grpc:
+                    self._grpc = _grpc_server(self, protocols.grpc)
                 if protocols.http is not None:
                     self._http = HttpServer(self, protocols.http)
             except StartupError:
@@ -235,3 +266,10 @@ class OtlpReceiver:
             rejected=n,
             failed=f"the pipeline rejected the data ({type(exc).__name__}): {exc}",
         )
+
+
+def _grpc_server(receiver: OtlpReceiver, config: GrpcConfig) -> GrpcServer:
+    """The gRPC server (imports gRPC and the protobuf codecs: only when one is started)."""
+    from otel_bridge.receivers.otlp.grpc_server import GrpcServer  # noqa: PLC0415
+
+    return GrpcServer(receiver, config)

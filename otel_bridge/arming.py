@@ -1,0 +1,524 @@
+"""Arm the kernel sources of the ``linux`` host backend before the collector exists.
+
+``observe`` lets its command run as soon as observation is *armed*: every kernel source the
+``linux`` backend reads is attached, so nothing the command does can be missed, while the rest
+of the collector (the OTLP servers and codecs, normalize, correlate, graph, exporters) is still
+being imported and wired. What the kernel reports meanwhile waits in the sources' own queues:
+
+* the netlink process connector socket (subscribed, 8 MiB receive buffer): fork, exec and exit
+  events, read in order once the backend adopts it;
+* the exec image helper (a ``python -S`` child at real-time priority, :data:`HELPER`): it reads
+  each exec'd image and each forked child's start time the moment the kernel reports them and
+  writes them to a pipe (1 MiB) keyed by the kernel event's timestamp, so a child that is gone
+  by the time the backend reads the backlog keeps its exact identity and argv;
+* the fanotify groups (``FAN_UNLIMITED_QUEUE``): file events with the accessing pid.
+
+This module is the standard library only (``socket``, ``ctypes``, ``subprocess``): importing it
+costs a few milliseconds, which is the point. The ``linux`` backend (``receivers/host/linux.py``
+and ``fanotify.py``) opens the same sources through the same functions when it is not armed.
+``docs/observe.md`` ("Arm first, build later") is the contract.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import errno
+import fcntl
+import os
+import select
+import socket
+import struct
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from typing import Protocol, runtime_checkable
+
+from otel_bridge.errors import BackendUnavailableError
+
+NETLINK_CONNECTOR = 11
+CN_IDX_PROC = 1
+CN_VAL_PROC = 1
+PROC_CN_MCAST_LISTEN = 1
+NLMSG_DONE = 3
+_NLMSGHDR = struct.Struct("=IHHII")
+_CN_MSG = struct.Struct("=IIIIHH")
+RCVBUF = 32 * 1024 * 1024
+"""The process connector socket's receive buffer: it queues every process event of the machine
+(about 1 KiB each with its overhead) while an armed backlog waits to be read."""
+_PIPE_BYTES = 1 << 20
+_F_SETPIPE_SZ = 1031
+
+FAN_ACCESS = 0x01
+FAN_MODIFY = 0x02
+FAN_CLOSE_WRITE = 0x08
+FAN_CLOSE_NOWRITE = 0x10
+FAN_OPEN = 0x20
+FAN_MOVED_FROM = 0x40
+FAN_MOVED_TO = 0x80
+FAN_CREATE = 0x100
+FAN_DELETE = 0x200
+FAN_Q_OVERFLOW = 0x4000
+FAN_RENAME = 0x10000000
+FAN_ONDIR = 0x40000000
+FAN_REPORT_DIR_FID = 0x400
+FAN_REPORT_NAME = 0x800
+FAN_CLOEXEC = 0x01
+FAN_NONBLOCK = 0x02
+FAN_CLASS_NOTIF = 0x00
+FAN_UNLIMITED_QUEUE = 0x10
+FAN_MARK_ADD = 0x01
+FAN_MARK_MOUNT = 0x10
+FAN_MARK_FILESYSTEM = 0x100
+AT_FDCWD = -100
+FAN_NOFD = -1
+
+EVENT_BITS: dict[str, int] = {
+    "open": FAN_OPEN,
+    "modify": FAN_MODIFY,
+    "close_write": FAN_CLOSE_WRITE,
+    "access": FAN_ACCESS,
+}
+DIRENT_BITS: dict[str, int] = {"create": FAN_CREATE, "delete": FAN_DELETE, "rename": FAN_RENAME}
+"""Directory-entry events, reported by the second (``FAN_REPORT_DFID_NAME``) group."""
+
+DEFAULT_FANOTIFY_EVENTS: tuple[str, ...] = ("open", "close_write", "create", "delete", "rename")
+"""The host receiver's default ``fanotify_events`` (``HostConfig``)."""
+DEFAULT_FANOTIFY_PATHS: tuple[str, ...] = ("/",)
+"""The host receiver's default ``fanotify_paths``."""
+DEFAULT_FANOTIFY_MARK = "filesystem"
+
+HELPER = r"""
+import os, select, socket, struct, sys
+try:
+    os.sched_setscheduler(0, os.SCHED_FIFO, os.sched_param(2))
+except (OSError, AttributeError):
+    pass
+sock = socket.socket(socket.AF_NETLINK, socket.SOCK_DGRAM, 11)
+try:
+    sock.setsockopt(socket.SOL_SOCKET, 33, 8 << 20)
+except OSError:
+    pass
+sock.bind((0, 1))
+pay = struct.pack("=I", 1)
+cn = struct.pack("=IIIIHH", 1, 1, 0, 0, len(pay), 0) + pay
+sock.send(struct.pack("=IHHII", 16 + len(cn), 3, 0, 0, sock.getsockname()[0]) + cn)
+tracked = {int(p) for p in sys.argv[1:]}
+out = sys.stdout.buffer
+out.write(b"READY\n"); out.flush()
+
+def ticks(pid):
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            data = f.read()
+        return int(data[data.rfind(b")") + 2:].split()[19])
+    except (OSError, ValueError, IndexError):
+        return None
+
+def image(pid, ts):
+    start = ticks(pid)
+    try:
+        exe = os.readlink(f"/proc/{pid}/exe")
+        with open(f"/proc/{pid}/cmdline", "rb") as f:
+            cmd = f.read()
+        cwd = os.readlink(f"/proc/{pid}/cwd")
+        with open(f"/proc/{pid}/environ", "rb") as f:
+            env = f.read()
+        if not cmd or os.readlink(f"/proc/{pid}/exe") != exe or ticks(pid) != start:
+            return
+    except OSError:
+        return
+    tp = b""
+    for item in env.split(b"\0"):
+        if item.startswith(b"TRACEPARENT="):
+            tp = item[12:]
+    out.write(b"%d %d %s %s %s %s %d\n" % (
+        pid, start, os.fsencode(exe).hex().encode(), cmd.hex().encode(),
+        os.fsencode(cwd).hex().encode(), tp.hex().encode(), ts))
+    out.flush()
+
+while True:
+    ready, _, _ = select.select([sock, sys.stdin], [], [])
+    if sys.stdin in ready:
+        chunk = os.read(sys.stdin.fileno(), 4096)
+        if not chunk:
+            break
+        tracked.update(int(w) for w in chunk.split() if w.isdigit())
+        if b"sync" in chunk.split():
+            out.write(b"S\n"); out.flush()
+    if sock not in ready:
+        continue
+    try:
+        data = sock.recv(65536)
+    except OSError:
+        continue
+    off = 0
+    while off + 16 <= len(data):
+        length = struct.unpack_from("=I", data, off)[0]
+        if length < 16:
+            break
+        body = off + 16 + 20
+        if body + 16 <= off + length:
+            what, _cpu, ts = struct.unpack_from("=IIQ", data, body)
+            rest = body + 16
+            if what == 1:
+                _pp, ptgid, cpid, ctgid = struct.unpack_from("=IIII", data, rest)
+                if cpid == ctgid and ptgid in tracked:
+                    tracked.add(ctgid)
+                    start = ticks(ctgid)
+                    if start is not None:
+                        out.write(b"F %d %d %d %d\n" % (ctgid, start, ptgid, ts)); out.flush()
+            elif what == 2:
+                pid, tgid = struct.unpack_from("=II", data, rest)
+                if tgid in tracked:
+                    image(tgid, ts)
+            elif what == 0x80000000:
+                pid, tgid = struct.unpack_from("=II", data, rest)[:2]
+                if pid == tgid:
+                    tracked.discard(tgid)
+        off += (length + 3) & ~3
+"""
+"""The exec image helper's program (see :mod:`otel_bridge.receivers.host.execreader`).
+
+Lines: ``pid start_ticks exe cmdline cwd traceparent event_ns`` (hex fields) for each exec of a
+tracked process, ``F pid start_ticks ppid event_ns`` for each tracked fork whose start time it
+could read. ``event_ns`` is the kernel event's timestamp, the same in every subscriber's copy.
+The word ``sync`` on its standard input is answered with the line ``S`` (every line written
+before it is then readable)."""
+
+
+def subscribe_message(op: int, port_id: int) -> bytes:
+    """The netlink message subscribing (or unsubscribing) a socket to process events."""
+    payload = struct.pack("=I", op)
+    cn = _CN_MSG.pack(CN_IDX_PROC, CN_VAL_PROC, 0, 0, len(payload), 0) + payload
+    return _NLMSGHDR.pack(_NLMSGHDR.size + len(cn), NLMSG_DONE, 0, 0, port_id) + cn
+
+
+def open_proc_connector() -> socket.socket:
+    """A bound, subscribed process-connector socket; raises ``BackendUnavailableError``."""
+    if not hasattr(socket, "AF_NETLINK"):
+        raise BackendUnavailableError("linux: no AF_NETLINK sockets on this platform")
+    try:
+        sock = socket.socket(socket.AF_NETLINK, socket.SOCK_DGRAM, NETLINK_CONNECTOR)
+    except OSError as exc:
+        raise BackendUnavailableError(
+            f"linux: cannot open a NETLINK_CONNECTOR socket ({exc.strerror}); "
+            "the kernel lacks CONFIG_CONNECTOR/CONFIG_PROC_EVENTS"
+        ) from exc
+    try:
+        try:
+            sock.setsockopt(socket.SOL_SOCKET, 33, RCVBUF)  # SO_RCVBUFFORCE (root)
+        except OSError:
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, RCVBUF)
+        sock.bind((0, CN_IDX_PROC))
+        sock.send(subscribe_message(PROC_CN_MCAST_LISTEN, sock.getsockname()[0]))
+    except OSError as exc:
+        sock.close()
+        reason = "needs root (CAP_NET_ADMIN)" if exc.errno == errno.EPERM else exc.strerror
+        raise BackendUnavailableError(
+            f"linux: cannot subscribe to the process connector: {reason}"
+        ) from exc
+    return sock
+
+
+def libc() -> ctypes.CDLL:
+    """The C library with the fanotify and ``open_by_handle_at`` prototypes set."""
+    lib = ctypes.CDLL(None, use_errno=True)
+    lib.fanotify_init.argtypes = [ctypes.c_uint, ctypes.c_uint]
+    lib.fanotify_init.restype = ctypes.c_int
+    lib.fanotify_mark.argtypes = [
+        ctypes.c_int,
+        ctypes.c_uint,
+        ctypes.c_uint64,
+        ctypes.c_int,
+        ctypes.c_char_p,
+    ]
+    lib.fanotify_mark.restype = ctypes.c_int
+    lib.open_by_handle_at.argtypes = [ctypes.c_int, ctypes.c_char_p, ctypes.c_int]
+    lib.open_by_handle_at.restype = ctypes.c_int
+    return lib
+
+
+def fanotify_open(paths: list[str], mask: int, *, mount: bool, report: int = 0) -> int:
+    """An fanotify descriptor with ``mask`` marked on each path; raises ``OSError``.
+
+    ``report`` adds ``FAN_REPORT_*`` flags to ``fanotify_init`` (the directory-entry group)."""
+    lib = libc()
+    fd = int(
+        lib.fanotify_init(
+            FAN_CLASS_NOTIF | FAN_CLOEXEC | FAN_NONBLOCK | FAN_UNLIMITED_QUEUE | report,
+            os.O_RDONLY | os.O_LARGEFILE | os.O_CLOEXEC,
+        )
+    )
+    if fd < 0:
+        err = ctypes.get_errno()
+        raise OSError(err, f"fanotify_init: {os.strerror(err)}")
+    flags = FAN_MARK_ADD | (FAN_MARK_MOUNT if mount else FAN_MARK_FILESYSTEM)
+    for path in paths:
+        if lib.fanotify_mark(fd, flags, mask, AT_FDCWD, os.fsencode(path)) < 0:
+            err = ctypes.get_errno()
+            os.close(fd)
+            raise OSError(err, f"fanotify_mark {path}: {os.strerror(err)}")
+    return fd
+
+
+def fanotify_masks(events: set[str]) -> tuple[int, int]:
+    """The masks of the two fanotify groups for ``events``: (fd-reporting, directory-entry);
+    0 for a group with nothing to report."""
+    mask = 0
+    for name in events & EVENT_BITS.keys():
+        mask |= EVENT_BITS[name]
+    if "access" in events:
+        mask |= FAN_CLOSE_NOWRITE  # to end a read cycle
+    if "modify" in events:
+        mask |= FAN_CLOSE_WRITE
+    dirent = 0
+    for name in events & DIRENT_BITS.keys():
+        dirent |= DIRENT_BITS[name]
+    return mask, (dirent | FAN_ONDIR) if dirent else 0
+
+
+@dataclass(slots=True)
+class FanotifyGroups:
+    """The fanotify descriptors of one file plane: what they were opened for, and the fds."""
+
+    events: tuple[str, ...]
+    paths: tuple[str, ...]
+    mark: str
+    fd: int = -1
+    dir_fd: int = -1
+    mount_fds: list[int] = field(default_factory=list)
+    dirent_error: OSError | None = None
+    """Why the directory-entry group could not be set up (None: it was, or not wanted)."""
+    reader: FanotifyPreReader | None = None
+    """Reads the groups while armed (:meth:`start_reading`), until the watcher takes over."""
+
+    def start_reading(self) -> None:
+        """Read events as they arrive from now on (see :class:`FanotifyPreReader`)."""
+        if self.reader is None:
+            self.reader = FanotifyPreReader(self)
+
+    def matches(self, events: Iterable[str], paths: list[str], mark: str) -> bool:
+        """Whether these groups were opened for exactly this configuration."""
+        return (set(events), tuple(paths), mark) == (set(self.events), self.paths, self.mark)
+
+    def close(self) -> None:
+        """Close every descriptor not handed over yet. Safe twice."""
+        if self.reader is not None:
+            self.reader.take()
+            self.reader = None
+        for fd in (self.fd, self.dir_fd, *self.mount_fds):
+            if fd >= 0:
+                with contextlib.suppress(OSError):
+                    os.close(fd)
+        self.fd = self.dir_fd = -1
+        self.mount_fds = []
+
+
+def open_fanotify_groups(events: list[str], paths: list[str], mark: str) -> FanotifyGroups:
+    """Both groups for this configuration; raises ``OSError`` when the main one fails. The
+    directory-entry group failing is kept in ``dirent_error`` (the backend reports it)."""
+    groups = FanotifyGroups(events=tuple(events), paths=tuple(paths), mark=mark)
+    mask, dirent = fanotify_masks(set(events))
+    mount = mark == "mount"
+    if mask:
+        groups.fd = fanotify_open(list(paths), mask, mount=mount)
+    if dirent:
+        try:
+            groups.dir_fd = fanotify_open(
+                list(paths), dirent, mount=mount, report=FAN_REPORT_DIR_FID | FAN_REPORT_NAME
+            )
+            groups.mount_fds = [os.open(path, os.O_RDONLY | os.O_CLOEXEC) for path in paths]
+        except OSError as exc:
+            groups.dirent_error = exc
+            if groups.dir_fd >= 0:
+                os.close(groups.dir_fd)
+                groups.dir_fd = -1
+            for fd in groups.mount_fds:
+                os.close(fd)
+            groups.mount_fds = []
+    return groups
+
+
+def start_helper(pids: list[int], *, timeout: float = 5.0) -> subprocess.Popen[bytes]:
+    """The exec image helper following ``pids``, subscribed and ready; raises ``OSError``."""
+    proc = subprocess.Popen(
+        [sys.executable, "-S", "-c", HELPER, *map(str, pids)],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+    )
+    assert proc.stdout is not None
+    with contextlib.suppress(OSError):  # a bigger pipe: the backend may read it late
+        fcntl.fcntl(proc.stdout.fileno(), _F_SETPIPE_SZ, _PIPE_BYTES)
+    ready, _, _ = select.select([proc.stdout], [], [], timeout)
+    if not ready or proc.stdout.readline().strip() != b"READY":
+        stop_helper(proc)
+        raise OSError("the exec image helper did not start")
+    return proc
+
+
+def stop_helper(proc: subprocess.Popen[bytes]) -> None:
+    """Stop the helper at once (it holds nothing: every line it wrote stays readable in the
+    pipe; its standard input is closed too, which alone would stop it). Safe twice."""
+    if proc.stdin is not None and not proc.stdin.closed:
+        proc.stdin.close()
+    if proc.poll() is None:
+        with contextlib.suppress(ProcessLookupError):
+            proc.kill()
+    proc.wait()
+
+
+@dataclass(slots=True)
+class ArmedHost:
+    """The ``linux`` backend's kernel sources, attached to the lineage of ``root_pid``.
+
+    The backend adopts each source it uses (setting the field to None / -1); :meth:`close`
+    releases whatever was not adopted."""
+
+    root_pid: int
+    proc_socket: socket.socket | None
+    helper: subprocess.Popen[bytes] | None
+    fanotify: FanotifyGroups | None
+    armed_ns: int = 0
+    """Wall-clock ns when every source was attached (the root was still gated)."""
+    root_start_ticks: int | None = None
+    """The gated root's start time (``/proc/<pid>/stat`` ticks), read while it waited."""
+
+    def close(self) -> None:
+        """Release every source not adopted. Safe twice."""
+        if self.proc_socket is not None:
+            self.proc_socket.close()
+            self.proc_socket = None
+        if self.helper is not None:
+            stop_helper(self.helper)
+            if self.helper.stdout is not None:
+                self.helper.stdout.close()
+            self.helper = None
+        if self.fanotify is not None:
+            self.fanotify.close()
+            self.fanotify = None
+
+
+def arm_linux(root_pid: int) -> ArmedHost:
+    """Attach the ``linux`` backend's sources for its default configuration to ``root_pid``'s
+    lineage; raises ``BackendUnavailableError`` or ``OSError`` when one cannot be attached (the
+    caller then builds the collector first, as without arming)."""
+    if not hasattr(os, "geteuid") or os.geteuid() != 0:
+        raise BackendUnavailableError("linux: needs root (netlink process connector and fanotify)")
+    armed = ArmedHost(root_pid=root_pid, proc_socket=None, helper=None, fanotify=None)
+    try:
+        armed.proc_socket = open_proc_connector()
+        armed.fanotify = open_fanotify_groups(
+            list(DEFAULT_FANOTIFY_EVENTS), list(DEFAULT_FANOTIFY_PATHS), DEFAULT_FANOTIFY_MARK
+        )
+        armed.fanotify.start_reading()
+        armed.helper = start_helper([root_pid])
+        armed.root_start_ticks = _start_ticks(root_pid)
+        armed.armed_ns = time.time_ns()
+    except BaseException:
+        armed.close()
+        raise
+    return armed
+
+
+def _start_ticks(pid: int) -> int | None:
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            data = f.read()
+        return int(data[data.rfind(b")") + 2 :].split()[19])
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+@runtime_checkable
+class Armable(Protocol):
+    """A host receiver that can adopt sources armed before it was built."""
+
+    def set_armed(self, armed: ArmedHost) -> None:
+        """Use ``armed`` (before start) instead of opening the same sources itself."""
+
+
+_METADATA = struct.Struct("=IBBHQii")
+_FD_READ_BYTES = 8 * 1024
+"""One read of the descriptor-reporting group (the kernel opens a descriptor per event)."""
+
+_READS_PER_WAKE = 64
+PreRead = tuple[int, int, int, str]
+"""``(time ns, mask, pid, path)`` of one descriptor-group event read while armed; ``path`` is
+``""`` for an event without a descriptor (a queue overflow)."""
+
+
+class FanotifyPreReader:
+    """Reads the armed fanotify groups as events arrive, until the watcher takes over.
+
+    fanotify events carry no timestamp: a record's time is when it was read. Left in the kernel
+    queue while the collector is built, an event would be stamped up to that long after it
+    happened (after its process's exit, outside its tool call's window), so this thread reads
+    them at once, as the watcher would: the descriptor group's paths are resolved and their
+    descriptors closed; the directory-entry group's raw records are kept with their read time.
+    :meth:`take` stops it and hands over what it read, in order.
+    """
+
+    def __init__(self, groups: FanotifyGroups) -> None:
+        self._groups = groups
+        self.events: list[PreRead] = []
+        self.dirents: list[tuple[int, bytes]] = []
+        self._stop_r, self._stop_w = os.pipe()
+        self._thread = threading.Thread(target=self._run, name="armed-fanotify", daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        fds = [fd for fd in (self._groups.fd, self._groups.dir_fd) if fd >= 0]
+        while True:
+            ready, _, _ = select.select([*fds, self._stop_r], [], [])
+            for fd in fds:
+                self._drain(fd)
+            if self._stop_r in ready:
+                return
+
+    def _drain(self, fanotify_fd: int) -> None:
+        """Read what is queued, at most ``_READS_PER_WAKE`` reads (then the loop checks for
+        :meth:`take`: a steady stream of the machine's events cannot keep it here)."""
+        dirents = fanotify_fd == self._groups.dir_fd
+        for _ in range(_READS_PER_WAKE):
+            try:
+                data = os.read(fanotify_fd, 64 * 1024 if dirents else _FD_READ_BYTES)
+            except OSError:
+                return
+            if not data:
+                return
+            now = time.time_ns()
+            if dirents:
+                self.dirents.append((now, data))
+                continue
+            offset = 0
+            while offset + _METADATA.size <= len(data):
+                length, _v, _r, _m, mask, fd, pid = _METADATA.unpack_from(data, offset)
+                if length < _METADATA.size:
+                    break
+                offset += length
+                path = ""
+                if fd >= 0:
+                    try:
+                        path = os.readlink(f"/proc/self/fd/{fd}")
+                    except OSError:
+                        continue
+                    finally:
+                        os.close(fd)
+                self.events.append((now, mask, pid, path))
+
+    def take(self) -> tuple[list[PreRead], list[tuple[int, bytes]]]:
+        """Stop reading (after a last drain); what was read, in order. Safe twice."""
+        if self._stop_w >= 0:
+            os.write(self._stop_w, b"x")
+            self._thread.join()
+            for fd in (self._stop_r, self._stop_w):
+                os.close(fd)
+            self._stop_r = self._stop_w = -1
+        events, dirents = self.events, self.dirents
+        self.events, self.dirents = [], []
+        return events, dirents

@@ -38,6 +38,7 @@ from dataclasses import dataclass, field
 from typing import Protocol, runtime_checkable
 
 from otel_bridge.errors import BackendUnavailableError
+from otel_bridge.perfring import ArmedRings, arm_rings
 
 NETLINK_CONNECTOR = 11
 CN_IDX_PROC = 1
@@ -387,6 +388,8 @@ class ArmedHost:
     """Wall-clock ns when every source was attached (the root was still gated)."""
     root_start_ticks: int | None = None
     """The gated root's start time (``/proc/<pid>/stat`` ticks), read while it waited."""
+    perf: ArmedRings | None = None
+    """The socket tracer's perf rings (None: perf refused here; the backend then says why)."""
 
     def close(self) -> None:
         """Release every source not adopted. Safe twice."""
@@ -401,6 +404,9 @@ class ArmedHost:
         if self.fanotify is not None:
             self.fanotify.close()
             self.fanotify = None
+        if self.perf is not None:
+            self.perf.close()
+            self.perf = None
 
 
 def arm_linux(root_pid: int) -> ArmedHost:
@@ -417,6 +423,8 @@ def arm_linux(root_pid: int) -> ArmedHost:
         )
         armed.fanotify.start_reading()
         armed.helper = start_helper([root_pid])
+        with contextlib.suppress(OSError):  # refused: the backend tries again and says why
+            armed.perf = arm_rings()
         armed.root_start_ticks = _start_ticks(root_pid)
         armed.armed_ns = time.time_ns()
     except BaseException:

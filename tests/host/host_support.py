@@ -45,7 +45,8 @@ def require_backend(name: str) -> None:
 def require_socket_tracer(name: str) -> None:
     """Skip with the reason when the linux backend or its ``name`` socket tracer (``perf`` or
     ``bpftrace``) cannot run here."""
-    from otel_bridge.receivers.host.perftrace import online_cpus, open_rings, tracepoint
+    from otel_bridge.perfring import online_cpus, open_rings
+    from otel_bridge.receivers.host.perftrace import tracepoint
     from otel_bridge.receivers.host.socktrace import check_socket_tracing
 
     require_backend("linux")

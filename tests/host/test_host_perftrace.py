@@ -28,6 +28,7 @@ from host_support import start_receiver as start
 from test_host_short_connections import echo_server, match_receipts
 from test_host_socket_trace import network_reasons
 
+from otel_bridge.perfring import parse_format
 from otel_bridge.receivers.host import HostConfig
 from otel_bridge.receivers.host.perftrace import (
     ConnectPairing,
@@ -35,7 +36,6 @@ from otel_bridge.receivers.host.perftrace import (
     SetStateDecoder,
     StateChange,
     in_time_order,
-    parse_format,
     tracepoint,
 )
 from otel_bridge.testing import HTTP_CLIENT_WORKLOAD, cpu_load

@@ -54,6 +54,7 @@ from otel_bridge.arming import (
 from otel_bridge.errors import BackendUnavailableError
 from otel_bridge.identity import start_ms_from_ticks
 from otel_bridge.model import CollectionState
+from otel_bridge.perfring import ArmedRings
 from otel_bridge.receivers.host.events import SAMPLED, SYSCALL, HostContext
 from otel_bridge.receivers.host.execreader import ExecReader
 from otel_bridge.receivers.host.fanotify import FanotifyWatcher
@@ -191,18 +192,29 @@ def _destroy_watcher(ctx: HostContext, scanner: SocketScanner) -> tuple[DestroyW
 
 
 def _socket_tracer(
-    ctx: HostContext, scanner: SocketScanner, owner: Owner, on_state: Callable[[str], None]
+    ctx: HostContext,
+    scanner: SocketScanner,
+    owner: Owner,
+    on_state: Callable[[str], None],
+    rings: ArmedRings | None = None,
 ) -> tuple[ConnectTracer | None, str]:
     """The socket tracer (attached already when it is perf's, not started) and its part of the
-    network state, or None and why: perf, else bpftrace, else lineage only (``docs/host.md``)."""
+    network state, or None and why: perf (adopting ``rings`` armed before the collector was
+    built), else bpftrace, else lineage only (``docs/host.md``)."""
     cfg = ctx.config
+    if not cfg.socket_tracing or cfg.socket_tracer not in ("auto", "perf"):
+        if rings is not None:
+            rings.close()  # armed for a tracer this configuration does not use
+        rings = None
     if not cfg.socket_tracing:
         return None, "socket attribution: lineage only (no socket tracer: socket_tracing is off)"
     why: list[str] = []
     if cfg.socket_tracer in ("auto", "perf"):
         try:
-            perf = PerfSocketTracer(ctx, scanner, owner, on_state)
+            perf = PerfSocketTracer(ctx, scanner, owner, on_state, armed=rings)
         except OSError as exc:
+            if rings is not None:
+                rings.close()
             why.append(f"perf: {exc.strerror or exc}")
         else:
             return perf, perf.note
@@ -327,13 +339,15 @@ class LinuxBackend:
         else:
             ctx.collection_state("file", CollectionState.NOT_REQUESTED, "files: false")
         if cfg.network:
-            self._start_network(ctx)
+            self._start_network(ctx, armed.perf if armed is not None else None)
+            if armed is not None:
+                armed.perf = None  # adopted by the tracer, or closed by _start_network
         else:
             ctx.collection_state("network", CollectionState.NOT_REQUESTED, "network: false")
         self._thread = threading.Thread(target=self._run, name="host-linux", daemon=True)
         self._thread.start()
 
-    def _start_network(self, ctx: HostContext) -> None:
+    def _start_network(self, ctx: HostContext, rings: ArmedRings | None = None) -> None:
         """Socket scans, destroy notifications and the eBPF socket tracer (started, not awaited)."""
         scanner = self._scanner = SocketScanner(ctx, attribution=SAMPLED)
         self._destroys, destroy_note = _destroy_watcher(ctx, scanner)
@@ -342,7 +356,7 @@ class LinuxBackend:
             reason = scanner.reason(f"{destroy_note}; {note}")
             ctx.collection_state("network", CollectionState.DEGRADED, reason)
 
-        self._tracer, trace_note = _socket_tracer(ctx, scanner, self._owns, on_state)
+        self._tracer, trace_note = _socket_tracer(ctx, scanner, self._owns, on_state, rings)
         scanner.start(ctx.config.network_poll_interval, f"{destroy_note}; {trace_note}")
         if self._destroys is not None:
             self._destroys.tracer = self._tracer

@@ -21,7 +21,7 @@ import msgspec
 from otel_bridge import jsonl, rundir
 from otel_bridge.graph import encode
 from otel_bridge.model import Channel, CoverageRecord, Source
-from otel_bridge.store import codec
+from otel_bridge.store.blocks import RECORD_COLUMNS, Blocks
 from otel_bridge.store.reader import Selector, read_graph
 
 if TYPE_CHECKING:
@@ -72,40 +72,45 @@ def _write_lines(path: str, lines: list[str]) -> None:
     rundir.write_private(path, "".join(line + "\n" for line in lines).encode())
 
 
-def _record_lines(rows: list[Any]) -> list[tuple[int, str]]:
+def _record_lines(conn: psycopg.Connection[Any], rows: list[Any]) -> list[tuple[int, str]]:
+    """``(seq, line)`` of rows ``seq, record, run_id, block, pos``."""
+    records = Blocks(conn).records(rows)
     return [
-        (int(seq), jsonl.dumps(msgspec.msgpack.decode(codec.unpack(bytes(rec)))))
-        for seq, rec in rows
+        (int(row[0]), jsonl.dumps(msgspec.msgpack.decode(rec)))
+        for row, rec in zip(rows, records, strict=True)
     ]
 
 
 def _log_lines(conn: psycopg.Connection[Any], run_id: str, *, os_events: bool) -> list[str]:
     rows = conn.execute(
-        "SELECT seq, record FROM ob_logs WHERE run_id = %s AND os_event = %s ORDER BY seq",
+        f"SELECT seq, {RECORD_COLUMNS} FROM ob_logs WHERE run_id = %s AND os_event = %s "
+        "ORDER BY seq",
         (run_id, os_events),
     ).fetchall()
-    return [line for _, line in _record_lines(rows)]
+    return [line for _, line in _record_lines(conn, rows)]
 
 
 def _sem_lines(conn: psycopg.Connection[Any], run_id: str) -> list[str]:
     spans = conn.execute(
-        "SELECT seq, record FROM ob_spans WHERE run_id = %s ORDER BY seq", (run_id,)
+        f"SELECT seq, {RECORD_COLUMNS} FROM ob_spans WHERE run_id = %s ORDER BY seq", (run_id,)
     ).fetchall()
     logs = conn.execute(
-        "SELECT seq, record FROM ob_logs WHERE run_id = %s AND NOT os_event ORDER BY seq",
+        f"SELECT seq, {RECORD_COLUMNS} FROM ob_logs WHERE run_id = %s AND NOT os_event "
+        "ORDER BY seq",
         (run_id,),
     ).fetchall()
-    merged = sorted(_record_lines(spans) + _record_lines(logs))
+    merged = sorted(_record_lines(conn, spans) + _record_lines(conn, logs))
     return [line for _, line in merged]
 
 
 def _correlated_lines(conn: psycopg.Connection[Any], run_id: str) -> list[str]:
     obs = conn.execute(
-        "SELECT seq, record FROM ob_observations WHERE run_id = %s ORDER BY seq", (run_id,)
+        f"SELECT seq, {RECORD_COLUMNS} FROM ob_observations WHERE run_id = %s ORDER BY seq",
+        (run_id,),
     ).fetchall()
     lines = [
-        (int(seq), jsonl.dumps({"observation": msgspec.msgpack.decode(codec.unpack(bytes(rec)))}))
-        for seq, rec in obs
+        (int(row[0]), jsonl.dumps({"observation": msgspec.msgpack.decode(rec)}))
+        for row, rec in zip(obs, Blocks(conn).records(obs), strict=True)
     ]
     cov = conn.execute(
         "SELECT seq, time_ns, channel, backend, record_id, reason, detail FROM ob_coverage "

@@ -22,6 +22,7 @@ from otel_bridge.exporters.postgres import Config, PostgresExporter
 from otel_bridge.model import Batch
 from otel_bridge.store import connect, migrate, status
 from otel_bridge.store.reader import Selector, read_graph
+from otel_bridge.store.schema import LATEST, MIGRATIONS
 from store.store_support import T0, Server, batches, free_port
 
 RUN = {"runtime_reads": "folded"}
@@ -79,21 +80,21 @@ def _count(url: str, sql: str) -> int:
 
 
 def test_migrate_from_empty_then_again_is_a_no_op(pg_url: str) -> None:
-    """The first migration creates every table and records version 1; running it again (API
-    and CLI) applies nothing and leaves the version table as it was."""
+    """Migrating an empty database applies every step and records each version; running it
+    again (API and CLI) applies nothing and leaves the version table as it was."""
     with connect(pg_url) as conn:
         assert status(conn)["schema_version"] == 0
-        assert migrate(conn) == [1]
+        assert migrate(conn) == [m.version for m in MIGRATIONS]
         assert migrate(conn) == []
         info = status(conn)
-    assert info["schema_version"] == info["latest"] == 1
+    assert info["schema_version"] == info["latest"] == LATEST
     assert info["pending"] == []
     again = _cli("db", "migrate", "--db", pg_url)
     assert again.returncode == 0, again.stderr
     assert "nothing applied" in again.stdout
     shown = _cli("db", "status", "--db", pg_url)
-    assert json.loads(shown.stdout)["schema_version"] == 1
-    assert _count(pg_url, "SELECT count(*) FROM ob_schema_version") == 1
+    assert json.loads(shown.stdout)["schema_version"] == LATEST
+    assert _count(pg_url, "SELECT count(*) FROM ob_schema_version") == len(MIGRATIONS)
 
 
 def test_graph_read_back_equals_the_graph_exporter_document(pg_url: str, tmp_path: Path) -> None:
@@ -184,8 +185,13 @@ def test_retention_drops_an_old_partition(pg_url: str) -> None:
     assert before == 2
     pruned = _cli("db", "prune", "--db", pg_url, "--older-than", "30d")
     assert pruned.returncode == 0, pruned.stderr
-    assert "dropped 1 partitions" in pruned.stdout
+    # the old observations' partition and that of the block holding their records
+    assert "dropped 2 partitions" in pruned.stdout
+    assert "ob_observations_p" in pruned.stdout and "ob_blocks_p" in pruned.stdout
     assert _count(pg_url, "SELECT count(*) FROM ob_observations") == len(shifted[1].observations)
+    with connect(pg_url) as conn:  # the kept records still read back from their block
+        kept = read_graph(conn, Selector(run="run-1", since_ns=0))
+    assert kept["summary"]["observations"] == len(shifted[1].observations)
     # the exporter's own retention setting: old records of another run, then a collector
     # configured with a 1-day retention drops their partition (it checks at start, then
     # every minute)

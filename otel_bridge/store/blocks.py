@@ -39,18 +39,19 @@ class Blocks:
             if key not in self._cache:
                 raise ValueError(f"stored block {key[1]} of run {key[0]} is missing")
 
-    def records(self, rows: Iterable[tuple[Any, ...]]) -> list[bytes]:
-        """The msgpack record of each row ending in ``record, run_id, block, pos``."""
+    def records(self, rows: Iterable[tuple[Any, ...]]) -> list[tuple[bytes, bool]]:
+        """The stored record of each row ending in ``record, run_id, block, pos``, and whether
+        it came from a block (``otel_bridge.store.records``: the two forms differ)."""
         rows = list(rows)
         self._load({(str(r[-3]), int(r[-2])) for r in rows if r[-4] is None})
-        out: list[bytes] = []
+        out: list[tuple[bytes, bool]] = []
         for row in rows:
             record, run_id, block, pos = row[-4:]
             if record is not None:
-                out.append(codec.unpack(bytes(record)))
+                out.append((codec.unpack(bytes(record)), False))
                 continue
             key = (str(run_id), int(block))
-            out.append(self._cache[key][int(pos)])
+            out.append((self._cache[key][int(pos)], True))
             self._cache.move_to_end(key)
         while len(self._cache) > self.limit:
             self._cache.popitem(last=False)

@@ -23,6 +23,7 @@ from otel_bridge.graph import encode
 from otel_bridge.model import Channel, CoverageRecord, Source
 from otel_bridge.store.blocks import RECORD_COLUMNS, Blocks
 from otel_bridge.store.reader import Selector, read_graph
+from otel_bridge.store.records import decode_observation, otlp_request
 
 if TYPE_CHECKING:
     import psycopg
@@ -76,8 +77,8 @@ def _record_lines(conn: psycopg.Connection[Any], rows: list[Any]) -> list[tuple[
     """``(seq, line)`` of rows ``seq, record, run_id, block, pos``."""
     records = Blocks(conn).records(rows)
     return [
-        (int(row[0]), jsonl.dumps(msgspec.msgpack.decode(rec)))
-        for row, rec in zip(rows, records, strict=True)
+        (int(row[0]), jsonl.dumps(otlp_request(raw, native)))
+        for row, (raw, native) in zip(rows, records, strict=True)
     ]
 
 
@@ -109,8 +110,8 @@ def _correlated_lines(conn: psycopg.Connection[Any], run_id: str) -> list[str]:
         (run_id,),
     ).fetchall()
     lines = [
-        (int(row[0]), jsonl.dumps({"observation": msgspec.msgpack.decode(rec)}))
-        for row, rec in zip(obs, Blocks(conn).records(obs), strict=True)
+        (int(row[0]), jsonl.dumps({"observation": _observation_dict(raw, native)}))
+        for row, (raw, native) in zip(obs, Blocks(conn).records(obs), strict=True)
     ]
     cov = conn.execute(
         "SELECT seq, time_ns, channel, backend, record_id, reason, detail FROM ob_coverage "
@@ -127,6 +128,13 @@ def _correlated_lines(conn: psycopg.Connection[Any], run_id: str) -> list[str]:
         lines.append((int(seq), jsonl.dumps({"coverage": jsonl.coverage_to_dict(record)})))
     lines.sort()
     return [line for _, line in lines]
+
+
+def _observation_dict(raw: bytes, native: bool) -> dict[str, Any]:
+    """An observation's ``jsonl`` form (a v1 record is that form already)."""
+    if not native:
+        return dict(msgspec.msgpack.decode(raw))
+    return jsonl.observation_to_dict(decode_observation(raw, native))
 
 
 def select_one_run(conn: psycopg.Connection[Any], selector: Selector) -> str:

@@ -23,9 +23,10 @@ import msgspec
 
 from otel_bridge import jsonl
 from otel_bridge.model import Batch, CoverageRecord, LogRecord, Observation, ProcessFacts, Span
-from otel_bridge.otlp import json_codec
-from otel_bridge.store import codec, copytext
+from otel_bridge.store import codec
 from otel_bridge.store.blocks import RECORD_COLUMNS, Blocks
+from otel_bridge.store.records import decode_observation
+from otel_bridge.store.records import encode as encode_record
 
 if TYPE_CHECKING:
     import psycopg
@@ -89,6 +90,27 @@ EDGE_COLUMNS = (
     "logical_count",
     "evidence_count",
 )
+_TEXT, _INT8, _BOOL, _TIME, _JSON, _TEXTS = "text", "int8", "bool", "timestamptz", "jsonb", "text[]"
+_TYPES: dict[str, tuple[str, ...]] = {
+    "ob_stage_obs": (
+        *(_TEXT, _TEXT, _TIME, _INT8, _INT8, _INT8),
+        *(_TEXT,) * 9,
+        *(_TEXT, _BOOL, _BOOL, _TEXT, _TEXT, _INT8, "int4"),
+    ),
+    "ob_stage_spans": (
+        *(_TEXT, _TEXT, _TEXT, _TIME, _INT8, _TEXT, _TEXT, _TEXT, _INT8, _INT8, _INT8, "int4"),
+    ),
+    "ob_stage_logs": (_TEXT, _TEXT, _TIME, _INT8, _INT8, _TEXT, _BOOL, _TEXT, _INT8, "int4"),
+    "ob_stage_cov": (_TEXT, _TEXT, _INT8, _INT8, *(_TEXT,) * 5),
+    "ob_stage_nodes": (*(_TEXT,) * 5, _JSON, _JSON, _TEXTS, _TEXTS, *(_INT8,) * 4),
+    "ob_stage_edges": (
+        *(_TEXT,) * 11,
+        *(_TEXTS, _JSON, "float8", _TEXTS, _TEXTS, _TEXTS, _TEXTS, _JSON),
+        *(_INT8,) * 4,
+    ),
+}
+"""The column types of every staging table's COPY (binary COPY: psycopg formats each row in C
+once it knows them), in the order of its column list."""
 _STAGING = (
     "CREATE TEMP TABLE IF NOT EXISTS ob_stage_obs "
     "(LIKE ob_observations INCLUDING DEFAULTS) ON COMMIT DELETE ROWS",
@@ -127,15 +149,6 @@ def _json(value: Any) -> Any:
     from psycopg.types.json import Jsonb  # noqa: PLC0415 - optional driver
 
     return None if value is None else Jsonb(value)
-
-
-def _copy_json(value: Any) -> copytext.Json | None:
-    return None if value is None else copytext.Json(value)
-
-
-def encode_observation(o: Observation) -> bytes:
-    """The stored record of ``o``: msgpack of its :mod:`otel_bridge.jsonl` form."""
-    return msgspec.msgpack.encode(jsonl.observation_to_dict(o))
 
 
 def observation_row(
@@ -187,16 +200,6 @@ def observation_host(o: Observation, host: str) -> str:
     return shipped if isinstance(shipped, str) and shipped else host
 
 
-def decode_observation(record: bytes) -> Observation:
-    """An observation from its stored record (:func:`encode_observation`, uncompressed)."""
-    return jsonl.observation_from_dict(msgspec.msgpack.decode(record), "store")
-
-
-def encode_span(span: Span) -> bytes:
-    """The stored record of ``span``: msgpack of its OTLP/JSON request."""
-    return msgspec.msgpack.encode(json_codec.encode_traces((span,)))
-
-
 def span_row(
     run_id: str, seq: int, span: Span, now: datetime, *, block: int, pos: int
 ) -> tuple[Any, ...]:
@@ -234,10 +237,10 @@ def log_rows(
     (msgpack of its OTLP/JSON request) is appended to."""
     seen: dict[bytes, int] = {}
     rows = []
-    block_id, first, records = block
+    block_id, first, stored = block
     for i, r in enumerate(logs):
-        encoded = msgspec.msgpack.encode(json_codec.encode_logs((r,)))
-        records.append(encoded)
+        encoded = encode_record(r)
+        stored.append(encoded)
         n = seen.get(encoded, 0)
         seen[encoded] = n + 1
         digest = hashlib.blake2b(encoded + n.to_bytes(4, "little"), digest_size=16).hexdigest()
@@ -377,7 +380,7 @@ class StoreWriter:
         now = datetime.now(UTC)
         block = secrets.randbits(63)
         obs, cov, spans = batch.observations, batch.coverage, batch.spans
-        records = [encode_observation(o) for o in obs]
+        records = [encode_record(o) for o in obs]
         obs_rows = [
             observation_row(run_id, seq + i, o, host_id, now, block=block, pos=i)
             for i, o in enumerate(obs)
@@ -385,7 +388,7 @@ class StoreWriter:
         seq += len(obs)
         cov_rows = coverage_rows(run_id, seq, cov)
         seq += len(cov)
-        records.extend(encode_span(s) for s in spans)
+        records.extend(encode_record(s) for s in spans)
         span_rows = [
             span_row(run_id, seq + i, s, now, block=block, pos=len(obs) + i)
             for i, s in enumerate(spans)
@@ -451,8 +454,10 @@ class StoreWriter:
         if not rows:
             return set()
         with self.conn.cursor() as cur:
-            with cur.copy(f"COPY {stage} ({columns}) FROM STDIN") as copy:
-                copy.write(copytext.lines(rows))
+            with cur.copy(f"COPY {stage} ({columns}) FROM STDIN (FORMAT BINARY)") as copy:
+                copy.set_types(_TYPES[stage])
+                for row in rows:
+                    copy.write_row(row)
             tail = f" RETURNING {returning}" if returning else ""
             cur.execute(
                 f"INSERT INTO {table} ({columns}) SELECT {columns} FROM {stage} "
@@ -495,8 +500,10 @@ class StoreWriter:
         cols = ", ".join(columns)
         sets = ", ".join(f"{c} = EXCLUDED.{c}" for c in columns if c not in key)
         with self.conn.cursor() as cur:
-            with cur.copy(f"COPY {stage} ({cols}) FROM STDIN") as copy:
-                copy.write(copytext.lines(rows))
+            with cur.copy(f"COPY {stage} ({cols}) FROM STDIN (FORMAT BINARY)") as copy:
+                copy.set_types(_TYPES[stage])
+                for row in rows:
+                    copy.write_row(row)
             cur.execute(
                 f"INSERT INTO {table} ({cols}) SELECT {cols} FROM {stage} "
                 f"ON CONFLICT ({', '.join(key)}) DO UPDATE SET {sets}"
@@ -582,7 +589,7 @@ def replay(
             rows = cur.fetchmany(chunk)
             if not rows:
                 break
-            yield [decode_observation(r) for r in blocks.records(rows)]
+            yield [decode_observation(r, n) for r, n in blocks.records(rows)]
 
 
 def _node_row(run_id: str, n: dict[str, Any]) -> tuple[Any, ...]:
@@ -592,8 +599,8 @@ def _node_row(run_id: str, n: dict[str, Any]) -> tuple[Any, ...]:
         n["key"],
         n["kind"],
         n["label"],
-        _copy_json(n["facts"]),
-        _copy_json(n["attrs"]),
+        _json(n["facts"]),
+        _json(n["attrs"]),
         list(n["channels"]),
         list(n["backends"]),
         n["first_seen"],
@@ -618,13 +625,13 @@ def _edge_row(run_id: str, e: dict[str, Any], keys: dict[str, str]) -> tuple[Any
         flag_text(e["inferred"]),
         flag_text(e["identity_exact"]),
         list(e["attribution"]),
-        _copy_json(e["method"]),
+        _json(e["method"]),
         e["score"],
         list(e["channels"]),
         list(e["backends"]),
         None if support is None else list(support),
         list(e["derived_support"]),
-        _copy_json(e["attrs"]),
+        _json(e["attrs"]),
         e["first_seen"],
         e["last_seen"],
         e["logical_count"],

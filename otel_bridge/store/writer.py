@@ -102,15 +102,23 @@ _TYPES: dict[str, tuple[str, ...]] = {
     ),
     "ob_stage_logs": (_TEXT, _TEXT, _TIME, _INT8, _INT8, _TEXT, _BOOL, _TEXT, _INT8, "int4"),
     "ob_stage_cov": (_TEXT, _TEXT, _INT8, _INT8, *(_TEXT,) * 5),
-    "ob_stage_nodes": (*(_TEXT,) * 5, _JSON, _JSON, _TEXTS, _TEXTS, *(_INT8,) * 4),
-    "ob_stage_edges": (
-        *(_TEXT,) * 11,
-        *(_TEXTS, _JSON, "float8", _TEXTS, _TEXTS, _TEXTS, _TEXTS, _JSON),
-        *(_INT8,) * 4,
-    ),
+    "ob_stage_nodes": (*(_TEXT,) * 9, *(_INT8,) * 4),
+    "ob_stage_edges": (*(_TEXT,) * 13, "float8", *(_TEXT,) * 5, *(_INT8,) * 4),
 }
 """The column types of every staging table's COPY (binary COPY: psycopg formats each row in C
-once it knows them), in the order of its column list."""
+once it knows them), in the order of its column list. The graph rows' arrays and jsonb are
+staged as text formatted here (psycopg dumps those in Python) and cast by the upsert."""
+_CASTS = {
+    "facts": "jsonb",
+    "attrs": "jsonb",
+    "method": "jsonb",
+    "channels": "text[]",
+    "backends": "text[]",
+    "attribution": "text[]",
+    "support": "text[]",
+    "derived_support": "text[]",
+}
+"""The graph columns staged as text, and their type."""
 _STAGING = (
     "CREATE TEMP TABLE IF NOT EXISTS ob_stage_obs "
     "(LIKE ob_observations INCLUDING DEFAULTS) ON COMMIT DELETE ROWS",
@@ -124,6 +132,10 @@ _STAGING = (
     "(LIKE ob_nodes INCLUDING DEFAULTS) ON COMMIT DELETE ROWS",
     "CREATE TEMP TABLE IF NOT EXISTS ob_stage_edges "
     "(LIKE ob_edges INCLUDING DEFAULTS) ON COMMIT DELETE ROWS",
+    "ALTER TABLE ob_stage_nodes "
+    + ", ".join(f"ALTER COLUMN {c} TYPE text" for c in _CASTS if c in NODE_COLUMNS),
+    "ALTER TABLE ob_stage_edges "
+    + ", ".join(f"ALTER COLUMN {c} TYPE text" for c in _CASTS if c in EDGE_COLUMNS),
 )
 
 
@@ -504,8 +516,9 @@ class StoreWriter:
                 copy.set_types(_TYPES[stage])
                 for row in rows:
                     copy.write_row(row)
+            select = ", ".join(f"{c}::{_CASTS[c]}" if c in _CASTS else c for c in columns)
             cur.execute(
-                f"INSERT INTO {table} ({cols}) SELECT {cols} FROM {stage} "
+                f"INSERT INTO {table} ({cols}) SELECT {select} FROM {stage} "
                 f"ON CONFLICT ({', '.join(key)}) DO UPDATE SET {sets}"
             )
 
@@ -592,6 +605,16 @@ def replay(
             yield [decode_observation(r, n) for r, n in blocks.records(rows)]
 
 
+def _json_text(value: Any) -> str | None:
+    return None if value is None else msgspec.json.encode(value).decode()
+
+
+def _array_text(items: Iterable[str]) -> str:
+    """A ``text[]`` literal (every element quoted)."""
+    quoted = (i.replace("\\", "\\\\").replace('"', '\\"') for i in items)
+    return "{" + ",".join(f'"{q}"' for q in quoted) + "}"
+
+
 def _node_row(run_id: str, n: dict[str, Any]) -> tuple[Any, ...]:
     return (
         run_id,
@@ -599,10 +622,10 @@ def _node_row(run_id: str, n: dict[str, Any]) -> tuple[Any, ...]:
         n["key"],
         n["kind"],
         n["label"],
-        _json(n["facts"]),
-        _json(n["attrs"]),
-        list(n["channels"]),
-        list(n["backends"]),
+        _json_text(n["facts"]),
+        _json_text(n["attrs"]),
+        _array_text(n["channels"]),
+        _array_text(n["backends"]),
         n["first_seen"],
         n["last_seen"],
         n["logical_count"],
@@ -624,14 +647,14 @@ def _edge_row(run_id: str, e: dict[str, Any], keys: dict[str, str]) -> tuple[Any
         flag_text(e["causal"]),
         flag_text(e["inferred"]),
         flag_text(e["identity_exact"]),
-        list(e["attribution"]),
-        _json(e["method"]),
+        _array_text(e["attribution"]),
+        _json_text(e["method"]),
         e["score"],
-        list(e["channels"]),
-        list(e["backends"]),
-        None if support is None else list(support),
-        list(e["derived_support"]),
-        _json(e["attrs"]),
+        _array_text(e["channels"]),
+        _array_text(e["backends"]),
+        None if support is None else _array_text(support),
+        _array_text(e["derived_support"]),
+        _json_text(e["attrs"]),
         e["first_seen"],
         e["last_seen"],
         e["logical_count"],

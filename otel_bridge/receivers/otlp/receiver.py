@@ -46,6 +46,9 @@ from otel_bridge.receivers.otlp.config import OtlpReceiverConfig, Protocols, exp
 from otel_bridge.receivers.otlp.grpc_server import GrpcServer
 from otel_bridge.receivers.otlp.http_server import HttpServer
 
+DRAIN_TIMEOUT = 120.0
+"""Seconds :meth:`OtlpReceiver.shutdown` waits for calls still in the pipeline."""
+
 COUNTERS: tuple[CounterSpec, ...] = (
     CounterSpec("spans_accepted", "spans passed on to the pipelines", "{spans}"),
     CounterSpec(
@@ -101,6 +104,9 @@ class OtlpReceiver:
         self._http: HttpServer | None = None
         self._started = False
         self._stopped = False
+        self._closing = False
+        self._inflight = 0
+        self._drained = threading.Condition()
 
     @property
     def config(self) -> OtlpReceiverConfig:
@@ -175,12 +181,23 @@ class OtlpReceiver:
                 )
 
     def shutdown(self) -> None:
-        """Stop accepting requests and wait for those in flight. Safe before start and twice."""
+        """Stop accepting requests and wait for those in flight. Safe before start and twice.
+
+        A call still in the pipeline when the servers' grace ends (the gRPC server cancels it,
+        its handler thread goes on) is waited for too, up to ``DRAIN_TIMEOUT``: the exporters
+        shut down after the receivers, and must not while a batch is still on its way to them.
+        Calls arriving meanwhile are refused (retryable)."""
         with self._lock:
             if self._stopped:
                 return
             self._stopped = True
             self._stop_servers()
+        with self._drained:
+            self._closing = True
+            if not self._drained.wait_for(lambda: self._inflight == 0, DRAIN_TIMEOUT):
+                self.report_once(
+                    "drain", f"{self._inflight} calls still in the pipeline at shutdown"
+                )
 
     def _stop_servers(self) -> None:
 
@@ -210,10 +227,19 @@ class OtlpReceiver:
             self.count(f"{noun}_rejected", decoded.rejected)
             self.report_once(f"{noun}_rejected", decoded.error_message)
         if batch is not None:
+            with self._drained:
+                if self._closing:
+                    self.count(f"{noun}_refused", n)
+                    return Outcome(refused="the receiver is shutting down")
+                self._inflight += 1
             try:
                 self._next.consume(batch)
             except Exception as exc:
                 return self._failed(exc, n, noun)
+            finally:
+                with self._drained:
+                    self._inflight -= 1
+                    self._drained.notify_all()
             self.count(f"{noun}_accepted", n)
         return Outcome(decoded.rejected, decoded.error_message)
 

@@ -66,6 +66,24 @@ def server_cpu(data: str) -> float:
         with open(f"/proc/{pid}/stat", encoding="utf-8") as f:
             return f.read().rsplit(")", 1)[1].split()
 
+    def backends() -> list[str]:
+        """The live children's pids that serve a client connection (a closed one's CPU
+        counts only once the postmaster has reaped it)."""
+        found = []
+        for entry in os.listdir("/proc"):
+            try:
+                with open(f"/proc/{entry}/cmdline", "rb") as f:
+                    if b"bench postgres 127.0.0.1" in f.read() and fields(int(entry))[1] == str(
+                        postmaster
+                    ):
+                        found.append(entry)
+            except (OSError, ValueError):
+                continue
+        return found
+
+    deadline = time.monotonic() + 10
+    while backends() and time.monotonic() < deadline:  # the last connection closing
+        time.sleep(0.05)
     total = sum(int(x) for x in fields(postmaster)[11:15])  # utime stime cutime cstime
     for entry in os.listdir("/proc"):
         if entry.isdigit():

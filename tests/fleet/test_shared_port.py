@@ -68,7 +68,9 @@ def test_two_receivers_share_one_port_and_the_kernel_spreads_connections() -> No
         for i in range(CONNECTIONS):  # gRPC: a new channel (connection) per call
             with grpc.insecure_channel(f"127.0.0.1:{grpc_port}") as channel:
                 call = channel.unary_unary(
-                    "/opentelemetry.proto.collector.trace.v1.TraceService/Export"
+                    "/opentelemetry.proto.collector.trace.v1.TraceService/Export",
+                    request_serializer=None,
+                    response_deserializer=None,
                 )
                 call(request(i), timeout=30)
         for i in range(CONNECTIONS, 2 * CONNECTIONS):  # HTTP: a new connection per request

@@ -11,12 +11,17 @@ its journal, the JSON-lines file). TLS and the token are left out (loopback): th
 in the figures.
 
 With ``--gateways 2`` the agents are split by host between two gateway processes, as the
-Collector's load-balancing exporter routing by ``host.id`` would split them.
+Collector's load-balancing exporter routing by ``host.id`` would split them; with
+``--shared-port`` every gateway binds one port (``reuse_port``, SO_REUSEPORT) and every agent
+sends to it: the kernel assigns each agent's connection to a gateway. ``--store`` replaces the
+gateways' exporters by ``postgres`` alone (one run per gateway process) into the given database,
+or a private server (``store_ingest.start_server``); "applied once" then counts stored rows.
 
 Usage::
 
     python benchmarks/gateway_ingest.py --observations 200000 --agents 4 --gateways 1 2
     python benchmarks/gateway_ingest.py --gateways --stages 20000
+    python benchmarks/gateway_ingest.py --observations 20000 --gateways 1 2 --shared-port --store
 
 Prints per run: observations and raw OS records accepted per second (first request sent ->
 last acknowledged), the gateways' CPU time per observation (user + system, from ``/proc``; unlike
@@ -146,19 +151,30 @@ def _cpu_seconds(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
-def _gateway_config(directory: Path) -> Path:
-    """configs/gateway.yaml with a plain loopback receiver (no TLS, no token) and its state in
-    ``directory``."""
+def _gateway_config(directory: Path, port: int, store: str) -> Path:
+    """configs/gateway.yaml with a plain loopback receiver (no TLS, no token) on ``port`` (0: a
+    free one; else shared with ``reuse_port``) and its state in ``directory``; with ``store``
+    (a PostgreSQL URL) the ``postgres`` exporter only, the run named after ``directory``."""
     from otel_bridge.config import read_config
 
     doc: dict[str, Any] = dict(read_config(str(REPO / "configs" / "gateway.yaml")))
-    doc["receivers"] = {"otlp": {"protocols": {"grpc": {"endpoint": "127.0.0.1:0"}}}}
+    grpc: dict[str, Any] = {"endpoint": f"127.0.0.1:{port}"}
+    if port:
+        grpc["reuse_port"] = True
+    doc["receivers"] = {"otlp": {"protocols": {"grpc": grpc}}}
+    if store:
+        doc["exporters"] = {
+            "postgres": {"endpoint": store, "run_id": directory.name, "flush_interval": "5s"}
+        }
+        doc["service"]["pipelines"]["evidence"]["exporters"] = ["postgres"]
     path = directory / "gateway.yaml"
     path.write_text(yaml.safe_dump(doc))
     return path
 
 
-def _start_gateway(directory: Path) -> tuple[subprocess.Popen[str], int]:
+def _start_gateway(
+    directory: Path, port: int = 0, store: str = ""
+) -> tuple[subprocess.Popen[str], int]:
     directory.mkdir(parents=True)
     env = dict(os.environ, OTEL_BRIDGE_GATEWAY_STATE=str(directory), PYTHONPATH=str(REPO))
     proc = subprocess.Popen(
@@ -170,7 +186,7 @@ def _start_gateway(directory: Path) -> tuple[subprocess.Popen[str], int]:
             "INFO",
             "run",
             "-c",
-            str(_gateway_config(directory)),
+            str(_gateway_config(directory, port, store)),
         ],
         env=env,
         stdin=subprocess.DEVNULL,
@@ -214,21 +230,53 @@ def _send(
     return end, start, cpu
 
 
-def run(observations: int, agents: int, gateways: int) -> dict[str, float]:
+def _free_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port: int = s.getsockname()[1]
+        return port
+
+
+def _stored(store: str, runs: list[str]) -> list[int]:
+    """Observations stored for each of ``runs``."""
+    from otel_bridge.store import connect
+
+    with connect(store) as conn:
+        counts = dict(
+            conn.execute(
+                "SELECT run_id, count(*) FROM ob_observations WHERE run_id = ANY(%s) "
+                "GROUP BY run_id",
+                (runs,),
+            ).fetchall()
+        )
+    return [int(counts.get(r, 0)) for r in runs]
+
+
+def run(
+    observations: int, agents: int, gateways: int, *, shared: bool = False, store: str = ""
+) -> dict[str, Any]:
     """One measurement (see the module docstring)."""
     per_agent = [agent_requests(a, observations // agents) for a in range(agents)]
     total_obs = sum(p[1] for p in per_agent)
     total_raw = sum(p[2] for p in per_agent)
     with tempfile.TemporaryDirectory() as tmp:
-        procs = [_start_gateway(Path(tmp) / f"gw{g}") for g in range(gateways)]
+        port = _free_port() if shared else 0
+        tag = f"{time.monotonic_ns()}"
+        dirs = [Path(tmp) / f"gw{g}-{tag}" for g in range(gateways)]
+        procs = [_start_gateway(d, port, store) for d in dirs]
         try:
             end, start, cpu = _send(procs, per_agent, gateways)
             applied = 0
-            for g, (p, _) in enumerate(procs):
+            for d, (p, _) in zip(dirs, procs, strict=True):
                 p.send_signal(2)
                 p.wait(timeout=300)
-                graph = json.loads((Path(tmp) / f"gw{g}" / "graph.json").read_text())
-                applied += graph["summary"]["observations"]
+                if not store:
+                    graph = json.loads((d / "graph.json").read_text())
+                    applied += graph["summary"]["observations"]
+            shares = _stored(store, [d.name for d in dirs]) if store else []
+            applied = sum(shares) if store else applied
         finally:
             for p, _ in procs:
                 if p.poll() is None:
@@ -237,12 +285,15 @@ def run(observations: int, agents: int, gateways: int) -> dict[str, float]:
     elapsed = end - start
     return {
         "gateways": gateways,
+        "endpoint": "one shared port (SO_REUSEPORT)" if shared else "one port per gateway",
+        "exporters": "postgres" if store else "graph, file",
         "observations": total_obs,
         "raw_records": total_raw,
         "observations_per_s": total_obs / elapsed,
         "raw_records_per_s": total_raw / elapsed,
         "cpu_us_per_observation": cpu / total_obs * 1e6,
         "applied_once": float(applied == total_obs),
+        "stored_per_gateway": shares,
     }
 
 
@@ -314,10 +365,33 @@ def main() -> None:
     parser.add_argument("--agents", type=int, default=4)
     parser.add_argument("--gateways", type=int, nargs="*", default=[1, 2])
     parser.add_argument("--stages", type=int, default=0, metavar="N", help="stage CPU over N")
+    parser.add_argument(
+        "--shared-port",
+        action="store_true",
+        help="every gateway binds one port (reuse_port) and every agent sends to it",
+    )
+    parser.add_argument(
+        "--store",
+        nargs="?",
+        const="private",
+        default="",
+        help="gateways export to PostgreSQL only (URL; no value: a private server)",
+    )
     args = parser.parse_args()
-    for gateways in args.gateways:
-        result = run(args.observations, args.agents, gateways)
-        print(json.dumps(result))
+    store, stop = args.store, None
+    if store == "private":
+        from store_ingest import start_server
+
+        store, stop = start_server()
+    try:
+        for gateways in args.gateways:
+            result = run(
+                args.observations, args.agents, gateways, shared=args.shared_port, store=store
+            )
+            print(json.dumps(result), flush=True)
+    finally:
+        if stop is not None:
+            stop()
     if args.stages:
         print(json.dumps(stages(args.stages)))
 

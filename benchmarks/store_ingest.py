@@ -55,8 +55,50 @@ PATHS = 10_000
 """Distinct file paths per run: the graph's size is bounded by them, the raw tables are not."""
 
 
+def server_cpu(data: str) -> float:
+    """CPU seconds the server at ``data`` used so far: the postmaster's own and its reaped
+    children's (connections that closed), plus every live child's (Linux ``/proc``)."""
+    with open(os.path.join(data, "postmaster.pid"), encoding="utf-8") as f:
+        postmaster = int(f.readline())
+    tick = os.sysconf("SC_CLK_TCK")
+
+    def fields(pid: int) -> list[str]:
+        with open(f"/proc/{pid}/stat", encoding="utf-8") as f:
+            return f.read().rsplit(")", 1)[1].split()
+
+    def backends() -> list[str]:
+        """The live children's pids that serve a client connection (a closed one's CPU
+        counts only once the postmaster has reaped it)."""
+        found = []
+        for entry in os.listdir("/proc"):
+            try:
+                with open(f"/proc/{entry}/cmdline", "rb") as f:
+                    if b"bench postgres 127.0.0.1" in f.read() and fields(int(entry))[1] == str(
+                        postmaster
+                    ):
+                        found.append(entry)
+            except (OSError, ValueError):
+                continue
+        return found
+
+    deadline = time.monotonic() + 10
+    while backends() and time.monotonic() < deadline:  # the last connection closing
+        time.sleep(0.05)
+    total = sum(int(x) for x in fields(postmaster)[11:15])  # utime stime cutime cstime
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                stat = fields(int(entry))
+            except OSError:  # exited meanwhile
+                continue
+            if int(stat[1]) == postmaster:
+                total += int(stat[11]) + int(stat[12])
+    return total / tick
+
+
 def start_server() -> tuple[str, Any]:
-    """A private server in a temporary directory; its URL and a stop function."""
+    """A private server in a temporary directory; its URL and a stop function (with the data
+    directory as its ``data`` attribute, for :func:`server_cpu`)."""
     bindirs = sorted(glob.glob("/usr/lib/postgresql/*/bin"), reverse=True)
     if not bindirs:
         sys.exit("PostgreSQL binaries not found (apt-get install postgresql), or pass --db URL")
@@ -84,6 +126,7 @@ def start_server() -> tuple[str, Any]:
         subprocess.run([*ctl, "-m", "fast", "-w", "stop"], check=True, **quiet)
         shutil.rmtree(root, ignore_errors=True)
 
+    stop.data = data  # type: ignore[attr-defined]
     return f"postgresql://bench@127.0.0.1:{port}/postgres", stop
 
 
@@ -175,10 +218,13 @@ def workload(run: int, spans: int, events: int, batch: int) -> Iterator[Batch]:
         yield Batch(spans=tuple(out_spans), logs=tuple(out_logs))
 
 
-def ingest(url: str, args: argparse.Namespace) -> dict[str, float]:
-    """Run the workload into ``url``; wall and CPU seconds."""
+def ingest(url: str, args: argparse.Namespace, data: str | None) -> dict[str, float]:
+    """Run the workload into ``url``; wall and CPU seconds (the server's when ``data``, its
+    data directory, is given)."""
     normalizer = Normalizer()
+    server0 = server_cpu(data) if data else 0.0
     wall0, cpu0 = time.perf_counter(), time.process_time()
+    store_cpu = 0.0
     per_run_spans = args.spans // args.runs
     per_run_events = args.os_events // args.runs
     for run in range(args.runs):
@@ -192,12 +238,22 @@ def ingest(url: str, args: argparse.Namespace) -> dict[str, float]:
         )
         exporter.start(Host())
         for batch in workload(run, per_run_spans, per_run_events, args.batch):
-            exporter.consume(normalizer(batch))
+            normalized = normalizer(batch)
+            c = time.process_time()
+            exporter.consume(normalized)
+            store_cpu += time.process_time() - c
+        c = time.process_time()
         exporter.shutdown()
+        store_cpu += time.process_time() - c
         print(
             f"  run {run + 1}/{args.runs} stored ({time.perf_counter() - wall0:.0f} s)", flush=True
         )
-    return {"wall": time.perf_counter() - wall0, "cpu": time.process_time() - cpu0}
+    return {
+        "wall": time.perf_counter() - wall0,
+        "cpu": time.process_time() - cpu0,
+        "exporter": store_cpu,
+        "server": server_cpu(data) - server0 if data else float("nan"),
+    }
 
 
 def sizes(url: str) -> dict[str, int]:
@@ -205,7 +261,14 @@ def sizes(url: str) -> dict[str, int]:
     with connect(url) as conn:
         row = conn.execute("SELECT pg_database_size(current_database())").fetchone()
         out = {"database": int(row[0]) if row else 0}
-        for table in ("ob_observations", "ob_spans", "ob_logs", "ob_nodes", "ob_edges"):
+        for table in (
+            "ob_observations",
+            "ob_spans",
+            "ob_logs",
+            "ob_blocks",
+            "ob_nodes",
+            "ob_edges",
+        ):
             found = conn.execute(
                 "SELECT coalesce(sum(pg_total_relation_size(c.oid)), 0) FROM pg_class c "
                 "WHERE c.relname = %s OR c.relname LIKE %s",
@@ -247,7 +310,7 @@ def main(argv: list[str] | None = None) -> int:
     args = p.parse_args(argv)
     url, stop = (args.db, None) if args.db else start_server()
     try:
-        took = ingest(url, args)
+        took = ingest(url, args, getattr(stop, "data", None))
         size = sizes(url)
         read = read_latency(url)
     finally:
@@ -264,7 +327,9 @@ def main(argv: list[str] | None = None) -> int:
     )
     print(
         f"ingest: {records / took['wall']:,.0f} records/s sustained ({took['wall']:.1f} s wall), "
-        f"client CPU {took['cpu'] / records * 1e6:.1f} us/record"
+        f"client CPU {took['cpu'] / records * 1e6:.1f} us/record "
+        f"(the exporter {took['exporter'] / records * 1e6:.1f}), "
+        f"server CPU {took['server'] / records * 1e6:.1f} us/record"
     )
     print(
         f"database: {size['database'] / 2**20:,.1f} MiB, "

@@ -1,16 +1,27 @@
-"""The compression of stored raw records (``record`` columns).
+"""The compression of stored raw records: one block per batch (``ob_blocks``), or, in rows
+stored before schema version 2, one ``record`` column per row.
 
-A record is msgpack (an observation's :mod:`otel_bridge.jsonl` form, or the OTLP/JSON request
-of one span or log record) compressed with zlib and a preset dictionary of the field names and
-attribute keys such records repeat, prefixed by one version byte. Records are a few hundred
-bytes each, too small for PostgreSQL's own compression to find anything, and their bytes are
-mostly these names: the dictionary makes them several times smaller. The dictionary of a version
-never changes (stored records depend on it); a new one takes a new version byte.
+**Blocks** (version byte 2). Every record of a stored batch (observations, spans, log records)
+is msgpack as below; the batch's records are one msgpack array compressed once with zlib
+(level 1): a row names its record by ``(block, pos)``. Records of one batch repeat each other's
+names, paths and attribute values, so one block finds what per-record compression cannot: about
+20 bytes per record against 330 compressed alone, and 3 µs of CPU against 40.
+
+**Single records** (version byte 1, read only). A record is msgpack (an observation's
+:mod:`otel_bridge.jsonl` form, or the OTLP/JSON request of one span or log record) compressed
+with zlib and a preset dictionary of the field names and attribute keys such records repeat,
+prefixed by one version byte. Records are a few hundred bytes each, too small for PostgreSQL's
+own compression to find anything, and their bytes are mostly these names: the dictionary makes
+them several times smaller. The dictionary of a version never changes (stored records depend on
+it); a new one takes a new version byte.
 """
 
 from __future__ import annotations
 
 import zlib
+from collections.abc import Sequence
+
+import msgspec
 
 _WORDS = (
     # observation (otel_bridge.jsonl)
@@ -62,3 +73,20 @@ def unpack(record: bytes) -> bytes:
         raise ValueError(f"unknown record encoding {record[:1]!r}")
     d = zlib.decompressobj(zdict=DICTIONARY)
     return d.decompress(record[1:]) + d.flush()
+
+
+BLOCK_VERSION = b"\x02"
+BLOCK_LEVEL = 1
+"""zlib level of blocks: level 6 makes them about 13 % smaller for twice the CPU."""
+
+
+def pack_block(records: Sequence[bytes]) -> bytes:
+    """One batch's records (each msgpack) as one ``ob_blocks.data`` value."""
+    return BLOCK_VERSION + zlib.compress(msgspec.msgpack.encode(list(records)), BLOCK_LEVEL)
+
+
+def unpack_block(data: bytes) -> list[bytes]:
+    """The records :func:`pack_block` packed, by position; ValueError for another version."""
+    if data[:1] != BLOCK_VERSION:
+        raise ValueError(f"unknown block encoding {data[:1]!r}")
+    return msgspec.msgpack.decode(zlib.decompress(data[1:]), type=list[bytes])

@@ -21,8 +21,9 @@ import msgspec
 from otel_bridge import jsonl, rundir
 from otel_bridge.graph import encode
 from otel_bridge.model import Channel, CoverageRecord, Source
-from otel_bridge.store import codec
+from otel_bridge.store.blocks import RECORD_COLUMNS, Blocks
 from otel_bridge.store.reader import Selector, read_graph
+from otel_bridge.store.records import decode_observation, otlp_request
 
 if TYPE_CHECKING:
     import psycopg
@@ -72,40 +73,45 @@ def _write_lines(path: str, lines: list[str]) -> None:
     rundir.write_private(path, "".join(line + "\n" for line in lines).encode())
 
 
-def _record_lines(rows: list[Any]) -> list[tuple[int, str]]:
+def _record_lines(conn: psycopg.Connection[Any], rows: list[Any]) -> list[tuple[int, str]]:
+    """``(seq, line)`` of rows ``seq, record, run_id, block, pos``."""
+    records = Blocks(conn).records(rows)
     return [
-        (int(seq), jsonl.dumps(msgspec.msgpack.decode(codec.unpack(bytes(rec)))))
-        for seq, rec in rows
+        (int(row[0]), jsonl.dumps(otlp_request(raw, native)))
+        for row, (raw, native) in zip(rows, records, strict=True)
     ]
 
 
 def _log_lines(conn: psycopg.Connection[Any], run_id: str, *, os_events: bool) -> list[str]:
     rows = conn.execute(
-        "SELECT seq, record FROM ob_logs WHERE run_id = %s AND os_event = %s ORDER BY seq",
+        f"SELECT seq, {RECORD_COLUMNS} FROM ob_logs WHERE run_id = %s AND os_event = %s "
+        "ORDER BY seq",
         (run_id, os_events),
     ).fetchall()
-    return [line for _, line in _record_lines(rows)]
+    return [line for _, line in _record_lines(conn, rows)]
 
 
 def _sem_lines(conn: psycopg.Connection[Any], run_id: str) -> list[str]:
     spans = conn.execute(
-        "SELECT seq, record FROM ob_spans WHERE run_id = %s ORDER BY seq", (run_id,)
+        f"SELECT seq, {RECORD_COLUMNS} FROM ob_spans WHERE run_id = %s ORDER BY seq", (run_id,)
     ).fetchall()
     logs = conn.execute(
-        "SELECT seq, record FROM ob_logs WHERE run_id = %s AND NOT os_event ORDER BY seq",
+        f"SELECT seq, {RECORD_COLUMNS} FROM ob_logs WHERE run_id = %s AND NOT os_event "
+        "ORDER BY seq",
         (run_id,),
     ).fetchall()
-    merged = sorted(_record_lines(spans) + _record_lines(logs))
+    merged = sorted(_record_lines(conn, spans) + _record_lines(conn, logs))
     return [line for _, line in merged]
 
 
 def _correlated_lines(conn: psycopg.Connection[Any], run_id: str) -> list[str]:
     obs = conn.execute(
-        "SELECT seq, record FROM ob_observations WHERE run_id = %s ORDER BY seq", (run_id,)
+        f"SELECT seq, {RECORD_COLUMNS} FROM ob_observations WHERE run_id = %s ORDER BY seq",
+        (run_id,),
     ).fetchall()
     lines = [
-        (int(seq), jsonl.dumps({"observation": msgspec.msgpack.decode(codec.unpack(bytes(rec)))}))
-        for seq, rec in obs
+        (int(row[0]), jsonl.dumps({"observation": _observation_dict(raw, native)}))
+        for row, (raw, native) in zip(obs, Blocks(conn).records(obs), strict=True)
     ]
     cov = conn.execute(
         "SELECT seq, time_ns, channel, backend, record_id, reason, detail FROM ob_coverage "
@@ -122,6 +128,13 @@ def _correlated_lines(conn: psycopg.Connection[Any], run_id: str) -> list[str]:
         lines.append((int(seq), jsonl.dumps({"coverage": jsonl.coverage_to_dict(record)})))
     lines.sort()
     return [line for _, line in lines]
+
+
+def _observation_dict(raw: bytes, native: bool) -> dict[str, Any]:
+    """An observation's ``jsonl`` form (a v1 record is that form already)."""
+    if not native:
+        return dict(msgspec.msgpack.decode(raw))
+    return jsonl.observation_to_dict(decode_observation(raw, native))
 
 
 def select_one_run(conn: psycopg.Connection[Any], selector: Selector) -> str:

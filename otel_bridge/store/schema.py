@@ -168,9 +168,47 @@ CREATE TABLE ob_partitions (
 );
 """
 
+_V2 = """
+CREATE TABLE ob_blocks (
+    run_id      text NOT NULL,
+    block       bigint NOT NULL,
+    part_time   timestamptz NOT NULL,
+    records     integer NOT NULL,
+    data        bytea NOT NULL,
+    PRIMARY KEY (run_id, block, part_time)
+) PARTITION BY RANGE (part_time);
+ALTER TABLE ob_observations ALTER COLUMN record DROP NOT NULL,
+    ADD COLUMN block bigint, ADD COLUMN pos integer;
+ALTER TABLE ob_spans ALTER COLUMN record DROP NOT NULL,
+    ADD COLUMN block bigint, ADD COLUMN pos integer;
+ALTER TABLE ob_logs ALTER COLUMN record DROP NOT NULL,
+    ADD COLUMN block bigint, ADD COLUMN pos integer;
+ALTER TABLE ob_observations DROP CONSTRAINT ob_observations_pkey,
+    ADD PRIMARY KEY (run_id, part_time, host_id, id);
+ALTER TABLE ob_spans DROP CONSTRAINT ob_spans_pkey,
+    ADD PRIMARY KEY (run_id, part_time, trace_id, span_id);
+ALTER TABLE ob_logs DROP CONSTRAINT ob_logs_pkey,
+    ADD PRIMARY KEY (run_id, part_time, digest);
+ALTER TABLE ob_runs ADD COLUMN next_seq bigint NOT NULL DEFAULT 0;
+UPDATE ob_runs r SET next_seq = coalesce(1 + greatest(
+    (SELECT max(seq) FROM ob_observations t WHERE t.run_id = r.run_id),
+    (SELECT max(seq) FROM ob_coverage t WHERE t.run_id = r.run_id),
+    (SELECT max(seq) FROM ob_spans t WHERE t.run_id = r.run_id),
+    (SELECT max(seq) FROM ob_logs t WHERE t.run_id = r.run_id)
+), 0);
+DROP INDEX ob_spans_run_seq;
+DROP INDEX ob_logs_run_seq;
+"""
+
 MIGRATIONS: tuple[Migration, ...] = (
     Migration(
         1, "runs, hosts, nodes, edges, coverage; partitioned observations, spans and logs", _V1
+    ),
+    Migration(
+        2,
+        "raw records in one compressed block per batch (ob_blocks); keys led by part_time; "
+        "the run's next sequence number in ob_runs (no seq index on spans and logs)",
+        _V2,
     ),
 )
 """Every schema step, in order. Append; never edit a released step."""

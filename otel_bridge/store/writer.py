@@ -13,6 +13,7 @@
 from __future__ import annotations
 
 import hashlib
+import secrets
 import time
 from collections.abc import Iterable, Iterator, Sequence
 from datetime import UTC, datetime
@@ -22,8 +23,10 @@ import msgspec
 
 from otel_bridge import jsonl
 from otel_bridge.model import Batch, CoverageRecord, LogRecord, Observation, ProcessFacts, Span
-from otel_bridge.otlp import json_codec
 from otel_bridge.store import codec
+from otel_bridge.store.blocks import RECORD_COLUMNS, Blocks
+from otel_bridge.store.records import decode_observation
+from otel_bridge.store.records import encode as encode_record
 
 if TYPE_CHECKING:
     import psycopg
@@ -31,20 +34,21 @@ if TYPE_CHECKING:
 OBSERVATIONS = "ob_observations"
 SPANS = "ob_spans"
 LOGS = "ob_logs"
-PARTITIONED = (OBSERVATIONS, SPANS, LOGS)
+BLOCKS = "ob_blocks"
+PARTITIONED = (OBSERVATIONS, SPANS, LOGS, BLOCKS)
 HOST_SCOPE = "otel_bridge.receivers.host"
 """The instrumentation scope of the host receiver's OS events (log records)."""
 
 _OBS_COLUMNS = (
     "run_id, id, part_time, seq, time_ns, end_ns, host_id, channel, backend, record_id, "
     "relation, subject_id, subject_key, object_id, object_key, grade, causal, inferred, method, "
-    "occurrence, record"
+    "occurrence, block, pos"
 )
 _SPAN_COLUMNS = (
     "run_id, trace_id, span_id, part_time, seq, parent_span_id, name, service, start_ns, end_ns, "
-    "record"
+    "block, pos"
 )
-_LOG_COLUMNS = "run_id, digest, part_time, seq, time_ns, host_id, os_event, event_name, record"
+_LOG_COLUMNS = "run_id, digest, part_time, seq, time_ns, host_id, os_event, event_name, block, pos"
 _COV_COLUMNS = "run_id, digest, seq, time_ns, channel, backend, record_id, reason, detail"
 NODE_COLUMNS = (
     "run_id",
@@ -86,6 +90,35 @@ EDGE_COLUMNS = (
     "logical_count",
     "evidence_count",
 )
+_TEXT, _INT8, _BOOL, _TIME, _JSON, _TEXTS = "text", "int8", "bool", "timestamptz", "jsonb", "text[]"
+_TYPES: dict[str, tuple[str, ...]] = {
+    "ob_stage_obs": (
+        *(_TEXT, _TEXT, _TIME, _INT8, _INT8, _INT8),
+        *(_TEXT,) * 9,
+        *(_TEXT, _BOOL, _BOOL, _TEXT, _TEXT, _INT8, "int4"),
+    ),
+    "ob_stage_spans": (
+        *(_TEXT, _TEXT, _TEXT, _TIME, _INT8, _TEXT, _TEXT, _TEXT, _INT8, _INT8, _INT8, "int4"),
+    ),
+    "ob_stage_logs": (_TEXT, _TEXT, _TIME, _INT8, _INT8, _TEXT, _BOOL, _TEXT, _INT8, "int4"),
+    "ob_stage_cov": (_TEXT, _TEXT, _INT8, _INT8, *(_TEXT,) * 5),
+    "ob_stage_nodes": (*(_TEXT,) * 9, *(_INT8,) * 4),
+    "ob_stage_edges": (*(_TEXT,) * 13, "float8", *(_TEXT,) * 5, *(_INT8,) * 4),
+}
+"""The column types of every staging table's COPY (binary COPY: psycopg formats each row in C
+once it knows them), in the order of its column list. The graph rows' arrays and jsonb are
+staged as text formatted here (psycopg dumps those in Python) and cast by the upsert."""
+_CASTS = {
+    "facts": "jsonb",
+    "attrs": "jsonb",
+    "method": "jsonb",
+    "channels": "text[]",
+    "backends": "text[]",
+    "attribution": "text[]",
+    "support": "text[]",
+    "derived_support": "text[]",
+}
+"""The graph columns staged as text, and their type."""
 _STAGING = (
     "CREATE TEMP TABLE IF NOT EXISTS ob_stage_obs "
     "(LIKE ob_observations INCLUDING DEFAULTS) ON COMMIT DELETE ROWS",
@@ -99,6 +132,10 @@ _STAGING = (
     "(LIKE ob_nodes INCLUDING DEFAULTS) ON COMMIT DELETE ROWS",
     "CREATE TEMP TABLE IF NOT EXISTS ob_stage_edges "
     "(LIKE ob_edges INCLUDING DEFAULTS) ON COMMIT DELETE ROWS",
+    "ALTER TABLE ob_stage_nodes "
+    + ", ".join(f"ALTER COLUMN {c} TYPE text" for c in _CASTS if c in NODE_COLUMNS),
+    "ALTER TABLE ob_stage_edges "
+    + ", ".join(f"ALTER COLUMN {c} TYPE text" for c in _CASTS if c in EDGE_COLUMNS),
 )
 
 
@@ -127,9 +164,9 @@ def _json(value: Any) -> Any:
 
 
 def observation_row(
-    run_id: str, seq: int, o: Observation, host: str, now: datetime
+    run_id: str, seq: int, o: Observation, host: str, now: datetime, *, block: int, pos: int
 ) -> tuple[Any, ...]:
-    """The ``ob_observations`` row of ``o``."""
+    """The ``ob_observations`` row of ``o``, its record at ``pos`` in ``block``."""
     host_id = observation_host(o, host)
     ob = o.object
     ev = o.evidence
@@ -154,7 +191,8 @@ def observation_row(
         ev.inferred,
         ev.method,
         o.occurrence,
-        codec.pack(msgspec.msgpack.encode(jsonl.observation_to_dict(o))),
+        block,
+        pos,
     )
 
 
@@ -174,13 +212,10 @@ def observation_host(o: Observation, host: str) -> str:
     return shipped if isinstance(shipped, str) and shipped else host
 
 
-def decode_observation(record: bytes) -> Observation:
-    """An observation stored by :func:`observation_row`."""
-    return jsonl.observation_from_dict(msgspec.msgpack.decode(codec.unpack(record)), "store")
-
-
-def span_row(run_id: str, seq: int, span: Span, now: datetime) -> tuple[Any, ...]:
-    """The ``ob_spans`` row of ``span`` (the record: msgpack of its OTLP/JSON form)."""
+def span_row(
+    run_id: str, seq: int, span: Span, now: datetime, *, block: int, pos: int
+) -> tuple[Any, ...]:
+    """The ``ob_spans`` row of ``span``, its record at ``pos`` in ``block``."""
     service = span.resource.attributes.get("service.name", "")
     return (
         run_id,
@@ -193,20 +228,31 @@ def span_row(run_id: str, seq: int, span: Span, now: datetime) -> tuple[Any, ...
         service if isinstance(service, str) else str(service),
         span.start_time_unix_nano,
         span.end_time_unix_nano,
-        codec.pack(msgspec.msgpack.encode(json_codec.encode_traces((span,)))),
+        block,
+        pos,
     )
 
 
 def log_rows(
-    run_id: str, seq: int, logs: Sequence[LogRecord], host: str, now: datetime
+    run_id: str,
+    seq: int,
+    logs: Sequence[LogRecord],
+    host: str,
+    now: datetime,
+    *,
+    block: tuple[int, int, list[bytes]],
 ) -> list[tuple[Any, ...]]:
     """``ob_logs`` rows; keyed like coverage records (content digest and ordinal), since a log
     record has no id. OS events (the host receiver's scope) are flagged ``os_event``. A record's
-    host is its resource's ``host.id`` (an agent's, passed through a gateway), else ``host``."""
+    host is its resource's ``host.id`` (an agent's, passed through a gateway), else ``host``.
+    ``block``: the block id, the first record's position in it, and the list each record
+    (msgpack of its OTLP/JSON request) is appended to."""
     seen: dict[bytes, int] = {}
     rows = []
+    block_id, first, stored = block
     for i, r in enumerate(logs):
-        encoded = msgspec.msgpack.encode(json_codec.encode_logs((r,)))
+        encoded = encode_record(r)
+        stored.append(encoded)
         n = seen.get(encoded, 0)
         seen[encoded] = n + 1
         digest = hashlib.blake2b(encoded + n.to_bytes(4, "little"), digest_size=16).hexdigest()
@@ -220,7 +266,8 @@ def log_rows(
                 _resource_host(r, host),
                 r.scope.name == HOST_SCOPE,
                 r.event_name,
-                codec.pack(encoded),
+                block_id,
+                first + i,
             )
         )
     return rows
@@ -339,30 +386,53 @@ class StoreWriter:
     ) -> tuple[list[Observation], list[CoverageRecord]]:
         """Store ``batch`` in one transaction; returns the observations and coverage records that
         were new (a record already stored for the run is skipped, in order, once). Its records
-        take the sequence numbers from ``seq`` on (``batch_size(batch)`` of them)."""
+        take the sequence numbers from ``seq`` on (``batch_size(batch)`` of them); their raw
+        records go into one compressed block (``ob_blocks``), stored when any row is new."""
         self._stage()
         now = datetime.now(UTC)
-        obs, cov = batch.observations, batch.coverage
-        obs_rows = [observation_row(run_id, seq + i, o, host_id, now) for i, o in enumerate(obs)]
+        block = secrets.randbits(63)
+        obs, cov, spans = batch.observations, batch.coverage, batch.spans
+        records = [encode_record(o) for o in obs]
+        obs_rows = [
+            observation_row(run_id, seq + i, o, host_id, now, block=block, pos=i)
+            for i, o in enumerate(obs)
+        ]
         seq += len(obs)
         cov_rows = coverage_rows(run_id, seq, cov)
         seq += len(cov)
-        span_rows = [span_row(run_id, seq + i, s, now) for i, s in enumerate(batch.spans)]
-        seq += len(batch.spans)
-        logs = log_rows(run_id, seq, batch.logs, host_id, now)
+        records.extend(encode_record(s) for s in spans)
+        span_rows = [
+            span_row(run_id, seq + i, s, now, block=block, pos=len(obs) + i)
+            for i, s in enumerate(spans)
+        ]
+        seq += len(spans)
+        logs = log_rows(run_id, seq, batch.logs, host_id, now, block=(block, len(records), records))
+        times = [r[2] for r in obs_rows] + [r[3] for r in span_rows] + [r[2] for r in logs]
+        block_time = max(times, default=now)  # a block outlives every row naming it (retention)
         self.ensure_partitions(OBSERVATIONS, (r[2] for r in obs_rows))
         self.ensure_partitions(SPANS, (r[3] for r in span_rows))
         self.ensure_partitions(LOGS, (r[2] for r in logs))
+        self.ensure_partitions(BLOCKS, (block_time,))
         with self.conn.transaction():
             hosts = {str(r[6]) for r in obs_rows} | {str(r[5]) for r in logs}
             self._ensure_run_hosts(run_id, hosts)
             new_ids = self._copy_insert(
                 "ob_stage_obs", OBSERVATIONS, _OBS_COLUMNS, obs_rows, "host_id || chr(31) || id"
             )
-            self._copy_insert("ob_stage_spans", SPANS, _SPAN_COLUMNS, span_rows, None)
-            self._copy_insert("ob_stage_logs", LOGS, _LOG_COLUMNS, logs, None)
+            new_raw = self._copy_insert("ob_stage_spans", SPANS, _SPAN_COLUMNS, span_rows, "seq")
+            new_raw |= self._copy_insert("ob_stage_logs", LOGS, _LOG_COLUMNS, logs, "seq")
             new_cov = self._copy_insert(
                 "ob_stage_cov", "ob_coverage", _COV_COLUMNS, cov_rows, "digest"
+            )
+            if new_ids or new_raw:
+                self.conn.execute(
+                    "INSERT INTO ob_blocks (run_id, block, part_time, records, data) "
+                    "VALUES (%s, %s, %s, %s, %s)",
+                    (run_id, block, block_time, len(records), codec.pack_block(records)),
+                )
+            self.conn.execute(
+                "UPDATE ob_runs SET next_seq = greatest(next_seq, %s) WHERE run_id = %s",
+                (seq + len(logs), run_id),
             )
         self._run_hosts.update((run_id, h) for h in hosts)  # committed
         fresh: list[Observation] = []
@@ -396,7 +466,8 @@ class StoreWriter:
         if not rows:
             return set()
         with self.conn.cursor() as cur:
-            with cur.copy(f"COPY {stage} ({columns}) FROM STDIN") as copy:
+            with cur.copy(f"COPY {stage} ({columns}) FROM STDIN (FORMAT BINARY)") as copy:
+                copy.set_types(_TYPES[stage])
                 for row in rows:
                     copy.write_row(row)
             tail = f" RETURNING {returning}" if returning else ""
@@ -441,11 +512,13 @@ class StoreWriter:
         cols = ", ".join(columns)
         sets = ", ".join(f"{c} = EXCLUDED.{c}" for c in columns if c not in key)
         with self.conn.cursor() as cur:
-            with cur.copy(f"COPY {stage} ({cols}) FROM STDIN") as copy:
+            with cur.copy(f"COPY {stage} ({cols}) FROM STDIN (FORMAT BINARY)") as copy:
+                copy.set_types(_TYPES[stage])
                 for row in rows:
                     copy.write_row(row)
+            select = ", ".join(f"{c}::{_CASTS[c]}" if c in _CASTS else c for c in columns)
             cur.execute(
-                f"INSERT INTO {table} ({cols}) SELECT {cols} FROM {stage} "
+                f"INSERT INTO {table} ({cols}) SELECT {select} FROM {stage} "
                 f"ON CONFLICT ({', '.join(key)}) DO UPDATE SET {sets}"
             )
 
@@ -468,18 +541,13 @@ class StoreWriter:
         self.conn.commit()
 
     def max_seq(self, run_id: str) -> int:
-        """The next sequence number of ``run_id`` (one past every stored record's)."""
+        """The next sequence number of ``run_id`` (one past every stored record's), kept in
+        ``ob_runs.next_seq`` by every batch's transaction."""
         row = self.conn.execute(
-            "SELECT greatest("
-            + ", ".join(
-                f"(SELECT max(seq) FROM {t} WHERE run_id = %(run)s)"
-                for t in (OBSERVATIONS, "ob_coverage", SPANS, LOGS)
-            )
-            + ")",
-            {"run": run_id},
+            "SELECT next_seq FROM ob_runs WHERE run_id = %s", (run_id,)
         ).fetchone()
         self.conn.commit()
-        return 0 if row is None or row[0] is None else int(row[0]) + 1
+        return 0 if row is None else int(row[0])
 
     def drop_before(self, cutoff: datetime) -> list[str]:
         """Drop every partition whose upper bound is at or before ``cutoff``; their names."""
@@ -522,7 +590,11 @@ def replay(
     if host_id is not None:
         where.append("host_id = %s")
         params.append(host_id)
-    sql = f"SELECT record FROM ob_observations WHERE {' AND '.join(where)} ORDER BY run_id, seq"
+    sql = (
+        f"SELECT {RECORD_COLUMNS} FROM ob_observations WHERE {' AND '.join(where)} "
+        "ORDER BY run_id, seq"
+    )
+    blocks = Blocks(conn)
     with conn.transaction(), conn.cursor(name=f"ob_replay_{time.monotonic_ns()}") as cur:
         cur.itersize = chunk
         cur.execute(sql, params)
@@ -530,7 +602,17 @@ def replay(
             rows = cur.fetchmany(chunk)
             if not rows:
                 break
-            yield [decode_observation(bytes(r[0])) for r in rows]
+            yield [decode_observation(r, n) for r, n in blocks.records(rows)]
+
+
+def _json_text(value: Any) -> str | None:
+    return None if value is None else msgspec.json.encode(value).decode()
+
+
+def _array_text(items: Iterable[str]) -> str:
+    """A ``text[]`` literal (every element quoted)."""
+    quoted = (i.replace("\\", "\\\\").replace('"', '\\"') for i in items)
+    return "{" + ",".join(f'"{q}"' for q in quoted) + "}"
 
 
 def _node_row(run_id: str, n: dict[str, Any]) -> tuple[Any, ...]:
@@ -540,10 +622,10 @@ def _node_row(run_id: str, n: dict[str, Any]) -> tuple[Any, ...]:
         n["key"],
         n["kind"],
         n["label"],
-        _json(n["facts"]),
-        _json(n["attrs"]),
-        list(n["channels"]),
-        list(n["backends"]),
+        _json_text(n["facts"]),
+        _json_text(n["attrs"]),
+        _array_text(n["channels"]),
+        _array_text(n["backends"]),
         n["first_seen"],
         n["last_seen"],
         n["logical_count"],
@@ -565,14 +647,14 @@ def _edge_row(run_id: str, e: dict[str, Any], keys: dict[str, str]) -> tuple[Any
         flag_text(e["causal"]),
         flag_text(e["inferred"]),
         flag_text(e["identity_exact"]),
-        list(e["attribution"]),
-        _json(e["method"]),
+        _array_text(e["attribution"]),
+        _json_text(e["method"]),
         e["score"],
-        list(e["channels"]),
-        list(e["backends"]),
-        None if support is None else list(support),
-        list(e["derived_support"]),
-        _json(e["attrs"]),
+        _array_text(e["channels"]),
+        _array_text(e["backends"]),
+        None if support is None else _array_text(support),
+        _array_text(e["derived_support"]),
+        _json_text(e["attrs"]),
         e["first_seen"],
         e["last_seen"],
         e["logical_count"],

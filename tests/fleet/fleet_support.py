@@ -28,6 +28,9 @@ REPO = HERE.parent.parent
 APP = HERE / "fleet_app.py"
 CONFIGS = REPO / "configs"
 TOKEN = "fleet-test-token-0123456789"
+START_TIMEOUT = 180.0
+"""Seconds a collector may take to print its banner: an agent took over 60 s under load average
+30 (the restart test failed so, its agent's stderr still empty)."""
 BANNER = re.compile(r"receiver otlp: OTLP/grpc on ([\d.]+):(\d+), OTLP/http on ([\d.]+):(\d+)")
 
 
@@ -142,7 +145,7 @@ class CollectorProcess:
             text=True,
         )
         self.stderr = Stderr(self.proc, timeout=60)
-        match = self.stderr.wait_for(BANNER.pattern)
+        match = self.stderr.wait_for(BANNER.pattern, timeout=START_TIMEOUT)
         self.grpc_port, self.http_port = int(match[2]), int(match[4])
 
     def stop(self) -> int:

@@ -118,6 +118,24 @@ def test_truncate_or_append(tmp_path: Path) -> None:
     assert len(path.read_text().splitlines()) == 3
 
 
+def test_append_after_a_torn_line_starts_a_new_line(tmp_path: Path) -> None:
+    """A collector killed mid-write leaves a line without its newline; appending ends it first,
+    so the records written after the restart stay whole lines."""
+    path = tmp_path / "x.jsonl"
+    exp = exporter(path, append=True)
+    exp.consume(Batch(observations=(OBS,)))
+    exp.shutdown()
+    whole = path.read_text()
+    path.write_text(whole + whole[: len(whole) // 2])  # the kill: half of a second line
+    exp = exporter(path, append=True)
+    exp.consume(Batch(observations=(OBS,)))
+    exp.shutdown()
+    lines = path.read_text().split("\n")
+    assert lines[0] == lines[2] == whole.rstrip("\n")  # before and after: whole records
+    assert lines[1] == whole[: len(whole) // 2]  # the torn line, alone
+    assert lines[3] == ""
+
+
 def test_periodic_flush_makes_lines_visible(tmp_path: Path) -> None:
     """With a short flush_interval, lines reach the file before shutdown."""
     path = tmp_path / "f.jsonl"

@@ -22,6 +22,7 @@ from otel_bridge.exporters.postgres import Config, PostgresExporter
 from otel_bridge.model import Batch
 from otel_bridge.store import connect, migrate, status
 from otel_bridge.store.reader import Selector, read_graph
+from otel_bridge.store.schema import LATEST, MIGRATIONS
 from store.store_support import T0, Server, batches, free_port
 
 RUN = {"runtime_reads": "folded"}
@@ -79,21 +80,21 @@ def _count(url: str, sql: str) -> int:
 
 
 def test_migrate_from_empty_then_again_is_a_no_op(pg_url: str) -> None:
-    """The first migration creates every table and records version 1; running it again (API
-    and CLI) applies nothing and leaves the version table as it was."""
+    """Migrating an empty database applies every step and records each version; running it
+    again (API and CLI) applies nothing and leaves the version table as it was."""
     with connect(pg_url) as conn:
         assert status(conn)["schema_version"] == 0
-        assert migrate(conn) == [1]
+        assert migrate(conn) == [m.version for m in MIGRATIONS]
         assert migrate(conn) == []
         info = status(conn)
-    assert info["schema_version"] == info["latest"] == 1
+    assert info["schema_version"] == info["latest"] == LATEST
     assert info["pending"] == []
     again = _cli("db", "migrate", "--db", pg_url)
     assert again.returncode == 0, again.stderr
     assert "nothing applied" in again.stdout
     shown = _cli("db", "status", "--db", pg_url)
-    assert json.loads(shown.stdout)["schema_version"] == 1
-    assert _count(pg_url, "SELECT count(*) FROM ob_schema_version") == 1
+    assert json.loads(shown.stdout)["schema_version"] == LATEST
+    assert _count(pg_url, "SELECT count(*) FROM ob_schema_version") == len(MIGRATIONS)
 
 
 def test_graph_read_back_equals_the_graph_exporter_document(pg_url: str, tmp_path: Path) -> None:
@@ -184,8 +185,14 @@ def test_retention_drops_an_old_partition(pg_url: str) -> None:
     assert before == 2
     pruned = _cli("db", "prune", "--db", pg_url, "--older-than", "30d")
     assert pruned.returncode == 0, pruned.stderr
-    assert "dropped 1 partitions" in pruned.stdout
+    # the old observations' partition and that of the block holding their records
+    assert "dropped 2 partitions" in pruned.stdout
+    assert "ob_observations_p" in pruned.stdout
+    assert "ob_blocks_p" in pruned.stdout
     assert _count(pg_url, "SELECT count(*) FROM ob_observations") == len(shifted[1].observations)
+    with connect(pg_url) as conn:  # the kept records still read back from their block
+        kept = read_graph(conn, Selector(run="run-1", since_ns=0))
+    assert kept["summary"]["observations"] == len(shifted[1].observations)
     # the exporter's own retention setting: old records of another run, then a collector
     # configured with a 1-day retention drops their partition (it checks at start, then
     # every minute)
@@ -304,3 +311,56 @@ def test_rows_of_touched_elements_keep_a_copy_equal_to_the_snapshot() -> None:
         assert sorted(nodes.values(), key=lambda n: n["id"]) == doc["nodes"]
         assert {e["id"]: e for e in doc["edges"]} == edges
     assert acc.rows(["no-such-node"], [("a", "b", "c")]) == ([], [])
+
+
+def test_a_version_1_database_upgrades_and_its_records_read_on(pg_url: str) -> None:
+    """Observations stored by schema version 1 (each row its own compressed ``record``) are read
+    after the upgrade to version 2 (blocks): a run begun on version 1 and continued on version 2
+    reads back equal to the same batches stored on version 2 alone, from its rows and by
+    replay, and its sequence numbers continue where version 1 left them."""
+    import msgspec
+
+    from otel_bridge import jsonl
+    from otel_bridge.store import codec
+    from otel_bridge.store.schema import VERSION_TABLE
+    from otel_bridge.store.writer import OBSERVATIONS, StoreWriter, observation_row
+
+    stream = batches()
+    now = datetime.now(UTC)
+    with connect(pg_url) as conn:
+        conn.execute(VERSION_TABLE)
+        conn.execute(MIGRATIONS[0].sql)
+        conn.execute("INSERT INTO ob_schema_version (version, description) VALUES (1, 'v1')")
+        conn.commit()
+        writer = StoreWriter(conn, partition_interval=86400)
+        writer.ensure_run("old", host_id="h1", service="", task="", run=dict(RUN))
+        rows = [
+            (
+                *observation_row("old", i, o, "h1", now, block=0, pos=0)[:20],
+                codec.pack(msgspec.msgpack.encode(jsonl.observation_to_dict(o))),
+            )
+            for i, o in enumerate(stream[0].observations)
+        ]
+        writer.ensure_partitions(OBSERVATIONS, (r[2] for r in rows))
+        with conn.cursor() as cur:
+            cur.executemany(f"INSERT INTO ob_observations VALUES ({', '.join(['%s'] * 21)})", rows)
+        conn.commit()
+        assert migrate(conn) == [2]
+        next_seq = conn.execute("SELECT next_seq FROM ob_runs WHERE run_id = 'old'").fetchone()
+    assert next_seq == (len(rows),)
+    old = _exporter(pg_url, run_id="old", host_id="h1", flush_interval=0)  # resumes the run
+    new = _exporter(pg_url, run_id="new", host_id="h1", flush_interval=0)
+    for batch in stream[1:]:
+        old.consume(batch)
+    for batch in stream:
+        new.consume(batch)
+    old.shutdown()
+    new.shutdown()
+    with connect(pg_url) as conn:
+        assert read_graph(conn, Selector(run="old")) == read_graph(conn, Selector(run="new"))
+        replayed = read_graph(conn, Selector(run="old", since_ns=0))
+        assert replayed == read_graph(conn, Selector(run="new", since_ns=0))
+        seqs = conn.execute(
+            "SELECT seq FROM ob_observations WHERE run_id = 'old' ORDER BY seq"
+        ).fetchall()
+    assert [s for (s,) in seqs] == list(range(len(seqs)))

@@ -49,7 +49,7 @@ def open_private(path: str, *, append: bool) -> IO[str]:
     """
     make_private_dirs(os.path.dirname(os.path.abspath(path)))
     if append:
-        flags = os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_NOFOLLOW | os.O_NONBLOCK
+        flags = os.O_RDWR | os.O_CREAT | os.O_APPEND | os.O_NOFOLLOW | os.O_NONBLOCK
         try:
             fd = os.open(path, flags, 0o600)
         except OSError as exc:
@@ -60,6 +60,11 @@ def open_private(path: str, *, append: bool) -> IO[str]:
             os.close(fd)
             raise OSError(errno.EINVAL, "not a regular file")
         os.set_blocking(fd, True)
+        size = os.fstat(fd).st_size
+        if size and os.pread(fd, 1, size - 1) != b"\n":
+            # a line torn by a crash mid-write: end it, so the next record starts its own line
+            # (the torn one stays unreadable; its batch was never acknowledged, and is resent)
+            os.write(fd, b"\n")
         return os.fdopen(fd, "a", encoding="utf-8")
     directory = os.path.dirname(os.path.abspath(path))
     fd, tmp = tempfile.mkstemp(dir=directory, prefix=".tmp-")

@@ -143,7 +143,7 @@ class PostgresExporter:
             self._flush_locked()
             if self._conn is not None:
                 self._conn.close()
-                self._conn = None
+            self._conn, self._writer = None, None
 
     # -- connection -----------------------------------------------------------------------
 
@@ -230,6 +230,8 @@ class PostgresExporter:
         if not batch_size(batch):
             return
         with self._lock:
+            if self._stopped:  # a batch after shutdown: the sender keeps it and retries
+                raise RefusedError(f"{self._id}: shut down")
             writer = self._connected()
             if not self._service and batch.spans:
                 service = batch.spans[0].resource.attributes.get("service.name")

@@ -88,6 +88,10 @@ class GrpcConfig:
     """Serve TLS (and with ``client_ca_file`` require client certificates)."""
     auth: AuthConfig | None = None
     """Require credentials in the ``authorization`` metadata."""
+    reuse_port: bool = False
+    """Bind with ``SO_REUSEPORT`` (Linux): several collector processes listen on one port and
+    the kernel spreads incoming connections over them (two gateways behind one endpoint,
+    ``docs/deployment.md``). Off by default: a second process on the port is then an error."""
 
 
 @dataclass(slots=True, kw_only=True)
@@ -107,6 +111,10 @@ class HttpConfig:
     """Serve HTTPS (and with ``client_ca_file`` require client certificates)."""
     auth: AuthConfig | None = None
     """Require credentials in the ``Authorization`` header."""
+    reuse_port: bool = False
+    """Bind with ``SO_REUSEPORT`` (Linux): several collector processes listen on one port and
+    the kernel spreads incoming connections over them (two gateways behind one endpoint,
+    ``docs/deployment.md``). Off by default: a second process on the port is then an error."""
 
 
 @dataclass(slots=True, kw_only=True)

@@ -88,8 +88,9 @@ class GrpcServer:
             ThreadPoolExecutor(max_workers=_WORKERS, thread_name_prefix="otlp-grpc"),
             options=[
                 ("grpc.max_receive_message_length", max_bytes),
-                # Without this a second server could silently share the port.
-                ("grpc.so_reuseport", 0),
+                # Without this a second server could silently share the port; sharing is
+                # asked for with reuse_port.
+                ("grpc.so_reuseport", 1 if config.reuse_port else 0),
             ],
         )
         self._server.add_generic_rpc_handlers(

@@ -375,6 +375,14 @@ class _Server6(_Server):
     address_family = socket.AF_INET6
 
 
+class _SharedServer(_Server):
+    allow_reuse_port = True  # SO_REUSEPORT (reuse_port: true)
+
+
+class _SharedServer6(_Server6):
+    allow_reuse_port = True
+
+
 class HttpServer:
     """A started ``ThreadingHTTPServer`` bound to the configured endpoint."""
 
@@ -384,7 +392,10 @@ class HttpServer:
         self.read_timeout = config.read_timeout
         self.idle_timeout = config.idle_timeout
         host, port = split_endpoint(config.endpoint)
-        server_class = _Server6 if ":" in host else _Server
+        if config.reuse_port:
+            server_class: type[_Server] = _SharedServer6 if ":" in host else _SharedServer
+        else:
+            server_class = _Server6 if ":" in host else _Server
         try:
             self._httpd = server_class((host, port), _Handler)
         except OSError as exc:

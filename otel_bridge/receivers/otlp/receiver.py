@@ -54,6 +54,9 @@ if TYPE_CHECKING:
     from otel_bridge.otlp.proto_codec import Decoded
     from otel_bridge.receivers.otlp.grpc_server import GrpcServer
 
+DRAIN_TIMEOUT = 120.0
+"""Seconds :meth:`OtlpReceiver.shutdown` waits for calls still in the pipeline."""
+
 COUNTERS: tuple[CounterSpec, ...] = (
     CounterSpec("spans_accepted", "spans passed on to the pipelines", "{spans}"),
     CounterSpec(
@@ -110,6 +113,9 @@ class OtlpReceiver:
         self._started = False
         self._stopped = False
         self._defer_grpc = False
+        self._closing = False
+        self._inflight = 0
+        self._drained = threading.Condition()
 
     def defer_grpc(self) -> None:
         """Start the gRPC server (and import gRPC) only when :meth:`start_grpc` asks for it, not
@@ -122,7 +128,7 @@ class OtlpReceiver:
         None when gRPC is off, the receiver is not running, or the server cannot start."""
         with self._lock:
             cfg = self._config.effective_protocols().grpc
-            if cfg is None or not self._started or self._stopped:
+            if cfg is None or not self._started or self._stopped or self._closing:
                 return None
             if self._grpc is None:
                 try:
@@ -206,12 +212,23 @@ class OtlpReceiver:
                 )
 
     def shutdown(self) -> None:
-        """Stop accepting requests and wait for those in flight. Safe before start and twice."""
+        """Stop accepting requests and wait for those in flight. Safe before start and twice.
+
+        A call still in the pipeline when the servers' grace ends (the gRPC server cancels it,
+        its handler thread goes on) is waited for too, up to ``DRAIN_TIMEOUT``: the exporters
+        shut down after the receivers, and must not while a batch is still on its way to them.
+        Calls arriving meanwhile are refused (retryable)."""
         with self._lock:
             if self._stopped:
                 return
             self._stopped = True
             self._stop_servers()
+        with self._drained:
+            self._closing = True
+            if not self._drained.wait_for(lambda: self._inflight == 0, DRAIN_TIMEOUT):
+                self.report_once(
+                    "drain", f"{self._inflight} calls still in the pipeline at shutdown"
+                )
 
     def _stop_servers(self) -> None:
 
@@ -241,10 +258,19 @@ class OtlpReceiver:
             self.count(f"{noun}_rejected", decoded.rejected)
             self.report_once(f"{noun}_rejected", decoded.error_message)
         if batch is not None:
+            with self._drained:
+                if self._closing:
+                    self.count(f"{noun}_refused", n)
+                    return Outcome(refused="the receiver is shutting down")
+                self._inflight += 1
             try:
                 self._next.consume(batch)
             except Exception as exc:
                 return self._failed(exc, n, noun)
+            finally:
+                with self._drained:
+                    self._inflight -= 1
+                    self._drained.notify_all()
             self.count(f"{noun}_accepted", n)
         return Outcome(decoded.rejected, decoded.error_message)
 

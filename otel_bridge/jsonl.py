@@ -50,9 +50,13 @@ _MARKERS = frozenset({"$bytes", "$float", "$map"})
 # --------------------------------------------------------------------------------------------
 
 
+_PLAIN = frozenset({str, int, bool, type(None)})
+"""Types written as they are (exact types: the common case, tested before anything else)."""
+
+
 def value_to_json(value: AnyValue) -> Any:
     """A JSON-ready form of an attribute value (see the module docstring)."""
-    if value is None or isinstance(value, bool | int | str):
+    if type(value) in _PLAIN or isinstance(value, bool | int | str):
         return value
     if isinstance(value, float):
         if math.isfinite(value):
@@ -100,7 +104,11 @@ def value_from_json(data: Any, path: str = "value") -> AnyValue:
 
 def attrs_to_json(attrs: Mapping[str, AnyValue]) -> dict[str, Any]:
     """Attributes as a JSON object, each value encoded by :func:`value_to_json`."""
-    return {str(k): value_to_json(v) for k, v in attrs.items()}
+    plain = _PLAIN
+    return {
+        k if type(k) is str else str(k): v if type(v) in plain else value_to_json(v)
+        for k, v in attrs.items()
+    }
 
 
 def attrs_from_json(data: Any, path: str) -> dict[str, AnyValue]:

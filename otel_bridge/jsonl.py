@@ -25,6 +25,7 @@ from collections.abc import Mapping
 from typing import Any
 
 import msgspec
+import orjson
 
 from otel_bridge.errors import DecodeError
 from otel_bridge.model import (
@@ -49,9 +50,13 @@ _MARKERS = frozenset({"$bytes", "$float", "$map"})
 # --------------------------------------------------------------------------------------------
 
 
+_PLAIN = frozenset({str, int, bool, type(None)})
+"""Types written as they are (exact types: the common case, tested before anything else)."""
+
+
 def value_to_json(value: AnyValue) -> Any:
     """A JSON-ready form of an attribute value (see the module docstring)."""
-    if value is None or isinstance(value, bool | int | str):
+    if type(value) in _PLAIN or isinstance(value, bool | int | str):
         return value
     if isinstance(value, float):
         if math.isfinite(value):
@@ -99,7 +104,11 @@ def value_from_json(data: Any, path: str = "value") -> AnyValue:
 
 def attrs_to_json(attrs: Mapping[str, AnyValue]) -> dict[str, Any]:
     """Attributes as a JSON object, each value encoded by :func:`value_to_json`."""
-    return {str(k): value_to_json(v) for k, v in attrs.items()}
+    plain = _PLAIN
+    return {
+        k if type(k) is str else str(k): v if type(v) in plain else value_to_json(v)
+        for k, v in attrs.items()
+    }
 
 
 def attrs_from_json(data: Any, path: str) -> dict[str, AnyValue]:
@@ -315,5 +324,19 @@ def coverage_from_dict(data: Any, path: str = "coverage") -> CoverageRecord:
 
 
 def dumps(data: Mapping[str, Any]) -> str:
-    """One compact JSON line (no newline) for a dict made by the functions above."""
-    return json.dumps(data, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
+    """One compact JSON line (no newline) for a dict made by the functions above.
+
+    Encoded by orjson (about ten times cheaper than the standard library on the OS stream's
+    records), with the same text as ``json.dumps(data, separators=(",", ":"),
+    ensure_ascii=False)`` for every value the functions above make: non-ASCII text as UTF-8,
+    the same escapes, the same float spelling except that a float below 1e-4 is written without
+    an exponent (``0.00001`` for ``1e-05``: the same number). What orjson refuses (text with a
+    lone surrogate, which :mod:`otel_bridge.strings` removes at the edge; an integer beyond 64
+    bits; a non-string key) goes through the standard library as before, so it raises or is
+    written exactly as it was. Non-finite floats never reach this function (they are encoded as
+    ``$float`` / OTLP strings first).
+    """
+    try:
+        return orjson.dumps(data).decode("utf-8")
+    except TypeError:
+        return json.dumps(data, separators=(",", ":"), ensure_ascii=False, allow_nan=False)

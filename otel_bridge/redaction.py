@@ -237,25 +237,84 @@ def _is_secret_option(option: str) -> bool:
     return bool(_SECRET_OPTION.match(option))
 
 
+_TRIGGER = re.compile("|".join([r"[=:\s'\"]", *(p.pattern for p in _KEY_SHAPES)]))
+"""Text without a match here is left unchanged by every built-in rule: each rule needs an
+``=``, a ``:``, whitespace or a quote (the tool rules need two words, the SQL rule a quote, URL
+credentials ``://``, headers, assignments and query parameters ``:`` or ``=``, options ``=`` or
+whitespace), except the key shapes, which are part of this pattern."""
+_WORD_NUMBER = re.compile(r"([A-Za-z][A-Za-z0-9]*):[0-9]+")
+"""``linux:4711`` (a record id): whether a rule changes it depends on the word only (a secret
+name or ``authorization`` before the colon, or a word shaped like a key), never on the digits;
+see :meth:`Redactor.text`."""
+_CACHE_SIZE = 8192
+"""Distinct texts whose redacted form a :class:`Redactor` remembers (it starts over when full)."""
+_CACHE_LONGEST = 1024
+"""Longer texts are not remembered (a command line or a prompt is rarely seen twice)."""
+
+
 class Redactor:
     """Applies the built-in rules plus optional extra patterns and secret names.
 
     ``extra_patterns`` are regular expressions whose whole match is replaced; ``extra_names`` are
     additional variable/option/attribute names (case-insensitive) whose values are secrets.
+
+    The rules are a pure function of the text, so :meth:`text` remembers the result for recent
+    distinct texts (an OS event stream repeats the same paths and times thousands of times), and
+    a text none of the rules could match (no ``=``, ``:``, whitespace, quote or key shape) is
+    returned at once, when no extra pattern is configured; so is ``word:N`` (a record id) once
+    ``word:0`` is known to pass unchanged.
     """
 
     def __init__(self, extra_patterns: Iterable[str] = (), extra_names: Iterable[str] = ()) -> None:
         self._extra = tuple(re.compile(p) for p in extra_patterns)
         self._names = frozenset(_norm(n) for n in extra_names)
+        self._cache: dict[str, str] = {}
+        self._names_seen: dict[str, bool] = {}
+        self._plain_words: dict[str, bool] = {}
 
     def secret_name(self, name: str) -> bool:
         """True when ``name`` names a secret under the built-in or extra rules."""
-        return _norm(name) in self._names or is_secret_name(name)
+        known = self._names_seen.get(name)
+        if known is None:
+            known = _norm(name) in self._names or is_secret_name(name)
+            if len(self._names_seen) >= _CACHE_SIZE:
+                self._names_seen.clear()
+            self._names_seen[name] = known
+        return known
 
     def text(self, text: str) -> str:
         """``text`` with every recognised secret replaced by :data:`REDACTED`."""
         if not text:
             return text
+        done = self._cache.get(text)
+        if done is not None:
+            return done
+        if self._extra:
+            out = self._rules(text)
+        elif _TRIGGER.search(text) is None:
+            out = text
+        else:
+            word = _WORD_NUMBER.fullmatch(text)
+            out = text if word and self._plain_word(word[1]) else self._rules(text)
+        if len(text) <= _CACHE_LONGEST:
+            if len(self._cache) >= _CACHE_SIZE:
+                self._cache.clear()
+            self._cache[text] = out
+        return out
+
+    def _plain_word(self, word: str) -> bool:
+        """True when no rule changes ``word:N`` for any number N (decided once per word)."""
+        plain = self._plain_words.get(word)
+        if plain is None:
+            probe = f"{word}:0"
+            plain = self._rules(probe) == probe
+            if len(self._plain_words) >= _CACHE_SIZE:
+                self._plain_words.clear()
+            self._plain_words[word] = plain
+        return plain
+
+    def _rules(self, text: str) -> str:
+        """``text`` through every rule (:meth:`text` without the shortcuts)."""
         out = _redact_commands(text) if _TOOL_HINT.search(text) else text
         out = _SQL_SECRET.sub(lambda m: m["head"] + REDACTED + m["q"], out)
         out = _URL_CREDENTIALS.sub(lambda m: m["head"] + REDACTED + m["tail"], out)

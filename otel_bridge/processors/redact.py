@@ -33,6 +33,8 @@ from otel_bridge.model import AnyValue, Attributes, Batch, Entity, LogRecord, Ob
 from otel_bridge.redaction import REDACTED, Redactor
 
 _ARGV_KEYS = frozenset({"process.command_args", "process.command_line.args"})
+_KEYS_REMEMBERED = 4096
+"""Distinct attribute keys whose secrecy is remembered (the table starts over when full)."""
 
 
 @dataclass(slots=True)
@@ -64,8 +66,19 @@ class AttributeRedactor:
         self._redactor = Redactor(config.patterns, config.attribute_keys)
         self._keys = frozenset(k.lower() for k in config.attribute_keys)
         self._allow = frozenset(config.allow_keys)
+        self._secret_keys: dict[str, bool] = {}
+        """Attribute key -> whether its values are hidden whole (a pure function of the key)."""
 
     def _secret_key(self, key: str) -> bool:
+        known = self._secret_keys.get(key)
+        if known is None:
+            known = self._judge_key(key)
+            if len(self._secret_keys) >= _KEYS_REMEMBERED:
+                self._secret_keys.clear()
+            self._secret_keys[key] = known
+        return known
+
+    def _judge_key(self, key: str) -> bool:
         if key in self._allow:
             return False
         lowered = key.lower()
@@ -90,8 +103,19 @@ class AttributeRedactor:
 
     def attributes(self, attrs: Attributes) -> Attributes:
         """A redacted copy of ``attrs`` (the same object when nothing changed)."""
-        out = {k: self.value(k, v) for k, v in attrs.items()}
-        return attrs if out == dict(attrs) else out
+        out: dict[str, AnyValue] | None = None
+        for k, v in attrs.items():
+            new = self.value(k, v)
+            if out is None:
+                if new is v or new == v:
+                    continue
+                out = {}
+                for earlier, kept in attrs.items():
+                    if earlier == k:
+                        break
+                    out[earlier] = kept
+            out[k] = new
+        return attrs if out is None else out
 
     def span(self, span: Span) -> Span:
         """``span`` with attributes and event attributes redacted."""

@@ -187,7 +187,7 @@ def build(graph: Graph) -> Report:
         if not row.processes:
             unlinked_calls.append(_unlinked_call(row, ix, agents))
     unlinked = [
-        f"pid {_pid(n)} `{_argv(n)}` (exit {_exit(n)}) ran, but no tool call is linked to it"
+        n
         for n in _by_time(graph.nodes)
         if n.kind == "process"
         and n.id not in linked
@@ -198,10 +198,39 @@ def build(graph: Graph) -> Report:
     return Report(
         calls=calls,
         unlinked_calls=unlinked_calls,
-        unlinked_processes=unlinked,
+        unlinked_processes=_unlinked_processes(unlinked),
         agent_processes=[f"pid {_pid(ix.nodes[a])} `{_argv(ix.nodes[a])}`" for a in agents],
         folded=sum(1 for n in graph.nodes if n.kind == "runtime_reads"),
     )
+
+
+_PIDS_SHOWN = 3
+"""Pids named in one folded line (the first ones in time)."""
+
+
+def _unlinked_processes(nodes: list[GraphNode]) -> list[str]:
+    """One line per unlinked process, in time order; processes that ran the same executable
+    with the same argv and the same exit code share one line with their count (a workload that
+    runs ``true`` 125 times gets one line, not 125), placed where the first of them ran."""
+    groups: dict[tuple[str, str, str], list[GraphNode]] = {}
+    for n in nodes:
+        facts = n.facts
+        exe = (facts.executable_path or "") if isinstance(facts, ProcessFacts) else ""
+        groups.setdefault((exe, _argv(n), _exit(n)), []).append(n)
+    lines = []
+    for (_exe, argv, code), group in groups.items():
+        if len(group) == 1:
+            lines.append(
+                f"pid {_pid(group[0])} `{argv}` (exit {code}) ran, but no tool call is linked to it"
+            )
+            continue
+        pids = ", ".join(_pid(n) for n in group[:_PIDS_SHOWN])
+        more = f" and {len(group) - _PIDS_SHOWN} more" if len(group) > _PIDS_SHOWN else ""
+        lines.append(
+            f"{len(group)} processes `{argv}` (exit {code}; pids {pids}{more}) ran, but no "
+            "tool call is linked to any of them"
+        )
+    return lines
 
 
 def _unlinked_call(row: CallRow, ix: _Index, agents: set[str]) -> str:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any
 
 from otel_bridge.graph.document import Graph, GraphEdge, GraphNode
@@ -111,3 +112,24 @@ def test_what_is_not_linked_is_said_plainly() -> None:
     assert "the network plane was degraded: scans; what it did not see is unknown" in notes
     assert "file plane" not in notes
     assert "pid 12" not in notes  # a descendant of a linked process is linked
+
+
+def test_repeated_unlinked_processes_share_one_line() -> None:
+    """125 unlinked ``true`` children with the same exit share one line with their count and
+    first pids; a different exit code or argv keeps its own line, in time order."""
+    base = _graph()
+    trues = [replace(_proc(100 + i, ["true"], 0, 10), first_seen=1000 + i) for i in range(125)]
+    failed = replace(_proc(400, ["true"], 1, 10), first_seen=2000)
+    other = replace(_proc(401, ["false"], 1, 10), first_seen=2001)
+    graph = Graph(nodes=(*base.nodes, *trues, failed, other), edges=base.edges)
+    notes = build(graph).unlinked_processes
+    assert notes == [
+        "pid 13 `curl http://example.test` (exit not observed) ran, but no tool call is linked "
+        "to it",
+        "125 processes `true` (exit 0; pids 100, 101, 102 and 122 more) ran, but no tool call "
+        "is linked to any of them",
+        "pid 400 `true` (exit 1) ran, but no tool call is linked to it",
+        "pid 401 `false` (exit 1) ran, but no tool call is linked to it",
+    ]
+    text = render(build(graph), title="run")
+    assert text.count("ran, but no tool call") == 4

@@ -35,6 +35,8 @@ from otel_bridge.strings import clean
 SYSCALL = "syscall"
 SAMPLED = "sampled_process"
 SESSION = "session_observation"
+_IDENTITIES_KEPT = 65_536
+"""Per-pid identity attributes kept at most (the table starts over when full)."""
 PLANES: tuple[str, ...] = ("process", "file", "network")
 """The collections a backend covers; per-plane ``auto`` picks a backend for each."""
 
@@ -42,12 +44,15 @@ PLANES: tuple[str, ...] = ("process", "file", "network")
 class Lineage:
     """The observed workload: the root pid and every descendant seen so far. Thread-safe.
 
-    A pid leaves the lineage when it exits (so a recycled pid is not mistaken for it).
+    A pid leaves the lineage when it exits (so a recycled pid is not mistaken for it). A backend
+    may keep an exited pid a while (its late file events still count) and mark it :meth:`ended`
+    meanwhile: it holds no descriptor any more, so :meth:`live` leaves it out.
     """
 
     def __init__(self, root: int) -> None:
         self.root = root
         self._pids: set[int] = {root} if root else set()
+        self._ended: set[int] = set()
         self._lock = threading.Lock()
 
     def __contains__(self, pid: object) -> bool:
@@ -57,16 +62,30 @@ class Lineage:
         """Track ``pid``."""
         with self._lock:
             self._pids.add(pid)
+            self._ended.discard(pid)
+
+    def ended(self, pid: int) -> None:
+        """``pid`` exited but stays tracked for now (see the class docstring)."""
+        with self._lock:
+            if pid in self._pids:
+                self._ended.add(pid)
 
     def discard(self, pid: int) -> None:
         """Stop tracking ``pid`` (it exited)."""
         with self._lock:
             self._pids.discard(pid)
+            self._ended.discard(pid)
 
     def snapshot(self) -> list[int]:
         """The tracked pids now."""
         with self._lock:
             return sorted(self._pids)
+
+    def live(self) -> list[int]:
+        """The tracked pids now, without those marked :meth:`ended` (the ones that can hold
+        descriptors: what a socket scan reads)."""
+        with self._lock:
+            return sorted(self._pids - self._ended)
 
 
 class Emitter:
@@ -252,6 +271,11 @@ class EventFactory:
         self._lock = threading.Lock()
         self.processes: dict[int, ProcessInfo] = {}
         """Every process identity seen, by pid (the latest one for a recycled pid)."""
+        self._identities: dict[
+            int, tuple[ProcessInfo | None, tuple[int, bool] | None, dict[str, AnyValue]]
+        ] = {}
+        """pid -> (the identity, its start and approximate flag, its :meth:`identity_attrs`),
+        for the identity seen last."""
 
     def record(
         self,
@@ -288,14 +312,24 @@ class EventFactory:
         return info
 
     def identity_attrs(self, pid: int) -> dict[str, AnyValue]:
-        """``process.pid`` and ``process.creation.time`` of a known pid (approximate flagged)."""
-        out: dict[str, AnyValue] = {"process.pid": pid}
+        """``process.pid`` and ``process.creation.time`` of a known pid (approximate flagged).
+
+        A fresh dict each call (callers add to it); built once per identity (every file event
+        of a process carries the same three values)."""
         info = self.processes.get(pid)
+        stamp = None if info is None else (info.start_ms, info.approximate)
+        known = self._identities.get(pid)
+        if known is not None and known[0] is info and known[1] == stamp:
+            return dict(known[2])
+        out: dict[str, AnyValue] = {"process.pid": pid}
         if info is not None:
             out["process.creation.time"] = iso_ms(info.start_ms)
             if info.approximate:
                 out["process.creation.time.approximate"] = True
-        return out
+        if len(self._identities) >= _IDENTITIES_KEPT:
+            self._identities.clear()
+        self._identities[pid] = (info, stamp, out)
+        return dict(out)
 
     def process_attrs(self, info: ProcessInfo) -> dict[str, AnyValue]:
         """Attributes of ``process.start`` / ``process.exec`` for ``info``."""

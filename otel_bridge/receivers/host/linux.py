@@ -456,6 +456,7 @@ class LinuxBackend:
             if pid != tgid or tgid not in ctx.lineage:
                 return
             gate.exited(tgid)
+            ctx.lineage.ended(tgid)  # kept until retired, but its descriptors are closed
             self._exited[tgid] = ts
             if ctx.config.processes:
                 gate.emit_for(

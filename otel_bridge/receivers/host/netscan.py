@@ -140,7 +140,7 @@ class SocketScanner:
     def scan(self) -> None:
         """One scan of every tracked process."""
         ctx = self._ctx
-        pids = ctx.lineage.snapshot()
+        pids = ctx.lineage.live()  # an exited process holds no descriptor: not read
         if not pids:
             return
         holders: dict[int, int] = {}
@@ -175,7 +175,7 @@ class SocketScanner:
 
     def refresh_listeners(self) -> None:
         """Read the socket table once only to learn the listening ports."""
-        self._table([*self._ctx.lineage.snapshot(), os.getpid()])
+        self._table([*self._ctx.lineage.live(), os.getpid()])
 
     @property
     def undecided(self) -> int:

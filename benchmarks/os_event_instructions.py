@@ -1,0 +1,165 @@
+"""Machine instructions per OS event on the collector's per-event path (cachegrind).
+
+The ``medium`` workload of ``overhead.py`` makes the host receiver write one ``file.open`` /
+``file.write`` record per kernel event (about 8,000 to 12,000 per run). This benchmark runs the
+per-event steps of ``observe`` that the host receiver, the ``redact`` processor and the ``file``
+exporter take for each such record, in one process under valgrind's ``cachegrind`` (no cache
+simulation), so the figure does not move with the load of a shared machine:
+
+* ``record``: the host receiver's record for one event (``identity_attrs`` of the pid, the
+  ``file.path``, ``EventFactory.record``: record id, attribution, the invalid-text rule);
+* ``redact``: the ``redact`` processor on batches of 512 such records;
+* ``write``: the ``file`` exporter's JSON lines for them (``encode_lines``).
+
+The records are the medium workload's: one process opening, writing and reopening 16 files in
+turn, plus a ``true`` child's ``process.exec`` every 96 records. Each stage runs twice, with 0
+and with ``--events`` events (a multiple of 512) after a warm-up of 2,048: the difference
+divided by the events leaves out start-up and imports. Run it against another tree by putting
+that tree first on ``PYTHONPATH`` (the stages use only names both trees have)::
+
+    python benchmarks/os_event_instructions.py
+    PYTHONPATH=/path/to/other/tree python benchmarks/os_event_instructions.py --events 8192
+
+Needs valgrind (``apt-get install valgrind``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+from typing import Any
+
+STAGES = ("record", "redact", "write")
+_BATCH = 512
+_WARM = 2_048
+_TOTAL = re.compile(r"I\s+refs:\s+([\d,]+)")
+
+
+def _factory() -> Any:
+    from otel_bridge.component import Telemetry
+    from otel_bridge.receivers.host.events import Emitter, EventFactory
+    from otel_bridge.receivers.host.procfs import ProcessInfo
+    from otel_bridge.testing import RecordingConsumer
+
+    emitter = Emitter(RecordingConsumer(), Telemetry(), batch_size=_BATCH, interval=1.0)
+    factory = EventFactory("linux", "bench-run", emitter)
+    factory.remember(ProcessInfo(pid=4242, start_ms=1_767_225_600_000, ppid=1))
+    return factory
+
+
+def _records(factory: Any, n: int) -> list[Any]:
+    """``n`` records of the medium workload, built by the host receiver's own factory."""
+    from otel_bridge.receivers.host.procfs import ProcessInfo
+
+    out: list[Any] = []
+    kinds = ("file.open", "file.write", "file.open")
+    for i in range(n):
+        if i % 96 == 95:
+            child = ProcessInfo(
+                pid=5000 + i,
+                start_ms=1_767_225_600_000 + i,
+                ppid=4242,
+                exe="/usr/bin/true",
+                argv=["true"],
+                cwd="/work",
+            )
+            factory.remember(child)
+            out.append(factory.process_event("process.exec", child, i, attribution="syscall"))
+            continue
+        attrs = factory.identity_attrs(4242)
+        attrs["file.path"] = f"/tmp/medium/root/f{(i // 3) % 16}.bin"
+        out.append(
+            factory.record(kinds[i % 3], 1_767_225_600_000_000_000 + i, attrs,
+                           attribution="syscall", causal=True)
+        )  # fmt: skip
+    return out
+
+
+def work(stage: str, events: int, prepared: int) -> None:
+    """Warm up, then run ``events`` of ``prepared`` events through ``stage`` (the measured
+    child's job; everything else is the same in both runs)."""
+    from otel_bridge.exporters.file.codec import encode_lines
+    from otel_bridge.model import Batch
+    from otel_bridge.processors.redact import AttributeRedactor, Config
+
+    factory = _factory()
+    if stage == "record":
+        _records(factory, _WARM)
+        _records(factory, events)
+    else:
+        records = _records(factory, _WARM + prepared)
+        batches = [
+            Batch(logs=tuple(records[i : i + _BATCH])) for i in range(0, len(records), _BATCH)
+        ]
+        redactor = AttributeRedactor(Config())
+        if stage == "write":
+            batches = [AttributeRedactor(Config()).batch(b) for b in batches]
+        step: Any = redactor.batch if stage == "redact" else (lambda b: encode_lines(b, ("logs",)))
+        for batch in batches[: (_WARM + events) // _BATCH]:
+            step(batch)
+    sys.stdout.flush()
+    os._exit(0)
+
+
+def instructions(stage: str, events: int, prepared: int) -> int:
+    """Instructions executed by a child process running ``events`` events through ``stage``."""
+    with tempfile.TemporaryDirectory() as tmp:
+        out = Path(tmp) / "cachegrind.out"
+        proc = subprocess.run(
+            [
+                "valgrind",
+                "--tool=cachegrind",
+                "--cache-sim=no",
+                f"--cachegrind-out-file={out}",
+                sys.executable,
+                __file__,
+                "--child",
+                stage,
+                str(events),
+                str(prepared),
+            ],
+            capture_output=True,
+            text=True,
+            check=False,
+        )
+        found = _TOTAL.search(proc.stderr)
+        if proc.returncode != 0 or found is None:
+            raise RuntimeError(f"valgrind run failed ({proc.returncode}): {proc.stderr[-2000:]}")
+        return int(found.group(1).replace(",", ""))
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Print instructions per OS event for each requested stage."""
+    parser = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
+    parser.add_argument("--events", type=int, default=8_192)
+    parser.add_argument("--stage", nargs="+", choices=STAGES, default=list(STAGES))
+    parser.add_argument(
+        "--child", nargs=3, metavar=("STAGE", "EVENTS", "PREPARED"), help=argparse.SUPPRESS
+    )
+    args = parser.parse_args(argv)
+    if args.child:
+        work(args.child[0], int(args.child[1]), int(args.child[2]))
+        return 0
+    if shutil.which("valgrind") is None:
+        print("needs valgrind (apt-get install valgrind)", file=sys.stderr)
+        return 2
+    import otel_bridge
+
+    print(f"instructions per OS event (cachegrind, {args.events:,} events after warm-up)")
+    print(f"code: {Path(otel_bridge.__file__).parent}")
+    for stage in args.stage:
+        events = args.events // _BATCH * _BATCH
+        loaded = instructions(stage, events, events)
+        value = (loaded - instructions(stage, 0, events)) / events
+        print(f"{stage:>8}: {value:>9,.0f}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -33,6 +33,7 @@ from otel_bridge.model import (
     Attribution,
     Channel,
     CoverageRecord,
+    EmitterFacts,
     Entity,
     EntityKind,
     Evidence,
@@ -124,12 +125,21 @@ def attrs_from_json(data: Any, path: str) -> dict[str, AnyValue]:
 
 
 def source_to_dict(source: Source) -> dict[str, Any]:
-    """A :class:`Source` as a plain dict."""
-    return {
+    """A :class:`Source` as a plain dict (the optional typed fields only when set)."""
+    out: dict[str, Any] = {
         "channel": str(source.channel),
         "backend": source.backend,
         "record_id": source.record_id,
     }
+    if source.emitter is not None:
+        out["emitter"] = msgspec.to_builtins(source.emitter)
+    for name in _SOURCE_STRINGS:
+        if value := getattr(source, name):
+            out[name] = value
+    return out
+
+
+_SOURCE_STRINGS = ("trace_id", "span_id", "event")
 
 
 def entity_to_dict(entity: Entity) -> dict[str, Any]:
@@ -233,10 +243,19 @@ def _object(data: Any, path: str) -> Mapping[str, Any]:
 def source_from_dict(data: Any, path: str = "source") -> Source:
     """The :class:`Source` encoded by :func:`source_to_dict`."""
     d = _object(data, path)
+    emitter = d.get("emitter")
+    try:
+        typed = None if emitter is None else msgspec.convert(emitter, type=EmitterFacts)
+    except msgspec.ValidationError as exc:
+        raise DecodeError(f"{path}.emitter: {exc}") from None
     return Source(
         channel=_enum(Channel, _field(d, "channel", str, path), f"{path}.channel"),
         backend=_field(d, "backend", str, path),
         record_id=_field(d, "record_id", str, path),
+        emitter=typed,
+        trace_id=_optional(d, "trace_id", str, path) or "",
+        span_id=_optional(d, "span_id", str, path) or "",
+        event=_optional(d, "event", str, path) or "",
     )
 
 

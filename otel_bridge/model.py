@@ -328,6 +328,15 @@ class Source(msgspec.Struct, frozen=True, kw_only=True, gc=False):
     emitter: EmitterFacts | None = None
     """For a span's observations, the process that emitted the span when its resource states
     any of pid, host or start time (one shared object per resource); None otherwise."""
+    trace_id: str = ""
+    """The trace (hex) of the span the observation comes from (a span's observations) or links
+    to a process (a derived ``correlated_with_process`` link that names one span: ``traceparent``,
+    a singleton bridge); empty otherwise."""
+    span_id: str = ""
+    """That span's id (hex); for a span's own observations the same as ``record_id``."""
+    event: str = ""
+    """For an OS event's observations, the event's name (``process.start``, ``file.open``, ...,
+    as the host receiver writes it); empty otherwise."""
 
 
 class Evidence(msgspec.Struct, frozen=True, kw_only=True, gc=False):

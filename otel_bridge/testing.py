@@ -451,7 +451,14 @@ def tool_declaration(
         key=command_key(tool.label, line),
     )
     emitter = None if agent_pid is None else EmitterFacts(host_id=host, pid=agent_pid)
-    source = Source(channel=channel, backend="otlp", record_id=span, emitter=emitter)
+    source = Source(
+        channel=channel,
+        backend="otlp",
+        record_id=span,
+        emitter=emitter,
+        trace_id=trace,
+        span_id=span,
+    )
     reported = Evidence(attribution=Attribution.REPORTED)
     return [
         Observation(
@@ -547,7 +554,7 @@ class ProcessRecord:
             ),
             key=process_key(self.exe, self.argv),
         )
-        source = Source(channel=Channel.OS, backend=self.backend, record_id=rec)
+        source = Source(channel=Channel.OS, backend=self.backend, record_id=rec, event=self.event)
         syscall = Evidence(attribution=Attribution.SYSCALL, causal=True)
         exe = Entity(
             kind=EntityKind.EXECUTABLE,
@@ -592,7 +599,9 @@ class ProcessRecord:
         return Observation(
             id=f"{rec}#0",
             time_unix_nano=time,
-            source=Source(channel=Channel.OS, backend=self.backend, record_id=rec),
+            source=Source(
+                channel=Channel.OS, backend=self.backend, record_id=rec, event="process.exit"
+            ),
             subject=Entity(
                 kind=EntityKind.PROCESS,
                 id=self.identity,

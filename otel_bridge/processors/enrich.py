@@ -243,8 +243,8 @@ class EnrichProcessor:
 
     def _learn(self, obs: Observation, now: float) -> None:
         if obs.relation == RelationKind.CORRELATED_WITH_PROCESS and obs.object is not None:
-            trace, span = obs.attrs.get("trace_id"), obs.attrs.get("span_id")
-            if isinstance(trace, str) and isinstance(span, str):
+            trace, span = obs.source.trace_id, obs.source.span_id  # the span the link is about
+            if trace and span:
                 self._links.setdefault((trace, span), {})[obs.id] = obs
             return
         if not self._config.os_plane or obs.source.channel != Channel.OS:
@@ -256,7 +256,7 @@ class EnrichProcessor:
             return
         entity, facts = found
         identity = entity.id
-        event = obs.attrs.get("event.name")
+        event = obs.source.event
         proc = self._procs.get(identity)
         if proc is None:
             proc = _Proc(identity=identity, host=facts.host_id, run=self._run_id)
@@ -291,7 +291,7 @@ class EnrichProcessor:
 
     def _learn_late(self, proc: _Proc, obs: Observation, facts: ProcessFacts, now: float) -> None:
         """Keep an observation of an already sent process for its late-events span."""
-        event = obs.attrs.get("event.name")
+        event = obs.source.event
         late: SpanEvent | None
         if event == EXIT_EVENT:
             attrs: dict[str, AnyValue] = {"evidence.attribution": _attribution(obs)}

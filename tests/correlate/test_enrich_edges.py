@@ -33,7 +33,7 @@ def file_open(p: Proc, path: str, time: int, n: int = 0) -> Observation:
     return Observation(
         id=f"{rec}#0",
         time_unix_nano=time,
-        source=Source(channel=Channel.OS, backend="linux", record_id=rec),
+        source=Source(channel=Channel.OS, backend="linux", record_id=rec, event="file.open"),
         subject=Entity(
             kind=EntityKind.PROCESS,
             id=p.identity,

@@ -21,6 +21,7 @@ from otel_bridge.grading import grade_evidence
 from otel_bridge.model import (
     Attribution,
     Channel,
+    EmitterFacts,
     Entity,
     EntityKind,
     Evidence,
@@ -75,7 +76,9 @@ def test_traceparent_links_agent_span() -> None:
     agent_obs = Observation(
         id=f"{span}#0",
         time_unix_nano=T0,
-        source=Source(channel=Channel.SEM, backend="otlp", record_id=span),
+        source=Source(
+            channel=Channel.SEM, backend="otlp", record_id=span, trace_id=TRACE, span_id=span
+        ),
         subject=agent,
         occurrence=f"{TRACE}:{span}",
         attrs={"trace_id": TRACE, "span_id": span},
@@ -113,13 +116,19 @@ def test_traceparent_unresolved_counted() -> None:
 
 
 def test_resource_pid_with_creation_time() -> None:
-    """A span's resource pid + host + creation time resolves to exactly that process."""
+    """A span's resource pid + host + creation time resolves to exactly that process, read from
+    the typed ``Source.emitter`` (the attribute strings are not read: here they name the other
+    life of the pid)."""
     agent_proc = Proc(pid=42, exe="/usr/bin/python3", argv=("python3", "agent.py"), time=T0)
     reused = Proc(pid=42, exe="/usr/bin/python3", argv=("python3", "old.py"), time=T0 - 10_000 * MS)
     decl = declaration("a1" * 8, "ls", T0 + 500 * MS, agent_pid=42)
-    created = iso(agent_proc.ms)
+    emitter = EmitterFacts(host_id=HOST, pid=42, start_time_ms=agent_proc.ms)
     decl = [
-        msgspec.structs.replace(o, attrs={**o.attrs, "process.creation.time": created})
+        msgspec.structs.replace(
+            o,
+            source=msgspec.structs.replace(o.source, emitter=emitter),
+            attrs={**o.attrs, "process.creation.time": iso(reused.ms)},
+        )
         for o in decl
     ]
     out, _ = run(decl + agent_proc.observations() + reused.observations())
@@ -158,7 +167,13 @@ def request_obs(channel: Channel, subject: Entity, rid: str, n: int) -> Observat
     return Observation(
         id=f"{channel}{n}#0",
         time_unix_nano=T0 + n * MS,
-        source=Source(channel=channel, backend="otlp", record_id=f"{channel}{n}"),
+        source=Source(
+            channel=channel,
+            backend="otlp",
+            record_id=f"{channel}{n}",
+            trace_id=TRACE,
+            span_id=f"{n:016x}",
+        ),
         subject=subject,
         relation=RelationKind.REQUESTED,
         object=model,

@@ -448,3 +448,21 @@ def test_span_keys_are_equal_across_runs() -> None:
     first, second = run(1, 10), run(2, 20)
     assert [n.key for n in first] == [n.key for n in second]
     assert [n.id for n in first[1:]] != [n.id for n in second[1:]]
+
+
+def test_sources_name_their_span_and_os_event() -> None:
+    """Every observation of a span states the span's ids on its source, and every observation of
+    an OS event the event's name, so correlate and enrich read fields, not attribute strings."""
+    span = model_span(
+        "chat",
+        0xAB,
+        parent=0xCD,
+        trace=0x1F,
+        attrs={"gen_ai.operation.name": "chat", "gen_ai.request.model": "m"},
+    )
+    out = Normalizer()(Batch(spans=(span,), logs=(os_record("process.start", "linux:1"),)))
+    by_backend = {o.source.backend: o.source for o in out.observations}
+    sem, os_source = by_backend["otlp"], by_backend["linux"]
+    assert (sem.trace_id, sem.span_id, sem.event) == (f"{0x1F:032x}", f"{0xAB:016x}", "")
+    assert sem.span_id == sem.record_id
+    assert (os_source.trace_id, os_source.span_id, os_source.event) == ("", "", "process.start")

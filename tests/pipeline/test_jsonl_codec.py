@@ -17,6 +17,7 @@ from otel_bridge.model import (
     Attribution,
     Channel,
     CoverageRecord,
+    EmitterFacts,
     Entity,
     EntityKind,
     Evidence,
@@ -52,6 +53,16 @@ SOURCES = st.builds(
     channel=st.sampled_from(list(Channel)),
     backend=st.text(max_size=6),
     record_id=st.text(max_size=6),
+    emitter=st.none()
+    | st.builds(
+        EmitterFacts,
+        host_id=st.none() | st.text(max_size=4),
+        pid=st.none() | st.integers(0, 2**22),
+        start_time_ms=st.none() | st.integers(0, 2**45),
+    ),
+    trace_id=st.text(max_size=4),
+    span_id=st.text(max_size=4),
+    event=st.text(max_size=4),
 )
 ENTITIES = st.builds(
     Entity,

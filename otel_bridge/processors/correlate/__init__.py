@@ -150,6 +150,7 @@ def bridge_observation(b: Bridge, support: tuple[str, ...]) -> Observation:
             "trace_id": b.decl.trace_id,
             "span_id": b.decl.span_id,
         },
+        span=(b.decl.trace_id, b.decl.span_id),
     )
 
 
@@ -205,7 +206,7 @@ class Correlator:
                 if src.channel != _OS:
                     self._add_semantic(obs)
                     continue
-                name = obs.attrs.get("event.name")
+                name = src.event
                 if name in START_EVENTS:
                     # A record is indexed once; its other observations can only lower the id
                     # that stands for it.

@@ -30,8 +30,6 @@ import heapq
 from dataclasses import dataclass, field
 
 from otel_bridge.identity import (
-    int_value,
-    iso_to_ms,
     parse_traceparent,
     process_id,
     str_value,
@@ -87,12 +85,16 @@ def derived(
     obj: Entity,
     evidence: Evidence,
     attrs: dict[str, object] | None = None,
+    span: tuple[str, str] = ("", ""),
 ) -> Observation:
-    """A derived observation: source backend ``correlate``, id and occurrence ``rid``."""
+    """A derived observation: source backend ``correlate``, id and occurrence ``rid``; ``span``
+    (trace, span id, hex) names the one span a ``correlated_with_process`` link is about."""
     return Observation(
         id=rid,
         time_unix_nano=time,
-        source=Source(channel=channel, backend="correlate", record_id=rid),
+        source=Source(
+            channel=channel, backend="correlate", record_id=rid, trace_id=span[0], span_id=span[1]
+        ),
         subject=subject,
         relation=relation,
         object=obj,
@@ -157,7 +159,7 @@ class ExactLinker:
     _dead: set[str] = field(default_factory=set)
     """Identities in ``_tp_seen`` whose last life was evicted (candidates to forget)."""
     _req_pending: set[str] = field(default_factory=set)
-    _pid_claims: dict[tuple[str, str, int, str], tuple[Entity, _First, int | None]] = field(
+    _pid_claims: dict[tuple[str, str, int, int | None], tuple[Entity, _First, int | None]] = field(
         default_factory=dict
     )
     _requests: dict[str, dict[tuple[Channel, str], _First]] = field(default_factory=dict)
@@ -245,29 +247,27 @@ class ExactLinker:
 
     def add_semantic(self, obs: Observation) -> None:
         """A span-derived observation: span entities, resource pids, request ids."""
-        # The span's own ids and its resource's process are the observation's details (the
-        # contract puts them in ``Observation.attrs``: the agent's process is no entity).
-        a = obs.attrs
-        trace = str_value(a.get("trace_id"))
-        span = str_value(a.get("span_id"))
-        first = _First(obs.time_unix_nano, obs.id, obs.subject, obs.source.channel)
+        # The span's own ids and its resource's process are typed on the observation's source
+        # (``Source.trace_id``/``span_id``, ``Source.emitter``: the agent's process is no entity).
+        source = obs.source
+        trace, span = source.trace_id, source.span_id
+        first = _First(obs.time_unix_nano, obs.id, obs.subject, source.channel)
         if trace and span:
             self._note_span(obs, (trace, span), first)
         agent = _agent_of(obs)
         if agent is None:
             agent = _callerless_model(obs)  # then the model's caller is the span's process
-        pid = int_value(a.get("process.pid")) if agent is not None else None
-        if agent is not None and pid is not None:
-            host = str_value(a.get("host.id")) or ""
-            created = str_value(a.get("process.creation.time")) or ""
-            key = (agent.id, host, pid, created)
+        emitter = source.emitter
+        if agent is not None and emitter is not None and emitter.pid is not None:
+            host = emitter.host_id or ""
+            ms = emitter.start_time_ms
+            key = (agent.id, host, emitter.pid, ms)
             claim = self._pid_claims.get(key)
             if claim is None:
-                ms = iso_to_ms(created)
                 self._pid_claims[key] = (agent, _First(obs.time_unix_nano, obs.id, agent), ms)
             else:
                 claim[1].offer(obs.time_unix_nano, obs.id)
-        rid = str_value(a.get("request.id"))
+        rid = str_value(obs.attrs.get("request.id"))
         if rid and obs.source.channel in _CHANNEL_ORDER:
             group = self._requests.setdefault(rid, {})
             self._req_pending.add(rid)
@@ -352,6 +352,7 @@ class ExactLinker:
                 obj=process_entity(identity, ev.facts),
                 support=(first.obs_id, ev.obs_id),
                 attrs={"trace_id": tp[0], "span_id": tp[1]},
+                span=tp,
             )
         return out
 
@@ -368,6 +369,7 @@ class ExactLinker:
         obj: Entity,
         support: tuple[str, str],
         attrs: dict[str, object],
+        span: tuple[str, str] = ("", ""),
     ) -> None:
         """Append the exact link ``method``/``key`` to ``out`` unless it was emitted before."""
         rid = f"correlate:exact:{method}:{key}"
@@ -385,6 +387,7 @@ class ExactLinker:
                 obj=obj,
                 evidence=exact_evidence(method, tuple(sorted(support))),
                 attrs=attrs,
+                span=span,
             )
         )
 
@@ -393,7 +396,7 @@ class ExactLinker:
         for key, (agent, first, ms) in list(self._pid_claims.items()):
             if first.time > watermark and not final:
                 continue
-            _, host, pid, _created = key
+            _, host, pid, _ = key
             lives = [life for life in self._lives_of(pid) if not host or life[1] == host]
             if ms is not None:
                 want = {process_id(life[1], pid, ms) for life in lives}

@@ -87,11 +87,11 @@ def proc_event(obs: Observation) -> ProcEvent | None:
     """The :class:`ProcEvent` of a process start/exec observation on the OS channel, else None.
 
     Everything is read from the process entity's :class:`ProcessFacts` (the event kind from the
-    observation's ``event.name``). None too when that entity carries no facts: the caller counts
+    observation's ``Source.event``). None too when that entity carries no facts: the caller counts
     it (:func:`~otel_bridge.processors.correlate.shared.lacks_process_facts`), nothing is parsed
     back out of attribute strings.
     """
-    event_name = obs.attrs.get("event.name")
+    event_name = obs.source.event
     if obs.source.channel != _OS or event_name not in START_EVENTS:
         return None
     found = process_facts_of(obs)

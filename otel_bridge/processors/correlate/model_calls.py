@@ -34,7 +34,7 @@ import ipaddress
 from dataclasses import dataclass, field
 from urllib.parse import urlsplit
 
-from otel_bridge.identity import int_value, iso_to_ms, str_value
+from otel_bridge.identity import int_value, str_value
 from otel_bridge.model import (
     Attributes,
     Attribution,
@@ -144,11 +144,10 @@ class ModelCallLinker:
             return
         if not isinstance(model.facts, ModelFacts):
             return
-        a = obs.attrs
-        pid = int_value(a.get("process.pid"))
-        if pid is None:
+        emitter = obs.source.emitter  # the process the span's resource names
+        if emitter is None or emitter.pid is None:
             return
-        address, port = stated_endpoint(a)
+        address, port = stated_endpoint(obs.attrs)
         self._calls.append(
             _Call(
                 obs_id=obs.id,
@@ -156,9 +155,9 @@ class ModelCallLinker:
                 end=obs.end_time_unix_nano or obs.time_unix_nano,
                 channel=obs.source.channel,
                 model=model,
-                host=str_value(a.get("host.id")) or "",
-                pid=pid,
-                created_ms=iso_to_ms(str_value(a.get("process.creation.time")) or ""),
+                host=emitter.host_id or "",
+                pid=emitter.pid,
+                created_ms=emitter.start_time_ms,
                 address=address,
                 port=port,
             )

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Hashable
+from collections.abc import Callable, Hashable
 from typing import Generic, TypeVar
 
 from otel_bridge.identity import int_value, iso_to_ms, str_value
@@ -73,15 +73,14 @@ class Origin:
 class Cache(Generic[K, V]):
     """A bounded memo: cleared when it reaches ``size`` entries."""
 
-    __slots__ = ("_data", "_size")
+    __slots__ = ("_data", "_size", "get")
 
     def __init__(self, size: int) -> None:
         self._data: dict[K, V] = {}
         self._size = size
-
-    def get(self, key: K) -> V | None:
-        """The cached value of ``key``, or None."""
-        return self._data.get(key)
+        self.get: Callable[[K], V | None] = self._data.get
+        """The cached value of a key, or None: the dictionary's own ``get`` (no Python frame on
+        the hot path; :meth:`put` clears the same dictionary, so it stays bound to it)."""
 
     def put(self, key: K, value: V) -> None:
         """Remember ``value`` under ``key``."""

@@ -126,10 +126,11 @@ def record_source(record: LogRecord) -> Source:
     """The :class:`Source` of an OS record (record id falls back to a content-derived id)."""
     backend = get_str(record.resource.attributes, "evidence.backend") or "unknown"
     record_id = get_str(record.attributes, "evidence.record_id")
+    name = event_name(record)
     if record_id is None:
-        name = event_name(record) or "record"
-        record_id = f"{backend}:{name}:{record.time_unix_nano}:{record.observed_time_unix_nano}"
-    return Source(channel=Channel.OS, backend=backend, record_id=record_id)
+        shown = name or "record"
+        record_id = f"{backend}:{shown}:{record.time_unix_nano}:{record.observed_time_unix_nano}"
+    return Source(channel=Channel.OS, backend=backend, record_id=record_id, event=name)
 
 
 def event_name(record: LogRecord) -> str:
@@ -141,7 +142,7 @@ def normalize_os_record(record: LogRecord) -> tuple[list[Observation], list[Cove
     """Observations (or a coverage record) for one OS event record."""
     source = record_source(record)
     time = record.time_unix_nano or record.observed_time_unix_nano
-    name = event_name(record)
+    name = source.event
     try:
         if name == "collection.state":
             return [], [_collection_state(record, source, time)]

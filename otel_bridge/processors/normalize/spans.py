@@ -230,7 +230,14 @@ class SpanNormalizer:
         channel = origin.channel
         if origin.serving and span.kind is _SERVER:  # a scope rule names who serves the calls
             channel = origin.server_channel
-        source = Source(channel=channel, backend="otlp", record_id=span_hex, emitter=origin.emitter)
+        source = Source(
+            channel=channel,
+            backend="otlp",
+            record_id=span_hex,
+            emitter=origin.emitter,
+            trace_id=trace,
+            span_id=span_hex,
+        )
         occurrence = f"{trace}:{span_hex}"
         start = span.start_time_unix_nano
         end = span.end_time_unix_nano
@@ -310,7 +317,15 @@ class SpanNormalizer:
             if model_name:
                 assert isinstance(model_name, str)
                 role = _MODEL_ROLE
-                node = self._model_entity(a, model_name)
+                last = self._last_model  # _model_entity's memo of the previous call, spelled out
+                if (
+                    last is not None
+                    and last[1] == model_name
+                    and last[0] == a.get("gen_ai.provider.name")
+                ):
+                    node = last[2]
+                else:
+                    node = self._model_entity(a, model_name)
                 # conventions.call_attrs, spelled out for the usual call (no endpoint stated)
                 if parent is None:
                     obs_attrs["span.root"] = True
@@ -559,7 +574,14 @@ class SpanNormalizer:
         server = span.kind is SpanKind.SERVER
         channel = self._assigner.channel(span.resource, span.scope, server=server)
         emitter = emitter_facts(resource)
-        source = Source(channel=channel, backend="otlp", record_id=span_hex, emitter=emitter)
+        source = Source(
+            channel=channel,
+            backend="otlp",
+            record_id=span_hex,
+            emitter=emitter,
+            trace_id=trace,
+            span_id=span_hex,
+        )
         start, end = span.start_time_unix_nano, span.end_time_unix_nano
         return Ctx(source, trace, f"{trace}:{span_hex}", start, end, attrs), service
 

@@ -139,9 +139,10 @@ class CallLinks:
             if len(executed) >= self._capacity:
                 self._old = executed
                 self._executed = {}
-        elif any(s[1] == span_hex for s in seen):
-            return _NONE  # the same span again
         else:
+            for _, done in seen:
+                if done == span_hex:
+                    return _NONE  # the same span again
             executed[key] = (*seen, (tool, span_hex))
         if not self._asked:
             return _NONE

@@ -76,8 +76,11 @@ def measure(runs: int, calls: int, provenance: str = "full", seed: int = 0) -> d
     plan = template(calls)
     extract = compared = 0.0
     total_calls = 0
-    with tempfile.TemporaryDirectory() as out, ProvenanceSpool(Path(out)) as spool:
-        comparison = Comparison(CompareConfig(ablation=False), spool.add, provenance)
+    with (
+        tempfile.TemporaryDirectory() as out,
+        ProvenanceSpool(Path(out)) as spool,
+        Comparison(CompareConfig(ablation=False), spool.add, provenance, Path(out)) as comparison,
+    ):
         for n in range(runs):
             graph, io = graph_document(f"run-{n:05d}", variant(plan, rng))
             start = time.process_time()

@@ -23,6 +23,7 @@ from otel_bridge.compare import (
     RunData,
     load_run,
     load_traces,
+    outline,
     provenance_summary,
     render_markdown,
     validate_document,
@@ -138,12 +139,12 @@ def _run(args: argparse.Namespace) -> int:
                 provenance if "counts" in provenance else provenance_summary(provenance)
             )
 
-        comparison = Comparison(config, sink, args.provenance)
-        for r in itertools.chain([first] if first is not None else [], runs):
-            comparison.add(r)
-        doc = comparison.finish()
-        validate_document({**doc, "provenance": {}})
-        spool.write_document(doc, out / "compare.json")
+        with Comparison(config, sink, args.provenance, out) as comparison:
+            for r in itertools.chain([first] if first is not None else [], runs):
+                comparison.add(r)
+            doc = comparison.finish()
+            validate_document({**outline(doc), "provenance": {}})
+            spool.write_document(doc, out / "compare.json")
     _write_private(out / "compare.md", render_markdown({**doc, "provenance": counts}).encode())
     joined = doc["joined"]
     print(

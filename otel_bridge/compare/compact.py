@@ -46,11 +46,27 @@ class CapsuleTable:
     tools: list[str] = field(default_factory=list)
     keys: list[str] = field(default_factory=list)
     _index: dict[Capsule, int] = field(default_factory=dict)
+    _sets: dict[frozenset[str], frozenset[str]] = field(default_factory=dict)
+    _strings: dict[str, str] = field(default_factory=dict)
+
+    def _shared(self, capsule: Capsule) -> Capsule:
+        """``capsule`` built from feature strings and sets already held, where equal ones are
+        (distinct capsules of one task share most of their features)."""
+        out = []
+        for features in capsule:
+            held = self._sets.get(features)
+            if held is None:
+                strings = self._strings
+                held = frozenset(strings.setdefault(f, f) for f in features)
+                self._sets[held] = held
+            out.append(held)
+        return tuple(out)
 
     def add(self, capsule: Capsule, index: int, tool: str, key: str) -> int:
         """Count one call (its index in its run, tool and key) of ``capsule``; its number."""
         n = self._index.get(capsule)
         if n is None:
+            capsule = self._shared(capsule)
             n = self._index[capsule] = len(self.capsules)
             self.capsules.append(capsule)
             self.counts.append(1)

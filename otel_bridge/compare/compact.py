@@ -28,6 +28,9 @@ import orjson
 
 CHUNK = 4096
 """Items encoded per piece written."""
+RELEASE = 1024
+"""Members encoded between two releases of the id file's pages (at most this many pages of it
+are resident at once)."""
 
 
 Capsule = tuple[frozenset[str], ...]
@@ -136,6 +139,12 @@ class CompactCalls:
             self._map = mmap.mmap(self._file.fileno(), 0, access=mmap.ACCESS_READ)
         return self._map[self._offsets[position] : self._offsets[position + 1]]
 
+    def release(self) -> None:
+        """Let the kernel drop the id file's pages read so far from this process's resident
+        set (they stay in the page cache; reading them again is a minor fault)."""
+        if self._map is not None:
+            self._map.madvise(mmap.MADV_DONTNEED)
+
     def run_of(self, position: int) -> int:
         """The run the call at ``position`` belongs to."""
         return bisect_right(self.starts, position) - 1
@@ -220,7 +229,9 @@ class Members(Streamed):
         calls = self.calls
         inner = b"\n" + b" " * (indent + 2)
         close = b"\n" + b" " * indent + b"}"
-        for pos in self.positions:
+        for n, pos in enumerate(self.positions, 1):
+            if n % RELEASE == 0:
+                calls.release()
             run = calls.encoded_ids[calls.run_of(pos)]
             yield (
                 b"{"

@@ -76,8 +76,11 @@ def measure(runs: int, calls: int, provenance: str = "full", seed: int = 0) -> d
     plan = template(calls)
     extract = compared = 0.0
     total_calls = 0
-    with tempfile.TemporaryDirectory() as out, ProvenanceSpool(Path(out)) as spool:
-        comparison = Comparison(CompareConfig(ablation=False), spool.add, provenance)
+    with (
+        tempfile.TemporaryDirectory() as out,
+        ProvenanceSpool(Path(out)) as spool,
+        Comparison(CompareConfig(ablation=False), spool.add, provenance, Path(out)) as comparison,
+    ):
         for n in range(runs):
             graph, io = graph_document(f"run-{n:05d}", variant(plan, rng))
             start = time.process_time()
@@ -105,6 +108,7 @@ def measure(runs: int, calls: int, provenance: str = "full", seed: int = 0) -> d
         "encode": end - middle,
         "total": extract + compared + end - start,
         "nodes": len(doc["joined"]["nodes"]),
+        "capsules": len(comparison.calls.table.capsules),
         "bytes": size,
         "rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
     }
@@ -123,7 +127,7 @@ def main() -> int:
         rows = [(r, 100) for r in (125, 250, 500)] + [(250, c) for c in (25, 50, 200)] + rows
     header = [
         "runs", "calls per run", "calls", "extract s", "compare s", "encode s", "total s",
-        "joined nodes", "compare.json bytes", "peak RSS MB",
+        "distinct capsules", "joined nodes", "compare.json bytes", "peak RSS MB",
     ]  # fmt: skip
     if not args.row:
         print("| " + " | ".join(header) + " |")
@@ -137,7 +141,8 @@ def main() -> int:
         m = measure(runs, calls, args.provenance)
         print(
             f"| {runs} | {calls} | {m['calls']:,.0f} | {m['extract']:.2f} | {m['compare']:.2f} | "
-            f"{m['encode']:.2f} | {m['total']:.2f} | {m['nodes']:.0f} | {m['bytes']:,.0f} | "
+            f"{m['encode']:.2f} | {m['total']:.2f} | {m['capsules']:,.0f} | {m['nodes']:.0f} | "
+            f"{m['bytes']:,.0f} | "
             f"{m['rss_mb']:.0f} |",
             flush=True,
         )

@@ -224,6 +224,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--task", choices=("pipeline", "coding"), required=True)
     parser.add_argument("--variant", choices=("base", "detour", "skip", "retry"), default="base")
     parser.add_argument("--workdir", required=True, help="directory for the task's files")
+    parser.add_argument("--session", help="gen_ai.conversation.id to state on the agent span")
     args = parser.parse_args(argv)
     workdir = Path(args.workdir).resolve()
     workdir.mkdir(parents=True, exist_ok=True)
@@ -234,6 +235,8 @@ def main(argv: list[str] | None = None) -> int:
             "gen_ai.agent.name": AGENT_NAME,
             "gen_ai.agent.id": AGENT_NAME,
         }
+        if args.session:
+            attributes["gen_ai.conversation.id"] = args.session
         with tracer.start_as_current_span(
             f"invoke_agent {AGENT_NAME}", attributes=attributes
         ) as root:

@@ -23,6 +23,7 @@ from otel_bridge.compare import (
     RunData,
     load_run,
     load_traces,
+    outline,
     provenance_summary,
     render_markdown,
     validate_document,
@@ -54,10 +55,12 @@ def register(subparsers: Any) -> None:
     p.add_argument("--no-ablation", action="store_true", help="skip the weight ablation")
     p.add_argument(
         "--group-by",
-        choices=("run", "trace"),
+        choices=("run", "trace", "session"),
         default="run",
         help="one run per run directory (default), or per trace holding tool calls (the "
-        "output of one standing collector: each trace is a run, id '<run id>#<trace id>')",
+        "output of one standing collector: each trace is a run, id '<run id>#<trace id>'), or "
+        "per session (traces stating one gen_ai.conversation.id / session.id together, id "
+        "'<run id>#session:<id>'; a trace stating none stays a run of its own)",
     )
     add_db_options(p)
     p.add_argument(
@@ -99,7 +102,10 @@ def _runs(args: argparse.Namespace) -> Iterator[RunData]:
     """The runs, read one at a time (a run's data is dropped once it is compared)."""
     overrides = _scores(args.scores) if args.scores else {}
     for directory in args.runs:
-        loaded = load_traces(directory) if args.group_by == "trace" else [load_run(directory)]
+        if args.group_by == "run":
+            loaded = [load_run(directory)]
+        else:
+            loaded = load_traces(directory, args.group_by)
         for r in loaded:
             if r.id in overrides:
                 r.metrics["score"] = overrides[r.id]
@@ -138,12 +144,12 @@ def _run(args: argparse.Namespace) -> int:
                 provenance if "counts" in provenance else provenance_summary(provenance)
             )
 
-        comparison = Comparison(config, sink, args.provenance)
-        for r in itertools.chain([first] if first is not None else [], runs):
-            comparison.add(r)
-        doc = comparison.finish()
-        validate_document({**doc, "provenance": {}})
-        spool.write_document(doc, out / "compare.json")
+        with Comparison(config, sink, args.provenance, out) as comparison:
+            for r in itertools.chain([first] if first is not None else [], runs):
+                comparison.add(r)
+            doc = comparison.finish()
+            validate_document({**outline(doc), "provenance": {}})
+            spool.write_document(doc, out / "compare.json")
     _write_private(out / "compare.md", render_markdown({**doc, "provenance": counts}).encode())
     joined = doc["joined"]
     print(

@@ -6,8 +6,9 @@ builds the ``compare.json`` document, :func:`render_markdown` its ``compare.md``
 
 from __future__ import annotations
 
+from .compact import materialized, outline
 from .inputs import RunData, ToolIO, extract_run, load_run, load_traces
-from .output import ProvenanceSpool, validate_provenance
+from .output import ProvenanceSpool, validate_provenance, write_document
 from .report import (
     PROVENANCE_MODES,
     CompareConfig,
@@ -30,9 +31,12 @@ __all__ = [
     "extract_run",
     "load_run",
     "load_traces",
+    "materialized",
+    "outline",
     "provenance_summary",
     "render_markdown",
     "schema",
     "validate_document",
     "validate_provenance",
+    "write_document",
 ]

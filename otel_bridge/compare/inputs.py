@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import json
 import os
-from collections.abc import Iterable, Mapping
+from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -21,6 +21,7 @@ import orjson
 
 from otel_bridge.errors import DecodeError
 from otel_bridge.graph import reading, validate_document
+from otel_bridge.identity import str_value
 from otel_bridge.model import AnyValue, LogRecord, Span
 from otel_bridge.otlp import json_codec
 
@@ -261,13 +262,15 @@ def extract_run(
     tool_io: Mapping[tuple[str, str], ToolIO],
     metrics: Mapping[str, Any] | None = None,
     *,
-    trace_id: str | None = None,
+    trace_id: str | Collection[str] | None = None,
 ) -> RunData:
     """A run's calls (ordered by start time, then id) from its graph document and span data.
 
-    With ``trace_id``, only the tool calls of that trace: one run of a standing collector's
-    graph, which holds many; its process, file and endpoint counts are then those of its calls.
+    With ``trace_id`` (one trace id or several), only the tool calls of those traces: one run
+    of a standing collector's graph, which holds many; its process, file and endpoint counts
+    are then those of its calls.
     """
+    traces = {trace_id} if isinstance(trace_id, str) else trace_id
     nodes = graph["nodes"]
     kinds = {n["id"]: n["kind"] for n in nodes}
     keys = {n["id"]: n.get("key", "") for n in nodes}
@@ -277,7 +280,7 @@ def extract_run(
         facts = node.get("facts")
         if node["kind"] != "tool_call" or not facts or facts.get("type") != "tool_call":
             continue
-        if trace_id is not None and facts.get("trace_id") != trace_id:
+        if traces is not None and facts.get("trace_id") not in traces:
             continue
         processes = _subtree(correlated.get(node["id"], ()), children)
         reads, writes, endpoints = _accesses(processes, by_source, kinds)
@@ -449,11 +452,19 @@ def load_run(run_dir: str | os.PathLike[str]) -> RunData:
     return extract_run(run_id, str(root), graph, io, _metrics(spans, logs, root))
 
 
-def load_traces(run_dir: str | os.PathLike[str]) -> list[RunData]:
-    """One run per trace holding tool calls in one run directory (a standing collector's output).
+SESSION_ATTRIBUTES = ("gen_ai.conversation.id", "session.id")
+"""Span attributes that name the session (conversation) a trace belongs to."""
 
-    Each run's id is ``<run id>#<trace id>``; its metrics come from that trace's spans and log
-    records only, and a review of the directory is not split (``review_findings`` is None).
+
+def load_traces(run_dir: str | os.PathLike[str], by: str = "trace") -> list[RunData]:
+    """Several runs from one run directory (a standing collector's output): one per trace
+    holding tool calls (``by="trace"``, id ``<run id>#<trace id>``), or one per session
+    (``by="session"``, id ``<run id>#session:<session id>``): the traces whose spans state one
+    session id (:data:`SESSION_ATTRIBUTES`) together; a trace that states none, or more than
+    one, stays a run of its own (by trace id).
+
+    Each run's metrics come from its traces' spans and log records only, and a review of the
+    directory is not split (``review_findings`` is None).
     """
     root = Path(run_dir)
     run_id, graph, spans, logs = _read_dir(root)
@@ -465,11 +476,31 @@ def load_traces(run_dir: str | os.PathLike[str]) -> list[RunData]:
             if n["kind"] == "tool_call" and n.get("facts") and n["facts"].get("type") == "tool_call"
         }
     )
+    groups = _sessions(spans, traces) if by == "session" else {t: [t] for t in traces}
     runs: list[RunData] = []
-    for trace in traces:
-        mine = [s for s in spans if s.trace_id.hex() == trace]
-        metrics = span_metrics(mine, [r for r in logs if r.trace_id.hex() == trace])
+    for name, members in groups.items():
+        mine = [s for s in spans if s.trace_id.hex() in members]
+        metrics = span_metrics(mine, [r for r in logs if r.trace_id.hex() in members])
         metrics["score_source"] = "attribute" if metrics["score"] is not None else None
         metrics["review_findings"] = None
-        runs.append(extract_run(f"{run_id}#{trace}", str(root), graph, io, metrics, trace_id=trace))
+        runs.append(
+            extract_run(f"{run_id}#{name}", str(root), graph, io, metrics, trace_id=members)
+        )
     return runs
+
+
+def _sessions(spans: Iterable[Span], traces: Iterable[str]) -> dict[str, list[str]]:
+    """``session:<id>`` -> its traces, or a trace id -> [itself] when it states no one session."""
+    stated: dict[str, set[str]] = {}
+    for span in spans:
+        for name in SESSION_ATTRIBUTES:
+            value = str_value(span.attributes.get(name))
+            if value is not None:
+                stated.setdefault(span.trace_id.hex(), set()).add(value)
+                break
+    groups: dict[str, list[str]] = {}
+    for trace in traces:
+        sessions = stated.get(trace, set())
+        name = f"session:{next(iter(sessions))}" if len(sessions) == 1 else trace
+        groups.setdefault(name, []).append(trace)
+    return dict(sorted(groups.items()))

@@ -21,10 +21,12 @@ tools can never reach the threshold, so capsules are only compared within one to
 from __future__ import annotations
 
 import math
+from array import array
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any
 
+from .compact import Capsule, CapsuleTable, CompactCalls, Members, Multiplicity, RunIds
 from .inputs import RunData
 from .provenance import CONFIRMED, Dependency, flatten_io
 
@@ -36,57 +38,14 @@ MOTIF_FRACTION = 0.8
 DETOUR_FRACTION = 0.2
 """A joined node is a detour when at most this fraction of the runs (at least 1 run) have it."""
 
-Capsule = tuple[frozenset[str], ...]
-
-
-class CallView(Protocol):
-    """What the joined graph reads of a call (a :class:`~.inputs.Call` or a summary's)."""
-
-    @property
-    def id(self) -> str: ...
-    @property
-    def tool(self) -> str: ...
-    @property
-    def key(self) -> str: ...
-
-
-class RunView(Protocol):
-    """What the joined graph reads of a run (a :class:`RunData` or a run summary)."""
-
-    @property
-    def id(self) -> str: ...
-    @property
-    def metrics(self) -> dict[str, Any]: ...
-    @property
-    def calls(self) -> Sequence[CallView]: ...
-
-
-class DependencyView(Protocol):
-    """What the joined graph reads of a dependency."""
-
-    @property
-    def producer(self) -> int: ...
-    @property
-    def consumer(self) -> int: ...
-    @property
-    def method(self) -> str: ...
-
-
-@dataclass(slots=True)
-class Member:
-    """One tool call placed in the joined graph."""
-
-    run: int
-    index: int
-    capsule: Capsule
-
 
 @dataclass(slots=True)
 class Cluster:
-    """A joined node in the making: its first capsule and its members."""
+    """A joined node in the making: its first capsule and every capsule placed in it (numbers
+    in a :class:`CapsuleTable`, the leader first)."""
 
-    leader: Capsule
-    members: list[Member] = field(default_factory=list)
+    leader: int
+    capsules: list[int] = field(default_factory=list)
 
 
 def _roots(deps: Sequence[Dependency], n: int, keys: Sequence[str]) -> list[frozenset[str]]:
@@ -154,53 +113,58 @@ def _order(capsule: Capsule) -> tuple[tuple[str, ...], ...]:
     return tuple(tuple(sorted(s)) for s in capsule)
 
 
-def cluster(
-    members: Sequence[Member], weights: Mapping[str, float], threshold: float
-) -> list[Cluster]:
-    """Deterministic leader clustering of ``members`` (see the module docstring)."""
-    groups: dict[Capsule, list[Member]] = {}
-    for m in members:
-        groups.setdefault(m.capsule, []).append(m)
-    distinct = sorted(groups, key=lambda c: (-len(groups[c]), _order(c)))
+def cluster(table: CapsuleTable, weights: Mapping[str, float], threshold: float) -> list[Cluster]:
+    """Deterministic leader clustering of the distinct capsules of ``table`` (see the module
+    docstring): every call of one capsule lands in the capsule's cluster."""
+    caps, counts = table.capsules, table.counts
+    distinct = sorted(range(len(caps)), key=lambda n: (-counts[n], _order(caps[n])))
     block_by_tool = weights["tool"] > 1 - threshold
     blocks: dict[frozenset[str], list[Cluster]] = {}
     clusters: list[Cluster] = []
-    for capsule in distinct:
+    for n in distinct:
+        capsule = caps[n]
         block = blocks.setdefault(capsule[0] if block_by_tool else frozenset(), [])
         best: Cluster | None = None
         best_score = threshold
         for candidate in block:
-            score = similarity(capsule, candidate.leader, weights)
+            score = similarity(capsule, caps[candidate.leader], weights)
             if score >= best_score and (best is None or score > best_score):
                 best, best_score = candidate, score
         if best is None:
-            best = Cluster(leader=capsule)
+            best = Cluster(leader=n)
             block.append(best)
             clusters.append(best)
-        best.members.extend(groups[capsule])
+        best.capsules.append(n)
     return clusters
 
 
-def assignments(clusters: Sequence[Cluster]) -> dict[tuple[int, int], int]:
-    """(run, call index) -> cluster number."""
-    return {(m.run, m.index): n for n, c in enumerate(clusters) for m in c.members}
+def node_of(clusters: Sequence[Cluster], size: int) -> array[int]:
+    """Capsule number -> cluster number (in the order of ``clusters``)."""
+    out = array("I", bytes(4 * size))
+    for n, c in enumerate(clusters):
+        for capsule in c.capsules:
+            out[capsule] = n
+    return out
 
 
-def changed_assignments(base: Sequence[Cluster], other: Sequence[Cluster]) -> int:
-    """Calls whose set of co-members differs between two clusterings (labels do not matter)."""
+def changed_assignments(
+    table: CapsuleTable, base: Sequence[Cluster], other: Sequence[Cluster]
+) -> int:
+    """Calls whose set of co-members differs between two clusterings (labels do not matter).
 
-    def partner_sets(
-        clusters: Sequence[Cluster],
-    ) -> dict[tuple[int, int], frozenset[tuple[int, int]]]:
-        out: dict[tuple[int, int], frozenset[tuple[int, int]]] = {}
+    The calls of one capsule always share a cluster, so a call's co-members are the calls of
+    the capsules in its cluster: they differ exactly when that set of capsules differs, and
+    every call of a capsule counts."""
+
+    def capsule_sets(clusters: Sequence[Cluster]) -> dict[int, frozenset[int]]:
+        out: dict[int, frozenset[int]] = {}
         for c in clusters:
-            group = frozenset((m.run, m.index) for m in c.members)
-            for m in c.members:
-                out[(m.run, m.index)] = group
+            group = frozenset(c.capsules)
+            out.update(dict.fromkeys(c.capsules, group))
         return out
 
-    a, b = partner_sets(base), partner_sets(other)
-    return sum(1 for k in a if a[k] != b.get(k))
+    a, b = capsule_sets(base), capsule_sets(other)
+    return sum(table.counts[n] for n in a if a[n] != b.get(n))
 
 
 def _score_summary(run_ids: Sequence[int], scores: Sequence[float | None]) -> dict[str, Any]:
@@ -216,72 +180,72 @@ def _score_summary(run_ids: Sequence[int], scores: Sequence[float | None]) -> di
     }
 
 
-def joined_graph(
-    runs: Sequence[RunView],
-    deps: Sequence[Sequence[DependencyView]],
-    clusters: Sequence[Cluster],
-) -> dict[str, Any]:
-    """The ``joined`` object of ``compare.json`` from a clustering of every run's calls."""
-    ordered = sorted(
+def ordered(table: CapsuleTable, clusters: Sequence[Cluster]) -> list[Cluster]:
+    """Clusters in joined-node order: by their earliest call index, then their leader."""
+    first = table.first_index
+    return sorted(
         clusters,
-        key=lambda c: (min(m.index for m in c.members), _order(c.leader)),
+        key=lambda c: (min(first[n] for n in c.capsules), _order(table.capsules[c.leader])),
     )
-    where = assignments(ordered)
-    scores = [r.metrics.get("score") for r in runs]
+
+
+def joined_graph(calls: CompactCalls, clusters: Sequence[Cluster]) -> dict[str, Any]:
+    """The ``joined`` object of ``compare.json`` from a clustering of every run's calls (in
+    node order, :func:`ordered`). Each node's ``multiplicity`` and ``members`` and each edge's
+    ``runs`` are :class:`~.compact.Streamed` values, read from ``calls`` when written."""
+    table = calls.table
+    where = node_of(clusters, len(table.capsules))
+    node_runs, positions = calls.placement(where, len(clusters))
+    scores = [m.get("score") for m in calls.metrics]
     nodes: list[dict[str, Any]] = []
-    for n, c in enumerate(ordered):
-        multiplicity: dict[str, int] = {}
-        for m in c.members:
-            multiplicity[runs[m.run].id] = multiplicity.get(runs[m.run].id, 0) + 1
-        call = runs[c.members[0].run].calls[c.members[0].index]
+    for n, c in enumerate(clusters):
+        runs, counts = node_runs[n]
         nodes.append(
             {
                 "id": f"j{n}",
-                "tool": call.tool,
-                "key": call.key,
-                "support": len(multiplicity),
-                "multiplicity": multiplicity,
-                "members": [
-                    {"run": runs[m.run].id, "activity": runs[m.run].calls[m.index].id}
-                    for m in sorted(c.members, key=lambda m: (m.run, m.index))
-                ],
-                "score": _score_summary(sorted({m.run for m in c.members}), scores),
+                "tool": table.tools[c.leader],
+                "key": table.keys[c.leader],
+                "support": len(runs),
+                "multiplicity": Multiplicity(calls, runs, counts),
+                "members": Members(calls, positions[n]),
+                "score": _score_summary(runs, scores),
             }
         )
-    edges = _joined_edges(runs, deps, where)
-    motifs, detours = _motifs(nodes, edges, len(runs))
+    edges = _joined_edges(calls, where)
+    motifs, detours = _motifs(calls, nodes, edges, node_runs)
     return {"nodes": nodes, "edges": edges, "motifs": motifs, "detours": detours}
 
 
-def _joined_edges(
-    runs: Sequence[RunView],
-    deps: Sequence[Sequence[DependencyView]],
-    where: Mapping[tuple[int, int], int],
-) -> list[dict[str, Any]]:
-    support: dict[tuple[int, int], set[int]] = {}
+def _joined_edges(calls: CompactCalls, where: array[int]) -> list[dict[str, Any]]:
+    links: dict[tuple[int, int], list[array[int]]] = {}
     methods: dict[tuple[int, int], set[str]] = {}
-    for r, run_deps in enumerate(deps):
-        for d in run_deps:
-            if d.method not in CONFIRMED:
-                continue
-            pair = (where[(r, d.producer)], where[(r, d.consumer)])
-            support.setdefault(pair, set()).add(r)
-            methods.setdefault(pair, set()).add(d.method)
-    return [
-        {
-            "source": f"j{a}",
-            "target": f"j{b}",
-            "support": len(support[(a, b)]),
-            "runs": sorted(runs[r].id for r in support[(a, b)]),
-            "methods": sorted(methods[(a, b)]),
-        }
-        for a, b in sorted(support)
-    ]
+    for (producer, consumer, method), runs in calls.links.items():
+        pair = (where[producer], where[consumer])
+        links.setdefault(pair, []).append(runs)  # each array: distinct runs, in order
+        methods.setdefault(pair, set()).add(method)
+    edges: list[dict[str, Any]] = []
+    for a, b in sorted(links):
+        parts = links[(a, b)]
+        runs = parts[0] if len(parts) == 1 else array("I", sorted(set().union(*parts)))
+        edges.append(
+            {
+                "source": f"j{a}",
+                "target": f"j{b}",
+                "support": len(runs),
+                "runs": RunIds(calls, runs),
+                "methods": sorted(methods[(a, b)]),
+            }
+        )
+    return edges
 
 
 def _motifs(
-    nodes: Sequence[dict[str, Any]], edges: Sequence[dict[str, Any]], n_runs: int
+    calls: CompactCalls,
+    nodes: Sequence[dict[str, Any]],
+    edges: Sequence[dict[str, Any]],
+    node_runs: Sequence[tuple[array[int], array[int]]],
 ) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    n_runs = len(calls.run_ids)
     high = max(1, math.ceil(MOTIF_FRACTION * n_runs))
     low = max(1, math.floor(DETOUR_FRACTION * n_runs))
     motifs = [
@@ -298,9 +262,9 @@ def _motifs(
             "id": n["id"],
             "tool": n["tool"],
             "support": n["support"],
-            "runs": sorted(n["multiplicity"]),
+            "runs": sorted(calls.run_ids[r] for r in node_runs[i][0]),
         }
-        for n in nodes
+        for i, n in enumerate(nodes)
         if n["support"] <= low and n["support"] < high
     ]
     return motifs, detours

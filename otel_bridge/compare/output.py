@@ -13,9 +13,10 @@ from __future__ import annotations
 import functools
 import importlib
 import os
-import shutil
+import re
+import secrets
 import tempfile
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 from types import TracebackType
 from typing import Any, BinaryIO
@@ -24,11 +25,10 @@ import orjson
 
 from otel_bridge.errors import DecodeError
 
+from .compact import Streamed
 from .report import schema
 
 _OPTIONS = orjson.OPT_SORT_KEYS | orjson.OPT_INDENT_2
-_HOLE = "\x00provenance\x00"
-"""Stands for the provenance object while the rest of the document is encoded."""
 
 
 @functools.cache
@@ -52,6 +52,49 @@ def validate_provenance(run_id: str, provenance: Any) -> None:
         )
 
 
+class _Spooled(Streamed):
+    """The spooled provenance members, copied in as they are."""
+
+    def __init__(self, file: BinaryIO) -> None:
+        self.file = file
+
+    def encoded(self, indent: int) -> Iterator[bytes]:
+        yield b"{\n"
+        while chunk := self.file.read(1 << 20):
+            yield chunk
+        yield b"\n}"
+
+
+def write_document(doc: Mapping[str, Any], path: Path) -> None:
+    """Write ``doc`` to ``path`` as ``orjson`` encodes it with sorted keys and two-space
+    indentation, atomically and owner-only, encoding each :class:`~.compact.Streamed` value in
+    it piece by piece, so the whole text is never in memory."""
+    streamed: list[Streamed] = []
+    mark = secrets.token_hex(8)
+
+    def hole(value: Any) -> str:
+        if not isinstance(value, Streamed):
+            raise TypeError(f"not JSON serializable: {type(value).__name__}")
+        streamed.append(value)
+        return f"\x00{mark}:{len(streamed) - 1}\x00"
+
+    text = orjson.dumps(doc, default=hole, option=_OPTIONS)
+    parts = re.split(rb'"\\u0000' + mark.encode() + rb":(\d+)\\u0000\"", text)
+    tmp = path.with_name(f".tmp-{path.name}")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "wb") as out:
+        out.write(parts[0])
+        for n in range(1, len(parts), 2):
+            before = parts[n - 1]
+            line = before[before.rfind(b"\n") + 1 :]
+            indent = len(line) - len(line.lstrip(b" "))
+            for piece in streamed[int(parts[n])].encoded(indent):
+                out.write(piece)
+            out.write(parts[n + 1])
+        out.write(b"\n")
+    os.replace(tmp, path)
+
+
 class ProvenanceSpool:
     """A private temporary file beside the output that collects provenance members."""
 
@@ -71,18 +114,10 @@ class ProvenanceSpool:
 
     def write_document(self, doc: Mapping[str, Any], path: Path) -> None:
         """Write ``doc`` (without ``provenance``) and the spooled members to ``path``,
-        atomically and owner-only."""
-        head, tail = orjson.dumps({**doc, "provenance": _HOLE}, option=_OPTIONS).split(
-            orjson.dumps(_HOLE), 1
-        )
-        tmp = path.with_name(f".tmp-{path.name}")
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-        with os.fdopen(fd, "wb") as out:
-            out.write(head + b"{\n")
-            self._file.seek(0)
-            shutil.copyfileobj(self._file, out, 1 << 20)
-            out.write(b"\n}" + tail + b"\n")
-        os.replace(tmp, path)
+        atomically and owner-only; :class:`~.compact.Streamed` values in ``doc`` are encoded
+        piece by piece (:func:`write_document`)."""
+        self._file.seek(0)
+        write_document({**doc, "provenance": _Spooled(self._file)}, path)
 
     def close(self) -> None:
         """Remove the spool."""

@@ -4,24 +4,25 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, NamedTuple
+from pathlib import Path
+from typing import Any
 
 from otel_bridge import schemas
 from otel_bridge.errors import DecodeError
 
+from .compact import CapsuleTable, CompactCalls, materialized
 from .impact import shapley
 from .inputs import RunData
 from .joined import (
     COMPONENTS,
     DEFAULT_THRESHOLD,
     DEFAULT_WEIGHTS,
-    Capsule,
-    Member,
     capsules,
     changed_assignments,
     cluster,
     joined_graph,
     normalized,
+    ordered,
 )
 from .provenance import CONFIRMED, dependencies, provenance
 
@@ -39,19 +40,17 @@ class CompareConfig:
     shapley_samples: int = 2000
 
 
-def coverage(runs: Sequence[RunData] | Sequence[RunSummary]) -> dict[str, Any]:
-    """The coverage matrix M[run][tool] (calls of the tool) and the UpSet intersections."""
-    tools = sorted({c.tool for r in runs for c in r.calls})
+def coverage(runs: Sequence[tuple[str, Mapping[str, int]]]) -> dict[str, Any]:
+    """The coverage matrix M[run][tool] (calls of the tool) and the UpSet intersections, from
+    each run's id and calls per tool."""
+    tools = sorted({t for _, counts in runs for t in counts})
     matrix: dict[str, dict[str, int]] = {}
-    for run in runs:
-        row = dict.fromkeys(tools, 0)
-        for call in run.calls:
-            row[call.tool] += 1
-        matrix[run.id] = row
+    for run_id, counts in runs:
+        matrix[run_id] = {t: counts.get(t, 0) for t in tools}
     groups: dict[tuple[str, ...], list[str]] = {}
-    for run in runs:
-        used = tuple(t for t in tools if matrix[run.id][t])
-        groups.setdefault(used, []).append(run.id)
+    for run_id, _ in runs:
+        used = tuple(t for t in tools if matrix[run_id][t])
+        groups.setdefault(used, []).append(run_id)
     intersections = [
         {"tools": list(used), "runs": sorted(ids), "size": len(ids)}
         for used, ids in sorted(groups.items(), key=lambda kv: (-len(kv[1]), kv[0]))
@@ -59,48 +58,19 @@ def coverage(runs: Sequence[RunData] | Sequence[RunSummary]) -> dict[str, Any]:
     return {"tools": tools, "matrix": matrix, "intersections": intersections}
 
 
-def ablation(
-    members: Sequence[Member], weights: Mapping[str, float], threshold: float
-) -> dict[str, Any]:
+def ablation(table: CapsuleTable, weights: Mapping[str, float], threshold: float) -> dict[str, Any]:
     """For each capsule component dropped (weights renormalized): assignments that change."""
-    base = cluster(members, weights, threshold)
-    out: dict[str, Any] = {"calls": len(members), "clusters": len(base), "dropped": {}}
+    base = cluster(table, weights, threshold)
+    calls = sum(table.counts)
+    out: dict[str, Any] = {"calls": calls, "clusters": len(base), "dropped": {}}
     for component in COMPONENTS:
         reduced = {m: (0.0 if m == component else w) for m, w in weights.items()}
-        other = cluster(members, normalized(reduced), threshold)
+        other = cluster(table, normalized(reduced), threshold)
         out["dropped"][component] = {
-            "changed": changed_assignments(base, other),
+            "changed": changed_assignments(table, base, other),
             "clusters": len(other),
         }
     return out
-
-
-class CallRef(NamedTuple):
-    """What the joined graph keeps of one tool call."""
-
-    id: str
-    tool: str
-    key: str
-
-
-class DepRef(NamedTuple):
-    """A confirmed dependency between two calls of one run (call indexes)."""
-
-    producer: int
-    consumer: int
-    method: str
-
-
-@dataclass(slots=True)
-class RunSummary:
-    """What a :class:`Comparison` keeps of a run once the run's provenance is written: the run's
-    row, its calls' ids, tools and keys (tools and keys interned), its confirmed dependencies."""
-
-    id: str
-    path: str
-    metrics: dict[str, Any]
-    calls: list[CallRef]
-    confirmed: list[DepRef]
 
 
 ProvenanceSink = Callable[[str, dict[str, Any]], None]
@@ -124,15 +94,19 @@ def provenance_summary(prov: Mapping[str, Any]) -> dict[str, Any]:
 
 
 class Comparison:
-    """``compare`` one run at a time, in bounded memory.
+    """``compare`` one run at a time, in memory that does not grow with the runs' data.
 
     :meth:`add` computes a run's dependencies, capsules and provenance, hands the provenance to
-    ``sink`` (``summary`` mode: its counts) and keeps only a :class:`RunSummary` and the run's
-    capsules, interned (runs of one task repeat the same capsules, so each distinct capsule is
-    held once). The caller drops the :class:`RunData`. :meth:`finish` builds the rest of the
-    document (runs, coverage, impact, joined graph) without ``provenance``, which the sink has.
-    Memory is then the summaries (a call id and three references per call) plus one run's data,
-    not every run's calls, arguments, results and provenance graph.
+    ``sink`` (``summary`` mode: its counts) and keeps the run in a :class:`CompactCalls`: its
+    row, calls per tool, and per call a capsule number (each distinct capsule is held once,
+    with its count) and the offset of its id in a private temporary file under ``directory``
+    (default: the system's temporary directory; the file has no name and goes when closed).
+    The caller drops the :class:`RunData`. :meth:`finish` clusters the distinct capsules and
+    builds the rest of the document (runs, coverage, impact, joined graph) without
+    ``provenance``, which the sink has; the joined graph's per-call lists are
+    :class:`~.compact.Streamed` values that :func:`~.output.write_document` reads from the
+    arrays and the id file as it writes (:func:`~.compact.materialized` makes them lists).
+    Close the comparison (or use it as a context manager) once the document is written.
     """
 
     def __init__(
@@ -140,79 +114,81 @@ class Comparison:
         config: CompareConfig | None = None,
         sink: ProvenanceSink | None = None,
         provenance_mode: str = "full",
+        directory: Path | None = None,
     ) -> None:
         if provenance_mode not in PROVENANCE_MODES:
             raise ValueError(f"provenance mode must be one of {PROVENANCE_MODES}")
         self.config = config or CompareConfig()
         self.weights = normalized(self.config.weights)
-        self.runs: list[RunSummary] = []
-        self.members: list[Member] = []
+        self.calls = CompactCalls(directory)
         self._sink = sink
         self._mode = provenance_mode
         self._ids: set[str] = set()
-        self._strings: dict[str, str] = {}
-        self._capsules: dict[Capsule, Capsule] = {}
-
-    def _intern(self, text: str) -> str:
-        return self._strings.setdefault(text, text)
 
     def add(self, run: RunData) -> None:
-        """Compare ``run`` in: its provenance goes to the sink, its summary stays."""
+        """Compare ``run`` in: its provenance goes to the sink, its compact form stays."""
         if run.id in self._ids:
             raise DecodeError(f"runs with the same run id: [{run.id!r}]")
         self._ids.add(run.id)
         deps = dependencies(run)
-        r = len(self.runs)
-        for i, capsule in enumerate(capsules(run, deps)):
-            shared = self._capsules.setdefault(capsule, capsule)
-            self.members.append(Member(r, i, shared))
+        self.calls.add_run(
+            run.id,
+            run.path,
+            run.metrics,
+            (
+                (capsule, c.tool, c.key, c.id)
+                for c, capsule in zip(run.calls, capsules(run, deps), strict=True)
+            ),
+            ((d.producer, d.consumer, d.method) for d in deps if d.method in CONFIRMED),
+        )
         if self._sink is not None:
             prov = provenance(run, deps)
             self._sink(run.id, prov if self._mode == "full" else provenance_summary(prov))
-        intern = self._intern
-        self.runs.append(
-            RunSummary(
-                id=run.id,
-                path=run.path,
-                metrics=run.metrics,
-                calls=[CallRef(c.id, intern(c.tool), intern(c.key)) for c in run.calls],
-                confirmed=[
-                    DepRef(d.producer, d.consumer, intern(d.method))
-                    for d in deps
-                    if d.method in CONFIRMED
-                ],
-            )
-        )
 
     def finish(self) -> dict[str, Any]:
-        """The ``compare.json`` document without ``provenance`` (the sink received it)."""
-        config, runs = self.config, self.runs
-        clusters = cluster(self.members, self.weights, config.threshold)
-        tool_sets = {r.id: frozenset(c.tool for c in r.calls) for r in runs}
-        scores = {r.id: r.metrics.get("score") for r in runs}
+        """The ``compare.json`` document without ``provenance`` (the sink received it), with
+        :class:`~.compact.Streamed` per-call lists in the joined graph."""
+        config, calls = self.config, self.calls
+        clusters = ordered(calls.table, cluster(calls.table, self.weights, config.threshold))
+        ids = calls.run_ids
+        tool_sets = {r: frozenset(t) for r, t in zip(ids, calls.tools, strict=True)}
+        scores = {r: m.get("score") for r, m in zip(ids, calls.metrics, strict=True)}
         doc: dict[str, Any] = {
             "format": FORMAT,
             "version": VERSION,
-            "runs": [{"id": r.id, "path": r.path, "metrics": r.metrics} for r in runs],
-            "coverage": coverage(runs),
+            "runs": [
+                {"id": r, "path": p, "metrics": m}
+                for r, p, m in zip(ids, calls.paths, calls.metrics, strict=True)
+            ],
+            "coverage": coverage(list(zip(ids, calls.tools, strict=True))),
             "impact": shapley(tool_sets, scores, samples=config.shapley_samples),
-            "joined": joined_graph(runs, [r.confirmed for r in runs], clusters),
+            "joined": joined_graph(calls, clusters),
         }
         doc["joined"]["weights"] = self.weights
         doc["joined"]["threshold"] = config.threshold
         if config.ablation:
-            doc["joined"]["ablation"] = ablation(self.members, self.weights, config.threshold)
+            doc["joined"]["ablation"] = ablation(calls.table, self.weights, config.threshold)
         return doc
+
+    def close(self) -> None:
+        """Drop the call-id file; the document's streamed values cannot be read after this."""
+        self.calls.close()
+
+    def __enter__(self) -> Comparison:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
 
 
 def compare(runs: Iterable[RunData], config: CompareConfig | None = None) -> dict[str, Any]:
     """The whole ``compare.json`` document for ``runs`` (run ids must be distinct), in memory:
     a :class:`Comparison` whose sink keeps every run's provenance."""
     provenance_by_run: dict[str, dict[str, Any]] = {}
-    comparison = Comparison(config, provenance_by_run.__setitem__)
-    for run in runs:
-        comparison.add(run)
-    doc = comparison.finish()
+    with Comparison(config, provenance_by_run.__setitem__) as comparison:
+        for run in runs:
+            comparison.add(run)
+        doc: dict[str, Any] = materialized(comparison.finish())
     doc["provenance"] = provenance_by_run
     return doc
 

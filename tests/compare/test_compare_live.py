@@ -133,33 +133,42 @@ def test_the_pipeline_detour_is_a_support_1_node(observed: dict[str, Any]) -> No
     assert [n["support"] for n in fetch] == [2]
 
 
-def test_one_directory_of_two_traces_splits_into_two_runs(tmp_path: Path) -> None:
-    """A standing collector's output holds many runs: --group-by trace makes one per trace."""
+def test_one_directory_of_three_traces_splits_by_trace_or_by_session(tmp_path: Path) -> None:
+    """A standing collector's output holds many runs: --group-by trace makes one per trace,
+    --group-by session one per stated session (a trace stating none stays on its own)."""
     run_dir = tmp_path / "run"
     # without the launcher's TRACEPARENT, each agent starts a trace of its own, as agents
-    # reporting to a standing collector do
+    # reporting to a standing collector do; the first two state one session
+    task = f"{sys.executable} {TASK} --task pipeline"
     script = (
-        f"unset TRACEPARENT; {sys.executable} {TASK} --task pipeline --workdir {tmp_path}/a && "
-        f"{sys.executable} {TASK} --task pipeline --variant skip --workdir {tmp_path}/b"
+        f"unset TRACEPARENT; {task} --session s1 --workdir {tmp_path}/a && "
+        f"{task} --variant skip --session s1 --workdir {tmp_path}/b && "
+        f"{task} --variant skip --workdir {tmp_path}/c"
     )
     subprocess.run(
         [sys.executable, "-m", "otel_bridge", "observe", "-o", str(run_dir), "--", "sh", "-c",
          script],
         check=True, capture_output=True, timeout=300, env=_env(),
     )  # fmt: skip
-    out = tmp_path / "out"
-    subprocess.run(
-        [sys.executable, "-m", "otel_bridge", "compare", "--group-by", "trace", str(run_dir),
-         "-o", str(out)],
-        check=True, capture_output=True, timeout=300, env=_env(),
-    )  # fmt: skip
-    doc = json.loads((out / "compare.json").read_text())
-    rows = sorted(doc["coverage"]["matrix"].values(), key=lambda row: -sum(row.values()))
-    assert len(rows) == 2
-    assert sum(rows[0].values()) == 5  # base: fetch, clean, rate, aggregate, report
-    assert rows[0]["clean_data"] == 1
-    assert sum(rows[1].values()) == 4  # skip: no clean_data
-    assert rows[1]["clean_data"] == 0
-    assert sorted(r["metrics"]["score"] for r in doc["runs"]) == [0.6, 1.0]
     run_id = json.loads((run_dir / "manifest.json").read_text())["run"]["id"]
-    assert all(r["id"].startswith(f"{run_id}#") for r in doc["runs"])
+    docs = {}
+    for by in ("trace", "session"):
+        subprocess.run(
+            [sys.executable, "-m", "otel_bridge", "compare", "--group-by", by, str(run_dir),
+             "-o", str(tmp_path / by)],
+            check=True, capture_output=True, timeout=300, env=_env(),
+        )  # fmt: skip
+        docs[by] = json.loads((tmp_path / by / "compare.json").read_text())
+        assert all(r["id"].startswith(f"{run_id}#") for r in docs[by]["runs"])
+    rows = sorted(docs["trace"]["coverage"]["matrix"].values(), key=lambda row: -sum(row.values()))
+    assert [sum(row.values()) for row in rows] == [5, 4, 4]  # base: fetch, clean, rate, ...
+    assert [row["clean_data"] for row in rows] == [1, 0, 0]  # skip: no clean_data
+    assert sorted(r["metrics"]["score"] for r in docs["trace"]["runs"]) == [0.6, 0.6, 1.0]
+    by_session = {r["id"].split("#", 1)[1]: r for r in docs["session"]["runs"]}
+    assert len(by_session) == 2
+    s1 = by_session.pop("session:s1")
+    assert docs["session"]["coverage"]["matrix"][s1["id"]]["clean_data"] == 1
+    assert s1["metrics"]["tool_calls"] == 9  # both traces of the session, one run
+    (alone,) = by_session.values()
+    assert alone["metrics"]["tool_calls"] == 4
+    assert alone["metrics"]["score"] == 0.6

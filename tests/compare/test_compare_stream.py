@@ -32,10 +32,10 @@ def spooled(tmp_path: Path, mode: str) -> tuple[dict[str, Any], list[Path]]:
             validate_provenance(run_id, provenance)
             spool.add(run_id, provenance)
 
-        comparison = Comparison(None, sink, mode)
-        for run in five_runs():
-            comparison.add(run)
-        spool.write_document(comparison.finish(), tmp_path / "compare.json")
+        with Comparison(None, sink, mode, tmp_path) as comparison:
+            for run in five_runs():
+                comparison.add(run)
+            spool.write_document(comparison.finish(), tmp_path / "compare.json")
     doc: dict[str, Any] = orjson.loads((tmp_path / "compare.json").read_bytes())
     return doc, spools
 
@@ -78,8 +78,8 @@ def test_a_broken_provenance_member_is_refused() -> None:
 
 
 def test_runs_with_one_id_are_refused() -> None:
-    comparison = Comparison()
     runs = five_runs()
-    comparison.add(runs[0])
-    with pytest.raises(DecodeError, match="same run id"):
+    with Comparison() as comparison:
         comparison.add(runs[0])
+        with pytest.raises(DecodeError, match="same run id"):
+            comparison.add(runs[0])

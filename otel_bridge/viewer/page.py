@@ -73,7 +73,7 @@ def render(bundle: Bundle | None, *, title: str = "otel-bridge view") -> str:
         style = (asset(STYLE) or b"").decode("utf-8")
         head = f"<style>{style}</style>"
         body = (
-            f'<script type="application/json" id="ob-bundle">{_inline_json(bundle.to_json())}'
+            f'<script type="application/json" id="ob-bundle">{_inline_json(bundle.to_page_json())}'
             "</script>" + "".join(_inline_script(s) for s in SCRIPTS)
         )
         config = {"mode": "export"}

@@ -16,7 +16,7 @@ from typing import Any
 
 from otel_bridge.errors import OtelBridgeError
 from otel_bridge.graph import validate_document
-from otel_bridge.viewer import columns
+from otel_bridge.viewer import columns, layout
 
 GRAPH_FORMAT = "otel-bridge.graph"
 REVIEW_FORMAT = "otel-bridge.review"
@@ -74,10 +74,14 @@ class Bundle:
 
     def to_page_json(self) -> dict[str, Any]:
         """What the page receives: :meth:`to_json` with ``graph`` in columns
-        (``graph_columns``, :mod:`otel_bridge.viewer.columns`)."""
+        (``graph_columns``, :mod:`otel_bridge.viewer.columns`) and its positions
+        (``graph_columns.layout``, :mod:`otel_bridge.viewer.layout`)."""
         doc = self.to_json()
         graph = doc.pop("graph")
-        doc["graph_columns"] = None if graph is None else columns.pack(graph)
+        if graph is None:
+            doc["graph_columns"] = None
+        else:
+            doc["graph_columns"] = {**columns.pack(graph), "layout": layout.layout(graph)}
         doc["version"] = 2
         return doc
 

@@ -106,7 +106,7 @@
       edges.push({ i: j, id: eid[j], source: src[j], target: tgt[j], relation: rel[j], grade: grade[j],
         causal: causal[j], inferred: inf[j], channels: ech[j] });
     }
-    doc.nodes = nodes; doc.edges = edges;
+    doc.nodes = nodes; doc.edges = edges; doc.layout = p.layout || null;
     doc.fullNode = fullRows(nt, ids); doc.fullEdge = fullRows(et, ids);
     return doc;
   }
@@ -154,7 +154,20 @@
     return folded;
   }
 
-  function buildModel(doc) {
+  // The positions computed when the bundle was built (otel_bridge/viewer/layout.py: the same
+  // rules as layout() below), used while no fold is expanded and every node has one.
+  function givenLayout(doc, nodes, folds) {
+    var L = doc.layout;
+    if (!L || Object.keys(S.expanded).length || Object.keys(L.folds).length !== Object.keys(folds).length) return false;
+    for (var i = 0; i < nodes.length; i++) {
+      var v = nodes[i], p = v.fold ? L.folds[v.fold.process] : null, x = v.fold ? (p ? p[0] : null) : L.x[v.ri];
+      if (x === null || x === undefined) return false;
+      v.x = x; v.y = v.fold ? p[1] : L.y[v.ri];
+    }
+    S.laneBands = L.bands;
+    return true;
+  }
+  function buildModel(doc, ownLayout) {
     var nodes = [], edges = [], foldOf = foldable(doc), folds = {}, byId = {};
     doc.nodes.forEach(function (n) {
       var proc = foldOf[n.id];
@@ -187,7 +200,8 @@
       v.style = edgeStyle(e); v.cross = !!CROSS_RELATIONS[e.relation];
       edges.push(v);
     });
-    layout(nodes, edges);
+    var given = !ownLayout && givenLayout(doc, nodes, folds);
+    if (!given) layout(nodes, edges);
     var bbox = { x0: Infinity, y0: Infinity, x1: -Infinity, y1: -Infinity };
     nodes.forEach(function (n) {
       bbox.x0 = Math.min(bbox.x0, n.x); bbox.x1 = Math.max(bbox.x1, n.x);
@@ -196,7 +210,7 @@
     if (!nodes.length) bbox = { x0: 0, y0: 0, x1: 1, y1: 1 };
     var foldedCount = 0;
     Object.keys(folds).forEach(function (p) { foldedCount += folds[p].count; });
-    return { nodes: nodes, edges: edges, byId: byId, folded: foldedCount, folds: folds, bbox: bbox,
+    return { nodes: nodes, edges: edges, byId: byId, folded: foldedCount, folds: folds, bbox: bbox, givenLayout: given,
       edgeById: edges.reduce(function (m, e) { m[e.id] = e; return m; }, {}) };
   }
 
@@ -1115,6 +1129,13 @@
   };
   api.nodeIds = function () { return S.model.nodes.map(function (n) { return n.id; }); };
   api.firstPaint = function () { return S.firstPaintMs; };
+  // The positions and lane bands in use, and those the page's own layout() gives the same graph.
+  api.layouts = function () {
+    var bands = S.laneBands, own = buildModel(S.bundle.graph, true), ownBands = S.laneBands;
+    S.laneBands = bands;
+    function pos(m) { return m.nodes.map(function (n) { return [n.id, n.x, n.y]; }); }
+    return { given: S.model.givenLayout, used: pos(S.model), bands: bands, own: pos(own), ownBands: ownBands };
+  };
   // graph.json's nodes and edges as the page decodes them from the columns (whole records).
   api.records = function () {
     var g = S.bundle.graph;

@@ -545,6 +545,9 @@ def test_software_webgl_is_drawn_by_the_canvas_renderer(
     assert "Canvas 2D: WebGL here runs in software" in page.inner_text("#ob-renderer")
     exported = page.evaluate("obViewer.frame()")
     assert set(exported["nodes"]) == set(page.evaluate("obViewer.nodeIds()"))
+    # the canvas path never evaluates the vendored WebGL libraries the file carries
+    assert page.evaluate("typeof Sigma + ' ' + typeof graphology") == "undefined undefined"
+    assert page.locator('script[type="text/x-ob-library"]').count() == 2
     with serve(load_bundle(observed_run)) as server:
         page.goto(server.url)
         wait_ready(page)
@@ -553,6 +556,7 @@ def test_software_webgl_is_drawn_by_the_canvas_renderer(
     page.goto(out.as_uri() + "?renderer=webgl")
     wait_ready(page)
     assert page.evaluate("obViewer.renderer().kind") == "webgl"
+    assert page.evaluate("typeof Sigma + ' ' + typeof graphology") == "function function"
     assert page.locator("#ob-graph canvas").count() > 1  # sigma's layers
     assert page.inner_text("#ob-renderer") == "drawn with WebGL"
 

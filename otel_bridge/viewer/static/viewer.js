@@ -433,10 +433,21 @@
     if (lose) lose.loseContext();
     return { kind: SOFTWARE_GL.test(name) ? "canvas" : "webgl", gl: name };
   }
+  // The exported file carries graphology and sigma as text (type text/x-ob-library): compiling
+  // them cost the first paint a few hundred milliseconds the canvas renderer has no use for.
+  // An inline script inserted by the page runs at once, so this is synchronous.
+  function loadLibraries() {
+    document.querySelectorAll('script[type="text/x-ob-library"]').forEach(function (el) {
+      var code = document.createElement("script");
+      code.textContent = el.textContent;
+      el.parentNode.replaceChild(code, el);
+    });
+  }
   function initGraph() {
     var choice = chooseRenderer();
     S.rendererKind = choice.kind; S.glRenderer = choice.gl;
     if (choice.kind === "canvas") { initCanvas(); return; }
+    loadLibraries();
     S.graph = new graphology.MultiDirectedGraph();
     syncGraph();
     performance.mark("ob:graph");

@@ -5,7 +5,8 @@ self-contained HTML file (:func:`.page.render`); ``observe --view`` serves it li
 (:mod:`.live`). What the page reads is a :class:`.data.Bundle`; ``docs/viewer.md`` is the contract.
 """
 
+from otel_bridge.viewer import columns
 from otel_bridge.viewer.data import Bundle, TraceLink, load_bundle
 from otel_bridge.viewer.page import render
 
-__all__ = ["Bundle", "TraceLink", "load_bundle", "render"]
+__all__ = ["Bundle", "TraceLink", "columns", "load_bundle", "render"]

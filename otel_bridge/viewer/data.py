@@ -16,6 +16,7 @@ from typing import Any
 
 from otel_bridge.errors import OtelBridgeError
 from otel_bridge.graph import validate_document
+from otel_bridge.viewer import columns, layout
 
 GRAPH_FORMAT = "otel-bridge.graph"
 REVIEW_FORMAT = "otel-bridge.review"
@@ -45,7 +46,7 @@ class TraceLink:
 
 @dataclass(slots=True)
 class Bundle:
-    """The documents one page shows. ``to_json`` is what the browser receives."""
+    """The documents one page shows. ``to_page_json`` is what the browser receives."""
 
     source: str
     graph: dict[str, Any] | None = None
@@ -70,6 +71,19 @@ class Bundle:
             "live": self.live,
             "ended": self.ended,
         }
+
+    def to_page_json(self) -> dict[str, Any]:
+        """What the page receives: :meth:`to_json` with ``graph`` in columns
+        (``graph_columns``, :mod:`otel_bridge.viewer.columns`) and its positions
+        (``graph_columns.layout``, :mod:`otel_bridge.viewer.layout`)."""
+        doc = self.to_json()
+        graph = doc.pop("graph")
+        if graph is None:
+            doc["graph_columns"] = None
+        else:
+            doc["graph_columns"] = {**columns.pack(graph), "layout": layout.layout(graph)}
+        doc["version"] = 2
+        return doc
 
     def compare_run_path(self, run_id: str) -> str | None:
         """The run directory a ``compare.json`` names for ``run_id``, None when it names none."""

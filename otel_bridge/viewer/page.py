@@ -1,9 +1,10 @@
 """The page: one HTML document, either served (assets by URL) or exported (everything inline).
 
-The exported file carries the bundle, the vendored libraries, the viewer's script and its style
-inline, and a Content-Security-Policy that forbids every fetch, so opening it makes no network
-request. The served page loads the same files from the server (``assets/...``) and its bundle
-from ``data.json`` (and, when live, ``events``).
+The exported file carries the bundle, the vendored libraries (unevaluated until the WebGL
+renderer needs them), the viewer's script and its style inline, and a Content-Security-Policy
+that forbids every fetch, so opening it makes no network request. The served page loads the
+same files from the server (``assets/...``) and its bundle from ``data.json`` (and, when live,
+``events``).
 """
 
 from __future__ import annotations
@@ -21,6 +22,9 @@ SCRIPTS = (
     "viewer.js",
 )
 """The scripts of the page, in load order (paths under ``static/``)."""
+LIBRARIES = frozenset({"vendor/graphology.min.js", "vendor/sigma.min.js"})
+"""Scripts only the WebGL renderer needs: the exported file carries them unevaluated
+(``type="text/x-ob-library"``) and the page evaluates them when it draws with WebGL."""
 STYLE = "viewer.css"
 EXPORT_CSP = (
     "default-src 'none'; script-src 'unsafe-inline'; style-src 'unsafe-inline'; "
@@ -52,8 +56,10 @@ def _inline_script(name: str) -> str:
     data = asset(name)
     assert data is not None
     text = data.decode("utf-8")
-    if "</script" in text.lower():
-        raise ValueError(f"{name} cannot be inlined: it contains </script")
+    if "</script" in text.lower() or "<!--" in text:
+        raise ValueError(f"{name} cannot be inlined: it contains </script or <!--")
+    if name in LIBRARIES:
+        return f'<script type="text/x-ob-library" data-library="{name}">{text}</script>'
     return f"<script>{text}</script>"
 
 
@@ -73,7 +79,7 @@ def render(bundle: Bundle | None, *, title: str = "otel-bridge view") -> str:
         style = (asset(STYLE) or b"").decode("utf-8")
         head = f"<style>{style}</style>"
         body = (
-            f'<script type="application/json" id="ob-bundle">{_inline_json(bundle.to_json())}'
+            f'<script type="application/json" id="ob-bundle">{_inline_json(bundle.to_page_json())}'
             "</script>" + "".join(_inline_script(s) for s in SCRIPTS)
         )
         config = {"mode": "export"}

@@ -83,7 +83,7 @@ class BundleState:
 
 
 def _encode(bundle: Bundle) -> bytes:
-    return json.dumps(bundle.to_json(), separators=(",", ":")).encode()
+    return json.dumps(bundle.to_page_json(), separators=(",", ":")).encode()
 
 
 class ViewServer(ThreadingHTTPServer):

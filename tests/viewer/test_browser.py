@@ -59,6 +59,74 @@ def check_table_matches_graph(page: Any, graph: dict[str, Any]) -> None:
     assert sum(r[2] for r in rows if r[1] == "folded") == len(folded)
     assert {kinds[m] for m in folded} <= {"file"}
     assert len(rows) == len(listed) + len(folds)
+    check_records_match_graph(page, graph)
+    check_layouts_agree(page)
+
+
+def check_layouts_agree(page: Any) -> None:
+    """The positions computed in Python are used, and are exactly the page's own layout's."""
+    layouts = page.evaluate("obViewer.layouts()")
+    assert layouts["given"] is True
+    assert layouts["used"] == layouts["own"]
+    assert layouts["bands"] == layouts["ownBands"]
+
+
+def _layout_graph() -> dict[str, Any]:
+    """Every lane, folds, ties and missing times, files ordered under their processes."""
+    nodes = [node("agent:svc:a", "agent", "a", channels=["sem"], first_seen=5)]
+    edges = []
+    for p in range(70):
+        pid, tid = f"process:h:{p}:{p}", f"tool_call:t:{p}"
+        seen = 1_796_000_000_000_000_000 + (p % 7) * 100  # beyond 2**53: ties as doubles
+        nodes.append(node(tid, "tool_call", "run", channels=["sem"], first_seen=seen))
+        nodes.append(
+            node(pid, "process", f"p{p}", channels=["os"], first_seen=seen if p % 5 else 0)
+        )
+        edges.append(edge(f"c{p}", tid, "correlated_with_process", pid, channels=["sem"]))
+        for f in range(p % 4):
+            fid = f"file:/usr/lib/x{p}-{f}.so" if f % 2 else f"file:/work/out{p}-{f}.txt"
+            nodes.append(node(fid, "file", fid[5:], channels=["os"], first_seen=100 - p))
+            edges.append(edge(f"r{p}-{f}", pid, "read" if f % 2 else "wrote", fid, channels=["os"]))
+        edges.append(edge(f"x{p}", pid, "executed", f"executable:/bin/t{p % 3}", channels=["os"]))
+    nodes += [
+        node(f"executable:/bin/t{x}", "executable", f"t{x}", channels=["os"]) for x in range(3)
+    ]
+    nodes += [
+        node("model:p:m", "model", "m", channels=["sem"]),
+        node("endpoint:tcp:1.2.3.4:443", "endpoint", "e", channels=["gw"]),
+        node("cgroup:c1", "cgroup", "c", channels=["os"]),
+        node("planner:w1", "planner", "plan", channels=["sem"]),
+    ]
+    edges.append(edge("ep", "process:h:3:3", "connected_to", "endpoint:tcp:1.2.3.4:443"))
+    return graph_doc(nodes, edges)
+
+
+def test_layout_computed_in_python_is_the_pages_own(page: Any, tmp_path: Path) -> None:
+    """Differential: the positions the bundle carries equal those the page computes itself."""
+    (tmp_path / "graph.json").write_text(json.dumps(_layout_graph()))
+    out = export(tmp_path / "graph.json", tmp_path / "r.html")
+    page.goto(out.as_uri())
+    wait_ready(page)
+    assert page.evaluate("Object.keys(obViewer.state.model.folds).length") > 0
+    check_layouts_agree(page)
+
+
+def _as_js(value: Any) -> Any:
+    """``value`` as a JavaScript number keeps it: integers beyond 2**53 are doubles there."""
+    if isinstance(value, dict):
+        return {k: _as_js(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_as_js(v) for v in value]
+    if isinstance(value, int) and not isinstance(value, bool) and abs(value) > 2**53:
+        return float(value)
+    return value
+
+
+def check_records_match_graph(page: Any, graph: dict[str, Any]) -> None:
+    """The page's graph arrives in columns; every record it puts back together is graph.json's."""
+    records = page.evaluate("obViewer.records()")
+    assert _as_js(records["nodes"]) == _as_js(graph["nodes"])
+    assert _as_js(records["edges"]) == _as_js(graph["edges"])
 
 
 def test_exported_file_of_a_real_run(
@@ -477,6 +545,9 @@ def test_software_webgl_is_drawn_by_the_canvas_renderer(
     assert "Canvas 2D: WebGL here runs in software" in page.inner_text("#ob-renderer")
     exported = page.evaluate("obViewer.frame()")
     assert set(exported["nodes"]) == set(page.evaluate("obViewer.nodeIds()"))
+    # the canvas path never evaluates the vendored WebGL libraries the file carries
+    assert page.evaluate("typeof Sigma + ' ' + typeof graphology") == "undefined undefined"
+    assert page.locator('script[type="text/x-ob-library"]').count() == 2
     with serve(load_bundle(observed_run)) as server:
         page.goto(server.url)
         wait_ready(page)
@@ -485,6 +556,7 @@ def test_software_webgl_is_drawn_by_the_canvas_renderer(
     page.goto(out.as_uri() + "?renderer=webgl")
     wait_ready(page)
     assert page.evaluate("obViewer.renderer().kind") == "webgl"
+    assert page.evaluate("typeof Sigma + ' ' + typeof graphology") == "function function"
     assert page.locator("#ob-graph canvas").count() > 1  # sigma's layers
     assert page.inner_text("#ob-renderer") == "drawn with WebGL"
 

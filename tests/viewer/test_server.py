@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 
 from otel_bridge.errors import OtelBridgeError
-from otel_bridge.viewer import Bundle, TraceLink, load_bundle, render
+from otel_bridge.viewer import Bundle, TraceLink, columns, load_bundle, render
 from otel_bridge.viewer.server import BundleState, ViewServer
 from viewer.viewer_support import edge, graph_doc, node
 
@@ -104,7 +104,8 @@ def test_serves_page_assets_and_data_on_loopback(server: ViewServer, graph_file:
     status, _, body = get(server, "/data.json")
     bundle = json.loads(body)
     assert bundle["format"] == "otel-bridge.view"
-    assert bundle["graph"] == json.loads(graph_file.read_text())
+    assert "graph" not in bundle  # the page gets the graph in columns
+    assert columns.unpack(bundle["graph_columns"]) == json.loads(graph_file.read_text())
 
 
 @pytest.mark.parametrize(
@@ -165,7 +166,8 @@ def test_export_is_self_contained_private_and_escaped(tmp_path: Path, graph_file
     assert HOSTILE not in text  # the label is inlined escaped, never as markup
     match = re.search(r'<script type="application/json" id="ob-bundle">(.*?)</script>', text, re.S)
     assert match is not None
-    assert json.loads(match.group(1))["graph"] == json.loads(graph_file.read_text())
+    inline = json.loads(match.group(1))["graph_columns"]
+    assert columns.unpack(inline) == json.loads(graph_file.read_text())
     assert (VENDOR / "sigma.min.js").read_text() in text
 
 
@@ -223,7 +225,7 @@ def test_compare_click_through_serves_only_listed_runs(tmp_path: Path, graph_fil
     try:
         status, _, body = get(srv, "/run/r1/data.json")
         assert status == 200
-        assert json.loads(body)["graph"]["nodes"]
+        assert columns.unpack(json.loads(body)["graph_columns"])["nodes"]
         assert get(srv, "/run/r1/assets/viewer.js")[0] == 200
         assert get(srv, "/run/r9/data.json")[0] == 404
     finally:
@@ -257,7 +259,7 @@ def test_view_command_serves_until_interrupted(graph_file: Path) -> None:
             assert match, line
             conn = http.client.HTTPConnection("127.0.0.1", int(match.group(1)), timeout=10)
             conn.request("GET", "/data.json")
-            assert json.loads(conn.getresponse().read())["graph"]["nodes"]
+            assert columns.unpack(json.loads(conn.getresponse().read())["graph_columns"])["nodes"]
             conn.close()
             proc.send_signal(signal.SIGINT)
             assert proc.wait(timeout=20) == 0

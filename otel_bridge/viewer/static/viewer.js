@@ -62,6 +62,60 @@
   }
   function arr(v) { return Array.isArray(v) ? v : []; }
 
+  // ---- the bundle's graph in columns (otel_bridge/viewer/columns.py) --------------------------
+  // Each field of the nodes (edges) is a column: "values", or a "table" of distinct values with
+  // an "index" per row, or (an edge's source/target) "nodes" indices; "absent" lists the rows
+  // without that field. Up front only light records with what the model, the filters and the
+  // search read; a node's or an edge's whole record is put together when asked for (full()).
+  function cellOf(c, i, ids) { return c.index ? c.table[c.index[i]] : c.nodes ? ids[c.nodes[i]] : c.values[i]; }
+  function hasCell(c, i) {
+    if (!c) return false;
+    if (!c.absent) return true;
+    if (!c.absentSet) c.absentSet = new Set(c.absent);
+    return !c.absentSet.has(i);
+  }
+  function column(table, name, ids) {
+    var c = table.columns[name], out = new Array(table.count);
+    for (var i = 0; i < table.count; i++) out[i] = hasCell(c, i) ? cellOf(c, i, ids) : undefined;
+    return out;
+  }
+  function fullRows(table, ids) {
+    var cache = new Array(table.count), names = Object.keys(table.columns);
+    return function (i) {
+      if (cache[i]) return cache[i];
+      var o = {};
+      names.forEach(function (name) { var c = table.columns[name]; if (hasCell(c, i)) o[name] = cellOf(c, i, ids); });
+      return (cache[i] = o);
+    };
+  }
+  function unpackGraph(p) {
+    if (!p) return null;
+    var nt = p.nodes, et = p.edges, doc = {}, nodes = [], edges = [];
+    Object.keys(p.document || {}).forEach(function (k) { doc[k] = p.document[k]; });
+    var ids = column(nt, "id", []), kind = column(nt, "kind", ids), label = column(nt, "label", ids),
+      key = column(nt, "key", ids), ch = column(nt, "channels", ids), first = column(nt, "first_seen", ids),
+      facts = column(nt, "facts", ids);
+    for (var i = 0; i < nt.count; i++) {
+      nodes.push({ i: i, id: ids[i], kind: kind[i], label: label[i], key: key[i], channels: ch[i],
+        first_seen: first[i], facts: facts[i] });
+    }
+    var eid = column(et, "id", ids), src = column(et, "source", ids), tgt = column(et, "target", ids),
+      rel = column(et, "relation", ids), grade = column(et, "grade", ids), causal = column(et, "causal", ids),
+      inf = column(et, "inferred", ids), ech = column(et, "channels", ids);
+    for (var j = 0; j < et.count; j++) {
+      edges.push({ i: j, id: eid[j], source: src[j], target: tgt[j], relation: rel[j], grade: grade[j],
+        causal: causal[j], inferred: inf[j], channels: ech[j] });
+    }
+    doc.nodes = nodes; doc.edges = edges; doc.layout = p.layout || null;
+    doc.fullNode = fullRows(nt, ids); doc.fullEdge = fullRows(et, ids);
+    return doc;
+  }
+  // A model node or edge drawn from a graph.json record: its whole record ("raw") on demand.
+  function GraphNode(n, doc) { this.ri = n.i; this.doc = doc; }
+  Object.defineProperty(GraphNode.prototype, "raw", { get: function () { return this.doc.fullNode(this.ri); } });
+  function GraphEdge(e, doc) { this.ri = e.i; this.doc = doc; }
+  Object.defineProperty(GraphEdge.prototype, "raw", { get: function () { return this.doc.fullEdge(this.ri); } });
+
   // ---- model: graph.json -> lanes, folds and edge styles ------------------------------------
   function laneOf(n) {
     if (n.kind !== "agent" && n.kind !== "tool_call" && arr(n.channels).indexOf("gw") >= 0 &&
@@ -100,7 +154,20 @@
     return folded;
   }
 
-  function buildModel(doc) {
+  // The positions computed when the bundle was built (otel_bridge/viewer/layout.py: the same
+  // rules as layout() below), used while no fold is expanded and every node has one.
+  function givenLayout(doc, nodes, folds) {
+    var L = doc.layout;
+    if (!L || Object.keys(S.expanded).length || Object.keys(L.folds).length !== Object.keys(folds).length) return false;
+    for (var i = 0; i < nodes.length; i++) {
+      var v = nodes[i], p = v.fold ? L.folds[v.fold.process] : null, x = v.fold ? (p ? p[0] : null) : L.x[v.ri];
+      if (x === null || x === undefined) return false;
+      v.x = x; v.y = v.fold ? p[1] : L.y[v.ri];
+    }
+    S.laneBands = L.bands;
+    return true;
+  }
+  function buildModel(doc, ownLayout) {
     var nodes = [], edges = [], foldOf = foldable(doc), folds = {}, byId = {};
     doc.nodes.forEach(function (n) {
       var proc = foldOf[n.id];
@@ -111,14 +178,15 @@
         if (n.first_seen && (!f.first_seen || n.first_seen < f.first_seen)) f.first_seen = n.first_seen;
         return;
       }
-      var v = { id: n.id, kind: n.kind, label: n.label || n.id, lane: laneOf(n), raw: n,
-        channels: arr(n.channels), first_seen: n.first_seen, folded: !!proc };
+      var v = new GraphNode(n, doc);
+      v.id = n.id; v.kind = n.kind; v.label = n.label || n.id; v.lane = laneOf(n); v.key = n.key || "";
+      v.channels = arr(n.channels); v.first_seen = n.first_seen; v.folded = !!proc;
       nodes.push(v); byId[v.id] = v;
     });
     Object.keys(folds).forEach(function (p) {
       var f = folds[p];
       var v = { id: f.id, kind: "folded", label: f.count + " library/runtime reads", lane: 7,
-        raw: null, fold: f, channels: f.channels, first_seen: f.first_seen, count: f.count };
+        raw: null, key: "", fold: f, channels: f.channels, first_seen: f.first_seen, count: f.count };
       nodes.push(v); byId[v.id] = v;
       edges.push({ id: "viewer:" + f.id, source: p, target: f.id, relation: "reads (folded)",
         grade: "U", causal: null, inferred: null, channels: ["os"], viewerOnly: true, raw: null,
@@ -126,11 +194,14 @@
     });
     doc.edges.forEach(function (e) {
       if (!byId[e.source] || !byId[e.target]) return;
-      edges.push({ id: e.id, source: e.source, target: e.target, relation: e.relation,
-        grade: e.grade, causal: e.causal, inferred: e.inferred, channels: arr(e.channels),
-        raw: e, style: edgeStyle(e), cross: !!CROSS_RELATIONS[e.relation] });
+      var v = new GraphEdge(e, doc);
+      v.id = e.id; v.source = e.source; v.target = e.target; v.relation = e.relation;
+      v.grade = e.grade; v.causal = e.causal; v.inferred = e.inferred; v.channels = arr(e.channels);
+      v.style = edgeStyle(e); v.cross = !!CROSS_RELATIONS[e.relation];
+      edges.push(v);
     });
-    layout(nodes, edges);
+    var given = !ownLayout && givenLayout(doc, nodes, folds);
+    if (!given) layout(nodes, edges);
     var bbox = { x0: Infinity, y0: Infinity, x1: -Infinity, y1: -Infinity };
     nodes.forEach(function (n) {
       bbox.x0 = Math.min(bbox.x0, n.x); bbox.x1 = Math.max(bbox.x1, n.x);
@@ -139,7 +210,7 @@
     if (!nodes.length) bbox = { x0: 0, y0: 0, x1: 1, y1: 1 };
     var foldedCount = 0;
     Object.keys(folds).forEach(function (p) { foldedCount += folds[p].count; });
-    return { nodes: nodes, edges: edges, byId: byId, folded: foldedCount, folds: folds, bbox: bbox,
+    return { nodes: nodes, edges: edges, byId: byId, folded: foldedCount, folds: folds, bbox: bbox, givenLayout: given,
       edgeById: edges.reduce(function (m, e) { m[e.id] = e; return m; }, {}) };
   }
 
@@ -254,7 +325,7 @@
     if (S.search) {
       S.matches = new Set();
       S.model.nodes.forEach(function (n) {
-        var key = n.raw ? n.raw.key || "" : "";
+        var key = n.key || "";
         if ((n.label + " " + n.id + " " + key).toLowerCase().indexOf(S.search) >= 0) S.matches.add(n.id);
       });
     }
@@ -362,10 +433,21 @@
     if (lose) lose.loseContext();
     return { kind: SOFTWARE_GL.test(name) ? "canvas" : "webgl", gl: name };
   }
+  // The exported file carries graphology and sigma as text (type text/x-ob-library): compiling
+  // them cost the first paint a few hundred milliseconds the canvas renderer has no use for.
+  // An inline script inserted by the page runs at once, so this is synchronous.
+  function loadLibraries() {
+    document.querySelectorAll('script[type="text/x-ob-library"]').forEach(function (el) {
+      var code = document.createElement("script");
+      code.textContent = el.textContent;
+      el.parentNode.replaceChild(code, el);
+    });
+  }
   function initGraph() {
     var choice = chooseRenderer();
     S.rendererKind = choice.kind; S.glRenderer = choice.gl;
     if (choice.kind === "canvas") { initCanvas(); return; }
+    loadLibraries();
     S.graph = new graphology.MultiDirectedGraph();
     syncGraph();
     performance.mark("ob:graph");
@@ -657,7 +739,7 @@
   }
   function renderTimeline() {
     var rows = S.model.nodes.filter(function (n) {
-      return n.raw && TIMELINE_KINDS[n.kind] !== undefined && S.nodeVis.has(n.id) && n.raw.first_seen;
+      return TIMELINE_KINDS[n.kind] !== undefined && n.raw && S.nodeVis.has(n.id) && n.raw.first_seen;
     }).sort(function (a, b) {
       return TIMELINE_KINDS[a.kind] - TIMELINE_KINDS[b.kind] || a.raw.first_seen - b.raw.first_seen || (a.id < b.id ? -1 : 1);
     });
@@ -1001,8 +1083,13 @@
     $("tab-review").hidden = !bundle.review;
     $("tab-compare").hidden = !bundle.compare;
   }
+  // The page's bundle carries the graph in columns (graph_columns); the views read bundle.graph.
+  function withGraph(bundle) {
+    if (bundle.graph === undefined) bundle.graph = unpackGraph(bundle.graph_columns);
+    return bundle;
+  }
   function applyBundle(bundle) {
-    S.bundle = bundle;
+    S.bundle = withGraph(bundle);
     $("ob-source").textContent = bundle.source || "";
     showTabs(bundle);
     rebuild();
@@ -1024,8 +1111,8 @@
     es.addEventListener("closed", function () { es.close(); S.bundle.ended = true; status(); });
   }
   function boot(bundle) {
+    S.bundle = withGraph(bundle);
     performance.mark("ob:boot");
-    S.bundle = bundle;
     $("ob-source").textContent = bundle.source || "";
     showTabs(bundle);
     S.model = buildModel(bundle.graph || { nodes: [], edges: [] });
@@ -1053,6 +1140,20 @@
   };
   api.nodeIds = function () { return S.model.nodes.map(function (n) { return n.id; }); };
   api.firstPaint = function () { return S.firstPaintMs; };
+  // The positions and lane bands in use, and those the page's own layout() gives the same graph.
+  api.layouts = function () {
+    var bands = S.laneBands, own = buildModel(S.bundle.graph, true), ownBands = S.laneBands;
+    S.laneBands = bands;
+    function pos(m) { return m.nodes.map(function (n) { return [n.id, n.x, n.y]; }); }
+    return { given: S.model.givenLayout, used: pos(S.model), bands: bands, own: pos(own), ownBands: ownBands };
+  };
+  // graph.json's nodes and edges as the page decodes them from the columns (whole records).
+  api.records = function () {
+    var g = S.bundle.graph;
+    if (!g) return null;
+    return { nodes: g.nodes.map(function (n) { return g.fullNode(n.i); }),
+      edges: g.edges.map(function (e) { return g.fullEdge(e.i); }) };
+  };
   // Which renderer draws the graph ("canvas" or "webgl") and the WebGL renderer string probed.
   api.renderer = function () { return { kind: S.rendererKind || null, gl: S.glRenderer || null }; };
   // What a node or an edge is drawn as now (color, size, hidden, ...), for either renderer.

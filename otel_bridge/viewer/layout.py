@@ -1,0 +1,197 @@
+"""The graph view's layout, computed once when the page's data is built (``docs/viewer.md``).
+
+The same rules, in the same order and the same floating-point arithmetic, as the page's own
+layout (``layout`` and ``foldable`` in ``static/viewer.js``), which still runs when a fold is
+expanded: lanes by kind, library and runtime reads folded per process, the lanes down to the
+processes filled row by row in ``first_seen`` order, the lanes below ordered by the mean x of
+their neighbours above (barycentre) and filled column by column. A browser test checks that the
+page's layout and this one put every node at the same place.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from dataclasses import dataclass, field
+from typing import Any
+
+LANES: tuple[tuple[str, tuple[str, ...]], ...] = (
+    ("agents", ("agent",)),
+    ("tool calls", ("tool_call", "command")),
+    ("models", ("model",)),
+    (
+        "spans and other semantic kinds",
+        ("span", "session", "workflow", "chain", "retrieval", "reranker", "guardrail", "evaluator"),
+    ),
+    ("gateway", ()),
+    ("processes", ("process",)),
+    ("executables", ("executable",)),
+    ("files", ("file", "folded", "runtime_reads")),
+    ("endpoints", ("endpoint",)),
+    ("other OS kinds", ()),
+)
+OTHER_SEMANTIC_LANE, GATEWAY_LANE, PROCESS_LANE, FILE_LANE, OTHER_OS_LANE = 3, 4, 5, 7, 9
+SEMANTIC_LANES = 5
+READ_RELATIONS = frozenset({"opened", "read"})
+RUNTIME_PATH = re.compile(
+    r"^/(usr|lib|lib32|lib64|etc|proc|sys|dev|run|snap)/|/lib/python[0-9.]+/|"
+    r"/(site|dist)-packages/|/__pycache__/|/\.venv/|\.(so(\.[0-9]+)*|pyc)\Z"
+)
+ROW_STEP, LANE_GAP, MIN_WIDTH, COLUMN_STEP = 10, 40, 600, 10
+_LANE_OF_KIND = {kind: i for i, (_, kinds) in enumerate(LANES) for kind in kinds}
+
+
+@dataclass(slots=True)
+class _Node:
+    id: str
+    lane: int
+    first_seen: float
+    row: int | None = None  # graph.json row; None for a fold
+    x: float = 0.0
+    y: float = 0.0
+    up: list[_Node] = field(default_factory=list)
+    anchor: float = math.inf
+
+
+def _channels(n: dict[str, Any]) -> list[Any]:
+    ch = n.get("channels")
+    return ch if isinstance(ch, list) else []
+
+
+def lane_of(n: dict[str, Any]) -> int:
+    """The lane of a graph.json node (``laneOf`` in the page)."""
+    kind, ch = n.get("kind"), _channels(n)
+    if kind not in ("agent", "tool_call") and "gw" in ch and "sem" not in ch:
+        return GATEWAY_LANE
+    if kind in _LANE_OF_KIND:
+        return _LANE_OF_KIND[kind]
+    return OTHER_OS_LANE if "os" in ch and "sem" not in ch else OTHER_SEMANTIC_LANE
+
+
+def _file_path(n: dict[str, Any]) -> str:
+    facts = n.get("facts")
+    path = facts.get("path") if isinstance(facts, dict) else None
+    return str(path) if path else re.sub(r"^file:", "", str(n.get("id")))
+
+
+def foldable(doc: dict[str, Any]) -> dict[str, str]:
+    """File id -> the one process that only reads it, for files at library/runtime paths."""
+    kind: dict[Any, Any] = {}
+    cand: dict[Any, tuple[list[bool], dict[Any, None]]] = {}
+    for n in doc["nodes"]:
+        kind[n["id"]] = n.get("kind")
+        if n.get("kind") == "file" and RUNTIME_PATH.search(_file_path(n)):
+            cand[n["id"]] = ([True], {})
+    for e in doc["edges"]:
+        as_source, as_target = cand.get(e.get("source")), cand.get(e.get("target"))
+        if as_source:
+            as_source[0][0] = False
+        if not as_target:
+            continue
+        if e.get("relation") in READ_RELATIONS and kind.get(e.get("source")) == "process":
+            as_target[1][e["source"]] = None
+        else:
+            as_target[0][0] = False
+    return {
+        fid: next(iter(procs)) for fid, (ok, procs) in cand.items() if ok[0] and len(procs) == 1
+    }
+
+
+def _time(value: Any) -> float:
+    # The page reads first_seen as a double; 0 and missing sort last.
+    return float(value) if isinstance(value, int | float) and value else math.inf
+
+
+def _model(doc: dict[str, Any]) -> tuple[list[_Node], list[tuple[str, str]]]:
+    """The page's model nodes (graph.json rows less the folded files, then one node per fold)
+    and the edges between them, in the page's order."""
+    fold_of = foldable(doc)
+    nodes: list[_Node] = []
+    folds: dict[str, _Node] = {}
+    for row, n in enumerate(doc["nodes"]):
+        proc = fold_of.get(n["id"])
+        if proc is None:
+            nodes.append(_Node(str(n["id"]), lane_of(n), _time(n.get("first_seen")), row))
+            continue
+        seen = n.get("first_seen")
+        f = folds.get(proc)
+        if f is None:
+            folds[proc] = _Node("fold:" + proc, FILE_LANE, _time(seen))
+        elif seen and (f.first_seen == math.inf or float(seen) < f.first_seen):
+            f.first_seen = float(seen)
+    nodes.extend(folds.values())
+    ids = {n.id for n in nodes}
+    edges = [(p, f.id) for p, f in folds.items()]
+    edges.extend(
+        (str(e["source"]), str(e["target"]))
+        for e in doc["edges"]
+        if e.get("source") in ids and e.get("target") in ids
+    )
+    return nodes, edges
+
+
+def _grid(lanes: list[list[_Node]]) -> tuple[list[tuple[int, int]], float]:
+    width = MIN_WIDTH
+    grid = []
+    for members in lanes:
+        size = len(members)
+        cols = max(1, min(size, max(60, math.ceil(math.sqrt(size * 8)))))
+        width = max(width, (cols - 1) * COLUMN_STEP)
+        grid.append((cols, math.ceil(size / cols) if size else 0))
+    return grid, float(width)
+
+
+def layout(doc: dict[str, Any]) -> dict[str, Any]:
+    """Positions for a graph.json ``doc`` as the page would place them with no fold expanded:
+    ``x``/``y`` per graph.json node row (null for a folded file), ``folds`` (process id ->
+    ``[x, y]`` of its fold node) and the lane ``bands``."""
+    nodes, edges = _model(doc)
+    by_id = {n.id: n for n in nodes}
+    lanes: list[list[_Node]] = [[] for _ in LANES]
+    for n in nodes:
+        lanes[n.lane].append(n)
+    for s_id, t_id in edges:
+        s, t = by_id[s_id], by_id[t_id]
+        if s.lane <= PROCESS_LANE < t.lane:
+            t.up.append(s)
+        elif t.lane <= PROCESS_LANE < s.lane:
+            s.up.append(t)
+    grid, width = _grid(lanes)
+    y, bands = 0, []
+    for i, members in enumerate(lanes):
+        cols, rows = grid[i]
+        below = i > PROCESS_LANE
+        if below:
+            for n in members:
+                total = 0.0
+                for m in n.up:
+                    total += m.x
+                n.anchor = total / len(n.up) if n.up else math.inf
+            members.sort(key=lambda n: (n.anchor, n.first_seen, n.id))
+        else:
+            members.sort(key=lambda n: (n.first_seen, n.id))
+        used = math.ceil(len(members) / rows) if below and rows else min(cols, len(members))
+        for k, n in enumerate(members):
+            c, r = (k // rows, k % rows) if below else (k % cols, k // cols)
+            n.x = (c / (used - 1) - 0.5) * width if used > 1 else 0.0
+            n.y = -float(y + r * ROW_STEP)
+        bands.append(
+            {
+                "name": LANES[i][0],
+                "y0": -y,
+                "y1": -(y + max(rows - 1, 0) * ROW_STEP),
+                "n": len(members),
+                "semantic": i < SEMANTIC_LANES,
+            }
+        )
+        if members:
+            y += rows * ROW_STEP + LANE_GAP
+    xs: list[float | None] = [None] * len(doc["nodes"])
+    ys: list[float | None] = [None] * len(doc["nodes"])
+    folds: dict[str, list[float]] = {}
+    for n in nodes:
+        if n.row is None:
+            folds[n.id[len("fold:") :]] = [n.x, n.y]
+        else:
+            xs[n.row], ys[n.row] = n.x, n.y
+    return {"x": xs, "y": ys, "folds": folds, "bands": bands}

@@ -2,7 +2,8 @@
 
 What a reading cannot establish is stated: a file above ``max_bytes`` keeps its size only, a
 gone file is ``missing``, a pipe or directory is never opened (a FIFO would block a reader), and
-the paths read at the end of the run are exactly those written and still there under that name.
+the paths read at the end of the run are exactly those written and still there under that name,
+and those only read (inputs), runtime reads and kernel interfaces left out.
 """
 
 from __future__ import annotations
@@ -53,7 +54,10 @@ def _record(name: str, attrs: dict[str, AnyValue]) -> LogRecord:
     return make_log(event_name=name, attributes=attrs)
 
 
-def test_the_run_end_reads_the_paths_written_and_still_there(tmp_path: Path) -> None:
+def test_the_run_end_reads_the_paths_written_or_read_and_still_there(tmp_path: Path) -> None:
+    """Written files still there under their name, and files only read (inputs), are read at
+    the end; runtime reads (bytecode, libraries), kernel interfaces and the run directory are
+    not."""
     kept, moved, deleted, read_only = (tmp_path / n for n in ("kept", "moved", "deleted", "ro"))
     for f in (kept, deleted, read_only):
         f.write_bytes(b"data")
@@ -73,14 +77,18 @@ def test_the_run_end_reads_the_paths_written_and_still_there(tmp_path: Path) -> 
         ("file.create", {"file.path": str(deleted)}),
         ("file.delete", {"file.path": str(deleted)}),
         ("file.write", {"file.path": str(tmp_path / "run" / "graph.json")}),
+        ("file.open", {"file.path": str(tmp_path / "__pycache__" / "m.cpython-311.pyc")}),
+        ("file.open", {"file.path": "/proc/self/status", "file.access": "read"}),
+        ("file.read", {"file.path": str(tmp_path / "run" / "os.jsonl")}),
     ]
     moved.write_bytes(b"moved!")
     for name, attrs in events:
         capture.note(_record(name, attrs))
     capture.finish()
     got = {str(r.attributes["file.path"]): r.attributes for r in sent}
-    assert sorted(got) == [str(kept), str(moved)]
+    assert sorted(got) == sorted([str(kept), str(moved), str(read_only)])
     assert got[str(moved)]["file.size"] == 6
+    assert got[str(read_only)]["file.hash.sha256"] == hashlib.sha256(b"data").hexdigest()
     assert {a["file.content.read_at"] for a in got.values()} == {"run_end"}
     assert all(r.event_name == "file.content" for r in sent)
 

@@ -1,4 +1,4 @@
-"""Opt-in content capture: the size and sha256 of each file the observed lineage wrote.
+"""Opt-in content capture: the size and sha256 of each file the observed lineage wrote or read.
 
 Off by default (metadata only): ``capture: {file_hashes: true, max_bytes: N}`` on the host
 receiver, or ``observe --hash-files``. The receiver never stores content, only its size and
@@ -11,7 +11,11 @@ the file's ``FileFacts.content``:
 * every backend: at the end of the run (after the backends stopped), each path the lineage wrote,
   created, renamed to or opened for writing (``portable``: each path its watched directories saw
   created or modified) and that was not read at a later close is read by path (``read_at:
-  run_end``): the bytes the run left behind.
+  run_end``): the bytes the run left behind;
+* every backend: at the end of the run, each path the lineage only opened or read (not a runtime
+  read of the graph's folding rule, not under ``/dev``, ``/proc``, ``/sys`` or ``/run``) is read
+  the same way (``read_at: run_end``): its content when the run ended, which is what was read
+  unless something outside the lineage changed it meanwhile.
 
 What a reading could not establish is stated, never guessed: ``too_large`` (above
 ``max_bytes``; its size only), ``changed`` (size or modification time moved while reading),
@@ -29,6 +33,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from otel_bridge.graph.fold import runtime_read_class
 from otel_bridge.model import AnyValue, LogRecord
 
 CLOSE_WRITE = "close_write"
@@ -36,6 +41,9 @@ RUN_END = "run_end"
 DEFAULT_MAX_BYTES = 64 * 1024 * 1024
 _CHUNK = 1 << 20
 _WRITE_ACCESS = frozenset({"write", "read_write"})
+_NOT_INPUTS = ("/dev/", "/proc/", "/sys/", "/run/")
+"""Paths never read as inputs (devices and kernel interfaces: reading one can block or change
+state); interpreter and library reads are left out by the graph's runtime-read rule."""
 _CHANGED = frozenset({"created", "modified"})
 """``file.change`` types (portable backend's watched directories) that leave content."""
 
@@ -139,6 +147,8 @@ class ContentCapture:
         self._exclude = tuple(p.rstrip("/") + "/" for p in exclude)
         self._dirty: dict[str, None] = {}
         """Paths written and not read since (insertion order: the order of first write)."""
+        self._inputs: dict[str, None] = {}
+        """Paths the lineage only read (runtime reads excluded), read at the end of the run."""
         self._lock = threading.Lock()
         self.read = 0
 
@@ -165,6 +175,14 @@ class ContentCapture:
                     self._dirty[new] = None
             elif name in ("file.delete", "file.content"):
                 self._dirty.pop(path, None)
+                self._inputs.pop(path, None)
+            elif (
+                name in ("file.open", "file.read")
+                and path not in self._inputs
+                and not path.startswith(_NOT_INPUTS)
+                and runtime_read_class(path) is None
+            ):
+                self._inputs[path] = None
 
     def at_close(self, fd: int, path: str) -> None:
         """Read ``path`` through ``fd`` (a close-write event's descriptor) and record it."""
@@ -180,7 +198,9 @@ class ContentCapture:
         """Read every path written and not read since (the end of the run)."""
         with self._lock:
             paths, self._dirty = list(self._dirty), {}
-        for path in paths:
+            inputs = [p for p in self._inputs if p not in paths]
+            self._inputs = {}
+        for path in (*paths, *inputs):
             self._send(path, RUN_END, read_path(path, self.max_bytes))
 
     def _send(self, path: str, when: str, attrs: dict[str, AnyValue]) -> None:

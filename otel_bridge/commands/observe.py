@@ -321,10 +321,10 @@ def _enrich_journals_in_run(
     out: list[ComponentAddition] = []
     for key, settings in processors.items():
         journal = settings.get("journal") if isinstance(settings, Mapping) else None
-        if str(key).partition("/")[0] == "enrich" and isinstance(journal, Mapping):
-            if journal.get("path"):
-                moved = {"journal": {**journal, "path": run.file(RUN_QUEUE_DIR)}}
-                out.append(ComponentAddition(section="processors", id=str(key), settings=moved))
+        enrich = str(key).partition("/")[0] == "enrich"
+        if enrich and isinstance(journal, Mapping) and journal.get("path"):
+            moved = {"journal": {**journal, "path": run.file(RUN_QUEUE_DIR)}}
+            out.append(ComponentAddition(section="processors", id=str(key), settings=moved))
     return out
 
 

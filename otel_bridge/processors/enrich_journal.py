@@ -113,6 +113,7 @@ class HoldJournal:
             max_bytes=config.max_bytes,
             fsync=config.fsync,
         )
+        self._closed = False
 
     def open(self) -> list[tuple[int, Batch]]:
         """Open the journal; the batches not done, in order, with their sequence numbers."""
@@ -140,10 +141,13 @@ class HoldJournal:
         return out
 
     def append(self, batch: Batch) -> int:
-        """Journal ``batch``'s spans and observations; its sequence number.
+        """Journal ``batch``'s spans and observations; its sequence number, or -1 once the
+        journal is closed (the processor is shut down and holds nothing any more).
 
         Raises :class:`RefusedError` (nothing kept) when the journal is full or failing.
         """
+        if self._closed:
+            return -1
         payload = encode_batch(batch.spans, batch.observations)
         records = len(batch.spans) + len(batch.observations)
         try:
@@ -169,4 +173,5 @@ class HoldJournal:
 
     def close(self) -> None:
         """Close the journal (its lock released). Safe twice."""
+        self._closed = True
         self._wal.close()

@@ -175,3 +175,16 @@ def test_symlinked_journal_directory_refused(tmp_path: Path) -> None:
     with pytest.raises(Exception, match="processor_enrich"):
         journal.open()
     assert not list(target.iterdir())
+
+
+def test_batches_after_shutdown_pass_through(tmp_path: Path) -> None:
+    """After shutdown (an upstream processor flushing into enrich) a batch is forwarded at once,
+    not refused because the journal is closed."""
+    sink = RecordingConsumer()
+    config = Config(journal=JournalConfig(str(tmp_path / "j")))
+    comp = factory.create(CreateSettings(id="enrich"), config, sink)
+    assert isinstance(comp, EnrichProcessor)
+    comp.start(Host())
+    comp.shutdown()
+    comp.consume(Batch(spans=(tool_span(),)))
+    assert [s.name for s in sink.spans] == ["execute_tool shell"]

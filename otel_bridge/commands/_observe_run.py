@@ -187,7 +187,8 @@ RUN_QUEUE_DIR = "queue"
 def durable_state_in_run(
     user: Mapping[str, Any] | None, run: rundir.RunDir
 ) -> list[ComponentAddition]:
-    """The ``-c`` file's graph journals and persistent queues, moved into the run directory.
+    """The ``-c`` file's graph and enrich journals and persistent queues, moved into the run
+    directory.
 
     A configuration written for a standing collector (the bundled ones) keeps a graph journal
     and its OTLP exporters' persistent queues at that collector's paths. Under ``observe`` they
@@ -196,10 +197,10 @@ def durable_state_in_run(
     ``graph[-NAME].journal`` or ``queue/`` in the run directory (the journal and the queue
     create them owner-only and open them with ``O_NOFOLLOW``), keeping the other settings.
     """
+    out = _enrich_journals_in_run(user, run)
     exporters = (user or {}).get("exporters")
     if not isinstance(exporters, Mapping):
-        return []
-    out: list[ComponentAddition] = []
+        return out
     for key, settings in exporters.items():
         if not isinstance(settings, Mapping):
             continue
@@ -213,6 +214,24 @@ def durable_state_in_run(
             moved["sending_queue"] = {**queue, "storage": run.file(RUN_QUEUE_DIR)}
         if moved:
             out.append(ComponentAddition(section="exporters", id=str(key), settings=moved))
+    return out
+
+
+def _enrich_journals_in_run(
+    user: Mapping[str, Any] | None, run: rundir.RunDir
+) -> list[ComponentAddition]:
+    """The ``enrich`` processors' journals (``journal.path``), moved into the run directory's
+    ``queue/`` beside the exporters' queues (each in its own subdirectory)."""
+    processors = (user or {}).get("processors")
+    if not isinstance(processors, Mapping):
+        return []
+    out: list[ComponentAddition] = []
+    for key, settings in processors.items():
+        journal = settings.get("journal") if isinstance(settings, Mapping) else None
+        enrich = str(key).partition("/")[0] == "enrich"
+        if enrich and isinstance(journal, Mapping) and journal.get("path"):
+            moved = {"journal": {**journal, "path": run.file(RUN_QUEUE_DIR)}}
+            out.append(ComponentAddition(section="processors", id=str(key), settings=moved))
     return out
 
 

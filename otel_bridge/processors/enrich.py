@@ -36,6 +36,10 @@ observed but that has events is sent at shutdown too, marked
 Processes are read from their entities' typed ``ProcessFacts``; the process span's ``process.*``
 attributes are written from those fields (only the ones observed). An OS observation whose process
 entity carries no facts is skipped and counted (``enrich.os_plane.skipped.no_facts``).
+
+**Durable hold** (opt-in, ``journal: {path: DIR}``): every input is journaled before ``consume``
+returns and replayed at start until what it became was handed on, at-least-once; see
+:mod:`otel_bridge.processors.enrich_journal`.
 """
 
 from __future__ import annotations
@@ -85,6 +89,7 @@ from otel_bridge.processors.correlate.shared import (
     lacks_process_facts,
     process_facts_of,
 )
+from otel_bridge.processors.enrich_journal import HoldJournal, JournalConfig
 
 SCOPE = Scope(name="otel_bridge.enrich", version="1")
 _PREFIX = "otel_bridge.bridge."
@@ -108,10 +113,12 @@ class Config:
     late_delay: float = 1.0
     """How long late OS events of an already sent process span are gathered before their
     late-events span is sent (seconds)."""
+    journal: JournalConfig = field(default_factory=JournalConfig)
+    """The durable hold (:mod:`otel_bridge.processors.enrich_journal`); off without a path."""
 
     def validate(self) -> list[str]:
         """Problems with the settings."""
-        problems = []
+        problems = self.journal.validate()
         if self.hold_delay < 0:
             problems.append("hold_delay: must not be negative")
         if self.traceparent and parse_traceparent(self.traceparent) is None:
@@ -155,6 +162,9 @@ class _Proc:
     """Events that arrived after the process span was sent (see the module docstring)."""
     late_due: float = 0.0
     late_spans: int = 0
+    seqs: list[int] = field(default_factory=list)
+    """Journal batches that fed the process span (marked done once it is sent)."""
+    late_seqs: list[int] = field(default_factory=list)
 
 
 class EnrichProcessor:
@@ -166,6 +176,7 @@ class EnrichProcessor:
         next_consumer: Consumer,
         telemetry: Telemetry,
         clock: Callable[[], float] = time.monotonic,
+        journal: HoldJournal | None = None,
     ) -> None:
         self._config = config
         self._next = next_consumer
@@ -174,8 +185,18 @@ class EnrichProcessor:
         self._lock = threading.Lock()
         tp = parse_traceparent(config.traceparent or os.environ.get("TRACEPARENT", ""))
         self._run_trace = (bytes.fromhex(tp[0]), bytes.fromhex(tp[1])) if tp else None
-        self._held: list[tuple[float, Span]] = []
+        self._held: list[tuple[float, Span, int]] = []
         self._links: dict[tuple[str, str], dict[str, Observation]] = {}
+        self._journal = journal
+        if journal is not None:
+            journal.telemetry = self._telemetry
+        self._pins: dict[int, int] = {}
+        """Journal batch -> records of it still held (spans, processes, links)."""
+        self._unpinned: list[int] = []
+        """Journal batches whose last hold was released, marked done once forwarded."""
+        self._link_seqs: dict[tuple[str, str], list[int]] = {}
+        self._held_keys: dict[tuple[str, str], int] = {}
+        """(trace, span) ids of the held spans (kept with a journal only)."""
         self._procs: dict[str, _Proc] = {}
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
@@ -187,6 +208,10 @@ class EnrichProcessor:
     def start(self, host: Host) -> None:
         """Start the release timer."""
         self._telemetry = host.telemetry.in_scope_of(self._telemetry)
+        if self._journal is not None and self._thread is None:
+            self._journal.telemetry = self._telemetry
+            for seq, batch in self._journal.open():
+                self._consume(batch, seq)
         if self._thread is None:
             self._thread = threading.Thread(target=self._tick, name="enrich-release", daemon=True)
             self._thread.start()
@@ -202,8 +227,14 @@ class EnrichProcessor:
                 return
             self._done = True
             out = self._release(force=True)
-        if len(out):
-            self._next.consume(out)
+            finished = self._take_unpinned()
+        try:
+            if len(out):
+                self._next.consume(out)
+            self._mark_done(finished)
+        finally:
+            if self._journal is not None:
+                self._journal.close()
 
     def _tick(self) -> None:
         while not self._stop.wait(self._config.tick_interval):
@@ -213,39 +244,87 @@ class EnrichProcessor:
         """Release the spans and exited processes whose hold has expired."""
         with self._lock:
             out = self._release(force=False)
+            finished = self._take_unpinned()
         if len(out):
             self._next.consume(out)
+        self._mark_done(finished)
+
+    # ------------------------------------------------------------------ journal pins
+
+    def _pin(self, seq: int) -> None:
+        if seq >= 0:
+            self._pins[seq] = self._pins.get(seq, 0) + 1
+
+    def _unpin(self, seq: int) -> None:
+        if seq < 0:
+            return
+        left = self._pins[seq] - 1
+        if left:
+            self._pins[seq] = left
+        else:
+            del self._pins[seq]
+            self._unpinned.append(seq)
+
+    def _take_unpinned(self) -> list[int]:
+        finished, self._unpinned = self._unpinned, []
+        return finished
+
+    def _mark_done(self, finished: list[int]) -> None:
+        """Mark journal batches done: call only after what they became was forwarded."""
+        if finished and self._journal is not None:
+            self._journal.done(finished)
 
     # ------------------------------------------------------------------ data
 
     def consume(self, batch: Batch) -> None:
-        """Hold the batch's spans, learn its bridges and processes, forward everything else."""
+        """Hold the batch's spans, learn its bridges and processes, forward everything else.
+
+        With a journal the batch is journaled first; RefusedError when the journal is full.
+        """
+        seq = -1
+        if self._journal is not None and (batch.spans or batch.observations):
+            seq = self._journal.append(batch)
+        self._consume(batch, seq)
+
+    def _consume(self, batch: Batch, seq: int) -> None:
         now = self._clock()
         with self._lock:
+            self._pin(seq)  # held while this call forwards the batch
             if not self._run_id:
                 for record in batch.logs:
                     run = record.resource.attributes.get("otel_bridge.run.id")
                     if isinstance(run, str) and run:
                         self._run_id = run
                         break
-            for obs in batch.observations:
-                self._learn(obs, now)
-            if self._done:
-                held: tuple[Span, ...] = tuple(self._enrich(s) for s in batch.spans)
-            else:
+            if not self._done:  # held first, so a bridge in the same batch pins its batch
                 due = now + self._config.hold_delay
-                self._held.extend((due, s) for s in batch.spans)
-                held = ()
+                for span in batch.spans:
+                    self._held.append((due, span, seq))
+                    if seq >= 0:
+                        self._pin(seq)
+                        key = (span.trace_id.hex(), span.span_id.hex())
+                        self._held_keys[key] = self._held_keys.get(key, 0) + 1
+            for obs in batch.observations:
+                self._learn(obs, now, seq)
+            held: tuple[Span, ...] = ()
+            if self._done:
+                held = tuple(self._enrich(s) for s in batch.spans)
             released = self._release(force=self._done)  # after shutdown: nothing waits
+            self._unpin(seq)
+            finished = self._take_unpinned()
         rest = batch.replace(spans=held + released.spans)
         if len(rest):
             self._next.consume(rest)
+        self._mark_done(finished)
 
-    def _learn(self, obs: Observation, now: float) -> None:
+    def _learn(self, obs: Observation, now: float, seq: int = -1) -> None:
         if obs.relation == RelationKind.CORRELATED_WITH_PROCESS and obs.object is not None:
             trace, span = obs.source.trace_id, obs.source.span_id  # the span the link is about
             if trace and span:
                 self._links.setdefault((trace, span), {})[obs.id] = obs
+                if seq >= 0 and (trace, span) in self._held_keys:
+                    self._pin(seq)  # until that span is released
+                    self._link_seqs.setdefault((trace, span), []).append(seq)
             return
         if not self._config.os_plane or obs.source.channel != Channel.OS:
             return
@@ -263,8 +342,13 @@ class EnrichProcessor:
             self._procs[identity] = proc
         t = obs.time_unix_nano
         if proc.emitted:
-            self._learn_late(proc, obs, facts, now)
+            if self._learn_late(proc, obs, facts, now) and seq >= 0:
+                self._pin(seq)  # until the late-events span is released
+                proc.late_seqs.append(seq)
             return
+        if seq >= 0:
+            self._pin(seq)  # until the process span is released
+            proc.seqs.append(seq)
         proc.first_seen = min(proc.first_seen, t) if proc.first_seen else t
         proc.last_seen = max(proc.last_seen, t)
         if facts.pid is not None:
@@ -289,8 +373,9 @@ class EnrichProcessor:
             else:
                 proc.dropped_events += 1
 
-    def _learn_late(self, proc: _Proc, obs: Observation, facts: ProcessFacts, now: float) -> None:
-        """Keep an observation of an already sent process for its late-events span."""
+    def _learn_late(self, proc: _Proc, obs: Observation, facts: ProcessFacts, now: float) -> bool:
+        """Keep an observation of an already sent process for its late-events span; whether
+        it was kept."""
         event = obs.source.event
         late: SpanEvent | None
         if event == EXIT_EVENT:
@@ -301,7 +386,7 @@ class EnrichProcessor:
         else:
             late = _relation_event(obs, proc.identity)
         if late is None:
-            return  # a start or attribute record of a process already sent: nothing new to show
+            return False  # a start or attribute record of a process already sent: nothing new
         self._telemetry.count("os_plane.late_event")
         if not proc.late:
             proc.late_due = now + self._config.late_delay
@@ -309,27 +394,34 @@ class EnrichProcessor:
             proc.late.append(late)
         else:
             proc.dropped_events += 1
+        return True
 
     def _release(self, *, force: bool) -> Batch:
         now = self._clock()
-        keep: list[tuple[float, Span]] = []
+        keep: list[tuple[float, Span, int]] = []
         spans: list[Span] = []
-        for due, span in self._held:
+        for due, span, seq in self._held:
             if force or due <= now:
-                spans.append(self._enrich(span))
+                spans.append(self._enrich(span, seq))
             else:
-                keep.append((due, span))
+                keep.append((due, span, seq))
         self._held = keep
         for proc in self._procs.values():
             if proc.emitted:
                 if proc.late and (force or proc.late_due <= now):
                     spans.append(self._late_span(proc))
+                    for seq in proc.late_seqs:
+                        self._unpin(seq)
+                    proc.late_seqs = []
                 continue
             if not proc.start and not (force and proc.events):
                 continue  # a start may still come; at the end, only one with events is sent
             if force or (proc.exit_time and proc.due <= now):
                 spans.append(self._process_span(proc))
                 proc.emitted = True
+                for seq in proc.seqs:
+                    self._unpin(seq)
+                proc.seqs = []
                 self._telemetry.count("os_plane.spans")
         return Batch(spans=tuple(spans))
 
@@ -398,8 +490,16 @@ class EnrichProcessor:
             events=tuple(events),
         )
 
-    def _enrich(self, span: Span) -> Span:
-        links = self._links.pop((span.trace_id.hex(), span.span_id.hex()), None)
+    def _enrich(self, span: Span, seq: int = -1) -> Span:
+        key = (span.trace_id.hex(), span.span_id.hex())
+        if seq >= 0:
+            self._unpin(seq)
+            left = self._held_keys.pop(key, 1) - 1
+            if left:
+                self._held_keys[key] = left
+            for link_seq in self._link_seqs.pop(key, ()):
+                self._unpin(link_seq)
+        links = self._links.pop(key, None)
         if not links:
             return span
         ordered = sorted(links.values(), key=_strength)
@@ -517,7 +617,12 @@ def _bridge_attrs(obs: Observation) -> dict[str, AnyValue]:
 
 
 def _create(settings: CreateSettings, config: Config, next_consumer: Consumer | None) -> Component:
-    return EnrichProcessor(config, require_consumer(next_consumer, "enrich"), settings.telemetry)
+    journal = None
+    if config.journal.path:
+        journal = HoldJournal(config.journal, settings.instance_name, settings.telemetry)
+    return EnrichProcessor(
+        config, require_consumer(next_consumer, "enrich"), settings.telemetry, journal=journal
+    )
 
 
 factory: Factory[Config] = Factory(
@@ -533,6 +638,12 @@ factory: Factory[Config] = Factory(
         ),
         CounterSpec("os_plane.late_spans", "late-events spans emitted", "{spans}"),
         CounterSpec("os_plane.spans", "OS-plane process spans emitted", "{spans}"),
+        CounterSpec("journal.replayed_batches", "journaled batches replayed at start", "{batches}"),
+        CounterSpec("journal.replayed_spans", "journaled spans replayed at start", "{spans}"),
+        CounterSpec("journal.replayed_observations", "journaled observations replayed at start"),
+        CounterSpec("journal.refused", "spans and observations refused: the journal was full"),
+        CounterSpec("journal.torn_records", "journal records torn by a kill, cut off at start"),
+        CounterSpec("journal.undecodable", "journal records that could not be decoded, dropped"),
         CounterSpec(
             "os_plane.skipped.no_facts",
             "OS process observations without typed facts, skipped (never parsed from strings)",

@@ -36,3 +36,15 @@ def test_kill_9_on_the_bundled_local_config_loses_no_acknowledged_record(tmp_pat
     assert result.acknowledged > 0
     assert result.lost_file == []
     assert result.lost_graph == []
+
+
+@pytest.mark.slow
+def test_kill_9_on_the_bundled_phoenix_config_loses_no_acknowledged_span(tmp_path: Path) -> None:
+    """Issue 13's enrich-hold loss, on ``configs/phoenix.yaml`` as shipped: enrich holds each
+    span for seconds after the receiver acknowledged it; its journal replays what a SIGKILL
+    interrupted, so after three kills every acknowledged span reaches the downstream collector."""
+    result = run_chaos(tmp_path, kills=3, seed=13, config="phoenix")
+    assert result.kills == 3
+    assert result.checked == {"downstream"}
+    assert result.acknowledged > 0
+    assert result.lost_downstream == []

@@ -27,18 +27,16 @@ from __future__ import annotations
 
 import argparse
 import os
-import re
 import shutil
-import subprocess
 import sys
-import tempfile
 from pathlib import Path
 from typing import Any
+
+from pipeline_instructions import cachegrind
 
 STAGES = ("record", "redact", "write")
 _BATCH = 512
 _WARM = 2_048
-_TOTAL = re.compile(r"I\s+refs:\s+([\d,]+)")
 
 
 def _factory() -> Any:
@@ -109,29 +107,7 @@ def work(stage: str, events: int, prepared: int) -> None:
 
 def instructions(stage: str, events: int, prepared: int) -> int:
     """Instructions executed by a child process running ``events`` events through ``stage``."""
-    with tempfile.TemporaryDirectory() as tmp:
-        out = Path(tmp) / "cachegrind.out"
-        proc = subprocess.run(
-            [
-                "valgrind",
-                "--tool=cachegrind",
-                "--cache-sim=no",
-                f"--cachegrind-out-file={out}",
-                sys.executable,
-                __file__,
-                "--child",
-                stage,
-                str(events),
-                str(prepared),
-            ],
-            capture_output=True,
-            text=True,
-            check=False,
-        )
-        found = _TOTAL.search(proc.stderr)
-        if proc.returncode != 0 or found is None:
-            raise RuntimeError(f"valgrind run failed ({proc.returncode}): {proc.stderr[-2000:]}")
-        return int(found.group(1).replace(",", ""))
+    return cachegrind(__file__, ["--child", stage, str(events), str(prepared)])
 
 
 def main(argv: list[str] | None = None) -> int:

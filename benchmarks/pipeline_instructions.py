@@ -198,12 +198,10 @@ def work(stage: str, spans: int, prepared: int) -> None:
         os._exit(0)
 
 
-def instructions(stage: str, spans: int, prepared: int) -> int:
-    """Instructions executed by a child process that pushes ``spans`` spans through ``stage``."""
+def cachegrind(script: str, args: list[str], env: dict[str, str] | None = None) -> int:
+    """Instructions executed by ``python script args...`` under cachegrind (no cache model)."""
     with tempfile.TemporaryDirectory() as tmp:
         out = Path(tmp) / "cachegrind.out"
-        path = os.pathsep.join(filter(None, [_HERE, os.environ.get("PYTHONPATH", "")]))
-        env = dict(os.environ, PYTHONPATH=path)
         proc = subprocess.run(
             [
                 "valgrind",
@@ -211,11 +209,8 @@ def instructions(stage: str, spans: int, prepared: int) -> int:
                 "--cache-sim=no",
                 f"--cachegrind-out-file={out}",
                 sys.executable,
-                __file__,
-                "--child",
-                stage,
-                str(spans),
-                str(prepared),
+                script,
+                *args,
             ],
             capture_output=True,
             text=True,
@@ -226,6 +221,13 @@ def instructions(stage: str, spans: int, prepared: int) -> int:
         if proc.returncode != 0 or found is None:
             raise RuntimeError(f"valgrind run failed ({proc.returncode}): {proc.stderr[-2000:]}")
         return int(found.group(1).replace(",", ""))
+
+
+def instructions(stage: str, spans: int, prepared: int) -> int:
+    """Instructions executed by a child process that pushes ``spans`` spans through ``stage``."""
+    path = os.pathsep.join(filter(None, [_HERE, os.environ.get("PYTHONPATH", "")]))
+    env = dict(os.environ, PYTHONPATH=path)
+    return cachegrind(__file__, ["--child", stage, str(spans), str(prepared)], env)
 
 
 def per_span(stage: str, spans: int) -> float:

@@ -250,3 +250,17 @@ def records(path: Path) -> Iterator[dict[str, Any]]:
         for line in f:
             if line.strip():
                 yield json.loads(line)
+
+
+def stored_span_rows(url: str, run: str) -> list[str]:
+    """The span ids of run ``run``'s span observations (``<span id>#0``) in the store at ``url``,
+    one per stored row (a duplicate shows twice)."""
+    import psycopg
+
+    with psycopg.connect(url) as conn:
+        rows = conn.execute(
+            "SELECT id FROM ob_observations WHERE run_id = %s AND backend = 'otlp' "
+            "AND id LIKE '%%#0'",
+            (run,),
+        ).fetchall()
+    return [str(r[0])[:-2] for r in rows]

@@ -37,6 +37,7 @@ from fleet_support import (
     remove,
     require_namespaces,
     start_load,
+    stored_span_rows,
     subprocess_env,
 )
 from store.store_support import Server, pg_server
@@ -158,13 +159,7 @@ def cross_host_calls(fleet: Fleet, apps: list[App]) -> tuple[App, App, int]:
 
 def stored_span_ids(url: str) -> set[str]:
     """The span ids whose own observation (``<span id>#0``) is in the store."""
-    with psycopg.connect(url) as conn:
-        rows = conn.execute(
-            "SELECT id FROM ob_observations WHERE run_id = %s AND backend = 'otlp' "
-            "AND id LIKE '%%#0'",
-            (RUN,),
-        ).fetchall()
-    return {str(r[0])[:-2] for r in rows}
+    return set(stored_span_rows(url, RUN))
 
 
 def joins(url: str) -> int:

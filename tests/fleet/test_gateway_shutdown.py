@@ -18,7 +18,13 @@ import sys
 from pathlib import Path
 
 import pytest
-from fleet_support import CollectorProcess, agent_env, gateway_env, start_load
+from fleet_support import (
+    CollectorProcess,
+    agent_env,
+    gateway_env,
+    start_load,
+    stored_span_rows,
+)
 from store.store_support import Server, free_port, pg_server
 from waiting import wait_until
 
@@ -39,13 +45,7 @@ FAST_RETRY = [
 
 def stored(url: str) -> list[str]:
     """The span ids of the run's span observations (``<span id>#0``), one per stored row."""
-    with psycopg.connect(url) as conn:
-        rows = conn.execute(
-            "SELECT id FROM ob_observations WHERE run_id = %s AND backend = 'otlp' "
-            "AND id LIKE '%%#0'",
-            (RUN,),
-        ).fetchall()
-    return [str(r[0])[:-2] for r in rows]
+    return stored_span_rows(url, RUN)
 
 
 def export_failures(log: str) -> list[int]:

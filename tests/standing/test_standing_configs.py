@@ -125,4 +125,6 @@ def test_backend_config_records_the_os_plane_of_a_separately_started_agent(
     events = [e for span in os_spans_of(spans, agent.pid) for e in span.events]
     targets = {str(e.attributes.get("otel_bridge.target")) for e in events}
     assert any(str(out) in t for t in targets), targets
-    assert any(t.endswith(f":{port}") for t in targets), targets
+    # on failure, the collector's own account of its network plane and of the agent's pid
+    said = [line for line in collector.output.splitlines() if "network" in line or "pid" in line]
+    assert any(t.endswith(f":{port}") for t in targets), (targets, said[-12:])

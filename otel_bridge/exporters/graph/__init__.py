@@ -44,6 +44,7 @@ from otel_bridge.component import (
     Host,
 )
 from otel_bridge.errors import StartupError
+from otel_bridge.exporters import count, warn
 from otel_bridge.graph import GraphAccumulator, encode
 from otel_bridge.graph.document import write_atomic
 from otel_bridge.model import Batch, CoverageRecord, Observation
@@ -221,14 +222,10 @@ class GraphExporter:
             self._warn("journal_skipped", f"skipped a journaled batch the graph refused: {exc!r}")
 
     def _count(self, name: str, n: int = 1) -> None:
-        if self._telemetry is not None and n:
-            self._telemetry.count(name, n)
+        count(self._telemetry, name, n)
 
     def _warn(self, key: str, message: str) -> None:
-        if self._telemetry is not None:
-            self._telemetry.report_once(f"exporter.{self._id}.{key}", f"{self._id}: {message}")
-        else:
-            _log.warning("%s: %s", self._id, message)
+        warn(self._telemetry, _log, self._id, key, message)
 
     def _journal(self, batch: Batch) -> None:
         """Append ``batch`` to the journal (caller holds ``_lock``); count what is not."""

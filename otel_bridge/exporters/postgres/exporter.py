@@ -36,6 +36,7 @@ from otel_bridge.component import (
     Host,
 )
 from otel_bridge.errors import PermanentError, RefusedError
+from otel_bridge.exporters import count, warn
 from otel_bridge.graph import GraphAccumulator
 from otel_bridge.identity import host_id
 from otel_bridge.model import Batch, Observation
@@ -363,14 +364,10 @@ class PostgresExporter:
     # -- telemetry ------------------------------------------------------------------------
 
     def _count(self, name: str, n: int = 1) -> None:
-        if self._telemetry is not None and n:
-            self._telemetry.count(name, n)
+        count(self._telemetry, name, n)
 
     def _warn(self, key: str, message: str) -> None:
-        if self._telemetry is not None:
-            self._telemetry.report_once(f"exporter.{self._id}.{key}", f"{self._id}: {message}")
-        else:
-            _log.warning("%s: %s", self._id, message)
+        warn(self._telemetry, _log, self._id, key, message)
 
 
 def _first_line(exc: BaseException) -> str:

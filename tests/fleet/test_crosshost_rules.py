@@ -283,6 +283,27 @@ def test_a_trace_on_one_host_is_not_a_cross_host_join() -> None:
         assert not [o for o in recorder.observations if o.source.backend == "crosshost"]
 
 
+def test_two_hosts_counting_the_same_record_id_still_join_on_two_records() -> None:
+    """CI saw it: both agents numbered their record ``strace:6``; the join's support named one
+    id twice and the graph kept one. At the gateway each id is its agent instance's."""
+
+    def numbered(record: LogRecord) -> LogRecord:
+        return msgspec.structs.replace(
+            record, attributes={**record.attributes, "evidence.record_id": "strace:6"}
+        )
+
+    a = shipped(HOST_A, Batch(logs=(numbered(connect()),)))
+    b = shipped(HOST_B, Batch(logs=(numbered(accept(t=T0 + S)),)))
+    with running(["logs_to_evidence", "crosshost"]) as (receiver, recorder, _):
+        receiver.emit(a)
+        receiver.emit(b)
+        observations = list(recorder.observations)
+    ends = {o.relation: o.id for o in observations if o.source.backend == "strace"}
+    assert len(set(ends.values())) == 2, ends
+    (join,) = [o for o in observations if o.source.backend == "crosshost"]
+    assert sorted(join.evidence.support) == sorted(ends.values())
+
+
 def test_os_record_ids_of_a_restarted_agent_are_new_evidence() -> None:
     """OS record ids count from 1 in every agent process: the same id from another agent
     instance is another event, and is kept."""
@@ -291,9 +312,14 @@ def test_os_record_ids_of_a_restarted_agent_are_new_evidence() -> None:
     with running(["logs_to_evidence"]) as (receiver, recorder, _):
         for batch in (*first, *restarted):
             receiver.emit(batch)
-        ids = [o.id for o in recorder.observations]
-    assert len(ids) == 2
-    assert ids[0] == ids[1]
+        observations = list(recorder.observations)
+    assert len(observations) == 2
+    # each keeps an id of its own (the agent's record id, scoped to the instance that shipped
+    # it), so a graph or store keyed by id holds both and a derived relation names the right one
+    first_id, second_id = (o.id for o in observations)
+    assert first_id != second_id
+    assert first_id.split("@")[0] == second_id.split("@")[0]
+    assert len({o.occurrence for o in observations}) == 2  # two events, not one seen twice
 
 
 def test_accepted_keys_survive_a_restart_and_a_torn_tail(tmp_path: Path) -> None:

@@ -36,6 +36,7 @@ from otel_bridge.component import (
 from otel_bridge.errors import DecodeError
 from otel_bridge.identity import host_id
 from otel_bridge.model import (
+    AnyValue,
     Batch,
     Channel,
     CoverageRecord,
@@ -129,6 +130,35 @@ built from them); OS record ids count from 1 in every agent process, so they are
 def _obs_key(host: str, instance: str, obs: Observation) -> int:
     scope = "" if obs.source.backend in _STABLE_BACKENDS else instance
     return digest("o", host, scope, obs.id)
+
+
+def _is_instance_local(obs_id: str) -> bool:
+    """Whether ``obs_id`` is an OS record's observation id (``<backend>:<n>#<slot>``, counted
+    from 1 in every agent process) rather than a span's (``<span hex>#<slot>``) or a derived
+    one (``correlate:...``, ``crosshost:...``), which are unique without their agent."""
+    head = obs_id.partition("#")[0]
+    return ":" in head and not head.startswith(("correlate:", "crosshost:"))
+
+
+def _scoped(obs: Observation, scope: str, attrs: dict[str, AnyValue]) -> Observation:
+    """``obs`` as the gateway keeps it: an OS record's id, occurrence and record id gain the
+    agent instance's ``scope`` (two agents, or one agent before and after a restart, count
+    their records from 1, so ``linux:6#0`` alone does not say which record), and so does every
+    such id a derived observation's support names; ``attrs`` replace the attributes."""
+    evidence = obs.evidence
+    if evidence.support and any(_is_instance_local(s) for s in evidence.support):
+        support = tuple(s + scope if _is_instance_local(s) else s for s in evidence.support)
+        evidence = msgspec.structs.replace(evidence, support=support)
+    if obs.source.backend in _STABLE_BACKENDS:
+        return msgspec.structs.replace(obs, attrs=attrs, evidence=evidence)
+    return msgspec.structs.replace(
+        obs,
+        id=obs.id + scope,
+        occurrence=obs.occurrence + scope if obs.occurrence else obs.occurrence,
+        source=msgspec.structs.replace(obs.source, record_id=obs.source.record_id + scope),
+        attrs=attrs,
+        evidence=evidence,
+    )
 
 
 def _cov_key(host: str, instance: str, cov: CoverageRecord) -> int:
@@ -231,10 +261,11 @@ class LogsToEvidence:
             )
             return [(digest("x", host, instance, str(record.time_unix_nano)), cov)]
         out: list[tuple[int, object]] = []
+        scope = f"@{digest('i', host, instance):016x}"
         for obs in observations:
             attrs = dict(obs.attrs)
             attrs[wire.AGENT_HOST_ATTR] = host
-            out.append((_obs_key(host, instance, obs), msgspec.structs.replace(obs, attrs=attrs)))
+            out.append((_obs_key(host, instance, obs), _scoped(obs, scope, attrs)))
         out.extend((_cov_key(host, instance, c), c) for c in coverage)
         return out
 

@@ -287,7 +287,7 @@ it then, as ``observe`` itself would next), so each import is counted in the pha
 
 
 PHASE_CHILD = r"""
-import importlib, sys, time
+import importlib, sys, threading, time
 spawned = int(sys.argv[1])
 marks = [("python start (interpreter, site)", time.time_ns(), time.process_time())]
 from otel_bridge import cli
@@ -296,6 +296,9 @@ marks.append(("cli + observe modules imported", time.time_ns(), time.process_tim
 pending = list(PHASES)
 
 def patch_ready():
+    for thread in threading.enumerate():  # observe's front imports the body in its own thread
+        if thread.name == "observe-warm":
+            thread.join()
     for entry in list(pending):
         module_name, attr, label = entry
         name = "otel_bridge." + module_name

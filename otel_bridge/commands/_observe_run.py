@@ -40,7 +40,14 @@ from otel_bridge.commands._observe_report import (
     write_report,
 )
 from otel_bridge.commands.observe import Early, Workload, new_run_id, workload_env
-from otel_bridge.component import RECEIVER, Endpoint, RootSettable, Telemetry
+from otel_bridge.component import (
+    EXPORTER,
+    PROCESSOR,
+    RECEIVER,
+    Endpoint,
+    RootSettable,
+    Telemetry,
+)
 from otel_bridge.config import (
     ComponentAddition,
     ConfigOverlay,
@@ -65,6 +72,34 @@ _DRAIN_BOUND = 3.0
 """After CMD exits, wait at most this long for its process group and its OTLP connections."""
 _RUN_PIPELINE = "evidence/run"
 _WILDCARD_HOSTS = ("", "0.0.0.0", "::")
+
+
+RUN_COMPONENTS: tuple[tuple[str, str], ...] = (
+    (RECEIVER, "otlp"),
+    (RECEIVER, "host"),
+    (PROCESSOR, "redact"),
+    (PROCESSOR, "normalize"),
+    (PROCESSOR, "correlate"),
+    (PROCESSOR, "grade"),
+    (EXPORTER, "graph"),
+    (EXPORTER, "file"),
+)
+"""``(kind, type)`` of every component :func:`build_overlay` adds to any run (without ``-c``, the
+whole collector): :func:`warm` imports their modules ahead of the build."""
+
+
+def warm() -> None:
+    """Import the modules the build will need (this module's own imports are done by now), so
+    that building the collector after the gate opens is wiring, not importing. Called by the
+    front in a background thread while it arms (:func:`otel_bridge.commands.observe.run`);
+    a module that cannot be imported is left for the build, which reports it."""
+    from otel_bridge.registry import BUILTIN_TYPES  # noqa: PLC0415
+
+    for key in RUN_COMPONENTS:
+        try:
+            importlib.import_module(BUILTIN_TYPES[key])
+        except ImportError:
+            return
 
 
 @dataclass(frozen=True, slots=True)

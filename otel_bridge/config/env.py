@@ -22,8 +22,6 @@ from collections.abc import Mapping
 from contextvars import ContextVar
 from typing import Any
 
-import yaml
-
 _NAME = r"[A-Za-z_][A-Za-z0-9_]*"
 _TOKEN = re.compile(r"\$\$|\$\{([^}]*)\}")
 _REFERENCE = re.compile(rf"^(?:env:)?({_NAME})(?::-(.*))?$", re.DOTALL)
@@ -99,6 +97,8 @@ def _substitute_string(text: str, env: Mapping[str, str], problems: list[str], p
 
 def _as_scalar(text: str) -> Any:
     """``text`` read as a YAML scalar (int, float, bool) when it is one, else ``text``."""
+    import yaml  # noqa: PLC0415 (only when a variable is substituted)
+
     try:
         parsed = yaml.safe_load(text)
     except (yaml.YAMLError, ValueError, TypeError, OverflowError, RecursionError):

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import Any, TypeVar
+from typing import Any
 
 from opentelemetry.proto.collector.logs.v1.logs_service_pb2 import ExportLogsServiceRequest
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
@@ -16,6 +16,7 @@ from opentelemetry.proto.trace.v1.trace_pb2 import ResourceSpans, ScopeSpans
 from opentelemetry.proto.trace.v1.trace_pb2 import Span as PbSpan
 
 from otel_bridge.model import AnyValue, Attributes, LogRecord, Resource, Scope, Span
+from otel_bridge.otlp.records import group_by_resource_scope
 
 _INT64_MIN = -(2**63)
 _INT64_MAX = 2**63 - 1
@@ -58,43 +59,6 @@ def fill_attributes(out: Any, attributes: Attributes) -> None:
         kv = out.add()
         kv.key = key
         any_value_to_pb(value, kv.value)
-
-
-R = TypeVar("R", Span, LogRecord)
-
-
-def group_by_resource_scope(
-    records: Sequence[R],
-) -> list[tuple[Resource, list[tuple[Scope, list[R]]]]]:
-    """``records`` grouped by equal resource, then equal scope, in first-seen order."""
-    groups: list[tuple[Resource, list[tuple[Scope, list[R]]]]] = []
-    last_resource: Resource | None = None
-    last_scope: Scope | None = None
-    last_list: list[R] = []
-    for record in records:
-        # Records of one batch usually share the very same objects: try identity first.
-        if record.resource is last_resource and record.scope is last_scope:
-            last_list.append(record)
-            continue
-        scopes = None
-        for resource, scope_groups in groups:
-            if resource is record.resource or resource == record.resource:
-                scopes = scope_groups
-                break
-        if scopes is None:
-            scopes = []
-            groups.append((record.resource, scopes))
-        target = None
-        for scope, items in scopes:
-            if scope is record.scope or scope == record.scope:
-                target = items
-                break
-        if target is None:
-            target = []
-            scopes.append((record.scope, target))
-        target.append(record)
-        last_resource, last_scope, last_list = record.resource, record.scope, target
-    return groups
 
 
 def _fill_resource(out: PbResource, resource: Resource) -> None:

@@ -55,7 +55,7 @@ from otel_bridge.otlp.json_read import (
     read_uint32,
     read_uint64,
 )
-from otel_bridge.otlp.proto_codec import Decoded, Rejections, group_by_resource_scope
+from otel_bridge.otlp.records import Decoded, Rejections, group_by_resource_scope
 
 __all__ = [
     "any_value_to_json",

@@ -13,8 +13,7 @@ Encoding groups records by resource and scope (equal values share one ``Resource
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Any, Generic, TypeVar
+from typing import Any
 
 import msgspec
 from opentelemetry.proto.collector.logs.v1.logs_service_pb2 import (
@@ -41,8 +40,8 @@ from otel_bridge.otlp._proto_encode import (
     encode_logs,
     encode_traces,
     fill_attributes,
-    group_by_resource_scope,
 )
+from otel_bridge.otlp.records import Decoded, Rejections, group_by_resource_scope
 from otel_bridge.otlp.wire import (
     STATUS_CODES,
     LogsRequest,
@@ -68,24 +67,9 @@ __all__ = [
     "group_by_resource_scope",
 ]
 
-T = TypeVar("T")
-
 _INT64_MIN = -(2**63)
 _INT64_MAX = 2**63 - 1
 _SPAN_KINDS = {int(k): k for k in SpanKind}
-_MAX_REJECT_DETAILS = 5
-"""How many rejected records a partial-success message names before summarising."""
-
-
-@dataclass(frozen=True, slots=True)
-class Decoded(Generic[T]):
-    """The result of decoding one request: the accepted records and what was rejected."""
-
-    records: tuple[T, ...]
-    rejected: int = 0
-    """How many records were rejected (OTLP ``rejected_spans`` / ``rejected_log_records``)."""
-    error_message: str = ""
-    """Why, naming the first few rejected records by path; empty when nothing was rejected."""
 
 
 # --------------------------------------------------------------------------------------------
@@ -122,30 +106,6 @@ def _id_problem(value: bytes, size: int, *, optional: bool) -> str:
     if n == 0 and optional:
         return ""
     return f"expected {size} bytes, got {n}"
-
-
-class Rejections:
-    """Collects the rejected records of one request: a count and the first few problems."""
-
-    __slots__ = ("count", "details")
-
-    def __init__(self) -> None:
-        self.count = 0
-        self.details: list[str] = []
-
-    def add(self, problem: str) -> None:
-        """Count one rejected record; ``problem`` is ``"path: what is wrong"``."""
-        self.count += 1
-        if len(self.details) < _MAX_REJECT_DETAILS:
-            self.details.append(problem)
-
-    def message(self, noun: str) -> str:
-        """The partial-success ``error_message`` (empty when nothing was rejected)."""
-        if not self.count:
-            return ""
-        more = self.count - len(self.details)
-        tail = f"; and {more} more" if more > 0 else ""
-        return f"rejected {self.count} invalid {noun}: " + "; ".join(self.details) + tail
 
 
 _ZERO_TRACE = bytes(16)

@@ -25,14 +25,12 @@ from collections.abc import Callable
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import TYPE_CHECKING, Any
 
-from google.protobuf.message import DecodeError as PbDecodeError
-from google.rpc import status_pb2  # type: ignore[import-untyped]
-
 from otel_bridge.errors import DecodeError, PayloadTooLargeError, StartupError
-from otel_bridge.otlp import json_codec, proto_codec
 from otel_bridge.receivers.otlp.config import HttpConfig, split_endpoint
 
 if TYPE_CHECKING:
+    from types import ModuleType
+
     from otel_bridge.receivers.otlp.receiver import OtlpReceiver, Outcome
 
 PROTOBUF = "application/x-protobuf"
@@ -105,17 +103,28 @@ def read_limited(read: Callable[[int], bytes], length: int, encoding: str, limit
     return bytes(out)
 
 
+def _proto() -> ModuleType:
+    """The protobuf codec, imported at the first request that needs it (protobuf and the OTLP
+    message classes cost tens of milliseconds to import: a run whose command sends nothing, or
+    only JSON, never pays for them)."""
+    from otel_bridge.otlp import proto_codec  # noqa: PLC0415
+
+    return proto_codec
+
+
 def status_body(content_type: str, code: int, message: str) -> bytes:
     """A ``google.rpc.Status`` body in ``content_type``."""
     if content_type == JSON:
         return json.dumps({"code": code, "message": message}).encode()
+    from google.rpc import status_pb2  # type: ignore[import-untyped]  # noqa: PLC0415
+
     body: bytes = status_pb2.Status(code=code, message=message).SerializeToString()
     return body
 
 
 def _response_body(content_type: str, signal: str, outcome: Outcome) -> bytes:
     if content_type != JSON:
-        return proto_codec.encode_export_response(signal, outcome.rejected, outcome.error_message)
+        return _proto().encode_export_response(signal, outcome.rejected, outcome.error_message)
     if not outcome.rejected:
         return b"{}"
     field = "rejectedSpans" if signal == "traces" else "rejectedLogRecords"
@@ -347,18 +356,22 @@ class _Handler(BaseHTTPRequestHandler):
     def _decode_and_deliver(
         receiver: OtlpReceiver, signal: str, content_type: str, body: bytes
     ) -> Outcome:
-        if signal == "traces":
-            if content_type == JSON:
+        if content_type == JSON:
+            from otel_bridge.otlp import json_codec  # noqa: PLC0415 (at the first JSON request)
+
+            if signal == "traces":
                 return receiver.deliver_spans(json_codec.decode_traces(body))
+            return receiver.deliver_logs(json_codec.decode_logs(body))
+        from google.protobuf.message import DecodeError as PbDecodeError  # noqa: PLC0415
+
+        if signal == "traces":
             try:
-                spans = proto_codec.decode_traces(body)
+                spans = _proto().decode_traces(body)
             except PbDecodeError as exc:
                 raise DecodeError(f"cannot decode ExportTraceServiceRequest: {exc}") from None
             return receiver.deliver_spans(spans)
-        if content_type == JSON:
-            return receiver.deliver_logs(json_codec.decode_logs(body))
         try:
-            logs = proto_codec.decode_logs(body)
+            logs = _proto().decode_logs(body)
         except PbDecodeError as exc:
             raise DecodeError(f"cannot decode ExportLogsServiceRequest: {exc}") from None
         return receiver.deliver_logs(logs)

@@ -33,7 +33,7 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Protocol, runtime_checkable
 
@@ -369,6 +369,11 @@ def open_fanotify_groups(events: list[str], paths: list[str], mark: str) -> Fano
 
 def start_helper(pids: list[int], *, timeout: float = 5.0) -> subprocess.Popen[bytes]:
     """The exec image helper following ``pids``, subscribed and ready; raises ``OSError``."""
+    return wait_helper(spawn_helper(pids), timeout=timeout)
+
+
+def spawn_helper(pids: list[int]) -> subprocess.Popen[bytes]:
+    """The exec image helper following ``pids``, started (not waited for: :func:`wait_helper`)."""
     proc = subprocess.Popen(
         [sys.executable, "-S", "-c", HELPER, *map(str, pids)],
         stdin=subprocess.PIPE,
@@ -378,6 +383,13 @@ def start_helper(pids: list[int], *, timeout: float = 5.0) -> subprocess.Popen[b
     assert proc.stdout is not None
     with contextlib.suppress(OSError):  # a bigger pipe: the backend may read it late
         fcntl.fcntl(proc.stdout.fileno(), _F_SETPIPE_SZ, _PIPE_BYTES)
+    return proc
+
+
+def wait_helper(proc: subprocess.Popen[bytes], *, timeout: float = 5.0) -> subprocess.Popen[bytes]:
+    """``proc`` once it is subscribed and ready; stops it and raises ``OSError`` when it does
+    not become ready within ``timeout`` seconds."""
+    assert proc.stdout is not None
     ready, _, _ = select.select([proc.stdout], [], [], timeout)
     if not ready or proc.stdout.readline().strip() != b"READY":
         stop_helper(proc)
@@ -432,20 +444,27 @@ class ArmedHost:
             self.perf = None
 
 
-def arm_linux(root_pid: int) -> ArmedHost:
+def arm_linux(root_pid: int, *, waiting: Callable[[], None] | None = None) -> ArmedHost:
     """Attach the ``linux`` backend's sources for its default configuration to ``root_pid``'s
     lineage; raises ``BackendUnavailableError`` or ``OSError`` when one cannot be attached (the
-    caller then builds the collector first, as without arming)."""
+    caller then builds the collector first, as without arming).
+
+    The exec image helper is spawned first, so its interpreter starts while the other sources
+    are attached; ``waiting`` is called once they are, just before waiting for the helper to
+    be ready (``observe`` starts importing the collector there, in another thread)."""
     if not hasattr(os, "geteuid") or os.geteuid() != 0:
         raise BackendUnavailableError("linux: needs root (netlink process connector and fanotify)")
     armed = ArmedHost(root_pid=root_pid, proc_socket=None, helper=None, fanotify=None)
     try:
+        armed.helper = spawn_helper([root_pid])
         armed.proc_socket = open_proc_connector()
         armed.fanotify = open_fanotify_groups(
             list(DEFAULT_FANOTIFY_EVENTS), list(DEFAULT_FANOTIFY_PATHS), DEFAULT_FANOTIFY_MARK
         )
         armed.fanotify.start_reading()
-        armed.helper = start_helper([root_pid])
+        if waiting is not None:
+            waiting()
+        wait_helper(armed.helper)
         with contextlib.suppress(OSError):  # refused: the backend tries again and says why
             armed.perf = arm_rings()
         armed.root_start_ticks = _start_ticks(root_pid)

@@ -33,7 +33,7 @@ import sys
 import tempfile
 import threading
 import time
-from collections.abc import Iterator, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
@@ -299,8 +299,9 @@ def armable(args: argparse.Namespace) -> bool:
     )
 
 
-def start_early(args: argparse.Namespace, command: list[str]) -> Early:
-    """The run directory and CMD behind its gate; then arm and open the gate when it can."""
+def start_early(args: argparse.Namespace, command: list[str], warm: Warm | None = None) -> Early:
+    """The run directory and CMD behind its gate; then arm and open the gate when it can
+    (``warm``: started while the front waits for the exec image helper)."""
     run_id = new_run_id()
     run_dir = rundir.RunDir.create(
         args.output or os.path.join("otel-bridge-runs", run_id), replace=args.replace
@@ -315,21 +316,21 @@ def start_early(args: argparse.Namespace, command: list[str]) -> Early:
         rundir.WorkloadGuard(workload.pid),
     )  # fmt: skip
     try:
-        _arm(early)
+        _arm(early, warm)
     except BaseException:
         early.abandon()
         raise
     return early
 
 
-def _arm(early: Early) -> None:
+def _arm(early: Early, warm: Warm | None = None) -> None:
     """Attach the host sources and bind the OTLP endpoint, then open the gate; leaves the gate
     shut when a source cannot be attached (the collector is then built first)."""
     from otel_bridge.arming import arm_linux  # noqa: PLC0415 (only for an armable run)
     from otel_bridge.otlp.mux import listen  # noqa: PLC0415
 
     try:
-        early.armed = arm_linux(early.workload.pid)
+        early.armed = arm_linux(early.workload.pid, waiting=None if warm is None else warm.start)
     except (OSError, OtelBridgeError):
         return
     early.listener = listen()
@@ -344,8 +345,11 @@ def run(args: argparse.Namespace) -> int:
     command = command_of(args)
     early = None
     if armable(args):
-        with _warming():
-            early = start_early(args, command)
+        warm = Warm()
+        try:
+            early = start_early(args, command, warm)
+        finally:
+            warm.join()
     try:
         from otel_bridge.commands._observe_run import observe  # noqa: PLC0415 (after arming)
     except BaseException:
@@ -356,36 +360,43 @@ def run(args: argparse.Namespace) -> int:
 
 
 _WARM_SWITCH_INTERVAL = 0.0005
-"""The interpreter's thread switch interval while the front arms beside :func:`_warming`'s
-thread: the front's thread gets the interpreter back within 0.5 ms after each system call
-(the default 5 ms would be paid at each of them)."""
+"""The interpreter's thread switch interval while :class:`Warm`'s thread runs beside the front:
+the front's thread gets the interpreter back within 0.5 ms after each system call (the default
+5 ms would be paid at each of them)."""
 
 
-@contextlib.contextmanager
-def _warming() -> Iterator[None]:
-    """Import the collector's modules in a background thread while the body of the block (the
-    front arming: waiting on the exec image helper's start, attaching sources) runs; on exit,
-    wait for that thread, so the imports are never run by two threads at once. What the
-    build imports after the gate opens, and therefore after a short command's exit, is
-    what is left."""
-    from otel_bridge import arming  # noqa: F401, PLC0415 (the front's own imports come first)
-    from otel_bridge.otlp import mux  # noqa: F401, PLC0415
+class Warm:
+    """Imports the collector's modules in a background thread while the front waits for the
+    exec image helper to start (:func:`otel_bridge.arming.arm_linux`'s ``waiting``), so that
+    what the build imports after the gate opened (and therefore after a short command's exit)
+    is only what is left. :meth:`join` is called before the front imports anything itself: no
+    module is ever imported by two threads at once."""
 
-    def load() -> None:
+    def __init__(self) -> None:
+        self._thread: threading.Thread | None = None
+        self._interval = sys.getswitchinterval()
+
+    def start(self) -> None:
+        """Start importing (once)."""
+        if self._thread is not None:
+            return
+        sys.setswitchinterval(_WARM_SWITCH_INTERVAL)
+        self._thread = threading.Thread(target=self._load, name="observe-warm", daemon=True)
+        self._thread.start()
+
+    @staticmethod
+    def _load() -> None:
         try:
             importlib.import_module("otel_bridge.commands._observe_run").warm()
         except ImportError:  # the build imports it again and reports it
             return
 
-    previous = sys.getswitchinterval()
-    sys.setswitchinterval(_WARM_SWITCH_INTERVAL)
-    thread = threading.Thread(target=load, name="observe-warm", daemon=True)
-    thread.start()
-    try:
-        yield
-    finally:
-        thread.join()
-        sys.setswitchinterval(previous)
+    def join(self) -> None:
+        """Wait for the imports (none started: nothing to wait for). Safe twice."""
+        if self._thread is not None:
+            self._thread.join()
+            self._thread = None
+            sys.setswitchinterval(self._interval)
 
 
 def __getattr__(name: str) -> Any:

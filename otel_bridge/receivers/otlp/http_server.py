@@ -29,8 +29,6 @@ from otel_bridge.errors import DecodeError, PayloadTooLargeError, StartupError
 from otel_bridge.receivers.otlp.config import HttpConfig, split_endpoint
 
 if TYPE_CHECKING:
-    from types import ModuleType
-
     from otel_bridge.receivers.otlp.receiver import OtlpReceiver, Outcome
 
 PROTOBUF = "application/x-protobuf"
@@ -103,15 +101,6 @@ def read_limited(read: Callable[[int], bytes], length: int, encoding: str, limit
     return bytes(out)
 
 
-def _proto() -> ModuleType:
-    """The protobuf codec, imported at the first request that needs it (protobuf and the OTLP
-    message classes cost tens of milliseconds to import: a run whose command sends nothing, or
-    only JSON, never pays for them)."""
-    from otel_bridge.otlp import proto_codec  # noqa: PLC0415
-
-    return proto_codec
-
-
 def status_body(content_type: str, code: int, message: str) -> bytes:
     """A ``google.rpc.Status`` body in ``content_type``."""
     if content_type == JSON:
@@ -124,7 +113,11 @@ def status_body(content_type: str, code: int, message: str) -> bytes:
 
 def _response_body(content_type: str, signal: str, outcome: Outcome) -> bytes:
     if content_type != JSON:
-        return _proto().encode_export_response(signal, outcome.rejected, outcome.error_message)
+        # protobuf: imported at the first request that needs it (a run whose command sends
+        # nothing, or only JSON, never pays for protobuf and the OTLP message classes)
+        from otel_bridge.otlp.proto_codec import encode_export_response  # noqa: PLC0415
+
+        return encode_export_response(signal, outcome.rejected, outcome.error_message)
     if not outcome.rejected:
         return b"{}"
     field = "rejectedSpans" if signal == "traces" else "rejectedLogRecords"
@@ -364,14 +357,16 @@ class _Handler(BaseHTTPRequestHandler):
             return receiver.deliver_logs(json_codec.decode_logs(body))
         from google.protobuf.message import DecodeError as PbDecodeError  # noqa: PLC0415
 
+        from otel_bridge.otlp.proto_codec import decode_logs, decode_traces  # noqa: PLC0415
+
         if signal == "traces":
             try:
-                spans = _proto().decode_traces(body)
+                spans = decode_traces(body)
             except PbDecodeError as exc:
                 raise DecodeError(f"cannot decode ExportTraceServiceRequest: {exc}") from None
             return receiver.deliver_spans(spans)
         try:
-            logs = _proto().decode_logs(body)
+            logs = decode_logs(body)
         except PbDecodeError as exc:
             raise DecodeError(f"cannot decode ExportLogsServiceRequest: {exc}") from None
         return receiver.deliver_logs(logs)

@@ -388,7 +388,7 @@ class Warm:
     def _load() -> None:
         try:
             importlib.import_module("otel_bridge.commands._observe_run").warm()
-        except ImportError:  # the build imports it again and reports it
+        except Exception:  # the build imports it again and reports it there
             return
 
     def join(self) -> None:

@@ -508,8 +508,17 @@ class StoreWriter:
             observation_row(run_id, seq + i, j, host_id, times[0], block=block, pos=i)
             for i, j in enumerate(joined.joins)
         ]
-        hosts = {str(r[6]) for r in rows}
-        self._ensure_run_hosts(run_id, hosts)
+        # the join's hosts are its ends' (stored, so their host rows exist): link them to the
+        # run without touching ob_hosts rows another writer may hold (no lock after the 4-tuples')
+        for host in sorted({str(r[6]) for r in rows}):
+            if (run_id, host) not in self._run_hosts:
+                self.conn.execute(
+                    "INSERT INTO ob_hosts (host_id) VALUES (%s) ON CONFLICT DO NOTHING", (host,)
+                )
+                self.conn.execute(
+                    "INSERT INTO ob_run_hosts VALUES (%s, %s) ON CONFLICT DO NOTHING",
+                    (run_id, host),
+                )
         placeholders = ", ".join(["%s"] * len(rows[0]))
         sql = (
             f"INSERT INTO {OBSERVATIONS} ({_OBS_COLUMNS}) VALUES ({placeholders}) "

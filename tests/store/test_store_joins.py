@@ -11,6 +11,7 @@ import os
 import random
 import subprocess
 import sys
+import threading
 from typing import Any
 
 import msgspec
@@ -281,3 +282,47 @@ def _cli(*args: str) -> subprocess.CompletedProcess[str]:
         check=False,
         env=env,
     )
+
+
+def test_two_writers_storing_both_ends_at_once_join_every_connection_once(pg_url: str) -> None:
+    """Two writers store the two ends of 40 connections at the same time, in batches of four
+    whose 4-tuples overlap in opposite orders (each writer has the client end of half the
+    connections and the server end of the other half). The lock per 4-tuple makes the second
+    transaction see the first's end, and taking the locks in one order keeps the two from
+    deadlocking: 40 joins, none twice, no ambiguity, no refused batch."""
+    ends: tuple[list[Observation], list[Observation]] = ([], [])
+    for i in range(40):
+        client = (f"10.1.{i}.1", 40000 + i)
+        server = (f"10.2.{i}.1", 443)
+        pair = (
+            connect_end(pid=100 + i, local=client, peer=server),
+            accept(pid=500 + i, peer=client, local=server, t=T0 + S),
+        )
+        ends[0].append(pair[i % 2])
+        ends[1].append(pair[1 - i % 2])
+    ends[1].reverse()
+    telemetry = Telemetry()
+    writers = [_exporter(pg_url, f"gateway-{n}", telemetry) for n in (1, 2)]
+    barrier = threading.Barrier(2)
+    failures: list[BaseException] = []
+
+    def store(n: int) -> None:
+        try:
+            barrier.wait(timeout=30)
+            for k in range(0, len(ends[n]), 4):
+                writers[n].consume(Batch(observations=tuple(ends[n][k : k + 4])))
+        except BaseException as exc:  # reported by the main thread
+            failures.append(exc)
+
+    threads = [threading.Thread(target=store, args=(n,)) for n in (0, 1)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=120)
+    for writer in writers:
+        writer.shutdown()
+    assert failures == []
+    joins = _rows(pg_url, JOINS)
+    assert len(joins) == len({j for _, j in joins}) == 40
+    assert telemetry.total("connections_joined", kind="exporter") == 40
+    assert telemetry.total("connections_ambiguous", kind="exporter") == 0

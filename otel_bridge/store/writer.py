@@ -519,17 +519,11 @@ class StoreWriter:
                     "INSERT INTO ob_run_hosts VALUES (%s, %s) ON CONFLICT DO NOTHING",
                     (run_id, host),
                 )
-        placeholders = ", ".join(["%s"] * len(rows[0]))
-        sql = (
-            f"INSERT INTO {OBSERVATIONS} ({_OBS_COLUMNS}) VALUES ({placeholders}) "
-            "ON CONFLICT DO NOTHING RETURNING id"
+        self.conn.execute("DELETE FROM ob_stage_obs")  # the batch's rows, already moved
+        new_ids = self._copy_insert(
+            "ob_stage_obs", OBSERVATIONS, _OBS_COLUMNS, rows, "host_id || chr(31) || id"
         )
-        with self.conn.cursor() as cur:  # a join the run already holds is not applied again
-            kept = [
-                j
-                for j, row in zip(joined.joins, rows, strict=True)
-                if cur.execute(sql, row).fetchone()
-            ]
+        kept = _fresh(joined.joins, rows, new_ids)  # a join the run already held: not again
         joined.joins, joined.numbered = kept, len(rows)
         block_time = max(times[1], *(r[2] for r in rows))
         records = [encode_record(j) for j in joined.joins]

@@ -69,7 +69,7 @@ def _random_ends(rng: random.Random, net: int) -> list[Observation]:
     for i in range(8):
         loop = rng.random() < 0.1
         client = ("127.0.0.1" if loop else f"10.{net}.0.{rng.choice((1, 9))}", rng.choice((1, 2)))
-        server = ("127.0.0.1" if loop else f"10.{net}.1.{rng.choice((2, 3))}", 8080)
+        server = ("127.0.0.1" if loop else f"10.{net}.1.{rng.choice((2, 2, 3))}", 8080)
         host, pid = rng.choice((HOST_A, HOST_B, HOST_C)), rng.choice((100, 200, 300))
         t = T0 + rng.choice((0, 3, 5, 6, 9)) * S
         rid = f"strace:{net}:{i}"
@@ -105,14 +105,14 @@ def test_the_sql_rule_agrees_with_the_in_memory_rule(pg_url: str) -> None:
         writer = StoreWriter(conn, partition_interval=86400)
         writer.ensure_run("r", host_id="gw", service="", task="", run={})
         seq, joined_any, ambiguous_any = 0, 0, 0
-        for net in range(40):
+        for net in range(60):
             ends = _random_ends(rng, net)
             expected, ambiguous = _in_memory(ends)
             made: set[bytes] = set()
             counted = 0
             i = 0
             while i < len(ends):
-                n = rng.choice((1, 1, 2, 3))
+                n = rng.choice((1, 1, 2, 3, 8))
                 stored = writer.ingest(
                     "r",
                     host_id="gw",
@@ -127,8 +127,8 @@ def test_the_sql_rule_agrees_with_the_in_memory_rule(pg_url: str) -> None:
             assert (made, counted) == (expected, ambiguous), f"sequence {net}"
             joined_any += len(made)
             ambiguous_any += counted
-    assert joined_any >= 5, "the sequences exercise joins"
-    assert ambiguous_any >= 3, "and ambiguities"
+    assert joined_any >= 10, "the sequences exercise joins"
+    assert ambiguous_any >= 5, "and ambiguities"
 
 
 # --------------------------------------------------------------------------- two writers, restart

@@ -28,6 +28,7 @@ agent that normalized it (``otel_bridge.agent.host.id``, set by ``logs_to_eviden
 
 from __future__ import annotations
 
+import functools
 import ipaddress
 from dataclasses import dataclass, field
 from typing import TypeVar
@@ -95,6 +96,7 @@ class Counts:
     traces_joined: int = 0
 
 
+@functools.lru_cache(maxsize=4096)
 def _routable(address: str) -> bool:
     try:
         ip = ipaddress.ip_address(address)

@@ -207,18 +207,7 @@ def test_two_agents_and_a_gateway_fill_postgres_and_read_back_the_gateway_graph(
         server, client, client_port = cross_host_calls(fleet, apps)
         # both ends reach the gateway first: crosshost's pending ends live in its memory only,
         # so a side that arrived before the gateway's kill and one after would never meet
-        try:
-            wait_until(lambda: joins(url) == 1, 60, "the cross-host join stored")
-        except AssertionError:
-            with psycopg.connect(url) as conn:
-                for r in conn.execute("SELECT n, client_address, client_port, server_address, server_port, connecting, host_id, process_id, obs_id, time_ns FROM ob_conn_ends").fetchall():
-                    print("END", r)
-                for r in conn.execute("SELECT * FROM ob_conn_tuples").fetchall():
-                    print("TUPLE", r)
-                for r in conn.execute("SELECT id, relation, subject_id, object_id, time_ns, host_id, backend FROM ob_observations WHERE relation IN ('connected_to','accepted','connected_to_process')").fetchall():
-                    print("OBS", r)
-            print("GATEWAY", fleet.procs["gateway"].stderr.log()[-5000:])
-            raise
+        wait_until(lambda: joins(url) == 1, 90, "the cross-host join stored")
         acked = load_with_restarts(fleet, tmp_path / "receipts")
         wait_until(lambda: acked <= stored_span_ids(url), 90, "every acknowledged span stored")
         for name in ("a", "b", "gateway"):  # drain: enrich's held spans, the queues, the store

@@ -9,10 +9,12 @@ rule (:mod:`otel_bridge.processors.crosshost.join`), over its rows:
   crosshost.join.connection_end` accepts (TCP, both addresses routable, both ports known) is an
   ``ob_conn_ends`` row keyed by its host and observation id (one end stored by two runs is one
   row), under its client-side 4-tuple;
-* in the same transaction, :data:`FITS` selects the opposite ends of the exact 4-tuple seen on
-  another host at most the skew window apart, one per (host, process): none gives nothing, two
-  or more are ambiguous (no join, counted in ``ob_conn_tuples.ambiguous``), exactly one gives
-  the join unless the 4-tuple already has one (the same pair: nothing; another: ambiguous);
+* in the same transaction, :data:`FITS` selects for every end the stored opposite ends of the
+  exact 4-tuple seen on another host at most the skew window apart, one per (host, process),
+  and :func:`~otel_bridge.processors.crosshost.join.may_pair` adds the batch's own earlier
+  ends, so each end meets exactly the ends stored before it: none gives nothing, two or more
+  are ambiguous (no join, counted in ``ob_conn_tuples.ambiguous``), exactly one gives the join
+  unless the 4-tuple already has one (the same pair: nothing; another: ambiguous);
 * the join is :func:`~otel_bridge.processors.crosshost.join.connection_join`'s observation,
   with its deterministic id: the writer stores it in the run whose end completed it, and
   ``ob_conn_tuples`` records it so it is made once in the database.

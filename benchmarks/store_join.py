@@ -133,9 +133,9 @@ def main(argv: list[str] | None = None) -> int:
             f"{server / n * 1e6:.1f} us/end, joins {joins[name]}"
         )
     (c0, s0), (c1, s1) = figures["plain"], figures["join"]
-    server = f"x{s1 / s0:.2f}" if s0 > 0 else "n/a (no server CPU measured)"
+    ratio = f"x{s1 / s0:.2f}" if s0 > 0 else "n/a (no server CPU measured)"
     print(
-        f"join/plain: client CPU x{c1 / c0:.2f}, server CPU {server}, "
+        f"join/plain: client CPU x{c1 / c0:.2f}, server CPU {ratio}, "
         f"client + server x{(c1 + s1) / (c0 + s0):.2f}"
     )
     return 0

@@ -179,6 +179,15 @@ def status(conn: psycopg.Connection[Any]) -> dict[str, Any]:
                 cur.execute(f"SELECT count(*) FROM {table}")
                 row = cur.fetchone()
                 out[table.removeprefix("ob_")] = int(row[0]) if row else 0
+            if current >= 3:  # the store's cross-host join (docs/store.md)
+                cur.execute(
+                    "SELECT (SELECT count(*) FROM ob_conn_ends), count(join_id), "
+                    "coalesce(sum(ambiguous), 0) FROM ob_conn_tuples"
+                )
+                row = cur.fetchone()
+                if row is not None:
+                    out["connection_ends"], out["connections_joined"] = int(row[0]), int(row[1])
+                    out["connections_ambiguous"] = int(row[2])
             cur.execute(
                 "SELECT parent, count(*), min(lower_bound), max(upper_bound) "
                 "FROM ob_partitions GROUP BY parent ORDER BY parent"

@@ -200,6 +200,42 @@ DROP INDEX ob_spans_run_seq;
 DROP INDEX ob_logs_run_seq;
 """
 
+_V3 = """
+CREATE TABLE ob_conn_ends (
+    n               bigserial PRIMARY KEY,
+    client_address  text NOT NULL,
+    client_port     integer NOT NULL,
+    server_address  text NOT NULL,
+    server_port     integer NOT NULL,
+    connecting      boolean NOT NULL,
+    host_id         text NOT NULL,
+    process_id      text NOT NULL,
+    run_id          text NOT NULL,
+    obs_id          text NOT NULL,
+    time_ns         bigint NOT NULL,
+    channel         text NOT NULL,
+    process         bytea NOT NULL,
+    UNIQUE (host_id, obs_id)
+);
+CREATE INDEX ob_conn_ends_tuple ON ob_conn_ends
+    (server_address, server_port, client_address, client_port, time_ns);
+CREATE INDEX ob_conn_ends_time ON ob_conn_ends (time_ns);
+CREATE TABLE ob_conn_tuples (
+    client_address  text NOT NULL,
+    client_port     integer NOT NULL,
+    server_address  text NOT NULL,
+    server_port     integer NOT NULL,
+    join_id         text,
+    run_id          text,
+    client_host     text,
+    client_process  text,
+    server_host     text,
+    server_process  text,
+    ambiguous       integer NOT NULL DEFAULT 0,
+    PRIMARY KEY (client_address, client_port, server_address, server_port)
+);
+"""
+
 MIGRATIONS: tuple[Migration, ...] = (
     Migration(
         1, "runs, hosts, nodes, edges, coverage; partitioned observations, spans and logs", _V1
@@ -209,6 +245,12 @@ MIGRATIONS: tuple[Migration, ...] = (
         "raw records in one compressed block per batch (ob_blocks); keys led by part_time; "
         "the run's next sequence number in ob_runs (no seq index on spans and logs)",
         _V2,
+    ),
+    Migration(
+        3,
+        "cross-host connection join in the store: connection ends by 4-tuple (ob_conn_ends), "
+        "each 4-tuple's join or ambiguity (ob_conn_tuples)",
+        _V3,
     ),
 )
 """Every schema step, in order. Append; never edit a released step."""

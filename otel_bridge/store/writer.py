@@ -17,7 +17,7 @@ import secrets
 import time
 from collections.abc import Iterable, Iterator, Sequence
 from datetime import UTC, datetime
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 import msgspec
 
@@ -30,6 +30,8 @@ from otel_bridge.store.records import encode as encode_record
 
 if TYPE_CHECKING:
     import psycopg
+
+    from otel_bridge.store.joins import Joined
 
 OBSERVATIONS = "ob_observations"
 SPANS = "ob_spans"
@@ -308,6 +310,34 @@ def coverage_rows(
     return rows
 
 
+class Ingested(NamedTuple):
+    """What :meth:`StoreWriter.ingest` stored."""
+
+    observations: list[Observation]
+    """The batch's observations that were new for the run, in order."""
+    coverage: list[CoverageRecord]
+    """The batch's coverage records that were new."""
+    joins: list[Observation]
+    """The cross-host joins the store made (stored after the batch's records)."""
+    ambiguous: int
+    """Connection ends whose join was ambiguous (no join)."""
+    next_seq: int
+    """The run's next sequence number after this batch and its joins."""
+
+
+def _fresh(
+    obs: Sequence[Observation], rows: list[tuple[Any, ...]], new_ids: set[str]
+) -> list[Observation]:
+    """The observations whose rows were inserted (each id once, in order)."""
+    fresh: list[Observation] = []
+    for o, row in zip(obs, rows, strict=True):
+        key = f"{row[6]}\x1f{o.id}"
+        if key in new_ids:
+            new_ids.discard(key)
+            fresh.append(o)
+    return fresh
+
+
 def batch_size(batch: Batch) -> int:
     """How many sequence numbers :meth:`StoreWriter.ingest` gives ``batch``'s records."""
     return len(batch.observations) + len(batch.coverage) + len(batch.spans) + len(batch.logs)
@@ -382,12 +412,16 @@ class StoreWriter:
             self._known.add((parent, start))
 
     def ingest(
-        self, run_id: str, *, host_id: str, seq: int, batch: Batch
-    ) -> tuple[list[Observation], list[CoverageRecord]]:
+        self, run_id: str, *, host_id: str, seq: int, batch: Batch, join_skew_ns: int | None = None
+    ) -> Ingested:
         """Store ``batch`` in one transaction; returns the observations and coverage records that
         were new (a record already stored for the run is skipped, in order, once). Its records
         take the sequence numbers from ``seq`` on (``batch_size(batch)`` of them); their raw
-        records go into one compressed block (``ob_blocks``), stored when any row is new."""
+        records go into one compressed block (``ob_blocks``), stored when any row is new.
+
+        With ``join_skew_ns``, the new observations' connection ends are joined across hosts in
+        the same transaction (:mod:`otel_bridge.store.joins`); the joins made are stored after
+        the batch's records (sequence numbers after them, one more block) and returned."""
         self._stage()
         now = datetime.now(UTC)
         block = secrets.randbits(63)
@@ -413,6 +447,11 @@ class StoreWriter:
         self.ensure_partitions(SPANS, (r[3] for r in span_rows))
         self.ensure_partitions(LOGS, (r[2] for r in logs))
         self.ensure_partitions(BLOCKS, (block_time,))
+        if join_skew_ns is not None:  # a join's time is its earlier end's: within the skew
+            self.ensure_partitions(
+                OBSERVATIONS, (part_time(r[4] - join_skew_ns, now) for r in obs_rows)
+            )
+        joined = None
         with self.conn.transaction():
             hosts = {str(r[6]) for r in obs_rows} | {str(r[5]) for r in logs}
             self._ensure_run_hosts(run_id, hosts)
@@ -430,19 +469,70 @@ class StoreWriter:
                     "VALUES (%s, %s, %s, %s, %s)",
                     (run_id, block, block_time, len(records), codec.pack_block(records)),
                 )
+            fresh = _fresh(obs, obs_rows, new_ids)
+            seq += len(logs)
+            if join_skew_ns is not None:
+                joined = self._join((run_id, host_id), seq, fresh, join_skew_ns, (now, block_time))
+                seq += joined.numbered
+                hosts.update(observation_host(j, host_id) for j in joined.joins)
             self.conn.execute(
                 "UPDATE ob_runs SET next_seq = greatest(next_seq, %s) WHERE run_id = %s",
-                (seq + len(logs), run_id),
+                (seq, run_id),
             )
         self._run_hosts.update((run_id, h) for h in hosts)  # committed
-        fresh: list[Observation] = []
-        for o, row in zip(obs, obs_rows, strict=True):
-            key = f"{row[6]}\x1f{o.id}"
-            if key in new_ids:
-                new_ids.discard(key)
-                fresh.append(o)
         fresh_cov = [c for c, row in zip(cov, cov_rows, strict=True) if row[1] in new_cov]
-        return fresh, fresh_cov
+        if joined is None:
+            return Ingested(fresh, fresh_cov, [], 0, seq)
+        return Ingested(fresh, fresh_cov, joined.joins, joined.ambiguous, seq)
+
+    def _join(
+        self,
+        run: tuple[str, str],
+        seq: int,
+        fresh: list[Observation],
+        skew_ns: int,
+        times: tuple[datetime, datetime],
+    ) -> Joined:
+        """The store's cross-host join of ``fresh``'s connection ends; the joins it made are
+        stored in ``run_id`` from sequence number ``seq`` on, in a block of their own whose
+        partition time is the batch block's (``times``: now, that time; a join is no later
+        than the end that completed it). ``run``: the run and the writer's host."""
+        from otel_bridge.store.joins import join_ends  # noqa: PLC0415 - loads the rule
+
+        run_id, host_id = run
+        joined = join_ends(self.conn, run_id, fresh, skew_ns)
+        if not joined.joins:
+            return joined
+        block = secrets.randbits(63)
+        rows = [
+            observation_row(run_id, seq + i, j, host_id, times[0], block=block, pos=i)
+            for i, j in enumerate(joined.joins)
+        ]
+        # the join's hosts are its ends' (stored, so their host rows exist): link them to the
+        # run without touching ob_hosts rows another writer may hold (no lock after the 4-tuples')
+        for host in sorted({str(r[6]) for r in rows}):
+            if (run_id, host) not in self._run_hosts:
+                self.conn.execute(
+                    "INSERT INTO ob_hosts (host_id) VALUES (%s) ON CONFLICT DO NOTHING", (host,)
+                )
+                self.conn.execute(
+                    "INSERT INTO ob_run_hosts VALUES (%s, %s) ON CONFLICT DO NOTHING",
+                    (run_id, host),
+                )
+        self.conn.execute("DELETE FROM ob_stage_obs")  # the batch's rows, already moved
+        new_ids = self._copy_insert(
+            "ob_stage_obs", OBSERVATIONS, _OBS_COLUMNS, rows, "host_id || chr(31) || id"
+        )
+        kept = _fresh(joined.joins, rows, new_ids)  # a join the run already held: not again
+        joined.joins, joined.numbered = kept, len(rows)
+        block_time = max(times[1], *(r[2] for r in rows))
+        records = [encode_record(j) for j in joined.joins]
+        self.conn.execute(
+            "INSERT INTO ob_blocks (run_id, block, part_time, records, data) "
+            "VALUES (%s, %s, %s, %s, %s)",
+            (run_id, block, block_time, len(records), codec.pack_block(records)),
+        )
+        return joined
 
     def _ensure_run_hosts(self, run_id: str, hosts: set[str]) -> None:
         """Host rows and run-host links for the hosts a batch's observations belong to (a
@@ -565,6 +655,10 @@ def drop_partitions_before(conn: psycopg.Connection[Any], cutoff: datetime) -> l
             conn.execute(f'DROP TABLE IF EXISTS "{name}"')
             conn.execute("DELETE FROM ob_partitions WHERE name = %s", (name,))
             dropped.append(str(name))
+        # connection ends waiting for their other side: kept as long as the raw records
+        conn.execute(
+            "DELETE FROM ob_conn_ends WHERE time_ns < %s", (int(cutoff.timestamp() * 1e9),)
+        )
     return dropped
 
 

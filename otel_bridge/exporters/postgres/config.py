@@ -51,6 +51,13 @@ class Config:
     """Drop raw-record partitions older than this (seconds, ``"30d"``...); 0 keeps them."""
     migrate: bool = True
     """Apply missing schema migrations at start (else the schema must be current)."""
+    crosshost_join: bool = True
+    """Join connection ends across hosts in the store, at each insert (``docs/store.md``,
+    *Cross-host joins*): every writer of the database sees every stored end, so ends that reach
+    two gateways, or one gateway before and after a restart, are joined; a gateway's in-memory
+    connection joins are then left to the store (same ids, stored once)."""
+    skew_window: float = 5.0
+    """The store join's bound on two ends' time difference (the ``crosshost`` processor's)."""
     retain_support: bool = True
     support_limit: int = 1000
     occurrence_window: int = 200_000
@@ -76,6 +83,8 @@ class Config:
             problems.append("partition_interval: at least 60s")
         if self.retention < 0:
             problems.append("retention: must not be negative")
+        if self.skew_window < 0:
+            problems.append("skew_window: must not be negative")
         if self.occurrence_window < 2:
             problems.append("occurrence_window: must be at least 2")
         return problems

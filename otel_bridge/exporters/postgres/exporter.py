@@ -48,6 +48,7 @@ from otel_bridge.store import (
     redact_url,
     require_schema,
 )
+from otel_bridge.store.joins import is_memory_join
 from otel_bridge.store.writer import StoreWriter, batch_size, replay
 
 from .config import Config
@@ -67,6 +68,15 @@ COUNTERS: tuple[CounterSpec, ...] = (
     CounterSpec("rows_upserted", "graph rows (nodes and edges) upserted", "{rows}"),
     CounterSpec("write_errors", "batches or flushes the database did not take", "{errors}"),
     CounterSpec("partitions_dropped", "raw-record partitions dropped by retention", "{partitions}"),
+    CounterSpec("connections_joined", "TCP connections the store joined across hosts", "{joins}"),
+    CounterSpec(
+        "connections_ambiguous", "connection ends with several fits in the store: no join", "{ends}"
+    ),
+    CounterSpec(
+        "memory_joins_left_to_store",
+        "in-memory connection joins not stored: the store makes each itself, once",
+        "{observations}",
+    ),
 )
 _ALL = (*COUNTERS, *STANDARD_COUNTERS[EXPORTER])
 _KEEP = {"runtime_reads": "keep"}
@@ -245,28 +255,51 @@ class PostgresExporter:
                         task=self.config.task,
                         run=dict(self.config.run),
                     )
+            batch, left = self._without_memory_joins(batch)
             try:
-                fresh, fresh_cov = writer.ingest(
-                    self.run_id, host_id=self.host_id, seq=self._seq, batch=batch
+                stored = writer.ingest(
+                    self.run_id,
+                    host_id=self.host_id,
+                    seq=self._seq,
+                    batch=batch,
+                    join_skew_ns=self._skew_ns(),
                 )
             except Exception as exc:
                 self._failed(exc)
-            self._seq += batch_size(batch)
+            self._seq = stored.next_seq
+            fresh, fresh_cov = stored.observations, stored.coverage
             self.accumulator.apply_many(fresh)
+            self.accumulator.apply_many(stored.joins)
             self._touch(fresh)
+            self._touch(stored.joins)
             for record in fresh_cov:
                 self._coverage[record.reason] += 1
                 self._coverage_by_channel[record.source.channel.value] += 1
-            self._dirty = self._dirty or bool(fresh or fresh_cov)
+            self._dirty = self._dirty or bool(fresh or fresh_cov or stored.joins)
             if self.config.flush_interval == 0:
                 self._flush_locked()
-        self._count("observations", len(fresh))
+        self._count("observations", len(fresh) + len(stored.joins))
+        self._count("connections_joined", len(stored.joins))
+        self._count("connections_ambiguous", stored.ambiguous)
+        self._count("memory_joins_left_to_store", left)
         self._count("spans_stored", len(batch.spans))
         self._count("logs_stored", len(batch.logs))
         self._count(
             "duplicates",
             len(batch.observations) - len(fresh) + len(batch.coverage) - len(fresh_cov),
         )
+
+    def _skew_ns(self) -> int | None:
+        return int(self.config.skew_window * 1e9) if self.config.crosshost_join else None
+
+    def _without_memory_joins(self, batch: Batch) -> tuple[Batch, int]:
+        """``batch`` without a gateway's in-memory connection joins when the store joins
+        (it makes each of them itself, with the same id); how many were left out."""
+        if not self.config.crosshost_join:
+            return batch, 0
+        kept = tuple(o for o in batch.observations if not is_memory_join(o))
+        left = len(batch.observations) - len(kept)
+        return (batch.replace(observations=kept) if left else batch), left
 
     def _failed(self, exc: Exception) -> NoReturn:
         """A batch the database did not take: refused (retry) or, for bad data, rejected."""

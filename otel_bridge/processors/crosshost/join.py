@@ -28,6 +28,7 @@ agent that normalized it (``otel_bridge.agent.host.id``, set by ``logs_to_eviden
 
 from __future__ import annotations
 
+import functools
 import ipaddress
 from dataclasses import dataclass, field
 from typing import TypeVar
@@ -95,6 +96,7 @@ class Counts:
     traces_joined: int = 0
 
 
+@functools.lru_cache(maxsize=4096)
 def _routable(address: str) -> bool:
     try:
         ip = ipaddress.ip_address(address)
@@ -139,6 +141,48 @@ def _exact(method: str, support: tuple[str, ...]) -> Evidence:
         support=support,
     )
     return msgspec.structs.replace(ev, grade=grade_evidence(ev))
+
+
+def party(sighting: Sighting) -> str:
+    """One side of a joined pair: its host and process (two sightings of one process on one
+    host are one fit)."""
+    return f"{sighting.host}\x00{sighting.process.id}"
+
+
+def may_pair(one: Sighting, other: Sighting, max_skew_ns: int) -> bool:
+    """Whether two opposite ends of one 4-tuple may be one connection: seen on different hosts
+    at most ``max_skew_ns`` apart (``otel_bridge.store.joins`` states the same in SQL; a test
+    holds the two to the same answers)."""
+    return one.host != other.host and abs(one.time - other.time) <= max_skew_ns
+
+
+def connection_join(key: FourTuple, client: Sighting, server: Sighting) -> Observation:
+    """The ``connected_to_process`` join of one connection's two ends (module docstring). Its
+    id names the 4-tuple and both hosts, so every joiner (a gateway's memory, the store) that
+    finds this join gives it the same id."""
+    caddr, cport, saddr, sport = key
+    rid = f"crosshost:tcp:{client.host}:{caddr}:{cport}:{server.host}:{saddr}:{sport}"
+    attrs: dict[str, AnyValue] = {
+        "network.transport": "tcp",
+        "network.local.address": caddr,
+        "network.local.port": cport,
+        "network.peer.address": saddr,
+        "network.peer.port": sport,
+        "source.host.id": client.host,
+        "target.host.id": server.host,
+        "time_delta_ms": (server.time - client.time) / 1e6,
+    }
+    return Observation(
+        id=rid,
+        time_unix_nano=min(client.time, server.time),
+        source=Source(channel=Channel.OS, backend="crosshost", record_id=rid),
+        subject=client.process,
+        relation=RelationKind.CONNECTED_TO_PROCESS,
+        object=server.process,
+        evidence=_exact("tcp_4tuple", (client.obs_id, server.obs_id)),
+        occurrence=rid,
+        attrs=attrs,
+    )
 
 
 def _bound(table: dict[_K, _V], limit: int) -> None:
@@ -188,11 +232,7 @@ class CrossHostJoin:
         _bound(self._tuples, self.max_tuples)
         (entry.connects if connecting else entry.accepts).append(sighting)
         others = entry.accepts if connecting else entry.connects
-        fits = {
-            (o.host, o.process.id): o
-            for o in others
-            if o.host != sighting.host and abs(o.time - sighting.time) <= self.max_skew_ns
-        }
+        fits = {party(o): o for o in others if may_pair(o, sighting, self.max_skew_ns)}
         if not fits:
             return
         if len(fits) > 1:
@@ -200,40 +240,15 @@ class CrossHostJoin:
             return
         other = next(iter(fits.values()))
         client, server = (sighting, other) if connecting else (other, sighting)
-        pair = (f"{client.host}\x00{client.process.id}", f"{server.host}\x00{server.process.id}")
-        if (pair[0], pair[1]) in entry.joined:
+        pair = (party(client), party(server))
+        if pair in entry.joined:
             return
         if entry.joined:
             self.counts.connections_ambiguous += 1  # a second pair for one 4-tuple: no join
             return
         entry.joined.add(pair)
         self.counts.connections_joined += 1
-        out.append(self._connection(key, client, server))
-
-    def _connection(self, key: FourTuple, client: Sighting, server: Sighting) -> Observation:
-        caddr, cport, saddr, sport = key
-        rid = f"crosshost:tcp:{client.host}:{caddr}:{cport}:{server.host}:{saddr}:{sport}"
-        attrs: dict[str, AnyValue] = {
-            "network.transport": "tcp",
-            "network.local.address": caddr,
-            "network.local.port": cport,
-            "network.peer.address": saddr,
-            "network.peer.port": sport,
-            "source.host.id": client.host,
-            "target.host.id": server.host,
-            "time_delta_ms": (server.time - client.time) / 1e6,
-        }
-        return Observation(
-            id=rid,
-            time_unix_nano=min(client.time, server.time),
-            source=Source(channel=Channel.OS, backend="crosshost", record_id=rid),
-            subject=client.process,
-            relation=RelationKind.CONNECTED_TO_PROCESS,
-            object=server.process,
-            evidence=_exact("tcp_4tuple", (client.obs_id, server.obs_id)),
-            occurrence=rid,
-            attrs=attrs,
-        )
+        out.append(connection_join(key, client, server))
 
     # ----------------------------------------------------------------- traces
 

@@ -1,0 +1,145 @@
+"""The store's cross-host join: what it costs per connection end (``docs/store.md``,
+*Cross-host joins*).
+
+N connections between two hosts, each seen from both ends (the client's ``network.connect`` on
+host A, the server's ``network.accept`` on host B, normalized by the real ``Normalizer``), are
+stored by the real ``PostgresExporter`` in batches of ``--batch`` observations: every client end
+first, then every server end (each server end completes one join). The same ends are stored
+twice on one private server, as two runs of one database, one after the other: once with
+``crosshost_join: false`` (the ends stored as any observation) and once with it on. Reported:
+the joins made, and for each pass this process's CPU and the server's CPU per end; the
+ratio of the two passes is the figure to read (wall-clock times on a shared machine are not).
+
+Usage::
+
+    python benchmarks/store_join.py                    # 20,000 connections (40,000 ends)
+    python benchmarks/store_join.py --connections 2000
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import platform
+import sys
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO))
+sys.path.insert(0, str(REPO / "benchmarks"))
+
+from store_ingest import server_cpu, start_server  # noqa: E402
+
+from otel_bridge.component import Host  # noqa: E402
+from otel_bridge.exporters.postgres import Config, PostgresExporter  # noqa: E402
+from otel_bridge.identity import iso_ms  # noqa: E402
+from otel_bridge.model import AnyValue, Batch, LogRecord, Observation, Resource, Scope  # noqa: E402
+from otel_bridge.processors.normalize import Normalizer  # noqa: E402
+from otel_bridge.store import connect  # noqa: E402
+
+T0 = 1_800_000_000_000_000_000
+START = iso_ms(1_800_000_000_000 - 5_000)
+
+
+def _event(event: str, host: str, pid: int, ends: tuple[tuple[str, int], ...], t: int) -> LogRecord:
+    local, peer = ends
+    attrs: dict[str, AnyValue] = {
+        "evidence.record_id": f"strace:{event}:{pid}:{local[1]}:{t}",
+        "evidence.attribution": "syscall",
+        "evidence.causal": True,
+        "process.pid": pid,
+        "process.creation.time": START,
+        "network.transport": "tcp",
+        "network.local.address": local[0],
+        "network.local.port": local[1],
+        "network.peer.address": peer[0],
+        "network.peer.port": peer[1],
+    }
+    return LogRecord(
+        resource=Resource(
+            attributes={"evidence.channel": "os", "evidence.backend": "strace", "host.id": host}
+        ),
+        scope=Scope(name="otel_bridge.receivers.host"),
+        time_unix_nano=t,
+        event_name=event,
+        attributes=attrs,
+    )
+
+
+def ends(connections: int) -> list[Observation]:
+    """Every client end, then every server end."""
+    clients, servers = [], []
+    for i in range(connections):
+        client = (f"10.1.{i // 50_000}.{1 + i // 250 % 200}", 10_000 + i % 50_000)
+        server = ("10.2.0.1", 443)
+        t = T0 + i * 1_000_000
+        clients.append(_event("network.connect", "host-a", 100 + i % 64, (client, server), t))
+        servers.append(_event("network.accept", "host-b", 7, (server, client), t + 500_000))
+    normalizer = Normalizer()
+    return list(normalizer(Batch(logs=tuple(clients + servers))).observations)
+
+
+def store(url: str, run: str, observations: list[Observation], how: tuple[int, bool]) -> float:
+    """Store ``observations`` as run ``run`` in batches (``how``: their size, whether the store
+    joins); this process's CPU seconds."""
+    batch, join = how
+    exporter = PostgresExporter(
+        Config(endpoint=url, run_id=run, flush_interval=3600, crosshost_join=join)
+    )
+    exporter.start(Host())
+    cpu = time.process_time()
+    for k in range(0, len(observations), batch):
+        exporter.consume(Batch(observations=tuple(observations[k : k + batch])))
+    exporter.shutdown()
+    return time.process_time() - cpu
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run both passes and print the figures."""
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--connections", type=int, default=20_000)
+    p.add_argument("--batch", type=int, default=2048, help="observations per consumed batch")
+    args = p.parse_args(argv)
+    observations = ends(args.connections)
+    url, stop = start_server()
+    data = stop.data
+    figures: dict[str, tuple[float, float]] = {}
+    joins: dict[str, int] = {}
+    try:
+        for join in (False, True):  # two runs of one database: only the second joins
+            name = "join" if join else "plain"
+            server0 = server_cpu(data)
+            client = store(url, name, observations, (args.batch, join))
+            figures[name] = (client, server_cpu(data) - server0)
+            with connect(url) as conn:
+                row = conn.execute(
+                    "SELECT count(*) FROM ob_observations WHERE run_id = %s "
+                    "AND backend = 'crosshost'",
+                    (name,),
+                ).fetchone()
+            joins[name] = int(row[0]) if row else 0
+    finally:
+        stop()
+    n = len(observations)
+    print(
+        f"machine: {platform.machine()}, {os.cpu_count()} cores, Python {platform.python_version()}"
+    )
+    print(f"input: {args.connections} connections, {n} ends, batches of {args.batch}")
+    for name in ("plain", "join"):
+        client, server = figures[name]
+        print(
+            f"{name}: client CPU {client / n * 1e6:.1f} us/end, server CPU "
+            f"{server / n * 1e6:.1f} us/end, joins {joins[name]}"
+        )
+    (c0, s0), (c1, s1) = figures["plain"], figures["join"]
+    ratio = f"x{s1 / s0:.2f}" if s0 > 0 else "n/a (no server CPU measured)"
+    print(
+        f"join/plain: client CPU x{c1 / c0:.2f}, server CPU {ratio}, "
+        f"client + server x{(c1 + s1) / (c0 + s0):.2f}"
+    )
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

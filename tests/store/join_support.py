@@ -1,0 +1,88 @@
+"""Connection ends for the store's cross-host join tests: OS events shaped as the host receiver
+writes them (``docs/contracts.md``), normalized by the real ``normalize`` processor, so each is
+the ``connected_to``/``accepted`` observation a gateway receives from an agent.
+"""
+
+from __future__ import annotations
+
+from otel_bridge.identity import iso_ms
+from otel_bridge.model import AnyValue, Batch, LogRecord, Observation, Resource, Scope
+from otel_bridge.processors import normalize
+
+HOST_A = "host-a"
+HOST_B = "host-b"
+HOST_C = "host-c"
+T0 = 1_800_000_000_000_000_000
+S = 1_000_000_000
+START = iso_ms(1_800_000_000_000 - 5_000)
+CLIENT = ("10.0.0.1", 40001)
+SERVER = ("10.0.0.2", 8080)
+
+
+def os_event(
+    event: str,
+    host: str,
+    pid: int,
+    ends: tuple[tuple[str, int], tuple[str, int]],
+    t: int,
+    *,
+    rid: str = "",
+) -> LogRecord:
+    """A ``network.connect`` or ``network.accept`` with both ends (local, peer), as the host
+    receiver writes it on ``host``."""
+    local, peer = ends
+    attrs: dict[str, AnyValue] = {
+        "evidence.record_id": rid or f"strace:{event}:{pid}:{local[1]}:{peer[1]}:{t}",
+        "evidence.attribution": "syscall",
+        "evidence.causal": True,
+        "process.pid": pid,
+        "process.creation.time": START,
+        "network.transport": "tcp",
+        "network.local.address": local[0],
+        "network.local.port": local[1],
+        "network.peer.address": peer[0],
+        "network.peer.port": peer[1],
+    }
+    return LogRecord(
+        resource=Resource(
+            attributes={
+                "evidence.channel": "os",
+                "evidence.backend": "strace",
+                "host.id": host,
+                "service.name": "otel-bridge-host",
+            }
+        ),
+        scope=Scope(name="otel_bridge.receivers.host"),
+        time_unix_nano=t,
+        event_name=event,
+        attributes=attrs,
+    )
+
+
+def observations(*records: LogRecord) -> list[Observation]:
+    """The observations ``normalize`` makes of ``records``."""
+    return list(normalize.Normalizer()(Batch(logs=records)).observations)
+
+
+def connect_end(
+    host: str = HOST_A,
+    pid: int = 100,
+    local: tuple[str, int] = CLIENT,
+    peer: tuple[str, int] = SERVER,
+    t: int = T0,
+) -> Observation:
+    """The client's ``connected_to`` observation."""
+    (obs,) = observations(os_event("network.connect", host, pid, (local, peer), t))
+    return obs
+
+
+def accept(
+    host: str = HOST_B,
+    pid: int = 200,
+    peer: tuple[str, int] = CLIENT,
+    local: tuple[str, int] = SERVER,
+    t: int = T0,
+) -> Observation:
+    """The server's ``accepted`` observation."""
+    (obs,) = observations(os_event("network.accept", host, pid, (local, peer), t))
+    return obs

@@ -26,6 +26,7 @@ Needs valgrind (``apt-get install valgrind``).
 from __future__ import annotations
 
 import argparse
+import gc
 import os
 import re
 import shutil
@@ -37,7 +38,7 @@ from pathlib import Path
 from typing import Any
 
 STAGES = ("decode", "normalize", "full", "graph")
-EXTRA_STAGES = ("graph-os", "graph-os-normalized")
+EXTRA_STAGES = ("graph-os", "graph-os-plain", "graph-os-normalized")
 """``graph-os``: the graph accumulator alone on the synthetic OS events of
 ``graph_materialization.py`` (``opened`` relations with fresh entities, typed facts and keys, per
 event rather than per span; not run by default). ``graph-os-normalized``: the accumulator alone
@@ -74,6 +75,20 @@ def pipeline_step(stage: str, workdir: str) -> tuple[Callable[[bytes], object], 
     return lambda raw: receiver.deliver_spans(decode_traces(raw)), collector.shutdown
 
 
+def settle() -> None:
+    """Collect, then move everything alive (the prepared input) out of the collector's sight.
+
+    The accumulator stages build their whole input before the measured part; in the pipeline
+    those objects stream through and are freed. Left tracked, every full collection the
+    measured part triggers would traverse tens of thousands of prepared objects, and whether
+    one falls inside the measured part depends on object counts unrelated to the code under
+    test (hundreds of instructions per event either way). Frozen, a collection costs what the
+    accumulator's own objects cost it.
+    """
+    gc.collect()
+    gc.freeze()
+
+
 def graph_work(spans: int, prepared: int) -> None:
     """The ``graph`` stage: normalize ``prepared`` spans' worth of requests afresh (each its own
     objects, as the pipeline delivers them; both runs prepare the same amount), warm up, then
@@ -95,6 +110,7 @@ def graph_work(spans: int, prepared: int) -> None:
 
     warm = [normalized(raw) for raw in order]
     batches = [normalized(order[i % len(order)]) for i in range(prepared // _REQUEST_SPANS)]
+    settle()
     accumulator = GraphAccumulator(retain_support=True)
     for observations in warm:
         accumulator.apply_many(observations)
@@ -104,14 +120,16 @@ def graph_work(spans: int, prepared: int) -> None:
     os._exit(0)
 
 
-def graph_os_work(events: int, prepared: int) -> None:
+def graph_os_work(events: int, prepared: int, *, facts: bool = True) -> None:
     """The ``graph-os`` stage: ``prepared`` synthetic OS events built in both runs, 2,000 applied
-    as warm-up, then ``events`` more."""
+    as warm-up, then ``events`` more (``graph-os-plain``: events without facts or keys)."""
     from graph_materialization import synthetic_events
 
     from otel_bridge.graph import GraphAccumulator
 
-    built = synthetic_events(2_000 + prepared)
+    n = 2_000 + prepared
+    built = synthetic_events(n) if facts else synthetic_events(n, facts=False)
+    settle()
     accumulator = GraphAccumulator(retain_support=False)
     accumulator.apply_many(built[:2_000])
     accumulator.apply_many(built[2_000 : 2_000 + events])
@@ -167,6 +185,7 @@ def graph_os_normalized_work(events: int, prepared: int) -> None:
     built: list[Any] = []
     for i in range(0, len(records), _REQUEST_SPANS):
         built.extend(normalizer(Batch(logs=tuple(records[i : i + _REQUEST_SPANS]))).observations)
+    settle()
     accumulator = GraphAccumulator(retain_support=False)
     accumulator.apply_many(built[:2_000])
     accumulator.apply_many(built[2_000 : 2_000 + events])
@@ -180,6 +199,8 @@ def work(stage: str, spans: int, prepared: int) -> None:
         graph_work(spans, prepared)
     if stage == "graph-os":
         graph_os_work(spans, prepared)
+    if stage == "graph-os-plain":
+        graph_os_work(spans, prepared, facts=False)
     if stage == "graph-os-normalized":
         graph_os_normalized_work(spans, prepared)
     from pipeline_throughput import _DISTINCT_REQUESTS, build_requests
@@ -226,7 +247,9 @@ def cachegrind(script: str, args: list[str], env: dict[str, str] | None = None) 
 def instructions(stage: str, spans: int, prepared: int) -> int:
     """Instructions executed by a child process that pushes ``spans`` spans through ``stage``."""
     path = os.pathsep.join(filter(None, [_HERE, os.environ.get("PYTHONPATH", "")]))
-    env = dict(os.environ, PYTHONPATH=path)
+    # A fixed hash seed: dictionary and set layouts (and so probe counts) are the same in every
+    # run, which keeps counts repeatable to a few instructions per span.
+    env = dict(os.environ, PYTHONPATH=path, PYTHONHASHSEED="0")
     return cachegrind(__file__, ["--child", stage, str(spans), str(prepared)], env)
 
 

@@ -141,6 +141,40 @@ EVIDENCE_MASK = LOGICAL - 1
 class Store:
     """All element rows of one accumulator (see the module docstring)."""
 
+    # Slots: the accumulator's methods read these on every new node and edge; a slot is read
+    # without a dictionary look-up.
+    __slots__ = (
+        "derived",
+        "e_attrs",
+        "e_count",
+        "e_dst",
+        "e_first",
+        "e_hid",
+        "e_keys",
+        "e_last",
+        "e_mask",
+        "e_src",
+        "edge_index",
+        "f_hist",
+        "f_seq",
+        "key_sets",
+        "methods",
+        "n_attrs",
+        "n_ent",
+        "n_facts",
+        "n_fid",
+        "n_ft",
+        "n_key",
+        "n_keys",
+        "n_kind",
+        "n_label",
+        "n_own",
+        "node_index",
+        "offers",
+        "score",
+        "support",
+    )
+
     def __init__(self) -> None:
         self.node_index: dict[str, int] = {}
         self.n_kind: list[str] = []

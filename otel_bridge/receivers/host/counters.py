@@ -34,6 +34,17 @@ COUNTERS: tuple[CounterSpec, ...] = (
         "{processes}",
         labeled=True,
     ),
+    CounterSpec(
+        "fanotify.before_follow",
+        "file events of a process read before it was followed (from before: not attributed)",
+        "{events}",
+    ),
+    CounterSpec(
+        "fanotify.follow_unsynced",
+        "follows whose file-event queue was not read through in time (events from before the "
+        "follow may be attributed)",
+        "{processes}",
+    ),
     CounterSpec("sockdiag.overruns", "sock_diag destroy-notification buffer overruns"),
     CounterSpec(
         "sockdiag.joined",
@@ -48,6 +59,12 @@ COUNTERS: tuple[CounterSpec, ...] = (
     CounterSpec(
         "socktrace.foreign",
         "traced TCP connections of processes outside the lineage (not recorded)",
+        "{connections}",
+    ),
+    CounterSpec(
+        "socktrace.before_start",
+        "traced TCP connects of a lineage pid made before its process started (an earlier "
+        "process with that pid): not recorded",
         "{connections}",
     ),
     CounterSpec(

@@ -26,6 +26,13 @@ Honest limits of this mode:
   up to 0.25 s and reported once the pid joins the lineage, with its identity; a pid that does
   not join is another process on the machine: its event is dropped and counted, and its further
   events are skipped unread for 5 s.
+* A process a standing collector starts following (:meth:`FanotifyWatcher.before_follow`) was
+  not in the lineage: its events held or still queued then happened *before* the follow (or
+  belong to an earlier process with the same pid). The follow waits for one full read pass of
+  the queue, drops those events (``fanotify.before_follow``) and only then adds the pid, so
+  nothing from before the follow is attributed to it (its follow record says that earlier
+  activity is unknown). Held, they would flood its events after the follow: the agent's whole
+  start-up reported as if done afterwards.
 * Pseudo filesystems (``/proc``, ``/sys``) and filesystems not marked are not seen. Events can
   be lost when the kernel queue overflows (``FAN_Q_OVERFLOW``): the file collection becomes
   ``degraded``.
@@ -89,6 +96,8 @@ _FOREIGN_FOR = 5.0
 """Seconds the events of a pid that did not join the lineage in time are skipped unread."""
 _MAX_FOREIGN = 100_000
 """Foreign pids remembered at most (the table starts over when full)."""
+FOLLOW_SYNC_S = 2.0
+"""How long :meth:`FanotifyWatcher.before_follow` waits for the reader's pass at most."""
 
 
 class FanotifyWatcher:
@@ -138,7 +147,15 @@ class FanotifyWatcher:
         elif dirents:
             dirent_note = self._open_dirents(dirents, paths, mount=mount)
         self._stop_r, self._stop_w = os.pipe()
+        self._wake_r, self._wake_w = os.pipe()
         self._thread: threading.Thread | None = None
+        self._passes = threading.Condition()
+        self._pass_started = 0
+        self._pass_done = 0
+        self._pre_follow: set[int] = set()
+        """Pids about to be followed: their events read until then are dropped, not held."""
+        self.before_follow_dropped = 0
+        """Events of followed processes read before the follow (not attributed)."""
         self._cycle: set[tuple[int, str, str]] = set()
         """(pid, path, kind) already reported in the current open/close cycle."""
         self.overflows = 0
@@ -190,14 +207,55 @@ class FanotifyWatcher:
         readers = [fd for fd in (self._fd, self._dir_fd) if fd >= 0]
         while True:
             timeout = 0.05 if self._waiting else 0.5
-            ready, _, _ = select.select([*readers, self._stop_r], [], [], timeout)
+            ready, _, _ = select.select([*readers, self._stop_r, self._wake_r], [], [], timeout)
+            with self._passes:
+                self._pass_started += 1
+                this_pass = self._pass_started
+            if self._wake_r in ready:
+                os.read(self._wake_r, 4096)
+            stopping = self._stop_r in ready
             for fd in readers:
-                if fd in ready or self._stop_r in ready:
+                if fd in ready or stopping or self._wake_r in ready:
                     self._read(fd)
             if self._waiting:
-                self._recheck(final=self._stop_r in ready)
-            if self._stop_r in ready:
+                self._recheck(final=stopping)
+            with self._passes:
+                self._pass_done = this_pass
+                self._passes.notify_all()
+            if stopping:
                 return
+
+    def before_follow(self, pids: list[int]) -> bool:
+        """Drop every event of ``pids`` read until :meth:`followed` (held ones too), after one
+        full read pass of the queue; call before they join the lineage. False when the reader
+        did not finish that pass within :data:`FOLLOW_SYNC_S` (events queued before the follow
+        may then still be read after it). See the module docstring."""
+        with self._passes:
+            self._pre_follow.update(pids)
+            running = self._thread is not None
+            wanted = self._pass_started + 1  # a pass that starts after this call
+        if not running:  # no reader thread (not started yet): this one reads the queue
+            for fd in (self._fd, self._dir_fd):
+                if fd >= 0:
+                    self._read(fd)
+            self._recheck(final=False)
+            return True
+        os.write(self._wake_w, b"x")
+        with self._passes:
+            return self._passes.wait_for(lambda: self._pass_done >= wanted, FOLLOW_SYNC_S)
+
+    def followed(self, pids: list[int]) -> None:
+        """``pids`` joined the lineage (or will not): their events are reported from now."""
+        with self._passes:
+            self._pre_follow.difference_update(pids)
+
+    def _before_follow(self, pid: int) -> bool:
+        """True (and counted) for an event of a pid about to be followed: not attributed."""
+        if pid not in self._pre_follow:
+            return False
+        self.before_follow_dropped += 1
+        self._ctx.telemetry.count("fanotify.before_follow")
+        return True
 
     def _recheck(self, *, final: bool) -> None:
         """Events of pids the lineage did not know when they were read: usually a child that
@@ -208,6 +266,8 @@ class FanotifyWatcher:
         now = time.monotonic()
         keep: list[tuple[float, int, int, str | bytes, int]] = []
         for deadline, pid, mask, payload, at in self._waiting:
+            if self._before_follow(pid):
+                continue  # held before its follow: not its events from then on
             if pid in self._ctx.lineage:
                 if isinstance(payload, str):
                     self._file_event(mask, pid, payload, at)
@@ -283,7 +343,7 @@ class FanotifyWatcher:
         """An event of ``path`` read at ``at``: reported, held for its pid, or skipped."""
         if pid in self._ctx.lineage:
             self._file_event(mask, pid, path, at)
-        elif not self._is_foreign(pid):
+        elif not self._is_foreign(pid) and not self._before_follow(pid):
             self._wait(pid, mask, path, at)
 
     def _file_event(self, mask: int, pid: int, path: str, now: int) -> None:
@@ -331,7 +391,7 @@ class FanotifyWatcher:
             self._overflow()
             return
         if pid not in self._ctx.lineage:
-            if not self._is_foreign(pid):
+            if not self._is_foreign(pid) and not self._before_follow(pid):
                 self._wait(pid, mask, data[start:end], now)
             return
         names: dict[int, str] = {}
@@ -403,8 +463,9 @@ class FanotifyWatcher:
             os.write(self._stop_w, b"x")
             self._thread.join()
             self._thread = None
-        for fd in (self._fd, self._dir_fd, self._stop_r, self._stop_w, *self._mount_fds):
+        fds = (self._fd, self._dir_fd, self._stop_r, self._stop_w, self._wake_r, self._wake_w)
+        for fd in (*fds, *self._mount_fds):
             if fd >= 0:
                 os.close(fd)
-        self._fd = self._dir_fd = self._stop_r = self._stop_w = -1
+        self._fd = self._dir_fd = self._stop_r = self._stop_w = self._wake_r = self._wake_w = -1
         self._mount_fds = []

@@ -374,11 +374,24 @@ class LinuxBackend:
         return True if ctx is not None and pid in ctx.lineage else None
 
     def follow(self, pid: int) -> str:
-        """Adopt ``pid`` and its running descendants; ``""`` (the connector follows any pid)."""
+        """Adopt ``pid`` and its running descendants; ``""`` (the connector follows any pid).
+
+        File events of theirs read before the follow (held for a pid the lineage did not know,
+        or still queued) are dropped first: they are from before it (see :mod:`.fanotify`)."""
         ctx, gate = self._ctx, self._gate
         if ctx is None or gate is None:
             return "linux: not running"
-        pids = ctx.adopt(pid)
+        watcher = self._fanotify
+        if watcher is None:
+            pids = ctx.adopt(pid)
+        else:
+            marked = [pid, *descendants_of(pid)]
+            if not watcher.before_follow(marked):
+                ctx.telemetry.count("fanotify.follow_unsynced")
+            try:
+                pids = ctx.adopt(pid)
+            finally:
+                watcher.followed(marked)
         if gate.images is not None:
             gate.images.follow(pids)
         self._scan()

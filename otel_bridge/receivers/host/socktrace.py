@@ -27,7 +27,9 @@ the scans and the destroy notifications) as ``network.connect`` with ``evidence.
 syscall``, ``evidence.causal=true`` and ``network.observed_at=connect``. A tgid not known yet
 (its fork event may still be on its way) is decided again for up to :data:`OWNER_WAIT_S`;
 then it is another process's connection: not recorded, and the destroy notification of the same
-4-tuple is dropped too (it is not the workload's).
+4-tuple is dropped too (it is not the workload's). A connect made before the process that now
+has the pid started (a process followed late: the lineage never saw the pid's earlier owner
+exit) was that earlier owner's: not recorded either (``socktrace.before_start``).
 
 bpftrace compiles and attaches in one to several seconds. The tracer starts in parallel with
 the workload and never delays it: :attr:`SocketTracer.attached` is set when the program's
@@ -54,11 +56,14 @@ from otel_bridge.identity import iso_ms
 from otel_bridge.model import AnyValue
 from otel_bridge.receivers.host.events import SYSCALL, HostContext
 from otel_bridge.receivers.host.netscan import SocketScanner
-from otel_bridge.receivers.host.procfs import monotonic_to_wall_ns
+from otel_bridge.receivers.host.procfs import approx_start_ms, monotonic_to_wall_ns
 
 TRACEPOINT = "/sys/kernel/tracing/events/sock/inet_sock_set_state"
 OWNER_WAIT_S = 0.3
 """How long a connection of a pid not (yet) in the lineage waits for the pid's fork event."""
+START_SLACK_MS = 20
+"""A connect this much before its pid's process start (two clock ticks, the start's
+resolution) still counts as that process's."""
 _KEEP = 65536
 """Decided 4-tuples remembered (a standing collector runs for days: the oldest are forgotten)."""
 
@@ -194,6 +199,9 @@ class ConnectTracer:
             self._waiting.append((deadline, traced))
             return
         owned = bool(owned)
+        if owned and self._before_start(traced):
+            owned = False  # an earlier process with the same pid (recycled before the follow)
+            self._ctx.telemetry.count("socktrace.before_start")
         with self._lock:
             self._decided[traced.key] = owned
             while len(self._decided) > _KEEP:
@@ -202,6 +210,15 @@ class ConnectTracer:
             self._ctx.telemetry.count("socktrace.foreign")
         elif self._scanner.claim(traced.key):
             self._emit(traced)
+
+    def _before_start(self, traced: TracedSocket) -> bool:
+        """True when the connect came before the lineage process with its pid started: it was
+        another process's that had the pid before (a process followed late, whose pid the
+        lineage never saw exit). Unknown (no exact start) is not before."""
+        info = self._ctx.events.processes.get(traced.tgid)
+        if info is None or info.approximate:
+            return False
+        return approx_start_ms(traced.connect_ns) < info.start_ms - START_SLACK_MS
 
     def decide_waiting(self, *, final: bool) -> None:
         """Decide again the connects whose pid was not known yet (all of them when ``final``)."""

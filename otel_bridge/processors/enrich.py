@@ -20,7 +20,12 @@ Its trace id is the run's (from ``traceparent`` in the config, else the collecto
 deterministic id derived from the run id. A span starts at the process's start event and ends at
 its exit event; a process with no observed exit is emitted at shutdown ending at the last time it
 was observed, marked ``otel_bridge.process.exit_observed=false``: no exit is fabricated. File and
-network observations become span events (at most ``max_events_per_process``).
+network observations become span events: the first ``max_events_per_process`` on the process
+span, and each further ``max_events_per_process`` in a **more-events span** (a child of the
+process span, in the same trace and Resource, ``otel_bridge.os_plane.more=true``), sent as soon
+as it is full and the last one with the process span: no event is dropped for want of room (a
+busy agent's hundred file reads do not push its connection out). Only ``max_events_per_process:
+0`` drops them, counted in ``dropped_events_count``. Counted: ``os_plane.more_spans``.
 
 **Late OS events are never dropped.** A process span is sent ``hold_delay`` after the process's
 exit; an observation of the process that reaches enrich after that (a socket seen by a scan or a
@@ -108,6 +113,7 @@ class Config:
     os_plane: bool = True
     """Emit one span per observed process."""
     max_events_per_process: int = 128
+    """Events per OS-plane span; the rest go into more-events spans (0: none, counted dropped)."""
     tick_interval: float = 0.2
     """How often held spans are checked for release."""
     late_delay: float = 1.0
@@ -165,6 +171,9 @@ class _Proc:
     seqs: list[int] = field(default_factory=list)
     """Journal batches that fed the process span (marked done once it is sent)."""
     late_seqs: list[int] = field(default_factory=list)
+    more: list[SpanEvent] = field(default_factory=list)
+    """Events past the process span's ``max_events_per_process``, for its next more-events span."""
+    more_spans: int = 0
 
 
 class EnrichProcessor:
@@ -198,6 +207,8 @@ class EnrichProcessor:
         self._held_keys: dict[tuple[str, str], int] = {}
         """(trace, span) ids of the held spans (kept with a journal only)."""
         self._procs: dict[str, _Proc] = {}
+        self._full: list[Span] = []
+        """More-events and late-events spans that filled up, sent at the next release."""
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._done = False
@@ -368,8 +379,13 @@ class EnrichProcessor:
             proc.exit_code = facts.exit_code
             proc.due = now + self._config.hold_delay
         elif (event_ := _relation_event(obs, identity)) is not None:
-            if len(proc.events) < self._config.max_events_per_process:
+            cap = self._config.max_events_per_process
+            if len(proc.events) < cap:
                 proc.events.append(event_)
+            elif cap:
+                proc.more.append(event_)
+                if len(proc.more) >= cap:
+                    self._full.append(self._more_span(proc))
             else:
                 proc.dropped_events += 1
 
@@ -390,8 +406,12 @@ class EnrichProcessor:
         self._telemetry.count("os_plane.late_event")
         if not proc.late:
             proc.late_due = now + self._config.late_delay
-        if len(proc.late) < self._config.max_events_per_process:
+        cap = self._config.max_events_per_process
+        if cap:
             proc.late.append(late)
+            if len(proc.late) >= cap:  # sent now; its journal batches stay pinned until the
+                self._full.append(self._late_span(proc))  # next regular late release
+                proc.late_due = now + self._config.late_delay
         else:
             proc.dropped_events += 1
         return True
@@ -399,7 +419,7 @@ class EnrichProcessor:
     def _release(self, *, force: bool) -> Batch:
         now = self._clock()
         keep: list[tuple[float, Span, int]] = []
-        spans: list[Span] = []
+        spans, self._full = self._full, []
         for due, span, seq in self._held:
             if force or due <= now:
                 spans.append(self._enrich(span, seq))
@@ -408,8 +428,9 @@ class EnrichProcessor:
         self._held = keep
         for proc in self._procs.values():
             if proc.emitted:
-                if proc.late and (force or proc.late_due <= now):
-                    spans.append(self._late_span(proc))
+                if (proc.late or proc.late_seqs) and (force or proc.late_due <= now):
+                    if proc.late:
+                        spans.append(self._late_span(proc))
                     for seq in proc.late_seqs:
                         self._unpin(seq)
                     proc.late_seqs = []
@@ -418,6 +439,8 @@ class EnrichProcessor:
                 continue  # a start may still come; at the end, only one with events is sent
             if force or (proc.exit_time and proc.due <= now):
                 spans.append(self._process_span(proc))
+                if proc.more:
+                    spans.append(self._more_span(proc))
                 proc.emitted = True
                 for seq in proc.seqs:
                     self._unpin(seq)
@@ -483,6 +506,33 @@ class EnrichProcessor:
             span_id=process_span_id(f"{proc.identity}#late{proc.late_spans}"),
             parent_span_id=process_span_id(proc.identity),
             name=f"process {_name(attrs)} (late events)",
+            kind=SpanKind.INTERNAL,
+            start_time_unix_nano=events[0].time_unix_nano,
+            end_time_unix_nano=events[-1].time_unix_nano,
+            attributes=attrs,
+            events=tuple(events),
+        )
+
+    def _more_span(self, proc: _Proc) -> Span:
+        """The next more-events span of ``proc`` (its ``more`` events taken), a child of its
+        process span."""
+        events = sorted(proc.more, key=lambda e: e.time_unix_nano)
+        proc.more = []
+        proc.more_spans += 1
+        self._telemetry.count("os_plane.more_spans")
+        attrs: dict[str, AnyValue] = {
+            k: v for k, v in proc.attrs.items() if k in ("process.pid", "process.executable.name")
+        }
+        attrs["otel_bridge.process.id"] = proc.identity
+        attrs["evidence.channel"] = "os"
+        attrs["otel_bridge.os_plane.more"] = True
+        return Span(
+            resource=_resource(proc),
+            scope=SCOPE,
+            trace_id=self._trace_for(proc),
+            span_id=process_span_id(f"{proc.identity}#more{proc.more_spans}"),
+            parent_span_id=process_span_id(proc.identity),
+            name=f"process {_name(attrs)} (more events)",
             kind=SpanKind.INTERNAL,
             start_time_unix_nano=events[0].time_unix_nano,
             end_time_unix_nano=events[-1].time_unix_nano,
@@ -637,6 +687,11 @@ factory: Factory[Config] = Factory(
             "OS events that arrived after their process span was sent (sent in a late-events span)",
         ),
         CounterSpec("os_plane.late_spans", "late-events spans emitted", "{spans}"),
+        CounterSpec(
+            "os_plane.more_spans",
+            "more-events spans emitted (a process span's events past max_events_per_process)",
+            "{spans}",
+        ),
         CounterSpec("os_plane.spans", "OS-plane process spans emitted", "{spans}"),
         CounterSpec("journal.replayed_batches", "journaled batches replayed at start", "{batches}"),
         CounterSpec("journal.replayed_spans", "journaled spans replayed at start", "{spans}"),

@@ -85,17 +85,23 @@ def test_local_yaml_records_the_os_plane_of_a_separately_started_agent(tmp_path:
 
 def os_spans_of(spans: list[Span], pid: int) -> list[Span]:
     """The enrich processor's OS-plane spans of process ``pid``: its process span first, then
-    any late-events spans (observations that reached enrich after the process span was sent)."""
+    any late-events spans (observations that reached enrich after the process span was sent)
+    and more-events spans (its events past the process span's 128)."""
     found = [
         s
         for s in spans
         if s.resource.attributes.get("service.name") == "otel-bridge-host"
         and s.attributes.get("process.pid") == pid
     ]
-    found.sort(key=lambda s: s.attributes.get("otel_bridge.os_plane.late") is True)
+
+    def child(s: Span) -> bool:
+        return any(s.attributes.get(f"otel_bridge.os_plane.{k}") is True for k in ("late", "more"))
+
+    found.sort(key=child)
     assert found, "no OS-plane span of the agent"
-    assert found[0].attributes.get("otel_bridge.os_plane.late") is None, found
+    assert not child(found[0]), found
     for late in found[1:]:
+        assert child(late)
         assert late.parent_span_id == found[0].span_id
     return found
 

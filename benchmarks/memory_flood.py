@@ -14,7 +14,9 @@ presses on memory is the data in flight. After the flood, one more request must 
 
 ``--grow`` makes every body 1,000 new spans, so the graph itself grows with the flood; with
 ``--max-nodes N`` the graph exporter is bounded (``bounds.max_nodes``) and spills the rest to
-``graph.spill``; without it the graph grows past the hard limit.
+``graph.spill``, and the other state kept per span is bounded alike (``normalize``'s
+``span_cache_size`` and the graph's ``occurrence_window`` set to N); without it the graph grows
+past the hard limit.
 
 Prints the limits, the peak RSS against the hard limit, requests accepted and refused (429).
 """
@@ -54,10 +56,12 @@ processors:
     spike_limit_mib: ${env:SPIKE}
     check_interval: 1s
   normalize:
+    span_cache_size: ${env:SPAN_CACHE}
 exporters:
   graph:
     output: "${env:WORK}/graph.json"
     flush_interval: 0
+    occurrence_window: ${env:WINDOW}
     bounds:
       max_nodes: ${env:MAX_NODES}
       spill: "${env:WORK}/graph.spill"
@@ -83,6 +87,9 @@ def _start(
     port = _free_port()
     env = {**os.environ, "PORT": str(port), "LIMIT": str(limit), "SPIKE": str(spike)}
     env["MAX_NODES"] = str(max_nodes)
+    # bounded: the other state the pipeline keeps per span is bounded alike (docs/exporters.md)
+    env["SPAN_CACHE"] = str(max_nodes or 100_000)
+    env["WINDOW"] = str(max_nodes or 200_000)
     env["WORK"] = str(work)
     (work / "flood.yaml").write_text(CONFIG)
     proc = subprocess.Popen(

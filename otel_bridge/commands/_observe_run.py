@@ -210,6 +210,10 @@ def durable_state_in_run(
         if type_name == "graph" and isinstance(journal, Mapping) and journal.get("path"):
             path = run.file(f"graph-{name}.journal" if name else "graph.journal")
             moved["journal"] = {**journal, "path": path}
+        bounds = settings.get("bounds")
+        if type_name == "graph" and isinstance(bounds, Mapping) and bounds.get("spill"):
+            spill = run.file(f"graph-{name}.spill" if name else "graph.spill")
+            moved["bounds"] = {**bounds, "spill": spill}
         if type_name in _QUEUED_EXPORTERS and isinstance(queue, Mapping) and queue.get("storage"):
             moved["sending_queue"] = {**queue, "storage": run.file(RUN_QUEUE_DIR)}
         if moved:

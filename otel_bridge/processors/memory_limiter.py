@@ -9,15 +9,19 @@ Two limits, either or both:
   limit (``limit_mib - spike_limit_mib``) new data is refused until usage falls back; the
   periodic check then returns freed memory to the system (a garbage collection above the hard
   limit, ``malloc_trim`` where glibc has it), so usage does fall once the pressure is gone.
-  ``limit_percentage`` sets the limit as a share of physical memory instead. Data a receiver
-  has read and decoded but not yet handed on is not gated: the hard limit can be passed by at
-  most what the receivers hold in flight (threads times request size).
+  ``limit_percentage`` sets the limit as a share of physical memory instead. What the
+  receivers read and decode before this processor sees it is bounded too: while it runs, the
+  limiter registers with :mod:`otel_bridge.admission`, so the OTLP receivers refuse a request
+  *before reading it* while this limiter refuses, and hold at most half the spike headroom
+  (hard minus soft limit) of requests in flight; memory then stays under the hard limit
+  however many clients send at once.
 * **Retained state** (``retained_after``): memory can stay over the soft limit with nothing in
   flight because the pipeline *keeps* it (the graph exporter's graph, bounded by its
   ``bounds``, ``docs/exporters.md``), not because of data in flight; refusing would then last
   forever. When usage has stayed over the soft limit for ``retained_after`` seconds, the
   limiter admits data again one batch at a time (nothing else in flight), each after a fresh
-  reading below the hard limit; only the hard limit refuses. It is reported once, and leaves
+  reading below the hard limit less the receivers' budget (half the spike headroom, room for
+  the batch being read); only that limit refuses. It is reported once, and leaves
   this mode when usage falls below the soft limit.
 * **Records in flight** (``limit_records``): the number of records currently being handled
   downstream of this processor, across every receiver thread. A batch that would push it past
@@ -43,6 +47,7 @@ from dataclasses import dataclass, field
 
 import psutil
 
+from otel_bridge.admission import admission
 from otel_bridge.component import (
     PROCESSOR,
     Component,
@@ -201,6 +206,7 @@ class MemoryLimiter:
         if self._limits is None or self._thread is not None:
             return
         self.check()
+        admission.register(self)
         self._thread = threading.Thread(
             target=self._run, name=f"otel-bridge-{self._name}", daemon=True
         )
@@ -209,6 +215,7 @@ class MemoryLimiter:
     def shutdown(self) -> None:
         """Stop the periodic check. Safe before start and twice."""
         self._stop.set()
+        admission.unregister(self)
         thread = self._thread
         if thread is not None and thread is not threading.current_thread():
             thread.join()
@@ -267,6 +274,27 @@ class MemoryLimiter:
                 "limit",
             )
 
+    @property
+    def admission_budget(self) -> int:
+        """Bytes the receivers may hold in flight: half the spike headroom (0: no memory
+        limit)."""
+        if self._limits is None:
+            return 0
+        soft, hard = self._limits
+        return max((hard - soft) // 2, 1)
+
+    def admission_refusal(self) -> str:
+        """Why a request would be refused now, before a receiver reads it ("" to read it)."""
+        if self._limits is None:
+            return ""
+        with self._lock:
+            stale = time.monotonic() - self._read_at >= INLINE_INTERVAL
+        if stale:
+            self.check(release=False)
+        with self._lock:
+            reason = self._refusal(0)
+        return f"{self._name}: data refused, retry later ({reason})" if reason else ""
+
     def _run(self) -> None:
         while not self._stop.wait(self._config.check_interval):
             self.check()
@@ -276,7 +304,8 @@ class MemoryLimiter:
         limit = self._config.limit_records
         if self._over_memory and self._limits is not None:
             soft, hard = self._limits
-            if self._retained and not self._in_flight and self._last_usage < hard:
+            room = hard - max((hard - soft) // 2, 1)  # the receivers' budget stays free
+            if self._retained and not self._in_flight and self._last_usage < room:
                 return ""
             bound, which = (hard, "hard") if self._retained else (soft, "soft")
             return (

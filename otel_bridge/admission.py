@@ -12,7 +12,9 @@ receiver (HTTP and gRPC) of the process, stay within the budget; a request that 
 budget full waits up to :data:`WAIT_SECONDS` for room, and is then refused for now: HTTP 429
 with ``Retry-After``, gRPC ``RESOURCE_EXHAUSTED`` with ``RetryInfo`` (OTLP clients retry). A
 request is also refused before it is read while a registered memory limiter is refusing data
-(:meth:`Gate.refusal`): reading and decoding it would only be wasted.
+(:meth:`Gate.admission_refusal`): reading and decoding it would only be wasted; and while the
+limiter takes its memory as retained state (it admits one batch at a time), a request is read
+only when nothing else is in flight and its charge fits below the hard limit.
 
 **The budget.** Each ``memory_limiter`` registers a :class:`Gate` while it runs: half its spike
 headroom (hard minus soft limit). The process's budget is the smallest registered one, and
@@ -25,6 +27,7 @@ is admitted when nothing else is in flight, or it could never be. ``docs/contrac
 from __future__ import annotations
 
 import threading
+import time
 from typing import Protocol
 
 __all__ = [
@@ -51,8 +54,9 @@ class Gate(Protocol):
     def admission_budget(self) -> int:
         """Bytes the receivers may hold in flight; 0: no bound from this gate."""
 
-    def admission_refusal(self) -> str:
-        """Why data is refused right now ("" while it is accepted)."""
+    def admission_refusal(self, cost: int, in_flight: int) -> str:
+        """Why a request charged ``cost`` bytes is refused now, with ``in_flight`` bytes
+        charged to others ("" to admit it)."""
 
 
 class Ticket:
@@ -119,27 +123,34 @@ class Admission:
         budgets = [b for b in (g.admission_budget for g in self._gates) if b > 0]
         return min(budgets) if budgets else 0
 
-    def _refusal(self) -> str:
-        with self._cond:
-            gates = list(self._gates)
-        for gate in gates:
-            reason = gate.admission_refusal()
+    def _refusal(self, cost: int) -> str:
+        for gate in self._gates:
+            reason = gate.admission_refusal(cost, self._used)
             if reason:
                 return reason
         return ""
 
     def admit(self, body_bytes: int) -> Ticket | str:
-        """A ticket charging ``body_bytes`` of body, or why the request is refused for now."""
-        with self._cond:
-            gates = bool(self._gates)
-        if not gates:
-            return Ticket(self, 0)
-        reason = self._refusal()
-        if reason:
-            return reason
+        """A ticket charging ``body_bytes`` of body, or why the request is refused for now.
+
+        The gates' verdict and the charge are taken together (under one lock), so two requests
+        never both pass on the same reading."""
         want = max(body_bytes, 1) * COST_PER_BYTE
-        reason = self.acquire(want, holding=0)
-        return reason or Ticket(self, want)
+        deadline = time.monotonic() + WAIT_SECONDS
+        with self._cond:
+            if not self._gates:
+                return Ticket(self, 0)
+            while True:
+                reason = self._refusal(want)
+                if reason:
+                    return reason
+                if self._fits(want, 0):
+                    self._take(want)
+                    return Ticket(self, want)
+                remaining = deadline - time.monotonic()
+                if remaining <= 0:
+                    return self._full()
+                self._cond.wait(remaining)
 
     def acquire(self, nbytes: int, *, holding: int) -> str:
         """Take ``nbytes`` from the budget, waiting up to :data:`WAIT_SECONDS`; "" when taken.
@@ -148,14 +159,19 @@ class Admission:
         admitted, whatever its size."""
         with self._cond:
             if not self._cond.wait_for(lambda: self._fits(nbytes, holding), timeout=WAIT_SECONDS):
-                budget = self._budget()
-                return (
-                    f"{self._used // 1024} KiB of requests in flight, the receivers' budget is "
-                    f"{budget // 1024} KiB (half the memory limiter's spike headroom)"
-                )
-            self._used += nbytes
-            self.peak = max(self.peak, self._used)
+                return self._full()
+            self._take(nbytes)
             return ""
+
+    def _full(self) -> str:
+        return (
+            f"{self._used // 1024} KiB of requests in flight, the receivers' budget is "
+            f"{self._budget() // 1024} KiB (half the memory limiter's spike headroom)"
+        )
+
+    def _take(self, nbytes: int) -> None:
+        self._used += nbytes
+        self.peak = max(self.peak, self._used)
 
     def _fits(self, nbytes: int, holding: int) -> bool:
         budget = self._budget()

@@ -20,8 +20,7 @@ Two limits, either or both:
   ``bounds``, ``docs/exporters.md``), not because of data in flight; refusing would then last
   forever. When usage has stayed over the soft limit for ``retained_after`` seconds, the
   limiter admits data again one batch at a time (nothing else in flight), each after a fresh
-  reading below the hard limit less the receivers' budget (half the spike headroom, room for
-  the batch being read); only that limit refuses. It is reported once, and leaves
+  reading below the hard limit; only the hard limit refuses. It is reported once, and leaves
   this mode when usage falls below the soft limit.
 * **Records in flight** (``limit_records``): the number of records currently being handled
   downstream of this processor, across every receiver thread. A batch that would push it past
@@ -283,16 +282,25 @@ class MemoryLimiter:
         soft, hard = self._limits
         return max((hard - soft) // 2, 1)
 
-    def admission_refusal(self) -> str:
-        """Why a request would be refused now, before a receiver reads it ("" to read it)."""
+    def admission_refusal(self, cost: int, in_flight: int) -> str:
+        """Why a request charged ``cost`` bytes is refused before a receiver reads it, with
+        ``in_flight`` bytes charged to others ("" to read it). Retained state (module doc):
+        read only alone, and only when usage plus ``cost`` stays under the hard limit."""
         if self._limits is None:
             return ""
+        hard = self._limits[1]
         with self._lock:
             stale = time.monotonic() - self._read_at >= INLINE_INTERVAL
         if stale:
             self.check(release=False)
         with self._lock:
             reason = self._refusal(0)
+            usage = self._last_usage
+            if not reason and self._retained and (in_flight or usage + cost >= hard):
+                reason = (
+                    f"memory {usage // _MIB} MiB is retained; a request of ~{cost // _MIB} MiB "
+                    f"decoded is read alone and below the hard limit {hard // _MIB} MiB"
+                )
         return f"{self._name}: data refused, retry later ({reason})" if reason else ""
 
     def _run(self) -> None:
@@ -304,8 +312,7 @@ class MemoryLimiter:
         limit = self._config.limit_records
         if self._over_memory and self._limits is not None:
             soft, hard = self._limits
-            room = hard - max((hard - soft) // 2, 1)  # the receivers' budget stays free
-            if self._retained and not self._in_flight and self._last_usage < room:
+            if self._retained and not self._in_flight and self._last_usage < hard:
                 return ""
             bound, which = (hard, "hard") if self._retained else (soft, "soft")
             return (

@@ -191,6 +191,15 @@ class _Handler(BaseHTTPRequestHandler):
             out += chunk
         return bytes(out)
 
+    def _drain(self, n: int) -> None:
+        """Read and discard ``n`` body bytes, a chunk at a time (nothing is kept)."""
+        left = n
+        while left > 0:
+            chunk = self._read(min(left, _CHUNK))
+            if not chunk:
+                return
+            left -= len(chunk)
+
     def _content_type(self) -> str:
         return self.headers.get("Content-Type", "").split(";", 1)[0].strip().lower()
 
@@ -297,7 +306,7 @@ class _Handler(BaseHTTPRequestHandler):
             return ticket
         server.receiver.count("requests_refused")
         if 0 < declared <= server.max_body:
-            self._read(declared)  # drained, not kept: the connection stays usable
+            self._drain(declared)  # the connection stays usable
         elif declared or "chunked" in self.headers.get("Transfer-Encoding", "").lower():
             self.close_connection = True
         seconds = max(0, math.ceil(server.receiver.retry_after))

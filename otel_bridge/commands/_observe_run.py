@@ -195,7 +195,8 @@ def durable_state_in_run(
     would replay the standing collector's state into this run, or be locked by it; so each
     journal ``path`` and ``sending_queue.storage`` set in the file is replaced by
     ``graph[-NAME].journal`` or ``queue/`` in the run directory (the journal and the queue
-    create them owner-only and open them with ``O_NOFOLLOW``), keeping the other settings.
+    create them owner-only and open them with ``O_NOFOLLOW``), keeping the other settings; a
+    graph's ``bounds.spill`` likewise becomes ``graph[-NAME].spill`` there.
     """
     out = _enrich_journals_in_run(user, run)
     exporters = (user or {}).get("exporters")

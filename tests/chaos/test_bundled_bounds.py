@@ -17,6 +17,9 @@ from pathlib import Path
 import yaml
 from waiting import Stderr
 
+from otel_bridge import rundir
+from otel_bridge.commands.observe import durable_state_in_run
+from otel_bridge.config import read_config
 from otel_bridge.exporters.graph.journal import read_frames
 from otel_bridge.otlp.proto_codec import encode_traces
 from otel_bridge.testing import make_span
@@ -110,3 +113,19 @@ def test_a_collector_from_local_yaml_keeps_accepting_a_growing_graph(tmp_path: P
     assert bounded["spilled"] == spilled > 0
     assert summary["observations"] + spilled >= 2000  # every span: applied or spilled
     assert "reached its bounds" in err.log()
+
+
+def test_observe_moves_a_bundled_spill_file_into_its_run_directory(tmp_path: Path) -> None:
+    """``observe -c FILE``: a graph's ``bounds.spill`` becomes ``graph[-NAME].spill`` in the run
+    directory (never the standing collector's file), the other bounds kept."""
+    run = rundir.RunDir.create(str(tmp_path / "run"))
+    user = read_config(CONFIGS / "local.yaml")
+    moved = {a.id: dict(a.settings) for a in durable_state_in_run(user, run)}
+    bounds = moved["graph"]["bounds"]
+    assert bounds["spill"] == run.file("graph.spill")
+    assert bounds["max_nodes"] == user["exporters"]["graph"]["bounds"]["max_nodes"]
+    user = {"exporters": {"graph/two": {"bounds": {"max_nodes": 5, "spill": "/srv/g.spill"}}}}
+    moved = {a.id: dict(a.settings) for a in durable_state_in_run(user, run)}
+    assert moved == {
+        "graph/two": {"bounds": {"max_nodes": 5, "spill": run.file("graph-two.spill")}}
+    }

@@ -2,6 +2,7 @@
 
     python benchmarks/memory_flood.py [--seconds 20] [--clients 8] [--headroom 96]
                                       [--grow [--max-nodes N]]
+    python benchmarks/memory_flood.py --graph-bytes
 
 A real collector (``python -m otel_bridge run``: OTLP/HTTP -> memory_limiter -> normalize ->
 graph) is started once to read its resting RSS, then again with ``limit_mib`` set to that RSS
@@ -14,14 +15,20 @@ presses on memory is the data in flight. After the flood, one more request must 
 
 ``--grow`` makes every body 1,000 new spans, so the graph itself grows with the flood; with
 ``--max-nodes N`` the graph exporter is bounded (``bounds.max_nodes``) and spills the rest to
-``graph.spill``; without it the graph grows past the hard limit.
+``graph.spill``, and the other state kept per span is bounded alike (``normalize``'s
+``span_cache_size`` and the graph's ``occurrence_window`` set to N); without it the graph grows
+past the hard limit.
 
 Prints the limits, the peak RSS against the hard limit, requests accepted and refused (429).
+
+``--graph-bytes`` instead measures the graph's bytes per node and edge (``tracemalloc``) at two
+realistic shapes, the figures ``docs/exporters.md`` sizes the bundled bounds with.
 """
 
 from __future__ import annotations
 
 import argparse
+import gc
 import http.client
 import itertools
 import json
@@ -31,7 +38,9 @@ import sys
 import tempfile
 import threading
 import time
+import tracemalloc
 from pathlib import Path
+from typing import Any
 
 import psutil
 
@@ -54,10 +63,12 @@ processors:
     spike_limit_mib: ${env:SPIKE}
     check_interval: 1s
   normalize:
+    span_cache_size: ${env:SPAN_CACHE}
 exporters:
   graph:
     output: "${env:WORK}/graph.json"
     flush_interval: 0
+    occurrence_window: ${env:WINDOW}
     bounds:
       max_nodes: ${env:MAX_NODES}
       spill: "${env:WORK}/graph.spill"
@@ -83,6 +94,9 @@ def _start(
     port = _free_port()
     env = {**os.environ, "PORT": str(port), "LIMIT": str(limit), "SPIKE": str(spike)}
     env["MAX_NODES"] = str(max_nodes)
+    # bounded: the other state the pipeline keeps per span is bounded alike (docs/exporters.md)
+    env["SPAN_CACHE"] = str(max_nodes or 100_000)
+    env["WINDOW"] = str(max_nodes or 200_000)
     env["WORK"] = str(work)
     (work / "flood.yaml").write_text(CONFIG)
     proc = subprocess.Popen(
@@ -137,6 +151,52 @@ def _graph_summary(work: Path) -> dict[str, object]:
     return summary
 
 
+def _traced_bytes(batches: list[tuple[Any, ...]]) -> tuple[int, int, int]:
+    """``tracemalloc`` bytes the graph exporter's accumulator (its defaults) keeps after applying
+    ``batches``, with its node and edge counts."""
+    from otel_bridge.graph import GraphAccumulator
+
+    gc.collect()
+    tracemalloc.start()
+    accumulator = GraphAccumulator(retain_support=True)
+    base = tracemalloc.get_traced_memory()[0]
+    for observations in batches:
+        accumulator.apply_many(observations)
+    gc.collect()
+    used = tracemalloc.get_traced_memory()[0] - base
+    tracemalloc.stop()
+    return used, accumulator.node_count, accumulator.edge_count
+
+
+def graph_bytes() -> None:
+    """Print the graph's bytes per node/edge at two realistic shapes (``docs/exporters.md``)."""
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    from pipeline_instructions import os_records
+    from pipeline_throughput import build_requests
+
+    from otel_bridge.model import Batch
+    from otel_bridge.otlp.proto_codec import decode_traces
+    from otel_bridge.processors.normalize import Normalizer
+
+    normalizer = Normalizer()
+    spans = [
+        normalizer(Batch(spans=decode_traces(raw).records))
+        for sender in range(4)
+        for raw in build_requests(sender, 1000, 5)
+    ]
+    normalizer = Normalizer()
+    records = os_records(20_000)
+    logs = [
+        normalizer(Batch(logs=tuple(records[i : i + 1000]))) for i in range(0, len(records), 1000)
+    ]
+    for name, outs in (("agent-like spans", spans), ("OS file.open records", logs)):
+        used, nodes, edges = _traced_bytes([o.observations if o else () for o in outs])
+        print(
+            f"{name:22} {used / 1e6:.1f} MB for {nodes} nodes + {edges} edges: "
+            f"{used / (nodes + edges):.0f} bytes per element"
+        )
+
+
 def main() -> int:
     """Run the flood; print the figures; exit 1 if the hard limit was passed or no recovery."""
     parser = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
@@ -145,7 +205,13 @@ def main() -> int:
     parser.add_argument("--headroom", type=int, default=96)
     parser.add_argument("--grow", action="store_true", help="every body 1,000 new spans")
     parser.add_argument("--max-nodes", type=int, default=0, help="bound the graph (0: none)")
+    parser.add_argument(
+        "--graph-bytes", action="store_true", help="measure bytes per graph element, no flood"
+    )
     args = parser.parse_args()
+    if args.graph_bytes:
+        graph_bytes()
+        return 0
     bodies = _bodies(2)
     with tempfile.TemporaryDirectory(prefix="otel-bridge-flood-") as tmp:
         work = Path(tmp)

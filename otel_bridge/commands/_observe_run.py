@@ -230,7 +230,8 @@ def durable_state_in_run(
     would replay the standing collector's state into this run, or be locked by it; so each
     journal ``path`` and ``sending_queue.storage`` set in the file is replaced by
     ``graph[-NAME].journal`` or ``queue/`` in the run directory (the journal and the queue
-    create them owner-only and open them with ``O_NOFOLLOW``), keeping the other settings.
+    create them owner-only and open them with ``O_NOFOLLOW``), keeping the other settings; a
+    graph's ``bounds.spill`` likewise becomes ``graph[-NAME].spill`` there.
     """
     out = _enrich_journals_in_run(user, run)
     exporters = (user or {}).get("exporters")
@@ -245,6 +246,10 @@ def durable_state_in_run(
         if type_name == "graph" and isinstance(journal, Mapping) and journal.get("path"):
             path = run.file(f"graph-{name}.journal" if name else "graph.journal")
             moved["journal"] = {**journal, "path": path}
+        bounds = settings.get("bounds")
+        if type_name == "graph" and isinstance(bounds, Mapping) and bounds.get("spill"):
+            spill = run.file(f"graph-{name}.spill" if name else "graph.spill")
+            moved["bounds"] = {**bounds, "spill": spill}
         if type_name in _QUEUED_EXPORTERS and isinstance(queue, Mapping) and queue.get("storage"):
             moved["sending_queue"] = {**queue, "storage": run.file(RUN_QUEUE_DIR)}
         if moved:

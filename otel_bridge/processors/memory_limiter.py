@@ -9,9 +9,12 @@ Two limits, either or both:
   limit (``limit_mib - spike_limit_mib``) new data is refused until usage falls back; the
   periodic check then returns freed memory to the system (a garbage collection above the hard
   limit, ``malloc_trim`` where glibc has it), so usage does fall once the pressure is gone.
-  ``limit_percentage`` sets the limit as a share of physical memory instead. Data a receiver
-  has read and decoded but not yet handed on is not gated: the hard limit can be passed by at
-  most what the receivers hold in flight (threads times request size).
+  ``limit_percentage`` sets the limit as a share of physical memory instead. What the
+  receivers read and decode before this processor sees it is bounded too: while it runs, the
+  limiter registers with :mod:`otel_bridge.admission`, so the OTLP receivers refuse a request
+  *before reading it* while this limiter refuses, and hold at most half the spike headroom
+  (hard minus soft limit) of requests in flight; memory then stays under the hard limit
+  however many clients send at once.
 * **Retained state** (``retained_after``): memory can stay over the soft limit with nothing in
   flight because the pipeline *keeps* it (the graph exporter's graph, bounded by its
   ``bounds``, ``docs/exporters.md``), not because of data in flight; refusing would then last
@@ -43,6 +46,7 @@ from dataclasses import dataclass, field
 
 import psutil
 
+from otel_bridge.admission import admission
 from otel_bridge.component import (
     PROCESSOR,
     Component,
@@ -201,6 +205,7 @@ class MemoryLimiter:
         if self._limits is None or self._thread is not None:
             return
         self.check()
+        admission.register(self)
         self._thread = threading.Thread(
             target=self._run, name=f"otel-bridge-{self._name}", daemon=True
         )
@@ -209,6 +214,7 @@ class MemoryLimiter:
     def shutdown(self) -> None:
         """Stop the periodic check. Safe before start and twice."""
         self._stop.set()
+        admission.unregister(self)
         thread = self._thread
         if thread is not None and thread is not threading.current_thread():
             thread.join()
@@ -266,6 +272,36 @@ class MemoryLimiter:
                 "pipeline keeps (e.g. the graph); admitting one batch at a time below the hard "
                 "limit",
             )
+
+    @property
+    def admission_budget(self) -> int:
+        """Bytes the receivers may hold in flight: half the spike headroom (0: no memory
+        limit)."""
+        if self._limits is None:
+            return 0
+        soft, hard = self._limits
+        return max((hard - soft) // 2, 1)
+
+    def admission_refusal(self, cost: int, in_flight: int) -> str:
+        """Why a request charged ``cost`` bytes is refused before a receiver reads it, with
+        ``in_flight`` bytes charged to others ("" to read it). Retained state (module doc):
+        read only alone, and only when usage plus ``cost`` stays under the hard limit."""
+        if self._limits is None:
+            return ""
+        hard = self._limits[1]
+        with self._lock:
+            stale = time.monotonic() - self._read_at >= INLINE_INTERVAL
+        if stale:
+            self.check(release=False)
+        with self._lock:
+            reason = self._refusal(0)
+            usage = self._last_usage
+            if not reason and self._retained and (in_flight or usage + cost >= hard):
+                reason = (
+                    f"memory {usage // _MIB} MiB is retained; a request of ~{cost // _MIB} MiB "
+                    f"decoded is read alone and below the hard limit {hard // _MIB} MiB"
+                )
+        return f"{self._name}: data refused, retry later ({reason})" if reason else ""
 
     def _run(self) -> None:
         while not self._stop.wait(self._config.check_interval):

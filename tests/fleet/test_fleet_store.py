@@ -222,6 +222,9 @@ def test_two_agents_and_a_gateway_fill_postgres_and_read_back_the_gateway_graph(
 
     assert len(acked) >= 400
     graph = json.loads((fleet.state / "graph.json").read_text())
+    # the gateway's graph exporter is bounded (configs/gateway-postgres.yaml); nothing went over
+    # its bounds here, and the store's reader has no bounds to state
+    assert graph["summary"].pop("bounded")["over_bounds"] == 0
     # the reader gets the gateway's graph back: rows of the run, and a replay of its records
     read = graph_from_db(url, "--json")
     (tmp_path / "db-graph.json").write_text(json.dumps(read))  # kept for a failure's diagnosis

@@ -5,8 +5,9 @@ Requests arrive as raw bytes and are parsed here, so a malformed message is answ
 failure with ``INTERNAL``). Oversized messages are refused by grpcio itself with
 ``RESOURCE_EXHAUSTED`` (no ``RetryInfo``: permanent for an OTLP client); a refusal by the pipeline
 (e.g. the memory limiter) is ``RESOURCE_EXHAUSTED`` *with* ``RetryInfo``, which the OTLP
-specification makes retryable after that delay (the OpenTelemetry SDK exporters retry it); any
-other failure of the pipeline is ``INVALID_ARGUMENT`` (permanent: the client does not retry).
+specification makes retryable after that delay (the OpenTelemetry SDK exporters retry it), as is
+a request admission refuses before it is decoded (:mod:`otel_bridge.admission`); any other
+failure of the pipeline is ``INVALID_ARGUMENT`` (permanent: the client does not retry).
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from google.protobuf.any_pb2 import Any as PbAny
 from google.protobuf.message import DecodeError as PbDecodeError
 from google.rpc import error_details_pb2, status_pb2  # type: ignore[import-untyped]
 
+from otel_bridge.admission import Ticket, admission
 from otel_bridge.errors import StartupError
 from otel_bridge.otlp.proto_codec import decode_logs, decode_traces, encode_export_response
 from otel_bridge.receivers.otlp.config import GrpcConfig, split_endpoint
@@ -139,6 +141,13 @@ class GrpcServer:
             if not self._auth.check(metadata.get("authorization")):
                 self._receiver.count("requests_unauthenticated")
                 context.abort(grpc.StatusCode.UNAUTHENTICATED, "missing or invalid credentials")
+        ticket = admission.admit(len(raw))
+        if not isinstance(ticket, Ticket):
+            self._receiver.count("requests_refused")
+            context.abort_with_status(
+                throttled_status(f"not decoded: {ticket}", self._receiver.retry_after)
+            )
+            raise AssertionError("unreachable: abort raises")  # pragma: no cover
         try:
             return parse(raw)
         except PbDecodeError as exc:
@@ -151,6 +160,8 @@ class GrpcServer:
         except Exception as exc:  # a bug must not kill the server; the client sees INTERNAL
             self._receiver.report_once("grpc_internal", f"gRPC export failed: {exc!r}")
             context.abort(grpc.StatusCode.INTERNAL, f"internal error: {exc}")
+        finally:
+            ticket.release()
         raise AssertionError("unreachable: abort raises")  # pragma: no cover
 
     def _traces(self, raw: bytes, context: grpc.ServicerContext) -> bytes:

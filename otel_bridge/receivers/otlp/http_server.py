@@ -8,8 +8,9 @@ wrong: 400 malformed body, 404 unknown path, 405 wrong method, 411 no length, 41
 never grows past the limit), 408 when the request does not arrive within ``read_timeout`` (the
 connection is closed and its thread released), 415 unsupported content type or encoding, 429
 with ``Retry-After`` when the pipeline refuses data (throttling, which OTLP clients retry after
-that delay). The listen backlog is :data:`LISTEN_BACKLOG`; a kept-alive connection idle for
-``idle_timeout`` is closed.
+that delay) or admission does (:mod:`otel_bridge.admission`: checked before the body is read,
+against its declared and then its decompressed size). The listen backlog is
+:data:`LISTEN_BACKLOG`; a kept-alive connection idle for ``idle_timeout`` is closed.
 """
 
 from __future__ import annotations
@@ -25,7 +26,8 @@ from collections.abc import Callable
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import TYPE_CHECKING, Any
 
-from otel_bridge.errors import DecodeError, PayloadTooLargeError, StartupError
+from otel_bridge.admission import Ticket, admission
+from otel_bridge.errors import DecodeError, PayloadTooLargeError, RefusedError, StartupError
 from otel_bridge.receivers.otlp.config import HttpConfig, split_endpoint
 
 if TYPE_CHECKING:
@@ -63,16 +65,27 @@ _POLL_S = 0.02
 (the end of every ``observe`` run does), for 50 idle wake-ups a second."""
 
 
-def read_limited(read: Callable[[int], bytes], length: int, encoding: str, limit: int) -> bytes:
+def read_limited(
+    read: Callable[[int], bytes],
+    length: int,
+    encoding: str,
+    limit: int,
+    grow: Callable[[int], str] | None = None,
+) -> bytes:
     """The decoded body: ``length`` bytes from ``read``, decompressed, at most ``limit`` bytes.
 
     Raises :class:`PayloadTooLargeError` as soon as the decompressed size passes ``limit``, and
-    :class:`DecodeError` when the compressed data is corrupt.
+    :class:`DecodeError` when the compressed data is corrupt. ``grow`` is told the decompressed
+    size as it grows (the request's admission ticket, :mod:`otel_bridge.admission`); a non-empty
+    answer stops decompressing with :class:`RefusedError` carrying it.
     """
     raw = read(length)
     if len(raw) < length:
         raise DecodeError(f"body ended after {len(raw)} of {length} bytes")
     if encoding in ("", "identity", "none"):
+        reason = grow(len(raw)) if grow is not None else ""
+        if reason:
+            raise RefusedError(reason)
         return raw
     wbits = {"gzip": 31, "x-gzip": 31, "deflate": 15, "raw-deflate": -15}[encoding]
     out = bytearray()
@@ -86,12 +99,15 @@ def read_limited(read: Callable[[int], bytes], length: int, encoding: str, limit
                     raise PayloadTooLargeError(
                         f"decompressed body exceeds the limit of {limit} bytes"
                     )
+                reason = grow(len(out)) if grow is not None else ""
+                if reason:
+                    raise RefusedError(reason)
                 data = inflater.unconsumed_tail
             out += inflater.flush()
         except zlib.error as exc:
             if encoding == "deflate" and not out:
                 # Some clients send raw deflate without the zlib header.
-                return read_limited(lambda _n: raw, length, "raw-deflate", limit)
+                return read_limited(lambda _n: raw, length, "raw-deflate", limit, grow)
             raise DecodeError(f"body is not valid {encoding} data: {exc}") from None
         if len(out) > limit:
             raise PayloadTooLargeError(f"decompressed body exceeds the limit of {limit} bytes")
@@ -176,6 +192,15 @@ class _Handler(BaseHTTPRequestHandler):
                 break
             out += chunk
         return bytes(out)
+
+    def _drain(self, n: int) -> None:
+        """Read and discard ``n`` body bytes, a chunk at a time (nothing is kept)."""
+        left = n
+        while left > 0:
+            chunk = self._read(min(left, _CHUNK))
+            if not chunk:
+                return
+            left -= len(chunk)
 
     def _content_type(self) -> str:
         return self.headers.get("Content-Type", "").split(";", 1)[0].strip().lower()
@@ -267,7 +292,33 @@ class _Handler(BaseHTTPRequestHandler):
                 _INVALID_ARGUMENT,
                 f"unsupported Content-Encoding {encoding!r}; use gzip or none",
             )
-        body = self._read_body(server)
+        ticket = self._admit(server)
+        try:
+            self._reply(server, path, content_type, ticket)
+        finally:
+            ticket.release()
+
+    def _admit(self, server: HttpServer) -> Ticket:
+        """The request's admission ticket; a refusal answers 429 once the body is drained."""
+        length_text = self.headers.get("Content-Length", "").strip()
+        declared = int(length_text) if length_text.isdigit() else 0
+        # an oversized body is answered 413 unread, so it is not charged
+        ticket = admission.admit(declared if declared <= server.max_body else 0)
+        if isinstance(ticket, Ticket):
+            return ticket
+        server.receiver.count("requests_refused")
+        if 0 < declared <= server.max_body:
+            self._drain(declared)  # the connection stays usable
+        elif declared or "chunked" in self.headers.get("Transfer-Encoding", "").lower():
+            self.close_connection = True
+        seconds = max(0, math.ceil(server.receiver.retry_after))
+        raise _HttpError(
+            429, _RESOURCE_EXHAUSTED, f"not read: {ticket}", {"Retry-After": str(seconds)}
+        )
+
+    def _reply(self, server: HttpServer, path: str, content_type: str, ticket: Ticket) -> None:
+        receiver = server.receiver
+        body = self._read_body(server, ticket)
         signal = "traces" if path == TRACES_PATH else "logs"
         try:
             outcome = self._decode_and_deliver(receiver, signal, content_type, body)
@@ -286,7 +337,7 @@ class _Handler(BaseHTTPRequestHandler):
             raise _HttpError(400, _INVALID_ARGUMENT, outcome.failed)
         self._send(200, content_type, _response_body(content_type, signal, outcome), {})
 
-    def _read_body(self, server: HttpServer) -> bytes:
+    def _read_body(self, server: HttpServer, ticket: Ticket) -> bytes:
         limit = server.max_body
         receiver = server.receiver
         encoding = self.headers.get("Content-Encoding", "").strip().lower()
@@ -314,7 +365,13 @@ class _Handler(BaseHTTPRequestHandler):
                 f"body of {length} bytes exceeds the limit of {limit} bytes",
             )
         try:
-            return read_limited(reader, length, encoding, limit)
+            return read_limited(reader, length, encoding, limit, ticket.grow)
+        except RefusedError as exc:
+            receiver.count("requests_refused")
+            seconds = max(0, math.ceil(receiver.retry_after))
+            raise _HttpError(
+                429, _RESOURCE_EXHAUSTED, f"not decoded: {exc}", {"Retry-After": str(seconds)}
+            ) from None
         except PayloadTooLargeError as exc:
             receiver.count("requests_too_large")
             raise _HttpError(413, _RESOURCE_EXHAUSTED, str(exc)) from None

@@ -18,7 +18,7 @@ to :meth:`OtlpReceiver.deliver`, which implements the OTLP response rules in one
 
 Counters (:data:`COUNTERS`, ``receiver.<id>.<name>``): ``spans_accepted``, ``spans_rejected``,
 ``spans_refused``, ``log_records_accepted``, ``log_records_rejected``, ``log_records_refused``,
-``requests_malformed``, ``requests_too_large``, ``requests_timed_out``,
+``requests_malformed``, ``requests_too_large``, ``requests_refused``, ``requests_timed_out``,
 ``requests_unauthenticated``, ``tls_handshake_failures``.
 
 Binding beyond loopback without ``auth`` is allowed but warned about at start (anyone who can
@@ -74,6 +74,11 @@ COUNTERS: tuple[CounterSpec, ...] = (
     CounterSpec("log_records_refused", "log records refused for now (client retries)", "{records}"),
     CounterSpec("requests_malformed", "requests whose body could not be decoded", "{requests}"),
     CounterSpec("requests_too_large", "requests over the size limit", "{requests}"),
+    CounterSpec(
+        "requests_refused",
+        "requests refused for now before they were decoded (admission, client retries)",
+        "{requests}",
+    ),
     CounterSpec(
         "requests_timed_out", "HTTP requests that did not arrive within read_timeout", "{requests}"
     ),

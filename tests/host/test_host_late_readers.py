@@ -118,3 +118,24 @@ def test_an_exited_pid_leaves_the_lineage_once_its_file_events_are_read() -> Non
     assert not retire_now(110.0, due, handled, files_drained=99.0)  # reader 11 s behind
     assert retire_now(102.5, due, handled, files_drained=None)  # no file watcher
     assert retire_now(160.0, due, handled, files_drained=99.0)  # at most 60 s
+
+
+@needs_root
+def test_events_dropped_while_the_process_source_is_still_behind_degrade_the_file_plane() -> None:
+    """Held past the longest wait with the process source still behind, an event's owner is
+    unknown: it is dropped, and the file collection says the lineage's may be missing."""
+    require_backend("linux")
+    sink = RecordingConsumer()
+    ctx = _ctx(os.getpid(), sink)
+    watcher = FanotifyWatcher(ctx)
+    watcher.lineage_read = lambda: 0.0  # never read past anything
+    try:
+        watcher._wait(2**22 + 7, FAN_OPEN, "/work/calc.py")
+        watcher._recheck(final=False, now=time.monotonic() + 60.0)
+    finally:
+        watcher.stop()
+    assert watcher.undecided == 1
+    assert _files(ctx, sink) == []
+    state, reason = ctx.states["file"]
+    assert state == "degraded"
+    assert "the lineage's may be among them" in reason

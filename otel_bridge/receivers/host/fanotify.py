@@ -148,6 +148,8 @@ class FanotifyWatcher:
         self.unattributed = 0
         """Events of pids that did not join the lineage within the grace period (nearly all
         are other processes on the machine)."""
+        self.undecided = 0
+        """Events dropped before the process source read past them (see :meth:`_undecided`)."""
         self._waiting: list[tuple[float, float, int, int, str | bytes, int]] = []
         """(handled at (monotonic), deadline, pid, mask, path or directory-entry records, read
         time ns) of events held for a pid the lineage does not know yet."""
@@ -247,6 +249,8 @@ class FanotifyWatcher:
             elif not final and now < deadline and (read_to is None or read_to < handled):
                 keep.append(held)
             else:
+                if not final and read_to is not None and read_to < handled:
+                    self._undecided()  # the process source is still behind: whose is unknown
                 self.unattributed += 1
                 if len(self._foreign) >= _MAX_FOREIGN:
                     self._foreign.clear()
@@ -333,6 +337,19 @@ class FanotifyWatcher:
         if mask & FAN_CLOSE_NOWRITE:
             self._cycle.discard((pid, path, "file.read"))
 
+    def _undecided(self) -> None:
+        """An event dropped before the process source read past it (it was ``_HOLD_MAX`` s
+        behind): it may have been the lineage's, so the file collection says events may be
+        missing."""
+        self.undecided += 1
+        if self.undecided == 1:
+            self._ctx.collection_state(
+                "file",
+                CollectionState.DEGRADED,
+                f"file events of unknown pids dropped after {_HOLD_MAX:g} s while the process "
+                "connector was still behind: the lineage's may be among them",
+            )
+
     def _is_foreign(self, pid: int) -> bool:
         """True while ``pid`` is remembered as outside the lineage (its events are skipped)."""
         until = self._foreign.get(pid)
@@ -351,6 +368,8 @@ class FanotifyWatcher:
             wait = _GRACE if self.lineage_read is None else _HOLD_MAX
             self._waiting.append((now, now + wait, pid, mask, payload, at or time.time_ns()))
         else:
+            if self.lineage_read is not None:
+                self._undecided()
             self.unattributed += 1
 
     def _dirent(  # noqa: PLR0917 (the hot path: one call per event)

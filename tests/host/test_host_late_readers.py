@@ -16,6 +16,7 @@ import time
 from typing import Any
 
 from host_support import needs_root, require_backend
+from waiting import wait_until
 
 from otel_bridge.component import Telemetry
 from otel_bridge.identity import linux_start_time_ms
@@ -64,7 +65,12 @@ def test_an_unknown_pids_events_wait_for_the_process_source_not_for_a_timeout() 
     try:
         watcher._wait(child, FAN_OPEN | FAN_CLOSE_WRITE, "/work/calc.py")
         watcher._wait(stranger, FAN_OPEN, "/etc/elsewhere")
-        late = time.monotonic() + 5.0  # the process source is 5 s behind (0.25 s grace before)
+        # the process source is behind for longer than the 0.25 s grace these events had
+        past_grace = time.monotonic() + 0.3
+        wait_until(lambda: time.monotonic() > past_grace, message="0.3 s to pass")
+        watcher._recheck(final=False)
+        assert watcher.unattributed == 0  # both held: whose they are is not known yet
+        late = time.monotonic() + 5.0  # and still behind 5 s later
         watcher._recheck(final=False, now=late)
         assert watcher.unattributed == 0
         # the process source reads the child's fork, in a pass that began after the events

@@ -22,10 +22,21 @@ Honest limits of this mode:
   changes are not reported (``strace``/``ebpf`` see the syscalls). An entry whose directory is
   already gone when the event is read cannot be named and is counted, not guessed.
 * A short-lived child often touches a file before the process connector's fork event for it has
-  been read, so its pid is not in the lineage yet. Such events are held (the path resolved) for
-  up to 0.25 s and reported once the pid joins the lineage, with its identity; a pid that does
-  not join is another process on the machine: its event is dropped and counted, and its further
-  events are skipped unread for 5 s.
+  been read, so its pid is not in the lineage yet. Such events are held (the path resolved) and
+  reported once the pid joins the lineage, with its identity. Whether it joins is decided by
+  queue order, not by a timeout: a child's fork is queued on the process connector before any
+  file event of the child, so once the process source (:attr:`FanotifyWatcher.lineage_read`)
+  has drained its queue in a pass that began after the event was handled, a pid still not in
+  the lineage is another process on the machine: its event is dropped and counted, and its
+  further events are skipped unread for 5 s. A reader late by seconds under load loses nothing
+  (it used to: a 0.25 s grace dropped the children of a late process reader). Without a process
+  source (a watcher used alone) the grace period is 0.25 s; held events wait at most 30 s.
+* fanotify events carry no time: a record's time is when it was read, or the exit of its
+  process (:attr:`FanotifyWatcher.exited_at`) when that came first: every event of a process
+  was queued before its exit. So a reader late under load does not stamp a child's read after
+  the next child's write of the same file (``compare``'s ``observed_dataflow`` orders them by
+  time). :attr:`FanotifyWatcher.drained_at` says up to when every queued event was handled: the
+  ``linux`` backend keeps an exited pid in the lineage until then.
 * A process a standing collector starts following (:meth:`FanotifyWatcher.before_follow`) was
   not in the lineage: its events held or still queued then happened *before* the follow (or
   belong to an earlier process with the same pid). The follow waits for one full read pass of
@@ -89,9 +100,13 @@ _FD_READ_BYTES = 8 * 1024
 copies, so a large read of a long queue (an armed backlog) would hold thousands open at once
 (past ``select``'s 1024 limit for every other reader of the process): at most ~340 here."""
 _GRACE = 0.25
-"""Seconds an event of a not-yet-known pid waits for the pid to join the lineage."""
-_MAX_WAITING = 10_000
-"""Events held at most while their pid is unknown (the rest are counted)."""
+"""Seconds an event of a not-yet-known pid waits for the pid to join the lineage, when no process
+source says how far it has read (:attr:`FanotifyWatcher.lineage_read`)."""
+_HOLD_MAX = 30.0
+"""Seconds an event of a not-yet-known pid waits at most for a late process source."""
+_MAX_WAITING = 100_000
+"""Events held at most while their pid is unknown (the rest are counted): an armed reader's
+backlog of a busy machine's events is held at once, before the process source has read past it."""
 _FOREIGN_FOR = 5.0
 """Seconds the events of a pid that did not join the lineage in time are skipped unread."""
 _MAX_FOREIGN = 100_000
@@ -111,6 +126,15 @@ class FanotifyWatcher:
         self.emit_for: Callable[[int, LogRecord], None] | None = None
         """Emits a record about a pid (the linux backend holds a child's records behind an exec
         still waiting for its image, :meth:`.starts.StartGate.emit_for`); None: emit at once."""
+        self.lineage_read: Callable[[], float] | None = None
+        """The process source's progress: the monotonic time at which its last pass that
+        drained its queue began (every fork queued before then is in the lineage). None: no
+        such source, an unknown pid's events wait ``_GRACE`` seconds."""
+        self.exited_at: Callable[[int], int | None] | None = None
+        """The wall time (ns) of a lineage pid's exit when the process source has read it."""
+        self.drained_at = 0.0
+        """The monotonic time at which the last pass that left every queue empty began: every
+        event queued before then has been handled (reported, held for its pid, or dropped)."""
         self._wanted = set(cfg.fanotify_events)
         mask, _ = fanotify_masks(self._wanted)
         paths, mount = list(cfg.fanotify_paths), cfg.fanotify_mark == "mount"
@@ -133,9 +157,11 @@ class FanotifyWatcher:
         self.unattributed = 0
         """Events of pids that did not join the lineage within the grace period (nearly all
         are other processes on the machine)."""
-        self._waiting: list[tuple[float, int, int, str | bytes, int]] = []
-        """(deadline, pid, mask, path or directory-entry records, read time ns) of events held
-        for a pid the lineage does not know yet."""
+        self.undecided = 0
+        """Events dropped before the process source read past them (see :meth:`_undecided`)."""
+        self._waiting: list[tuple[float, float, int, int, str | bytes, int]] = []
+        """(handled at (monotonic), deadline, pid, mask, path or directory-entry records, read
+        time ns) of events held for a pid the lineage does not know yet."""
         self._foreign: dict[int, float] = {}
         """pid -> until when its events are skipped (it did not join the lineage in time)."""
         dirents = sorted(self._wanted & DIRENT_BITS.keys())
@@ -207,6 +233,7 @@ class FanotifyWatcher:
         readers = [fd for fd in (self._fd, self._dir_fd) if fd >= 0]
         while True:
             timeout = 0.05 if self._waiting else 0.5
+            began = time.monotonic()
             ready, _, _ = select.select([*readers, self._stop_r, self._wake_r], [], [], timeout)
             with self._passes:
                 self._pass_started += 1
@@ -219,6 +246,9 @@ class FanotifyWatcher:
                     self._read(fd)
             if self._waiting:
                 self._recheck(final=stopping)
+            # a descriptor not ready was empty when select returned, the others were read
+            # until empty: everything queued before ``began`` is handled
+            self.drained_at = began
             with self._passes:
                 self._pass_done = this_pass
                 self._passes.notify_all()
@@ -257,15 +287,18 @@ class FanotifyWatcher:
         self._ctx.telemetry.count("fanotify.before_follow")
         return True
 
-    def _recheck(self, *, final: bool) -> None:
+    def _recheck(self, *, final: bool, now: float | None = None) -> None:
         """Events of pids the lineage did not know when they were read: usually a child that
         forked, touched a file and exited before the process connector's fork event was read.
         Each is reported once its pid joins the lineage (its identity is known by then), or
-        dropped and counted after a grace period; a pid that never joined is then skipped for a
-        while (it is another process on the machine)."""
-        now = time.monotonic()
-        keep: list[tuple[float, int, int, str | bytes, int]] = []
-        for deadline, pid, mask, payload, at in self._waiting:
+        dropped and counted once the process source has read past it (module docstring); a
+        pid that never joined is then skipped for a while (another process on the machine).
+        ``now``: the monotonic time to judge at (default: now)."""
+        now = time.monotonic() if now is None else now
+        read_to = self.lineage_read() if self.lineage_read is not None else None
+        keep: list[tuple[float, float, int, int, str | bytes, int]] = []
+        for held in self._waiting:
+            handled, deadline, pid, mask, payload, at = held
             if self._before_follow(pid):
                 continue  # held before its follow: not its events from then on
             if pid in self._ctx.lineage:
@@ -273,9 +306,11 @@ class FanotifyWatcher:
                     self._file_event(mask, pid, payload, at)
                 else:
                     self._dirent(mask, pid, payload, 0, len(payload), at)
-            elif now < deadline and not final:
-                keep.append((deadline, pid, mask, payload, at))
+            elif not final and now < deadline and (read_to is None or read_to < handled):
+                keep.append(held)
             else:
+                if not final and read_to is not None and read_to < handled:
+                    self._undecided()  # the process source is still behind: whose is unknown
                 self.unattributed += 1
                 if len(self._foreign) >= _MAX_FOREIGN:
                     self._foreign.clear()
@@ -362,6 +397,19 @@ class FanotifyWatcher:
         if mask & FAN_CLOSE_NOWRITE:
             self._cycle.discard((pid, path, "file.read"))
 
+    def _undecided(self) -> None:
+        """An event dropped before the process source read past it (it was ``_HOLD_MAX`` s
+        behind): it may have been the lineage's, so the file collection says events may be
+        missing."""
+        self.undecided += 1
+        if self.undecided == 1:
+            self._ctx.collection_state(
+                "file",
+                CollectionState.DEGRADED,
+                f"file events of unknown pids dropped after {_HOLD_MAX:g} s while the process "
+                "connector was still behind: the lineage's may be among them",
+            )
+
     def _is_foreign(self, pid: int) -> bool:
         """True while ``pid`` is remembered as outside the lineage (its events are skipped)."""
         until = self._foreign.get(pid)
@@ -376,10 +424,12 @@ class FanotifyWatcher:
         """Hold an event (read at ``at`` ns, 0: now) of a pid the lineage does not know yet
         (see :meth:`_recheck`)."""
         if len(self._waiting) < _MAX_WAITING:
-            self._waiting.append(
-                (time.monotonic() + _GRACE, pid, mask, payload, at or time.time_ns())
-            )
+            now = time.monotonic()
+            wait = _GRACE if self.lineage_read is None else _HOLD_MAX
+            self._waiting.append((now, now + wait, pid, mask, payload, at or time.time_ns()))
         else:
+            if self.lineage_read is not None:
+                self._undecided()
             self.unattributed += 1
 
     def _dirent(  # noqa: PLR0917 (the hot path: one call per event)
@@ -447,6 +497,9 @@ class FanotifyWatcher:
 
     def _emit(self, name: str, pid: int, path: str, now: int, *, new_path: str = "") -> None:
         ctx = self._ctx
+        exited = self.exited_at(pid) if self.exited_at is not None else None
+        if exited is not None and exited < now:
+            now = exited  # read after the process exited: it happened before the exit
         attrs: dict[str, AnyValue] = ctx.events.identity_attrs(pid)
         attrs["file.path"] = path
         if new_path:

@@ -80,6 +80,7 @@ __all__ = [
     "LinuxBackend",
     "open_proc_connector",
     "parse_messages",
+    "retire_now",
     "subscribe_message",
 ]
 
@@ -105,7 +106,11 @@ measured with three concurrent receivers under CPU load, exact argv rose from 8-
 _BACKLOG_READS = 100_000
 """Datagrams an armed backlog is read for at most before the event thread takes over."""
 _RETIRE_AFTER_S = 2.0
-"""An exited pid stays in the lineage this long so its late fanotify/socket events still count."""
+"""An exited pid stays in the lineage at least this long so its late socket events still count,
+and until the fanotify watcher has handled every file event queued before its exit."""
+_RETIRE_AT_MOST_S = 60.0
+"""An exited pid leaves the lineage after this long even when the fanotify watcher is still
+behind (its file events read later are counted as unattributed)."""
 _FORGET_EXIT_AFTER_S = 60.0
 """How long after its retirement an exit time is kept to judge late socket tracer reports (a
 connect before the exit is the process's; after it, a recycled pid's). Later, unknown = not
@@ -134,6 +139,20 @@ def parse_messages(data: bytes) -> list[tuple[int, int, tuple[int, ...]]]:
             out.append((what, ts, fields))
         offset += (length + 3) & ~3
     return out
+
+
+def retire_now(now: float, due: float, handled: float, files_drained: float | None) -> bool:
+    """Whether an exited lineage pid leaves the lineage at ``now`` (monotonic seconds): its
+    ``due`` time has come and the fanotify watcher has handled every event queued before its
+    exit was ``handled`` (``files_drained``: the start of its last pass that emptied its queues,
+    None without a watcher): the kernel queues a process's file events before it reports the
+    exit, so none of them can be read after that pass. At most :data:`_RETIRE_AT_MOST_S` after
+    ``handled`` when the watcher is that far behind."""
+    if now < due:
+        return False
+    if files_drained is None or files_drained >= handled:
+        return True
+    return now >= handled + _RETIRE_AT_MOST_S
 
 
 def exit_code_of(status: int) -> int:
@@ -278,7 +297,11 @@ class LinuxBackend:
         self._forgetting: list[tuple[float, int, int | None]] = []
         self._exited: dict[int, int] = {}
         """Lineage pid -> monotonic ns of its exit (until it is forked in the lineage again)."""
-        self._retiring: list[tuple[float, int]] = []
+        self._retiring: list[tuple[float, float, int]] = []
+        """(retire at the earliest, exit handled at (monotonic), pid) of exited lineage pids."""
+        self._read_at = 0.0
+        """Monotonic time at which the event thread's last pass that drained the connector began
+        (every fork queued before then is in the lineage): :attr:`FanotifyWatcher.lineage_read`."""
         self._gate: StartGate | None = None
         self._switch = 0.005
         self.lost = 0
@@ -332,6 +355,8 @@ class LinuxBackend:
                     ctx, armed=armed.fanotify if armed is not None else None
                 )
                 self._fanotify.emit_for = self._gate.emit_for
+                self._fanotify.lineage_read = self._lineage_read
+                self._fanotify.exited_at = self._exited_at
                 self._fanotify.start()
             except OSError as exc:
                 ctx.collection_state("file", CollectionState.UNAVAILABLE, f"fanotify failed: {exc}")
@@ -405,11 +430,13 @@ class LinuxBackend:
         assert gate is not None
         sock.setblocking(False)
         while True:
-            timeout = 0.01 if gate else 0.5
+            timeout = 0.01 if gate else 0.05
+            began = time.monotonic()
             ready, _, _ = select.select([sock.fileno(), self._stop_r], [], [], timeout)
             # drain what the kernel already queued: a held start is judged on every event so far
             while self._recv_once(sock):
                 pass
+            self._read_at = began  # every fork queued before ``began`` is in the lineage now
             if self._stop_r in ready:
                 return
             gate.due()
@@ -476,7 +503,8 @@ class LinuxBackend:
                     tgid,
                     ctx.events.exit_event(tgid, wall, exit_code_of(status), attribution=SYSCALL),
                 )
-            self._retiring.append((time.monotonic() + _RETIRE_AFTER_S, tgid))
+            handled = time.monotonic()
+            self._retiring.append((handled + _RETIRE_AFTER_S, handled, tgid))
             self._scan()  # the rest of the lineage may hold sockets the scan has not seen yet
 
     def _armed_root(self, ctx: HostContext, armed: ArmedHost) -> None:
@@ -523,17 +551,26 @@ class LinuxBackend:
         if self._scanner is not None:
             self._scanner.scan_now()
 
+    def _lineage_read(self) -> float:
+        return self._read_at
+
+    def _exited_at(self, pid: int) -> int | None:
+        ended = self._exited.get(pid)
+        return None if ended is None else monotonic_to_wall_ns(ended)
+
     def _retire_due(self) -> None:
         ctx = self._ctx
         assert ctx is not None
         now = time.monotonic()
-        keep: list[tuple[float, int]] = []
-        for due, pid in self._retiring:
-            if due <= now:
+        files = self._fanotify
+        keep: list[tuple[float, float, int]] = []
+        for retiring in self._retiring:
+            due, handled, pid = retiring
+            if retire_now(now, due, handled, files.drained_at if files is not None else None):
                 ctx.lineage.discard(pid)
                 self._forgetting.append((now + _FORGET_EXIT_AFTER_S, pid, self._exited.get(pid)))
             else:
-                keep.append((due, pid))
+                keep.append(retiring)
         self._retiring = keep
         while self._forgetting and self._forgetting[0][0] <= now:
             _, pid, ended = self._forgetting.pop(0)

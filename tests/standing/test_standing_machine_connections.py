@@ -107,5 +107,6 @@ def test_unrelated_short_connections_are_never_the_followed_sessions(
         assert counted, states
     graph: dict[str, Any] = json.loads(graph_path.read_text())
     endpoints = [n for n in graph["nodes"] if n["kind"] == "endpoint"]
-    assert port not in {n["facts"].get("port") for n in endpoints}
-    assert held.port in {n["facts"].get("port") for n in endpoints}
+    said = [line for line in collector.output.splitlines() if "network" in line or "pid" in line]
+    assert port not in {n["facts"].get("port") for n in endpoints}, said[-12:]
+    assert held.port in {n["facts"].get("port") for n in endpoints}, (endpoints, said[-12:])

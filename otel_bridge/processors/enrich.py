@@ -489,50 +489,36 @@ class EnrichProcessor:
 
     def _late_span(self, proc: _Proc) -> Span:
         """The late-events span of ``proc`` (its late events taken), a child of its span."""
-        events = sorted(proc.late, key=lambda e: e.time_unix_nano)
-        proc.late = []
+        events, proc.late = proc.late, []
         proc.late_spans += 1
         self._telemetry.count("os_plane.late_spans")
-        attrs: dict[str, AnyValue] = {
-            k: v for k, v in proc.attrs.items() if k in ("process.pid", "process.executable.name")
-        }
-        attrs["otel_bridge.process.id"] = proc.identity
-        attrs["evidence.channel"] = "os"
-        attrs["otel_bridge.os_plane.late"] = True
-        return Span(
-            resource=_resource(proc),
-            scope=SCOPE,
-            trace_id=self._trace_for(proc),
-            span_id=process_span_id(f"{proc.identity}#late{proc.late_spans}"),
-            parent_span_id=process_span_id(proc.identity),
-            name=f"process {_name(attrs)} (late events)",
-            kind=SpanKind.INTERNAL,
-            start_time_unix_nano=events[0].time_unix_nano,
-            end_time_unix_nano=events[-1].time_unix_nano,
-            attributes=attrs,
-            events=tuple(events),
-        )
+        return self._child_span(proc, events, "late", proc.late_spans)
 
     def _more_span(self, proc: _Proc) -> Span:
         """The next more-events span of ``proc`` (its ``more`` events taken), a child of its
         process span."""
-        events = sorted(proc.more, key=lambda e: e.time_unix_nano)
-        proc.more = []
+        events, proc.more = proc.more, []
         proc.more_spans += 1
         self._telemetry.count("os_plane.more_spans")
+        return self._child_span(proc, events, "more", proc.more_spans)
+
+    def _child_span(self, proc: _Proc, events: list[SpanEvent], kind: str, n: int) -> Span:
+        """The ``n``-th ``kind`` (``late``/``more``) events span of ``proc``: a child of its
+        process span flagged ``otel_bridge.os_plane.<kind>``, holding ``events`` in time order."""
+        events = sorted(events, key=lambda e: e.time_unix_nano)
         attrs: dict[str, AnyValue] = {
             k: v for k, v in proc.attrs.items() if k in ("process.pid", "process.executable.name")
         }
         attrs["otel_bridge.process.id"] = proc.identity
         attrs["evidence.channel"] = "os"
-        attrs["otel_bridge.os_plane.more"] = True
+        attrs[f"otel_bridge.os_plane.{kind}"] = True
         return Span(
             resource=_resource(proc),
             scope=SCOPE,
             trace_id=self._trace_for(proc),
-            span_id=process_span_id(f"{proc.identity}#more{proc.more_spans}"),
+            span_id=process_span_id(f"{proc.identity}#{kind}{n}"),
             parent_span_id=process_span_id(proc.identity),
-            name=f"process {_name(attrs)} (more events)",
+            name=f"process {_name(attrs)} ({kind} events)",
             kind=SpanKind.INTERNAL,
             start_time_unix_nano=events[0].time_unix_nano,
             end_time_unix_nano=events[-1].time_unix_nano,

@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import os
+import shutil
 import struct
 import subprocess
+import sys
 from typing import Any
 
 import pytest
@@ -14,6 +17,7 @@ from otel_bridge.receivers.host import HostConfig
 from otel_bridge.receivers.host.ebpf_lines import BpftraceInterpreter
 from otel_bridge.receivers.host.events import Emitter, EventFactory, HostContext, Lineage
 from otel_bridge.receivers.host.procfs import ProcessInfo
+from otel_bridge.receivers.host.strace import StraceBackend
 from otel_bridge.receivers.host.strace_events import SyscallInterpreter
 from otel_bridge.receivers.host.strace_parse import StraceParser
 from otel_bridge.redaction import Redactor
@@ -361,3 +365,30 @@ def test_strace_exec_without_a_complete_envp_does_not_invent_a_traceparent(envp:
     _strace(h, f'{GONE} 1.1 execve("/usr/bin/cp", ["cp"], {envp}) = 0')
     (exec_,) = h.named("process.exec")
     assert "process.env.traceparent" not in exec_
+
+
+@pytest.mark.skipif(shutil.which("strace") is None, reason="strace is not installed")
+def test_real_strace_gives_each_exec_the_traceparent_it_was_passed() -> None:
+    """A real tracer: ``env`` is exec'd with one TRACEPARENT and execs ``true`` with another in
+    the same pid, which exits at once. Each exec record carries the one its own envp passed
+    (reading /proc at parse time would give the later image's, or nothing once it exited)."""
+    outer, inner = TP, TP.replace("b7ad", "c8be")
+    env = {**os.environ, "TRACEPARENT": outer}
+    script = "import subprocess, sys; sys.stdin.readline(); subprocess.run(sys.argv[1:])"
+    argv = [sys.executable, "-c", script, "env", "-i", f"TRACEPARENT={inner}", "true"]
+    root = subprocess.Popen(argv, stdin=subprocess.PIPE, env=env)
+    assert root.stdin is not None
+    try:
+        h = Harness(root=root.pid)
+        backend = StraceBackend()
+        backend.start(h.ctx)  # returns once strace is attached
+        root.stdin.write(b"go\n")
+        root.stdin.close()
+        assert root.wait(timeout=60) == 0
+        backend.stop()
+    finally:
+        root.kill()
+        root.wait()
+    execs = {e["process.command_args"][0]: e for e in h.named("process.exec")}
+    assert execs["env"]["process.env.traceparent"] == outer
+    assert execs["true"]["process.env.traceparent"] == inner

@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import os
+import shutil
 import struct
 import subprocess
+import sys
 from typing import Any
 
 import pytest
@@ -14,6 +17,7 @@ from otel_bridge.receivers.host import HostConfig
 from otel_bridge.receivers.host.ebpf_lines import BpftraceInterpreter
 from otel_bridge.receivers.host.events import Emitter, EventFactory, HostContext, Lineage
 from otel_bridge.receivers.host.procfs import ProcessInfo
+from otel_bridge.receivers.host.strace import StraceBackend
 from otel_bridge.receivers.host.strace_events import SyscallInterpreter
 from otel_bridge.receivers.host.strace_parse import StraceParser
 from otel_bridge.redaction import Redactor
@@ -311,3 +315,80 @@ def test_strace_resumed_without_pending_half_is_still_parsed() -> None:
     call = StraceParser().feed(f"{GONE} 1.0 <... wait4 resumed>, NULL) = 5")
     assert call is not None
     assert (call.name, call.ret) == ("wait4", 5)
+
+
+TP = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"
+
+
+def test_strace_exec_traceparent_comes_from_the_traced_envp_of_an_exited_process() -> None:
+    """A short-lived command has exited before its exec line is parsed (its /proc/PID/environ
+    is gone); the TRACEPARENT it was given is still read from the execve's envp in the trace.
+    The regression: under load, ``cp`` of a tool call lost its exact traceparent link."""
+    h = Harness()
+    _strace(
+        h,
+        f'{GONE} 1.1 execve("/usr/bin/cp", ["cp", "a", "b"], ["HOME=/root", "TRACEPARENT={TP}"])'
+        " = 0",
+    )
+    (exec_,) = h.named("process.exec")
+    assert exec_["process.env.traceparent"] == TP
+    assert "process.environment" not in exec_  # not captured unless asked
+
+
+def test_strace_execveat_envp_and_captured_environment_is_redacted() -> None:
+    """execveat's envp is its fourth argument; a captured environment is redacted."""
+    h = Harness(capture_environment=True)
+    _strace(
+        h,
+        f'{GONE} 1.1 execveat(3</usr/bin>, "env", ["env"], ["API_TOKEN=s3cret", "TRACEPARENT={TP}"]'
+        ", 0) = 0",
+    )
+    (exec_,) = h.named("process.exec")
+    assert exec_["process.env.traceparent"] == TP
+    assert "s3cret" not in str(exec_)
+    info = h.ctx.events.processes[GONE]
+    assert info.env is not None
+    assert info.env["API_TOKEN"] == "[REDACTED]"
+
+
+@pytest.mark.parametrize(
+    "envp",
+    [
+        "0x7ffd1234 /* 25 vars */",  # not printed: nothing observed
+        f'["TRACEPARENT={TP[:20]}"...]',  # the value cut at -s
+        '["HOME=/root", ...]',  # the array cut: TRACEPARENT may be further on
+    ],
+)
+def test_strace_exec_without_a_complete_envp_does_not_invent_a_traceparent(envp: str) -> None:
+    """A cut or absent envp of an exited process gives no traceparent (unknown, not a guess)."""
+    h = Harness()
+    _strace(h, f'{GONE} 1.1 execve("/usr/bin/cp", ["cp"], {envp}) = 0')
+    (exec_,) = h.named("process.exec")
+    assert "process.env.traceparent" not in exec_
+
+
+@pytest.mark.skipif(shutil.which("strace") is None, reason="strace is not installed")
+def test_real_strace_gives_each_exec_the_traceparent_it_was_passed() -> None:
+    """A real tracer: ``env`` is exec'd with one TRACEPARENT and execs ``true`` with another in
+    the same pid, which exits at once. Each exec record carries the one its own envp passed
+    (reading /proc at parse time would give the later image's, or nothing once it exited)."""
+    outer, inner = TP, TP.replace("b7ad", "c8be")
+    env = {**os.environ, "TRACEPARENT": outer}
+    script = "import subprocess, sys; sys.stdin.readline(); subprocess.run(sys.argv[1:])"
+    argv = [sys.executable, "-c", script, "env", "-i", f"TRACEPARENT={inner}", "true"]
+    root = subprocess.Popen(argv, stdin=subprocess.PIPE, env=env)
+    assert root.stdin is not None
+    try:
+        h = Harness(root=root.pid)
+        backend = StraceBackend()
+        backend.start(h.ctx)  # returns once strace is attached
+        root.stdin.write(b"go\n")
+        root.stdin.close()
+        assert root.wait(timeout=60) == 0
+        backend.stop()
+    finally:
+        root.kill()
+        root.wait()
+    execs = {e["process.command_args"][0]: e for e in h.named("process.exec")}
+    assert execs["env"]["process.env.traceparent"] == outer
+    assert execs["true"]["process.env.traceparent"] == inner

@@ -57,7 +57,9 @@ class _Session:
         read_fd, write_fd = os.pipe()
         cmd = [path, "-f", "-ttt", "-yy", "-s", "4096", "-o", f"/dev/fd/{write_fd}"]
         trace = TRACE_SET + (ACCEPT_SET if ctx.config.network_accepted else "")
-        cmd += ["-e", f"trace={trace}", "-e", "signal=none"]
+        # envp printed in full at each exec: a short-lived command's TRACEPARENT is read from
+        # the trace itself, since its /proc/PID/environ may be gone before the line is parsed
+        cmd += ["-e", f"trace={trace}", "-e", "signal=none", "-e", "abbrev=!execve,execveat"]
         for pid in pids:
             cmd += ["-p", str(pid)]
         try:

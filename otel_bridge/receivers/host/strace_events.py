@@ -19,6 +19,7 @@ from otel_bridge.receivers.host.procfs import (
 from otel_bridge.receivers.host.starts import StartGate
 from otel_bridge.receivers.host.strace_parse import (
     Syscall,
+    exec_environment,
     fd_annotation,
     split_args,
     string_arg,
@@ -181,6 +182,7 @@ class SyscallInterpreter:
         )
         if fresh is not None and known is not None and fresh.start_ms != known.start_ms:
             fresh = None  # the pid already belongs to another process
+        traceparent, env = self._exec_environment(call.name, args, fresh)
         info = ProcessInfo(
             pid=call.pid,
             start_ms=known.start_ms if known else (fresh.start_ms if fresh else 0),
@@ -189,8 +191,8 @@ class SyscallInterpreter:
             exe=os.path.realpath(exe) if os.path.isabs(exe) else (fresh.exe if fresh else exe),
             argv=ctx.redactor.argv(argv),
             cwd=fresh.cwd if fresh else (known.cwd if known else ""),
-            traceparent=fresh.traceparent if fresh else "",
-            env=fresh.env if fresh else None,
+            traceparent=traceparent,
+            env=env,
         )
         if not argv:
             self.gate.unknown_argv()
@@ -200,6 +202,26 @@ class SyscallInterpreter:
                 ctx.events.process_event("process.exec", info, call.time_ns, attribution=SYSCALL)
             )
         self.gate.execed(call.pid)  # after the exec: a node is named by its first naming record
+
+    def _exec_environment(
+        self, name: str, args: list[str], fresh: ProcessInfo | None
+    ) -> tuple[str, dict[str, str] | None]:
+        """``TRACEPARENT`` and (if captured) the redacted environment the exec passed.
+
+        The traced ``envp`` is exact and outlives the process; ``/proc/PID/environ`` (read now,
+        in ``fresh``) is only a fallback when the trace shows no or a cut environment: a
+        short-lived command has often exited before its exec line is parsed."""
+        index = 2 if name == "execve" else 3  # execve(path, argv, envp), execveat(fd, path, ..)
+        traced = exec_environment(args[index]) if index < len(args) else None
+        env, complete = traced if traced is not None else ({}, False)
+        traceparent = env.get("TRACEPARENT", "")
+        if not traceparent and not complete:
+            traceparent = fresh.traceparent if fresh else ""
+        if not self.ctx.config.capture_environment:
+            return traceparent, None
+        if complete:
+            return traceparent, self.ctx.redactor.env(env)
+        return traceparent, fresh.env if fresh else None
 
     def _path_arg(self, call: Syscall, index: int = 0) -> str:
         args = split_args(call.args)

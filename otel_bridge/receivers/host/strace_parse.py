@@ -107,6 +107,28 @@ def split_args(args: str) -> list[str]:
     return parts
 
 
+def exec_environment(arg: str) -> tuple[dict[str, str], bool] | None:
+    """The environment an ``execve`` passed (its ``envp`` argument, printed in full because the
+    tracer runs with ``-e abbrev=!execve,execveat``), and whether every entry is complete.
+
+    None when strace printed no array (``0x7ffd... /* 25 vars */``): nothing observed. Entries
+    whose value strace cut at ``-s`` are left out, and a cut value or array makes the second
+    item False: a name missing from an incomplete environment was not observed absent.
+    """
+    text = arg.strip()
+    if not text.startswith("["):
+        return None
+    env: dict[str, str] = {}
+    complete = "..." not in _STRING.sub("", text)
+    for m in _STRING.finditer(text):
+        name, sep, value = unescape(m.group(1)).partition("=")
+        if m.group(2) or not sep:
+            complete = complete and not m.group(2)
+            continue
+        env[name] = value
+    return env, complete
+
+
 def fd_annotation(arg: str) -> str:
     """The ``-yy`` annotation of a descriptor argument (``3</tmp/x>`` -> ``/tmp/x``)."""
     m = _FD_ANNO.match(arg.strip())

@@ -25,6 +25,7 @@ Phoenix; its only destination). Destinations a configuration does not have are n
 
 from __future__ import annotations
 
+import http.client
 import os
 import random
 import signal
@@ -149,6 +150,43 @@ def free_port() -> int:
         sock.bind(("127.0.0.1", 0))
         port: int = sock.getsockname()[1]
     return port
+
+
+PROTOBUF = "application/x-protobuf"
+
+
+def start_run(config: Path, env: dict[str, str]) -> tuple[subprocess.Popen[str], Stderr]:
+    """``otel-bridge run -c config`` as a child with ``env``, once it says it is running."""
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "otel_bridge", "run", "-c", str(config)],
+        stderr=subprocess.PIPE,
+        stdout=subprocess.DEVNULL,
+        text=True,
+        env=env,
+    )
+    err = Stderr(proc, timeout=60)
+    try:
+        err.wait_for(r"running \(pid")
+    except BaseException:
+        proc.kill()
+        proc.wait()
+        raise
+    return proc, err
+
+
+def post_traces(
+    port: int, body: bytes, content_type: str = PROTOBUF, timeout: float = 60
+) -> tuple[int, str | None]:
+    """POST ``body`` to ``/v1/traces`` on 127.0.0.1:``port``: the status and the
+    ``Retry-After`` header (None when absent)."""
+    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=timeout)
+    try:
+        conn.request("POST", "/v1/traces", body, {"Content-Type": content_type})
+        response = conn.getresponse()
+        response.read()
+        return response.status, response.getheader("Retry-After")
+    finally:
+        conn.close()
 
 
 class Collector:

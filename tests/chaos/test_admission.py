@@ -4,19 +4,17 @@ is read, so the memory limiter's hard limit holds however many clients send at o
 
 from __future__ import annotations
 
-import http.client
 import json
 import os
 import signal
-import socket
 import subprocess
-import sys
 import threading
 import time
 from pathlib import Path
 from typing import Any
 
 import pytest
+from chaos_harness import free_port, post_traces, start_run
 from waiting import Stderr
 
 from otel_bridge.admission import COST_PER_BYTE, Admission, Ticket
@@ -134,27 +132,12 @@ BODIES_PER_CLIENT = 2
 TRACES_EXPORT = "/opentelemetry.proto.collector.trace.v1.TraceService/Export"
 
 
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-    return port
-
-
 def _start(work: Path, limit: int) -> tuple[subprocess.Popen[str], int, int, Stderr]:
-    http_port, grpc_port = _free_port(), _free_port()
+    http_port, grpc_port = free_port(), free_port()
     env = {**os.environ, "LIMIT": str(limit), "WORK": str(work)}
     env.update(HTTP_PORT=str(http_port), GRPC_PORT=str(grpc_port))
     (work / "collector.yaml").write_text(CONFIG)
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "otel_bridge", "run", "-c", str(work / "collector.yaml")],
-        stderr=subprocess.PIPE,
-        stdout=subprocess.DEVNULL,
-        text=True,
-        env=env,
-    )
-    err = Stderr(proc, timeout=60)
-    err.wait_for(r"running \(pid")
+    proc, err = start_run(work / "collector.yaml", env)
     return proc, http_port, grpc_port, err
 
 
@@ -164,27 +147,16 @@ def _body(b: int) -> bytes:
     return bytes(encode_traces(spans).SerializeToString())
 
 
-def _post(port: int, body: bytes) -> tuple[int, float]:
-    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=60)
-    try:
-        conn.request("POST", "/v1/traces", body, {"Content-Type": "application/x-protobuf"})
-        response = conn.getresponse()
-        response.read()
-        return response.status, float(response.getheader("Retry-After") or -1)
-    finally:
-        conn.close()
-
-
 def _http_client(port: int, bodies: list[bytes], answers: list[str]) -> None:
     """Each body until it is accepted, honouring 429 + Retry-After as an OTel SDK does."""
     deadline = time.monotonic() + 300
     for body in bodies:
         while True:
-            status, retry = _post(port, body)
-            answers.append(f"http {status}" + (" retry-after" if retry >= 0 else ""))
+            status, retry = post_traces(port, body)
+            answers.append(f"http {status}" + (" retry-after" if retry is not None else ""))
             if status != 429 or time.monotonic() > deadline:
                 break
-            threading.Event().wait(retry)  # the client's back-off, as the server asked
+            threading.Event().wait(float(retry or 0))  # the client's back-off, as asked
 
 
 def _grpc_client(port: int, bodies: list[bytes], answers: list[str]) -> None:
@@ -220,7 +192,7 @@ def _peak_rss(pid: int) -> int:
 def _resting_rss(work: Path) -> int:
     probe, http_port, _, _ = _start(work, 100_000)
     try:
-        assert _post(http_port, _body(10_000))[0] == 200
+        assert post_traces(http_port, _body(10_000))[0] == 200
         return int(Path(f"/proc/{probe.pid}/statm").read_text().split()[1]) * os.sysconf(
             "SC_PAGE_SIZE"
         )

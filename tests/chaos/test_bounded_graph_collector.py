@@ -4,19 +4,17 @@ under the hard limit (issue 13, "Load": the graph's own size handled by its boun
 
 from __future__ import annotations
 
-import http.client
 import json
 import os
 import signal
-import socket
 import subprocess
-import sys
 import threading
 import time
 from pathlib import Path
 
 import psutil
 import pytest
+from chaos_harness import free_port, post_traces, start_run
 from waiting import Stderr
 
 from otel_bridge.exporters.graph.journal import read_frames
@@ -54,38 +52,12 @@ BODIES = 60
 """Distinct 1,000-span bodies sent: far more graph than the 40 MiB above resting RSS holds."""
 
 
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-    return port
-
-
 def _start(work: Path, limit: int) -> tuple[subprocess.Popen[str], int, Stderr]:
-    port = _free_port()
+    port = free_port()
     env = {**os.environ, "PORT": str(port), "LIMIT": str(limit), "WORK": str(work)}
     (work / "collector.yaml").write_text(CONFIG)
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "otel_bridge", "run", "-c", str(work / "collector.yaml")],
-        stderr=subprocess.PIPE,
-        stdout=subprocess.DEVNULL,
-        text=True,
-        env=env,
-    )
-    err = Stderr(proc, timeout=60)
-    err.wait_for(r"running \(pid")
+    proc, err = start_run(work / "collector.yaml", env)
     return proc, port, err
-
-
-def _post(port: int, body: bytes) -> tuple[int, float]:
-    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=60)
-    try:
-        conn.request("POST", "/v1/traces", body, {"Content-Type": "application/x-protobuf"})
-        response = conn.getresponse()
-        response.read()
-        return response.status, float(response.getheader("Retry-After") or 0)
-    finally:
-        conn.close()
 
 
 def _body(b: int) -> bytes:
@@ -97,13 +69,13 @@ def _send_until_accepted(port: int, body: bytes, refused: list[int]) -> None:
     """POST ``body`` until it is accepted, honouring 429 + Retry-After as an OTel SDK does."""
     deadline = time.monotonic() + 120
     while True:
-        status, retry = _post(port, body)
+        status, retry = post_traces(port, body)
         if status == 200:
             return
         assert status == 429, status
         refused.append(1)
         assert time.monotonic() < deadline, "refused for two minutes: the limiter never recovered"
-        threading.Event().wait(retry)  # the client's back-off, as the server asked
+        threading.Event().wait(float(retry or 0))  # the client's back-off, as asked
 
 
 def _peak_rss(pid: int) -> int:
@@ -123,7 +95,7 @@ def test_a_graph_past_the_hard_limit_is_bounded_and_the_collector_keeps_acceptin
     says how many observations were spilled, which the spill file holds, none lost."""
     probe, port, _ = _start(tmp_path, 100_000)
     try:
-        assert _post(port, _body(10_000))[0] == 200
+        assert post_traces(port, _body(10_000))[0] == 200
         resting = psutil.Process(probe.pid).memory_info().rss // MIB
     finally:
         probe.terminate()

@@ -5,7 +5,6 @@ accepting a growing graph and says what it spilled."""
 
 from __future__ import annotations
 
-import http.client
 import json
 import os
 import re
@@ -15,6 +14,7 @@ import sys
 from pathlib import Path
 
 import yaml
+from chaos_harness import post_traces
 from waiting import Stderr
 
 from otel_bridge import rundir
@@ -54,17 +54,6 @@ def test_every_bundled_graph_exporter_is_bounded_and_spills_beside_its_state() -
     assert graphs >= 3  # local, gateway, gateway-postgres
 
 
-def _post(port: int, body: bytes) -> int:
-    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=60)
-    try:
-        conn.request("POST", "/v1/traces", body, {"Content-Type": "application/x-protobuf"})
-        response = conn.getresponse()
-        response.read()
-        return response.status
-    finally:
-        conn.close()
-
-
 def test_a_collector_from_local_yaml_keeps_accepting_a_growing_graph(tmp_path: Path) -> None:
     """configs/local.yaml as shipped, its bounds made small through the variables it reads
     (300 nodes and edges): 2,000 distinct spans are all accepted, the graph stops at its
@@ -91,10 +80,10 @@ def test_a_collector_from_local_yaml_keeps_accepting_a_growing_graph(tmp_path: P
     try:
         port = int(err.wait_for(_BANNER.pattern)[2])
         statuses = [
-            _post(
+            post_traces(
                 port,
                 encode_traces([make_span(b * 200 + i) for i in range(200)]).SerializeToString(),
-            )
+            )[0]
             for b in range(10)
         ]
     finally:

@@ -12,16 +12,15 @@
 
 from __future__ import annotations
 
-import http.client
 import os
 import signal
-import socket
 import subprocess
 import sys
 import textwrap
 from pathlib import Path
 
 import pytest
+from chaos_harness import free_port, post_traces
 from waiting import Stderr, wait_until
 
 CONFIG = """
@@ -40,13 +39,6 @@ service:
     traces/file: {receivers: [otlp], exporters: [file]}
     traces/graph: {receivers: [otlp], processors: [batch, normalize], exporters: [graph]}
 """
-
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-    return port
 
 
 def _span(name_json: str, n: int) -> bytes:
@@ -88,14 +80,7 @@ def _deep_protobuf(depth: int) -> bytes:
 
 
 def _post(port: int, body: bytes, content_type: str = "application/json") -> tuple[int, str | None]:
-    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
-    try:
-        conn.request("POST", "/v1/traces", body, {"Content-Type": content_type})
-        response = conn.getresponse()
-        response.read()
-        return response.status, response.getheader("Retry-After")
-    finally:
-        conn.close()
+    return post_traces(port, body, content_type, timeout=30)
 
 
 def test_poison_requests_are_400_and_lose_nothing_around_them(tmp_path: Path) -> None:
@@ -103,7 +88,7 @@ def test_poison_requests_are_400_and_lose_nothing_around_them(tmp_path: Path) ->
     without Retry-After (not 200, 500 or 503); the good spans before and after them are in the
     file, and graph.json keeps being rewritten with both
     (the flush thread lives, ``batch`` lost nothing), before and after shutdown."""
-    port = _free_port()
+    port = free_port()
     (tmp_path / "c.yaml").write_text(CONFIG)
     env = {**os.environ, "PORT": str(port), "WORK": str(tmp_path)}
     proc = subprocess.Popen(

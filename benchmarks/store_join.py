@@ -34,37 +34,13 @@ from store_ingest import server_cpu, start_server  # noqa: E402
 from otel_bridge.component import Host  # noqa: E402
 from otel_bridge.exporters.postgres import Config, PostgresExporter  # noqa: E402
 from otel_bridge.identity import iso_ms  # noqa: E402
-from otel_bridge.model import AnyValue, Batch, LogRecord, Observation, Resource, Scope  # noqa: E402
+from otel_bridge.model import Batch, Observation  # noqa: E402
 from otel_bridge.processors.normalize import Normalizer  # noqa: E402
 from otel_bridge.store import connect  # noqa: E402
+from otel_bridge.testing import connection_record  # noqa: E402
 
 T0 = 1_800_000_000_000_000_000
 START = iso_ms(1_800_000_000_000 - 5_000)
-
-
-def _event(event: str, host: str, pid: int, ends: tuple[tuple[str, int], ...], t: int) -> LogRecord:
-    local, peer = ends
-    attrs: dict[str, AnyValue] = {
-        "evidence.record_id": f"strace:{event}:{pid}:{local[1]}:{t}",
-        "evidence.attribution": "syscall",
-        "evidence.causal": True,
-        "process.pid": pid,
-        "process.creation.time": START,
-        "network.transport": "tcp",
-        "network.local.address": local[0],
-        "network.local.port": local[1],
-        "network.peer.address": peer[0],
-        "network.peer.port": peer[1],
-    }
-    return LogRecord(
-        resource=Resource(
-            attributes={"evidence.channel": "os", "evidence.backend": "strace", "host.id": host}
-        ),
-        scope=Scope(name="otel_bridge.receivers.host"),
-        time_unix_nano=t,
-        event_name=event,
-        attributes=attrs,
-    )
 
 
 def ends(connections: int) -> list[Observation]:
@@ -74,8 +50,16 @@ def ends(connections: int) -> list[Observation]:
         client = (f"10.1.{i // 50_000}.{1 + i // 250 % 200}", 10_000 + i % 50_000)
         server = ("10.2.0.1", 443)
         t = T0 + i * 1_000_000
-        clients.append(_event("network.connect", "host-a", 100 + i % 64, (client, server), t))
-        servers.append(_event("network.accept", "host-b", 7, (server, client), t + 500_000))
+        clients.append(
+            connection_record(
+                "network.connect", "host-a", 100 + i % 64, (client, server), t, start=START
+            )
+        )
+        servers.append(
+            connection_record(
+                "network.accept", "host-b", 7, (server, client), t + 500_000, start=START
+            )
+        )
     normalizer = Normalizer()
     return list(normalizer(Batch(logs=tuple(clients + servers))).observations)
 

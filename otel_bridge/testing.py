@@ -400,6 +400,49 @@ def make_log(n: int = 0, **fields: Any) -> LogRecord:
     return LogRecord(**values)
 
 
+def connection_record(
+    event: str,
+    host: str,
+    pid: int,
+    ends: tuple[tuple[str, int], tuple[str, int]],
+    t: int,
+    *,
+    start: str,
+    rid: str = "",
+) -> LogRecord:
+    """A ``network.connect`` or ``network.accept`` of process ``pid`` (started at ISO time
+    ``start``) with both ends, ``(local, peer)`` address and port, recorded by strace on
+    ``host`` at ``t`` as the host receiver writes it (``docs/contracts.md``); ``rid`` the
+    record id (default: one made of the event, pid, ports and time)."""
+    local, peer = ends
+    attrs: dict[str, AnyValue] = {
+        "evidence.record_id": rid or f"strace:{event}:{pid}:{local[1]}:{peer[1]}:{t}",
+        "evidence.attribution": "syscall",
+        "evidence.causal": True,
+        "process.pid": pid,
+        "process.creation.time": start,
+        "network.transport": "tcp",
+        "network.local.address": local[0],
+        "network.local.port": local[1],
+        "network.peer.address": peer[0],
+        "network.peer.port": peer[1],
+    }
+    return LogRecord(
+        resource=Resource(
+            attributes={
+                "evidence.channel": "os",
+                "evidence.backend": "strace",
+                "host.id": host,
+                "service.name": "otel-bridge-host",
+            }
+        ),
+        scope=Scope(name="otel_bridge.receivers.host"),
+        time_unix_nano=t,
+        event_name=event,
+        attributes=attrs,
+    )
+
+
 # --------------------------------------------------------------------------------------------
 # Observations in the normalizer's documented shape (docs/contracts.md), for correlation tests
 # and benchmarks that feed the correlator without running the normalizer

@@ -21,7 +21,6 @@ import pytest
 from otel_bridge.config import parse_config
 from otel_bridge.identity import iso_ms
 from otel_bridge.model import (
-    AnyValue,
     Batch,
     CoverageRecord,
     LogRecord,
@@ -37,7 +36,12 @@ from otel_bridge.processors import crosshost, normalize
 from otel_bridge.processors.crosshost import wire
 from otel_bridge.processors.crosshost.join import CrossHostJoin
 from otel_bridge.processors.crosshost.seen import SeenKeys, digest
-from otel_bridge.testing import ListReceiver, RecordingConsumer, double_registry
+from otel_bridge.testing import (
+    ListReceiver,
+    RecordingConsumer,
+    connection_record,
+    double_registry,
+)
 
 HOST_A = "host-a"
 HOST_B = "host-b"
@@ -46,43 +50,11 @@ START = iso_ms(1_800_000_000_000 - 5_000)
 S = 1_000_000_000
 
 
-def os_log(host: str, rid: str, event: str, pid: int, t: int, **attrs: AnyValue) -> LogRecord:
-    """An OS event record as the host receiver writes it."""
-    return LogRecord(
-        resource=Resource(
-            attributes={
-                "evidence.channel": "os",
-                "evidence.backend": "strace",
-                "host.id": host,
-                "service.name": "otel-bridge-host",
-            }
-        ),
-        scope=Scope(name="otel_bridge.receivers.host"),
-        time_unix_nano=t,
-        event_name=event,
-        attributes={
-            "evidence.record_id": rid,
-            "evidence.attribution": "syscall",
-            "evidence.causal": True,
-            "process.pid": pid,
-            "process.creation.time": START,
-            "network.transport": "tcp",
-            **attrs,
-        },
-    )
-
-
 def conn(
     event: str, host: str, pid: int, local: tuple[str, int], peer: tuple[str, int], *, t: int = T0
 ) -> LogRecord:
     """A ``network.connect`` or ``network.accept`` with both ends."""
-    ends: dict[str, AnyValue] = {
-        "network.local.address": local[0],
-        "network.local.port": local[1],
-        "network.peer.address": peer[0],
-        "network.peer.port": peer[1],
-    }
-    return os_log(host, f"strace:{event}:{pid}:{local[1]}:{peer[1]}:{t}", event, pid, t, **ends)
+    return connection_record(event, host, pid, (local, peer), t, start=START)
 
 
 CLIENT = ("10.0.0.1", 40001)

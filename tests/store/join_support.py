@@ -6,8 +6,9 @@ the ``connected_to``/``accepted`` observation a gateway receives from an agent.
 from __future__ import annotations
 
 from otel_bridge.identity import iso_ms
-from otel_bridge.model import AnyValue, Batch, LogRecord, Observation, Resource, Scope
+from otel_bridge.model import Batch, LogRecord, Observation
 from otel_bridge.processors import normalize
+from otel_bridge.testing import connection_record
 
 HOST_A = "host-a"
 HOST_B = "host-b"
@@ -29,34 +30,8 @@ def os_event(
     rid: str = "",
 ) -> LogRecord:
     """A ``network.connect`` or ``network.accept`` with both ends (local, peer), as the host
-    receiver writes it on ``host``."""
-    local, peer = ends
-    attrs: dict[str, AnyValue] = {
-        "evidence.record_id": rid or f"strace:{event}:{pid}:{local[1]}:{peer[1]}:{t}",
-        "evidence.attribution": "syscall",
-        "evidence.causal": True,
-        "process.pid": pid,
-        "process.creation.time": START,
-        "network.transport": "tcp",
-        "network.local.address": local[0],
-        "network.local.port": local[1],
-        "network.peer.address": peer[0],
-        "network.peer.port": peer[1],
-    }
-    return LogRecord(
-        resource=Resource(
-            attributes={
-                "evidence.channel": "os",
-                "evidence.backend": "strace",
-                "host.id": host,
-                "service.name": "otel-bridge-host",
-            }
-        ),
-        scope=Scope(name="otel_bridge.receivers.host"),
-        time_unix_nano=t,
-        event_name=event,
-        attributes=attrs,
-    )
+    receiver writes it on ``host``, of a process started at ``START``."""
+    return connection_record(event, host, pid, ends, t, start=START, rid=rid)
 
 
 def observations(*records: LogRecord) -> list[Observation]:

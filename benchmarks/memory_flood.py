@@ -50,7 +50,7 @@ sys.path[:0] = [str(ROOT / "tests")]
 from waiting import Stderr, wait_until  # noqa: E402
 
 from otel_bridge.otlp.proto_codec import encode_traces  # noqa: E402
-from otel_bridge.testing import make_span  # noqa: E402
+from otel_bridge.testing import free_port, make_span  # noqa: E402
 
 CONFIG = """
 receivers:
@@ -79,19 +79,10 @@ service:
 MIB = 1024 * 1024
 
 
-def _free_port() -> int:
-    import socket
-
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-    return port
-
-
 def _start(
     work: Path, limit: int, spike: int, max_nodes: int = 0
 ) -> tuple[subprocess.Popen[str], int]:
-    port = _free_port()
+    port = free_port()
     env = {**os.environ, "PORT": str(port), "LIMIT": str(limit), "SPIKE": str(spike)}
     env["MAX_NODES"] = str(max_nodes)
     # bounded: the other state the pipeline keeps per span is bounded alike (docs/exporters.md)

@@ -10,6 +10,7 @@
   error); :func:`failing_processor_factory` registers it, to test what clients are answered.
 * :class:`SyntheticRun` writes a run directory directly (spans and graph.json), for review
   tests and benchmarks.
+* :func:`free_port` gives a loopback TCP port nothing listens on, for tests that start servers.
 * :func:`tool_declaration` and :class:`ProcessRecord` build observations in the normalizer's
   documented shape (a tool span's declared command; a process start, exec or exit), for tests
   and benchmarks that feed the correlator directly.
@@ -662,6 +663,14 @@ class ProcessRecord:
                 "process.exit.code": code,
             },
         )
+
+
+def free_port() -> int:
+    """A TCP port on 127.0.0.1 that nothing listens on now (bound, then released)."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port: int = sock.getsockname()[1]
+    return port
 
 
 def w3c_traceparent(span: str, trace: str) -> str:

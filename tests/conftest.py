@@ -9,7 +9,6 @@ themselves and their example counts are unchanged.
 from __future__ import annotations
 
 import signal
-import socket
 from collections.abc import Callable, Iterator
 
 import pytest
@@ -24,7 +23,7 @@ from otel_bridge.receivers.otlp.config import (
     OtlpReceiverConfig,
     Protocols,
 )
-from otel_bridge.testing import RecordingConsumer
+from otel_bridge.testing import RecordingConsumer, free_port
 
 
 @pytest.fixture
@@ -68,10 +67,7 @@ def start_receiver() -> Iterator[StartReceiver]:
 @pytest.fixture
 def unused_port() -> int:
     """A TCP port on 127.0.0.1 that nobody listens on (bound, then released)."""
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-    return port
+    return free_port()
 
 
 @pytest.fixture

@@ -19,6 +19,8 @@ from pathlib import Path
 import pytest
 from waiting import poll
 
+from otel_bridge.testing import free_port
+
 PLUGIN = Path(__file__).parent / "testdata" / "plugin"
 
 
@@ -90,21 +92,14 @@ service:
     return path
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port: int = s.getsockname()[1]
-        return port
-
-
 def test_plugin_processor_is_found_and_validated(plugin_path: Path, tmp_path: Path) -> None:
     """With the plug-in installed, `validate` knows type `tag` and checks its config."""
-    good = _config(tmp_path / "good.yaml", _free_port(), "t1", tmp_path / "out.jsonl")
+    good = _config(tmp_path / "good.yaml", free_port(), "t1", tmp_path / "out.jsonl")
     result = _cli(["validate", str(good)], plugin_path, tmp_path)
     assert result.returncode == 0, result.stdout + result.stderr
     assert "tag" in result.stdout
 
-    bad = _config(tmp_path / "bad.yaml", _free_port(), "", tmp_path / "out.jsonl")
+    bad = _config(tmp_path / "bad.yaml", free_port(), "", tmp_path / "out.jsonl")
     result = _cli(["validate", str(bad)], plugin_path, tmp_path)
     assert result.returncode != 0
     assert "processors.tag.tag: must not be empty" in result.stdout + result.stderr
@@ -112,7 +107,7 @@ def test_plugin_processor_is_found_and_validated(plugin_path: Path, tmp_path: Pa
 
 def test_without_the_plugin_the_type_is_unknown(tmp_path: Path) -> None:
     """The same config without the plug-in installed is refused for its unknown type."""
-    cfg = _config(tmp_path / "c.yaml", _free_port(), "t1", tmp_path / "out.jsonl")
+    cfg = _config(tmp_path / "c.yaml", free_port(), "t1", tmp_path / "out.jsonl")
     result = _cli(["validate", str(cfg)], None, tmp_path)
     assert result.returncode != 0
     text = result.stdout + result.stderr
@@ -123,7 +118,7 @@ def test_without_the_plugin_the_type_is_unknown(tmp_path: Path) -> None:
 @pytest.fixture
 def collector(plugin_path: Path, tmp_path: Path) -> Iterator[tuple[int, Path]]:
     """A standing collector whose traces pipeline runs through the plug-in's processor."""
-    port = _free_port()
+    port = free_port()
     out = tmp_path / "spans.jsonl"
     cfg = _config(tmp_path / "run.yaml", port, "from-plugin", out)
     proc = subprocess.Popen(

@@ -29,7 +29,6 @@ import http.client
 import os
 import random
 import signal
-import socket
 import subprocess
 import sys
 import threading
@@ -43,6 +42,7 @@ from waiting import Stderr, poll
 from otel_bridge.errors import DecodeError
 from otel_bridge.exporters.file.codec import decode_line
 from otel_bridge.graph import load
+from otel_bridge.testing import free_port
 
 SERVICE = "chaos"
 ROOT = Path(__file__).resolve().parent.parent.parent
@@ -142,14 +142,6 @@ class ChaosResult:
     seconds: float = 0.0
     checked: frozenset[str] = frozenset()
     """The destinations this configuration has (``file``, ``downstream``, ``graph``)."""
-
-
-def free_port() -> int:
-    """A TCP port on 127.0.0.1 nobody listens on (bound, then released)."""
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-    return port
 
 
 PROTOBUF = "application/x-protobuf"

@@ -14,13 +14,13 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from chaos_harness import free_port, post_traces, start_run
+from chaos_harness import post_traces, start_run
 from waiting import Stderr
 
 from otel_bridge.admission import COST_PER_BYTE, Admission, Ticket
 from otel_bridge.exporters.graph.journal import read_frames
 from otel_bridge.otlp.proto_codec import encode_traces
-from otel_bridge.testing import make_span
+from otel_bridge.testing import free_port, make_span
 
 
 class _Limit:

@@ -14,12 +14,12 @@ from pathlib import Path
 
 import psutil
 import pytest
-from chaos_harness import free_port, post_traces, start_run
+from chaos_harness import post_traces, start_run
 from waiting import Stderr
 
 from otel_bridge.exporters.graph.journal import read_frames
 from otel_bridge.otlp.proto_codec import encode_traces
-from otel_bridge.testing import make_span
+from otel_bridge.testing import free_port, make_span
 
 CONFIG = """
 receivers:

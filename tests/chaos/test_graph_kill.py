@@ -8,10 +8,11 @@ import signal
 from pathlib import Path
 
 import pytest
-from chaos_harness import Client, Collector, free_port, graph_names
+from chaos_harness import Client, Collector, graph_names
 from waiting import wait_until
 
 from otel_bridge.configs import __file__ as configs_init
+from otel_bridge.testing import free_port
 
 pytest.importorskip("opentelemetry.exporter.otlp.proto.grpc", reason="needs the OTLP gRPC exporter")
 

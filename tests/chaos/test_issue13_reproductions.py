@@ -20,8 +20,10 @@ import textwrap
 from pathlib import Path
 
 import pytest
-from chaos_harness import free_port, post_traces
+from chaos_harness import post_traces
 from waiting import Stderr, wait_until
+
+from otel_bridge.testing import free_port
 
 CONFIG = """
 receivers:

@@ -13,7 +13,6 @@ import importlib.util
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -28,6 +27,8 @@ import pytest
 from e2e_support import COPY, REPO, SCRIPT, SLEEP, example, observe, start_model_server
 from waiting import poll, wait_until
 
+from otel_bridge.testing import free_port
+
 pytestmark = [pytest.mark.slow, pytest.mark.phoenix, pytest.mark.examples]
 
 BOOT_DEADLINE = 120.0
@@ -35,13 +36,6 @@ BOOT_DEADLINE = 120.0
 INGEST_DEADLINE = 60.0
 AGENT_PROJECT = "otel-bridge-e2e-agent"
 BRIDGE = "otel_bridge.bridge."
-
-
-def free_port() -> int:
-    """A TCP port on 127.0.0.1 that was free a moment ago."""
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def healthy(url: str) -> bool:

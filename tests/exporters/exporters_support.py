@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import os
 import signal
-import socket
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -58,11 +57,3 @@ def stop(proc: subprocess.Popen[str], sig: int = signal.SIGTERM) -> int:
     except subprocess.TimeoutExpired:
         proc.kill()
         return proc.wait()
-
-
-def free_port() -> int:
-    """A TCP port on 127.0.0.1 nobody listens on (bound, then released)."""
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-    return port

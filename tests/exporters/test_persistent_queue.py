@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from exporters_support import downstream, free_port
+from exporters_support import downstream
 
 from otel_bridge.component import CreateSettings, Host
 from otel_bridge.errors import StartupError
@@ -17,7 +17,7 @@ from otel_bridge.exporters.otlp.config import (
     RetryConfig,
 )
 from otel_bridge.model import Batch
-from otel_bridge.testing import make_log, make_span
+from otel_bridge.testing import free_port, make_log, make_span
 
 FAST_RETRY = RetryConfig(initial_interval=0.05, max_interval=0.1, max_elapsed_time=0)
 

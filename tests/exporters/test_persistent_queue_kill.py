@@ -14,10 +14,11 @@ import signal
 from pathlib import Path
 
 import pytest
-from exporters_support import free_port, start_run, stop
+from exporters_support import start_run, stop
 from waiting import poll
 
 from otel_bridge.exporters.file import read_batch
+from otel_bridge.testing import free_port
 
 COLLECTOR_A = """
 receivers:

@@ -15,7 +15,6 @@ import collections
 import json
 import re
 import shutil
-import socket
 import sys
 from pathlib import Path
 from typing import Any
@@ -32,20 +31,14 @@ from waiting import wait_until
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "otlp"))
 from certs import make_certs
 
+from otel_bridge.testing import free_port
+
 pytest.importorskip("opentelemetry.exporter.otlp.proto.http", reason="needs the dev extra")
 
 FAST_RETRY = [
     "exporters.otlp/gateway.retry_on_failure.initial_interval=0.2s",
     "exporters.otlp/gateway.retry_on_failure.max_interval=1s",
 ]
-
-
-def free_port() -> int:
-    """A loopback port free now (a restarted collector must come back on the same one)."""
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port: int = s.getsockname()[1]
-        return port
 
 
 def span_observation_ids(path: Path) -> collections.Counter[str]:

@@ -5,7 +5,6 @@ receiver cannot start. Real gRPC and HTTP clients, one new connection per reques
 from __future__ import annotations
 
 import http.client
-import socket
 
 import grpc
 import pytest
@@ -22,19 +21,11 @@ from otel_bridge.receivers.otlp.config import (
     OtlpReceiverConfig,
     Protocols,
 )
-from otel_bridge.testing import RecordingConsumer
+from otel_bridge.testing import RecordingConsumer, free_port
 
 CONNECTIONS = 24
 """Requests, each on its own connection: all on one receiver has odds of 2**-23 (the kernel
 hashes each connection's 4-tuple)."""
-
-
-def free_port() -> int:
-    """A loopback port free now."""
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port: int = s.getsockname()[1]
-        return port
 
 
 def receiver(

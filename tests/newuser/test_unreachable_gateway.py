@@ -11,7 +11,6 @@ from __future__ import annotations
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -20,12 +19,7 @@ from pathlib import Path
 
 from waiting import Stderr
 
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-    return port
+from otel_bridge.testing import free_port
 
 
 def _span() -> bytes:
@@ -51,7 +45,7 @@ def _post(url: str, body: bytes) -> int:
 
 
 def test_unreachable_gateway_is_reported_once(tmp_path: Path) -> None:
-    grpc_port, http_port, gateway_port = _free_port(), _free_port(), _free_port()
+    grpc_port, http_port, gateway_port = free_port(), free_port(), free_port()
     config = tmp_path / "agent.yaml"
     config.write_text(
         f"""

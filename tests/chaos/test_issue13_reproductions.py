@@ -20,8 +20,8 @@ import textwrap
 from pathlib import Path
 
 import pytest
-from chaos_harness import post_traces
-from waiting import Stderr, wait_until
+from chaos_harness import post_traces, start_run
+from waiting import wait_until
 
 from otel_bridge.testing import free_port
 
@@ -93,16 +93,8 @@ def test_poison_requests_are_400_and_lose_nothing_around_them(tmp_path: Path) ->
     port = free_port()
     (tmp_path / "c.yaml").write_text(CONFIG)
     env = {**os.environ, "PORT": str(port), "WORK": str(tmp_path)}
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "otel_bridge", "run", "-c", str(tmp_path / "c.yaml")],
-        stderr=subprocess.PIPE,
-        stdout=subprocess.DEVNULL,
-        text=True,
-        env=env,
-    )
-    err = Stderr(proc, timeout=60)
+    proc, err = start_run(tmp_path / "c.yaml", env)
     try:
-        err.wait_for(r"running \(pid")
         assert _post(port, _span('"good-before"', 0)) == (200, None)
         assert _post(port, _span('"bad \\ud800 name"', 1)) == (400, None)
         assert _post(port, _deep_protobuf(1000), "application/x-protobuf") == (400, None)

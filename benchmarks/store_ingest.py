@@ -275,10 +275,10 @@ def sizes(url: str) -> dict[str, int]:
             "ob_nodes",
             "ob_edges",
         ):
-            found = conn.execute(
+            found = conn.execute(  # tables and partitions (their indexes once, not again)
                 "SELECT coalesce(sum(pg_total_relation_size(c.oid)), 0) FROM pg_class c "
-                "WHERE c.relname = %s OR c.relname LIKE %s",
-                (table, f"{table}_p%"),
+                "WHERE c.relkind IN ('r', 'p') AND (c.relname = %s OR c.relname LIKE %s)",
+                (table, f"{table}\\_p2%"),
             ).fetchone()
             out[table] = int(found[0]) if found else 0
     return out

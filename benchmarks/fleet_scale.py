@@ -24,7 +24,7 @@ Phases, so that generation is not in the ingest figures:
 3. stop the gateways (their final graph upsert), then check with count queries that every
    observation, span and log record is stored exactly once, read the database size by table
    (``pg_total_relation_size``, indexes included) and time ``otel-bridge graph --db URL --run
-   ID`` for one run.
+   ID`` for the largest run (a gateway's).
 
 Sustained ingest is the rate between 10 % and 90 % of the acknowledged input (the steady part);
 CPU per record is the gateways' and the PostgreSQL server's (``/proc``), over the whole send.
@@ -182,7 +182,8 @@ def _steady(samples: list[tuple[float, int, int]], total: int) -> tuple[float, f
 
 
 def _counts(url: str, runs: list[str]) -> dict[str, int]:
-    """Rows stored for ``runs``: observations (and distinct ids), spans, log records."""
+    """Rows stored for ``runs``: observations (and distinct ids), spans, log records, and each
+    run's (gateway's) observations."""
     from otel_bridge.store import connect
 
     with connect(url) as conn:
@@ -198,6 +199,11 @@ def _counts(url: str, runs: list[str]) -> dict[str, int]:
             ).fetchone()
             name = table if column == "count(*)" else "distinct_observations"
             out[name] = int(row[0]) if row else 0
+        for run, n in conn.execute(  # each gateway's share
+            "SELECT run_id, count(*) FROM ob_observations WHERE run_id = ANY(%s) GROUP BY 1",
+            (runs,),
+        ).fetchall():
+            out[f"observations of {run}"] = int(n)
     return out
 
 
@@ -257,8 +263,9 @@ def _send_all(
     return watched
 
 
-def run(args: argparse.Namespace, url: str, data: str, tmp: str) -> dict[str, Any]:
-    """Generate, send, stop, check, measure (the module docstring)."""
+def run(args: argparse.Namespace, url: str, data: str | None, tmp: str) -> dict[str, Any]:
+    """Generate, send, stop, check, measure (the module docstring); ``data`` is the server's
+    data directory (None: its CPU is not measured)."""
     paths, made = _generate_all(args, tmp)
     total = int(made["spans"] + made["os_events"])
     print(
@@ -270,7 +277,7 @@ def run(args: argparse.Namespace, url: str, data: str, tmp: str) -> dict[str, An
     port = free_port() if args.gateways > 1 else 0
     tag = f"{int(time.time())}"
     dirs = [Path(tmp) / f"scale-{tag}-gw{g}" for g in range(args.gateways)]
-    server0 = server_cpu(data)
+    server0 = server_cpu(data) if data else 0.0
     gateways = [start_gateway(d, port, url, args.flush_interval) for d in dirs]
     try:
         t = time.monotonic()
@@ -287,10 +294,11 @@ def run(args: argparse.Namespace, url: str, data: str, tmp: str) -> dict[str, An
             if p.poll() is None:
                 p.kill()
                 p.wait()
-    server = server_cpu(data) - server0
+    server = server_cpu(data) - server0 if data else float("nan")
     runs = [d.name for d in dirs]
     counts = _counts(url, runs)
     rate, obs_rate, steady = _steady(watched["samples"], total)
+    largest = max(runs, key=lambda r: counts.get(f"observations of {r}", 0))
     return {
         "made": made,
         "total": total,
@@ -303,8 +311,9 @@ def run(args: argparse.Namespace, url: str, data: str, tmp: str) -> dict[str, An
         "loads": watched["loads"],
         "counts": counts,
         "runs": runs,
+        "largest": largest,
         "sizes": sizes(url),
-        "read": _read_graph(url, runs[0], args.read_timeout),
+        "read": _read_graph(url, largest, args.read_timeout),
     }
 
 
@@ -357,15 +366,16 @@ def report(args: argparse.Namespace, r: dict[str, Any]) -> bool:
             print(f"  {table}: {n / 2**20:,.1f} MiB ({n * per_m / 2**20:,.1f} MiB/M)")
     read = r["read"]
     print(
-        f"otel-bridge graph --db URL --run {r['runs'][0]}: {read['seconds']:,.1f} s "
+        f"otel-bridge graph --db URL --run {r['largest']} (the largest run): "
+        f"{read['seconds']:,.1f} s "
         f"({read['nodes']:,} nodes, {read['edges']:,} edges)",
         flush=True,
     )
     return once
 
 
-def main() -> int:
-    """Parse arguments, run, print."""
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    """The command line (``argv``: ``sys.argv[1:]`` by default)."""
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--spans", type=int, default=1_000_000)
     p.add_argument("--os-events", type=int, default=5_000_000)
@@ -376,15 +386,22 @@ def main() -> int:
     p.add_argument("--flush-interval", default="1s", help="postgres graph upserts")
     p.add_argument("--progress", type=float, default=30.0, help="seconds between lines")
     p.add_argument("--read-timeout", type=float, default=1800.0, help="graph read limit (s)")
-    args = p.parse_args()
-    url, stop = start_server()
+    p.add_argument("--db", help="an existing database (its server's CPU is then not measured)")
+    return p.parse_args(argv)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Parse arguments, run, print; 1 when something was not stored exactly once."""
+    args = parse_args(argv)
+    url, stop = (args.db, None) if args.db else start_server()
     print(f"{time.strftime('%Y-%m-%d %H:%M:%S UTC', time.gmtime())}: server {url}", flush=True)
     try:
         with tempfile.TemporaryDirectory(prefix="otel-bridge-scale-") as tmp:
-            result = run(args, url, stop.data, tmp)
+            result = run(args, url, getattr(stop, "data", None), tmp)
         once = report(args, result)
     finally:
-        stop()  # the data directory is removed with it
+        if stop is not None:
+            stop()  # the data directory is removed with it
     print(f"{time.strftime('%Y-%m-%d %H:%M:%S UTC', time.gmtime())}: done", flush=True)
     return 0 if once else 1
 

@@ -173,6 +173,11 @@ def _gateway_config(directory: Path, port: int, store: str, flush: str = "5s") -
     return path
 
 
+def _drain(stream: Any) -> None:
+    with stream:
+        stream.read()
+
+
 def start_gateway(
     directory: Path, port: int = 0, store: str = "", flush: str = "5s"
 ) -> tuple[subprocess.Popen[str], int]:
@@ -199,8 +204,8 @@ def start_gateway(
     for line in proc.stderr:
         match = _BANNER.search(line)
         if match:
-            stream = proc.stderr  # drained from now on, so the gateway never blocks on it
-            threading.Thread(target=stream.read, daemon=True).start()
+            # drained from now on, so the gateway never blocks on it; closed at its end
+            threading.Thread(target=_drain, args=(proc.stderr,), daemon=True).start()
             return proc, int(match[1])
     raise RuntimeError("the gateway did not start")
 

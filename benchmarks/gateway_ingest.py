@@ -145,16 +145,17 @@ def _sender(port: int, requests: list[bytes], ready: Any, go: Any, done: Any) ->
     done.put(time.monotonic())
 
 
-def _cpu_seconds(pid: int) -> float:
+def cpu_seconds(pid: int) -> float:
     with open(f"/proc/{pid}/stat", encoding="ascii") as f:
         fields = f.read().rsplit(")", 1)[1].split()
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
-def _gateway_config(directory: Path, port: int, store: str) -> Path:
+def _gateway_config(directory: Path, port: int, store: str, flush: str = "5s") -> Path:
     """configs/gateway.yaml with a plain loopback receiver (no TLS, no token) on ``port`` (0: a
     free one; else shared with ``reuse_port``) and its state in ``directory``; with ``store``
-    (a PostgreSQL URL) the ``postgres`` exporter only, the run named after ``directory``."""
+    (a PostgreSQL URL) the ``postgres`` exporter only (graph rows upserted every ``flush``), the
+    run named after ``directory``."""
     from otel_bridge.config import read_config
 
     doc: dict[str, Any] = dict(read_config(str(REPO / "configs" / "gateway.yaml")))
@@ -164,7 +165,7 @@ def _gateway_config(directory: Path, port: int, store: str) -> Path:
     doc["receivers"] = {"otlp": {"protocols": {"grpc": grpc}}}
     if store:
         doc["exporters"] = {
-            "postgres": {"endpoint": store, "run_id": directory.name, "flush_interval": "5s"}
+            "postgres": {"endpoint": store, "run_id": directory.name, "flush_interval": flush}
         }
         doc["service"]["pipelines"]["evidence"]["exporters"] = ["postgres"]
     path = directory / "gateway.yaml"
@@ -172,8 +173,13 @@ def _gateway_config(directory: Path, port: int, store: str) -> Path:
     return path
 
 
-def _start_gateway(
-    directory: Path, port: int = 0, store: str = ""
+def _drain(stream: Any) -> None:
+    with stream:
+        stream.read()
+
+
+def start_gateway(
+    directory: Path, port: int = 0, store: str = "", flush: str = "5s"
 ) -> tuple[subprocess.Popen[str], int]:
     directory.mkdir(parents=True)
     env = dict(os.environ, OTEL_BRIDGE_GATEWAY_STATE=str(directory), PYTHONPATH=str(REPO))
@@ -186,7 +192,7 @@ def _start_gateway(
             "INFO",
             "run",
             "-c",
-            str(_gateway_config(directory, port, store)),
+            str(_gateway_config(directory, port, store, flush)),
         ],
         env=env,
         stdin=subprocess.DEVNULL,
@@ -198,8 +204,8 @@ def _start_gateway(
     for line in proc.stderr:
         match = _BANNER.search(line)
         if match:
-            stream = proc.stderr  # drained from now on, so the gateway never blocks on it
-            threading.Thread(target=stream.read, daemon=True).start()
+            # drained from now on, so the gateway never blocks on it; closed at its end
+            threading.Thread(target=_drain, args=(proc.stderr,), daemon=True).start()
             return proc, int(match[1])
     raise RuntimeError("the gateway did not start")
 
@@ -220,17 +226,17 @@ def _send(
         s.start()
     for _ in senders:
         ready.get(timeout=120)  # every sender's channel is connected
-    cpu0 = sum(_cpu_seconds(p.pid) for p, _ in procs)
+    cpu0 = sum(cpu_seconds(p.pid) for p, _ in procs)
     start = time.monotonic()
     go.set()
     end = max(done.get(timeout=600) for _ in senders)
-    cpu = sum(_cpu_seconds(p.pid) for p, _ in procs) - cpu0
+    cpu = sum(cpu_seconds(p.pid) for p, _ in procs) - cpu0
     for s in senders:
         s.join()
     return end, start, cpu
 
 
-def _free_port() -> int:
+def free_port() -> int:
     import socket
 
     with socket.socket() as s:
@@ -262,10 +268,10 @@ def run(
     total_obs = sum(p[1] for p in per_agent)
     total_raw = sum(p[2] for p in per_agent)
     with tempfile.TemporaryDirectory() as tmp:
-        port = _free_port() if shared else 0
+        port = free_port() if shared else 0
         tag = f"{time.monotonic_ns()}"
         dirs = [Path(tmp) / f"gw{g}-{tag}" for g in range(gateways)]
-        procs = [_start_gateway(d, port, store) for d in dirs]
+        procs = [start_gateway(d, port, store) for d in dirs]
         try:
             end, start, cpu = _send(procs, per_agent, gateways)
             applied = 0

@@ -55,9 +55,10 @@ PATHS = 10_000
 """Distinct file paths per run: the graph's size is bounded by them, the raw tables are not."""
 
 
-def server_cpu(data: str) -> float:
+def server_cpu(data: str, settle: float = 10.0) -> float:
     """CPU seconds the server at ``data`` used so far: the postmaster's own and its reaped
-    children's (connections that closed), plus every live child's (Linux ``/proc``)."""
+    children's (connections that closed), plus every live child's (Linux ``/proc``); waits up
+    to ``settle`` seconds for client connections to close first (0: reads at once)."""
     with open(os.path.join(data, "postmaster.pid"), encoding="utf-8") as f:
         postmaster = int(f.readline())
     tick = os.sysconf("SC_CLK_TCK")
@@ -81,7 +82,7 @@ def server_cpu(data: str) -> float:
                 continue
         return found
 
-    deadline = time.monotonic() + 10
+    deadline = time.monotonic() + settle
     while backends() and time.monotonic() < deadline:  # the last connection closing
         time.sleep(0.05)
     total = sum(int(x) for x in fields(postmaster)[11:15])  # utime stime cutime cstime
@@ -191,12 +192,17 @@ def _events(run: int, count: int, factory: EventFactory) -> Iterator[LogRecord]:
         yield factory.record(name, base + 1000 + i, attrs, attribution="syscall", causal=True)
 
 
-def workload(run: int, spans: int, events: int, batch: int) -> Iterator[Batch]:
-    """The run's input, interleaved, in batches of ``batch`` records."""
-    resource = Resource(attributes={"service.name": "bench-agent", "host.id": "bench-host"})
+def workload(
+    run: int, spans: int, events: int, batch: int, host: str = "bench-host"
+) -> Iterator[Batch]:
+    """The run's input, interleaved, in batches of ``batch`` records; spans and OS events carry
+    ``host.id`` ``host``."""
+    resource = Resource(attributes={"service.name": "bench-agent", "host.id": host})
     scope = Scope(name="bench")
     emitter = Emitter(RecordingConsumer(), Telemetry(), batch_size=batch, interval=1.0)
     factory = EventFactory("linux", f"bench-{run}", emitter)
+    if host != "bench-host":
+        factory.resource = Resource(attributes={**factory.resource.attributes, "host.id": host})
     event_iter = _events(run, events, factory)
     per_span = events / max(1, spans)
     made_spans = made_events = 0
@@ -269,10 +275,10 @@ def sizes(url: str) -> dict[str, int]:
             "ob_nodes",
             "ob_edges",
         ):
-            found = conn.execute(
+            found = conn.execute(  # tables and partitions (their indexes once, not again)
                 "SELECT coalesce(sum(pg_total_relation_size(c.oid)), 0) FROM pg_class c "
-                "WHERE c.relname = %s OR c.relname LIKE %s",
-                (table, f"{table}_p%"),
+                "WHERE c.relkind IN ('r', 'p') AND (c.relname = %s OR c.relname LIKE %s)",
+                (table, f"{table}\\_p2%"),
             ).fetchone()
             out[table] = int(found[0]) if found else 0
     return out

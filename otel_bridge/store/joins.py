@@ -33,14 +33,18 @@ from typing import TYPE_CHECKING, Any
 import msgspec
 
 from otel_bridge import jsonl
-from otel_bridge.model import Channel, Observation
+from otel_bridge.model import Channel, Observation, Span
 from otel_bridge.processors.crosshost.join import (
     FourTuple,
     Sighting,
+    SpanNode,
     connection_end,
     connection_join,
     may_pair,
     party,
+    span_node,
+    span_parent,
+    trace_join,
 )
 
 if TYPE_CHECKING:
@@ -128,6 +132,7 @@ class Joined:
     """What the store's join decided for one batch."""
 
     joins: list[Observation] = field(default_factory=list)
+    """The connection joins, then the trace joins."""
     ambiguous: int = 0
     numbered: int = 0
     """Sequence numbers the writer gave the joins (a join the run already held keeps its)."""
@@ -144,9 +149,13 @@ class _State:
 
 
 def is_memory_join(o: Observation) -> bool:
-    """A connection join a gateway's ``crosshost`` made in memory. With the store's join on, the
-    store makes each of these itself (the same id), once per database, and drops the copy."""
-    return o.source.backend == "crosshost" and o.evidence.method == "tcp_4tuple"
+    """A connection or trace join a gateway's ``crosshost`` made in memory. With the store's
+    join on, the store makes each of these itself (the same id), once per database, and drops
+    the copy."""
+    return o.source.backend == "crosshost" and o.evidence.method in (
+        "tcp_4tuple",
+        "w3c_trace_context",
+    )
 
 
 def _lock_key(key: FourTuple) -> int:
@@ -179,16 +188,34 @@ def _columns(ends: Sequence[End], skew_ns: int, run_id: str) -> dict[str, Any]:
 
 
 def join_ends(
-    conn: psycopg.Connection[Any], run_id: str, observations: Sequence[Observation], skew_ns: int
+    conn: psycopg.Connection[Any],
+    run_id: str,
+    observations: Sequence[Observation],
+    skew_ns: int,
+    spans: Sequence[Span] = (),
 ) -> Joined:
     """Store the connection ends among ``observations`` (new ones, in ingest order) and make
     the joins they complete (module docstring). Runs inside the caller's transaction, in five
     statements whatever the number of ends: lock the 4-tuples, find every end's stored fits,
-    store the ends, read the 4-tuples' joins, write the decisions."""
+    store the ends, read the 4-tuples' joins, write the decisions. Then the trace join of the
+    span observations among ``observations`` and the parent links of ``spans``
+    (:func:`join_spans`)."""
     out = Joined()
+    _join_connections(conn, run_id, observations, skew_ns, out)
+    out.joins.extend(join_spans(conn, run_id, observations, spans))
+    return out
+
+
+def _join_connections(
+    conn: psycopg.Connection[Any],
+    run_id: str,
+    observations: Sequence[Observation],
+    skew_ns: int,
+    out: Joined,
+) -> None:
     ends = [e for e in (connection_end(o) for o in observations) if e is not None]
     if not ends:
-        return out
+        return
     conn.execute(_LOCK, (sorted({_lock_key(key) for key, _, _ in ends}),))
     params = _columns(ends, skew_ns, run_id)
     stored: dict[int, dict[str, Sighting]] = {}
@@ -212,7 +239,6 @@ def join_ends(
         # else stored before (by another run): decided when it was first stored
         earlier.setdefault((key, connecting), []).append(sighting)
     _write(conn, states, run_id)
-    return out
 
 
 def _decide(state: _State, end: End, fits: dict[str, Sighting], out: Joined) -> None:
@@ -253,4 +279,131 @@ def _write(conn: psycopg.Connection[Any], states: dict[FourTuple, _State], run_i
             *([None if p is None else p[i] for _, p in made] for i in range(4)),
             [s.ambiguous for _, s in rows],
         ),
+    )
+
+
+# ----------------------------------------------------------------- traces
+
+_TRACE_LOCK = (
+    "SELECT count(pg_advisory_xact_lock(a, b)) "
+    "FROM (SELECT a, b FROM unnest(%s::int[], %s::int[]) AS k(a, b) ORDER BY a, b) s"
+)
+"""Lock every trace of a batch, in ascending order, after its 4-tuples (the two-key form is a
+key space of its own: a trace never waits for a 4-tuple's lock)."""
+
+_STORE_LINKS = """
+INSERT INTO ob_span_ends AS t (trace_id, span_id, parent_span_id, span_ns)
+SELECT * FROM unnest(%s::text[], %s::text[], %s::text[], %s::bigint[])
+ON CONFLICT (trace_id, span_id) DO UPDATE
+    SET parent_span_id = EXCLUDED.parent_span_id, span_ns = EXCLUDED.span_ns
+    WHERE t.parent_span_id IS NULL
+"""
+"""The spans' parent links (the first stored stays)."""
+
+_STORE_NODES = """
+INSERT INTO ob_span_ends AS t (trace_id, span_id, host_id, obs_id, time_ns, channel, node, run_id)
+SELECT * FROM unnest(%s::text[], %s::text[], %s::text[], %s::text[], %s::bigint[], %s::text[],
+    %s::bytea[], %s::text[])
+ON CONFLICT (trace_id, span_id) DO UPDATE
+    SET host_id = EXCLUDED.host_id, obs_id = EXCLUDED.obs_id, time_ns = EXCLUDED.time_ns,
+        channel = EXCLUDED.channel, node = EXCLUDED.node, run_id = EXCLUDED.run_id
+    WHERE t.host_id IS NULL
+"""
+"""The span observations' nodes and shipping hosts (the first stored stays)."""
+
+TRACE_JOINS = """
+WITH k AS (SELECT * FROM unnest(%(trace)s::text[], %(span)s::text[]) AS k(trace_id, span_id)),
+cand AS (
+    SELECT c.trace_id, c.span_id FROM k JOIN ob_span_ends c
+        ON c.trace_id = k.trace_id AND c.span_id = k.span_id
+    UNION
+    SELECT c.trace_id, c.span_id FROM k JOIN ob_span_ends c
+        ON c.trace_id = k.trace_id AND c.parent_span_id = k.span_id
+)
+UPDATE ob_span_ends c SET joined_in = %(run)s
+FROM cand, ob_span_ends p
+WHERE c.trace_id = cand.trace_id AND c.span_id = cand.span_id
+  AND p.trace_id = c.trace_id AND p.span_id = c.parent_span_id
+  AND c.joined_in IS NULL
+  AND c.host_id IS NOT NULL AND p.host_id IS NOT NULL
+  AND c.host_id <> p.host_id
+RETURNING c.trace_id, c.span_id, c.parent_span_id,
+    c.host_id, c.node, c.obs_id, c.channel, c.time_ns,
+    p.host_id, p.node, p.obs_id, p.channel, p.time_ns
+"""
+"""The trace rule in SQL, for every span the batch touched at once, as a child (its own row)
+and as a parent (the rows naming it as parent): a child whose parent span, in the same trace,
+was shipped by another host (:func:`~otel_bridge.processors.crosshost.join.may_join_spans`),
+not joined before. Marks each such child joined in ``run`` and returns both spans' nodes."""
+
+
+def _trace_key(trace: str) -> tuple[int, int]:
+    digest = hashlib.blake2b(trace.encode(), digest_size=8).digest()
+    return (
+        int.from_bytes(digest[:4], "big", signed=True),
+        int.from_bytes(digest[4:], "big", signed=True),
+    )
+
+
+def _node(row: Sequence[Any]) -> SpanNode:
+    host, node, obs_id, channel, time_ns = row
+    entity = jsonl.entity_from_dict(msgspec.msgpack.decode(node), "ob_span_ends.node")
+    return SpanNode(str(host), entity, str(obs_id), Channel(channel), int(time_ns))
+
+
+def join_spans(
+    conn: psycopg.Connection[Any],
+    run_id: str,
+    observations: Sequence[Observation],
+    spans: Sequence[Span],
+) -> list[Observation]:
+    """Store the span nodes among ``observations`` and the parent links of ``spans``, and make
+    the trace joins they complete (module docstring), in ``run_id``; the joins in (trace, span)
+    order. Runs inside the caller's transaction: lock the traces, store the links, store the
+    nodes, join (four statements whatever the number of spans; none without spans)."""
+    nodes: dict[tuple[str, str], SpanNode] = {}
+    for o in observations:
+        shipped = span_node(o)
+        if shipped is not None:
+            nodes.setdefault(shipped[:2], shipped[2])
+    links: dict[tuple[str, str], tuple[str, int]] = {}
+    for s in spans:
+        link = span_parent(s)
+        if link is not None:
+            links.setdefault(link[:2], (link[2], s.start_time_unix_nano))
+    if not nodes and not links:
+        return []
+    keys = sorted({_trace_key(t) for t, _ in (*nodes, *links)})
+    conn.execute(_TRACE_LOCK, ([a for a, _ in keys], [b for _, b in keys]))
+    if links:
+        conn.execute(
+            _STORE_LINKS,
+            (
+                [t for t, _ in links],
+                [s for _, s in links],
+                [p for p, _ in links.values()],
+                [t for _, t in links.values()],
+            ),
+        )
+    if nodes:
+        conn.execute(_STORE_NODES, _node_columns(nodes, run_id))
+    touched = sorted({*nodes, *links})
+    params = {"trace": [t for t, _ in touched], "span": [s for _, s in touched], "run": run_id}
+    made = [
+        trace_join((str(r[0]), str(r[1]), str(r[2])), _node(r[3:8]), _node(r[8:13]))
+        for r in conn.execute(TRACE_JOINS, params).fetchall()
+    ]
+    return sorted(made, key=lambda j: j.id)
+
+
+def _node_columns(nodes: dict[tuple[str, str], SpanNode], run_id: str) -> tuple[list[Any], ...]:
+    return (
+        [t for t, _ in nodes],
+        [s for _, s in nodes],
+        [n.host for n in nodes.values()],
+        [n.obs_id for n in nodes.values()],
+        [n.time for n in nodes.values()],
+        [n.channel.value for n in nodes.values()],
+        [msgspec.msgpack.encode(jsonl.entity_to_dict(n.node)) for n in nodes.values()],
+        [run_id] * len(nodes),
     )

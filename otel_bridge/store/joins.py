@@ -1,9 +1,10 @@
-"""The cross-host connection join in the store (``docs/store.md``, *Cross-host joins*).
+"""The cross-host joins in the store (``docs/store.md``, *Cross-host joins*).
 
-A gateway's ``crosshost`` processor joins the two ends of one TCP connection in its memory,
-so it misses a join whose ends reach two gateways (two runs in one database) or straddle a
-restart. The store sees every end every writer stored, so it makes the same join, by the same
-rule (:mod:`otel_bridge.processors.crosshost.join`), over its rows:
+A gateway's ``crosshost`` processor joins the two ends of one TCP connection, and a span to its
+parent span on another host, in its memory, so it misses a join whose sides reach two gateways
+(two runs in one database) or straddle a restart. The store sees every side every writer
+stored, so it makes the same joins, by the same rules
+(:mod:`otel_bridge.processors.crosshost.join`), over its rows. Connections:
 
 * each new ``connected_to``/``accepted`` observation that :func:`~otel_bridge.processors.
   crosshost.join.connection_end` accepts (TCP, both addresses routable, both ports known) is an
@@ -21,6 +22,14 @@ rule (:mod:`otel_bridge.processors.crosshost.join`), over its rows:
 
 An advisory lock per 4-tuple, taken in one order for a whole batch, serializes two writers
 completing one connection at the same time: the second sees the first's end.
+
+Traces (:func:`join_spans`): each new span observation (its node and shipping host) and each
+span's parent link is an ``ob_span_ends`` row keyed by (trace id, span id), whatever the run;
+in the same transaction, under a lock per trace (taken after the 4-tuples'), :data:`TRACE_JOINS`
+joins every child the batch touched (as itself or as a parent) whose parent in the same trace
+was shipped by another host and that no writer joined before, marking it joined in the writer's
+run: :func:`~otel_bridge.processors.crosshost.join.trace_join`'s observation, once per database.
+Both joins are stored in the run whose batch completed them.
 """
 
 from __future__ import annotations

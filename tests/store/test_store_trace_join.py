@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import random
+import threading
 from typing import Any
 
 import msgspec
@@ -22,6 +23,7 @@ from otel_bridge.processors.crosshost.join import CrossHostJoin
 from otel_bridge.store import connect, migrate, status
 from otel_bridge.store.reader import Selector, read_graph
 from otel_bridge.store.writer import StoreWriter
+from store.join_support import T0, S, accept, connect_end
 from store.store_support import cli
 from store.trace_support import TRACE, Gateway, agent_ships, node_observation, received, span
 
@@ -133,8 +135,8 @@ def test_the_sql_rule_agrees_with_the_in_memory_rule(pg_url: str) -> None:
 
 def _check_join(url: str, run: str) -> None:
     """One trace join in the database, in ``run``, read back by ``otel-bridge graph --db`` for
-    the task (both gateways' runs) and by the reader for ``run`` alone, with both spans'
-    support."""
+    the task (both gateways' runs) and by the reader for ``run`` alone and for the child's host's
+    part of it (not the parent's), with both spans' support."""
     parent, child = (
         node_observation(received(HOST_A, PARENT), 1),
         node_observation(received(HOST_B, CHILD), 2),
@@ -144,7 +146,9 @@ def _check_join(url: str, run: str) -> None:
     assert shown.returncode == 0, shown.stderr
     with connect(url) as conn:
         alone = read_graph(conn, Selector(run=run))
-    for doc in (json.loads(shown.stdout), alone):
+        child_host = read_graph(conn, Selector(run=run, host=HOST_B))  # the join's subject's
+        assert _trace_edges(read_graph(conn, Selector(task="fleet", host=HOST_A))) == []
+    for doc in (json.loads(shown.stdout), alone, child_host):
         (edge,) = _trace_edges(doc)
         assert (edge["source"], edge["target"]) == (child.subject.id, parent.subject.id)
         assert edge["support"] == [JOIN_ID]
@@ -238,3 +242,57 @@ def test_a_parent_on_the_same_host_or_never_stored_gives_no_join(pg_url: str) ->
     assert telemetry.total("traces_joined", kind="exporter") == 0
     with connect(pg_url) as conn:
         assert _trace_edges(read_graph(conn, Selector(task="fleet"))) == []
+
+
+def test_two_gateways_storing_both_spans_at_once_join_every_trace_once(pg_url: str) -> None:
+    """Two gateways store the parent and child spans of 30 traces at the same time, in batches
+    of three traces whose order is opposite in the two (each has the parent of half the traces
+    and the child of the other half), each batch with one end of a connection too (the two kinds
+    of lock in one transaction). The lock per trace makes the second transaction see the first's
+    span, and one lock order keeps the two from deadlocking: 30 joins, none twice, none
+    refused."""
+    pieces: tuple[list[Batch], list[Batch]] = ([], [])
+    for i in range(30):
+        trace = bytes([7, i]) * 8
+        pair = (
+            received(HOST_A, span("client", 1000 + i, 0, "client.call", trace=trace)),
+            received(HOST_B, span("server", 2000 + i, 1000 + i, "server.handle", trace=trace)),
+        )
+        pieces[0].append(pair[i % 2])
+        pieces[1].append(pair[1 - i % 2])
+    pieces[1].reverse()
+    telemetry = Telemetry()
+    gateways = [Gateway(pg_url, f"gateway-{n}", telemetry) for n in (1, 2)]
+    barrier = threading.Barrier(2)
+    failures: list[BaseException] = []
+
+    def store(n: int) -> None:
+        try:
+            barrier.wait(timeout=30)
+            for k in range(0, len(pieces[n]), 3):
+                chunk = pieces[n][k : k + 3]
+                ends = ((f"10.1.{k}.1", 40000 + k), (f"10.2.{k}.1", 443))
+                end = connect_end(pid=100, local=ends[0], peer=ends[1])
+                if n == 1:
+                    end = accept(pid=200, peer=ends[0], local=ends[1], t=T0 + S)
+                gateways[n].exporter.consume(
+                    Batch(
+                        observations=(end, *(o for b in chunk for o in b.observations)),
+                        spans=tuple(s for b in chunk for s in b.spans),
+                    )
+                )
+        except BaseException as exc:  # reported by the main thread
+            failures.append(exc)
+
+    threads = [threading.Thread(target=store, args=(n,)) for n in (0, 1)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=120)
+    for gateway in gateways:
+        gateway.stop()
+    assert failures == []
+    joins = _rows(pg_url, JOINS)
+    assert len(joins) == len({j for _, j in joins}) == 30
+    assert telemetry.total("traces_joined", kind="exporter") == 30
+    assert telemetry.total("connections_joined", kind="exporter") == 10

@@ -23,7 +23,8 @@ observations' ids (each host's ids are unique on that host; the hosts are in ``a
 shipped by the agent on host B whose span's parent (from the span itself, W3C trace context) is a
 span shipped by the agent on host A gives ``remote_child_of`` (child's node -> parent's node),
 exact, method ``w3c_trace_context``, support the two span observations. A span's host is the
-agent that normalized it (``otel_bridge.agent.host.id``, set by ``logs_to_evidence``).
+agent that normalized it (``otel_bridge.agent.host.id``, set by ``logs_to_evidence``); the join
+carries its child's, so it belongs to the child's host (a store reader's ``--host``).
 """
 
 from __future__ import annotations
@@ -238,6 +239,7 @@ def trace_join(link: SpanLink, child: SpanNode, parent: SpanNode) -> Observation
             "parent_span_id": parent_id,
             "source.host.id": child.host,
             "target.host.id": parent.host,
+            AGENT_HOST_ATTR: child.host,  # the host it belongs to (the child span's agent)
         },
     )
 

@@ -300,25 +300,26 @@ _TRACE_LOCK = (
 """Lock every trace of a batch, in ascending order, after its 4-tuples (the two-key form is a
 key space of its own: a trace never waits for a 4-tuple's lock)."""
 
-_STORE_LINKS = """
-INSERT INTO ob_span_ends AS t (trace_id, span_id, parent_span_id, span_ns)
-SELECT * FROM unnest(%s::text[], %s::text[], %s::text[], %s::bigint[])
-ON CONFLICT (trace_id, span_id) DO UPDATE
-    SET parent_span_id = EXCLUDED.parent_span_id, span_ns = EXCLUDED.span_ns
-    WHERE t.parent_span_id IS NULL
+_STORE_SPANS = """
+INSERT INTO ob_span_ends AS t (trace_id, span_id, parent_span_id, span_ns,
+    host_id, obs_id, time_ns, channel, node, run_id)
+SELECT * FROM unnest(%s::text[], %s::text[], %s::text[], %s::bigint[],
+    %s::text[], %s::text[], %s::bigint[], %s::text[], %s::bytea[], %s::text[])
+ON CONFLICT (trace_id, span_id) DO UPDATE SET
+    parent_span_id = coalesce(t.parent_span_id, EXCLUDED.parent_span_id),
+    span_ns = coalesce(t.span_ns, EXCLUDED.span_ns),
+    host_id = coalesce(t.host_id, EXCLUDED.host_id),
+    obs_id = CASE WHEN t.host_id IS NULL THEN EXCLUDED.obs_id ELSE t.obs_id END,
+    time_ns = CASE WHEN t.host_id IS NULL THEN EXCLUDED.time_ns ELSE t.time_ns END,
+    channel = CASE WHEN t.host_id IS NULL THEN EXCLUDED.channel ELSE t.channel END,
+    node = CASE WHEN t.host_id IS NULL THEN EXCLUDED.node ELSE t.node END,
+    run_id = CASE WHEN t.host_id IS NULL THEN EXCLUDED.run_id ELSE t.run_id END
+WHERE (t.parent_span_id IS NULL AND EXCLUDED.parent_span_id IS NOT NULL)
+   OR (t.host_id IS NULL AND EXCLUDED.host_id IS NOT NULL)
 """
-"""The spans' parent links (the first stored stays)."""
-
-_STORE_NODES = """
-INSERT INTO ob_span_ends AS t (trace_id, span_id, host_id, obs_id, time_ns, channel, node, run_id)
-SELECT * FROM unnest(%s::text[], %s::text[], %s::text[], %s::text[], %s::bigint[], %s::text[],
-    %s::bytea[], %s::text[])
-ON CONFLICT (trace_id, span_id) DO UPDATE
-    SET host_id = EXCLUDED.host_id, obs_id = EXCLUDED.obs_id, time_ns = EXCLUDED.time_ns,
-        channel = EXCLUDED.channel, node = EXCLUDED.node, run_id = EXCLUDED.run_id
-    WHERE t.host_id IS NULL
-"""
-"""The span observations' nodes and shipping hosts (the first stored stays)."""
+"""The batch's spans, one row each: a raw span's parent link, a span observation's node and
+shipping host (``NULL`` where the batch has not that part). What is stored stays (the first
+stored of each part); a row that gains nothing is not rewritten (a resend writes nothing)."""
 
 TRACE_JOINS = """
 WITH k AS (SELECT * FROM unnest(%(trace)s::text[], %(span)s::text[]) AS k(trace_id, span_id)),
@@ -368,8 +369,8 @@ def join_spans(
 ) -> list[Observation]:
     """Store the span nodes among ``observations`` and the parent links of ``spans``, and make
     the trace joins they complete (module docstring), in ``run_id``; the joins in (trace, span)
-    order. Runs inside the caller's transaction: lock the traces, store the links, store the
-    nodes, join (four statements whatever the number of spans; none without spans)."""
+    order. Runs inside the caller's transaction: lock the traces, store the spans, join (three
+    statements whatever the number of spans; none without spans)."""
     nodes: dict[tuple[str, str], SpanNode] = {}
     for o in observations:
         shipped = span_node(o)
@@ -382,21 +383,10 @@ def join_spans(
             links.setdefault(link[:2], (link[2], s.start_time_unix_nano))
     if not nodes and not links:
         return []
-    keys = sorted({_trace_key(t) for t, _ in (*nodes, *links)})
-    conn.execute(_TRACE_LOCK, ([a for a, _ in keys], [b for _, b in keys]))
-    if links:
-        conn.execute(
-            _STORE_LINKS,
-            (
-                [t for t, _ in links],
-                [s for _, s in links],
-                [p for p, _ in links.values()],
-                [t for _, t in links.values()],
-            ),
-        )
-    if nodes:
-        conn.execute(_STORE_NODES, _node_columns(nodes, run_id))
     touched = sorted({*nodes, *links})
+    keys = sorted({_trace_key(t) for t, _ in touched})
+    conn.execute(_TRACE_LOCK, ([a for a, _ in keys], [b for _, b in keys]))
+    conn.execute(_STORE_SPANS, _span_columns(touched, links, nodes, run_id))
     params = {"trace": [t for t, _ in touched], "span": [s for _, s in touched], "run": run_id}
     made = [
         trace_join((str(r[0]), str(r[1]), str(r[2])), _node(r[3:8]), _node(r[8:13]))
@@ -405,14 +395,23 @@ def join_spans(
     return sorted(made, key=lambda j: j.id)
 
 
-def _node_columns(nodes: dict[tuple[str, str], SpanNode], run_id: str) -> tuple[list[Any], ...]:
+def _span_columns(
+    keys: list[tuple[str, str]],
+    links: dict[tuple[str, str], tuple[str, int]],
+    nodes: dict[tuple[str, str], SpanNode],
+    run_id: str,
+) -> tuple[list[Any], ...]:
+    link = [links.get(k) for k in keys]
+    node = [nodes.get(k) for k in keys]
     return (
-        [t for t, _ in nodes],
-        [s for _, s in nodes],
-        [n.host for n in nodes.values()],
-        [n.obs_id for n in nodes.values()],
-        [n.time for n in nodes.values()],
-        [n.channel.value for n in nodes.values()],
-        [msgspec.msgpack.encode(jsonl.entity_to_dict(n.node)) for n in nodes.values()],
-        [run_id] * len(nodes),
+        [t for t, _ in keys],
+        [s for _, s in keys],
+        [None if x is None else x[0] for x in link],
+        [None if x is None else x[1] for x in link],
+        [None if n is None else n.host for n in node],
+        [None if n is None else n.obs_id for n in node],
+        [None if n is None else n.time for n in node],
+        [None if n is None else n.channel.value for n in node],
+        [None if n is None else msgspec.msgpack.encode(jsonl.entity_to_dict(n.node)) for n in node],
+        [None if n is None else run_id for n in node],
     )

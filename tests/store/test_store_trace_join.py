@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import random
 import threading
+from datetime import UTC, datetime
 from typing import Any
 
 import msgspec
@@ -22,7 +23,7 @@ from otel_bridge.model import Batch, Observation, RelationKind, Span
 from otel_bridge.processors.crosshost.join import CrossHostJoin
 from otel_bridge.store import connect, migrate, status
 from otel_bridge.store.reader import Selector, read_graph
-from otel_bridge.store.writer import StoreWriter
+from otel_bridge.store.writer import StoreWriter, drop_partitions_before
 from store.join_support import T0, S, accept, connect_end
 from store.store_support import cli
 from store.trace_support import TRACE, Gateway, agent_ships, node_observation, received, span
@@ -296,3 +297,32 @@ def test_two_gateways_storing_both_spans_at_once_join_every_trace_once(pg_url: s
     assert len(joins) == len({j for _, j in joins}) == 30
     assert telemetry.total("traces_joined", kind="exporter") == 30
     assert telemetry.total("connections_joined", kind="exporter") == 10
+
+
+def test_retention_forgets_waiting_spans_and_keeps_joined_children(pg_url: str) -> None:
+    """Retention deletes the span rows older than its cutoff that no join used as a child (a
+    span still waiting for its parent, a parent), keeps the joined children, so the agents
+    resending both sides to another gateway after it makes no second join."""
+    gateway = Gateway(pg_url, "gateway-1")
+    try:
+        gateway.receive(agent_ships(HOST_A, PARENT))
+        gateway.receive(agent_ships(HOST_B, CHILD))
+        gateway.receive(agent_ships(HOST_B, span("server", 5, 6, "server.waiting")))
+    finally:
+        gateway.stop()
+    with connect(pg_url) as conn:
+        drop_partitions_before(conn, datetime(2031, 1, 1, tzinfo=UTC))  # after every span
+    assert _rows(pg_url, "SELECT span_id, joined_in FROM ob_span_ends") == [
+        (f"{2:016x}", "gateway-1")
+    ]
+    again = Gateway(pg_url, "gateway-2")
+    try:
+        again.receive(agent_ships(HOST_B, CHILD))
+        again.receive(agent_ships(HOST_A, PARENT))
+    finally:
+        again.stop()
+    assert _rows(pg_url, "SELECT count(*) FROM ob_observations WHERE run_id = 'gateway-2'") != [
+        (0,)
+    ]
+    assert _rows(pg_url, "SELECT count(joined_in) FROM ob_span_ends") == [(1,)]
+    assert _rows(pg_url, JOINS) == []  # the join's own row went with its partition

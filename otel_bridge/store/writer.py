@@ -453,6 +453,9 @@ class StoreWriter:
             self.ensure_partitions(
                 OBSERVATIONS, (part_time(r[4] - join_skew_ns, now) for r in obs_rows)
             )
+            # a trace join's is its child span's, whose row made its partition, unless it had
+            # no time (0): then the join's partition time is now
+            self.ensure_partitions(OBSERVATIONS, (now,))
         joined = None
         with self.conn.transaction():
             hosts = {str(r[6]) for r in obs_rows} | {str(r[5]) for r in logs}

@@ -326,3 +326,18 @@ def test_retention_forgets_waiting_spans_and_keeps_joined_children(pg_url: str) 
     ]
     assert _rows(pg_url, "SELECT count(joined_in) FROM ob_span_ends") == [(1,)]
     assert _rows(pg_url, JOINS) == []  # the join's own row went with its partition
+
+
+def test_a_child_span_without_a_time_is_joined_too(pg_url: str) -> None:
+    """A span whose start time is 0 (valid OTLP) is stored at its ingest time; its join, whose
+    time is the child's, goes to the partition of the batch that completed it."""
+    child = msgspec.structs.replace(CHILD, start_time_unix_nano=0)
+    one, two = Gateway(pg_url, "gateway-1"), Gateway(pg_url, "gateway-2")
+    try:
+        two.receive(agent_ships(HOST_B, child))
+        one.receive(agent_ships(HOST_A, PARENT))
+    finally:
+        one.stop()
+        two.stop()
+    assert node_observation(received(HOST_B, child), 2).time_unix_nano == 0
+    assert _rows(pg_url, JOINS) == [("gateway-1", JOIN_ID)]

@@ -303,8 +303,8 @@ key space of its own: a trace never waits for a 4-tuple's lock)."""
 _STORE_SPANS = """
 INSERT INTO ob_span_ends AS t (trace_id, span_id, parent_span_id, span_ns,
     host_id, obs_id, time_ns, channel, node, run_id)
-SELECT * FROM unnest(%s::text[], %s::text[], %s::text[], %s::bigint[],
-    %s::text[], %s::text[], %s::bigint[], %s::text[], %s::bytea[], %s::text[])
+SELECT * FROM unnest(%b::text[], %b::text[], %b::text[], %b::bigint[],
+    %b::text[], %b::text[], %b::bigint[], %b::text[], %b::bytea[], %b::text[])
 ON CONFLICT (trace_id, span_id) DO UPDATE SET
     parent_span_id = coalesce(t.parent_span_id, EXCLUDED.parent_span_id),
     span_ns = coalesce(t.span_ns, EXCLUDED.span_ns),
@@ -319,7 +319,8 @@ WHERE (t.parent_span_id IS NULL AND EXCLUDED.parent_span_id IS NOT NULL)
 """
 """The batch's spans, one row each: a raw span's parent link, a span observation's node and
 shipping host (``NULL`` where the batch has not that part). What is stored stays (the first
-stored of each part); a row that gains nothing is not rewritten (a resend writes nothing)."""
+stored of each part); a row that gains nothing is not rewritten (a resend writes nothing). The
+arrays go in binary (``%b``): the node encodings are bytes, which the text format escapes."""
 
 TRACE_JOINS = """
 WITH k AS (SELECT * FROM unnest(%(trace)s::text[], %(span)s::text[]) AS k(trace_id, span_id)),
@@ -337,9 +338,9 @@ WHERE c.trace_id = cand.trace_id AND c.span_id = cand.span_id
   AND c.joined_in IS NULL
   AND c.host_id IS NOT NULL AND p.host_id IS NOT NULL
   AND c.host_id <> p.host_id
-RETURNING c.trace_id, c.span_id, c.parent_span_id,
+RETURNING c.parent_span_id, c.trace_id, c.span_id,
     c.host_id, c.node, c.obs_id, c.channel, c.time_ns,
-    p.host_id, p.node, p.obs_id, p.channel, p.time_ns
+    p.trace_id, p.span_id, p.host_id, p.node, p.obs_id, p.channel, p.time_ns
 """
 """The trace rule in SQL, for every span the batch touched at once, as a child (its own row)
 and as a parent (the rows naming it as parent): a child whose parent span, in the same trace,
@@ -355,8 +356,14 @@ def _trace_key(trace: str) -> tuple[int, int]:
     )
 
 
-def _node(row: Sequence[Any]) -> SpanNode:
-    host, node, obs_id, channel, time_ns = row
+def _node(row: Sequence[Any], known: dict[tuple[str, str], SpanNode]) -> SpanNode:
+    """A span's node from its returned columns (``row``: trace id, span id, then the node's),
+    or from ``known`` (the batch's own nodes, the same: the first stored stays) when the batch
+    stored it, to spare the decoding."""
+    trace, span, host, node, obs_id, channel, time_ns = row
+    mine = known.get((str(trace), str(span)))
+    if mine is not None and mine.obs_id == obs_id and mine.host == host:
+        return mine
     entity = jsonl.entity_from_dict(msgspec.msgpack.decode(node), "ob_span_ends.node")
     return SpanNode(str(host), entity, str(obs_id), Channel(channel), int(time_ns))
 
@@ -389,7 +396,7 @@ def join_spans(
     conn.execute(_STORE_SPANS, _span_columns(touched, links, nodes, run_id))
     params = {"trace": [t for t, _ in touched], "span": [s for _, s in touched], "run": run_id}
     made = [
-        trace_join((str(r[0]), str(r[1]), str(r[2])), _node(r[3:8]), _node(r[8:13]))
+        trace_join((str(r[1]), str(r[2]), str(r[0])), _node(r[1:8], nodes), _node(r[8:15], nodes))
         for r in conn.execute(TRACE_JOINS, params).fetchall()
     ]
     return sorted(made, key=lambda j: j.id)

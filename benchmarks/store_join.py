@@ -10,10 +10,17 @@ twice on one private server, as two runs of one database, one after the other: o
 the joins made, and for each pass this process's CPU and the server's CPU per end; the
 ratio of the two passes is the figure to read (wall-clock times on a shared machine are not).
 
+With ``--traces N`` the same for the trace join instead: N traces of two spans, a parent
+shipped by host A's agent and its child by host B's, as a gateway's exporter receives them (the
+raw spans and their normalized observations stamped with the shipping host, as
+``logs_to_evidence`` does): every parent first, then every child (each completes one join).
+The figures are per span.
+
 Usage::
 
     python benchmarks/store_join.py                    # 20,000 connections (40,000 ends)
     python benchmarks/store_join.py --connections 2000
+    python benchmarks/store_join.py --traces 20000     # 20,000 traces (40,000 spans)
 """
 
 from __future__ import annotations
@@ -25,6 +32,8 @@ import sys
 import time
 from pathlib import Path
 
+import msgspec
+
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 sys.path.insert(0, str(REPO / "benchmarks"))
@@ -34,7 +43,8 @@ from store_ingest import server_cpu, start_server  # noqa: E402
 from otel_bridge.component import Host  # noqa: E402
 from otel_bridge.exporters.postgres import Config, PostgresExporter  # noqa: E402
 from otel_bridge.identity import iso_ms  # noqa: E402
-from otel_bridge.model import Batch, Observation  # noqa: E402
+from otel_bridge.model import Batch, Observation, Resource, Scope, Span, SpanKind  # noqa: E402
+from otel_bridge.processors.crosshost.wire import AGENT_HOST_ATTR  # noqa: E402
 from otel_bridge.processors.normalize import Normalizer  # noqa: E402
 from otel_bridge.store import connect  # noqa: E402
 from otel_bridge.testing import connection_record  # noqa: E402
@@ -64,6 +74,51 @@ def ends(connections: int) -> list[Observation]:
     return list(normalizer(Batch(logs=tuple(clients + servers))).observations)
 
 
+def _span(trace: int, sid: int, parent: int) -> Span:
+    return Span(
+        resource=Resource(attributes={"service.name": "server" if parent else "client"}),
+        scope=Scope(name="app"),
+        trace_id=trace.to_bytes(16, "big"),
+        span_id=sid.to_bytes(8, "big"),
+        parent_span_id=parent.to_bytes(8, "big") if parent else b"",
+        name="server.handle" if parent else "client.call",
+        kind=SpanKind.SERVER if parent else SpanKind.CLIENT,
+        start_time_unix_nano=T0 + trace * 1_000_000,
+        end_time_unix_nano=T0 + trace * 1_000_000 + 500_000,
+    )
+
+
+def traces(n: int, batch: int) -> list[Batch]:
+    """Every parent's batches, then every child's: raw spans and their observations."""
+    out = []
+    normalizer = Normalizer()
+    for host, sids in (("host-a", (0, 0)), ("host-b", (1, 0))):
+        for k in range(0, n, batch // 2):
+            spans = tuple(
+                _span(1 + i, 2 * i + 1 + sids[0], (2 * i + 1) if sids[0] else 0)
+                for i in range(k, min(n, k + batch // 2))
+            )
+            obs = tuple(
+                msgspec.structs.replace(o, attrs={**o.attrs, AGENT_HOST_ATTR: host})
+                for o in normalizer(Batch(spans=spans)).observations
+            )
+            out.append(Batch(spans=spans, observations=obs))
+    return out
+
+
+def store_batches(url: str, run: str, batches: list[Batch], join: bool) -> float:
+    """Store ``batches`` as run ``run`` (whether the store joins); this process's CPU seconds."""
+    exporter = PostgresExporter(
+        Config(endpoint=url, run_id=run, flush_interval=3600, crosshost_join=join)
+    )
+    exporter.start(Host())
+    cpu = time.process_time()
+    for b in batches:
+        exporter.consume(b)
+    exporter.shutdown()
+    return time.process_time() - cpu
+
+
 def store(url: str, run: str, observations: list[Observation], how: tuple[int, bool]) -> float:
     """Store ``observations`` as run ``run`` in batches (``how``: their size, whether the store
     joins); this process's CPU seconds."""
@@ -83,9 +138,11 @@ def main(argv: list[str] | None = None) -> int:
     """Run both passes and print the figures."""
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--connections", type=int, default=20_000)
+    p.add_argument("--traces", type=int, default=0, help="measure the trace join instead")
     p.add_argument("--batch", type=int, default=2048, help="observations per consumed batch")
     args = p.parse_args(argv)
-    observations = ends(args.connections)
+    observations = [] if args.traces else ends(args.connections)
+    spans = traces(args.traces, args.batch) if args.traces else []
     url, stop = start_server()
     data = stop.data
     figures: dict[str, tuple[float, float]] = {}
@@ -94,7 +151,10 @@ def main(argv: list[str] | None = None) -> int:
         for join in (False, True):  # two runs of one database: only the second joins
             name = "join" if join else "plain"
             server0 = server_cpu(data)
-            client = store(url, name, observations, (args.batch, join))
+            if spans:
+                client = store_batches(url, name, spans, join)
+            else:
+                client = store(url, name, observations, (args.batch, join))
             figures[name] = (client, server_cpu(data) - server0)
             with connect(url) as conn:
                 row = conn.execute(
@@ -105,16 +165,22 @@ def main(argv: list[str] | None = None) -> int:
             joins[name] = int(row[0]) if row else 0
     finally:
         stop()
-    n = len(observations)
+    n = sum(len(b.spans) for b in spans) if spans else len(observations)
+    unit = "span" if spans else "end"
     print(
         f"machine: {platform.machine()}, {os.cpu_count()} cores, Python {platform.python_version()}"
     )
-    print(f"input: {args.connections} connections, {n} ends, batches of {args.batch}")
+    if spans:
+        print(
+            f"input: {args.traces} traces, {n} spans with their observations, {len(spans)} batches"
+        )
+    else:
+        print(f"input: {args.connections} connections, {n} ends, batches of {args.batch}")
     for name in ("plain", "join"):
         client, server = figures[name]
         print(
-            f"{name}: client CPU {client / n * 1e6:.1f} us/end, server CPU "
-            f"{server / n * 1e6:.1f} us/end, joins {joins[name]}"
+            f"{name}: client CPU {client / n * 1e6:.1f} us/{unit}, server CPU "
+            f"{server / n * 1e6:.1f} us/{unit}, joins {joins[name]}"
         )
     (c0, s0), (c1, s1) = figures["plain"], figures["join"]
     ratio = f"x{s1 / s0:.2f}" if s0 > 0 else "n/a (no server CPU measured)"

@@ -188,6 +188,11 @@ def status(conn: psycopg.Connection[Any]) -> dict[str, Any]:
                 if row is not None:
                     out["connection_ends"], out["connections_joined"] = int(row[0]), int(row[1])
                     out["connections_ambiguous"] = int(row[2])
+            if current >= 4:  # the store's cross-host trace join
+                cur.execute("SELECT count(*), count(joined_in) FROM ob_span_ends")
+                row = cur.fetchone()
+                if row is not None:
+                    out["span_ends"], out["traces_joined"] = int(row[0]), int(row[1])
             cur.execute(
                 "SELECT parent, count(*), min(lower_bound), max(upper_bound) "
                 "FROM ob_partitions GROUP BY parent ORDER BY parent"

@@ -1,9 +1,10 @@
-"""The cross-host connection join in the store (``docs/store.md``, *Cross-host joins*).
+"""The cross-host joins in the store (``docs/store.md``, *Cross-host joins*).
 
-A gateway's ``crosshost`` processor joins the two ends of one TCP connection in its memory,
-so it misses a join whose ends reach two gateways (two runs in one database) or straddle a
-restart. The store sees every end every writer stored, so it makes the same join, by the same
-rule (:mod:`otel_bridge.processors.crosshost.join`), over its rows:
+A gateway's ``crosshost`` processor joins the two ends of one TCP connection, and a span to its
+parent span on another host, in its memory, so it misses a join whose sides reach two gateways
+(two runs in one database) or straddle a restart. The store sees every side every writer
+stored, so it makes the same joins, by the same rules
+(:mod:`otel_bridge.processors.crosshost.join`), over its rows. Connections:
 
 * each new ``connected_to``/``accepted`` observation that :func:`~otel_bridge.processors.
   crosshost.join.connection_end` accepts (TCP, both addresses routable, both ports known) is an
@@ -21,6 +22,14 @@ rule (:mod:`otel_bridge.processors.crosshost.join`), over its rows:
 
 An advisory lock per 4-tuple, taken in one order for a whole batch, serializes two writers
 completing one connection at the same time: the second sees the first's end.
+
+Traces (:func:`join_spans`): each new span observation (its node and shipping host) and each
+span's parent link is an ``ob_span_ends`` row keyed by (trace id, span id), whatever the run;
+in the same transaction, under a lock per trace (taken after the 4-tuples'), :data:`TRACE_JOINS`
+joins every child the batch touched (as itself or as a parent) whose parent in the same trace
+was shipped by another host and that no writer joined before, marking it joined in the writer's
+run: :func:`~otel_bridge.processors.crosshost.join.trace_join`'s observation, once per database.
+Both joins are stored in the run whose batch completed them.
 """
 
 from __future__ import annotations
@@ -33,14 +42,18 @@ from typing import TYPE_CHECKING, Any
 import msgspec
 
 from otel_bridge import jsonl
-from otel_bridge.model import Channel, Observation
+from otel_bridge.model import Channel, Observation, Span
 from otel_bridge.processors.crosshost.join import (
     FourTuple,
     Sighting,
+    SpanNode,
     connection_end,
     connection_join,
     may_pair,
     party,
+    span_node,
+    span_parent,
+    trace_join,
 )
 
 if TYPE_CHECKING:
@@ -128,6 +141,7 @@ class Joined:
     """What the store's join decided for one batch."""
 
     joins: list[Observation] = field(default_factory=list)
+    """The connection joins, then the trace joins."""
     ambiguous: int = 0
     numbered: int = 0
     """Sequence numbers the writer gave the joins (a join the run already held keeps its)."""
@@ -144,9 +158,13 @@ class _State:
 
 
 def is_memory_join(o: Observation) -> bool:
-    """A connection join a gateway's ``crosshost`` made in memory. With the store's join on, the
-    store makes each of these itself (the same id), once per database, and drops the copy."""
-    return o.source.backend == "crosshost" and o.evidence.method == "tcp_4tuple"
+    """A connection or trace join a gateway's ``crosshost`` made in memory. With the store's
+    join on, the store makes each of these itself (the same id), once per database, and drops
+    the copy."""
+    return o.source.backend == "crosshost" and o.evidence.method in (
+        "tcp_4tuple",
+        "w3c_trace_context",
+    )
 
 
 def _lock_key(key: FourTuple) -> int:
@@ -179,16 +197,34 @@ def _columns(ends: Sequence[End], skew_ns: int, run_id: str) -> dict[str, Any]:
 
 
 def join_ends(
-    conn: psycopg.Connection[Any], run_id: str, observations: Sequence[Observation], skew_ns: int
+    conn: psycopg.Connection[Any],
+    run_id: str,
+    observations: Sequence[Observation],
+    skew_ns: int,
+    spans: Sequence[Span] = (),
 ) -> Joined:
     """Store the connection ends among ``observations`` (new ones, in ingest order) and make
     the joins they complete (module docstring). Runs inside the caller's transaction, in five
     statements whatever the number of ends: lock the 4-tuples, find every end's stored fits,
-    store the ends, read the 4-tuples' joins, write the decisions."""
+    store the ends, read the 4-tuples' joins, write the decisions. Then the trace join of the
+    span observations among ``observations`` and the parent links of ``spans``
+    (:func:`join_spans`)."""
     out = Joined()
+    _join_connections(conn, run_id, observations, skew_ns, out)
+    out.joins.extend(join_spans(conn, run_id, observations, spans))
+    return out
+
+
+def _join_connections(
+    conn: psycopg.Connection[Any],
+    run_id: str,
+    observations: Sequence[Observation],
+    skew_ns: int,
+    out: Joined,
+) -> None:
     ends = [e for e in (connection_end(o) for o in observations) if e is not None]
     if not ends:
-        return out
+        return
     conn.execute(_LOCK, (sorted({_lock_key(key) for key, _, _ in ends}),))
     params = _columns(ends, skew_ns, run_id)
     stored: dict[int, dict[str, Sighting]] = {}
@@ -212,7 +248,6 @@ def join_ends(
         # else stored before (by another run): decided when it was first stored
         earlier.setdefault((key, connecting), []).append(sighting)
     _write(conn, states, run_id)
-    return out
 
 
 def _decide(state: _State, end: End, fits: dict[str, Sighting], out: Joined) -> None:
@@ -253,4 +288,137 @@ def _write(conn: psycopg.Connection[Any], states: dict[FourTuple, _State], run_i
             *([None if p is None else p[i] for _, p in made] for i in range(4)),
             [s.ambiguous for _, s in rows],
         ),
+    )
+
+
+# ----------------------------------------------------------------- traces
+
+_TRACE_LOCK = (
+    "SELECT count(pg_advisory_xact_lock(a, b)) "
+    "FROM (SELECT a, b FROM unnest(%s::int[], %s::int[]) AS k(a, b) ORDER BY a, b) s"
+)
+"""Lock every trace of a batch, in ascending order, after its 4-tuples (the two-key form is a
+key space of its own: a trace never waits for a 4-tuple's lock)."""
+
+_STORE_SPANS = """
+INSERT INTO ob_span_ends AS t (trace_id, span_id, parent_span_id, span_ns,
+    host_id, obs_id, time_ns, channel, node, run_id)
+SELECT * FROM unnest(%b::text[], %b::text[], %b::text[], %b::bigint[],
+    %b::text[], %b::text[], %b::bigint[], %b::text[], %b::bytea[], %b::text[])
+ON CONFLICT (trace_id, span_id) DO UPDATE SET
+    parent_span_id = coalesce(t.parent_span_id, EXCLUDED.parent_span_id),
+    span_ns = coalesce(t.span_ns, EXCLUDED.span_ns),
+    host_id = coalesce(t.host_id, EXCLUDED.host_id),
+    obs_id = CASE WHEN t.host_id IS NULL THEN EXCLUDED.obs_id ELSE t.obs_id END,
+    time_ns = CASE WHEN t.host_id IS NULL THEN EXCLUDED.time_ns ELSE t.time_ns END,
+    channel = CASE WHEN t.host_id IS NULL THEN EXCLUDED.channel ELSE t.channel END,
+    node = CASE WHEN t.host_id IS NULL THEN EXCLUDED.node ELSE t.node END,
+    run_id = CASE WHEN t.host_id IS NULL THEN EXCLUDED.run_id ELSE t.run_id END
+WHERE (t.parent_span_id IS NULL AND EXCLUDED.parent_span_id IS NOT NULL)
+   OR (t.host_id IS NULL AND EXCLUDED.host_id IS NOT NULL)
+"""
+"""The batch's spans, one row each: a raw span's parent link, a span observation's node and
+shipping host (``NULL`` where the batch has not that part). What is stored stays (the first
+stored of each part); a row that gains nothing is not rewritten (a resend writes nothing). The
+arrays go in binary (``%b``): the node encodings are bytes, which the text format escapes."""
+
+TRACE_JOINS = """
+WITH k AS (SELECT * FROM unnest(%(trace)s::text[], %(span)s::text[]) AS k(trace_id, span_id)),
+cand AS (
+    SELECT c.trace_id, c.span_id FROM k JOIN ob_span_ends c
+        ON c.trace_id = k.trace_id AND c.span_id = k.span_id
+    UNION
+    SELECT c.trace_id, c.span_id FROM k JOIN ob_span_ends c
+        ON c.trace_id = k.trace_id AND c.parent_span_id = k.span_id
+)
+UPDATE ob_span_ends c SET joined_in = %(run)s
+FROM cand, ob_span_ends p
+WHERE c.trace_id = cand.trace_id AND c.span_id = cand.span_id
+  AND p.trace_id = c.trace_id AND p.span_id = c.parent_span_id
+  AND c.joined_in IS NULL
+  AND c.host_id IS NOT NULL AND p.host_id IS NOT NULL
+  AND c.host_id <> p.host_id
+RETURNING c.parent_span_id, c.trace_id, c.span_id,
+    c.host_id, c.node, c.obs_id, c.channel, c.time_ns,
+    p.trace_id, p.span_id, p.host_id, p.node, p.obs_id, p.channel, p.time_ns
+"""
+"""The trace rule in SQL, for every span the batch touched at once, as a child (its own row)
+and as a parent (the rows naming it as parent): a child whose parent span, in the same trace,
+was shipped by another host (:func:`~otel_bridge.processors.crosshost.join.may_join_spans`),
+not joined before. Marks each such child joined in ``run`` and returns both spans' nodes."""
+
+
+def _trace_key(trace: str) -> tuple[int, int]:
+    digest = hashlib.blake2b(trace.encode(), digest_size=8).digest()
+    return (
+        int.from_bytes(digest[:4], "big", signed=True),
+        int.from_bytes(digest[4:], "big", signed=True),
+    )
+
+
+def _node(row: Sequence[Any], known: dict[tuple[str, str], SpanNode]) -> SpanNode:
+    """A span's node from its returned columns (``row``: trace id, span id, then the node's),
+    or from ``known`` (the batch's own nodes, the same: the first stored stays) when the batch
+    stored it, to spare the decoding."""
+    trace, span, host, node, obs_id, channel, time_ns = row
+    mine = known.get((str(trace), str(span)))
+    if mine is not None and mine.obs_id == obs_id and mine.host == host:
+        return mine
+    entity = jsonl.entity_from_dict(msgspec.msgpack.decode(node), "ob_span_ends.node")
+    return SpanNode(str(host), entity, str(obs_id), Channel(channel), int(time_ns))
+
+
+def join_spans(
+    conn: psycopg.Connection[Any],
+    run_id: str,
+    observations: Sequence[Observation],
+    spans: Sequence[Span],
+) -> list[Observation]:
+    """Store the span nodes among ``observations`` and the parent links of ``spans``, and make
+    the trace joins they complete (module docstring), in ``run_id``; the joins in (trace, span)
+    order. Runs inside the caller's transaction: lock the traces, store the spans, join (three
+    statements whatever the number of spans; none without spans)."""
+    nodes: dict[tuple[str, str], SpanNode] = {}
+    for o in observations:
+        shipped = span_node(o)
+        if shipped is not None:
+            nodes.setdefault(shipped[:2], shipped[2])
+    links: dict[tuple[str, str], tuple[str, int]] = {}
+    for s in spans:
+        link = span_parent(s)
+        if link is not None:
+            links.setdefault(link[:2], (link[2], s.start_time_unix_nano))
+    if not nodes and not links:
+        return []
+    touched = sorted({*nodes, *links})
+    keys = sorted({_trace_key(t) for t, _ in touched})
+    conn.execute(_TRACE_LOCK, ([a for a, _ in keys], [b for _, b in keys]))
+    conn.execute(_STORE_SPANS, _span_columns(touched, links, nodes, run_id))
+    params = {"trace": [t for t, _ in touched], "span": [s for _, s in touched], "run": run_id}
+    made = [
+        trace_join((str(r[1]), str(r[2]), str(r[0])), _node(r[1:8], nodes), _node(r[8:15], nodes))
+        for r in conn.execute(TRACE_JOINS, params).fetchall()
+    ]
+    return sorted(made, key=lambda j: j.id)
+
+
+def _span_columns(
+    keys: list[tuple[str, str]],
+    links: dict[tuple[str, str], tuple[str, int]],
+    nodes: dict[tuple[str, str], SpanNode],
+    run_id: str,
+) -> tuple[list[Any], ...]:
+    link = [links.get(k) for k in keys]
+    node = [nodes.get(k) for k in keys]
+    return (
+        [t for t, _ in keys],
+        [s for _, s in keys],
+        [None if x is None else x[0] for x in link],
+        [None if x is None else x[1] for x in link],
+        [None if n is None else n.host for n in node],
+        [None if n is None else n.obs_id for n in node],
+        [None if n is None else n.time for n in node],
+        [None if n is None else n.channel.value for n in node],
+        [None if n is None else msgspec.msgpack.encode(jsonl.entity_to_dict(n.node)) for n in node],
+        [None if n is None else run_id for n in node],
     )

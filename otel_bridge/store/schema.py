@@ -236,6 +236,25 @@ CREATE TABLE ob_conn_tuples (
 );
 """
 
+_V4 = """
+CREATE TABLE ob_span_ends (
+    trace_id        text NOT NULL,
+    span_id         text NOT NULL,
+    parent_span_id  text,
+    span_ns         bigint,
+    host_id         text,
+    obs_id          text,
+    time_ns         bigint,
+    channel         text,
+    node            bytea,
+    run_id          text,
+    joined_in       text,
+    PRIMARY KEY (trace_id, span_id)
+);
+CREATE INDEX ob_span_ends_parent ON ob_span_ends (trace_id, parent_span_id);
+CREATE INDEX ob_span_ends_time ON ob_span_ends (coalesce(time_ns, span_ns)) WHERE joined_in IS NULL;
+"""
+
 MIGRATIONS: tuple[Migration, ...] = (
     Migration(
         1, "runs, hosts, nodes, edges, coverage; partitioned observations, spans and logs", _V1
@@ -251,6 +270,12 @@ MIGRATIONS: tuple[Migration, ...] = (
         "cross-host connection join in the store: connection ends by 4-tuple (ob_conn_ends), "
         "each 4-tuple's join or ambiguity (ob_conn_tuples)",
         _V3,
+    ),
+    Migration(
+        4,
+        "cross-host trace join in the store: spans by (trace id, span id) with their parent "
+        "span id and shipping host, and the run that joined each child (ob_span_ends)",
+        _V4,
     ),
 )
 """Every schema step, in order. Append; never edit a released step."""

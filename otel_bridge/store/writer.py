@@ -321,6 +321,8 @@ class Ingested(NamedTuple):
     """The cross-host joins the store made (stored after the batch's records)."""
     ambiguous: int
     """Connection ends whose join was ambiguous (no join)."""
+    traces: int
+    """How many of ``joins`` are trace joins (the last ones)."""
     next_seq: int
     """The run's next sequence number after this batch and its joins."""
 
@@ -451,6 +453,9 @@ class StoreWriter:
             self.ensure_partitions(
                 OBSERVATIONS, (part_time(r[4] - join_skew_ns, now) for r in obs_rows)
             )
+            # a trace join's is its child span's, whose row made its partition, unless it had
+            # no time (0): then the join's partition time is now
+            self.ensure_partitions(OBSERVATIONS, (now,))
         joined = None
         with self.conn.transaction():
             hosts = {str(r[6]) for r in obs_rows} | {str(r[5]) for r in logs}
@@ -472,7 +477,9 @@ class StoreWriter:
             fresh = _fresh(obs, obs_rows, new_ids)
             seq += len(logs)
             if join_skew_ns is not None:
-                joined = self._join((run_id, host_id), seq, fresh, join_skew_ns, (now, block_time))
+                joined = self._join(
+                    (run_id, host_id), seq, fresh, join_skew_ns, (now, block_time), spans=spans
+                )
                 seq += joined.numbered
                 hosts.update(observation_host(j, host_id) for j in joined.joins)
             self.conn.execute(
@@ -482,8 +489,9 @@ class StoreWriter:
         self._run_hosts.update((run_id, h) for h in hosts)  # committed
         fresh_cov = [c for c, row in zip(cov, cov_rows, strict=True) if row[1] in new_cov]
         if joined is None:
-            return Ingested(fresh, fresh_cov, [], 0, seq)
-        return Ingested(fresh, fresh_cov, joined.joins, joined.ambiguous, seq)
+            return Ingested(fresh, fresh_cov, [], 0, 0, seq)
+        traces = sum(1 for j in joined.joins if j.evidence.method == "w3c_trace_context")
+        return Ingested(fresh, fresh_cov, joined.joins, joined.ambiguous, traces, seq)
 
     def _join(
         self,
@@ -492,15 +500,18 @@ class StoreWriter:
         fresh: list[Observation],
         skew_ns: int,
         times: tuple[datetime, datetime],
+        *,
+        spans: Sequence[Span] = (),
     ) -> Joined:
         """The store's cross-host join of ``fresh``'s connection ends; the joins it made are
         stored in ``run_id`` from sequence number ``seq`` on, in a block of their own whose
         partition time is the batch block's (``times``: now, that time; a join is no later
-        than the end that completed it). ``run``: the run and the writer's host."""
+        than the end that completed it). ``run``: the run and the writer's host. ``spans``: the
+        batch's spans, whose parent links the trace join stores."""
         from otel_bridge.store.joins import join_ends  # noqa: PLC0415 - loads the rule
 
         run_id, host_id = run
-        joined = join_ends(self.conn, run_id, fresh, skew_ns)
+        joined = join_ends(self.conn, run_id, fresh, skew_ns, spans)
         if not joined.joins:
             return joined
         block = secrets.randbits(63)
@@ -658,6 +669,10 @@ def drop_partitions_before(conn: psycopg.Connection[Any], cutoff: datetime) -> l
         # connection ends waiting for their other side: kept as long as the raw records
         conn.execute(
             "DELETE FROM ob_conn_ends WHERE time_ns < %s", (int(cutoff.timestamp() * 1e9),)
+        )
+        conn.execute(  # unjoined spans (docs/store.md); a joined child stays, once
+            "DELETE FROM ob_span_ends WHERE joined_in IS NULL AND coalesce(time_ns, span_ns) < %s",
+            (int(cutoff.timestamp() * 1e9),),
         )
     return dropped
 

@@ -1,11 +1,12 @@
-"""Issue 17: the cross-host join made in the store, so two gateways and a gateway restart never
+"""Issue 17: the cross-host joins made in the store, so two gateways and a gateway restart never
 lose a join (``docs/deployment.md``, ``docs/store.md``, *Cross-host joins*).
 
 Real processes: two gateways (``configs/gateway-postgres.yaml``: TLS, token, key file, the
 ``crosshost`` processor and the ``postgres`` exporter) writing two runs of one task into the
 test's own PostgreSQL server. The test stands for the agents of three hosts: it ships each
 host's connection ends as an agent's ``evidence_to_logs`` does (OTLP/HTTP, evidence log
-records of the host's normalized OS events), each end to the gateway the scenario names. The
+records of the host's normalized OS events), and a trace's spans (raw, and their evidence
+records), each to the gateway the scenario names. The
 gateway acknowledges a request once the store's transaction committed, so every check follows
 the last acknowledgement without waiting, except those reading graph rows (flushed every second).
 """
@@ -34,10 +35,12 @@ from store.join_support import (
     connect_end,
 )
 from store.store_support import Server, pg_server
+from store.trace_support import TRACE, span
 from waiting import wait_until
 
-from otel_bridge.model import Observation
+from otel_bridge.model import Batch, Observation, Span
 from otel_bridge.otlp import json_codec
+from otel_bridge.processors import normalize
 from otel_bridge.processors.crosshost import wire
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "otlp"))
@@ -59,14 +62,22 @@ class Agent:
 
     def ship(self, gateway: CollectorProcess, *observations: Observation) -> None:
         records = wire.encode(self.resource, observations, (), 2048)
-        body = msgspec.json.encode(json_codec.encode_logs(records))
+        self._post(gateway, "/v1/logs", msgspec.json.encode(json_codec.encode_logs(records)))
+
+    def ship_spans(self, gateway: CollectorProcess, *spans: Span) -> None:
+        """The spans over the traces signal and their normalized observations as evidence
+        records, as an agent ships them (two requests: they may reach two gateways)."""
+        self._post(gateway, "/v1/traces", msgspec.json.encode(json_codec.encode_traces(spans)))
+        self.ship(gateway, *normalize.Normalizer()(Batch(spans=spans)).observations)
+
+    def _post(self, gateway: CollectorProcess, path: str, body: bytes) -> None:
         conn = http.client.HTTPSConnection(
             "localhost", gateway.http_port, context=self.context, timeout=60
         )
         try:
             conn.request(
                 "POST",
-                "/v1/logs",
+                path,
                 body,
                 {"Content-Type": "application/json", "Authorization": f"Bearer {TOKEN}"},
             )
@@ -88,11 +99,11 @@ def _gateway(tmp: Path, certs: Certs, url: str, name: str) -> CollectorProcess:
     return CollectorProcess("gateway-postgres.yaml", env)
 
 
-def _joins(url: str) -> list[tuple[str, str]]:
+def _joins(url: str, kind: str = "tcp") -> list[tuple[str, str]]:
     with psycopg.connect(url) as conn:
         rows = conn.execute(
-            "SELECT run_id, id FROM ob_observations WHERE id LIKE 'crosshost:tcp:%' "
-            "ORDER BY run_id, id"
+            "SELECT run_id, id FROM ob_observations WHERE id LIKE %s ORDER BY run_id, id",
+            (f"crosshost:{kind}:%",),
         ).fetchall()
     return [(str(r), str(i)) for r, i in rows]
 
@@ -168,6 +179,10 @@ def test_two_gateways_and_a_restart_lose_no_join(tmp_path: Path, pg_server: Serv
         )
         a.ship(two, both[0])
         b.ship(two, both[1])
+        # (e) a trace: host A's parent span to the restarted gateway 1, host B's child span
+        # (started under it: W3C context) to gateway 2; neither gateway's memory has both
+        a.ship_spans(one, span("client", 1, 0, "client.call"))
+        b.ship_spans(two, span("server", 2, 1, "server.handle"))
 
         split_id = _join_id((HOST_A, "10.0.0.1", 40001), (HOST_B, "10.0.0.2", 8080))
         restart_id = _join_id((HOST_A, *net[0]), (HOST_B, *net[1]))
@@ -181,6 +196,16 @@ def test_two_gateways_and_a_restart_lose_no_join(tmp_path: Path, pg_server: Serv
         assert all(e["evidence_count"] == 1 for e in edges.values())
         status = _cli("db", "status", "--db", url)
         assert (status["connections_joined"], status["connections_ambiguous"]) == (3, 1)
+        trace_id = f"crosshost:trace:{TRACE.hex()}:{2:016x}"
+        assert _joins(url, "trace") == [("gw-2", trace_id)]
+        (remote,) = (
+            e
+            for e in _cli("graph", "--db", url, "--task", TASK, "--json")["edges"]
+            if e["relation"] == "remote_child_of"
+        )
+        assert remote["support"] == [trace_id]
+        assert remote["derived_support"] == [f"{1:016x}#0", f"{2:016x}#0"]
+        assert status["traces_joined"] == 1
         # the graph rows of each run (flushed every second) hold its joins once
         wait_until(
             lambda: (

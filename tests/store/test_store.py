@@ -23,7 +23,7 @@ from otel_bridge.model import Batch
 from otel_bridge.store import connect, migrate, status
 from otel_bridge.store.reader import Selector, read_graph
 from otel_bridge.store.schema import LATEST, MIGRATIONS
-from store.store_support import T0, Server, batches, free_port
+from store.store_support import T0, Server, batches, cli, free_port
 
 RUN = {"runtime_reads": "folded"}
 CRASHING_COLLECTOR = """
@@ -39,18 +39,6 @@ for batch in batches()[:2]:
 print("stored", flush=True)
 time.sleep(600)
 """
-
-
-def _cli(*args: str) -> subprocess.CompletedProcess[str]:
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
-    return subprocess.run(
-        [sys.executable, "-m", "otel_bridge", *args],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
-        env=env,
-    )
 
 
 def _exporter(url: str, *, run_id: str = "run-1", **kw: Any) -> PostgresExporter:
@@ -89,10 +77,10 @@ def test_migrate_from_empty_then_again_is_a_no_op(pg_url: str) -> None:
         info = status(conn)
     assert info["schema_version"] == info["latest"] == LATEST
     assert info["pending"] == []
-    again = _cli("db", "migrate", "--db", pg_url)
+    again = cli("db", "migrate", "--db", pg_url)
     assert again.returncode == 0, again.stderr
     assert "nothing applied" in again.stdout
-    shown = _cli("db", "status", "--db", pg_url)
+    shown = cli("db", "status", "--db", pg_url)
     assert json.loads(shown.stdout)["schema_version"] == LATEST
     assert _count(pg_url, "SELECT count(*) FROM ob_schema_version") == len(MIGRATIONS)
 
@@ -113,15 +101,15 @@ def test_graph_read_back_equals_the_graph_exporter_document(pg_url: str, tmp_pat
     assert expected["summary"]["coverage_total"] == 3
     assert _read(pg_url, run="run-1") == expected
     assert _read(pg_url, run="run-1", since_ns=0) == expected  # the replay path
-    cli = _cli("graph", "--db", pg_url, "--run", "run-1", "--json")
-    assert cli.returncode == 0, cli.stderr
-    assert json.loads(cli.stdout) == expected
-    ranged = _cli(
+    shown = cli("graph", "--db", pg_url, "--run", "run-1", "--json")
+    assert shown.returncode == 0, shown.stderr
+    assert json.loads(shown.stdout) == expected
+    ranged = cli(
         "graph", "--db", pg_url, "--run", "run-1", "--since", "2020-01-01T00:00:00Z", "--json"
     )
     assert json.loads(ranged.stdout) == expected
     # until T0 + 50 ns: the three process observations and the spawn, not the file events
-    early = _cli("graph", "--db", pg_url, "--run", "run-1", "--until", str(T0 + 50), "--json")
+    early = cli("graph", "--db", pg_url, "--run", "run-1", "--until", str(T0 + 50), "--json")
     assert early.returncode == 0, early.stderr
     assert json.loads(early.stdout)["summary"]["observations"] == 4
     # Evidence fields are columns: the derived edge is queryable without JSON.
@@ -183,7 +171,7 @@ def test_retention_drops_an_old_partition(pg_url: str) -> None:
     store.shutdown()
     before = _count(pg_url, "SELECT count(*) FROM ob_partitions WHERE parent = 'ob_observations'")
     assert before == 2
-    pruned = _cli("db", "prune", "--db", pg_url, "--older-than", "30d")
+    pruned = cli("db", "prune", "--db", pg_url, "--older-than", "30d")
     assert pruned.returncode == 0, pruned.stderr
     # the old observations' partition and that of the block holding their records
     assert "dropped 2 partitions" in pruned.stdout
@@ -255,7 +243,7 @@ def test_refused_connection_is_a_clear_error(tmp_path: Path) -> None:
     with pytest.raises(RefusedError, match=r"cannot connect to postgresql://otel_bridge@127"):
         store.consume(batches()[0])
     store.shutdown()
-    shown = _cli("graph", "--db", url, "--run", "r")
+    shown = cli("graph", "--db", url, "--run", "r")
     assert shown.returncode == 2
     assert "cannot connect" in shown.stderr
 
@@ -345,7 +333,7 @@ def test_a_version_1_database_upgrades_and_its_records_read_on(pg_url: str) -> N
         with conn.cursor() as cur:
             cur.executemany(f"INSERT INTO ob_observations VALUES ({', '.join(['%s'] * 21)})", rows)
         conn.commit()
-        assert migrate(conn) == [2, 3]
+        assert migrate(conn) == list(range(2, LATEST + 1))
         next_seq = conn.execute("SELECT next_seq FROM ob_runs WHERE run_id = 'old'").fetchone()
     assert next_seq == (len(rows),)
     old = _exporter(pg_url, run_id="old", host_id="h1", flush_interval=0)  # resumes the run

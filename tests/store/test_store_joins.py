@@ -7,10 +7,7 @@ join and is counted, and a join a gateway made in memory is stored once.
 from __future__ import annotations
 
 import json
-import os
 import random
-import subprocess
-import sys
 import threading
 from typing import Any
 
@@ -37,6 +34,7 @@ from store.join_support import (
     observations,
     os_event,
 )
+from store.store_support import cli
 
 psycopg = pytest.importorskip("psycopg", reason="needs the postgres extra")
 SKEW = 5 * S
@@ -173,7 +171,7 @@ def test_two_writers_each_with_one_end_join_once_with_both_supports(
         )
         assert edge["evidence_count"] == 1
     assert (counts["connections_joined"], counts["connections_ambiguous"]) == (1, 0)
-    shown = _cli("graph", "--db", pg_url, "--task", "fleet", "--json")
+    shown = cli("graph", "--db", pg_url, "--task", "fleet", "--json")
     assert shown.returncode == 0, shown.stderr
     (edge,) = _join_edges(json.loads(shown.stdout))
     assert edge["derived_support"] == sorted([client.id, server.id])
@@ -212,7 +210,7 @@ def test_two_fitting_server_ends_are_ambiguous_no_join_counted(
     assert _rows(pg_url, JOINS) == []
     assert telemetry.total("connections_ambiguous", kind="exporter") == 1
     assert telemetry.total("connections_joined", kind="exporter") == 0
-    shown = _cli("db", "status", "--db", pg_url)
+    shown = cli("db", "status", "--db", pg_url)
     assert shown.returncode == 0, shown.stderr
     counts = json.loads(shown.stdout)
     assert (counts["connections_joined"], counts["connections_ambiguous"]) == (0, 1)
@@ -270,18 +268,6 @@ def test_with_the_store_join_off_memory_joins_are_stored_as_before(pg_url: str) 
     exporter.shutdown()
     assert _rows(pg_url, JOINS) == [("plain", memory[0].id)]
     assert _rows(pg_url, "SELECT count(*) FROM ob_conn_ends") == [(0,)]
-
-
-def _cli(*args: str) -> subprocess.CompletedProcess[str]:
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
-    return subprocess.run(
-        [sys.executable, "-m", "otel_bridge", *args],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
-        env=env,
-    )
 
 
 def test_two_writers_storing_both_ends_at_once_join_every_connection_once(pg_url: str) -> None:

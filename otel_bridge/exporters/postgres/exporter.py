@@ -72,9 +72,10 @@ COUNTERS: tuple[CounterSpec, ...] = (
     CounterSpec(
         "connections_ambiguous", "connection ends with several fits in the store: no join", "{ends}"
     ),
+    CounterSpec("traces_joined", "spans the store joined to a parent span on another host"),
     CounterSpec(
         "memory_joins_left_to_store",
-        "in-memory connection joins not stored: the store makes each itself, once",
+        "in-memory connection and trace joins not stored: the store makes each itself, once",
         "{observations}",
     ),
 )
@@ -279,7 +280,8 @@ class PostgresExporter:
             if self.config.flush_interval == 0:
                 self._flush_locked()
         self._count("observations", len(fresh) + len(stored.joins))
-        self._count("connections_joined", len(stored.joins))
+        self._count("connections_joined", len(stored.joins) - stored.traces)
+        self._count("traces_joined", stored.traces)
         self._count("connections_ambiguous", stored.ambiguous)
         self._count("memory_joins_left_to_store", left)
         self._count("spans_stored", len(batch.spans))
@@ -293,7 +295,7 @@ class PostgresExporter:
         return int(self.config.skew_window * 1e9) if self.config.crosshost_join else None
 
     def _without_memory_joins(self, batch: Batch) -> tuple[Batch, int]:
-        """``batch`` without a gateway's in-memory connection joins when the store joins
+        """``batch`` without a gateway's in-memory cross-host joins when the store joins
         (it makes each of them itself, with the same id); how many were left out."""
         if not self.config.crosshost_join:
             return batch, 0

@@ -23,7 +23,8 @@ observations' ids (each host's ids are unique on that host; the hosts are in ``a
 shipped by the agent on host B whose span's parent (from the span itself, W3C trace context) is a
 span shipped by the agent on host A gives ``remote_child_of`` (child's node -> parent's node),
 exact, method ``w3c_trace_context``, support the two span observations. A span's host is the
-agent that normalized it (``otel_bridge.agent.host.id``, set by ``logs_to_evidence``).
+agent that normalized it (``otel_bridge.agent.host.id``, set by ``logs_to_evidence``); the join
+carries its child's, so it belongs to the child's host (a store reader's ``--host``).
 """
 
 from __future__ import annotations
@@ -185,6 +186,64 @@ def connection_join(key: FourTuple, client: Sighting, server: Sighting) -> Obser
     )
 
 
+SpanLink = tuple[str, str, str]
+"""(trace id, span id, parent span id), lowercase hex."""
+
+
+def span_node(obs: Observation) -> tuple[str, str, SpanNode] | None:
+    """(trace id, span id, the span's node as its agent shipped it) of a span's own observation
+    (normalize's ``<span id>#0`` from the ``otlp`` backend, with ``trace_id``/``span_id`` and the
+    shipping agent's host in its attributes); None for anything else."""
+    if obs.source.backend != "otlp" or not obs.id.endswith("#0"):
+        return None
+    trace, span = obs.attrs.get("trace_id"), obs.attrs.get("span_id")
+    host = obs.attrs.get(AGENT_HOST_ATTR)
+    if not (isinstance(trace, str) and isinstance(span, str) and isinstance(host, str)):
+        return None
+    return trace, span, SpanNode(host, obs.subject, obs.id, obs.source.channel, obs.time_unix_nano)
+
+
+def span_parent(span: Span) -> SpanLink | None:
+    """The span's link to its parent as the span itself states it (W3C trace context: the
+    parent span id it was started under); None for a root span."""
+    if not span.parent_span_id:
+        return None
+    return span.trace_id.hex(), span.span_id.hex(), span.parent_span_id.hex()
+
+
+def may_join_spans(child: SpanNode, parent: SpanNode) -> bool:
+    """Whether a span and the span its link names as parent (same trace) make a cross-host
+    trace join: shipped by agents on different hosts (``otel_bridge.store.joins`` states the
+    same in SQL; a test holds the two to the same answers)."""
+    return child.host != parent.host
+
+
+def trace_join(link: SpanLink, child: SpanNode, parent: SpanNode) -> Observation:
+    """The ``remote_child_of`` join of a span to its parent span on another host (module
+    docstring). Its id names the trace and the child span, so every joiner (a gateway's memory,
+    the store) that finds this join gives it the same id."""
+    trace, sid, parent_id = link
+    rid = f"crosshost:trace:{trace}:{sid}"
+    return Observation(
+        id=rid,
+        time_unix_nano=child.time,
+        source=Source(channel=child.channel, backend="crosshost", record_id=rid),
+        subject=child.node,
+        relation=RelationKind.REMOTE_CHILD_OF,
+        object=parent.node,
+        evidence=_exact("w3c_trace_context", (child.obs_id, parent.obs_id)),
+        occurrence=rid,
+        attrs={
+            "trace_id": trace,
+            "span_id": sid,
+            "parent_span_id": parent_id,
+            "source.host.id": child.host,
+            "target.host.id": parent.host,
+            AGENT_HOST_ATTR: child.host,  # the host it belongs to (the child span's agent)
+        },
+    )
+
+
 def _bound(table: dict[_K, _V], limit: int) -> None:
     while len(table) > limit:
         table.pop(next(iter(table)))  # the oldest entry (insertion order)
@@ -214,16 +273,14 @@ class CrossHostJoin:
         if end is not None:
             self._add_end(*end, out)
             return
-        if obs.source.backend == "otlp" and obs.id.endswith("#0"):
-            trace, span = obs.attrs.get("trace_id"), obs.attrs.get("span_id")
-            host = obs.attrs.get(AGENT_HOST_ATTR)
-            if isinstance(trace, str) and isinstance(span, str) and isinstance(host, str):
-                node = SpanNode(host, obs.subject, obs.id, obs.source.channel, obs.time_unix_nano)
-                self._spans[(trace, span)] = node
-                _bound(self._spans, self.max_tuples)
-                self._try_span(trace, span, out)
-                for child in self._children.pop((trace, span), ()):
-                    self._try_span(trace, child, out)
+        shipped = span_node(obs)
+        if shipped is not None:
+            trace, span, node = shipped
+            self._spans[(trace, span)] = node
+            _bound(self._spans, self.max_tuples)
+            self._try_span(trace, span, out)
+            for child in self._children.pop((trace, span), ()):
+                self._try_span(trace, child, out)
 
     def _add_end(
         self, key: FourTuple, sighting: Sighting, connecting: bool, out: list[Observation]
@@ -254,10 +311,10 @@ class CrossHostJoin:
 
     def add_span(self, span: Span, out: list[Observation]) -> None:
         """Learn a span's parent; append the trace join it completes to ``out``."""
-        if not span.parent_span_id:
+        link = span_parent(span)
+        if link is None:
             return
-        trace, sid = span.trace_id.hex(), span.span_id.hex()
-        parent = span.parent_span_id.hex()
+        trace, sid, parent = link
         self._parents[(trace, sid)] = parent
         _bound(self._parents, self.max_tuples)
         if (trace, parent) not in self._spans:
@@ -271,29 +328,10 @@ class CrossHostJoin:
         if parent is None or child_node is None or (trace, sid) in self._trace_done:
             return
         parent_node = self._spans.get((trace, parent))
-        if parent_node is None or parent_node.host == child_node.host:
+        if parent_node is None or not may_join_spans(child_node, parent_node):
             return
         self._trace_done.add((trace, sid))
         if len(self._trace_done) > self.max_tuples:
             self._trace_done.clear()  # a forgotten join can only be emitted again (same id)
         self.counts.traces_joined += 1
-        rid = f"crosshost:trace:{trace}:{sid}"
-        out.append(
-            Observation(
-                id=rid,
-                time_unix_nano=child_node.time,
-                source=Source(channel=child_node.channel, backend="crosshost", record_id=rid),
-                subject=child_node.node,
-                relation=RelationKind.REMOTE_CHILD_OF,
-                object=parent_node.node,
-                evidence=_exact("w3c_trace_context", (child_node.obs_id, parent_node.obs_id)),
-                occurrence=rid,
-                attrs={
-                    "trace_id": trace,
-                    "span_id": sid,
-                    "parent_span_id": parent,
-                    "source.host.id": child_node.host,
-                    "target.host.id": parent_node.host,
-                },
-            )
-        )
+        out.append(trace_join((trace, sid, parent), child_node, parent_node))

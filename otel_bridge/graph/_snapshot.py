@@ -143,8 +143,8 @@ def _edge_template(info: _Info) -> dict[str, Any]:
 
 
 def _facts_column(
-    st: Store, order: list[int]
-) -> tuple[list[dict[str, Any] | None], Sequence[str], Sequence[str]]:
+    st: Store, order: Sequence[int]
+) -> tuple[list[dict[str, Any] | None], list[str], list[str]]:
     """The nodes' merged facts in ``order``, as JSON objects tagged ``type`` (None: no facts),
     with the nodes' keys and labels in the same order.
 
@@ -153,17 +153,18 @@ def _facts_column(
     and label from its merged facts, so both name what it executed last, whatever order the
     records came in (the offered key and the first label would name the first image).
     """
-    merged = st.n_facts
-    keys, labels = st.n_key, st.n_label
-    if st.f_hist:
-        merged, keys, labels = list(merged), list(keys), list(labels)
-        for i in st.f_hist:
-            facts = merged[i] = st.merged_facts(i)
-            if isinstance(facts, ProcessFacts):
-                keys[i] = process_key(facts.executable_path, facts.argv)
-                labels[i] = process_label(facts) or labels[i]
-    column: list[dict[str, Any] | None] = msgspec.to_builtins(_take(merged, order))
-    return column, _take(keys, order), _take(labels, order)
+    merged = list(_take(st.n_facts, order))
+    keys, labels = list(_take(st.n_key, order)), list(_take(st.n_label, order))
+    history = st.f_hist
+    if history:
+        for p, i in enumerate(order):
+            if i in history:
+                facts = merged[p] = st.merged_facts(i)
+                if isinstance(facts, ProcessFacts):
+                    keys[p] = process_key(facts.executable_path, facts.argv)
+                    labels[p] = process_label(facts) or labels[p]
+    column: list[dict[str, Any] | None] = msgspec.to_builtins(merged)
+    return column, keys, labels
 
 
 def _node_totals(st: Store) -> tuple[list[int], list[int], list[int], list[int]]:
@@ -192,35 +193,33 @@ def _node_totals(st: Store) -> tuple[list[int], list[int], list[int], list[int]]
     return first, last, sources, counts
 
 
-def _nodes(
+def _node_rows(
     st: Store,
     names: tuple[str, ...],
-    ids: list[str],
-    totals: tuple[list[int], ...],
-    order: list[int],
-) -> tuple[list[dict[str, Any]], Summary]:
+    ids: Sequence[str],
+    order: Sequence[int],
+    totals: tuple[Sequence[int], Sequence[int], Sequence[int], Sequence[int]],
+) -> list[dict[str, Any]]:
+    """The rows of the nodes ``order`` (ids ``ids``), their ``totals`` in the same order."""
     first, last, sources, counts = totals
-    ordered_counts = _take(counts, order)
-    masks = Counter(sources)
-    pairs = {m: _sources(names, m) for m in masks}
     # Copying a small template per source mask and setting the varying values is several
     # times faster than building a dict literal this wide.
-    templates = {m: _node_template(*pair) for m, pair in pairs.items()}
+    templates = {m: _node_template(*_sources(names, m)) for m in set(sources)}
     nodes: list[dict[str, Any]] = []
     append = nodes.append
     facts_column, keys, labels = _facts_column(st, order)
     for i, k, key, facts, lb, a, template, f, la, ev, lg in zip(
-        _take(ids, order),
+        ids,
         _take(st.n_kind, order),
         keys,
         facts_column,
         labels,
         map(dict, _take(st.n_attrs, order)),
-        map(templates.__getitem__, _take(sources, order)),
-        map(_FIRST_SEEN, *[_take(first, order)] * 2),
-        map(_LAST_SEEN, *[_take(last, order)] * 2),
-        map(_EVIDENCE, ordered_counts),
-        map(operator.rshift, ordered_counts, repeat(LOGICAL_SHIFT)),
+        map(templates.__getitem__, sources),
+        map(_FIRST_SEEN, first, first),
+        map(_LAST_SEEN, last, last),
+        map(_EVIDENCE, counts),
+        map(operator.rshift, counts, repeat(LOGICAL_SHIFT)),
         strict=True,
     ):
         d = template.copy()
@@ -236,11 +235,24 @@ def _nodes(
         d["last_seen"] = la
         d["logical_count"] = lg
         append(d)
+    return nodes
+
+
+def _nodes(
+    st: Store,
+    names: tuple[str, ...],
+    ids: list[str],
+    totals: tuple[list[int], ...],
+    order: list[int],
+) -> tuple[list[dict[str, Any]], Summary]:
+    """Every node's row in ``order``, and the summary's node counts."""
+    first, last, sources, counts = (_take(column, order) for column in totals)
+    nodes = _node_rows(st, names, _take(ids, order), order, (first, last, sources, counts))
     summary = Summary()
     summary.nodes = len(nodes)
     summary.by_kind.update(st.n_kind)
-    for mask, n in masks.items():
-        for channel in pairs[mask][0]:
+    for mask, n in Counter(sources).items():
+        for channel in _sources(names, mask)[0]:
             summary.nodes_by_channel[channel] += n
     return nodes, summary
 
@@ -259,39 +271,46 @@ def _edge_order(st: Store, node_order: list[int], rels: list[str]) -> list[int]:
     return sorted(range(len(keys)), key=keys.__getitem__)
 
 
-def _edges(
+def _annotated(
+    order: Sequence[int], at: dict[int, int], found: dict[int, _T]
+) -> list[tuple[int, _T]]:
+    """(position in ``order``, value) of the entries of ``found`` whose element is in
+    ``order`` (``at``: element -> position), walking the smaller of the two."""
+    if len(found) <= len(order):
+        return [(p, v) for j, v in found.items() if (p := at.get(j)) is not None]
+    return [(p, v) for p, j in enumerate(order) if (v := found.get(j)) is not None]
+
+
+def _edge_rows(
     st: Store,
     names: tuple[str, ...],
-    summary: Summary,
-    *,
-    keys: list[tuple[str, str, str]],
-    rels: list[str],
-    order: list[int],
-) -> list[dict[str, Any]]:
-    hid, size = st.e_hid, len(st.e_src)
-    done = len(hid)
-    if done < size:  # edges are only ever appended: hash the new ones
-        hid.extend(edge_id(s, r, t) for s, r, t in keys[done:])
-    masks = Counter(st.e_mask)
-    table = {m: _info(names, m, False) for m in masks}
-    infos = list(map(table.__getitem__, st.e_mask))
+    keys: Sequence[tuple[str, str, str]],
+    hids: Sequence[str],
+    order: Sequence[int],
+) -> tuple[list[dict[str, Any]], list[_Info]]:
+    """The rows of the edges ``order`` (keys ``keys``, ids ``hids``), and their infos."""
+    masks = _take(st.e_mask, order)
+    table = {m: _info(names, m, False) for m in set(masks)}
+    infos = list(map(table.__getitem__, masks))
     # The template of an edge holds everything its mask determines; method, score, support
     # and derived_support are rare: None/() there, patched below.
     by_mask = {m: _edge_template(info) for m, info in table.items()}
-    templates = list(map(by_mask.__getitem__, st.e_mask))
-    for j in st.methods:
-        infos[j] = _info(names, st.e_mask[j], True)
-        templates[j] = _edge_template(infos[j])
+    templates = list(map(by_mask.__getitem__, masks))
+    at = {j: p for p, j in enumerate(order)}
+    for p, _found in _annotated(order, at, st.methods):
+        infos[p] = _info(names, masks[p], True)
+        templates[p] = _edge_template(infos[p])
     counts = _take(st.e_count, order)
+    firsts, lasts = _take(st.e_first, order), _take(st.e_last, order)
     edges: list[dict[str, Any]] = []
     append = edges.append
     for (s, r, t), h, template, a, f, la, lg, ev in zip(
-        _take(keys, order),
-        _take(hid, order),
-        _take(templates, order),
+        keys,
+        hids,
+        templates,
         map(dict, _take(st.e_attrs, order)),
-        map(_FIRST_SEEN, *[_take(st.e_first, order)] * 2),
-        map(_LAST_SEEN, *[_take(st.e_last, order)] * 2),
+        map(_FIRST_SEEN, firsts, firsts),
+        map(_LAST_SEEN, lasts, lasts),
         map(operator.rshift, counts, repeat(LOGICAL_SHIFT)),
         map(_EVIDENCE, counts),
         strict=True,
@@ -307,25 +326,37 @@ def _edges(
         d["source"] = s
         d["target"] = t
         append(d)
-    if st.methods or st.score or st.support or st.derived:
-        # ``order`` is every edge for a snapshot, some of them for ``RowIndex.rows``
-        at = dict(zip(order, edges, strict=True)).get
-        for j, found in st.methods.items():
-            if (d := at(j)) is not None:
-                d["method"] = sorted(found) if len(found) > 1 else next(iter(found))
-        for j, score in st.score.items():
-            if (d := at(j)) is not None:
-                d["score"] = score
-        for j, supported in st.support.items():
-            if (d := at(j)) is not None:
-                d["support"] = sorted(supported)
-        for j, derived in st.derived.items():
-            if derived and (d := at(j)) is not None:
-                d["derived_support"] = sorted(derived)
+    for p, found in _annotated(order, at, st.methods):
+        edges[p]["method"] = sorted(found) if len(found) > 1 else next(iter(found))
+    for p, score in _annotated(order, at, st.score):
+        edges[p]["score"] = score
+    for p, supported in _annotated(order, at, st.support):
+        edges[p]["support"] = sorted(supported)
+    for p, derived in _annotated(order, at, st.derived):
+        if derived:
+            edges[p]["derived_support"] = sorted(derived)
+    return edges, infos
+
+
+def _edges(
+    st: Store,
+    names: tuple[str, ...],
+    summary: Summary,
+    *,
+    keys: list[tuple[str, str, str]],
+    rels: list[str],
+    order: list[int],
+) -> list[dict[str, Any]]:
+    """Every edge's row in ``order``, and the summary's edge counts."""
+    hid, size = st.e_hid, len(st.e_src)
+    done = len(hid)
+    if done < size:  # edges are only ever appended: hash the new ones
+        hid.extend(edge_id(s, r, t) for s, r, t in keys[done:])
+    edges, infos = _edge_rows(st, names, _take(keys, order), _take(hid, order), order)
     summary.edges = size
     summary.by_relation.update(rels)
-    for mask, n in masks.items():
-        for channel in table[mask][5]:
+    for mask, n in Counter(st.e_mask).items():
+        for channel in _info(names, mask, False)[5]:
             summary.edges_by_channel[channel] += n
     summary.by_grade.update(map(operator.itemgetter(0), infos))
     for flag, n in Counter(map(operator.itemgetter(1), infos)).items():
@@ -337,6 +368,7 @@ class RowIndex:
     """Some rows of a store exactly as :func:`snapshot` shows them before folding, at a cost
     that grows with those rows (and their nodes' incident edges), not with the graph: for a
     reader that keeps a copy current by the elements it touched (the ``postgres`` exporter).
+    Nothing here walks every node or edge: a flush of a few rows of a large graph is cheap.
 
     It keeps each node's incident edges, extended with the edges appended since the last call.
     """
@@ -357,19 +389,22 @@ class RowIndex:
         self._edges = len(st.e_src)
 
     def _totals(self, order: list[int]) -> tuple[list[int], list[int], list[int], list[int]]:
-        """:func:`_node_totals` for the nodes in ``order`` (the others' entries are zero)."""
+        """:func:`_node_totals` of the nodes in ``order``, in that order."""
         st = self._st
-        size = len(st.n_kind)
-        first, last, sources, counts = [NEVER] * size, [0] * size, [0] * size, [0] * size
+        first, last, sources, counts = [], [], [], []
         e_first, e_last, e_mask, e_count = st.e_first, st.e_last, st.e_mask, st.e_count
+        own = st.n_own
         for i in order:
-            f, la, m, c = st.n_own.get(i, (NEVER, 0, 0, 0))
+            f, la, m, c = own.get(i, (NEVER, 0, 0, 0))
             for j in self._incident[i]:
                 f = min(f, e_first[j])
                 la = max(la, e_last[j])
                 m |= e_mask[j] >> EV_WIDTH
                 c += e_count[j]
-            first[i], last[i], sources[i], counts[i] = f, la, m, c
+            first.append(f)
+            last.append(la)
+            sources.append(m)
+            counts.append(c)
         return first, last, sources, counts
 
     def rows(
@@ -382,13 +417,16 @@ class RowIndex:
         st = self._st
         self._update()
         node_index, edge_index = st.node_index, st.edge_index
-        node_order = sorted({i for n in node_ids if (i := node_index.get(n)) is not None})
-        ids = list(node_index)
-        nodes, summary = _nodes(st, names, ids, self._totals(node_order), node_order)
-        edge_order = sorted({j for k in edge_keys if (j := edge_index.get(k)) is not None})
-        keys = cast("list[tuple[str, str, str]]", list(edge_index))
-        rels = list(map(operator.itemgetter(1), keys))
-        edges = _edges(st, names, summary, keys=keys, rels=rels, order=edge_order)
+        named = sorted({(i, n) for n in node_ids if (i := node_index.get(n)) is not None})
+        node_order = [i for i, _ in named]
+        ids = [n for _, n in named]
+        nodes = _node_rows(st, names, ids, node_order, self._totals(node_order))
+        touched = sorted({(j, k) for k in edge_keys if (j := edge_index.get(k)) is not None})
+        edge_order = [j for j, _ in touched]
+        keys = [k for _, k in touched]
+        hid, done = st.e_hid, len(st.e_hid)
+        hids = [hid[j] if j < done else edge_id(*k) for j, k in touched]
+        edges, _infos = _edge_rows(st, names, keys, hids, edge_order)
         return nodes, edges
 
 

@@ -41,6 +41,8 @@ both give equal observations and coverage records, one by one.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from otel_bridge.model import (
     NO_EVIDENCE,
     UNSET_STATUS,
@@ -178,6 +180,9 @@ class SpanNormalizer:
         self._last_trace = ""
         self._models: Cache[tuple[str, str], Entity] = Cache(_CACHE_SIZE)
         self._last_model: tuple[str, str, Entity] | None = None
+        self._last_caller: Entity | None = None
+        self._last_agent: str | None = None
+        self._tool_key: tuple[str | None, str | None, str] = ("", None, "")
         self._agents: Cache[tuple[object, ...], Entity] = Cache(_CACHE_SIZE)
         self._sessions: Cache[str, Entity] = Cache(_CACHE_SIZE)
         self._commands: Cache[tuple[str | None, ...], tuple[CommandResult, CommandParts | None]] = (
@@ -245,7 +250,8 @@ class SpanNormalizer:
         op = a.get("gen_ai.operation.name")
         if op.__class__ is not str or not op:
             op = get_str(a, "gen_ai.operation.name") or ""
-        assert isinstance(op, str)
+        if TYPE_CHECKING:  # the class test above narrows at run time, for free
+            assert isinstance(op, str)
         oi_kind = "" if op else (get_str(a, *KIND_KEYS) or "").upper()
         if (
             not op
@@ -276,7 +282,8 @@ class SpanNormalizer:
             tool = a.get("gen_ai.tool.name")
             if tool.__class__ is not str or not tool:
                 tool = _tool_name(span, op)
-            assert isinstance(tool, str)
+            if TYPE_CHECKING:  # the class test above narrows at run time, for free
+                assert isinstance(tool, str)
             attrs: dict[str, AnyValue] = {
                 "gen_ai.tool.name": tool,
                 "trace_id": trace,
@@ -285,7 +292,8 @@ class SpanNormalizer:
             call_id = a.get("gen_ai.tool.call.id")
             if call_id.__class__ is not str or not call_id:
                 call_id = tool_call_id(a)
-            assert call_id is None or isinstance(call_id, str)
+            if TYPE_CHECKING:  # the class test above narrows at run time, for free
+                assert call_id is None or isinstance(call_id, str)
             if call_id is not None:
                 attrs["gen_ai.tool.call.id"] = call_id
                 called = call_id
@@ -293,13 +301,24 @@ class SpanNormalizer:
             # walk, which the relation to the ancestor (#1) reuses.
             agent: str | None = None
             if info is not None and info.role is _AGENT_ROLE:
-                facts = None if info.entity is None else info.entity.facts
-                if isinstance(facts, AgentFacts):
-                    agent = facts.name or facts.agent_id
+                caller = info.entity
+                if caller is self._last_caller:  # the spans of one agent share its entity
+                    agent = self._last_agent
+                else:
+                    facts = None if caller is None else caller.facts
+                    if isinstance(facts, AgentFacts):
+                        agent = facts.name or facts.agent_id
+                    self._last_caller, self._last_agent = caller, agent
             elif parent is not None:
                 walked = self._ancestry.walk(parent, _AGENTS)
                 if isinstance(walked[0], Found):
                     agent = calling_agent(walked[0].entity)
+            memo = self._tool_key  # identity.tool_call_key of the previous tool span
+            if memo[0] is agent and memo[1] is tool:
+                tool_key = memo[2]
+            else:
+                tool_key = f"{TOOL_CALL_PREFIX}{agent or '?'}:{tool}"
+                self._tool_key = (agent, tool, tool_key)
             node = Entity(
                 kind=_KIND_TOOL_CALL,
                 id=f"{TOOL_CALL_PREFIX}{trace}:{span_hex}",
@@ -308,14 +327,15 @@ class SpanNormalizer:
                 facts=ToolCallFacts(
                     tool=tool, call_id=call_id, agent=agent, trace_id=trace, span_id=span_hex
                 ),
-                key=f"{TOOL_CALL_PREFIX}{agent or '?'}:{tool}",  # identity.tool_call_key
+                key=tool_key,
             )
         elif op in _MODEL_OPS or (not op and oi_kind in _OI_MODEL):
             model_name = a.get("gen_ai.request.model")
             if model_name.__class__ is not str or not model_name:
                 model_name = _model_name(a)
             if model_name:
-                assert isinstance(model_name, str)
+                if TYPE_CHECKING:  # the class test above narrows at run time, for free
+                    assert isinstance(model_name, str)
                 role = _MODEL_ROLE
                 last = self._last_model  # _model_entity's memo of the previous call, spelled out
                 if (
@@ -491,9 +511,25 @@ class SpanNormalizer:
         # -- tool calls joined by call id (reference: _call_links) ------------------------------
         if role is _TOOL_ROLE:
             if called is not None:
-                links = self._calls.executed(trace, called, node, span_hex)
-                if links:
-                    out.extend(links)
+                calls = self._calls
+                call_key = trace + called
+                recent = calls.recent
+                seen = recent.get(call_key)
+                # CallLinks.executed's two usual cases, spelled out: the same span again (its
+                # links were made the first time), or a new call id while nothing waits.
+                if seen is not None and len(seen) == 1 and seen[0][1] == span_hex:
+                    pass
+                elif (
+                    seen is None
+                    and not calls.waiting
+                    and call_key not in calls.older
+                    and len(recent) < calls.room
+                ):
+                    recent[call_key] = ((node, span_hex),)
+                else:
+                    links = calls.executed(trace, called, node, span_hex)
+                    if links:
+                        out.extend(links)
         elif role is _MODEL_ROLE and (
             "gen_ai.output.messages" in a
             or "llm.output_messages.0.message.role" in a

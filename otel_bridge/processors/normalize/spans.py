@@ -172,7 +172,6 @@ class SpanNormalizer:
         self._assigner = assigner
         self._calls = CallLinks(call_capacity)
         self._ancestry = ancestry
-        self._lookup = ancestry.lookup
         self._remember = ancestry.remember
         self._origins: dict[tuple[int, int], Origin] = {}
         self._last: Origin | None = None
@@ -267,7 +266,12 @@ class SpanNormalizer:
             op = implied_operation(span, source, coverage)
         parent_id = span.parent_span_id
         parent = trace_id + parent_id if parent_id else None
-        info = None if parent is None else self._lookup(parent)
+        ancestry = self._ancestry
+        info: SpanInfo | None = None
+        if parent is not None:  # Ancestry.lookup, spelled out
+            info = ancestry.current.get(parent)
+            if info is None and ancestry.previous:
+                info = ancestry.previous.get(parent)
         walked: tuple[Outcome, Entity | None] | None = None  # a tool's walk to its agent
         called: str | None = None  # a tool call's call id
 
@@ -540,8 +544,14 @@ class SpanNormalizer:
 
         key = trace_id + span.span_id
         own = node if role is not _MODEL_ROLE else None
-        waiting = self._remember(key, SpanInfo(role, own, parent))
-        if waiting:
+        current = ancestry.current
+        if len(current) < ancestry.room and not ancestry.pending:
+            # Ancestry.remember when no generation starts and no link waits, spelled out
+            current[key] = SpanInfo(role, own, parent)
+            if ancestry.previous:
+                ancestry.previous.pop(key, None)
+        else:
+            waiting = ancestry.remember(key, SpanInfo(role, own, parent))
             for link in waiting:
                 self._resume(out, coverage, key, link)
 

@@ -205,7 +205,8 @@ class SpanNormalizer:
         The collector calls this once per received span. It inlines the reference's small steps
         where they are common (an attribute read as a plain non-empty string, the span's context,
         classification, the tool call, plain span and command entities, the relation to a parent
-        that is already known), because each Python call it saves is a visible share of the
+        that is already known, the span memory's look-up and store and the call-id join when
+        nothing waits), because each Python call it saves is a visible share of the
         per-span cost (``benchmarks/pipeline_instructions.py``), and takes the repeated parts
         (per (resource, scope) origin, agents, models, sessions, command facts) from caches.
         Every other case goes through the reference's helpers (:func:`get_str`, :meth:`_link`,

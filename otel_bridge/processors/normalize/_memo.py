@@ -6,7 +6,15 @@ from collections.abc import Callable, Hashable
 from typing import Generic, TypeVar
 
 from otel_bridge.identity import int_value, iso_to_ms, str_value
-from otel_bridge.model import AnyValue, Attributes, Channel, EmitterFacts, Resource, Scope
+from otel_bridge.model import (
+    AnyValue,
+    Attributes,
+    Channel,
+    EmitterFacts,
+    Resource,
+    Scope,
+    Source,
+)
 
 from .values import get_str
 
@@ -38,8 +46,10 @@ class Origin:
         "resource",
         "scope",
         "server_channel",
+        "server_source",
         "service",
         "serving",
+        "source",
         "template",
     )
 
@@ -54,6 +64,14 @@ class Origin:
         attributes = resource.attributes
         self.emitter = emitter_facts(attributes)
         """The emitting process (one object for every observation of this pair's spans)."""
+        self.source = Source(
+            channel=self.channel, backend="otlp", record_id="", emitter=self.emitter
+        )
+        """The source of this pair's spans but their ids (filled in per span)."""
+        self.server_source = Source(
+            channel=self.server_channel, backend="otlp", record_id="", emitter=self.emitter
+        )
+        """The same for its SERVER spans."""
         self.identity: dict[str, AnyValue] = {}
         for key in RESOURCE_IDENTITY:
             value = attributes.get(key)

@@ -102,13 +102,20 @@ class Ancestry:
     def __init__(self, capacity: int, pending_capacity: int) -> None:
         self._capacity = max(1, capacity)
         self._pending_capacity = max(1, pending_capacity)
-        self._spans: dict[SpanKey, SpanInfo] = {}
-        self._old: dict[SpanKey, SpanInfo] = {}
-        self._pending: OrderedDict[SpanKey, list[PendingLink]] = OrderedDict()
+        self.current: dict[SpanKey, SpanInfo] = {}
+        """The span memory's current generation."""
+        self.previous: dict[SpanKey, SpanInfo] = {}
+        """The span memory's previous generation."""
+        self.pending: OrderedDict[SpanKey, list[PendingLink]] = OrderedDict()
+        """The links waiting for each missing span, oldest first."""
+        self.room = self._capacity - 1
+        """While :attr:`current` holds fewer spans than this, one more does not start a new
+        generation. The span hot path (``spans.SpanNormalizer.normalize_into``) reads these four
+        to look a span up and remember one itself, as :meth:`lookup` and :meth:`remember` do."""
         self._pending_count = 0
 
     def __len__(self) -> int:
-        return len(self._spans) + len(self._old)
+        return len(self.current) + len(self.previous)
 
     @property
     def pending_count(self) -> int:
@@ -117,16 +124,16 @@ class Ancestry:
 
     def remember(self, key: SpanKey, info: SpanInfo) -> Sequence[PendingLink]:
         """Record a span; return the links that were waiting for it (to be walked again)."""
-        spans = self._spans
+        spans = self.current
         spans[key] = info
-        if self._old:
-            self._old.pop(key, None)  # a span seen again lives in the current generation only
+        if self.previous:
+            self.previous.pop(key, None)  # a span seen again lives in the current generation only
         if len(spans) >= self._capacity:
-            self._old = spans
-            self._spans = {}
-        if not self._pending:
+            self.previous = spans
+            self.current = {}
+        if not self.pending:
             return ()
-        waiting = self._pending.pop(key, None)
+        waiting = self.pending.pop(key, None)
         if waiting is None:
             return ()
         self._pending_count -= len(waiting)
@@ -134,9 +141,9 @@ class Ancestry:
 
     def lookup(self, key: SpanKey) -> SpanInfo | None:
         """What is remembered of span ``key``, or None."""
-        info = self._spans.get(key)
-        if info is None and self._old:
-            return self._old.get(key)
+        info = self.current.get(key)
+        if info is None and self.previous:
+            return self.previous.get(key)
         return info
 
     def walk(
@@ -162,18 +169,18 @@ class Ancestry:
 
     def wait(self, key: SpanKey, link: PendingLink) -> list[PendingLink]:
         """Park ``link`` until span ``key`` arrives; return links evicted to stay bounded."""
-        self._pending.setdefault(key, []).append(link)
+        self.pending.setdefault(key, []).append(link)
         self._pending_count += 1
         evicted: list[PendingLink] = []
-        while self._pending_count > self._pending_capacity and self._pending:
-            _, links = self._pending.popitem(last=False)
+        while self._pending_count > self._pending_capacity and self.pending:
+            _, links = self.pending.popitem(last=False)
             self._pending_count -= len(links)
             evicted.extend(links)
         return evicted
 
     def drain(self) -> list[PendingLink]:
         """Every link still waiting (at shutdown); the pending table is emptied."""
-        links = [link for waiting in self._pending.values() for link in waiting]
-        self._pending.clear()
+        links = [link for waiting in self.pending.values() for link in waiting]
+        self.pending.clear()
         self._pending_count = 0
         return links

@@ -85,13 +85,20 @@ class CallLinks:
     first in first out, at most ``capacity`` call ids; one dropped unexecuted is reported.
     """
 
-    __slots__ = ("_asked", "_capacity", "_executed", "_old")
+    __slots__ = ("_capacity", "older", "recent", "room", "waiting")
 
     def __init__(self, capacity: int) -> None:
         self._capacity = max(1, capacity)
-        self._asked: OrderedDict[str, list[_Asked]] = OrderedDict()
-        self._executed: dict[str, tuple[_Executed, ...]] = {}
-        self._old: dict[str, tuple[_Executed, ...]] = {}
+        self.waiting: OrderedDict[str, list[_Asked]] = OrderedDict()
+        """The asked side: the model calls that asked for each key, oldest key first."""
+        self.recent: dict[str, tuple[_Executed, ...]] = {}
+        """The tool side's current generation: the tool spans that executed each key."""
+        self.older: dict[str, tuple[_Executed, ...]] = {}
+        """The tool side's previous generation."""
+        self.room = self._capacity - 1
+        """While :attr:`recent` holds fewer keys than this, one more does not start a new
+        generation. The span hot path (``spans.SpanNormalizer.normalize_into``) reads these
+        four to store a new call id itself when nothing waits (:meth:`executed`'s first case)."""
 
     def asked(  # noqa: PLR0917 (what the model call's #0 observation holds)
         self,
@@ -107,7 +114,7 @@ class CallLinks:
         span_hex = source.record_id
         for call_id in call_ids:
             key = trace + call_id
-            entries = self._asked.setdefault(key, [])
+            entries = self.waiting.setdefault(key, [])
             if any(e.span_hex == span_hex for e in entries):
                 continue  # the same span again: its links were made the first time
             entry = _Asked(model, source, trace, span_hex, at, call_id)
@@ -115,15 +122,15 @@ class CallLinks:
             for done in self._known(key):
                 entry.executed = True
                 out.append(_link(entry, done))
-            while len(self._asked) > self._capacity:
-                _, dropped = self._asked.popitem(last=False)
+            while len(self.waiting) > self._capacity:
+                _, dropped = self.waiting.popitem(last=False)
                 full = "the table of waiting calls was full"
                 coverage.extend(_not_observed(e, full) for e in dropped if not e.executed)
 
     def _known(self, key: str) -> tuple[_Executed, ...]:
-        seen = self._executed.get(key)
+        seen = self.recent.get(key)
         if seen is None:
-            seen = self._old.get(key, ())
+            seen = self.older.get(key, ())
         return seen
 
     def executed(
@@ -131,22 +138,22 @@ class CallLinks:
     ) -> tuple[Observation, ...]:
         """A tool span executed ``call_id``: its links to the model calls that asked for it."""
         key = trace + call_id
-        executed = self._executed
+        executed = self.recent
         seen = executed.get(key)
         if seen is None:
-            seen = self._old.pop(key, None) if self._old else None
+            seen = self.older.pop(key, None) if self.older else None
             executed[key] = ((tool, span_hex),) if seen is None else (*seen, (tool, span_hex))
             if len(executed) >= self._capacity:
-                self._old = executed
-                self._executed = {}
+                self.older = executed
+                self.recent = {}
         else:
             for _, done in seen:
                 if done == span_hex:
                     return _NONE  # the same span again
             executed[key] = (*seen, (tool, span_hex))
-        if not self._asked:
+        if not self.waiting:
             return _NONE
-        entries = self._asked.get(key)
+        entries = self.waiting.get(key)
         if entries is None:
             return _NONE
         links: list[Observation] = []
@@ -159,12 +166,12 @@ class CallLinks:
         """Coverage for every asked-for call no tool span executed; forgets both sides."""
         out = [
             _not_observed(e, "the run ended")
-            for entries in self._asked.values()
+            for entries in self.waiting.values()
             for e in entries
             if not e.executed
         ]
-        self._asked.clear()
-        self._executed, self._old = {}, {}
+        self.waiting.clear()
+        self.recent, self.older = {}, {}
         return out
 
 

@@ -366,45 +366,59 @@ def _edges(
 
 class RowIndex:
     """Some rows of a store exactly as :func:`snapshot` shows them before folding, at a cost
-    that grows with those rows (and their nodes' incident edges), not with the graph: for a
-    reader that keeps a copy current by the elements it touched (the ``postgres`` exporter).
-    Nothing here walks every node or edge: a flush of a few rows of a large graph is cheap.
+    that grows with those rows, not with the graph: for a reader that keeps a copy current by
+    the elements it touched (the ``postgres`` exporter). Nothing here walks every node or edge,
+    nor every incident edge of a busy node: a flush of a few rows of a large graph is cheap.
 
-    It keeps each node's incident edges, extended with the edges appended since the last call.
+    It keeps, per node, the aggregate of its incident edges (first and last time, source mask,
+    packed counts) and, per edge, the values already added to it. Each call adds the edges
+    appended since the previous call and the difference of every edge it names: **a caller
+    names every edge whose observations it applied since its previous call** (as it must to
+    get those edges' rows anyway). Node totals are their own row plus that aggregate, as in
+    :func:`_node_totals`: times and masks only grow, counts add up, so differences suffice.
     """
 
     def __init__(self, st: Store) -> None:
         self._st = st
-        self._incident: list[list[int]] = []
+        self._agg: list[list[int]] = []  # per node: first, last, mask, counts of its edges
+        self._seen: list[int] = []  # per edge: the packed counts already added to its ends
         self._edges = 0
 
-    def _update(self) -> None:
-        st, incident = self._st, self._incident
-        incident.extend([] for _ in range(len(st.n_kind) - len(incident)))
-        for j in range(self._edges, len(st.e_src)):
-            s, d = st.e_src[j], st.e_dst[j]
-            incident[s].append(j)
-            if d != s:  # a self-loop counts for its node once
-                incident[d].append(j)
-        self._edges = len(st.e_src)
+    def _add(self, j: int) -> None:
+        """Add edge ``j``'s current values (its counts' difference) to its two ends."""
+        st = self._st
+        f, la, m, c = st.e_first[j], st.e_last[j], st.e_mask[j] >> EV_WIDTH, st.e_count[j]
+        delta, self._seen[j] = c - self._seen[j], c
+        s, d = st.e_src[j], st.e_dst[j]
+        for row in (self._agg[s],) if d == s else (self._agg[s], self._agg[d]):
+            row[0] = min(row[0], f)  # a self-loop counts for its node once
+            row[1] = max(row[1], la)
+            row[2] |= m
+            row[3] += delta
+
+    def _update(self, named: Iterable[int]) -> None:
+        st = self._st
+        self._agg.extend([NEVER, 0, 0, 0] for _ in range(len(st.n_kind) - len(self._agg)))
+        done, size = self._edges, len(st.e_src)
+        self._seen.extend(repeat(0, size - done))
+        for j in range(done, size):
+            self._add(j)
+        for j in named:
+            if j < done:
+                self._add(j)
+        self._edges = size
 
     def _totals(self, order: list[int]) -> tuple[list[int], list[int], list[int], list[int]]:
         """:func:`_node_totals` of the nodes in ``order``, in that order."""
-        st = self._st
         first, last, sources, counts = [], [], [], []
-        e_first, e_last, e_mask, e_count = st.e_first, st.e_last, st.e_mask, st.e_count
-        own = st.n_own
+        own, agg = self._st.n_own, self._agg
         for i in order:
             f, la, m, c = own.get(i, (NEVER, 0, 0, 0))
-            for j in self._incident[i]:
-                f = min(f, e_first[j])
-                la = max(la, e_last[j])
-                m |= e_mask[j] >> EV_WIDTH
-                c += e_count[j]
-            first.append(f)
-            last.append(la)
-            sources.append(m)
-            counts.append(c)
+            ef, el, em, ec = agg[i]
+            first.append(min(f, ef))
+            last.append(max(la, el))
+            sources.append(m | em)
+            counts.append(c + ec)
         return first, last, sources, counts
 
     def rows(
@@ -415,13 +429,13 @@ class RowIndex:
     ) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
         """The named nodes and edges (unknown ones skipped) as :func:`snapshot`'s rows."""
         st = self._st
-        self._update()
         node_index, edge_index = st.node_index, st.edge_index
+        touched = sorted({(j, k) for k in edge_keys if (j := edge_index.get(k)) is not None})
+        self._update(j for j, _ in touched)
         named = sorted({(i, n) for n in node_ids if (i := node_index.get(n)) is not None})
         node_order = [i for i, _ in named]
         ids = [n for _, n in named]
         nodes = _node_rows(st, names, ids, node_order, self._totals(node_order))
-        touched = sorted({(j, k) for k in edge_keys if (j := edge_index.get(k)) is not None})
         edge_order = [j for j, _ in touched]
         keys = [k for _, k in touched]
         hid, done = st.e_hid, len(st.e_hid)

@@ -31,6 +31,7 @@ Needs root (``CAP_NET_ADMIN`` for the connector, ``CAP_SYS_ADMIN`` for fanotify)
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import errno
 import os
 import select
@@ -76,8 +77,10 @@ __all__ = [
     "CN_VAL_PROC",
     "NETLINK_CONNECTOR",
     "NLMSG_DONE",
+    "PROCESS_FILTER",
     "PROC_CN_MCAST_LISTEN",
     "LinuxBackend",
+    "attach_process_filter",
     "open_proc_connector",
     "parse_messages",
     "retire_now",
@@ -139,6 +142,51 @@ def parse_messages(data: bytes) -> list[tuple[int, int, tuple[int, ...]]]:
             out.append((what, ts, fields))
         offset += (length + 3) & ~3
     return out
+
+
+def _be(value: int) -> int:
+    """A host-order field as the socket filter's big-endian word load reads it."""
+    return int.from_bytes(struct.pack("=I", value), "big")
+
+
+_SO_ATTACH_FILTER = 26
+_WHAT, _FORK_CHILD, _EXIT_PID = 36, 60, 52
+"""Offsets in a connector datagram (netlink header 16 + ``cn_msg`` 20): the event type, a fork's
+child pid (its tgid follows) and an exit's pid (its tgid follows)."""
+PROCESS_FILTER: tuple[tuple[int, int, int, int], ...] = (
+    (0x20, 0, 0, _WHAT),  # A = what
+    (0x15, 2, 0, _be(PROC_EVENT_FORK)),
+    (0x15, 9, 0, _be(PROC_EVENT_EXEC)),
+    (0x15, 4, 9, _be(PROC_EVENT_EXIT)),
+    (0x20, 0, 0, _FORK_CHILD),  # fork: keep it when child pid == child tgid (a process)
+    (0x07, 0, 0, 0),
+    (0x20, 0, 0, _FORK_CHILD + 4),
+    (0x1D, 4, 5, 0),
+    (0x20, 0, 0, _EXIT_PID),  # exit: keep it when pid == tgid (a process, not a thread)
+    (0x07, 0, 0, 0),
+    (0x20, 0, 0, _EXIT_PID + 4),
+    (0x1D, 0, 1, 0),
+    (0x06, 0, 0, 0xFFFFFFFF),  # keep
+    (0x06, 0, 0, 0),  # drop
+)
+"""A classic socket filter (``SO_ATTACH_FILTER``) passing only what :meth:`LinuxBackend._handle`
+reads: process forks (not thread starts), execs and process exits (not thread exits). The
+connector reports every event of the machine; the kernel drops the rest before they are queued,
+so a busy machine's threads cost the reader nothing (the exec image helper uses the same
+program)."""
+
+
+def attach_process_filter(sock: socket.socket) -> bool:
+    """Attach :data:`PROCESS_FILTER` to a connector socket; False when the kernel refused it
+    (the reader then skips those events itself, as :meth:`LinuxBackend._handle` always does)."""
+    program = b"".join(struct.pack("=HBBI", *insn) for insn in PROCESS_FILTER)
+    buffer = ctypes.create_string_buffer(program)
+    fprog = struct.pack("HL", len(PROCESS_FILTER), ctypes.addressof(buffer))
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, _SO_ATTACH_FILTER, fprog)
+    except OSError:
+        return False
+    return True
 
 
 def retire_now(now: float, due: float, handled: float, files_drained: float | None) -> bool:
@@ -334,6 +382,7 @@ class LinuxBackend:
             self._sock, armed.proc_socket = armed.proc_socket, None
         else:
             self._sock = open_proc_connector()
+        attach_process_filter(self._sock)  # what is queued already is read and skipped as ever
         self._gate = StartGate(ctx, attribution=SYSCALL)
         if cfg.processes:
             self._gate.images = _exec_reader(ctx, armed)

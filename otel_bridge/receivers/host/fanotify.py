@@ -111,6 +111,13 @@ _FOREIGN_FOR = 5.0
 """Seconds the events of a pid that did not join the lineage in time are skipped unread."""
 _MAX_FOREIGN = 100_000
 """Foreign pids remembered at most (the table starts over when full)."""
+_SYNC_WAIT = 0.02
+"""Seconds the reader waits at most for the process source's pass (:meth:`_decide_unknown`)."""
+_REPLAY_SYNC_WAIT = 0.5
+"""The same for the armed pre-reader's events, replayed while the process source starts."""
+_SYNC_PAUSE = 0.25
+"""Seconds the reader holds unknown pids' events without asking the process source first, after
+it did not answer in time (:attr:`FanotifyWatcher.sync_lineage`)."""
 FOLLOW_SYNC_S = 2.0
 """How long :meth:`FanotifyWatcher.before_follow` waits for the reader's pass at most."""
 
@@ -130,6 +137,10 @@ class FanotifyWatcher:
         """The process source's progress: the monotonic time at which its last pass that
         drained its queue began (every fork queued before then is in the lineage). None: no
         such source, an unknown pid's events wait ``_GRACE`` seconds."""
+        self.sync_lineage: Callable[[float, float], bool] | None = None
+        """``(after, timeout)``: True once the process source drained its queue in a pass begun
+        after monotonic ``after`` (asked for, waited ``timeout`` s at most); None: no source."""
+        self._sync_off_until = 0.0
         self.exited_at: Callable[[int], int | None] | None = None
         """The wall time (ns) of a lineage pid's exit when the process source has read it."""
         self.drained_at = 0.0
@@ -220,9 +231,19 @@ class FanotifyWatcher:
         """The events the armed pre-reader read, with the times it read them at."""
         events, dirents = self._pre
         self._pre = ([], [])
+        # every event here was read before now: once the process source has read past now,
+        # an unknown pid's are another process's (see :meth:`_decide_unknown`)
+        sync = self.sync_lineage
+        decided = bool(events) and sync is not None and sync(time.monotonic(), _REPLAY_SYNC_WAIT)
+        lineage, until = self._ctx.lineage, time.monotonic() + _FOREIGN_FOR
         for at, mask, pid, path in events:
             if mask & FAN_Q_OVERFLOW:
                 self._overflow()
+            elif decided and pid not in lineage and pid not in self._pre_follow:
+                self.unattributed += 1
+                if len(self._foreign) >= _MAX_FOREIGN:
+                    self._foreign.clear()
+                self._foreign[pid] = until
             elif path:
                 self._path_event(mask, pid, path, at)
         for at, data in dirents:
@@ -328,7 +349,43 @@ class FanotifyWatcher:
                 return
             if not data:
                 return
+            if not dirents and self.sync_lineage is not None:
+                self._decide_unknown(data, time.monotonic())
             self._chunk(data, time.time_ns(), dirents=dirents)
+
+    def _decide_unknown(self, data: bytes, handled: float) -> None:
+        """Decide whose the events of one read are, for pids the lineage does not know, before
+        any of their descriptors is resolved: every event of the read was queued before
+        ``handled`` (the read returned then), and a child's fork is queued on the process
+        connector before any file event of the child, so once the process source has drained
+        its queue in a pass that began after ``handled``, a pid still not in the lineage is
+        another process on the machine (the rule of :meth:`_recheck`, decided at once instead of
+        one poll later). Its events are dropped unread and counted, and its pid skipped for a
+        while. When the source does not answer in time the events are held as before."""
+        lineage, foreign, following = self._ctx.lineage, self._foreign, self._pre_follow
+        now = time.monotonic()
+        unknown: dict[int, int] = {}
+        offset, size = 0, _METADATA.size
+        while offset + size <= len(data):
+            length, _vers, _res, _mlen, _mask, fd, pid = _METADATA.unpack_from(data, offset)
+            if length < size:
+                break
+            offset += length
+            if fd < 0 or pid in lineage or pid in following or foreign.get(pid, 0.0) > now:
+                continue
+            unknown[pid] = unknown.get(pid, 0) + 1
+        if not unknown or now < self._sync_off_until or self.sync_lineage is None:
+            return
+        if not self.sync_lineage(handled, _SYNC_WAIT):
+            self._sync_off_until = time.monotonic() + _SYNC_PAUSE
+            return
+        until = time.monotonic() + _FOREIGN_FOR
+        for pid, events in unknown.items():
+            if pid not in lineage and pid not in following:
+                self.unattributed += events
+                if len(foreign) >= _MAX_FOREIGN:
+                    foreign.clear()
+                foreign[pid] = until
 
     def _chunk(self, data: bytes, at: int, *, dirents: bool) -> None:
         """The events of one read, read at ``at`` (ns)."""

@@ -31,6 +31,7 @@ Needs root (``CAP_NET_ADMIN`` for the connector, ``CAP_SYS_ADMIN`` for fanotify)
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import errno
 import os
 import select
@@ -76,8 +77,10 @@ __all__ = [
     "CN_VAL_PROC",
     "NETLINK_CONNECTOR",
     "NLMSG_DONE",
+    "PROCESS_FILTER",
     "PROC_CN_MCAST_LISTEN",
     "LinuxBackend",
+    "attach_process_filter",
     "open_proc_connector",
     "parse_messages",
     "retire_now",
@@ -139,6 +142,51 @@ def parse_messages(data: bytes) -> list[tuple[int, int, tuple[int, ...]]]:
             out.append((what, ts, fields))
         offset += (length + 3) & ~3
     return out
+
+
+def _be(value: int) -> int:
+    """A host-order field as the socket filter's big-endian word load reads it."""
+    return int.from_bytes(struct.pack("=I", value), "big")
+
+
+_SO_ATTACH_FILTER = 26
+_WHAT, _FORK_CHILD, _EXIT_PID = 36, 60, 52
+"""Offsets in a connector datagram (netlink header 16 + ``cn_msg`` 20): the event type, a fork's
+child pid (its tgid follows) and an exit's pid (its tgid follows)."""
+PROCESS_FILTER: tuple[tuple[int, int, int, int], ...] = (
+    (0x20, 0, 0, _WHAT),  # A = what
+    (0x15, 2, 0, _be(PROC_EVENT_FORK)),
+    (0x15, 9, 0, _be(PROC_EVENT_EXEC)),
+    (0x15, 4, 9, _be(PROC_EVENT_EXIT)),
+    (0x20, 0, 0, _FORK_CHILD),  # fork: keep it when child pid == child tgid (a process)
+    (0x07, 0, 0, 0),
+    (0x20, 0, 0, _FORK_CHILD + 4),
+    (0x1D, 4, 5, 0),
+    (0x20, 0, 0, _EXIT_PID),  # exit: keep it when pid == tgid (a process, not a thread)
+    (0x07, 0, 0, 0),
+    (0x20, 0, 0, _EXIT_PID + 4),
+    (0x1D, 0, 1, 0),
+    (0x06, 0, 0, 0xFFFFFFFF),  # keep
+    (0x06, 0, 0, 0),  # drop
+)
+"""A classic socket filter (``SO_ATTACH_FILTER``) passing only what :meth:`LinuxBackend._handle`
+reads: process forks (not thread starts), execs and process exits (not thread exits). The
+connector reports every event of the machine; the kernel drops the rest before they are queued,
+so a busy machine's threads cost the reader nothing (the exec image helper uses the same
+program)."""
+
+
+def attach_process_filter(sock: socket.socket) -> bool:
+    """Attach :data:`PROCESS_FILTER` to a connector socket; False when the kernel refused it
+    (the reader then skips those events itself, as :meth:`LinuxBackend._handle` always does)."""
+    program = b"".join(struct.pack("=HBBI", *insn) for insn in PROCESS_FILTER)
+    buffer = ctypes.create_string_buffer(program)
+    fprog = struct.pack("HL", len(PROCESS_FILTER), ctypes.addressof(buffer))
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, _SO_ATTACH_FILTER, fprog)
+    except OSError:
+        return False
+    return True
 
 
 def retire_now(now: float, due: float, handled: float, files_drained: float | None) -> bool:
@@ -290,6 +338,9 @@ class LinuxBackend:
         self._ctx: HostContext | None = None
         self._thread: threading.Thread | None = None
         self._stop_r, self._stop_w = -1, -1
+        self._wake_r, self._wake_w = -1, -1
+        self._passed = threading.Condition()
+        """Notified after every pass of the event thread (:attr:`_read_at` advanced)."""
         self._fanotify: FanotifyWatcher | None = None
         self._scanner: SocketScanner | None = None
         self._destroys: DestroyWatcher | None = None
@@ -334,12 +385,15 @@ class LinuxBackend:
             self._sock, armed.proc_socket = armed.proc_socket, None
         else:
             self._sock = open_proc_connector()
+        attach_process_filter(self._sock)  # what is queued already is read and skipped as ever
         self._gate = StartGate(ctx, attribution=SYSCALL)
         if cfg.processes:
             self._gate.images = _exec_reader(ctx, armed)
         self._switch = sys.getswitchinterval()
         sys.setswitchinterval(min(self._switch, _SWITCH_INTERVAL_S))
         self._stop_r, self._stop_w = os.pipe()
+        self._wake_r, self._wake_w = os.pipe()
+        os.set_blocking(self._wake_w, False)  # a full pipe: a pass is asked for already
         if cfg.processes:
             ctx.collection_state("process", CollectionState.AVAILABLE, self.why)
         else:
@@ -356,6 +410,7 @@ class LinuxBackend:
                 )
                 self._fanotify.emit_for = self._gate.emit_for
                 self._fanotify.lineage_read = self._lineage_read
+                self._fanotify.sync_lineage = self._sync_lineage
                 self._fanotify.exited_at = self._exited_at
                 self._fanotify.start()
             except OSError as exc:
@@ -432,11 +487,17 @@ class LinuxBackend:
         while True:
             timeout = 0.01 if gate else 0.05
             began = time.monotonic()
-            ready, _, _ = select.select([sock.fileno(), self._stop_r], [], [], timeout)
+            ready, _, _ = select.select(
+                [sock.fileno(), self._stop_r, self._wake_r], [], [], timeout
+            )
+            if self._wake_r in ready:
+                os.read(self._wake_r, 4096)
             # drain what the kernel already queued: a held start is judged on every event so far
             while self._recv_once(sock):
                 pass
-            self._read_at = began  # every fork queued before ``began`` is in the lineage now
+            with self._passed:
+                self._read_at = began  # every fork queued before ``began`` is in the lineage now
+                self._passed.notify_all()
             if self._stop_r in ready:
                 return
             gate.due()
@@ -554,6 +615,24 @@ class LinuxBackend:
     def _lineage_read(self) -> float:
         return self._read_at
 
+    def _sync_lineage(self, after: float, timeout: float) -> bool:
+        """Ask the event thread for a pass that begins after ``after`` (monotonic) and wait
+        for it at most ``timeout`` s: True once every fork queued before ``after`` is in the
+        lineage (:attr:`FanotifyWatcher.sync_lineage`). Asked before the thread runs, its
+        first pass answers."""
+        if self._read_at >= after:
+            return True
+        if self._wake_w < 0:
+            return False
+        try:
+            os.write(self._wake_w, b"x")
+        except BlockingIOError:
+            pass  # the pipe is full: a pass is asked for already
+        except OSError:
+            return False  # stopped meanwhile
+        with self._passed:
+            return self._passed.wait_for(lambda: self._read_at >= after, timeout)
+
     def _exited_at(self, pid: int) -> int | None:
         ended = self._exited.get(pid)
         return None if ended is None else monotonic_to_wall_ns(ended)
@@ -606,7 +685,7 @@ class LinuxBackend:
         if self._sock is not None:
             self._sock.close()
             self._sock = None
-        for fd in (self._stop_r, self._stop_w):
+        for fd in (self._stop_r, self._stop_w, self._wake_r, self._wake_w):
             if fd >= 0:
                 os.close(fd)
-        self._stop_r = self._stop_w = -1
+        self._stop_r = self._stop_w = self._wake_r = self._wake_w = -1

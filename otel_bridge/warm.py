@@ -53,6 +53,8 @@ _OFF = ("0", "off", "no", "false")
 _HELLO_TIMEOUT = 2.0
 """How long the client waits for the server's answer before running cold."""
 _MAX_MESSAGE = 16 * 1024 * 1024
+_REAP_INTERVAL = 0.1
+"""The server reaps its ended children (runs, spare helpers) this often while idle."""
 _LEN = struct.Struct("!I")
 _PEERCRED = struct.Struct("3i")
 
@@ -368,7 +370,7 @@ def serve(*, ready: Callable[[str], None] | None = None) -> int:
     spare = _Spare()
     try:
         while True:
-            readable, _, _ = select.select([listener], [], [], 1.0)
+            readable, _, _ = select.select([listener], [], [], _REAP_INTERVAL)
             _reap(children)
             if readable:
                 _accept(listener, children, spare)

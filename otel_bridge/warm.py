@@ -50,7 +50,7 @@ SOCKET_NAME = "observe.sock"
 ENV_SWITCH = "OTEL_BRIDGE_WARM"
 """``0`` (or ``off``, ``no``, ``false``): ``observe`` never uses a warm server."""
 _OFF = ("0", "off", "no", "false")
-_HELLO_TIMEOUT = 2.0
+_HELLO_TIMEOUT = 5.0
 """How long the client waits for the server's answer before running cold."""
 _MAX_MESSAGE = 16 * 1024 * 1024
 _REAP_INTERVAL = 0.1
@@ -386,41 +386,50 @@ def serve(*, ready: Callable[[str], None] | None = None) -> int:
 
 class _Spare:
     """The exec image helper the next run adopts (root only): spawned after each fork, so its
-    interpreter starts while no run waits for it (``arming.track_helper``)."""
+    interpreter starts while no run waits for it (``arming.track_helper``). A run that comes
+    before it is ready does not wait for it: it spawns its own, and the spare stays."""
 
     def __init__(self) -> None:
         self.proc: subprocess.Popen[bytes] | None = None
         self._ready = False
+        self._taken = False
         self.spawn()
 
     def spawn(self) -> None:
         """Start the next one (not waited for)."""
         from otel_bridge.arming import spawn_helper  # noqa: PLC0415 (the server's only)
 
-        self.proc, self._ready = None, False
+        self.proc, self._ready, self._taken = None, False, False
         if os.geteuid() == 0:
             with contextlib.suppress(OSError):
                 self.proc = spawn_helper([])
 
     def take(self) -> subprocess.Popen[bytes] | None:
-        """The spare, ready (None: there is none, or it did not start)."""
+        """The spare if it is ready now (None: there is none, or not yet)."""
         from otel_bridge.arming import wait_helper  # noqa: PLC0415
 
         if self.proc is not None and not self._ready:
+            assert self.proc.stdout is not None
+            if not select.select([self.proc.stdout], [], [], 0)[0]:
+                return None  # still starting: the run spawns its own
             try:
-                wait_helper(self.proc)
+                wait_helper(self.proc, timeout=0)
                 self._ready = True
-            except OSError:
-                self.proc = None
+            except OSError:  # it failed: try again with another
+                self.spawn()
+                return None
+        self._taken = self.proc is not None
         return self.proc
 
     def handed_over(self, children: set[int]) -> None:
-        """After the fork: the child has it; drop this process's ends, reap it later."""
-        if self.proc is not None:
-            for pipe in (self.proc.stdin, self.proc.stdout):
-                if pipe is not None:
-                    pipe.close()
-            children.add(self.proc.pid)
+        """After the fork: when the child took it, drop this process's ends (it is reaped
+        later) and start the next one."""
+        if not self._taken or self.proc is None:
+            return
+        for pipe in (self.proc.stdin, self.proc.stdout):
+            if pipe is not None:
+                pipe.close()
+        children.add(self.proc.pid)
         self.spawn()
 
     def close(self) -> None:
@@ -434,9 +443,11 @@ class _Spare:
 
 def _reap(children: set[int]) -> None:
     for pid in list(children):
-        with contextlib.suppress(ChildProcessError):
+        try:
             if os.waitpid(pid, os.WNOHANG)[0]:
                 children.discard(pid)
+        except ChildProcessError:
+            children.discard(pid)
 
 
 _CHILD_HELPER: list[subprocess.Popen[bytes]] = []

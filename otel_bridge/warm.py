@@ -281,18 +281,32 @@ def _forward_signals(pgid: int, seen: list[int]) -> dict[int, Any]:
 
 
 def _wait_workload(sock: socket.socket, pid: int) -> int | None:
-    """Wait until CMD exits (None), or the warm child ends the run first (its code)."""
-    pidfd = os.pidfd_open(pid)
+    """Wait until CMD exits (None; not reaped yet), or the warm child ends the run first (its
+    code). A pidfd wakes this at CMD's exit; without one (an old kernel, valgrind) CMD is polled
+    every 10 ms."""
+    try:
+        pidfd: int | None = os.pidfd_open(pid)
+    except OSError:
+        pidfd = None
     try:
         while True:
-            ready, _, _ = select.select([pidfd, sock.fileno()], [], [])
-            if pidfd in ready:
+            watched = [sock.fileno()] if pidfd is None else [pidfd, sock.fileno()]
+            ready, _, _ = select.select(watched, [], [], None if pidfd is not None else 0.01)
+            if pidfd in ready or (pidfd is None and _exited(pid)):
                 return None
-            message, _ = receive(sock)  # EOFError: the child died
-            if "done" in message:
-                return int(message["done"])
+            if sock.fileno() in ready:
+                message, _ = receive(sock)  # EOFError: the child died
+                if "done" in message:
+                    return int(message["done"])
     finally:
-        os.close(pidfd)
+        if pidfd is not None:
+            os.close(pidfd)
+
+
+def _exited(pid: int) -> bool:
+    """Whether child ``pid`` has exited (left to be reaped)."""
+    result = os.waitid(os.P_PID, pid, os.WEXITED | os.WNOHANG | os.WNOWAIT)
+    return result is not None
 
 
 # ---------------------------------------------------------------------------------------------

@@ -248,7 +248,13 @@ def _client_run(sock: socket.socket, args: argparse.Namespace, command: list[str
             "pid": workload.pid, "gate": workload.gate_path, "client_pid": os.getpid(),
             "cwd": os.getcwd(), "umask": umask, "env": dict(os.environ),
         }  # fmt: skip
-        send(sock, request, [0, 1, 2])
+        streams = _standard_streams()
+        try:
+            send(sock, request, streams)
+        finally:
+            for given, fd in enumerate(streams):
+                if fd != given:
+                    os.close(fd)
         early_end = _wait_workload(sock, workload.pid)
         if early_end is not None:  # the run ended before CMD did (it printed why)
             workload.terminate()
@@ -266,6 +272,18 @@ def _client_run(sock: socket.socket, args: argparse.Namespace, command: list[str
             signal.signal(s, handler)
         guard.release()
         workload.discard_gate()
+
+
+def _standard_streams() -> list[int]:
+    """Descriptors 0, 1 and 2 to hand over, ``/dev/null`` in place of a closed one."""
+    out = []
+    for fd in (0, 1, 2):
+        try:
+            os.fstat(fd)
+            out.append(fd)
+        except OSError:
+            out.append(os.open(os.devnull, os.O_RDWR | os.O_CLOEXEC))
+    return out
 
 
 def _forward_signals(pgid: int, seen: list[int]) -> dict[int, Any]:

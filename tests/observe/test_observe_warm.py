@@ -162,6 +162,22 @@ def test_killed_workload_status_passes_through(server: Server, tmp_path: Path) -
     assert summary_of(tmp_path)["start"]["server"] == "warm"
 
 
+def test_closed_stdin_is_handed_over_as_dev_null(server: Server, tmp_path: Path) -> None:
+    argv = observe_argv(tmp_path, "sh", "-c", "exit 5", extra=("--no-review",))
+    result = subprocess.run(
+        argv,
+        check=False,
+        cwd=tmp_path,
+        env=server.env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        preexec_fn=lambda: os.close(0),  # the client starts with no stdin
+    )
+    assert result.returncode == 5, result.stderr
+    assert summary_of(tmp_path)["start"]["server"] == "warm"
+
+
 def test_refused_run_directory_is_reported_and_workload_never_runs(
     server: Server, tmp_path: Path
 ) -> None:

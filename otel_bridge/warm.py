@@ -339,11 +339,15 @@ def single_threaded() -> bool:
 
 
 def preload() -> None:
-    """Import :data:`PRELOAD` and every component module of a run."""
+    """Import :data:`PRELOAD` (those an installed extra provides) and every component module of
+    a run."""
     import importlib  # noqa: PLC0415
 
     for name in PRELOAD:
-        importlib.import_module(name)
+        try:
+            importlib.import_module(name)
+        except ImportError:  # an optional extra not installed: a run imports what it needs
+            continue
     importlib.import_module("otel_bridge.commands._observe_run").warm()
 
 

@@ -32,6 +32,16 @@ and exit cost, which is subtracted. CPU seconds of the whole ``observe`` tree ar
     python benchmarks/overhead.py --backend portable --poll-interval 20 --mode cli
     python benchmarks/overhead.py --backend linux --mode fixed --runs 20
     python benchmarks/overhead.py --backend linux --mode phases --runs 10   # where it goes
+
+``--warm`` (``fixed`` and ``cli`` modes) starts a warm observe server (``observe
+--warm-server``, ``otel_bridge/warm.py``) in a private ``XDG_RUNTIME_DIR`` first, and runs each
+observed measurement twice in the same randomized order: cold (``--no-warm``) and warm (through
+the server). The warm run's CPU is the client's plus what the server's children (the run's
+forked child, the spare exec image helper it adopted) used, read from the server's reaped
+children times.
+
+    python benchmarks/overhead.py --backend linux --mode fixed --runs 9 --warm
+    python benchmarks/overhead.py --backend linux --mode cli --pairs 8,4,0 --warm
 """
 
 from __future__ import annotations
@@ -119,8 +129,60 @@ def _dir_bytes(path: str) -> int:
     return sum(os.path.getsize(os.path.join(r, f)) for r, _, fs in os.walk(path) for f in fs)
 
 
-def run_once(mode: str, on: bool, iterations: int, backend: str, poll: float) -> dict[str, object]:
-    """One run; returns elapsed seconds, receipt, peak RSS, artifact bytes, events."""
+class WarmServer:
+    """``observe --warm-server`` in a private runtime directory, for the ``--warm`` runs."""
+
+    def __init__(self) -> None:
+        self.runtime = tempfile.mkdtemp(prefix="ovh-xdg-")
+        self.env = {**os.environ, "XDG_RUNTIME_DIR": self.runtime}
+        self.env.pop("OTEL_BRIDGE_WARM", None)
+        argv = [sys.executable, "-m", "otel_bridge", "observe", "--warm-server"]
+        self.proc = subprocess.Popen(
+            argv, env=self.env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True
+        )
+        assert self.proc.stderr is not None
+        line = self.proc.stderr.readline()  # its first line says it listens
+        if "warm observe server on" not in line:
+            raise RuntimeError(f"the warm server did not start: {line}{self.proc.stderr.read()}")
+        self.process = psutil.Process(self.proc.pid)
+
+    def children_cpu(self) -> float:
+        """CPU seconds of the server's reaped children so far, once every run's child is reaped
+        (the spare helper, started after each fork, is the one child left)."""
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline:
+            kids = [p for p in self.process.children() if p.status() != psutil.STATUS_ZOMBIE]
+            if len(kids) <= 1 and not any(p.status() == psutil.STATUS_ZOMBIE for p in kids):
+                break
+            time.sleep(0.01)  # the server reaps every 0.1 s; poll for that
+        times = self.process.cpu_times()
+        return float(times.children_user + times.children_system)
+
+    def stop(self) -> None:
+        """Stop the server and remove its directory."""
+        self.proc.terminate()
+        self.proc.communicate(timeout=30)
+        shutil.rmtree(self.runtime, ignore_errors=True)
+
+
+def _observe_argv(backend: str, out: str, cmd: list[str], warm: WarmServer | None) -> list[str]:
+    """``observe`` of ``cmd`` (cold unless ``warm``)."""
+    argv = [sys.executable, "-m", "otel_bridge", "observe", "--backend", backend, "--no-progress"]
+    argv += [] if warm is not None else ["--no-warm"]
+    return [*argv, "-o", out, "--", *cmd]
+
+
+def run_once(
+    mode: str,
+    on: bool,
+    iterations: int,
+    backend: str,
+    poll: float,
+    *,
+    warm: WarmServer | None = None,
+) -> dict[str, object]:
+    """One run; returns elapsed seconds, receipt, peak RSS, artifact bytes, events.
+    ``warm``: observed through this warm server (``cli`` mode)."""
     work_dir = tempfile.mkdtemp(prefix="ovh-work-")
     out_dir = tempfile.mkdtemp(prefix="ovh-out-")
     cmd = [sys.executable, "-c", WORK, str(iterations), work_dir]
@@ -129,27 +191,22 @@ def run_once(mode: str, on: bool, iterations: int, backend: str, poll: float) ->
     kids0 = resource.getrusage(resource.RUSAGE_CHILDREN)
     try:
         if mode == "cli" and on:
-            argv = [
-                sys.executable,
-                "-m",
-                "otel_bridge",
-                "observe",
-                "--backend",
-                backend,
-                "--no-progress",
-                "-o",
-                os.path.join(out_dir, "run"),
-                "--",
-                *cmd,
-            ]
+            argv = _observe_argv(backend, os.path.join(out_dir, "run"), cmd, warm)
+            served0 = warm.children_cpu() if warm is not None else 0.0
             t0 = time.perf_counter()
             proc = subprocess.Popen(
-                argv, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, cwd=work_dir
+                argv,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.DEVNULL,
+                text=True,
+                cwd=work_dir,
+                env=None if warm is None else warm.env,
             )
-            rss = TreeRss(proc.pid)
+            rss = TreeRss(proc.pid, extra=(warm.proc.pid,) if warm is not None else ())
             stdout, _ = proc.communicate()
             elapsed = time.perf_counter() - t0
             peak = rss.stop()
+            served = warm.children_cpu() - served0 if warm is not None else 0.0
             artifact = _dir_bytes(os.path.join(out_dir, "run"))
             with open(os.path.join(out_dir, "run", "os.jsonl")) as f:
                 events = sum(line.count('"eventName"') for line in f)
@@ -182,10 +239,12 @@ def run_once(mode: str, on: bool, iterations: int, backend: str, poll: float) ->
             elapsed = time.perf_counter() - t0
             peak = rss.stop()
             artifact = 0
+        if not (mode == "cli" and on):
+            served = 0.0
         receipt = next((line for line in stdout.splitlines() if line.startswith("receipt")), "")
         self1 = resource.getrusage(resource.RUSAGE_SELF)
         kids1 = resource.getrusage(resource.RUSAGE_CHILDREN)
-        cpu = _cpu(kids1) - _cpu(kids0) + max(0.0, _cpu(self1) - _cpu(self0) - rss.cpu)
+        cpu = _cpu(kids1) - _cpu(kids0) + max(0.0, _cpu(self1) - _cpu(self0) - rss.cpu) + served
         return {
             "cpu": cpu,
             "elapsed": elapsed,
@@ -199,72 +258,83 @@ def run_once(mode: str, on: bool, iterations: int, backend: str, poll: float) ->
         shutil.rmtree(out_dir, ignore_errors=True)
 
 
-def fixed_once(observed: bool, backend: str, hold: float = 0.0) -> tuple[float, float, float]:
+def fixed_once(
+    observed: bool, backend: str, hold: float = 0.0, warm: WarmServer | None = None
+) -> tuple[float, float, float]:
     """One ``date +%s%N`` run: (start → first instruction, last instruction → exit, CPU s).
 
     ``hold`` > 0: the workload prints the clock, sleeps ``hold`` s, and prints it again (the
-    first and the last instruction), so work ``observe`` does while it runs is off both ends."""
+    first and the last instruction), so work ``observe`` does while it runs is off both ends.
+    ``warm``: observed through this warm server."""
     out_dir = tempfile.mkdtemp(prefix="ovh-fixed-")
     date = shutil.which("date") or "/bin/date"
     cmd = [date, "+%s%N"]
     if hold > 0:
         cmd = ["/bin/sh", "-c", f'{date} +%s%N; sleep "$1"; {date} +%s%N', "hold", str(hold)]
     if observed:
-        cmd = [
-            sys.executable,
-            "-m",
-            "otel_bridge",
-            "observe",
-            "--backend",
-            backend,
-            "--no-progress",
-            "-o",
-            os.path.join(out_dir, "run"),
-            "--",
-            *cmd,
-        ]
+        cmd = _observe_argv(backend, os.path.join(out_dir, "run"), cmd, warm)
     kids0 = resource.getrusage(resource.RUSAGE_CHILDREN)
+    served0 = warm.children_cpu() if warm is not None else 0.0
     try:
         t0 = time.time_ns()
         proc = subprocess.run(
-            cmd, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, check=True
+            cmd,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.DEVNULL,
+            text=True,
+            check=True,
+            env=None if warm is None else warm.env,
         )
         t1 = time.time_ns()
     finally:
         shutil.rmtree(out_dir, ignore_errors=True)
     cpu = _cpu(resource.getrusage(resource.RUSAGE_CHILDREN)) - _cpu(kids0)
+    if warm is not None:
+        cpu += warm.children_cpu() - served0
     lines = proc.stdout.strip().splitlines()
     first, last = int(lines[0]), int(lines[-1])
     return (first - t0) / 1e9, (t1 - last) / 1e9, cpu
 
 
-def fixed_main(runs: int, backend: str, rng: random.Random, hold: float = 0.0) -> None:
-    """Print observe's fixed cost: medians over ``runs`` paired runs in random order."""
-    start, end, cpu = [], [], []
+def fixed_main(
+    runs: int, backend: str, rng: random.Random, hold: float = 0.0, warm: WarmServer | None = None
+) -> None:
+    """Print observe's fixed cost: medians over ``runs`` paired runs in random order (with
+    ``warm``: cold and warm ``observe`` each paired with the same direct run)."""
+    variants = ["cold", "warm"] if warm is not None else ["cold"]
+    start: dict[str, list[float]] = {v: [] for v in variants}
+    end: dict[str, list[float]] = {v: [] for v in variants}
+    cpu: dict[str, list[float]] = {v: [] for v in variants}
     for _ in range(runs):
-        order = [False, True]
+        order = ["off", *variants]
         rng.shuffle(order)
-        res = {observed: fixed_once(observed, backend, hold) for observed in order}
-        (s_on, e_on, c_on), (s_off, e_off, c_off) = res[True], res[False]
-        start.append(s_on - s_off)
-        end.append(e_on - e_off)
-        cpu.append(c_on - c_off)
+        res = {
+            v: fixed_once(v != "off", backend, hold, warm if v == "warm" else None) for v in order
+        }
+        s_off, e_off, c_off = res["off"]
+        for v in variants:
+            start[v].append(res[v][0] - s_off)
+            end[v].append(res[v][1] - e_off)
+            cpu[v].append(res[v][2] - c_off)
     med = statistics.median
     what = f"a workload of {hold:g} s" if hold > 0 else "date +%s%N"
     print(
         f"fixed cost of observe ({runs} paired runs of {what}, baseline: the command run directly)"
     )
-    print(
-        f"  start -> workload's first instruction  {med(start):.3f} s "
-        f"(P25-P75 {quantile(start, 0.25):.3f}-{quantile(start, 0.75):.3f})"
-    )
-    print(
-        f"  workload exit -> observe exit           {med(end):.3f} s "
-        f"(P25-P75 {quantile(end, 0.25):.3f}-{quantile(end, 0.75):.3f})"
-    )
-    total = [a + b for a, b in zip(start, end, strict=True)]
-    print(f"  total                                    {med(total):.3f} s")
-    print(f"  CPU of the observe tree                  {med(cpu):.3f} s")
+    for v in variants:
+        if warm is not None:
+            print(f" {v} observe" + (" (through the warm server)" if v == "warm" else ""))
+        print(
+            f"  start -> workload's first instruction  {med(start[v]):.3f} s "
+            f"(P25-P75 {quantile(start[v], 0.25):.3f}-{quantile(start[v], 0.75):.3f})"
+        )
+        print(
+            f"  workload exit -> observe exit           {med(end[v]):.3f} s "
+            f"(P25-P75 {quantile(end[v], 0.25):.3f}-{quantile(end[v], 0.75):.3f})"
+        )
+        total = [a + b for a, b in zip(start[v], end[v], strict=True)]
+        print(f"  total                                    {med(total):.3f} s")
+        print(f"  CPU of the observe tree                  {med(cpu[v]):.3f} s")
 
 
 PHASES = (
@@ -366,75 +436,114 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--hold", type=float, default=0.0, help="fixed mode: the workload lasts this long (s)"
     )
+    parser.add_argument(
+        "--warm",
+        action="store_true",
+        help="fixed and cli modes: also observe through a warm server, cold and warm interleaved",
+    )
     args = parser.parse_args(argv)
     pairs = dict(zip(WORKLOADS, (int(x) for x in args.pairs.split(",")), strict=True))
     rng = random.Random(args.seed)
-    print(f"backend={args.backend} mode={args.mode} poll={args.poll_interval:g}ms")
-    if args.mode == "fixed":
-        fixed_main(args.runs, args.backend, rng, args.hold)
-        return 0
+    print(f"backend={args.backend} mode={args.mode} poll={args.poll_interval:g}ms warm={args.warm}")
     if args.mode == "phases":
         phases_main(args.runs, args.backend)
         return 0
-    print(
-        f"{'workload':8} {'pairs':>5} {'median ovh':>10} {'P25-P75':>17} "
-        f"{'bootstrap 95% CI':>19} {'off wall':>9} {'on wall':>9} {'on RSS':>9} {'off RSS':>9} "
-        f"{'artifact':>10} {'events':>7}"
-    )
-    failed = False
-    for name in args.workloads.split(","):
-        n_iter = WORKLOADS[name]
-        ratios, offs, ons, rss_on, rss_off, art, evs = [], [], [], [], [], [], []
-        cpu_ratios: list[float] = []
-        cpu_per_s: list[float] = []
-        for _ in range(pairs[name]):
-            order = [False, True]
-            rng.shuffle(order)
-            results = {
-                on: run_once(args.mode, on, n_iter, args.backend, args.poll_interval / 1000)
-                for on in order
-            }
-            off, on = results[False], results[True]
+    warm = WarmServer() if args.warm and args.mode in ("fixed", "cli") else None
+    try:
+        if args.mode == "fixed":
+            fixed_main(args.runs, args.backend, rng, args.hold, warm)
+            return 0
+        print(
+            f"{'workload':8} {'pairs':>5} {'median ovh':>10} {'P25-P75':>17} "
+            f"{'bootstrap 95% CI':>19} {'off wall':>9} {'on wall':>9} {'on RSS':>9} "
+            f"{'off RSS':>9} {'artifact':>10} {'events':>7}"
+        )
+        failed = False
+        for name in args.workloads.split(","):
+            failed |= _workload_rows(args, name, pairs[name], rng, warm)
+        return 1 if failed else 0
+    finally:
+        if warm is not None:
+            warm.stop()
+
+
+def _workload_rows(
+    args: argparse.Namespace, name: str, n_pairs: int, rng: random.Random, warm: WarmServer | None
+) -> bool:
+    """Run one workload's pairs (off against each observed variant, in one randomized order per
+    pair) and print a row per variant; True when equal-work receipts differ."""
+    n_iter = WORKLOADS[name]
+    variants = ["on", "warm"] if warm is not None else ["on"]
+    rows: dict[str, dict[str, list[float]]] = {
+        v: {k: [] for k in ("ratio", "off", "on", "rss_on", "rss_off", "art", "evs", "cpu", "cps")}
+        for v in variants
+    }
+    for _ in range(n_pairs):
+        order = ["off", *variants]
+        rng.shuffle(order)
+        results = {
+            v: run_once(
+                args.mode,
+                v != "off",
+                n_iter,
+                args.backend,
+                args.poll_interval / 1000,
+                warm=warm if v == "warm" else None,
+            )
+            for v in order
+        }
+        off = results["off"]
+        for v in variants:
+            on = results[v]
             if not off["receipt"] or off["receipt"] != on["receipt"]:
                 print(
                     f"  {name}: equal-work receipts differ: {off['receipt']!r} vs "
                     f"{on['receipt']!r}: FAILED CLOSED"
                 )
-                failed = True
-                break
+                return True
             t_off, t_on = float(off["elapsed"]), float(on["elapsed"])  # type: ignore[arg-type]
-            ratios.append(t_on / t_off - 1)
-            cpu_ratios.append(float(on["cpu"]) / float(off["cpu"]) - 1)  # type: ignore[arg-type]
+            c_off, c_on = float(off["cpu"]), float(on["cpu"])  # type: ignore[arg-type]
+            row = rows[v]
+            row["ratio"].append(t_on / t_off - 1)
+            row["cpu"].append(c_on / c_off - 1)
             # the collector's CPU: the pair's extra CPU, per second of observed (on) wall time
-            cpu_per_s.append((float(on["cpu"]) - float(off["cpu"])) / t_on)  # type: ignore[arg-type]
-            offs.append(t_off)
-            ons.append(t_on)
-            rss_on.append(int(on["rss"]))  # type: ignore[call-overload]
-            rss_off.append(int(off["rss"]))  # type: ignore[call-overload]
-            art.append(int(on["artifact"]))  # type: ignore[call-overload]
-            evs.append(int(on["events"]))  # type: ignore[call-overload]
-        if len(ratios) < 2:
-            continue
-        lo, hi = bootstrap_median_ci(ratios)
-        mib = 1024 * 1024
-        print(
-            f"{name:8} {len(ratios):>5} {statistics.median(ratios) * 100:>+9.1f}% "
-            f"{quantile(ratios, 0.25) * 100:>+7.1f}–{quantile(ratios, 0.75) * 100:>+7.1f}% "
-            f"{lo * 100:>+8.1f}–{hi * 100:>+7.1f}% "
-            f"{statistics.median(offs):>8.3f}s {statistics.median(ons):>8.3f}s "
-            f"{statistics.median(rss_on) / mib:>7.1f}Mi {statistics.median(rss_off) / mib:>7.1f}Mi "
-            f"{statistics.median(art) / mib:>8.2f}Mi {statistics.median(evs):>7.0f}",
-            flush=True,
-        )
-        clo, chi = bootstrap_median_ci(cpu_ratios)
-        print(
-            f"{'':8} {'':>5} CPU (workload tree + collector) paired median "
-            f"{statistics.median(cpu_ratios) * 100:+.1f}% (95% CI {clo * 100:+.1f}–"
-            f"{chi * 100:+.1f}%); collector CPU per observed second "
-            f"{statistics.median(cpu_per_s):.3f} s/s",
-            flush=True,
-        )
-    return 1 if failed else 0
+            row["cps"].append((c_on - c_off) / t_on)
+            row["off"].append(t_off)
+            row["on"].append(t_on)
+            row["rss_on"].append(float(on["rss"]))  # type: ignore[arg-type]
+            row["rss_off"].append(float(off["rss"]))  # type: ignore[arg-type]
+            row["art"].append(float(on["artifact"]))  # type: ignore[arg-type]
+            row["evs"].append(float(on["events"]))  # type: ignore[arg-type]
+    for v in variants:
+        label = name if warm is None else f"{name}/{'cold' if v == 'on' else 'warm'}"
+        _print_row(label, rows[v])
+    return False
+
+
+def _print_row(name: str, row: dict[str, list[float]]) -> None:
+    ratios = row["ratio"]
+    if len(ratios) < 2:
+        return
+    med = statistics.median
+    lo, hi = bootstrap_median_ci(ratios)
+    mib = 1024 * 1024
+    print(
+        f"{name:8} {len(ratios):>5} {med(ratios) * 100:>+9.1f}% "
+        f"{quantile(ratios, 0.25) * 100:>+7.1f}–{quantile(ratios, 0.75) * 100:>+7.1f}% "
+        f"{lo * 100:>+8.1f}–{hi * 100:>+7.1f}% "
+        f"{med(row['off']):>8.3f}s {med(row['on']):>8.3f}s "
+        f"{med(row['rss_on']) / mib:>7.1f}Mi {med(row['rss_off']) / mib:>7.1f}Mi "
+        f"{med(row['art']) / mib:>8.2f}Mi {med(row['evs']):>7.0f}",
+        flush=True,
+    )
+    clo, chi = bootstrap_median_ci(row["cpu"])
+    print(
+        f"{'':8} {'':>5} CPU (workload tree + collector) paired median "
+        f"{med(row['cpu']) * 100:+.1f}% (95% CI {clo * 100:+.1f}–"
+        f"{chi * 100:+.1f}%); collector CPU per observed second "
+        f"{med(row['cps']):.3f} s/s",
+        flush=True,
+    )
 
 
 if __name__ == "__main__":

@@ -397,6 +397,28 @@ def wait_helper(proc: subprocess.Popen[bytes], *, timeout: float = 5.0) -> subpr
     return proc
 
 
+def track_helper(
+    proc: subprocess.Popen[bytes], pids: list[int], *, timeout: float = 5.0
+) -> subprocess.Popen[bytes]:
+    """``proc``, a helper started (and ready) before ``pids`` existed, now following them: the
+    pids are written to its standard input with ``sync``, and its ``S`` answer is awaited, so
+    the helper follows them before this returns. Stops it and raises ``OSError`` when it does
+    not answer within ``timeout`` seconds (the warm server keeps one such helper ready,
+    ``otel_bridge.warm``)."""
+    assert proc.stdin is not None
+    assert proc.stdout is not None
+    try:
+        proc.stdin.write(" ".join([*map(str, pids), "sync"]).encode() + b"\n")
+        proc.stdin.flush()
+        ready, _, _ = select.select([proc.stdout], [], [], timeout)
+        if not ready or proc.stdout.readline().strip() != b"S":
+            raise OSError("the exec image helper did not answer")
+    except OSError:
+        stop_helper(proc)
+        raise
+    return proc
+
+
 def stop_helper(proc: subprocess.Popen[bytes]) -> None:
     """Stop the helper at once (it holds nothing: every line it wrote stays readable in the
     pipe; its standard input is closed too, which alone would stop it). Safe twice."""
@@ -444,19 +466,26 @@ class ArmedHost:
             self.perf = None
 
 
-def arm_linux(root_pid: int, *, waiting: Callable[[], None] | None = None) -> ArmedHost:
+def arm_linux(
+    root_pid: int,
+    *,
+    waiting: Callable[[], None] | None = None,
+    helper: subprocess.Popen[bytes] | None = None,
+) -> ArmedHost:
     """Attach the ``linux`` backend's sources for its default configuration to ``root_pid``'s
     lineage; raises ``BackendUnavailableError`` or ``OSError`` when one cannot be attached (the
     caller then builds the collector first, as without arming).
 
     The exec image helper is spawned first, so its interpreter starts while the other sources
     are attached; ``waiting`` is called once they are, just before waiting for the helper to
-    be ready (``observe`` starts importing the collector there, in another thread)."""
+    be ready (``observe`` starts importing the collector there, in another thread).
+    ``helper``: an exec image helper already started and ready, following no pid yet (the warm
+    server's, :func:`track_helper`), used instead of spawning one."""
     if not hasattr(os, "geteuid") or os.geteuid() != 0:
         raise BackendUnavailableError("linux: needs root (netlink process connector and fanotify)")
     armed = ArmedHost(root_pid=root_pid, proc_socket=None, helper=None, fanotify=None)
     try:
-        armed.helper = spawn_helper([root_pid])
+        armed.helper = spawn_helper([root_pid]) if helper is None else helper
         armed.proc_socket = open_proc_connector()
         armed.fanotify = open_fanotify_groups(
             list(DEFAULT_FANOTIFY_EVENTS), list(DEFAULT_FANOTIFY_PATHS), DEFAULT_FANOTIFY_MARK
@@ -464,7 +493,10 @@ def arm_linux(root_pid: int, *, waiting: Callable[[], None] | None = None) -> Ar
         armed.fanotify.start_reading()
         if waiting is not None:
             waiting()
-        wait_helper(armed.helper)
+        if helper is None:
+            wait_helper(armed.helper)
+        else:
+            track_helper(armed.helper, [root_pid])
         with contextlib.suppress(OSError):  # refused: the backend tries again and says why
             armed.perf = arm_rings()
         armed.root_start_ticks = _start_ticks(root_pid)

@@ -119,6 +119,7 @@ def print_summary(run: rundir.RunDir, summary: Mapping[str, Any], report: str) -
     print(f"  report:   {run.file(REPORT)}", file=out)
     print(f"  run dir:  {run.path}", file=out)
     print(f"  backend:  {summary['host_backend_name']}", file=out)
+    print(f"  start:    {_start_line(summary.get('start') or {})}", file=out)
     for name, state in sorted(summary["collection"].items()):
         print(f"  {name + ':':9} {state}", file=out)
     otlp = summary["otlp"]
@@ -135,3 +136,13 @@ def print_summary(run: rundir.RunDir, summary: Mapping[str, Any], report: str) -
         body = report.partition("## ")[2]
         print("", file=out)
         print("## " + body.rstrip(), file=out)
+
+
+def _start_line(start: Mapping[str, Any]) -> str:
+    """Which ``observe`` ran the command (the warm server's child, or this process) and whether
+    its sources were armed before it ran."""
+    armed = "armed" if start.get("armed") else "collector first"
+    if start.get("server") == "warm":
+        return f"warm server ({armed})"
+    why = start.get("warm_unavailable")
+    return f"cold ({armed}; {why})" if why else f"cold ({armed})"

@@ -281,7 +281,14 @@ def _graph_run(keep_runtime_reads: bool) -> dict[str, str]:
 
 
 def _root_span(
-    *, run_id: str, trace_id: bytes, span_id: bytes, command: list[str], start: int, code: int
+    *,
+    run_id: str,
+    trace_id: bytes,
+    span_id: bytes,
+    command: list[str],
+    start: int,
+    code: int,
+    observer_pid: int,
 ) -> Span:
 
     return Span(
@@ -290,7 +297,7 @@ def _root_span(
                 "service.name": "otel-bridge",
                 "otel_bridge.run.id": run_id,
                 "host.id": host_id(),
-                "process.pid": os.getpid(),
+                "process.pid": observer_pid,
             }
         ),
         scope=Scope(name="otel_bridge.observe"),
@@ -519,6 +526,9 @@ class _Run:
     drained: dict[str, Any] | None = None
     armed: bool = False
     """The command ran once its sources were armed, before the collector was built."""
+    start_path: dict[str, str] | None = None
+    """Which ``observe`` ran it: ``{"server": "warm"}``, or ``"cold"`` and why no warm server
+    was used (``otel_bridge.warm``)."""
 
 
 def _prepare(
@@ -552,6 +562,7 @@ def _prepare(
     collector = Collector(config)
     collector.host.run_dir = run.path
     state = _Run(run_id, run, command, wiring, collector, forward)
+    state.start_path = getattr(args, "start_path", None) or {"server": "cold"}
     if early is None:
         trace_id, span_id = secrets.token_bytes(16), secrets.token_bytes(8)
         env, wanted = workload_env(os.environ, run_id=run_id, trace_id=trace_id, span_id=span_id)
@@ -667,6 +678,7 @@ def _root_span_of(state: _Run, early: Early, code: int) -> Span:
         command=state.command,
         start=early.started_ns,
         code=code,
+        observer_pid=early.observer_pid,
     )
 
 
@@ -732,7 +744,7 @@ def _summary(state: _Run, code: int, *, started_ns: int) -> dict[str, Any]:
         "otlp": otlp_summary(telemetry, state.mux, recorded=recorded_spans(telemetry)),
         "os_events": telemetry.total("events_emitted", kind=RECEIVER, type="host"),
         "drain": state.drained,
-        "start": {"armed": state.armed},
+        "start": {"armed": state.armed, **(state.start_path or {})},
         "forward": None if state.forward is None else forward_summary(state.forward, telemetry),
         "counters": telemetry.counters(),
         "notes": telemetry.notes(),

@@ -142,6 +142,17 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         metavar="URL",
         help="the review asks this OpenAI-compatible base URL for proposals (off by default)",
     )
+    parser.add_argument(
+        "--warm-server",
+        action="store_true",
+        help="serve observe runs of this user from a warm process (until SIGTERM/Ctrl-C): each "
+        "observe then skips the start-up imports (docs/observe.md)",
+    )
+    parser.add_argument(
+        "--no-warm",
+        action="store_true",
+        help="do not use a warm server even if one is listening (also: OTEL_BRIDGE_WARM=0)",
+    )
     parser.add_argument("command", nargs=argparse.REMAINDER, metavar="-- CMD ...")
     # the run directory is complete and closed when run() returns: the process may end at once
     parser.set_defaults(func=run, exit_when_done=True)
@@ -170,6 +181,16 @@ class Workload:
         )
         self.pid = self.proc.pid
         self.released = False
+
+    @property
+    def gate_path(self) -> str:
+        """The gate's FIFO: whoever writes the endpoint and protocol lines to it opens the gate
+        (the warm server's child does, ``otel_bridge.warm``)."""
+        return self._fifo
+
+    def discard_gate(self) -> None:
+        """Remove the gate's directory (the gate was opened by another process). Safe twice."""
+        shutil.rmtree(self._dir, ignore_errors=True)
 
     def release(self, endpoint: str, protocol: str) -> None:
         """Open the gate: CMD runs with the OTLP endpoint and protocol variables set."""
@@ -246,6 +267,9 @@ class Early:
     listener: socket.socket | None = None
     interrupted: list[int] = field(default_factory=list)
     """SIGINT/SIGTERM received (and passed on to CMD's process group), in order."""
+    observer_pid: int = field(default_factory=os.getpid)
+    """The ``observe`` process the user started (the run's root span names it): this one, or
+    the warm server's client (``otel_bridge.warm``)."""
     _previous: dict[int, Any] = field(default_factory=dict)
 
     def forward_signals(self) -> None:
@@ -316,21 +340,26 @@ def start_early(args: argparse.Namespace, command: list[str], warm: Warm | None 
         rundir.WorkloadGuard(workload.pid),
     )  # fmt: skip
     try:
-        _arm(early, warm)
+        arm(early, warm)
     except BaseException:
         early.abandon()
         raise
     return early
 
 
-def _arm(early: Early, warm: Warm | None = None) -> None:
+def arm(
+    early: Early, warm: Warm | None = None, helper: subprocess.Popen[bytes] | None = None
+) -> None:
     """Attach the host sources and bind the OTLP endpoint, then open the gate; leaves the gate
-    shut when a source cannot be attached (the collector is then built first)."""
+    shut when a source cannot be attached (the collector is then built first). ``helper``: an
+    exec image helper started ahead (the warm server's)."""
     from otel_bridge.arming import arm_linux  # noqa: PLC0415 (only for an armable run)
     from otel_bridge.otlp.mux import listen  # noqa: PLC0415
 
     try:
-        early.armed = arm_linux(early.workload.pid, waiting=None if warm is None else warm.start)
+        early.armed = arm_linux(
+            early.workload.pid, waiting=None if warm is None else warm.start, helper=helper
+        )
     except (OSError, OtelBridgeError):
         return
     early.listener = listen()
@@ -341,8 +370,21 @@ def _arm(early: Early, warm: Warm | None = None) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    """Observe ``args.command``; returns its exit code."""
+    """Observe ``args.command``; returns its exit code. Through this user's warm server when
+    one is listening (``otel_bridge.warm``), else cold; ``--warm-server`` starts that server."""
+    if getattr(args, "warm_server", False):
+        from otel_bridge.warm import serve  # noqa: PLC0415
+
+        return serve()
     command = command_of(args)
+    from otel_bridge import warm as warm_server  # noqa: PLC0415 (standard library only)
+
+    if warm_server.enabled(args, os.environ):
+        code = warm_server.observe_warm(args, command)
+        if code is not None:
+            return code
+    else:
+        args.start_path = {"server": "cold", "warm_unavailable": "turned off"}
     early = None
     if armable(args):
         warm = Warm()

@@ -1,0 +1,260 @@
+"""The warm observe server (issue 11, "observe that feels free"; ``otel_bridge/warm.py``,
+``docs/observe.md`` "The warm server").
+
+A real server (``observe --warm-server``) serves real ``observe`` clients: a warm run gives the
+run directory, report, printed summary and graph of a cold run of the same command (ids, pids,
+paths and times aside), passes the workload's stdin and exit status through, refuses a server
+of another user, and falls back to cold when the server is gone.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+from collections import Counter
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+from observe_support import observe_argv
+from waiting import Stderr
+
+from otel_bridge import warm
+
+pytestmark = pytest.mark.skipif(sys.platform != "linux", reason="Unix sockets with SO_PEERCRED")
+
+COMMAND = ("sh", "-c", 'cat > in.txt; echo "$0" > out.txt; exit 3', "written")
+
+
+@dataclass
+class Server:
+    proc: subprocess.Popen[str]
+    env: dict[str, str]
+    socket: Path
+    stderr: Stderr
+
+    def stop(self) -> None:
+        """SIGTERM, and wait for the end."""
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+        self.proc.wait(timeout=30)
+
+
+def start_server(runtime: Path) -> Server:
+    """``observe --warm-server`` with ``XDG_RUNTIME_DIR=runtime``, listening."""
+    runtime.mkdir(mode=0o700, exist_ok=True)
+    env = {**os.environ, "XDG_RUNTIME_DIR": str(runtime)}
+    env.pop(warm.ENV_SWITCH, None)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "otel_bridge", "observe", "--warm-server"],
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    stderr = Stderr(proc, timeout=120)
+    stderr.wait_for("warm observe server on")
+    return Server(proc, env, runtime / "otel-bridge" / warm.SOCKET_NAME, stderr)
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
+    started = start_server(tmp_path_factory.mktemp("xdg"))
+    yield started
+    started.stop()
+
+
+def observe(
+    cwd: Path, env: dict[str, str], *cmd: str, stdin: str = "", extra: tuple[str, ...] = ()
+) -> subprocess.CompletedProcess[str]:
+    cwd.mkdir(exist_ok=True)
+    return subprocess.run(
+        observe_argv(cwd, *cmd, extra=extra),
+        check=False,
+        cwd=cwd,
+        env=env,
+        input=stdin,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+
+
+def summary_of(cwd: Path) -> dict[str, Any]:
+    data: dict[str, Any] = json.loads((cwd / "run" / "summary.json").read_text())
+    return data
+
+
+def normalized(text: str, cwd: Path, run_id: str) -> str:
+    """``text`` without what differs between two runs of one command."""
+    text = text.replace(str(cwd), "CWD").replace(run_id, "RUN")
+    text = re.sub(r"\bpids? [\d, ]*\d", "pid PID", text)
+    text = re.sub(r"\d{4}-\d\d-\d\dT[\d:.]+Z", "TIME", text)
+    text = re.sub(r"\d+(\.\d+)?ms", "Nms", text)
+    return "\n".join(line for line in text.splitlines() if not line.startswith("  start:"))
+
+
+def graph_shape(cwd: Path) -> tuple[Counter[tuple[str, str]], Counter[tuple[Any, ...]]]:
+    """Nodes by (kind, label) and edges by relation, grade, method and their ends' shapes."""
+    graph = json.loads((cwd / "run" / "graph.json").read_text())
+
+    def label(node: dict[str, Any]) -> str:  # pids (a bare one, or in parentheses) aside
+        text = str(node.get("label", "")).replace(str(cwd), "CWD")
+        return re.sub(r"^\d+$|\(\d+\)", "PID", text)
+
+    shape = {n["id"]: (n["kind"], label(n)) for n in graph["nodes"]}
+    nodes = Counter(shape.values())
+    edges = Counter(
+        (e["relation"], e["grade"], e["method"], shape.get(e["source"]), shape.get(e["target"]))
+        for e in graph["edges"]
+    )
+    return nodes, edges
+
+
+def test_warm_run_equals_cold_run(server: Server, tmp_path: Path) -> None:
+    cold_env = {**server.env, warm.ENV_SWITCH: "0"}
+    cold = observe(tmp_path / "cold", cold_env, *COMMAND, stdin="stdin data\n")
+    hot = observe(tmp_path / "warm", server.env, *COMMAND, stdin="stdin data\n")
+    for result, name in ((cold, "cold"), (hot, "warm")):
+        assert result.returncode == 3, result.stderr  # the workload's exit status
+        assert (tmp_path / name / "in.txt").read_text() == "stdin data\n"  # its stdin
+        assert (tmp_path / name / "out.txt").read_text() == "written\n"
+    cold_summary, warm_summary = summary_of(tmp_path / "cold"), summary_of(tmp_path / "warm")
+    assert cold_summary["start"]["server"] == "cold"
+    assert warm_summary["start"]["server"] == "warm"
+    assert cold_summary["start"]["armed"] == warm_summary["start"]["armed"]
+    assert "  start:    cold (" in cold.stderr
+    assert "  start:    warm server (" in hot.stderr
+    assert sorted(os.listdir(tmp_path / "cold" / "run")) == sorted(
+        os.listdir(tmp_path / "warm" / "run")
+    )
+    texts = []
+    for name, result in (("cold", cold), ("warm", hot)):
+        cwd = tmp_path / name
+        run_id = summary_of(cwd)["run"]["id"]
+        report = (cwd / "run" / "report.md").read_text()
+        texts.append((normalized(report, cwd, run_id), normalized(result.stderr, cwd, run_id)))
+    assert texts[0][0] == texts[1][0]  # report.md
+    assert texts[0][1] == texts[1][1]  # the printed summary
+    assert "`sh -c" in texts[1][0]
+    assert "`cat`" in texts[1][0]
+    assert graph_shape(tmp_path / "cold") == graph_shape(tmp_path / "warm")
+    for key in ("exit_code", "command", "host_backend_name"):
+        assert cold_summary[key] == warm_summary[key], key
+    assert {
+        k: normalized(v, tmp_path, "no run id") for k, v in cold_summary["collection"].items()
+    } == {k: normalized(v, tmp_path, "no run id") for k, v in warm_summary["collection"].items()}
+    # the server forks from a single thread, and is still single-threaded after serving
+    assert len(os.listdir(f"/proc/{server.proc.pid}/task")) == 1
+
+
+def test_killed_workload_status_passes_through(server: Server, tmp_path: Path) -> None:
+    result = observe(tmp_path, server.env, "sh", "-c", "kill -TERM $$", extra=("--no-review",))
+    assert result.returncode == 128 + signal.SIGTERM, result.stderr
+    assert summary_of(tmp_path)["start"]["server"] == "warm"
+
+
+def test_closed_stdin_is_handed_over_as_dev_null(server: Server, tmp_path: Path) -> None:
+    argv = observe_argv(tmp_path, "sh", "-c", "exit 5", extra=("--no-review",))
+    result = subprocess.run(
+        argv,
+        check=False,
+        cwd=tmp_path,
+        env=server.env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        preexec_fn=lambda: os.close(0),  # the client starts with no stdin
+    )
+    assert result.returncode == 5, result.stderr
+    assert summary_of(tmp_path)["start"]["server"] == "warm"
+
+
+def test_refused_run_directory_is_reported_and_workload_never_runs(
+    server: Server, tmp_path: Path
+) -> None:
+    (tmp_path / "run").mkdir()
+    (tmp_path / "run" / "keep.txt").write_text("not a run")
+    result = observe(tmp_path, server.env, "sh", "-c", "echo ran > ran.txt")
+    assert result.returncode == 2
+    assert "otel-bridge:" in result.stderr
+    assert not (tmp_path / "ran.txt").exists()
+    assert (tmp_path / "run" / "keep.txt").read_text() == "not a run"
+
+
+def test_stale_socket_falls_back_to_cold(tmp_path: Path) -> None:
+    stale = start_server(tmp_path / "xdg")
+    stale.proc.kill()  # SIGKILL: the socket file stays, nobody answers
+    stale.proc.wait(timeout=30)
+    assert stale.socket.exists()
+    result = observe(tmp_path / "w", stale.env, "true", extra=("--no-review",))
+    assert result.returncode == 0, result.stderr
+    start = summary_of(tmp_path / "w")["start"]
+    assert start["server"] == "cold"
+    assert "stale socket" in start["warm_unavailable"]
+    assert "  start:    cold (" in result.stderr
+    # a new server replaces the stale socket
+    fresh = start_server(tmp_path / "xdg")
+    try:
+        again = observe(tmp_path / "w2", fresh.env, "true", extra=("--no-review",))
+        assert again.returncode == 0, again.stderr
+        assert summary_of(tmp_path / "w2")["start"]["server"] == "warm"
+    finally:
+        fresh.stop()
+
+
+def test_private_directory_is_required(tmp_path: Path) -> None:
+    open_dir = tmp_path / "open"
+    open_dir.mkdir(mode=0o755)
+    open_dir.chmod(0o755)
+    with pytest.raises(warm.WarmUnavailableError, match="open to other users"):
+        warm.check_private_dir(str(open_dir))
+    with pytest.raises(warm.WarmUnavailableError, match="no warm server"):
+        warm.check_private_dir(str(tmp_path / "missing"))
+
+
+NOBODY = 65534
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="runs the client as nobody (needs root)")
+@pytest.mark.skipif(shutil.which("setpriv") is None, reason="needs setpriv (util-linux)")
+def test_server_of_another_user_is_refused(server: Server) -> None:
+    """A client running as nobody, shown root's server through a directory of its own, refuses
+    it (SO_PEERCRED) and runs cold (which may fail here for want of packages nobody can read:
+    the refusal comes first); the server refuses the client too."""
+    home = Path(tempfile.mkdtemp(prefix="warm-nobody-", dir="/tmp"))
+    try:
+        runtime = home / "xdg"
+        (runtime / "otel-bridge").mkdir(parents=True, mode=0o700)
+        os.link(server.socket, runtime / "otel-bridge" / warm.SOCKET_NAME)
+        server.socket.chmod(0o666)  # the same socket (a hard link): nobody may connect
+        for path in (home, runtime, runtime / "otel-bridge"):
+            os.chown(path, NOBODY, NOBODY)
+            path.chmod(0o700)
+        work = home / "work"
+        work.mkdir()
+        os.chown(work, NOBODY, NOBODY)
+        env = {**server.env, "XDG_RUNTIME_DIR": str(runtime), "HOME": str(home)}
+        argv = ["setpriv", f"--reuid={NOBODY}", f"--regid={NOBODY}", "--clear-groups"]
+        argv += observe_argv(work, "true", extra=("--no-review",))
+        result = subprocess.run(
+            argv, check=False, cwd=work, env=env, capture_output=True, text=True, timeout=300
+        )
+        refusal = f"refused a warm server of uid 0 (this user is {NOBODY})"
+        assert f"not using the warm server: {refusal}; running cold" in result.stderr
+        if result.returncode == 0:  # the cold run needs the dependencies readable by nobody
+            start = summary_of(work)["start"]
+            assert start["server"] == "cold"
+            assert refusal in start["warm_unavailable"]
+        server.stderr.wait_for(f"refused a client of uid {NOBODY}")
+    finally:
+        server.socket.chmod(0o600)
+        shutil.rmtree(home, ignore_errors=True)

@@ -158,6 +158,7 @@ class Store:
         "f_hist",
         "f_seq",
         "key_sets",
+        "key_tuples",
         "methods",
         "n_attrs",
         "n_ent",
@@ -222,6 +223,8 @@ class Store:
         self.offers = 0
         self.key_sets: dict[frozenset[str], frozenset[str]] = {}
         """Interned attribute key sets: nodes of one kind share one."""
+        self.key_tuples: dict[tuple[str, ...], frozenset[str]] = {}
+        """The interned key set of each attribute key order seen by a new node or edge."""
         self.n_ent: list[Entity] = []
         """The entity object last merged into the node. Producers share one entity object
         between the observations of a batch that mention it, and merging the same object again
@@ -229,6 +232,13 @@ class Store:
         merge checks (:meth:`see`) and only moves the stamp (:meth:`stamp`); so does an entity
         equal to it field for field (one C-level comparison: the normalizer builds OS events'
         entities per record, most of them equal to the last one seen)."""
+
+    def shared_keys(self, names: tuple[str, ...]) -> frozenset[str]:
+        """The shared key set of attributes named ``names`` in this order (remembered by the
+        tuple: a new node or edge whose attributes come in a known order skips building a set)."""
+        keys = frozenset(names)
+        keys = self.key_tuples[names] = self.key_sets.setdefault(keys, keys)
+        return keys
 
     def intern_keys(self, attrs: dict[str, Any]) -> frozenset[str]:
         """The shared key set of ``attrs``."""
@@ -243,11 +253,14 @@ class Store:
         self.n_label.append(entity.label)
         attrs = entity.attrs
         copy = dict(attrs)  # json_attrs(attrs) and intern_keys(copy), inline
-        if not PLAIN.issuperset(map(type, copy.values())):
-            copy = json_attrs(attrs)
+        for v in copy.values():  # cheaper than a set of the value types for a few values
+            if v.__class__ not in PLAIN:
+                copy = json_attrs(attrs)
+                break
         self.n_attrs.append(copy)
-        keys = frozenset(copy)
-        self.n_keys.append(self.key_sets.setdefault(keys, keys))
+        names = tuple(copy)
+        keys = self.key_tuples.get(names)
+        self.n_keys.append(self.shared_keys(names) if keys is None else keys)
         self.n_key.append(entity.key)
         self.n_facts.append(entity.facts)
         self.n_ft.append(time)
@@ -341,11 +354,14 @@ class Store:
         self.e_src.append(si)
         self.e_dst.append(oi)
         copy = dict(attrs)  # json_attrs(attrs) and intern_keys(copy), inline
-        if not PLAIN.issuperset(map(type, copy.values())):
-            copy = json_attrs(attrs)
+        for v in copy.values():
+            if v.__class__ not in PLAIN:
+                copy = json_attrs(attrs)
+                break
         self.e_attrs.append(copy)
-        keys = frozenset(copy)
-        self.e_keys.append(self.key_sets.setdefault(keys, keys))
+        names = tuple(copy)
+        keys = self.key_tuples.get(names)
+        self.e_keys.append(self.shared_keys(names) if keys is None else keys)
         self.e_first.append(NEVER)
         self.e_last.append(0)
         self.e_mask.append(0)

@@ -11,6 +11,7 @@ from typing import Any
 
 import pytest
 
+from otel_bridge import jsonl
 from otel_bridge.component import CreateSettings, Host, Telemetry
 from otel_bridge.config import parse_config
 from otel_bridge.errors import StartupError
@@ -29,8 +30,11 @@ from otel_bridge.model import (
     Entity,
     EntityKind,
     Observation,
+    Resource,
+    Scope,
     Source,
 )
+from otel_bridge.otlp import json_codec
 from otel_bridge.pipeline import Collector
 from otel_bridge.testing import ListReceiver, double_registry, make_log, make_span
 
@@ -236,3 +240,25 @@ def test_in_a_collector_with_concurrent_writers(tmp_path: Path) -> None:
     assert {s.name for s in back.spans} == {
         f"span-{w * 100 + i}" for w in range(4) for i in range(50)
     }
+
+
+def test_lines_equal_one_request_per_record() -> None:
+    """Each span and log line is exactly ``jsonl.dumps`` of a one-record OTLP/JSON request,
+    although resources and scopes are encoded once per batch: with shared and equal-but-distinct
+    resources, schema URLs on either level, and non-ASCII text."""
+    shared = Resource(attributes={"service.name": "svc", "host.id": "h"})
+    resources = [
+        shared,
+        Resource(attributes={"service.name": "svc", "host.id": "h"}),
+        Resource(attributes={"service.name": "ünï"}, schema_url="https://opentelemetry.io/s/1"),
+    ]
+    scopes = [Scope(name="a"), Scope(name="b", version="2", schema_url="https://x/é")]
+    spans = [
+        make_span(n, resource=resources[n % 3], scope=scopes[n % 2], name=f"s-{n}-ß")
+        for n in range(12)
+    ]
+    logs = [make_log(n, resource=resources[n % 3], scope=scopes[n // 3 % 2]) for n in range(12)]
+    lines = encode_lines(Batch(spans=tuple(spans), logs=tuple(logs)), ("spans", "logs"))
+    expected = [jsonl.dumps(json_codec.encode_traces((s,))) for s in spans]
+    expected += [jsonl.dumps(json_codec.encode_logs((r,))) for r in logs]
+    assert lines == expected

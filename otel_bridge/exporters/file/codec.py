@@ -13,11 +13,12 @@ from __future__ import annotations
 
 import json
 import os
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from typing import Any, TypeVar
 
 from otel_bridge import jsonl
 from otel_bridge.errors import DecodeError
-from otel_bridge.model import Batch
+from otel_bridge.model import Batch, LogRecord, Resource, Scope, Span
 from otel_bridge.otlp import json_codec
 
 from .config import SignalName
@@ -29,16 +30,59 @@ def encode_lines(batch: Batch, parts: Iterable[str] = ALL_PARTS) -> list[str]:
     """The JSON lines (without newlines) for the chosen ``parts`` of ``batch``, in order."""
     wanted = set(parts)
     lines: list[str] = []
-    if "spans" in wanted:
-        lines.extend(jsonl.dumps(json_codec.encode_traces((s,))) for s in batch.spans)
-    if "logs" in wanted:
-        lines.extend(jsonl.dumps(json_codec.encode_logs((r,))) for r in batch.logs)
+    if "spans" in wanted and batch.spans:
+        lines.extend(_one_per_line(batch.spans, _TRACES, json_codec.span_to_dict))
+    if "logs" in wanted and batch.logs:
+        lines.extend(_one_per_line(batch.logs, _LOGS, json_codec.log_to_dict))
     if "observations" in wanted:
         lines.extend(
             jsonl.dumps({"observation": jsonl.observation_to_dict(o)}) for o in batch.observations
         )
     if "coverage" in wanted:
         lines.extend(jsonl.dumps({"coverage": jsonl.coverage_to_dict(c)}) for c in batch.coverage)
+    return lines
+
+
+_R = TypeVar("_R", Span, LogRecord)
+_TRACES = ("resourceSpans", "scopeSpans", "spans")
+_LOGS = ("resourceLogs", "scopeLogs", "logRecords")
+
+
+def _frame(resource: Resource, scope: Scope, keys: tuple[str, str, str]) -> tuple[str, str]:
+    """The text before and after the one record of a line of ``resource`` and ``scope``: the
+    same text as ``jsonl.dumps`` of ``json_codec.encode_traces`` / ``encode_logs`` of one
+    record, whose keys come in this order (resource, scopes, schemaUrl; scope, records,
+    schemaUrl)."""
+    top, scopes_key, records_key = keys
+    before = (
+        f'{{"{top}":[{{"resource":{jsonl.dumps(json_codec.resource_to_dict(resource))},'
+        f'"{scopes_key}":[{{"scope":{jsonl.dumps(json_codec.scope_to_dict(scope))},'
+        f'"{records_key}":['
+    )
+    after = "]"
+    if scope.schema_url:
+        after += "," + jsonl.dumps({"schemaUrl": scope.schema_url})[1:-1]
+    after += "}]"
+    if resource.schema_url:
+        after += "," + jsonl.dumps({"schemaUrl": resource.schema_url})[1:-1]
+    return before, after + "}]}"
+
+
+def _one_per_line(
+    records: Sequence[_R], keys: tuple[str, str, str], to_dict: Callable[[_R], dict[str, Any]]
+) -> list[str]:
+    """One OTLP/JSON request per record, its resource and scope encoded once per batch (the
+    records of a batch share a few of each; encoding them again per record was most of the
+    cost)."""
+    frames: dict[tuple[int, int], tuple[str, str]] = {}
+    lines: list[str] = []
+    for record in records:
+        # ids are stable here: ``records`` holds every resource and scope for the whole call
+        key = (id(record.resource), id(record.scope))
+        frame = frames.get(key)
+        if frame is None:
+            frame = frames[key] = _frame(record.resource, record.scope, keys)
+        lines.append(frame[0] + jsonl.dumps(to_dict(record)) + frame[1])
     return lines
 
 

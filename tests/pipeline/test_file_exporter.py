@@ -30,6 +30,7 @@ from otel_bridge.model import (
     Entity,
     EntityKind,
     Observation,
+    RelationKind,
     Resource,
     Scope,
     Source,
@@ -262,3 +263,26 @@ def test_lines_equal_one_request_per_record() -> None:
     expected = [jsonl.dumps(json_codec.encode_traces((s,))) for s in spans]
     expected += [jsonl.dumps(json_codec.encode_logs((r,))) for r in logs]
     assert lines == expected
+
+
+def test_observation_lines_share_entity_encodings_without_changing_them() -> None:
+    """Observations sharing one entity object (as a process's events do) give the same lines
+    as each observation encoded alone."""
+    proc = Entity(kind=EntityKind.PROCESS, id="proc:h:1:2", label="sh", attrs={"pid": 1})
+    files = [Entity(kind=EntityKind.FILE, id=f"file:/t/{n}", attrs={"n": n}) for n in range(3)]
+    observations = [
+        Observation(
+            id=f"o{n}",
+            time_unix_nano=n,
+            source=SOURCE,
+            subject=proc,
+            relation=RelationKind.OPENED if n % 2 else None,
+            object=files[n % 3] if n % 2 else None,
+        )
+        for n in range(9)
+    ]
+    lines = encode_lines(Batch(observations=tuple(observations)), ("observations",))
+    assert lines == [
+        jsonl.dumps({"observation": jsonl.observation_to_dict(o)}) for o in observations
+    ]
+    assert [decode_line(line).observations[0] for line in lines] == observations

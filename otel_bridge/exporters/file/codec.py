@@ -18,7 +18,7 @@ from typing import Any, TypeVar
 
 from otel_bridge import jsonl
 from otel_bridge.errors import DecodeError
-from otel_bridge.model import Batch, LogRecord, Resource, Scope, Span
+from otel_bridge.model import Batch, Entity, LogRecord, Observation, Resource, Scope, Span
 from otel_bridge.otlp import json_codec
 
 from .config import SignalName
@@ -35,9 +35,7 @@ def encode_lines(batch: Batch, parts: Iterable[str] = ALL_PARTS) -> list[str]:
     if "logs" in wanted and batch.logs:
         lines.extend(_one_per_line(batch.logs, _LOGS, json_codec.log_to_dict))
     if "observations" in wanted:
-        lines.extend(
-            jsonl.dumps({"observation": jsonl.observation_to_dict(o)}) for o in batch.observations
-        )
+        lines.extend(_observation_lines(batch.observations))
     if "coverage" in wanted:
         lines.extend(jsonl.dumps({"coverage": jsonl.coverage_to_dict(c)}) for c in batch.coverage)
     return lines
@@ -84,6 +82,23 @@ def _one_per_line(
             frame = frames[key] = _frame(record.resource, record.scope, keys)
         lines.append(frame[0] + jsonl.dumps(to_dict(record)) + frame[1])
     return lines
+
+
+def _observation_lines(observations: Sequence[Observation]) -> list[str]:
+    """One line per observation; an entity object met again in the batch (the normalizer
+    shares a process's entity between its events) is turned into a dict once."""
+    memo: dict[int, dict[str, Any]] = {}
+
+    def entity(e: Entity) -> dict[str, Any]:
+        # ids are stable here: ``observations`` holds every entity for the whole call
+        d = memo.get(id(e))
+        if d is None:
+            d = memo[id(e)] = jsonl.entity_to_dict(e)
+        return d
+
+    return [
+        jsonl.dumps({"observation": jsonl.observation_to_dict(o, entity)}) for o in observations
+    ]
 
 
 def decode_line(line: str, where: str = "line") -> Batch:

@@ -6,7 +6,8 @@ Unix socket; ``configs/agent.yaml`` on host A and on host B (each its own networ
 machine id). The workload:
 
 1. a traced client on host A calls a traced server on host B over a real TCP connection (the
-   cross-host join), next to an untraced control client whose connection differs only by its port;
+   cross-host join, and the trace join of the server's span to the client's), next to an
+   untraced control client whose connection differs only by its port;
 2. a client on host A sends spans with the OpenTelemetry SDK to agent A and keeps a receipt of
    every span the agent acknowledged; agent A is killed (-9) and restarted on its queue, then the
    gateway is killed (-9) and restarted while agent A keeps accepting into its queue (so the join
@@ -162,12 +163,11 @@ def stored_span_ids(url: str) -> set[str]:
     return set(stored_span_rows(url, RUN))
 
 
-def joins(url: str) -> int:
-    """How many ``connected_to_process`` rows the gateway's run has."""
+def joins(url: str, relation: str = "connected_to_process") -> int:
+    """How many ``relation`` edges (a cross-host join) the gateway's run has."""
     with psycopg.connect(url) as conn:
         row = conn.execute(
-            "SELECT count(*) FROM ob_edges WHERE run_id = %s AND relation = 'connected_to_process'",
-            (RUN,),
+            "SELECT count(*) FROM ob_edges WHERE run_id = %s AND relation = %s", (RUN, relation)
         ).fetchone()
     return 0 if row is None else int(row[0])
 
@@ -208,6 +208,9 @@ def test_two_agents_and_a_gateway_fill_postgres_and_read_back_the_gateway_graph(
         # both ends reach the gateway first: crosshost's pending ends live in its memory only,
         # so a side that arrived before the gateway's kill and one after would never meet
         wait_until(lambda: joins(url) == 1, 90, "the cross-host join stored")
+        # the same for the trace join (client span on A, server span on B): the store would
+        # make it across the gateway's restart below, the gateway's memory would not
+        wait_until(lambda: joins(url, "remote_child_of") == 1, 90, "the trace join stored")
         acked = load_with_restarts(fleet, tmp_path / "receipts")
         wait_until(lambda: acked <= stored_span_ids(url), 90, "every acknowledged span stored")
         for name in ("a", "b", "gateway"):  # drain: enrich's held spans, the queues, the store

@@ -242,7 +242,10 @@ def test_server_of_another_user_is_refused(server: Server) -> None:
         work = home / "work"
         work.mkdir()
         os.chown(work, NOBODY, NOBODY)
+        # nobody cannot read root's interpreter prefix, so the package comes from this tree
+        tree = str(Path(warm.__file__).resolve().parent.parent)
         env = {**server.env, "XDG_RUNTIME_DIR": str(runtime), "HOME": str(home)}
+        env["PYTHONPATH"] = tree
         argv = ["setpriv", f"--reuid={NOBODY}", f"--regid={NOBODY}", "--clear-groups"]
         argv += observe_argv(work, "true", extra=("--no-review",))
         result = subprocess.run(

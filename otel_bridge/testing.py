@@ -693,6 +693,8 @@ class LoopbackServer:
         self.sock.listen(backlog)
         self.port: int = self.sock.getsockname()[1]
         self._conns: list[socket.socket] = []
+        self._lock = threading.Lock()
+        self._closed = False
         self._thread = threading.Thread(target=self._accept, daemon=True)
         self._thread.start()
 
@@ -702,16 +704,27 @@ class LoopbackServer:
                 conn, _ = self.sock.accept()
             except OSError:
                 return
-            if self.hold:
-                self._conns.append(conn)
-            else:
-                conn.close()
+            with self._lock:
+                if self.hold and not self._closed:
+                    self._conns.append(conn)
+                    continue
+            conn.close()
 
     def close(self) -> None:
-        """Stop accepting and close every connection."""
+        """Stop accepting and close every connection.
+
+        Closing a listening socket does not wake a thread blocked in ``accept`` on Linux, so the
+        socket is shut down first (that wakes it); a connection accepted while closing is
+        closed by the accept thread itself, so none is left open.
+        """
+        with self._lock:
+            self._closed = True
+            conns, self._conns = self._conns, []
+        with contextlib.suppress(OSError):
+            self.sock.shutdown(socket.SHUT_RDWR)
+        self._thread.join(timeout=5)
         self.sock.close()
-        self._thread.join(timeout=2)
-        for conn in self._conns:
+        for conn in conns:
             conn.close()
 
 

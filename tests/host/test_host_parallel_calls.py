@@ -3,8 +3,9 @@
 A real agent process runs two tool calls of the same command (``sleep 0.3``) at once on two
 threads, under the suite's background CPU load, observed by the real host receiver (the
 strongest backend that works here). Both calls have started before either process runs (a
-barrier), so each process starts inside both calls' windows. The agent writes a receipt per
-call (span start/end, the pid that ran it); the test builds the tool spans from those receipts
+barrier), and neither call ends before the other call's process has started (``Popen`` has
+returned), so each process starts inside both calls' windows even when the load delays one
+thread. The agent writes a receipt per call (span start/end, the pid that ran it); the test builds the tool spans from those receipts
 (GenAI ``execute_tool`` spans with the agent's ``process.pid`` on the resource) and runs the
 real ``normalize`` and the correlator over spans and OS records.
 
@@ -62,11 +63,13 @@ first_started = threading.Event()
 both_started = threading.Barrier(2)
 calls = [{}, {}]
 
+spawned = [threading.Event(), threading.Event()]
+
 def launch_outside():
     with open(fifo, "w") as f:
         f.write("run\n")
     with open(fifo + ".pid") as f:
-        return int(f.readline())  # the launcher closes it when its process ended
+        return int(f.read())  # EOF: the launcher closes it when its process ended
 
 def call(i):
     if i:
@@ -77,10 +80,13 @@ def call(i):
     both_started.wait()  # both calls run before either process starts
     if mode == "missed" and i:
         calls[i]["pid"] = launch_outside()
+        spawned[i].set()
     else:
         proc = subprocess.Popen(["sleep", "0.3"])
         calls[i]["pid"] = proc.pid
+        spawned[i].set()
         proc.wait()
+    spawned[1 - i].wait()  # neither call ends before the other's process started
     calls[i]["end"] = time.time_ns()
 
 threads = [threading.Thread(target=call, args=(i,)) for i in (0, 1)]

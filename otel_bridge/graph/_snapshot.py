@@ -296,8 +296,11 @@ def _edge_rows(
     # and derived_support are rare: None/() there, patched below.
     by_mask = {m: _edge_template(info) for m, info in table.items()}
     templates = list(map(by_mask.__getitem__, masks))
-    at = {j: p for p, j in enumerate(order)}
-    for p, _found in _annotated(order, at, st.methods):
+    # positions of the rare annotated edges (a whole snapshot with none builds no index)
+    annotated = st.methods or st.score or st.support or st.derived
+    at = {j: p for p, j in enumerate(order)} if annotated else {}
+    methods = _annotated(order, at, st.methods)
+    for p, _found in methods:
         infos[p] = _info(names, masks[p], True)
         templates[p] = _edge_template(infos[p])
     counts = _take(st.e_count, order)
@@ -326,7 +329,7 @@ def _edge_rows(
         d["source"] = s
         d["target"] = t
         append(d)
-    for p, found in _annotated(order, at, st.methods):
+    for p, found in methods:
         edges[p]["method"] = sorted(found) if len(found) > 1 else next(iter(found))
     for p, score in _annotated(order, at, st.score):
         edges[p]["score"] = score

@@ -5,9 +5,10 @@ threads, under the suite's background CPU load, observed by the real host receiv
 strongest backend that works here). Both calls have started before either process runs (a
 barrier), and neither call ends before the other call's process has started (``Popen`` has
 returned), so each process starts inside both calls' windows even when the load delays one
-thread. The agent writes a receipt per call (span start/end, the pid that ran it); the test builds the tool spans from those receipts
-(GenAI ``execute_tool`` spans with the agent's ``process.pid`` on the resource) and runs the
-real ``normalize`` and the correlator over spans and OS records.
+thread. The agent writes a receipt per call (span start/end, the pid that ran it); the test
+builds the tool spans from those receipts (GenAI ``execute_tool`` spans with the agent's
+``process.pid`` on the resource) and runs the real ``normalize`` and the correlator over spans
+and OS records.
 
 * **parallel calls**: both processes observed. Nothing but time tells them apart, so neither
   call may be bridged to the other's process; with identical commands both are ambiguous.

@@ -54,8 +54,10 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from gateway_ingest import REPO, cpu_seconds, free_port, start_gateway
-from store_ingest import server_cpu, sizes, start_server, workload
+from gateway_ingest import REPO, cpu_seconds, start_gateway
+from store_ingest import print_sizes, server_cpu, sizes, start_server, workload
+
+from otel_bridge.testing import free_port
 
 _LOGS = "/opentelemetry.proto.collector.logs.v1.LogsService/Export"
 _TRACES = "/opentelemetry.proto.collector.trace.v1.TraceService/Export"
@@ -355,15 +357,7 @@ def report(args: argparse.Namespace, r: dict[str, Any]) -> bool:
         and counts["ob_logs"] == made["os_events"]
     )
     print(f"stored: {json.dumps(counts)}; exactly once: {'yes' if once else 'NO'}")
-    size = r["sizes"]
-    per_m = 1e6 / total
-    print(
-        f"database: {size['database'] / 2**20:,.0f} MiB, "
-        f"{size['database'] * per_m / 2**20:,.1f} MiB per million input records"
-    )
-    for table, n in size.items():
-        if table != "database":
-            print(f"  {table}: {n / 2**20:,.1f} MiB ({n * per_m / 2**20:,.1f} MiB/M)")
+    print_sizes(r["sizes"], total)
     read = r["read"]
     print(
         f"otel-bridge graph --db URL --run {r['largest']} (the largest run): "
@@ -387,6 +381,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--progress", type=float, default=30.0, help="seconds between lines")
     p.add_argument("--read-timeout", type=float, default=1800.0, help="graph read limit (s)")
     p.add_argument("--db", help="an existing database (its server's CPU is then not measured)")
+    p.add_argument(
+        "--keep", action="store_true", help="leave the private server running at the end"
+    )
     return p.parse_args(argv)
 
 
@@ -400,7 +397,9 @@ def main(argv: list[str] | None = None) -> int:
             result = run(args, url, getattr(stop, "data", None), tmp)
         once = report(args, result)
     finally:
-        if stop is not None:
+        if stop is not None and args.keep:
+            print(f"kept: {url}; stop it with: {stop.command}", flush=True)
+        elif stop is not None:
             stop()  # the data directory is removed with it
     print(f"{time.strftime('%Y-%m-%d %H:%M:%S UTC', time.gmtime())}: done", flush=True)
     return 0 if once else 1

@@ -52,10 +52,11 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
 from otel_bridge.identity import iso_ms  # noqa: E402
-from otel_bridge.model import AnyValue, Batch, LogRecord, Resource, Scope  # noqa: E402
+from otel_bridge.model import AnyValue, Batch, LogRecord  # noqa: E402
 from otel_bridge.otlp.proto_codec import encode_logs  # noqa: E402
 from otel_bridge.processors.crosshost import wire  # noqa: E402
 from otel_bridge.processors.normalize import Normalizer  # noqa: E402
+from otel_bridge.testing import free_port, os_record  # noqa: E402
 
 BATCH = 256
 """OS records per agent batch (the host receiver's default ``batch_size``)."""
@@ -66,16 +67,10 @@ _EXPORT = "/opentelemetry.proto.collector.logs.v1.LogsService/Export"
 def _record(host: str, n: int, t: int) -> LogRecord:
     pid = 1000 + n // 8
     kind = n % 8
-    attrs: dict[str, AnyValue] = {
-        "evidence.record_id": f"linux:{n}",
-        "evidence.attribution": "syscall",
-        "evidence.causal": True,
-        "process.pid": pid,
-        "process.creation.time": iso_ms(t // 1_000_000 - 1000),
-    }
+    attrs: dict[str, AnyValue]
     if kind == 0:
         name = "process.start"
-        attrs |= {
+        attrs = {
             "process.parent_pid": 1,
             "process.executable.path": "/usr/bin/python3",
             "process.executable.name": "python3",
@@ -83,30 +78,18 @@ def _record(host: str, n: int, t: int) -> LogRecord:
         }
     elif kind < 6:
         name = "file.open"
-        attrs |= {"file.path": f"/srv/work/{pid}/file{kind}.txt", "file.access": "read"}
+        attrs = {"file.path": f"/srv/work/{pid}/file{kind}.txt", "file.access": "read"}
     else:
         name = "network.connect"
-        attrs |= {
+        attrs = {
             "network.transport": "tcp",
             "network.local.address": "10.1.0.1",
             "network.local.port": 30000 + n % 30000,
             "network.peer.address": "10.2.0.1",
             "network.peer.port": 443,
         }
-    return LogRecord(
-        resource=Resource(
-            attributes={
-                "evidence.channel": "os",
-                "evidence.backend": "linux",
-                "host.id": host,
-                "service.name": "otel-bridge-host",
-            }
-        ),
-        scope=Scope(name="otel_bridge.receivers.host"),
-        time_unix_nano=t,
-        event_name=name,
-        attributes=attrs,
-    )
+    start = iso_ms(t // 1_000_000 - 1000)
+    return os_record(name, host, pid, t, attrs, start=start, backend="linux", rid=f"linux:{n}")
 
 
 def agent_requests(agent: int, observations: int) -> tuple[list[bytes], int, int]:
@@ -234,15 +217,6 @@ def _send(
     for s in senders:
         s.join()
     return end, start, cpu
-
-
-def free_port() -> int:
-    import socket
-
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port: int = s.getsockname()[1]
-        return port
 
 
 def _stored(store: str, runs: list[str]) -> list[int]:

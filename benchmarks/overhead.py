@@ -172,6 +172,31 @@ def _observe_argv(backend: str, out: str, cmd: list[str], warm: WarmServer | Non
     return [*argv, "-o", out, "--", *cmd]
 
 
+def _run_child(
+    argv: list[str],
+    cwd: str,
+    *,
+    env: dict[str, str] | None = None,
+    extra: tuple[int, ...] = (),
+    quiet: bool = False,
+) -> tuple[str, float, int, TreeRss]:
+    """Run ``argv`` to its end in ``cwd``: its stdout, the elapsed seconds, the peak RSS of its
+    process tree (and of the ``extra`` pids), and the RSS watcher (for its own CPU)."""
+    t0 = time.perf_counter()
+    proc = subprocess.Popen(
+        argv,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL if quiet else None,
+        text=True,
+        cwd=cwd,
+        env=env,
+    )
+    rss = TreeRss(proc.pid, extra=extra)
+    stdout, _ = proc.communicate()
+    elapsed = time.perf_counter() - t0
+    return stdout, elapsed, rss.stop(), rss
+
+
 def run_once(
     mode: str,
     on: bool,
@@ -193,19 +218,13 @@ def run_once(
         if mode == "cli" and on:
             argv = _observe_argv(backend, os.path.join(out_dir, "run"), cmd, warm)
             served0 = warm.children_cpu() if warm is not None else 0.0
-            t0 = time.perf_counter()
-            proc = subprocess.Popen(
+            stdout, elapsed, peak, rss = _run_child(
                 argv,
-                stdout=subprocess.PIPE,
-                stderr=subprocess.DEVNULL,
-                text=True,
-                cwd=work_dir,
+                work_dir,
                 env=None if warm is None else warm.env,
+                extra=(warm.proc.pid,) if warm is not None else (),
+                quiet=True,
             )
-            rss = TreeRss(proc.pid, extra=(warm.proc.pid,) if warm is not None else ())
-            stdout, _ = proc.communicate()
-            elapsed = time.perf_counter() - t0
-            peak = rss.stop()
             served = warm.children_cpu() - served0 if warm is not None else 0.0
             artifact = _dir_bytes(os.path.join(out_dir, "run"))
             with open(os.path.join(out_dir, "run", "os.jsonl")) as f:
@@ -232,12 +251,7 @@ def run_once(
             artifact = _dir_bytes(out_dir)
             events = len(sink.logs)
         else:
-            t0 = time.perf_counter()
-            proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, text=True, cwd=work_dir)
-            rss = TreeRss(proc.pid)
-            stdout, _ = proc.communicate()
-            elapsed = time.perf_counter() - t0
-            peak = rss.stop()
+            stdout, elapsed, peak, rss = _run_child(cmd, work_dir)
             artifact = 0
         if not (mode == "cli" and on):
             served = 0.0

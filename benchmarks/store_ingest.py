@@ -128,6 +128,7 @@ def start_server() -> tuple[str, Any]:
         shutil.rmtree(root, ignore_errors=True)
 
     stop.data = data  # type: ignore[attr-defined]
+    stop.command = " ".join([*ctl, "-m", "fast", "-w", "stop"]) + f" && rm -rf {root}"  # type: ignore[attr-defined]
     return f"postgresql://bench@127.0.0.1:{port}/postgres", stop
 
 
@@ -284,6 +285,18 @@ def sizes(url: str) -> dict[str, int]:
     return out
 
 
+def print_sizes(size: dict[str, int], records: int) -> None:
+    """Print :func:`sizes`'s figures, in total and per million input records."""
+    per_million = 1e6 / records
+    print(
+        f"database: {size['database'] / 2**20:,.1f} MiB, "
+        f"{size['database'] * per_million / 2**20:,.1f} MiB per million input records"
+    )
+    for table, n in size.items():
+        if table != "database":
+            print(f"  {table}: {n / 2**20:,.1f} MiB ({n * per_million / 2**20:,.1f} MiB/M)")
+
+
 def read_latency(url: str) -> dict[str, Any]:
     """Seconds to read run 0's graph from its rows and by replay (medians of 3), its size."""
     times: dict[str, list[float]] = {"rows": [], "replay": []}
@@ -323,7 +336,6 @@ def main(argv: list[str] | None = None) -> int:
         if stop is not None:
             stop()
     records = args.spans + args.os_events
-    per_million = 1e6 / records
     print(
         f"machine: {platform.machine()}, {os.cpu_count()} cores, Python {platform.python_version()}"
     )
@@ -337,13 +349,7 @@ def main(argv: list[str] | None = None) -> int:
         f"(the exporter {took['exporter'] / records * 1e6:.1f}), "
         f"server CPU {took['server'] / records * 1e6:.1f} us/record"
     )
-    print(
-        f"database: {size['database'] / 2**20:,.1f} MiB, "
-        f"{size['database'] * per_million / 2**20:,.1f} MiB per million input records"
-    )
-    for table, n in size.items():
-        if table != "database":
-            print(f"  {table}: {n / 2**20:,.1f} MiB ({n * per_million / 2**20:,.1f} MiB/M)")
+    print_sizes(size, records)
     print(
         f"read one run's graph ({read['nodes']} nodes, {read['edges']} edges): "
         f"rows {read['rows'] * 1000:,.0f} ms, replay {read['replay'] * 1000:,.0f} ms (medians of 3)"

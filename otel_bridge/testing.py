@@ -33,7 +33,7 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -401,6 +401,44 @@ def make_log(n: int = 0, **fields: Any) -> LogRecord:
     return LogRecord(**values)
 
 
+def os_record(
+    event: str,
+    host: str,
+    pid: int,
+    t: int,
+    attrs: Mapping[str, AnyValue],
+    *,
+    start: str,
+    backend: str = "strace",
+    rid: str = "",
+) -> LogRecord:
+    """An OS record ``event`` of process ``pid`` (started at ISO time ``start``) with the
+    event's own ``attrs``, recorded by ``backend`` on ``host`` at ``t`` as the host receiver
+    writes it (``docs/contracts.md``); ``rid`` the record id (default: one made of the
+    backend, event, pid and time)."""
+    return LogRecord(
+        resource=Resource(
+            attributes={
+                "evidence.channel": "os",
+                "evidence.backend": backend,
+                "host.id": host,
+                "service.name": "otel-bridge-host",
+            }
+        ),
+        scope=Scope(name="otel_bridge.receivers.host"),
+        time_unix_nano=t,
+        event_name=event,
+        attributes={
+            "evidence.record_id": rid or f"{backend}:{event}:{pid}:{t}",
+            "evidence.attribution": "syscall",
+            "evidence.causal": True,
+            "process.pid": pid,
+            "process.creation.time": start,
+            **attrs,
+        },
+    )
+
+
 def connection_record(
     event: str,
     host: str,
@@ -413,41 +451,18 @@ def connection_record(
 ) -> LogRecord:
     """A ``network.connect`` or ``network.accept`` of process ``pid`` (started at ISO time
     ``start``) with both ends, ``(local, peer)`` address and port, recorded by strace on
-    ``host`` at ``t`` as the host receiver writes it (``docs/contracts.md``); ``rid`` the
-    record id (default: one made of the event, pid, ports and time)."""
+    ``host`` at ``t`` (:func:`os_record`); ``rid`` the record id (default: one made of the
+    event, pid, ports and time)."""
     local, peer = ends
     attrs: dict[str, AnyValue] = {
-        "evidence.record_id": rid or f"strace:{event}:{pid}:{local[1]}:{peer[1]}:{t}",
-        "evidence.attribution": "syscall",
-        "evidence.causal": True,
-        "process.pid": pid,
-        "process.creation.time": start,
         "network.transport": "tcp",
         "network.local.address": local[0],
         "network.local.port": local[1],
         "network.peer.address": peer[0],
         "network.peer.port": peer[1],
     }
-    return LogRecord(
-        resource=Resource(
-            attributes={
-                "evidence.channel": "os",
-                "evidence.backend": "strace",
-                "host.id": host,
-                "service.name": "otel-bridge-host",
-            }
-        ),
-        scope=Scope(name="otel_bridge.receivers.host"),
-        time_unix_nano=t,
-        event_name=event,
-        attributes=attrs,
-    )
-
-
-# --------------------------------------------------------------------------------------------
-# Observations in the normalizer's documented shape (docs/contracts.md), for correlation tests
-# and benchmarks that feed the correlator without running the normalizer
-# --------------------------------------------------------------------------------------------
+    rid = rid or f"strace:{event}:{pid}:{local[1]}:{peer[1]}:{t}"
+    return os_record(event, host, pid, t, attrs, start=start, rid=rid)
 
 
 def tool_call_entity(

@@ -8,12 +8,15 @@ what was awaited.
 
 from __future__ import annotations
 
+import os
 import queue
 import re
 import subprocess
+import sys
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
+from pathlib import Path
 from typing import TypeVar
 
 T = TypeVar("T")
@@ -109,3 +112,33 @@ class Stderr:
         """Every line, read or not; call after the child exited. Closes the pipe."""
         self._drain()
         return "".join(self.seen)
+
+
+def start_run(
+    config: Path,
+    env: Mapping[str, str],
+    *extra: str,
+    ready: bool = True,
+    timeout: float = 60.0,
+    cwd: Path | None = None,
+) -> tuple[subprocess.Popen[str], Stderr]:
+    """``python -m otel_bridge run -c config *extra`` as a child, ``env`` over this process's
+    environment, its stderr collected. With ``ready`` it returns once the child says it is
+    running (and is killed if it does not within ``timeout``)."""
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "otel_bridge", "run", "-c", str(config), *extra],
+        stderr=subprocess.PIPE,
+        stdout=subprocess.DEVNULL,
+        text=True,
+        env={**os.environ, **env},
+        cwd=cwd,
+    )
+    err = Stderr(proc, timeout=timeout)
+    if ready:
+        try:
+            err.wait_for(r"running \(pid")
+        except BaseException:
+            proc.kill()
+            proc.wait()
+            raise
+    return proc, err

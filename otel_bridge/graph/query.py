@@ -86,7 +86,10 @@ class GraphFilter:
 
 
 def filter_graph(graph: Graph, flt: GraphFilter) -> Graph:
-    """The derived view of ``graph`` that ``flt`` selects (see the module docstring)."""
+    """The derived view of ``graph`` that ``flt`` selects (see the module docstring); the graph
+    itself when ``flt`` selects everything."""
+    if not (flt.filters_nodes or flt.relations or flt.causal or flt.grades):
+        return graph
     nodes = tuple(n for n in graph.nodes if flt.node_ok(n))
     keep = {n.id for n in nodes}
     edges = tuple(

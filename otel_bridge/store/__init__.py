@@ -13,6 +13,8 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit, urlunsplit
 
+import orjson
+
 from otel_bridge.errors import OtelBridgeError
 from otel_bridge.store.schema import LATEST, LOCK_KEY, MIGRATIONS, VERSION_TABLE
 
@@ -108,6 +110,8 @@ def connect(url: str, options: ConnectOptions | None = None) -> psycopg.Connecti
         conn: psycopg.Connection[Any] = pg.connect(url, **kwargs)
     except pg.Error as exc:
         raise StoreError(f"cannot connect to {redact_url(url)}: {_first_line(exc)}") from None
+    # JSON columns decoded by orjson (a base dependency): a graph read decodes one per row.
+    importlib.import_module("psycopg.types.json").set_json_loads(orjson.loads, conn)
     return conn
 
 

@@ -26,18 +26,16 @@ Phoenix; its only destination). Destinations a configuration does not have are n
 from __future__ import annotations
 
 import http.client
-import os
 import random
 import signal
 import subprocess
-import sys
 import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
 
-from waiting import Stderr, poll
+from waiting import Stderr, poll, start_run
 
 from otel_bridge.errors import DecodeError
 from otel_bridge.exporters.file.codec import decode_line
@@ -147,25 +145,6 @@ class ChaosResult:
 PROTOBUF = "application/x-protobuf"
 
 
-def start_run(config: Path, env: dict[str, str]) -> tuple[subprocess.Popen[str], Stderr]:
-    """``otel-bridge run -c config`` as a child with ``env``, once it says it is running."""
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "otel_bridge", "run", "-c", str(config)],
-        stderr=subprocess.PIPE,
-        stdout=subprocess.DEVNULL,
-        text=True,
-        env=env,
-    )
-    err = Stderr(proc, timeout=60)
-    try:
-        err.wait_for(r"running \(pid")
-    except BaseException:
-        proc.kill()
-        proc.wait()
-        raise
-    return proc, err
-
-
 def post_traces(
     port: int, body: bytes, content_type: str = PROTOBUF, timeout: float = 60
 ) -> tuple[int, str | None]:
@@ -194,16 +173,7 @@ class Collector:
 
     def start(self) -> None:
         """Start and wait until it reports it is running."""
-        self.proc = subprocess.Popen(
-            [sys.executable, "-m", "otel_bridge", "run", "-c", str(self.config)],
-            stderr=subprocess.PIPE,
-            stdout=subprocess.DEVNULL,
-            text=True,
-            env={**os.environ, **self.env},
-            cwd=self.cwd,
-        )
-        self.stderr = Stderr(self.proc, timeout=60.0)
-        self.stderr.wait_for(r"running \(pid")
+        self.proc, self.stderr = start_run(self.config, self.env, cwd=self.cwd)
 
     @property
     def running(self) -> bool:

@@ -14,8 +14,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from chaos_harness import post_traces, start_run
-from waiting import Stderr
+from chaos_harness import post_traces
+from waiting import Stderr, start_run
 
 from otel_bridge.admission import COST_PER_BYTE, Admission, Ticket
 from otel_bridge.exporters.graph.journal import read_frames

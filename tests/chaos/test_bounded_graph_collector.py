@@ -14,8 +14,8 @@ from pathlib import Path
 
 import psutil
 import pytest
-from chaos_harness import post_traces, start_run
-from waiting import Stderr
+from chaos_harness import post_traces
+from waiting import Stderr, start_run
 
 from otel_bridge.exporters.graph.journal import read_frames
 from otel_bridge.otlp.proto_codec import encode_traces

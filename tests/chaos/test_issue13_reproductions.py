@@ -20,8 +20,8 @@ import textwrap
 from pathlib import Path
 
 import pytest
-from chaos_harness import post_traces, start_run
-from waiting import wait_until
+from chaos_harness import post_traces
+from waiting import start_run, wait_until
 
 from otel_bridge.testing import free_port
 

@@ -2,15 +2,10 @@
 
 from __future__ import annotations
 
-import os
 import signal
 import subprocess
-import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
-from pathlib import Path
-
-from waiting import Stderr
 
 from otel_bridge.component import CreateSettings, Host
 from otel_bridge.receivers.otlp import OtlpReceiver, factory
@@ -34,18 +29,6 @@ def downstream() -> Iterator[tuple[OtlpReceiver, RecordingConsumer]]:
         yield receiver, sink
     finally:
         receiver.shutdown()
-
-
-def start_run(config: Path, env: dict[str, str]) -> tuple[subprocess.Popen[str], Stderr]:
-    """``python -m otel_bridge run -c config`` with stderr collected."""
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "otel_bridge", "run", "-c", str(config)],
-        stderr=subprocess.PIPE,
-        stdout=subprocess.DEVNULL,
-        text=True,
-        env={**os.environ, **env},
-    )
-    return proc, Stderr(proc, timeout=30.0)
 
 
 def stop(proc: subprocess.Popen[str], sig: int = signal.SIGTERM) -> int:

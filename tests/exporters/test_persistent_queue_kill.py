@@ -14,8 +14,8 @@ import signal
 from pathlib import Path
 
 import pytest
-from exporters_support import start_run, stop
-from waiting import poll
+from exporters_support import stop
+from waiting import poll, start_run
 
 from otel_bridge.exporters.file import read_batch
 from otel_bridge.testing import free_port
@@ -114,7 +114,7 @@ def test_acknowledged_spans_survive_kill_9_and_arrive_once_downstream(tmp_path: 
     (tmp_path / "b.yaml").write_text(COLLECTOR_B)
     port = int(env["A_PORT"])
 
-    a, a_err = start_run(tmp_path / "a.yaml", env)
+    a, a_err = start_run(tmp_path / "a.yaml", env, ready=False, timeout=30)
     a_err.wait_for(r"running \(pid")
     acked = send_spans(port, [f"op-{i}" for i in range(KILL_AFTER)])
     assert len(acked) == KILL_AFTER
@@ -122,13 +122,13 @@ def test_acknowledged_spans_survive_kill_9_and_arrive_once_downstream(tmp_path: 
     a_err.rest()
     assert send_spans(port, [f"late-{i}" for i in range(2)]) == []  # nobody acknowledges these
 
-    a, a_err = start_run(tmp_path / "a.yaml", env)
+    a, a_err = start_run(tmp_path / "a.yaml", env, ready=False, timeout=30)
     replayed = int(a_err.wait_for(r"replaying (\d+) batches").group(1))
     a_err.wait_for(r"running \(pid")
     acked += send_spans(port, [f"op-{i}" for i in range(KILL_AFTER, SPANS)])
     assert len(acked) == SPANS
 
-    b, b_err = start_run(tmp_path / "b.yaml", env)
+    b, b_err = start_run(tmp_path / "b.yaml", env, ready=False, timeout=30)
     try:
         arrived = wait_for_names(Path(env["OUT"]), set(acked))
         assert stop(a) == 0

@@ -6,14 +6,11 @@ every span the collector acknowledged is in the output file after SIGTERM, and t
 
 from __future__ import annotations
 
-import os
 import signal
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
-from waiting import Stderr
+from waiting import start_run
 
 from otel_bridge.cli import main
 from otel_bridge.commands.run import embedded_config_text, load_run_config
@@ -52,17 +49,6 @@ service:
 """
 
 
-def start_run(config: Path, env: dict[str, str], *extra: str) -> subprocess.Popen[str]:
-    """Start ``python -m otel_bridge run -c config`` with stderr piped."""
-    return subprocess.Popen(
-        [sys.executable, "-m", "otel_bridge", "run", "-c", str(config), *extra],
-        stderr=subprocess.PIPE,
-        stdout=subprocess.DEVNULL,
-        text=True,
-        env={**os.environ, **env},
-    )
-
-
 @pytest.mark.slow
 def test_run_drains_every_acknowledged_span_on_sigterm(tmp_path: Path) -> None:
     """Spans acknowledged over OTLP/gRPC are all written after SIGTERM; the exit code is 0."""
@@ -74,8 +60,9 @@ def test_run_drains_every_acknowledged_span_on_sigterm(tmp_path: Path) -> None:
     config = tmp_path / "drain.yaml"
     config.write_text(DRAIN_CONFIG)
     out = tmp_path / "out" / "spans.jsonl"
-    proc = start_run(config, {"OUT": str(out)}, "--progress", "--progress-interval", "0.2")
-    err = Stderr(proc)
+    proc, err = start_run(
+        config, {"OUT": str(out)}, "--progress", "--progress-interval", "0.2", ready=False
+    )
     try:
         port = int(err.wait_for(r"OTLP/grpc on 127\.0\.0\.1:(\d+)").group(1))
         err.wait_for(r"running \(pid")
@@ -125,10 +112,9 @@ def test_run_startup_failure_exits_nonzero(tmp_path: Path) -> None:
             "${env:OUT}", str(tmp_path / "ok.jsonl")
         )
     )
-    proc = start_run(config, {})
-    _, err = proc.communicate(timeout=30)
-    assert proc.returncode == 2
-    assert "exporter file/logs: cannot open" in err
+    proc, err = start_run(config, {}, ready=False)
+    assert proc.wait(timeout=30) == 2
+    assert "exporter file/logs: cannot open" in err.log()
 
 
 def test_validate_ok(

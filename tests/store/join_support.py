@@ -5,6 +5,9 @@ the ``connected_to``/``accepted`` observation a gateway receives from an agent.
 
 from __future__ import annotations
 
+import threading
+from collections.abc import Callable
+
 from otel_bridge.identity import iso_ms
 from otel_bridge.model import Batch, LogRecord, Observation
 from otel_bridge.processors import normalize
@@ -61,3 +64,26 @@ def accept(
     """The server's ``accepted`` observation."""
     (obs,) = observations(os_event("network.accept", host, pid, (local, peer), t))
     return obs
+
+
+def at_once(work: Callable[[int], None], n: int = 2, timeout: float = 120.0) -> None:
+    """Run ``work(0)`` .. ``work(n - 1)`` on ``n`` threads released together (two gateways
+    storing at the same moment); re-raise the first failure of any of them."""
+    barrier = threading.Barrier(n)
+    failures: list[BaseException] = []
+
+    def run(i: int) -> None:
+        try:
+            barrier.wait(timeout=30)
+            work(i)
+        except BaseException as exc:  # re-raised by the calling thread
+            failures.append(exc)
+
+    threads = [threading.Thread(target=run, args=(i,)) for i in range(n)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=timeout)
+    assert not any(t.is_alive() for t in threads), f"a thread still runs after {timeout} s"
+    if failures:
+        raise failures[0]

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import json
 import random
-import threading
 from typing import Any
 
 import msgspec
@@ -30,6 +29,7 @@ from store.join_support import (
     T0,
     S,
     accept,
+    at_once,
     connect_end,
     observations,
     os_event,
@@ -289,25 +289,16 @@ def test_two_writers_storing_both_ends_at_once_join_every_connection_once(pg_url
     ends[1].reverse()
     telemetry = Telemetry()
     writers = [_exporter(pg_url, f"gateway-{n}", telemetry) for n in (1, 2)]
-    barrier = threading.Barrier(2)
-    failures: list[BaseException] = []
 
     def store(n: int) -> None:
-        try:
-            barrier.wait(timeout=30)
-            for k in range(0, len(ends[n]), 4):
-                writers[n].consume(Batch(observations=tuple(ends[n][k : k + 4])))
-        except BaseException as exc:  # reported by the main thread
-            failures.append(exc)
+        for k in range(0, len(ends[n]), 4):
+            writers[n].consume(Batch(observations=tuple(ends[n][k : k + 4])))
 
-    threads = [threading.Thread(target=store, args=(n,)) for n in (0, 1)]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join(timeout=120)
-    for writer in writers:
-        writer.shutdown()
-    assert failures == []
+    try:
+        at_once(store)
+    finally:
+        for writer in writers:
+            writer.shutdown()
     joins = _rows(pg_url, JOINS)
     assert len(joins) == len({j for _, j in joins}) == 40
     assert telemetry.total("connections_joined", kind="exporter") == 40

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import json
 import random
-import threading
 from datetime import UTC, datetime
 from typing import Any
 
@@ -24,7 +23,7 @@ from otel_bridge.processors.crosshost.join import CrossHostJoin
 from otel_bridge.store import connect, migrate, status
 from otel_bridge.store.reader import Selector, read_graph
 from otel_bridge.store.writer import StoreWriter, drop_partitions_before
-from store.join_support import T0, S, accept, connect_end
+from store.join_support import T0, S, accept, at_once, connect_end
 from store.store_support import cli
 from store.trace_support import TRACE, Gateway, agent_ships, node_observation, received, span
 
@@ -264,35 +263,26 @@ def test_two_gateways_storing_both_spans_at_once_join_every_trace_once(pg_url: s
     pieces[1].reverse()
     telemetry = Telemetry()
     gateways = [Gateway(pg_url, f"gateway-{n}", telemetry) for n in (1, 2)]
-    barrier = threading.Barrier(2)
-    failures: list[BaseException] = []
 
     def store(n: int) -> None:
-        try:
-            barrier.wait(timeout=30)
-            for k in range(0, len(pieces[n]), 3):
-                chunk = pieces[n][k : k + 3]
-                ends = ((f"10.1.{k}.1", 40000 + k), (f"10.2.{k}.1", 443))
-                end = connect_end(pid=100, local=ends[0], peer=ends[1])
-                if n == 1:
-                    end = accept(pid=200, peer=ends[0], local=ends[1], t=T0 + S)
-                gateways[n].exporter.consume(
-                    Batch(
-                        observations=(end, *(o for b in chunk for o in b.observations)),
-                        spans=tuple(s for b in chunk for s in b.spans),
-                    )
+        for k in range(0, len(pieces[n]), 3):
+            chunk = pieces[n][k : k + 3]
+            ends = ((f"10.1.{k}.1", 40000 + k), (f"10.2.{k}.1", 443))
+            end = connect_end(pid=100, local=ends[0], peer=ends[1])
+            if n == 1:
+                end = accept(pid=200, peer=ends[0], local=ends[1], t=T0 + S)
+            gateways[n].exporter.consume(
+                Batch(
+                    observations=(end, *(o for b in chunk for o in b.observations)),
+                    spans=tuple(s for b in chunk for s in b.spans),
                 )
-        except BaseException as exc:  # reported by the main thread
-            failures.append(exc)
+            )
 
-    threads = [threading.Thread(target=store, args=(n,)) for n in (0, 1)]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join(timeout=120)
-    for gateway in gateways:
-        gateway.stop()
-    assert failures == []
+    try:
+        at_once(store)
+    finally:
+        for gateway in gateways:
+            gateway.stop()
     joins = _rows(pg_url, JOINS)
     assert len(joins) == len({j for _, j in joins}) == 30
     assert telemetry.total("traces_joined", kind="exporter") == 30

@@ -465,6 +465,12 @@ def connection_record(
     return os_record(event, host, pid, t, attrs, start=start, rid=rid)
 
 
+# --------------------------------------------------------------------------------------------
+# Observations in the normalizer's documented shape (docs/contracts.md), for correlation tests
+# and benchmarks that feed the correlator without running the normalizer
+# --------------------------------------------------------------------------------------------
+
+
 def tool_call_entity(
     span: str, trace: str, name: str = "shell", agent: str | None = None
 ) -> Entity:

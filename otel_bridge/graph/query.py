@@ -79,6 +79,11 @@ class GraphFilter:
         return bool(self.kinds or self.keys or self.channels or self.backends)
 
     @property
+    def selects_all(self) -> bool:
+        """True when no filter is set (the view is the whole graph)."""
+        return not (self.filters_nodes or self.relations or self.causal or self.grades)
+
+    @property
     def filters_edges_only(self) -> bool:
         """True when an edge-only criterion (relation, causal, grade) is set and no kind or key
         is."""
@@ -88,7 +93,7 @@ class GraphFilter:
 def filter_graph(graph: Graph, flt: GraphFilter) -> Graph:
     """The derived view of ``graph`` that ``flt`` selects (see the module docstring); the graph
     itself when ``flt`` selects everything."""
-    if not (flt.filters_nodes or flt.relations or flt.causal or flt.grades):
+    if flt.selects_all:
         return graph
     nodes = tuple(n for n in graph.nodes if flt.node_ok(n))
     keep = {n.id for n in nodes}

@@ -61,7 +61,13 @@ def test_run_drains_every_acknowledged_span_on_sigterm(tmp_path: Path) -> None:
     config.write_text(DRAIN_CONFIG)
     out = tmp_path / "out" / "spans.jsonl"
     proc, err = start_run(
-        config, {"OUT": str(out)}, "--progress", "--progress-interval", "0.2", ready=False
+        config,
+        {"OUT": str(out)},
+        "--progress",
+        "--progress-interval",
+        "0.2",
+        ready=False,
+        timeout=20,
     )
     try:
         port = int(err.wait_for(r"OTLP/grpc on 127\.0\.0\.1:(\d+)").group(1))

@@ -22,6 +22,13 @@ Two limits, either or both:
   limiter admits data again one batch at a time (nothing else in flight), each after a fresh
   reading below the hard limit; only the hard limit refuses. It is reported once, and leaves
   this mode when usage falls below the soft limit.
+* **A lone batch's own overage**: decoding a large request can itself push usage over the soft
+  limit of a collector that rests just under it; refusing that batch would refuse it again on
+  every retry, since the periodic check, once it is freed, reads usage under the soft limit
+  again. So a batch with nothing else in flight is admitted when the reading on the data path is
+  over the soft limit but under the hard limit, provided the last periodic check read usage
+  under the soft limit; one such batch per periodic reading, so a stream of batches still stops
+  at the soft limit until the next check.
 * **Records in flight** (``limit_records``): the number of records currently being handled
   downstream of this processor, across every receiver thread. A batch that would push it past
   the limit is refused (a batch larger than the limit alone still passes when nothing else is
@@ -183,6 +190,7 @@ class MemoryLimiter:
         self._over_memory = False
         self._over_since = 0.0
         self._retained = False
+        self._settled_under = False
         self._last_usage = 0
         self._read_at = 0.0
         self._stop = threading.Event()
@@ -244,6 +252,8 @@ class MemoryLimiter:
             self._over_memory = usage >= soft
             self._last_usage = usage
             self._read_at = now
+            if release:
+                self._settled_under = not self._over_memory
             if not self._over_memory:
                 self._retained = False
             elif not was:
@@ -322,6 +332,18 @@ class MemoryLimiter:
             return f"{self._in_flight} records in flight, limit_records is {limit}"
         return ""
 
+    def _lone_overage(self) -> bool:
+        """True when the soft limit is passed only by a lone batch's own decoded form (module
+        doc): nothing in flight, the last periodic reading under the soft limit, this reading
+        under the hard limit. Holds ``_lock``."""
+        return (
+            self._over_memory
+            and self._limits is not None
+            and not self._in_flight
+            and self._settled_under
+            and self._last_usage < self._limits[1]
+        )
+
     def consume(self, batch: Batch) -> None:
         """Pass ``batch`` on, or raise :class:`RefusedError` when over a limit."""
         n = len(batch)
@@ -337,6 +359,9 @@ class MemoryLimiter:
                 self.check(release=False)
         with self._lock:
             reason = self._refusal(n)
+            if reason and self._lone_overage():
+                reason = ""
+                self._settled_under = False  # one such batch per periodic reading
             if not reason:
                 self._in_flight += n
         if reason:

@@ -87,6 +87,53 @@ def test_retained_state_is_admitted_one_batch_at_a_time_below_the_hard_limit() -
     proc.shutdown()
 
 
+def test_a_lone_batch_over_the_soft_limit_by_its_own_decoding_is_admitted_once() -> None:
+    """A collector resting just under the soft limit: a large request's decoded form carries
+    the data-path reading over it. Alone in flight, under the hard limit, after a periodic
+    reading under the soft limit, that batch passes (refused, it would be refused again on every
+    retry); the next one waits for the next periodic reading under the soft limit."""
+    memory = Memory(78)
+    sink = RecordingConsumer()
+    proc = _limiter(memory, sink)
+    memory.mib = 90  # the lone batch, decoded
+    proc.consume(one(1))
+    with pytest.raises(RefusedError, match="memory 90 MiB over the soft limit 80 MiB"):
+        proc.consume(one(2))
+    memory.mib = 78
+    proc.check()  # the periodic reading, the first batch gone
+    memory.mib = 90
+    proc.consume(one(3))
+    assert [s.span_id for s in sink.spans] == [one(1).spans[0].span_id, one(3).spans[0].span_id]
+    memory.mib = 101
+    proc.check()
+    memory.mib = 99
+    with pytest.raises(RefusedError, match="over the soft limit"):
+        proc.consume(one(4))  # the periodic reading was over the soft limit
+    memory.mib = 78
+    proc.check()
+    memory.mib = 100
+    with pytest.raises(RefusedError, match="over the soft limit"):
+        proc.consume(one(5))  # at the hard limit
+    proc.shutdown()
+
+
+def test_a_batch_over_the_soft_limit_with_another_in_flight_is_refused() -> None:
+    """The lone-batch rule needs nothing else in flight."""
+    memory = Memory(78)
+    sink = Blocking()
+    proc = _limiter(memory, sink)
+    first = threading.Thread(target=proc.consume, args=(one(1),))
+    first.start()
+    assert sink.entered.wait(5)
+    memory.mib = 90
+    with pytest.raises(RefusedError, match="memory 90 MiB over the soft limit"):
+        proc.consume(one(2))
+    sink.release.set()
+    first.join()
+    assert sink.record_count == 1
+    proc.shutdown()
+
+
 def test_retained_after_zero_refuses_until_usage_falls() -> None:
     """retained_after: 0 keeps the Collector's behaviour: refuse while over the soft limit."""
     memory = Memory(85)

@@ -313,6 +313,8 @@ class ProcessInterest:
     """A process that reported telemetry, as its span resource states it.
 
     ``host_id`` is ``""`` and ``start_time_ms`` None when the resource did not state them.
+    ``pid`` is 0 when the resource states no ``process.pid`` (the OpenTelemetry SDKs' default):
+    the sender cannot be followed, and the host receiver says so rather than staying silent.
     """
 
     pid: int
@@ -325,6 +327,13 @@ class ProcessInterest:
     """When the collector first received telemetry from it (Unix ns)."""
     source: str = ""
     """Where it was learned (the receiver id)."""
+    service: str = ""
+    """The resource's ``service.name`` (names a sender that stated no pid)."""
+
+    @property
+    def key(self) -> tuple[int, str, int | None, str, str]:
+        """What tells one reporting process from another (:class:`ProcessInterests` dedupes)."""
+        return (self.pid, self.host_id, self.start_time_ms, self.instance_id, self.service)
 
 
 InterestCallback = Callable[[ProcessInterest], None]
@@ -342,7 +351,7 @@ class ProcessInterests:
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
-        self._seen: dict[tuple[int, str, int | None, str], ProcessInterest] = {}
+        self._seen: dict[tuple[int, str, int | None, str, str], ProcessInterest] = {}
         self._subscribers: list[InterestCallback] = []
 
     @property
@@ -350,13 +359,14 @@ class ProcessInterests:
         """True while at least one subscriber listens (publishers may skip the work otherwise)."""
         return bool(self._subscribers)
 
-    def known(self, pid: int, host_id: str, start_time_ms: int | None, instance_id: str) -> bool:
-        """True when this process was published already (cheap, for publishers)."""
-        return (pid, host_id, start_time_ms, instance_id) in self._seen
+    def known(self, key: tuple[int, str, int | None, str, str]) -> bool:
+        """True when the process with this :attr:`ProcessInterest.key` was published already
+        (cheap, for publishers)."""
+        return key in self._seen
 
     def publish(self, interest: ProcessInterest) -> None:
         """Tell every subscriber about ``interest`` unless the same process was published."""
-        key = (interest.pid, interest.host_id, interest.start_time_ms, interest.instance_id)
+        key = interest.key
         with self._lock:
             if key in self._seen:
                 return

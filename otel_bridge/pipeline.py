@@ -149,8 +149,9 @@ class FanOut:
 
 def publish_span_processes(batch: Batch, interests: ProcessInterests, source: str) -> None:
     """Publish the process each span resource of ``batch`` names (``process.pid`` + ``host.id``
-    + ``process.creation.time`` + ``service.instance.id``) to ``interests``; resources without
-    an integer pid are skipped.
+    + ``process.creation.time`` + ``service.instance.id`` + ``service.name``) to ``interests``;
+    a resource without an integer pid is published with pid 0 (its sender cannot be followed,
+    which the host receiver records as unknown).
     """
     seen: set[int] = set()
     for span in batch.spans:
@@ -160,19 +161,23 @@ def publish_span_processes(batch: Batch, interests: ProcessInterests, source: st
         seen.add(id(resource))
         attrs = resource.attributes
         pid = int_value(attrs.get("process.pid"))
-        if pid is None or pid <= 0:
-            continue
-        host_id = str_value(attrs.get("host.id")) or ""
-        start_ms = iso_to_ms(str_value(attrs.get("process.creation.time")))
-        instance = str_value(attrs.get("service.instance.id")) or ""
-        if interests.known(pid, host_id, start_ms, instance):
+        stated = pid is not None and pid > 0
+        key = (
+            pid if pid is not None and stated else 0,
+            str_value(attrs.get("host.id")) or "",
+            iso_to_ms(str_value(attrs.get("process.creation.time"))) if stated else None,
+            str_value(attrs.get("service.instance.id")) or "",
+            str_value(attrs.get("service.name")) or "",
+        )
+        if interests.known(key):
             continue
         interests.publish(
             ProcessInterest(
-                pid=pid,
-                host_id=host_id,
-                start_time_ms=start_ms,
-                instance_id=instance,
+                pid=key[0],
+                host_id=key[1],
+                start_time_ms=key[2],
+                instance_id=key[3],
+                service=key[4],
                 seen_ns=time.time_ns(),
                 source=source,
             )

@@ -401,6 +401,17 @@ def _incomplete(manifest: Mapping[str, Any]) -> str:
     )
 
 
+def graph_document(path: str) -> str:
+    """``path`` itself, or the ``graph.json`` of the run directory ``path`` names (what
+    ``otel-bridge observe`` prints as the run dir), so readers take either."""
+    if not os.path.isdir(path):
+        return path
+    graph = os.path.join(path, GRAPH)
+    if not os.path.exists(graph):
+        raise OtelBridgeError(f"{path}: a directory without {GRAPH} (not a run directory)")
+    return graph
+
+
 def verify(path: str) -> list[str]:
     """Every problem of run directory ``path`` against its manifest; empty when it matches.
 

@@ -12,6 +12,7 @@ import orjson
 
 from otel_bridge.graph import encode, load, to_prov, write_graphml
 from otel_bridge.graph.document import write_atomic
+from otel_bridge.rundir import graph_document
 
 
 def register(subparsers: Any) -> None:
@@ -25,7 +26,7 @@ def register(subparsers: Any) -> None:
             "(lists and objects as JSON text). json: the validated, canonical graph.json."
         ),
     )
-    p.add_argument("file", metavar="FILE", help="a graph.json")
+    p.add_argument("file", metavar="FILE", help="a graph.json, or a run directory")
     p.add_argument("--format", required=True, choices=("prov", "graphml", "json"))
     p.add_argument("-o", "--output", required=True, metavar="OUT", help="file to write")
     p.set_defaults(func=run)
@@ -33,7 +34,7 @@ def register(subparsers: Any) -> None:
 
 def run(args: argparse.Namespace) -> int:
     """Execute the command."""
-    graph = load(args.file)
+    graph = load(graph_document(args.file))
     out = Path(args.output)
     if args.format == "prov":
         data = orjson.dumps(to_prov(graph), option=orjson.OPT_SORT_KEYS | orjson.OPT_INDENT_2)

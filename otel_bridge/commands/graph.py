@@ -10,6 +10,7 @@ from otel_bridge.graph import GraphFilter, encode, filter_graph, load, simple_pa
 from otel_bridge.graph.document import Graph
 from otel_bridge.graph.query import CAUSAL_STATUSES, path_edges
 from otel_bridge.graph.summary import causal_name
+from otel_bridge.rundir import graph_document
 from otel_bridge.store.options import add_db_options, read_db, required_file
 
 
@@ -24,7 +25,9 @@ def register(subparsers: Any) -> None:
             "simple paths between two nodes. Repeat a filter option to accept several values."
         ),
     )
-    p.add_argument("file", metavar="FILE", nargs="?", help="a graph.json (or --db)")
+    p.add_argument(
+        "file", metavar="FILE", nargs="?", help="a graph.json or a run directory (or --db)"
+    )
     add_db_options(p)
     p.add_argument("--kind", action="append", default=[], help="node kind (agent, process, ...)")
     p.add_argument("--key", action="append", default=[], help="node stable key (exact match)")
@@ -44,7 +47,11 @@ def register(subparsers: Any) -> None:
 
 def run(args: argparse.Namespace) -> int:
     """Execute the command."""
-    graph = Graph.from_dict(read_db(args)) if args.db else load(required_file(args, "FILE"))
+    if args.db:
+        graph = Graph.from_dict(read_db(args))
+    else:
+        graph = load(graph_document(required_file(args, "FILE")))
+    _say_absent(graph, args)
     flt = GraphFilter(
         kinds=frozenset(args.kind),
         keys=frozenset(args.key),
@@ -62,6 +69,28 @@ def run(args: argparse.Namespace) -> int:
         return 0
     _print_table(view)
     return 0
+
+
+def _say_absent(graph: Graph, args: argparse.Namespace) -> None:
+    """A filter value that matches nothing in the whole graph (a typo, or the wrong name) is
+    said on stderr with the values present, so an empty answer is not mistaken for absence."""
+    present = {
+        "kind": {n.kind for n in graph.nodes},
+        "key": {n.key for n in graph.nodes},
+        "relation": {e.relation for e in graph.edges},
+        "channel": {c for n in graph.nodes for c in n.channels}
+        | {c for e in graph.edges for c in e.channels},
+        "backend": {b for n in graph.nodes for b in n.backends}
+        | {b for e in graph.edges for b in e.backends},
+    }
+    for option, values in present.items():
+        for value in getattr(args, option):
+            if value not in values:
+                shown = ", ".join(sorted(values)[:20]) if option != "key" else "see --json"
+                print(
+                    f"otel-bridge graph: no {option} {value!r} in this graph ({shown or 'none'})",
+                    file=sys.stderr,
+                )
 
 
 def _paths(view: Graph, args: argparse.Namespace) -> int:

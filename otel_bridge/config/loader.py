@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import codecs
 import os
+import re
 from collections.abc import Iterable, Mapping
 from contextvars import ContextVar
 from typing import Any
@@ -184,6 +185,18 @@ def parse_config(
         SUBSTITUTED_TEXT.reset(token)
 
 
+def _without_follow_ons(problems: list[str]) -> list[str]:
+    """``problems`` without those a value's unset variable caused: a key whose
+    ``${env:NAME}`` was not set keeps its reference text, which its component then judges
+    (``no such file '${env:NAME}'``); the unset variable is the one problem to report there."""
+    unset = {
+        p.split(": ", 1)[0]
+        for p in problems
+        if re.search(r": environment variable \S+ is not set$", p)
+    }
+    return [p for p in problems if p.split(": ", 1)[0] not in unset or p.endswith(" is not set")]
+
+
 def _parse_config(
     mapping: Mapping[str, Any],
     *,
@@ -217,7 +230,7 @@ def _parse_config(
         log_level = _parse_telemetry(service.get("telemetry"), problems)
         pipelines = _parse_pipelines(service.get("pipelines"), components, problems)
     if problems:
-        raise ConfigError(problems)
+        raise ConfigError(_without_follow_ons(problems))
     return CollectorConfig(
         receivers=components["receivers"],
         processors=components["processors"],

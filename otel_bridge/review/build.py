@@ -207,6 +207,8 @@ def _build_review(
 ) -> tuple[dict[str, Any], list[dict[str, Any]]]:
     run_dir = os.path.abspath(run_dir)
     graph_path = os.path.join(run_dir, GRAPH)
+    if not os.path.isdir(run_dir):
+        raise OtelBridgeError(f"review: {run_dir} is not a run directory (give the directory)")
     if not os.path.exists(graph_path):
         raise OtelBridgeError(f"review: {run_dir} has no {GRAPH}")
     graph = read_graph(graph_path)

@@ -114,6 +114,7 @@ def bundled_env(scenario: Scenario, work: Path, a_port: int, b_port: int) -> dic
         "OTEL_BRIDGE_OTLP_HTTP_ENDPOINT": f"127.0.0.1:{free_port()}",
         "OTEL_BRIDGE_GRAPH": str(a / "graph.json"),
         "OTEL_BRIDGE_GRAPH_JOURNAL": str(a / "graph.journal"),
+        "OTEL_BRIDGE_GRAPH_SPILL": str(a / "graph.spill"),
         "OTEL_BRIDGE_RECORDS": str(a / "spans.jsonl"),
         "OTEL_BRIDGE_QUEUE_DIR": str(a / "queue"),
         "PHOENIX_COLLECTOR_ENDPOINT": f"http://127.0.0.1:{b_port}",

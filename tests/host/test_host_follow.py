@@ -37,7 +37,7 @@ def test_interests_are_published_once_and_replayed_to_late_subscribers() -> None
 
 
 def test_span_resources_are_published_with_pid_host_and_start() -> None:
-    """Each distinct span resource with an integer process.pid is published; others are not."""
+    """Each distinct span resource is published: its process.pid, or 0 when it states none."""
     agent = Resource(
         attributes={
             "process.pid": 4242,
@@ -65,8 +65,10 @@ def test_span_resources_are_published_with_pid_host_and_start() -> None:
     assert [(i.pid, i.host_id, i.start_time_ms, i.instance_id, i.source) for i in got] == [
         (4242, "machine", 1767323045678, "", "otlp"),
         (77, "", None, "", "otlp"),
+        (0, "", None, "", "otlp"),  # no pid: published as pid 0, said unknown by the receiver
         (77, "", None, "second", "otlp"),
     ]
+    assert got[2].service == "no pid"
 
 
 def _standing(config: HostConfig) -> Observed:

@@ -85,6 +85,8 @@ class OtlpExporter:
         self._disabled: set[Signal] = set()
         """Signals the backend refused as unsupported: no longer sent this run."""
         self._wal: WriteAheadLog | None = None
+        self._kept = 0
+        """Records left in the persistent queue for the next start (said at shutdown)."""
 
     def start(self, host: Host) -> None:
         """Open the persistent queue (if any) and the transport; start the sender threads."""
@@ -171,7 +173,13 @@ class OtlpExporter:
             return
         # Once written it is kept: if the queue closed meanwhile the next start replays it.
         if not sender.submit(Item(item.signal, (), payload, item.size, seq), force=True):
-            self._count("queue_kept_batches", 1)
+            self._keep(item)
+
+    def _keep(self, item: Item) -> None:
+        """``item`` stays in the persistent queue for the next start (counted, then said)."""
+        self._count("queue_kept_batches", 1)
+        with self._lock:
+            self._kept += item.size
 
     def shutdown(self) -> None:
         """Drain the queue within ``shutdown_timeout``, count what is left, close the transport."""
@@ -183,9 +191,16 @@ class OtlpExporter:
         if sender is not None:
             for item in sender.shutdown(self._config.shutdown_timeout):
                 if item.seq >= 0:
-                    self._count("queue_kept_batches", 1)
+                    self._keep(item)
                 else:
                     self._drop(item, "shutdown deadline passed before it was sent")
+            if self._kept:  # neither delivered nor lost: say where they wait
+                self._report(
+                    "queue_kept_at_shutdown",
+                    f"{self._kept} record(s) not delivered yet are kept in the persistent queue "
+                    f"in {self._config.sending_queue.storage}: the next start with this storage "
+                    "sends them",
+                )
         if transport is not None:
             transport.close()
         if self._wal is not None:
@@ -227,7 +242,7 @@ class OtlpExporter:
         n = item.size
         if item.seq >= 0 and self._wal is not None:
             if result.aborted:  # interrupted by shutdown: stays in the log for the next start
-                self._count("queue_kept_batches", 1)
+                self._keep(item)
                 return
             self._wal.ack(item.seq)
         if result.ok:

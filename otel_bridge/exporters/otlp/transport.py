@@ -259,7 +259,7 @@ class HttpTransport:
             data = response.read()
         except (OSError, http.client.HTTPException) as exc:
             conn.close()  # reconnect on the next attempt
-            return SendResult(ok=False, retryable=True, message=f"HTTP request failed: {exc}")
+            return SendResult(ok=False, retryable=True, message=_request_failed(exc))
         if response.status == 200:
             return _partial(signal, data, response.getheader("Content-Type", ""))
         if response.getheader("Connection", "").lower() == "close":
@@ -288,6 +288,22 @@ class HttpTransport:
             for conn in self._all:
                 conn.close()
             self._all.clear()
+
+
+def _request_failed(exc: Exception) -> str:
+    """Why a request got no HTTP answer, in printable words. A server that answers HTTP/1.1 with
+    HTTP/2 frames (a gRPC endpoint: a SETTINGS or GOAWAY frame) is named as such, never echoed
+    as raw bytes onto the user's terminal."""
+    if not isinstance(exc, http.client.BadStatusLine):
+        return f"HTTP request failed: {exc}"
+    line = str(exc.args[0]) if exc.args else ""
+    if len(line) >= 4 and line[:3] != "HTT" and ord(line[3]) in (0x04, 0x07):
+        return (
+            "HTTP request failed: the endpoint answered with HTTP/2 frames, not HTTP/1.1: it "
+            "looks like an OTLP/gRPC endpoint (use the otlp exporter, or "
+            "OTEL_EXPORTER_OTLP_PROTOCOL=grpc)"
+        )
+    return f"HTTP request failed: not an HTTP/1.1 answer: {line[:40]!r}"
 
 
 def _status_message(body: bytes, content_type: str) -> str:

@@ -304,6 +304,15 @@ class HostReceiver:
                 f"degraded: {follower.followed} process(es) followed from the moment they "
                 "reported telemetry or matched a selector: their earlier activity is unknown"
             )
+        if follower is not None and follower.unnamed:
+            unnamed = (
+                f"{follower.unnamed} telemetry sender(s) stated no process.pid: not followed, "
+                "their OS activity is unknown"
+            )
+            lineage = collections.get("lineage")
+            collections["lineage"] = (
+                f"{lineage}; {unnamed}" if lineage else f"unavailable: {unnamed}"
+            )
         return ComponentStatus(
             backend=self.backend_name, detail=self.explanation, collections=collections
         )

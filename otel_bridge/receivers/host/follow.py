@@ -18,7 +18,9 @@ files, connections, children that already exited) is unknown. Each follow theref
 process's identity and the moment observation began, which normalize turns into a coverage
 record (``collection.lineage.degraded``). A process that reported telemetry but was gone before
 it could be followed gets a ``lineage`` ``unavailable`` record: its OS activity is unknown,
-not absent. The collector's own processes are never followed.
+not absent; so does a sender whose resource states no ``process.pid`` (the SDKs' default), once
+per ``service.instance.id`` (else ``service.name``), with a warning that says how to state it.
+The collector's own processes are never followed.
 """
 
 from __future__ import annotations
@@ -72,6 +74,8 @@ class Follower:
         """Selector scan: pid -> start ticks of processes that matched nothing (not re-read)."""
         self.followed = 0
         """Processes followed after start (telemetry or selectors)."""
+        self.unnamed = 0
+        """Telemetry senders on this host that stated no ``process.pid`` (not followed)."""
 
     def offer(self, interest: ProcessInterest) -> None:
         """Queue ``interest`` (called on the publisher's thread; returns at once)."""
@@ -113,6 +117,9 @@ class Follower:
         if interest.host_id and interest.host_id != self._host:
             self._skip("other_host")
             return
+        if pid == 0:
+            self._unnamed(interest)
+            return
         if pid in self._ctx.lineage or self._is_own(pid):
             return
         stat = read_stat(pid)
@@ -132,6 +139,29 @@ class Follower:
             self._skip("start_mismatch")
             return
         self._adopt(pid, start_ms, f"it reported its first span ({interest.source})", "telemetry")
+
+    def _unnamed(self, interest: ProcessInterest) -> None:
+        """A sender that stated no ``process.pid``: nothing to follow, so its OS activity is
+        recorded as unknown (``lineage`` ``unavailable``), never left to look absent."""
+        self.unnamed += 1
+        self._skip("no_pid")
+        who = f"service {interest.service or '(unnamed)'}"
+        if interest.instance_id:
+            who += f" (service.instance.id {interest.instance_id})"
+        log = self._log.warning if self.unnamed == 1 else self._log.info
+        log(
+            "%s sent spans without process.pid: its process is not followed; state it with "
+            "OTEL_EXPERIMENTAL_RESOURCE_DETECTORS=process,host (Python SDK) or on the resource",
+            who,
+        )
+        self._record(
+            None,
+            None,
+            CollectionState.UNAVAILABLE,
+            f"{who} reported telemetry ({interest.source}) without process.pid on its resource: "
+            "the process that sent it could not be followed, so its process, file and network "
+            "activity is unknown",
+        )
 
     def scan(self) -> None:
         """Follow every running process a selector matches (outside the lineage)."""
@@ -199,13 +229,16 @@ class Follower:
     def _skip(self, reason: str) -> None:
         self._telemetry.count("follow.skipped", label=reason)
 
-    def _record(self, pid: int, start_ms: int | None, state: CollectionState, reason: str) -> None:
+    def _record(
+        self, pid: int | None, start_ms: int | None, state: CollectionState, reason: str
+    ) -> None:
         attrs: dict[str, AnyValue] = {
             "collection.name": "lineage",
             "collection.state": str(state),
             "collection.reason": reason,
-            "process.pid": pid,
         }
+        if pid is not None:
+            attrs["process.pid"] = pid
         if start_ms is not None:
             attrs["process.creation.time"] = iso_ms(start_ms)
         ctx = self._ctx

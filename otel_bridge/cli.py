@@ -135,8 +135,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     if chosen_command(args_list) == "observe":
         from otel_bridge.warm import client_main  # noqa: PLC0415 (standard library only)
 
-        outcome = client_main(args_list)
+        outcome = client_main(args_list, console=argv is None)
         if isinstance(outcome, int):
+            if argv is None:  # the run directory is complete: skip interpreter finalization
+                _exit_now(outcome)
             return outcome
         start_path = outcome
     return _parsed_main(args_list, console=argv is None, start_path=start_path)
@@ -195,13 +197,15 @@ def _exit_now(code: int) -> None:
     the gRPC runtime takes longer than the work of a short command). Only for a command that sets
     ``exit_when_done`` after its own output is complete and closed, and only from the console
     entry point (``argv`` None), never for an in-process caller."""
-    import contextlib  # noqa: PLC0415
-    import logging  # noqa: PLC0415
+    if "logging" in sys.modules:  # not imported by a warm ``observe``
+        import logging  # noqa: PLC0415
 
-    logging.shutdown()
+        logging.shutdown()
     for stream in (sys.stdout, sys.stderr):
-        with contextlib.suppress(BrokenPipeError, ValueError):
+        try:  # noqa: SIM105 (a warm ``observe`` does without contextlib)
             stream.flush()
+        except (BrokenPipeError, ValueError):
+            pass
     os._exit(code)
 
 

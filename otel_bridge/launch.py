@@ -164,8 +164,9 @@ class Guard:
         finally:
             os.close(read_end)
 
-    def release(self) -> None:
-        """The watchdog exits without killing anything. Safe twice."""
+    def release(self, *, wait: bool = True) -> None:
+        """The watchdog exits without killing anything. Safe twice. ``wait=False``: not waited
+        for (a process about to exit leaves it to ``init`` to reap)."""
         if self._write < 0:
             return
         try:  # noqa: SIM105 (the client does without contextlib)
@@ -174,6 +175,8 @@ class Guard:
             pass
         os.close(self._write)
         self._write = -1
+        if not wait:
+            return
         try:  # noqa: SIM105 (the client does without contextlib)
             os.waitpid(self._pid, 0)
         except ChildProcessError:

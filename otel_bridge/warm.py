@@ -174,12 +174,13 @@ def identity() -> dict[str, str]:
 # The client
 
 
-def client_main(argv: Sequence[str]) -> int | StartPath | None:
+def client_main(argv: Sequence[str], *, console: bool = False) -> int | StartPath | None:
     """``observe`` from the command line, before any parser is built: CMD's exit code when the
     warm server ran it; else, when this command line is ``observe``'s and it did not, why not
     (the cold run's ``start``); None when ``argparse`` must read the command line (an option
     :func:`~otel_bridge.commands.observe_options.parse` does not read exactly, ``-h``, no CMD,
-    ``--warm-server``)."""
+    ``--warm-server``). ``console``: this process ends when this returns (the console entry
+    point)."""
     options = parse(argv)
     if options is None or options["warm_server"]:
         return None
@@ -189,7 +190,7 @@ def client_main(argv: Sequence[str]) -> int | StartPath | None:
     if not enabled(options, os.environ):
         return {"server": "cold", "warm_unavailable": "turned off"}
     try:
-        return run_client(options, command)
+        return run_client(options, command, console=console)
     except KeyboardInterrupt:
         return 130
 
@@ -200,16 +201,19 @@ def command_of(options: Mapping[str, Any]) -> list[str]:
     return command[1:] if command[:1] == ["--"] else command
 
 
-def run_client(options: Mapping[str, Any], command: list[str]) -> int | StartPath:
+def run_client(
+    options: Mapping[str, Any], command: list[str], *, console: bool = False
+) -> int | StartPath:
     """Run ``command`` through the warm server: its exit code; or, when there is no usable
-    server, why not (said on stderr too when a server was there and was not used)."""
+    server, why not (said on stderr too when a server was there and was not used).
+    ``console``: this process ends next (its workload guard is not waited for)."""
     closed = [fd for fd in (0, 1, 2) if not _is_open(fd)]  # before this opens any descriptor
     try:
         sock = _connect()
     except WarmUnavailableError as exc:
         return _cold(exc)
     try:
-        return _client_run(sock, options, command, closed)
+        return _client_run(sock, options, command, closed, console=console)
     finally:
         sock.close()
 
@@ -263,7 +267,12 @@ def _greeted(sock: _socket.socket) -> None:
 
 
 def _client_run(
-    sock: _socket.socket, options: Mapping[str, Any], command: list[str], closed: list[int]
+    sock: _socket.socket,
+    options: Mapping[str, Any],
+    command: list[str],
+    closed: list[int],
+    *,
+    console: bool,
 ) -> int | StartPath:
     """Start CMD behind its gate here (while the server forks the run's child and answers the
     hello), hand the run to the warm child, relay CMD's exit; the run's exit code."""
@@ -306,7 +315,7 @@ def _client_run(
     finally:
         for s, handler in previous.items():
             _signal.signal(s, handler)
-        guard.release()
+        guard.release(wait=not console)  # a process that ends now leaves it to init to reap
         _unlink(gate)
 
 

@@ -274,8 +274,10 @@ def _client_run(
     *,
     console: bool,
 ) -> int | StartPath:
-    """Start CMD behind its gate here (while the server forks the run's child and answers the
-    hello), hand the run to the warm child, relay CMD's exit; the run's exit code."""
+    """Start CMD behind its gate here (while the server forks the run's child), send the run's
+    request behind the hello (the child reads it only after answering the hello, so the run
+    costs no round trip), hand the run to the warm child, relay CMD's exit; the run's exit
+    code. A hello answer it cannot use ends the gated CMD unrun: the run goes cold."""
     run_id = new_run_id()
     trace_id, span_id = os.urandom(16), os.urandom(8)
     env, wanted = workload_env(os.environ, run_id=run_id, trace_id=trace_id, span_id=span_id)
@@ -288,18 +290,18 @@ def _client_run(
     signals: list[int] = []
     previous = _forward_signals(pid, signals)
     try:
-        try:
-            _greeted(sock)
-        except WarmUnavailableError as exc:
-            terminate_group(pid)  # still behind its gate: it never ran
-            return _cold(exc)
         request = {
             "args": dict(options), "command": command, "run_id": run_id,
             "trace_id": trace_id.hex(), "span_id": span_id.hex(), "wanted": wanted,
             "started_ns": started_ns, "pid": pid, "gate": gate, "client_pid": os.getpid(),
             "cwd": os.getcwd(), "umask": umask, "env": dict(os.environ),
         }  # fmt: skip
-        _send_with_streams(sock, request, closed)
+        _send_with_streams(sock, request, closed)  # read by the child once it answered the hello
+        try:
+            _greeted(sock)
+        except WarmUnavailableError as exc:
+            terminate_group(pid)  # still behind its gate: it never ran
+            return _cold(exc)
         early_end = _wait_workload(sock, pid)
         if early_end is not None:  # the run ended before CMD did (it printed why)
             terminate_group(pid)

@@ -4,7 +4,9 @@ Each subcommand lives in ``otel_bridge/commands/<name>.py`` and exposes ``regist
 which adds its parser and sets ``func`` to a callable taking the parsed arguments and returning an
 exit code. Only the module of the command being run is imported: the others get a placeholder
 parser carrying their one-line help (:data:`COMMANDS`), so ``otel-bridge --help`` imports no
-command's dependencies (gRPC, protobuf, networkx, the YAML loader). Errors the user can fix are
+command's dependencies (gRPC, protobuf, networkx, the YAML loader). ``observe`` goes to the warm
+client (:func:`otel_bridge.warm.client_main`) before ``argparse`` is even imported: a warm run
+is that client's work only. Errors the user can fix are
 :class:`~otel_bridge.errors.OtelBridgeError`\s: they print as one line (a config error lists each
 problem) and exit 2.
 """

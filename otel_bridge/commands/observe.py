@@ -12,7 +12,10 @@ is bound (the kernel's backlog holds an early client's connection). Then the gat
 only then is the collector imported, built and started (:mod:`._observe_run`) on the other
 core, adopting the armed sources: what the kernel reported meanwhile is read from their queues
 in order, so nothing is lost or labelled late. This module therefore imports the standard
-library, :mod:`otel_bridge.rundir` and :mod:`otel_bridge.arming` only. Arming applies when the
+library, :mod:`otel_bridge.rundir`, :mod:`otel_bridge.launch` (the gate's script, CMD's
+environment, the run id), :mod:`.observe_options` (the options' table) and
+:mod:`otel_bridge.arming` only. A warm ``observe`` does not import it at all: the command line
+hands the command to :mod:`otel_bridge.warm` first. Arming applies when the
 run's host receiver is the bundled one on the ``linux`` backend (no ``-c``, no ``--set``;
 ``--backend`` unset, ``auto`` or ``linux``; root). Otherwise, or when arming fails, the
 collector is built and started first and the gate opens after it (the order every backend

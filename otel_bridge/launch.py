@@ -70,12 +70,32 @@ def spawn_gate(command: list[str], env: Mapping[str, str], fifo: str) -> int:
             "sh",
             ["sh", "-c", GATE, GATE_NAME, fifo, *command],
             dict(env),
+            file_actions=inherited_closed(),
             setpgroup=0,
             setsigdef=_DEFAULT_SIGNALS,
         )
     except BaseException:
         os.unlink(fifo)
         raise
+
+
+def inherited_closed() -> list[tuple[int, int]]:
+    """``posix_spawn`` actions closing every inheritable descriptor above 2 this process holds
+    (one its own parent passed it): the spawned program gets only 0, 1 and 2, as with
+    ``subprocess``'s ``close_fds``, which a cold ``observe`` uses."""
+    try:
+        names = os.listdir("/proc/self/fd")
+    except OSError:
+        return []
+    actions = []
+    for name in names:
+        fd = int(name)
+        try:
+            if fd > 2 and os.get_inheritable(fd):
+                actions.append((os.POSIX_SPAWN_CLOSE, fd))
+        except OSError:  # the listing's own descriptor, closed by now
+            continue
+    return actions
 
 
 def exit_code(pid: int) -> int:
@@ -141,7 +161,9 @@ class Guard:
 
     def __init__(self, pgid: int) -> None:
         read_end, self._write = os.pipe()  # both ends close on exec
-        actions: list[tuple[int, int, int] | tuple[int, int, str, int, int]] = [
+        actions: list[tuple[int, int] | tuple[int, int, int] | tuple[int, int, str, int, int]]
+        actions = [
+            *inherited_closed(),
             (os.POSIX_SPAWN_OPEN, 1, os.devnull, os.O_WRONLY, 0),
             (os.POSIX_SPAWN_OPEN, 2, os.devnull, os.O_WRONLY, 0),
         ]

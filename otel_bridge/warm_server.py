@@ -364,13 +364,10 @@ class RemoteWorkload(Workload):
         self.signals: list[int] = []
 
     def release(self, endpoint: str, protocol: str) -> None:
-        """Open the gate (the client removes its directory)."""
+        """Open the gate (the client removes its FIFO)."""
         with open(self._fifo, "w", encoding="utf-8") as f:
             f.write(f"{endpoint}\n{protocol}\n")
         self.released = True
-
-    def discard_gate(self) -> None:
-        """The client removes the gate."""
 
     def exit_code(self) -> int:
         """CMD's exit code, as the client (its parent) saw it."""

@@ -122,16 +122,6 @@ class Workload:
         self.pid = self.proc.pid
         self.released = False
 
-    @property
-    def gate_path(self) -> str:
-        """The gate's FIFO: whoever writes the endpoint and protocol lines to it opens the gate
-        (the warm server's child does, ``otel_bridge.warm``)."""
-        return self._fifo
-
-    def discard_gate(self) -> None:
-        """Remove the gate's directory (the gate was opened by another process). Safe twice."""
-        shutil.rmtree(self._dir, ignore_errors=True)
-
     def release(self, endpoint: str, protocol: str) -> None:
         """Open the gate: CMD runs with the OTLP endpoint and protocol variables set."""
         with open(self._fifo, "w", encoding="utf-8") as f:

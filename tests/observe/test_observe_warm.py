@@ -350,3 +350,25 @@ def test_a_server_of_another_version_is_not_used_and_cmd_runs_once(tmp_path: Pat
     assert summary_of(tmp_path / "w")["start"]["server"] == "cold"
     assert (tmp_path / "w" / "ran.txt").read_text() == "ran\n"  # once
     assert os.listdir(runtime / "otel-bridge") == [warm.SOCKET_NAME]  # the gate's FIFO is gone
+
+
+def test_descriptors_passed_to_observe_do_not_reach_cmd(server: Server, tmp_path: Path) -> None:
+    """CMD gets descriptors 0, 1 and 2 only, warm as cold (the cold gate is started with
+    ``subprocess``'s ``close_fds``, the warm client's with ``posix_spawn`` close actions)."""
+    read_end, write_end = os.pipe()
+    script = f"if [ -e /dev/fd/{write_end} ]; then echo open; else echo closed; fi > fd.txt"
+    try:
+        for name, env in (("cold", {**server.env, warm.ENV_SWITCH: "0"}), ("warm", server.env)):
+            cwd = tmp_path / name
+            cwd.mkdir()
+            result = subprocess.run(
+                observe_argv(cwd, "sh", "-c", script, extra=("--no-review",)),
+                check=False, cwd=cwd, env=env, pass_fds=(write_end,), capture_output=True,
+                text=True, timeout=300,
+            )  # fmt: skip
+            assert result.returncode == 0, result.stderr
+            assert summary_of(cwd)["start"]["server"] == name
+            assert (cwd / "fd.txt").read_text() == "closed\n", name
+    finally:
+        os.close(read_end)
+        os.close(write_end)

@@ -34,11 +34,11 @@ and exit cost, which is subtracted. CPU seconds of the whole ``observe`` tree ar
     python benchmarks/overhead.py --backend linux --mode phases --runs 10   # where it goes
 
 ``--warm`` (``fixed`` and ``cli`` modes) starts a warm observe server (``observe
---warm-server``, ``otel_bridge/warm.py``) in a private ``XDG_RUNTIME_DIR`` first, and runs each
-observed measurement twice in the same randomized order: cold (``--no-warm``) and warm (through
-the server). The warm run's CPU is the client's plus what the server's children (the run's
-forked child, the spare exec image helper it adopted) used, read from the server's reaped
-children times.
+--warm-server``, ``otel_bridge/warm_server.py``) in a private ``XDG_RUNTIME_DIR`` first, and
+runs each observed measurement twice in the same randomized order: cold (``--no-warm``) and
+warm (through the server). The warm run's CPU is the client's plus what the server's children
+(the run's forked child, the spare exec image helper it adopted) used, read from the server's
+reaped children times.
 
     python benchmarks/overhead.py --backend linux --mode fixed --runs 9 --warm
     python benchmarks/overhead.py --backend linux --mode cli --pairs 8,4,0 --warm

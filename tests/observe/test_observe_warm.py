@@ -1,4 +1,4 @@
-"""The warm observe server (issue 11, "observe that feels free"; ``otel_bridge/warm.py``,
+"""The warm observe server (issue 11, "observe that feels free"; ``otel_bridge/warm_server.py``,
 ``docs/observe.md`` "The warm server").
 
 A real server (``observe --warm-server``) serves real ``observe`` clients: a warm run gives the

@@ -34,22 +34,29 @@ and exit cost, which is subtracted. CPU seconds of the whole ``observe`` tree ar
     python benchmarks/overhead.py --backend linux --mode phases --runs 10   # where it goes
 
 ``--warm`` (``fixed`` and ``cli`` modes) starts a warm observe server (``observe
---warm-server``, ``otel_bridge/warm.py``) in a private ``XDG_RUNTIME_DIR`` first, and runs each
-observed measurement twice in the same randomized order: cold (``--no-warm``) and warm (through
-the server). The warm run's CPU is the client's plus what the server's children (the run's
-forked child, the spare exec image helper it adopted) used, read from the server's reaped
-children times.
+--warm-server``, ``otel_bridge/warm_server.py``) in a private ``XDG_RUNTIME_DIR`` first, and
+runs each observed measurement twice in the same randomized order: cold (``--no-warm``) and
+warm (through the server). The warm run's CPU is the client's plus what the server's children
+(the run's forked child, the spare exec image helper it adopted) used, read from the server's
+reaped children times.
 
     python benchmarks/overhead.py --backend linux --mode fixed --runs 9 --warm
     python benchmarks/overhead.py --backend linux --mode cli --pairs 8,4,0 --warm
+
+``--mode client`` counts the instructions of the warm client (the whole ``observe`` process of a
+warm run; cachegrind, ``python -S``) against ``python -S -c pass``:
+
+    python benchmarks/overhead.py --mode client --runs 3
 """
 
 from __future__ import annotations
 
 import argparse
 import contextlib
+import json
 import os
 import random
+import re
 import resource
 import shutil
 import statistics
@@ -151,8 +158,7 @@ class WarmServer:
         (the spare helper, started after each fork, is the one child left)."""
         deadline = time.monotonic() + 10
         while time.monotonic() < deadline:
-            kids = [p for p in self.process.children() if p.status() != psutil.STATUS_ZOMBIE]
-            if len(kids) <= 1 and not any(p.status() == psutil.STATUS_ZOMBIE for p in kids):
+            if len(self.process.children()) <= 1:  # a zombie is a child until reaped
                 break
             time.sleep(0.01)  # the server reaps every 0.1 s; poll for that
         times = self.process.cpu_times()
@@ -435,12 +441,63 @@ def phases_main(runs: int, backend: str) -> None:
         print(f"  {label:48} wall {wall:7.3f} s   CPU {cpu:7.3f} s")
 
 
+CONSOLE = "import sys; from otel_bridge.cli import main; sys.exit(main())"
+"""What the ``otel-bridge`` console script runs."""
+
+
+def _instructions(argv: list[str], env: dict[str, str], cwd: str) -> int:
+    """Instructions ``argv`` executed (cachegrind ``I refs``, its own process only)."""
+    valgrind = ["valgrind", "--tool=cachegrind", "--cache-sim=no", "--trace-children=no"]
+    proc = subprocess.run(
+        [*valgrind, "--cachegrind-out-file=/dev/null", *argv],
+        capture_output=True, text=True, env=env, cwd=cwd, check=False,
+    )  # fmt: skip
+    match = re.search(r"I\s+refs:\s+([\d,]+)", proc.stderr)
+    if match is None:
+        raise RuntimeError(f"no instruction count: {proc.stderr[-2000:]}")
+    return int(match.group(1).replace(",", ""))
+
+
+def client_main(runs: int) -> None:
+    """The warm client's instructions (``observe -- true`` through a warm server, the console
+    script's code on ``python -S``: no ``site``, as close to a plain virtual environment as this
+    tree gets), against ``python -S -c pass``; the minimum of ``runs``."""
+    if shutil.which("valgrind") is None:
+        print("client mode: valgrind is not installed")
+        return
+    import otel_bridge
+
+    tree = os.path.dirname(os.path.dirname(os.path.abspath(otel_bridge.__file__)))
+    warm = WarmServer()
+    out = tempfile.mkdtemp(prefix="ovh-client-")
+    try:
+        env = {**warm.env, "PYTHONPATH": tree}
+        observe = ["observe", "--no-progress", "--no-review", "-o"]
+        counts: dict[str, list[int]] = {"python -S -c pass": [], "warm client": []}
+        for i in range(runs):
+            counts["python -S -c pass"].append(
+                _instructions([sys.executable, "-S", "-c", "pass"], env, out)
+            )
+            run = os.path.join(out, f"run{i}")
+            argv = [sys.executable, "-S", "-c", CONSOLE, *observe, run, "--", "true"]
+            counts["warm client"].append(_instructions(argv, env, out))
+            with open(os.path.join(run, "summary.json"), encoding="utf-8") as f:
+                if json.load(f)["start"]["server"] != "warm":
+                    raise RuntimeError("the client ran cold")
+        print(f"instructions (cachegrind I refs, min of {runs})")
+        for label, values in counts.items():
+            print(f"  {label:20} {min(values) / 1e6:8.1f} M")
+    finally:
+        warm.stop()
+        shutil.rmtree(out, ignore_errors=True)
+
+
 def main(argv: list[str] | None = None) -> int:
     """Run the pairs and print the summary table."""
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--backend", default="linux")
     parser.add_argument(
-        "--mode", choices=("receiver", "cli", "fixed", "phases"), default="receiver"
+        "--mode", choices=("receiver", "cli", "fixed", "phases", "client"), default="receiver"
     )
     parser.add_argument("--runs", type=int, default=20, help="fixed mode: paired runs")
     parser.add_argument("--pairs", default="30,30,10", help="pairs for micro,medium,long")
@@ -461,6 +518,9 @@ def main(argv: list[str] | None = None) -> int:
     print(f"backend={args.backend} mode={args.mode} poll={args.poll_interval:g}ms warm={args.warm}")
     if args.mode == "phases":
         phases_main(args.runs, args.backend)
+        return 0
+    if args.mode == "client":
+        client_main(args.runs)
         return 0
     warm = WarmServer() if args.warm and args.mode in ("fixed", "cli") else None
     try:

@@ -4,23 +4,25 @@ Each subcommand lives in ``otel_bridge/commands/<name>.py`` and exposes ``regist
 which adds its parser and sets ``func`` to a callable taking the parsed arguments and returning an
 exit code. Only the module of the command being run is imported: the others get a placeholder
 parser carrying their one-line help (:data:`COMMANDS`), so ``otel-bridge --help`` imports no
-command's dependencies (gRPC, protobuf, networkx, the YAML loader). Errors the user can fix are
+command's dependencies (gRPC, protobuf, networkx, the YAML loader). ``observe`` goes to the warm
+client (:func:`otel_bridge.warm.client_main`) before ``argparse`` is even imported: a warm run
+is that client's work only. Errors the user can fix are
 :class:`~otel_bridge.errors.OtelBridgeError`\s: they print as one line (a config error lists each
 problem) and exit 2.
 """
 
 from __future__ import annotations
 
-import argparse
-import contextlib
-import importlib
-import logging
 import os
 import sys
-from collections.abc import Sequence
 
 from otel_bridge import __version__
 from otel_bridge.errors import ConfigError, OtelBridgeError
+
+TYPE_CHECKING = False  # not ``typing``'s: a warm ``observe`` does not import ``typing``
+if TYPE_CHECKING:
+    import argparse
+    from collections.abc import Sequence
 
 COMMANDS: dict[str, tuple[str, str]] = {
     "run": ("otel_bridge.commands.run", "run the collector until interrupted"),
@@ -90,6 +92,9 @@ def build_parser(argv: Sequence[str] | None = None) -> argparse.ArgumentParser:
     With ``argv``, only the command it names is imported and fully registered; without, every
     command is (for documentation tools and tests that inspect all parsers).
     """
+    import argparse  # noqa: PLC0415 (a warm ``observe`` needs no parser: ``main``)
+    import importlib  # noqa: PLC0415
+
     parser = argparse.ArgumentParser(
         prog="otel-bridge",
         description=(
@@ -121,10 +126,34 @@ def build_parser(argv: Sequence[str] | None = None) -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """Entry point of the console script. Returns the process exit code."""
+    """Entry point of the console script. Returns the process exit code.
+
+    ``observe`` goes to the warm client first (:func:`otel_bridge.warm.client_main`), before
+    any parser is built or ``argparse`` imported: when a warm server runs the command, that is
+    all this process does. Otherwise the command line is parsed as for every command, and a
+    cold ``observe`` learns why the warm server did not run it (``args.start_path``)."""
     args_list = list(sys.argv[1:] if argv is None else argv)
+    start_path = None
+    if chosen_command(args_list) == "observe":
+        from otel_bridge.warm import client_main  # noqa: PLC0415 (standard library only)
+
+        outcome = client_main(args_list, console=argv is None)
+        if isinstance(outcome, int):
+            if argv is None:  # the run directory is complete: skip interpreter finalization
+                _exit_now(outcome)
+            return outcome
+        start_path = outcome
+    return _parsed_main(args_list, console=argv is None, start_path=start_path)
+
+
+def _parsed_main(args_list: list[str], *, console: bool, start_path: dict[str, str] | None) -> int:
+    """:func:`main` with the command line parsed by ``argparse``."""
+    import logging  # noqa: PLC0415
+
     parser = build_parser(args_list)
     args = parser.parse_args(args_list)
+    if start_path is not None:
+        args.start_path = start_path
     logging.basicConfig(
         level=getattr(logging, str(args.log_level).upper(), logging.WARNING),
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
@@ -144,7 +173,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
     except KeyboardInterrupt:
         return 130
-    if argv is None and getattr(args, "exit_when_done", False):
+    if console and getattr(args, "exit_when_done", False):
         _exit_now(code)
     return code
 
@@ -170,10 +199,15 @@ def _exit_now(code: int) -> None:
     the gRPC runtime takes longer than the work of a short command). Only for a command that sets
     ``exit_when_done`` after its own output is complete and closed, and only from the console
     entry point (``argv`` None), never for an in-process caller."""
-    logging.shutdown()
+    if "logging" in sys.modules:  # not imported by a warm ``observe``
+        import logging  # noqa: PLC0415
+
+        logging.shutdown()
     for stream in (sys.stdout, sys.stderr):
-        with contextlib.suppress(BrokenPipeError, ValueError):
+        try:  # noqa: SIM105 (a warm ``observe`` does without contextlib)
             stream.flush()
+        except (BrokenPipeError, ValueError):
+            pass
     os._exit(code)
 
 

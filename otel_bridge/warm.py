@@ -1,50 +1,57 @@
-"""The warm observe server: ``observe``'s imports paid once, not per run.
+"""The warm observe client, and what it shares with the server (:mod:`otel_bridge.warm_server`).
 
-``otel-bridge observe --warm-server`` imports everything an ``observe`` run needs
-(:data:`PRELOAD`), binds a Unix socket in a directory only its user can enter
-(:func:`socket_dir`), and serves each request in a child it forks (no thread exists when it
-forks: :func:`single_threaded` is checked before each fork). ``otel-bridge observe -- CMD``
-(the *client*) connects to that socket when it is there (``--no-warm`` or
-``OTEL_BRIDGE_WARM=0`` turn this off), checks on both sides that the peer is the same user
-(``SO_PEERCRED``), and otherwise runs cold; the summary says which path ran.
+``otel-bridge observe --warm-server`` keeps everything an ``observe`` run imports loaded and
+serves each run in a child it forks. ``otel-bridge observe -- CMD`` (the *client*) connects to
+its socket when it is there (``--no-warm`` or ``OTEL_BRIDGE_WARM=0`` turn this off), checks on
+both sides that the peer is the same user (``SO_PEERCRED``), and otherwise runs cold; the
+summary says which path ran. ``docs/observe.md`` ("The warm server") is the contract.
 
-The workload stays the client's: the client starts CMD behind its gate itself (its argv,
-environment, working directory, uid, standard streams and terminal, and the client's child,
-so the exit status, job control and the process tree are what a cold ``observe`` gives), holds
-the workload guard, and forwards SIGINT/SIGTERM to CMD's process group. The warm child gets the
-client's standard streams (``SCM_RIGHTS``), working directory, umask and environment, creates
-the run directory, arms the host sources on CMD's pid, opens the gate and runs the same body as
-a cold ``observe`` (:mod:`otel_bridge.commands._observe_run`) with a :class:`RemoteWorkload`:
-CMD's exit status comes from the client over the socket. ``docs/observe.md`` ("The warm
-server") is the contract.
+The workload stays the client's: the client starts CMD behind its gate itself
+(:mod:`otel_bridge.launch`: its argv, environment, working directory, uid, standard streams and
+terminal, and the client's child, so the exit status, job control and the process tree are what
+a cold ``observe`` gives), holds the workload guard, and forwards SIGINT/SIGTERM to CMD's process
+group. The warm child gets the client's standard streams (``SCM_RIGHTS``), working directory,
+umask and environment, runs the observation and opens the gate; CMD's exit status goes to it
+over the socket, and the run's exit code comes back.
 
-The client's part of this module is the standard library only: the client imports it on every
-``observe``.
+**Lean by design.** The command line hands ``observe`` to :func:`client_main` before it builds
+any parser (``otel_bridge/cli.py``): this module, :mod:`otel_bridge.launch` and
+:mod:`otel_bridge.commands.observe_options` are everything of otel-bridge a warm ``observe``
+imports, and they import only modules the interpreter has in C (``_socket``, ``_signal``,
+``marshal``, ``select``, ``struct``) besides ``os``: ``socket``, ``signal`` and ``json`` would
+pull in ``enum`` and ``re`` and cost the client more instructions than all it does. Messages are
+``marshal``-encoded: both ends check the peer's uid (``SO_PEERCRED``) before decoding anything,
+and a process of the same user can already read and change either side's memory.
 """
 
 from __future__ import annotations
 
-import argparse
-import contextlib
-import json
+import _signal  # type: ignore[import-not-found]  # signal without enum (no stub in typeshed)
+import _socket
+import marshal
 import os
 import select
-import signal
-import socket
 import stat
 import struct
-import subprocess
 import sys
 import time
-from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
 
-from otel_bridge import __version__, rundir
-from otel_bridge.commands.observe import Workload, new_run_id, workload_env
-from otel_bridge.errors import OtelBridgeError
+from otel_bridge import __version__
+from otel_bridge.commands.observe_options import parse
+from otel_bridge.launch import (
+    Guard,
+    exit_code,
+    exited,
+    new_run_id,
+    spawn_gate,
+    terminate_group,
+    workload_env,
+)
 
+TYPE_CHECKING = False  # not ``typing``'s: the client does not import ``typing``
 if TYPE_CHECKING:
-    from otel_bridge.commands.observe import Early
+    from collections.abc import Callable, Mapping, Sequence
+    from typing import Any
 
 SOCKET_NAME = "observe.sock"
 ENV_SWITCH = "OTEL_BRIDGE_WARM"
@@ -53,47 +60,28 @@ _OFF = ("0", "off", "no", "false")
 _HELLO_TIMEOUT = 5.0
 """How long the client waits for the server's answer before running cold."""
 _MAX_MESSAGE = 16 * 1024 * 1024
-_REAP_INTERVAL = 0.1
-"""The server reaps its ended children (runs, spare helpers) this often while idle."""
 _LEN = struct.Struct("!I")
 _PEERCRED = struct.Struct("3i")
+_FD = struct.Struct("i")
+_FORWARDED = (_signal.SIGINT, _signal.SIGTERM)
 
-PRELOAD: tuple[str, ...] = (
-    "otel_bridge.commands._observe_run",
-    "otel_bridge.commands._observe_forward",
-    "otel_bridge.commands._observe_report",
-    "otel_bridge.otlp.mux",
-    "otel_bridge.otlp.json_codec",
-    "otel_bridge.otlp.proto_codec",
-    "otel_bridge.receivers.host.linux",
-    "otel_bridge.receivers.host.fanotify",
-    "otel_bridge.receivers.host.execreader",
-    "otel_bridge.receivers.host.perftrace",
-    "otel_bridge.receivers.host.socktrace",
-    "otel_bridge.receivers.host.sockdiag",
-    "otel_bridge.receivers.host.netscan",
-    "otel_bridge.graph.fold",
-    "otel_bridge.report",
-    "otel_bridge.review.hook",
-)
-"""Modules the server imports before serving (with what they import, and the components of
-every run, ``_observe_run.warm``): what a cold ``observe`` of the bundled configuration imports
-on its way. gRPC is not among them: its runtime is started at the first HTTP/2 connection in
-the child, never in the server (a process that forks must not hold gRPC's threads)."""
+StartPath = dict[str, str]
+"""Which ``observe`` ran, for the summary's ``start``: ``{"server": "cold", "warm_unavailable":
+why}`` when not the warm server."""
 
 
 class WarmUnavailableError(Exception):
     """No usable warm server: the client runs cold (the message says why)."""
 
 
-def enabled(args: argparse.Namespace, environ: dict[str, str] | os._Environ[str]) -> bool:
+def enabled(options: Mapping[str, Any], environ: Mapping[str, str]) -> bool:
     """Whether this ``observe`` may use a warm server."""
-    if getattr(args, "no_warm", False):
+    if options.get("no_warm"):
         return False
     return environ.get(ENV_SWITCH, "").strip().lower() not in _OFF
 
 
-def socket_dir(environ: dict[str, str] | os._Environ[str] | None = None) -> str:
+def socket_dir(environ: Mapping[str, str] | None = None) -> str:
     """``$XDG_RUNTIME_DIR/otel-bridge`` when that is set, else ``/tmp/otel-bridge-<uid>``."""
     env = os.environ if environ is None else environ
     runtime = env.get("XDG_RUNTIME_DIR", "")
@@ -102,7 +90,7 @@ def socket_dir(environ: dict[str, str] | os._Environ[str] | None = None) -> str:
     return f"/tmp/otel-bridge-{os.geteuid()}"
 
 
-def socket_path(environ: dict[str, str] | os._Environ[str] | None = None) -> str:
+def socket_path(environ: Mapping[str, str] | None = None) -> str:
     """Where the server listens."""
     return os.path.join(socket_dir(environ), SOCKET_NAME)
 
@@ -121,28 +109,34 @@ def check_private_dir(path: str) -> None:
         raise WarmUnavailableError(f"{path} is open to other users (mode {st.st_mode & 0o777:o})")
 
 
-def peer_uid(sock: socket.socket) -> int:
+def peer_uid(sock: _socket.socket) -> int:
     """The uid of the process at the other end of a Unix socket (``SO_PEERCRED``)."""
-    raw = sock.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, _PEERCRED.size)
+    raw = sock.getsockopt(_socket.SOL_SOCKET, _socket.SO_PEERCRED, _PEERCRED.size)
     return int(_PEERCRED.unpack(raw)[1])
 
 
-def send(sock: socket.socket, message: dict[str, Any], fds: list[int] | None = None) -> None:
-    """One message: its length, then JSON; ``fds`` ride along (``SCM_RIGHTS``)."""
-    data = json.dumps(message).encode()
+def send(sock: _socket.socket, message: dict[str, Any], fds: Sequence[int] = ()) -> None:
+    """One message: its length, then its ``marshal`` encoding; ``fds`` ride along
+    (``SCM_RIGHTS``)."""
+    data = marshal.dumps(message)
     data = _LEN.pack(len(data)) + data
     if fds:
-        sent = socket.send_fds(sock, [data], fds)
+        rights = b"".join(_FD.pack(fd) for fd in fds)
+        sent = sock.sendmsg([data], [(_socket.SOL_SOCKET, _socket.SCM_RIGHTS, rights)])
         data = data[sent:]
     if data:
         sock.sendall(data)
 
 
-def receive(sock: socket.socket, *, max_fds: int = 0) -> tuple[dict[str, Any], list[int]]:
+def receive(sock: _socket.socket, *, max_fds: int = 0) -> tuple[dict[str, Any], list[int]]:
     """One message and the descriptors that came with it; ``EOFError`` when the peer left."""
     fds: list[int] = []
     if max_fds:
-        head, fds, _flags, _addr = socket.recv_fds(sock, _LEN.size, max_fds)
+        head, ancillary, _flags, _addr = sock.recvmsg(_LEN.size, _socket.CMSG_LEN(max_fds * 4))
+        for level, kind, data in ancillary:
+            if level == _socket.SOL_SOCKET and kind == _socket.SCM_RIGHTS:
+                usable = len(data) - len(data) % _FD.size
+                fds += [fd for (fd,) in _FD.iter_unpack(data[:usable])]
     else:
         head = sock.recv(_LEN.size)
     head += _exactly(sock, _LEN.size - len(head)) if head else b""
@@ -151,13 +145,16 @@ def receive(sock: socket.socket, *, max_fds: int = 0) -> tuple[dict[str, Any], l
     (length,) = _LEN.unpack(head)
     if length > _MAX_MESSAGE:
         raise EOFError("message too large")
-    message = json.loads(_exactly(sock, length))
+    try:
+        message = marshal.loads(_exactly(sock, length))
+    except (ValueError, TypeError, EOFError):
+        raise EOFError("not a message") from None
     if not isinstance(message, dict):
         raise EOFError("not a message")
     return message, fds
 
 
-def _exactly(sock: socket.socket, n: int) -> bytes:
+def _exactly(sock: _socket.socket, n: int) -> bytes:
     chunks = []
     while n > 0:
         chunk = sock.recv(n)
@@ -177,11 +174,62 @@ def identity() -> dict[str, str]:
 # The client
 
 
-def connect(environ: dict[str, str] | os._Environ[str] | None = None) -> socket.socket:
-    """A connection to this user's warm server, greeted; raises :class:`WarmUnavailableError`."""
-    directory = socket_dir(environ)
+def client_main(argv: Sequence[str], *, console: bool = False) -> int | StartPath | None:
+    """``observe`` from the command line, before any parser is built: CMD's exit code when the
+    warm server ran it; else, when this command line is ``observe``'s and it did not, why not
+    (the cold run's ``start``); None when ``argparse`` must read the command line (an option
+    :func:`~otel_bridge.commands.observe_options.parse` does not read exactly, ``-h``, no CMD,
+    ``--warm-server``). ``console``: this process ends when this returns (the console entry
+    point)."""
+    options = parse(argv)
+    if options is None or options["warm_server"]:
+        return None
+    command = command_of(options)
+    if not command:
+        return None
+    if not enabled(options, os.environ):
+        return {"server": "cold", "warm_unavailable": "turned off"}
+    try:
+        return run_client(options, command, console=console)
+    except KeyboardInterrupt:
+        return 130
+
+
+def command_of(options: Mapping[str, Any]) -> list[str]:
+    """CMD from the parsed options (without its leading ``--``); empty when none was given."""
+    command = [str(a) for a in options["command"]]
+    return command[1:] if command[:1] == ["--"] else command
+
+
+def run_client(
+    options: Mapping[str, Any], command: list[str], *, console: bool = False
+) -> int | StartPath:
+    """Run ``command`` through the warm server: its exit code; or, when there is no usable
+    server, why not (said on stderr too when a server was there and was not used).
+    ``console``: this process ends next (its workload guard is not waited for)."""
+    closed = [fd for fd in (0, 1, 2) if not _is_open(fd)]  # before this opens any descriptor
+    try:
+        sock = _connect()
+    except WarmUnavailableError as exc:
+        return _cold(exc)
+    try:
+        return _client_run(sock, options, command, closed, console=console)
+    finally:
+        sock.close()
+
+
+def _cold(exc: WarmUnavailableError) -> StartPath:
+    if not str(exc).startswith("no warm server"):  # one was there, and was not used
+        print(f"otel-bridge: not using the warm server: {exc}; running cold", file=sys.stderr)
+    return {"server": "cold", "warm_unavailable": str(exc)}
+
+
+def _connect() -> _socket.socket:
+    """A connection to this user's warm server, its uid checked and our hello sent (its answer
+    is read by :func:`_greeted`); raises :class:`WarmUnavailableError`."""
+    directory = socket_dir()
     check_private_dir(directory)
-    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM | socket.SOCK_CLOEXEC)
+    sock = _socket.socket(_socket.AF_UNIX, _socket.SOCK_STREAM | _socket.SOCK_CLOEXEC)
     try:
         try:
             sock.connect(os.path.join(directory, SOCKET_NAME))
@@ -197,93 +245,109 @@ def connect(environ: dict[str, str] | os._Environ[str] | None = None) -> socket.
                 f"refused a warm server of uid {uid} (this user is {os.geteuid()})"
             )
         send(sock, {"hello": identity()})
-        ready, _, _ = select.select([sock], [], [], _HELLO_TIMEOUT)
-        if not ready:
-            raise WarmUnavailableError("the warm server did not answer")
-        try:
-            answer, _ = receive(sock)
-        except (EOFError, OSError, ValueError):
-            raise WarmUnavailableError("the warm server closed the connection") from None
-        if answer.get("hello") != identity():
-            raise WarmUnavailableError(
-                f"the warm server runs another otel-bridge ({answer.get('hello')})"
-            )
     except BaseException:
         sock.close()
         raise
     return sock
 
 
-def observe_warm(args: argparse.Namespace, command: list[str]) -> int | None:
-    """Run ``command`` through the warm server; its exit code, or None when there is no usable
-    server (``args.start_path`` then says why, for the cold run's summary)."""
+def _greeted(sock: _socket.socket) -> None:
+    """Read the server's answer to our hello; raises :class:`WarmUnavailableError`."""
+    ready, _, _ = select.select([sock], [], [], _HELLO_TIMEOUT)
+    if not ready:
+        raise WarmUnavailableError("the warm server did not answer")
     try:
-        sock = connect()
-    except WarmUnavailableError as exc:
-        args.start_path = {"server": "cold", "warm_unavailable": str(exc)}
-        if not str(exc).startswith("no warm server"):  # one was there, and was not used
-            print(f"otel-bridge: not using the warm server: {exc}; running cold", file=sys.stderr)
-        return None
-    with sock:
-        return _client_run(sock, args, command)
+        answer, _ = receive(sock)
+    except (EOFError, OSError, ValueError):
+        raise WarmUnavailableError("the warm server closed the connection") from None
+    if answer.get("hello") != identity():
+        raise WarmUnavailableError(
+            f"the warm server runs another otel-bridge ({answer.get('hello')})"
+        )
 
 
-def _client_run(sock: socket.socket, args: argparse.Namespace, command: list[str]) -> int:
-    """Start CMD behind its gate here, hand the run to the warm child, relay CMD's exit."""
+def _client_run(
+    sock: _socket.socket,
+    options: Mapping[str, Any],
+    command: list[str],
+    closed: list[int],
+    *,
+    console: bool,
+) -> int | StartPath:
+    """Start CMD behind its gate here (while the server forks the run's child), send the run's
+    request behind the hello (the child reads it only after answering the hello, so the run
+    costs no round trip), hand the run to the warm child, relay CMD's exit; the run's exit
+    code. A hello answer it cannot use ends the gated CMD unrun: the run goes cold."""
     run_id = new_run_id()
     trace_id, span_id = os.urandom(16), os.urandom(8)
     env, wanted = workload_env(os.environ, run_id=run_id, trace_id=trace_id, span_id=span_id)
     umask = os.umask(0o077)
     os.umask(umask)
+    gate = os.path.join(socket_dir(), f"gate-{run_id}")  # the private directory checked above
     started_ns = time.time_ns()
-    workload = Workload(command, env)
-    guard = rundir.WorkloadGuard(workload.pid)
+    pid = spawn_gate(command, env, gate)
+    guard = Guard(pid)
     signals: list[int] = []
-    previous = _forward_signals(workload.pid, signals)
+    previous = _forward_signals(pid, signals)
     try:
-        options = {k: v for k, v in vars(args).items() if not callable(v)}
         request = {
-            "args": options, "command": command, "run_id": run_id, "trace_id": trace_id.hex(),
-            "span_id": span_id.hex(), "wanted": wanted, "started_ns": started_ns,
-            "pid": workload.pid, "gate": workload.gate_path, "client_pid": os.getpid(),
+            "args": dict(options), "command": command, "run_id": run_id,
+            "trace_id": trace_id.hex(), "span_id": span_id.hex(), "wanted": wanted,
+            "started_ns": started_ns, "pid": pid, "gate": gate, "client_pid": os.getpid(),
             "cwd": os.getcwd(), "umask": umask, "env": dict(os.environ),
         }  # fmt: skip
-        streams = _standard_streams()
+        _send_with_streams(sock, request, closed)  # read by the child once it answered the hello
         try:
-            send(sock, request, streams)
-        finally:
-            for given, fd in enumerate(streams):
-                if fd != given:
-                    os.close(fd)
-        early_end = _wait_workload(sock, workload.pid)
+            _greeted(sock)
+        except WarmUnavailableError as exc:
+            terminate_group(pid)  # still behind its gate: it never ran
+            return _cold(exc)
+        early_end = _wait_workload(sock, pid)
         if early_end is not None:  # the run ended before CMD did (it printed why)
-            workload.terminate()
+            terminate_group(pid)
             return early_end
-        code = workload.exit_code()
+        code = exit_code(pid)
         send(sock, {"exit": code, "signals": signals})
         answer, _ = receive(sock)
         return int(answer.get("done", 2))
     except (EOFError, OSError) as exc:
-        workload.terminate()
+        terminate_group(pid)
         print(f"otel-bridge: the warm server's run ended early ({exc})", file=sys.stderr)
         return 2
     finally:
         for s, handler in previous.items():
-            signal.signal(s, handler)
-        guard.release()
-        workload.discard_gate()
+            _signal.signal(s, handler)
+        guard.release(wait=not console)  # a process that ends now leaves it to init to reap
+        _unlink(gate)
 
 
-def _standard_streams() -> list[int]:
-    """Descriptors 0, 1 and 2 to hand over, ``/dev/null`` in place of a closed one."""
-    out = []
-    for fd in (0, 1, 2):
-        try:
-            os.fstat(fd)
-            out.append(fd)
-        except OSError:
-            out.append(os.open(os.devnull, os.O_RDWR | os.O_CLOEXEC))
-    return out
+def _is_open(fd: int) -> bool:
+    try:
+        os.fstat(fd)
+    except OSError:
+        return False
+    return True
+
+
+def _send_with_streams(sock: _socket.socket, request: dict[str, Any], closed: list[int]) -> None:
+    """Send the request with descriptors 0, 1 and 2 (``/dev/null`` for one this process
+    started without)."""
+    streams = [
+        os.open(os.devnull, os.O_RDWR | os.O_CLOEXEC) if fd in closed else fd for fd in (0, 1, 2)
+    ]
+    try:
+        send(sock, request, streams)
+    finally:
+        for given, fd in enumerate(streams):
+            if fd != given:
+                os.close(fd)
+
+
+def _unlink(path: str) -> None:
+    try:  # noqa: SIM105 (the client does without contextlib)
+        os.unlink(path)
+    except FileNotFoundError:
+        pass
 
 
 def _forward_signals(pgid: int, seen: list[int]) -> dict[int, Any]:
@@ -292,13 +356,16 @@ def _forward_signals(pgid: int, seen: list[int]) -> dict[int, Any]:
     def forward(signum: int, frame: object) -> None:
         del frame
         seen.append(signum)
-        with contextlib.suppress(ProcessLookupError):
+        try:  # noqa: SIM105 (the client does without contextlib)
             os.killpg(pgid, signum)
+        except ProcessLookupError:
+            pass
 
-    return {s: signal.signal(s, forward) for s in (signal.SIGINT, signal.SIGTERM)}
+    handler: Callable[[int, object], None] = forward
+    return {s: _signal.signal(s, handler) for s in _FORWARDED}
 
 
-def _wait_workload(sock: socket.socket, pid: int) -> int | None:
+def _wait_workload(sock: _socket.socket, pid: int) -> int | None:
     """Wait until CMD exits (None; not reaped yet), or the warm child ends the run first (its
     code). A pidfd wakes this at CMD's exit; without one (an old kernel, valgrind) CMD is polled
     every 10 ms."""
@@ -310,7 +377,7 @@ def _wait_workload(sock: socket.socket, pid: int) -> int | None:
         while True:
             watched = [sock.fileno()] if pidfd is None else [pidfd, sock.fileno()]
             ready, _, _ = select.select(watched, [], [], None if pidfd is not None else 0.01)
-            if pidfd in ready or (pidfd is None and _exited(pid)):
+            if pidfd in ready or (pidfd is None and exited(pid)):
                 return None
             if sock.fileno() in ready:
                 message, _ = receive(sock)  # EOFError: the child died
@@ -319,326 +386,3 @@ def _wait_workload(sock: socket.socket, pid: int) -> int | None:
     finally:
         if pidfd is not None:
             os.close(pidfd)
-
-
-def _exited(pid: int) -> bool:
-    """Whether child ``pid`` has exited (left to be reaped)."""
-    result = os.waitid(os.P_PID, pid, os.WEXITED | os.WNOHANG | os.WNOWAIT)
-    return result is not None
-
-
-# ---------------------------------------------------------------------------------------------
-# The server
-
-
-def single_threaded() -> bool:
-    """Whether this process has exactly one thread (Python's and any native one)."""
-    import threading  # noqa: PLC0415
-
-    return threading.active_count() == 1 and len(os.listdir("/proc/self/task")) == 1
-
-
-def preload() -> None:
-    """Import :data:`PRELOAD` (those an installed extra provides) and every component module of
-    a run."""
-    import importlib  # noqa: PLC0415
-
-    for name in PRELOAD:
-        try:
-            importlib.import_module(name)
-        except ImportError:  # an optional extra not installed: a run imports what it needs
-            continue
-    importlib.import_module("otel_bridge.commands._observe_run").warm()
-
-
-def make_private_dir(path: str) -> None:
-    """Create ``path`` owner-only (or accept it when it already is); refuses anything else."""
-    with contextlib.suppress(FileExistsError):
-        os.mkdir(path, 0o700)
-    try:
-        check_private_dir(path)
-    except WarmUnavailableError as exc:
-        raise OtelBridgeError(f"warm server: {exc}") from None
-
-
-def bind() -> socket.socket:
-    """The listening socket; a stale one (no server answering) is replaced."""
-    directory = socket_dir()
-    make_private_dir(directory)
-    path = os.path.join(directory, SOCKET_NAME)
-    probe = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-    try:
-        probe.connect(path)
-    except (FileNotFoundError, ConnectionRefusedError):
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(path)
-    else:
-        raise OtelBridgeError(f"warm server: one is already listening on {path}")
-    finally:
-        probe.close()
-    listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM | socket.SOCK_CLOEXEC)
-    listener.bind(path)
-    os.chmod(path, 0o600)
-    listener.listen(16)
-    return listener
-
-
-class _StopServingError(Exception):
-    pass
-
-
-def serve(*, ready: Callable[[str], None] | None = None) -> int:
-    """Run the warm server until SIGTERM or SIGINT; exit code 0."""
-    preload()
-    listener = bind()
-    path = listener.getsockname()
-
-    def stop(signum: int, frame: object) -> None:
-        del signum, frame
-        raise _StopServingError
-
-    signal.signal(signal.SIGTERM, stop)
-    signal.signal(signal.SIGINT, stop)
-    print(f"otel-bridge: warm observe server on {path} (pid {os.getpid()})", file=sys.stderr)
-    if ready is not None:
-        ready(path)
-    children: set[int] = set()
-    spare = _Spare()
-    try:
-        while True:
-            readable, _, _ = select.select([listener], [], [], _REAP_INTERVAL)
-            _reap(children)
-            if readable:
-                _accept(listener, children, spare)
-    except _StopServingError:
-        pass
-    finally:
-        spare.close()
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(path)
-        listener.close()
-    return 0
-
-
-class _Spare:
-    """The exec image helper the next run adopts (root only): spawned after each fork, so its
-    interpreter starts while no run waits for it (``arming.track_helper``). A run that comes
-    before it is ready does not wait for it: it spawns its own, and the spare stays."""
-
-    def __init__(self) -> None:
-        self.proc: subprocess.Popen[bytes] | None = None
-        self._ready = False
-        self._taken = False
-        self.spawn()
-
-    def spawn(self) -> None:
-        """Start the next one (not waited for)."""
-        from otel_bridge.arming import spawn_helper  # noqa: PLC0415 (the server's only)
-
-        self.proc, self._ready, self._taken = None, False, False
-        if os.geteuid() == 0:
-            with contextlib.suppress(OSError):
-                self.proc = spawn_helper([])
-
-    def take(self) -> subprocess.Popen[bytes] | None:
-        """The spare if it is ready now (None: there is none, or not yet)."""
-        from otel_bridge.arming import wait_helper  # noqa: PLC0415
-
-        if self.proc is not None and not self._ready:
-            assert self.proc.stdout is not None
-            if not select.select([self.proc.stdout], [], [], 0)[0]:
-                return None  # still starting: the run spawns its own
-            try:
-                wait_helper(self.proc, timeout=0)
-                self._ready = True
-            except OSError:  # it failed: try again with another
-                self.spawn()
-                return None
-        self._taken = self.proc is not None
-        return self.proc
-
-    def handed_over(self, children: set[int]) -> None:
-        """After the fork: when the child took it, drop this process's ends (it is reaped
-        later) and start the next one."""
-        if not self._taken or self.proc is None:
-            return
-        for pipe in (self.proc.stdin, self.proc.stdout):
-            if pipe is not None:
-                pipe.close()
-        children.add(self.proc.pid)
-        self.spawn()
-
-    def close(self) -> None:
-        """Stop the spare (the server ends)."""
-        from otel_bridge.arming import stop_helper  # noqa: PLC0415
-
-        if self.proc is not None:
-            stop_helper(self.proc)
-            self.proc = None
-
-
-def _reap(children: set[int]) -> None:
-    for pid in list(children):
-        try:
-            if os.waitpid(pid, os.WNOHANG)[0]:
-                children.discard(pid)
-        except ChildProcessError:
-            children.discard(pid)
-
-
-_CHILD_HELPER: list[subprocess.Popen[bytes]] = []
-"""In a forked child: the spare exec image helper it adopts."""
-
-
-def _accept(listener: socket.socket, children: set[int], spare: _Spare) -> None:
-    """Fork a child for one connection of this user."""
-    try:
-        conn, _ = listener.accept()
-    except OSError:
-        return
-    with conn:
-        uid = peer_uid(conn)
-        if uid != os.geteuid():
-            print(f"otel-bridge: warm server: refused a client of uid {uid}", file=sys.stderr)
-            return
-        helper = spare.take()
-        if not single_threaded():
-            raise RuntimeError("warm server: a thread is running; it must not fork")
-        for stream in (sys.stdout, sys.stderr):
-            stream.flush()
-        pid = os.fork()
-        if pid == 0:
-            if helper is not None:
-                _CHILD_HELPER.append(helper)
-            _child(listener, conn)
-        children.add(pid)
-        spare.handed_over(children)
-
-
-def _child(listener: socket.socket, conn: socket.socket) -> None:
-    """Serve one client and end (never returns)."""
-    code = 2
-    try:
-        signal.signal(signal.SIGINT, signal.SIG_DFL)
-        signal.signal(signal.SIGTERM, signal.SIG_DFL)
-        listener.close()
-        os.setsid()
-        code = _serve_client(conn)
-    except BaseException as exc:
-        with contextlib.suppress(Exception):
-            print(f"otel-bridge: warm server: {exc!r}", file=sys.stderr)
-    finally:
-        import logging  # noqa: PLC0415
-
-        logging.shutdown()
-        for stream in (sys.stdout, sys.stderr):
-            with contextlib.suppress(Exception):
-                stream.flush()
-        with contextlib.suppress(OSError):
-            send(conn, {"done": code})
-        os._exit(0)
-
-
-def _serve_client(conn: socket.socket) -> int:
-    """Greet, take the client's streams and context, run the observation; the exit code."""
-    hello, _ = receive(conn)
-    send(conn, {"hello": identity()})
-    if hello.get("hello") != identity():
-        return 2
-    request, fds = receive(conn, max_fds=3)
-    for target, fd in enumerate(fds):
-        os.dup2(fd, target)
-        os.close(fd)
-    os.chdir(request["cwd"])
-    os.umask(int(request["umask"]))
-    os.environ.clear()
-    os.environ.update(request["env"])
-    args = argparse.Namespace(**request["args"])
-    args.start_path = {"server": "warm"}
-    import logging  # noqa: PLC0415
-
-    level = getattr(logging, str(getattr(args, "log_level", "WARNING")).upper(), logging.WARNING)
-    logging.basicConfig(level=level, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    from otel_bridge.errors import ConfigError  # noqa: PLC0415
-
-    try:
-        return _observe(conn, args, request)
-    except ConfigError as exc:
-        print("otel-bridge: invalid configuration:", file=sys.stderr)
-        for problem in exc.problems:
-            print(f"  {problem}", file=sys.stderr)
-    except OtelBridgeError as exc:
-        print(f"otel-bridge: {exc}", file=sys.stderr)
-    return 2
-
-
-def _observe(conn: socket.socket, args: argparse.Namespace, request: dict[str, Any]) -> int:
-    from otel_bridge.commands import observe as front  # noqa: PLC0415
-    from otel_bridge.commands._observe_run import observe  # noqa: PLC0415
-
-    command = [str(a) for a in request["command"]]
-    run_id = str(request["run_id"])
-    run_dir = rundir.RunDir.create(
-        args.output or os.path.join("otel-bridge-runs", run_id), replace=args.replace
-    )
-    run_dir.begin({"id": run_id})
-    workload = RemoteWorkload(int(request["pid"]), str(request["gate"]), conn)
-    early: Early = front.Early(
-        run_id, run_dir, str(request["wanted"]), bytes.fromhex(request["trace_id"]),
-        bytes.fromhex(request["span_id"]), int(request["started_ns"]), workload, _NoGuard(),
-        interrupted=workload.signals, observer_pid=int(request["client_pid"]),
-    )  # fmt: skip
-    if front.armable(args):
-        try:
-            front.arm(early, helper=_CHILD_HELPER.pop() if _CHILD_HELPER else None)
-        except BaseException:
-            early.abandon()
-            raise
-    return observe(args, command, early)
-
-
-class _NoGuard(rundir.WorkloadGuard):
-    """The client holds the workload's guard (it is CMD's parent); nothing to release here."""
-
-    def __init__(self) -> None:  # no watchdog process
-        self._write = -1
-
-
-class RemoteWorkload(Workload):
-    """CMD started by the client behind its gate: the warm child opens the gate (the FIFO is
-    the client's, and this user's), and learns CMD's exit status from the client."""
-
-    def __init__(self, pid: int, gate: str, conn: socket.socket) -> None:
-        self.pid = pid
-        self._fifo = gate
-        self._dir = os.path.dirname(gate)
-        self._conn = conn
-        self.released = False
-        self.signals: list[int] = []
-
-    def release(self, endpoint: str, protocol: str) -> None:
-        """Open the gate (the client removes its directory)."""
-        with open(self._fifo, "w", encoding="utf-8") as f:
-            f.write(f"{endpoint}\n{protocol}\n")
-        self.released = True
-
-    def exit_code(self) -> int:
-        """CMD's exit code, as the client (its parent) saw it."""
-        message, _ = receive(self._conn)
-        self.signals.extend(int(s) for s in message.get("signals", ()))
-        return int(message["exit"])
-
-    def terminate(self) -> None:
-        """Terminate CMD's process group (the client reaps it)."""
-        for sig in (signal.SIGTERM, signal.SIGKILL):
-            try:
-                os.killpg(self.pid, sig)
-            except ProcessLookupError:
-                return
-            deadline = time.monotonic() + 3.0
-            while time.monotonic() < deadline:
-                try:
-                    os.killpg(self.pid, 0)
-                except ProcessLookupError:
-                    return
-                time.sleep(0.01)  # no event for "the group is empty" (not ours to wait on)

@@ -12,7 +12,10 @@ is bound (the kernel's backlog holds an early client's connection). Then the gat
 only then is the collector imported, built and started (:mod:`._observe_run`) on the other
 core, adopting the armed sources: what the kernel reported meanwhile is read from their queues
 in order, so nothing is lost or labelled late. This module therefore imports the standard
-library, :mod:`otel_bridge.rundir` and :mod:`otel_bridge.arming` only. Arming applies when the
+library, :mod:`otel_bridge.rundir`, :mod:`otel_bridge.launch` (the gate's script, CMD's
+environment, the run id), :mod:`.observe_options` (the options' table) and
+:mod:`otel_bridge.arming` only. A warm ``observe`` does not import it at all: the command line
+hands the command to :mod:`otel_bridge.warm` first. Arming applies when the
 run's host receiver is the bundled one on the ``linux`` backend (no ``-c``, no ``--set``;
 ``--backend`` unset, ``auto`` or ``linux``; root). Otherwise, or when arming fails, the
 collector is built and started first and the gate opens after it (the order every backend
@@ -33,13 +36,13 @@ import sys
 import tempfile
 import threading
 import time
-from collections.abc import Mapping
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
 from otel_bridge import rundir
+from otel_bridge.commands.observe_options import APPEND, FLAG, OPTIONS
 from otel_bridge.errors import OtelBridgeError
+from otel_bridge.launch import GATE, GATE_NAME, new_run_id, workload_env
 
 if TYPE_CHECKING:
     import socket
@@ -70,15 +73,6 @@ __all__ = [
     "workload_env",
 ]
 
-_OTLP_VARS = "OTEL_EXPORTER_OTLP_"
-"""Every variable of the user's own OTLP destination is taken from CMD's environment (its
-destination is forwarded to instead, see ``_observe_forward``); the gate sets the two CMD needs."""
-PROTOCOLS = ("grpc", "http/protobuf", "http/json")
-_GATE = (
-    "{ IFS= read -r OTEL_EXPORTER_OTLP_ENDPOINT && IFS= read -r OTEL_EXPORTER_OTLP_PROTOCOL; } "
-    '< "$1" || exit 126; shift; '
-    'export OTEL_EXPORTER_OTLP_ENDPOINT OTEL_EXPORTER_OTLP_PROTOCOL; exec "$@"'
-)
 _ARMABLE_BACKENDS = (None, "auto", "linux")
 
 
@@ -93,74 +87,20 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
             "joined into an evidence graph in the run directory. Exits with CMD's exit code."
         ),
     )
-    parser.add_argument("-c", "--config", metavar="FILE", help="collector config to extend")
-    parser.add_argument(
-        "-o", "--output", metavar="DIR", help="run directory (default ./otel-bridge-runs/<run id>)"
-    )
-    parser.add_argument(
-        "--backend",
-        choices=("auto", "linux", "ebpf", "strace", "portable"),
-        help="host observation backend (default: the config's, else auto)",
-    )
-    parser.add_argument("--no-progress", action="store_true", help="no live progress line")
-    parser.add_argument(
-        "--replace",
-        action="store_true",
-        help="replace the previous run in -o DIR (default: refuse a non-empty directory)",
-    )
-    parser.add_argument(
-        "--no-forward",
-        action="store_true",
-        help="do not forward CMD's telemetry to the OTEL_EXPORTER_OTLP_* destination already set",
-    )
-    parser.add_argument(
-        "--keep-runtime-reads",
-        action="store_true",
-        help="keep interpreter and shared-library reads as file nodes in graph.json",
-    )
-    parser.add_argument(
-        "--view", action="store_true", help="serve the live viewer on 127.0.0.1 during the run"
-    )
-    parser.add_argument(
-        "--no-review", action="store_true", help="do not review the run (docs/review.md)"
-    )
-    parser.add_argument(
-        "--hash-files",
-        action="store_true",
-        help="record the size and sha256 of each file CMD wrote (never the content; "
-        "off by default: docs/host.md)",
-    )
-    parser.add_argument(
-        "--review-transcript",
-        metavar="FILE",
-        action="append",
-        default=[],
-        help="the review also reads this Codex session transcript (rollout JSONL); repeatable",
-    )
-    parser.add_argument(
-        "--review-model",
-        metavar="URL",
-        help="the review asks this OpenAI-compatible base URL for proposals (off by default)",
-    )
-    parser.add_argument(
-        "--warm-server",
-        action="store_true",
-        help="serve observe runs of this user from a warm process (until SIGTERM/Ctrl-C): each "
-        "observe then skips the start-up imports (docs/observe.md)",
-    )
-    parser.add_argument(
-        "--no-warm",
-        action="store_true",
-        help="do not use a warm server even if one is listening (also: OTEL_BRIDGE_WARM=0)",
-    )
+    for option in OPTIONS:  # one table, which the warm client reads too
+        settings: dict[str, Any] = {"help": option.help}
+        if option.kind == FLAG:
+            settings["action"] = "store_true"
+        elif option.kind == APPEND:
+            settings.update(action="append", default=[])
+        if option.metavar is not None:
+            settings["metavar"] = option.metavar
+        if option.choices is not None:
+            settings["choices"] = option.choices
+        parser.add_argument(*option.flags, **settings)
     parser.add_argument("command", nargs=argparse.REMAINDER, metavar="-- CMD ...")
     # the run directory is complete and closed when run() returns: the process may end at once
     parser.set_defaults(func=run, exit_when_done=True)
-
-
-def new_run_id() -> str:
-    """A sortable, unique run id: ``20260101T120000Z-1a2b3c``."""
-    return datetime.now(tz=UTC).strftime("%Y%m%dT%H%M%SZ") + "-" + secrets.token_hex(3)
 
 
 class Workload:
@@ -175,22 +115,12 @@ class Workload:
         self._fifo = os.path.join(self._dir, "gate")
         os.mkfifo(self._fifo, 0o600)
         self.proc = subprocess.Popen(
-            ["sh", "-c", _GATE, "otel-bridge-gate", self._fifo, *command],
+            ["sh", "-c", GATE, GATE_NAME, self._fifo, *command],
             env=env,
             process_group=0,
         )
         self.pid = self.proc.pid
         self.released = False
-
-    @property
-    def gate_path(self) -> str:
-        """The gate's FIFO: whoever writes the endpoint and protocol lines to it opens the gate
-        (the warm server's child does, ``otel_bridge.warm``)."""
-        return self._fifo
-
-    def discard_gate(self) -> None:
-        """Remove the gate's directory (the gate was opened by another process). Safe twice."""
-        shutil.rmtree(self._dir, ignore_errors=True)
 
     def release(self, endpoint: str, protocol: str) -> None:
         """Open the gate: CMD runs with the OTLP endpoint and protocol variables set."""
@@ -220,23 +150,6 @@ class Workload:
         """CMD's exit code, 128+N when killed by signal N."""
         code = self.proc.wait()
         return 128 - code if code < 0 else code
-
-
-def workload_env(
-    environ: Mapping[str, str], *, run_id: str, trace_id: bytes, span_id: bytes
-) -> tuple[dict[str, str], str]:
-    """CMD's environment without the user's OTLP destination, and the protocol they chose."""
-    wanted = environ.get("OTEL_EXPORTER_OTLP_TRACES_PROTOCOL") or environ.get(
-        "OTEL_EXPORTER_OTLP_PROTOCOL", ""
-    )
-    env = {k: v for k, v in environ.items() if not k.startswith(_OTLP_VARS)}
-    env.update(
-        {
-            "TRACEPARENT": f"00-{trace_id.hex()}-{span_id.hex()}-01",
-            "OTEL_BRIDGE_RUN_ID": run_id,
-        }
-    )
-    return env, wanted.strip() if wanted.strip() in PROTOCOLS else ""
 
 
 def command_of(args: argparse.Namespace) -> list[str]:
@@ -371,27 +284,32 @@ def arm(
 
 def run(args: argparse.Namespace) -> int:
     """Observe ``args.command``; returns its exit code. Through this user's warm server when
-    one is listening (``otel_bridge.warm``), else cold; ``--warm-server`` starts that server."""
+    one is listening (``otel_bridge.warm``), else cold; ``--warm-server`` starts that server.
+    The command line has usually tried the warm server already (``args.start_path`` then says
+    why it did not run the command, ``otel_bridge.cli``)."""
     if getattr(args, "warm_server", False):
-        from otel_bridge.warm import serve  # noqa: PLC0415
+        from otel_bridge.warm_server import serve  # noqa: PLC0415
 
         return serve()
     command = command_of(args)
-    from otel_bridge import warm as warm_server  # noqa: PLC0415 (standard library only)
+    if getattr(args, "start_path", None) is None:
+        from otel_bridge import warm  # noqa: PLC0415 (the warm client)
 
-    if warm_server.enabled(args, os.environ):
-        code = warm_server.observe_warm(args, command)
-        if code is not None:
-            return code
-    else:
-        args.start_path = {"server": "cold", "warm_unavailable": "turned off"}
+        options = {k: v for k, v in vars(args).items() if not callable(v)}
+        if warm.enabled(options, os.environ):
+            outcome = warm.run_client(options, command)
+            if isinstance(outcome, int):
+                return outcome
+            args.start_path = outcome
+        else:
+            args.start_path = {"server": "cold", "warm_unavailable": "turned off"}
     early = None
     if armable(args):
-        warm = Warm()
+        warm_imports = Warm()
         try:
-            early = start_early(args, command, warm)
+            early = start_early(args, command, warm_imports)
         finally:
-            warm.join()
+            warm_imports.join()
     try:
         from otel_bridge.commands._observe_run import observe  # noqa: PLC0415 (after arming)
     except BaseException:

@@ -1,4 +1,4 @@
-"""The warm observe server (issue 11, "observe that feels free"; ``otel_bridge/warm.py``,
+"""The warm observe server (issue 11, "observe that feels free"; ``otel_bridge/warm_server.py``,
 ``docs/observe.md`` "The warm server").
 
 A real server (``observe --warm-server``) serves real ``observe`` clients: a warm run gives the
@@ -9,14 +9,17 @@ of another user, and falls back to cold when the server is gone.
 
 from __future__ import annotations
 
+import ast
 import json
 import os
 import re
 import shutil
 import signal
+import socket
 import subprocess
 import sys
 import tempfile
+import threading
 from collections import Counter
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -261,3 +264,111 @@ def test_server_of_another_user_is_refused(server: Server) -> None:
     finally:
         server.socket.chmod(0o600)
         shutil.rmtree(home, ignore_errors=True)
+
+
+CLIENT_PROBE = """
+import sys
+from otel_bridge import cli
+code = cli.main(sys.argv[1:])
+print(repr((code, sorted(sys.modules))), file=sys.stderr)
+"""
+NOTHING_PROBE = "import sys; print(repr(sorted(sys.modules)))"
+LEAN = {
+    "otel_bridge", "otel_bridge.cli", "otel_bridge.errors", "otel_bridge.warm",
+    "otel_bridge.launch", "otel_bridge.commands", "otel_bridge.commands.observe_options",
+    "_socket", "_signal", "marshal", "select", "stat", "_stat", "struct", "_struct",
+}  # fmt: skip
+"""What a warm ``observe`` may import beyond what the interpreter has at start."""
+
+
+def test_warm_client_imports_only_the_lean_modules(server: Server, tmp_path: Path) -> None:
+    """The client (the whole ``observe`` process of a warm run) imports no parser, no
+    subprocess, no JSON, no collector module: ``cli.main`` hands ``observe`` to the warm client
+    before it builds a parser."""
+    argv = [sys.executable, "-c", CLIENT_PROBE, "observe", "-o", str(tmp_path / "run")]
+    argv += ["--no-progress", "--no-review", "--", "true"]
+    proc = subprocess.run(
+        argv, check=False, cwd=tmp_path, env=server.env, capture_output=True, text=True, timeout=120
+    )
+    code, modules = ast.literal_eval(proc.stderr.strip().splitlines()[-1])
+    assert code == 0, proc.stderr
+    assert summary_of(tmp_path)["start"]["server"] == "warm"
+    start = subprocess.run(
+        [sys.executable, "-c", NOTHING_PROBE], check=True, env=server.env, capture_output=True,
+        text=True, timeout=120,
+    )  # fmt: skip
+    extra = set(modules) - set(ast.literal_eval(start.stdout))
+    assert extra <= LEAN, sorted(extra - LEAN)
+    assert {"argparse", "subprocess", "json", "otel_bridge.rundir"}.isdisjoint(extra)
+
+
+def test_set_overrides_reach_the_warm_run(server: Server, tmp_path: Path) -> None:
+    extra = ("--no-review", "--set", "receivers.host.backend=portable")
+    result = observe(tmp_path / "ok", server.env, "true", extra=extra)
+    assert result.returncode == 0, result.stderr
+    summary = summary_of(tmp_path / "ok")
+    assert summary["start"]["server"] == "warm"
+    assert summary["host_backend_name"] == "portable"
+    extra = ("--no-review", "--set", "receivers.host.backend=nothing")
+    refused = observe(tmp_path / "bad", server.env, "sh", "-c", "echo ran > ran.txt", extra=extra)
+    assert refused.returncode == 2
+    assert "receivers.host.backend: must be one of" in refused.stderr
+    assert not (tmp_path / "bad" / "ran.txt").exists()
+
+
+def test_a_server_of_another_version_is_not_used_and_cmd_runs_once(tmp_path: Path) -> None:
+    """The client starts CMD behind its gate while the server answers its hello; an answer it
+    cannot use ends that gated CMD unrun, and the cold run runs CMD once."""
+    runtime = tmp_path / "xdg"
+    (runtime / "otel-bridge").mkdir(parents=True, mode=0o700)
+    runtime.chmod(0o700)
+    listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    listener.bind(str(runtime / "otel-bridge" / warm.SOCKET_NAME))
+    listener.listen(1)
+    other = {"version": "0.0.0", "package": "/elsewhere"}
+
+    def answer() -> None:
+        conn, _ = listener.accept()
+        with conn:
+            warm.receive(conn)
+            warm.send(conn, {"hello": other})
+            conn.recv(1)  # until the client closes
+
+    thread = threading.Thread(target=answer, daemon=True)
+    thread.start()
+    env = {**os.environ, "XDG_RUNTIME_DIR": str(runtime)}
+    env.pop(warm.ENV_SWITCH, None)
+    try:
+        result = observe(
+            tmp_path / "w", env, "sh", "-c", "echo ran >> ran.txt", extra=("--no-review",)
+        )
+        thread.join(timeout=60)
+    finally:
+        listener.close()
+    assert result.returncode == 0, result.stderr
+    assert "not using the warm server: the warm server runs another otel-bridge" in result.stderr
+    assert summary_of(tmp_path / "w")["start"]["server"] == "cold"
+    assert (tmp_path / "w" / "ran.txt").read_text() == "ran\n"  # once
+    assert os.listdir(runtime / "otel-bridge") == [warm.SOCKET_NAME]  # the gate's FIFO is gone
+
+
+def test_descriptors_passed_to_observe_do_not_reach_cmd(server: Server, tmp_path: Path) -> None:
+    """CMD gets descriptors 0, 1 and 2 only, warm as cold (the cold gate is started with
+    ``subprocess``'s ``close_fds``, the warm client's with ``posix_spawn`` close actions)."""
+    read_end, write_end = os.pipe()
+    script = f"if [ -e /dev/fd/{write_end} ]; then echo open; else echo closed; fi > fd.txt"
+    try:
+        for name, env in (("cold", {**server.env, warm.ENV_SWITCH: "0"}), ("warm", server.env)):
+            cwd = tmp_path / name
+            cwd.mkdir()
+            result = subprocess.run(
+                observe_argv(cwd, "sh", "-c", script, extra=("--no-review",)),
+                check=False, cwd=cwd, env=env, pass_fds=(write_end,), capture_output=True,
+                text=True, timeout=300,
+            )  # fmt: skip
+            assert result.returncode == 0, result.stderr
+            assert summary_of(cwd)["start"]["server"] == name
+            assert (cwd / "fd.txt").read_text() == "closed\n", name
+    finally:
+        os.close(read_end)
+        os.close(write_end)

@@ -1,0 +1,391 @@
+"""The warm observe server: ``observe``'s imports paid once, not per run.
+
+``otel-bridge observe --warm-server`` imports everything an ``observe`` run needs
+(:data:`PRELOAD`), binds a Unix socket in a directory only its user can enter
+(:func:`otel_bridge.warm.socket_dir`), and serves each request in a child it forks (no thread
+exists when it forks: :func:`single_threaded` is checked before each fork). The client, the
+protocol and the socket's place are :mod:`otel_bridge.warm`.
+
+The warm child gets the client's standard streams (``SCM_RIGHTS``), working directory, umask,
+environment and ``--set`` overrides, creates the run directory, arms the host sources on CMD's
+pid, opens the gate and runs the same body as a cold ``observe``
+(:mod:`otel_bridge.commands._observe_run`) with a :class:`RemoteWorkload`: CMD's exit status
+comes from the client over the socket. ``docs/observe.md`` ("The warm server") is the contract.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import os
+import select
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+from otel_bridge import rundir
+from otel_bridge.commands.observe import Workload
+from otel_bridge.errors import OtelBridgeError
+from otel_bridge.warm import (
+    SOCKET_NAME,
+    WarmUnavailableError,
+    check_private_dir,
+    identity,
+    peer_uid,
+    receive,
+    send,
+    socket_dir,
+)
+
+if TYPE_CHECKING:
+    from otel_bridge.commands.observe import Early
+
+_REAP_INTERVAL = 0.1
+"""The server reaps its ended children (runs, spare helpers) this often while idle."""
+
+PRELOAD: tuple[str, ...] = (
+    "otel_bridge.commands._observe_run",
+    "otel_bridge.commands._observe_forward",
+    "otel_bridge.commands._observe_report",
+    "otel_bridge.otlp.mux",
+    "otel_bridge.otlp.json_codec",
+    "otel_bridge.otlp.proto_codec",
+    "otel_bridge.receivers.host.linux",
+    "otel_bridge.receivers.host.fanotify",
+    "otel_bridge.receivers.host.execreader",
+    "otel_bridge.receivers.host.perftrace",
+    "otel_bridge.receivers.host.socktrace",
+    "otel_bridge.receivers.host.sockdiag",
+    "otel_bridge.receivers.host.netscan",
+    "otel_bridge.graph.fold",
+    "otel_bridge.report",
+    "otel_bridge.review.hook",
+)
+"""Modules the server imports before serving (with what they import, and the components of
+every run, ``_observe_run.warm``): what a cold ``observe`` of the bundled configuration imports
+on its way. gRPC is not among them: its runtime is started at the first HTTP/2 connection in
+the child, never in the server (a process that forks must not hold gRPC's threads)."""
+
+
+# ---------------------------------------------------------------------------------------------
+# The server
+
+
+def single_threaded() -> bool:
+    """Whether this process has exactly one thread (Python's and any native one)."""
+    import threading  # noqa: PLC0415
+
+    return threading.active_count() == 1 and len(os.listdir("/proc/self/task")) == 1
+
+
+def preload() -> None:
+    """Import :data:`PRELOAD` (those an installed extra provides) and every component module of
+    a run."""
+    import importlib  # noqa: PLC0415
+
+    for name in PRELOAD:
+        try:
+            importlib.import_module(name)
+        except ImportError:  # an optional extra not installed: a run imports what it needs
+            continue
+    importlib.import_module("otel_bridge.commands._observe_run").warm()
+
+
+def make_private_dir(path: str) -> None:
+    """Create ``path`` owner-only (or accept it when it already is); refuses anything else."""
+    with contextlib.suppress(FileExistsError):
+        os.mkdir(path, 0o700)
+    try:
+        check_private_dir(path)
+    except WarmUnavailableError as exc:
+        raise OtelBridgeError(f"warm server: {exc}") from None
+
+
+def bind() -> socket.socket:
+    """The listening socket; a stale one (no server answering) is replaced."""
+    directory = socket_dir()
+    make_private_dir(directory)
+    path = os.path.join(directory, SOCKET_NAME)
+    probe = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    try:
+        probe.connect(path)
+    except (FileNotFoundError, ConnectionRefusedError):
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(path)
+    else:
+        raise OtelBridgeError(f"warm server: one is already listening on {path}")
+    finally:
+        probe.close()
+    listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM | socket.SOCK_CLOEXEC)
+    listener.bind(path)
+    os.chmod(path, 0o600)
+    listener.listen(16)
+    return listener
+
+
+class _StopServingError(Exception):
+    pass
+
+
+def serve(*, ready: Callable[[str], None] | None = None) -> int:
+    """Run the warm server until SIGTERM or SIGINT; exit code 0."""
+    preload()
+    listener = bind()
+    path = listener.getsockname()
+
+    def stop(signum: int, frame: object) -> None:
+        del signum, frame
+        raise _StopServingError
+
+    signal.signal(signal.SIGTERM, stop)
+    signal.signal(signal.SIGINT, stop)
+    print(f"otel-bridge: warm observe server on {path} (pid {os.getpid()})", file=sys.stderr)
+    if ready is not None:
+        ready(path)
+    children: set[int] = set()
+    spare = _Spare()
+    try:
+        while True:
+            readable, _, _ = select.select([listener], [], [], _REAP_INTERVAL)
+            _reap(children)
+            if readable:
+                _accept(listener, children, spare)
+    except _StopServingError:
+        pass
+    finally:
+        spare.close()
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(path)
+        listener.close()
+    return 0
+
+
+class _Spare:
+    """The exec image helper the next run adopts (root only): spawned after each fork, so its
+    interpreter starts while no run waits for it (``arming.track_helper``). A run that comes
+    before it is ready does not wait for it: it spawns its own, and the spare stays."""
+
+    def __init__(self) -> None:
+        self.proc: subprocess.Popen[bytes] | None = None
+        self._ready = False
+        self._taken = False
+        self.spawn()
+
+    def spawn(self) -> None:
+        """Start the next one (not waited for)."""
+        from otel_bridge.arming import spawn_helper  # noqa: PLC0415 (the server's only)
+
+        self.proc, self._ready, self._taken = None, False, False
+        if os.geteuid() == 0:
+            with contextlib.suppress(OSError):
+                self.proc = spawn_helper([])
+
+    def take(self) -> subprocess.Popen[bytes] | None:
+        """The spare if it is ready now (None: there is none, or not yet)."""
+        from otel_bridge.arming import wait_helper  # noqa: PLC0415
+
+        if self.proc is not None and not self._ready:
+            assert self.proc.stdout is not None
+            if not select.select([self.proc.stdout], [], [], 0)[0]:
+                return None  # still starting: the run spawns its own
+            try:
+                wait_helper(self.proc, timeout=0)
+                self._ready = True
+            except OSError:  # it failed: try again with another
+                self.spawn()
+                return None
+        self._taken = self.proc is not None
+        return self.proc
+
+    def handed_over(self, children: set[int]) -> None:
+        """After the fork: when the child took it, drop this process's ends (it is reaped
+        later) and start the next one."""
+        if not self._taken or self.proc is None:
+            return
+        for pipe in (self.proc.stdin, self.proc.stdout):
+            if pipe is not None:
+                pipe.close()
+        children.add(self.proc.pid)
+        self.spawn()
+
+    def close(self) -> None:
+        """Stop the spare (the server ends)."""
+        from otel_bridge.arming import stop_helper  # noqa: PLC0415
+
+        if self.proc is not None:
+            stop_helper(self.proc)
+            self.proc = None
+
+
+def _reap(children: set[int]) -> None:
+    for pid in list(children):
+        try:
+            if os.waitpid(pid, os.WNOHANG)[0]:
+                children.discard(pid)
+        except ChildProcessError:
+            children.discard(pid)
+
+
+_CHILD_HELPER: list[subprocess.Popen[bytes]] = []
+"""In a forked child: the spare exec image helper it adopts."""
+
+
+def _accept(listener: socket.socket, children: set[int], spare: _Spare) -> None:
+    """Fork a child for one connection of this user."""
+    try:
+        conn, _ = listener.accept()
+    except OSError:
+        return
+    with conn:
+        uid = peer_uid(conn)
+        if uid != os.geteuid():
+            print(f"otel-bridge: warm server: refused a client of uid {uid}", file=sys.stderr)
+            return
+        helper = spare.take()
+        if not single_threaded():
+            raise RuntimeError("warm server: a thread is running; it must not fork")
+        for stream in (sys.stdout, sys.stderr):
+            stream.flush()
+        pid = os.fork()
+        if pid == 0:
+            if helper is not None:
+                _CHILD_HELPER.append(helper)
+            _child(listener, conn)
+        children.add(pid)
+        spare.handed_over(children)
+
+
+def _child(listener: socket.socket, conn: socket.socket) -> None:
+    """Serve one client and end (never returns)."""
+    code = 2
+    try:
+        signal.signal(signal.SIGINT, signal.SIG_DFL)
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)
+        listener.close()
+        os.setsid()
+        code = _serve_client(conn)
+    except BaseException as exc:
+        with contextlib.suppress(Exception):
+            print(f"otel-bridge: warm server: {exc!r}", file=sys.stderr)
+    finally:
+        import logging  # noqa: PLC0415
+
+        logging.shutdown()
+        for stream in (sys.stdout, sys.stderr):
+            with contextlib.suppress(Exception):
+                stream.flush()
+        with contextlib.suppress(OSError):
+            send(conn, {"done": code})
+        os._exit(0)
+
+
+def _serve_client(conn: socket.socket) -> int:
+    """Greet, take the client's streams and context, run the observation; the exit code."""
+    hello, _ = receive(conn)
+    send(conn, {"hello": identity()})
+    if hello.get("hello") != identity():
+        return 2
+    request, fds = receive(conn, max_fds=3)
+    for target, fd in enumerate(fds):
+        os.dup2(fd, target)
+        os.close(fd)
+    os.chdir(request["cwd"])
+    os.umask(int(request["umask"]))
+    os.environ.clear()
+    os.environ.update(request["env"])
+    args = argparse.Namespace(**request["args"])
+    args.start_path = {"server": "warm"}
+    from otel_bridge.config import OVERRIDES  # noqa: PLC0415 (imported by the preload)
+
+    OVERRIDES.set(tuple(str(s) for s in getattr(args, "set", None) or ()))  # as cli._call
+    import logging  # noqa: PLC0415
+
+    level = getattr(logging, str(getattr(args, "log_level", "WARNING")).upper(), logging.WARNING)
+    logging.basicConfig(level=level, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    from otel_bridge.errors import ConfigError  # noqa: PLC0415
+
+    try:
+        return _observe(conn, args, request)
+    except ConfigError as exc:
+        print("otel-bridge: invalid configuration:", file=sys.stderr)
+        for problem in exc.problems:
+            print(f"  {problem}", file=sys.stderr)
+    except OtelBridgeError as exc:
+        print(f"otel-bridge: {exc}", file=sys.stderr)
+    return 2
+
+
+def _observe(conn: socket.socket, args: argparse.Namespace, request: dict[str, Any]) -> int:
+    from otel_bridge.commands import observe as front  # noqa: PLC0415
+    from otel_bridge.commands._observe_run import observe  # noqa: PLC0415
+
+    command = [str(a) for a in request["command"]]
+    run_id = str(request["run_id"])
+    run_dir = rundir.RunDir.create(
+        args.output or os.path.join("otel-bridge-runs", run_id), replace=args.replace
+    )
+    run_dir.begin({"id": run_id})
+    workload = RemoteWorkload(int(request["pid"]), str(request["gate"]), conn)
+    early: Early = front.Early(
+        run_id, run_dir, str(request["wanted"]), bytes.fromhex(request["trace_id"]),
+        bytes.fromhex(request["span_id"]), int(request["started_ns"]), workload, _NoGuard(),
+        interrupted=workload.signals, observer_pid=int(request["client_pid"]),
+    )  # fmt: skip
+    if front.armable(args):
+        try:
+            front.arm(early, helper=_CHILD_HELPER.pop() if _CHILD_HELPER else None)
+        except BaseException:
+            early.abandon()
+            raise
+    return observe(args, command, early)
+
+
+class _NoGuard(rundir.WorkloadGuard):
+    """The client holds the workload's guard (it is CMD's parent); nothing to release here."""
+
+    def __init__(self) -> None:  # no watchdog process
+        self._write = -1
+
+
+class RemoteWorkload(Workload):
+    """CMD started by the client behind its gate: the warm child opens the gate (the FIFO is
+    the client's, and this user's), and learns CMD's exit status from the client."""
+
+    def __init__(self, pid: int, gate: str, conn: socket.socket) -> None:
+        self.pid = pid
+        self._fifo = gate
+        self._dir = ""  # the FIFO is in the client's socket directory: the client removes it
+        self._conn = conn
+        self.released = False
+        self.signals: list[int] = []
+
+    def release(self, endpoint: str, protocol: str) -> None:
+        """Open the gate (the client removes its FIFO)."""
+        with open(self._fifo, "w", encoding="utf-8") as f:
+            f.write(f"{endpoint}\n{protocol}\n")
+        self.released = True
+
+    def exit_code(self) -> int:
+        """CMD's exit code, as the client (its parent) saw it."""
+        message, _ = receive(self._conn)
+        self.signals.extend(int(s) for s in message.get("signals", ()))
+        return int(message["exit"])
+
+    def terminate(self) -> None:
+        """Terminate CMD's process group (the client reaps it)."""
+        for sig in (signal.SIGTERM, signal.SIGKILL):
+            try:
+                os.killpg(self.pid, sig)
+            except ProcessLookupError:
+                return
+            deadline = time.monotonic() + 3.0
+            while time.monotonic() < deadline:
+                try:
+                    os.killpg(self.pid, 0)
+                except ProcessLookupError:
+                    return
+                time.sleep(0.01)  # no event for "the group is empty" (not ours to wait on)

@@ -6,8 +6,7 @@ The gate is ``sh`` reading two lines (the OTLP endpoint and protocol) from a FIF
 ``observe`` starts it with :mod:`subprocess` (:class:`otel_bridge.commands.observe.Workload`);
 the warm client with :func:`spawn_gate`, which needs no module beyond ``os``: the client runs
 on every warm ``observe``, and :mod:`subprocess` alone costs it more instructions than
-starting the workload does. :class:`Guard` is the warm client's watchdog, the same script as
-:class:`otel_bridge.rundir.WorkloadGuard` spawned the same way.
+starting the workload does. :class:`Guard` is the workload's watchdog, warm and cold.
 """
 
 from __future__ import annotations
@@ -156,8 +155,9 @@ def terminate_group(pid: int) -> None:
 
 class Guard:
     """Kills process group ``pgid`` when this process dies, however it dies: a watchdog ``sh``
-    in a session of its own waits on a pipe only this process holds open (the script of
-    :class:`otel_bridge.rundir.WorkloadGuard`). :meth:`release`: the run ended normally."""
+    in a session of its own waits on a pipe only this process holds open; if the pipe closes
+    without the word ``done`` (this process was killed, even with SIGKILL), it sends SIGKILL to
+    the group. :meth:`release`: the run ended normally."""
 
     def __init__(self, pgid: int) -> None:
         read_end, self._write = os.pipe()  # both ends close on exec

@@ -30,7 +30,6 @@ import json
 import os
 import shutil
 import stat
-import subprocess
 import tempfile
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
@@ -334,42 +333,6 @@ def _reuse(path: str, *, replace: bool) -> None:
             shutil.rmtree(full)  # fd-based, removes links without following them
         else:
             os.unlink(full)
-
-
-class WorkloadGuard:
-    """Kills a workload's process group when the observer dies, however it dies.
-
-    A watchdog ``sh`` in a session of its own waits on a pipe only this process holds open.
-    :meth:`release` (the run finished) tells it to exit quietly; if the pipe closes without
-    that word (the observer was killed, even with SIGKILL), it sends SIGKILL to the group.
-    """
-
-    def __init__(self, pgid: int) -> None:
-        read_end, self._write = os.pipe()
-        os.set_inheritable(self._write, False)
-        script = (
-            f'IFS= read -r word; [ "$word" = done ] || kill -s KILL -- -{int(pgid)} 2>/dev/null'
-        )
-        try:
-            self._proc = subprocess.Popen(
-                ["sh", "-c", script],
-                stdin=read_end,
-                start_new_session=True,
-                stdout=subprocess.DEVNULL,
-                stderr=subprocess.DEVNULL,
-            )
-        finally:
-            os.close(read_end)
-
-    def release(self) -> None:
-        """The run ended normally: the watchdog exits without killing anything."""
-        if self._write < 0:
-            return
-        with contextlib.suppress(OSError):
-            os.write(self._write, b"done\n")
-        os.close(self._write)
-        self._write = -1
-        self._proc.wait()
 
 
 def _read_manifest(run: RunDir, shown: str) -> dict[str, Any]:

@@ -30,6 +30,7 @@ from typing import TYPE_CHECKING, Any
 from otel_bridge import rundir
 from otel_bridge.commands.observe import Workload
 from otel_bridge.errors import OtelBridgeError
+from otel_bridge.launch import Guard
 from otel_bridge.warm import (
     SOCKET_NAME,
     WarmUnavailableError,
@@ -344,7 +345,7 @@ def _observe(conn: socket.socket, args: argparse.Namespace, request: dict[str, A
     return observe(args, command, early)
 
 
-class _NoGuard(rundir.WorkloadGuard):
+class _NoGuard(Guard):
     """The client holds the workload's guard (it is CMD's parent); nothing to release here."""
 
     def __init__(self) -> None:  # no watchdog process

@@ -57,6 +57,7 @@ from otel_bridge.config import (
     read_config,
 )
 from otel_bridge.identity import host_id
+from otel_bridge.launch import Guard
 from otel_bridge.model import Batch, Resource, Scope, Span, SpanKind, Status, StatusCode
 from otel_bridge.otlp.mux import GrpcOnDemand, GrpcUpstream, ProtocolMux, Upstream
 from otel_bridge.pipeline import Collector
@@ -568,7 +569,7 @@ def _prepare(
         env, wanted = workload_env(os.environ, run_id=run_id, trace_id=trace_id, span_id=span_id)
         started_ns = time.time_ns()
         workload = Workload(command, env)
-        guard = rundir.WorkloadGuard(workload.pid)
+        guard = Guard(workload.pid)
         early = Early(run_id, run, wanted, trace_id, span_id, started_ns, workload, guard)
     return state, early
 

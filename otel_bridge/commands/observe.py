@@ -42,7 +42,7 @@ from typing import TYPE_CHECKING, Any
 from otel_bridge import rundir
 from otel_bridge.commands.observe_options import APPEND, FLAG, OPTIONS
 from otel_bridge.errors import OtelBridgeError
-from otel_bridge.launch import GATE, GATE_NAME, new_run_id, workload_env
+from otel_bridge.launch import GATE, GATE_NAME, Guard, new_run_id, workload_env
 
 if TYPE_CHECKING:
     import socket
@@ -175,7 +175,7 @@ class Early:
     span_id: bytes
     started_ns: int
     workload: Workload
-    guard: rundir.WorkloadGuard
+    guard: Guard
     armed: ArmedHost | None = None
     listener: socket.socket | None = None
     interrupted: list[int] = field(default_factory=list)
@@ -250,7 +250,7 @@ def start_early(args: argparse.Namespace, command: list[str], warm: Warm | None 
     workload = Workload(command, env)
     early = Early(
         run_id, run_dir, wanted, trace_id, span_id, started_ns, workload,
-        rundir.WorkloadGuard(workload.pid),
+        Guard(workload.pid),
     )  # fmt: skip
     try:
         arm(early, warm)

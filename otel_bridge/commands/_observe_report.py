@@ -17,8 +17,18 @@ REPORT = "report.md"
 """The run report's file name in the run directory."""
 
 
-def otlp_summary(telemetry: Telemetry, mux: ProtocolMux | None, *, recorded: int) -> dict[str, Any]:
-    """What the OTLP receivers got from CMD, and warnings in plain words when it was nothing."""
+_NOT_RUN = {
+    126: "126, the shell's code for a command found but not executable",
+    127: "127, the shell's code for a command not found",
+}
+"""Exit codes that usually mean CMD never ran (the gate ``exec``s it through ``sh``)."""
+
+
+def otlp_summary(
+    telemetry: Telemetry, mux: ProtocolMux | None, *, recorded: int, exit_code: int | None = None
+) -> dict[str, Any]:
+    """What the OTLP receivers got from CMD, and warnings in plain words when it was nothing
+    (``exit_code``: CMD's, to say when it most likely never ran)."""
 
     def n(name: str) -> int:
         return telemetry.total(name, kind=RECEIVER, type="otlp")
@@ -34,16 +44,21 @@ def otlp_summary(telemetry: Telemetry, mux: ProtocolMux | None, *, recorded: int
         "requests_malformed": n("requests_malformed"),
         "requests_too_large": n("requests_too_large"),
     }
-    out["warnings"] = _warnings(out)
+    out["warnings"] = _warnings(out, exit_code)
     return out
 
 
-def _warnings(o: Mapping[str, Any]) -> list[str]:
+def _warnings(o: Mapping[str, Any], exit_code: int | None) -> list[str]:
     warnings = []
     conns = o["connections"]
     routed = 0 if conns is None else conns["grpc"] + conns["http"]
     if not (o["spans_received"] or o["spans_rejected"] or o["spans_refused"]):
-        if conns is not None and routed == 0:
+        if routed == 0 and exit_code in _NOT_RUN:
+            warnings.append(
+                f"the command sent no spans and exited {_NOT_RUN[exit_code]}: it most likely "
+                "never ran (check the command's name, path and permissions in the message above)"
+            )
+        elif conns is not None and routed == 0:
             warnings.append(
                 "the command sent no spans: it never connected to OTEL_EXPORTER_OTLP_ENDPOINT "
                 "(it is not instrumented with an OpenTelemetry SDK exporter, sets its exporter's "

@@ -742,7 +742,9 @@ def _summary(state: _Run, code: int, *, started_ns: int) -> dict[str, Any]:
         "collection": dict(host.collections),
         # The run's own correlator only: with -c the user's pipelines may run another one.
         "correlation": run_correlation(collector),
-        "otlp": otlp_summary(telemetry, state.mux, recorded=recorded_spans(telemetry)),
+        "otlp": otlp_summary(
+            telemetry, state.mux, recorded=recorded_spans(telemetry), exit_code=code
+        ),
         "os_events": telemetry.total("events_emitted", kind=RECEIVER, type="host"),
         "drain": state.drained,
         "start": {"armed": state.armed, **(state.start_path or {})},

@@ -103,6 +103,19 @@ def test_a_run_without_spans_says_so_with_the_likely_cause(tmp_path: Path) -> No
     assert "the command sent no spans" in (tmp_path / "run" / "report.md").read_text()
 
 
+@pytest.mark.slow
+def test_a_command_that_could_not_be_run_is_said_to_have_never_run(tmp_path: Path) -> None:
+    """A missing command exits 127 through observe's gate: the warning says it most likely
+    never ran, not that it is uninstrumented."""
+    result = _observe(tmp_path, str(tmp_path / "no-such-command"))
+    assert result.returncode == 127, result.stderr
+    warnings = _summary(tmp_path)["otlp"]["warnings"]
+    assert len(warnings) == 1, warnings
+    assert "exited 127, the shell's code for a command not found" in warnings[0]
+    assert "never connected" not in result.stderr
+    assert "most likely never ran" in (tmp_path / "run" / "report.md").read_text()
+
+
 @pytest.fixture
 def destination() -> Iterator[tuple[OtlpReceiver, RecordingConsumer]]:
     """The user's own OTLP destination: a second, real receiver (gRPC and HTTP)."""

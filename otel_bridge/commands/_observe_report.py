@@ -43,6 +43,7 @@ def otlp_summary(
         "log_records_received": n("log_records_accepted"),
         "requests_malformed": n("requests_malformed"),
         "requests_too_large": n("requests_too_large"),
+        "metrics_requests_refused": n("metrics_requests_unsupported"),
     }
     out["warnings"] = _warnings(out, exit_code)
     return out
@@ -81,6 +82,13 @@ def _warnings(o: Mapping[str, Any], exit_code: int | None) -> list[str]:
         warnings.append(
             f"{o['requests_malformed']} OTLP requests could not be decoded (an exporter "
             "configured for another encoding or protocol?)"
+        )
+    if o["metrics_requests_refused"]:
+        warnings.append(
+            f"the command sent {o['metrics_requests_refused']} metrics export requests: "
+            "otel-bridge records traces and logs only, so they were refused (HTTP 404 / gRPC "
+            "UNIMPLEMENTED) and not forwarded; set OTEL_METRICS_EXPORTER=none to silence the "
+            "agent's exporter"
         )
     if o["requests_too_large"]:
         warnings.append(f"{o['requests_too_large']} OTLP requests were over the size limit")

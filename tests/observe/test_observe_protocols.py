@@ -103,6 +103,52 @@ def test_a_run_without_spans_says_so_with_the_likely_cause(tmp_path: Path) -> No
     assert "the command sent no spans" in (tmp_path / "run" / "report.md").read_text()
 
 
+METRICS_AGENT = textwrap.dedent(
+    """
+    import sys
+    if sys.argv[1] == "grpc":
+        from opentelemetry.exporter.otlp.proto.grpc.metric_exporter import OTLPMetricExporter
+        from opentelemetry.exporter.otlp.proto.grpc.trace_exporter import OTLPSpanExporter
+    else:
+        from opentelemetry.exporter.otlp.proto.http.metric_exporter import OTLPMetricExporter
+        from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
+    from opentelemetry.sdk.metrics import MeterProvider
+    from opentelemetry.sdk.metrics.export import PeriodicExportingMetricReader
+    from opentelemetry.sdk.trace import TracerProvider
+    from opentelemetry.sdk.trace.export import BatchSpanProcessor
+    reader = PeriodicExportingMetricReader(OTLPMetricExporter(), export_interval_millis=60_000)
+    meters = MeterProvider(metric_readers=[reader])
+    meters.get_meter("m").create_counter("tool_calls").add(1)
+    provider = TracerProvider()
+    provider.add_span_processor(BatchSpanProcessor(OTLPSpanExporter()))
+    with provider.get_tracer("t").start_as_current_span("step"):
+        pass
+    provider.shutdown()
+    meters.shutdown()
+    """
+)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("kind", ["grpc", "http"])
+def test_an_agents_metrics_are_refused_and_said_while_its_spans_are_recorded(
+    tmp_path: Path, kind: str
+) -> None:
+    """The SDK's metrics exporter (gRPC or HTTP) next to its span exporter: metrics are not
+    recorded, and the refusal is counted and said in the summary instead of only in the
+    agent's own log."""
+    (tmp_path / "agent.py").write_text(METRICS_AGENT)
+    result = _observe(tmp_path, sys.executable, "agent.py", kind)
+    assert result.returncode == 0, result.stderr
+    otlp = _summary(tmp_path)["otlp"]
+    assert otlp["spans_received"] == 1
+    assert otlp["metrics_requests_refused"] >= 1
+    (warning,) = otlp["warnings"]
+    assert "metrics export requests" in warning
+    assert "OTEL_METRICS_EXPORTER=none" in warning
+    assert "metrics export requests" in (tmp_path / "run" / "report.md").read_text()
+
+
 @pytest.mark.slow
 def test_a_command_that_could_not_be_run_is_said_to_have_never_run(tmp_path: Path) -> None:
     """A missing command exits 127 through observe's gate: the warning says it most likely

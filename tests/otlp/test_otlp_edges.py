@@ -247,7 +247,7 @@ def test_other_methods_on_signal_paths_are_405_with_allow(
 
 
 def test_post_to_metrics_path_is_404(start_receiver: StartReceiver) -> None:
-    """``/v1/metrics`` is not served: 404 naming the supported paths."""
+    """``/v1/metrics`` is not served: 404 saying metrics are not recorded, and counted."""
     running = start_receiver(grpc=False)
     status, headers, body = raw_request(
         running,
@@ -258,8 +258,9 @@ def test_post_to_metrics_path_is_404(start_receiver: StartReceiver) -> None:
     assert status == 404
     code, message = rpc_status(headers, body)
     assert code == 5
-    assert "/v1/traces" in message
-    assert "/v1/logs" in message
+    assert "records traces and logs, not metrics" in message
+    assert "OTEL_METRICS_EXPORTER=none" in message
+    assert running.counter("metrics_requests_unsupported") == 1
 
 
 def test_json_partial_success_counts_are_strings(start_receiver: StartReceiver) -> None:

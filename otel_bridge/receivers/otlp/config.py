@@ -31,6 +31,14 @@ DEFAULT_GRPC_ENDPOINT = "127.0.0.1:4317"
 DEFAULT_HTTP_ENDPOINT = "127.0.0.1:4318"
 
 
+METRICS_REFUSED = (
+    "otel-bridge records traces and logs, not metrics: this metrics request was not accepted "
+    "(turn the exporter off with OTEL_METRICS_EXPORTER=none, or send metrics elsewhere)"
+)
+"""Why a metrics export request is refused (HTTP 404, gRPC UNIMPLEMENTED, as a Collector
+without a metrics pipeline answers), counted in ``metrics_requests_unsupported``."""
+
+
 def split_endpoint(endpoint: str) -> tuple[str, int]:
     """``(host, port)`` of ``host:port`` or ``[v6]:port``; ValueError says what is wrong."""
     host, sep, port_text = endpoint.rpartition(":")

@@ -25,7 +25,7 @@ from google.rpc import error_details_pb2, status_pb2  # type: ignore[import-unty
 from otel_bridge.admission import Ticket, admission
 from otel_bridge.errors import StartupError
 from otel_bridge.otlp.proto_codec import decode_logs, decode_traces, encode_export_response
-from otel_bridge.receivers.otlp.config import GrpcConfig, split_endpoint
+from otel_bridge.receivers.otlp.config import METRICS_REFUSED, GrpcConfig, split_endpoint
 from otel_bridge.receivers.otlp.security import TlsConfig
 
 if TYPE_CHECKING:
@@ -33,6 +33,7 @@ if TYPE_CHECKING:
 
 TRACE_SERVICE = "opentelemetry.proto.collector.trace.v1.TraceService"
 LOGS_SERVICE = "opentelemetry.proto.collector.logs.v1.LogsService"
+METRICS_SERVICE = "opentelemetry.proto.collector.metrics.v1.MetricsService"
 RETRY_INFO_METADATA = "google.rpc.retryinfo-bin"
 """Trailing metadata key the OpenTelemetry Python SDK reads ``RetryInfo`` from."""
 STATUS_DETAILS_METADATA = "grpc-status-details-bin"
@@ -103,6 +104,9 @@ class GrpcServer:
                 grpc.method_handlers_generic_handler(
                     LOGS_SERVICE, {"Export": grpc.unary_unary_rpc_method_handler(self._logs)}
                 ),
+                grpc.method_handlers_generic_handler(
+                    METRICS_SERVICE, {"Export": grpc.unary_unary_rpc_method_handler(self._metrics)}
+                ),
             )
         )
         address = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
@@ -170,6 +174,14 @@ class GrpcServer:
             return encode_export_response("traces", outcome.rejected, outcome.error_message)
 
         return self._handle(raw, context, parse, "ExportTraceServiceRequest")
+
+    def _metrics(self, raw: bytes, context: grpc.ServicerContext) -> bytes:
+        """Metrics are not recorded: UNIMPLEMENTED, as without this handler, but counted and
+        said (``metrics_requests_unsupported``)."""
+        del raw
+        self._receiver.count("metrics_requests_unsupported")
+        context.abort(grpc.StatusCode.UNIMPLEMENTED, METRICS_REFUSED)
+        raise AssertionError("unreachable: abort raises")  # pragma: no cover
 
     def _logs(self, raw: bytes, context: grpc.ServicerContext) -> bytes:
         def parse(data: bytes) -> bytes:

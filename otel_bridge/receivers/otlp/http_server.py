@@ -28,7 +28,7 @@ from typing import TYPE_CHECKING, Any
 
 from otel_bridge.admission import Ticket, admission
 from otel_bridge.errors import DecodeError, PayloadTooLargeError, RefusedError, StartupError
-from otel_bridge.receivers.otlp.config import HttpConfig, split_endpoint
+from otel_bridge.receivers.otlp.config import METRICS_REFUSED, HttpConfig, split_endpoint
 
 if TYPE_CHECKING:
     from otel_bridge.receivers.otlp.receiver import OtlpReceiver, Outcome
@@ -37,6 +37,7 @@ PROTOBUF = "application/x-protobuf"
 JSON = "application/json"
 TRACES_PATH = "/v1/traces"
 LOGS_PATH = "/v1/logs"
+METRICS_PATH = "/v1/metrics"
 _CHUNK = 64 * 1024
 LISTEN_BACKLOG = 1024
 """Connections the kernel queues before they are accepted (capped by ``net.core.somaxconn``)."""
@@ -271,6 +272,10 @@ class _Handler(BaseHTTPRequestHandler):
                 {"WWW-Authenticate": auth.challenge},
             )
         path = self.path.split("?", 1)[0]
+        if path == METRICS_PATH:
+            receiver.count("metrics_requests_unsupported")
+            self.close_connection = True
+            raise _HttpError(404, _NOT_FOUND, METRICS_REFUSED)
         if path not in (TRACES_PATH, LOGS_PATH):
             self.close_connection = True
             raise _HttpError(

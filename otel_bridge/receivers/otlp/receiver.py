@@ -86,6 +86,11 @@ COUNTERS: tuple[CounterSpec, ...] = (
         "requests_unauthenticated", "requests refused for missing or bad credentials", "{requests}"
     ),
     CounterSpec("tls_handshake_failures", "HTTPS connections whose handshake failed", "{conns}"),
+    CounterSpec(
+        "metrics_requests_unsupported",
+        "metrics export requests answered 404 / UNIMPLEMENTED (metrics are not recorded)",
+        "{requests}",
+    ),
 )
 """The counters of the ``otlp`` receiver."""
 

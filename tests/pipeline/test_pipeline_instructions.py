@@ -10,8 +10,8 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
 
-from pipeline_instructions import STAGES, pipeline_step
-from pipeline_throughput import build_requests
+from pipeline_instructions import STAGES, pipeline_step, without_timers
+from pipeline_throughput import build_requests, collector_config
 
 from otel_bridge.model import Batch
 from otel_bridge.otlp.proto_codec import Decoded
@@ -35,3 +35,13 @@ def test_each_stage_processes_the_benchmark_requests(stage: str, tmp_path: Path)
         graph = json.loads((tmp_path / "graph.json").read_text())
         kinds = {node["kind"] for node in graph["nodes"]}
         assert {"agent", "tool_call", "model"} <= kinds
+
+
+def test_the_full_stage_has_no_timer_inside_the_measured_part(tmp_path: Path) -> None:
+    """The memory limiter's check and the batch timeout wait an hour, the rest is unchanged."""
+    config = collector_config(str(tmp_path), 512)
+    without_timers(config)
+    limiter = config.processors["memory_limiter"].config
+    batch = config.processors["batch"].config
+    assert (limiter.check_interval, batch.timeout) == (3600.0, 3600.0)
+    assert (limiter.limit_mib, batch.send_batch_size) == (1024, 512)

@@ -194,9 +194,12 @@ class _Router:
         )
         self._targets: list[tuple[str, str, Consumer]] = []
         self._host = host
+        self._fan_outs: dict[tuple[int, ...], FanOut] = {}
+        """One :class:`FanOut` per set of selected targets, built at its first batch."""
 
     def add(self, pipeline_id: str, pipeline_type: str, consumer: Consumer) -> None:
         self._targets.append((pipeline_id, pipeline_type, consumer))
+        self._fan_outs = {}
 
     def consume(self, batch: Batch) -> None:
         for part in PARTS:
@@ -205,15 +208,23 @@ class _Router:
                 self._telemetry.count("routed", n, label=part)
         if batch.spans and self._host.interests.wanted:
             publish_span_processes(batch, self._host.interests, self._id)
-        selected = [
-            (pid, _Selecting(ptype, consumer))
-            for pid, ptype, consumer in self._targets
-            if len(select_for_pipeline(batch, ptype))
-        ]
+        selected = tuple(
+            i
+            for i, target in enumerate(self._targets)
+            if len(select_for_pipeline(batch, target[1]))
+        )
         if not selected:
             return
+        fan_out = self._fan_outs.get(selected)
+        if fan_out is None:
+            targets = [self._targets[i] for i in selected]
+            fan_out = self._fan_outs[selected] = FanOut(
+                [(pid, _Selecting(ptype, c)) for pid, ptype, c in targets],
+                kind=PIPELINE,
+                host=self._host,
+            )
         try:
-            FanOut(selected, kind=PIPELINE, host=self._host).consume(batch)
+            fan_out.consume(batch)
         except Exception as exc:
             self._telemetry.count("refused" if is_retryable(exc) else "rejected", len(batch))
             raise

@@ -1,24 +1,30 @@
 """Machine instructions per OS event on the collector's per-event path (cachegrind).
 
 The ``medium`` workload of ``overhead.py`` makes the host receiver write one ``file.open`` /
-``file.write`` record per kernel event (about 8,000 to 12,000 per run). This benchmark runs the
-per-event steps of ``observe`` that the host receiver, the ``redact`` processor and the ``file``
-exporter take for each such record, in one process under valgrind's ``cachegrind`` (no cache
-simulation), so the figure does not move with the load of a shared machine:
+``file.write`` record per kernel event (about 6,000 to 12,000 per run). This benchmark runs the
+per-event steps ``observe`` takes for each such record, in one process under valgrind's
+``cachegrind`` (no cache simulation), so the figure does not move with the load of a shared
+machine. Every component is built from the configuration ``observe`` runs with (its overlay,
+``build_overlay``, through the loader, ``parse_config``), a fresh instance per measured stage:
 
 * ``record``: the host receiver's record for one event (``identity_attrs`` of the pid, the
   ``file.path``, ``EventFactory.record``: record id, attribution, the invalid-text rule);
-* ``redact``: the ``redact`` processor on batches of 512 such records;
-* ``write``: the ``file`` exporter's JSON lines for them (``encode_lines``).
+* ``redact``, ``normalize``, ``correlate``, ``grade``: the evidence pipeline's processors, each
+  on what the processors before it made of the records (prepared outside the measured part);
+* ``graph``: the graph exporter on the graded batches;
+* ``write``: the ``file/run_os`` exporter (``os.jsonl``) on the host receiver's batches;
+* ``correlated``: the ``file/run_correlated`` exporter on the graded batches;
+* ``pipeline``: the whole collector from the host receiver's router, both of its pipelines.
 
 The records are the medium workload's: one process opening, writing and reopening 16 files in
-turn, plus a ``true`` child's ``process.exec`` every 96 records. Each stage runs twice, with 0
-and with ``--events`` events (a multiple of 512) after a warm-up of 2,048: the difference
-divided by the events leaves out start-up and imports. Run it against another tree by putting
-that tree first on ``PYTHONPATH`` (the stages use only names both trees have)::
+turn, plus a ``true`` child's ``process.exec`` every 96 records, in batches of 256 (the host
+receiver's ``batch_size``). Each stage runs twice, with 0 and with ``--events`` events (a
+multiple of 256) after a warm-up of 2,048: the difference divided by the events leaves out
+start-up, imports and the preparation. Run it against another tree by putting that tree first on
+``PYTHONPATH`` (the stages use only names both trees have)::
 
     python benchmarks/os_event_instructions.py
-    PYTHONPATH=/path/to/other/tree python benchmarks/os_event_instructions.py --events 8192
+    PYTHONPATH=/path/to/other/tree python benchmarks/os_event_instructions.py --events 4096
 
 Needs valgrind (``apt-get install valgrind``).
 """

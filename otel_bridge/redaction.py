@@ -291,16 +291,21 @@ class Redactor:
             return done
         if self._extra:
             out = self._rules(text)
-        elif _TRIGGER.search(text) is None:
-            out = text
         else:
             word = _WORD_NUMBER.fullmatch(text)
-            out = text if word and self._plain_word(word[1]) else self._rules(text)
+            if word is not None and self._plain_word(word[1]):
+                return text  # a record id: seen once, so not remembered
+            out = text if _TRIGGER.search(text) is None else self._rules(text)
         if len(text) <= _CACHE_LONGEST:
             if len(self._cache) >= _CACHE_SIZE:
                 self._cache.clear()
             self._cache[text] = out
         return out
+
+    def remembered(self, text: str) -> str | None:
+        """:meth:`text` of ``text`` when it is remembered, else None (a shortcut for callers
+        redacting many values: a hit costs one lookup)."""
+        return self._cache.get(text)
 
     def _plain_word(self, word: str) -> bool:
         """True when no rule changes ``word:N`` for any number N (decided once per word)."""

@@ -21,7 +21,7 @@ from otel_bridge.component import (
     require_consumer,
 )
 from otel_bridge.grading import grade_evidence
-from otel_bridge.model import Batch, Observation
+from otel_bridge.model import Batch, Evidence, Observation
 
 
 @dataclass(slots=True)
@@ -29,12 +29,34 @@ class Config:
     """The grade processor has no settings."""
 
 
+_REMEMBERED = 1_024
+_graded: dict[int, tuple[Evidence, Evidence]] = {}
+"""``id(evidence) -> (evidence, graded)``: the normalizer shares one evidence object among the
+records that state the same evidence, and their graded copies are shared in turn (one grading
+per object, and one object for the graph and the file exporter to encode). Holding the
+evidence keeps its id from being reused."""
+
+
+def graded_evidence(evidence: Evidence) -> Evidence:
+    """``evidence`` with ``grade`` set from its fields (the same object if it already is; the
+    same graded object for the same evidence object)."""
+    found = _graded.get(id(evidence))
+    if found is not None and found[0] is evidence:
+        return found[1]
+    grade = grade_evidence(evidence)
+    graded = evidence if evidence.grade == grade else msgspec.structs.replace(evidence, grade=grade)
+    if len(_graded) >= _REMEMBERED:
+        _graded.clear()
+    _graded[id(evidence)] = (evidence, graded)
+    return graded
+
+
 def grade_observation(obs: Observation) -> Observation:
     """``obs`` with ``evidence.grade`` set from its evidence (the same object if unchanged)."""
-    grade = grade_evidence(obs.evidence)
-    if obs.evidence.grade == grade:
+    graded = graded_evidence(obs.evidence)
+    if graded is obs.evidence:
         return obs
-    return msgspec.structs.replace(obs, evidence=msgspec.structs.replace(obs.evidence, grade=grade))
+    return msgspec.structs.replace(obs, evidence=graded)
 
 
 def grade_batch(batch: Batch) -> Batch:

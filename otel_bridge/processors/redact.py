@@ -33,6 +33,8 @@ from otel_bridge.model import AnyValue, Attributes, Batch, Entity, LogRecord, Ob
 from otel_bridge.redaction import REDACTED, Redactor
 
 _ARGV_KEYS = frozenset({"process.command_args", "process.command_line.args"})
+_UNCHANGED = frozenset({int, bool, float, bytes, type(None)})
+"""Value types :meth:`AttributeRedactor.value` returns as they are."""
 _KEYS_REMEMBERED = 4096
 """Distinct attribute keys whose secrecy is remembered (the table starts over when full)."""
 
@@ -104,8 +106,22 @@ class AttributeRedactor:
     def attributes(self, attrs: Attributes) -> Attributes:
         """A redacted copy of ``attrs`` (the same object when nothing changed)."""
         out: dict[str, AnyValue] | None = None
+        allow, secret, remembered = self._allow, self._secret_keys, self._redactor.remembered
         for k, v in attrs.items():
-            new = self.value(k, v)
+            cls = v.__class__
+            # :meth:`value` inlined for the plain values of nearly every attribute
+            if cls is str:
+                assert isinstance(v, str)  # for the type checker (``cls is str``)
+                if not v or k in allow:
+                    new: AnyValue = v
+                elif secret.get(k) or (secret.get(k) is None and self._secret_key(k)):
+                    new = REDACTED
+                else:
+                    new = remembered(v) or self._redactor.text(v)
+            elif cls in _UNCHANGED:
+                new = v
+            else:
+                new = self.value(k, v)
             if out is None:
                 if new is v or new == v:
                     continue

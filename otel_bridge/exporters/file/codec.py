@@ -13,12 +13,25 @@ from __future__ import annotations
 
 import json
 import os
+import threading
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import Any, TypeVar
 
+import orjson
+
 from otel_bridge import jsonl
 from otel_bridge.errors import DecodeError
-from otel_bridge.model import Batch, Entity, LogRecord, Observation, Resource, Scope, Span
+from otel_bridge.model import (
+    AnyValue,
+    Batch,
+    Entity,
+    Evidence,
+    LogRecord,
+    Observation,
+    Resource,
+    Scope,
+    Span,
+)
 from otel_bridge.otlp import json_codec
 
 from .config import SignalName
@@ -99,6 +112,161 @@ def _observation_lines(observations: Sequence[Observation]) -> list[str]:
     return [
         jsonl.dumps({"observation": jsonl.observation_to_dict(o, entity)}) for o in observations
     ]
+
+
+_REMEMBERED = 4_096
+"""Entries of each of a :class:`LineEncoder`'s memos (cleared when full)."""
+_UNIQUE_KEYS = frozenset({"evidence.record_id"})
+"""Attribute keys whose values differ in every record: never remembered."""
+_Memo = dict[int, tuple[object, Any]]
+"""``id(obj) -> (obj, encoding)``: holding the object keeps its id from being reused."""
+
+
+class LineEncoder:
+    """:func:`encode_lines` with memory across batches, for one exporter: the same lines.
+
+    A long run's OS records and their observations repeat a few objects and values: the
+    normalizer shares one entity object per process, file and endpoint and one evidence object
+    per combination, and the host receiver's records share their resource and scope and most of
+    their attribute values. Their JSON text is made once and spliced into each line as an
+    ``orjson.Fragment`` (orjson writes a fragment's text as is: the line's bytes do not change).
+    Anything the fast path cannot encode (what :func:`otel_bridge.jsonl.dumps` hands to the
+    standard library: a lone surrogate, an integer beyond 64 bits, a non-string key) makes
+    that line go through :func:`encode_lines`' own code. ``tests/pipeline/test_file_lines.py``
+    compares the two on every kind of value. Thread-safe.
+    """
+
+    def __init__(self, parts: Iterable[str] = ALL_PARTS) -> None:
+        self._parts = tuple(parts)
+        self._lock = threading.Lock()
+        self._frames: _Memo = {}
+        self._entities: _Memo = {}
+        self._evidence: _Memo = {}
+        self._values: dict[tuple[str, object, type], orjson.Fragment] = {}
+
+    def encode(self, batch: Batch) -> list[str]:
+        """The JSON lines (without newlines) of the chosen parts of ``batch``, in order."""
+        wanted = self._parts
+        lines: list[str] = []
+        with self._lock:
+            if "spans" in wanted and batch.spans:
+                lines.extend(encode_lines(Batch(spans=batch.spans), ("spans",)))
+            if "logs" in wanted and batch.logs:
+                lines.extend(self._log_line(r) for r in batch.logs)
+            if "observations" in wanted and batch.observations:
+                lines.extend(self._observation_line(o) for o in batch.observations)
+        if "coverage" in wanted:
+            lines.extend(
+                jsonl.dumps({"coverage": jsonl.coverage_to_dict(c)}) for c in batch.coverage
+            )
+        return lines
+
+    # -- log records --------------------------------------------------------------------------
+
+    def _log_line(self, record: LogRecord) -> str:
+        frame: tuple[Scope, tuple[str, str]] | None
+        frame = _remembered(self._frames, record.resource, None)
+        if frame is None or frame[0] is not record.scope:
+            frame = (record.scope, _frame(record.resource, record.scope, _LOGS))
+            _remember(self._frames, record.resource, frame)
+        before, after = frame[1]
+        try:
+            fields = self._log_fields(record)
+            return before + orjson.dumps(fields).decode("utf-8") + after
+        except TypeError:
+            return before + jsonl.dumps(json_codec.log_to_dict(record)) + after
+
+    def _log_fields(self, log: LogRecord) -> dict[str, Any]:
+        """:func:`otel_bridge.otlp.json_codec.log_to_dict` with remembered attribute text."""
+        out: dict[str, Any] = {
+            "timeUnixNano": str(log.time_unix_nano),
+            "observedTimeUnixNano": str(log.observed_time_unix_nano),
+        }
+        if log.severity_number:
+            out["severityNumber"] = log.severity_number
+        if log.severity_text:
+            out["severityText"] = log.severity_text
+        if log.body is not None:
+            out["body"] = json_codec.any_value_to_json(log.body)
+        if log.attributes:
+            out["attributes"] = [self._attribute(k, v) for k, v in log.attributes.items()]
+        if log.dropped_attributes_count:
+            out["droppedAttributesCount"] = log.dropped_attributes_count
+        if log.flags:
+            out["flags"] = log.flags
+        if log.trace_id:
+            out["traceId"] = log.trace_id.hex()
+        if log.span_id:
+            out["spanId"] = log.span_id.hex()
+        if log.event_name:
+            out["eventName"] = log.event_name
+        return out
+
+    def _attribute(self, key: str, value: AnyValue) -> Any:
+        """The OTLP/JSON ``KeyValue`` of one attribute: remembered text for a repeated plain
+        value (keyed with its type: ``True`` and ``1`` stay apart), else the dict."""
+        if key in _UNIQUE_KEYS or value.__class__ not in _PLAIN_VALUES:
+            return {"key": key, "value": json_codec.any_value_to_json(value)}
+        memo = (key, value, value.__class__)
+        text = self._values.get(memo)
+        if text is None:
+            encoded = {"key": key, "value": json_codec.any_value_to_json(value)}
+            text = orjson.Fragment(orjson.dumps(encoded))  # TypeError: the caller's fallback
+            if len(self._values) >= _REMEMBERED:
+                self._values.clear()
+            self._values[memo] = text
+        return text
+
+    # -- observations -------------------------------------------------------------------------
+
+    def _observation_line(self, o: Observation) -> str:
+        try:
+            subject = self._entity(o.subject)
+            obj = None if o.object is None else self._entity(o.object)
+            fields = {
+                "id": o.id,
+                "time_unix_nano": o.time_unix_nano,
+                "end_time_unix_nano": o.end_time_unix_nano,
+                "source": jsonl.source_to_dict(o.source),
+                "subject": subject,
+                "relation": None if o.relation is None else str(o.relation),
+                "object": obj,
+                "evidence": self._evidence_text(o.evidence),
+                "occurrence": o.occurrence,
+                "attrs": jsonl.attrs_to_json(o.attrs),
+            }
+            return orjson.dumps({"observation": fields}).decode("utf-8")
+        except TypeError:
+            return jsonl.dumps({"observation": jsonl.observation_to_dict(o)})
+
+    def _entity(self, entity: Entity) -> orjson.Fragment:
+        text = _remembered(self._entities, entity, None)
+        if text is None:
+            text = orjson.Fragment(orjson.dumps(jsonl.entity_to_dict(entity)))
+            _remember(self._entities, entity, text)
+        return text  # type: ignore[no-any-return]
+
+    def _evidence_text(self, evidence: Evidence) -> orjson.Fragment:
+        text = _remembered(self._evidence, evidence, None)
+        if text is None:
+            text = orjson.Fragment(orjson.dumps(jsonl.evidence_to_dict(evidence)))
+            _remember(self._evidence, evidence, text)
+        return text  # type: ignore[no-any-return]
+
+
+_PLAIN_VALUES = frozenset({str, int, bool})
+"""Value types whose ``KeyValue`` text :class:`LineEncoder` remembers (hashable, exact)."""
+
+
+def _remembered(memo: _Memo, obj: object, default: Any) -> Any:
+    found = memo.get(id(obj))
+    return found[1] if found is not None and found[0] is obj else default
+
+
+def _remember(memo: _Memo, obj: object, encoding: Any) -> None:
+    if len(memo) >= _REMEMBERED:
+        memo.clear()
+    memo[id(obj)] = (obj, encoding)
 
 
 def decode_line(line: str, where: str = "line") -> Batch:

@@ -23,7 +23,7 @@ from otel_bridge.errors import StartupError
 from otel_bridge.model import Batch
 from otel_bridge.rundir import make_private_dirs
 
-from .codec import encode_lines
+from .codec import LineEncoder
 from .config import Config
 
 _log = logging.getLogger("otel_bridge.exporters.file")
@@ -98,6 +98,7 @@ class FileExporter:
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._closed = False
+        self._encoder = LineEncoder(config.signals)
 
     @property
     def path(self) -> str:
@@ -131,7 +132,7 @@ class FileExporter:
 
     def consume(self, batch: Batch) -> None:
         """Append the batch's lines; flush at once when ``flush_interval`` is 0."""
-        lines = encode_lines(batch, self._config.signals)
+        lines = self._encoder.encode(batch)
         if not lines:
             return
         text = "".join(line + "\n" for line in lines)

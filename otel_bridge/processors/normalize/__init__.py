@@ -48,7 +48,15 @@ from otel_bridge.model import Batch, Channel, CoverageRecord, LogRecord, Observa
 from .ancestry import Ancestry
 from .channels import BUILTIN_RULES, ChannelAssigner, ChannelRule, RuleMatch, ScopeMatch
 from .command import CommandResult, extract_command
-from .oslogs import is_os_record, normalize_os_record, record_source
+from .oslogs import (
+    fast_source,
+    is_os_record,
+    is_os_resource,
+    normalize_os_record,
+    record_source,
+    resource_backend,
+    resource_host,
+)
 from .spans import SpanNormalizer
 
 __all__ = [
@@ -117,30 +125,42 @@ class Normalizer:
                 if done and ("otlp", span.span_id.hex()) in done:
                     continue
                 normalize(span, observations, coverage)
+        resource: object = None
+        backend: str | None = None  # of ``resource``: None when it is not the OS channel's
+        host = ""
         for record in batch.logs:
-            source = _log_source(record)
+            if record.resource is not resource:  # a batch's records share a few resources
+                resource = record.resource
+                attrs = record.resource.attributes
+                backend = resource_backend(attrs) if is_os_resource(attrs) else None
+                host = resource_host(attrs)
+            if backend is None:
+                source = _log_source(record)
+                if not (done and (source.backend, source.record_id) in done):
+                    coverage.append(_not_interpreted(record, source))
+                continue
+            source = fast_source(record, backend)
             if done and (source.backend, source.record_id) in done:
                 continue
-            if is_os_record(record):
-                obs, cov = normalize_os_record(record)
-                observations.extend(obs)
-                coverage.extend(cov)
-            else:
-                coverage.append(
-                    CoverageRecord(
-                        source=source,
-                        reason="log_not_interpreted",
-                        time_unix_nano=record.time_unix_nano,
-                        detail=f"log record {record.event_name or record.severity_text!r} "
-                        "is not an OS event; kept as telemetry only",
-                    )
-                )
+            obs, cov = normalize_os_record(record, source, host)
+            observations.extend(obs)
+            coverage.extend(cov)
         return batch.replace(observations=tuple(observations), coverage=tuple(coverage))
 
     def drain(self) -> list[CoverageRecord]:
         """Coverage for every relation still waiting for an ancestor (call at shutdown)."""
         with self._lock:
             return self._spans.drain()
+
+
+def _not_interpreted(record: LogRecord, source: Source) -> CoverageRecord:
+    return CoverageRecord(
+        source=source,
+        reason="log_not_interpreted",
+        time_unix_nano=record.time_unix_nano,
+        detail=f"log record {record.event_name or record.severity_text!r} "
+        "is not an OS event; kept as telemetry only",
+    )
 
 
 def _log_source(record: LogRecord) -> Source:

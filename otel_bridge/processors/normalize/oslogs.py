@@ -94,6 +94,19 @@ _DETAIL_KEYS = (
 )
 
 
+_OBSERVED_KEYS = (*_PROCESS_KEYS, *_DETAIL_KEYS)
+"""The record attributes an observation keeps (when not None), in this order."""
+_NO_EVIDENCE = Evidence()
+
+
+@functools.lru_cache(maxsize=1024)
+def _kept(keys: tuple[str, ...]) -> tuple[str, ...]:
+    """The keys of :data:`_OBSERVED_KEYS` among ``keys`` (a record's attribute keys), in the
+    order of :data:`_OBSERVED_KEYS`: records of one kind have the same keys."""
+    present = frozenset(keys)
+    return tuple(k for k in _OBSERVED_KEYS if k in present)
+
+
 _ENTITY_KEYS = (
     *_PROCESS_KEYS,
     "process.parent.creation.time",
@@ -119,7 +132,12 @@ class CoverageError(Exception):
 
 def is_os_record(record: LogRecord) -> bool:
     """True when ``record`` belongs to the OS channel."""
-    return get_str(record.resource.attributes, "evidence.channel") == Channel.OS.value
+    return is_os_resource(record.resource.attributes)
+
+
+def is_os_resource(resource: Attributes) -> bool:
+    """True when the records of a resource with these attributes belong to the OS channel."""
+    return get_str(resource, "evidence.channel") == Channel.OS.value
 
 
 def record_source(record: LogRecord) -> Source:
@@ -138,30 +156,67 @@ def event_name(record: LogRecord) -> str:
     return record.event_name or get_str(record.attributes, "event.name") or ""
 
 
-def normalize_os_record(record: LogRecord) -> tuple[list[Observation], list[CoverageRecord]]:
-    """Observations (or a coverage record) for one OS event record."""
-    source = record_source(record)
+def normalize_os_record(
+    record: LogRecord, source: Source | None = None, host: str | None = None
+) -> tuple[list[Observation], list[CoverageRecord]]:
+    """Observations (or a coverage record) for one OS event record.
+
+    ``source`` (:func:`record_source` of the record) and ``host`` (:func:`resource_host` of its
+    resource) may be passed when the caller has them already: the result is the same.
+    """
+    if source is None:
+        source = record_source(record)
     time = record.time_unix_nano or record.observed_time_unix_nano
     name = source.event
     try:
         if name == "collection.state":
             return [], [_collection_state(record, source, time)]
-        return _observations(record, source, time, name), []
+        if host is None:
+            host = resource_host(record.resource.attributes)
+        return _observations(record, source, time, name, host), []
     except CoverageError as exc:
         return [], [
             CoverageRecord(source=source, reason=exc.reason, time_unix_nano=time, detail=exc.detail)
         ]
 
 
-def _observations(record: LogRecord, source: Source, time: int, name: str) -> list[Observation]:
+def resource_host(resource: Attributes) -> str:
+    """The host an OS record's resource names (``unknown_host`` when it names none)."""
+    return get_str(resource, "host.id") or "unknown_host"
+
+
+def resource_backend(resource: Attributes) -> str:
+    """The backend an OS record's resource names (``unknown`` when it names none)."""
+    return get_str(resource, "evidence.backend") or "unknown"
+
+
+def fast_source(record: LogRecord, backend: str) -> Source:
+    """:func:`record_source` of a record whose resource names ``backend``
+    (:func:`resource_backend`): the same value, without reading the resource again."""
     a = record.attributes
-    host = get_str(record.resource.attributes, "host.id") or "unknown_host"
+    record_id = a.get("evidence.record_id")
+    name = record.event_name or get_str(a, "event.name") or ""
+    if record_id.__class__ is not str or not record_id:
+        record_id = get_str(a, "evidence.record_id")
+        if record_id is None:
+            shown = name or "record"
+            record_id = (
+                f"{backend}:{shown}:{record.time_unix_nano}:{record.observed_time_unix_nano}"
+            )
+    return Source(channel=Channel.OS, backend=backend, record_id=record_id, event=name)
+
+
+def _observations(
+    record: LogRecord, source: Source, time: int, name: str, host: str
+) -> list[Observation]:
+    a = record.attributes
     evidence = _evidence(record)
     attrs: dict[str, AnyValue] = {"event.name": name, "host.id": host}
     attrs["evidence.record_id"] = source.record_id
-    for key in (*_PROCESS_KEYS, *_DETAIL_KEYS):
-        if key in a and a[key] is not None:
-            attrs[key] = a[key]
+    for key in _kept(tuple(a)):
+        value = a[key]
+        if value is not None:
+            attrs[key] = value
 
     def obs(
         n: int, subject: Entity, rel: RelationKind | None = None, obj: Entity | None = None
@@ -173,7 +228,7 @@ def _observations(record: LogRecord, source: Source, time: int, name: str) -> li
             subject=subject,
             relation=rel,
             object=obj,
-            evidence=evidence if rel is not None else Evidence(),
+            evidence=evidence if rel is not None else _NO_EVIDENCE,
             occurrence=source.record_id,
             attrs=attrs,
         )
@@ -207,7 +262,10 @@ def _observations(record: LogRecord, source: Source, time: int, name: str) -> li
         ]
     if name == "file.content":  # the receiver read a written file (opt-in capture)
         return [obs(0, _file_content(a, time))]
-    if name not in _PROCESS_EVENTS and name not in FILE_RELATIONS and name not in NETWORK_RELATIONS:
+    if name in FILE_RELATIONS:  # nearly every record: first
+        proc = _process(a, host, name)
+        return [obs(0, proc, FILE_RELATIONS[name], _file(_require_str(a, "file.path", name)))]
+    if name not in _PROCESS_EVENTS and name not in NETWORK_RELATIONS:
         raise CoverageError("unknown_os_event", f"event {name!r} is not part of the OS contract")
     proc = _process(a, host, name)
     if name in _PROCESS_EVENTS:
@@ -222,9 +280,6 @@ def _observations(record: LogRecord, source: Source, time: int, name: str) -> li
         if name == "process.start" and facts.parent_pid is not None:
             out.append(obs(2, _parent(facts), RelationKind.SPAWNED, proc))
         return out
-    if name in FILE_RELATIONS:
-        path = _require_str(a, "file.path", name)
-        return [obs(0, proc, FILE_RELATIONS[name], _file(path))]
     return [obs(0, proc, NETWORK_RELATIONS[name], _endpoint(a, name))]
 
 
@@ -238,11 +293,12 @@ def _process(a: Attributes, host: str, name: str) -> Entity:
     (``tests/normalize/test_normalize_os.py`` compares both), and lets the graph accumulator
     skip the merge checks of a node it saw as this very object (``Store.n_ent``).
     """
-    values = tuple(map(a.get, _ENTITY_KEYS))
+    present = _stated(tuple(a))
+    values = tuple(map(a.get, present))
     argv = a.get("process.command_args")
     if isinstance(argv, tuple) and not all(x.__class__ is str for x in argv):
         return process_entity(a, host, name)  # mixed element types: no sharing
-    memo = (host, values, tuple(map(type, values)))
+    memo = (host, present, values, tuple(map(type, values)))
     try:
         entity = _processes.get(memo)
     except TypeError:  # an unhashable attribute value: no sharing
@@ -253,6 +309,14 @@ def _process(a: Attributes, host: str, name: str) -> Entity:
             _processes.clear()
         _processes[memo] = entity
     return entity
+
+
+@functools.lru_cache(maxsize=1024)
+def _stated(keys: tuple[str, ...]) -> tuple[str, ...]:
+    """The keys of :data:`_ENTITY_KEYS` among ``keys`` (a record's attribute keys): the other
+    keys of :data:`_ENTITY_KEYS` read as absent, so the values of these decide the entity."""
+    present = frozenset(keys)
+    return tuple(k for k in _ENTITY_KEYS if k in present)
 
 
 def process_entity(a: Attributes, host: str, name: str) -> Entity:
@@ -402,7 +466,33 @@ def _endpoint_entity(transport: str, address: str, port: int) -> Entity:
     )
 
 
+_EVIDENCE_KEYS = (
+    "evidence.attribution",
+    "evidence.causal",
+    "evidence.inferred",
+    "evidence.identity_exact",
+)
+_evidences: dict[tuple[object, ...], Evidence] = {}
+
+
 def _evidence(record: LogRecord) -> Evidence:
+    """The evidence a record states (shared objects: :func:`_shared_evidence`), remembered by
+    the four values it is read from and their types (``True`` and ``1`` stay apart)."""
+    raw = tuple(map(record.attributes.get, _EVIDENCE_KEYS))
+    key = (*raw, *map(type, raw))
+    try:
+        found = _evidences.get(key)
+    except TypeError:  # an unhashable value: read afresh
+        return _read_evidence(record)
+    if found is None:
+        found = _read_evidence(record)
+        if len(_evidences) >= 256:
+            _evidences.clear()
+        _evidences[key] = found
+    return found
+
+
+def _read_evidence(record: LogRecord) -> Evidence:
     a = record.attributes
     mode = get_str(a, "evidence.attribution")
     attribution = None

@@ -205,3 +205,29 @@ def test_armed_groups_replay_their_raw_reads(tmp_path: Path) -> None:
         assert "directory handle and name per event" in _note(records)
     finally:
         groups.close()
+
+
+@needs_root
+def test_a_fifo_is_not_a_file_event(tmp_path: Path) -> None:
+    """The kernel reports opens of FIFOs and device nodes only in handle-and-name mode (the
+    classic mode never did; ``observe``'s own gate is a FIFO): they are skipped, as before."""
+    require_backend("linux")
+    sink = RecordingConsumer()
+    ctx = _ctx(os.getpid(), sink)
+    watcher = FanotifyWatcher(ctx)
+    try:
+        fifo = tmp_path / "gate"
+        os.mkfifo(fifo)
+        reader = os.open(fifo, os.O_RDONLY | os.O_NONBLOCK)
+        with open(fifo, "w") as f:
+            f.write("x\n")
+        os.close(reader)
+        (tmp_path / "plain.txt").write_text("p")
+        _read_pass(watcher)
+        records = _records(ctx, sink)
+        opened = _paths(records, "file.open")
+        assert str(tmp_path / "plain.txt") in opened
+        assert str(fifo) not in opened
+        assert str(fifo) not in _paths(records, "file.write")
+    finally:
+        watcher.stop()

@@ -1,12 +1,43 @@
 """fanotify file events for the ``linux`` backend, kernel-attributed to the accessing process.
 
-``fanotify_init`` / ``fanotify_mark`` through ctypes, in the classic fd-reporting mode
-(``FAN_CLASS_NOTIF``): each event carries the accessing pid and an open file descriptor whose
-``/proc/self/fd`` link names the file. A filesystem mark (``FAN_MARK_FILESYSTEM``, default) or a
-mount mark covers every file below each configured path; events of processes outside the lineage
-are dropped here.
+``fanotify_init`` / ``fanotify_mark`` through ctypes (``FAN_CLASS_NOTIF``). A filesystem mark
+(``FAN_MARK_FILESYSTEM``, default) or a mount mark covers every file below each configured path;
+events of processes outside the lineage are dropped here. Two groups:
 
-Honest limits of this mode:
+* the **file group** (open, close-write, modify, access) runs in ``FAN_REPORT_DFID_NAME`` mode
+  (Linux 5.9): each event carries the accessing pid, the parent directory's file handle and the
+  entry's name, and the kernel opens no descriptor. The directory is resolved with
+  ``open_by_handle_at`` (``CAP_DAC_READ_SEARCH``) on the marked mount of the event's filesystem
+  and remembered per handle (:meth:`FanotifyWatcher._directory`), so a workload that touches
+  many files in a few directories costs one resolution per directory. An event of a pid known
+  to be another process's is dropped after reading its 24-byte header. When the kernel or a
+  marked filesystem refuses that mode (``EINVAL`` before 5.9; ``EOPNOTSUPP`` on a filesystem
+  without file handles, e.g. ``devpts``), or the opt-in content capture is on (it reads the
+  file through the event's descriptor), the group runs in the classic mode instead: each event
+  carries an open descriptor whose ``/proc/self/fd`` link names the file, resolved and closed
+  here. The file collection's note says which mode runs, and why it fell back.
+* the **directory-entry group** (create, delete, rename), always ``FAN_REPORT_DFID_NAME``.
+
+What the path of an event means:
+
+* handle-and-name mode: the entry's **name when the event happened** (the kernel copies it into
+  the event), in its directory **as that directory is named when the event is read** (or when
+  it was first resolved, below). A file written and renamed before the event is read is
+  reported under the name it was written as; a file still open after it was deleted is
+  reported under the name it had; a hard-linked file under the link it was opened through. A
+  directory renamed after the event and before the read gives its new path; a directory
+  deleted before the read cannot be named: the event is counted (``fanotify.unnamed``), not
+  guessed. A resolved directory is remembered until the directory-entry group reports any
+  directory renamed or deleted (read before the file group in each pass), which forgets them
+  all; without that group (``rename`` not configured, or refused) for one read pass only. What
+  stays stale: an event in a directory renamed while the pass that reads it runs (after the
+  directory-entry group was read) is named under the directory's previous path; a directory
+  moved by a mount change is never seen.
+* classic mode: the file as its descriptor names it **when the event is read**: a file renamed
+  before the read is reported under its new name, a deleted one as ``PATH (deleted)``; hard
+  links and directories as above.
+
+Honest limits of both modes:
 
 * fanotify does not report the *open flags* the process used, so ``file.open`` carries no
   ``file.open.flags``/``file.access``. Writes show up as ``file.write``: by default when a file
@@ -14,13 +45,10 @@ Honest limits of this mode:
   writable open closed without writing is reported too), or, with ``modify`` configured, at the
   first ``FAN_MODIFY`` of each open/close cycle (exact, but one kernel event per ``write()``).
   Reads show up as ``file.read`` (``FAN_ACCESS``, when configured).
-* create, delete and rename come from a second fanotify group in ``FAN_REPORT_DFID_NAME`` mode,
-  whose events carry the parent directory's file handle and the entry's name instead of a
-  descriptor; the directory is resolved with ``open_by_handle_at`` (``CAP_DAC_READ_SEARCH``). A
-  rename is one ``FAN_RENAME`` event with both names (Linux 5.17). When that group cannot be set
-  up (an old kernel, a filesystem without file handles), the file collection says so and those
-  changes are not reported (``strace``/``ebpf`` see the syscalls). An entry whose directory is
-  already gone when the event is read cannot be named and is counted, not guessed.
+* create, delete and rename come from the directory-entry group. A rename is one ``FAN_RENAME``
+  event with both names (Linux 5.17). When that group cannot be set up (an old kernel, a
+  filesystem without file handles), the file collection says so and those changes are not
+  reported (``strace``/``ebpf`` see the syscalls).
 * A short-lived child often touches a file before the process connector's fork event for it has
   been read, so its pid is not in the lineage yet. Such events are held (the path resolved) and
   reported once the pid joins the lineage, with its identity. Whether it joins is decided by
@@ -28,7 +56,8 @@ Honest limits of this mode:
   file event of the child, so once the process source (:attr:`FanotifyWatcher.lineage_read`)
   has drained its queue in a pass that began after the event was handled, a pid still not in
   the lineage is another process on the machine: its event is dropped and counted, and its
-  further events are skipped unread for 5 s. A reader late by seconds under load loses nothing
+  further events are skipped unread for 5 s (their headers read; in classic mode their
+  descriptors closed). A reader late by seconds under load loses nothing
   (it used to: a 0.25 s grace dropped the children of a late process reader). Without a process
   source (a watcher used alone) the grace period is 0.25 s; held events wait at most 30 s.
 * fanotify events carry no time: a record's time is when it was read, or the exit of its
@@ -54,6 +83,7 @@ from __future__ import annotations
 import contextlib
 import os
 import select
+import stat
 import struct
 import threading
 import time
@@ -128,6 +158,9 @@ it did not answer in time (:attr:`FanotifyWatcher.sync_lineage`)."""
 _MAX_DIRECTORIES = 4096
 """Directory handles whose resolved path is remembered at most (the table starts over when
 full): :meth:`FanotifyWatcher._directory`."""
+_MAX_FILES = 16_384
+"""File entries whose path is remembered at most (:meth:`FanotifyWatcher._file_path`)."""
+_SPECIAL = frozenset((stat.S_IFIFO, stat.S_IFCHR, stat.S_IFBLK, stat.S_IFSOCK))
 FOLLOW_SYNC_S = 2.0
 """How long :meth:`FanotifyWatcher.before_follow` waits for the reader's pass at most."""
 
@@ -198,6 +231,9 @@ class FanotifyWatcher:
         """pid -> until when its events are skipped (it did not join the lineage in time)."""
         self._dirs: dict[bytes, str] = {}
         """fsid + directory handle -> its path when resolved (:meth:`_directory`)."""
+        self._files: dict[bytes, str] = {}
+        """A file event's directory-handle-and-name record -> the entry's path, "" for a FIFO or
+        device node (forgotten with ``_dirs``): a file touched again costs one lookup."""
         dirents = sorted(self._wanted & DIRENT_BITS.keys())
         dirent_note = ""
         if dirents and armed is not None and adopt:
@@ -297,7 +333,7 @@ class FanotifyWatcher:
             timeout = 0.05 if self._waiting else 0.5
             began = time.monotonic()
             if self._dirs_per_pass:
-                self._dirs.clear()
+                self._forget_directories()
             ready, _, _ = select.select([*readers, self._stop_r, self._wake_r], [], [], timeout)
             with self._passes:
                 self._pass_started += 1
@@ -504,9 +540,11 @@ class FanotifyWatcher:
         known = pid in self._ctx.lineage
         if not known and (self._is_foreign(pid) or self._before_follow(pid)):
             return
-        path = self._entry_path(data, start, end)
+        path = self._file_path(data, start, end)
         if path is None:
             self._unnamed()
+        elif not path:
+            return
         elif known:
             self._file_event(mask, pid, path, at)
         else:
@@ -583,7 +621,7 @@ class FanotifyWatcher:
             self._overflow()
             return
         if mask & FAN_ONDIR and mask & (FAN_RENAME | FAN_DELETE):
-            self._dirs.clear()  # whoever moved it: paths resolved below it may have changed
+            self._forget_directories()  # whoever moved it: paths below it may have changed
         if pid not in self._ctx.lineage:
             if not self._is_foreign(pid) and not self._before_follow(pid):
                 self._wait(pid, mask, data[start:end], now)
@@ -627,6 +665,30 @@ class FanotifyWatcher:
             return None
         name = data[name_at:end].split(b"\0", 1)[0]
         return os.path.join(directory, os.fsdecode(name)) if name else directory
+
+    def _file_path(self, data: bytes, start: int, end: int) -> str | None:
+        """:meth:`_entry_path` of a file event, remembered per record; "" for a FIFO or a
+        device node, whose opens only this mode reports (the classic mode never saw them, and
+        ``observe``'s own gate is a FIFO): checked once per entry (``lstat``; an entry gone by
+        then is reported)."""
+        record = data[start:end]
+        path = self._files.get(record)
+        if path is not None:
+            return path
+        path = self._entry_path(data, start, end)
+        if path is None:
+            return None
+        with contextlib.suppress(OSError):
+            if stat.S_IFMT(os.lstat(path).st_mode) in _SPECIAL:
+                path = ""
+        if len(self._files) >= _MAX_FILES:
+            self._files.clear()
+        self._files[record] = path
+        return path
+
+    def _forget_directories(self) -> None:
+        self._dirs.clear()
+        self._files.clear()
 
     def _directory(self, key: bytes) -> str | None:
         """The path of the directory of ``key`` (its filesystem id and handle, as in the event)

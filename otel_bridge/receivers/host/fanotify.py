@@ -465,7 +465,7 @@ class FanotifyWatcher:
             offset += length
             if mask & FAN_Q_OVERFLOW or (fd < 0 and not no_fd_ok):
                 continue
-            if pid in lineage or pid in following or foreign.get(pid, 0.0) > now:
+            if foreign.get(pid, 0.0) > now or pid in following or pid in lineage:
                 continue
             unknown[pid] = unknown.get(pid, 0) + 1
         return unknown
@@ -485,12 +485,15 @@ class FanotifyWatcher:
     def _chunk(self, data: bytes, at: int, *, dirents: bool) -> None:
         """The events of one read, read at ``at`` (ns)."""
         fid = self._fid and not dirents
+        lineage, foreign, now = self._ctx.lineage, self._foreign, time.monotonic()
         offset = 0
         while offset + _METADATA.size <= len(data):
             length, _vers, _res, mlen, mask, fd, pid = _METADATA.unpack_from(data, offset)
             if length < _METADATA.size:
                 return
-            if dirents:
+            if fid and foreign.get(pid, 0.0) > now and pid not in lineage:
+                pass  # a pid skipped for a while: its header read, nothing else
+            elif dirents:
                 self._dirent(mask, pid, data, offset + mlen, offset + length, at)
             elif fid:
                 self._fid_event(mask, pid, data, offset + mlen, offset + length, at)

@@ -190,32 +190,6 @@ class FanotifyWatcher:
         """The monotonic time at which the last pass that left every queue empty began: every
         event queued before then has been handled (reported, held for its pid, or dropped)."""
         self._wanted = set(cfg.fanotify_events)
-        mask, _ = fanotify_masks(self._wanted)
-        paths, mount = list(cfg.fanotify_paths), cfg.fanotify_mark == "mount"
-        want_fid = ctx.capture is None  # the content capture reads through the event's fd
-        adopt = armed is not None and armed.matches(
-            self._wanted, paths, cfg.fanotify_mark, fid=want_fid
-        )
-        self._dir_fd = -1
-        self._mount_fds: list[int] = []
-        self._pre: tuple[list[PreRead], RawReads, RawReads] = ([], [], [])
-        """Events the armed pre-reader read before this watcher existed (replayed first)."""
-        fid_error: OSError | None = None
-        if armed is not None and adopt:
-            if armed.reader is not None:
-                self._pre = armed.reader.take()
-                armed.reader = None
-            self._fid, fid_error = armed.reports_fid, armed.fid_error
-            self._fd, self._dir_fd, self._mount_fds = armed.fd, armed.dir_fd, armed.mount_fds
-            armed.fd, armed.dir_fd, armed.mount_fds = -1, -1, []
-        else:
-            self._fd = -1
-            if mask:
-                self._fd, fid_error = open_file_group(
-                    fanotify_open, paths, mask, mount=mount, fid=want_fid
-                )
-            self._fid = self._fd >= 0 and want_fid and fid_error is None
-        """Whether the file group reports directory handles and names (no descriptors)."""
         self._libc = _libc()
         self.unnamed = 0
         """Events whose directory could no longer be resolved (``fanotify.unnamed``)."""
@@ -234,23 +208,9 @@ class FanotifyWatcher:
         self._files: dict[bytes, str] = {}
         """A file event's directory-handle-and-name record -> the entry's path, "" for a FIFO or
         device node (forgotten with ``_dirs``): a file touched again costs one lookup."""
-        dirents = sorted(self._wanted & DIRENT_BITS.keys())
-        dirent_note = ""
-        if dirents and armed is not None and adopt:
-            error = armed.dirent_error
-            if error is not None:
-                dirent_note = f"; {', '.join(dirents)} not reported: {error.strerror or error}"
-        elif dirents:
-            dirent_note = self._open_dirents(dirents, paths, mount=mount)
-        if (self._fid or self._dir_fd >= 0) and not self._mount_fds:
-            self._mount_fds = [os.open(path, os.O_RDONLY | os.O_CLOEXEC) for path in paths]
-        self._fsid_fds: dict[int, int] = {}
-        """Filesystem id -> the marked path's descriptor on it (handles resolve against it)."""
-        for mount_fd in self._mount_fds:
-            with contextlib.suppress(OSError):
-                self._fsid_fds.setdefault(os.fstatvfs(mount_fd).f_fsid, mount_fd)
-        self._dirs_per_pass = self._dir_fd < 0 or "rename" not in self._wanted
-        """No directory renames are read: a resolved directory is remembered for one pass."""
+        self._pre: tuple[list[PreRead], RawReads, RawReads] = ([], [], [])
+        """Events the armed pre-reader read before this watcher existed (replayed first)."""
+        note = self._open_groups(armed)
         self._stop_r, self._stop_w = os.pipe()
         self._wake_r, self._wake_w = os.pipe()
         self._thread: threading.Thread | None = None
@@ -269,8 +229,57 @@ class FanotifyWatcher:
             "file",
             CollectionState.AVAILABLE,
             f"fanotify {cfg.fanotify_mark} marks on {', '.join(cfg.fanotify_paths)} ({events}); "
+            f"{note}",
+        )
+
+    def _open_groups(self, armed: FanotifyGroups | None) -> str:
+        """Adopt ``armed`` when it was opened for this configuration, else open the groups;
+        returns the file collection's note on how events name their file and what is missing."""
+        ctx, cfg = self._ctx, self._ctx.config
+        mask, _ = fanotify_masks(self._wanted)
+        paths, mount = list(cfg.fanotify_paths), cfg.fanotify_mark == "mount"
+        want_fid = ctx.capture is None  # the content capture reads through the event's fd
+        adopt = armed is not None and armed.matches(
+            self._wanted, paths, cfg.fanotify_mark, fid=want_fid
+        )
+        self._dir_fd = -1
+        self._mount_fds: list[int] = []
+        fid_error: OSError | None = None
+        if armed is not None and adopt:
+            if armed.reader is not None:
+                self._pre = armed.reader.take()
+                armed.reader = None
+            self._fid, fid_error = armed.reports_fid, armed.fid_error
+            self._fd, self._dir_fd, self._mount_fds = armed.fd, armed.dir_fd, armed.mount_fds
+            armed.fd, armed.dir_fd, armed.mount_fds = -1, -1, []
+        else:
+            self._fd = -1
+            if mask:
+                self._fd, fid_error = open_file_group(
+                    fanotify_open, paths, mask, mount=mount, fid=want_fid
+                )
+            self._fid = self._fd >= 0 and want_fid and fid_error is None
+        """Whether the file group reports directory handles and names (no descriptors)."""
+        dirents = sorted(self._wanted & DIRENT_BITS.keys())
+        dirent_note = ""
+        if dirents and armed is not None and adopt:
+            error = armed.dirent_error
+            if error is not None:
+                dirent_note = f"; {', '.join(dirents)} not reported: {error.strerror or error}"
+        elif dirents:
+            dirent_note = self._open_dirents(dirents, paths, mount=mount)
+        if (self._fid or self._dir_fd >= 0) and not self._mount_fds:
+            self._mount_fds = [os.open(path, os.O_RDONLY | os.O_CLOEXEC) for path in paths]
+        self._fsid_fds: dict[int, int] = {}
+        """Filesystem id -> the marked path's descriptor on it (handles resolve against it)."""
+        for mount_fd in self._mount_fds:
+            with contextlib.suppress(OSError):
+                self._fsid_fds.setdefault(os.fstatvfs(mount_fd).f_fsid, mount_fd)
+        self._dirs_per_pass = self._dir_fd < 0 or "rename" not in self._wanted
+        """No directory renames are read: a resolved directory is remembered for one pass."""
+        return (
             f"{self._mode_note(want_fid, fid_error)}; "
-            f"no open flags (fanotify does not report them){dirent_note}",
+            f"no open flags (fanotify does not report them){dirent_note}"
         )
 
     def _mode_note(self, want_fid: bool, error: OSError | None) -> str:

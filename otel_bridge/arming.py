@@ -11,7 +11,9 @@ being imported and wired. What the kernel reports meanwhile waits in the sources
   each exec'd image and each forked child's start time the moment the kernel reports them and
   writes them to a pipe (1 MiB) keyed by the kernel event's timestamp, so a child that is gone
   by the time the backend reads the backlog keeps its exact identity and argv;
-* the fanotify groups (``FAN_UNLIMITED_QUEUE``): file events with the accessing pid.
+* the fanotify groups (``FAN_UNLIMITED_QUEUE``): file events with the accessing pid, both in
+  ``FAN_REPORT_DFID_NAME`` mode (a directory handle and a name, no descriptor per event) where
+  the kernel and filesystem allow it (:func:`open_file_group`).
 
 This module is the standard library only (``socket``, ``ctypes``, ``subprocess``): importing it
 costs a few milliseconds, which is the point. The ``linux`` backend (``receivers/host/linux.py``
@@ -67,6 +69,7 @@ FAN_RENAME = 0x10000000
 FAN_ONDIR = 0x40000000
 FAN_REPORT_DIR_FID = 0x400
 FAN_REPORT_NAME = 0x800
+FAN_REPORT_DFID_NAME = FAN_REPORT_DIR_FID | FAN_REPORT_NAME
 FAN_CLOEXEC = 0x01
 FAN_NONBLOCK = 0x02
 FAN_CLASS_NOTIF = 0x00
@@ -269,7 +272,7 @@ def libc() -> ctypes.CDLL:
 def fanotify_open(paths: list[str], mask: int, *, mount: bool, report: int = 0) -> int:
     """An fanotify descriptor with ``mask`` marked on each path; raises ``OSError``.
 
-    ``report`` adds ``FAN_REPORT_*`` flags to ``fanotify_init`` (the directory-entry group)."""
+    ``report`` adds ``FAN_REPORT_*`` flags to ``fanotify_init`` (``FAN_REPORT_DFID_NAME``)."""
     lib = libc()
     fd = int(
         lib.fanotify_init(
@@ -305,6 +308,21 @@ def fanotify_masks(events: set[str]) -> tuple[int, int]:
     return mask, (dirent | FAN_ONDIR) if dirent else 0
 
 
+def open_file_group(
+    opener: Callable[..., int], paths: list[str], mask: int, *, mount: bool, fid: bool
+) -> tuple[int, OSError | None]:
+    """The open/access/modify/close group: in ``FAN_REPORT_DFID_NAME`` mode when ``fid`` and the
+    kernel (Linux 5.9) and every marked filesystem allow it, else in the classic mode (a
+    descriptor per event). Returns the descriptor and why the first mode was refused (None: it
+    was not). ``opener`` is :func:`fanotify_open` (a parameter so a test can refuse a mode)."""
+    if not fid:
+        return opener(paths, mask, mount=mount), None
+    try:
+        return opener(paths, mask, mount=mount, report=FAN_REPORT_DFID_NAME), None
+    except OSError as exc:  # EINVAL: an older kernel; EOPNOTSUPP/EXDEV: no file handles here
+        return opener(paths, mask, mount=mount), exc
+
+
 @dataclass(slots=True)
 class FanotifyGroups:
     """The fanotify descriptors of one file plane: what they were opened for, and the fds."""
@@ -317,6 +335,11 @@ class FanotifyGroups:
     mount_fds: list[int] = field(default_factory=list)
     dirent_error: OSError | None = None
     """Why the directory-entry group could not be set up (None: it was, or not wanted)."""
+    fid: bool = True
+    """Wanted: the file group in ``FAN_REPORT_DFID_NAME`` mode (:func:`open_file_group`)."""
+    fid_error: OSError | None = None
+    """Why that mode was refused: the file group reports a descriptor per event (None: it
+    does not, or was not opened in that mode because ``fid`` is False)."""
     reader: FanotifyPreReader | None = None
     """Reads the groups while armed (:meth:`start_reading`), until the watcher takes over."""
 
@@ -325,9 +348,17 @@ class FanotifyGroups:
         if self.reader is None:
             self.reader = FanotifyPreReader(self)
 
-    def matches(self, events: Iterable[str], paths: list[str], mark: str) -> bool:
+    def matches(
+        self, events: Iterable[str], paths: list[str], mark: str, *, fid: bool = True
+    ) -> bool:
         """Whether these groups were opened for exactly this configuration."""
-        return (set(events), tuple(paths), mark) == (set(self.events), self.paths, self.mark)
+        wanted = (set(events), tuple(paths), mark, fid)
+        return wanted == (set(self.events), self.paths, self.mark, self.fid)
+
+    @property
+    def reports_fid(self) -> bool:
+        """Whether the file group reports directory handles and names (no descriptors)."""
+        return self.fd >= 0 and self.fid and self.fid_error is None
 
     def close(self) -> None:
         """Close every descriptor not handed over yet. Safe twice."""
@@ -342,28 +373,35 @@ class FanotifyGroups:
         self.mount_fds = []
 
 
-def open_fanotify_groups(events: list[str], paths: list[str], mark: str) -> FanotifyGroups:
+def open_fanotify_groups(
+    events: list[str], paths: list[str], mark: str, *, fid: bool = True
+) -> FanotifyGroups:
     """Both groups for this configuration; raises ``OSError`` when the main one fails. The
-    directory-entry group failing is kept in ``dirent_error`` (the backend reports it)."""
-    groups = FanotifyGroups(events=tuple(events), paths=tuple(paths), mark=mark)
+    directory-entry group failing is kept in ``dirent_error``, the file group's fallback to a
+    descriptor per event in ``fid_error`` (the backend reports both)."""
+    groups = FanotifyGroups(events=tuple(events), paths=tuple(paths), mark=mark, fid=fid)
     mask, dirent = fanotify_masks(set(events))
     mount = mark == "mount"
     if mask:
-        groups.fd = fanotify_open(list(paths), mask, mount=mount)
+        groups.fd, groups.fid_error = open_file_group(
+            fanotify_open, list(paths), mask, mount=mount, fid=fid
+        )
     if dirent:
         try:
             groups.dir_fd = fanotify_open(
-                list(paths), dirent, mount=mount, report=FAN_REPORT_DIR_FID | FAN_REPORT_NAME
+                list(paths), dirent, mount=mount, report=FAN_REPORT_DFID_NAME
             )
-            groups.mount_fds = [os.open(path, os.O_RDONLY | os.O_CLOEXEC) for path in paths]
         except OSError as exc:
             groups.dirent_error = exc
             if groups.dir_fd >= 0:
                 os.close(groups.dir_fd)
                 groups.dir_fd = -1
-            for fd in groups.mount_fds:
-                os.close(fd)
-            groups.mount_fds = []
+    try:
+        if groups.dir_fd >= 0 or groups.reports_fid:  # handles to resolve against these
+            groups.mount_fds = [os.open(path, os.O_RDONLY | os.O_CLOEXEC) for path in paths]
+    except OSError:
+        groups.close()
+        raise
     return groups
 
 
@@ -528,10 +566,14 @@ _METADATA = struct.Struct("=IBBHQii")
 _FD_READ_BYTES = 8 * 1024
 """One read of the descriptor-reporting group (the kernel opens a descriptor per event)."""
 
+_FID_READ_BYTES = 64 * 1024
+"""One read of a group that reports handles and names (no descriptor is opened)."""
 _READS_PER_WAKE = 64
 PreRead = tuple[int, int, int, str]
 """``(time ns, mask, pid, path)`` of one descriptor-group event read while armed; ``path`` is
 ``""`` for an event without a descriptor (a queue overflow)."""
+RawReads = list[tuple[int, bytes]]
+"""``(time ns, bytes)`` of each read of a handle-and-name group while armed, kept as read."""
 
 
 class FanotifyPreReader:
@@ -540,15 +582,19 @@ class FanotifyPreReader:
     fanotify events carry no timestamp: a record's time is when it was read. Left in the kernel
     queue while the collector is built, an event would be stamped up to that long after it
     happened (after its process's exit, outside its tool call's window), so this thread reads
-    them at once, as the watcher would: the descriptor group's paths are resolved and their
-    descriptors closed; the directory-entry group's raw records are kept with their read time.
-    :meth:`take` stops it and hands over what it read, in order.
+    them at once, as the watcher would: a descriptor group's paths are resolved and their
+    descriptors closed; what a handle-and-name group (``FAN_REPORT_DFID_NAME``: the
+    directory-entry group, and the file group unless it fell back) read is kept raw with its
+    read time. :meth:`take` stops it and hands over what it read, in order.
     """
 
     def __init__(self, groups: FanotifyGroups) -> None:
         self._groups = groups
+        self._fid = groups.reports_fid
         self.events: list[PreRead] = []
-        self.dirents: list[tuple[int, bytes]] = []
+        self.dirents: RawReads = []
+        self.files: RawReads = []
+        """The file group's reads, raw (when it reports handles and names)."""
         self._stop_r, self._stop_w = os.pipe()
         self._thread = threading.Thread(target=self._run, name="armed-fanotify", daemon=True)
         self._thread.start()
@@ -566,16 +612,17 @@ class FanotifyPreReader:
         """Read what is queued, at most ``_READS_PER_WAKE`` reads (then the loop checks for
         :meth:`take`: a steady stream of the machine's events cannot keep it here)."""
         dirents = fanotify_fd == self._groups.dir_fd
+        raw = self.dirents if dirents else self.files if self._fid else None
         for _ in range(_READS_PER_WAKE):
             try:
-                data = os.read(fanotify_fd, 64 * 1024 if dirents else _FD_READ_BYTES)
+                data = os.read(fanotify_fd, _FD_READ_BYTES if raw is None else _FID_READ_BYTES)
             except OSError:
                 return
             if not data:
                 return
             now = time.time_ns()
-            if dirents:
-                self.dirents.append((now, data))
+            if raw is not None:
+                raw.append((now, data))
                 continue
             offset = 0
             while offset + _METADATA.size <= len(data):
@@ -593,14 +640,15 @@ class FanotifyPreReader:
                         os.close(fd)
                 self.events.append((now, mask, pid, path))
 
-    def take(self) -> tuple[list[PreRead], list[tuple[int, bytes]]]:
-        """Stop reading (after a last drain); what was read, in order. Safe twice."""
+    def take(self) -> tuple[list[PreRead], RawReads, RawReads]:
+        """Stop reading (after a last drain); what was read, in order: the descriptor group's
+        events, the directory-entry group's reads, the file group's raw reads. Safe twice."""
         if self._stop_w >= 0:
             os.write(self._stop_w, b"x")
             self._thread.join()
             for fd in (self._stop_r, self._stop_w):
                 os.close(fd)
             self._stop_r = self._stop_w = -1
-        events, dirents = self.events, self.dirents
-        self.events, self.dirents = [], []
-        return events, dirents
+        events, dirents, files = self.events, self.dirents, self.files
+        self.events, self.dirents, self.files = [], [], []
+        return events, dirents, files

@@ -40,6 +40,12 @@ COUNTERS: tuple[CounterSpec, ...] = (
         "{events}",
     ),
     CounterSpec(
+        "fanotify.unnamed",
+        "file events whose directory could no longer be resolved (gone before the event was "
+        "read, or on no marked mount): not reported",
+        "{events}",
+    ),
+    CounterSpec(
         "fanotify.follow_unsynced",
         "follows whose file-event queue was not read through in time (events from before the "
         "follow may be attributed)",

@@ -1,12 +1,43 @@
 """fanotify file events for the ``linux`` backend, kernel-attributed to the accessing process.
 
-``fanotify_init`` / ``fanotify_mark`` through ctypes, in the classic fd-reporting mode
-(``FAN_CLASS_NOTIF``): each event carries the accessing pid and an open file descriptor whose
-``/proc/self/fd`` link names the file. A filesystem mark (``FAN_MARK_FILESYSTEM``, default) or a
-mount mark covers every file below each configured path; events of processes outside the lineage
-are dropped here.
+``fanotify_init`` / ``fanotify_mark`` through ctypes (``FAN_CLASS_NOTIF``). A filesystem mark
+(``FAN_MARK_FILESYSTEM``, default) or a mount mark covers every file below each configured path;
+events of processes outside the lineage are dropped here. Two groups:
 
-Honest limits of this mode:
+* the **file group** (open, close-write, modify, access) runs in ``FAN_REPORT_DFID_NAME`` mode
+  (Linux 5.9): each event carries the accessing pid, the parent directory's file handle and the
+  entry's name, and the kernel opens no descriptor. The directory is resolved with
+  ``open_by_handle_at`` (``CAP_DAC_READ_SEARCH``) on the marked mount of the event's filesystem
+  and remembered per handle (:meth:`FanotifyWatcher._directory`), so a workload that touches
+  many files in a few directories costs one resolution per directory. An event of a pid known
+  to be another process's is dropped after reading its 24-byte header. When the kernel or a
+  marked filesystem refuses that mode (``EINVAL`` before 5.9; ``EOPNOTSUPP`` on a filesystem
+  without file handles, e.g. ``devpts``), or the opt-in content capture is on (it reads the
+  file through the event's descriptor), the group runs in the classic mode instead: each event
+  carries an open descriptor whose ``/proc/self/fd`` link names the file, resolved and closed
+  here. The file collection's note says which mode runs, and why it fell back.
+* the **directory-entry group** (create, delete, rename), always ``FAN_REPORT_DFID_NAME``.
+
+What the path of an event means:
+
+* handle-and-name mode: the entry's **name when the event happened** (the kernel copies it into
+  the event), in its directory **as that directory is named when the event is read** (or when
+  it was first resolved, below). A file written and renamed before the event is read is
+  reported under the name it was written as; a file still open after it was deleted is
+  reported under the name it had; a hard-linked file under the link it was opened through. A
+  directory renamed after the event and before the read gives its new path; a directory
+  deleted before the read cannot be named: the event is counted (``fanotify.unnamed``), not
+  guessed. A resolved directory is remembered until the directory-entry group reports any
+  directory renamed or deleted (read before the file group in each pass), which forgets them
+  all; without that group (``rename`` not configured, or refused) for one read pass only. What
+  stays stale: an event in a directory renamed while the pass that reads it runs (after the
+  directory-entry group was read) is named under the directory's previous path; a directory
+  moved by a mount change is never seen.
+* classic mode: the file as its descriptor names it **when the event is read**: a file renamed
+  before the read is reported under its new name, a deleted one as ``PATH (deleted)``; hard
+  links and directories as above.
+
+Honest limits of both modes:
 
 * fanotify does not report the *open flags* the process used, so ``file.open`` carries no
   ``file.open.flags``/``file.access``. Writes show up as ``file.write``: by default when a file
@@ -14,13 +45,10 @@ Honest limits of this mode:
   writable open closed without writing is reported too), or, with ``modify`` configured, at the
   first ``FAN_MODIFY`` of each open/close cycle (exact, but one kernel event per ``write()``).
   Reads show up as ``file.read`` (``FAN_ACCESS``, when configured).
-* create, delete and rename come from a second fanotify group in ``FAN_REPORT_DFID_NAME`` mode,
-  whose events carry the parent directory's file handle and the entry's name instead of a
-  descriptor; the directory is resolved with ``open_by_handle_at`` (``CAP_DAC_READ_SEARCH``). A
-  rename is one ``FAN_RENAME`` event with both names (Linux 5.17). When that group cannot be set
-  up (an old kernel, a filesystem without file handles), the file collection says so and those
-  changes are not reported (``strace``/``ebpf`` see the syscalls). An entry whose directory is
-  already gone when the event is read cannot be named and is counted, not guessed.
+* create, delete and rename come from the directory-entry group. A rename is one ``FAN_RENAME``
+  event with both names (Linux 5.17). When that group cannot be set up (an old kernel, a
+  filesystem without file handles), the file collection says so and those changes are not
+  reported (``strace``/``ebpf`` see the syscalls).
 * A short-lived child often touches a file before the process connector's fork event for it has
   been read, so its pid is not in the lineage yet. Such events are held (the path resolved) and
   reported once the pid joins the lineage, with its identity. Whether it joins is decided by
@@ -28,7 +56,8 @@ Honest limits of this mode:
   file event of the child, so once the process source (:attr:`FanotifyWatcher.lineage_read`)
   has drained its queue in a pass that began after the event was handled, a pid still not in
   the lineage is another process on the machine: its event is dropped and counted, and its
-  further events are skipped unread for 5 s. A reader late by seconds under load loses nothing
+  further events are skipped unread for 5 s (their headers read; in classic mode their
+  descriptors closed). A reader late by seconds under load loses nothing
   (it used to: a 0.25 s grace dropped the children of a late process reader). Without a process
   source (a watcher used alone) the grace period is 0.25 s; held events wait at most 30 s.
 * fanotify events carry no time: a record's time is when it was read, or the exit of its
@@ -51,8 +80,10 @@ Honest limits of this mode:
 
 from __future__ import annotations
 
+import contextlib
 import os
 import select
+import stat
 import struct
 import threading
 import time
@@ -67,15 +98,17 @@ from otel_bridge.arming import (
     FAN_DELETE,
     FAN_MODIFY,
     FAN_NOFD,
+    FAN_ONDIR,
     FAN_OPEN,
     FAN_Q_OVERFLOW,
     FAN_RENAME,
-    FAN_REPORT_DIR_FID,
-    FAN_REPORT_NAME,
+    FAN_REPORT_DFID_NAME,
     FanotifyGroups,
     PreRead,
+    RawReads,
     fanotify_masks,
     fanotify_open,
+    open_file_group,
 )
 from otel_bridge.arming import libc as _libc
 from otel_bridge.model import AnyValue, CollectionState, LogRecord
@@ -93,8 +126,12 @@ _METADATA = struct.Struct("=IBBHQii")
 _INFO_HEADER = struct.Struct("=BBH")
 _HANDLE_HEADER = struct.Struct("=Ii")
 _FSID_SIZE = 8
+_FSID = struct.Struct("=Q")
+"""An event's ``__kernel_fsid_t`` as one number: the C library's ``statvfs`` ``f_fsid``."""
 # fanotify_event_info_fid record types with a directory handle and an entry name
 _DFID_NAME, _OLD_DFID_NAME, _NEW_DFID_NAME = 2, 10, 12
+_FID_READ_BYTES = 64 * 1024
+"""One read of a handle-and-name group (the kernel opens no descriptor)."""
 _FD_READ_BYTES = 8 * 1024
 """One read of the descriptor-reporting group: the kernel opens a descriptor for every event it
 copies, so a large read of a long queue (an armed backlog) would hold thousands open at once
@@ -118,6 +155,12 @@ _REPLAY_SYNC_WAIT = 0.5
 _SYNC_PAUSE = 0.25
 """Seconds the reader holds unknown pids' events without asking the process source first, after
 it did not answer in time (:attr:`FanotifyWatcher.sync_lineage`)."""
+_MAX_DIRECTORIES = 4096
+"""Directory handles whose resolved path is remembered at most (the table starts over when
+full): :meth:`FanotifyWatcher._directory`."""
+_MAX_FILES = 16_384
+"""File entries whose path is remembered at most (:meth:`FanotifyWatcher._file_path`)."""
+_SPECIAL = frozenset((stat.S_IFIFO, stat.S_IFCHR, stat.S_IFBLK, stat.S_IFSOCK))
 FOLLOW_SYNC_S = 2.0
 """How long :meth:`FanotifyWatcher.before_follow` waits for the reader's pass at most."""
 
@@ -147,24 +190,9 @@ class FanotifyWatcher:
         """The monotonic time at which the last pass that left every queue empty began: every
         event queued before then has been handled (reported, held for its pid, or dropped)."""
         self._wanted = set(cfg.fanotify_events)
-        mask, _ = fanotify_masks(self._wanted)
-        paths, mount = list(cfg.fanotify_paths), cfg.fanotify_mark == "mount"
-        adopt = armed is not None and armed.matches(self._wanted, paths, cfg.fanotify_mark)
-        self._dir_fd = -1
-        self._mount_fds: list[int] = []
-        self._pre: tuple[list[PreRead], list[tuple[int, bytes]]] = ([], [])
-        """Events the armed pre-reader read before this watcher existed (replayed first)."""
-        if armed is not None and adopt:
-            if armed.reader is not None:
-                self._pre = armed.reader.take()
-                armed.reader = None
-            self._fd, self._dir_fd, self._mount_fds = armed.fd, armed.dir_fd, armed.mount_fds
-            armed.fd, armed.dir_fd, armed.mount_fds = -1, -1, []
-        else:
-            self._fd = fanotify_open(paths, mask, mount=mount) if mask else -1
         self._libc = _libc()
         self.unnamed = 0
-        """Directory-entry events whose directory could no longer be resolved."""
+        """Events whose directory could no longer be resolved (``fanotify.unnamed``)."""
         self.unattributed = 0
         """Events of pids that did not join the lineage within the grace period (nearly all
         are other processes on the machine)."""
@@ -175,14 +203,14 @@ class FanotifyWatcher:
         time ns) of events held for a pid the lineage does not know yet."""
         self._foreign: dict[int, float] = {}
         """pid -> until when its events are skipped (it did not join the lineage in time)."""
-        dirents = sorted(self._wanted & DIRENT_BITS.keys())
-        dirent_note = ""
-        if dirents and armed is not None and adopt:
-            error = armed.dirent_error
-            if error is not None:
-                dirent_note = f"; {', '.join(dirents)} not reported: {error.strerror or error}"
-        elif dirents:
-            dirent_note = self._open_dirents(dirents, paths, mount=mount)
+        self._dirs: dict[bytes, str] = {}
+        """fsid + directory handle -> its path when resolved (:meth:`_directory`)."""
+        self._files: dict[bytes, str] = {}
+        """A file event's directory-handle-and-name record -> the entry's path, "" for a FIFO or
+        device node (forgotten with ``_dirs``): a file touched again costs one lookup."""
+        self._pre: tuple[list[PreRead], RawReads, RawReads] = ([], [], [])
+        """Events the armed pre-reader read before this watcher existed (replayed first)."""
+        note = self._open_groups(armed)
         self._stop_r, self._stop_w = os.pipe()
         self._wake_r, self._wake_w = os.pipe()
         self._thread: threading.Thread | None = None
@@ -201,24 +229,75 @@ class FanotifyWatcher:
             "file",
             CollectionState.AVAILABLE,
             f"fanotify {cfg.fanotify_mark} marks on {', '.join(cfg.fanotify_paths)} ({events}); "
-            f"no open flags (fanotify does not report them){dirent_note}",
+            f"{note}",
         )
+
+    def _open_groups(self, armed: FanotifyGroups | None) -> str:
+        """Adopt ``armed`` when it was opened for this configuration, else open the groups;
+        returns the file collection's note on how events name their file and what is missing."""
+        ctx, cfg = self._ctx, self._ctx.config
+        mask, _ = fanotify_masks(self._wanted)
+        paths, mount = list(cfg.fanotify_paths), cfg.fanotify_mark == "mount"
+        want_fid = ctx.capture is None  # the content capture reads through the event's fd
+        adopt = armed is not None and armed.matches(
+            self._wanted, paths, cfg.fanotify_mark, fid=want_fid
+        )
+        self._dir_fd = -1
+        self._mount_fds: list[int] = []
+        fid_error: OSError | None = None
+        if armed is not None and adopt:
+            if armed.reader is not None:
+                self._pre = armed.reader.take()
+                armed.reader = None
+            self._fid, fid_error = armed.reports_fid, armed.fid_error
+            self._fd, self._dir_fd, self._mount_fds = armed.fd, armed.dir_fd, armed.mount_fds
+            armed.fd, armed.dir_fd, armed.mount_fds = -1, -1, []
+        else:
+            self._fd = -1
+            if mask:
+                self._fd, fid_error = open_file_group(
+                    fanotify_open, paths, mask, mount=mount, fid=want_fid
+                )
+            self._fid = self._fd >= 0 and want_fid and fid_error is None
+        """Whether the file group reports directory handles and names (no descriptors)."""
+        dirents = sorted(self._wanted & DIRENT_BITS.keys())
+        dirent_note = ""
+        if dirents and armed is not None and adopt:
+            error = armed.dirent_error
+            if error is not None:
+                dirent_note = f"; {', '.join(dirents)} not reported: {error.strerror or error}"
+        elif dirents:
+            dirent_note = self._open_dirents(dirents, paths, mount=mount)
+        if (self._fid or self._dir_fd >= 0) and not self._mount_fds:
+            self._mount_fds = [os.open(path, os.O_RDONLY | os.O_CLOEXEC) for path in paths]
+        self._fsid_fds: dict[int, int] = {}
+        """Filesystem id -> the marked path's descriptor on it (handles resolve against it)."""
+        for mount_fd in self._mount_fds:
+            with contextlib.suppress(OSError):
+                self._fsid_fds.setdefault(os.fstatvfs(mount_fd).f_fsid, mount_fd)
+        self._dirs_per_pass = self._dir_fd < 0 or "rename" not in self._wanted
+        """No directory renames are read: a resolved directory is remembered for one pass."""
+        return (
+            f"{self._mode_note(want_fid, fid_error)}; "
+            f"no open flags (fanotify does not report them){dirent_note}"
+        )
+
+    def _mode_note(self, want_fid: bool, error: OSError | None) -> str:
+        """What the file collection's note says about how file events name their file."""
+        if self._fid:
+            return "directory handle and name per event (no descriptor)"
+        if error is not None:
+            return (
+                f"a descriptor per event (FAN_REPORT_DFID_NAME refused: {error.strerror or error})"
+            )
+        return "a descriptor per event" + ("" if want_fid else " (the content capture reads it)")
 
     def _open_dirents(self, names: list[str], paths: list[str], *, mount: bool) -> str:
         """Set up the directory-entry group; returns what the collection note should add."""
         mask = fanotify_masks(set(names))[1]
         try:
-            self._dir_fd = fanotify_open(
-                paths, mask, mount=mount, report=FAN_REPORT_DIR_FID | FAN_REPORT_NAME
-            )
-            self._mount_fds = [os.open(path, os.O_RDONLY | os.O_CLOEXEC) for path in paths]
+            self._dir_fd = fanotify_open(paths, mask, mount=mount, report=FAN_REPORT_DFID_NAME)
         except OSError as exc:
-            if self._dir_fd >= 0:
-                os.close(self._dir_fd)
-                self._dir_fd = -1
-            for fd in self._mount_fds:
-                os.close(fd)
-            self._mount_fds = []
             return f"; {', '.join(names)} not reported: {exc.strerror or exc}"
         return ""
 
@@ -229,12 +308,13 @@ class FanotifyWatcher:
 
     def _replay(self) -> None:
         """The events the armed pre-reader read, with the times it read them at."""
-        events, dirents = self._pre
-        self._pre = ([], [])
+        events, dirents, files = self._pre
+        self._pre = ([], [], [])
         # every event here was read before now: once the process source has read past now,
         # an unknown pid's are another process's (see :meth:`_decide_unknown`)
         sync = self.sync_lineage
-        decided = bool(events) and sync is not None and sync(time.monotonic(), _REPLAY_SYNC_WAIT)
+        some = bool(events or files)
+        decided = some and sync is not None and sync(time.monotonic(), _REPLAY_SYNC_WAIT)
         lineage, until = self._ctx.lineage, time.monotonic() + _FOREIGN_FOR
         for at, mask, pid, path in events:
             if mask & FAN_Q_OVERFLOW:
@@ -248,13 +328,21 @@ class FanotifyWatcher:
                 self._path_event(mask, pid, path, at)
         for at, data in dirents:
             self._chunk(data, at, dirents=True)
+        for at, data in files:  # handles and names: a foreign pid's events are skipped unread
+            if decided:
+                self._mark_foreign(self._unknown_pids(data, time.monotonic()))
+            self._chunk(data, at, dirents=False)
 
     def _run(self) -> None:
         self._replay()
-        readers = [fd for fd in (self._fd, self._dir_fd) if fd >= 0]
+        # directory renames first: a directory handle resolved before is forgotten
+        # (:meth:`_forget_directories`) before the file events queued after the rename
+        readers = [fd for fd in (self._dir_fd, self._fd) if fd >= 0]
         while True:
             timeout = 0.05 if self._waiting else 0.5
             began = time.monotonic()
+            if self._dirs_per_pass:
+                self._forget_directories()
             ready, _, _ = select.select([*readers, self._stop_r, self._wake_r], [], [], timeout)
             with self._passes:
                 self._pass_started += 1
@@ -286,7 +374,7 @@ class FanotifyWatcher:
             running = self._thread is not None
             wanted = self._pass_started + 1  # a pass that starts after this call
         if not running:  # no reader thread (not started yet): this one reads the queue
-            for fd in (self._fd, self._dir_fd):
+            for fd in (self._dir_fd, self._fd):
                 if fd >= 0:
                     self._read(fd)
             self._recheck(final=False)
@@ -340,9 +428,10 @@ class FanotifyWatcher:
 
     def _read(self, fanotify_fd: int) -> None:
         dirents = fanotify_fd == self._dir_fd
+        size = _FID_READ_BYTES if dirents or self._fid else _FD_READ_BYTES
         while True:
             try:
-                data = os.read(fanotify_fd, 64 * 1024 if dirents else _FD_READ_BYTES)
+                data = os.read(fanotify_fd, size)
             except BlockingIOError:
                 return
             except OSError:
@@ -355,30 +444,45 @@ class FanotifyWatcher:
 
     def _decide_unknown(self, data: bytes, handled: float) -> None:
         """Decide whose the events of one read are, for pids the lineage does not know, before
-        any of their descriptors is resolved: every event of the read was queued before
+        any of their paths is resolved: every event of the read was queued before
         ``handled`` (the read returned then), and a child's fork is queued on the process
         connector before any file event of the child, so once the process source has drained
         its queue in a pass that began after ``handled``, a pid still not in the lineage is
         another process on the machine (the rule of :meth:`_recheck`, decided at once instead of
-        one poll later). Its events are dropped unread and counted, and its pid skipped for a
-        while. When the source does not answer in time the events are held as before."""
-        lineage, foreign, following = self._ctx.lineage, self._foreign, self._pre_follow
-        now = time.monotonic()
-        unknown: dict[int, int] = {}
-        offset, size = 0, _METADATA.size
-        while offset + size <= len(data):
-            length, _vers, _res, _mlen, _mask, fd, pid = _METADATA.unpack_from(data, offset)
-            if length < size:
-                break
-            offset += length
-            if fd < 0 or pid in lineage or pid in following or foreign.get(pid, 0.0) > now:
-                continue
-            unknown[pid] = unknown.get(pid, 0) + 1
-        if not unknown or now < self._sync_off_until or self.sync_lineage is None:
+        one poll later). Its events are dropped after reading their header (in the classic
+        mode, their descriptors closed unread) and counted, and its pid skipped for a while.
+        When the source does not answer in time the events are held as before."""
+        unknown = self._unknown_pids(data, time.monotonic())
+        if not unknown or time.monotonic() < self._sync_off_until or self.sync_lineage is None:
             return
         if not self.sync_lineage(handled, _SYNC_WAIT):
             self._sync_off_until = time.monotonic() + _SYNC_PAUSE
             return
+        self._mark_foreign(unknown)
+
+    def _unknown_pids(self, data: bytes, now: float) -> dict[int, int]:
+        """pid -> events in one read of the file group, for each pid neither in the lineage,
+        about to be followed, nor skipped already (headers only)."""
+        lineage, foreign, following = self._ctx.lineage, self._foreign, self._pre_follow
+        no_fd_ok = self._fid  # in the classic mode an event without a descriptor is skipped
+        unknown: dict[int, int] = {}
+        offset, size = 0, _METADATA.size
+        while offset + size <= len(data):
+            length, _vers, _res, _mlen, mask, fd, pid = _METADATA.unpack_from(data, offset)
+            if length < size:
+                break
+            offset += length
+            if mask & FAN_Q_OVERFLOW or (fd < 0 and not no_fd_ok):
+                continue
+            if foreign.get(pid, 0.0) > now or pid in following or pid in lineage:
+                continue
+            unknown[pid] = unknown.get(pid, 0) + 1
+        return unknown
+
+    def _mark_foreign(self, unknown: dict[int, int]) -> None:
+        """Count and skip (``_FOREIGN_FOR`` s) the pids of ``unknown`` still not in the lineage
+        now that the process source has read past their events."""
+        lineage, foreign, following = self._ctx.lineage, self._foreign, self._pre_follow
         until = time.monotonic() + _FOREIGN_FOR
         for pid, events in unknown.items():
             if pid not in lineage and pid not in following:
@@ -389,13 +493,19 @@ class FanotifyWatcher:
 
     def _chunk(self, data: bytes, at: int, *, dirents: bool) -> None:
         """The events of one read, read at ``at`` (ns)."""
+        fid = self._fid and not dirents
+        lineage, foreign, now = self._ctx.lineage, self._foreign, time.monotonic()
         offset = 0
         while offset + _METADATA.size <= len(data):
             length, _vers, _res, mlen, mask, fd, pid = _METADATA.unpack_from(data, offset)
             if length < _METADATA.size:
                 return
-            if dirents:
+            if fid and foreign.get(pid, 0.0) > now and pid not in lineage:
+                pass  # a pid skipped for a while: its header read, nothing else
+            elif dirents:
                 self._dirent(mask, pid, data, offset + mlen, offset + length, at)
+            elif fid:
+                self._fid_event(mask, pid, data, offset + mlen, offset + length, at)
             else:
                 self._event(mask, fd, pid, at)
             offset += length
@@ -430,6 +540,31 @@ class FanotifyWatcher:
             if fd >= 0:
                 os.close(fd)
         self._path_event(mask, pid, path, at)
+
+    def _fid_event(  # noqa: PLR0917 (the hot path: one call per event)
+        self, mask: int, pid: int, data: bytes, start: int, end: int, at: int
+    ) -> None:
+        """An event of the file group in handle-and-name mode: no descriptor to close, so a
+        pid skipped (foreign, or about to be followed) costs reading its header only."""
+        if mask & FAN_Q_OVERFLOW:
+            self._overflow()
+            return
+        known = pid in self._ctx.lineage
+        if not known and (self._is_foreign(pid) or self._before_follow(pid)):
+            return
+        path = self._file_path(data, start, end)
+        if path is None:
+            self._unnamed()
+        elif not path:
+            return
+        elif known:
+            self._file_event(mask, pid, path, at)
+        else:
+            self._wait(pid, mask, path, at)
+
+    def _unnamed(self) -> None:
+        self.unnamed += 1
+        self._ctx.telemetry.count("fanotify.unnamed")
 
     def _path_event(self, mask: int, pid: int, path: str, at: int) -> None:
         """An event of ``path`` read at ``at``: reported, held for its pid, or skipped."""
@@ -497,6 +632,8 @@ class FanotifyWatcher:
         if mask & FAN_Q_OVERFLOW:
             self._overflow()
             return
+        if mask & FAN_ONDIR and mask & (FAN_RENAME | FAN_DELETE):
+            self._forget_directories()  # whoever moved it: paths below it may have changed
         if pid not in self._ctx.lineage:
             if not self._is_foreign(pid) and not self._before_follow(pid):
                 self._wait(pid, mask, data[start:end], now)
@@ -510,7 +647,7 @@ class FanotifyWatcher:
             if info_type in (_DFID_NAME, _OLD_DFID_NAME, _NEW_DFID_NAME):
                 path = self._entry_path(data, offset, offset + length)
                 if path is None:
-                    self.unnamed += 1
+                    self._unnamed()
                     return
                 names[info_type] = path
             offset += length
@@ -525,13 +662,57 @@ class FanotifyWatcher:
                 self._emit("file.delete", pid, names[_DFID_NAME], now)
 
     def _entry_path(self, data: bytes, start: int, end: int) -> str | None:
-        """The path of the entry named in one directory-handle record, or None if unresolvable."""
+        """The path of the entry named in the first directory-handle record between ``start``
+        and ``end``, or None if it has none or its directory cannot be resolved."""
+        if start + _INFO_HEADER.size > end:
+            return None
+        info_type, _pad, _length = _INFO_HEADER.unpack_from(data, start)
+        if info_type not in (_DFID_NAME, _OLD_DFID_NAME, _NEW_DFID_NAME):
+            return None  # a handle without a name: not an entry
         handle_at = start + _INFO_HEADER.size + _FSID_SIZE
         size, _kind = _HANDLE_HEADER.unpack_from(data, handle_at)
         name_at = handle_at + _HANDLE_HEADER.size + size
-        handle = data[handle_at:name_at]
+        directory = self._directory(data[start + _INFO_HEADER.size : name_at])
+        if directory is None:
+            return None
         name = data[name_at:end].split(b"\0", 1)[0]
-        for mount_fd in self._mount_fds:
+        return os.path.join(directory, os.fsdecode(name)) if name else directory
+
+    def _file_path(self, data: bytes, start: int, end: int) -> str | None:
+        """:meth:`_entry_path` of a file event, remembered per record; "" for a FIFO or a
+        device node, whose opens only this mode reports (the classic mode never saw them, and
+        ``observe``'s own gate is a FIFO): checked once per entry (``lstat``; an entry gone by
+        then is reported)."""
+        record = data[start:end]
+        path = self._files.get(record)
+        if path is not None:
+            return path
+        path = self._entry_path(data, start, end)
+        if path is None:
+            return None
+        with contextlib.suppress(OSError):
+            if stat.S_IFMT(os.lstat(path).st_mode) in _SPECIAL:
+                path = ""
+        if len(self._files) >= _MAX_FILES:
+            self._files.clear()
+        self._files[record] = path
+        return path
+
+    def _forget_directories(self) -> None:
+        self._dirs.clear()
+        self._files.clear()
+
+    def _directory(self, key: bytes) -> str | None:
+        """The path of the directory of ``key`` (its filesystem id and handle, as in the event)
+        now: ``open_by_handle_at`` on the marked mount of that filesystem, remembered
+        until a directory is renamed or deleted (or for one pass when no directory renames are
+        read, ``_dirs_per_pass``). None: it is gone (deleted) or on no marked mount."""
+        directory = self._dirs.get(key)
+        if directory is not None:
+            return directory
+        handle = key[_FSID_SIZE:]
+        on = self._fsid_fds.get(_FSID.unpack_from(key)[0])
+        for mount_fd in self._mount_fds if on is None else (on,):
             fd = int(self._libc.open_by_handle_at(mount_fd, handle, os.O_PATH | os.O_CLOEXEC))
             if fd < 0:
                 continue
@@ -543,7 +724,10 @@ class FanotifyWatcher:
                 os.close(fd)
             if directory.endswith(" (deleted)"):
                 return None
-            return os.path.join(directory, os.fsdecode(name)) if name else directory
+            if len(self._dirs) >= _MAX_DIRECTORIES:
+                self._dirs.clear()
+            self._dirs[key] = directory
+            return directory
         return None
 
     def _once(self, name: str, pid: int, path: str, now: int) -> None:

@@ -147,10 +147,14 @@ class GraphAccumulator:
         facts record only moves its stamp; an entity equal to the one last merged, field for
         field, is one C-level comparison and moves only the stamp), the edge look-up, first/last
         seen, evidence OR, counts and support ids, the node's own aggregates of entity
-        observations, and the occurrence window. A sighting of the entity object last merged into
-        a node skips the merge checks and only moves the facts stamp (see ``Store.n_ent``).
+        observations, the occurrence window, and the rows of a new object node and a new edge
+        (written out as ``Store.add_node`` writes them; a node's attribute key set is computed
+        when first asked, ``Store.node_keys``). The subject's last merged entity is remembered
+        across observations: a sighting of it, or of one equal to it field for field (one
+        C-level comparison), skips the merge checks and only moves the facts stamp; so does a
+        sighting of the entity object last merged into the object node (``Store.n_ent``).
 
-        Everything else is a named method: new nodes and edges (``Store.add_*``), occurrences
+        Everything else is a named method: a new subject node (``Store.add_node``), occurrences
         that reach several elements (:meth:`_regrow`), window rotation, key and facts offers
         (``Store.offer_*``); the node merge checks are written out once, readably, as
         ``Store.see``. An event on a known edge leaves no new object behind but its occurrence
@@ -219,7 +223,7 @@ class GraphAccumulator:
                             n_ent[si] = s
                             if s != prev:
                                 attrs = s.attrs
-                                if not n_keys[si].issuperset(attrs) or (
+                                if not st.node_keys(si).issuperset(attrs) or (
                                     not n_label[si] and s.label
                                 ):
                                     st.merge_node(si, s.label, attrs)
@@ -289,9 +293,7 @@ class GraphAccumulator:
                             copy = json_attrs(attrs)
                             break
                     n_attrs.append(copy)
-                    names = tuple(copy)
-                    keys = key_tuples.get(names)
-                    n_keys.append(st.shared_keys(names) if keys is None else keys)
+                    n_keys.append(None)  # Store.node_keys computes them when asked
                     n_key.append(ob.key)
                     n_facts.append(ob.facts)
                     n_ft.append(t)
@@ -303,7 +305,7 @@ class GraphAccumulator:
                     st.see(oi, ob, t, o.id)
                 elif ob.facts is not None:
                     st.stamp(oi, t, o.id)
-                # Store.add_edge, inline
+                # the new edge's row
                 ei = edge_index[sid, REL_VALUE[o.relation], oid] = len(e_src)
                 e_src.append(si)
                 e_dst.append(oi)
@@ -331,7 +333,7 @@ class GraphAccumulator:
                         if oi == si:
                             s_ent = None  # the subject's memo: see above
                         attrs = ob.attrs
-                        if not n_keys[oi].issuperset(attrs) or (not n_label[oi] and ob.label):
+                        if not st.node_keys(oi).issuperset(attrs) or (not n_label[oi] and ob.label):
                             st.merge_node(oi, ob.label, attrs)
                         if f is not None and f != n_facts[oi]:
                             st.offer_facts(oi, f, t, o.id)

@@ -181,8 +181,9 @@ class Store:
         self.n_kind: list[str] = []
         self.n_label: list[str] = []
         self.n_attrs: list[dict[str, Any]] = []
-        self.n_keys: list[frozenset[str]] = []
-        """The attribute keys held, so "nothing new" is one C-level superset test."""
+        self.n_keys: list[frozenset[str] | None] = []
+        """The attribute keys held, so "nothing new" is one C-level superset test; None until a
+        later sighting asks (:meth:`node_keys`): most nodes are never merged again."""
         self.n_own: dict[int, list[int]] = {}
         """Sparse ``[first, last, sources, counts]`` of a node's own (entity) observations.
         Relation observations are aggregated on their edge only; a node's totals add its
@@ -258,15 +259,20 @@ class Store:
                 copy = json_attrs(attrs)
                 break
         self.n_attrs.append(copy)
-        names = tuple(copy)
-        keys = self.key_tuples.get(names)
-        self.n_keys.append(self.shared_keys(names) if keys is None else keys)
+        self.n_keys.append(None)  # node_keys computes them when asked
         self.n_key.append(entity.key)
         self.n_facts.append(entity.facts)
         self.n_ft.append(time)
         self.n_fid.append(observation_id)
         self.n_ent.append(entity)
         return i
+
+    def node_keys(self, i: int) -> frozenset[str]:
+        """The attribute keys node ``i`` holds (computed on first use, shared)."""
+        keys = self.n_keys[i]
+        if keys is None:
+            keys = self.n_keys[i] = self.intern_keys(self.n_attrs[i])
+        return keys
 
     def merge_node(self, i: int, label: str, attrs: Attributes) -> None:
         """First-available label and attributes from a later sighting."""
@@ -287,7 +293,7 @@ class Store:
                 self.stamp(i, time, observation_id)
             return
         self.n_ent[i] = entity
-        if not self.n_keys[i].issuperset(entity.attrs) or (not self.n_label[i] and entity.label):
+        if not self.node_keys(i).issuperset(entity.attrs) or (not self.n_label[i] and entity.label):
             self.merge_node(i, entity.label, entity.attrs)
         facts = entity.facts
         if facts is not None:
@@ -346,27 +352,6 @@ class Store:
         if row is None:
             row = self.n_own[i] = [NEVER, 0, 0, 0]
         return row
-
-    def add_edge(self, key: tuple[str, str, str], si: int, oi: int, attrs: Attributes) -> int:
-        """Append an edge row for ``key`` = (source id, relation, target id)."""
-        j = len(self.e_src)
-        self.edge_index[key] = j
-        self.e_src.append(si)
-        self.e_dst.append(oi)
-        copy = dict(attrs)  # json_attrs(attrs) and intern_keys(copy), inline
-        for v in copy.values():
-            if v.__class__ not in PLAIN:
-                copy = json_attrs(attrs)
-                break
-        self.e_attrs.append(copy)
-        names = tuple(copy)
-        keys = self.key_tuples.get(names)
-        self.e_keys.append(self.shared_keys(names) if keys is None else keys)
-        self.e_first.append(NEVER)
-        self.e_last.append(0)
-        self.e_mask.append(0)
-        self.e_count.append(0)
-        return j
 
     def merge_edge(self, j: int, attrs: Attributes) -> None:
         """First-available attributes from a later observation of the edge."""

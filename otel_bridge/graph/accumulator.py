@@ -56,15 +56,18 @@ from otel_bridge.graph._elements import (
     BOTH,
     CHANNEL_BIT,
     EV_WIDTH,
+    KIND_VALUE,
     LOGICAL,
     NEVER,
+    PLAIN,
     REL_VALUE,
     Store,
     evidence_bits,
+    json_attrs,
 )
 from otel_bridge.graph._snapshot import RowIndex, snapshot
 from otel_bridge.graph.document import Graph
-from otel_bridge.model import Channel, CoverageRecord, Evidence, Observation, Source
+from otel_bridge.model import Channel, CoverageRecord, Entity, Evidence, Observation, Source
 
 _Seen = int | tuple[int, ...]
 """What an occurrence already counted: an edge number (standing for the edge and both its
@@ -144,10 +147,14 @@ class GraphAccumulator:
         facts record only moves its stamp; an entity equal to the one last merged, field for
         field, is one C-level comparison and moves only the stamp), the edge look-up, first/last
         seen, evidence OR, counts and support ids, the node's own aggregates of entity
-        observations, and the occurrence window. A sighting of the entity object last merged into
-        a node skips the merge checks and only moves the facts stamp (see ``Store.n_ent``).
+        observations, the occurrence window, and the rows of a new object node and a new edge
+        (written out as ``Store.add_node`` writes them; a node's attribute key set is computed
+        when first asked, ``Store.node_keys``). The subject's last merged entity is remembered
+        across observations: a sighting of it, or of one equal to it field for field (one
+        C-level comparison), skips the merge checks and only moves the facts stamp; so does a
+        sighting of the entity object last merged into the object node (``Store.n_ent``).
 
-        Everything else is a named method: new nodes and edges (``Store.add_*``), occurrences
+        Everything else is a named method: a new subject node (``Store.add_node``), occurrences
         that reach several elements (:meth:`_regrow`), window rotation, key and facts offers
         (``Store.offer_*``); the node merge checks are written out once, readably, as
         ``Store.see``. An event on a known edge leaves no new object behind but its occurrence
@@ -165,7 +172,14 @@ class GraphAccumulator:
             st.n_label,
         )
         n_key, n_facts, n_ft, n_fid = st.n_key, st.n_facts, st.n_ft, st.n_fid
-        edge_index, e_dst, e_keys = st.edge_index, st.e_dst, st.e_keys
+        n_kind, n_attrs, key_tuples = st.n_kind, st.n_attrs, st.key_tuples
+        edge_index, e_src, e_dst, e_attrs, e_keys = (
+            st.edge_index,
+            st.e_src,
+            st.e_dst,
+            st.e_attrs,
+            st.e_keys,
+        )
         e_first, e_last, e_mask, e_count = st.e_first, st.e_last, st.e_mask, st.e_count
         occ, old, half = self._occ, self._occ_old, self._half
         room = half - len(occ)
@@ -178,7 +192,12 @@ class GraphAccumulator:
         mbits = 0  # evidence bits | source bits << EV_WIDTH, for an edge
         last_ev: Evidence | None = None
         ev_bits, extras, slow = 0, False, False
-        last_sid: str | None = None
+        # The subject's memo: ``s_ent`` is the entity object last merged into node ``si`` (or
+        # one equal to it, field for field) as a subject; the object path forgets it when it
+        # merges another entity into that node.
+        s_ent: Entity | None = None
+        s_f = False  # whether s_ent has facts
+        sid = ""
         si = -1
         for o in observations:
             t = o.time_unix_nano
@@ -189,28 +208,33 @@ class GraphAccumulator:
                 nbits = self._source_bits(src)
                 mbits = ev_bits | nbits << EV_WIDTH
             s = o.subject
-            sid = s.id
-            if sid != last_sid:
-                last_sid = sid
-                found = node_index.get(sid)
-                si = st.add_node(s, t, o.id) if found is None else found
-            # Store.see and Store.stamp, inline: the entity object last merged into the node
-            # needs only its facts stamp moved; another one gets the merge checks
-            f = s.facts
-            prev = n_ent[si]
-            if s is not prev:
-                n_ent[si] = s
-                if s != prev:  # an entity equal to the last one (every field): the stamp only
-                    attrs = s.attrs
-                    if not n_keys[si].issuperset(attrs) or (not n_label[si] and s.label):
-                        st.merge_node(si, s.label, attrs)
-                    if f is not None and f != n_facts[si]:
-                        st.offer_facts(si, f, t, o.id)
-                        f = None  # stamped
-                    k = s.key
-                    if k and k != n_key[si]:
-                        st.offer_key(si, k)
-            if f is not None:
+            if s is not s_ent:
+                if s.id == sid and s == s_ent:
+                    s_ent = s  # equal to the one merged (every field): the stamp only
+                else:  # another node, or another entity of it: Store.see, inline
+                    sid = s.id
+                    found = node_index.get(sid)
+                    if found is None:
+                        si = st.add_node(s, t, o.id)
+                    else:
+                        si = found
+                        prev = n_ent[si]
+                        if s is not prev:
+                            n_ent[si] = s
+                            if s != prev:
+                                attrs = s.attrs
+                                if not st.node_keys(si).issuperset(attrs) or (
+                                    not n_label[si] and s.label
+                                ):
+                                    st.merge_node(si, s.label, attrs)
+                                f = s.facts
+                                if f is not None and f != n_facts[si]:
+                                    st.offer_facts(si, f, t, o.id)
+                                k = s.key
+                                if k and k != n_key[si]:
+                                    st.offer_key(si, k)
+                    s_ent, s_f = s, s.facts is not None
+            if s_f:  # Store.stamp, inline
                 ft = n_ft[si]
                 if t > ft or (t == ft and o.id > n_fid[si]):
                     n_ft[si], n_fid[si] = t, o.id
@@ -258,15 +282,47 @@ class GraphAccumulator:
             ei = edge_index.get((sid, o.relation, oid))
             if ei is None:  # a new edge, and its object node when new
                 oi = node_index.get(oid)
-                if oi is None:
-                    oi = st.add_node(ob, t, o.id)
+                if oi is None:  # Store.add_node, inline
+                    oi = node_index[oid] = len(n_kind)
+                    n_kind.append(KIND_VALUE[ob.kind])
+                    n_label.append(ob.label)
+                    attrs = ob.attrs
+                    copy = dict(attrs)  # json_attrs(attrs), inline
+                    for v in copy.values():
+                        if v.__class__ not in PLAIN:
+                            copy = json_attrs(attrs)
+                            break
+                    n_attrs.append(copy)
+                    n_keys.append(None)  # Store.node_keys computes them when asked
+                    n_key.append(ob.key)
+                    n_facts.append(ob.facts)
+                    n_ft.append(t)
+                    n_fid.append(o.id)
+                    n_ent.append(ob)
                 elif ob is not n_ent[oi]:
+                    if oi == si:
+                        s_ent = None  # the subject's memo: see above
                     st.see(oi, ob, t, o.id)
                 elif ob.facts is not None:
-                    ft = n_ft[oi]
-                    if t > ft or (t == ft and o.id > n_fid[oi]):
-                        n_ft[oi], n_fid[oi] = t, o.id
-                ei = st.add_edge((sid, REL_VALUE[o.relation], oid), si, oi, o.attrs)
+                    st.stamp(oi, t, o.id)
+                # the new edge's row
+                ei = edge_index[sid, REL_VALUE[o.relation], oid] = len(e_src)
+                e_src.append(si)
+                e_dst.append(oi)
+                attrs = o.attrs
+                copy = dict(attrs)
+                for v in copy.values():
+                    if v.__class__ not in PLAIN:
+                        copy = json_attrs(attrs)
+                        break
+                e_attrs.append(copy)
+                names = tuple(copy)
+                keys = key_tuples.get(names)
+                e_keys.append(st.shared_keys(names) if keys is None else keys)
+                e_first.append(NEVER)
+                e_last.append(0)
+                e_mask.append(0)
+                e_count.append(0)
             else:  # Store.see of the object, inline, and the edge's first-available attributes
                 oi = e_dst[ei]
                 f = ob.facts
@@ -274,8 +330,10 @@ class GraphAccumulator:
                 if ob is not prev:
                     n_ent[oi] = ob
                     if ob != prev:
+                        if oi == si:
+                            s_ent = None  # the subject's memo: see above
                         attrs = ob.attrs
-                        if not n_keys[oi].issuperset(attrs) or (not n_label[oi] and ob.label):
+                        if not st.node_keys(oi).issuperset(attrs) or (not n_label[oi] and ob.label):
                             st.merge_node(oi, ob.label, attrs)
                         if f is not None and f != n_facts[oi]:
                             st.offer_facts(oi, f, t, o.id)

@@ -280,6 +280,32 @@ def test_unlabeled_object_takes_a_later_label() -> None:
     assert node["label"] == "/l"
 
 
+def test_a_subject_seen_again_after_its_own_self_loop_offers_its_facts_again() -> None:
+    """The accumulator remembers the entity last merged into the current subject; a self-loop
+    that merges another record into that node as an object must make a later subject sighting,
+    equal to the remembered entity, offer its record again (the latest sighting wins)."""
+    exited = ProcessFacts(host_id="h", pid=10, start_time_ms=1, cwd="/elsewhere", exit_code=3)
+    first = Entity(kind=EntityKind.PROCESS, id=PROC.id, facts=_started, key="k")
+    other = Entity(kind=EntityKind.PROCESS, id=PROC.id, facts=exited, key="k")
+    again = msgspec.structs.replace(first, facts=ProcessFacts(**msgspec.structs.asdict(_started)))
+    for known_edge in (False, True):
+        stream = [obs("a", subject=first, relation=None, time=1)]
+        if known_edge:  # the self-loop edge exists before the object brings another record
+            stream.append(obs("b", subject=first, relation=RelationKind.CHILD_OF, obj=first))
+        stream += [
+            obs("c", subject=first, relation=RelationKind.CHILD_OF, obj=other, time=2_000),
+            obs("d", subject=again, relation=None, time=3_000),
+        ]
+        acc, ref = GraphAccumulator(), ReferenceGraph()
+        acc.apply_many(stream)
+        ref.apply_many(stream)
+        assert encode(acc.to_dict()) == encode(ref.to_dict())
+        node = next(n for n in acc.to_dict()["nodes"] if n["id"] == PROC.id)
+        assert node["facts"]["exit_code"] == 3  # only the exit record states it
+        assert node["facts"]["argv"] == _started.argv
+        assert node["facts"]["cwd"] == "/w"  # the first record, seen again last
+
+
 def test_rows_leave_no_tracked_object_per_element() -> None:
     """Thousands of new nodes and edges add (almost) no object the collector tracks."""
     shared = Evidence(attribution=Attribution.SYSCALL, causal=True)  # as the normalizer shares

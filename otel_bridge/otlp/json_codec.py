@@ -25,7 +25,7 @@ from __future__ import annotations
 import base64
 import json
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from otel_bridge.errors import DecodeError
@@ -114,9 +114,14 @@ def attributes_to_json(attributes: Attributes) -> list[dict[str, Any]]:
     return [{"key": k, "value": any_value_to_json(v)} for k, v in attributes.items()]
 
 
-def _put_attributes(out: dict[str, Any], attributes: Attributes, dropped: int) -> None:
+def _put_attributes(
+    out: dict[str, Any],
+    attributes: Attributes,
+    dropped: int,
+    to_json: Callable[[Attributes], list[Any]] = attributes_to_json,
+) -> None:
     if attributes:
-        out["attributes"] = attributes_to_json(attributes)
+        out["attributes"] = to_json(attributes)
     if dropped:
         out["droppedAttributesCount"] = dropped
 
@@ -184,8 +189,11 @@ def span_to_dict(span: Span) -> dict[str, Any]:
     return out
 
 
-def log_to_dict(log: LogRecord) -> dict[str, Any]:
-    """The OTLP/JSON ``LogRecord`` object of one log record (without resource and scope)."""
+def log_to_dict(
+    log: LogRecord, attributes: Callable[[Attributes], list[Any]] = attributes_to_json
+) -> dict[str, Any]:
+    """The OTLP/JSON ``LogRecord`` object of one log record (without resource and scope);
+    ``attributes`` converts its attributes (the file exporter's remembers their text)."""
     out: dict[str, Any] = {
         "timeUnixNano": str(log.time_unix_nano),
         "observedTimeUnixNano": str(log.observed_time_unix_nano),
@@ -196,7 +204,7 @@ def log_to_dict(log: LogRecord) -> dict[str, Any]:
         out["severityText"] = log.severity_text
     if log.body is not None:
         out["body"] = any_value_to_json(log.body)
-    _put_attributes(out, log.attributes, log.dropped_attributes_count)
+    _put_attributes(out, log.attributes, log.dropped_attributes_count, attributes)
     if log.flags:
         out["flags"] = log.flags
     if log.trace_id:

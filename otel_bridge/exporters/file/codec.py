@@ -23,6 +23,7 @@ from otel_bridge import jsonl
 from otel_bridge.errors import DecodeError
 from otel_bridge.model import (
     AnyValue,
+    Attributes,
     Batch,
     Entity,
     Evidence,
@@ -178,29 +179,10 @@ class LineEncoder:
 
     def _log_fields(self, log: LogRecord) -> dict[str, Any]:
         """:func:`otel_bridge.otlp.json_codec.log_to_dict` with remembered attribute text."""
-        out: dict[str, Any] = {
-            "timeUnixNano": str(log.time_unix_nano),
-            "observedTimeUnixNano": str(log.observed_time_unix_nano),
-        }
-        if log.severity_number:
-            out["severityNumber"] = log.severity_number
-        if log.severity_text:
-            out["severityText"] = log.severity_text
-        if log.body is not None:
-            out["body"] = json_codec.any_value_to_json(log.body)
-        if log.attributes:
-            out["attributes"] = [self._attribute(k, v) for k, v in log.attributes.items()]
-        if log.dropped_attributes_count:
-            out["droppedAttributesCount"] = log.dropped_attributes_count
-        if log.flags:
-            out["flags"] = log.flags
-        if log.trace_id:
-            out["traceId"] = log.trace_id.hex()
-        if log.span_id:
-            out["spanId"] = log.span_id.hex()
-        if log.event_name:
-            out["eventName"] = log.event_name
-        return out
+        return json_codec.log_to_dict(log, self._attributes)
+
+    def _attributes(self, attributes: Attributes) -> list[Any]:
+        return [self._attribute(k, v) for k, v in attributes.items()]
 
     def _attribute(self, key: str, value: AnyValue) -> Any:
         """The OTLP/JSON ``KeyValue`` of one attribute: remembered text for a repeated plain

@@ -127,21 +127,25 @@ class Emitter:
             self.flush()
 
     def flush(self) -> None:
-        """Send everything pending as one batch."""
+        """Send everything pending, in batches of at most ``batch_size`` (several threads emit:
+        more than that can be pending when the flush takes them)."""
         with self._send_lock:
             with self._lock:
                 records, self._pending = self._pending, []
-            if not records:
-                return
-            try:
-                self._consumer.consume(Batch(logs=tuple(records)))
-                self.emitted += len(records)
-                self._telemetry.count("events_emitted", len(records))
-                for name, n in Counter(r.event_name for r in records).items():
-                    self._telemetry.count("events", n, label=name)
-            except Exception as exc:  # a consumer failure must not kill the backend
-                self._telemetry.count("events_refused", len(records))
-                self._telemetry.report_once("host.refused", f"host receiver: batch refused: {exc}")
+            size = self._batch_size
+            for start in range(0, len(records), size):
+                self._send(records[start : start + size])
+
+    def _send(self, records: list[LogRecord]) -> None:
+        try:
+            self._consumer.consume(Batch(logs=tuple(records)))
+            self.emitted += len(records)
+            self._telemetry.count("events_emitted", len(records))
+            for name, n in Counter(r.event_name for r in records).items():
+                self._telemetry.count("events", n, label=name)
+        except Exception as exc:  # a consumer failure must not kill the backend
+            self._telemetry.count("events_refused", len(records))
+            self._telemetry.report_once("host.refused", f"host receiver: batch refused: {exc}")
 
     def _run(self) -> None:
         while not self._stop.wait(self._interval):

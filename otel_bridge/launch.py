@@ -2,11 +2,11 @@
 and all the warm client (:mod:`otel_bridge.warm`) uses to start the workload.
 
 The gate is ``sh`` reading two lines (the OTLP endpoint and protocol) from a FIFO, then
-``exec``-ing CMD, so CMD's pid is known before it runs (``docs/observe.md``). The cold
-``observe`` starts it with :mod:`subprocess` (:class:`otel_bridge.commands.observe.Workload`);
-the warm client with :func:`spawn_gate`, which needs no module beyond ``os``: the client runs
-on every warm ``observe``, and :mod:`subprocess` alone costs it more instructions than
-starting the workload does. :class:`Guard` is the workload's watchdog, warm and cold.
+``exec``-ing CMD, so CMD's pid is known before it runs (``docs/observe.md``). Both the cold
+``observe`` (:class:`otel_bridge.commands.observe.Workload`) and the warm client start it with
+:func:`spawn_gate`, which needs no module beyond ``os``: the client runs on every warm
+``observe``, and :mod:`subprocess` alone costs it more instructions than starting the workload
+does. :class:`Guard` is the workload's watchdog, warm and cold.
 """
 
 from __future__ import annotations

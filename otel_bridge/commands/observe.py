@@ -42,7 +42,14 @@ from typing import TYPE_CHECKING, Any
 from otel_bridge import rundir
 from otel_bridge.commands.observe_options import APPEND, FLAG, OPTIONS
 from otel_bridge.errors import OtelBridgeError
-from otel_bridge.launch import GATE, GATE_NAME, Guard, new_run_id, workload_env
+from otel_bridge.launch import (
+    Guard,
+    exit_code,
+    new_run_id,
+    spawn_gate,
+    terminate_group,
+    workload_env,
+)
 
 if TYPE_CHECKING:
     import socket
@@ -113,13 +120,11 @@ class Workload:
     def __init__(self, command: list[str], env: dict[str, str]) -> None:
         self._dir = tempfile.mkdtemp(prefix="otel-bridge-gate-")
         self._fifo = os.path.join(self._dir, "gate")
-        os.mkfifo(self._fifo, 0o600)
-        self.proc = subprocess.Popen(
-            ["sh", "-c", GATE, GATE_NAME, self._fifo, *command],
-            env=env,
-            process_group=0,
-        )
-        self.pid = self.proc.pid
+        try:
+            self.pid = spawn_gate(command, env, self._fifo)
+        except BaseException:
+            shutil.rmtree(self._dir, ignore_errors=True)
+            raise
         self.released = False
 
     def release(self, endpoint: str, protocol: str) -> None:
@@ -130,26 +135,13 @@ class Workload:
         self.released = True
 
     def terminate(self) -> None:
-        """Terminate the whole process group (SIGTERM, then SIGKILL after 3 s)."""
+        """Terminate the whole process group (SIGTERM, then SIGKILL after 3 s) and reap CMD."""
         shutil.rmtree(self._dir, ignore_errors=True)
-        for sig, wait in ((signal.SIGTERM, 3.0), (signal.SIGKILL, 3.0)):
-            try:
-                os.killpg(self.pid, sig)
-            except ProcessLookupError:
-                break
-            try:
-                self.proc.wait(timeout=wait)
-                # the leader is gone; stragglers of the group still get the signal next round
-            except subprocess.TimeoutExpired:
-                continue
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(self.pid, signal.SIGKILL)
-        self.proc.wait()
+        terminate_group(self.pid)
 
     def exit_code(self) -> int:
         """CMD's exit code, 128+N when killed by signal N."""
-        code = self.proc.wait()
-        return 128 - code if code < 0 else code
+        return exit_code(self.pid)
 
 
 def command_of(args: argparse.Namespace) -> list[str]:

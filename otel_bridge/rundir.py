@@ -25,6 +25,7 @@ the complete one last, so a run killed in between is reported as ``incomplete: .
 from __future__ import annotations
 
 import contextlib
+import errno
 import hashlib
 import json
 import os
@@ -158,6 +159,17 @@ def _chmod_entry(name: str, dir_fd: int, mode: int, *, directory: bool) -> None:
         os.close(fd)
 
 
+def _cannot_create(path: str, exc: OSError) -> str:
+    """Why ``path`` could not be created, and what to do: one message for one cause."""
+    where = exc.filename if isinstance(exc.filename, str) else path
+    text = f"cannot create the run directory {path}: {exc.strerror}"
+    if where != path:
+        text += f" ({where})"
+    if exc.errno in (errno.EACCES, errno.EPERM, errno.EROFS):
+        text += "; choose a writable place with -o DIR"
+    return text
+
+
 @dataclass(frozen=True, slots=True)
 class Entry:
     """One entry below a run directory: its kind, and a link's target."""
@@ -186,14 +198,14 @@ class RunDir:
         """
         path = os.path.abspath(path)
         parent = os.path.dirname(path)
-        if not os.path.isdir(parent):
-            os.makedirs(parent, mode=DIR_MODE, exist_ok=True)
         try:
+            if not os.path.isdir(parent):
+                os.makedirs(parent, mode=DIR_MODE, exist_ok=True)
             os.mkdir(path, DIR_MODE)
         except FileExistsError:
             _reuse(path, replace=replace)
         except OSError as exc:
-            raise RunDirError(f"{path}: cannot create the run directory: {exc.strerror}") from None
+            raise RunDirError(_cannot_create(path, exc)) from None
         fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW)
         try:
             os.fchmod(fd, DIR_MODE)

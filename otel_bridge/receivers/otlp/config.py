@@ -23,6 +23,8 @@ for a free port; the receiver reports the bound ports as ``grpc_port``/``http_po
 
 from __future__ import annotations
 
+import errno
+import socket
 from dataclasses import dataclass, field
 
 from otel_bridge.receivers.otlp.security import AuthConfig, TlsConfig, is_loopback
@@ -51,6 +53,45 @@ def split_endpoint(endpoint: str) -> tuple[str, int]:
     if not port_text.isdigit() or not 0 <= int(port_text) <= 65535:
         raise ValueError(f"{endpoint!r}: port must be a number from 0 to 65535")
     return host, int(port_text)
+
+
+def bind_problem(host: str, port: int, *, reuse_port: bool = False, key: str = "grpc") -> str:
+    """Why ``host:port`` cannot be listened on, in plain words ("" when it can, or for port 0).
+
+    Tried with a plain socket first: a failed bind inside gRPC prints the C-core's own error
+    line to stderr (and the message it raises names an environment variable, not the cause).
+    ``SO_REUSEADDR`` as gRPC sets it (a closed connection in ``TIME_WAIT`` is no conflict);
+    ``SO_REUSEPORT`` only when sharing the port was asked for.
+    """
+    if port == 0:
+        return ""
+    try:
+        family, kind, proto, _, address = socket.getaddrinfo(
+            host or None, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE
+        )[0]
+    except (OSError, IndexError) as exc:
+        return f"cannot resolve {host!r}: {exc}"
+    with socket.socket(family, kind, proto) as probe:
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        if reuse_port and hasattr(socket, "SO_REUSEPORT"):
+            probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
+        try:
+            probe.bind(address)
+        except OSError as exc:
+            return port_problem(port, exc, key)
+    return ""
+
+
+def port_problem(port: int, exc: OSError, key: str) -> str:
+    """A bind failure as one sentence saying what to do (``key``: ``grpc`` or ``http``)."""
+    if exc.errno == errno.EADDRINUSE:
+        return (
+            f"port {port} is already in use by another process (another collector?): stop it, "
+            f"or set protocols.{key}.endpoint to a free port"
+        )
+    if exc.errno == errno.EACCES:
+        return f"not allowed to listen on port {port} (ports below 1024 need privileges)"
+    return str(exc.strerror or exc)
 
 
 def _endpoint_problems(endpoint: str, path: str) -> list[str]:

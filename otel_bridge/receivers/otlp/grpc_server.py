@@ -25,7 +25,12 @@ from google.rpc import error_details_pb2, status_pb2  # type: ignore[import-unty
 from otel_bridge.admission import Ticket, admission
 from otel_bridge.errors import StartupError
 from otel_bridge.otlp.proto_codec import decode_logs, decode_traces, encode_export_response
-from otel_bridge.receivers.otlp.config import METRICS_REFUSED, GrpcConfig, split_endpoint
+from otel_bridge.receivers.otlp.config import (
+    METRICS_REFUSED,
+    GrpcConfig,
+    bind_problem,
+    split_endpoint,
+)
 from otel_bridge.receivers.otlp.security import TlsConfig
 
 if TYPE_CHECKING:
@@ -110,6 +115,9 @@ class GrpcServer:
             )
         )
         address = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+        problem = bind_problem(host, port, reuse_port=config.reuse_port)
+        if problem:  # said by us, before gRPC's C-core logs its own line to stderr
+            raise StartupError(f"cannot listen for gRPC on {address}: {problem}")
         try:
             self._auth = config.auth.authenticator() if config.auth else None
             credentials = _credentials(config.tls) if config.tls else None
@@ -121,11 +129,9 @@ class GrpcServer:
             else:
                 bound = self._server.add_insecure_port(address)
         except RuntimeError as exc:
-            raise StartupError(
-                f"otlp receiver: cannot listen for gRPC on {address}: {exc}"
-            ) from exc
+            raise StartupError(f"cannot listen for gRPC on {address}: {exc}") from exc
         if bound == 0:
-            raise StartupError(f"otlp receiver: cannot listen for gRPC on {address}")
+            raise StartupError(f"cannot listen for gRPC on {address}")
         self.port: int = bound
         self._server.start()
 

@@ -28,7 +28,12 @@ from typing import TYPE_CHECKING, Any
 
 from otel_bridge.admission import Ticket, admission
 from otel_bridge.errors import DecodeError, PayloadTooLargeError, RefusedError, StartupError
-from otel_bridge.receivers.otlp.config import METRICS_REFUSED, HttpConfig, split_endpoint
+from otel_bridge.receivers.otlp.config import (
+    METRICS_REFUSED,
+    HttpConfig,
+    port_problem,
+    split_endpoint,
+)
 
 if TYPE_CHECKING:
     from otel_bridge.receivers.otlp.receiver import OtlpReceiver, Outcome
@@ -470,7 +475,7 @@ class HttpServer:
             self._httpd = server_class((host, port), _Handler)
         except OSError as exc:
             raise StartupError(
-                f"otlp receiver: cannot listen for HTTP on {config.endpoint}: {exc.strerror or exc}"
+                f"cannot listen for HTTP on {config.endpoint}: {port_problem(port, exc, 'http')}"
             ) from exc
         self._httpd.otlp = self
         try:

@@ -46,7 +46,9 @@ from otel_bridge.receivers.otlp.config import (
     GrpcConfig,
     OtlpReceiverConfig,
     Protocols,
+    bind_problem,
     exposed_only_locally,
+    split_endpoint,
 )
 from otel_bridge.receivers.otlp.http_server import HttpServer
 
@@ -204,6 +206,8 @@ class OtlpReceiver:
             try:
                 if protocols.grpc is not None and not self._defer_grpc:
                     self._grpc = _grpc_server(self, protocols.grpc)
+                elif protocols.grpc is not None:  # deferred: a taken port is said now, not later
+                    _check_grpc_port(protocols.grpc)
                 if protocols.http is not None:
                     self._http = HttpServer(self, protocols.http)
             except StartupError:
@@ -309,3 +313,13 @@ def _grpc_server(receiver: OtlpReceiver, config: GrpcConfig) -> GrpcServer:
     from otel_bridge.receivers.otlp.grpc_server import GrpcServer  # noqa: PLC0415
 
     return GrpcServer(receiver, config)
+
+
+def _check_grpc_port(config: GrpcConfig) -> None:
+    """StartupError when the deferred gRPC server's port cannot be listened on: the same
+    message as an immediate start gives, without importing gRPC."""
+    host, port = split_endpoint(config.endpoint)
+    problem = bind_problem(host, port, reuse_port=config.reuse_port)
+    if problem:
+        address = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+        raise StartupError(f"cannot listen for gRPC on {address}: {problem}")

@@ -125,12 +125,23 @@ def write_report(run: rundir.RunDir, summary: Mapping[str, Any]) -> str:
 
 
 def _forward_line(forward: Mapping[str, Any]) -> str:
-    return (
-        f"Forwarded to {forward['destination']} ({forward['protocol']}, "
-        f"{forward['protocol_source']}): {forward['spans_sent']} spans and "
-        f"{forward['log_records_sent']} log records sent, {forward['spans_not_sent']} spans "
-        "not sent."
-    )
+    """Where each signal was forwarded, over what, and how much arrived."""
+    parts = []
+    for signal, entry in forward["signals"].items():
+        noun = {"traces": "spans", "logs": "log records", "metrics": "metrics requests"}[signal]
+        if not entry["protocols"]:
+            parts.append(f"{signal}: none arrived")
+            continue
+        same = entry["destination"].startswith(forward["destination"])
+        text = (
+            f"{signal}{'' if same else ' to ' + entry['destination']} over "
+            f"{', '.join(entry['protocols'])} ({entry['protocol_source']}): "
+            f"{entry['sent']} {noun} sent, {entry['not_sent']} not sent"
+        )
+        if signal == "metrics":
+            text += " (forwarded only: otel-bridge does not record metrics)"
+        parts.append(text)
+    return f"Forwarded to {forward['destination']}: " + "; ".join(parts) + "."
 
 
 def print_summary(run: rundir.RunDir, summary: Mapping[str, Any], report: str) -> None:

@@ -30,9 +30,9 @@ from otel_bridge import rundir, strings
 from otel_bridge.arming import Armable
 from otel_bridge.commands._observe_forward import (
     Forward,
+    Forwarding,
+    ForwardRelay,
     forward_from_env,
-    forward_overlay,
-    forward_summary,
 )
 from otel_bridge.commands._observe_report import (
     otlp_summary,
@@ -119,7 +119,6 @@ def build_overlay(
     *,
     backend: str | None = None,
     user: Mapping[str, Any] | None = None,
-    forward: Forward | None = None,
     keep_runtime_reads: bool = False,
     hash_files: bool = False,
 ) -> tuple[ConfigOverlay, Wiring]:
@@ -164,10 +163,6 @@ def build_overlay(
     ]
     adds += _run_exporters(run, keep_runtime_reads)
     adds += durable_state_in_run(user, run)
-    forwarding: tuple[PipelineAddition, ...] = ()
-    if forward is not None:
-        exporter, forwarding = forward_overlay(forward, otlp)
-        adds.append(exporter)
     pipelines = (
         PipelineAddition(id="logs/run_os", receivers=(host,), exporters=("file/run_os",)),
         PipelineAddition(
@@ -188,7 +183,6 @@ def build_overlay(
             processors=("redact/run", "normalize/run", "correlate/run", "grade/run"),
             exporters=("graph/run", "file/run_correlated"),
         ),
-        *forwarding,
     )
     return ConfigOverlay(components=tuple(adds), pipelines=pipelines), Wiring(otlp, host)
 
@@ -524,6 +518,8 @@ class _Run:
     collector: Collector
     forward: Forward | None
     mux: ProtocolMux | None = None
+    relay: ForwardRelay | None = None
+    """Sends what CMD exports to the user's own destination (``forward``), from the start."""
     drained: dict[str, Any] | None = None
     armed: bool = False
     """The command ran once its sources were armed, before the collector was built."""
@@ -553,7 +549,6 @@ def _prepare(
         run_id,
         backend=args.backend,
         user=user if isinstance(user, Mapping) else None,
-        forward=forward,
         keep_runtime_reads=args.keep_runtime_reads,
         hash_files=getattr(args, "hash_files", False),
     )
@@ -594,6 +589,9 @@ def _start(state: _Run, early: Early) -> None:
     listener, early.listener = early.listener, None
     early.close_armed()
     otlp = collector.component(state.wiring.otlp)
+    if state.forward is not None and isinstance(otlp, Forwarding):
+        state.relay = ForwardRelay(state.forward, collector.host.telemetry)
+        otlp.set_forward(state.relay)
     on_demand = otlp if isinstance(otlp, GrpcOnDemand) else None
     if on_demand is not None:
         on_demand.defer_grpc()  # gRPC is imported only for a command that uses it
@@ -635,7 +633,10 @@ def observe(args: argparse.Namespace, command: list[str], early: Early | None) -
         code = workload.exit_code()
         progress.stop()
         state.drained = drain(workload, state.mux, telemetry)
-        _record_root_span(collector, state.wiring.otlp, _root_span_of(state, early, code))
+        root = _root_span_of(state, early, code)
+        _record_root_span(collector, state.wiring.otlp, root)
+        if state.relay is not None:
+            state.relay.send_root_span(root)
     except BaseException:
         progress.stop()
         early.abandon()
@@ -687,6 +688,8 @@ def _stop(state: _Run) -> None:
     if state.mux is not None:
         state.mux.stop()
     state.collector.shutdown()
+    if state.relay is not None:  # the receiver has stopped: nothing more comes
+        state.relay.shutdown()
 
 
 def _review_inputs(args: argparse.Namespace) -> ReviewInputs | None:
@@ -748,7 +751,7 @@ def _summary(state: _Run, code: int, *, started_ns: int) -> dict[str, Any]:
         "os_events": telemetry.total("events_emitted", kind=RECEIVER, type="host"),
         "drain": state.drained,
         "start": {"armed": state.armed, **(state.start_path or {})},
-        "forward": None if state.forward is None else forward_summary(state.forward, telemetry),
+        "forward": None if state.relay is None else state.relay.summary(),
         "counters": telemetry.counters(),
         "notes": telemetry.notes(),
     }

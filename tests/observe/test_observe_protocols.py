@@ -203,7 +203,8 @@ def test_the_users_destination_still_receives_the_agents_spans(
     assert "step-http" in (tmp_path / "run" / rundir.SEM_STREAM).read_text()  # recorded too
     forward = _summary(tmp_path)["forward"]
     assert forward["destination"] == f"http://127.0.0.1:{port}"
-    assert forward["protocol"] == protocol
+    assert forward["signals"]["traces"]["protocols"] == [protocol]
+    assert forward["signals"]["traces"]["protocol_source"] == "OTEL_EXPORTER_OTLP_PROTOCOL"
     assert forward["spans_sent"] == 2
     assert forward["spans_not_sent"] == 0
     assert f"Forwarded to http://127.0.0.1:{port}" in result.stderr

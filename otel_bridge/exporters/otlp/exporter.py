@@ -164,8 +164,10 @@ class OtlpExporter:
     def _persist(self, sender: Sender, wal: WriteAheadLog, item: Item) -> None:
         """Write ``item`` to the log (durably), then queue it; drop it when the log is full."""
         payload = self._encode(item)
+        signal = item.signal
+        assert signal != "metrics", "the exporter sends traces and logs only"
         try:
-            seq = wal.append(item.signal, item.size, payload)
+            seq = wal.append(signal, item.size, payload)
         except (OSError, StorageError) as exc:
             raise ComponentError(f"{self._settings.id}: persistent queue: {exc}") from exc
         if seq is None:

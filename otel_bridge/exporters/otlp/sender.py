@@ -20,7 +20,9 @@ from typing import Literal
 from otel_bridge.exporters.otlp.config import QueueConfig, RetryConfig
 from otel_bridge.model import LogRecord, Span
 
-Signal = Literal["traces", "logs"]
+Signal = Literal["traces", "logs", "metrics"]
+"""What a transport moves; the exporters send traces and logs (metrics only ``observe``'s
+forwarding relays, :mod:`otel_bridge.commands._observe_forward`)."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -24,6 +24,7 @@ import json
 import ssl
 import threading
 import time
+from collections.abc import Mapping
 from typing import Protocol
 from urllib.parse import urlsplit
 
@@ -31,6 +32,9 @@ import grpc
 from google.protobuf.message import DecodeError as PbDecodeError
 from google.rpc import error_details_pb2, status_pb2  # type: ignore[import-untyped]
 from opentelemetry.proto.collector.logs.v1.logs_service_pb2 import ExportLogsServiceResponse
+from opentelemetry.proto.collector.metrics.v1.metrics_service_pb2 import (
+    ExportMetricsServiceResponse,
+)
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceResponse
 
 from otel_bridge.exporters.otlp.config import GrpcExporterConfig, HttpExporterConfig
@@ -39,6 +43,7 @@ from otel_bridge.exporters.otlp.sender import OK, SendResult, Signal
 _GRPC_METHODS = {
     "traces": "/opentelemetry.proto.collector.trace.v1.TraceService/Export",
     "logs": "/opentelemetry.proto.collector.logs.v1.LogsService/Export",
+    "metrics": "/opentelemetry.proto.collector.metrics.v1.MetricsService/Export",
 }
 _GRPC_RETRYABLE = frozenset(
     {
@@ -50,6 +55,11 @@ _GRPC_RETRYABLE = frozenset(
         grpc.StatusCode.DATA_LOSS,
     }
 )
+_JSON_REJECTED = {
+    "traces": "rejectedSpans",
+    "logs": "rejectedLogRecords",
+    "metrics": "rejectedDataPoints",
+}
 _HTTP_RETRYABLE = frozenset({429, 502, 503, 504})
 _HTTP_UNSUPPORTED = frozenset({404, 405, 415})
 _RETRY_INFO_TYPE = "type.googleapis.com/google.rpc.RetryInfo"
@@ -75,13 +85,17 @@ def _partial(signal: Signal, body: bytes, content_type: str) -> SendResult:
     try:
         if content_type.startswith("application/json"):
             partial = json.loads(body).get("partialSuccess") or {}
-            key = "rejectedSpans" if signal == "traces" else "rejectedLogRecords"
+            key = _JSON_REJECTED[signal]
             rejected = int(partial.get(key) or 0)
             message = str(partial.get("errorMessage") or "")
         elif signal == "traces":
             trace_response = ExportTraceServiceResponse.FromString(body)
             rejected = trace_response.partial_success.rejected_spans
             message = trace_response.partial_success.error_message
+        elif signal == "metrics":
+            metrics_response = ExportMetricsServiceResponse.FromString(body)
+            rejected = metrics_response.partial_success.rejected_data_points
+            message = metrics_response.partial_success.error_message
         else:
             logs_response = ExportLogsServiceResponse.FromString(body)
             rejected = logs_response.partial_success.rejected_log_records
@@ -201,8 +215,15 @@ def parse_retry_after(value: str | None, now: float | None = None) -> float | No
 class HttpTransport:
     """OTLP/HTTP with one keep-alive connection per sender thread."""
 
-    def __init__(self, config: HttpExporterConfig) -> None:
-        self._urls = {signal: urlsplit(config.url(signal)) for signal in ("traces", "logs")}
+    def __init__(
+        self, config: HttpExporterConfig, urls: Mapping[Signal, str] | None = None
+    ) -> None:
+        """``urls``: where each signal goes, instead of the configuration's URLs."""
+        self._urls = (
+            {signal: urlsplit(url) for signal, url in urls.items()}
+            if urls is not None
+            else {signal: urlsplit(config.url(signal)) for signal in ("traces", "logs")}
+        )
         self._json = config.encoding == "json"
         self._gzip = config.compression == "gzip"
         self._headers = dict(config.headers)

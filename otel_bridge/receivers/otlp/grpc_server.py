@@ -176,22 +176,31 @@ class GrpcServer:
 
     def _traces(self, raw: bytes, context: grpc.ServicerContext) -> bytes:
         def parse(data: bytes) -> bytes:
-            outcome = _accepted(self._receiver.deliver_spans(decode_traces(data)))
+            outcome = self._receiver.deliver_spans(decode_traces(data))
+            self._receiver.forward("traces", "grpc", data, outcome)
+            outcome = _accepted(outcome)
             return encode_export_response("traces", outcome.rejected, outcome.error_message)
 
         return self._handle(raw, context, parse, "ExportTraceServiceRequest")
 
     def _metrics(self, raw: bytes, context: grpc.ServicerContext) -> bytes:
         """Metrics are not recorded: UNIMPLEMENTED, as without this handler, but counted and
-        said (``metrics_requests_unsupported``)."""
-        del raw
+        said (``metrics_requests_unsupported``); passed on unrecorded when forwarded."""
+        if self._receiver.forwards("metrics"):
+            return self._handle(raw, context, self._forward_metrics, "ExportMetricsServiceRequest")
         self._receiver.count("metrics_requests_unsupported")
         context.abort(grpc.StatusCode.UNIMPLEMENTED, METRICS_REFUSED)
         raise AssertionError("unreachable: abort raises")  # pragma: no cover
 
+    def _forward_metrics(self, data: bytes) -> bytes:
+        self._receiver.forward_metrics("grpc", data)
+        return b""  # an empty ExportMetricsServiceResponse: full success
+
     def _logs(self, raw: bytes, context: grpc.ServicerContext) -> bytes:
         def parse(data: bytes) -> bytes:
-            outcome = _accepted(self._receiver.deliver_logs(decode_logs(data)))
+            outcome = self._receiver.deliver_logs(decode_logs(data))
+            self._receiver.forward("logs", "grpc", data, outcome)
+            outcome = _accepted(outcome)
             return encode_export_response("logs", outcome.rejected, outcome.error_message)
 
         return self._handle(raw, context, parse, "ExportLogsServiceRequest")

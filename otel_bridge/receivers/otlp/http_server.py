@@ -277,11 +277,11 @@ class _Handler(BaseHTTPRequestHandler):
                 {"WWW-Authenticate": auth.challenge},
             )
         path = self.path.split("?", 1)[0]
-        if path == METRICS_PATH:
+        if path == METRICS_PATH and not receiver.forwards("metrics"):
             receiver.count("metrics_requests_unsupported")
             self.close_connection = True
             raise _HttpError(404, _NOT_FOUND, METRICS_REFUSED)
-        if path not in (TRACES_PATH, LOGS_PATH):
+        if path not in (TRACES_PATH, LOGS_PATH, METRICS_PATH):
             self.close_connection = True
             raise _HttpError(
                 404, _NOT_FOUND, f"unknown path {path}; use {TRACES_PATH} or {LOGS_PATH}"
@@ -329,6 +329,11 @@ class _Handler(BaseHTTPRequestHandler):
     def _reply(self, server: HttpServer, path: str, content_type: str, ticket: Ticket) -> None:
         receiver = server.receiver
         body = self._read_body(server, ticket)
+        protocol = "http/json" if content_type == JSON else "http/protobuf"
+        if path == METRICS_PATH:  # forwarded, not recorded (``forwards("metrics")``)
+            receiver.forward_metrics(protocol, body)
+            self._send(200, content_type, b"{}" if content_type == JSON else b"", {})
+            return
         signal = "traces" if path == TRACES_PATH else "logs"
         try:
             outcome = self._decode_and_deliver(receiver, signal, content_type, body)
@@ -338,6 +343,7 @@ class _Handler(BaseHTTPRequestHandler):
         except Exception as exc:  # a bug must not kill the server; the client sees 500
             receiver.report_once("http_internal", f"HTTP export failed: {exc!r}")
             raise _HttpError(500, _INTERNAL, f"internal error: {exc}") from None
+        receiver.forward(signal, protocol, body, outcome)
         if outcome.refused:
             seconds = max(0, math.ceil(receiver.retry_after))
             raise _HttpError(

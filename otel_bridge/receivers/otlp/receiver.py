@@ -29,7 +29,7 @@ from __future__ import annotations
 
 import threading
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 from otel_bridge.component import (
     ComponentStatus,
@@ -93,6 +93,11 @@ COUNTERS: tuple[CounterSpec, ...] = (
         "metrics export requests answered 404 / UNIMPLEMENTED (metrics are not recorded)",
         "{requests}",
     ),
+    CounterSpec(
+        "metrics_requests_forwarded",
+        "metrics export requests passed on to a forward destination, not recorded",
+        "{requests}",
+    ),
 )
 """The counters of the ``otlp`` receiver."""
 
@@ -107,6 +112,20 @@ class Outcome:
     """Non-empty when the pipeline refused the data: answer with a retryable status."""
     failed: str = ""
     """Non-empty when the pipeline rejected the data for good: answer with a permanent status."""
+    records: int = 0
+    """Records in the request, accepted or rejected."""
+
+
+class ForwardTap(Protocol):
+    """Where a receiver hands each request it took, unchanged (``observe``'s forwarding)."""
+
+    def forwards(self, signal: str) -> bool:
+        """Whether requests of ``signal`` (``traces``, ``logs``, ``metrics``) are wanted."""
+
+    def request(self, signal: str, protocol: str, body: bytes, records: int) -> None:
+        """One request's body as the client sent it (decompressed), over ``protocol``
+        (``grpc``, ``http/protobuf``, ``http/json``), holding ``records`` records (metrics:
+        1, the request). Must not block."""
 
 
 class OtlpReceiver:
@@ -125,6 +144,7 @@ class OtlpReceiver:
         self._started = False
         self._stopped = False
         self._defer_grpc = False
+        self._forward: ForwardTap | None = None
         self._closing = False
         self._inflight = 0
         self._drained = threading.Condition()
@@ -170,6 +190,31 @@ class OtlpReceiver:
     def http_port(self) -> int | None:
         """The bound HTTP port once started; None when HTTP is off or not started."""
         return self._http.port if self._http is not None else None
+
+    def set_forward(self, tap: ForwardTap | None) -> None:
+        """Hand every request this receiver takes to ``tap`` too, unchanged (``observe``
+        forwarding to the user's own destination). A metrics request is then answered with
+        success and only passed on (counted in ``metrics_requests_forwarded``), never recorded.
+        Before :meth:`start`."""
+        self._forward = tap
+
+    def forwards(self, signal: str) -> bool:
+        """Whether requests of ``signal`` are passed on (:meth:`set_forward`)."""
+        tap = self._forward
+        return tap is not None and tap.forwards(signal)
+
+    def forward(self, signal: str, protocol: str, body: bytes, outcome: Outcome) -> None:
+        """Pass a request the client will not send again (not refused) to the tap, if any."""
+        tap = self._forward
+        if tap is not None and not outcome.refused and tap.forwards(signal):
+            tap.request(signal, protocol, body, outcome.records)
+
+    def forward_metrics(self, protocol: str, body: bytes) -> None:
+        """Pass a metrics request on (only when :meth:`forwards` said so)."""
+        tap = self._forward
+        if tap is not None:
+            self.count("metrics_requests_forwarded")
+            tap.request("metrics", protocol, body, 1)
 
     def count(self, name: str, n: int = 1) -> None:
         """Add ``n`` to this receiver's counter ``name``."""
@@ -286,7 +331,7 @@ class OtlpReceiver:
                     self._inflight -= 1
                     self._drained.notify_all()
             self.count(f"{noun}_accepted", n)
-        return Outcome(decoded.rejected, decoded.error_message)
+        return Outcome(decoded.rejected, decoded.error_message, records=n + decoded.rejected)
 
     def _failed(self, exc: Exception, n: int, noun: str) -> Outcome:
         """The answer to a batch the pipeline raised on: retryable only for a refusal."""
@@ -305,6 +350,7 @@ class OtlpReceiver:
         return Outcome(
             rejected=n,
             failed=f"the pipeline rejected the data ({type(exc).__name__}): {exc}",
+            records=n,
         )
 
 

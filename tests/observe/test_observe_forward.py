@@ -26,6 +26,7 @@ from otel_bridge.commands._observe_forward import FOLLOWED, convert, forward_fro
 pytest.importorskip("opentelemetry.exporter.otlp.proto.grpc", reason="needs the gRPC exporter")
 pytest.importorskip("opentelemetry.exporter.otlp.proto.http", reason="needs the HTTP exporter")
 
+from opentelemetry.proto.collector.logs.v1.logs_service_pb2 import ExportLogsServiceRequest
 from opentelemetry.proto.collector.metrics.v1.metrics_service_pb2 import (
     ExportMetricsServiceRequest,
 )
@@ -35,13 +36,17 @@ from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
 
 AGENT = textwrap.dedent(
     """
-    import sys
+    import logging, sys
     if sys.argv[1] == "grpc":
+        from opentelemetry.exporter.otlp.proto.grpc._log_exporter import OTLPLogExporter
         from opentelemetry.exporter.otlp.proto.grpc.metric_exporter import OTLPMetricExporter
         from opentelemetry.exporter.otlp.proto.grpc.trace_exporter import OTLPSpanExporter
     else:
+        from opentelemetry.exporter.otlp.proto.http._log_exporter import OTLPLogExporter
         from opentelemetry.exporter.otlp.proto.http.metric_exporter import OTLPMetricExporter
         from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
+    from opentelemetry.sdk._logs import LoggerProvider, LoggingHandler
+    from opentelemetry.sdk._logs.export import BatchLogRecordProcessor
     from opentelemetry.sdk.metrics import MeterProvider
     from opentelemetry.sdk.metrics.export import PeriodicExportingMetricReader
     from opentelemetry.sdk.trace import TracerProvider
@@ -53,11 +58,17 @@ AGENT = textwrap.dedent(
     provider.add_span_processor(BatchSpanProcessor(OTLPSpanExporter()))
     with provider.get_tracer("t").start_as_current_span("step-" + sys.argv[1]):
         pass
+    logs = LoggerProvider()
+    logs.add_log_record_processor(BatchLogRecordProcessor(OTLPLogExporter()))
+    logging.getLogger("agent").addHandler(LoggingHandler(logger_provider=logs))
+    logging.getLogger("agent").warning("agent-log-" + sys.argv[1])
     provider.shutdown()
     meters.shutdown()
+    logs.shutdown()
     """
 )
-"""An agent exporting one span and one counter (value 3) with the SDK's exporters."""
+"""An agent exporting one span, one counter (value 3) and one log record with the SDK's
+exporters."""
 
 
 @pytest.fixture(name="destination")
@@ -95,6 +106,16 @@ def _span_names(bodies: list[bytes]) -> set[str]:
     }
 
 
+def _log_bodies(bodies: list[bytes]) -> list[str]:
+    return [
+        record.body.string_value
+        for body in bodies
+        for rl in ExportLogsServiceRequest.FromString(body).resource_logs
+        for sl in rl.scope_logs
+        for record in sl.log_records
+    ]
+
+
 def _metric_sums(bodies: list[bytes]) -> dict[str, int]:
     return {
         m.name: sum(p.as_int for p in m.sum.data_points)
@@ -119,16 +140,20 @@ def test_traces_and_metrics_reach_the_destination_in_the_agents_protocol(
     protocol = "grpc" if kind == "grpc" else "http/protobuf"
     assert {r.protocol for r in destination.received} == {protocol}
     if kind == "http":
-        assert {r.path for r in destination.received} == {"/v1/traces", "/v1/metrics"}
+        paths = {r.path for r in destination.received}
+        assert paths == {"/v1/traces", "/v1/metrics", "/v1/logs"}
     traces = [r.body for r in destination.of("traces")]
     assert _span_names(traces) == {f"step-{kind}", "otel-bridge observe"}
     assert _metric_sums([r.body for r in destination.of("metrics")]) == {"agent.steps": 3}
+    assert _log_bodies([r.body for r in destination.of("logs")]) == [f"agent-log-{kind}"]
     summary = _summary(tmp_path)
     forward = summary["forward"]
     assert forward["signals"]["traces"]["protocols"] == [protocol]
     assert forward["signals"]["metrics"]["protocols"] == [protocol]
     assert forward["signals"]["metrics"]["protocol_source"] == FOLLOWED
     assert forward["spans_sent"] == 2
+    assert forward["log_records_sent"] == 1
+    assert forward["signals"]["logs"]["protocols"] == [protocol]
     assert forward["metrics_requests_sent"] == len(destination.of("metrics")) >= 1
     assert forward["spans_not_sent"] == forward["metrics_requests_not_sent"] == 0
     assert summary["otlp"]["metrics_requests_refused"] == 0
@@ -239,3 +264,39 @@ def test_an_unreachable_destination_is_counted_and_said_without_holding_the_run(
     assert forward["metrics_requests_not_sent"] >= 1
     assert result.stderr.count("could not forward traces to") == 1
     assert "step-http" in (tmp_path / "run" / rundir.SEM_STREAM).read_text()  # still recorded
+
+
+METRICS_ONLY = textwrap.dedent(
+    """
+    from opentelemetry.exporter.otlp.proto.http.metric_exporter import OTLPMetricExporter
+    from opentelemetry.sdk.metrics import MeterProvider
+    from opentelemetry.sdk.metrics.export import PeriodicExportingMetricReader
+    reader = PeriodicExportingMetricReader(OTLPMetricExporter(), export_interval_millis=60_000)
+    meters = MeterProvider(metric_readers=[reader])
+    meters.get_meter("m").create_counter("agent.steps").add(1)
+    meters.shutdown()
+    """
+)
+
+
+@pytest.mark.slow
+def test_the_root_span_is_not_sent_in_a_guessed_protocol(tmp_path: Path, destination: Sink) -> None:
+    """An agent that sends metrics only, no protocol variable: the traces protocol is unknown,
+    so the run's root span is not sent (no guess), and the summary says why."""
+    (tmp_path / "metrics_only.py").write_text(METRICS_ONLY)
+    env = dict(os.environ, OTEL_EXPORTER_OTLP_ENDPOINT=f"http://127.0.0.1:{destination.http_port}")
+    env.pop("OTEL_EXPORTER_OTLP_PROTOCOL", None)
+    result = subprocess.run(
+        observe_argv(tmp_path, sys.executable, "metrics_only.py"),
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+        env=env,
+    )
+    assert result.returncode == 0, result.stderr
+    assert [r.signal for r in destination.received] == ["metrics"]
+    forward = _summary(tmp_path)["forward"]
+    assert forward["root_span"].startswith("not sent: the agent sent no traces")
+    assert forward["spans_sent"] == forward["spans_not_sent"] == 0

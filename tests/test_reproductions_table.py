@@ -1,6 +1,6 @@
 """``tests/REPRODUCTIONS.md`` cannot drift: every node id it lists names a test that exists
-(its function in that file, its parameter id in that file's source) and each of issue 13's
-seven "Reproduced" items has rows."""
+(its function in that file, its parameter id in that file's source), and each reproduction item
+of each issue it covers (issue 13's seven, issue 11's nine) has rows."""
 
 from __future__ import annotations
 
@@ -8,17 +8,26 @@ import ast
 import re
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parent.parent
 TABLE = ROOT / "tests" / "REPRODUCTIONS.md"
 NODE = re.compile(r"`(tests/[\w/]+\.py)::([\w:]+)(?:\[([^\]`]+)\])?`")
 
 
-def _rows() -> list[tuple[str, list[tuple[str, str, str]]]]:
-    """``(item, [(path, name, parameter)])`` for each table row."""
+ITEMS = {"13": 7, "11": 9}
+"""The issues the table covers (its ``## Issue N`` sections) and how many items each lists."""
+
+
+def _rows(issue: str | None = None) -> list[tuple[str, list[tuple[str, str, str]]]]:
+    """``(item, [(path, name, parameter)])`` for each table row (of ``issue``'s section only)."""
     rows = []
+    section = None
     for line in TABLE.read_text(encoding="utf-8").splitlines():
+        if line.startswith("## Issue "):
+            section = line.removeprefix("## Issue ").strip()
         cells = [c.strip() for c in line.strip().strip("|").split("|")]
-        if len(cells) == 3 and cells[0].isdigit():
+        if len(cells) == 3 and cells[0].isdigit() and issue in (None, section):
             nodes = [(m[1], m[2], m[3] or "") for m in NODE.finditer(cells[2])]
             rows.append((cells[0], nodes))
     return rows
@@ -51,8 +60,9 @@ def test_every_listed_node_id_exists() -> None:
     assert not missing, "REPRODUCTIONS.md names tests that do not exist: " + ", ".join(missing)
 
 
-def test_every_item_of_the_issue_has_a_row_with_a_test() -> None:
-    """Items 1 to 7 each have rows, and no row is without a test."""
-    rows = _rows()
-    assert {item for item, _ in rows} == {str(i) for i in range(1, 8)}
+@pytest.mark.parametrize("issue", sorted(ITEMS))
+def test_every_item_of_the_issue_has_a_row_with_a_test(issue: str) -> None:
+    """Items 1 to N of each issue each have rows, and no row is without a test."""
+    rows = _rows(issue)
+    assert {item for item, _ in rows} == {str(i) for i in range(1, ITEMS[issue] + 1)}
     assert all(nodes for _, nodes in rows)

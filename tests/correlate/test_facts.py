@@ -202,8 +202,12 @@ def test_enrich_hold_follows_correlate_defaults() -> None:
 
 # ------------------------------------------------------------------ one home for helpers
 
-ONE_HOME = ("iso_to_ms", "iso_ms", "parse_traceparent", "str_value", "int_value", "bool_value")
-"""Helpers defined once, in ``otel_bridge/identity.py``."""
+ONE_HOME = tuple(
+    node.name
+    for node in ast.parse((PACKAGE / "identity.py").read_text(encoding="utf-8")).body
+    if isinstance(node, ast.FunctionDef) and not node.name.startswith("_")
+)
+"""Helpers defined once, in ``otel_bridge/identity.py``: every public function there."""
 
 
 def _definitions() -> dict[str, list[str]]:
@@ -219,7 +223,9 @@ def _definitions() -> dict[str, list[str]]:
 
 
 def test_identity_helpers_are_defined_exactly_once() -> None:
-    """Each time/traceparent/attribute helper has exactly one definition: in identity.py."""
+    """Each identity helper (time, traceparent, attribute, key, address) has exactly one
+    definition: in identity.py."""
+    assert {"iso_to_ms", "parse_traceparent", "str_value", "is_loopback"} <= set(ONE_HOME)
     assert _definitions() == {name: ["otel_bridge/identity.py"] for name in ONE_HOME}
 
 

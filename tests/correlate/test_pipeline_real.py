@@ -8,7 +8,6 @@ import subprocess
 import time
 
 import psutil
-import pytest
 
 from otel_bridge.component import Consumer, CreateSettings, Host
 from otel_bridge.identity import host_id, psutil_start_ms
@@ -49,46 +48,39 @@ def _normalize_filled_process_facts(observations: list[Observation]) -> bool:
     )
 
 
-def test_real_process_bridged_end_to_end() -> None:
-    """A real child process is bridged to the tool span that declared it, through real parts."""
-    start = time.time_ns()
-    child = subprocess.Popen(["sleep", "0.2"])
-    # When an event backend saw the start; the /proc-derived creation time is only an identity
-    # (its boot-time base is truncated to the second, so it reads up to 1 s early).
-    observed = time.time_ns()
-    ps = psutil.Process(child.pid)
-    created_ms = psutil_start_ms(ps.create_time())
-    argv = tuple(ps.cmdline())
+def _start_record(child: int, observed: int) -> LogRecord:
+    """The ``process.start`` record a sampling backend writes for the live process ``child``."""
+    ps = psutil.Process(child)
     exe = ps.exe()
-    child.wait()
-    end = time.time_ns()
-    host = host_id()
-    os_resource = Resource(
-        attributes={
-            "evidence.channel": "os",
-            "evidence.backend": "portable",
-            "host.id": host,
-            "service.name": "otel-bridge-host",
-            "otel_bridge.run.id": "run-1",
-        }
-    )
-    log = LogRecord(
-        resource=os_resource,
+    return LogRecord(
+        resource=Resource(
+            attributes={
+                "evidence.channel": "os",
+                "evidence.backend": "portable",
+                "host.id": host_id(),
+                "service.name": "otel-bridge-host",
+                "otel_bridge.run.id": "run-1",
+            }
+        ),
         scope=Scope(name="otel_bridge.host"),
         time_unix_nano=observed,
         event_name="process.start",
         attributes={
-            "evidence.record_id": f"portable:{child.pid}",
+            "evidence.record_id": f"portable:{child}",
             "evidence.attribution": "sampled_process",
-            "process.pid": child.pid,
-            "process.creation.time": _iso(created_ms),
+            "process.pid": child,
+            "process.creation.time": _iso(psutil_start_ms(ps.create_time())),
             "process.parent_pid": os.getpid(),
             "process.executable.path": exe,
             "process.executable.name": os.path.basename(exe),
-            "process.command_args": argv,
+            "process.command_args": tuple(ps.cmdline()),
         },
     )
-    span = Span(
+
+
+def _tool_span(start: int, end: int) -> Span:
+    """The agent's ``execute_tool`` span declaring ``sleep 0.2``."""
+    return Span(
         resource=Resource(attributes={"service.name": "agent"}),
         scope=Scope(name="agent"),
         trace_id=TRACE,
@@ -102,6 +94,10 @@ def test_real_process_bridged_end_to_end() -> None:
             "gen_ai.tool.call.arguments": json.dumps({"command": "sleep 0.2"}),
         },
     )
+
+
+def _run_chain(batch: Batch) -> tuple[RecordingConsumer, Host]:
+    """``batch`` through real normalize -> correlate -> grade -> enrich, started and shut down."""
     sink = RecordingConsumer()
     enrich = enrich_factory.create(
         CreateSettings(id="enrich"), EnrichConfig(traceparent=f"00-{'11' * 16}-{'22' * 8}-01"), sink
@@ -116,18 +112,28 @@ def test_real_process_bridged_end_to_end() -> None:
     norm = normalize_factory.create(
         CreateSettings(id="normalize"), normalize_factory.default_config(), corr
     )
-    host_ = Host()
+    host = Host()
     for c in (enrich, grade, corr, norm):
-        c.start(host_)
-    norm.consume(Batch(spans=(span,), logs=(log,)))  # type: ignore[attr-defined]
+        c.start(host)
+    norm.consume(batch)  # type: ignore[attr-defined]
     for c in (norm, corr, grade, enrich):
         c.shutdown()
+    return sink, host
+
+
+def test_real_process_bridged_end_to_end() -> None:
+    """A real child process is bridged to the tool span that declared it, through real parts."""
+    start = time.time_ns()
+    child = subprocess.Popen(["sleep", "0.2"])
+    # When an event backend saw the start; the /proc-derived creation time is only an identity
+    # (its boot-time base is truncated to the second, so it reads up to 1 s early).
+    log = _start_record(child.pid, time.time_ns())
+    created_ms = psutil_start_ms(psutil.Process(child.pid).create_time())
+    child.wait()
+    sink, host = _run_chain(Batch(spans=(_tool_span(start, time.time_ns()),), logs=(log,)))
+    # correlate reads the typed facts normalize fills; it never parses attribute strings
+    assert _normalize_filled_process_facts(sink.observations)
     bridges = [o for o in sink.observations if o.evidence.attribution == Attribution.HEURISTIC]
-    if not _normalize_filled_process_facts(sink.observations):
-        # Until normalize fills the typed facts, correlate must skip and count, never parse.
-        assert not bridges
-        assert host_.telemetry.counters()["correlate.skipped.no_facts"] >= 1
-        pytest.skip("normalize does not fill ProcessFacts yet (the facts-normalize branch does)")
     assert len(bridges) == 1, [o.relation for o in sink.observations]
     [b] = bridges
     assert b.object is not None
@@ -136,7 +142,7 @@ def test_real_process_bridged_end_to_end() -> None:
     [tool] = [s for s in sink.spans if s.span_id == SPAN]
     assert tool.attributes["otel_bridge.bridge.process.pid"] == child.pid
     assert len(tool.links) == 1
-    counters = host_.telemetry.counters()
+    counters = host.telemetry.counters()
     assert counters["processor.correlate.outcome.bridge"] == 1
     procs = [
         s for s in sink.spans if s.resource.attributes.get("service.name") == "otel-bridge-host"

@@ -42,10 +42,15 @@ def subprocess_env(**extra: str) -> dict[str, str]:
 
 
 class RunningCollector:
-    """``otel-bridge run -c CONFIG`` on ephemeral OTLP ports (see the module docstring)."""
+    """``otel-bridge run -c CONFIG [ARGS]`` on ephemeral OTLP ports (see the module docstring)."""
 
     def __init__(
-        self, config: Path | str, cwd: Path, env: dict[str, str], prefix: list[str] | None = None
+        self,
+        config: Path | str,
+        cwd: Path,
+        env: dict[str, str],
+        prefix: list[str] | None = None,
+        args: tuple[str, ...] = (),
     ) -> None:
         env = {
             "OTEL_BRIDGE_OTLP_GRPC_ENDPOINT": "127.0.0.1:0",
@@ -54,7 +59,7 @@ class RunningCollector:
             **env,
         }
         cmd = [*(prefix or []), sys.executable, "-m", "otel_bridge", "--log-level", "INFO"]
-        cmd += ["run", "-c", str(config)]
+        cmd += ["run", "-c", str(config), *args]
         self.proc = subprocess.Popen(
             cmd,
             cwd=cwd,

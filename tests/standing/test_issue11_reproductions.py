@@ -1,10 +1,7 @@
-"""Issue 11, reproductions 1, 7 (the documentation half) and 9 as tests.
+"""Issue 11, reproductions 1, 5 (the README half), 7 (the documentation half) and 9 as tests.
 
-The other reproductions have their own modules: 2 and 3 ``tests/standing/
-test_standing_configs.py``; 4 ``tests/observe/test_observe_protocols.py``; 5
-``tests/standing/test_privileges.py``; 6 ``tests/exporters/test_signal_routing.py``; 7 (names)
-``tests/exporters/test_exporter_names.py`` and (``graph | head``) ``tests/observe/
-test_first_run.py``; 8 ``tests/observe/test_first_run.py``.
+Every reproduction, with the tests that run it, is a row of ``tests/REPRODUCTIONS.md``
+(``tests/test_reproductions_table.py`` keeps that table in step with the suite).
 """
 
 from __future__ import annotations
@@ -123,6 +120,18 @@ def test_documented_variables_are_read_by_the_code_or_a_bundled_config() -> None
     ]
     for variable in sorted(named):
         assert any(variable in text for text in sources), variable
+
+
+def test_readme_says_what_each_privilege_gives() -> None:
+    """Reproduction 5: the README said nothing about privileges. Its Privileges section has a row
+    for root, each capability a backend needs, ptrace and a plain user, and says that ``auto``
+    chooses per plane."""
+    text = (REPO / "README.md").read_text(encoding="utf-8")
+    section = text.split("\n## Privileges\n", 1)[1].split("\n## ", 1)[0]
+    rows = [line.split("|")[1].strip() for line in section.splitlines() if line.startswith("| ")]
+    for privilege in ("root", "CAP_SYS_ADMIN", "CAP_BPF", "ptrace", "none"):
+        assert any(row.startswith(privilege) for row in rows), (privilege, rows)
+    assert "per plane" in section
 
 
 OBSERVE_IMPORTS = """

@@ -83,6 +83,41 @@ def test_local_yaml_records_the_os_plane_of_a_separately_started_agent(tmp_path:
     assert graph["summary"]["coverage"].get("collection.lineage.degraded") == 1
 
 
+def readme_configuration() -> str:
+    """The YAML block under README.md's "## Configuration" heading, as a user copies it."""
+    text = (REPO / "README.md").read_text(encoding="utf-8")
+    section = text.split("\n## Configuration\n", 1)[1]
+    return section.split("```yaml\n", 1)[1].split("```", 1)[0]
+
+
+def test_readme_configuration_records_the_os_plane_of_a_separately_started_agent(
+    tmp_path: Path,
+) -> None:
+    """Reproduction 2: README.md's own configuration snippet exited 2 under ``run`` ("receiver
+    host: no root_pid to observe") while ``validate`` said OK. Copied as it stands (only its
+    fixed ports moved to free ones with ``--set``), it records a separately started SDK agent's
+    process, the file it wrote and the connection it made."""
+    config = tmp_path / "otel-bridge.yaml"
+    config.write_text(readme_configuration(), encoding="utf-8")
+    assert "host:" in config.read_text(encoding="utf-8")
+    ports = tuple(
+        f"--set=receivers.otlp.protocols.{p}.endpoint=127.0.0.1:0" for p in ("grpc", "http")
+    )
+    collector = RunningCollector(config, tmp_path, {}, args=ports)
+    agent, out, port = run_agent(collector, tmp_path, "grpc")
+    graph: dict[str, Any] = json.loads((tmp_path / "otel-bridge-graph.json").read_text())
+    nodes = {n["id"]: n for n in graph["nodes"]}
+    (proc,) = [
+        n for n in nodes.values() if n["kind"] == "process" and n["facts"]["pid"] == agent.pid
+    ]
+    assert "os" in proc["channels"]
+    targets = {e["target"] for e in graph["edges"] if e["source"] == proc["id"]}
+    files = {nodes[t]["facts"]["path"] for t in targets if nodes[t]["kind"] == "file"}
+    assert str(out) in files, targets
+    endpoints = {nodes[t]["facts"]["port"] for t in targets if nodes[t]["kind"] == "endpoint"}
+    assert port in endpoints, targets
+
+
 def os_spans_of(spans: list[Span], pid: int) -> list[Span]:
     """The enrich processor's OS-plane spans of process ``pid``: its process span first, then
     any late-events spans (observations that reached enrich after the process span was sent)

@@ -9,8 +9,9 @@ import subprocess
 import sys
 from pathlib import Path
 
-import psycopg
 import pytest
+
+psycopg = pytest.importorskip("psycopg", reason="needs the postgres extra")
 
 REPO = Path(__file__).resolve().parents[2]
 CONFIG = """

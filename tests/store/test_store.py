@@ -11,7 +11,6 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
-import psycopg
 import pytest
 from waiting import wait_until
 
@@ -24,6 +23,8 @@ from otel_bridge.store import connect, migrate, status
 from otel_bridge.store.reader import Selector, read_graph
 from otel_bridge.store.schema import LATEST, MIGRATIONS
 from store.store_support import T0, Server, batches, cli, free_port
+
+psycopg = pytest.importorskip("psycopg", reason="needs the postgres extra")
 
 RUN = {"runtime_reads": "folded"}
 CRASHING_COLLECTOR = """

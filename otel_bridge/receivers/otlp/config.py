@@ -27,7 +27,8 @@ import errno
 import socket
 from dataclasses import dataclass, field
 
-from otel_bridge.receivers.otlp.security import AuthConfig, TlsConfig, is_loopback
+from otel_bridge.identity import is_loopback
+from otel_bridge.receivers.otlp.security import AuthConfig, TlsConfig
 
 DEFAULT_GRPC_ENDPOINT = "127.0.0.1:4317"
 DEFAULT_HTTP_ENDPOINT = "127.0.0.1:4318"
@@ -122,7 +123,7 @@ def exposed_only_locally(endpoint: str) -> bool:
         host, _ = split_endpoint(endpoint)
     except ValueError:
         return False
-    return is_loopback(host)
+    return host == "localhost" or is_loopback(host)
 
 
 @dataclass(slots=True, kw_only=True)

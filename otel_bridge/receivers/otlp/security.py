@@ -33,7 +33,6 @@ from __future__ import annotations
 import base64
 import binascii
 import hmac
-import ipaddress
 import os
 import ssl
 from dataclasses import dataclass
@@ -226,13 +225,3 @@ class Authenticator:
         expected = self._users.get(user)
         ok = hmac.compare_digest(password.encode(), (expected or "\0").encode())
         return expected is not None and ok
-
-
-def is_loopback(host: str) -> bool:
-    """Whether ``host`` (an address or name from an endpoint) is only reachable locally."""
-    if host == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return False

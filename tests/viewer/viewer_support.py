@@ -17,7 +17,7 @@ CHROMIUM_ARGS = [
     "--use-angle=swiftshader",
     "--enable-unsafe-swiftshader",
     # Composite the page's layers with Skia on the CPU rather than through SwiftShader: about a
-    # third of the browser CPU a page costs here (benchmarks/viewer_scale.py, BENCHMARKS.md).
+    # third of the browser CPU a page costs here (benchmarks/viewer_scale.py --flags).
     "--disable-gpu-compositing",
     "--no-sandbox",
 ]

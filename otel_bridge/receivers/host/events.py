@@ -76,6 +76,10 @@ class Lineage:
             self._pids.discard(pid)
             self._ended.discard(pid)
 
+    def empty(self) -> bool:
+        """True while no pid is tracked (a standing collector that follows nothing yet)."""
+        return not self._pids
+
     def snapshot(self) -> list[int]:
         """The tracked pids now."""
         with self._lock:

@@ -62,7 +62,10 @@ Honest limits of both modes:
   source (a watcher used alone) the grace period is 0.25 s; held events wait at most 30 s.
 * fanotify events carry no time: a record's time is when it was read, or the exit of its
   process (:attr:`FanotifyWatcher.exited_at`) when that came first: every event of a process
-  was queued before its exit.
+  was queued before its exit. So a reader late under load does not stamp a child's read after
+  the next child's write of the same file (``compare``'s ``observed_dataflow`` orders them by
+  time). :attr:`FanotifyWatcher.drained_at` says up to when every queued event was handled: the
+  ``linux`` backend keeps an exited pid in the lineage until then.
 * **Paced reads.** The kernel merges an event into one of the same pid on the same entry
   (directory handle and name; directories and non-directories apart, a rename never) still
   waiting unread in the queue, OR-ing their masks. A busy queue is therefore read in paced
@@ -78,10 +81,8 @@ Honest limits of both modes:
 * **Nothing followed.** While the lineage is empty (a standing collector before its first
   follow) and no follow is under way, every event is another process's: reads are dropped
   unparsed (:meth:`FanotifyWatcher._nothing_followed`), at most one per :data:`PACE_S`, and
-  remembered directories forgotten. So a reader late under load does not stamp a child's read after
-  the next child's write of the same file (``compare``'s ``observed_dataflow`` orders them by
-  time). :attr:`FanotifyWatcher.drained_at` says up to when every queued event was handled: the
-  ``linux`` backend keeps an exited pid in the lineage until then.
+  remembered directories forgotten (a queue overflow then loses nothing that could have been
+  reported, and is not read).
 * A process a standing collector starts following (:meth:`FanotifyWatcher.before_follow`) was
   not in the lineage: its events held or still queued then happened *before* the follow (or
   belong to an earlier process with the same pid). The follow waits for one full read pass of

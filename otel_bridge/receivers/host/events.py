@@ -76,6 +76,10 @@ class Lineage:
             self._pids.discard(pid)
             self._ended.discard(pid)
 
+    def empty(self) -> bool:
+        """True while no pid is tracked (a standing collector that follows nothing yet)."""
+        return not self._pids
+
     def snapshot(self) -> list[int]:
         """The tracked pids now."""
         with self._lock:
@@ -91,7 +95,8 @@ class Lineage:
 class Emitter:
     """Buffers records and hands them to the next consumer as batches.
 
-    A batch leaves when ``batch_size`` records are pending or ``batch_interval`` has passed.
+    A batch leaves when ``batch_size`` records are pending or ``batch_interval`` has passed since
+    the first of them was queued (the flusher sleeps while nothing is).
     Errors from the consumer are counted and reported once, never raised into a backend.
     """
 
@@ -106,6 +111,8 @@ class Emitter:
         self._lock = threading.Lock()
         self._send_lock = threading.Lock()
         self._stop = threading.Event()
+        self._some = threading.Event()
+        """Set when a record is queued on an empty batch (the flusher sleeps until then)."""
         self._thread: threading.Thread | None = None
         self.emitted = 0
         self.watch: Callable[[LogRecord], None] | None = None
@@ -121,10 +128,13 @@ class Emitter:
         if self.watch is not None:
             self.watch(record)
         with self._lock:
+            first = not self._pending
             self._pending.append(record)
             full = len(self._pending) >= self._batch_size
         if full:
             self.flush()
+        elif first:
+            self._some.set()
 
     def flush(self) -> None:
         """Send everything pending, in batches of at most ``batch_size`` (several threads emit:
@@ -148,12 +158,15 @@ class Emitter:
             self._telemetry.report_once("host.refused", f"host receiver: batch refused: {exc}")
 
     def _run(self) -> None:
-        while not self._stop.wait(self._interval):
+        # nothing queued: sleep until a record is (a collector with nothing to say stays idle)
+        while self._some.wait() and not self._stop.wait(self._interval):
+            self._some.clear()  # before the flush takes the batch: a later record sets it again
             self.flush()
 
     def close(self) -> None:
         """Stop the flusher and send what is left."""
         self._stop.set()
+        self._some.set()
         if self._thread is not None:
             self._thread.join()
         self.flush()

@@ -66,6 +66,23 @@ Honest limits of both modes:
   the next child's write of the same file (``compare``'s ``observed_dataflow`` orders them by
   time). :attr:`FanotifyWatcher.drained_at` says up to when every queued event was handled: the
   ``linux`` backend keeps an exited pid in the lineage until then.
+* **Paced reads.** The kernel merges an event into one of the same pid on the same entry
+  (directory handle and name; directories and non-directories apart, a rename never) still
+  waiting unread in the queue, OR-ing their masks. A busy queue is therefore read in paced
+  batches (:meth:`FanotifyWatcher._pace`): once :data:`PACE_EVENTS` events were read within
+  :data:`PACE_S`, the next read waits for that period to end (a stop or a follow does not
+  wait). Sparse events are read at once. A record of an open or a write then stands for one or
+  more opens (or writable closes) of that entry by that pid since the previous read, not one
+  each; distinct pids, entries and kinds stay distinct records (the kernel never merges them).
+  The pause adds at most :data:`PACE_S` to how long after the event its record's time is; the
+  records of one read keep the queue's order, a merged event at the place of its first
+  occurrence. The kernel merged whatever waited unread before pacing too: how many records a
+  workload that reopens the same files gives always depended on how fast it was read.
+* **Nothing followed.** While the lineage is empty (a standing collector before its first
+  follow) and no follow is under way, every event is another process's: reads are dropped
+  unparsed (:meth:`FanotifyWatcher._nothing_followed`), at most one per :data:`PACE_S`, and
+  remembered directories forgotten (a queue overflow then loses nothing that could have been
+  reported, and is not read).
 * A process a standing collector starts following (:meth:`FanotifyWatcher.before_follow`) was
   not in the lineage: its events held or still queued then happened *before* the follow (or
   belong to an earlier process with the same pid). The follow waits for one full read pass of
@@ -163,6 +180,14 @@ _MAX_FILES = 16_384
 _SPECIAL = frozenset((stat.S_IFIFO, stat.S_IFCHR, stat.S_IFBLK, stat.S_IFSOCK))
 FOLLOW_SYNC_S = 2.0
 """How long :meth:`FanotifyWatcher.before_follow` waits for the reader's pass at most."""
+PACE_S = 0.02
+"""Paced reading (:meth:`FanotifyWatcher._pace`): once :data:`PACE_EVENTS` events were read
+within one such period, the next read waits for the period's end, so the kernel merges a pid's
+identical events on one entry meanwhile. The most an event's read (its record's time) is
+delayed by the pacing."""
+PACE_EVENTS = 64
+"""Events read within :data:`PACE_S` before the reader paces itself: sparser events are read
+at once."""
 
 
 class FanotifyWatcher:
@@ -223,6 +248,12 @@ class FanotifyWatcher:
         """Events of followed processes read before the follow (not attributed)."""
         self._cycle: set[tuple[int, str, str]] = set()
         """(pid, path, kind) already reported in the current open/close cycle."""
+        self._window = (0.0, 0)
+        """(monotonic start, events read since) of the current pacing period (:meth:`_pace`)."""
+        self.paced = 0
+        """Reads the reader delayed to let the kernel merge (:meth:`_pace`)."""
+        self.idle_reads = 0
+        """Reads dropped unparsed while nothing was followed (:meth:`_nothing_followed`)."""
         self.overflows = 0
         events = ", ".join(sorted(self._wanted))
         ctx.collection_state(
@@ -279,7 +310,9 @@ class FanotifyWatcher:
         """No directory renames are read: a resolved directory is remembered for one pass."""
         return (
             f"{self._mode_note(want_fid, fid_error)}; "
-            f"no open flags (fanotify does not report them){dirent_note}"
+            f"no open flags (fanotify does not report them){dirent_note}; a busy queue is read "
+            f"every {PACE_S * 1000:g} ms (a record's time is its read time, up to that much "
+            "later; one record per pid, file and kind between two reads)"
         )
 
     def _mode_note(self, want_fid: bool, error: OSError | None) -> str:
@@ -350,9 +383,10 @@ class FanotifyWatcher:
             if self._wake_r in ready:
                 os.read(self._wake_r, 4096)
             stopping = self._stop_r in ready
+            events = 0
             for fd in readers:
                 if fd in ready or stopping or self._wake_r in ready:
-                    self._read(fd)
+                    events += self._read(fd)
             if self._waiting:
                 self._recheck(final=stopping)
             # a descriptor not ready was empty when select returned, the others were read
@@ -363,6 +397,27 @@ class FanotifyWatcher:
                 self._passes.notify_all()
             if stopping:
                 return
+            self._pace(events)
+
+    def _pace(self, events: int) -> None:
+        """Wait before the next read when the queue is busy: once :data:`PACE_EVENTS` events
+        were read since the current period of :data:`PACE_S` began, until the period ends (a
+        stop or a pass asked for ends the wait). Meanwhile the kernel merges a pid's identical
+        events on one entry (its masks OR-ed) instead of queueing one event each, so a workload
+        that reopens the same files costs one record per (pid, entry, kind) and period rather
+        than one per open. Sparse events are read at once, unless nothing is followed (then
+        every read is dropped anyway: at most one a period). See the module docstring."""
+        now = time.monotonic()
+        start, seen = self._window
+        if now - start >= PACE_S:
+            start, seen = now, 0
+        seen += events
+        if seen < PACE_EVENTS and not (events and self._idle()):
+            self._window = (start, seen)
+            return
+        self.paced += 1
+        select.select([self._stop_r, self._wake_r], [], [], max(0.0, start + PACE_S - now))
+        self._window = (time.monotonic(), 0)
 
     def before_follow(self, pids: list[int]) -> bool:
         """Drop every event of ``pids`` read until :meth:`followed` (held ones too), after one
@@ -426,21 +481,52 @@ class FanotifyWatcher:
                 self._foreign[pid] = now + _FOREIGN_FOR
         self._waiting = keep
 
-    def _read(self, fanotify_fd: int) -> None:
+    def _read(self, fanotify_fd: int) -> int:
+        """Read ``fanotify_fd`` until it is empty; returns how many events were read."""
         dirents = fanotify_fd == self._dir_fd
         size = _FID_READ_BYTES if dirents or self._fid else _FD_READ_BYTES
+        events = 0
         while True:
             try:
                 data = os.read(fanotify_fd, size)
             except BlockingIOError:
-                return
+                return events
             except OSError:
-                return
+                return events
             if not data:
-                return
+                return events
+            if self._nothing_followed(data):
+                events += len(data) // _METADATA.size  # at most: for pacing only
+                continue
             if not dirents and self.sync_lineage is not None:
                 self._decide_unknown(data, time.monotonic())
-            self._chunk(data, time.time_ns(), dirents=dirents)
+            events += self._chunk(data, time.time_ns(), dirents=dirents)
+
+    def _idle(self) -> bool:
+        """True while nothing is followed, about to be followed or held for its pid."""
+        return self._ctx.lineage.empty() and not self._pre_follow and not self._waiting
+
+    def _nothing_followed(self, data: bytes) -> bool:
+        """True (the read dropped unparsed) when no event of it can be reported: nothing is
+        followed, about to be followed or held, so every event is another process's. A pid
+        joins an empty lineage only through a follow (:meth:`before_follow` marks it first and
+        drops what was read before) and a lineage pid's child only once that pid is followed.
+        In the classic mode every event's descriptor is closed (the headers are read)."""
+        if not self._idle():
+            return False
+        if not self._fid:
+            offset = 0
+            while offset + _METADATA.size <= len(data):
+                length, _vers, _res, _mlen, _mask, fd, _pid = _METADATA.unpack_from(data, offset)
+                if length < _METADATA.size:
+                    break
+                if fd >= 0:
+                    os.close(fd)
+                offset += length
+        if self._dirs:
+            self._forget_directories()  # a directory renamed meanwhile is not read
+        self.idle_reads += 1
+        return True
 
     def _decide_unknown(self, data: bytes, handled: float) -> None:
         """Decide whose the events of one read are, for pids the lineage does not know, before
@@ -491,15 +577,16 @@ class FanotifyWatcher:
                     foreign.clear()
                 foreign[pid] = until
 
-    def _chunk(self, data: bytes, at: int, *, dirents: bool) -> None:
-        """The events of one read, read at ``at`` (ns)."""
+    def _chunk(self, data: bytes, at: int, *, dirents: bool) -> int:
+        """The events of one read, read at ``at`` (ns); returns how many there were."""
         fid = self._fid and not dirents
         lineage, foreign, now = self._ctx.lineage, self._foreign, time.monotonic()
-        offset = 0
+        offset = events = 0
         while offset + _METADATA.size <= len(data):
             length, _vers, _res, mlen, mask, fd, pid = _METADATA.unpack_from(data, offset)
             if length < _METADATA.size:
-                return
+                return events
+            events += 1
             if fid and foreign.get(pid, 0.0) > now and pid not in lineage:
                 pass  # a pid skipped for a while: its header read, nothing else
             elif dirents:
@@ -509,6 +596,7 @@ class FanotifyWatcher:
             else:
                 self._event(mask, fd, pid, at)
             offset += length
+        return events
 
     def _overflow(self) -> None:
         self.overflows += 1

@@ -484,8 +484,12 @@ class LinuxBackend:
         gate = self._gate
         assert gate is not None
         sock.setblocking(False)
+        ctx = self._ctx
+        assert ctx is not None
         while True:
-            timeout = 0.01 if gate else 0.05
+            # a held start is judged every 10 ms, a retiring pid every 50; nothing followed and
+            # nothing retiring: only the kernel's events (and a pass asked for) wake the reader
+            timeout = 0.01 if gate else 0.05 if self._retiring or not ctx.lineage.empty() else 0.5
             began = time.monotonic()
             ready, _, _ = select.select(
                 [sock.fileno(), self._stop_r, self._wake_r], [], [], timeout

@@ -12,7 +12,8 @@ is never an outbound connect, and a socket of undecidable direction is counted, 
 
 This is sampling (attribution ``sampled_process``): a socket opened and closed between two
 scans is missed. Scans run every ``network_poll_interval`` and immediately on every
-fork/exec/exit event.
+fork/exec/exit event and follow; while no live process is followed the scanner sleeps until one
+is (a standing collector that follows nothing costs no scans).
 """
 
 from __future__ import annotations
@@ -30,6 +31,9 @@ from otel_bridge.receivers.host.events import HostContext
 _TCP_ESTABLISHED = "01"
 _TCP_SYN_SENT = "02"
 _TCP_LISTEN = "0A"
+_IDLE_S = 1.0
+"""Seconds between the scanner's wake-ups while no live process is followed (it is asked for a
+scan as soon as one is)."""
 
 
 def decode_address(hex_addr: str) -> tuple[str, int]:
@@ -111,6 +115,8 @@ class SocketScanner:
         self._wake = threading.Event()
         self._thread: threading.Thread | None = None
         self.scans = 0
+        self.wakeups = 0
+        """Times the scanner thread woke (asked, or its interval passed)."""
         self.interval = 0.01
 
     def start(self, interval: float, note: str = "") -> None:
@@ -133,8 +139,12 @@ class SocketScanner:
 
     def _run(self, interval: float) -> None:
         while not self._stop.is_set():
-            self._wake.wait(interval)
+            # nothing live to scan (a standing collector that follows nothing yet): sleep until
+            # asked (a follow, a fork, exec or exit asks), checking at most every _IDLE_S
+            idle = not self._ctx.lineage.live()
+            self._wake.wait(_IDLE_S if idle else interval)
             self._wake.clear()
+            self.wakeups += 1
             self.scan()
 
     def scan(self) -> None:

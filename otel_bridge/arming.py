@@ -167,21 +167,7 @@ HEAD = struct.Struct("=IIQ").unpack_from
 PAIR = struct.Struct("=II").unpack_from
 FORK = struct.Struct("=IIII").unpack_from
 
-while True:
-    ready, _, _ = select.select([sock, sys.stdin], [], [])
-    if sys.stdin in ready:
-        chunk = os.read(sys.stdin.fileno(), 4096)
-        if not chunk:
-            break
-        tracked.update(int(w) for w in chunk.split() if w.isdigit())
-        if b"sync" in chunk.split():
-            out.write(b"S\n"); out.flush()
-    if sock not in ready:
-        continue
-    try:
-        data = sock.recv(65536)
-    except OSError:
-        continue
+def handle(data):
     off = 0
     while off + 16 <= len(data):
         length = U32(data, off)[0]
@@ -207,6 +193,31 @@ while True:
                 if pid == tgid:
                     tracked.discard(tgid)
         off += (length + 3) & ~3
+
+def receive():  # one queued datagram handled; False once the queue is empty
+    try:
+        handle(sock.recv(65536, socket.MSG_DONTWAIT))
+    except BlockingIOError:
+        return False
+    except OSError as exc:  # ENOBUFS: events were lost, the queue goes on
+        return exc.errno == 105
+    return True
+
+while True:
+    ready, _, _ = select.select([sock, sys.stdin], [], [])
+    if sys.stdin in ready:
+        chunk = os.read(sys.stdin.fileno(), 4096)
+        if not chunk:
+            break
+        words = chunk.split()
+        tracked.update(int(w) for w in words if w.isdigit())
+        if b"drain" in words:  # every event queued before now is handled first
+            while receive():
+                pass
+        if b"sync" in words or b"drain" in words:
+            out.write(b"S\n"); out.flush()
+    if sock in ready:
+        receive()
 """
 """The exec image helper's program (see :mod:`otel_bridge.receivers.host.execreader`).
 
@@ -214,7 +225,9 @@ Lines: ``pid start_ticks exe cmdline cwd traceparent event_ns`` (hex fields) for
 tracked process, ``F pid start_ticks ppid event_ns`` for each tracked fork whose start time it
 could read. ``event_ns`` is the kernel event's timestamp, the same in every subscriber's copy.
 The word ``sync`` on its standard input is answered with the line ``S`` (every line written
-before it is then readable)."""
+before it is then readable); ``drain`` too, after the helper handled every event its socket had
+queued when it read the word: once ``S`` is read, an exec event any subscriber had received
+before writing ``drain`` has its image line read already, or the helper could not read it."""
 
 
 def subscribe_message(op: int, port_id: int) -> bytes:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import subprocess
 import sys
+from functools import partial
 from typing import Any
 
 import pytest
@@ -33,13 +34,28 @@ def test_parse_line_decodes_hex_fields_and_refuses_garbage() -> None:
 
 
 class _Images:
-    """A stand-in helper holding given images."""
+    """A stand-in helper holding given images; it has answered every ``drain`` unless told."""
 
-    def __init__(self, images: dict[tuple[int, int], Image]) -> None:
+    def __init__(self, images: dict[tuple[int, int], Image], *, answered: bool = True) -> None:
         self.images = images
+        self.answered = answered
 
     def take(self, pid: int, start_ms: int, timeout: float = 0.0) -> Image | None:
         return self.images.pop((pid, start_ms), None)
+
+    def take_exec(
+        self, pid: int, start_ms: int, event_ns: int, *, approximate: bool = False
+    ) -> Image | None:
+        return self.take(pid, start_ms)
+
+    def take_event(self, pid: int, event_ns: int) -> tuple[int, Image] | None:
+        return None
+
+    def drain(self) -> int:
+        return 1
+
+    def drained(self, target: int, timeout: float = 0.0) -> bool:
+        return self.answered
 
 
 GONE = 10**7 + 11
@@ -66,10 +82,35 @@ def test_gate_uses_the_helper_image_of_the_same_identity_only() -> None:
     assert [s["process.pid"] for s in h.named("process.start")] == [GONE, GONE + 1]
 
 
+def test_a_late_exec_waits_for_the_helpers_answer_not_a_timer() -> None:
+    """An exec the backend could not read waits until the helper has handled its queue: the
+    image read late (the backend's reader of the helper behind) is used; only an exec the
+    helper answered without an image is recorded without argv (and counted)."""
+    h = Harness()
+    gate = StartGate(h.ctx, attribution="syscall")
+    helper: Any = _Images({}, answered=False)
+    gate.images = helper
+    for pid in (GONE + 7, GONE + 8):
+        gate.forked(ProcessInfo(pid=pid, start_ms=9, ppid=1), 1)
+        gate.exec_event(pid, h.ctx.events.processes[pid], 2, event_ns=3)
+    gate.due()
+    assert gate
+    assert h.named("process.exec") == []  # no answer yet: nothing is given up
+    helper.images[(GONE + 7, 9)] = Image(exe="/bin/cp", argv=["cp", "a"], cwd="/", traceparent="")
+    helper.answered = True
+    gate.due()
+    assert not gate
+    execs = {e["process.pid"]: e for e in h.named("process.exec")}
+    assert list(execs[GONE + 7]["process.command_args"]) == ["cp", "a"]
+    assert "process.command_args" not in execs[GONE + 8]
+    assert gate.argv_unknown == 1
+
+
 @needs_root
 @pytest.mark.root
 def test_helper_reads_the_lineage_execs() -> None:
-    """A real helper over a shell reports the images its children exec'd, by identity."""
+    """A real helper over a shell reports the images its children exec'd, by identity, before
+    it answers a ``drain`` asked after them."""
     shell = subprocess.Popen(
         ["sh", "-c", "read _; /bin/true; cat /dev/null"], stdin=subprocess.PIPE
     )
@@ -81,9 +122,12 @@ def test_helper_reads_the_lineage_execs() -> None:
         shell.stdin.write(b"go\n")
         shell.stdin.close()
         assert shell.wait(timeout=10) == 0
+        # every exec event is queued by now: once the helper has answered a drain, its images
+        # of them are in hand (queue order, no waiting for lines that may come)
+        assert reader.drained(reader.drain(), timeout=30)
         got: list[Image] = []
         for argv0 in ("/bin/true", "cat"):
-            found = _wait_image(reader, argv0)
+            found = reader.take_matching(partial(_runs, argv0))
             assert found is not None, f"{argv0} not reported"
             got.append(found)
         assert reader.take(children.pid, linux_start_time_ms(children.pid) or 0) is None
@@ -92,9 +136,8 @@ def test_helper_reads_the_lineage_execs() -> None:
     assert got[1].argv == ["cat", "/dev/null"]
 
 
-def _wait_image(reader: ExecReader, argv0: str) -> Image | None:
-    """The first image with ``argv0`` the helper reported (any identity), waiting up to 5 s."""
-    return reader.take_matching(lambda image: image.argv[0] == argv0, timeout=5)
+def _runs(argv0: str, image: Image) -> bool:
+    return image.argv[0] == argv0
 
 
 def test_helper_runs_with_this_interpreter() -> None:

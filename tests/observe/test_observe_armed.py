@@ -69,9 +69,10 @@ def _os_records(run: Path) -> list[tuple[str, dict[str, Any]]]:
 def test_a_command_that_starts_before_the_collector_is_built_loses_nothing(
     tmp_path: Path,
 ) -> None:
-    """Every short child is recorded with its own argv and exit, every file it wrote is
-    attributed to it, and every span (HTTP/JSON, gRPC, HTTP/protobuf) is recorded, although the
-    command ran them while the collector was still being built (the summary says it was armed).
+    """Every short child is recorded with its own argv (or, if it was gone before its image
+    could be read, with none, and the run says so) and exit, every file it wrote is attributed
+    to it, and every span (HTTP/JSON, gRPC, HTTP/protobuf) is recorded, although the command ran
+    them while the collector was still being built (the summary says it was armed).
     """
     (tmp_path / "early.py").write_text(EARLY)
     result = subprocess.run(
@@ -95,17 +96,22 @@ def test_a_command_that_starts_before_the_collector_is_built_loses_nothing(
     writes = {
         (a["process.pid"], Path(str(a["file.path"])).name) for n, a in records if n == "file.write"
     }
+    unknown = []
     for name, pid in pids.items():
         assert pid in execs, f"{name}: no exec of pid {pid}"
-        assert list(execs[pid]["process.command_args"]) == [
-            "/bin/sh",
-            "-c",
-            'echo "$0" > "$0"',
-            name,
-        ]
+        argv = execs[pid].get("process.command_args")
+        if argv is None:  # gone before even the helper read it: said unknown (below), not guessed
+            unknown.append(name)
+        else:
+            assert list(argv) == ["/bin/sh", "-c", 'echo "$0" > "$0"', name]
         assert pid in exits
         assert (pid, name) in writes, f"{name}: its write is not attributed to pid {pid}"
-    assert summary["counters"].get("receiver.host.argv_unknown", 0) == 0
+    assert len(unknown) < CHILDREN  # an image lost for every child is a defect, not a race
+    assert summary["counters"].get("receiver.host.argv_unknown", 0) >= len(unknown)
+    if unknown:
+        process = summary["collection"]["process"]
+        assert process.startswith("degraded"), process
+        assert "argv could not be read" in process
     sem = (run / rundir.SEM_STREAM).read_text()
     for name in ("early-json", "early-grpc", "early-http"):
         assert name in sem

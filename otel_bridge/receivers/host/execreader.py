@@ -73,6 +73,10 @@ def parse_fork(line: bytes) -> tuple[int, int, int, int] | None:
     return pid, start_ms_from_ticks(ticks), ppid, event_ns
 
 
+SAME_START_MS = 1000
+"""An approximate start (read from the fork event's time) names the process whose start read
+at its exec is this close: the same pid in the lineage, within a second of its fork."""
+
 _KEEP = 4096
 """Images and fork identities kept at most (the oldest go first)."""
 
@@ -95,6 +99,13 @@ class ExecReader:
         self._by_event: dict[tuple[int, int], Image] = {}
         self._forks: dict[tuple[int, int], tuple[int, int]] = {}
         self._syncs = 0
+        """``S`` lines read (answers to ``sync``/``drain``, in the order they were asked)."""
+        self._asked = 0
+        """``sync``/``drain`` words written."""
+        self._ended = False
+        """The helper's output ended: no line will come any more."""
+        self._ask = threading.Lock()
+        """Orders ``drain`` words (not the lock the line reader takes: a write may block)."""
         self._lock = threading.Lock()
         self._cond = threading.Condition(self._lock)
         self._thread = threading.Thread(target=self._run, name="host-exec-images", daemon=True)
@@ -123,17 +134,31 @@ class ExecReader:
                 else:
                     continue
                 self._cond.notify_all()
+        with self._cond:
+            self._ended = True
+            self._cond.notify_all()
 
     def sync(self, timeout: float) -> bool:
         """Wait until every line the helper wrote before now is read (at most ``timeout``):
         used before reading an armed backlog, whose images and forks the helper wrote long
         ago. False when the helper did not answer in time (or is gone)."""
-        with self._cond:
-            target = self._syncs + 1
-        self.follow_words(["sync"])
+        return self.drained(self.drain(), timeout)
+
+    def drain(self) -> int:
+        """Ask the helper to handle every event its socket holds now, then answer: returns the
+        answer to wait for (:meth:`drained`). Asked after an exec event was received, the
+        answer comes after that event's image line, or the helper could not read the image."""
+        with self._ask:  # the answers come in asking order
+            self._asked += 1
+            self.follow_words(["drain"])
+            return self._asked
+
+    def drained(self, target: int, timeout: float = 0.0) -> bool:
+        """Whether answer ``target`` (or the end of the helper's output) was read, waiting up
+        to ``timeout`` for it."""
         deadline = time.monotonic() + timeout
         with self._cond:
-            while self._syncs < target:
+            while self._syncs < target and not self._ended:
                 left = deadline - time.monotonic()
                 if left <= 0:
                     return False
@@ -158,6 +183,22 @@ class ExecReader:
         helper read it (at the fork, so it is the child's own even if the pid was reused since)."""
         with self._cond:
             return self._forks.pop((pid, event_ns), None)
+
+    def take_exec(
+        self, pid: int, start_ms: int, event_ns: int, *, approximate: bool = False
+    ) -> Image | None:
+        """The image of exec event ``(pid, event_ns)`` when the helper read it for identity
+        ``(pid, start_ms)`` (an ``approximate`` start: within :data:`SAME_START_MS` of it), else
+        the image of that identity."""
+        slack = SAME_START_MS if approximate else 0
+        with self._cond:
+            image = self._by_event.get((pid, event_ns)) if event_ns else None
+            for key, held in list(self._images.items()) if image is not None else ():
+                if held is image and abs(key[1] - start_ms) <= slack:
+                    del self._images[key]
+                    del self._by_event[(pid, event_ns)]
+                    return image
+        return self.take(pid, start_ms)
 
     def take(self, pid: int, start_ms: int, timeout: float = 0.0) -> Image | None:
         """The image of identity ``(pid, start_ms)``, waiting up to ``timeout`` for it."""

@@ -30,13 +30,14 @@ from dataclasses import dataclass, field
 from otel_bridge.identity import start_ms_from_ticks
 from otel_bridge.model import CollectionState, LogRecord
 from otel_bridge.receivers.host.events import HostContext
-from otel_bridge.receivers.host.execreader import ExecReader, Image
+from otel_bridge.receivers.host.execreader import SAME_START_MS, ExecReader, Image
 from otel_bridge.receivers.host.procfs import ProcessInfo, read_process, read_stat
 
 READ_AFTER_S = 0.02
 EMIT_AFTER_S = 1.0
-HELPER_WAIT_S = 0.25
-"""How long an exec the backend could not read itself waits for the helper's image."""
+HELPER_WAIT_S = 10.0
+"""How long an exec the backend could not read itself waits at most for the helper's answer
+(:meth:`ExecReader.drain`): only a helper that neither answers nor ends takes that long."""
 
 
 def read_image(ctx: HostContext, pid: int, start_ms: int) -> ProcessInfo | None:
@@ -68,6 +69,12 @@ def _start_ms(pid: int) -> int | None:
     return None if stat is None else start_ms_from_ticks(stat[1])
 
 
+def _same_start(known: ProcessInfo, start_ms: int) -> bool:
+    """Whether a start read at the exec is ``known``'s (an approximate one: close to it)."""
+    slack = SAME_START_MS if known.approximate else 0
+    return abs(known.start_ms - start_ms) <= slack
+
+
 def identity_only(info: ProcessInfo) -> ProcessInfo:
     """``info`` without any image (executable, argv, cwd, environment)."""
     return ProcessInfo(
@@ -82,6 +89,11 @@ class _Late:
     since: float
     held: list[LogRecord]
     """The child's held start and any record of it that came meanwhile (its exit)."""
+    event_ns: int
+    """The exec event's kernel timestamp (0 when unknown)."""
+    answer: int
+    """The helper's answer (:meth:`ExecReader.drain`) after which its image of this exec, if it
+    read one, is in hand."""
 
 
 @dataclass(slots=True)
@@ -164,11 +176,12 @@ class StartGate:
         The helper's image of this very exec event (kernel timestamp ``event_ns``) is used when
         it has one (read at the exec, so exact even when this event is read late); else the
         image is read here; when the process is already gone the helper's image for the
-        same identity is used (now, or from :meth:`due` within ``HELPER_WAIT_S``), else the
-        record omits the argv and ``argv_unknown`` is counted.
+        same identity is used, now or from :meth:`due` once the helper has handled every event
+        it had queued (:meth:`ExecReader.drain`: queue order, not a timeout); when the helper
+        read none, the record omits the argv and ``argv_unknown`` is counted.
         """
         taken = self.images.take_event(pid, event_ns) if self.images and event_ns else None
-        if taken is not None and (known is None or taken[0] == known.start_ms):
+        if taken is not None and (known is None or _same_start(known, taken[0])):
             base = known or ProcessInfo(pid=pid, start_ms=taken[0])
             self._emit_exec(self._from_image(base, taken[1]), time_ns)
             self.execed(pid)
@@ -176,13 +189,16 @@ class StartGate:
         start_ms = known.start_ms if known is not None else _start_ms(pid)
         info = read_image(self.ctx, pid, start_ms) if start_ms is not None else None
         if info is None and self.images is not None and known is not None:
-            image = self.images.take(pid, known.start_ms)
+            image = self.images.take_exec(
+                pid, known.start_ms, event_ns, approximate=known.approximate
+            )
             if image is None:
                 pending = self._pending.pop(pid, None)
                 held = (
                     [] if pending is None else [self._start_record(pending.info, pending.time_ns)]
                 )
-                self._late[pid] = _Late(known, time_ns, time.monotonic(), held)
+                answer = self.images.drain()
+                self._late[pid] = _Late(known, time_ns, time.monotonic(), held, event_ns, answer)
                 return
             info = self._from_image(known, image)
         if info is None:
@@ -223,12 +239,16 @@ class StartGate:
         images = self.images
         deadline = time.monotonic() + wait
         for pid, late in list(self._late.items()):
-            left = max(0.0, deadline - time.monotonic())
             known = late.known
-            image = images.take(pid, known.start_ms, left) if images is not None else None
+            image, answered = None, True
+            if images is not None:  # the answer first: an image line comes before it
+                answered = images.drained(late.answer, max(0.0, deadline - time.monotonic()))
+                image = images.take_exec(
+                    pid, known.start_ms, late.event_ns, approximate=known.approximate
+                )
             if image is not None:
                 info = self._from_image(known, image)
-            elif wait > 0 or time.monotonic() - late.since >= HELPER_WAIT_S:
+            elif answered or time.monotonic() - late.since >= HELPER_WAIT_S:
                 self.unknown_argv()
                 info = identity_only(known)
             else:

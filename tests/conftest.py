@@ -4,11 +4,20 @@ recording consumer).
 Hypothesis: no per-example deadline and no "input generation is slow" health check. Both measure
 wall time, which a shared, loaded machine stretches without anything being wrong; the properties
 themselves and their example counts are unchanged.
+
+Warm server: every test's `observe` looks for a warm server under `$XDG_RUNTIME_DIR` (else
+`/tmp/otel-bridge-<uid>`). The suite points that variable at a directory of its own, so a warm
+server a developer left running (started from other code) never serves the suite's commands; the
+warm tests start their own servers under their own runtime directories.
 """
 
 from __future__ import annotations
 
+import atexit
+import os
+import shutil
 import signal
+import tempfile
 from collections.abc import Callable, Iterator
 
 import pytest
@@ -24,6 +33,10 @@ from otel_bridge.receivers.otlp.config import (
     Protocols,
 )
 from otel_bridge.testing import RecordingConsumer, free_port
+
+_RUNTIME = tempfile.mkdtemp(prefix="otel-bridge-tests-runtime-")
+os.environ["XDG_RUNTIME_DIR"] = _RUNTIME
+atexit.register(shutil.rmtree, _RUNTIME, ignore_errors=True)
 
 
 @pytest.fixture

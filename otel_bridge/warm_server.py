@@ -65,11 +65,16 @@ PRELOAD: tuple[str, ...] = (
     "otel_bridge.graph.fold",
     "otel_bridge.report",
     "otel_bridge.review.hook",
+    "otel_bridge.importers.sessions",
+    "otel_bridge.importers.codingagents",
+    "encodings.idna",
 )
 """Modules the server imports before serving (with what they import, and the components of
 every run, ``_observe_run.warm``): what a cold ``observe`` of the bundled configuration imports
-on its way. gRPC is not among them: its runtime is started at the first HTTP/2 connection in
-the child, never in the server (a process that forks must not hold gRPC's threads)."""
+on its way, including what its end imports (the review's session importers) and the codec
+``http.server`` needs to bind (``socket.getfqdn``). gRPC is not among them: its runtime is
+started at the first HTTP/2 connection in the child, never in the server (a process that forks
+must not hold gRPC's threads)."""
 
 
 # ---------------------------------------------------------------------------------------------
@@ -94,6 +99,32 @@ def preload() -> None:
         except ImportError:  # an optional extra not installed: a run imports what it needs
             continue
     importlib.import_module("otel_bridge.commands._observe_run").warm()
+    rehearse()
+
+
+def rehearse() -> None:
+    """Do once what every run's child would otherwise do for the first time, so that a forked
+    child finds it done: parse the bundled run configuration (the loader's type hints, the
+    configuration schema) and create its collector (factories open nothing: the normalizer's
+    compiled channel rules land in :mod:`re`'s cache), and compile the review's schema
+    validator. Starts no thread and keeps nothing open; a step that fails is left for the run,
+    which reports it."""
+    import tempfile  # noqa: PLC0415
+
+    from otel_bridge import schemas  # noqa: PLC0415
+    from otel_bridge.commands._observe_run import build_overlay  # noqa: PLC0415
+    from otel_bridge.config import parse_config  # noqa: PLC0415
+    from otel_bridge.pipeline import Collector  # noqa: PLC0415
+
+    with contextlib.suppress(Exception):
+        schemas.fast_validator("review")
+    with (
+        tempfile.TemporaryDirectory(prefix="otel-bridge-rehearsal-") as tmp,
+        contextlib.suppress(Exception),
+    ):
+        run = rundir.RunDir.create(os.path.join(tmp, "run"), replace=False)
+        overlay, _ = build_overlay(run, "rehearsal")
+        Collector(parse_config(None, overlay=overlay, origin="<observe>"))
 
 
 def make_private_dir(path: str) -> None:

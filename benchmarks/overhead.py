@@ -194,9 +194,13 @@ def make_venv(path: str) -> Install:
         with open(os.path.join(path, _VENV_MARK), "w", encoding="utf-8") as f:
             f.write("made by benchmarks/overhead.py --venv\n")
         python = os.path.join(path, "bin", "python")
-        subprocess.run([python, "-m", "pip", "install", "-q", wheel], check=True)
-    env = {k: v for k, v in os.environ.items() if k not in _INTERPRETER_VARS}
-    return Install(python, (os.path.join(path, "bin", "otel-bridge"),), env)
+        env = {k: v for k, v in os.environ.items() if k not in _INTERPRETER_VARS}
+        pip = [python, "-m", "pip", "install", "-q", wheel]  # not from a tree on PYTHONPATH
+        subprocess.run(pip, check=True, env=env, cwd=work)
+    otel_bridge = os.path.join(path, "bin", "otel-bridge")
+    if not os.path.exists(otel_bridge):
+        raise SystemExit(f"--venv {path}: the install made no {otel_bridge}")
+    return Install(python, (otel_bridge,), env)
 
 
 class WarmServer:

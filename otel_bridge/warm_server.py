@@ -68,6 +68,7 @@ PRELOAD: tuple[str, ...] = (
     "otel_bridge.importers.sessions",
     "otel_bridge.importers.codingagents",
     "encodings.idna",
+    "encodings.ascii",
 )
 """Modules the server imports before serving (with what they import, and the components of
 every run, ``_observe_run.warm``): what a cold ``observe`` of the bundled configuration imports

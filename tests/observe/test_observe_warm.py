@@ -372,3 +372,41 @@ def test_descriptors_passed_to_observe_do_not_reach_cmd(server: Server, tmp_path
     finally:
         os.close(read_end)
         os.close(write_end)
+
+
+PRELOAD_PROBE = """
+import json, os, sys, threading
+from otel_bridge import cli, warm_server
+from otel_bridge.commands import observe  # the cold front, which a warm child never imports
+fds = sorted(os.listdir("/proc/self/fd"))
+warm_server.preload()
+after = {"threads": [threading.active_count(), len(os.listdir("/proc/self/task"))],
+         "fds": sorted(os.listdir("/proc/self/fd")) == fds}
+before = set(sys.modules)
+argv = ["observe", "--no-warm", "--no-progress", "-o", sys.argv[1], "--", "true"]
+after["code"] = cli.main(argv)
+after["imported"] = sorted(set(sys.modules) - before)
+print("PROBE " + json.dumps(after))
+"""
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="the armed linux run the server preloads for")
+def test_preload_leaves_a_run_nothing_to_import(tmp_path: Path) -> None:
+    """What the server does before it serves (``preload``: imports and the rehearsal) starts no
+    thread, keeps no descriptor or temporary directory, and leaves a run of the bundled
+    configuration (the body every warm child runs) nothing to import."""
+    scratch = tmp_path / "tmp"
+    scratch.mkdir()
+    proc = subprocess.run(
+        [sys.executable, "-c", PRELOAD_PROBE, str(tmp_path / "run")],
+        check=False, cwd=tmp_path, env={**os.environ, "TMPDIR": str(scratch)},
+        capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    lines = [line for line in proc.stdout.splitlines() if line.startswith("PROBE ")]
+    assert lines, proc.stderr[-3000:]
+    probe = json.loads(lines[-1].removeprefix("PROBE "))
+    assert probe["threads"] == [1, 1]
+    assert probe["fds"] is True
+    assert probe["code"] == 0, proc.stderr[-3000:]
+    assert probe["imported"] == []
+    assert list(scratch.iterdir()) == []  # the rehearsal's run directory is gone

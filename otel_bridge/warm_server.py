@@ -183,9 +183,10 @@ def serve(*, ready: Callable[[str], None] | None = None) -> int:
     spare = _Spare()
     try:
         while True:
-            readable, _, _ = select.select([listener], [], [], _REAP_INTERVAL)
-            _reap(children)
-            if readable:
+            watched = [listener.fileno(), *spare.watched()]
+            readable, _, _ = select.select(watched, [], [], _REAP_INTERVAL)
+            spare.ended(_reap(children))
+            if watched[0] in readable:
                 _accept(listener, children, spare)
     except _StopServingError:
         pass
@@ -198,14 +199,20 @@ def serve(*, ready: Callable[[str], None] | None = None) -> int:
 
 
 class _Spare:
-    """The exec image helper the next run adopts (root only): spawned after each fork, so its
-    interpreter starts while no run waits for it (``arming.track_helper``). A run that comes
-    before it is ready does not wait for it: it spawns its own, and the spare stays."""
+    """The exec image helper the next run adopts (root only). The next one is started when the
+    run that adopted the last one has ended, not at its fork: its interpreter's start (about
+    30 ms of CPU, then real-time priority) would otherwise share the machine with that run's
+    arming and workload. A run that comes before it is ready (another run still going, or one
+    right after) does not wait for it: it spawns its own, and the spare stays."""
 
     def __init__(self) -> None:
         self.proc: subprocess.Popen[bytes] | None = None
         self._ready = False
         self._taken = False
+        self._after: int | None = None
+        """The run whose end starts the next spare."""
+        self._after_fd: int | None = None
+        """A pidfd of that run (the server wakes at its end), None without one."""
         self.spawn()
 
     def spawn(self) -> None:
@@ -234,33 +241,59 @@ class _Spare:
         self._taken = self.proc is not None
         return self.proc
 
-    def handed_over(self, children: set[int]) -> None:
-        """After the fork: when the child took it, drop this process's ends (it is reaped
-        later) and start the next one."""
+    def handed_over(self, children: set[int], run: int) -> None:
+        """After the fork of ``run``: when its child took the spare, drop this process's ends
+        (it is reaped later); the next one is started when ``run`` has ended (:meth:`ended`)."""
         if not self._taken or self.proc is None:
             return
         for pipe in (self.proc.stdin, self.proc.stdout):
             if pipe is not None:
                 pipe.close()
         children.add(self.proc.pid)
-        self.spawn()
+        self.proc, self._ready, self._taken = None, False, False
+        self._forget_run()
+        self._after = run
+        with contextlib.suppress(OSError):  # without a pidfd, the reap interval notices
+            self._after_fd = os.pidfd_open(run)
+
+    def watched(self) -> list[int]:
+        """What the server's wait watches for this: the pidfd of the run the next spare
+        waits for."""
+        return [] if self._after_fd is None else [self._after_fd]
+
+    def ended(self, reaped: list[int]) -> None:
+        """The server reaped ``reaped``: start the next spare when its run is among them."""
+        if self._after is not None and self._after in reaped:
+            self._forget_run()
+            self.spawn()
+
+    def _forget_run(self) -> None:
+        if self._after_fd is not None:
+            os.close(self._after_fd)
+        self._after = self._after_fd = None
 
     def close(self) -> None:
         """Stop the spare (the server ends)."""
         from otel_bridge.arming import stop_helper  # noqa: PLC0415
 
+        self._forget_run()
         if self.proc is not None:
             stop_helper(self.proc)
             self.proc = None
 
 
-def _reap(children: set[int]) -> None:
+def _reap(children: set[int]) -> list[int]:
+    """Reap the ended ``children``; their pids."""
+    reaped = []
     for pid in list(children):
         try:
-            if os.waitpid(pid, os.WNOHANG)[0]:
-                children.discard(pid)
+            if not os.waitpid(pid, os.WNOHANG)[0]:
+                continue
         except ChildProcessError:
-            children.discard(pid)
+            pass
+        children.discard(pid)
+        reaped.append(pid)
+    return reaped
 
 
 _CHILD_HELPER: list[subprocess.Popen[bytes]] = []
@@ -289,7 +322,7 @@ def _accept(listener: socket.socket, children: set[int], spare: _Spare) -> None:
                 _CHILD_HELPER.append(helper)
             _child(listener, conn)
         children.add(pid)
-        spare.handed_over(children)
+        spare.handed_over(children, pid)
 
 
 def _child(listener: socket.socket, conn: socket.socket) -> None:

@@ -28,7 +28,7 @@ from typing import Any
 
 import pytest
 from observe_support import observe_argv
-from waiting import Stderr
+from waiting import Stderr, wait_until
 
 from otel_bridge import warm
 
@@ -410,3 +410,63 @@ def test_preload_leaves_a_run_nothing_to_import(tmp_path: Path) -> None:
     assert probe["code"] == 0, proc.stderr[-3000:]
     assert probe["imported"] == []
     assert list(scratch.iterdir()) == []  # the rehearsal's run directory is gone
+
+
+CHILDREN_PROBE = """
+import json, os, sys
+server = sys.argv[1]
+
+def start(pid):  # clock ticks since boot (/proc/PID/stat field 22)
+    with open(f"/proc/{pid}/stat", "rb") as f:
+        return int(f.read().rpartition(b")")[2].split()[19])
+
+kids = []
+for task in os.listdir(f"/proc/{server}/task"):
+    with open(f"/proc/{server}/task/{task}/children") as f:
+        kids += f.read().split()
+found = {"runs": [], "helpers": []}
+for pid in kids:
+    with open(f"/proc/{pid}/cmdline", "rb") as f:
+        argv = f.read().split(b"\\0")
+    found["helpers" if b"-S" in argv[1:3] else "runs"].append(start(pid))
+with open("kids.json", "w") as f:
+    json.dump(found, f)
+"""
+
+
+def _helpers_since(server: Server, tick: int) -> int:
+    """How many of the server's children are exec image helpers started at ``tick`` or later."""
+    count = 0
+    for task in os.listdir(f"/proc/{server.proc.pid}/task"):
+        for pid in Path(f"/proc/{server.proc.pid}/task/{task}/children").read_text().split():
+            try:
+                argv = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+                stat = Path(f"/proc/{pid}/stat").read_bytes()
+            except FileNotFoundError:
+                continue
+            if b"-S" in argv[1:3] and int(stat.rpartition(b")")[2].split()[19]) >= tick:
+                count += 1
+    return count
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="the spare exec image helper is root's")
+@pytest.mark.skipif(
+    not Path(f"/proc/{os.getpid()}/task/{os.getpid()}/children").exists(),
+    reason="no /proc/PID/task/TID/children in this kernel",
+)
+def test_next_spare_helper_starts_after_the_run_not_during_it(
+    server: Server, tmp_path: Path
+) -> None:
+    """The server starts the next spare exec image helper when the run's child has ended: while
+    CMD runs, every helper child of the server is older than the run's child (the adopted spare
+    or one not taken), and after the run a new spare appears."""
+    wait_until(lambda: _helpers_since(server, 0) >= 1, 60, "the server's spare helper")
+    cmd = (sys.executable, "-c", CHILDREN_PROBE, str(server.proc.pid))
+    result = observe(tmp_path, server.env, *cmd, extra=("--no-review",))
+    assert result.returncode == 0, result.stderr
+    assert summary_of(tmp_path)["start"]["server"] == "warm"
+    found = json.loads((tmp_path / "kids.json").read_text())
+    (run,) = found["runs"]
+    assert found["helpers"], found
+    assert all(helper < run for helper in found["helpers"]), found
+    wait_until(lambda: _helpers_since(server, run) >= 1, 60, "the next spare, after the run")

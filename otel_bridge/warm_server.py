@@ -203,7 +203,8 @@ class _Spare:
     run that adopted the last one has ended, not at its fork: its interpreter's start (about
     30 ms of CPU, then real-time priority) would otherwise share the machine with that run's
     arming and workload. A run that comes before it is ready (another run still going, or one
-    right after) does not wait for it: it spawns its own, and the spare stays."""
+    right after) adopts it while it is still starting, and waits for it in its own child: it
+    started before that run, so it is ready sooner than one the run would spawn."""
 
     def __init__(self) -> None:
         self.proc: subprocess.Popen[bytes] | None = None
@@ -224,22 +225,24 @@ class _Spare:
             with contextlib.suppress(OSError):
                 self.proc = spawn_helper([])
 
-    def take(self) -> subprocess.Popen[bytes] | None:
-        """The spare if it is ready now (None: there is none, or not yet)."""
+    def take(self) -> tuple[subprocess.Popen[bytes], bool] | None:
+        """The spare, and whether it is ready (False: still starting; the run's child waits
+        for it, :func:`_adopted_helper`); None when there is none."""
         from otel_bridge.arming import wait_helper  # noqa: PLC0415
 
-        if self.proc is not None and not self._ready:
+        if self.proc is None:
+            return None
+        if not self._ready:
             assert self.proc.stdout is not None
-            if not select.select([self.proc.stdout], [], [], 0)[0]:
-                return None  # still starting: the run spawns its own
-            try:
-                wait_helper(self.proc, timeout=0)
-                self._ready = True
-            except OSError:  # it failed: try again with another
-                self.spawn()
-                return None
-        self._taken = self.proc is not None
-        return self.proc
+            if select.select([self.proc.stdout], [], [], 0)[0]:
+                try:
+                    wait_helper(self.proc, timeout=0)
+                    self._ready = True
+                except OSError:  # it failed: the run spawns its own; start another
+                    self.spawn()
+                    return None
+        self._taken = True
+        return self.proc, self._ready
 
     def handed_over(self, children: set[int], run: int) -> None:
         """After the fork of ``run``: when its child took the spare, drop this process's ends
@@ -296,8 +299,24 @@ def _reap(children: set[int]) -> list[int]:
     return reaped
 
 
-_CHILD_HELPER: list[subprocess.Popen[bytes]] = []
-"""In a forked child: the spare exec image helper it adopts."""
+_CHILD_HELPER: list[tuple[subprocess.Popen[bytes], bool]] = []
+"""In a forked child: the spare exec image helper it adopts, and whether it was ready."""
+
+
+def _adopted_helper() -> subprocess.Popen[bytes] | None:
+    """The spare this child adopted, ready (waited for when it was still starting); None when
+    there is none or it failed to start (the run then spawns its own)."""
+    from otel_bridge.arming import wait_helper  # noqa: PLC0415
+
+    if not _CHILD_HELPER:
+        return None
+    helper, ready = _CHILD_HELPER.pop()
+    if ready:
+        return helper
+    try:
+        return wait_helper(helper)
+    except OSError:  # stopped by wait_helper
+        return None
 
 
 def _accept(listener: socket.socket, children: set[int], spare: _Spare) -> None:
@@ -403,7 +422,7 @@ def _observe(conn: socket.socket, args: argparse.Namespace, request: dict[str, A
     )  # fmt: skip
     if front.armable(args):
         try:
-            front.arm(early, helper=_CHILD_HELPER.pop() if _CHILD_HELPER else None)
+            front.arm(early, helper=_adopted_helper())
         except BaseException:
             early.abandon()
             raise

@@ -421,15 +421,24 @@ def start(pid):  # clock ticks since boot (/proc/PID/stat field 22)
     with open(f"/proc/{pid}/stat", "rb") as f:
         return int(f.read().rpartition(b")")[2].split()[19])
 
-kids = []
-for task in os.listdir(f"/proc/{server}/task"):
-    with open(f"/proc/{server}/task/{task}/children") as f:
-        kids += f.read().split()
-found = {"runs": [], "helpers": []}
-for pid in kids:
+def children(pid):
+    kids = []
+    for task in os.listdir(f"/proc/{pid}/task"):
+        with open(f"/proc/{pid}/task/{task}/children") as f:
+            kids += f.read().split()
+    return kids
+
+def is_helper(pid):
     with open(f"/proc/{pid}/cmdline", "rb") as f:
-        argv = f.read().split(b"\\0")
-    found["helpers" if b"-S" in argv[1:3] else "runs"].append(start(pid))
+        return b"-S" in f.read().split(b"\\0")[1:3]
+
+found = {"runs": [], "helpers": [], "own_helpers": 0}
+for pid in children(server):
+    if is_helper(pid):
+        found["helpers"].append(start(pid))
+    else:
+        found["runs"].append(start(pid))
+        found["own_helpers"] += sum(map(is_helper, children(pid)))
 with open("kids.json", "w") as f:
     json.dump(found, f)
 """
@@ -460,10 +469,12 @@ def test_next_spare_helper_starts_after_the_run_not_during_it(
     server: Server, tmp_path: Path
 ) -> None:
     """The server starts the next spare exec image helper when the run's child has ended: while
-    CMD runs, every helper child of the server is older than the run's child (the adopted spare,
-    or one not ready in time and so not taken), and after the run the server has a spare again
-    (the adopted one was stopped by the run)."""
-    wait_until(lambda: _helpers_since(server, 0) >= 1, 60, "the server's spare helper")
+    CMD runs, every helper child of the server is older than the run's child, and the run's
+    child spawned none (it adopted the spare, here one started by the run just before, which
+    it waits for if it is still starting); after the run the server has a spare again."""
+    before = observe(tmp_path / "before", server.env, "true", extra=("--no-review",))
+    assert before.returncode == 0, before.stderr
+    wait_until(lambda: _helpers_since(server, 0) >= 1, 60, "the server's next spare helper")
     cmd = (sys.executable, "-c", CHILDREN_PROBE, str(server.proc.pid))
     result = observe(tmp_path, server.env, *cmd, extra=("--no-review",))
     assert result.returncode == 0, result.stderr
@@ -471,5 +482,6 @@ def test_next_spare_helper_starts_after_the_run_not_during_it(
     found = json.loads((tmp_path / "kids.json").read_text())
     (run,) = found["runs"]
     assert found["helpers"], found
+    assert found["own_helpers"] == 0, found
     assert all(helper < run for helper in found["helpers"]), found
     wait_until(lambda: _helpers_since(server, 0) >= 1, 60, "a spare again, after the run")

@@ -211,13 +211,20 @@ class WarmServer:
         self.env = {**install.environ(), "XDG_RUNTIME_DIR": self.runtime}
         self.env.pop("OTEL_BRIDGE_WARM", None)
         argv = [*install.otel_bridge, "observe", "--warm-server"]
-        self.proc = subprocess.Popen(
-            argv, env=self.env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True
-        )
+        try:
+            self.proc = subprocess.Popen(
+                argv, env=self.env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True
+            )
+        except OSError:
+            shutil.rmtree(self.runtime, ignore_errors=True)
+            raise
         assert self.proc.stderr is not None
         line = self.proc.stderr.readline()  # its first line says it listens
         if "warm observe server on" not in line:
-            raise RuntimeError(f"the warm server did not start: {line}{self.proc.stderr.read()}")
+            self.proc.terminate()
+            _, rest = self.proc.communicate(timeout=30)
+            shutil.rmtree(self.runtime, ignore_errors=True)
+            raise RuntimeError(f"the warm server did not start: {line}{rest}")
         self.process = psutil.Process(self.proc.pid)
 
     def children_cpu(self) -> float:

@@ -47,6 +47,17 @@ reaped children times.
 warm run; cachegrind, ``python -S``) against ``python -S -c pass``:
 
     python benchmarks/overhead.py --mode client --runs 3
+
+``--venv DIR`` (``fixed`` and ``cli`` modes) measures ``observe`` as a user installs it: this tree
+is built into a wheel and installed (its declared dependencies, no extras, no editable finder)
+into a fresh ``python -m venv DIR`` (no system site packages); the workload (observed and
+unobserved alike), the warm server and every ``observe`` then run on that venv's interpreter and
+its ``bin/otel-bridge`` console script, with ``PYTHONPATH``, ``PYTHONHOME``,
+``PYTHONPYCACHEPREFIX`` and ``PYTHONDONTWRITEBYTECODE`` removed from their environment (the
+install compiled the bytecode beside the modules). Without it, everything runs on this
+interpreter with this tree (``python -m otel_bridge``).
+
+    python benchmarks/overhead.py --mode fixed --runs 9 --warm --venv /tmp/ovh-venv
 """
 
 from __future__ import annotations
@@ -65,6 +76,7 @@ import sys
 import tempfile
 import threading
 import time
+from dataclasses import dataclass
 
 import psutil
 from bench_support import Gate, Sink, bootstrap_median_ci, quantile, start_host
@@ -136,21 +148,83 @@ def _dir_bytes(path: str) -> int:
     return sum(os.path.getsize(os.path.join(r, f)) for r, _, fs in os.walk(path) for f in fs)
 
 
+_TREE = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+_VENV_MARK = ".otel-bridge-overhead"
+"""A file in a venv this benchmark made: the only kind of existing directory ``--venv`` replaces."""
+_INTERPRETER_VARS = ("PYTHONPATH", "PYTHONHOME", "PYTHONPYCACHEPREFIX", "PYTHONDONTWRITEBYTECODE")
+
+
+@dataclass(frozen=True, slots=True)
+class Install:
+    """What the measured commands run on: the interpreter (the workload's), the ``otel-bridge``
+    command and their environment (None: this process's)."""
+
+    python: str
+    otel_bridge: tuple[str, ...]
+    env: dict[str, str] | None = None
+
+    @classmethod
+    def here(cls) -> Install:
+        """This interpreter and this tree (``python -m otel_bridge``)."""
+        return cls(sys.executable, (sys.executable, "-m", "otel_bridge"))
+
+    def environ(self) -> dict[str, str]:
+        """The measured commands' environment."""
+        return dict(os.environ if self.env is None else self.env)
+
+
+def make_venv(path: str) -> Install:
+    """Build this tree's wheel (from a copy: the build writes nothing here) and install it, with
+    its declared dependencies and no extras, into a fresh ``python -m venv`` at ``path``."""
+    path = os.path.abspath(path)
+    made_here = os.path.exists(os.path.join(path, _VENV_MARK))
+    if os.path.exists(path) and os.listdir(path) and not made_here:
+        raise SystemExit(f"--venv {path}: not empty and not made by this benchmark")
+    with tempfile.TemporaryDirectory(prefix="ovh-wheel-") as work:
+        source = os.path.join(work, "src")
+        ignore = shutil.ignore_patterns(
+            ".git", "build", "dist", "*.egg-info", ".*_cache", "__pycache__", ".hypothesis"
+        )
+        shutil.copytree(_TREE, source, ignore=ignore)
+        dist = os.path.join(work, "dist")
+        pip = [sys.executable, "-m", "pip", "wheel", "--no-deps", "-q", "-w", dist, source]
+        subprocess.run(pip, check=True)
+        (wheel,) = (os.path.join(dist, n) for n in os.listdir(dist) if n.endswith(".whl"))
+        subprocess.run([sys.executable, "-m", "venv", "--clear", path], check=True)
+        with open(os.path.join(path, _VENV_MARK), "w", encoding="utf-8") as f:
+            f.write("made by benchmarks/overhead.py --venv\n")
+        python = os.path.join(path, "bin", "python")
+        env = {k: v for k, v in os.environ.items() if k not in _INTERPRETER_VARS}
+        pip = [python, "-m", "pip", "install", "-q", wheel]  # not from a tree on PYTHONPATH
+        subprocess.run(pip, check=True, env=env, cwd=work)
+    otel_bridge = os.path.join(path, "bin", "otel-bridge")
+    if not os.path.exists(otel_bridge):
+        raise SystemExit(f"--venv {path}: the install made no {otel_bridge}")
+    return Install(python, (otel_bridge,), env)
+
+
 class WarmServer:
     """``observe --warm-server`` in a private runtime directory, for the ``--warm`` runs."""
 
-    def __init__(self) -> None:
+    def __init__(self, install: Install) -> None:
         self.runtime = tempfile.mkdtemp(prefix="ovh-xdg-")
-        self.env = {**os.environ, "XDG_RUNTIME_DIR": self.runtime}
+        self.env = {**install.environ(), "XDG_RUNTIME_DIR": self.runtime}
         self.env.pop("OTEL_BRIDGE_WARM", None)
-        argv = [sys.executable, "-m", "otel_bridge", "observe", "--warm-server"]
-        self.proc = subprocess.Popen(
-            argv, env=self.env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True
-        )
+        argv = [*install.otel_bridge, "observe", "--warm-server"]
+        try:
+            self.proc = subprocess.Popen(
+                argv, env=self.env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True
+            )
+        except OSError:
+            shutil.rmtree(self.runtime, ignore_errors=True)
+            raise
         assert self.proc.stderr is not None
         line = self.proc.stderr.readline()  # its first line says it listens
         if "warm observe server on" not in line:
-            raise RuntimeError(f"the warm server did not start: {line}{self.proc.stderr.read()}")
+            self.proc.terminate()
+            _, rest = self.proc.communicate(timeout=30)
+            shutil.rmtree(self.runtime, ignore_errors=True)
+            raise RuntimeError(f"the warm server did not start: {line}{rest}")
         self.process = psutil.Process(self.proc.pid)
 
     def children_cpu(self) -> float:
@@ -171,9 +245,11 @@ class WarmServer:
         shutil.rmtree(self.runtime, ignore_errors=True)
 
 
-def _observe_argv(backend: str, out: str, cmd: list[str], warm: WarmServer | None) -> list[str]:
+def _observe_argv(
+    install: Install, backend: str, out: str, cmd: list[str], warm: WarmServer | None
+) -> list[str]:
     """``observe`` of ``cmd`` (cold unless ``warm``)."""
-    argv = [sys.executable, "-m", "otel_bridge", "observe", "--backend", backend, "--no-progress"]
+    argv = [*install.otel_bridge, "observe", "--backend", backend, "--no-progress"]
     argv += [] if warm is not None else ["--no-warm"]
     return [*argv, "-o", out, "--", *cmd]
 
@@ -211,23 +287,26 @@ def run_once(
     poll: float,
     *,
     warm: WarmServer | None = None,
+    install: Install | None = None,
 ) -> dict[str, object]:
     """One run; returns elapsed seconds, receipt, peak RSS, artifact bytes, events.
-    ``warm``: observed through this warm server (``cli`` mode)."""
+    ``warm``: observed through this warm server (``cli`` mode); ``install``: what the workload
+    and ``observe`` run on (``cli`` mode; default: this interpreter and tree)."""
+    install = install or Install.here()
     work_dir = tempfile.mkdtemp(prefix="ovh-work-")
     out_dir = tempfile.mkdtemp(prefix="ovh-out-")
-    cmd = [sys.executable, "-c", WORK, str(iterations), work_dir]
+    cmd = [install.python, "-c", WORK, str(iterations), work_dir]
     events = 0
     self0 = resource.getrusage(resource.RUSAGE_SELF)
     kids0 = resource.getrusage(resource.RUSAGE_CHILDREN)
     try:
         if mode == "cli" and on:
-            argv = _observe_argv(backend, os.path.join(out_dir, "run"), cmd, warm)
+            argv = _observe_argv(install, backend, os.path.join(out_dir, "run"), cmd, warm)
             served0 = warm.children_cpu() if warm is not None else 0.0
             stdout, elapsed, peak, rss = _run_child(
                 argv,
                 work_dir,
-                env=None if warm is None else warm.env,
+                env=install.env if warm is None else warm.env,
                 extra=(warm.proc.pid,) if warm is not None else (),
                 quiet=True,
             )
@@ -257,7 +336,7 @@ def run_once(
             artifact = _dir_bytes(out_dir)
             events = len(sink.logs)
         else:
-            stdout, elapsed, peak, rss = _run_child(cmd, work_dir)
+            stdout, elapsed, peak, rss = _run_child(cmd, work_dir, env=install.env)
             artifact = 0
         if not (mode == "cli" and on):
             served = 0.0
@@ -279,20 +358,25 @@ def run_once(
 
 
 def fixed_once(
-    observed: bool, backend: str, hold: float = 0.0, warm: WarmServer | None = None
+    observed: bool,
+    backend: str,
+    hold: float = 0.0,
+    warm: WarmServer | None = None,
+    install: Install | None = None,
 ) -> tuple[float, float, float]:
     """One ``date +%s%N`` run: (start → first instruction, last instruction → exit, CPU s).
 
     ``hold`` > 0: the workload prints the clock, sleeps ``hold`` s, and prints it again (the
     first and the last instruction), so work ``observe`` does while it runs is off both ends.
-    ``warm``: observed through this warm server."""
+    ``warm``: observed through this warm server; ``install``: what ``observe`` runs on."""
+    install = install or Install.here()
     out_dir = tempfile.mkdtemp(prefix="ovh-fixed-")
     date = shutil.which("date") or "/bin/date"
     cmd = [date, "+%s%N"]
     if hold > 0:
         cmd = ["/bin/sh", "-c", f'{date} +%s%N; sleep "$1"; {date} +%s%N', "hold", str(hold)]
     if observed:
-        cmd = _observe_argv(backend, os.path.join(out_dir, "run"), cmd, warm)
+        cmd = _observe_argv(install, backend, os.path.join(out_dir, "run"), cmd, warm)
     kids0 = resource.getrusage(resource.RUSAGE_CHILDREN)
     served0 = warm.children_cpu() if warm is not None else 0.0
     try:
@@ -303,7 +387,7 @@ def fixed_once(
             stderr=subprocess.DEVNULL,
             text=True,
             check=True,
-            env=None if warm is None else warm.env,
+            env=install.env if warm is None else warm.env,
         )
         t1 = time.time_ns()
     finally:
@@ -317,7 +401,13 @@ def fixed_once(
 
 
 def fixed_main(
-    runs: int, backend: str, rng: random.Random, hold: float = 0.0, warm: WarmServer | None = None
+    runs: int,
+    backend: str,
+    rng: random.Random,
+    hold: float = 0.0,
+    warm: WarmServer | None = None,
+    *,
+    install: Install | None = None,
 ) -> None:
     """Print observe's fixed cost: medians over ``runs`` paired runs in random order (with
     ``warm``: cold and warm ``observe`` each paired with the same direct run)."""
@@ -329,7 +419,8 @@ def fixed_main(
         order = ["off", *variants]
         rng.shuffle(order)
         res = {
-            v: fixed_once(v != "off", backend, hold, warm if v == "warm" else None) for v in order
+            v: fixed_once(v != "off", backend, hold, warm if v == "warm" else None, install)
+            for v in order
         }
         s_off, e_off, c_off = res["off"]
         for v in variants:
@@ -468,7 +559,7 @@ def client_main(runs: int) -> None:
     import otel_bridge
 
     tree = os.path.dirname(os.path.dirname(os.path.abspath(otel_bridge.__file__)))
-    warm = WarmServer()
+    warm = WarmServer(Install.here())
     out = tempfile.mkdtemp(prefix="ovh-client-")
     try:
         env = {**warm.env, "PYTHONPATH": tree}
@@ -512,20 +603,31 @@ def main(argv: list[str] | None = None) -> int:
         action="store_true",
         help="fixed and cli modes: also observe through a warm server, cold and warm interleaved",
     )
+    parser.add_argument(
+        "--venv",
+        metavar="DIR",
+        help="fixed and cli modes: run everything from this tree's wheel in a fresh venv at DIR",
+    )
     args = parser.parse_args(argv)
     pairs = dict(zip(WORKLOADS, (int(x) for x in args.pairs.split(",")), strict=True))
     rng = random.Random(args.seed)
-    print(f"backend={args.backend} mode={args.mode} poll={args.poll_interval:g}ms warm={args.warm}")
+    install = Install.here()
+    if args.venv and args.mode in ("fixed", "cli"):
+        install = make_venv(args.venv)
+    print(
+        f"backend={args.backend} mode={args.mode} poll={args.poll_interval:g}ms warm={args.warm} "
+        f"interpreter={install.python} otel-bridge={' '.join(install.otel_bridge)}"
+    )
     if args.mode == "phases":
         phases_main(args.runs, args.backend)
         return 0
     if args.mode == "client":
         client_main(args.runs)
         return 0
-    warm = WarmServer() if args.warm and args.mode in ("fixed", "cli") else None
+    warm = WarmServer(install) if args.warm and args.mode in ("fixed", "cli") else None
     try:
         if args.mode == "fixed":
-            fixed_main(args.runs, args.backend, rng, args.hold, warm)
+            fixed_main(args.runs, args.backend, rng, args.hold, warm, install=install)
             return 0
         print(
             f"{'workload':8} {'pairs':>5} {'median ovh':>10} {'P25-P75':>17} "
@@ -534,7 +636,7 @@ def main(argv: list[str] | None = None) -> int:
         )
         failed = False
         for name in args.workloads.split(","):
-            failed |= _workload_rows(args, name, pairs[name], rng, warm)
+            failed |= _workload_rows(args, name, pairs[name], rng, warm, install=install)
         return 1 if failed else 0
     finally:
         if warm is not None:
@@ -542,7 +644,13 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _workload_rows(
-    args: argparse.Namespace, name: str, n_pairs: int, rng: random.Random, warm: WarmServer | None
+    args: argparse.Namespace,
+    name: str,
+    n_pairs: int,
+    rng: random.Random,
+    warm: WarmServer | None,
+    *,
+    install: Install,
 ) -> bool:
     """Run one workload's pairs (off against each observed variant, in one randomized order per
     pair) and print a row per variant; True when equal-work receipts differ."""
@@ -563,6 +671,7 @@ def _workload_rows(
                 args.backend,
                 args.poll_interval / 1000,
                 warm=warm if v == "warm" else None,
+                install=install,
             )
             for v in order
         }

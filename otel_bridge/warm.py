@@ -276,8 +276,9 @@ def _client_run(
 ) -> int | StartPath:
     """Start CMD behind its gate here (while the server forks the run's child), send the run's
     request behind the hello (the child reads it only after answering the hello, so the run
-    costs no round trip), hand the run to the warm child, relay CMD's exit; the run's exit
-    code. A hello answer it cannot use ends the gated CMD unrun: the run goes cold."""
+    costs no round trip), start CMD's watchdog while the child arms, relay CMD's exit; the
+    run's exit code. A hello answer it cannot use ends the gated CMD unrun: the run goes
+    cold."""
     run_id = new_run_id()
     trace_id, span_id = os.urandom(16), os.urandom(8)
     env, wanted = workload_env(os.environ, run_id=run_id, trace_id=trace_id, span_id=span_id)
@@ -286,7 +287,7 @@ def _client_run(
     gate = os.path.join(socket_dir(), f"gate-{run_id}")  # the private directory checked above
     started_ns = time.time_ns()
     pid = spawn_gate(command, env, gate)
-    guard = Guard(pid)
+    guard: Guard | None = None
     signals: list[int] = []
     previous = _forward_signals(pid, signals)
     try:
@@ -297,6 +298,8 @@ def _client_run(
             "cwd": os.getcwd(), "umask": umask, "env": dict(os.environ),
         }  # fmt: skip
         _send_with_streams(sock, request, closed)  # read by the child once it answered the hello
+        guard = Guard(pid)  # while the child arms (if this process dies first, the child's
+        # read of CMD's exit fails and it terminates CMD's group)
         try:
             _greeted(sock)
         except WarmUnavailableError as exc:
@@ -317,7 +320,8 @@ def _client_run(
     finally:
         for s, handler in previous.items():
             _signal.signal(s, handler)
-        guard.release(wait=not console)  # a process that ends now leaves it to init to reap
+        if guard is not None:  # a process that ends now leaves it to init to reap
+            guard.release(wait=not console)
         _unlink(gate)
 
 

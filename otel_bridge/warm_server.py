@@ -65,11 +65,17 @@ PRELOAD: tuple[str, ...] = (
     "otel_bridge.graph.fold",
     "otel_bridge.report",
     "otel_bridge.review.hook",
+    "otel_bridge.importers.sessions",
+    "otel_bridge.importers.codingagents",
+    "encodings.idna",
+    "encodings.ascii",
 )
 """Modules the server imports before serving (with what they import, and the components of
 every run, ``_observe_run.warm``): what a cold ``observe`` of the bundled configuration imports
-on its way. gRPC is not among them: its runtime is started at the first HTTP/2 connection in
-the child, never in the server (a process that forks must not hold gRPC's threads)."""
+on its way, including what its end imports (the review's session importers) and the codec
+``http.server`` needs to bind (``socket.getfqdn``). gRPC is not among them: its runtime is
+started at the first HTTP/2 connection in the child, never in the server (a process that forks
+must not hold gRPC's threads)."""
 
 
 # ---------------------------------------------------------------------------------------------
@@ -94,6 +100,32 @@ def preload() -> None:
         except ImportError:  # an optional extra not installed: a run imports what it needs
             continue
     importlib.import_module("otel_bridge.commands._observe_run").warm()
+    rehearse()
+
+
+def rehearse() -> None:
+    """Do once what every run's child would otherwise do for the first time, so that a forked
+    child finds it done: parse the bundled run configuration (the loader's type hints, the
+    configuration schema) and create its collector (factories open nothing: the normalizer's
+    compiled channel rules land in :mod:`re`'s cache), and compile the review's schema
+    validator. Starts no thread and keeps nothing open; a step that fails is left for the run,
+    which reports it."""
+    import tempfile  # noqa: PLC0415
+
+    from otel_bridge import schemas  # noqa: PLC0415
+    from otel_bridge.commands._observe_run import build_overlay  # noqa: PLC0415
+    from otel_bridge.config import parse_config  # noqa: PLC0415
+    from otel_bridge.pipeline import Collector  # noqa: PLC0415
+
+    with contextlib.suppress(Exception):
+        schemas.fast_validator("review")
+    with (
+        tempfile.TemporaryDirectory(prefix="otel-bridge-rehearsal-") as tmp,
+        contextlib.suppress(Exception),
+    ):
+        run = rundir.RunDir.create(os.path.join(tmp, "run"), replace=False)
+        overlay, _ = build_overlay(run, "rehearsal")
+        Collector(parse_config(None, overlay=overlay, origin="<observe>"))
 
 
 def make_private_dir(path: str) -> None:
@@ -151,9 +183,10 @@ def serve(*, ready: Callable[[str], None] | None = None) -> int:
     spare = _Spare()
     try:
         while True:
-            readable, _, _ = select.select([listener], [], [], _REAP_INTERVAL)
-            _reap(children)
-            if readable:
+            watched = [listener.fileno(), *spare.watched()]
+            readable, _, _ = select.select(watched, [], [], _REAP_INTERVAL)
+            spare.ended(_reap(children))
+            if watched[0] in readable:
                 _accept(listener, children, spare)
     except _StopServingError:
         pass
@@ -166,14 +199,21 @@ def serve(*, ready: Callable[[str], None] | None = None) -> int:
 
 
 class _Spare:
-    """The exec image helper the next run adopts (root only): spawned after each fork, so its
-    interpreter starts while no run waits for it (``arming.track_helper``). A run that comes
-    before it is ready does not wait for it: it spawns its own, and the spare stays."""
+    """The exec image helper the next run adopts (root only). The next one is started when the
+    run that adopted the last one has ended, not at its fork: its interpreter's start (about
+    30 ms of CPU, then real-time priority) would otherwise share the machine with that run's
+    arming and workload. A run that comes before it is ready (another run still going, or one
+    right after) adopts it while it is still starting, and waits for it in its own child: it
+    started before that run, so it is ready sooner than one the run would spawn."""
 
     def __init__(self) -> None:
         self.proc: subprocess.Popen[bytes] | None = None
         self._ready = False
         self._taken = False
+        self._after: int | None = None
+        """The run whose end starts the next spare."""
+        self._after_fd: int | None = None
+        """A pidfd of that run (the server wakes at its end), None without one."""
         self.spawn()
 
     def spawn(self) -> None:
@@ -185,54 +225,98 @@ class _Spare:
             with contextlib.suppress(OSError):
                 self.proc = spawn_helper([])
 
-    def take(self) -> subprocess.Popen[bytes] | None:
-        """The spare if it is ready now (None: there is none, or not yet)."""
+    def take(self) -> tuple[subprocess.Popen[bytes], bool] | None:
+        """The spare, and whether it is ready (False: still starting; the run's child waits
+        for it, :func:`_adopted_helper`); None when there is none."""
         from otel_bridge.arming import wait_helper  # noqa: PLC0415
 
-        if self.proc is not None and not self._ready:
+        if self.proc is None:
+            return None
+        if not self._ready:
             assert self.proc.stdout is not None
-            if not select.select([self.proc.stdout], [], [], 0)[0]:
-                return None  # still starting: the run spawns its own
-            try:
-                wait_helper(self.proc, timeout=0)
-                self._ready = True
-            except OSError:  # it failed: try again with another
-                self.spawn()
-                return None
-        self._taken = self.proc is not None
-        return self.proc
+            if select.select([self.proc.stdout], [], [], 0)[0]:
+                try:
+                    wait_helper(self.proc, timeout=0)
+                    self._ready = True
+                except OSError:  # it failed: the run spawns its own; start another
+                    self.spawn()
+                    return None
+        self._taken = True
+        return self.proc, self._ready
 
-    def handed_over(self, children: set[int]) -> None:
-        """After the fork: when the child took it, drop this process's ends (it is reaped
-        later) and start the next one."""
+    def handed_over(self, children: set[int], run: int) -> None:
+        """After the fork of ``run``: when its child took the spare, drop this process's ends
+        (it is reaped later); the next one is started when ``run`` has ended (:meth:`ended`)."""
         if not self._taken or self.proc is None:
             return
         for pipe in (self.proc.stdin, self.proc.stdout):
             if pipe is not None:
                 pipe.close()
         children.add(self.proc.pid)
-        self.spawn()
+        self.proc, self._ready, self._taken = None, False, False
+        self._forget_run()
+        self._after = run
+        with contextlib.suppress(OSError):  # without a pidfd, the reap interval notices
+            self._after_fd = os.pidfd_open(run)
+
+    def watched(self) -> list[int]:
+        """What the server's wait watches for this: the pidfd of the run the next spare
+        waits for."""
+        return [] if self._after_fd is None else [self._after_fd]
+
+    def ended(self, reaped: list[int]) -> None:
+        """The server reaped ``reaped``: start the next spare when its run is among them."""
+        if self._after is not None and self._after in reaped:
+            self._forget_run()
+            self.spawn()
+
+    def _forget_run(self) -> None:
+        if self._after_fd is not None:
+            os.close(self._after_fd)
+        self._after = self._after_fd = None
 
     def close(self) -> None:
         """Stop the spare (the server ends)."""
         from otel_bridge.arming import stop_helper  # noqa: PLC0415
 
+        self._forget_run()
         if self.proc is not None:
             stop_helper(self.proc)
             self.proc = None
 
 
-def _reap(children: set[int]) -> None:
+def _reap(children: set[int]) -> list[int]:
+    """Reap the ended ``children``; their pids."""
+    reaped = []
     for pid in list(children):
         try:
-            if os.waitpid(pid, os.WNOHANG)[0]:
-                children.discard(pid)
+            if not os.waitpid(pid, os.WNOHANG)[0]:
+                continue
         except ChildProcessError:
-            children.discard(pid)
+            pass
+        children.discard(pid)
+        reaped.append(pid)
+    return reaped
 
 
-_CHILD_HELPER: list[subprocess.Popen[bytes]] = []
-"""In a forked child: the spare exec image helper it adopts."""
+_CHILD_HELPER: list[tuple[subprocess.Popen[bytes], bool]] = []
+"""In a forked child: the spare exec image helper it adopts, and whether it was ready."""
+
+
+def _adopted_helper() -> subprocess.Popen[bytes] | None:
+    """The spare this child adopted, ready (waited for when it was still starting); None when
+    there is none or it failed to start (the run then spawns its own)."""
+    from otel_bridge.arming import wait_helper  # noqa: PLC0415
+
+    if not _CHILD_HELPER:
+        return None
+    helper, ready = _CHILD_HELPER.pop()
+    if ready:
+        return helper
+    try:
+        return wait_helper(helper)
+    except OSError:  # stopped by wait_helper
+        return None
 
 
 def _accept(listener: socket.socket, children: set[int], spare: _Spare) -> None:
@@ -257,7 +341,7 @@ def _accept(listener: socket.socket, children: set[int], spare: _Spare) -> None:
                 _CHILD_HELPER.append(helper)
             _child(listener, conn)
         children.add(pid)
-        spare.handed_over(children)
+        spare.handed_over(children, pid)
 
 
 def _child(listener: socket.socket, conn: socket.socket) -> None:
@@ -338,7 +422,7 @@ def _observe(conn: socket.socket, args: argparse.Namespace, request: dict[str, A
     )  # fmt: skip
     if front.armable(args):
         try:
-            front.arm(early, helper=_CHILD_HELPER.pop() if _CHILD_HELPER else None)
+            front.arm(early, helper=_adopted_helper())
         except BaseException:
             early.abandon()
             raise

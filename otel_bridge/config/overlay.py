@@ -407,10 +407,22 @@ def _convert_scalar(tp: Any, value: Any, path: str, problems: list[str], duratio
 
 def _hints(cls: type[Any], path: str, problems: list[str]) -> dict[str, Any] | None:
     try:
-        return typing.get_type_hints(cls)
+        return _type_hints(cls)
     except (NameError, TypeError) as exc:
         problems.append(f"{path or '<root>'}: cannot read the config type {cls.__name__}: {exc}")
         return None
+
+
+_TYPE_HINTS: dict[type[Any], dict[str, Any]] = {}
+
+
+def _type_hints(cls: type[Any]) -> dict[str, Any]:
+    """``typing.get_type_hints`` of a configuration class, evaluated once per class (a class's
+    annotations do not change; the callers only read the mapping). An error is not kept."""
+    hints = _TYPE_HINTS.get(cls)
+    if hints is None:
+        hints = _TYPE_HINTS[cls] = typing.get_type_hints(cls)
+    return hints
 
 
 def _unknown_key(key_path: str, key: str, fields: Mapping[str, Any]) -> str:

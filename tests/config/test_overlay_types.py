@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import datetime
 import enum
+import importlib
 import pathlib
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -287,3 +288,26 @@ def test_suggest() -> None:
     """suggest names a close candidate and nothing for a distant word."""
     assert suggest("endpiont", ["endpoint", "size"]) == " (did you mean 'endpoint'?)"
     assert suggest("qqq", ["endpoint"]) == ""
+
+
+@dataclass(slots=True)
+class _Unresolvable:
+    """A config class whose annotation names nothing importable (a component bug)."""
+
+    value: NoSuchType = None  # type: ignore[name-defined]  # noqa: F821
+
+
+def test_type_hints_are_read_once_and_an_unreadable_class_is_refused_every_time() -> None:
+    """The loader keeps a class's type hints (the warm server's rehearsal fills them for every
+    run it forks); a class whose hints cannot be read is a problem on each use, not remembered
+    as readable."""
+    module = importlib.import_module("otel_bridge.config.overlay")  # the name is the function
+    first: list[str] = []
+    assert overlay(Leaf(), {"size": 5}, "x", first) == Leaf(size=5)
+    assert module._TYPE_HINTS[Leaf] is module._type_hints(Leaf)
+    for _ in range(2):
+        problems: list[str] = []
+        assert overlay(_Unresolvable(), {"value": 1}, "bad", problems) == _Unresolvable()
+        assert len(problems) == 1
+        assert "cannot read the config type _Unresolvable" in problems[0]
+    assert _Unresolvable not in module._TYPE_HINTS

@@ -28,7 +28,7 @@ from typing import Any
 
 import pytest
 from observe_support import observe_argv
-from waiting import Stderr
+from waiting import Stderr, wait_until
 
 from otel_bridge import warm
 
@@ -372,3 +372,116 @@ def test_descriptors_passed_to_observe_do_not_reach_cmd(server: Server, tmp_path
     finally:
         os.close(read_end)
         os.close(write_end)
+
+
+PRELOAD_PROBE = """
+import json, os, sys, threading
+from otel_bridge import cli, warm_server
+from otel_bridge.commands import observe  # the cold front, which a warm child never imports
+fds = sorted(os.listdir("/proc/self/fd"))
+warm_server.preload()
+after = {"threads": [threading.active_count(), len(os.listdir("/proc/self/task"))],
+         "fds": sorted(os.listdir("/proc/self/fd")) == fds}
+before = set(sys.modules)
+argv = ["observe", "--no-warm", "--no-progress", "-o", sys.argv[1], "--", "true"]
+after["code"] = cli.main(argv)
+after["imported"] = sorted(set(sys.modules) - before)
+print("PROBE " + json.dumps(after))
+"""
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="the armed linux run the server preloads for")
+def test_preload_leaves_a_run_nothing_to_import(tmp_path: Path) -> None:
+    """What the server does before it serves (``preload``: imports and the rehearsal) starts no
+    thread, keeps no descriptor or temporary directory, and leaves a run of the bundled
+    configuration (the body every warm child runs) nothing to import."""
+    scratch = tmp_path / "tmp"
+    scratch.mkdir()
+    env = {k: v for k, v in os.environ.items() if not k.startswith("OTEL_EXPORTER_OTLP_")}
+    proc = subprocess.run(  # no destination to forward to: the bundled configuration only
+        [sys.executable, "-c", PRELOAD_PROBE, str(tmp_path / "run")],
+        check=False, cwd=tmp_path, env={**env, "TMPDIR": str(scratch)},
+        capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    lines = [line for line in proc.stdout.splitlines() if line.startswith("PROBE ")]
+    assert lines, proc.stderr[-3000:]
+    probe = json.loads(lines[-1].removeprefix("PROBE "))
+    assert probe["threads"] == [1, 1]
+    assert probe["fds"] is True
+    assert probe["code"] == 0, proc.stderr[-3000:]
+    assert probe["imported"] == []
+    assert list(scratch.iterdir()) == []  # the rehearsal's run directory is gone
+
+
+CHILDREN_PROBE = """
+import json, os, sys
+server = sys.argv[1]
+
+def start(pid):  # clock ticks since boot (/proc/PID/stat field 22)
+    with open(f"/proc/{pid}/stat", "rb") as f:
+        return int(f.read().rpartition(b")")[2].split()[19])
+
+def children(pid):
+    kids = []
+    for task in os.listdir(f"/proc/{pid}/task"):
+        with open(f"/proc/{pid}/task/{task}/children") as f:
+            kids += f.read().split()
+    return kids
+
+def is_helper(pid):
+    with open(f"/proc/{pid}/cmdline", "rb") as f:
+        return b"-S" in f.read().split(b"\\0")[1:3]
+
+found = {"runs": [], "helpers": [], "own_helpers": 0}
+for pid in children(server):
+    if is_helper(pid):
+        found["helpers"].append(start(pid))
+    else:
+        found["runs"].append(start(pid))
+        found["own_helpers"] += sum(map(is_helper, children(pid)))
+with open("kids.json", "w") as f:
+    json.dump(found, f)
+"""
+
+
+def _helpers_since(server: Server, tick: int) -> int:
+    """How many of the server's live children are exec image helpers started at ``tick`` or
+    later (a zombie has no command line)."""
+    count = 0
+    for task in os.listdir(f"/proc/{server.proc.pid}/task"):
+        for pid in Path(f"/proc/{server.proc.pid}/task/{task}/children").read_text().split():
+            try:
+                argv = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+                stat = Path(f"/proc/{pid}/stat").read_bytes()
+            except FileNotFoundError:
+                continue
+            if b"-S" in argv[1:3] and int(stat.rpartition(b")")[2].split()[19]) >= tick:
+                count += 1
+    return count
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="the spare exec image helper is root's")
+@pytest.mark.skipif(
+    not Path(f"/proc/{os.getpid()}/task/{os.getpid()}/children").exists(),
+    reason="no /proc/PID/task/TID/children in this kernel",
+)
+def test_next_spare_helper_starts_after_the_run_not_during_it(
+    server: Server, tmp_path: Path
+) -> None:
+    """The server starts the next spare exec image helper when the run's child has ended: while
+    CMD runs, every helper child of the server is older than the run's child, and the run's
+    child spawned none (it adopted the spare, here one started by the run just before, which
+    it waits for if it is still starting); after the run the server has a spare again."""
+    before = observe(tmp_path / "before", server.env, "true", extra=("--no-review",))
+    assert before.returncode == 0, before.stderr
+    wait_until(lambda: _helpers_since(server, 0) >= 1, 60, "the server's next spare helper")
+    cmd = (sys.executable, "-c", CHILDREN_PROBE, str(server.proc.pid))
+    result = observe(tmp_path, server.env, *cmd, extra=("--no-review",))
+    assert result.returncode == 0, result.stderr
+    assert summary_of(tmp_path)["start"]["server"] == "warm"
+    found = json.loads((tmp_path / "kids.json").read_text())
+    (run,) = found["runs"]
+    assert found["helpers"], found
+    assert found["own_helpers"] == 0, found
+    assert all(helper < run for helper in found["helpers"]), found
+    wait_until(lambda: _helpers_since(server, 0) >= 1, 60, "a spare again, after the run")

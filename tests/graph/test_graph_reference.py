@@ -317,7 +317,8 @@ def test_replayed_spans_equal_the_reference() -> None:
     compared. Applied in one batch and in batches of 4, it gives the reference's bytes."""
     stream = _span_stream([30, 20, 10]) + _span_stream([30, 20, 10]) + _span_stream([5, 40, 20])
     for size in (len(stream), 4):
-        for config in ({}, {"retain_support": True, "occurrence_window": 6}):
+        configs: list[dict[str, Any]] = [{}, {"retain_support": True, "occurrence_window": 6}]
+        for config in configs:
             acc, ref = GraphAccumulator(**config), ReferenceGraph(**config)
             for start in range(0, len(stream), size):
                 acc.apply_many(stream[start : start + size])

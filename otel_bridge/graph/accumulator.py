@@ -263,8 +263,8 @@ class GraphAccumulator:
                     occ[occurrence] = (tag,)
                     room -= 1
                     own[3] += both
-                else:
-                    grown = self._expand(seen)
+                else:  # _expand, inline for a tuple (``type(x) is`` is a specialized call)
+                    grown = seen if type(seen) is tuple else self._expand(seen)
                     if tag in grown:
                         own[3] += 1
                         continue
@@ -379,8 +379,12 @@ class GraphAccumulator:
             else:
                 e_count[ei] += 1
                 # An occurrence that already counted this edge also counted both its end nodes
-                # (they are added together): nothing to regrow.
-                if seen != ei and (isinstance(seen, int) or ei << 1 not in seen):
+                # (they are added together): nothing to regrow. The type first: a tuple
+                # compared with an edge number passes through both types' comparisons.
+                if type(seen) is tuple:
+                    if ei << 1 not in seen:
+                        self._regrow(occurrence, seen, ei, si, e_dst[ei])
+                elif seen != ei:
                     self._regrow(occurrence, seen, ei, si, e_dst[ei])
         self.observations += len(observations)
 

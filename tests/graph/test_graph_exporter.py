@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import gc
 import json
 from pathlib import Path
 from typing import Any
 
+import pytest
 from graph_helpers import obs
 from graph_scenario import scenario_batches
 from waiting import wait_until
@@ -41,6 +43,36 @@ def test_writes_at_shutdown_with_mode_0600(tmp_path: Path) -> None:
     assert graph.edges[0].support == ("a#0", "b#0")
     assert graph.summary["coverage"] == {"gap": 1}
     assert not list(path.parent.glob(".*.tmp"))
+
+
+def test_flush_pauses_the_cyclic_collector_for_the_snapshot(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The snapshot is taken with the cyclic garbage collector paused; a flush leaves it
+    running when it ran, and paused when the caller had paused it."""
+    exporter = _exporter(tmp_path, flush_interval=0)
+    exporter.start(Host())
+    exporter.consume(Batch(observations=(obs("a"),)))
+    enabled: list[bool] = []
+    snapshot = exporter.accumulator.to_dict
+
+    def recording() -> dict[str, Any]:
+        enabled.append(gc.isenabled())
+        return snapshot()
+
+    monkeypatch.setattr(exporter.accumulator, "to_dict", recording)
+    exporter.flush()
+    assert enabled == [False]
+    assert gc.isenabled()
+    gc.disable()
+    try:
+        exporter.flush()
+        assert not gc.isenabled()
+    finally:
+        gc.enable()
+    exporter.shutdown()
+    assert enabled == [False, False, False]
+    assert load(tmp_path / "out" / "graph.json").edges[0].evidence_count == 1
 
 
 def test_periodic_flush(tmp_path: Path) -> None:

@@ -26,6 +26,7 @@ from otel_bridge.model import (
     ProcessFacts,
     RelationKind,
     Source,
+    ToolCallFacts,
 )
 
 _SHARED = {"shared": 1}
@@ -278,6 +279,51 @@ def test_unlabeled_object_takes_a_later_label() -> None:
     acc.apply_many([obs("a", obj=bare), obs("b", obj=bare), obs("c", obj=file_entity("/l"))])
     node = next(n for n in acc.to_dict()["nodes"] if n["id"] == "file:/l")
     assert node["label"] == "/l"
+
+
+def _span_stream(times: list[int]) -> list[Observation]:
+    """Spans as ``normalize`` reports them: each an entity observation of its node, then its
+    relations, all under the span's occurrence; fresh entity objects on every call."""
+    stream: list[Observation] = []
+    for i, time in enumerate(times):
+        span = f"s{i % 3}"
+        tool = Entity(
+            kind=EntityKind.TOOL_CALL,
+            id=f"tool_call:{span}",
+            label="bash",
+            attrs={"gen_ai.tool.name": "bash", "span_id": span},
+            facts=ToolCallFacts(tool="bash", agent="a", trace_id="t", span_id=span),
+            key="tool_call:a:bash",
+        )
+        command = file_entity(f"/cmd/{span}")
+        stream += [
+            obs(span, subject=tool, relation=None, time=time, channel=Channel.SEM, n=0),
+            obs(span, subject=agent("a"), relation=RelationKind.INVOKED, obj=tool, time=time, n=1),
+            obs(span, subject=tool, relation=RelationKind.OPENED, obj=command, time=time, n=2),
+            # occurrences reached first through an edge, then by the edge's subject alone, or
+            # through another edge
+            obs(f"e{i}", obj=command, time=time, occurrence=f"edge-first:{span}"),
+            obs(f"e{i}", relation=None, time=time, occurrence=f"edge-first:{span}", n=1),
+            obs(f"f{i}", obj=command, time=time, occurrence=f"two-edges:{span}"),
+            obs(f"f{i}", obj=file_entity("/other"), time=time, occurrence=f"two-edges:{span}"),
+        ]
+    return stream
+
+
+def test_replayed_spans_equal_the_reference() -> None:
+    """The pipeline benchmark's stream: spans replayed with fresh, equal entity objects, at
+    earlier, equal and later times, so every occurrence is seen again (an occurrence entry that
+    is a tuple of element tags, and one that is an edge number) and every facts stamp is
+    compared. Applied in one batch and in batches of 4, it gives the reference's bytes."""
+    stream = _span_stream([30, 20, 10]) + _span_stream([30, 20, 10]) + _span_stream([5, 40, 20])
+    for size in (len(stream), 4):
+        configs: list[dict[str, Any]] = [{}, {"retain_support": True, "occurrence_window": 6}]
+        for config in configs:
+            acc, ref = GraphAccumulator(**config), ReferenceGraph(**config)
+            for start in range(0, len(stream), size):
+                acc.apply_many(stream[start : start + size])
+                ref.apply_many(stream[start : start + size])
+            assert encode(acc.to_dict()) == encode(ref.to_dict())
 
 
 def test_a_subject_seen_again_after_its_own_self_loop_offers_its_facts_again() -> None:

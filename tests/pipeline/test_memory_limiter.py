@@ -2,14 +2,17 @@
 
 from __future__ import annotations
 
+import os
+import sys
 import threading
 
+import psutil
 import pytest
 
 from otel_bridge.component import CreateSettings, Host, Telemetry
 from otel_bridge.errors import RefusedError
 from otel_bridge.model import Batch
-from otel_bridge.processors.memory_limiter import Config, MemoryLimiter, factory
+from otel_bridge.processors.memory_limiter import Config, MemoryLimiter, _process_rss, factory
 from otel_bridge.testing import RecordingConsumer, make_span
 
 MIB = 1024 * 1024
@@ -44,6 +47,49 @@ def test_default_uses_real_process_memory() -> None:
     assert sink.record_count == 1
     proc.shutdown()
     proc.shutdown()
+
+
+def _grown_reading() -> tuple[int, int, int]:
+    """This process's reading before and after touching 64 MiB, and psutil's after."""
+    before = _process_rss()
+    ballast = bytearray(64 * MIB)  # zero-filled: every page is touched
+    after = _process_rss()
+    reference = psutil.Process().memory_info().rss
+    del ballast
+    return before, after, reference
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc (Linux)")
+def test_memory_reading_is_psutils_rss_and_follows_growth() -> None:
+    """The kept-open /proc/self/statm reading is the RSS psutil reports, and it moves: a
+    descriptor read again at offset 0 gives the current figure, not the first one."""
+    before, after, reference = _grown_reading()
+    assert after - before >= 60 * MIB
+    assert abs(after - reference) <= 4 * MIB
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="needs os.fork")
+def test_memory_reading_in_a_forked_child_is_the_childs() -> None:
+    """A child forked after the parent opened its descriptor reads its own memory: the child's
+    64 MiB show in its reading and not in the parent's."""
+    _process_rss()  # the parent's descriptor is open before the fork
+    parent_before = _process_rss()
+    read_end, write_end = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the child: report its readings, then leave without running pytest's exit
+        os.close(read_end)
+        try:
+            os.write(write_end, repr(_grown_reading()).encode())
+        finally:
+            os._exit(0)
+    os.close(write_end)
+    with os.fdopen(read_end, "rb") as pipe:
+        child = pipe.read().decode()
+    os.waitpid(pid, 0)
+    before, after, reference = (int(v) for v in child.strip("()").split(","))
+    assert after - before >= 60 * MIB
+    assert abs(after - reference) <= 4 * MIB
+    assert _process_rss() < parent_before + 32 * MIB
 
 
 def test_refuses_over_soft_limit_and_recovers() -> None:

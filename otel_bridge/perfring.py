@@ -18,6 +18,7 @@ import mmap
 import os
 import re
 import struct
+import threading
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -214,17 +215,85 @@ def _paranoid() -> str:
         return "unknown"
 
 
+def _read_event(where: str) -> tuple[int, dict[str, Field]]:
+    with open(os.path.join(where, "id"), encoding="ascii") as f:
+        event_id = int(f.read())
+    with open(os.path.join(where, "format"), encoding="utf-8") as f:
+        return event_id, parse_format(f.read())
+
+
+_CLONE_NEWNS = 0x00020000
+_MS_REC = 0x4000
+_MS_PRIVATE = 1 << 18
+_private: list[tuple[int, dict[str, Field]]] = []
+"""The tracepoint as :func:`read_private_tracepoint` read it (once per process)."""
+
+
+def _mount_privately() -> None:
+    """In the calling thread: a mount namespace of its own, nothing propagating out of it, and
+    tracefs mounted at :data:`TRACEFS` in it."""
+    libc = ctypes.CDLL(None, use_errno=True)
+    unshare, mount = libc.unshare, libc.mount
+    mount.argtypes = [ctypes.c_char_p] * 3 + [ctypes.c_ulong, ctypes.c_void_p]
+    steps: list[tuple[str, Callable[[], int]]] = [
+        ("unshare(CLONE_NEWNS)", lambda: int(unshare(_CLONE_NEWNS))),
+        ("private /", lambda: int(mount(b"none", b"/", None, _MS_REC | _MS_PRIVATE, None))),
+        ("mount", lambda: int(mount(b"nodev", TRACEFS.encode(), b"tracefs", 0, None))),
+    ]
+    for what, step in steps:
+        if step() != 0:
+            code = ctypes.get_errno()
+            raise OSError(code, f"{what}: {os.strerror(code)}")
+
+
+def read_private_tracepoint() -> tuple[int, dict[str, Field]]:
+    """The tracepoint read from a tracefs mounted where nobody else sees it; ``OSError`` when
+    refused (it needs ``CAP_SYS_ADMIN``).
+
+    A thread of its own unshares its mount namespace (``CLONE_NEWNS`` on a thread unshares that
+    thread's filesystem context only, never the process's), makes every mount in it private (so
+    nothing propagates back to the host's), mounts tracefs at :data:`TRACEFS` in it, reads the
+    event's ``id`` and ``format`` and ends; the namespace and its mount go with the thread. The
+    machine's mount table never changes. The id is the kernel's, valid for ``perf_event_open``
+    from any namespace."""
+    if _private:
+        return _private[0]
+    result: list[tuple[int, dict[str, Field]] | OSError] = []
+
+    def read() -> None:
+        try:
+            _mount_privately()
+            result.append(_read_event(os.path.join(TRACEFS, "events", EVENT)))
+        except OSError as exc:
+            result.append(exc)
+
+    thread = threading.Thread(target=read, name="tracefs-private", daemon=True)
+    thread.start()
+    thread.join()
+    got = result[0] if result else OSError("the private tracefs reader did not finish")
+    if isinstance(got, OSError):
+        raise got
+    _private.append(got)
+    return got
+
+
 def read_tracepoint(tracefs: str = TRACEFS) -> tuple[int, dict[str, Field]]:
-    """The tracepoint's id and its fields; ``OSError`` saying why they cannot be read."""
+    """The tracepoint's id and its fields; ``OSError`` saying why they cannot be read.
+
+    When tracefs is not mounted at :data:`TRACEFS`, they are read from a private mount of it
+    (:func:`read_private_tracepoint`, root only)."""
     where = os.path.join(tracefs, "events", EVENT)
     try:
-        with open(os.path.join(where, "id"), encoding="ascii") as f:
-            event_id = int(f.read())
-        with open(os.path.join(where, "format"), encoding="utf-8") as f:
-            fields = parse_format(f.read())
+        return _read_event(where)
     except OSError as exc:
-        raise OSError(f"cannot read {where} ({exc.strerror}; tracefs not mounted?)") from exc
-    return event_id, fields
+        unmounted = f"cannot read {where} ({exc.strerror}; tracefs not mounted?)"
+        if tracefs != TRACEFS or exc.errno != errno.ENOENT:
+            raise OSError(unmounted) from exc
+        try:
+            return read_private_tracepoint()
+        except OSError as private:
+            why = private.strerror or str(private)
+            raise OSError(f"{unmounted}; a private tracefs mount was refused ({why})") from exc
 
 
 @dataclass(slots=True)

@@ -251,8 +251,10 @@ def observe(
     config: Path | None = None,
     env: Mapping[str, str] | None = None,
     timeout: float = 120,
+    options: Sequence[str] = (),
 ) -> Observed:
-    """Run ``otel-bridge observe [-c config] -o run_dir -- argv`` in ``cwd`` and wait for it.
+    """Run ``otel-bridge observe [-c config] [options] -o run_dir -- argv`` in ``cwd`` and wait
+    for it.
 
     The tools' ``python3`` is this interpreter's (its folder first on ``PATH``): a version
     manager's shim would run it under another name and through helper processes, which the
@@ -262,7 +264,7 @@ def observe(
     path = os.pathsep.join([os.path.dirname(sys.executable), os.environ.get("PATH", "")])
     if config is not None:
         command += ["-c", str(config)]
-    command += ["--", *argv]
+    command += [*options, "--", *argv]
     started = time.monotonic()
     done = subprocess.run(
         command,

@@ -23,12 +23,20 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from host_support import Gated, finish, have, needs_root, python, require_socket_tracer
+from host_support import (
+    Gated,
+    finish,
+    have,
+    needs_root,
+    python,
+    require_backend,
+    require_socket_tracer,
+)
 from host_support import start_receiver as start
 from test_host_short_connections import echo_server, match_receipts
 from test_host_socket_trace import network_reasons
 
-from otel_bridge.perfring import parse_format
+from otel_bridge.perfring import TRACEFS, parse_format
 from otel_bridge.receivers.host import HostConfig
 from otel_bridge.receivers.host.perftrace import (
     ConnectPairing,
@@ -38,6 +46,7 @@ from otel_bridge.receivers.host.perftrace import (
     in_time_order,
     tracepoint,
 )
+from otel_bridge.receivers.host.socktrace import SAMPLED_ONLY
 from otel_bridge.testing import HTTP_CLIENT_WORKLOAD, cpu_load
 
 TRIES = 15
@@ -252,6 +261,11 @@ def test_without_perf_capabilities_the_state_says_the_fallback(tmp_path: Path) -
     )
     assert done.returncode == 0, done.stderr
     reasons = json.loads(done.stdout.splitlines()[-1])
+    if not os.path.ismount(TRACEFS):  # the private mount needs CAP_SYS_ADMIN, dropped too
+        assert "a private tracefs mount was refused (unshare" in reasons[0], reasons
+        assert "lineage only (no socket tracer: perf:" in reasons[0], reasons
+        assert SAMPLED_ONLY in reasons[0], reasons
+        return
     assert "perf: perf_event_open refused (needs root or CAP_PERFMON" in reasons[0], reasons
     if have("bpftrace"):
         assert "once bpftrace" in reasons[0], reasons
@@ -259,7 +273,40 @@ def test_without_perf_capabilities_the_state_says_the_fallback(tmp_path: Path) -
         assert "perf tracer unavailable: perf: perf_event_open refused" in reasons[-1]
     else:
         assert "lineage only (no socket tracer: perf:" in reasons[0], reasons
+        assert SAMPLED_ONLY in reasons[0], reasons
     assert time.monotonic() - began < 120
+
+
+PRIVATE = """
+import json, pathlib
+from otel_bridge.perfring import read_private_tracepoint
+before = pathlib.Path("/proc/self/mountinfo").read_text()
+event_id, fields = read_private_tracepoint()
+after = pathlib.Path("/proc/self/mountinfo").read_text()
+print(json.dumps([event_id, sorted(fields), before == after]))
+"""
+
+
+@pytest.mark.root
+@needs_root
+def test_the_tracepoint_is_read_from_a_private_tracefs_mount() -> None:
+    """Root, whether or not tracefs is mounted (CI mounts it; this machine may not): the
+    tracepoint's id and format are read from a tracefs mounted in a mount namespace of a thread
+    of its own, and the process's mount table is the same afterwards (nobody else sees it)."""
+    require_backend("linux")
+    mounted = os.path.ismount(TRACEFS)
+    done = subprocess.run(
+        [sys.executable, "-c", PRIVATE], capture_output=True, text=True, timeout=60, check=False
+    )
+    if done.returncode and "private" in done.stderr:
+        pytest.skip(f"no private tracefs mount here: {done.stderr.strip().splitlines()[-1]}")
+    assert done.returncode == 0, done.stderr
+    event_id, fields, unchanged = json.loads(done.stdout)
+    assert unchanged, "the mount table changed"
+    assert {"skaddr", "oldstate", "newstate", "sport", "dport"} <= set(fields)
+    assert os.path.ismount(TRACEFS) is mounted
+    if mounted:
+        assert event_id == tracepoint()[0]
 
 
 def connect_many(n: int) -> list[tuple[str, int, str, int]]:

@@ -69,7 +69,12 @@ from otel_bridge.receivers.host.procfs import (
     read_stat,
 )
 from otel_bridge.receivers.host.sockdiag import DestroyWatcher, same_network_namespace
-from otel_bridge.receivers.host.socktrace import ConnectTracer, Owner, SocketTracer
+from otel_bridge.receivers.host.socktrace import (
+    SAMPLED_ONLY,
+    ConnectTracer,
+    Owner,
+    SocketTracer,
+)
 from otel_bridge.receivers.host.starts import StartGate
 
 __all__ = [
@@ -274,7 +279,10 @@ def _socket_tracer(
             rings.close()  # armed for a tracer this configuration does not use
         rings = None
     if not cfg.socket_tracing:
-        return None, "socket attribution: lineage only (no socket tracer: socket_tracing is off)"
+        return None, (
+            f"socket attribution: lineage only (no socket tracer: socket_tracing is off): "
+            f"{SAMPLED_ONLY}"
+        )
     why: list[str] = []
     if cfg.socket_tracer in ("auto", "perf"):
         try:
@@ -300,7 +308,8 @@ def _socket_tracer(
                 f"(sock:inet_sock_set_state) has attached{unused}; until then a connection "
                 "closed between scans is missed unless a scan saw its owner"
             )
-    return None, f"socket attribution: lineage only (no socket tracer: {'; '.join(why)})"
+    why_not = "; ".join(why)
+    return None, f"socket attribution: lineage only (no socket tracer: {why_not}): {SAMPLED_ONLY}"
 
 
 _SAME_START_MS = 1000

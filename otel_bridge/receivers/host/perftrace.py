@@ -27,9 +27,11 @@ write ``PERF_RECORD_LOST`` with the number of samples dropped: counted
 (``socktrace.lost``) and said in the network collection state. What is then recorded follows
 :class:`.socktrace.ConnectTracer`, shared with the bpftrace tracer.
 
-Needs ``CAP_PERFMON`` (or root / ``kernel.perf_event_paranoid`` <= -1) and tracefs mounted;
-without them :func:`open_rings` raises ``OSError`` saying why, and the ``linux`` backend falls
-back to bpftrace, then to lineage-only attribution (``docs/host.md``).
+Needs ``CAP_PERFMON`` (or root / ``kernel.perf_event_paranoid`` <= -1) and the tracepoint's
+id and format from tracefs (read from a private mount of it when none is mounted:
+:func:`otel_bridge.perfring.read_private_tracepoint`, needs ``CAP_SYS_ADMIN``); without them
+:func:`open_rings` raises ``OSError`` saying why, and the ``linux`` backend falls back to
+bpftrace, then to lineage-only attribution (``docs/host.md``).
 """
 
 from __future__ import annotations

@@ -64,6 +64,11 @@ OWNER_WAIT_S = 0.3
 START_SLACK_MS = 20
 """A connect this much before its pid's process start (two clock ticks, the start's
 resolution) still counts as that process's."""
+SAMPLED_ONLY = (
+    "TCP connections are only sampled: one opened and closed between two scans is missed "
+    "(unknown, not absent)"
+)
+"""What the network state says whenever no socket tracer runs."""
 _KEEP = 65536
 """Decided 4-tuples remembered (a standing collector runs for days: the oldest are forgotten)."""
 
@@ -359,7 +364,9 @@ class SocketTracer(ConnectTracer):
         why = lines[-1] if lines else f"bpftrace exited {proc.poll()}"
         if self._stopping:
             why = "observation stopped before the socket tracer attached"
-        self._on_state(f"socket attribution: lineage only (no eBPF: {why}){self._instead}")
+        self._on_state(
+            f"socket attribution: lineage only (no eBPF: {why}){self._instead}: {SAMPLED_ONLY}"
+        )
 
     def stop(self) -> None:
         """Stop bpftrace (SIGINT), read the rest of its output, decide what waits. Safe twice."""

@@ -451,6 +451,10 @@ class Factory(Generic[C]):
     """Pipeline types the component may be used in."""
     counters: tuple[CounterSpec, ...] = ()
     """The counters the component counts (its own; see :data:`STANDARD_COUNTERS`)."""
+    relay: Callable[[Mapping[str, str], Telemetry], Relay | None] | None = None
+    """Exporters that can pass raw OTLP requests on: builds a :class:`Relay` to the
+    destinations the ``OTEL_EXPORTER_OTLP_*`` variables of the given environment name (None
+    when they name none). ``observe`` forwards the agent's own telemetry through it."""
 
     def __post_init__(self) -> None:
         raw: _Create = self.create
@@ -555,6 +559,40 @@ class StatusReporter(Protocol):
 
     def status(self) -> ComponentStatus:
         """The current status; cheap, thread-safe, callable before start and after shutdown."""
+
+
+class ForwardTap(Protocol):
+    """Where a receiver hands each request it took, unchanged (``observe``'s forwarding)."""
+
+    def forwards(self, signal: str) -> bool:
+        """Whether requests of ``signal`` (``traces``, ``logs``, ``metrics``) are wanted."""
+
+    def request(self, signal: str, protocol: str, body: bytes, records: int) -> None:
+        """One request's body as the client sent it (decompressed), over ``protocol``
+        (``grpc``, ``http/protobuf``, ``http/json``), holding ``records`` records (metrics:
+        1, the request). Must not block."""
+
+
+class Relay(ForwardTap, Protocol):
+    """A :class:`ForwardTap` that sends what it is handed to the user's own destination
+    (built by an exporter factory's ``relay``)."""
+
+    def send_root_span(self, span: Any) -> None:
+        """Forward one span the caller made (``observe``'s root span) with the traces."""
+
+    def shutdown(self, timeout: float = ...) -> None:
+        """Send what is queued within ``timeout`` seconds, count the rest as not sent."""
+
+    def summary(self) -> dict[str, Any]:
+        """What was forwarded where, for ``summary.json``."""
+
+
+@runtime_checkable
+class Forwarding(Protocol):
+    """A receiver that can hand the requests it takes to a :class:`ForwardTap`."""
+
+    def set_forward(self, tap: ForwardTap | None) -> None:
+        """Hand every request to ``tap`` too."""
 
 
 @runtime_checkable

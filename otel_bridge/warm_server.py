@@ -50,7 +50,7 @@ _REAP_INTERVAL = 0.1
 
 PRELOAD: tuple[str, ...] = (
     "otel_bridge.commands._observe_run",
-    "otel_bridge.commands._observe_forward",
+    "otel_bridge.exporters.otlp.relay",
     "otel_bridge.commands._observe_report",
     "otel_bridge.otlp.mux",
     "otel_bridge.otlp.json_codec",

@@ -28,12 +28,6 @@ from typing import TYPE_CHECKING, Any
 
 from otel_bridge import rundir, strings
 from otel_bridge.arming import Armable
-from otel_bridge.commands._observe_forward import (
-    Forward,
-    Forwarding,
-    ForwardRelay,
-    forward_from_env,
-)
 from otel_bridge.commands._observe_report import (
     otlp_summary,
     print_summary,
@@ -45,6 +39,8 @@ from otel_bridge.component import (
     PROCESSOR,
     RECEIVER,
     Endpoint,
+    Forwarding,
+    Relay,
     RootSettable,
     Telemetry,
 )
@@ -516,9 +512,11 @@ class _Run:
     command: list[str]
     wiring: Wiring
     collector: Collector
-    forward: Forward | None
+    forward: Mapping[str, str] | None
+    """The environment whose ``OTEL_EXPORTER_OTLP_*`` variables name the user's own
+    destination; None under ``--no-forward``."""
     mux: ProtocolMux | None = None
-    relay: ForwardRelay | None = None
+    relay: Relay | None = None
     """Sends what CMD exports to the user's own destination (``forward``), from the start."""
     drained: dict[str, Any] | None = None
     armed: bool = False
@@ -543,7 +541,7 @@ def _prepare(
             args.output or os.path.join("otel-bridge-runs", run_id), replace=args.replace
         )
     )
-    forward = None if args.no_forward else forward_from_env(os.environ)
+    forward = None if args.no_forward else dict(os.environ)
     overlay, wiring = build_overlay(
         run,
         run_id,
@@ -569,6 +567,17 @@ def _prepare(
     return state, early
 
 
+def _relay(env: Mapping[str, str], telemetry: Telemetry) -> Relay | None:
+    """The ``otlp`` exporter's relay to the destinations ``env`` names (None: no destination, or
+    no exporter that relays is registered)."""
+    from otel_bridge.registry import default_registry  # noqa: PLC0415
+
+    factory = default_registry().get(EXPORTER, "otlp")
+    if factory is None or factory.relay is None:
+        return None
+    return factory.relay(env, telemetry)
+
+
 def _start(state: _Run, early: Early) -> None:
     """Root the host receiver at CMD (handing it the armed sources), start the collector and
     the mux (on the armed listener)."""
@@ -590,8 +599,9 @@ def _start(state: _Run, early: Early) -> None:
     early.close_armed()
     otlp = collector.component(state.wiring.otlp)
     if state.forward is not None and isinstance(otlp, Forwarding):
-        state.relay = ForwardRelay(state.forward, collector.host.telemetry)
-        otlp.set_forward(state.relay)
+        state.relay = _relay(state.forward, collector.host.telemetry)
+        if state.relay is not None:
+            otlp.set_forward(state.relay)
     on_demand = otlp if isinstance(otlp, GrpcOnDemand) else None
     if on_demand is not None:
         on_demand.defer_grpc()  # gRPC is imported only for a command that uses it

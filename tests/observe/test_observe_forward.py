@@ -21,7 +21,7 @@ from observe_support import observe_argv
 from otlp_sink import Sink, sink
 
 from otel_bridge import rundir
-from otel_bridge.commands._observe_forward import FOLLOWED, convert, forward_from_env
+from otel_bridge.exporters.otlp.relay import FOLLOWED, convert, forward_from_env
 
 pytest.importorskip("opentelemetry.exporter.otlp.proto.grpc", reason="needs the gRPC exporter")
 pytest.importorskip("opentelemetry.exporter.otlp.proto.http", reason="needs the HTTP exporter")

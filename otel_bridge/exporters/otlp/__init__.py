@@ -10,11 +10,16 @@ See :mod:`otel_bridge.exporters.otlp.config` for the configuration and
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Mapping
+from typing import TYPE_CHECKING
 
-from otel_bridge.component import EXPORTER, Component, Consumer, CreateSettings, Factory
+from otel_bridge.component import EXPORTER, Component, Consumer, CreateSettings, Factory, Telemetry
 from otel_bridge.exporters.otlp.config import GrpcExporterConfig, HttpExporterConfig
 from otel_bridge.exporters.otlp.exporter import COUNTERS, OtlpExporter
 from otel_bridge.exporters.otlp.transport import GrpcTransport, HttpTransport
+
+if TYPE_CHECKING:
+    from otel_bridge.exporters.otlp.relay import ForwardRelay
 
 __all__ = [
     "ALIASES",
@@ -39,12 +44,19 @@ def _create_http(
     return OtlpExporter(settings, config, lambda: HttpTransport(config), config.encoding)
 
 
+def _relay(env: Mapping[str, str], telemetry: Telemetry) -> ForwardRelay | None:
+    from otel_bridge.exporters.otlp.relay import relay_from_env  # noqa: PLC0415
+
+    return relay_from_env(env, telemetry)
+
+
 grpc_factory: Factory[GrpcExporterConfig] = Factory(
     type_name="otlp",
     kind=EXPORTER,
     default_config=GrpcExporterConfig,
     create=_create_grpc,
     counters=COUNTERS,
+    relay=_relay,
 )
 """Factory of the ``otlp`` (OTLP/gRPC) exporter."""
 
@@ -54,6 +66,7 @@ http_factory: Factory[HttpExporterConfig] = Factory(
     default_config=HttpExporterConfig,
     create=_create_http,
     counters=COUNTERS,
+    relay=_relay,
 )
 """Factory of the ``otlphttp`` exporter."""
 

@@ -29,7 +29,7 @@ from __future__ import annotations
 
 import threading
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING
 
 from otel_bridge.component import (
     ComponentStatus,
@@ -37,6 +37,7 @@ from otel_bridge.component import (
     CounterSpec,
     CreateSettings,
     Endpoint,
+    ForwardTap,
     Host,
     Telemetry,
 )
@@ -114,18 +115,6 @@ class Outcome:
     """Non-empty when the pipeline rejected the data for good: answer with a permanent status."""
     records: int = 0
     """Records in the request, accepted or rejected."""
-
-
-class ForwardTap(Protocol):
-    """Where a receiver hands each request it took, unchanged (``observe``'s forwarding)."""
-
-    def forwards(self, signal: str) -> bool:
-        """Whether requests of ``signal`` (``traces``, ``logs``, ``metrics``) are wanted."""
-
-    def request(self, signal: str, protocol: str, body: bytes, records: int) -> None:
-        """One request's body as the client sent it (decompressed), over ``protocol``
-        (``grpc``, ``http/protobuf``, ``http/json``), holding ``records`` records (metrics:
-        1, the request). Must not block."""
 
 
 class OtlpReceiver:

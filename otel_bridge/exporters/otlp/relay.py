@@ -1,4 +1,5 @@
-"""Forwarding under ``observe``: the user's own ``OTEL_EXPORTER_OTLP_*`` destination keeps working.
+"""The OTLP exporters' relay: the user's own ``OTEL_EXPORTER_OTLP_*`` destination keeps working
+under ``observe``.
 
 ``observe`` points the workload's ``OTEL_EXPORTER_OTLP_ENDPOINT`` at its own receiver. A user who
 already sent the agent's telemetry somewhere (a Collector, Jaeger, Phoenix) would silently lose
@@ -15,6 +16,9 @@ talking to that destination with the protocol it now uses with us). gRPC and HTT
 the same bytes; between protobuf and OTLP/JSON the body is converted (the message is the same,
 only the encoding changes). The summary says where telemetry was forwarded, over what, and how
 much of it arrived.
+
+``observe`` reaches this module through the ``otlp`` exporter factory's ``relay``
+(:class:`otel_bridge.component.Factory`), so no command imports the exporter.
 """
 
 from __future__ import annotations
@@ -24,7 +28,7 @@ import binascii
 import threading
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Protocol, cast, runtime_checkable
+from typing import TYPE_CHECKING, Any, cast
 from urllib.parse import unquote, urlsplit
 
 from otel_bridge.component import Telemetry
@@ -33,7 +37,6 @@ if TYPE_CHECKING:
     from otel_bridge.exporters.otlp.sender import Item, Sender, SendResult, Signal
     from otel_bridge.exporters.otlp.transport import Transport
     from otel_bridge.model import Span
-    from otel_bridge.receivers.otlp.receiver import ForwardTap
 
 SIGNALS = ("traces", "metrics", "logs")
 PROTOCOLS = ("grpc", "http/protobuf", "http/json")
@@ -42,14 +45,6 @@ FOLLOWED = "the protocol of the agent's requests"
 _NOUNS = {"traces": "spans", "logs": "log_records", "metrics": "metrics_requests"}
 _TIMEOUT = 3.0
 """Seconds one send may take, and the end of the run waits at most for what is still queued."""
-
-
-@runtime_checkable
-class Forwarding(Protocol):
-    """A receiver that can hand the requests it takes to a :class:`ForwardRelay`."""
-
-    def set_forward(self, tap: ForwardTap | None) -> None:
-        """Hand every request to ``tap`` too."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -372,6 +367,12 @@ class ForwardRelay:
             out[f"{_NOUNS[signal]}_not_sent"] = entry.get("not_sent", 0)
         out["root_span"] = self.root_span
         return out
+
+
+def relay_from_env(env: Mapping[str, str], telemetry: Telemetry) -> ForwardRelay | None:
+    """A relay to the destinations ``env``'s OTLP variables name; None when they name none."""
+    forward = forward_from_env(env)
+    return None if forward is None else ForwardRelay(forward, telemetry)
 
 
 def _transport(destination: Destination, protocol: str) -> Transport:

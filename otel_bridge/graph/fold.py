@@ -44,8 +44,16 @@ _CLASSES: tuple[tuple[str, re.Pattern[str]], ...] = (
 )
 
 
+_ANY = re.compile("|".join(f"(?:{pattern.pattern})" for _, pattern in _CLASSES))
+"""Matches exactly the paths one of :data:`_CLASSES` matches: most paths of a graph are no
+runtime read, and one search rejects them where seven did."""
+
+
 def runtime_read_class(path: str) -> str | None:
-    """The class of runtime read ``path`` is (``python bytecode``, ...), or None."""
+    """The class of runtime read ``path`` is (``python bytecode``, ...), or None: the first
+    of :data:`_CLASSES` whose pattern matches."""
+    if _ANY.search(path) is None:
+        return None
     for name, pattern in _CLASSES:
         if pattern.search(path):
             return name

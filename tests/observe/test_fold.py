@@ -6,9 +6,11 @@ import hashlib
 from typing import Any
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from otel_bridge.graph import validate_document
-from otel_bridge.graph.fold import KIND, fold_runtime_reads, runtime_read_class
+from otel_bridge.graph.fold import _CLASSES, KIND, fold_runtime_reads, runtime_read_class
 from otel_bridge.testing import graph_document, graph_edge_doc, graph_node_doc
 
 P = "process:h:10:1"
@@ -82,6 +84,48 @@ def _doc(run: dict[str, Any] | None = None) -> dict[str, Any]:
 def test_runtime_read_classes(path: str, cls: str | None) -> None:
     """Interpreter, library, kernel-interface and locale reads are runtime; work files are not."""
     assert runtime_read_class(path) == cls
+
+
+_FRAGMENTS = (
+    "/",
+    "a",
+    "x.py",
+    ".pyc",
+    ".pyo",
+    "/__pycache__/",
+    ".so",
+    ".so.6",
+    ".1",
+    "/etc/ld.so.",
+    "/site-packages/",
+    "/dist-packages/",
+    "/lib/python3.11/",
+    "/lib/node_modules/",
+    "/proc/",
+    "/sys/",
+    "/locale",
+    "/fonts/",
+    "/font/",
+    "fontconfig",
+    "/zoneinfo/",
+    "/gconv/",
+    "/dev/",
+    "null",
+    "zero",
+    "urandom",
+    "random",
+    "\n",
+    "tmp",
+    "home",
+)
+
+
+@given(st.lists(st.sampled_from(_FRAGMENTS), max_size=8).map("".join))
+def test_runtime_read_class_equals_its_reference(path: str) -> None:
+    """The one-search rejection gives what the plain loop over the classes gives, for paths
+    built from every pattern's pieces (anchors and ends included)."""
+    reference = next((name for name, pattern in _CLASSES if pattern.search(path)), None)
+    assert runtime_read_class(path) == reference
 
 
 def test_fold_merges_runtime_reads_per_process_and_keeps_everything_else() -> None:

@@ -52,6 +52,7 @@ from collections import Counter
 from collections.abc import Iterable
 from typing import Any
 
+from otel_bridge.gcpause import gc_paused
 from otel_bridge.graph._elements import (
     BOTH,
     CHANNEL_BIT,
@@ -462,12 +463,14 @@ class GraphAccumulator:
         return self._rows.rows(tuple(self._backend_names), node_ids, edge_keys)
 
     def to_dict(self) -> dict[str, Any]:
-        """The deterministic ``graph.json`` document (`docs/graph.md`) as a dict."""
-        return snapshot(
-            self._store,
-            names=tuple(self._backend_names),
-            run=self.run,
-            coverage=self._coverage,
-            coverage_by_channel=self._coverage_by_channel,
-            observations=self.observations,
-        )
+        """The deterministic ``graph.json`` document (`docs/graph.md`) as a dict, built with
+        the cyclic garbage collector paused (:func:`otel_bridge.gcpause.gc_paused`)."""
+        with gc_paused():
+            return snapshot(
+                self._store,
+                names=tuple(self._backend_names),
+                run=self.run,
+                coverage=self._coverage,
+                coverage_by_channel=self._coverage_by_channel,
+                observations=self.observations,
+            )

@@ -15,7 +15,7 @@ from graph_materialization import main, measure, synthetic_events
 
 from otel_bridge.component import Host
 from otel_bridge.exporters.graph import GraphExporter, GraphExporterConfig
-from otel_bridge.graph import load, schema
+from otel_bridge.graph import GraphAccumulator, load, schema
 from otel_bridge.model import Batch
 
 
@@ -90,16 +90,31 @@ def test_benchmark_reports_cpu_time_and_load(capsys: pytest.CaptureFixture[str])
     assert out.count("load average") == 2
 
 
-def test_benchmark_and_accumulator_never_pause_the_collector(
+def test_only_the_snapshot_pauses_the_collector(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    """Neither the benchmark nor the accumulator turns the garbage collector off."""
+    """The benchmark's harness and the accumulator's apply never turn the garbage collector
+    off; the snapshot (``to_dict``, as every caller gets it) pauses it once per snapshot and
+    turns it back on."""
     import gc
 
-    def refuse() -> None:
-        raise AssertionError("gc.disable() called")
+    calls: list[str] = []
+    real_disable, real_enable = gc.disable, gc.enable
 
-    monkeypatch.setattr(gc, "disable", refuse)
+    def disable() -> None:
+        calls.append("disable")
+        real_disable()
+
+    def enable() -> None:
+        calls.append("enable")
+        real_enable()
+
+    monkeypatch.setattr(gc, "disable", disable)
+    monkeypatch.setattr(gc, "enable", enable)
+    acc = GraphAccumulator(retain_support=False)
+    acc.apply_many(synthetic_events(300))
+    assert calls == []
     result = measure(300, reps=2)
     assert gc.isenabled()
+    assert calls == ["disable", "enable"] * 2
     assert (result["nodes"], result["edges"]) == (301, 300)

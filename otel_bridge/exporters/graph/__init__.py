@@ -25,12 +25,9 @@ observations that would grow it are spilled to a file, counted and said in ``gra
 
 from __future__ import annotations
 
-import gc
 import logging
 import os
 import threading
-from collections.abc import Iterator
-from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -48,6 +45,7 @@ from otel_bridge.component import (
 )
 from otel_bridge.errors import StartupError
 from otel_bridge.exporters import count, warn
+from otel_bridge.gcpause import gc_paused
 from otel_bridge.graph import GraphAccumulator, encode
 from otel_bridge.graph.document import write_atomic
 from otel_bridge.model import Batch, CoverageRecord, Observation
@@ -300,9 +298,9 @@ class GraphExporter:
 
     def flush(self) -> None:
         """Write graph.json now (atomically, mode 0600). The snapshot and its encoding run with
-        the cyclic garbage collector paused (:func:`_collector_paused`)."""
+        the cyclic garbage collector paused (:func:`otel_bridge.gcpause.gc_paused`)."""
         with self._write_lock:
-            with _collector_paused():
+            with gc_paused():
                 with self._lock:
                     doc = self._document()
                     self._dirty = False
@@ -344,26 +342,6 @@ class GraphExporter:
             self.journal.close()
         if self.bounds is not None:
             self.bounds.close()
-
-
-@contextmanager
-def _collector_paused() -> Iterator[None]:
-    """Python's cyclic garbage collector paused for the block, when it was running.
-
-    A snapshot builds a row (a dict or a list) per node and edge, none of them in a cycle, and
-    the allocations trigger collections that each traverse the rows built so far: about a third
-    of a snapshot's time for 16,000 spans' graph (``BENCHMARKS.md``, "Pipeline throughput").
-    The pause is for the whole process, so a collection other threads would have triggered
-    meanwhile runs when it ends; nothing is lost, only deferred.
-    """
-    if not gc.isenabled():
-        yield
-        return
-    gc.disable()
-    try:
-        yield
-    finally:
-        gc.enable()
 
 
 def _resolve(name: str, host: Host) -> Path:

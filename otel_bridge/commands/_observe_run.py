@@ -541,7 +541,7 @@ def _prepare(
             args.output or os.path.join("otel-bridge-runs", run_id), replace=args.replace
         )
     )
-    forward = None if args.no_forward else dict(os.environ)
+    forward = None if args.no_forward or not _names_destination(os.environ) else dict(os.environ)
     overlay, wiring = build_overlay(
         run,
         run_id,
@@ -565,6 +565,17 @@ def _prepare(
         guard = Guard(workload.pid)
         early = Early(run_id, run, wanted, trace_id, span_id, started_ns, workload, guard)
     return state, early
+
+
+_ENDPOINT_VARIABLES = tuple(
+    f"OTEL_EXPORTER_OTLP_{signal}ENDPOINT" for signal in ("", "TRACES_", "METRICS_", "LOGS_")
+)
+
+
+def _names_destination(env: Mapping[str, str]) -> bool:
+    """Whether ``env`` names an OTLP destination of the user's (the relay reads the rest): a
+    command run without one imports no exporter, gRPC or protobuf."""
+    return any(env.get(name, "").strip() for name in _ENDPOINT_VARIABLES)
 
 
 def _relay(env: Mapping[str, str], telemetry: Telemetry) -> Relay | None:

@@ -14,7 +14,6 @@ tracked too; it stops when its standard input closes (the collector is gone).
 
 from __future__ import annotations
 
-import contextlib
 import subprocess
 import threading
 import time
@@ -247,21 +246,16 @@ class ExecReader:
             pass  # the helper is gone: the backend reads images itself
 
     def close(self) -> None:
-        """Stop the helper (killed at once); its reaping and the reader's end are released in
-        the background (:mod:`.release`): nothing it still writes is needed. Safe twice."""
-        proc = self._proc
-        if proc.stdin is not None and not proc.stdin.closed:
-            proc.stdin.close()
+        """Stop the helper, in the background (:mod:`.release`): nothing it still writes is
+        needed, and its exit (it runs at a real-time priority) need not hold up the caller.
+        Safe twice."""
         if getattr(self, "_closed", False):
             return
         self._closed = True
-        if proc.poll() is None:
-            with contextlib.suppress(ProcessLookupError):
-                proc.kill()
         release("exec-images", self._finish)
 
     def _finish(self) -> None:
-        """Reap the helper, let the reader reach the end of its output, close that."""
+        """Kill and reap the helper, let the reader reach the end of its output, close that."""
         proc = self._proc
         stop_helper(proc)
         thread = getattr(self, "_thread", None)

@@ -324,3 +324,32 @@ def test_keep_alive_serves_several_requests_on_one_connection(
     finally:
         conn.close()
     assert len(running.sink.spans) == 2
+
+
+def test_accept_loop_wakes_only_for_connections_and_the_stop(
+    start_receiver: StartReceiver,
+) -> None:
+    """The accepting loop sleeps until a connection or the stop: it does not poll (a standing
+    collector stays idle), and a stop is seen at once instead of at the next poll."""
+    running = start_receiver(grpc=False)
+    server = running.receiver._http  # its loop's wake-up count
+    assert server is not None
+    conn = http.client.HTTPConnection("127.0.0.1", running.receiver.http_port, timeout=5)
+    try:
+        for _ in range(5):  # one connection, kept alive: its requests are the handler's
+            conn.request(
+                "POST",
+                "/v1/traces",
+                body=json_request(json_span()),
+                headers={"Content-Type": "application/json"},
+            )
+            response = conn.getresponse()
+            response.read()
+            assert response.status == 200
+    finally:
+        conn.close()
+    assert len(running.sink.spans) == 5
+    assert server.wakeups == 1  # the one accept; a polling loop wakes every poll interval
+    running.receiver.shutdown()
+    assert server.wakeups == 2  # the stop woke it, once
+    server.stop()  # safe twice

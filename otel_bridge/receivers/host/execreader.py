@@ -23,6 +23,7 @@ from typing import Any
 
 from otel_bridge.arming import HELPER, start_helper, stop_helper
 from otel_bridge.identity import start_ms_from_ticks
+from otel_bridge.receivers.host.release import release
 
 __all__ = ["HELPER", "ExecReader", "Image", "parse_fork", "parse_line"]
 
@@ -104,6 +105,7 @@ class ExecReader:
         """``sync``/``drain`` words written."""
         self._ended = False
         """The helper's output ended: no line will come any more."""
+        self._closed = False
         self._ask = threading.Lock()
         """Orders ``drain`` words (not the lock the line reader takes: a write may block)."""
         self._lock = threading.Lock()
@@ -244,7 +246,16 @@ class ExecReader:
             pass  # the helper is gone: the backend reads images itself
 
     def close(self) -> None:
-        """Stop the helper. Safe twice."""
+        """Stop the helper, in the background (:mod:`.release`): nothing it still writes is
+        needed, and its exit (it runs at a real-time priority) need not hold up the caller.
+        Safe twice."""
+        if getattr(self, "_closed", False):
+            return
+        self._closed = True
+        release("exec-images", self._finish)
+
+    def _finish(self) -> None:
+        """Kill and reap the helper, let the reader reach the end of its output, close that."""
         proc = self._proc
         stop_helper(proc)
         thread = getattr(self, "_thread", None)

@@ -130,6 +130,7 @@ from otel_bridge.arming import (
 from otel_bridge.arming import libc as _libc
 from otel_bridge.model import AnyValue, CollectionState, LogRecord
 from otel_bridge.receivers.host.events import SYSCALL, HostContext
+from otel_bridge.receivers.host.release import release
 
 __all__ = [
     "DIRENT_BITS",
@@ -845,9 +846,16 @@ class FanotifyWatcher:
             os.write(self._stop_w, b"x")
             self._thread.join()
             self._thread = None
-        fds = (self._fd, self._dir_fd, self._stop_r, self._stop_w, self._wake_r, self._wake_w)
-        for fd in (*fds, *self._mount_fds):
+        groups = [fd for fd in (self._fd, self._dir_fd) if fd >= 0]
+        release("fanotify", lambda: _close_all(groups))  # marks torn down: a grace period
+        for fd in (self._stop_r, self._stop_w, self._wake_r, self._wake_w, *self._mount_fds):
             if fd >= 0:
                 os.close(fd)
         self._fd = self._dir_fd = self._stop_r = self._stop_w = self._wake_r = self._wake_w = -1
         self._mount_fds = []
+
+
+def _close_all(fds: list[int]) -> None:
+    for fd in fds:
+        with contextlib.suppress(OSError):
+            os.close(fd)

@@ -36,6 +36,7 @@ bpftrace, then to lineage-only attribution (``docs/host.md``).
 
 from __future__ import annotations
 
+import contextlib
 import operator
 import os
 import select
@@ -63,6 +64,7 @@ from otel_bridge.perfring import (
     TRACEFS,
     ArmedRings,
     Field,
+    Ring,
     arm_rings,
     read_tracepoint,
 )
@@ -70,6 +72,7 @@ from otel_bridge.perfring import SAMPLE as _SAMPLE
 from otel_bridge.receivers.host.events import HostContext
 from otel_bridge.receivers.host.netscan import SocketScanner
 from otel_bridge.receivers.host.procfs import monotonic_to_wall_ns
+from otel_bridge.receivers.host.release import release
 from otel_bridge.receivers.host.socktrace import (
     ConnectTracer,
     Key,
@@ -339,9 +342,15 @@ class PerfSocketTracer(ConnectTracer):
         else:
             self.read_pass(final=True)
             self.decide_waiting(final=True)
-        for ring in self._rings:
-            ring.close()
-        self._rings = []
+        rings, self._rings = self._rings, []
+        release("perf-rings", lambda: _close_rings(rings))  # the kernel's grace period
         os.close(self._stop_r)
         os.close(self._stop_w)
         self._stop_r = self._stop_w = -1
+
+
+def _close_rings(rings: list[Ring]) -> None:
+    """Close ``rings`` (the last one unregisters the tracepoint: a kernel grace period)."""
+    for ring in rings:
+        with contextlib.suppress(OSError):
+            ring.close()

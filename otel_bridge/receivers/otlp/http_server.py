@@ -17,6 +17,8 @@ from __future__ import annotations
 
 import json
 import math
+import os
+import selectors
 import socket
 import ssl
 import threading
@@ -64,11 +66,6 @@ class _HttpError(Exception):
         self.status = status
         self.code = code
         self.headers = headers or {}
-
-
-_POLL_S = 0.02
-"""How often the serving loop checks for shutdown: stopping the server waits up to this long
-(the end of every ``observe`` run does), for 50 idle wake-ups a second."""
 
 
 def read_limited(
@@ -450,6 +447,39 @@ class _Server(ThreadingHTTPServer):
     allow_reuse_address = True
     request_queue_size = LISTEN_BACKLOG
     otlp: HttpServer
+    wakeups = 0
+    """How often the serving loop woke (each accepted connection, and the stop)."""
+
+    def serve_until(self, stop_fd: int) -> None:
+        """Accept connections until ``stop_fd`` is readable. The loop sleeps in the selector
+        until a connection or the stop arrives: an idle server never wakes, and a stop is seen
+        at once (``serve_forever`` instead polls a flag every ``poll_interval``)."""
+        selector_class = getattr(selectors, "PollSelector", selectors.SelectSelector)
+        with selector_class() as selector:
+            selector.register(self.socket, selectors.EVENT_READ)
+            selector.register(stop_fd, selectors.EVENT_READ)
+            while True:
+                ready = selector.select()
+                self.wakeups += 1
+                if any(key.fd == stop_fd for key, _ in ready):
+                    return
+                if ready:
+                    self._accept()
+
+    def _accept(self) -> None:
+        """Accept one connection and hand it to a thread (``socketserver``'s steps)."""
+        try:
+            request, client_address = self.get_request()
+        except OSError:
+            return  # gone before it was accepted, or a failed TLS accept
+        if not self.verify_request(request, client_address):
+            self.shutdown_request(request)
+            return
+        try:
+            self.process_request(request, client_address)
+        except Exception:
+            self.handle_error(request, client_address)
+            self.shutdown_request(request)
 
 
 class _Server6(_Server):
@@ -495,16 +525,29 @@ class HttpServer:
             self._httpd.server_close()
             raise StartupError(f"otlp receiver: HTTP tls/auth: {exc}") from exc
         self.port: int = self._httpd.server_address[1]
+        self._stop_r, self._stop_w = os.pipe()
         self._thread = threading.Thread(
-            target=self._httpd.serve_forever,
-            kwargs={"poll_interval": _POLL_S},
+            target=self._httpd.serve_until,
+            args=(self._stop_r,),
             name="otlp-http",
             daemon=True,
         )
         self._thread.start()
 
+    @property
+    def wakeups(self) -> int:
+        """How often the accepting loop woke (connections and the stop; never while idle)."""
+        return self._httpd.wakeups
+
     def stop(self) -> None:
-        """Stop accepting requests, then close the socket."""
-        self._httpd.shutdown()
-        self._httpd.server_close()
+        """Stop accepting requests (the loop wakes at once), then close the socket. Requests
+        already accepted go on in their threads (the receiver waits for those in the pipeline).
+        Safe twice."""
+        if self._stop_w < 0:
+            return
+        os.write(self._stop_w, b"x")
         self._thread.join(timeout=5.0)
+        self._httpd.server_close()
+        for fd in (self._stop_r, self._stop_w):
+            os.close(fd)
+        self._stop_r = self._stop_w = -1

@@ -11,6 +11,7 @@ off). The lineage's ``ended`` marks (what the socket scans skip) are checked on 
 from __future__ import annotations
 
 import json
+import os
 import shlex
 from pathlib import Path
 
@@ -66,7 +67,13 @@ def test_a_real_runs_stream_is_written_and_redacted_as_before(tmp_path: Path) ->
     observed.receiver.wait_idle()
     logs = finish(observed).logs
     mine = [r for r in logs if str(r.attributes.get("file.path", "")).startswith(str(root))]
-    assert len(mine) >= 40, "the workload's file events were recorded"
+    # Paced reading lets the kernel merge a process's repeated events on one file between two
+    # reads (docs/host.md), so the number of records depends on the machine's speed; every file
+    # the workload touched must be there.
+    names = {os.path.basename(str(r.attributes["file.path"])) for r in mine}
+    assert {"f0.bin", "f1.bin", "f2.bin", "f3.bin", "caf\u00e9 \u00fcber.txt", "a:1"} <= names, (
+        names
+    )
     assert any("café" in str(r.attributes.get("file.path")) for r in mine)
 
     for record in logs:

@@ -15,11 +15,13 @@ from typing import Any
 import pytest
 from waiting import wait_until
 
-from otel_bridge.component import CreateSettings, Host
+from otel_bridge.component import CreateSettings, Host, Telemetry
 from otel_bridge.errors import BackendUnavailableError
 from otel_bridge.model import LogRecord
 from otel_bridge.receivers.host import HostConfig, HostReceiver
+from otel_bridge.receivers.host.events import Emitter, EventFactory, HostContext, Lineage
 from otel_bridge.receivers.host.selection import create_backend
+from otel_bridge.redaction import Redactor
 from otel_bridge.testing import LoopbackServer, RecordingConsumer
 
 IS_ROOT = os.geteuid() == 0
@@ -180,6 +182,19 @@ def start_receiver(config: HostConfig, root_pid: int) -> Observed:
     host = Host()
     receiver.start(host)
     return Observed(receiver, sink, host)
+
+
+def held_context(root: int, sink: RecordingConsumer) -> HostContext:
+    """A host context over ``root``'s lineage (file events: open and close-write) whose records
+    stay in ``sink``'s emitter until flushed."""
+    telemetry = Telemetry()
+    return HostContext(
+        config=HostConfig(fanotify_events=["open", "close_write"]),
+        lineage=Lineage(root),
+        events=EventFactory("test", "run", Emitter(sink, telemetry, batch_size=10**5, interval=60)),
+        telemetry=telemetry,
+        redactor=Redactor(),
+    )
 
 
 def finish(observed: Observed) -> Observed:

@@ -16,17 +16,22 @@ import shlex
 from pathlib import Path
 
 import pytest
-from host_support import Gated, finish, needs_root, python, require_backend, start_receiver
+from host_support import (
+    Gated,
+    finish,
+    held_context,
+    needs_root,
+    python,
+    require_backend,
+    start_receiver,
+)
 
-from otel_bridge.component import Telemetry
 from otel_bridge.identity import linux_start_time_ms
 from otel_bridge.receivers.host import HostConfig
 from otel_bridge.receivers.host import fanotify as fanotify_module
-from otel_bridge.receivers.host.events import Emitter, EventFactory, HostContext, Lineage
 from otel_bridge.receivers.host.fanotify import FanotifyWatcher
 from otel_bridge.receivers.host.linux import LinuxBackend
 from otel_bridge.receivers.host.procfs import ProcessInfo
-from otel_bridge.redaction import Redactor
 from otel_bridge.testing import RecordingConsumer
 
 Fact = tuple[int, str, str]
@@ -125,17 +130,6 @@ def test_paced_reads_record_every_distinct_fact_of_a_real_workload(
     assert not any(k == "file.write" and "/f" in f for p, f, k in recorded if p in children)
 
 
-def _ctx(root: int, sink: RecordingConsumer) -> HostContext:
-    telemetry = Telemetry()
-    return HostContext(
-        config=HostConfig(fanotify_events=["open", "close_write"]),
-        lineage=Lineage(root),
-        events=EventFactory("test", "run", Emitter(sink, telemetry, batch_size=10**5, interval=60)),
-        telemetry=telemetry,
-        redactor=Redactor(),
-    )
-
-
 @needs_root
 def test_events_merged_while_unread_give_one_record_per_fact(tmp_path: Path) -> None:
     """What a pause lets the kernel do, played without a reader thread: 200 opens and writable
@@ -143,7 +137,7 @@ def test_events_merged_while_unread_give_one_record_per_fact(tmp_path: Path) -> 
     require_backend("linux")
     sink = RecordingConsumer()
     me = os.getpid()
-    ctx = _ctx(me, sink)
+    ctx = held_context(me, sink)
     ctx.events.remember(ProcessInfo(pid=me, start_ms=linux_start_time_ms(me) or 0))
     watcher = FanotifyWatcher(ctx)  # not started: nothing reads until the test does
     try:

@@ -14,28 +14,13 @@ import os
 import time
 from pathlib import Path
 
-from host_support import needs_root, require_backend
+from host_support import held_context, needs_root, require_backend
 
-from otel_bridge.component import Telemetry
 from otel_bridge.identity import linux_start_time_ms
-from otel_bridge.receivers.host import HostConfig
-from otel_bridge.receivers.host.events import Emitter, EventFactory, HostContext, Lineage
+from otel_bridge.receivers.host.events import HostContext
 from otel_bridge.receivers.host.fanotify import FanotifyWatcher
 from otel_bridge.receivers.host.procfs import ProcessInfo
-from otel_bridge.redaction import Redactor
 from otel_bridge.testing import RecordingConsumer
-
-
-def _ctx(root: int, sink: RecordingConsumer) -> HostContext:
-    """A host context over ``root``'s lineage whose records stay in ``sink`` until flushed."""
-    telemetry = Telemetry()
-    return HostContext(
-        config=HostConfig(fanotify_events=["open", "close_write"]),
-        lineage=Lineage(root),
-        events=EventFactory("test", "run", Emitter(sink, telemetry, batch_size=10**5, interval=60)),
-        telemetry=telemetry,
-        redactor=Redactor(),
-    )
 
 
 def _file_events(ctx: HostContext, sink: RecordingConsumer, pid: int) -> list[tuple[str, object]]:
@@ -62,7 +47,7 @@ def _mine(watcher: FanotifyWatcher) -> int:
 def test_a_foreign_pid_is_decided_at_the_read_without_holding(tmp_path: Path) -> None:
     require_backend("linux")
     sink = RecordingConsumer()
-    ctx = _ctx(1, sink)  # the lineage is init's: this test process is another process
+    ctx = held_context(1, sink)  # the lineage is init's: this test process is another process
     watcher = FanotifyWatcher(ctx)  # not started: the test plays the reader thread
     asked: list[float] = []
 
@@ -93,7 +78,7 @@ def test_a_foreign_pid_is_decided_at_the_read_without_holding(tmp_path: Path) ->
 def test_a_child_whose_fork_the_asked_pass_reads_loses_nothing(tmp_path: Path) -> None:
     require_backend("linux")
     sink = RecordingConsumer()
-    ctx = _ctx(1, sink)
+    ctx = held_context(1, sink)
     me = os.getpid()
     watcher = FanotifyWatcher(ctx)
 
@@ -123,7 +108,7 @@ def test_a_process_source_that_does_not_answer_leaves_the_events_held(tmp_path: 
     the reader does not ask again for a while."""
     require_backend("linux")
     sink = RecordingConsumer()
-    ctx = _ctx(1, sink)
+    ctx = held_context(1, sink)
     watcher = FanotifyWatcher(ctx)
     asked: list[float] = []
 

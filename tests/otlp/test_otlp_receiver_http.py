@@ -20,7 +20,7 @@ from opentelemetry.sdk._logs import LoggerProvider
 from opentelemetry.sdk._logs.export import SimpleLogRecordProcessor
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
-from otlp_fixtures import StartReceiver, make_span
+from otlp_fixtures import Running, StartReceiver, make_span
 
 from otel_bridge.errors import RefusedError
 from otel_bridge.otlp import proto_codec
@@ -309,9 +309,15 @@ def test_keep_alive_serves_several_requests_on_one_connection(
 ) -> None:
     """HTTP/1.1 keep-alive: two requests on one connection both succeed."""
     running = start_receiver(grpc=False)
+    _post_on_one_connection(running, 2)
+    assert len(running.sink.spans) == 2
+
+
+def _post_on_one_connection(running: Running, n: int) -> None:
+    """``n`` JSON span requests on one kept-alive HTTP/1.1 connection, each answered 200."""
     conn = http.client.HTTPConnection("127.0.0.1", running.receiver.http_port, timeout=5)
     try:
-        for _ in range(2):
+        for _ in range(n):
             conn.request(
                 "POST",
                 "/v1/traces",
@@ -323,7 +329,6 @@ def test_keep_alive_serves_several_requests_on_one_connection(
             assert response.status == 200
     finally:
         conn.close()
-    assert len(running.sink.spans) == 2
 
 
 def test_accept_loop_wakes_only_for_connections_and_the_stop(
@@ -334,20 +339,7 @@ def test_accept_loop_wakes_only_for_connections_and_the_stop(
     running = start_receiver(grpc=False)
     server = running.receiver._http  # its loop's wake-up count
     assert server is not None
-    conn = http.client.HTTPConnection("127.0.0.1", running.receiver.http_port, timeout=5)
-    try:
-        for _ in range(5):  # one connection, kept alive: its requests are the handler's
-            conn.request(
-                "POST",
-                "/v1/traces",
-                body=json_request(json_span()),
-                headers={"Content-Type": "application/json"},
-            )
-            response = conn.getresponse()
-            response.read()
-            assert response.status == 200
-    finally:
-        conn.close()
+    _post_on_one_connection(running, 5)  # one connection, kept alive: the handler's requests
     assert len(running.sink.spans) == 5
     assert server.wakeups == 1  # the one accept; a polling loop wakes every poll interval
     running.receiver.shutdown()

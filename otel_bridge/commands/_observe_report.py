@@ -44,6 +44,11 @@ def otlp_summary(
         "requests_malformed": n("requests_malformed"),
         "requests_too_large": n("requests_too_large"),
         "metrics_requests_refused": n("metrics_requests_unsupported"),
+        "spans_refused_why": sorted(
+            text
+            for key, text in telemetry.notes().items()
+            if key.startswith(f"{RECEIVER}.") and key.endswith(".spans_refused")
+        ),
     }
     out["warnings"] = _warnings(out, exit_code)
     return out
@@ -72,9 +77,10 @@ def _warnings(o: Mapping[str, Any], exit_code: int | None) -> list[str]:
                 "force_flush() before exiting?)"
             )
     if o["spans_refused"]:
+        why = "; ".join(o["spans_refused_why"]) or "the reason was not recorded"
         warnings.append(
-            f"{o['spans_refused']} spans were refused because the collector was over its memory "
-            "limit; the exporter was told to retry later and may have given up"
+            f"{o['spans_refused']} spans were refused for now ({why}); the exporter was told to "
+            "retry later and may have given up"
         )
     if o["spans_rejected"]:
         warnings.append(f"{o['spans_rejected']} spans were rejected as invalid (see the notes)")

@@ -30,6 +30,7 @@ from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor, SpanExportResult
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
+from otel_bridge.commands._observe_report import otlp_summary
 from otel_bridge.component import RECEIVER, Endpoint
 from otel_bridge.config import parse_config
 from otel_bridge.otlp import json_codec, proto_codec
@@ -213,3 +214,34 @@ def test_refusal_is_still_retryable_429_and_resource_exhausted(running: Any) -> 
     assert counter(collector, "spans_refused") == 2
     assert counter(collector, "spans_rejected") == 0
     assert collector.host.telemetry.value("refused", kind=RECEIVER, id="otlp") == 2
+
+
+def test_observe_summary_says_why_spans_were_refused(running: Any) -> None:
+    """The summary's warning gives the refusal's own reason (here the pipeline's error), never
+    a cause it did not see (it said "over its memory limit" for every refusal)."""
+    collector = running("refused")
+    status, _, _ = post_json(collector)
+    assert status == 429
+    summary = otlp_summary(collector.host.telemetry, None, recorded=0)
+    assert summary["spans_refused"] == 1
+    (warning,) = [w for w in summary["warnings"] if "refused for now" in w]
+    assert "the pipeline could not take them" in warning
+    assert "poison batch of 1 records" in warning  # the processor's own message
+    assert "memory limit" not in warning
+
+
+def test_spans_delivered_while_the_receiver_closes_are_refused_and_said(running: Any) -> None:
+    """A request its server thread delivers after the receiver's shutdown began (accepted
+    before the servers stopped) is refused for now, and the summary says it came during the
+    shutdown."""
+    collector = running("none")
+    receiver = collector.component("otlp")
+    assert isinstance(receiver, otlp_receiver.OtlpReceiver)
+    receiver.shutdown()
+    outcome = receiver.deliver_spans(
+        json_codec.decode_traces(json_codec.encode_traces([make_span(1)]))
+    )
+    assert outcome.refused
+    summary = otlp_summary(collector.host.telemetry, None, recorded=0)
+    (warning,) = [w for w in summary["warnings"] if "refused for now" in w]
+    assert "shutting down" in warning

@@ -134,6 +134,8 @@ class OtlpReceiver:
         self._stopped = False
         self._defer_grpc = False
         self._forward: ForwardTap | None = None
+        self._refusals: dict[str, list[str]] = {}
+        """Why records were refused for now, per noun (:meth:`_refused`)."""
         self._closing = False
         self._inflight = 0
         self._drained = threading.Condition()
@@ -209,6 +211,18 @@ class OtlpReceiver:
         """Add ``n`` to this receiver's counter ``name``."""
         if n:
             self._telemetry.count(name, n)
+
+    def _refused(self, noun: str, n: int, reason: str) -> None:
+        """Count ``n`` records refused for now and keep why (the first three distinct reasons,
+        as the note ``receiver.<id>.<noun>_refused``: ``observe``'s summary says them)."""
+        self.count(f"{noun}_refused", n)
+        with self._lock:
+            reasons = self._refusals.setdefault(noun, [])
+            if reason in reasons or len(reasons) >= 3:
+                return
+            reasons.append(reason)
+            text = "; ".join(reasons)
+        self._telemetry.note(f"receiver.{self._settings.id}.{noun}_refused", text)
 
     def report_once(self, key: str, message: str) -> None:
         """Log ``message`` once per ``key`` for this receiver."""
@@ -307,10 +321,12 @@ class OtlpReceiver:
             self.report_once(f"{noun}_rejected", decoded.error_message)
         if batch is not None:
             with self._drained:
-                if self._closing:
-                    self.count(f"{noun}_refused", n)
-                    return Outcome(refused="the receiver is shutting down")
-                self._inflight += 1
+                closing = self._closing
+                if not closing:
+                    self._inflight += 1
+            if closing:
+                self._refused(noun, n, "they arrived while the collector was shutting down")
+                return Outcome(refused="the receiver is shutting down")
             try:
                 self._next.consume(batch)
             except Exception as exc:
@@ -325,7 +341,7 @@ class OtlpReceiver:
     def _failed(self, exc: Exception, n: int, noun: str) -> Outcome:
         """The answer to a batch the pipeline raised on: retryable only for a refusal."""
         if is_retryable(exc):
-            self.count(f"{noun}_refused", n)
+            self._refused(noun, n, f"the pipeline could not take them: {exc}")
             self.report_once(
                 f"{noun}_refused", f"the pipeline refused data, clients asked to retry: {exc}"
             )

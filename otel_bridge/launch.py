@@ -24,7 +24,8 @@ PROTOCOLS = ("grpc", "http/protobuf", "http/json")
 """The OTLP protocols an SDK may be told (``OTEL_EXPORTER_OTLP_PROTOCOL``)."""
 OTLP_VARS = "OTEL_EXPORTER_OTLP_"
 """Every variable of the user's own OTLP destination is taken from CMD's environment (its
-destination is forwarded to instead, see ``_observe_forward``); the gate sets the two CMD needs."""
+destination is forwarded to instead, see ``otel_bridge.exporters.otlp.relay``); the gate sets
+the two CMD needs."""
 GATE = (
     "{ IFS= read -r OTEL_EXPORTER_OTLP_ENDPOINT && IFS= read -r OTEL_EXPORTER_OTLP_PROTOCOL; } "
     '< "$1" || exit 126; shift; '

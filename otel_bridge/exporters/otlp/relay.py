@@ -32,6 +32,7 @@ from typing import TYPE_CHECKING, Any, cast
 from urllib.parse import unquote, urlsplit
 
 from otel_bridge.component import Telemetry
+from otel_bridge.launch import PROTOCOLS
 
 if TYPE_CHECKING:
     from otel_bridge.exporters.otlp.sender import Item, Sender, SendResult, Signal
@@ -39,7 +40,6 @@ if TYPE_CHECKING:
     from otel_bridge.model import Span
 
 SIGNALS = ("traces", "metrics", "logs")
-PROTOCOLS = ("grpc", "http/protobuf", "http/json")
 FOLLOWED = "the protocol of the agent's requests"
 """``protocol_source`` when no protocol variable is set."""
 _NOUNS = {"traces": "spans", "logs": "log_records", "metrics": "metrics_requests"}

@@ -22,7 +22,7 @@ from otel_bridge.model import LogRecord, Span
 
 Signal = Literal["traces", "logs", "metrics"]
 """What a transport moves; the exporters send traces and logs (metrics only ``observe``'s
-forwarding relays, :mod:`otel_bridge.commands._observe_forward`)."""
+forwarding relays, :mod:`otel_bridge.exporters.otlp.relay`)."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -27,6 +27,7 @@ import errno
 import socket
 from dataclasses import dataclass, field
 
+from otel_bridge.errors import StartupError
 from otel_bridge.identity import is_loopback
 from otel_bridge.receivers.otlp.security import AuthConfig, TlsConfig
 
@@ -81,6 +82,19 @@ def bind_problem(host: str, port: int, *, reuse_port: bool = False, key: str = "
         except OSError as exc:
             return port_problem(port, exc, key)
     return ""
+
+
+def grpc_address(host: str, port: int) -> str:
+    """``host:port`` as gRPC takes it (an IPv6 host in brackets)."""
+    return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+
+
+def check_grpc_port(host: str, port: int, *, reuse_port: bool = False) -> None:
+    """:class:`StartupError` naming the address and the cause when gRPC could not listen on it
+    (said by us, before gRPC's C-core logs its own line to stderr, and without importing gRPC)."""
+    problem = bind_problem(host, port, reuse_port=reuse_port)
+    if problem:
+        raise StartupError(f"cannot listen for gRPC on {grpc_address(host, port)}: {problem}")
 
 
 def port_problem(port: int, exc: OSError, key: str) -> str:

@@ -28,7 +28,8 @@ from otel_bridge.otlp.proto_codec import decode_logs, decode_traces, encode_expo
 from otel_bridge.receivers.otlp.config import (
     METRICS_REFUSED,
     GrpcConfig,
-    bind_problem,
+    check_grpc_port,
+    grpc_address,
     split_endpoint,
 )
 from otel_bridge.receivers.otlp.security import TlsConfig
@@ -114,10 +115,8 @@ class GrpcServer:
                 ),
             )
         )
-        address = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
-        problem = bind_problem(host, port, reuse_port=config.reuse_port)
-        if problem:  # said by us, before gRPC's C-core logs its own line to stderr
-            raise StartupError(f"cannot listen for gRPC on {address}: {problem}")
+        address = grpc_address(host, port)
+        check_grpc_port(host, port, reuse_port=config.reuse_port)
         try:
             self._auth = config.auth.authenticator() if config.auth else None
             credentials = _credentials(config.tls) if config.tls else None

@@ -47,7 +47,7 @@ from otel_bridge.receivers.otlp.config import (
     GrpcConfig,
     OtlpReceiverConfig,
     Protocols,
-    bind_problem,
+    check_grpc_port,
     exposed_only_locally,
     split_endpoint,
 )
@@ -255,7 +255,10 @@ class OtlpReceiver:
                 if protocols.grpc is not None and not self._defer_grpc:
                     self._grpc = _grpc_server(self, protocols.grpc)
                 elif protocols.grpc is not None:  # deferred: a taken port is said now, not later
-                    _check_grpc_port(protocols.grpc)
+                    check_grpc_port(
+                        *split_endpoint(protocols.grpc.endpoint),
+                        reuse_port=protocols.grpc.reuse_port,
+                    )
                 if protocols.http is not None:
                     self._http = HttpServer(self, protocols.http)
             except StartupError:
@@ -364,13 +367,3 @@ def _grpc_server(receiver: OtlpReceiver, config: GrpcConfig) -> GrpcServer:
     from otel_bridge.receivers.otlp.grpc_server import GrpcServer  # noqa: PLC0415
 
     return GrpcServer(receiver, config)
-
-
-def _check_grpc_port(config: GrpcConfig) -> None:
-    """StartupError when the deferred gRPC server's port cannot be listened on: the same
-    message as an immediate start gives, without importing gRPC."""
-    host, port = split_endpoint(config.endpoint)
-    problem = bind_problem(host, port, reuse_port=config.reuse_port)
-    if problem:
-        address = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
-        raise StartupError(f"cannot listen for gRPC on {address}: {problem}")

@@ -97,7 +97,8 @@ class ExecReader:
     ) -> None:
         self._proc = process or start_helper(pids, timeout=startup_timeout)
         self._images: dict[tuple[int, int], Image] = {}
-        self._by_event: dict[tuple[int, int], Image] = {}
+        self._by_event: dict[tuple[int, int], tuple[int, Image]] = {}
+        """``(pid, exec event ns)`` -> ``(start ms, image)``: the image's key in ``_images``."""
         self._forks: dict[tuple[int, int], tuple[int, int]] = {}
         self._syncs = 0
         """``S`` lines read (answers to ``sync``/``drain``, in the order they were asked)."""
@@ -132,7 +133,7 @@ class ExecReader:
                     pid, start_ms, image = parsed
                     _put(self._images, (pid, start_ms), image)
                     if image.event_ns:
-                        _put(self._by_event, (pid, image.event_ns), image)
+                        _put(self._by_event, (pid, image.event_ns), (start_ms, image))
                 else:
                     continue
                 self._cond.notify_all()
@@ -171,14 +172,11 @@ class ExecReader:
         """``(start ms, image)`` ``pid`` exec'd in the exec event of timestamp ``event_ns``,
         if the helper read it."""
         with self._cond:
-            image = self._by_event.pop((pid, event_ns), None)
-            if image is None:
-                return None
-            for key, held in list(self._images.items()):
-                if held is image:
-                    del self._images[key]
-                    return key[1], image
-            return None
+            found = self._by_event.pop((pid, event_ns), None)
+            if found is None or self._images.get((pid, found[0])) is not found[1]:
+                return None  # not read, or already taken (or dropped) by its identity
+            del self._images[(pid, found[0])]
+            return found
 
     def fork_identity(self, pid: int, event_ns: int) -> tuple[int, int] | None:
         """``(start ms, parent pid)`` of the child of the fork event ``(pid, event_ns)``, if the
@@ -194,10 +192,11 @@ class ExecReader:
         the image of that identity."""
         slack = SAME_START_MS if approximate else 0
         with self._cond:
-            image = self._by_event.get((pid, event_ns)) if event_ns else None
-            for key, held in list(self._images.items()) if image is not None else ():
-                if held is image and abs(key[1] - start_ms) <= slack:
-                    del self._images[key]
+            found = self._by_event.get((pid, event_ns)) if event_ns else None
+            if found is not None and abs(found[0] - start_ms) <= slack:
+                held, image = found
+                if self._images.get((pid, held)) is image:
+                    del self._images[(pid, held)]
                     del self._by_event[(pid, event_ns)]
                     return image
         return self.take(pid, start_ms)

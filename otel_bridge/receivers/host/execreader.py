@@ -76,7 +76,9 @@ def parse_fork(line: bytes) -> tuple[int, int, int, int] | None:
 
 SAME_START_MS = 1000
 """An approximate start (read from the fork event's time) names the process whose start read
-at its exec is this close: the same pid in the lineage, within a second of its fork."""
+at its exec is this close: the same pid in the lineage, within a second of its fork. A process
+whose start is further than this from its fork event is another one that reuses the pid (the
+child exited before its fork event was read: the ``linux`` backend's fork identity)."""
 
 _KEEP = 4096
 """Images and fork identities kept at most (the oldest go first)."""

@@ -57,7 +57,7 @@ from otel_bridge.identity import start_ms_from_ticks
 from otel_bridge.model import CollectionState
 from otel_bridge.perfring import ArmedRings
 from otel_bridge.receivers.host.events import SAMPLED, SYSCALL, HostContext
-from otel_bridge.receivers.host.execreader import ExecReader
+from otel_bridge.receivers.host.execreader import SAME_START_MS, ExecReader
 from otel_bridge.receivers.host.fanotify import FanotifyWatcher
 from otel_bridge.receivers.host.netscan import SocketScanner
 from otel_bridge.receivers.host.perftrace import PerfSocketTracer
@@ -312,17 +312,12 @@ def _socket_tracer(
     return None, f"socket attribution: lineage only (no socket tracer: {why_not}): {SAMPLED_ONLY}"
 
 
-_SAME_START_MS = 1000
-"""A process whose start time is further than this from its fork event is another process that
-reuses the pid (the child exited before its fork event was read)."""
-
-
 def fork_identity(pid: int, ppid: int, event_monotonic_ns: int) -> ProcessInfo:
     """A forked child's identity from ``/proc/<pid>/stat``, approximate when it is gone (or the
     pid already belongs to a process started long after the fork)."""
     stat = read_stat(pid)
     approx = approx_start_ms(event_monotonic_ns)
-    if stat is None or abs(start_ms_from_ticks(stat[1]) - approx) > _SAME_START_MS:
+    if stat is None or abs(start_ms_from_ticks(stat[1]) - approx) > SAME_START_MS:
         return ProcessInfo(pid=pid, start_ms=approx, ppid=ppid, approximate=True)
     return ProcessInfo(pid=pid, start_ms=start_ms_from_ticks(stat[1]), ppid=ppid)
 

@@ -31,6 +31,7 @@ def _ctx(root: int, sink: RecordingConsumer, paths: list[str] | None = None) -> 
         config=HostConfig(
             fanotify_events=["open", "close_write", "create", "delete", "rename"],
             fanotify_paths=paths or ["/"],
+            file_merge_window=0,  # how events name files, not merging: a record per event read
         ),
         lineage=Lineage(root),
         events=EventFactory("test", "run", Emitter(sink, telemetry, batch_size=10**5, interval=60)),

@@ -23,6 +23,7 @@ from otel_bridge.identity import linux_start_time_ms
 from otel_bridge.receivers.host import HostConfig
 from otel_bridge.receivers.host.events import Emitter, EventFactory, HostContext, Lineage
 from otel_bridge.receivers.host.fanotify import FAN_CLOSE_WRITE, FAN_OPEN, FanotifyWatcher
+from otel_bridge.receivers.host.filemerge import LAST_TIME, MERGED_EVENTS
 from otel_bridge.receivers.host.linux import retire_now
 from otel_bridge.receivers.host.procfs import ProcessInfo
 from otel_bridge.redaction import Redactor
@@ -108,11 +109,15 @@ def test_an_event_read_after_its_process_exited_is_stamped_at_the_exit() -> None
         watcher._path_event(FAN_OPEN | FAN_CLOSE_WRITE, me, "/work/calc.py", read_at)
     finally:
         watcher.stop()
-    assert [(n, t) for n, _, t in _files(ctx, sink)] == [
+    files = _files(ctx, sink)
+    assert [(n, t) for n, _, t in files] == [
         ("file.open", read_at - 3_000_000_000),
-        ("file.open", read_at),
         ("file.write", read_at),
     ]
+    # the two opens are one merged record (docs/host.md): its time the first's, the last's kept
+    assert files[0][1][MERGED_EVENTS] == 2
+    assert files[0][1][LAST_TIME] == read_at
+    assert MERGED_EVENTS not in files[1][1]
 
 
 def test_an_exited_pid_leaves_the_lineage_once_its_file_events_are_read() -> None:

@@ -84,6 +84,8 @@ _DETAIL_KEYS = (
     "file.access",
     "file.new_path",
     "file.change.type",
+    "evidence.merged_events",
+    "evidence.last_time_unix_nano",
     "network.connect.result",
     "network.local.address",
     "network.local.port",
@@ -219,11 +221,16 @@ def _observations(
             attrs[key] = value
 
     def obs(
-        n: int, subject: Entity, rel: RelationKind | None = None, obj: Entity | None = None
+        n: int,
+        subject: Entity,
+        rel: RelationKind | None = None,
+        obj: Entity | None = None,
+        end: int = 0,
     ) -> Observation:
         return Observation(
             id=f"{source.record_id}#{n}",
             time_unix_nano=time,
+            end_time_unix_nano=end,
             source=source,
             subject=subject,
             relation=rel,
@@ -264,7 +271,9 @@ def _observations(
         return [obs(0, _file_content(a, time))]
     if name in FILE_RELATIONS:  # nearly every record: first
         proc = _process(a, host, name)
-        return [obs(0, proc, FILE_RELATIONS[name], _file(_require_str(a, "file.path", name)))]
+        last = a.get("evidence.last_time_unix_nano")  # a merged record: docs/host.md
+        end = last if type(last) is int and last > time else 0
+        return [obs(0, proc, FILE_RELATIONS[name], _file(_require_str(a, "file.path", name)), end)]
     if name not in _PROCESS_EVENTS and name not in NETWORK_RELATIONS:
         raise CoverageError("unknown_os_event", f"event {name!r} is not part of the OS contract")
     proc = _process(a, host, name)

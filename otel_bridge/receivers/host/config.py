@@ -105,6 +105,11 @@ class HostConfig:
     """Linux backend: a path on each filesystem (or mount) to mark."""
     fanotify_mark: str = "filesystem"
     """``filesystem`` (whole filesystem of each path) or ``mount`` (that mount only)."""
+    file_merge_window: float = 1.0
+    """Linux backend: a process's repeated file events of one kind on one file within this many
+    seconds of the first are one record, which says how many events it stands for
+    (``evidence.merged_events``) and the last one's time (``evidence.last_time_unix_nano``);
+    its time is the first's. 0: one record per event read. ``docs/host.md``."""
     capture: CaptureConfig = field(default_factory=CaptureConfig)
     """Opt-in content capture: ``file_hashes: true`` records the size and SHA-256 of each file
     the lineage wrote (never the content), ``max_bytes`` the largest file read (``docs/host.md``).
@@ -147,6 +152,8 @@ class HostConfig:
                 )
         if self.fanotify_mark not in ("filesystem", "mount"):
             problems.append("fanotify_mark: must be 'filesystem' or 'mount'")
+        if not 0 <= self.file_merge_window <= 60:
+            problems.append("file_merge_window: must be between 0 and 60 seconds")
         if self.batch_interval <= 0:
             problems.append("batch_interval: must be > 0")
         if self.batch_size < 1:

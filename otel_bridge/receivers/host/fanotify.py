@@ -130,6 +130,7 @@ from otel_bridge.arming import (
 from otel_bridge.arming import libc as _libc
 from otel_bridge.model import AnyValue, CollectionState, LogRecord
 from otel_bridge.receivers.host.events import SYSCALL, HostContext
+from otel_bridge.receivers.host.filemerge import MERGED_KINDS, FileMerger, Held
 from otel_bridge.receivers.host.release import release
 
 __all__ = [
@@ -186,7 +187,7 @@ PACE_S = 0.02
 within one such period, the next read waits for the period's end, so the kernel merges a pid's
 identical events on one entry meanwhile. The most an event's read (its record's time) is
 delayed by the pacing."""
-PACE_EVENTS = 64
+PACE_EVENTS = 8
 """Events read within :data:`PACE_S` before the reader paces itself: sparser events are read
 at once."""
 
@@ -236,6 +237,11 @@ class FanotifyWatcher:
         device node (forgotten with ``_dirs``): a file touched again costs one lookup."""
         self._pre: tuple[list[PreRead], RawReads, RawReads] = ([], [], [])
         """Events the armed pre-reader read before this watcher existed (replayed first)."""
+        window = cfg.file_merge_window if ctx.capture is None else 0.0
+        self._merger = FileMerger(window) if window > 0 else None
+        """Repeated file events of one process, file and kind folded into one record
+        (:mod:`.filemerge`); None: one record per event read (or the content capture is on: it
+        reads the file at each writable close)."""
         note = self._open_groups(armed)
         self._stop_r, self._stop_w = os.pipe()
         self._wake_r, self._wake_w = os.pipe()
@@ -313,7 +319,13 @@ class FanotifyWatcher:
             f"{self._mode_note(want_fid, fid_error)}; "
             f"no open flags (fanotify does not report them){dirent_note}; a busy queue is read "
             f"every {PACE_S * 1000:g} ms (a record's time is its read time, up to that much "
-            "later; one record per pid, file and kind between two reads)"
+            "later)"
+            + (
+                f"; a process's repeated events of one kind on one file within "
+                f"{self._merger.window:g} s are one record (evidence.merged_events)"
+                if self._merger is not None
+                else ""
+            )
         )
 
     def _mode_note(self, want_fid: bool, error: OSError | None) -> str:
@@ -375,6 +387,9 @@ class FanotifyWatcher:
         while True:
             timeout = 0.05 if self._waiting else 0.5
             began = time.monotonic()
+            due = self._merger.next_due() if self._merger else None
+            if due is not None:
+                timeout = min(timeout, max(0.0, due - began))
             if self._dirs_per_pass:
                 self._forget_directories()
             ready, _, _ = select.select([*readers, self._stop_r, self._wake_r], [], [], timeout)
@@ -390,6 +405,8 @@ class FanotifyWatcher:
                     events += self._read(fd)
             if self._waiting:
                 self._recheck(final=stopping)
+            if self._merger:
+                self._send_held(self._merger.flush() if stopping else self._merger.due())
             # a descriptor not ready was empty when select returned, the others were read
             # until empty: everything queued before ``began`` is handled
             self.drained_at = began
@@ -831,14 +848,26 @@ class FanotifyWatcher:
         if exited is not None and exited < now:
             now = exited  # read after the process exited: it happened before the exit
         attrs: dict[str, AnyValue] = ctx.events.identity_attrs(pid)
+        merger = self._merger
+        if merger is not None and name in MERGED_KINDS:
+            self._send_held(merger.add(name, pid, path, now, attrs))
+            return
         attrs["file.path"] = path
         if new_path:
             attrs["file.new_path"] = new_path
-        record = ctx.events.record(name, now, attrs, attribution=SYSCALL, causal=True)
+        self._send(name, pid, now, attrs)
+
+    def _send_held(self, records: list[Held]) -> None:
+        """Emit merged records (:mod:`.filemerge`), their time the first event's."""
+        for held in records:
+            self._send(held.name, held.pid, held.first_ns, held.final_attrs())
+
+    def _send(self, name: str, pid: int, now: int, attrs: dict[str, AnyValue]) -> None:
+        record = self._ctx.events.record(name, now, attrs, attribution=SYSCALL, causal=True)
         if self.emit_for is not None:
             self.emit_for(pid, record)
         else:
-            ctx.emit(record)
+            self._ctx.emit(record)
 
     def stop(self) -> None:
         """Stop reading and close the descriptor. Safe twice."""
@@ -846,6 +875,8 @@ class FanotifyWatcher:
             os.write(self._stop_w, b"x")
             self._thread.join()
             self._thread = None
+        if self._merger:  # read before the reader ran (:meth:`before_follow`), never sent
+            self._send_held(self._merger.flush())
         groups = [fd for fd in (self._fd, self._dir_fd) if fd >= 0]
         release("fanotify", lambda: _close_all(groups))  # marks torn down: a grace period
         for fd in (self._stop_r, self._stop_w, self._wake_r, self._wake_w, *self._mount_fds):

@@ -20,7 +20,7 @@ from otel_bridge.arming import FAN_CLOSE_WRITE, FAN_OPEN
 from otel_bridge.component import Telemetry
 from otel_bridge.graph.accumulator import GraphAccumulator
 from otel_bridge.identity import linux_start_time_ms
-from otel_bridge.model import LogRecord
+from otel_bridge.model import AnyValue, LogRecord
 from otel_bridge.processors.normalize.oslogs import normalize_os_record
 from otel_bridge.receivers.host import HostConfig
 from otel_bridge.receivers.host.events import Emitter, EventFactory, HostContext, Lineage
@@ -148,7 +148,10 @@ def test_the_merger_emits_in_first_seen_order_and_bounds_what_it_holds() -> None
     """Due records come out oldest first; the table never holds more than ``MAX_HELD``: a new
     key when it is full emits every held record first."""
     merger = FileMerger(window=0.5)
-    ident = {"process.pid": 7, "process.creation.time": "2026-01-01T00:00:00.000Z"}
+    ident: dict[str, AnyValue] = {
+        "process.pid": 7,
+        "process.creation.time": "2026-01-01T00:00:00.000Z",
+    }
     merger.add("file.open", 7, "/a", 1, dict(ident))
     merger.add("file.open", 7, "/b", 2, dict(ident))
     assert merger.add("file.open", 7, "/a", 3, dict(ident)) == []  # folded

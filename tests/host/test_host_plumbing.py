@@ -6,6 +6,7 @@ import os
 import socket
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -63,6 +64,58 @@ def test_emitter_flushes_on_interval() -> None:
         assert sink.wait_for(1, timeout=2)
     finally:
         emitter.close()
+
+
+class _CloseDuringClear(threading.Event):
+    """The flusher's wake-up event, with the race forced: its first ``clear()`` (the flusher,
+    its interval just elapsed) waits until ``close`` has run in another thread up to its join
+    (it set the stop and this event), then clears, swallowing close's wake-up."""
+
+    def __init__(self, close: Callable[[], None]) -> None:
+        super().__init__()
+        self._close = close
+        self._sets = 0
+        self._seen = threading.Condition()
+        self.closer: threading.Thread | None = None
+
+    def set(self) -> None:
+        super().set()
+        with self._seen:
+            self._sets += 1
+            self._seen.notify_all()
+
+    def clear(self) -> None:
+        if self.closer is None:
+            sets = self._sets
+            self.closer = threading.Thread(target=self._close, daemon=True)
+            self.closer.start()
+            with self._seen:  # close() sets the stop, then this event: both done
+                assert self._seen.wait_for(lambda: self._sets > sets, timeout=30)
+        super().clear()
+
+
+def test_emitter_close_between_the_interval_and_its_clear_ends() -> None:
+    """``close`` right after the flusher's interval elapsed, before it clears its wake-up, still
+    stops the flusher (it once slept for good: ``observe`` of a short command hung in
+    ``HostReceiver.shutdown``), and the records are sent."""
+    sink = RecordingConsumer()
+    emitter = Emitter(sink, Telemetry(), batch_size=1000, interval=0.001)
+    gate = _CloseDuringClear(emitter.close)
+    emitter._some = gate  # the one injection point: the event the flusher sleeps on
+    factory = EventFactory("test", "r", emitter)
+    emitter.start()
+    emitter.emit(factory.record("file.open", 1, {"file.path": "/x"}, attribution=SAMPLED))
+    assert sink.wait_for(1, timeout=30)  # the flusher's pass that raced with close
+    assert gate.closer is not None
+    gate.closer.join(timeout=10)  # a close that works returns within milliseconds
+    stuck = gate.closer.is_alive()
+    if stuck:
+        emitter._some.set()  # let the stuck flusher go, so nothing is left behind
+        gate.closer.join(timeout=30)
+    assert not stuck, "Emitter.close() never returned: the flusher slept on a lost wake-up"
+    emitter.emit(factory.record("file.open", 2, {"file.path": "/y"}, attribution=SAMPLED))
+    emitter.flush()
+    assert [r.attributes["file.path"] for r in sink.logs] == ["/x", "/y"]
 
 
 def test_emitter_counts_refused_batches_and_keeps_running() -> None:

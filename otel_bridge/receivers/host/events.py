@@ -158,14 +158,19 @@ class Emitter:
             self._telemetry.report_once("host.refused", f"host receiver: batch refused: {exc}")
 
     def _run(self) -> None:
-        # nothing queued: sleep until a record is (a collector with nothing to say stays idle)
-        while self._some.wait() and not self._stop.wait(self._interval):
+        # nothing queued: sleep until a record is (a collector with nothing to say stays idle).
+        # The stop is checked again before each sleep: the clear below can swallow the wake-up
+        # of a close() that came after the interval elapsed, but close() sets the stop first.
+        while not self._stop.is_set():
+            self._some.wait()
+            if self._stop.wait(self._interval):
+                return
             self._some.clear()  # before the flush takes the batch: a later record sets it again
             self.flush()
 
     def close(self) -> None:
         """Stop the flusher and send what is left."""
-        self._stop.set()
+        self._stop.set()  # before the wake-up (see _run)
         self._some.set()
         if self._thread is not None:
             self._thread.join()

@@ -9,7 +9,7 @@ from __future__ import annotations
 import hashlib
 from collections.abc import Iterable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NamedTuple
 
 from otel_bridge.grading import Flag, aggregate_flag, grade_edge, weakest
 from otel_bridge.model import Attribution, Grade
@@ -117,6 +117,42 @@ def _flag(value: Any) -> bool | None:
     return value if isinstance(value, bool) else None
 
 
+class _Grading(NamedTuple):
+    """How far an edge may be trusted: its flags and its grade."""
+
+    inferred: Flag
+    causal: Flag
+    grade: Grade
+
+
+def _edge(  # noqa: PLR0917 (its two callers pass their own arguments on, in order)
+    source: str,
+    relation: str,
+    target: str,
+    method: str,
+    session: str,
+    grading: _Grading,
+    support: Iterable[str],
+    detail: dict[str, Any] | None,
+    /,
+) -> Edge:
+    """The edge ``method`` made from ``source`` to ``target``: its id derived from the ends, the
+    relation and the method, its support sorted without repeats."""
+    return Edge(
+        id=edge_id(source, relation, target, method),
+        source=source,
+        target=target,
+        relation=relation,
+        method=method,
+        grade=str(grading.grade),
+        inferred=grading.inferred,
+        causal=grading.causal,
+        session=session,
+        support=sorted(set(support)),
+        detail=detail or {},
+    )
+
+
 def chained(
     source: str,
     relation: str,
@@ -140,19 +176,9 @@ def chained(
     if any(e.inferred == "mixed" for e in chain):
         inferred = "mixed"
     grade = weakest(Grade(e.grade) for e in chain) if chain else Grade.U
-    return Edge(
-        id=edge_id(source, relation, target, method),
-        source=source,
-        target=target,
-        relation=relation,
-        method=method,
-        session=session,
-        inferred=inferred,
-        causal=causal,
-        grade=str(grade),
-        support=sorted({e.id for e in chain}),
-        detail=detail or {},
-    )
+    grading = _Grading(inferred=inferred, causal=causal, grade=grade)
+    support = (e.id for e in chain)
+    return _edge(source, relation, target, method, session, grading, support, detail)
 
 
 def ruled(
@@ -174,16 +200,5 @@ def ruled(
     inferred: Flag = not exact
     causal: Flag = False
     grade = grade_edge(frozenset({Attribution.EXACT_IDENTITY}), causal, inferred, method)
-    return Edge(
-        id=edge_id(source, relation, target, method),
-        source=source,
-        target=target,
-        relation=relation,
-        method=method,
-        session=session,
-        inferred=inferred,
-        causal=causal,
-        grade=str(grade),
-        support=sorted(set(support)),
-        detail=detail or {},
-    )
+    grading = _Grading(inferred=inferred, causal=causal, grade=grade)
+    return _edge(source, relation, target, method, session, grading, support, detail)

@@ -645,3 +645,31 @@ def require_consumer(next_consumer: Consumer | None, type_name: str) -> Consumer
     if next_consumer is None:
         raise ValueError(f"{type_name}: a receiver or processor needs a next consumer")
     return next_consumer
+
+
+_C_contra = TypeVar("_C_contra", contravariant=True)
+
+
+class NamedProcessorClass(Protocol[_C_contra]):
+    """A processor built from its config and next consumer, named after its instance."""
+
+    def __call__(
+        self, config: _C_contra, next_consumer: Consumer, /, *, name: str, telemetry: Telemetry
+    ) -> Component: ...
+
+
+def named_processor_create(
+    cls: NamedProcessorClass[C],
+) -> Callable[[CreateSettings, C, Consumer | None], Component]:
+    """The factory ``create`` of ``cls``: the next consumer required, and the instance's name
+    (``pipeline.id``, one instance per pipeline) and telemetry passed on."""
+
+    def create(settings: CreateSettings, config: C, next_consumer: Consumer | None) -> Component:
+        return cls(
+            config,
+            require_consumer(next_consumer, settings.id),
+            name=settings.instance_name,
+            telemetry=settings.telemetry,
+        )
+
+    return create

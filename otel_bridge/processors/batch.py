@@ -19,14 +19,12 @@ from dataclasses import dataclass
 
 from otel_bridge.component import (
     PROCESSOR,
-    Component,
     Consumer,
     CounterSpec,
-    CreateSettings,
     Factory,
     Host,
     Telemetry,
-    require_consumer,
+    named_processor_create,
 )
 from otel_bridge.model import Batch
 
@@ -185,20 +183,11 @@ class BatchProcessor:
                 )
 
 
-def _create(settings: CreateSettings, config: Config, next_consumer: Consumer | None) -> Component:
-    return BatchProcessor(
-        config,
-        require_consumer(next_consumer, settings.id),
-        name=settings.instance_name,
-        telemetry=settings.telemetry,
-    )
-
-
 factory: Factory[Config] = Factory(
     type_name="batch",
     kind=PROCESSOR,
     default_config=Config,
-    create=_create,
+    create=named_processor_create(BatchProcessor),
     counters=(
         CounterSpec(
             "batches_sent", "batches sent, by reason (size, timeout, shutdown)", "{batches}", True

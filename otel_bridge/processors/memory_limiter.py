@@ -58,14 +58,12 @@ import psutil
 from otel_bridge.admission import admission
 from otel_bridge.component import (
     PROCESSOR,
-    Component,
     Consumer,
     CounterSpec,
-    CreateSettings,
     Factory,
     Host,
     Telemetry,
-    require_consumer,
+    named_processor_create,
 )
 from otel_bridge.errors import RefusedError
 from otel_bridge.model import Batch
@@ -410,20 +408,11 @@ class MemoryLimiter:
                 self._in_flight -= n
 
 
-def _create(settings: CreateSettings, config: Config, next_consumer: Consumer | None) -> Component:
-    return MemoryLimiter(
-        config,
-        require_consumer(next_consumer, settings.id),
-        name=settings.instance_name,
-        telemetry=settings.telemetry,
-    )
-
-
 factory: Factory[Config] = Factory(
     type_name="memory_limiter",
     kind=PROCESSOR,
     default_config=Config,
-    create=_create,
+    create=named_processor_create(MemoryLimiter),
     counters=(
         CounterSpec("refused_records", "records refused (retryable) over a limit"),
         CounterSpec("refused_batches", "batches refused (retryable) over a limit", "{batches}"),

@@ -109,7 +109,9 @@ class HostConfig:
     """Linux backend: a process's repeated file events of one kind on one file within this many
     seconds of the first are one record, which says how many events it stands for
     (``evidence.merged_events``) and the last one's time (``evidence.last_time_unix_nano``);
-    its time is the first's. 0: one record per event read. ``docs/host.md``."""
+    its time is the first's. 0: one record per event read. Records reach the pipeline up to this
+    much later: keep it under ``correlate``'s ``allowed_lateness`` (2 s by default) and
+    ``enrich``'s ``hold_delay``. ``docs/host.md``."""
     capture: CaptureConfig = field(default_factory=CaptureConfig)
     """Opt-in content capture: ``file_hashes: true`` records the size and SHA-256 of each file
     the lineage wrote (never the content), ``max_bytes`` the largest file read (``docs/host.md``).

@@ -9,12 +9,14 @@ import zlib
 from pathlib import Path
 from typing import Any
 
+import msgspec
 import pytest
 
 from otel_bridge.component import CreateSettings, Host, Telemetry
 from otel_bridge.errors import StartupError
 from otel_bridge.exporters.graph import GraphExporter, GraphExporterConfig, JournalConfig, factory
 from otel_bridge.exporters.graph.journal import MAGIC, Journal, JournalError, encode_frame
+from otel_bridge.exporters.graph.redelivery import Delivered
 from otel_bridge.model import Batch, Channel, CoverageRecord, Source
 from otel_bridge.processors.normalize import Normalizer
 from otel_bridge.testing import make_span
@@ -209,3 +211,79 @@ def test_an_intact_but_unreadable_frame_is_skipped_and_later_frames_replay(tmp_p
     assert telemetry.total("journal_skipped_frames", kind="exporter") == 1
     assert second.snapshot()["summary"]["observations"] == 2
     assert telemetry.total("journal_torn_bytes", kind="exporter") == 0
+
+
+def test_a_batch_delivered_again_after_a_kill_counts_once(tmp_path: Path) -> None:
+    """The flaky fleet failure, made certain: a gateway journals a batch and is killed before
+    the sender learns it was taken; the restarted exporter replays the journal, then the sender
+    resends the batch. Each observation counts once, and the copy is not journaled again.
+    (Resent here without its coverage record: coverage records carry no id, and a resent one is
+    counted again, as documented.)"""
+    batches = _batches(5)
+    first = _exporter(tmp_path)
+    for batch in batches:
+        first.consume(batch)
+    expected = first.snapshot()
+    assert first.journal is not None
+    first.journal.close()  # killed: no shutdown
+    journal = tmp_path / "state" / "graph.journal"
+    size = journal.stat().st_size
+
+    telemetry = Telemetry()
+    second = _exporter(tmp_path, telemetry)
+    try:
+        second.consume(Batch(observations=batches[-1].observations))  # the resend
+        assert second.snapshot() == expected
+        assert telemetry.total("redelivered", kind="exporter") == len(batches[-1].observations)
+        assert journal.stat().st_size == size  # nothing left to journal
+        for batch in _batches(2, start=5):  # what is new still counts
+            second.consume(batch)
+        assert second.snapshot()["summary"]["observations"] == sum(
+            len(b.observations) for b in _batches(7)
+        )
+    finally:
+        second.shutdown()
+
+
+def test_a_copy_counts_once_and_an_id_at_another_time_counts(tmp_path: Path) -> None:
+    """An SDK's retry (the same observations again, in one batch or the next) adds nothing; an
+    observation whose id an earlier one had, at another time (OS record ids count from 1 in every
+    collector process, so a collector restarted on its journal reuses them), is new evidence."""
+    (batch,) = _batches(1)
+    twice = Batch(observations=batch.observations + batch.observations, coverage=batch.coverage)
+    exporter = _exporter(tmp_path)
+    try:
+        exporter.consume(twice)
+        exporter.consume(Batch(observations=batch.observations))
+        once = exporter.snapshot()
+        assert once["summary"]["observations"] == len(batch.observations)
+        assert {n["evidence_count"] for n in once["nodes"] if n["kind"] == "span"} == {1}
+        later = tuple(
+            msgspec.structs.replace(o, time_unix_nano=o.time_unix_nano + 1)
+            for o in batch.observations
+        )
+        exporter.consume(Batch(observations=later))
+        again = exporter.snapshot()
+        assert again["summary"]["observations"] == 2 * len(batch.observations)
+        assert {n["evidence_count"] for n in again["nodes"] if n["kind"] == "span"} == {2}
+    finally:
+        exporter.shutdown()
+
+
+def test_the_redelivery_window_is_bounded_and_only_overcounts() -> None:
+    """The last ``window // 2`` distinct observations are recognised exactly; a copy of an older
+    one counts again (never the reverse); a batch not applied is forgotten."""
+    observations = [o for b in _batches(10) for o in b.observations]
+    assert len(observations) == 10
+    delivered = Delivered(4)
+    assert delivered.fresh(tuple(observations[:1])) == tuple(observations[:1])
+    assert delivered.fresh(tuple(observations[:2])) == (observations[1],)
+    assert len(delivered) <= 4
+    assert delivered.fresh(tuple(observations[2:8])) == tuple(observations[2:8])
+    assert delivered.fresh((observations[0],)) == (observations[0],)  # forgotten: counts again
+    recent = (observations[7],)
+    assert delivered.fresh(recent) == ()
+    delivered.forget(recent)
+    assert delivered.fresh(recent) == recent
+    unchanged = tuple(observations[8:10])
+    assert delivered.fresh(unchanged) is unchanged  # no copy: no new tuple

@@ -245,29 +245,35 @@ def test_a_batch_delivered_again_after_a_kill_counts_once(tmp_path: Path) -> Non
         second.shutdown()
 
 
-def test_a_copy_counts_once_and_an_id_at_another_time_counts(tmp_path: Path) -> None:
-    """An SDK's retry (the same observations again, in one batch or the next) adds nothing; an
-    observation whose id an earlier one had, at another time (OS record ids count from 1 in every
-    collector process, so a collector restarted on its journal reuses them), is new evidence."""
+def test_a_copy_counts_once_and_a_restarted_collectors_reused_id_counts(tmp_path: Path) -> None:
+    """An SDK's retry (the same observations again, in one batch or the next) adds nothing. A
+    collector restarted on its journal counts its OS record ids from 1 again: an observation
+    with an id the replayed journal holds, at another time, is new evidence; at the same time it
+    is a copy."""
     (batch,) = _batches(1)
-    twice = Batch(observations=batch.observations + batch.observations, coverage=batch.coverage)
-    exporter = _exporter(tmp_path)
+    n = len(batch.observations)
+    twice = Batch(observations=batch.observations + batch.observations)
+    first = _exporter(tmp_path)
+    first.consume(twice)
+    first.consume(Batch(observations=batch.observations))
+    once = first.snapshot()
+    assert once["summary"]["observations"] == n
+    assert {e["evidence_count"] for e in once["nodes"] if e["kind"] == "span"} == {1}
+    assert first.journal is not None
+    first.journal.close()  # killed
+
+    second = _exporter(tmp_path)
     try:
-        exporter.consume(twice)
-        exporter.consume(Batch(observations=batch.observations))
-        once = exporter.snapshot()
-        assert once["summary"]["observations"] == len(batch.observations)
-        assert {n["evidence_count"] for n in once["nodes"] if n["kind"] == "span"} == {1}
         later = tuple(
             msgspec.structs.replace(o, time_unix_nano=o.time_unix_nano + 1)
             for o in batch.observations
         )
-        exporter.consume(Batch(observations=later))
-        again = exporter.snapshot()
-        assert again["summary"]["observations"] == 2 * len(batch.observations)
-        assert {n["evidence_count"] for n in again["nodes"] if n["kind"] == "span"} == {2}
+        second.consume(Batch(observations=later + batch.observations))
+        again = second.snapshot()
+        assert again["summary"]["observations"] == 2 * n
+        assert {e["evidence_count"] for e in again["nodes"] if e["kind"] == "span"} == {2}
     finally:
-        exporter.shutdown()
+        second.shutdown()
 
 
 def test_the_redelivery_window_is_bounded_and_only_overcounts() -> None:

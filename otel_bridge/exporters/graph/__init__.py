@@ -18,7 +18,7 @@ the journal is replayed at start, so the graph survives kill -9 (:mod:`.journal`
         output: graph.json
         journal: {path: graph.journal, max_bytes: 268435456, fsync: false}
 
-Every observation is applied once: a copy of one already applied (same id and time: an SDK's
+Every observation is applied once: a copy of one already applied (the same id: an SDK's
 retry, an agent's resend after a gateway was killed, a journaled batch delivered again) is
 dropped before the journal and counted (``redelivered``; :mod:`.redelivery`), so
 ``evidence_count`` counts distinct observations.
@@ -231,7 +231,10 @@ class GraphExporter:
         Copies are dropped as in :meth:`consume` (a journal written before they were: the graph
         counts each observation once all the same), and the ids are remembered for the resend
         that may follow (the last batch journaled before a kill -9 may come again)."""
-        observations = self._fresh(observations)
+        fresh = self.delivered.replayed(observations)
+        if fresh is not observations:
+            self._count("redelivered", len(observations) - len(fresh))
+        observations = fresh
         try:
             self._apply_bounded(observations)
             self.accumulator.apply_coverage(coverage)
@@ -246,8 +249,8 @@ class GraphExporter:
         warn(self._telemetry, _log, self._id, key, message)
 
     def _fresh(self, observations: tuple[Observation, ...]) -> tuple[Observation, ...]:
-        """``observations`` less copies of ones already applied (caller holds ``_lock`` or is
-        starting); count the copies."""
+        """``observations`` less copies of ones already applied (caller holds ``_lock``); count
+        the copies."""
         fresh = self.delivered.fresh(observations)
         if fresh is not observations:
             self._count("redelivered", len(observations) - len(fresh))

@@ -46,7 +46,7 @@ class Delivered:
         included), in order, and remember them; ``observations`` itself when none repeats.
 
         Called for every batch. The usual batch holds no id seen before and none twice: that is
-        found and remembered by set operations in C (about half of what the loop of
+        found and remembered by set operations in C (about a fifth of what the loop of
         :meth:`_fresh`, the reference, costs per observation); any other batch goes through
         :meth:`_fresh`."""
         ids = [o.id for o in observations]

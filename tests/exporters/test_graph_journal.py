@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 import os
+import random
 import struct
 import zlib
 from pathlib import Path
@@ -293,3 +294,15 @@ def test_the_redelivery_window_is_bounded_and_only_overcounts() -> None:
     assert delivered.fresh(recent) == recent
     unchanged = tuple(observations[8:10])
     assert delivered.fresh(unchanged) is unchanged  # no copy: no new tuple
+
+
+def test_the_fast_path_lets_through_what_the_reference_loop_does() -> None:
+    """Differential: ``fresh`` (set operations) and ``_fresh`` (one at a time) agree on batches
+    drawn with copies from earlier batches, copies within a batch and fresh ones."""
+    pool = [o for b in _batches(40) for o in b.observations]
+    rng = random.Random(7)
+    fast, reference = Delivered(1000), Delivered(1000)
+    for _ in range(60):
+        batch = tuple(rng.choice(pool) for _ in range(rng.randint(0, 4)))
+        assert fast.fresh(batch) == reference._fresh(batch)
+    assert len(fast) == len(reference)

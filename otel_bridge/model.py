@@ -519,9 +519,11 @@ class Entity(msgspec.Struct, frozen=True, kw_only=True, gc=False):
 class Observation(msgspec.Struct, frozen=True, kw_only=True, gc=False):
     """One canonical observation: an entity, or a relation between two entities.
 
-    ``occurrence`` is the logical occurrence this observation reports. Receiving the same span
-    twice yields two observations with one occurrence (evidence count 2, logical count 1); two
-    separately recorded file opens are two occurrences.
+    ``occurrence`` is the logical occurrence this observation reports: two observations of one
+    occurrence count twice as evidence and once logically (evidence count 2, logical count 1);
+    two separately recorded file opens are two occurrences. ``id`` is unique per observation:
+    receiving the same span twice yields the same observations (same ids) again, copies that
+    the ``graph`` exporter applies once (``docs/graph.md``, "Counting").
     """
 
     id: str

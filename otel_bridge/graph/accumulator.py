@@ -30,7 +30,9 @@ counted for an element. The accumulator remembers occurrences in two generations
 ``occurrence_window // 2`` entries each: when the current generation fills up, the previous one
 is dropped. Every occurrence among the most recent ``occurrence_window // 2`` distinct ones is
 de-duplicated exactly; a replay of an older, forgotten occurrence is counted again, so a
-logical count can only err upwards, never lose an occurrence, and evidence counts are exact.
+logical count can only err upwards, never lose an occurrence, and evidence counts are exact:
+every observation applied counts (the ``graph`` exporter applies a copy of an observation once,
+``otel_bridge.exporters.graph.redelivery``).
 An occurrence seen through one relation is remembered as just its edge (which implies both end
 nodes), so the window costs one dictionary entry per occurrence, about 100 bytes.
 

@@ -7,6 +7,7 @@ import logging
 from pathlib import Path
 from typing import Any
 
+import msgspec
 import pytest
 
 from otel_bridge.component import CreateSettings, Host, Telemetry
@@ -101,7 +102,10 @@ def test_graph_stops_at_its_bounds_and_spills_the_rest_in_order(
     sent = [o for b in batches for o in b.observations]
     for batch in batches:
         exporter.consume(batch)
-    exporter.consume(batches[0])  # known elements only: applied again, nothing spilled
+    # known elements only (new observations of batches[0]'s): applied, nothing spilled
+    again = tuple(msgspec.structs.replace(o, id=f"{o.id}.again") for o in batches[0].observations)
+    exporter.consume(Batch(observations=again))
+    exporter.consume(batches[0])  # a copy of what was applied: dropped, counted
     exporter.shutdown()
 
     graph = load(tmp_path / "graph.json")
@@ -109,7 +113,7 @@ def test_graph_stops_at_its_bounds_and_spills_the_rest_in_order(
     assert len(graph.nodes) <= 40
     assert len(graph.nodes) >= 40 - 2  # filled up to the bound, not stopped far short
     spilled = [o for frame in read_frames(str(tmp_path / "graph.spill")) for o in frame[0]]
-    applied = len(sent) + len(batches[0].observations) - len(spilled)
+    applied = len(sent) + len(again) - len(spilled)
     assert bounded == {
         "max_nodes": 40,
         "max_edges": 1000,
@@ -121,8 +125,9 @@ def test_graph_stops_at_its_bounds_and_spills_the_rest_in_order(
     assert graph.summary["observations"] == applied
     assert spilled
     assert _ids(spilled) == [o.id for o in sent if o.id in set(_ids(spilled))]
-    assert set(_ids(batches[0].observations)).isdisjoint(_ids(spilled))
+    assert set(_ids(again)).isdisjoint(_ids(spilled))
     assert _counter(telemetry, "spilled") == len(spilled)
+    assert _counter(telemetry, "redelivered") == len(batches[0].observations)
     assert _counter(telemetry, "bound_dropped") == 0
     supported = {s for e in graph.edges for s in e.support or ()}
     assert supported.isdisjoint(_ids(spilled))  # nothing spilled is in the graph

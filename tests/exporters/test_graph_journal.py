@@ -4,17 +4,20 @@ from __future__ import annotations
 
 import math
 import os
+import random
 import struct
 import zlib
 from pathlib import Path
 from typing import Any
 
+import msgspec
 import pytest
 
 from otel_bridge.component import CreateSettings, Host, Telemetry
 from otel_bridge.errors import StartupError
 from otel_bridge.exporters.graph import GraphExporter, GraphExporterConfig, JournalConfig, factory
 from otel_bridge.exporters.graph.journal import MAGIC, Journal, JournalError, encode_frame
+from otel_bridge.exporters.graph.redelivery import Delivered
 from otel_bridge.model import Batch, Channel, CoverageRecord, Source
 from otel_bridge.processors.normalize import Normalizer
 from otel_bridge.testing import make_span
@@ -209,3 +212,97 @@ def test_an_intact_but_unreadable_frame_is_skipped_and_later_frames_replay(tmp_p
     assert telemetry.total("journal_skipped_frames", kind="exporter") == 1
     assert second.snapshot()["summary"]["observations"] == 2
     assert telemetry.total("journal_torn_bytes", kind="exporter") == 0
+
+
+def test_a_batch_delivered_again_after_a_kill_counts_once(tmp_path: Path) -> None:
+    """The flaky fleet failure, made certain: a gateway journals a batch and is killed before
+    the sender learns it was taken; the restarted exporter replays the journal, then the sender
+    resends the batch. Each observation counts once, and the copy is not journaled again.
+    (Resent here without its coverage record: coverage records carry no id, and a resent one is
+    counted again, as documented.)"""
+    batches = _batches(5)
+    first = _exporter(tmp_path)
+    for batch in batches:
+        first.consume(batch)
+    expected = first.snapshot()
+    assert first.journal is not None
+    first.journal.close()  # killed: no shutdown
+    journal = tmp_path / "state" / "graph.journal"
+    size = journal.stat().st_size
+
+    telemetry = Telemetry()
+    second = _exporter(tmp_path, telemetry)
+    try:
+        second.consume(Batch(observations=batches[-1].observations))  # the resend
+        assert second.snapshot() == expected
+        assert telemetry.total("redelivered", kind="exporter") == len(batches[-1].observations)
+        assert journal.stat().st_size == size  # nothing left to journal
+        for batch in _batches(2, start=5):  # what is new still counts
+            second.consume(batch)
+        assert second.snapshot()["summary"]["observations"] == sum(
+            len(b.observations) for b in _batches(7)
+        )
+    finally:
+        second.shutdown()
+
+
+def test_a_copy_counts_once_and_a_restarted_collectors_reused_id_counts(tmp_path: Path) -> None:
+    """An SDK's retry (the same observations again, in one batch or the next) adds nothing. A
+    collector restarted on its journal counts its OS record ids from 1 again: an observation
+    with an id the replayed journal holds, at another time, is new evidence; at the same time it
+    is a copy."""
+    (batch,) = _batches(1)
+    n = len(batch.observations)
+    twice = Batch(observations=batch.observations + batch.observations)
+    first = _exporter(tmp_path)
+    first.consume(twice)
+    first.consume(Batch(observations=batch.observations))
+    once = first.snapshot()
+    assert once["summary"]["observations"] == n
+    assert {e["evidence_count"] for e in once["nodes"] if e["kind"] == "span"} == {1}
+    assert first.journal is not None
+    first.journal.close()  # killed
+
+    second = _exporter(tmp_path)
+    try:
+        later = tuple(
+            msgspec.structs.replace(o, time_unix_nano=o.time_unix_nano + 1)
+            for o in batch.observations
+        )
+        second.consume(Batch(observations=later + batch.observations))
+        again = second.snapshot()
+        assert again["summary"]["observations"] == 2 * n
+        assert {e["evidence_count"] for e in again["nodes"] if e["kind"] == "span"} == {2}
+    finally:
+        second.shutdown()
+
+
+def test_the_redelivery_window_is_bounded_and_only_overcounts() -> None:
+    """The last ``window // 2`` distinct observations are recognised exactly; a copy of an older
+    one counts again (never the reverse); a batch not applied is forgotten."""
+    observations = [o for b in _batches(10) for o in b.observations]
+    assert len(observations) == 10
+    delivered = Delivered(4)
+    assert delivered.fresh(tuple(observations[:1])) == tuple(observations[:1])
+    assert delivered.fresh(tuple(observations[:2])) == (observations[1],)
+    assert len(delivered) <= 4
+    assert delivered.fresh(tuple(observations[2:8])) == tuple(observations[2:8])
+    assert delivered.fresh((observations[0],)) == (observations[0],)  # forgotten: counts again
+    recent = (observations[7],)
+    assert delivered.fresh(recent) == ()
+    delivered.forget(recent)
+    assert delivered.fresh(recent) == recent
+    unchanged = tuple(observations[8:10])
+    assert delivered.fresh(unchanged) is unchanged  # no copy: no new tuple
+
+
+def test_the_fast_path_lets_through_what_the_reference_loop_does() -> None:
+    """Differential: ``fresh`` (set operations) and ``_fresh`` (one at a time) agree on batches
+    drawn with copies from earlier batches, copies within a batch and fresh ones."""
+    pool = [o for b in _batches(40) for o in b.observations]
+    rng = random.Random(7)
+    fast, reference = Delivered(1000), Delivered(1000)
+    for _ in range(60):
+        batch = tuple(rng.choice(pool) for _ in range(rng.randint(0, 4)))
+        assert fast.fresh(batch) == reference._fresh(batch)
+    assert len(fast) == len(reference)

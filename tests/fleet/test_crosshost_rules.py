@@ -18,7 +18,10 @@ from typing import Any
 import msgspec
 import pytest
 
+from otel_bridge.component import CreateSettings, Host, Telemetry
 from otel_bridge.config import parse_config
+from otel_bridge.exporters.graph import GraphExporter, GraphExporterConfig, JournalConfig
+from otel_bridge.exporters.graph import factory as graph_exporter
 from otel_bridge.identity import iso_ms
 from otel_bridge.model import (
     Batch,
@@ -33,7 +36,7 @@ from otel_bridge.model import (
 )
 from otel_bridge.pipeline import Collector
 from otel_bridge.processors import crosshost, normalize
-from otel_bridge.processors.crosshost import wire
+from otel_bridge.processors.crosshost import LogsToEvidence, wire
 from otel_bridge.processors.crosshost.join import CrossHostJoin
 from otel_bridge.processors.crosshost.seen import SeenKeys, digest
 from otel_bridge.testing import (
@@ -378,3 +381,80 @@ def test_an_evidence_record_that_does_not_decode_is_coverage_not_a_failure() -> 
     assert reasons == ["evidence_record_invalid"]
     assert len(recorder.observations) == 1
     assert telemetry.value("invalid_evidence_records", kind="processor", id="logs_to_evidence") == 1
+
+
+class _Killed(BaseException):
+    """The gateway process dying (kill -9) at the point a test names."""
+
+
+class _GraphThenDie:
+    """The gateway's fan-out, ``[graph, file]``, killed after the graph exporter took the batch:
+    before the file exporter, and before ``logs_to_evidence`` appends the batch's keys."""
+
+    def __init__(self, graph: GraphExporter, *, die: bool) -> None:
+        self.graph, self.die = graph, die
+
+    def consume(self, batch: Batch) -> None:
+        self.graph.consume(batch)
+        if self.die:
+            raise _Killed
+
+
+def test_a_batch_resent_after_a_kill_between_journal_and_key_commit_counts_once(
+    tmp_path: Path,
+) -> None:
+    """The mechanism of the restart test's rare failure (graph ``evidence_count`` 2 for spans
+    in records.jsonl once), made certain: the gateway journals a batch in its graph and dies
+    before its key file says the batch was accepted; the restarted gateway replays the journal,
+    and the agent's queue resends the batch, which ``logs_to_evidence`` rightly takes again
+    (it cannot know the exporters had it). The graph counts each observation once."""
+    trace = bytes(range(16))
+    batch = shipped(
+        HOST_A,
+        Batch(spans=(span("client", trace, 1, 0, "client.call"),), logs=(connect(),)),
+    )
+    state = tmp_path / "gateway"
+
+    def gateway(*, die: bool) -> tuple[LogsToEvidence, GraphExporter, Telemetry]:
+        config = GraphExporterConfig(
+            output=str(state / "graph.json"),
+            flush_interval=0,
+            journal=JournalConfig(path=str(state / "graph.journal")),
+        )
+        graph = graph_exporter.create(CreateSettings(id="graph"), config, None)
+        assert isinstance(graph, GraphExporter)
+        telemetry = Telemetry()
+        graph.start(Host(telemetry=telemetry))
+        dedupe = crosshost.DedupeConfig(path=str(state / "accepted.keys"))
+        accept_once = LogsToEvidence(
+            crosshost.LogsToEvidenceConfig(dedupe=dedupe), _GraphThenDie(graph, die=die), telemetry
+        )
+        accept_once.start(Host(telemetry=telemetry))
+        return accept_once, graph, telemetry
+
+    first, graph, _ = gateway(die=True)
+    with pytest.raises(_Killed):
+        first.consume(batch)
+    once = graph.snapshot()
+    assert graph.journal is not None
+    graph.journal.close()  # what the kill leaves: the batch journaled, its keys not written
+    first.shutdown()
+    assert (state / "accepted.keys").stat().st_size == 0
+
+    second, graph, telemetry = gateway(die=False)
+    try:
+        second.consume(batch)  # the agent's persistent queue resends it
+        assert telemetry.total("duplicates_dropped", kind="processor") == 0  # taken again
+        after = graph.snapshot()
+        (client,) = [n for n in after["nodes"] if n["kind"] == "span"]
+        assert client["evidence_count"] == 1
+        assert all(e["evidence_count"] == 1 for e in after["edges"])
+        assert after == once
+        redelivered = telemetry.total("redelivered", kind="exporter")
+        assert redelivered == once["summary"]["observations"]
+        second.consume(batch)  # and now its keys are known
+        assert telemetry.total("duplicates_dropped", kind="processor") > 0
+        assert graph.snapshot() == once
+    finally:
+        second.shutdown()
+        graph.shutdown()

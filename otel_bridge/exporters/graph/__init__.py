@@ -18,6 +18,11 @@ the journal is replayed at start, so the graph survives kill -9 (:mod:`.journal`
         output: graph.json
         journal: {path: graph.journal, max_bytes: 268435456, fsync: false}
 
+Every observation is applied once: a copy of one already applied (the same id: an SDK's
+retry, an agent's resend after a gateway was killed, a journaled batch delivered again) is
+dropped before the journal and counted (``redelivered``; :mod:`.redelivery`), so
+``evidence_count`` counts distinct observations.
+
 With ``bounds.max_nodes``/``bounds.max_edges`` set, the graph stops growing there and the
 observations that would grow it are spilled to a file, counted and said in ``graph.json``'s
 ``summary.bounded`` (:mod:`.bounds`), so the graph cannot outgrow the memory limiter's limit.
@@ -52,6 +57,7 @@ from otel_bridge.model import Batch, CoverageRecord, Observation
 
 from .bounds import Bounds, BoundsConfig
 from .journal import Journal, JournalError
+from .redelivery import Delivered
 
 __all__ = ["BoundsConfig", "GraphExporter", "GraphExporterConfig", "JournalConfig", "factory"]
 
@@ -69,6 +75,7 @@ COUNTERS: tuple[CounterSpec, ...] = (
     CounterSpec("journal_skipped_frames", "intact journal frames that could not be decoded"),
     CounterSpec("spilled", "observations over the graph's bounds written to the spill file"),
     CounterSpec("bound_dropped", "observations over the graph's bounds not spilled"),
+    CounterSpec("redelivered", "copies of observations already applied, not counted again"),
 )
 """The counters of the ``graph`` exporter."""
 _ALL = (*COUNTERS, *STANDARD_COUNTERS[EXPORTER])
@@ -100,6 +107,9 @@ class GraphExporterConfig:
     """At most this many support ids per edge (``evidence_count`` keeps the total)."""
     occurrence_window: int = 200_000
     """Distinct occurrences remembered for exact logical counts (see the accumulator)."""
+    redelivery_window: int = 200_000
+    """Distinct observations remembered so that a copy delivered again is not counted again
+    (at least the last ``redelivery_window // 2``; :mod:`.redelivery`)."""
     run: dict[str, str] = field(default_factory=dict)
     """Run metadata copied into graph.json's ``run`` object."""
     journal: JournalConfig = field(default_factory=JournalConfig)
@@ -118,6 +128,8 @@ class GraphExporterConfig:
             problems.append("support_limit: must not be negative")
         if self.occurrence_window < 2:
             problems.append("occurrence_window: must be at least 2")
+        if self.redelivery_window < 2:
+            problems.append("redelivery_window: must be at least 2")
         if self.journal.max_bytes < 1024:
             problems.append("journal.max_bytes: must be at least 1024")
         problems.extend(self.bounds.validate())
@@ -137,6 +149,7 @@ class GraphExporter:
             occurrence_window=config.occurrence_window,
             run=dict(config.run),
         )
+        self.delivered = Delivered(config.redelivery_window)
         self._lock = threading.Lock()
         self._write_lock = threading.Lock()
         self._stop = threading.Event()
@@ -214,7 +227,14 @@ class GraphExporter:
     def _apply(
         self, observations: tuple[Observation, ...], coverage: tuple[CoverageRecord, ...]
     ) -> None:
-        """Replay one journaled batch; one the graph cannot take is skipped, never a crash loop."""
+        """Replay one journaled batch; one the graph cannot take is skipped, never a crash loop.
+        Copies are dropped as in :meth:`consume` (a journal written before they were: the graph
+        counts each observation once all the same), and the ids are remembered for the resend
+        that may follow (the last batch journaled before a kill -9 may come again)."""
+        fresh = self.delivered.replayed(observations)
+        if fresh is not observations:
+            self._count("redelivered", len(observations) - len(fresh))
+        observations = fresh
         try:
             self._apply_bounded(observations)
             self.accumulator.apply_coverage(coverage)
@@ -228,34 +248,53 @@ class GraphExporter:
     def _warn(self, key: str, message: str) -> None:
         warn(self._telemetry, _log, self._id, key, message)
 
-    def _journal(self, batch: Batch) -> None:
-        """Append ``batch`` to the journal (caller holds ``_lock``); count what is not."""
+    def _fresh(self, observations: tuple[Observation, ...]) -> tuple[Observation, ...]:
+        """``observations`` less copies of ones already applied (caller holds ``_lock``); count
+        the copies."""
+        fresh = self.delivered.fresh(observations)
+        if fresh is not observations:
+            self._count("redelivered", len(observations) - len(fresh))
+        return fresh
+
+    def _journal(
+        self, observations: tuple[Observation, ...], coverage: tuple[CoverageRecord, ...]
+    ) -> None:
+        """Append a batch to the journal (caller holds ``_lock``); count what is not."""
         journal = self.journal
         if journal is None:
             return
         try:
-            if journal.append(batch.observations, batch.coverage):
+            if journal.append(observations, coverage):
                 return
             problem = f"the journal {journal.path} reached journal.max_bytes; "
         except (OSError, JournalError, TypeError, ValueError) as exc:
             problem = f"cannot append to the journal {journal.path} ({exc}); "
-        self._count("journal_dropped", len(batch.observations))
+        self._count("journal_dropped", len(observations))
         self._warn(
             "journal_dropped",
             problem + "later observations are in the graph but would not survive a kill -9",
         )
 
     def consume(self, batch: Batch) -> None:
-        """Journal (when configured), then apply the batch's observations and coverage."""
+        """Drop copies of observations already applied, journal (when configured), then apply
+        the batch's observations and coverage."""
         if not batch.observations and not batch.coverage:
             return
+        coverage = batch.coverage
         with self._lock:
-            self._journal(batch)
-            over = self._apply_bounded(batch.observations)
-            self.accumulator.apply_coverage(batch.coverage)
+            observations = self._fresh(batch.observations)
+            if not observations and not coverage:
+                return
+            self._journal(observations, coverage)
+            try:
+                over = self._apply_bounded(observations)
+            except BaseException:
+                self.delivered.forget(observations)  # not applied: a resend must count
+                raise
+            self.accumulator.apply_coverage(coverage)
             self._dirty = True
         if self._telemetry is not None:
-            self._telemetry.count("observations", len(batch.observations) - over)
+            self._telemetry.count("observations", len(observations) - over)
 
     def _apply_bounded(self, observations: tuple[Observation, ...]) -> int:
         """Apply within the bounds (caller holds ``_lock``); count and say what went over."""

@@ -221,11 +221,7 @@ def _observations(
             attrs[key] = value
 
     def obs(
-        n: int,
-        subject: Entity,
-        rel: RelationKind | None = None,
-        obj: Entity | None = None,
-        end: int = 0,
+        n: int, subject: Entity, rel: _Rel = None, obj: _Obj = None, end: int = 0
     ) -> Observation:
         return Observation(
             id=f"{source.record_id}#{n}",
@@ -271,9 +267,8 @@ def _observations(
         return [obs(0, _file_content(a, time))]
     if name in FILE_RELATIONS:  # nearly every record: first
         proc = _process(a, host, name)
-        last = a.get("evidence.last_time_unix_nano")  # a merged record: docs/host.md
-        end = last if type(last) is int and last > time else 0
-        return [obs(0, proc, FILE_RELATIONS[name], _file(_require_str(a, "file.path", name)), end)]
+        file = _file(_require_str(a, "file.path", name))
+        return [obs(0, proc, FILE_RELATIONS[name], file, _merged_end(a, time))]
     if name not in _PROCESS_EVENTS and name not in NETWORK_RELATIONS:
         raise CoverageError("unknown_os_event", f"event {name!r} is not part of the OS contract")
     proc = _process(a, host, name)
@@ -290,6 +285,17 @@ def _observations(
             out.append(obs(2, _parent(facts), RelationKind.SPAWNED, proc))
         return out
     return [obs(0, proc, NETWORK_RELATIONS[name], _endpoint(a, name))]
+
+
+_Rel = RelationKind | None
+_Obj = Entity | None
+
+
+def _merged_end(a: Attributes, time: int) -> int:
+    """A merged file record's last event time (``docs/host.md``, "Merged file records"), 0 when
+    it stands for one event."""
+    last = a.get("evidence.last_time_unix_nano")
+    return last if type(last) is int and last > time else 0
 
 
 def _process(a: Attributes, host: str, name: str) -> Entity:

@@ -30,35 +30,35 @@ from otel_bridge.model import Observation
 __all__ = ["Delivered"]
 
 
-Key = tuple[str, int]
-"""An observation's identity here: (id, time_unix_nano)."""
-
-
 class Delivered:
-    """Identities of the observations already applied, in a bounded window."""
+    """Identities of the observations already applied, in a bounded window: id -> time."""
 
     def __init__(self, window: int) -> None:
         self._half = max(1, window // 2)
-        self._current: set[Key] = set()
-        self._previous: set[Key] = set()
+        self._current: dict[str, int] = {}
+        self._previous: dict[str, int] = {}
+        self._more: dict[str, set[int]] = {}
+        """Further times of an id seen at more than one (another process's or host's record
+        with the same id; forgotten at each rotation: an overcount, never a loss)."""
 
     def fresh(self, observations: tuple[Observation, ...]) -> tuple[Observation, ...]:
         """``observations`` less the ones already let through (a copy later in the same batch
         included), in order, and remember them; ``observations`` itself when none repeats.
 
-        Called for every batch. The usual batch holds no identity seen before and none twice:
-        that is found and remembered by set operations in C; any other batch goes through
+        Called for every batch. The usual batch holds no id seen before and none twice: that is
+        found and remembered by dictionary operations in C; any other batch goes through
         :meth:`_fresh`, the reference, one observation at a time."""
-        keys = [(o.id, o.time_unix_nano) for o in observations]
+        batch = {o.id: o.time_unix_nano for o in observations}
         current, previous = self._current, self._previous
-        if current.isdisjoint(keys) and (not previous or previous.isdisjoint(keys)):
-            size = len(current)
-            current.update(keys)
-            if len(current) - size == len(keys):  # no identity twice in the batch
-                if len(current) >= self._half:
-                    self._rotate()
-                return observations
-            current.difference_update(keys)  # none was there before: take the batch back out
+        if (
+            len(batch) == len(observations)
+            and current.keys().isdisjoint(batch)
+            and (not previous or previous.keys().isdisjoint(batch))
+        ):
+            current.update(batch)
+            if len(current) >= self._half:
+                self._rotate()
+            return observations
         return self._fresh(observations)
 
     replayed = fresh
@@ -66,15 +66,21 @@ class Delivered:
     for the resend that may follow)."""
 
     def _fresh(self, observations: tuple[Observation, ...]) -> tuple[Observation, ...]:
-        """:meth:`fresh`, one observation at a time."""
+        """:meth:`fresh`, one observation at a time. An id remembered with another time is
+        another observation: it counts, and both times are remembered."""
         out: list[Observation] | None = None
         for i, o in enumerate(observations):
-            key = (o.id, o.time_unix_nano)
-            if o.id and (key in self._current or key in self._previous):  # a copy
+            oid, t = o.id, o.time_unix_nano
+            seen = self._current.get(oid)
+            if seen is None:
+                seen = self._previous.get(oid)
+            if oid and (seen == t or t in self._more.get(oid, ())):  # a copy
                 if out is None:
                     out = list(observations[:i])
                 continue
-            self._current.add(key)
+            if seen is not None:  # the same id at another time: another observation
+                self._more.setdefault(oid, set()).add(seen)
+            self._current[oid] = t
             if len(self._current) >= self._half:
                 self._rotate()
             if out is not None:
@@ -84,12 +90,14 @@ class Delivered:
     def forget(self, observations: tuple[Observation, ...]) -> None:
         """Forget ``observations``, just let through by :meth:`fresh` and not applied after all:
         a copy of one counts."""
-        keys = [(o.id, o.time_unix_nano) for o in observations]
-        self._current.difference_update(keys)
-        self._previous.difference_update(keys)
+        for o in observations:
+            self._current.pop(o.id, None)
+            self._previous.pop(o.id, None)
+            self._more.pop(o.id, None)
 
     def _rotate(self) -> None:
-        self._previous, self._current = self._current, set()
+        self._previous, self._current = self._current, {}
+        self._more.clear()
 
     def __len__(self) -> int:
         return len(self._current) + len(self._previous)

@@ -96,8 +96,9 @@ def test_unrelated_short_connections_are_never_the_followed_sessions(
             held.close()
             code = collector.stop()
     assert code == 0, collector.output
-    unrelated = {int(p) for p in ports_file.read_text().split()}
-    assert len(unrelated) == 200
+    # 200 connections made (the kernel may give a local port again: the server closes first, so
+    # the client's end leaves no TIME_WAIT behind to keep it taken)
+    assert len(ports_file.read_text().split()) == 200
     recorded = log_records(records)
     leaked = [a for a in recorded if a.get("network.peer.port") == str(port)]
     assert leaked == [], leaked[:3]

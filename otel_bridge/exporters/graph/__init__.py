@@ -231,10 +231,7 @@ class GraphExporter:
         Copies are dropped as in :meth:`consume` (a journal written before they were: the graph
         counts each observation once all the same), and the ids are remembered for the resend
         that may follow (the last batch journaled before a kill -9 may come again)."""
-        fresh = self.delivered.replayed(observations)
-        if fresh is not observations:
-            self._count("redelivered", len(observations) - len(fresh))
-        observations = fresh
+        observations = self._fresh(observations)
         try:
             self._apply_bounded(observations)
             self.accumulator.apply_coverage(coverage)
@@ -249,8 +246,8 @@ class GraphExporter:
         warn(self._telemetry, _log, self._id, key, message)
 
     def _fresh(self, observations: tuple[Observation, ...]) -> tuple[Observation, ...]:
-        """``observations`` less copies of ones already applied (caller holds ``_lock``); count
-        the copies."""
+        """``observations`` less copies of ones already applied (caller holds ``_lock``, or is the
+        journal's replay at start); count the copies."""
         fresh = self.delivered.fresh(observations)
         if fresh is not observations:
             self._count("redelivered", len(observations) - len(fresh))

@@ -61,10 +61,6 @@ class Delivered:
             return observations
         return self._fresh(observations)
 
-    replayed = fresh
-    """A batch replayed from the journal at start: the same rule (its identities are remembered
-    for the resend that may follow)."""
-
     def _fresh(self, observations: tuple[Observation, ...]) -> tuple[Observation, ...]:
         """:meth:`fresh`, one observation at a time. An id remembered with another time is
         another observation: it counts, and both times are remembered."""

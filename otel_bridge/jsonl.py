@@ -42,6 +42,7 @@ from otel_bridge.model import (
     Observation,
     RelationKind,
     Source,
+    relation_problem,
 )
 
 _MARKERS = frozenset({"$bytes", "$float", "$map"})
@@ -317,7 +318,7 @@ def observation_from_dict(data: Any, path: str = "observation") -> Observation:
     relation = _optional(d, "relation", str, path)
     obj = d.get("object")
     try:
-        return Observation(
+        observation = Observation(
             id=_field(d, "id", str, path),
             time_unix_nano=_int(d, "time_unix_nano", path),
             end_time_unix_nano=_int(d, "end_time_unix_nano", path, default=0),
@@ -333,6 +334,10 @@ def observation_from_dict(data: Any, path: str = "observation") -> Observation:
         )
     except ValueError as exc:
         raise DecodeError(f"{path}: {exc}") from None
+    problem = relation_problem(observation)
+    if problem:
+        raise DecodeError(f"{path}: {problem}")
+    return observation
 
 
 def coverage_from_dict(data: Any, path: str = "coverage") -> CoverageRecord:

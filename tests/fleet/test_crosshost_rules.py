@@ -20,17 +20,22 @@ import pytest
 
 from otel_bridge.component import CreateSettings, Host, Telemetry
 from otel_bridge.config import parse_config
+from otel_bridge.errors import DecodeError
 from otel_bridge.exporters.graph import GraphExporter, GraphExporterConfig, JournalConfig
 from otel_bridge.exporters.graph import factory as graph_exporter
 from otel_bridge.identity import iso_ms
 from otel_bridge.model import (
     Batch,
+    Channel,
     CoverageRecord,
+    Entity,
+    EntityKind,
     LogRecord,
     Observation,
     RelationKind,
     Resource,
     Scope,
+    Source,
     Span,
     SpanKind,
 )
@@ -381,6 +386,27 @@ def test_an_evidence_record_that_does_not_decode_is_coverage_not_a_failure() -> 
     assert reasons == ["evidence_record_invalid"]
     assert len(recorder.observations) == 1
     assert telemetry.value("invalid_evidence_records", kind="processor", id="logs_to_evidence") == 1
+
+
+@pytest.mark.parametrize("half", ["relation", "object"])
+def test_an_observation_with_half_a_relation_from_another_host_does_not_decode(half: str) -> None:
+    """What another host sends is checked where it is decoded (observations are not checked on
+    construction): one with a relation and no object, or an object and no relation, is refused
+    with the observation's place and what is wrong."""
+    source = Source(channel=Channel.OS, backend="linux", record_id="linux:1")
+    process = Entity(kind=EntityKind.PROCESS, id="process:h:1:1")
+    broken = Observation(
+        id="linux:1#0",
+        time_unix_nano=T0,
+        source=source,
+        subject=process,
+        relation=RelationKind.OPENED if half == "relation" else None,
+        object=process if half == "object" else None,
+    )
+    whole = Observation(id="linux:2#0", time_unix_nano=T0, source=source, subject=process)
+    (record,) = wire.encode(Resource(), [whole, broken], [], 10)
+    with pytest.raises(DecodeError, match=r"observations\[1\]: an observation has both a relation"):
+        wire.decode(record)
 
 
 class _Killed(BaseException):

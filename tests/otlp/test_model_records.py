@@ -22,6 +22,7 @@ from otel_bridge.model import (
     Source,
     Span,
     Status,
+    relation_problem,
 )
 from otel_bridge.otlp import proto_codec
 
@@ -52,16 +53,33 @@ def test_records_stay_out_of_the_cyclic_gc() -> None:
     assert not any(gc.is_tracked(r) for r in records)
 
 
-def test_observation_needs_relation_and_object_together() -> None:
-    """An observation has both a relation and an object, or neither (checked on construction)."""
+def test_relation_problem_names_half_a_relation() -> None:
+    """An observation has both a relation and an object, or neither: ``relation_problem`` says
+    when it does not (the decoders of what arrives from outside refuse it; producers build
+    whole ones, and construction itself does not check, see ``Observation``)."""
     source = Source(channel=Channel.SEM, backend="otlp", record_id="r")
     agent = Entity(kind=EntityKind.AGENT, id="agent:a")
-    with pytest.raises(ValueError, match="both a relation and an object"):
+    whole = (
+        Observation(id="o", time_unix_nano=1, source=source, subject=agent),
+        Observation(
+            id="o",
+            time_unix_nano=1,
+            source=source,
+            subject=agent,
+            relation=RelationKind.INVOKED,
+            object=agent,
+        ),
+    )
+    half = (
         Observation(
             id="o", time_unix_nano=1, source=source, subject=agent, relation=RelationKind.INVOKED
-        )
-    with pytest.raises(ValueError, match="both a relation and an object"):
-        Observation(id="o", time_unix_nano=1, source=source, subject=agent, object=agent)
+        ),
+        Observation(id="o", time_unix_nano=1, source=source, subject=agent, object=agent),
+    )
+    assert [relation_problem(o) for o in whole] == ["", ""]
+    assert [relation_problem(o) for o in half] == [
+        "an observation has both a relation and an object, or neither"
+    ] * 2
 
 
 def test_decoded_spans_share_resource_and_scope_objects() -> None:

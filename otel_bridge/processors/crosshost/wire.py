@@ -43,6 +43,7 @@ from otel_bridge.model import (
     Resource,
     Scope,
     Source,
+    relation_problem,
 )
 
 EVENT_NAME = "otel_bridge.evidence"
@@ -203,5 +204,9 @@ def decode(record: LogRecord) -> tuple[list[Observation], list[CoverageRecord]]:
     except (msgspec.DecodeError, msgspec.ValidationError) as exc:
         raise DecodeError(f"evidence record: {exc}") from None
     observations = [_observation(o) for o in payload.observations]
+    for i, observation in enumerate(observations):
+        problem = relation_problem(observation)
+        if problem:
+            raise DecodeError(f"evidence record: observations[{i}]: {problem}")
     coverage = list(payload.coverage)
     return observations, coverage

@@ -17,6 +17,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from cli_support import run_cli
 from waiting import poll
 
 from otel_bridge.testing import free_port
@@ -57,18 +58,6 @@ def _env(extra: Path | None) -> dict[str, str]:
     return env
 
 
-def _cli(args: list[str], extra: Path | None, cwd: Path) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "otel_bridge", *args],
-        env=_env(extra),
-        cwd=cwd,
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
-    )
-
-
 def _config(path: Path, port: int, tag: str, out: Path) -> Path:
     path.write_text(
         f"""
@@ -95,12 +84,12 @@ service:
 def test_plugin_processor_is_found_and_validated(plugin_path: Path, tmp_path: Path) -> None:
     """With the plug-in installed, `validate` knows type `tag` and checks its config."""
     good = _config(tmp_path / "good.yaml", free_port(), "t1", tmp_path / "out.jsonl")
-    result = _cli(["validate", str(good)], plugin_path, tmp_path)
+    result = run_cli("validate", str(good), cwd=tmp_path, env=_env(plugin_path))
     assert result.returncode == 0, result.stdout + result.stderr
     assert "tag" in result.stdout
 
     bad = _config(tmp_path / "bad.yaml", free_port(), "", tmp_path / "out.jsonl")
-    result = _cli(["validate", str(bad)], plugin_path, tmp_path)
+    result = run_cli("validate", str(bad), cwd=tmp_path, env=_env(plugin_path))
     assert result.returncode != 0
     assert "processors.tag.tag: must not be empty" in result.stdout + result.stderr
 
@@ -108,7 +97,7 @@ def test_plugin_processor_is_found_and_validated(plugin_path: Path, tmp_path: Pa
 def test_without_the_plugin_the_type_is_unknown(tmp_path: Path) -> None:
     """The same config without the plug-in installed is refused for its unknown type."""
     cfg = _config(tmp_path / "c.yaml", free_port(), "t1", tmp_path / "out.jsonl")
-    result = _cli(["validate", str(cfg)], None, tmp_path)
+    result = run_cli("validate", str(cfg), cwd=tmp_path, env=_env(None))
     assert result.returncode != 0
     text = result.stdout + result.stderr
     assert "processors.tag" in text

@@ -17,6 +17,7 @@ from typing import Any
 
 import pytest
 from assist_support import ModelServers, Serve, answer
+from cli_support import run_cli
 
 from otel_bridge.rundir import verify
 
@@ -35,12 +36,9 @@ def model_server(tmp_path: Path) -> Iterator[Serve]:
 
 def _observe(tmp_path: Path, *extra: str) -> tuple[Path, subprocess.CompletedProcess[str]]:
     run = tmp_path / "run"
-    command = [sys.executable, "-m", "otel_bridge", "observe", "--no-progress", "-o", str(run)]
-    command += [*extra, "--", sys.executable, "-c", "pass"]
+    argv = ["observe", "--no-progress", "-o", str(run), *extra, "--", sys.executable, "-c", "pass"]
     env = {**os.environ, "PYTHONPATH": str(REPO)}
-    done = subprocess.run(
-        command, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300, check=False
-    )
+    done = run_cli(*argv, cwd=tmp_path, env=env, timeout=300)
     assert done.returncode == 0, done.stderr
     return run, done
 

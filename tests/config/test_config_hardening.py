@@ -6,12 +6,11 @@ never a traceback, and refused fast: no expansion, no unbounded recursion.
 
 from __future__ import annotations
 
-import subprocess
-import sys
 import time
 from pathlib import Path
 
 import pytest
+from cli_support import run_cli
 
 from otel_bridge.config import load_config, load_yaml, parse_config, read_config
 from otel_bridge.config.loader import MAX_CONFIG_BYTES, MAX_DEPTH
@@ -131,13 +130,7 @@ def test_validate_prints_no_traceback(tmp_path: Path) -> None:
     """The command line answers a hostile file with exit 2 and the message, no traceback."""
     path = tmp_path / "laughs.yaml"
     path.write_text(_LAUGHS)
-    result = subprocess.run(
-        [sys.executable, "-m", "otel_bridge", "validate", str(path)],
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
-    )
+    result = run_cli("validate", str(path), timeout=60)
     assert result.returncode == 2
     assert "expands to more than" in result.stderr
     assert "Traceback" not in result.stderr

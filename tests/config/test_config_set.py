@@ -3,11 +3,10 @@
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
+from cli_support import run_cli
 
 from otel_bridge.config import apply_overrides, load_yaml, parse_config, parse_override
 from otel_bridge.errors import ConfigError
@@ -101,24 +100,15 @@ def test_malformed_overrides_are_config_errors(text: str, message: str) -> None:
         apply_overrides({"exporters": {"file": {"path": "x"}}}, [text])
 
 
-def _cli(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "otel_bridge", *args],
-        cwd=cwd,
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
-    )
-
-
 def test_validate_takes_set(tmp_path: Path) -> None:
     """validate FILE --set ...: the override is checked with the file (exit 2 naming the key)."""
     path = tmp_path / "c.yaml"
     path.write_text(_FILE)
-    ok = _cli("validate", str(path), "--set", "exporters.file.flush_interval=2s", cwd=tmp_path)
+    ok = run_cli("validate", str(path), "--set", "exporters.file.flush_interval=2s", cwd=tmp_path)
     assert ok.returncode == 0, ok.stderr
-    bad = _cli("validate", str(path), "--set", "exporters.file.flush_interval=soon", cwd=tmp_path)
+    bad = run_cli(
+        "validate", str(path), "--set", "exporters.file.flush_interval=soon", cwd=tmp_path
+    )
     assert bad.returncode == 2
     assert "exporters.file.flush_interval: invalid duration 'soon'" in bad.stderr
 
@@ -127,7 +117,7 @@ def test_observe_takes_set(tmp_path: Path) -> None:
     """observe --set reaches the run's own components: the host backend chosen by --set is the
     one the summary reports."""
     run = tmp_path / "run"
-    result = _cli(
+    result = run_cli(
         "observe",
         "--set",
         "receivers.host.backend=portable",

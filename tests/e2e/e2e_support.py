@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from cli_support import run_cli
 
 
 def importable(module: str) -> bool:
@@ -260,20 +261,14 @@ def observe(
     manager's shim would run it under another name and through helper processes, which the
     graph would then show.
     """
-    command = [sys.executable, "-m", "otel_bridge", "observe", "-o", str(run_dir)]
+    command = ["observe", "-o", str(run_dir)]
     path = os.pathsep.join([os.path.dirname(sys.executable), os.environ.get("PATH", "")])
     if config is not None:
         command += ["-c", str(config)]
     command += [*options, "--", *argv]
     started = time.monotonic()
-    done = subprocess.run(
-        command,
-        cwd=cwd,
-        env={**os.environ, "PATH": path, **(env or {})},
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-        check=False,
+    done = run_cli(
+        *command, cwd=cwd, env={**os.environ, "PATH": path, **(env or {})}, timeout=timeout
     )
     observed = Observed(
         returncode=done.returncode,

@@ -9,13 +9,13 @@ files exist, so the test makes real ones. Both also run as standing collectors i
 
 from __future__ import annotations
 
-import subprocess
 import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
 import yaml
+from cli_support import run_cli
 from fleet_support import CONFIGS, TOKEN, agent_env, gateway_env, subprocess_env
 
 from otel_bridge.config import parse_config
@@ -39,27 +39,13 @@ def test_validate_accepts_the_fleet_configs(tmp_path: Path, config: str) -> None
     )
     env["OTEL_BRIDGE_DB_URL"] = "postgresql://otel_bridge@db.example:5432/otel_bridge"
     env["OTEL_BRIDGE_GATEWAY_RUN"] = "gateway-1"
-    done = subprocess.run(
-        [sys.executable, "-m", "otel_bridge", "validate", str(CONFIGS / config)],
-        env=subprocess_env(**env),
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
-    )
+    done = run_cli("validate", str(CONFIGS / config), env=subprocess_env(**env), timeout=60)
     assert done.returncode == 0, done.stderr
 
 
 def test_validate_names_what_the_gateway_config_needs(tmp_path: Path) -> None:
     """Without its environment the gateway refuses to start: no certificate, no token."""
-    done = subprocess.run(
-        [sys.executable, "-m", "otel_bridge", "validate", str(CONFIGS / "gateway.yaml")],
-        env=subprocess_env(),
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
-    )
+    done = run_cli("validate", str(CONFIGS / "gateway.yaml"), env=subprocess_env(), timeout=60)
     assert done.returncode != 0
     assert "OTEL_BRIDGE_GATEWAY_CERT" in done.stderr
     assert "OTEL_BRIDGE_GATEWAY_TOKEN" in done.stderr

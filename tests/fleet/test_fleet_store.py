@@ -22,12 +22,12 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
 import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
+from cli_support import run_cli
 from fleet_support import (
     App,
     CollectorProcess,
@@ -173,14 +173,7 @@ def joins(url: str, relation: str = "connected_to_process") -> int:
 
 
 def graph_from_db(url: str, *extra: str) -> dict[str, Any]:
-    done = subprocess.run(
-        [sys.executable, "-m", "otel_bridge", "graph", "--db", url, "--run", RUN, *extra],
-        env=subprocess_env(),
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
-    )
+    done = run_cli("graph", "--db", url, "--run", RUN, *extra, env=subprocess_env())
     assert done.returncode == 0, done.stderr
     graph: dict[str, Any] = json.loads(done.stdout)
     return graph

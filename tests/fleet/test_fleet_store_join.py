@@ -16,7 +16,6 @@ from __future__ import annotations
 import http.client
 import json
 import ssl
-import subprocess
 import sys
 import uuid
 from pathlib import Path
@@ -24,6 +23,7 @@ from typing import Any
 
 import msgspec
 import pytest
+from cli_support import run_cli
 from fleet_support import TOKEN, CollectorProcess, gateway_env, subprocess_env
 from store.join_support import (
     HOST_A,
@@ -109,14 +109,7 @@ def _joins(url: str, kind: str = "tcp") -> list[tuple[str, str]]:
 
 
 def _cli(*args: str) -> dict[str, Any]:
-    shown = subprocess.run(
-        [sys.executable, "-m", "otel_bridge", *args],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
-        env=subprocess_env(),
-    )
+    shown = run_cli(*args, env=subprocess_env())
     assert shown.returncode == 0, shown.stderr
     doc: dict[str, Any] = json.loads(shown.stdout)
     return doc

@@ -1,4 +1,5 @@
-"""Table-driven config tests for the host receiver and redact processor (tests/testdata)."""
+"""Config tests for the host receiver and redact processor: the tables of tests/testdata, and
+each numeric host key's bounds through the loader and the command line."""
 
 from __future__ import annotations
 
@@ -7,6 +8,7 @@ from typing import Any
 
 import pytest
 import yaml
+from cli_support import run_cli, same_imports_env
 
 from otel_bridge.config import CollectorConfig, parse_config
 from otel_bridge.errors import ConfigError
@@ -28,12 +30,18 @@ def cases(prefix: str) -> list[Any]:
 def load_case(path: Path) -> CollectorConfig:
     """Place one component body in a minimal logs pipeline and parse it."""
     body = yaml.safe_load(path.read_text())
-    processors: dict[str, Any] = {}
-    receivers: dict[str, Any] = {"host": {}}
     if path.parent.name == "host":
-        receivers["host"] = body
-    else:
-        processors["redact"] = body
+        return load_body(host=body, origin=str(path))
+    return load_body(redact=body, origin=str(path))
+
+
+def load_body(
+    *, host: Any = None, redact: Any = None, origin: str = "test.yaml"
+) -> CollectorConfig:
+    """A host receiver body (and a redact processor body, when given) in a minimal logs
+    pipeline, parsed by the loader ``run`` and ``validate`` use."""
+    receivers: dict[str, Any] = {"host": {} if host is None else host}
+    processors: dict[str, Any] = {} if redact is None else {"redact": redact}
     doc = {
         "receivers": receivers,
         "processors": processors,
@@ -48,7 +56,7 @@ def load_case(path: Path) -> CollectorConfig:
             }
         },
     }
-    return parse_config(doc, env={}, origin=str(path))
+    return parse_config(doc, env={}, origin=origin)
 
 
 def test_testdata_is_complete() -> None:
@@ -83,3 +91,104 @@ def test_bad_config_reports_every_problem(path: Path) -> None:
     with pytest.raises(ConfigError) as info:
         load_case(path)
     assert sorted(info.value.problems) == sorted(expected)
+
+
+BETWEEN = "must be between 0 and 60 seconds"
+NOT_A_DURATION = "invalid duration 'soon' (expected e.g. 200ms, 3s, 1m30s; units ns us ms s m h)"
+
+
+def _nested(key: str, value: Any) -> dict[str, Any]:
+    """``{"capture": {"max_bytes": value}}`` for ``capture.max_bytes``."""
+    head, _, rest = key.partition(".")
+    return {head: _nested(rest, value) if rest else value}
+
+
+@pytest.mark.parametrize(
+    ("key", "value", "problem"),
+    [
+        ("file_merge_window", -1, BETWEEN),
+        ("file_merge_window", 61, BETWEEN),
+        ("file_merge_window", "2m", BETWEEN),
+        ("file_merge_window", "soon", NOT_A_DURATION),
+        ("file_merge_window", True, "expected a number or a duration such as 3s, got boolean true"),
+        ("file_merge_window", [1], "expected a number or a duration such as 3s, got a list"),
+        ("network_poll_interval", 0, "must be at least 1ms"),
+        ("network_poll_interval", "500us", "must be at least 1ms"),
+        ("batch_interval", 0, "must be > 0"),
+        ("batch_interval", -1, "must be > 0"),
+        ("startup_timeout", 0, "must be > 0"),
+        ("startup_timeout", "soon", NOT_A_DURATION),
+        ("root_pid", -1, "must be >= 0"),
+        ("root_pid", 1.5, "expected an integer, got number 1.5"),
+        ("capture.max_bytes", -1, "must be >= 0"),
+    ],
+)
+def test_a_numeric_host_key_out_of_bounds_is_refused_with_its_key_path(
+    key: str, value: Any, problem: str
+) -> None:
+    """Each bound of a numeric host key (and a value that is no number) is one problem naming
+    the key's path, as ``run`` and ``validate`` report it."""
+    with pytest.raises(ConfigError) as info:
+        load_body(host=_nested(key, value))
+    assert list(info.value.problems) == [f"receivers.host.{key}: {problem}"]
+
+
+@pytest.mark.parametrize(
+    ("key", "value", "seconds"),
+    [
+        ("file_merge_window", 0, 0.0),
+        ("file_merge_window", 60, 60.0),
+        ("file_merge_window", "500ms", 0.5),
+        ("network_poll_interval", "1ms", 0.001),
+        ("batch_interval", "1ms", 0.001),
+        ("startup_timeout", "2m", 120.0),
+    ],
+)
+def test_a_numeric_host_key_within_bounds_loads_in_seconds(
+    key: str, value: Any, seconds: float
+) -> None:
+    """The bounds themselves are accepted; a duration becomes seconds."""
+    host = load_body(host={key: value}).receivers["host"].config
+    assert isinstance(host, HostConfig)
+    assert getattr(host, key) == pytest.approx(seconds)
+
+
+_RUN_CONFIG = """receivers:
+  host:
+    file_merge_window: {window}
+exporters:
+  file:
+    path: out.jsonl
+service:
+  pipelines:
+    logs:
+      receivers: [host]
+      exporters: [file]
+"""
+
+
+@pytest.mark.parametrize("command", ["validate", "run"])
+@pytest.mark.parametrize(
+    ("window", "problem"),
+    [
+        pytest.param("-1", BETWEEN, id="negative"),
+        pytest.param("61", BETWEEN, id="over-60"),
+        pytest.param("soon", NOT_A_DURATION, id="not-a-number"),
+    ],
+)
+def test_the_command_line_refuses_a_bad_file_merge_window(
+    tmp_path: Path, command: str, window: str, problem: str
+) -> None:
+    """``otel-bridge validate`` and ``run`` exit 2 with the problem under its key path, and
+    ``run`` starts nothing (no output file)."""
+    config = tmp_path / "collector.yaml"
+    config.write_text(_RUN_CONFIG.format(window=window))
+    argv = ["validate", str(config)] if command == "validate" else ["run", "-c", str(config)]
+    done = run_cli(*argv, cwd=tmp_path, env=same_imports_env(), timeout=60)
+    assert done.returncode == 2, done.stderr
+    assert done.stderr.splitlines() == [
+        "otel-bridge: invalid configuration:",
+        f"  receivers.host.file_merge_window: {problem}",
+    ]
+    assert done.stdout == ""
+    assert list(tmp_path.iterdir()) == [config]

@@ -47,6 +47,11 @@ def _watcher(window: float) -> tuple[FanotifyWatcher, HostContext, RecordingCons
     return FanotifyWatcher(ctx), ctx, sink
 
 
+def _folded(telemetry: Telemetry) -> int:
+    """The receiver's count of file events folded into an earlier record."""
+    return telemetry.value("fanotify.merged_events", kind="receiver", id="host")
+
+
 def _files(watcher: FanotifyWatcher, ctx: HostContext, sink: RecordingConsumer) -> list[LogRecord]:
     watcher.stop()  # its last pass emits every held record
     ctx.events.emitter.flush()
@@ -56,7 +61,8 @@ def _files(watcher: FanotifyWatcher, ctx: HostContext, sink: RecordingConsumer) 
 @needs_root
 def test_repeated_events_of_one_process_file_and_kind_are_one_record() -> None:
     """Five opens and writes of one file at five read times: one open and one write record, each
-    with its first time, the count and the last time; another file stays another record."""
+    with its first time, the count and the last time; another file stays another record. The
+    receiver counts the eight events folded."""
     require_backend("linux")
     watcher, ctx, sink = _watcher(window=30)
     me, t0 = os.getpid(), 1_700_000_000 * S
@@ -76,6 +82,7 @@ def test_repeated_events_of_one_process_file_and_kind_are_one_record() -> None:
     assert records[0].attributes[LAST_TIME] == records[1].attributes[LAST_TIME] == t0 + 4 * S // 10
     assert LAST_TIME not in records[2].attributes
     assert len({r.attributes["evidence.record_id"] for r in records}) == 3
+    assert _folded(ctx.telemetry) == 8
 
 
 @needs_root
@@ -105,6 +112,7 @@ def test_a_rename_is_not_held_and_a_new_process_on_the_pid_is_not_merged() -> No
     assert first["process.creation.time"] != second["process.creation.time"]
     assert MERGED_EVENTS not in first
     assert MERGED_EVENTS not in second
+    assert _folded(ctx.telemetry) == 0
 
 
 @needs_root
@@ -120,6 +128,7 @@ def test_window_zero_records_every_event() -> None:
     watcher.stop()
     assert [r.time_unix_nano for r in records] == [t0, t0 + 1, t0 + 2]
     assert not any(MERGED_EVENTS in r.attributes for r in records)
+    assert _folded(ctx.telemetry) == 0
 
 
 @needs_root
@@ -162,7 +171,6 @@ def test_the_merger_emits_in_first_seen_order_and_bounds_what_it_holds() -> None
         ("/b", 1, 2, 2),
     ]
     assert not merger
-    assert merger.merged == 1
     for i in range(MAX_HELD):
         assert merger.add("file.open", 7, f"/f{i}", i, dict(ident)) == []
     flushed = merger.add("file.open", 7, "/one-more", 0, dict(ident))
@@ -198,7 +206,7 @@ def test_a_real_workload_gets_one_record_per_fact_and_window(tmp_path: Path) -> 
     """A real parent and child writing their files 300 times each, in bursts the reader reads
     apart, with a rename between: one open and one write record per (process, file) within the
     window, the counts never above the writes, and the old name's write before the rename in
-    time."""
+    time. The receiver's ``fanotify.merged_events`` is what its records say they fold."""
     require_backend("linux")
     root = tmp_path / "root"
     root.mkdir()
@@ -247,3 +255,5 @@ def test_a_real_workload_gets_one_record_per_fact_and_window(tmp_path: Path) -> 
         assert 1 <= count <= 300
         if count > 1:
             assert int(str(r.attributes[LAST_TIME])) >= r.time_unix_nano
+    folded = sum(int(str(r.attributes.get(MERGED_EVENTS, 1))) - 1 for r in observed.logs)
+    assert _folded(observed.host.telemetry) == folded

@@ -8,6 +8,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from cli_support import run_cli
 from host_support import Gated, Observed, backend_reason, finish, python
 from waiting import wait_until
 
@@ -316,14 +317,7 @@ def test_validate_command_refuses_what_run_would(tmp_path: Path) -> None:
     env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(Path.cwd()), *sys.path]))
 
     def validate() -> subprocess.CompletedProcess[str]:
-        return subprocess.run(
-            [sys.executable, "-m", "otel_bridge", "validate", str(cfg)],
-            capture_output=True,
-            text=True,
-            env=env,
-            cwd=tmp_path,
-            check=False,
-        )
+        return run_cli("validate", str(cfg), cwd=tmp_path, env=env, timeout=None)
 
     out = validate()
     assert out.returncode == 2, out

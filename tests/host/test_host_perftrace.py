@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from cli_support import run_cli
 from host_support import (
     Gated,
     finish,
@@ -211,11 +212,9 @@ def test_observe_traces_a_request_made_at_the_first_instruction(tmp_path: Path) 
     (tmp_path / "first.py").write_text(FIRST_ACT)
     receipt, run = tmp_path / "receipt", tmp_path / "run"
     with echo_server() as port, cpu_load():
-        argv = [sys.executable, "-m", "otel_bridge", "observe", "-o", str(run), "--no-progress"]
-        argv += ["--", python(), "first.py", f"http://127.0.0.1:{port}/", str(receipt)]
-        done = subprocess.run(
-            argv, cwd=tmp_path, capture_output=True, text=True, timeout=180, check=False
-        )
+        argv = ["observe", "-o", str(run), "--no-progress", "--", python(), "first.py"]
+        argv += [f"http://127.0.0.1:{port}/", str(receipt)]
+        done = run_cli(*argv, cwd=tmp_path, timeout=180)
     assert done.returncode == 0, done.stderr
     pid, client_port = (int(x) for x in receipt.read_text().split())
     found = [c for c in os_records(run, "network.connect") if c["network.peer.port"] == port]

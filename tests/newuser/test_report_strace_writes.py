@@ -11,16 +11,16 @@ from __future__ import annotations
 
 import os
 import shutil
-import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+from cli_support import run_cli
 
 from otel_bridge.testing import tool_call_agent
 
 AGENT = tool_call_agent('["cp", "src.txt", "dst.txt"]', service="nu-agent")
-OBSERVE = (sys.executable, "-m", "otel_bridge", "observe", "--set", "receivers.host.backend=strace")
+OBSERVE = ("observe", "--set", "receivers.host.backend=strace")
 
 
 @pytest.mark.skipif(shutil.which("strace") is None, reason="strace is not installed")
@@ -28,15 +28,8 @@ def test_report_names_files_opened_for_writing(tmp_path: Path) -> None:
     (tmp_path / "src.txt").write_text("hi\n", encoding="utf-8")
     (tmp_path / "agent.py").write_text(AGENT, encoding="utf-8")
     run = tmp_path / "run"
-    done = subprocess.run(
-        [*OBSERVE, "-o", str(run), "--", sys.executable, "agent.py"],
-        check=False,
-        cwd=tmp_path,
-        capture_output=True,
-        text=True,
-        timeout=300,
-        env=os.environ.copy(),
-    )
+    argv = [*OBSERVE, "-o", str(run), "--", sys.executable, "agent.py"]
+    done = run_cli(*argv, cwd=tmp_path, env=os.environ.copy(), timeout=300)
     assert done.returncode == 0, done.stderr
     if "file:     available: strace" not in done.stdout + done.stderr:
         pytest.skip(f"the strace file plane is not available here: {done.stderr[-400:]}")

@@ -6,11 +6,11 @@ from __future__ import annotations
 import os
 import socket
 import subprocess
-import sys
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from cli_support import run_cli
 
 pytest.importorskip("grpc", reason="needs grpcio (the OTLP receiver's gRPC server)")
 
@@ -41,17 +41,9 @@ def _config(tmp_path: Path, grpc_port: int) -> Path:
     return path
 
 
-def _run(argv: list[str], cwd: Path) -> subprocess.CompletedProcess[str]:
-    env = dict(os.environ, OTEL_BRIDGE_WARM="0")
-    return subprocess.run(
-        [sys.executable, "-m", "otel_bridge", *argv],
-        cwd=cwd,
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
-        env=env,
-    )
+def _cold() -> dict[str, str]:
+    """This environment with observe's warm server off (each command starts its own)."""
+    return dict(os.environ, OTEL_BRIDGE_WARM="0")
 
 
 @pytest.mark.slow
@@ -66,7 +58,7 @@ def test_a_taken_grpc_port_is_one_clear_line(tmp_path: Path, taken_port: int, co
         if command == "run"
         else ["observe", "-c", config, "-o", str(tmp_path / "run"), "--", "touch", str(marker)]
     )
-    result = _run(argv, tmp_path)
+    result = run_cli(*argv, cwd=tmp_path, env=_cold())
     assert result.returncode == 2, result.stderr
     lines = result.stderr.strip().splitlines()
     assert lines == [
@@ -113,7 +105,8 @@ def test_an_unwritable_working_directory_is_one_clear_line(
     names the run directory, why, and ``-o``; the command never ran, nothing was created; with
     ``-o`` elsewhere the same command runs."""
     marker = tmp_path / "ran"
-    result = _run(["observe", "--no-progress", *extra, "--", "touch", str(marker)], read_only_cwd)
+    argv = ["observe", "--no-progress", *extra, "--", "touch", str(marker)]
+    result = run_cli(*argv, cwd=read_only_cwd, env=_cold())
     assert result.returncode == 2, result.stderr
     lines = result.stderr.strip().splitlines()
     assert len(lines) == 1, result.stderr
@@ -124,10 +117,8 @@ def test_an_unwritable_working_directory_is_one_clear_line(
     assert not marker.exists()
     assert list(read_only_cwd.iterdir()) == []
     elsewhere = tmp_path / "run"
-    ok = _run(
-        ["observe", "--no-progress", "-o", str(elsewhere), *extra, "--", "touch", str(marker)],
-        read_only_cwd,
-    )
+    argv = ["observe", "--no-progress", "-o", str(elsewhere), *extra, "--", "touch", str(marker)]
+    ok = run_cli(*argv, cwd=read_only_cwd, env=_cold())
     assert ok.returncode == 0, ok.stderr
     assert marker.exists()
     assert (elsewhere / "summary.json").exists()

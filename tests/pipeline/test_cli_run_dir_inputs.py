@@ -9,48 +9,36 @@ table, and ``review`` given the graph.json says it wants the directory. One real
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
-
-
-def _cli(*argv: str, cwd: Path) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "otel_bridge", *argv],
-        cwd=cwd,
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
-    )
+from cli_support import run_cli
 
 
 @pytest.fixture(scope="module")
 def run_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     work = tmp_path_factory.mktemp("observed")
-    done = _cli("observe", "-o", "run", "--", "sh", "-c", "echo x > out.txt", cwd=work)
+    done = run_cli("observe", "-o", "run", "--", "sh", "-c", "echo x > out.txt", cwd=work)
     assert done.returncode == 0, done.stderr
     return work / "run"
 
 
 def test_graph_and_export_take_the_run_directory(run_dir: Path) -> None:
     """``graph DIR`` reads DIR/graph.json; ``export DIR`` converts it."""
-    done = _cli("graph", str(run_dir), "--kind", "process", "--json", cwd=run_dir)
+    done = run_cli("graph", str(run_dir), "--kind", "process", "--json", cwd=run_dir)
     assert done.returncode == 0, done.stderr
     nodes = json.loads(done.stdout)["nodes"]
     assert nodes
     assert {n["kind"] for n in nodes} == {"process"}
     out = run_dir.parent / "prov.json"
-    done = _cli("export", str(run_dir), "--format", "prov", "-o", str(out), cwd=run_dir)
+    done = run_cli("export", str(run_dir), "--format", "prov", "-o", str(out), cwd=run_dir)
     assert done.returncode == 0, done.stderr
     assert json.loads(out.read_text())["activity"]
 
 
 def test_a_directory_without_a_graph_is_one_clear_error(tmp_path: Path) -> None:
     """Not a run directory: exit 2 and one line, no traceback."""
-    done = _cli("graph", str(tmp_path), cwd=tmp_path)
+    done = run_cli("graph", str(tmp_path), cwd=tmp_path)
     assert done.returncode == 2
     assert done.stderr.strip() == (
         f"otel-bridge: {tmp_path}: a directory without graph.json (not a run directory)"
@@ -59,7 +47,7 @@ def test_a_directory_without_a_graph_is_one_clear_error(tmp_path: Path) -> None:
 
 def test_a_filter_value_absent_from_the_graph_is_said(run_dir: Path) -> None:
     """A misspelt kind answers empty, and stderr names it and the kinds that are there."""
-    done = _cli("graph", str(run_dir), "--kind", "proces", "--relation", "spawned", cwd=run_dir)
+    done = run_cli("graph", str(run_dir), "--kind", "proces", "--relation", "spawned", cwd=run_dir)
     assert done.returncode == 0, done.stderr
     assert "nodes (0)" in done.stdout
     assert "no kind 'proces' in this graph (" in done.stderr
@@ -70,6 +58,6 @@ def test_a_filter_value_absent_from_the_graph_is_said(run_dir: Path) -> None:
 def test_review_of_the_graph_file_asks_for_the_directory(run_dir: Path) -> None:
     """``review DIR/graph.json`` says to give the directory (it said 'graph.json has no
     graph.json')."""
-    done = _cli("review", str(run_dir / "graph.json"), cwd=run_dir)
+    done = run_cli("review", str(run_dir / "graph.json"), cwd=run_dir)
     assert done.returncode == 2
     assert "is not a run directory (give the directory)" in done.stderr

@@ -8,24 +8,16 @@ reference text judged as a file name). The unset variable is the one problem.
 from __future__ import annotations
 
 import os
-import subprocess
-import sys
 from pathlib import Path
+
+from cli_support import run_cli
 
 CONFIGS = Path(__file__).resolve().parent.parent.parent / "otel_bridge" / "configs"
 
 
 def test_an_unset_variable_is_the_only_problem_of_its_key(tmp_path: Path) -> None:
     env = {k: v for k, v in os.environ.items() if not k.startswith("OTEL_BRIDGE_")}
-    done = subprocess.run(
-        [sys.executable, "-m", "otel_bridge", "validate", str(CONFIGS / "agent.yaml")],
-        capture_output=True,
-        text=True,
-        env=env,
-        cwd=tmp_path,
-        timeout=60,
-        check=False,
-    )
+    done = run_cli("validate", str(CONFIGS / "agent.yaml"), cwd=tmp_path, env=env, timeout=60)
     assert done.returncode == 2
     problems = [line.strip() for line in done.stderr.splitlines()[1:]]
     assert problems == [

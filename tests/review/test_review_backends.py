@@ -19,12 +19,12 @@ import json
 import os
 import re
 import shutil
-import subprocess
 import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
+from cli_support import run_cli
 
 from otel_bridge.testing import tool_call_agent
 
@@ -77,12 +77,9 @@ def _observe(tmp_path: Path, backend: str, *extra: str) -> tuple[Path, Path]:
     (work / "agent.py").write_text(AGENT, encoding="utf-8")
     (work / "tool.py").write_text(TOOL, encoding="utf-8")
     run = work / "run"
-    command = [sys.executable, "-m", "otel_bridge", "observe", "--no-progress", "--backend"]
-    command += [backend, *extra, "-o", str(run), "--", sys.executable, "agent.py"]
+    argv = ["observe", "--no-progress", "--backend", backend, *extra, "-o", str(run)]
     env = {**os.environ, "PYTHONPATH": str(REPO)}
-    done = subprocess.run(
-        command, cwd=work, env=env, capture_output=True, text=True, timeout=300, check=False
-    )
+    done = run_cli(*argv, "--", sys.executable, "agent.py", cwd=work, env=env, timeout=300)
     assert done.returncode == 0, done.stderr
     summary = json.loads((run / "summary.json").read_text(encoding="utf-8"))
     planes = json.dumps(summary)
@@ -154,11 +151,8 @@ def test_compare_counts_the_same_files_and_endpoints(
     runs: dict[str, tuple[Path, Path]], tmp_path: Path
 ) -> None:
     dirs = [str(runs[b][0]) for b in sorted(EXPECTED)]
-    command = [sys.executable, "-m", "otel_bridge", "compare", *dirs, "-o", str(tmp_path)]
     env = {**os.environ, "PYTHONPATH": str(REPO)}
-    done = subprocess.run(
-        command, env=env, capture_output=True, text=True, timeout=300, check=False
-    )
+    done = run_cli("compare", *dirs, "-o", str(tmp_path), env=env, timeout=300)
     assert done.returncode == 0, done.stderr
     doc = _load(tmp_path / "compare.json")
     by_backend = dict(zip(sorted(EXPECTED), doc["runs"], strict=True))

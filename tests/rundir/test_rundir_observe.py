@@ -12,6 +12,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+from cli_support import run_cli
 from waiting import wait_until
 
 from otel_bridge import rundir
@@ -123,12 +124,6 @@ def test_observe_killed_with_sigkill_is_incomplete_and_takes_its_workload(tmp_pa
             observer.kill()
     [problem] = rundir.verify(str(run))
     assert problem.startswith("incomplete: run ")
-    result = subprocess.run(
-        [sys.executable, "-m", "otel_bridge", "verify", str(run)],
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
-    )
+    result = run_cli("verify", str(run), timeout=60)
     assert result.returncode == 1
     assert "incomplete:" in result.stderr

@@ -9,13 +9,12 @@ from __future__ import annotations
 import json
 import os
 import stat
-import subprocess
-import sys
 import threading
 from collections.abc import Callable
 from pathlib import Path
 
 import pytest
+from cli_support import run_cli
 
 from otel_bridge import rundir
 from otel_bridge.component import Host, Telemetry
@@ -166,13 +165,7 @@ def test_an_unfinished_run_is_incomplete(tmp_path: Path) -> None:
     Path(run.file(rundir.OS_STREAM)).write_text("{}\n")
     [problem] = rundir.verify(run.path)
     assert problem.startswith("incomplete: run r-1 never finished")
-    result = subprocess.run(
-        [sys.executable, "-m", "otel_bridge", "verify", run.path],
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
-    )
+    result = run_cli("verify", run.path, timeout=60)
     assert result.returncode == 1
     assert "incomplete: run r-1" in result.stderr
     run.write_manifest({"id": "r-1"})

@@ -18,12 +18,12 @@ import os
 import shutil
 import socket
 import subprocess
-import sys
 import tempfile
 from collections.abc import Iterator
 from dataclasses import dataclass
 
 import pytest
+from cli_support import run_cli, same_imports_env
 
 from otel_bridge.identity import file_key, process_key
 from otel_bridge.model import (
@@ -224,15 +224,7 @@ def free_port() -> int:
 def cli(*args: str) -> subprocess.CompletedProcess[str]:
     """``python -m otel_bridge ARGS`` with this test process's import path (the worktree's
     package, not an installed one), its output captured as text."""
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
-    return subprocess.run(
-        [sys.executable, "-m", "otel_bridge", *args],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
-        env=env,
-    )
+    return run_cli(*args, env=same_imports_env())
 
 
 _NUMBERS = itertools.count()

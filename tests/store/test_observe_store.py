@@ -10,6 +10,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from cli_support import run_cli
 
 psycopg = pytest.importorskip("psycopg", reason="needs the postgres extra")
 
@@ -47,16 +48,9 @@ service:
 
 
 def _cli(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
+    """The command line with this checkout's package first on its path (300 s: an observe)."""
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO), *sys.path])}
-    return subprocess.run(
-        [sys.executable, "-m", "otel_bridge", *args],
-        cwd=cwd,
-        capture_output=True,
-        text=True,
-        timeout=300,
-        check=False,
-        env=env,
-    )
+    return run_cli(*args, cwd=cwd, env=env, timeout=300)
 
 
 @pytest.mark.slow

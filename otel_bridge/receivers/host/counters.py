@@ -46,6 +46,12 @@ COUNTERS: tuple[CounterSpec, ...] = (
         "{events}",
     ),
     CounterSpec(
+        "fanotify.merged_events",
+        "file events folded into an earlier record of the same process, file and kind "
+        "(file_merge_window)",
+        "{events}",
+    ),
+    CounterSpec(
         "fanotify.follow_unsynced",
         "follows whose file-event queue was not read through in time (events from before the "
         "follow may be attributed)",

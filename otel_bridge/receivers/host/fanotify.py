@@ -858,9 +858,14 @@ class FanotifyWatcher:
         self._send(name, pid, now, attrs)
 
     def _send_held(self, records: list[Held]) -> None:
-        """Emit merged records (:mod:`.filemerge`), their time the first event's."""
+        """Emit merged records (:mod:`.filemerge`), their time the first event's, and count the
+        events folded into them (``fanotify.merged_events``: once per call, not per event)."""
+        folded = 0
         for held in records:
+            folded += held.count - 1
             self._send(held.name, held.pid, held.first_ns, held.final_attrs())
+        if folded:
+            self._ctx.telemetry.count("fanotify.merged_events", folded)
 
     def _send(self, name: str, pid: int, now: int, attrs: dict[str, AnyValue]) -> None:
         record = self._ctx.events.record(name, now, attrs, attribution=SYSCALL, causal=True)

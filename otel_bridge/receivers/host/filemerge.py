@@ -8,7 +8,8 @@ pipeline (the receiver's record, redaction, normalisation, the graph, two JSON-l
 :class:`FileMerger` holds the first event of a (pid, path, kind) and folds the same pid's later
 events of that file and kind into it for :attr:`FileMerger.window` seconds; the record then
 says how many events it stands for (:data:`MERGED_EVENTS`) and when the last one was read
-(:data:`LAST_TIME`). Its own time stays the first event's.
+(:data:`LAST_TIME`). Its own time stays the first event's. The reader counts the events folded
+(``count - 1`` of each record it emits) in the receiver's ``fanotify.merged_events``.
 
 What is never merged: two processes (a pid whose identity changed in between is another
 process), two files, two kinds (an open and a write stay two records). Creates, deletes and
@@ -67,8 +68,6 @@ class FileMerger:
     def __init__(self, window: float) -> None:
         self.window = window
         self._held: dict[tuple[int, str, str], Held] = {}
-        self.merged = 0
-        """Events folded into an earlier record."""
 
     def __bool__(self) -> bool:
         return bool(self._held)
@@ -86,7 +85,6 @@ class FileMerger:
             if held.attrs.get("process.creation.time") == identity.get("process.creation.time"):
                 held.count += 1
                 held.last_ns = max(held.last_ns, time_ns)
-                self.merged += 1
                 return out
             out.append(self._held.pop(key))  # the pid names another process now
         elif len(self._held) >= MAX_HELD:

@@ -19,6 +19,7 @@ from otel_bridge.receivers.host.procfs import (
 from otel_bridge.receivers.host.starts import StartGate
 from otel_bridge.receivers.host.strace_parse import (
     Syscall,
+    annotated_path,
     exec_environment,
     fd_annotation,
     split_args,
@@ -226,7 +227,7 @@ class SyscallInterpreter:
     def _path_arg(self, call: Syscall, index: int = 0) -> str:
         args = split_args(call.args)
         if call.name in _DIRFD_CALLS:
-            base = fd_annotation(args[index]) if index < len(args) else ""
+            base = annotated_path(fd_annotation(args[index])) if index < len(args) else ""
             value = string_arg(args[index + 1]) if index + 1 < len(args) else None
         else:
             base = ""
@@ -254,7 +255,8 @@ class SyscallInterpreter:
             flags = found.group(1) if found else "O_RDONLY"
         else:
             flags = args[2] if len(args) > 2 else "O_RDONLY"
-        path = call.ret_annotation or self._path_arg(call)
+        path = annotated_path(call.ret_annotation) if call.ret_annotation else ""
+        path = path or self._path_arg(call)
         attrs: dict[str, AnyValue] = {
             "file.path": path,
             "file.open.flags": flags,

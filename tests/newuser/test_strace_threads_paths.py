@@ -108,3 +108,25 @@ def test_paths_are_the_files_names(observed: Observed) -> None:
     # /dev/null is folded with the interpreter's reads in graph.json; its record names it.
     assert "/dev/null" in observed.opened, sorted(observed.opened)
     assert not [f for f in observed.opened if "\\" in f or "<char" in f], sorted(observed.opened)
+
+
+def _pid(node: dict[str, Any]) -> int | None:
+    facts = node.get("facts") or {}
+    pid = facts.get("pid")
+    return pid if isinstance(pid, int) else None
+
+
+def test_a_thread_is_its_process(observed: Observed) -> None:
+    graph, ids = observed.graph, observed.ids
+    nodes = {n["id"]: n for n in graph["nodes"]}
+    processes = {nid: _pid(n) for nid, n in nodes.items() if n["kind"] == "process"}
+    # No process node is the thread.
+    assert ids["tid"] not in processes.values(), sorted(n["label"] for n in nodes.values())
+    workload = [nid for nid, pid in processes.items() if pid == ids["pid"]]
+    assert len(workload) == 1
+    # The file the thread wrote is the workload process's.
+    target = f"file:{observed.workdir}/from-thread.txt"
+    assert {e["source"] for e in graph["edges"] if e["target"] == target} == set(workload)
+    # The workload started no process: nothing was "spawned" but the workload itself.
+    spawned = [e for e in graph["edges"] if e["relation"] == "spawned"]
+    assert {processes[e["target"]] for e in spawned} == {ids["pid"]}, spawned

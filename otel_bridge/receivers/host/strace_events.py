@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import re
 import time
@@ -15,6 +16,7 @@ from otel_bridge.receivers.host.procfs import (
     approx_start_ms,
     read_process,
     read_stat,
+    tgid_of,
 )
 from otel_bridge.receivers.host.starts import StartGate
 from otel_bridge.receivers.host.strace_parse import (
@@ -109,10 +111,21 @@ class SyscallInterpreter:
         """Holds each new child's start until its own image is known (:mod:`.starts`)."""
         self.failed_opens = 0
         self.failed_connects = 0
+        self._threads: dict[int, int] = {}
+        """Thread id -> its process id (thread group), for the threads that are not a
+        process's first: ``strace -f`` names each line by the thread that made the call."""
 
     def handle(self, call: Syscall) -> None:
         """Interpret one syscall."""
         ctx = self.ctx
+        tgid = self._threads.get(call.pid)
+        if tgid is None and call.pid not in self._started:
+            tgid = self._thread_group(call.pid)
+        if tgid is not None:
+            if call.name == "+exit":  # a thread ended, not its process
+                del self._threads[call.pid]
+                return
+            call = dataclasses.replace(call, pid=tgid)
         if call.pid not in self._started:
             self._start(call.pid, call.time_ns, parent=None)
         self.gate.due()
@@ -125,8 +138,11 @@ class SyscallInterpreter:
             return
         if name in ("clone", "clone3", "fork", "vfork"):
             child = call.ret
-            is_process = child is not None and child > 0 and "CLONE_THREAD" not in call.args
-            if is_process and child is not None and child not in self._started:
+            if child is None or child <= 0:
+                return
+            if "CLONE_THREAD" in call.args:
+                self._threads[child] = call.pid
+            elif child not in self._started:
                 self._start(child, call.time_ns, parent=call.pid)
             return
         if name in ("execve", "execveat"):
@@ -149,6 +165,29 @@ class SyscallInterpreter:
             self._listen(call)
         elif name in ("accept", "accept4") and ctx.config.network_accepted and ctx.config.network:
             self._accept(call)
+
+    def running_threads(self, pids: list[int]) -> None:
+        """Learn the threads ``pids`` run now (``strace -f -p`` attached to them too): one
+        that ends without a traced call shows only its exit, when ``/proc`` no longer has it."""
+        for pid in pids:
+            try:
+                tids = os.listdir(f"/proc/{pid}/task")
+            except OSError:
+                continue
+            for tid in tids:
+                if tid.isdigit() and int(tid) != pid:
+                    self._threads[int(tid)] = pid
+
+    def _thread_group(self, tid: int) -> int | None:
+        """The process of ``tid`` when it is a thread other than its process's first, seen
+        before the ``clone`` that made it (strace printed its line first); None for a process.
+        A thread already gone when its first line is parsed (one that ended before the
+        ``clone`` returned) cannot be told from a process and is taken for one."""
+        tgid = tgid_of(tid)
+        if tgid is None or tgid == tid:
+            return None
+        self._threads[tid] = tgid
+        return tgid
 
     def _start(self, pid: int, time_ns: int, *, parent: int | None) -> None:
         """A new child: its identity now, its start once its own image is known."""

@@ -11,6 +11,8 @@ Found observing a plain OpenTelemetry SDK agent as an unprivileged user (the `st
   graph had ``caf\\303\\251.txt`` for ``café.txt``, ``a\\74b\\76.txt`` for ``a<b>.txt`` and a
   file node ``/dev/null<char 1:3>``; a name that is not UTF-8 escaped the text rule
   (docs/strings.md) instead of being replaced and flagged.
+* The gRPC exporter's IPv6 socket connects to ``::ffff:127.0.0.1``: the endpoint was
+  ``endpoint:tcp:::ffff:127.0.0.1:PORT`` under strace, ``127.0.0.1`` under the other backends.
 
 A real ``observe`` with the strace backend of a workload that does all of it.
 """
@@ -51,8 +53,17 @@ def work():
 thread = threading.Thread(target=work)
 thread.start()
 thread.join()
+import socket
+server = socket.socket(socket.AF_INET6)
+server.bind(("::ffff:127.0.0.1", 0))
+server.listen()
+port = server.getsockname()[1]
+client = socket.socket(socket.AF_INET6)
+client.connect(("::ffff:127.0.0.1", port))
+client.close()
+server.close()
 with open("ids.json", "w") as f:
-    f.write('{"pid": %d, "tid": %d}' % (os.getpid(), tids[0]))
+    f.write('{"pid": %d, "tid": %d, "port": %d}' % (os.getpid(), tids[0], port))
 """
 
 
@@ -130,3 +141,19 @@ def test_a_thread_is_its_process(observed: Observed) -> None:
     # The workload started no process: nothing was "spawned" but the workload itself.
     spawned = [e for e in graph["edges"] if e["relation"] == "spawned"]
     assert {processes[e["target"]] for e in spawned} == {ids["pid"]}, spawned
+
+
+def test_an_ipv4_mapped_address_is_the_ipv4_address(observed: Observed) -> None:
+    """An IPv6 socket connected to ``::ffff:127.0.0.1`` reached the endpoint every other source
+    (the socket tables, the socket tracer, a span's ``server.address``) names ``127.0.0.1``."""
+    port = observed.ids["port"]
+    endpoints = {n["id"] for n in observed.graph["nodes"] if n["kind"] == "endpoint"}
+    assert f"endpoint:tcp:127.0.0.1:{port}" in endpoints, sorted(endpoints)
+    assert not [e for e in endpoints if "::ffff:" in e], sorted(endpoints)
+    workload = f":{observed.ids['pid']}:"
+    connected = [
+        e
+        for e in observed.graph["edges"]
+        if e["relation"] == "connected_to" and e["target"] == f"endpoint:tcp:127.0.0.1:{port}"
+    ]
+    assert [workload in e["source"] for e in connected] == [True], connected

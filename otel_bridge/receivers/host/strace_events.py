@@ -84,12 +84,19 @@ def open_flags_text(flags: int) -> str:
     return "|".join(names)
 
 
+def ip_address(text: str) -> str:
+    """``text`` as the socket tables write it: an IPv4-mapped IPv6 address (``::ffff:1.2.3.4``,
+    an IPv6 socket talking IPv4) as the IPv4 address, so that an endpoint has one identity
+    whichever backend saw it (``netscan``, ``socktrace``, ``sockdiag`` do the same)."""
+    return text[len("::ffff:") :] if text.startswith("::ffff:") and "." in text else text
+
+
 def parse_sockaddr(text: str) -> tuple[str, str, int] | None:
     """``(transport family, address, port)`` from strace's sockaddr rendering."""
     if "AF_INET6" in text:
         addr, port = _ADDR6.search(text), _PORT.search(text)
         if addr and port:
-            return "inet6", addr.group(1), int(port.group(1))
+            return "inet6", ip_address(addr.group(1)), int(port.group(1))
     elif "AF_INET" in text:
         addr, port = _ADDR4.search(text), _PORT.search(text)
         if addr and port:
@@ -366,7 +373,7 @@ class SyscallInterpreter:
             return
         attrs: dict[str, AnyValue] = {
             "network.transport": "udp" if anno.group("proto").startswith("UDP") else "tcp",
-            "network.local.address": host.strip("[]"),
+            "network.local.address": ip_address(host.strip("[]")),
             "network.local.port": int(port),
         }
         self._emit("network.listen", call, attrs)
@@ -383,7 +390,7 @@ _NETWORK_CALLS = frozenset({"connect", "listen", "accept", "accept4"})
 
 def _split_hostport(text: str) -> tuple[str, int] | None:
     host, _, port = text.rpartition(":")
-    return (host.strip("[]"), int(port)) if host and port.isdigit() else None
+    return (ip_address(host.strip("[]")), int(port)) if host and port.isdigit() else None
 
 
 def _local_end(pid: int, inode_text: str) -> dict[str, AnyValue]:

@@ -142,14 +142,20 @@ class _Index:
             out.append(f"{w.label} ({', '.join(sorted(rels))})")
         return sorted(out)
 
-    def effects(self, row: ProcessRow) -> None:
-        row.writes = self.writes(row.node.id)
-        for r in self.reached.get(row.node.id, ()):
+    def endpoints(self, pid: str) -> list[str]:
+        """Endpoints ``pid`` connected to, or began to (said as such), in the graph's order."""
+        out: list[str] = []
+        for r in self.reached.get(pid, ()):
             label = r.label
             if r.observed == reading.ATTEMPTED:
                 label += " (connect begun, completion not observed)"
-            if label not in row.endpoints:
-                row.endpoints.append(label)
+            if label not in out:
+                out.append(label)
+        return out
+
+    def effects(self, row: ProcessRow) -> None:
+        row.writes = self.writes(row.node.id)
+        row.endpoints = self.endpoints(row.node.id)
 
 
 def _by_time(nodes: Iterable[GraphNode]) -> list[GraphNode]:
@@ -200,20 +206,49 @@ def build(graph: Graph) -> Report:
     return Report(
         calls=calls,
         unlinked_calls=unlinked_calls,
-        unlinked_processes=_unlinked_processes(unlinked),
-        agent_processes=[f"pid {_pid(ix.nodes[a])} `{_argv(ix.nodes[a])}`" for a in agents],
+        unlinked_processes=_unlinked_processes(unlinked, ix),
+        agent_processes=[
+            f"pid {_pid(ix.nodes[a])} `{_argv(ix.nodes[a])}`"
+            + _effects(ix, [ix.nodes[a]], reached=False)
+            for a in sorted(agents)
+        ],
         folded=sum(1 for n in graph.nodes if n.kind == "runtime_reads"),
     )
 
 
 _PIDS_SHOWN = 3
 """Pids named in one folded line (the first ones in time)."""
+_EFFECTS_SHOWN = 5
+"""Files (and endpoints) named after an unlinked process; graph.json has the rest."""
 
 
-def _unlinked_processes(nodes: list[GraphNode]) -> list[str]:
-    """One line per unlinked process, in time order; processes that ran the same executable
-    with the same argv and the same exit code share one line with their count (a workload that
-    runs ``true`` 125 times gets one line, not 125), placed where the first of them ran."""
+def _effects(ix: _Index, group: list[GraphNode], *, reached: bool = True) -> str:
+    """What the processes of ``group`` changed (and, with ``reached``, the endpoints they
+    reached), said after their line ("" when nothing was observed): a process linked to no
+    tool call, or the agent's own, still shows what it did."""
+    parts = []
+    for verb, items in (
+        ("changed", sorted({w for n in group for w in ix.writes(n.id)})),
+        ("reached", list(dict.fromkeys(e for n in group for e in ix.endpoints(n.id)))),
+    ):
+        if verb == "reached" and not reached:
+            continue
+        if items:
+            more = len(items) - _EFFECTS_SHOWN
+            shown = ", ".join(items[:_EFFECTS_SHOWN]) + (
+                f" and {more} more (graph.json)" if more > 0 else ""
+            )
+            parts.append(f"{verb} {shown}")
+    if not parts:
+        return ""
+    return f"; {'it' if len(group) == 1 else 'they'} {' and '.join(parts)}"
+
+
+def _unlinked_processes(nodes: list[GraphNode], ix: _Index) -> list[str]:
+    """One line per unlinked process, in time order, with the files it changed and the
+    endpoints it reached; processes that ran the same executable with the same argv and the
+    same exit code share one line with their count (a workload that runs ``true`` 125 times
+    gets one line, not 125), placed where the first of them ran."""
     groups: dict[tuple[str, str, str], list[GraphNode]] = {}
     for n in nodes:
         facts = n.facts
@@ -224,13 +259,14 @@ def _unlinked_processes(nodes: list[GraphNode]) -> list[str]:
         if len(group) == 1:
             lines.append(
                 f"pid {_pid(group[0])} `{argv}` (exit {code}) ran, but no tool call is linked to it"
+                + _effects(ix, group)
             )
             continue
         pids = ", ".join(_pid(n) for n in group[:_PIDS_SHOWN])
         more = f" and {len(group) - _PIDS_SHOWN} more" if len(group) > _PIDS_SHOWN else ""
         lines.append(
             f"{len(group)} processes `{argv}` (exit {code}; pids {pids}{more}) ran, but no "
-            "tool call is linked to any of them"
+            "tool call is linked to any of them" + _effects(ix, group)
         )
     return lines
 

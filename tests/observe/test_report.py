@@ -103,7 +103,8 @@ def test_what_is_not_linked_is_said_plainly() -> None:
     """The call without a process, the agent's own write during it (as a time overlap only),
     the process no call is linked to, and the degraded plane are all listed."""
     report = build(_graph())
-    assert report.agent_processes == ["pid 10 `python agent.py`"]
+    # the agent's own changes are on its line (they are also said as an overlap below)
+    assert report.agent_processes == ["pid 10 `python agent.py`; it changed /w/notes.md (wrote)"]
     text = render(report, title="run", planes={"network": "degraded: scans", "file": "available"})
     notes = text.split("## Not linked, and why", 1)[1]
     assert "notes (c2) declared no command; no process was linked to it" in notes

@@ -10,7 +10,7 @@ from otel_bridge.receivers.host.events import SYSCALL, HostContext
 from otel_bridge.receivers.host.linux import exit_code_of, fork_identity
 from otel_bridge.receivers.host.procfs import monotonic_to_wall_ns
 from otel_bridge.receivers.host.starts import StartGate
-from otel_bridge.receivers.host.strace_events import open_access, open_flags_text
+from otel_bridge.receivers.host.strace_events import ip_address, open_access, open_flags_text
 
 _ERRNO = {
     -4: "EINTR",
@@ -51,7 +51,7 @@ def decode_sockaddr(raw: bytes) -> tuple[str, str, int] | None:
     if family == socket.AF_INET:
         return "inet", socket.inet_ntop(socket.AF_INET, raw[4:8]), port
     if family == socket.AF_INET6 and len(raw) >= 24:
-        return "inet6", socket.inet_ntop(socket.AF_INET6, raw[8:24]), port
+        return "inet6", ip_address(socket.inet_ntop(socket.AF_INET6, raw[8:24])), port
     return None
 
 

@@ -80,6 +80,7 @@ class _Session:
         for pid in pids:  # observed from now: only now are they the lineage (see follow)
             ctx.lineage.add(pid)
         self.interp = SyscallInterpreter(ctx)
+        self.interp.running_threads(pids)
         self._thread = threading.Thread(target=self._run, name="host-strace", daemon=True)
         self._thread.start()
 

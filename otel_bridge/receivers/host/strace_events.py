@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import re
 import time
@@ -15,10 +16,12 @@ from otel_bridge.receivers.host.procfs import (
     approx_start_ms,
     read_process,
     read_stat,
+    tgid_of,
 )
 from otel_bridge.receivers.host.starts import StartGate
 from otel_bridge.receivers.host.strace_parse import (
     Syscall,
+    annotated_path,
     exec_environment,
     fd_annotation,
     split_args,
@@ -81,12 +84,19 @@ def open_flags_text(flags: int) -> str:
     return "|".join(names)
 
 
+def ip_address(text: str) -> str:
+    """``text`` as the socket tables write it: an IPv4-mapped IPv6 address (``::ffff:1.2.3.4``,
+    an IPv6 socket talking IPv4) as the IPv4 address, so that an endpoint has one identity
+    whichever backend saw it (``netscan``, ``socktrace``, ``sockdiag`` do the same)."""
+    return text[len("::ffff:") :] if text.startswith("::ffff:") and "." in text else text
+
+
 def parse_sockaddr(text: str) -> tuple[str, str, int] | None:
     """``(transport family, address, port)`` from strace's sockaddr rendering."""
     if "AF_INET6" in text:
         addr, port = _ADDR6.search(text), _PORT.search(text)
         if addr and port:
-            return "inet6", addr.group(1), int(port.group(1))
+            return "inet6", ip_address(addr.group(1)), int(port.group(1))
     elif "AF_INET" in text:
         addr, port = _ADDR4.search(text), _PORT.search(text)
         if addr and port:
@@ -108,10 +118,21 @@ class SyscallInterpreter:
         """Holds each new child's start until its own image is known (:mod:`.starts`)."""
         self.failed_opens = 0
         self.failed_connects = 0
+        self._threads: dict[int, int] = {}
+        """Thread id -> its process id (thread group), for the threads that are not a
+        process's first: ``strace -f`` names each line by the thread that made the call."""
 
     def handle(self, call: Syscall) -> None:
         """Interpret one syscall."""
         ctx = self.ctx
+        tgid = self._threads.get(call.pid)
+        if tgid is None and call.pid not in self._started:
+            tgid = self._thread_group(call.pid)
+        if tgid is not None:
+            if call.name == "+exit":  # a thread ended, not its process
+                del self._threads[call.pid]
+                return
+            call = dataclasses.replace(call, pid=tgid)
         if call.pid not in self._started:
             self._start(call.pid, call.time_ns, parent=None)
         self.gate.due()
@@ -124,8 +145,11 @@ class SyscallInterpreter:
             return
         if name in ("clone", "clone3", "fork", "vfork"):
             child = call.ret
-            is_process = child is not None and child > 0 and "CLONE_THREAD" not in call.args
-            if is_process and child is not None and child not in self._started:
+            if child is None or child <= 0:
+                return
+            if "CLONE_THREAD" in call.args:
+                self._threads[child] = call.pid
+            elif child not in self._started:
                 self._start(child, call.time_ns, parent=call.pid)
             return
         if name in ("execve", "execveat"):
@@ -148,6 +172,29 @@ class SyscallInterpreter:
             self._listen(call)
         elif name in ("accept", "accept4") and ctx.config.network_accepted and ctx.config.network:
             self._accept(call)
+
+    def running_threads(self, pids: list[int]) -> None:
+        """Learn the threads ``pids`` run now (``strace -f -p`` attached to them too): one
+        that ends without a traced call shows only its exit, when ``/proc`` no longer has it."""
+        for pid in pids:
+            try:
+                tids = os.listdir(f"/proc/{pid}/task")
+            except OSError:
+                continue
+            for tid in tids:
+                if tid.isdigit() and int(tid) != pid:
+                    self._threads[int(tid)] = pid
+
+    def _thread_group(self, tid: int) -> int | None:
+        """The process of ``tid`` when it is a thread other than its process's first, seen
+        before the ``clone`` that made it (strace printed its line first); None for a process.
+        A thread already gone when its first line is parsed (one that ended before the
+        ``clone`` returned) cannot be told from a process and is taken for one."""
+        tgid = tgid_of(tid)
+        if tgid is None or tgid == tid:
+            return None
+        self._threads[tid] = tgid
+        return tgid
 
     def _start(self, pid: int, time_ns: int, *, parent: int | None) -> None:
         """A new child: its identity now, its start once its own image is known."""
@@ -226,7 +273,7 @@ class SyscallInterpreter:
     def _path_arg(self, call: Syscall, index: int = 0) -> str:
         args = split_args(call.args)
         if call.name in _DIRFD_CALLS:
-            base = fd_annotation(args[index]) if index < len(args) else ""
+            base = annotated_path(fd_annotation(args[index])) if index < len(args) else ""
             value = string_arg(args[index + 1]) if index + 1 < len(args) else None
         else:
             base = ""
@@ -254,7 +301,8 @@ class SyscallInterpreter:
             flags = found.group(1) if found else "O_RDONLY"
         else:
             flags = args[2] if len(args) > 2 else "O_RDONLY"
-        path = call.ret_annotation or self._path_arg(call)
+        path = annotated_path(call.ret_annotation) if call.ret_annotation else ""
+        path = path or self._path_arg(call)
         attrs: dict[str, AnyValue] = {
             "file.path": path,
             "file.open.flags": flags,
@@ -325,7 +373,7 @@ class SyscallInterpreter:
             return
         attrs: dict[str, AnyValue] = {
             "network.transport": "udp" if anno.group("proto").startswith("UDP") else "tcp",
-            "network.local.address": host.strip("[]"),
+            "network.local.address": ip_address(host.strip("[]")),
             "network.local.port": int(port),
         }
         self._emit("network.listen", call, attrs)
@@ -342,7 +390,7 @@ _NETWORK_CALLS = frozenset({"connect", "listen", "accept", "accept4"})
 
 def _split_hostport(text: str) -> tuple[str, int] | None:
     host, _, port = text.rpartition(":")
-    return (host.strip("[]"), int(port)) if host and port.isdigit() else None
+    return (ip_address(host.strip("[]")), int(port)) if host and port.isdigit() else None
 
 
 def _local_end(pid: int, inode_text: str) -> dict[str, AnyValue]:

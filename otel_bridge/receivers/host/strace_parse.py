@@ -22,6 +22,8 @@ _RET = re.compile(r"^(?P<value>-?\d+|\?)(?:<(?P<anno>.*)>)?(?:\s+(?P<errno>E[A-Z
 _STRING = re.compile(r'"((?:[^"\\]|\\.)*)"(\.\.\.)?')
 _FD_ANNO = re.compile(r"^(?P<fd>-?\d+|AT_FDCWD)<(?P<anno>.*)>$")
 """Anchored at the end: a path or a connected socket (``TCP:[a:1->b:2]``) may contain ``>``."""
+_DEVICE = re.compile(r"<(?:char|block) \d+:\d+>$")
+"""The suffix ``-yy`` gives a device's path (``/dev/null<char 1:3>``)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -133,6 +135,17 @@ def fd_annotation(arg: str) -> str:
     """The ``-yy`` annotation of a descriptor argument (``3</tmp/x>`` -> ``/tmp/x``)."""
     m = _FD_ANNO.match(arg.strip())
     return m.group("anno") if m else ""
+
+
+def annotated_path(anno: str) -> str:
+    """The path in a ``-yy`` descriptor annotation of a file (``fd_annotation``, a returned
+    descriptor's ``ret_annotation``).
+
+    strace writes the path C-escaped, like its strings (``<`` and ``>`` as ``\\74`` and ``\\76``,
+    every byte outside printable ASCII in octal: ``caf\\303\\251.txt`` is ``café.txt``), and
+    adds ``<char M:N>`` or ``<block M:N>`` after a device's path. Since a ``<`` of the path
+    itself is always escaped, that suffix is never part of the name."""
+    return unescape(_DEVICE.sub("", anno))
 
 
 def string_arg(arg: str) -> str | None:

@@ -73,7 +73,8 @@ PRELOAD: tuple[str, ...] = (
 """Modules the server imports before serving (with what they import, and the components of
 every run, ``_observe_run.warm``): what a cold ``observe`` of the bundled configuration imports
 on its way, including what its end imports (the review's session importers) and the codec
-``http.server`` needs to bind (``socket.getfqdn``). gRPC is not among them: its runtime is
+an address lookup needs (``socket.getaddrinfo`` of a ``str`` host: the mux's connection to the
+receiver, at the command's first OTLP connection). gRPC is not among them: its runtime is
 started at the first HTTP/2 connection in the child, never in the server (a process that forks
 must not hold gRPC's threads)."""
 
@@ -363,9 +364,23 @@ def _child(listener: socket.socket, conn: socket.socket) -> None:
         for stream in (sys.stdout, sys.stderr):
             with contextlib.suppress(Exception):
                 stream.flush()
+        _let_go_of_streams()
         with contextlib.suppress(OSError):
             send(conn, {"done": code})
         os._exit(0)
+
+
+def _let_go_of_streams() -> None:
+    """Point descriptors 0, 1 and 2 (the client's streams, :func:`_serve_client`) at
+    ``/dev/null``: what reads the client's output (a pipe, ``$(...)``) sees its end when the
+    client exits, not when this process has also been torn down (its memory, the kernel
+    sources whose release is still under way), which follows the exit code."""
+    with contextlib.suppress(OSError):
+        null = os.open(os.devnull, os.O_RDWR)
+        for fd in (0, 1, 2):
+            os.dup2(null, fd)
+        if null > 2:
+            os.close(null)
 
 
 def _serve_client(conn: socket.socket) -> int:

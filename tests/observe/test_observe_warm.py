@@ -13,6 +13,7 @@ import ast
 import json
 import os
 import re
+import select
 import shutil
 import signal
 import socket
@@ -30,7 +31,7 @@ import pytest
 from observe_support import observe_argv
 from waiting import Stderr, wait_until
 
-from otel_bridge import warm
+from otel_bridge import warm, warm_server
 
 pytestmark = pytest.mark.skipif(sys.platform != "linux", reason="Unix sockets with SO_PEERCRED")
 
@@ -485,3 +486,33 @@ def test_next_spare_helper_starts_after_the_run_not_during_it(
     assert found["own_helpers"] == 0, found
     assert all(helper < run for helper in found["helpers"]), found
     wait_until(lambda: _helpers_since(server, 0) >= 1, 60, "a spare again, after the run")
+
+
+def test_a_run_child_lets_go_of_the_clients_streams_before_it_answers() -> None:
+    """The run's child holds the client's descriptors 0 to 2 (a pipe its caller reads, say);
+    it points them at ``/dev/null`` before it sends the exit code, so a reader sees the end of
+    the output when the client exits, not once the child has been torn down too."""
+    out_r, out_w = os.pipe()
+    hold_r, hold_w = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # a run's child holding the client's output
+        try:
+            os.dup2(out_w, 1)
+            os.dup2(out_w, 2)
+            for fd in (out_r, out_w, hold_w):
+                os.close(fd)
+            warm_server._let_go_of_streams()
+            os.read(hold_r, 1)  # alive until the test is done
+        finally:
+            os._exit(0)
+    os.close(out_w)
+    os.close(hold_r)
+    try:
+        ready, _, _ = select.select([out_r], [], [], 60)
+        assert ready, "the child kept the client's output open"
+        assert os.read(out_r, 1) == b""  # the end of the output
+        assert os.waitpid(pid, os.WNOHANG) == (0, 0)  # while the child lives
+    finally:
+        os.close(hold_w)
+        os.waitpid(pid, 0)
+        os.close(out_r)

@@ -25,7 +25,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NoReturn
 
 from otel_bridge import rundir
 from otel_bridge.commands.observe import Workload
@@ -158,6 +158,7 @@ def bind() -> socket.socket:
     listener.bind(path)
     os.chmod(path, 0o600)
     listener.listen(16)
+    listener.setblocking(False)  # the server and an ahead child accept only once it is readable
     return listener
 
 
@@ -182,16 +183,25 @@ def serve(*, ready: Callable[[str], None] | None = None) -> int:
         ready(path)
     children: set[int] = set()
     spare = _Spare()
+    ahead = _Ahead()
     try:
         while True:
-            watched = [listener.fileno(), *spare.watched()]
+            if ahead.due():
+                ahead.fork(listener, children, spare)
+            accepting = [] if ahead.pid is not None else [listener.fileno()]
+            watched = [*accepting, ahead.taken_fd, *spare.watched()]
             readable, _, _ = select.select(watched, [], [], _REAP_INTERVAL)
-            spare.ended(_reap(children))
-            if watched[0] in readable:
-                _accept(listener, children, spare)
+            if ahead.taken_fd in readable:
+                ahead.taken()
+            reaped = _reap(children)
+            spare.ended(reaped)
+            ahead.ended(reaped)
+            if accepting and accepting[0] in readable:
+                _accept(listener, children, spare, ahead)
     except _StopServingError:
         pass
     finally:
+        ahead.close()
         spare.close()
         with contextlib.suppress(FileNotFoundError):
             os.unlink(path)
@@ -286,6 +296,127 @@ class _Spare:
             self.proc = None
 
 
+class _Ahead:
+    """The run's child forked ahead of the next connection, which it accepts itself
+    (:func:`_wait_for_client`): a run then starts without the server's accept and fork (the
+    fork of a process holding every import, 2 to 10 ms on a busy machine, and the new child's
+    wait for a processor after it). Like the spare helper, which it is forked holding (the
+    server keeps none), the next one is forked when the run the last one took has ended; a
+    connection that comes before (a run under way) is accepted, and forked for, by the server.
+    It ends with the server however the server ends: the server holds the only write end of
+    its lifeline pipe, which turns readable at the server's exit."""
+
+    def __init__(self) -> None:
+        self.pid: int | None = None
+        """The child waiting for a connection; None: the server accepts."""
+        self._serving: int | None = None
+        """The last one, once it took a connection, until it has ended."""
+        self._lifeline_r, self._lifeline_w = os.pipe()
+        self.taken_fd, self._taken_w = os.pipe()
+        """Readable when the waiting child took a connection (it writes a byte)."""
+
+    def due(self) -> bool:
+        """Whether to fork one now: none is waiting and the last one's run has ended."""
+        return self.pid is None and self._serving is None
+
+    def fork(self, listener: socket.socket, children: set[int], spare: _Spare) -> None:
+        """Fork the next one, handing it the spare helper."""
+        helper = spare.take()
+        pid = _fork()
+        if pid == 0:
+            os.close(self._lifeline_w)
+            os.close(self.taken_fd)
+            _wait_for_client(listener, self._lifeline_r, self._taken_w, helper)
+        self.pid = pid
+        children.add(pid)
+        spare.handed_over(children, pid)
+
+    def taken(self) -> None:
+        """The waiting child took a connection: the server accepts until the next is forked."""
+        os.read(self.taken_fd, 64)
+        self._serving, self.pid = self.pid, None
+
+    def ended(self, reaped: list[int]) -> None:
+        """The server reaped ``reaped``: the next one is due once the last one's run ended (or
+        the waiting one died)."""
+        if self._serving in reaped:
+            self._serving = None
+        if self.pid in reaped:
+            self.pid = None
+
+    def in_run_child(self) -> None:
+        """In a child the server forked for a connection it accepted: none of this is its."""
+        for fd in (self._lifeline_r, self._lifeline_w, self.taken_fd, self._taken_w):
+            os.close(fd)
+
+    def close(self) -> None:
+        """The server ends: end the waiting child (a run under way goes on)."""
+        if self.pid is not None:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(self.pid, signal.SIGKILL)
+            with contextlib.suppress(ChildProcessError):
+                os.waitpid(self.pid, 0)
+            self.pid = None
+        os.close(self._lifeline_w)
+
+
+def _fork() -> int:
+    """``os.fork``, once no thread runs and the standard streams are flushed."""
+    if not single_threaded():
+        raise RuntimeError("warm server: a thread is running; it must not fork")
+    for stream in (sys.stdout, sys.stderr):
+        stream.flush()
+    return os.fork()
+
+
+def _wait_for_client(
+    listener: socket.socket,
+    lifeline: int,
+    taken: int,
+    helper: tuple[subprocess.Popen[bytes], bool] | None,
+) -> NoReturn:
+    """An ahead child (:class:`_Ahead`): wait for a connection of this user, tell the server
+    it took it, serve it (never returns). Ends when the server has ended."""
+    try:
+        _detach()
+        while True:
+            readable, _, _ = select.select([listener.fileno(), lifeline], [], [])
+            if lifeline in readable:  # the server has ended
+                os._exit(0)
+            with contextlib.suppress(BlockingIOError):
+                conn, _ = listener.accept()
+                if _refused(conn):
+                    conn.close()
+                    continue
+                break
+        os.write(taken, b"x")
+        for fd in (lifeline, taken):
+            os.close(fd)
+        listener.close()
+    except BaseException:
+        os._exit(2)
+    if helper is not None:
+        _CHILD_HELPER.append(helper)
+    _child(conn)
+
+
+def _refused(conn: socket.socket) -> bool:
+    """Whether ``conn`` comes from another user (said on the server's stderr)."""
+    uid = peer_uid(conn)
+    if uid == os.geteuid():
+        return False
+    print(f"otel-bridge: warm server: refused a client of uid {uid}", file=sys.stderr)
+    return True
+
+
+def _detach() -> None:
+    """A run's child: the default SIGINT and SIGTERM, and a session of its own (a Ctrl-C at
+    the server's terminal does not reach it)."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    os.setsid()
+
+
 def _reap(children: set[int]) -> list[int]:
     """Reap the ended ``children``; their pids."""
     reaped = []
@@ -320,39 +451,35 @@ def _adopted_helper() -> subprocess.Popen[bytes] | None:
         return None
 
 
-def _accept(listener: socket.socket, children: set[int], spare: _Spare) -> None:
-    """Fork a child for one connection of this user."""
+def _accept(listener: socket.socket, children: set[int], spare: _Spare, ahead: _Ahead) -> None:
+    """Fork a child for one connection of this user (no ahead child was waiting for it)."""
     try:
         conn, _ = listener.accept()
     except OSError:
         return
     with conn:
-        uid = peer_uid(conn)
-        if uid != os.geteuid():
-            print(f"otel-bridge: warm server: refused a client of uid {uid}", file=sys.stderr)
+        if _refused(conn):
             return
         helper = spare.take()
-        if not single_threaded():
-            raise RuntimeError("warm server: a thread is running; it must not fork")
-        for stream in (sys.stdout, sys.stderr):
-            stream.flush()
-        pid = os.fork()
+        pid = _fork()
         if pid == 0:
+            try:
+                ahead.in_run_child()
+                _detach()
+                listener.close()
+            except BaseException:
+                os._exit(2)
             if helper is not None:
                 _CHILD_HELPER.append(helper)
-            _child(listener, conn)
+            _child(conn)
         children.add(pid)
         spare.handed_over(children, pid)
 
 
-def _child(listener: socket.socket, conn: socket.socket) -> None:
+def _child(conn: socket.socket) -> NoReturn:
     """Serve one client and end (never returns)."""
     code = 2
     try:
-        signal.signal(signal.SIGINT, signal.SIG_DFL)
-        signal.signal(signal.SIGTERM, signal.SIG_DFL)
-        listener.close()
-        os.setsid()
         code = _serve_client(conn)
     except BaseException as exc:
         with contextlib.suppress(Exception):

@@ -216,7 +216,7 @@ def serve(*, ready: Callable[[str], None] | None = None) -> int:
 class _Spare:
     """The exec image helper the next run adopts (root only). The next one is started when the
     run that adopted the last one has ended, not at its fork: its interpreter's start (about
-    30 ms of CPU, then real-time priority) would otherwise share the machine with that run's
+    15 ms of CPU, then real-time priority) would otherwise share the machine with that run's
     arming and workload. A run that comes before it is ready (another run still going, or one
     right after) adopts it while it is still starting, and waits for it in its own child: it
     started before that run, so it is ready sooner than one the run would spawn."""

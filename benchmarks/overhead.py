@@ -229,14 +229,24 @@ class WarmServer:
 
     def children_cpu(self) -> float:
         """CPU seconds of the server's reaped children so far, once every run's child is reaped
-        (the spare helper, started after each fork, is the one child left)."""
+        (the spare helper and the child forked ahead of the next run, both started when the
+        last run ended, are the children left)."""
         deadline = time.monotonic() + 10
         while time.monotonic() < deadline:
-            if len(self.process.children()) <= 1:  # a zombie is a child until reaped
+            if self._settled():
                 break
             time.sleep(0.01)  # the server reaps every 0.1 s; poll for that
         times = self.process.cpu_times()
         return float(times.children_user + times.children_system)
+
+    def _settled(self) -> bool:
+        """No run's child is left to reap: at most two children, none of them a zombie (a
+        zombie is a child until reaped)."""
+        try:
+            kids = self.process.children()
+            return len(kids) <= 2 and all(k.status() != psutil.STATUS_ZOMBIE for k in kids)
+        except psutil.NoSuchProcess:  # one ended meanwhile
+            return False
 
     def stop(self) -> None:
         """Stop the server and remove its directory."""

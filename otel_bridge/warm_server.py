@@ -25,7 +25,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NoReturn
 
 from otel_bridge import rundir
 from otel_bridge.commands.observe import Workload
@@ -73,7 +73,8 @@ PRELOAD: tuple[str, ...] = (
 """Modules the server imports before serving (with what they import, and the components of
 every run, ``_observe_run.warm``): what a cold ``observe`` of the bundled configuration imports
 on its way, including what its end imports (the review's session importers) and the codec
-``http.server`` needs to bind (``socket.getfqdn``). gRPC is not among them: its runtime is
+an address lookup needs (``socket.getaddrinfo`` of a ``str`` host: the mux's connection to the
+receiver, at the command's first OTLP connection). gRPC is not among them: its runtime is
 started at the first HTTP/2 connection in the child, never in the server (a process that forks
 must not hold gRPC's threads)."""
 
@@ -107,18 +108,22 @@ def rehearse() -> None:
     """Do once what every run's child would otherwise do for the first time, so that a forked
     child finds it done: parse the bundled run configuration (the loader's type hints, the
     configuration schema) and create its collector (factories open nothing: the normalizer's
-    compiled channel rules land in :mod:`re`'s cache), and compile the review's schema
-    validator. Starts no thread and keeps nothing open; a step that fails is left for the run,
-    which reports it."""
+    compiled channel rules land in :mod:`re`'s cache), compile the review's schema validator,
+    and convert an empty graph document as the report does (``msgspec`` builds its knowledge of
+    the graph's types at the first conversion in a process: 1 to 4 ms of every run's end in its
+    child otherwise, 0.35 ms after). Starts no thread and keeps nothing open; a step that fails
+    is left for the run, which reports it."""
     import tempfile  # noqa: PLC0415
 
-    from otel_bridge import schemas  # noqa: PLC0415
+    from otel_bridge import report, schemas  # noqa: PLC0415
     from otel_bridge.commands._observe_run import build_overlay  # noqa: PLC0415
     from otel_bridge.config import parse_config  # noqa: PLC0415
     from otel_bridge.pipeline import Collector  # noqa: PLC0415
 
     with contextlib.suppress(Exception):
         schemas.fast_validator("review")
+    with contextlib.suppress(Exception):
+        report.graph_of({"nodes": [], "edges": []})
     with (
         tempfile.TemporaryDirectory(prefix="otel-bridge-rehearsal-") as tmp,
         contextlib.suppress(Exception),
@@ -157,6 +162,7 @@ def bind() -> socket.socket:
     listener.bind(path)
     os.chmod(path, 0o600)
     listener.listen(16)
+    listener.setblocking(False)  # the server and an ahead child accept only once it is readable
     return listener
 
 
@@ -181,16 +187,25 @@ def serve(*, ready: Callable[[str], None] | None = None) -> int:
         ready(path)
     children: set[int] = set()
     spare = _Spare()
+    ahead = _Ahead()
     try:
         while True:
-            watched = [listener.fileno(), *spare.watched()]
+            if ahead.due():
+                ahead.fork(listener, children, spare)
+            accepting = [] if ahead.pid is not None else [listener.fileno()]
+            watched = [*accepting, ahead.taken_fd, *spare.watched()]
             readable, _, _ = select.select(watched, [], [], _REAP_INTERVAL)
-            spare.ended(_reap(children))
-            if watched[0] in readable:
-                _accept(listener, children, spare)
+            if ahead.taken_fd in readable:
+                ahead.taken()
+            reaped = _reap(children)
+            spare.ended(reaped)
+            ahead.ended(reaped)
+            if accepting and accepting[0] in readable:
+                _accept(listener, children, spare, ahead)
     except _StopServingError:
         pass
     finally:
+        ahead.close()
         spare.close()
         with contextlib.suppress(FileNotFoundError):
             os.unlink(path)
@@ -201,7 +216,7 @@ def serve(*, ready: Callable[[str], None] | None = None) -> int:
 class _Spare:
     """The exec image helper the next run adopts (root only). The next one is started when the
     run that adopted the last one has ended, not at its fork: its interpreter's start (about
-    30 ms of CPU, then real-time priority) would otherwise share the machine with that run's
+    15 ms of CPU, then real-time priority) would otherwise share the machine with that run's
     arming and workload. A run that comes before it is ready (another run still going, or one
     right after) adopts it while it is still starting, and waits for it in its own child: it
     started before that run, so it is ready sooner than one the run would spawn."""
@@ -285,6 +300,127 @@ class _Spare:
             self.proc = None
 
 
+class _Ahead:
+    """The run's child forked ahead of the next connection, which it accepts itself
+    (:func:`_wait_for_client`): a run then starts without the server's accept and fork (the
+    fork of a process holding every import, 2 to 10 ms on a busy machine, and the new child's
+    wait for a processor after it). Like the spare helper, which it is forked holding (the
+    server keeps none), the next one is forked when the run the last one took has ended; a
+    connection that comes before (a run under way) is accepted, and forked for, by the server.
+    It ends with the server however the server ends: the server holds the only write end of
+    its lifeline pipe, which turns readable at the server's exit."""
+
+    def __init__(self) -> None:
+        self.pid: int | None = None
+        """The child waiting for a connection; None: the server accepts."""
+        self._serving: int | None = None
+        """The last one, once it took a connection, until it has ended."""
+        self._lifeline_r, self._lifeline_w = os.pipe()
+        self.taken_fd, self._taken_w = os.pipe()
+        """Readable when the waiting child took a connection (it writes a byte)."""
+
+    def due(self) -> bool:
+        """Whether to fork one now: none is waiting and the last one's run has ended."""
+        return self.pid is None and self._serving is None
+
+    def fork(self, listener: socket.socket, children: set[int], spare: _Spare) -> None:
+        """Fork the next one, handing it the spare helper."""
+        helper = spare.take()
+        pid = _fork()
+        if pid == 0:
+            os.close(self._lifeline_w)
+            os.close(self.taken_fd)
+            _wait_for_client(listener, self._lifeline_r, self._taken_w, helper)
+        self.pid = pid
+        children.add(pid)
+        spare.handed_over(children, pid)
+
+    def taken(self) -> None:
+        """The waiting child took a connection: the server accepts until the next is forked."""
+        os.read(self.taken_fd, 64)
+        self._serving, self.pid = self.pid, None
+
+    def ended(self, reaped: list[int]) -> None:
+        """The server reaped ``reaped``: the next one is due once the last one's run ended (or
+        the waiting one died)."""
+        if self._serving in reaped:
+            self._serving = None
+        if self.pid in reaped:
+            self.pid = None
+
+    def in_run_child(self) -> None:
+        """In a child the server forked for a connection it accepted: none of this is its."""
+        for fd in (self._lifeline_r, self._lifeline_w, self.taken_fd, self._taken_w):
+            os.close(fd)
+
+    def close(self) -> None:
+        """The server ends: end the waiting child (a run under way goes on)."""
+        if self.pid is not None:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(self.pid, signal.SIGKILL)
+            with contextlib.suppress(ChildProcessError):
+                os.waitpid(self.pid, 0)
+            self.pid = None
+        os.close(self._lifeline_w)
+
+
+def _fork() -> int:
+    """``os.fork``, once no thread runs and the standard streams are flushed."""
+    if not single_threaded():
+        raise RuntimeError("warm server: a thread is running; it must not fork")
+    for stream in (sys.stdout, sys.stderr):
+        stream.flush()
+    return os.fork()
+
+
+def _wait_for_client(
+    listener: socket.socket,
+    lifeline: int,
+    taken: int,
+    helper: tuple[subprocess.Popen[bytes], bool] | None,
+) -> NoReturn:
+    """An ahead child (:class:`_Ahead`): wait for a connection of this user, tell the server
+    it took it, serve it (never returns). Ends when the server has ended."""
+    try:
+        _detach()
+        while True:
+            readable, _, _ = select.select([listener.fileno(), lifeline], [], [])
+            if lifeline in readable:  # the server has ended
+                os._exit(0)
+            with contextlib.suppress(BlockingIOError):
+                conn, _ = listener.accept()
+                if _refused(conn):
+                    conn.close()
+                    continue
+                break
+        os.write(taken, b"x")
+        for fd in (lifeline, taken):
+            os.close(fd)
+        listener.close()
+    except BaseException:
+        os._exit(2)
+    if helper is not None:
+        _CHILD_HELPER.append(helper)
+    _child(conn)
+
+
+def _refused(conn: socket.socket) -> bool:
+    """Whether ``conn`` comes from another user (said on the server's stderr)."""
+    uid = peer_uid(conn)
+    if uid == os.geteuid():
+        return False
+    print(f"otel-bridge: warm server: refused a client of uid {uid}", file=sys.stderr)
+    return True
+
+
+def _detach() -> None:
+    """A run's child: the default SIGINT and SIGTERM, and a session of its own (a Ctrl-C at
+    the server's terminal does not reach it)."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    os.setsid()
+
+
 def _reap(children: set[int]) -> list[int]:
     """Reap the ended ``children``; their pids."""
     reaped = []
@@ -319,39 +455,35 @@ def _adopted_helper() -> subprocess.Popen[bytes] | None:
         return None
 
 
-def _accept(listener: socket.socket, children: set[int], spare: _Spare) -> None:
-    """Fork a child for one connection of this user."""
+def _accept(listener: socket.socket, children: set[int], spare: _Spare, ahead: _Ahead) -> None:
+    """Fork a child for one connection of this user (no ahead child was waiting for it)."""
     try:
         conn, _ = listener.accept()
     except OSError:
         return
     with conn:
-        uid = peer_uid(conn)
-        if uid != os.geteuid():
-            print(f"otel-bridge: warm server: refused a client of uid {uid}", file=sys.stderr)
+        if _refused(conn):
             return
         helper = spare.take()
-        if not single_threaded():
-            raise RuntimeError("warm server: a thread is running; it must not fork")
-        for stream in (sys.stdout, sys.stderr):
-            stream.flush()
-        pid = os.fork()
+        pid = _fork()
         if pid == 0:
+            try:
+                ahead.in_run_child()
+                _detach()
+                listener.close()
+            except BaseException:
+                os._exit(2)
             if helper is not None:
                 _CHILD_HELPER.append(helper)
-            _child(listener, conn)
+            _child(conn)
         children.add(pid)
         spare.handed_over(children, pid)
 
 
-def _child(listener: socket.socket, conn: socket.socket) -> None:
+def _child(conn: socket.socket) -> NoReturn:
     """Serve one client and end (never returns)."""
     code = 2
     try:
-        signal.signal(signal.SIGINT, signal.SIG_DFL)
-        signal.signal(signal.SIGTERM, signal.SIG_DFL)
-        listener.close()
-        os.setsid()
         code = _serve_client(conn)
     except BaseException as exc:
         with contextlib.suppress(Exception):
@@ -363,9 +495,23 @@ def _child(listener: socket.socket, conn: socket.socket) -> None:
         for stream in (sys.stdout, sys.stderr):
             with contextlib.suppress(Exception):
                 stream.flush()
+        _let_go_of_streams()
         with contextlib.suppress(OSError):
             send(conn, {"done": code})
         os._exit(0)
+
+
+def _let_go_of_streams() -> None:
+    """Point descriptors 0, 1 and 2 (the client's streams, :func:`_serve_client`) at
+    ``/dev/null``: what reads the client's output (a pipe, ``$(...)``) sees its end when the
+    client exits, not when this process has also been torn down (its memory, the kernel
+    sources whose release is still under way), which follows the exit code."""
+    with contextlib.suppress(OSError):
+        null = os.open(os.devnull, os.O_RDWR)
+        for fd in (0, 1, 2):
+            os.dup2(null, fd)
+        if null > 2:
+            os.close(null)
 
 
 def _serve_client(conn: socket.socket) -> int:

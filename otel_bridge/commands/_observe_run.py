@@ -681,10 +681,14 @@ _REVIEW = "otel_bridge.review.hook"
 def _preload_end_of_run(*, review: bool) -> None:
     """Import what the end of the run needs (report, review) in the background while CMD runs,
     so CMD's exit is not followed by those imports (an import already under way in this thread
-    is simply waited for by the end of the run)."""
+    is simply waited for by the end of the run). Nothing to import (a warm server's run, whose
+    server imported them all): no thread."""
+    names = (*_END_OF_RUN, *((_REVIEW,) if review else ()))
+    if all(name in sys.modules for name in names):
+        return
 
     def load() -> None:
-        for name in (*_END_OF_RUN, *((_REVIEW,) if review else ())):
+        for name in names:
             try:
                 importlib.import_module(name)
             except ImportError:  # the end of the run reports it where it imports it

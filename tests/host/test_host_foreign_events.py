@@ -16,10 +16,14 @@ from pathlib import Path
 
 from host_support import held_context, needs_root, require_backend
 
+from otel_bridge.component import Telemetry
 from otel_bridge.identity import linux_start_time_ms
-from otel_bridge.receivers.host.events import HostContext
+from otel_bridge.receivers.host import HostConfig
+from otel_bridge.receivers.host.events import Emitter, EventFactory, HostContext, Lineage
 from otel_bridge.receivers.host.fanotify import FanotifyWatcher
+from otel_bridge.receivers.host.linux import LinuxBackend
 from otel_bridge.receivers.host.procfs import ProcessInfo
+from otel_bridge.redaction import Redactor
 from otel_bridge.testing import RecordingConsumer
 
 
@@ -132,3 +136,33 @@ def test_a_process_source_that_does_not_answer_leaves_the_events_held(tmp_path: 
         assert _mine(watcher) >= 2
     finally:
         watcher.stop()
+
+
+@needs_root
+def test_the_process_source_answers_at_once_after_its_last_pass() -> None:
+    """A stopping backend stops its process source first and its file reader after: the
+    reader's final read, asking for a pass about a foreign pid, gets no at once (its events are
+    then decided by the final recheck, as for any source behind), instead of waiting
+    ``_SYNC_WAIT`` for a pass that no longer comes (20 ms at the end of many runs)."""
+    require_backend("linux")
+    telemetry = Telemetry()
+    ctx = HostContext(
+        config=HostConfig(files=False, network=False),
+        lineage=Lineage(os.getpid()),
+        events=EventFactory(
+            "test", "run", Emitter(RecordingConsumer(), telemetry, batch_size=99, interval=60)
+        ),
+        telemetry=telemetry,
+        redactor=Redactor(),
+    )
+    backend = LinuxBackend()
+    backend.start(ctx)
+    try:
+        assert backend._thread is not None
+        os.write(backend._stop_w, b"x")  # as stop() begins: the event thread's last pass
+        backend._thread.join(30)
+        asked = time.monotonic()
+        assert backend._sync_lineage(asked, 30) is False
+        assert time.monotonic() - asked < 10  # not the 30 s it may wait for a live source
+    finally:
+        backend.stop()

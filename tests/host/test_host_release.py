@@ -26,7 +26,7 @@ def test_release_returns_before_the_close_and_can_be_waited_for() -> None:
         closing.wait(30)
         closed.set()
 
-    release("test", close)
+    release(close)
     assert not closed.is_set()
     assert not wait_released(timeout=0.01)
     closing.set()

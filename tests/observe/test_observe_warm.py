@@ -13,6 +13,7 @@ import ast
 import json
 import os
 import re
+import select
 import shutil
 import signal
 import socket
@@ -20,6 +21,7 @@ import subprocess
 import sys
 import tempfile
 import threading
+import time
 from collections import Counter
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -30,7 +32,7 @@ import pytest
 from observe_support import observe_argv
 from waiting import Stderr, wait_until
 
-from otel_bridge import warm
+from otel_bridge import warm, warm_server
 
 pytestmark = pytest.mark.skipif(sys.platform != "linux", reason="Unix sockets with SO_PEERCRED")
 
@@ -163,6 +165,29 @@ def test_killed_workload_status_passes_through(server: Server, tmp_path: Path) -
     result = observe(tmp_path, server.env, "sh", "-c", "kill -TERM $$", extra=("--no-review",))
     assert result.returncode == 128 + signal.SIGTERM, result.stderr
     assert summary_of(tmp_path)["start"]["server"] == "warm"
+
+
+def test_a_run_that_comes_during_another_is_served_warm(server: Server, tmp_path: Path) -> None:
+    """The child forked ahead serves the first run; a second one that comes while the first
+    is under way (no child is waiting yet) is accepted, and forked for, by the server."""
+    first_dir, second_dir = tmp_path / "first", tmp_path / "second"
+    first_dir.mkdir()
+    argv = observe_argv(first_dir, "sh", "-c", "touch started; read line", extra=("--no-review",))
+    first = subprocess.Popen(
+        argv, cwd=first_dir, env=server.env, stdin=subprocess.PIPE, stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    try:
+        wait_until((first_dir / "started").exists, 120, "the first run's command")
+        second = observe(second_dir, server.env, "true", extra=("--no-review",))
+        assert second.returncode == 0, second.stderr
+        assert summary_of(second_dir)["start"]["server"] == "warm"
+        _, first_err = first.communicate("go\n", timeout=300)
+    finally:
+        if first.poll() is None:
+            first.kill()
+    assert first.returncode == 0, first_err
+    assert summary_of(first_dir)["start"]["server"] == "warm"
 
 
 def test_closed_stdin_is_handed_over_as_dev_null(server: Server, tmp_path: Path) -> None:
@@ -468,14 +493,16 @@ def _helpers_since(server: Server, tick: int) -> int:
 def test_next_spare_helper_starts_after_the_run_not_during_it(
     server: Server, tmp_path: Path
 ) -> None:
-    """The server starts the next spare exec image helper when the run's child has ended: while
-    CMD runs, every helper child of the server is older than the run's child, and the run's
-    child spawned none (it adopted the spare, here one started by the run just before, which
-    it waits for if it is still starting); after the run the server has a spare again."""
+    """The server starts the next spare exec image helper, and forks the next run's child
+    ahead of its connection, when the run's child has ended: while CMD runs, every helper child
+    of the server, and the run's child, are older than the run (the child adopted the spare,
+    here one started after the run just before, which it waits for if it is still starting),
+    and the run's child spawned no helper; after the run the server has a spare again."""
     before = observe(tmp_path / "before", server.env, "true", extra=("--no-review",))
     assert before.returncode == 0, before.stderr
     wait_until(lambda: _helpers_since(server, 0) >= 1, 60, "the server's next spare helper")
     cmd = (sys.executable, "-c", CHILDREN_PROBE, str(server.proc.pid))
+    launched = _ticks_now()
     result = observe(tmp_path, server.env, *cmd, extra=("--no-review",))
     assert result.returncode == 0, result.stderr
     assert summary_of(tmp_path)["start"]["server"] == "warm"
@@ -483,5 +510,83 @@ def test_next_spare_helper_starts_after_the_run_not_during_it(
     (run,) = found["runs"]
     assert found["helpers"], found
     assert found["own_helpers"] == 0, found
-    assert all(helper < run for helper in found["helpers"]), found
+    assert all(helper <= launched for helper in found["helpers"]), (found, launched)
+    assert run <= launched, (found, launched)  # forked ahead, waiting for the connection
     wait_until(lambda: _helpers_since(server, 0) >= 1, 60, "a spare again, after the run")
+
+
+def _ticks_now() -> int:
+    """Clock ticks since boot now (the unit and clock of a process's start time in
+    ``/proc/PID/stat``)."""
+    return int(time.clock_gettime(time.CLOCK_BOOTTIME) * os.sysconf("SC_CLK_TCK"))
+
+
+def _waiting_children(server: Server) -> list[int]:
+    """The server's live children that are not exec image helpers (a zombie has no command
+    line): between runs, the child forked ahead of the next one."""
+    found = []
+    for task in os.listdir(f"/proc/{server.proc.pid}/task"):
+        for pid in Path(f"/proc/{server.proc.pid}/task/{task}/children").read_text().split():
+            try:
+                argv = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+            except FileNotFoundError:
+                continue
+            if argv[0] and b"-S" not in argv[1:3]:
+                found.append(int(pid))
+    return found
+
+
+def _ended(pid: int) -> bool:
+    """Whether ``pid`` is gone or a zombie."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_bytes()
+    except FileNotFoundError:
+        return True
+    return stat.rpartition(b")")[2].split()[0] == b"Z"
+
+
+@pytest.mark.skipif(
+    not Path(f"/proc/{os.getpid()}/task/{os.getpid()}/children").exists(),
+    reason="no /proc/PID/task/TID/children in this kernel",
+)
+def test_the_child_forked_ahead_ends_with_its_server(tmp_path: Path) -> None:
+    """Between runs the server has the next run's child waiting on its socket; a server that
+    is killed (SIGKILL: it cleans nothing up) leaves no child listening there."""
+    started = start_server(tmp_path / "xdg")
+    try:
+        (ahead,) = wait_until(lambda: _waiting_children(started), 60, "the child forked ahead")
+        started.proc.kill()
+        started.proc.wait(timeout=30)
+        wait_until(lambda: _ended(ahead), 60, "the end of the child forked ahead")
+    finally:
+        started.stop()
+
+
+def test_a_run_child_lets_go_of_the_clients_streams_before_it_answers() -> None:
+    """The run's child holds the client's descriptors 0 to 2 (a pipe its caller reads, say);
+    it points them at ``/dev/null`` before it sends the exit code, so a reader sees the end of
+    the output when the client exits, not once the child has been torn down too."""
+    out_r, out_w = os.pipe()
+    hold_r, hold_w = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # a run's child holding the client's output
+        try:
+            os.dup2(out_w, 1)
+            os.dup2(out_w, 2)
+            for fd in (out_r, out_w, hold_w):
+                os.close(fd)
+            warm_server._let_go_of_streams()
+            os.read(hold_r, 1)  # alive until the test is done
+        finally:
+            os._exit(0)
+    os.close(out_w)
+    os.close(hold_r)
+    try:
+        ready, _, _ = select.select([out_r], [], [], 60)
+        assert ready, "the child kept the client's output open"
+        assert os.read(out_r, 1) == b""  # the end of the output
+        assert os.waitpid(pid, os.WNOHANG) == (0, 0)  # while the child lives
+    finally:
+        os.close(hold_w)
+        os.waitpid(pid, 0)
+        os.close(out_r)

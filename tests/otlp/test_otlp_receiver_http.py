@@ -345,3 +345,16 @@ def test_accept_loop_wakes_only_for_connections_and_the_stop(
     running.receiver.shutdown()
     assert server.wakeups == 2  # the stop woke it, once
     server.stop()  # safe twice
+
+
+def test_start_asks_no_resolver_for_the_hosts_name(start_receiver: StartReceiver) -> None:
+    """``HTTPServer`` would look the bound address's name up (``socket.getfqdn``, a resolver
+    query at every start, for CGI's ``SERVER_NAME`` only); the receiver's server keeps the
+    address it bound, and serves as before."""
+    running = start_receiver(grpc=False)
+    server = running.receiver._http
+    assert server is not None
+    assert server._httpd.server_name == "127.0.0.1"  # getfqdn would have said "localhost"
+    assert server._httpd.server_port == server.port
+    status, _, _ = post(f"{running.http_url}/v1/traces", json_request(json_span()))
+    assert status == 200

@@ -11,7 +11,6 @@ from __future__ import annotations
 import itertools
 import threading
 import time
-from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -151,7 +150,12 @@ class Emitter:
             self._consumer.consume(Batch(logs=tuple(records)))
             self.emitted += len(records)
             self._telemetry.count("events_emitted", len(records))
-            for name, n in Counter(r.event_name for r in records).items():
+            # counted here: ``Counter(generator)`` asks ``isinstance(generator, Mapping)``,
+            # a walk of the ABC's subclasses the first time in each process (each warm run)
+            by_name: dict[str, int] = {}
+            for r in records:
+                by_name[r.event_name] = by_name.get(r.event_name, 0) + 1
+            for name, n in by_name.items():
                 self._telemetry.count("events", n, label=name)
         except Exception as exc:  # a consumer failure must not kill the backend
             self._telemetry.count("events_refused", len(records))

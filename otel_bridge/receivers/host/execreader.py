@@ -253,7 +253,7 @@ class ExecReader:
         if getattr(self, "_closed", False):
             return
         self._closed = True
-        release("exec-images", self._finish)
+        release(self._finish)
 
     def _finish(self) -> None:
         """Kill and reap the helper, let the reader reach the end of its output, close that."""

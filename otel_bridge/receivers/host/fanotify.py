@@ -883,7 +883,7 @@ class FanotifyWatcher:
         if self._merger:  # read before the reader ran (:meth:`before_follow`), never sent
             self._send_held(self._merger.flush())
         groups = [fd for fd in (self._fd, self._dir_fd) if fd >= 0]
-        release("fanotify", lambda: _close_all(groups))  # marks torn down: a grace period
+        release(lambda: _close_all(groups))  # marks torn down: a grace period
         for fd in (self._stop_r, self._stop_w, self._wake_r, self._wake_w, *self._mount_fds):
             if fd >= 0:
                 os.close(fd)

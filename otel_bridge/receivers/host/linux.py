@@ -357,6 +357,8 @@ class LinuxBackend:
         self._read_at = 0.0
         """Monotonic time at which the event thread's last pass that drained the connector began
         (every fork queued before then is in the lineage): :attr:`FanotifyWatcher.lineage_read`."""
+        self._reading = True
+        """False once the event thread has made its last pass (stopped): no pass comes any more."""
         self._gate: StartGate | None = None
         self._switch = 0.005
         self.lost = 0
@@ -503,10 +505,12 @@ class LinuxBackend:
             # drain what the kernel already queued: a held start is judged on every event so far
             while self._recv_once(sock):
                 pass
+            stopping = self._stop_r in ready
             with self._passed:
                 self._read_at = began  # every fork queued before ``began`` is in the lineage now
+                self._reading = not stopping
                 self._passed.notify_all()
-            if self._stop_r in ready:
+            if stopping:
                 return
             gate.due()
             self._retire_due()
@@ -627,10 +631,11 @@ class LinuxBackend:
         """Ask the event thread for a pass that begins after ``after`` (monotonic) and wait
         for it at most ``timeout`` s: True once every fork queued before ``after`` is in the
         lineage (:attr:`FanotifyWatcher.sync_lineage`). Asked before the thread runs, its
-        first pass answers."""
+        first pass answers; asked after its last pass (the backend is stopping), nothing will,
+        and the answer is at once."""
         if self._read_at >= after:
             return True
-        if self._wake_w < 0:
+        if self._wake_w < 0 or not self._reading:
             return False
         try:
             os.write(self._wake_w, b"x")
@@ -639,7 +644,8 @@ class LinuxBackend:
         except OSError:
             return False  # stopped meanwhile
         with self._passed:
-            return self._passed.wait_for(lambda: self._read_at >= after, timeout)
+            self._passed.wait_for(lambda: self._read_at >= after or not self._reading, timeout)
+            return self._read_at >= after
 
     def _exited_at(self, pid: int) -> int | None:
         ended = self._exited.get(pid)

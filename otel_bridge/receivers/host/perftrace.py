@@ -343,7 +343,7 @@ class PerfSocketTracer(ConnectTracer):
             self.read_pass(final=True)
             self.decide_waiting(final=True)
         rings, self._rings = self._rings, []
-        release("perf-rings", lambda: _close_rings(rings))  # the kernel's grace period
+        release(lambda: _close_rings(rings))  # the kernel's grace period
         os.close(self._stop_r)
         os.close(self._stop_w)
         self._stop_r = self._stop_w = -1

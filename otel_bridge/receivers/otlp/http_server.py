@@ -20,6 +20,7 @@ import math
 import os
 import selectors
 import socket
+import socketserver
 import ssl
 import threading
 import time
@@ -449,6 +450,14 @@ class _Server(ThreadingHTTPServer):
     otlp: HttpServer
     wakeups = 0
     """How often the serving loop woke (each accepted connection, and the stop)."""
+
+    def server_bind(self) -> None:
+        """Bind, without ``HTTPServer``'s reverse lookup of the host's name (``socket.getfqdn``:
+        a resolver query at every start, about a millisecond on the start of an ``observe``),
+        whose only reader is CGI's ``SERVER_NAME``: this server has no CGI handler."""
+        socketserver.TCPServer.server_bind(self)
+        host, port = self.server_address[:2]
+        self.server_name, self.server_port = str(host), int(port)
 
     def serve_until(self, stop_fd: int) -> None:
         """Accept connections until ``stop_fd`` is readable. The loop sleeps in the selector

@@ -158,9 +158,9 @@ def test_an_overlap_allows_for_the_file_planes_stated_lateness() -> None:
     )
     notes = build(Graph(nodes=(*base.nodes, *late), edges=edges)).unlinked_calls
     assert notes == [
-        "notes (c2) declared no command; no process was linked to it: it ran inside the agent's "
-        "own process, or its processes carried no trace context and matched nothing "
-        "unambiguously. While it ran or within 20 ms after it ended (the file plane stamps a "
-        "change when it reads it, up to 20 ms late), the agent's process changed /w/in.md "
-        "(wrote) (same time only: not a link)"
+        "notes (c2) declared no command; no process was linked to it: with no command there is "
+        "nothing to match a process against, and no process carried its trace context: it ran "
+        "inside the agent's own process, or its processes did not carry it. While it ran or "
+        "within 20 ms after it ended (the file plane stamps a change when it reads it, up to "
+        "20 ms late), the agent's process changed /w/in.md (wrote) (same time only: not a link)"
     ]

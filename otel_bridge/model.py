@@ -563,6 +563,12 @@ def relation_problem(observation: Observation) -> str:
     return ""
 
 
+BRIDGE_SKIP_ATTR = "correlate.skip"
+"""A ``tool_call`` entity attribute: why the ``correlate`` processor's singleton bridge linked no
+process to that call (the reason it counts as ``skip.<reason>``, e.g. ``no_candidate`` or
+``unsupported_command.control_operator``), set on a derived sighting of the call."""
+
+
 class CoverageRecord(msgspec.Struct, frozen=True, kw_only=True, gc=False):
     """A record the pipeline could not interpret, or a known gap in what was observed.
 

@@ -20,7 +20,9 @@ stays recognisable):
 * tool-specific options, only for the tool that gives them that meaning: ``curl -u``/``--user``/
   ``--proxy-user user:pass`` (the user is kept), ``mysql -pPW`` (attached only: a detached
   ``-p`` prompts and the next word is the database), ``sshpass -p PW``; ``-p`` stays a port for
-  ``ssh``, ``nc`` and everything else;
+  ``ssh``, ``nc`` and everything else. In text, a quoted part holding a command (JSON
+  arguments, ``sh -c '...'``) is checked as a command line, and a word naming a ``mysql``-family
+  tool starts a command (``Command '['sh', '-c', 'mysql -pPW db']' returned 1``);
 * SQL: the quoted secret after ``PASSWORD`` or ``IDENTIFIED [WITH plugin] BY`` (``CREATE USER
   ... PASSWORD 'x'``, ``... IDENTIFIED BY 'x'``, ``SET PASSWORD = PASSWORD('x')``).
 
@@ -128,8 +130,26 @@ _WORD = re.compile(r"""(?:'[^']*'|"[^"]*"|[^\s'"]|['"])+""")
 """A shell word: quoted parts may hold spaces (an unbalanced quote is an ordinary character)."""
 
 
+_TOOL_START = re.compile(r"[(`\[{,'\"]")
+"""What may precede a command's first word inside a text word: ``(mysql``, ``$(mysql``,
+```mysql``, and a quoted list's item (``['sh', '-c', 'mysql``)."""
+_CLOSERS = re.compile(r"""['"\])}`,]*$""")
+"""Closing quotes and brackets that end a text word after an attached value (``-pPW']``)."""
+_QUOTED = re.compile(r"'(?P<s>[^']*)'|\"(?P<d>[^\"]*)\"")
+
+
 def _tool_name(token: str) -> str:
-    return token.strip("'\"").rsplit("/", 1)[-1]
+    return _TOOL_START.split(_CLOSERS.sub("", token.strip("'\"")))[-1].rsplit("/", 1)[-1]
+
+
+def _attached(token: str, *, text: bool) -> str:
+    """``-pPW`` (an attached password) as ``-p[REDACTED]``; in a text word, the closing quotes
+    and brackets after the value are kept (``-pPW']`` gives ``-p[REDACTED]']``)."""
+    if token.startswith("-p" + REDACTED):
+        return token
+    tail = _CLOSERS.search(token[2:]) if text else None
+    kept = tail[0] if tail is not None and tail.start() > 0 else ""
+    return "-p" + REDACTED + kept
 
 
 def _user_password(value: str) -> str:
@@ -158,14 +178,15 @@ def _curl_option(tokens: Sequence[str], i: int, out: dict[int, str]) -> None:
         return
 
 
-def tool_redactions(tokens: Sequence[str]) -> dict[int, str]:
+def tool_redactions(tokens: Sequence[str], *, text: bool = False) -> dict[int, str]:
     """Replacements, by index, that the tool-specific rules make in one command's words.
 
     ``tokens[0]`` (after ``NAME=value`` assignments and wrappers such as ``sudo`` or ``env``,
     and past a shell running a script: ``sh /opt/bin/mysql ...``) names the tool; only
     ``curl``, the ``mysql`` family and ``sshpass`` have rules. ``sshpass`` runs a command: its
     options end at the first word that is not one, and the rest is checked as a command of its
-    own (so ``sshpass -p PW ssh -p 22 host`` keeps the port).
+    own (so ``sshpass -p PW ssh -p 22 host`` keeps the port). ``text``: the tokens are words of
+    a text (:func:`_redact_commands`), so a value may end in closing quotes or brackets.
     """
     start = 0
     while start < len(tokens) and ("=" in tokens[start] or _tool_name(tokens[start]) in _WRAPPERS):
@@ -185,16 +206,18 @@ def tool_redactions(tokens: Sequence[str]) -> dict[int, str]:
         token = tokens[i]
         if tool == "curl":
             _curl_option(tokens, i, out)
-        elif tool in _MYSQL_TOOLS and token.startswith("-p") and len(token) > 2:
-            out[i] = "-p" + REDACTED
+        elif tool in _MYSQL_TOOLS:
+            body = token.lstrip("'\"") if text else token  # a quoted list's item: '-pPW',
+            if body.startswith("-p") and len(body) > 2:
+                out[i] = token[: len(token) - len(body)] + _attached(body, text=text)
         elif tool == "sshpass":
             if token == "-p" and i + 1 < len(tokens):
                 out[i + 1] = REDACTED
                 i += 1
             elif token.startswith("-p") and len(token) > 2:
-                out[i] = "-p" + REDACTED
+                out[i] = _attached(token, text=text)
             elif not token.startswith("-"):
-                rest = tool_redactions(tokens[i:])
+                rest = tool_redactions(tokens[i:], text=text)
                 out.update({i + k: v for k, v in rest.items()})
                 break
         i += 1
@@ -202,23 +225,48 @@ def tool_redactions(tokens: Sequence[str]) -> dict[int, str]:
 
 
 def _redact_commands(text: str) -> str:
-    """``text`` (a shell command line) with the tool-specific rules applied to each command."""
+    """``text`` (a shell command line, or text quoting one) with the tool-specific rules applied
+    to each command: a command starts at the text's first word, after a separator, or at a word
+    naming a ``mysql``-family tool (``Command '['sh', '-c', 'mysql -pPW db']' failed``); a
+    quoted part holding a command (``{"command": "mysql -pPW db"}``, ``sh -c 'mysql -pPW'``) is
+    checked as a command line of its own."""
     words = list(_WORD.finditer(text))
-    pieces: list[str] = []
-    done = 0
-    command: list[re.Match[str]] = []
-    for word in [*words, None]:
+    found: dict[int, str] = {}
+    command: list[int] = []
+    for k, word in enumerate([*words, None]):
         if word is not None and word[0] not in _SEPARATORS:
-            command.append(word)
+            command.append(k)
             if not word[0].endswith(";"):
                 continue
-        for index, replacement in tool_redactions([w[0] for w in command]).items():
-            match = command[index]
-            pieces += [text[done : match.start()], replacement]
-            done = match.end()
+        tokens = [words[c][0] for c in command]
+        rules = tool_redactions(tokens, text=True)
+        for j in range(1, len(tokens)):
+            if _tool_name(tokens[j]) in _MYSQL_TOOLS:
+                later = tool_redactions(tokens[j:], text=True)
+                rules.update({j + i: v for i, v in later.items() if j + i not in rules})
+        found.update({command[i]: v for i, v in rules.items()})
         command = []
+    for k, word in enumerate(words):
+        if k not in found and _TOOL_HINT.search(word[0]) and _QUOTED.search(word[0]):
+            inner = _QUOTED.sub(_quoted_command, word[0])
+            if inner != word[0]:
+                found[k] = inner
+    pieces: list[str] = []
+    done = 0
+    for k in sorted(found):
+        pieces += [text[done : words[k].start()], found[k]]
+        done = words[k].end()
     pieces.append(text[done:])
     return "".join(pieces)
+
+
+def _quoted_command(m: re.Match[str]) -> str:
+    """A quoted part of a word with the tool rules applied to what it quotes."""
+    quote = "'" if m["s"] is not None else '"'
+    inside = m["s"] if m["s"] is not None else m["d"]
+    if not _TOOL_HINT.search(inside) or not any(c.isspace() for c in inside):
+        return m[0]
+    return quote + _redact_commands(inside) + quote
 
 
 def is_secret_name(name: str) -> bool:

@@ -1,9 +1,14 @@
-"""``otel-bridge export FILE --format prov|graphml|json -o OUT``: convert a graph.json."""
+"""``otel-bridge export FILE --format prov|graphml|json -o OUT``: convert a graph.json.
+
+``-o -`` writes the document to standard output (and the ``wrote ...`` line to standard error,
+so the output can be piped); any other OUT is a file, replaced atomically."""
 
 from __future__ import annotations
 
 import argparse
+import io
 import os
+import sys
 import tempfile
 from pathlib import Path
 from typing import Any
@@ -11,7 +16,7 @@ from typing import Any
 import orjson
 
 from otel_bridge.graph import encode, load, to_prov, write_graphml
-from otel_bridge.graph.document import write_atomic
+from otel_bridge.graph.document import Graph, write_atomic
 from otel_bridge.rundir import graph_document
 
 
@@ -28,20 +33,26 @@ def register(subparsers: Any) -> None:
     )
     p.add_argument("file", metavar="FILE", help="a graph.json, or a run directory")
     p.add_argument("--format", required=True, choices=("prov", "graphml", "json"))
-    p.add_argument("-o", "--output", required=True, metavar="OUT", help="file to write")
+    p.add_argument(
+        "-o",
+        "--output",
+        required=True,
+        metavar="OUT",
+        help="file to write ('-': standard output; a file named - is ./-)",
+    )
     p.set_defaults(func=run)
 
 
 def run(args: argparse.Namespace) -> int:
     """Execute the command."""
     graph = load(graph_document(args.file))
+    if args.output == "-":
+        sys.stdout.buffer.write(_document(graph, args.format))
+        sys.stdout.buffer.flush()
+        print(_wrote("standard output", args.format, graph), file=sys.stderr)
+        return 0
     out = Path(args.output)
-    if args.format == "prov":
-        data = orjson.dumps(to_prov(graph), option=orjson.OPT_SORT_KEYS | orjson.OPT_INDENT_2)
-        write_atomic(out, data + b"\n")
-    elif args.format == "json":
-        write_atomic(out, encode(graph.to_dict()))
-    else:
+    if args.format == "graphml":
         out.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
         fd, tmp = tempfile.mkstemp(prefix=f".{out.name}.", suffix=".tmp", dir=out.parent)
         os.close(fd)
@@ -52,5 +63,24 @@ def run(args: argparse.Namespace) -> int:
         finally:
             if os.path.exists(tmp):
                 os.unlink(tmp)
-    print(f"wrote {out} ({args.format}, {len(graph.nodes)} nodes, {len(graph.edges)} edges)")
+    else:
+        write_atomic(out, _document(graph, args.format))
+    print(_wrote(str(out), args.format, graph))
     return 0
+
+
+def _document(graph: Graph, fmt: str) -> bytes:
+    """``graph`` in ``fmt``, as the bytes written."""
+    if fmt == "prov":
+        return (
+            orjson.dumps(to_prov(graph), option=orjson.OPT_SORT_KEYS | orjson.OPT_INDENT_2) + b"\n"
+        )
+    if fmt == "json":
+        return encode(graph.to_dict())
+    buffer = io.BytesIO()
+    write_graphml(graph, buffer)
+    return buffer.getvalue()
+
+
+def _wrote(where: str, fmt: str, graph: Graph) -> str:
+    return f"wrote {where} ({fmt}, {len(graph.nodes)} nodes, {len(graph.edges)} edges)"

@@ -80,15 +80,23 @@ def describe_endpoints(collector: Collector) -> Iterator[str]:
         yield f"exporter {eid}" + (f": {target}" if target else "")
 
 
-_DELIVERY = (("delivered", "sent"), ("not delivered", "failed"), ("dropped", "dropped"))
+_DELIVERY = (
+    ("delivered", "sent"),
+    ("queued", "queued"),
+    ("failed", "failed"),
+    ("dropped", "dropped"),
+)
 """Outcomes of the exporters that send to a destination (``otlp``, ``otlphttp``): what the
-destination accepted, what failed for good, what was dropped (queue full, shutdown)."""
+destination accepted, what waits in a persistent queue for the next start (said only when
+some does: neither delivered nor lost), what failed for good, what was dropped (queue full,
+shutdown)."""
 
 
 def progress_line(collector: Collector) -> str:
     """One line: uptime, records received per signal, records the exporters accepted, and, for
-    exporters that deliver to a destination, what was delivered, not delivered and dropped (an
-    exporter that queues accepts a record before it is delivered, or lost)."""
+    exporters that deliver to a destination, what was delivered, kept queued (in a persistent
+    queue, at shutdown), failed and dropped (an exporter that queues accepts a record before it
+    is delivered, or lost)."""
     telemetry = collector.host.telemetry
     routed = telemetry.by_label("routed", kind=RECEIVER)
     received = [f"{routed.get(part, 0)} {part}" for part in PARTS]
@@ -110,6 +118,10 @@ def progress_line(collector: Collector) -> str:
             )
         except UndeclaredCounterError:  # no exporter here delivers to a destination
             return line
+        if verb == "queued":
+            if n:
+                outcomes.append(f"queued {n} (persistent queue)")
+            continue
         outcomes.append(f"{shown} {n}")
     return f"{line} | downstream: {', '.join(outcomes)}"
 

@@ -51,7 +51,7 @@ from __future__ import annotations
 import datetime as dt
 import json
 import os
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, BinaryIO
 
 import msgspec
 
@@ -116,8 +116,9 @@ def _graphml_value(key: str, value: Any) -> Any:
     return _scalar(value)
 
 
-def write_graphml(graph: Graph, path: str | os.PathLike[str]) -> None:
-    """Write ``graph`` as GraphML (see the module docstring for the value mapping)."""
+def write_graphml(graph: Graph, path: str | os.PathLike[str] | BinaryIO) -> None:
+    """Write ``graph`` as GraphML to a file path or a binary stream (see the module docstring
+    for the value mapping)."""
     import networkx as nx  # noqa: PLC0415 - lazily: the collector never needs it
 
     g = nx.MultiDiGraph()
@@ -131,7 +132,8 @@ def write_graphml(graph: Graph, path: str | os.PathLike[str]) -> None:
             if v is not None and k not in ("source", "target")
         }
         g.add_edge(e.source, e.target, key=e.id, **attrs)
-    nx.write_graphml(g, os.fspath(path), named_key_ids=True)
+    target = os.fspath(path) if isinstance(path, (str, os.PathLike)) else path
+    nx.write_graphml(g, target, named_key_ids=True)
 
 
 def _qn(identifier: str) -> str:

@@ -1,15 +1,15 @@
 """The ``redact`` processor: hides secrets in span and log attributes before anything is stored.
 
-Applies :mod:`otel_bridge.redaction` to every string attribute of spans, span events and log
-records (and to log bodies): values under a secret-looking key (``*_KEY``, ``*_TOKEN``,
-``*SECRET*``, ``*PASSWORD*``, ``authorization``, ...) are replaced whole; other strings are
-scanned for key shapes, ``Authorization: Bearer`` values, URL credentials and secret query
+Applies :mod:`otel_bridge.redaction` to every string attribute of spans, span events and log records
+(and to log bodies and span status messages): values under a secret-looking key (``*_KEY``,
+``*_TOKEN``, ``*SECRET*``, ``*PASSWORD*``, ``authorization``, ...) are replaced whole; other strings
+are scanned for key shapes, ``Authorization: Bearer`` values, URL credentials and secret query
 parameters, secret options (``--password x``), tool-specific options (``curl -u user:pass``,
 ``mysql -pPW``, ``sshpass -p PW``) in command lines such as ``process.command_line``, and SQL
 passwords (``PASSWORD 'x'``, ``IDENTIFIED BY 'x'``) in ``db.statement``. The rule table is in
 ``docs/redaction.md``. String arrays (``process.command_args``) are redacted as argument vectors.
-Observation entity and observation attributes get the same treatment, so a pipeline can redact
-after ``normalize`` too. Configurable extra patterns and extra secret attribute keys.
+Observation entity and observation attributes get the same treatment, so a pipeline can redact after
+``normalize`` too. Configurable extra patterns and extra secret attribute keys.
 """
 
 from __future__ import annotations
@@ -134,15 +134,21 @@ class AttributeRedactor:
         return attrs if out is None else out
 
     def span(self, span: Span) -> Span:
-        """``span`` with attributes and event attributes redacted."""
+        """``span`` with attributes, event attributes and its status message redacted (an
+        exception's message, which may quote the failed command line)."""
         attrs = self.attributes(span.attributes)
         events = tuple(
             msgspec.structs.replace(e, attributes=self.attributes(e.attributes))
             for e in span.events
         )
-        if attrs is span.attributes and events == span.events:
+        status = span.status
+        if status.message:
+            message = self._redactor.text(status.message)
+            if message != status.message:
+                status = msgspec.structs.replace(status, message=message)
+        if attrs is span.attributes and events == span.events and status is span.status:
             return span
-        return msgspec.structs.replace(span, attributes=attrs, events=events)
+        return msgspec.structs.replace(span, attributes=attrs, events=events, status=status)
 
     def log(self, record: LogRecord) -> LogRecord:
         """``record`` with attributes and a string body redacted."""

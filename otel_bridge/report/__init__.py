@@ -27,7 +27,8 @@ import msgspec
 
 from otel_bridge.graph import reading
 from otel_bridge.graph.document import Graph, GraphEdge, GraphNode
-from otel_bridge.model import CommandFacts, ProcessFacts, ToolCallFacts
+from otel_bridge.model import BRIDGE_SKIP_ATTR, CommandFacts, ProcessFacts, ToolCallFacts
+from otel_bridge.stamping import FILE_STAMP_LATENESS_NS
 
 _HOW = {
     "traceparent": "it inherited the call's trace context (TRACEPARENT)",
@@ -108,6 +109,7 @@ class _Index:
             self.written[w.process].append(w)
         for r in reading.reached_endpoints(graph):
             self.reached[r.process].append(r)
+        self.edges = {e.id: e for e in graph.edges}
         self.out: dict[str, list[GraphEdge]] = defaultdict(list)
         self.into: dict[str, list[GraphEdge]] = defaultdict(list)
         for e in graph.edges:
@@ -129,18 +131,29 @@ class _Index:
                     todo.append(e.target)
         return out
 
-    def writes(self, pid: str, window: tuple[int, int] | None = None) -> list[str]:
-        """Files ``pid`` changed (within ``window`` when given), ``path (created, wrote)``; an
-        open for writing (strace, ebpf) is said as such, not hidden behind "none observed"."""
-        out = []
+    def writes(self, pid: str) -> list[str]:
+        """Files ``pid`` changed, ``path (created, wrote)``; an open for writing (strace, ebpf)
+        is said as such, not hidden behind "none observed"."""
+        return sorted(_written(w) for w in self.written.get(pid, ()))
+
+    def writes_during(self, pid: str, start: int, end: int) -> tuple[list[str], int]:
+        """Files ``pid`` changed while ``[start, end]`` ran, and the widest lateness (ns) that
+        was allowed for: a backend that stamps a file record when it reads it
+        (:data:`~otel_bridge.stamping.FILE_STAMP_LATENESS_NS`) may stamp a change made during
+        the window up to its stated lateness after the window's end."""
+        out, widest = [], 0
         for w in self.written.get(pid, ()):
-            if window is not None and not window[0] <= (w.first_seen or -1) <= window[1]:
-                continue
-            rels = [r for r in w.relations if r in reading.CHANGE_RELATIONS]
-            if w.observed == reading.OPENED_FOR_WRITING:
-                rels.append("opened for writing")
-            out.append(f"{w.label} ({', '.join(sorted(rels))})")
-        return sorted(out)
+            hits = [
+                late
+                for e in w.edges
+                if (edge := self.edges.get(e)) is not None and edge.first_seen is not None
+                for late in [_lateness(edge)]
+                if start <= (edge.last_seen or edge.first_seen) and edge.first_seen - late <= end
+            ]
+            if hits:
+                out.append(_written(w))
+                widest = max(widest, *hits)
+        return sorted(out), widest
 
     def endpoints(self, pid: str) -> list[str]:
         """Endpoints ``pid`` connected to, or began to (said as such), in the graph's order."""
@@ -156,6 +169,18 @@ class _Index:
     def effects(self, row: ProcessRow) -> None:
         row.writes = self.writes(row.node.id)
         row.endpoints = self.endpoints(row.node.id)
+
+
+def _written(w: reading.Effect) -> str:
+    rels = [r for r in w.relations if r in reading.CHANGE_RELATIONS]
+    if w.observed == reading.OPENED_FOR_WRITING:
+        rels.append("opened for writing")
+    return f"{w.label} ({', '.join(sorted(rels))})"
+
+
+def _lateness(edge: GraphEdge) -> int:
+    """The most ``edge``'s time may be later than its event, as its backends state (ns)."""
+    return max((FILE_STAMP_LATENESS_NS.get(b, 0) for b in edge.backends), default=0)
 
 
 def _by_time(nodes: Iterable[GraphNode]) -> list[GraphNode]:
@@ -271,20 +296,74 @@ def _unlinked_processes(nodes: list[GraphNode], ix: _Index) -> list[str]:
     return lines
 
 
+_WHY = {
+    "no_candidate": "no process carried its trace context, and none running its command "
+    "started while it ran (its time window: at most `max_window`, 3 s by default)",
+    "several_candidates": "no process carried its trace context, and several processes "
+    "matched its command while it ran: none is picked",
+    "process_ambiguous": "no process carried its trace context, and the process that matched "
+    "its command matched another tool call too",
+    "exact_identity_preferred": "a process carried its trace context (TRACEPARENT), so only "
+    "an exact link is taken, and none could be resolved",
+    "contradicts_exact": "the process that matched its command is exactly linked to another span",
+    "late_declaration": "its span arrived after the process events of its time were no longer kept",
+    "unsupported_command.control_operator": "no process carried its trace context, and its "
+    "command chains or pipes commands (a shell control operator such as `;`, `&&` or `|`), "
+    "so it names no single process to match",
+    "unsupported_command.command_substitution": "no process carried its trace context, and "
+    "its command substitutes another command's output (`$(...)` or backticks), so it names no "
+    "single process to match",
+    "unsupported_command.builtin": "no process carried its trace context, and its command is "
+    "a shell builtin or an assignment, which starts no process",
+    "unsupported_command.expansion_in_head": "no process carried its trace context, and its "
+    "command's program is a shell expansion, unknown until it ran",
+    "unsupported_command.unbalanced_quotes": "no process carried its trace context, and its "
+    "command's quotes do not balance, so it could not be read",
+    "unsupported_command.empty": "no process carried its trace context, and its command is empty",
+}
+"""Why the singleton bridge skipped a call (``correlate.skip`` on its node), in plain words."""
+_NO_COMMAND = (
+    "with no command there is nothing to match a process against, and no process carried its "
+    "trace context: it ran inside the agent's own process, or its processes did not carry it"
+)
+_GENERIC = (
+    "it ran inside the agent's own process, or its processes carried no trace context and "
+    "matched nothing unambiguously"
+)
+
+
+def _why(row: CallRow) -> str:
+    """Why no process is linked to ``row``'s call, from what the correlator recorded for it."""
+    reason = row.node.attrs.get(BRIDGE_SKIP_ATTR)
+    if isinstance(reason, str) and reason in _WHY:
+        return _WHY[reason]
+    if isinstance(reason, str):
+        return f"no process carried its trace context, and the bridge skipped it ({reason})"
+    return _GENERIC if row.command else _NO_COMMAND
+
+
 def _unlinked_call(row: CallRow, ix: _Index, agents: set[str]) -> str:
     what = f"`{_md(row.command)}`" if row.command else "no command"
-    text = (
-        f"{_call_label(row.node)} declared {what}; no process was linked to it: it ran inside "
-        "the agent's own process, or its processes carried no trace context and matched "
-        "nothing unambiguously"
-    )
+    text = f"{_call_label(row.node)} declared {what}; no process was linked to it: {_why(row)}"
     start, end = row.node.first_seen, row.node.last_seen
     if start is None or end is None:
         return text
-    during = [w for a in sorted(agents) for w in ix.writes(a, (start, end))]
+    during: list[str] = []
+    late = 0
+    for agent in sorted(agents):
+        files, widest = ix.writes_during(agent, start, end)
+        during += files
+        late = max(late, widest)
     if during:
+        when = "While it ran"
+        if late:
+            ms = f"{late / 1e6:g} ms"
+            when += (
+                f" or within {ms} after it ended (the file plane stamps a change when it "
+                f"reads it, up to {ms} late)"
+            )
         text += (
-            f". While it ran, the agent's process changed {', '.join(map(_md, during))} "
+            f". {when}, the agent's process changed {', '.join(map(_md, during))} "
             "(same time only: not a link)"
         )
     return text

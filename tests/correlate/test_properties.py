@@ -8,7 +8,7 @@ from correlate_builders import MS, T0, Proc, declaration, traceparent
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from otel_bridge.model import Attribution, Observation
+from otel_bridge.model import BRIDGE_SKIP_ATTR, Attribution, EntityKind, Observation
 from otel_bridge.processors.correlate import Config, Correlator
 
 COMMANDS = ["ls -la", "pytest -q", "python3 a.py", "git status", "make", "cd /", "ls | wc"]
@@ -64,7 +64,14 @@ def derive(batches: list[list[Observation]], lateness: float = 30.0) -> list[Obs
 def key(obs: list[Observation]) -> list[tuple[object, ...]]:
     """A comparable digest of derived observations."""
     return sorted(
-        (o.id, o.subject.id, o.object.id if o.object else "", o.evidence, tuple(o.attrs.items()))
+        (
+            o.id,
+            o.subject.id,
+            o.object.id if o.object else "",
+            o.evidence,
+            tuple(o.attrs.items()),
+            "" if o.relation else o.subject.attrs.get(BRIDGE_SKIP_ATTR, ""),
+        )
         for o in obs
     )
 
@@ -96,11 +103,20 @@ def test_order_independent_within_lateness(obs: list[Observation], rnd: random.R
 @settings(max_examples=150, deadline=None)
 @given(scenarios())
 def test_no_derived_edge_without_support(obs: list[Observation]) -> None:
-    """Every derived edge cites support that exists in the input, on both sides."""
+    """Every derived edge cites support that exists in the input, on both sides; a skipped
+    call's sighting (why the bridge linked nothing to it) relates nothing and cites its
+    declaration."""
     ids = {o.id for o in obs}
     for d in derive([obs]):
         assert d.evidence.support, d
         assert set(d.evidence.support) <= ids
+        if d.relation is None:
+            assert d.object is None, d
+            assert d.subject.kind == EntityKind.TOOL_CALL, d
+            assert d.subject.attrs[BRIDGE_SKIP_ATTR], d
+            assert d.evidence.method == "singleton", d
+            assert d.evidence.causal is None, d
+            continue
         assert d.evidence.causal is False
         if d.evidence.attribution == Attribution.HEURISTIC:
             assert d.evidence.inferred is True

@@ -63,7 +63,7 @@ def test_batches_outlive_a_down_backend_and_a_restart(tmp_path: Path) -> None:
     for i in range(4):
         first.consume(batch(i))
     first.shutdown()
-    assert counters(host) == {"queue_kept_batches": 8}
+    assert counters(host) == {"queue_kept_batches": 8, "queued_spans": 12, "queued_log_records": 4}
     with downstream() as (receiver, sink):
         up = GrpcExporterConfig(
             endpoint=f"127.0.0.1:{receiver.grpc_port}",
@@ -98,7 +98,7 @@ def test_full_persistent_queue_drops_and_counts(tmp_path: Path) -> None:
     for i in range(3):
         sender.consume(batch(i))
     sender.shutdown()
-    assert counters(host) == {"dropped_spans": 3, "queue_kept_batches": 2}
+    assert counters(host) == {"dropped_spans": 3, "queue_kept_batches": 2, "queued_spans": 6}
 
 
 def test_unusable_storage_fails_start_up(tmp_path: Path) -> None:

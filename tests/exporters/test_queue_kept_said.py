@@ -2,8 +2,9 @@
 
 With a persistent ``sending_queue`` the spans are neither delivered nor lost at shutdown: they
 stay on disk for the next start. The final summary line counted them nowhere (delivered 0, not
-delivered 0, dropped 0); a warning now names how many and where. Real ``otel-bridge run``, a real
-OTLP/HTTP request, a backend port nobody listens on.
+delivered 0, dropped 0); a warning now names how many and where, and the summary line counts
+them as queued ("delivered 0, queued 1 (persistent queue), failed 0, dropped 0"). Real
+``otel-bridge run``, a real OTLP/HTTP request, a backend port nobody listens on.
 """
 
 from __future__ import annotations
@@ -73,7 +74,7 @@ def post_json_span(port: int) -> int:
 
 def test_spans_kept_in_the_queue_at_shutdown_are_said(tmp_path: Path) -> None:
     """One span accepted, the backend down, SIGTERM: a warning says 1 record is kept in the
-    queue's directory, and the exit is clean."""
+    queue's directory, the last summary line counts it as queued, and the exit is clean."""
     (tmp_path / "a.yaml").write_text(COLLECTOR)
     port = free_port()
     env = {"A_PORT": str(port), "B_PORT": str(free_port()), "QUEUE": str(tmp_path / "queue")}
@@ -87,3 +88,7 @@ def test_spans_kept_in_the_queue_at_shutdown_are_said(tmp_path: Path) -> None:
     line = err.wait_for(r"otlp/down: (\d+) record\(s\) not delivered yet are kept in [^\n]*", 10)
     assert line.group(1) == "1"
     assert str(tmp_path / "queue") in line.group(0)
+    summary = err.wait_for(r"\| downstream: [^\n]*", 10)
+    assert summary.group(0).endswith(
+        "| downstream: delivered 0, queued 1 (persistent queue), failed 0, dropped 0"
+    ), summary.group(0)

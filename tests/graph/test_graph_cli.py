@@ -9,6 +9,7 @@ from pathlib import Path
 
 import networkx as nx
 import pytest
+from cli_support import run_cli
 from graph_scenario import scenario_graph
 
 from otel_bridge.cli import main
@@ -91,6 +92,26 @@ def test_export_formats(graph_file: Path, tmp_path: Path, fmt: str) -> None:
     elif fmt == "graphml":
         assert nx.read_graphml(out, force_multigraph=True).number_of_nodes() > 0
     else:
+        assert load(out) == load(graph_file)
+
+
+@pytest.mark.parametrize("fmt", ["prov", "graphml", "json"])
+def test_export_dash_writes_standard_output(graph_file: Path, tmp_path: Path, fmt: str) -> None:
+    """``-o -`` writes the document to standard output, as Unix tools do (it used to write a
+    file named ``-``), and the ``wrote`` line to standard error, so stdout pipes clean."""
+    proc = run_cli("export", str(graph_file), "--format", fmt, "-o", "-", cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    assert not (tmp_path / "-").exists()
+    assert proc.stderr.startswith(f"wrote standard output ({fmt}, "), proc.stderr
+    if fmt == "prov":
+        assert {"prefix", "agent", "activity", "entity"} <= set(json.loads(proc.stdout))
+    elif fmt == "graphml":
+        graphml = tmp_path / "from-stdout.graphml"
+        graphml.write_text(proc.stdout, encoding="utf-8")
+        assert nx.read_graphml(graphml, force_multigraph=True).number_of_nodes() > 0
+    else:
+        out = tmp_path / "from-stdout.json"
+        out.write_text(proc.stdout, encoding="utf-8")
         assert load(out) == load(graph_file)
 
 

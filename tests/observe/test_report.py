@@ -134,3 +134,33 @@ def test_repeated_unlinked_processes_share_one_line() -> None:
     ]
     text = render(build(graph), title="run")
     assert text.count("ran, but no tool call") == 4
+
+
+def test_an_overlap_allows_for_the_file_planes_stated_lateness() -> None:
+    """A record of a backend that stamps file events when it reads them (``linux``: up to
+    20 ms late) counts as during the call up to that much after its end, said as "within
+    20 ms"; later, or from a backend that stamps the event itself (``strace``), it does not."""
+    base = _graph()
+    agent = "process:h1:10:10"
+    late = [
+        GraphNode(id=f"file:/w/{name}", kind="file", label=f"/w/{name}")
+        for name in ("in.md", "out.md", "traced.md")
+    ]
+    edges = (
+        *(e for e in base.edges if e.target != "file:/w/notes.md"),
+        _edge(
+            agent, "wrote", late[0].id, grade="A", first_seen=400 + 19_000_000, backends=("linux",)
+        ),
+        _edge(
+            agent, "wrote", late[1].id, grade="A", first_seen=400 + 21_000_000, backends=("linux",)
+        ),
+        _edge(agent, "wrote", late[2].id, grade="A", first_seen=401, backends=("strace",)),
+    )
+    notes = build(Graph(nodes=(*base.nodes, *late), edges=edges)).unlinked_calls
+    assert notes == [
+        "notes (c2) declared no command; no process was linked to it: with no command there is "
+        "nothing to match a process against, and no process carried its trace context: it ran "
+        "inside the agent's own process, or its processes did not carry it. While it ran or "
+        "within 20 ms after it ended (the file plane stamps a change when it reads it, up to "
+        "20 ms late), the agent's process changed /w/in.md (wrote) (same time only: not a link)"
+    ]

@@ -200,10 +200,10 @@ def test_progress_line_says_what_never_reached_a_down_destination() -> None:
         receiver.emit(Batch(spans=(make_span(1), make_span(2))))
         line = poll(
             lambda: progress_line(collector),
-            lambda text: "not delivered 2" in text,
+            lambda text: "failed 2" in text,
             30,
         )
         assert "exported 2" in line  # accepted into the exporter's queue
-        assert "downstream: delivered 0, not delivered 2, dropped 0" in line, line
+        assert "downstream: delivered 0, failed 2, dropped 0" in line, line
     finally:
         collector.shutdown()

@@ -43,6 +43,23 @@ RULES: list[tuple[str, str, str]] = [
         "/bin/sh /opt/bin/mysql -uroot -p[REDACTED] db",
     ),
     ("sshpass -p", "bash ./sshpass -p S3cret ssh h", "bash ./sshpass -p [REDACTED] ssh h"),
+    # a command quoted in text: a tool call's JSON arguments, a shell's -c, an exception message
+    (
+        "mysql -p",
+        '{"command": "mysql -u root -psk-test123 shop"}',
+        '{"command": "mysql -u root -p[REDACTED] shop"}',
+    ),
+    (
+        "mysql -p",
+        'sh -c "cd /srv && mysql -pS3cret shop"',
+        'sh -c "cd /srv && mysql -p[REDACTED] shop"',
+    ),
+    (
+        "mysql -p",
+        "Command '['sh', '-c', 'mysql -pS3cret db']' returned non-zero exit status 1.",
+        "Command '['sh', '-c', 'mysql -p[REDACTED] db']' returned non-zero exit status 1.",
+    ),
+    ("mysql -p", "['mysqldump', '-pS3cret', 'db']", "['mysqldump', '-p[REDACTED]', 'db']"),
     ("secret option", "mysql --password=S3cret shop", "mysql --password=[REDACTED] shop"),
     ("secret option", "deploy --api-token tok123", "deploy --api-token [REDACTED]"),
     (

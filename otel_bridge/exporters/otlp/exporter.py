@@ -49,6 +49,10 @@ _PER_SIGNAL: tuple[CounterSpec, ...] = tuple(
         ("rejected", "the server rejected in a partial success"),
         ("failed", "not sent: permanent error or retries exhausted"),
         ("dropped", "dropped: queue full, or shut down"),
+        (
+            "queued",
+            "kept in the persistent queue when the exporter stopped: the next start sends them",
+        ),
         ("unsupported", "not sent: the backend does not accept this signal"),
     )
 )
@@ -180,6 +184,7 @@ class OtlpExporter:
     def _keep(self, item: Item) -> None:
         """``item`` stays in the persistent queue for the next start (counted, then said)."""
         self._count("queue_kept_batches", 1)
+        self._count(f"queued_{_NOUNS[item.signal]}", item.size)
         with self._lock:
             self._kept += item.size
 

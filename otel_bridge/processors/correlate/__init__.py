@@ -53,12 +53,15 @@ from otel_bridge.component import (
     require_consumer,
 )
 from otel_bridge.model import (
+    BRIDGE_SKIP_ATTR,
     Attribution,
     Batch,
     Channel,
+    Entity,
     Evidence,
     Observation,
     RelationKind,
+    Source,
     ToolCallFacts,
 )
 from otel_bridge.processors.correlate.exact import ExactLinker, derived, process_entity
@@ -79,6 +82,7 @@ from otel_bridge.processors.correlate.singleton import (
     Policy,
     Scope,
     SingletonEngine,
+    Skip,
     declaration_of,
     lacks_declaration_facts,
 )
@@ -151,6 +155,35 @@ def bridge_observation(b: Bridge, support: tuple[str, ...]) -> Observation:
             "span_id": b.decl.span_id,
         },
         span=(b.decl.trace_id, b.decl.span_id),
+    )
+
+
+def skip_observation(k: Skip) -> Observation:
+    """The derived sighting of a tool call the singleton bridge skipped: its entity with
+    :data:`BRIDGE_SKIP_ATTR` set to the reason, so the graph (and the report) can say why for this
+    call, not only how many calls were skipped for that reason. It relates nothing."""
+    rid = f"correlate:skip:{k.decl.obs_id}"
+    tool = k.decl.tool
+    return Observation(
+        id=rid,
+        time_unix_nano=k.decl.start,
+        source=Source(
+            channel=k.decl.channel,
+            backend="correlate",
+            record_id=rid,
+            trace_id=k.decl.trace_id,
+            span_id=k.decl.span_id,
+        ),
+        subject=Entity(
+            kind=tool.kind,
+            id=tool.id,
+            label=tool.label,
+            attrs={BRIDGE_SKIP_ATTR: k.reason},
+            facts=tool.facts,
+            key=tool.key,
+        ),
+        evidence=Evidence(method="singleton", support=(k.decl.obs_id,)),
+        occurrence=rid,
     )
 
 
@@ -281,6 +314,8 @@ class Correlator:
                     sorted({o.decl.obs_id, *(self.engine.index.support_id(e) for e in o.events)})
                 )
                 out.append(bridge_observation(o, support))
+            else:
+                out.append(skip_observation(o))
         horizon = wm - self._retention
         # Evicting walks the buffers, so do it in steps of an eighth of the retention.
         if (

@@ -18,6 +18,7 @@ from datetime import UTC, datetime
 from otel_bridge import __version__
 from otel_bridge.component import Consumer, Telemetry
 from otel_bridge.identity import host_id, iso_ms
+from otel_bridge.launch import GATE, GATE_NAME
 from otel_bridge.model import AnyValue, Batch, CollectionState, LogRecord, Resource, Scope
 from otel_bridge.receivers.host.capture import ContentCapture
 from otel_bridge.receivers.host.config import HostConfig
@@ -38,6 +39,13 @@ _IDENTITIES_KEPT = 65_536
 """Per-pid identity attributes kept at most (the table starts over when full)."""
 PLANES: tuple[str, ...] = ("process", "file", "network")
 """The collections a backend covers; per-plane ``auto`` picks a backend for each."""
+
+
+def is_gate(info: ProcessInfo) -> bool:
+    """Whether ``info`` is ``observe``'s gate before it exec'd CMD (``sh -c GATE
+    otel-bridge-gate FIFO CMD...``, :mod:`otel_bridge.launch`): a backend that reads the running
+    root from /proc (``strace``, ``ebpf``) would otherwise report its script as a process."""
+    return len(info.argv) >= 4 and info.argv[1:4] == ["-c", GATE, GATE_NAME]
 
 
 class Lineage:
@@ -246,6 +254,15 @@ class HostContext:
             )
             if info is None:
                 continue
+            if is_gate(info):
+                # observe's gate waiting to exec CMD: its shell script is observe's machinery,
+                # not the user's process; CMD's exec (when it happens) names the process
+                info = ProcessInfo(
+                    pid=info.pid,
+                    start_ms=info.start_ms,
+                    ppid=info.ppid,
+                    approximate=info.approximate,
+                )
             self.events.remember(info)
             if track:
                 self.lineage.add(pid)  # after its identity: other threads report lineage pids

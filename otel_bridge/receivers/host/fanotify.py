@@ -132,6 +132,7 @@ from otel_bridge.model import AnyValue, CollectionState, LogRecord
 from otel_bridge.receivers.host.events import SYSCALL, HostContext
 from otel_bridge.receivers.host.filemerge import MERGED_KINDS, FileMerger, Held
 from otel_bridge.receivers.host.release import release
+from otel_bridge.stamping import FANOTIFY_PACE_S
 
 __all__ = [
     "DIRENT_BITS",
@@ -182,7 +183,7 @@ _MAX_FILES = 16_384
 _SPECIAL = frozenset((stat.S_IFIFO, stat.S_IFCHR, stat.S_IFBLK, stat.S_IFSOCK))
 FOLLOW_SYNC_S = 2.0
 """How long :meth:`FanotifyWatcher.before_follow` waits for the reader's pass at most."""
-PACE_S = 0.02
+PACE_S = FANOTIFY_PACE_S
 """Paced reading (:meth:`FanotifyWatcher._pace`): once :data:`PACE_EVENTS` events were read
 within one such period, the next read waits for the period's end, so the kernel merges a pid's
 identical events on one entry meanwhile. The most an event's read (its record's time) is

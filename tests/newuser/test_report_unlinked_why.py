@@ -1,0 +1,81 @@
+"""Each unlinked tool call's line in ``report.md`` says its own reason, not a generic one.
+
+A new user's plain OpenTelemetry SDK agent ran three tool calls no process was linked to: a
+shell command with ``;``, a command that never ran, and a ``write_file`` with no command. The
+report said the same "ran inside the agent's own process, or ... matched nothing
+unambiguously" for each, while the correlator had recorded why (as counts in summary.json:
+``skip.unsupported_command.control_operator``, ``skip.no_candidate``). The correlator now sets
+the reason on each skipped call's node (``correlate.skip``), and the report says it in words.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+AGENT = """
+import json
+import os
+import subprocess
+from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
+from opentelemetry.sdk.resources import Resource
+from opentelemetry.sdk.trace import TracerProvider
+from opentelemetry.sdk.trace.export import BatchSpanProcessor
+
+resource = Resource.create({"service.name": "why-agent", "process.pid": os.getpid()})
+provider = TracerProvider(resource=resource)
+provider.add_span_processor(BatchSpanProcessor(OTLPSpanExporter()))
+tracer = provider.get_tracer("newuser")
+
+
+def tool(name, call_id, command=None, run=None):
+    with tracer.start_as_current_span(f"execute_tool {name}") as call:
+        call.set_attribute("gen_ai.operation.name", "execute_tool")
+        call.set_attribute("gen_ai.tool.name", name)
+        call.set_attribute("gen_ai.tool.call.id", call_id)
+        if command is not None:
+            call.set_attribute("gen_ai.tool.call.arguments", json.dumps({"command": command}))
+        if run is not None:
+            run()
+
+
+with tracer.start_as_current_span("invoke_agent why") as agent:
+    agent.set_attribute("gen_ai.operation.name", "invoke_agent")
+    agent.set_attribute("gen_ai.agent.name", "why")
+    chained = "echo hi > a.txt; true"
+    tool("run_command", "call-1", chained, lambda: subprocess.run(["sh", "-c", chained]))
+    tool("run_command", "call-2", "ls /no-such-dir-for-otel-bridge")  # the tool never ran it
+    tool("write_file", "call-3", None, lambda: open("b.txt", "w").write("x"))
+provider.shutdown()
+"""
+OBSERVE = (sys.executable, "-m", "otel_bridge", "observe", "--no-review")
+
+
+def test_each_unlinked_call_says_its_own_reason(tmp_path: Path) -> None:
+    (tmp_path / "agent.py").write_text(AGENT, encoding="utf-8")
+    run = tmp_path / "run"
+    env = {k: v for k, v in os.environ.items() if not k.startswith("OTEL_")}
+    done = subprocess.run(
+        [*OBSERVE, "-o", str(run), "--", sys.executable, "agent.py"],
+        check=False,
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env=env,
+    )
+    assert done.returncode == 0, done.stderr
+    summary = json.loads((run / "summary.json").read_text(encoding="utf-8"))
+    assert summary["correlation"]["skip.unsupported_command.control_operator"] == 1, summary
+    assert summary["correlation"]["skip.no_candidate"] == 1, summary
+    report = (run / "report.md").read_text(encoding="utf-8")
+    lines = {x.split(" ", 3)[2]: x for x in report.splitlines() if x.startswith("- run_command")}
+    lines |= {x.split(" ", 3)[2]: x for x in report.splitlines() if x.startswith("- write_file")}
+    assert "its command chains or pipes commands (a shell control operator" in lines["(call-1)"]
+    assert "none running its command started while it ran" in lines["(call-2)"]
+    assert "with no command there is nothing to match a process against" in lines["(call-3)"]
+    for line in lines.values():
+        assert "matched nothing unambiguously" not in line, report

@@ -20,7 +20,10 @@ deterministic 5000-resample bootstrap 95% CI, median wall times, peak process-tr
 every 10 ms; in ``receiver`` mode the harness process, which hosts the collector, is included),
 artifact bytes and event counts. A second line gives the paired CPU-time overhead (user+system
 seconds of the workload tree plus the collector, the RSS sampler's own CPU excluded), which is
-far less sensitive than elapsed time to other load on a shared machine.
+far less sensitive than elapsed time to other load on a shared machine. A third line gives the
+workload's own clock (its loop, timed inside it: no interpreter start, no ``observe`` start or
+end): the run off and on, the paired difference, and the part of it spent starting and waiting
+for the children.
 
 A third mode, ``fixed``, measures what ``observe`` costs around any command: the time from
 starting ``otel-bridge observe`` to the workload's first instruction, and from the workload's
@@ -86,10 +89,10 @@ from otel_bridge.receivers.host import HostConfig
 WORKLOADS = {"micro": 64, "medium": 4000, "long": 20000}
 
 WORK = r"""
-import hashlib, os, sys
+import hashlib, os, sys, time
 n = int(sys.argv[1]); root = sys.argv[2]
 true = "/bin/true" if os.path.exists("/bin/true") else "/usr/bin/true"
-digest = hashlib.sha256(); children = 0
+digest = hashlib.sha256(); children = 0; spawning = 0; began = time.monotonic_ns()
 for i in range(n):
     path = os.path.join(root, f"f{i % 16}.bin")
     with open(path, "wb") as f:
@@ -97,10 +100,16 @@ for i in range(n):
     with open(path, "rb") as f:
         digest.update(f.read())
     if i % 32 == 0:
+        t = time.monotonic_ns()
         os.waitpid(os.posix_spawn(true, ["true"], os.environ), 0)
+        spawning += time.monotonic_ns() - t
         children += 1
+print(f"clock run={(time.monotonic_ns() - began) / 1e9:.6f} spawn={spawning / 1e9:.6f}")
 print(f"receipt iterations={n} children={children} digest={digest.hexdigest()}")
 """
+"""The workload. Besides its receipt it prints its own clock: the loop's elapsed time (``run``,
+from its first iteration to its last: no interpreter start, no ``observe`` start or end) and
+the part of it spent starting and waiting for the children (``spawn``)."""
 
 
 class TreeRss:
@@ -351,6 +360,7 @@ def run_once(
         if not (mode == "cli" and on):
             served = 0.0
         receipt = next((line for line in stdout.splitlines() if line.startswith("receipt")), "")
+        clock = _clock(stdout)
         self1 = resource.getrusage(resource.RUSAGE_SELF)
         kids1 = resource.getrusage(resource.RUSAGE_CHILDREN)
         cpu = _cpu(kids1) - _cpu(kids0) + max(0.0, _cpu(self1) - _cpu(self0) - rss.cpu) + served
@@ -361,10 +371,18 @@ def run_once(
             "rss": peak,
             "artifact": artifact,
             "events": events,
+            "run": clock.get("run", 0.0),
+            "spawn": clock.get("spawn", 0.0),
         }
     finally:
         shutil.rmtree(work_dir, ignore_errors=True)
         shutil.rmtree(out_dir, ignore_errors=True)
+
+
+def _clock(stdout: str) -> dict[str, float]:
+    """The workload's own ``clock`` line (:data:`WORK`): ``run`` and ``spawn`` seconds."""
+    line = next((x for x in stdout.splitlines() if x.startswith("clock ")), "")
+    return {k: float(v) for k, _, v in (w.partition("=") for w in line.split()[1:])}
 
 
 def fixed_once(
@@ -667,8 +685,7 @@ def _workload_rows(
     n_iter = WORKLOADS[name]
     variants = ["on", "warm"] if warm is not None else ["on"]
     rows: dict[str, dict[str, list[float]]] = {
-        v: {k: [] for k in ("ratio", "off", "on", "rss_on", "rss_off", "art", "evs", "cpu", "cps")}
-        for v in variants
+        v: {k: [] for k in (*_ROW_KEYS, "run_off", "run_on", "run_d", "spawn_d")} for v in variants
     }
     for _ in range(n_pairs):
         order = ["off", *variants]
@@ -707,10 +724,24 @@ def _workload_rows(
             row["rss_off"].append(float(off["rss"]))  # type: ignore[arg-type]
             row["art"].append(float(on["artifact"]))  # type: ignore[arg-type]
             row["evs"].append(float(on["events"]))  # type: ignore[arg-type]
+            _clock_rows(row, off, on)
     for v in variants:
         label = name if warm is None else f"{name}/{'cold' if v == 'on' else 'warm'}"
         _print_row(label, rows[v])
     return False
+
+
+_ROW_KEYS = ("ratio", "off", "on", "rss_on", "rss_off", "art", "evs", "cpu", "cps")
+
+
+def _clock_rows(row: dict[str, list[float]], off: dict[str, object], on: dict[str, object]) -> None:
+    """The pair's figures from the workload's own clock: its run off and on, and how much longer
+    the run and its child spawns took observed."""
+    run_off, run_on = float(off["run"]), float(on["run"])  # type: ignore[arg-type]
+    row["run_off"].append(run_off)
+    row["run_on"].append(run_on)
+    row["run_d"].append(run_on - run_off)
+    row["spawn_d"].append(float(on["spawn"]) - float(off["spawn"]))  # type: ignore[arg-type]
 
 
 def _print_row(name: str, row: dict[str, list[float]]) -> None:
@@ -735,6 +766,17 @@ def _print_row(name: str, row: dict[str, list[float]]) -> None:
         f"{med(row['cpu']) * 100:+.1f}% (95% CI {clo * 100:+.1f}–"
         f"{chi * 100:+.1f}%); collector CPU per observed second "
         f"{med(row['cps']):.3f} s/s",
+        flush=True,
+    )
+    if not any(row["run_off"]):
+        return
+    rlo, rhi = bootstrap_median_ci(row["run_d"])
+    slo, shi = bootstrap_median_ci(row["spawn_d"])
+    print(
+        f"{'':8} {'':>5} the workload's own clock: run {med(row['run_off']):.3f} s off, "
+        f"{med(row['run_on']):.3f} s on, paired {med(row['run_d']):+.3f} s "
+        f"(95% CI {rlo:+.3f}–{rhi:+.3f}); of it child spawns {med(row['spawn_d']):+.3f} s "
+        f"({slo:+.3f}–{shi:+.3f})",
         flush=True,
     )
 

@@ -131,6 +131,17 @@ def test_an_exited_pid_leaves_the_lineage_once_its_file_events_are_read() -> Non
     assert retire_now(160.0, due, handled, files_drained=99.0)  # at most 60 s
 
 
+def test_a_later_exit_never_retires_before_an_earlier_one() -> None:
+    """The backend retires its queue of exits (in handling order) from the front and stops at
+    the first that stays: that is only right because the rule never retires a later exit while
+    an earlier one stays, whatever the time and the file reader's progress."""
+    handled = [100.0, 100.5, 101.0, 103.0, 130.0, 170.0]
+    for now in (99.0, 101.9, 102.5, 103.2, 105.5, 160.2, 171.0, 240.0):
+        for drained in (None, 99.0, 100.2, 100.7, 102.0, 150.0, 200.0):
+            retired = [retire_now(now, h + 2.0, h, files_drained=drained) for h in handled]
+            assert retired == sorted(retired, reverse=True), (now, drained, retired)
+
+
 @needs_root
 def test_events_dropped_while_the_process_source_is_still_behind_degrade_the_file_plane() -> None:
     """Held past the longest wait with the process source still behind, an event's owner is

@@ -40,6 +40,7 @@ import struct
 import sys
 import threading
 import time
+from collections import deque
 from collections.abc import Callable
 
 from otel_bridge.arming import (
@@ -349,10 +350,10 @@ class LinuxBackend:
         self._scanner: SocketScanner | None = None
         self._destroys: DestroyWatcher | None = None
         self._tracer: ConnectTracer | None = None
-        self._forgetting: list[tuple[float, int, int | None]] = []
+        self._forgetting: deque[tuple[float, int, int | None]] = deque()
         self._exited: dict[int, int] = {}
         """Lineage pid -> monotonic ns of its exit (until it is forked in the lineage again)."""
-        self._retiring: list[tuple[float, float, int]] = []
+        self._retiring: deque[tuple[float, float, int]] = deque()
         """(retire at the earliest, exit handled at (monotonic), pid) of exited lineage pids."""
         self._read_at = 0.0
         """Monotonic time at which the event thread's last pass that drained the connector began
@@ -652,21 +653,25 @@ class LinuxBackend:
         return None if ended is None else monotonic_to_wall_ns(ended)
 
     def _retire_due(self) -> None:
+        """Retire the exited pids that are due, oldest first. The queue is in the order the
+        exits were handled, and :func:`retire_now` never retires a later exit before an
+        earlier one (its due time and the file watcher's progress it needs grow with the
+        handling time), so the first pid that stays ends the pass: a pass costs the pids it
+        retires, not every exit of the last 2 s (a workload spawning thousands of children)."""
         ctx = self._ctx
         assert ctx is not None
         now = time.monotonic()
         files = self._fanotify
-        keep: list[tuple[float, float, int]] = []
-        for retiring in self._retiring:
-            due, handled, pid = retiring
-            if retire_now(now, due, handled, files.drained_at if files is not None else None):
-                ctx.lineage.discard(pid)
-                self._forgetting.append((now + _FORGET_EXIT_AFTER_S, pid, self._exited.get(pid)))
-            else:
-                keep.append(retiring)
-        self._retiring = keep
+        retiring = self._retiring
+        while retiring:
+            due, handled, pid = retiring[0]
+            if not retire_now(now, due, handled, files.drained_at if files is not None else None):
+                break
+            retiring.popleft()
+            ctx.lineage.discard(pid)
+            self._forgetting.append((now + _FORGET_EXIT_AFTER_S, pid, self._exited.get(pid)))
         while self._forgetting and self._forgetting[0][0] <= now:
-            _, pid, ended = self._forgetting.pop(0)
+            _, pid, ended = self._forgetting.popleft()
             if self._exited.get(pid) == ended:  # not forked again in the lineage since
                 self._exited.pop(pid, None)
 

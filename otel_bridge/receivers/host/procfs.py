@@ -43,12 +43,27 @@ class ProcessInfo:
         return os.path.basename(self.argv[0]) if self.argv else ""
 
 
+_READ_SIZE = 65536
+
+
 def _read(path: str) -> bytes | None:
+    """The whole file, None when it cannot be read. Descriptor-level (``os.open``, ``os.read``):
+    a buffered file object costs four more system calls per file (``fstat``, ``ioctl``, two
+    ``lseek``), and the ``linux`` event reader reads five of these files per exec at real-time
+    priority, preempting the workload meanwhile."""
     try:
-        with open(path, "rb") as f:
-            return f.read()
+        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
     except OSError:
         return None
+    try:
+        parts = [os.read(fd, _READ_SIZE)]
+        while parts[-1]:
+            parts.append(os.read(fd, _READ_SIZE))
+    except OSError:
+        return None
+    finally:
+        os.close(fd)
+    return b"".join(parts)
 
 
 def read_stat(pid: int) -> tuple[int, int] | None:

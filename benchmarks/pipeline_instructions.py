@@ -19,6 +19,7 @@ Usage::
     python benchmarks/pipeline_instructions.py --spans 32768 --stage decode normalize full
     python benchmarks/pipeline_instructions.py --stage graph-os --spans 16000  # per OS event
     python benchmarks/pipeline_instructions.py --stage graph-os-normalized --spans 16000
+    python benchmarks/pipeline_instructions.py --stage grpc --spans 131072  # real gRPC senders
 
 Needs valgrind (``apt-get install valgrind``).
 """
@@ -38,13 +39,16 @@ from pathlib import Path
 from typing import Any
 
 STAGES = ("decode", "normalize", "full", "graph")
-EXTRA_STAGES = ("graph-os", "graph-os-plain", "graph-os-normalized")
+EXTRA_STAGES = ("graph-os", "graph-os-plain", "graph-os-normalized", "grpc")
 """``graph-os``: the graph accumulator alone on the synthetic OS events of
 ``graph_materialization.py`` (``opened`` relations with fresh entities, typed facts and keys, per
 event rather than per span; not run by default). ``graph-os-normalized``: the accumulator alone
 on what the ``normalize`` processor makes of host-receiver ``file.open`` records (one process,
 files cycling over ``graph_materialization.RESOURCE_CAP`` paths), normalized before the measured
-part: the same records for every version of the code, each version's own normalizer output."""
+part: the same records for every version of the code, each version's own normalizer output.
+``grpc``: the collector of ``pipeline_throughput.py`` whole, gRPC receive included, fed by that
+benchmark's four sender processes over real gRPC (the senders run outside valgrind; only the
+collector's process is counted), per span."""
 """``decode``: bytes to typed spans; ``normalize``: and the normalizer; ``full``: the whole
 pipeline of ``pipeline_throughput.py`` (memory_limiter, batch, normalize, graph); ``graph``: the
 graph accumulator alone (``apply_many`` of the normalized observations of each request, normalized
@@ -209,6 +213,76 @@ def graph_os_normalized_work(events: int, prepared: int) -> None:
     os._exit(0)
 
 
+_SENDERS = 4
+
+
+def _send(port: int, sender: int, spans: int) -> None:
+    """A sender process (outside valgrind): ``spans`` spans of ``build_requests(sender)`` over
+    gRPC, two requests in flight, as ``pipeline_throughput.py``'s senders do."""
+    import grpc
+    from pipeline_throughput import build_requests
+
+    requests = build_requests(sender, _REQUEST_SPANS)
+    channel = grpc.insecure_channel(f"127.0.0.1:{port}")
+    call = channel.unary_unary(
+        "/opentelemetry.proto.collector.trace.v1.TraceService/Export", None, None
+    )
+    grpc.channel_ready_future(channel).result(timeout=600)
+    in_flight: list[Any] = []
+    sent = i = 0
+    while sent < spans or in_flight:
+        while sent < spans and len(in_flight) < 2:
+            in_flight.append(call.future(requests[i % len(requests)], timeout=600))
+            i, sent = i + 1, sent + _REQUEST_SPANS
+        in_flight.pop(0).result()
+    channel.close()
+
+
+def grpc_work(spans: int) -> None:
+    """The ``grpc`` stage: a pass over every distinct request, then ``spans`` more, sent by
+    :data:`_SENDERS` processes outside valgrind to this process's collector."""
+    import time
+
+    from pipeline_throughput import _DISTINCT_REQUESTS, collector_config
+
+    from otel_bridge.pipeline import Collector
+
+    env = {k: v for k, v in os.environ.items() if k != "LD_PRELOAD"}  # valgrind's preload
+
+    def accepted() -> int:
+        # ``counters()`` reads the same in this code and in the base 42b1673
+        return int(counters().get("receiver.otlp.spans_accepted", 0))
+
+    def send_all(each: int) -> None:
+        senders = [
+            subprocess.Popen(
+                [sys.executable, __file__, "--send", str(port), str(k), str(each)], env=env
+            )
+            for k in range(_SENDERS)
+        ]
+        target = accepted() + each * _SENDERS
+        while accepted() < target:
+            time.sleep(0.05)
+        for proc in senders:
+            if proc.wait() != 0:
+                raise RuntimeError(f"a sender failed with exit code {proc.returncode}")
+
+    with tempfile.TemporaryDirectory() as workdir:
+        config = collector_config(workdir, _REQUEST_SPANS)
+        without_timers(config)
+        collector = Collector(config)
+        collector.start()
+        receiver: Any = collector.component("otlp")
+        port: int = receiver.grpc_port
+        counters = collector.host.telemetry.counters
+        send_all(_DISTINCT_REQUESTS * _REQUEST_SPANS)
+        per_sender = spans // _SENDERS // _REQUEST_SPANS * _REQUEST_SPANS
+        if per_sender:
+            send_all(per_sender)
+        sys.stdout.flush()
+        os._exit(0)
+
+
 def work(stage: str, spans: int, prepared: int) -> None:
     """Warm up, then push ``spans`` spans through ``stage`` (the measured child's job)."""
     if stage == "graph":
@@ -219,6 +293,8 @@ def work(stage: str, spans: int, prepared: int) -> None:
         graph_os_work(spans, prepared, facts=False)
     if stage == "graph-os-normalized":
         graph_os_normalized_work(spans, prepared)
+    if stage == "grpc":
+        grpc_work(spans)
     from pipeline_throughput import _DISTINCT_REQUESTS, build_requests
 
     per_sender = [build_requests(s, _REQUEST_SPANS) for s in range(4)]
@@ -274,6 +350,8 @@ def per_span(stage: str, spans: int) -> float:
     subtracted."""
     base = instructions(stage, 0, spans)
     loaded = instructions(stage, spans, spans)
+    if stage == "grpc":
+        return (loaded - base) / (spans // _SENDERS // _REQUEST_SPANS * _REQUEST_SPANS * _SENDERS)
     if stage in EXTRA_STAGES:
         return (loaded - base) / spans
     return (loaded - base) / (spans // _REQUEST_SPANS * _REQUEST_SPANS)
@@ -287,7 +365,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--child", nargs=3, metavar=("STAGE", "SPANS", "PREPARED"), help=argparse.SUPPRESS
     )
+    parser.add_argument("--send", nargs=3, type=int, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
+    if args.send:
+        sys.path.insert(0, _HERE)
+        _send(*args.send)
+        return 0
     if args.child:
         sys.path.insert(0, _HERE)
         work(args.child[0], int(args.child[1]), int(args.child[2]))

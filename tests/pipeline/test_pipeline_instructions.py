@@ -45,3 +45,19 @@ def test_the_full_stage_has_no_timer_inside_the_measured_part(tmp_path: Path) ->
     batch = config.processors["batch"].config
     assert (limiter.check_interval, batch.timeout) == (3600.0, 3600.0)
     assert (limiter.limit_mib, batch.send_batch_size) == (1024, 512)
+
+
+def test_the_grpc_stage_runs_real_senders_to_the_end(tmp_path: Path) -> None:
+    """The ``grpc`` stage's child (run here without valgrind): four sender processes send a
+    pass over the distinct requests and then the measured spans over real gRPC; the child exits
+    0 only when the collector has accepted every one of them."""
+    import os
+    import subprocess
+
+    bench = Path(__file__).resolve().parents[2] / "benchmarks"
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(bench), str(bench.parent)])}
+    proc = subprocess.run(
+        [sys.executable, str(bench / "pipeline_instructions.py"), "--child", "grpc", "2048", "0"],
+        capture_output=True, text=True, timeout=300, env=env, cwd=tmp_path, check=False,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr[-2000:]

@@ -505,6 +505,13 @@ class ArmedHost:
     """Wall-clock ns when every source was attached (the root was still gated)."""
     root_start_ticks: int | None = None
     """The gated root's start time (``/proc/<pid>/stat`` ticks), read while it waited."""
+    root_ppid: int = 0
+    """The gated root's parent, read with its start time (0: not read)."""
+    gate_opened_ns: int = 0
+    """When the root's gate was open (CLOCK_MONOTONIC ns, :func:`otel_bridge.launch.open_gate`),
+    0 while it is shut: an exec event of the root stamped earlier is the gate's own ``sh``,
+    which the kernel may report after the sources were attached (it sends the exec event after
+    it let ``posix_spawn``'s caller go on)."""
     perf: ArmedRings | None = None
     """The socket tracer's perf rings (None: perf refused here; the backend then says why)."""
 
@@ -559,7 +566,7 @@ def arm_linux(
             track_helper(armed.helper, [root_pid])
         with contextlib.suppress(OSError):  # refused: the backend tries again and says why
             armed.perf = arm_rings()
-        armed.root_start_ticks = _start_ticks(root_pid)
+        armed.root_ppid, armed.root_start_ticks = _parent_and_start(root_pid)
         armed.armed_ns = time.time_ns()
     except BaseException:
         armed.close()
@@ -567,13 +574,15 @@ def arm_linux(
     return armed
 
 
-def _start_ticks(pid: int) -> int | None:
+def _parent_and_start(pid: int) -> tuple[int, int | None]:
+    """``pid``'s parent and start time (``/proc/<pid>/stat`` ticks); ``(0, None)`` if gone."""
     try:
         with open(f"/proc/{pid}/stat", "rb") as f:
             data = f.read()
-        return int(data[data.rfind(b")") + 2 :].split()[19])
+        fields = data[data.rfind(b")") + 2 :].split()
+        return int(fields[1]), int(fields[19])
     except (OSError, ValueError, IndexError):
-        return None
+        return 0, None
 
 
 @runtime_checkable

@@ -79,6 +79,19 @@ def spawn_gate(command: list[str], env: Mapping[str, str], fifo: str) -> int:
         raise
 
 
+def open_gate(fifo: str, endpoint: str, protocol: str) -> int:
+    """Write the OTLP endpoint and protocol into the gate's FIFO ``fifo``: CMD runs. Returns
+    when the gate was open, in CLOCK_MONOTONIC ns (the clock of the kernel's process events):
+    read once the gate's shell had opened the FIFO (an open for writing waits for the reader),
+    before the lines that let it ``exec`` CMD. So an exec event of the gated pid stamped before
+    it is the gate's own (its ``sh``, whose event the kernel may send after ``posix_spawn``
+    returned), and CMD's exec is stamped after it."""
+    with open(fifo, "w", encoding="utf-8") as f:
+        opened = time.monotonic_ns()
+        f.write(f"{endpoint}\n{protocol}\n")
+    return opened
+
+
 def inherited_closed() -> list[tuple[int, int]]:
     """``posix_spawn`` actions closing every inheritable descriptor above 2 this process holds
     (one its own parent passed it): the spawned program gets only 0, 1 and 2, as with

@@ -30,7 +30,7 @@ from typing import TYPE_CHECKING, Any, NoReturn
 from otel_bridge import rundir
 from otel_bridge.commands.observe import Workload
 from otel_bridge.errors import OtelBridgeError
-from otel_bridge.launch import Guard
+from otel_bridge.launch import Guard, open_gate
 from otel_bridge.warm import (
     SOCKET_NAME,
     WarmUnavailableError,
@@ -592,12 +592,12 @@ class RemoteWorkload(Workload):
         self._dir = ""  # the FIFO is in the client's socket directory: the client removes it
         self._conn = conn
         self.released = False
+        self.gate_opened_ns = 0
         self.signals: list[int] = []
 
     def release(self, endpoint: str, protocol: str) -> None:
         """Open the gate (the client removes its FIFO)."""
-        with open(self._fifo, "w", encoding="utf-8") as f:
-            f.write(f"{endpoint}\n{protocol}\n")
+        self.gate_opened_ns = open_gate(self._fifo, endpoint, protocol)
         self.released = True
 
     def exit_code(self) -> int:

@@ -46,6 +46,7 @@ from otel_bridge.launch import (
     Guard,
     exit_code,
     new_run_id,
+    open_gate,
     spawn_gate,
     terminate_group,
     workload_env,
@@ -126,11 +127,12 @@ class Workload:
             shutil.rmtree(self._dir, ignore_errors=True)
             raise
         self.released = False
+        self.gate_opened_ns = 0
+        """When the gate was open (:func:`otel_bridge.launch.open_gate`), 0 before."""
 
     def release(self, endpoint: str, protocol: str) -> None:
         """Open the gate: CMD runs with the OTLP endpoint and protocol variables set."""
-        with open(self._fifo, "w", encoding="utf-8") as f:
-            f.write(f"{endpoint}\n{protocol}\n")
+        self.gate_opened_ns = open_gate(self._fifo, endpoint, protocol)
         shutil.rmtree(self._dir, ignore_errors=True)
         self.released = True
 
@@ -262,7 +264,7 @@ def arm(
     from otel_bridge.otlp.mux import listen  # noqa: PLC0415
 
     try:
-        early.armed = arm_linux(
+        armed = early.armed = arm_linux(
             early.workload.pid, waiting=None if warm is None else warm.start, helper=helper
         )
     except (OSError, OtelBridgeError):
@@ -272,6 +274,7 @@ def arm(
     early.forward_signals()
     # the bundled OTLP receiver serves gRPC and HTTP behind the mux: the user's choice stands
     early.workload.release(f"http://{host}:{port}", early.wanted or "http/protobuf")
+    armed.gate_opened_ns = early.workload.gate_opened_ns  # the gate's own exec came before
 
 
 def run(args: argparse.Namespace) -> int:

@@ -11,6 +11,12 @@ COUNTERS: tuple[CounterSpec, ...] = (
     ),
     CounterSpec("events_refused", "OS event records the pipelines did not accept"),
     CounterSpec("linux.overruns", "netlink proc connector buffer overruns", "{overruns}"),
+    CounterSpec(
+        "linux.gate_exec",
+        "exec events of observe's gate (its sh) the kernel reported after the sources were armed: "
+        "not recorded",
+        "{execs}",
+    ),
     CounterSpec("strace.unparsed", "strace lines that could not be parsed", "{lines}"),
     CounterSpec("strace.failed_opens", "failed opens strace saw (not reported as events)"),
     CounterSpec("ebpf.unparsed", "bpftrace lines that could not be parsed", "{lines}"),

@@ -175,9 +175,10 @@ class ExecReader:
         if the helper read it."""
         with self._cond:
             found = self._by_event.pop((pid, event_ns), None)
-            if found is None or self._images.get((pid, found[0])) is not found[1]:
-                return None  # not read, or already taken (or dropped) by its identity
-            del self._images[(pid, found[0])]
+            if found is None:
+                return None  # not read, or already taken by its identity
+            if self._images.get((pid, found[0])) is found[1]:  # else a later exec of the same
+                del self._images[(pid, found[0])]  # identity holds that slot: it stays
             return found
 
     def fork_identity(self, pid: int, event_ns: int) -> tuple[int, int] | None:
@@ -191,16 +192,20 @@ class ExecReader:
     ) -> Image | None:
         """The image of exec event ``(pid, event_ns)`` when the helper read it for identity
         ``(pid, start_ms)`` (an ``approximate`` start: within :data:`SAME_START_MS` of it), else
-        the image of that identity."""
+        the image of that identity, unless the helper read that one at another exec event (a
+        process that exec'd twice: one exec's image is never lent to the other)."""
         slack = SAME_START_MS if approximate else 0
         with self._cond:
             found = self._by_event.get((pid, event_ns)) if event_ns else None
             if found is not None and abs(found[0] - start_ms) <= slack:
                 held, image = found
+                del self._by_event[(pid, event_ns)]
                 if self._images.get((pid, held)) is image:
                     del self._images[(pid, held)]
-                    del self._by_event[(pid, event_ns)]
-                    return image
+                return image
+            other = self._images.get((pid, start_ms))
+            if event_ns and other is not None and other.event_ns not in (0, event_ns):
+                return None
         return self.take(pid, start_ms)
 
     def take(self, pid: int, start_ms: int, timeout: float = 0.0) -> Image | None:

@@ -364,6 +364,8 @@ class LinuxBackend:
         self._switch = 0.005
         self.lost = 0
         self._armed: ArmedHost | None = None
+        self._gate_opened_ns = 0
+        """When the armed root's gate opened (:attr:`ArmedHost.gate_opened_ns`), 0 unarmed."""
 
     def adopt(self, armed: ArmedHost) -> None:
         """Use the sources ``armed`` attached before the collector was built (before start):
@@ -563,6 +565,9 @@ class LinuxBackend:
             _pid, tgid = fields
             if tgid not in ctx.lineage:
                 return
+            if tgid == ctx.lineage.root and ts < self._gate_opened_ns:
+                self._gate_exec(tgid, ts)
+                return
             gate.exec_event(tgid, ctx.events.processes.get(tgid), wall, event_ns=ts)
             self._scan()
         elif what == PROC_EVENT_EXIT:
@@ -582,15 +587,20 @@ class LinuxBackend:
             self._scan()  # the rest of the lineage may hold sockets the scan has not seen yet
 
     def _armed_root(self, ctx: HostContext, armed: ArmedHost) -> None:
-        """The root's start, as of when the sources were armed (it was gated then): read now,
-        or, when it already exited, its identity read while it was gated."""
-        ctx.snapshot_lineage(descendants=False, at=armed.armed_ns)
+        """The root's start as of when the sources were armed: the identity read then, while it
+        was gated (its image was the gate's, ``observe``'s machinery). Never an image read now:
+        the gate is open by now, and what the root exec'd is named by its exec event, read from
+        the backlog next (a ``/proc`` read now would give a sampled image or none, depending on
+        how long the build took)."""
+        self._gate_opened_ns = armed.gate_opened_ns
         root = ctx.lineage.root
-        if root in ctx.events.processes or armed.root_start_ticks is None:
+        if armed.root_start_ticks is None:  # gone before it was armed: nothing to say
             return
         info = ctx.events.remember(
             ProcessInfo(
-                pid=root, start_ms=start_ms_from_ticks(armed.root_start_ticks), ppid=os.getpid()
+                pid=root,
+                start_ms=start_ms_from_ticks(armed.root_start_ticks),
+                ppid=armed.root_ppid,
             )
         )
         if ctx.config.processes:
@@ -599,6 +609,17 @@ class LinuxBackend:
                     "process.start", info, armed.armed_ns or time.time_ns(), attribution=SAMPLED
                 )
             )
+
+    def _gate_exec(self, pid: int, event_ns: int) -> None:
+        """The armed root's exec event from before its gate opened: the gate's own ``sh``
+        (``observe``'s machinery, like the gate a ``/proc`` snapshot leaves unnamed), which
+        the kernel reported only after the sources were attached. Not a record: its image is
+        not the user's, and a read now would be CMD's, lent to the wrong exec."""
+        images = self._gate.images if self._gate is not None else None
+        if images is not None:
+            images.take_event(pid, event_ns)  # the helper's image of it, if any, is dropped
+        assert self._ctx is not None
+        self._ctx.telemetry.count("linux.gate_exec")
 
     def _read_backlog(self) -> None:
         """Handle every process event queued since the sources were armed, in order."""

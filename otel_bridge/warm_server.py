@@ -166,8 +166,11 @@ def bind() -> socket.socket:
     return listener
 
 
-class _StopServingError(Exception):
-    pass
+_WAKE: list[int] = []
+"""The server's signal wake-up pipe (read end, write end) while it serves: a SIGTERM or SIGINT
+writes to it from C, so the loop's ``select`` returns at once and the loop ends at its top.
+A handler that raised instead would lose the signal when it ran inside a finalizer (Python
+prints such an exception and drops it), and the server would wait for a second signal."""
 
 
 def serve(*, ready: Callable[[str], None] | None = None) -> int:
@@ -176,10 +179,15 @@ def serve(*, ready: Callable[[str], None] | None = None) -> int:
     listener = bind()
     path = listener.getsockname()
 
-    def stop(signum: int, frame: object) -> None:
-        del signum, frame
-        raise _StopServingError
+    stopping: list[int] = []
 
+    def stop(signum: int, frame: object) -> None:
+        del frame
+        stopping.append(signum)  # read at the loop's top; the wake-up pipe ends its select
+
+    wake_r, wake_w = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
+    _WAKE[:] = [wake_r, wake_w]
+    signal.set_wakeup_fd(wake_w, warn_on_full_buffer=False)
     signal.signal(signal.SIGTERM, stop)
     signal.signal(signal.SIGINT, stop)
     print(f"otel-bridge: warm observe server on {path} (pid {os.getpid()})", file=sys.stderr)
@@ -189,12 +197,16 @@ def serve(*, ready: Callable[[str], None] | None = None) -> int:
     spare = _Spare()
     ahead = _Ahead()
     try:
-        while True:
+        while not stopping:
             if ahead.due():
                 ahead.fork(listener, children, spare)
             accepting = [] if ahead.pid is not None else [listener.fileno()]
-            watched = [*accepting, ahead.taken_fd, *spare.watched()]
+            watched = [*accepting, ahead.taken_fd, wake_r, *spare.watched()]
             readable, _, _ = select.select(watched, [], [], _REAP_INTERVAL)
+            if wake_r in readable:
+                with contextlib.suppress(BlockingIOError):
+                    os.read(wake_r, 512)
+                continue  # a signal: ``stopping`` says whether to end
             if ahead.taken_fd in readable:
                 ahead.taken()
             reaped = _reap(children)
@@ -202,9 +214,11 @@ def serve(*, ready: Callable[[str], None] | None = None) -> int:
             ahead.ended(reaped)
             if accepting and accepting[0] in readable:
                 _accept(listener, children, spare, ahead)
-    except _StopServingError:
-        pass
     finally:
+        signal.set_wakeup_fd(-1)
+        for fd in _WAKE:
+            os.close(fd)
+        _WAKE.clear()
         ahead.close()
         spare.close()
         with contextlib.suppress(FileNotFoundError):
@@ -418,6 +432,10 @@ def _detach() -> None:
     the server's terminal does not reach it)."""
     signal.signal(signal.SIGINT, signal.SIG_DFL)
     signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    signal.set_wakeup_fd(-1)  # the server's pipe: a signal of this child must not wake it
+    for fd in _WAKE:
+        os.close(fd)
+    _WAKE.clear()
     os.setsid()
 
 

@@ -593,3 +593,37 @@ def test_a_run_child_lets_go_of_the_clients_streams_before_it_answers() -> None:
         os.close(hold_w)
         os.waitpid(pid, 0)
         os.close(out_r)
+
+
+FINALIZER_SIGTERM = """
+import os, signal, sys
+from otel_bridge import warm_server
+
+class Finalized:
+    def __del__(self) -> None:
+        os.kill(os.getpid(), signal.SIGTERM)  # handled here, inside a finalizer
+        for _ in range(10_000):
+            pass
+
+def ready(path: str) -> None:
+    print(f"serving {path}", file=sys.stderr, flush=True)
+    Finalized()
+
+sys.exit(warm_server.serve(ready=ready))
+"""
+
+
+def test_a_sigterm_handled_inside_a_finalizer_still_stops_the_server(tmp_path: Path) -> None:
+    """Python drops an exception raised inside a finalizer: a handler that raised there lost
+    the signal and the server waited for a second one. The server ends on the first."""
+    runtime = tmp_path / "xdg"
+    runtime.mkdir(mode=0o700)
+    env = {**os.environ, "XDG_RUNTIME_DIR": str(runtime)}
+    proc = subprocess.run(
+        [sys.executable, "-c", FINALIZER_SIGTERM],
+        env=env, capture_output=True, text=True, timeout=60, check=False,
+    )  # fmt: skip
+    assert "serving " in proc.stderr, proc.stderr
+    assert proc.returncode == 0, proc.stderr
+    assert "Exception ignored" not in proc.stderr
+    assert not (runtime / "otel-bridge" / warm.SOCKET_NAME).exists()  # it cleaned up

@@ -64,6 +64,13 @@ def _warnings(o: Mapping[str, Any], exit_code: int | None) -> list[str]:
                 f"the command sent no spans and exited {_NOT_RUN[exit_code]}: it most likely "
                 "never ran (check the command's name, path and permissions in the message above)"
             )
+        elif conns is not None and routed == 0 and exit_code not in (None, 0):
+            warnings.append(
+                f"the command sent no spans and exited {exit_code}: it never connected to "
+                "OTEL_EXPORTER_OTLP_ENDPOINT, most likely because it failed before exporting "
+                "(see its error above), else it is not instrumented with an OpenTelemetry SDK "
+                "exporter or sets its exporter's endpoint in code"
+            )
         elif conns is not None and routed == 0:
             warnings.append(
                 "the command sent no spans: it never connected to OTEL_EXPORTER_OTLP_ENDPOINT "

@@ -222,7 +222,10 @@ def print_summary(run: rundir.RunDir, summary: Mapping[str, Any], report: str) -
     print(f"  graph:    {run.file(rundir.GRAPH)}", file=out)
     print(f"  report:   {run.file(REPORT)}", file=out)
     print(f"  run dir:  {run.path}", file=out)
-    print(f"  backend:  {summary['host_backend_name']}", file=out)
+    backend = summary["host_backend_name"]
+    if summary.get("host_backends_skipped"):  # why not a stronger one: what more would give
+        backend += f" (not used here: {'; '.join(summary['host_backends_skipped'])})"
+    print(f"  backend:  {backend}", file=out)
     print(f"  start:    {_start_line(summary.get('start') or {})}", file=out)
     for name, state in sorted(summary["collection"].items()):
         print(f"  {name + ':':9} {state}", file=out)

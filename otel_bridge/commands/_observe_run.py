@@ -768,6 +768,7 @@ def _summary(state: _Run, code: int, *, started_ns: int) -> dict[str, Any]:
         "exit_code": code,
         "host_backend": host.detail,
         "host_backend_name": host.backend,
+        "host_backends_skipped": list(host.skipped),
         "collection": dict(host.collections),
         # The run's own correlator only: with -c the user's pipelines may run another one.
         "correlation": run_correlation(collector),

@@ -8,7 +8,7 @@ import sys
 
 from otel_bridge.assist import ModelConfig
 from otel_bridge.commands._model_options import add_model_options
-from otel_bridge.errors import OtelBridgeError
+from otel_bridge.errors import require_readable
 from otel_bridge.review import REVIEW_JSON, summary_lines, write_review
 from otel_bridge.review.assist import ASSIST_JSON, write_assist
 from otel_bridge.store.options import add_db_options, required_file, stored_run_dir
@@ -61,13 +61,7 @@ def run(args: argparse.Namespace) -> int:
         args.run_dir, args.output = stored_run_dir(args, args.output), None
     run_dir = required_file(args, "RUN_DIR", "run_dir")
     for path in args.transcript:  # before anything is written
-        try:
-            with open(path, "rb"):
-                pass
-        except OSError as exc:
-            raise OtelBridgeError(
-                f"review: cannot read --transcript {path}: {exc.strerror or exc}"
-            ) from exc
+        require_readable(path, "--transcript")
     doc = write_review(run_dir, args.output, tuple(args.transcript))
     if not args.quiet:
         for line in summary_lines(doc):

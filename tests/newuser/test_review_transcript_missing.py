@@ -24,3 +24,20 @@ def test_an_unreadable_transcript_is_one_clear_error(tmp_path: Path) -> None:
         assert "Traceback" not in done.stderr, done.stderr
         assert f"cannot read --transcript {bad}: " in done.stderr, done.stderr
         assert sorted((p.name, p.stat().st_mtime_ns) for p in run.iterdir()) == before
+
+
+def test_observe_refuses_an_unreadable_review_transcript_before_cmd_runs(tmp_path: Path) -> None:
+    """``observe --review-transcript FILE``: a mistyped FILE ran CMD and then printed "review
+    skipped: [Errno 2] ..."; it is refused before CMD runs (exit 2, no run directory)."""
+    marker = tmp_path / "ran.txt"
+    run = tmp_path / "run"
+    missing = tmp_path / "no-such-rollout.jsonl"
+    done = run_cli(
+        "observe", "--review-transcript", str(missing), "-o", str(run), "--",
+        "sh", "-c", f"echo ran > {marker}",
+        env=same_imports_env(),
+    )  # fmt: skip
+    assert done.returncode == 2, done.stderr
+    assert f"cannot read --review-transcript {missing}: " in done.stderr, done.stderr
+    assert not marker.exists()
+    assert not run.exists()

@@ -545,6 +545,9 @@ class ComponentStatus:
     """One human-readable line: which backend runs and why, where an exporter writes."""
     collections: Mapping[str, str] = field(default_factory=dict)
     """Per collection (process, file, network): ``state: reason`` (the host receiver)."""
+    skipped: tuple[str, ...] = ()
+    """Backends tried before the one in use and not used here, each ``name: why`` (the host
+    receiver's ``auto``: ``linux: needs root ...``)."""
     outcomes: Mapping[str, int] = field(default_factory=dict)
     """Outcome counts (the correlate processor: bridges, exact links, skips by reason)."""
 

@@ -84,3 +84,14 @@ class VerificationError(OtelBridgeError):
 def is_retryable(exc: BaseException) -> bool:
     """Whether a client should send the data that raised ``exc`` again later."""
     return isinstance(exc, RefusedError)
+
+
+def require_readable(path: str, what: str) -> None:
+    """Raise :class:`OtelBridgeError` ("cannot read WHAT PATH: why") unless ``path`` opens for
+    reading: an input named on the command line is checked before anything runs or is
+    written (``review --transcript``, ``observe --review-transcript``)."""
+    try:
+        with open(path, "rb"):
+            pass
+    except OSError as exc:
+        raise OtelBridgeError(f"cannot read {what} {path}: {exc.strerror or exc}") from exc

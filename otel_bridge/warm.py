@@ -185,14 +185,22 @@ def client_main(argv: Sequence[str], *, console: bool = False) -> int | StartPat
     if options is None or options["warm_server"]:
         return None
     command = command_of(options)
-    if not command:
-        return None
+    if not command or not all(map(_readable, options.get("review_transcript") or ())):
+        return None  # argparse's path refuses it (an unreadable file: before CMD runs)
     if not enabled(options, os.environ):
         return {"server": "cold", "warm_unavailable": "turned off"}
     try:
         return run_client(options, command, console=console)
     except KeyboardInterrupt:
         return 130
+
+
+def _readable(path: str) -> bool:
+    try:
+        with open(path, "rb"):
+            return True
+    except OSError:
+        return False
 
 
 def command_of(options: Mapping[str, Any]) -> list[str]:

@@ -5,13 +5,16 @@ from __future__ import annotations
 
 import sys
 from collections.abc import Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import orjson
 
 from otel_bridge import rundir
-from otel_bridge.component import RECEIVER, Telemetry
+from otel_bridge.component import EXPORTER, RECEIVER, Telemetry, UndeclaredCounterError
 from otel_bridge.otlp.mux import ProtocolMux
+
+if TYPE_CHECKING:
+    from otel_bridge.pipeline import Collector
 
 REPORT = "report.md"
 """The run report's file name in the run directory."""
@@ -64,6 +67,13 @@ def _warnings(o: Mapping[str, Any], exit_code: int | None) -> list[str]:
                 f"the command sent no spans and exited {_NOT_RUN[exit_code]}: it most likely "
                 "never ran (check the command's name, path and permissions in the message above)"
             )
+        elif conns is not None and routed == 0 and exit_code not in (None, 0):
+            warnings.append(
+                f"the command sent no spans and exited {exit_code}: it never connected to "
+                "OTEL_EXPORTER_OTLP_ENDPOINT, most likely because it failed before exporting "
+                "(see its error above), else it is not instrumented with an OpenTelemetry SDK "
+                "exporter or sets its exporter's endpoint in code"
+            )
         elif conns is not None and routed == 0:
             warnings.append(
                 "the command sent no spans: it never connected to OTEL_EXPORTER_OTLP_ENDPOINT "
@@ -106,6 +116,60 @@ def _warnings(o: Mapping[str, Any], exit_code: int | None) -> list[str]:
     return warnings
 
 
+_OUTCOMES = (
+    ("delivered", "sent"),
+    ("queued", "queued"),
+    ("failed", "failed"),
+    ("dropped", "dropped"),
+)
+"""What an exporter that sends to a destination did with its records (shown, counter verb)."""
+
+
+def delivery_summary(collector: Collector) -> dict[str, Any]:
+    """Per exporter of a ``-c`` file that sends to a destination (``otlp``, ``otlphttp``): the
+    spans and log records it delivered, kept in its persistent queue at the end, failed and
+    dropped, its queue directory; and ``warnings`` in plain words for what was not delivered."""
+    telemetry = collector.host.telemetry
+    exporters: dict[str, dict[str, Any]] = {}
+    for eid in collector.component_ids(EXPORTER):
+        try:
+            counts = {
+                shown: sum(
+                    telemetry.value(f"{verb}_{noun}", kind=EXPORTER, id=eid)
+                    for noun in ("spans", "log_records")
+                )
+                for shown, verb in _OUTCOMES
+            }
+        except UndeclaredCounterError:  # not an exporter that delivers somewhere
+            continue
+        queue = getattr(collector.config.exporters[eid].config, "sending_queue", None)
+        exporters[eid] = {**counts, "storage": getattr(queue, "storage", "") or None}
+    return {"exporters": exporters, "warnings": _delivery_warnings(exporters)}
+
+
+def _delivery_warnings(exporters: Mapping[str, Mapping[str, Any]]) -> list[str]:
+    warnings = []
+    for eid, d in sorted(exporters.items()):
+        if d["queued"]:
+            warnings.append(
+                f"{eid} did not deliver {d['queued']} records: they are kept in its persistent "
+                f"queue under {d['storage']}, which no later `observe` sends (each run queues in "
+                "its own directory); a collector whose `sending_queue.storage` is that "
+                "directory sends them"
+            )
+        if d["failed"] or d["dropped"]:
+            warnings.append(
+                f"{eid} did not deliver {d['failed'] + d['dropped']} records ({d['failed']} "
+                f"failed, {d['dropped']} dropped): they are lost to its destination"
+            )
+    return warnings
+
+
+def warnings_of(summary: Mapping[str, Any]) -> list[str]:
+    """Every warning of a run summary: what CMD sent, then what was not delivered."""
+    return [*summary["otlp"]["warnings"], *(summary.get("delivery") or {}).get("warnings", ())]
+
+
 def write_report(run: rundir.RunDir, summary: Mapping[str, Any]) -> str:
     """Write ``report.md`` from the run's graph.json; returns its text ("" without a graph)."""
     from otel_bridge.report import report_text  # noqa: PLC0415 - only at the end of a run
@@ -118,7 +182,7 @@ def write_report(run: rundir.RunDir, summary: Mapping[str, Any]) -> str:
     title = f"otel-bridge run {summary['run']['id']}: `{summary['command_line']}`"
     text = report_text(doc, title=title, planes=summary["collection"])
     head = [f"Exit code {summary['exit_code']}.", ""]
-    head += [f"**Warning:** {w}." for w in summary["otlp"]["warnings"]]
+    head += [f"**Warning:** {w}." for w in warnings_of(summary)]
     forward = summary.get("forward")
     if forward:
         head.append(_forward_line(forward))
@@ -158,7 +222,10 @@ def print_summary(run: rundir.RunDir, summary: Mapping[str, Any], report: str) -
     print(f"  graph:    {run.file(rundir.GRAPH)}", file=out)
     print(f"  report:   {run.file(REPORT)}", file=out)
     print(f"  run dir:  {run.path}", file=out)
-    print(f"  backend:  {summary['host_backend_name']}", file=out)
+    backend = summary["host_backend_name"]
+    if summary.get("host_backends_skipped"):  # why not a stronger one: what more would give
+        backend += f" (not used here: {'; '.join(summary['host_backends_skipped'])})"
+    print(f"  backend:  {backend}", file=out)
     print(f"  start:    {_start_line(summary.get('start') or {})}", file=out)
     for name, state in sorted(summary["collection"].items()):
         print(f"  {name + ':':9} {state}", file=out)
@@ -170,7 +237,7 @@ def print_summary(run: rundir.RunDir, summary: Mapping[str, Any], report: str) -
     )
     if summary.get("forward"):
         print(f"  {_forward_line(summary['forward'])}", file=out)
-    for warning in otlp["warnings"]:
+    for warning in warnings_of(summary):
         print(f"  warning: {warning}", file=out)
     if report:
         body = report.partition("## ")[2]

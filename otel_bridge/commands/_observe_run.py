@@ -29,6 +29,7 @@ from typing import TYPE_CHECKING, Any
 from otel_bridge import rundir, strings
 from otel_bridge.arming import Armable
 from otel_bridge.commands._observe_report import (
+    delivery_summary,
     otlp_summary,
     print_summary,
     write_report,
@@ -767,6 +768,7 @@ def _summary(state: _Run, code: int, *, started_ns: int) -> dict[str, Any]:
         "exit_code": code,
         "host_backend": host.detail,
         "host_backend_name": host.backend,
+        "host_backends_skipped": list(host.skipped),
         "collection": dict(host.collections),
         # The run's own correlator only: with -c the user's pipelines may run another one.
         "correlation": run_correlation(collector),
@@ -777,6 +779,7 @@ def _summary(state: _Run, code: int, *, started_ns: int) -> dict[str, Any]:
         "drain": state.drained,
         "start": {"armed": state.armed, **(state.start_path or {})},
         "forward": None if state.relay is None else state.relay.summary(),
+        "delivery": delivery_summary(collector),
         "counters": telemetry.counters(),
         "notes": telemetry.notes(),
     }

@@ -34,6 +34,18 @@ from otel_bridge.errors import OtelBridgeError
 from otel_bridge.store.options import add_db_options, stored_run_dirs
 
 
+def _threshold(text: str) -> float:
+    """A clustering threshold: a similarity, so a number from 0 to 1 (``nan`` and ``5`` are
+    refused: they would silently join nothing, or everything)."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
+    if not 0.0 <= value <= 1.0:  # also false for nan
+        raise argparse.ArgumentTypeError(f"{text!r} is not a similarity from 0 to 1")
+    return value
+
+
 def register(subparsers: Any) -> None:
     """Add the ``compare`` subcommand."""
     p: argparse.ArgumentParser = subparsers.add_parser(
@@ -50,7 +62,10 @@ def register(subparsers: Any) -> None:
     p.add_argument("-o", "--output", default=".", help="output directory (default: .)")
     p.add_argument("--scores", help="JSON file {run_id: score} overriding stated scores")
     p.add_argument(
-        "--threshold", type=float, default=None, help="clustering threshold (default: 0.75)"
+        "--threshold",
+        type=_threshold,
+        default=None,
+        help="clustering threshold, a similarity from 0 to 1 (default: 0.75)",
     )
     p.add_argument("--no-ablation", action="store_true", help="skip the weight ablation")
     p.add_argument(

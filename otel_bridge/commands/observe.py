@@ -41,7 +41,7 @@ from typing import TYPE_CHECKING, Any
 
 from otel_bridge import rundir
 from otel_bridge.commands.observe_options import APPEND, FLAG, OPTIONS
-from otel_bridge.errors import OtelBridgeError
+from otel_bridge.errors import OtelBridgeError, require_readable
 from otel_bridge.launch import (
     Guard,
     exit_code,
@@ -287,6 +287,8 @@ def run(args: argparse.Namespace) -> int:
 
         return serve()
     command = command_of(args)
+    for path in getattr(args, "review_transcript", None) or ():  # before CMD runs
+        require_readable(path, "--review-transcript")
     if getattr(args, "start_path", None) is None:
         from otel_bridge import warm  # noqa: PLC0415 (the warm client)
 

@@ -8,6 +8,7 @@ import sys
 
 from otel_bridge.assist import ModelConfig
 from otel_bridge.commands._model_options import add_model_options
+from otel_bridge.errors import require_readable
 from otel_bridge.review import REVIEW_JSON, summary_lines, write_review
 from otel_bridge.review.assist import ASSIST_JSON, write_assist
 from otel_bridge.store.options import add_db_options, required_file, stored_run_dir
@@ -59,6 +60,8 @@ def run(args: argparse.Namespace) -> int:
     if args.db:  # the stored run, written as a run directory (docs/store.md)
         args.run_dir, args.output = stored_run_dir(args, args.output), None
     run_dir = required_file(args, "RUN_DIR", "run_dir")
+    for path in args.transcript:  # before anything is written
+        require_readable(path, "--transcript")
     doc = write_review(run_dir, args.output, tuple(args.transcript))
     if not args.quiet:
         for line in summary_lines(doc):

@@ -80,6 +80,22 @@ def describe_endpoints(collector: Collector) -> Iterator[str]:
         yield f"exporter {eid}" + (f": {target}" if target else "")
 
 
+_UNSEEN = "what it did not see is unknown, not absent"
+
+
+def describe_planes(collector: Collector, *, gaps_only: bool = False) -> Iterator[str]:
+    """One line per collection a receiver reports (the host receiver's process, file and
+    network planes and, standing, the lineage it follows): ``receiver ID: PLANE: state:
+    backend: why``. With ``gaps_only``, only those not fully available, each saying that what
+    it did not see is unknown (``run``'s last lines: what the collector could not observe)."""
+    for rid in collector.component_ids(RECEIVER):
+        for plane, state in sorted(collector.status(rid).collections.items()):
+            if not gaps_only:
+                yield f"receiver {rid}: {plane}: {state}"
+            elif not state.startswith("available"):
+                yield f"receiver {rid}: {plane}: {state}; {_UNSEEN}"
+
+
 _DELIVERY = (
     ("delivered", "sent"),
     ("queued", "queued"),
@@ -136,7 +152,7 @@ def run(args: argparse.Namespace) -> int:
     collector = Collector(config)
 
     def started() -> None:
-        for line in describe_endpoints(collector):
+        for line in (*describe_endpoints(collector), *describe_planes(collector)):
             print(f"otel-bridge: {line}", file=sys.stderr)
         print(f"otel-bridge: running (pid {os.getpid()}); Ctrl-C to stop", file=sys.stderr)
         sys.stderr.flush()
@@ -153,6 +169,8 @@ def run(args: argparse.Namespace) -> int:
     )
     errors = collector.host.telemetry.value("shutdown_errors", kind=COLLECTOR, id="service")
     print(progress_line(collector), file=sys.stderr)
+    for line in describe_planes(collector, gaps_only=True):
+        print(f"otel-bridge: {line}", file=sys.stderr)
     print(
         f"otel-bridge: stopped{f' by signal {signum}' if signum else ''}; drained",
         file=sys.stderr,

@@ -259,7 +259,9 @@ def _joined_lines(doc: Mapping[str, Any]) -> list[str]:
             f"{_fmt(s['mean'])} / {_fmt(s['mean_without'])} |"
         )
     lines += ["", "Edges (confirmed dependencies only):", ""]
-    lines += [f"- {e['source']} -> {e['target']}: support {e['support']}" for e in joined["edges"]]
+    lines += [
+        f"- {e['source']} -> {e['target']}: support {e['support']}" for e in joined["edges"]
+    ] or ["- none"]
     lines += ["", "Detours (low support):", ""]
     lines += [f"- {d['id']} {d['tool']}: {', '.join(d['runs'])}" for d in joined["detours"]] or [
         "- none"
@@ -267,16 +269,29 @@ def _joined_lines(doc: Mapping[str, Any]) -> list[str]:
     return lines
 
 
+def _impact_lines(impact: Mapping[str, Any]) -> list[str]:
+    lines = [f"Value function: {impact['value_function']}.", ""]
+    if not impact["tools"]:  # said, not an empty table
+        why = (
+            "the scored runs used no tools"
+            if impact.get("runs_scored")
+            else "no run has a score (state `gen_ai.evaluation.score.value` in the agent's "
+            "telemetry, or pass `--scores FILE`)"
+        )
+        return [*lines, f"No tool impact: {why}."]
+    lines[0] = lines[0] + f" Method: {_fmt(impact['method'])}."
+    lines += ["| tool | Shapley value | standard error |", "| --- | --- | --- |"]
+    return lines + [
+        f"| {t} | {_fmt(v['shapley'])} | {_fmt(v['stderr'])} |" for t, v in impact["tools"].items()
+    ]
+
+
 def render_markdown(doc: Mapping[str, Any]) -> str:
     """``compare.md``: the runs, coverage, impact and joined graph as Markdown tables."""
     impact = doc["impact"]
     lines = [f"# Comparison of {len(doc['runs'])} runs", "", "## Runs", "", *_metrics_table(doc)]
     lines += ["", "## Tool coverage", "", *_coverage_table(doc), "", "## Tool impact", ""]
-    lines += [f"Value function: {impact['value_function']}. Method: {_fmt(impact['method'])}.", ""]
-    lines += ["| tool | Shapley value | standard error |", "| --- | --- | --- |"]
-    lines += [
-        f"| {t} | {_fmt(v['shapley'])} | {_fmt(v['stderr'])} |" for t, v in impact["tools"].items()
-    ]
+    lines += _impact_lines(impact)
     lines += [
         "",
         "## Dependencies by method",

@@ -10,8 +10,9 @@ do; a connect, or one begun whose completion was not seen):
   grade → the files those processes wrote, created, renamed or deleted, and the endpoints they
   connected to;
 * then what could not be linked, and why: tool calls no process was linked to, processes linked
-  to no tool call, and the planes whose observation was degraded (so "no file written" is read
-  as "not observed" where the file plane was not complete).
+  to no tool call, files a watcher saw change with no process known (``observed_change``, the
+  ``portable`` backend's file plane), and the planes whose observation was degraded (so "no
+  file written" is read as "not observed" where the file plane was not complete).
 
 The report states only what the graph holds; an overlap in time is said to be one, never a link.
 """
@@ -27,7 +28,14 @@ import msgspec
 
 from otel_bridge.graph import reading
 from otel_bridge.graph.document import Graph, GraphEdge, GraphNode
-from otel_bridge.model import BRIDGE_SKIP_ATTR, CommandFacts, ProcessFacts, ToolCallFacts
+from otel_bridge.model import (
+    BRIDGE_SKIP_ATTR,
+    CommandFacts,
+    FileFacts,
+    ProcessFacts,
+    RelationKind,
+    ToolCallFacts,
+)
 from otel_bridge.stamping import FILE_STAMP_LATENESS_NS
 
 _HOW = {
@@ -65,13 +73,20 @@ class Report:
     unlinked_processes: list[str]
     agent_processes: list[str]
     folded: int
+    changed_by_unknown: list[str] = field(default_factory=list)
+    """Files a watcher saw change while the run ran, the changing process unknown."""
 
 
 def _argv(node: GraphNode) -> str:
     facts = node.facts
     if isinstance(facts, ProcessFacts) and facts.argv is not None:
-        return " ".join(facts.argv) or "(empty argv)"
-    return node.label or node.id
+        return _line(" ".join(facts.argv)) or "(empty argv)"
+    return _line(node.label or node.id)
+
+
+def _path(node: GraphNode) -> str:
+    facts = node.facts
+    return facts.path if isinstance(facts, FileFacts) else node.label or node.id
 
 
 def _pid(node: GraphNode) -> str:
@@ -238,6 +253,15 @@ def build(graph: Graph) -> Report:
             for a in sorted(agents)
         ],
         folded=sum(1 for n in graph.nodes if n.kind == "runtime_reads"),
+        changed_by_unknown=sorted(
+            {
+                _path(ix.nodes[e.target])
+                for e in graph.edges
+                if e.relation == RelationKind.OBSERVED_CHANGE
+                and e.target in ix.nodes
+                and ix.nodes[e.target].kind == "file"
+            }
+        ),
     )
 
 
@@ -369,9 +393,15 @@ def _unlinked_call(row: CallRow, ix: _Index, agents: set[str]) -> str:
     return text
 
 
+def _line(text: str) -> str:
+    """``text`` on one line (an argv with a newline, as ``python -c`` scripts have, would
+    otherwise break its list item or table row)."""
+    return text.replace("\r", " ").replace("\n", " ")
+
+
 def _md(text: str) -> str:
     """``text`` safe inside a Markdown table cell."""
-    return text.replace("|", "\\|").replace("\n", " ")
+    return _line(text).replace("|", "\\|")
 
 
 def _cell(items: list[str]) -> str:
@@ -380,7 +410,7 @@ def _cell(items: list[str]) -> str:
 
 def render(report: Report, *, title: str, planes: Mapping[str, str] | None = None) -> str:
     """The report as Markdown."""
-    lines = [f"# {title}", ""]
+    lines = [f"# {_line(title)}", ""]
     if report.agent_processes:
         lines += [f"Agent process: {', '.join(report.agent_processes)}", ""]
     lines += ["## Tool calls", ""]
@@ -397,6 +427,8 @@ def render(report: Report, *, title: str, planes: Mapping[str, str] | None = Non
         lines.append("")
     lines += ["## Not linked, and why", ""]
     notes = [*report.unlinked_calls, *report.unlinked_processes]
+    if report.changed_by_unknown:
+        notes.append(_changed_by_unknown(report.changed_by_unknown))
     for plane, state in sorted((planes or {}).items()):
         if not state.startswith("available"):
             notes.append(
@@ -410,6 +442,16 @@ def render(report: Report, *, title: str, planes: Mapping[str, str] | None = Non
             "into one `runtime_reads` node each in graph.json (all events are in os.jsonl).",
         ]
     return "\n".join(lines) + "\n"
+
+
+def _changed_by_unknown(paths: list[str]) -> str:
+    more = len(paths) - _EFFECTS_SHOWN
+    shown = ", ".join(map(_line, paths[:_EFFECTS_SHOWN]))
+    shown += f" and {more} more (graph.json)" if more > 0 else ""
+    return (
+        f"{shown} changed while the run ran, but the file plane does not know which process "
+        "changed them (a watcher of paths, not of processes): linked to no process or tool call"
+    )
 
 
 def _call_rows(call: CallRow) -> list[str]:

@@ -1,9 +1,11 @@
 """What the page shows: the documents found at a path, bundled for the browser.
 
 A path is a run directory (its ``graph.json``, and ``review.json`` / ``summary.json`` when they
-are there), a ``graph.json``, a ``review.json`` or a ``compare.json``: the ``format`` field of a
-JSON file says which. The bundle is plain JSON; the page draws every view from it, so a served
-page, an exported file and a live page given equal bundles render the same thing.
+are there), the directory ``compare -o DIR`` or ``review -o DIR`` wrote (its ``compare.json``,
+else its ``review.json``), a ``graph.json``, a ``review.json`` or a ``compare.json``: the
+``format`` field of a JSON file says which. The bundle is plain JSON; the page draws every
+view from it, so a served page, an exported file and a live page given equal bundles render
+the same thing.
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ COMPARE_FORMAT = "otel-bridge.compare"
 SUMMARY_FILE = "summary.json"
 GRAPH_FILE = "graph.json"
 REVIEW_FILE = "review.json"
+COMPARE_FILE = "compare.json"
 
 
 @dataclass(frozen=True, slots=True)
@@ -129,7 +132,14 @@ def load_bundle(path: str | os.PathLike[str], trace_links: list[TraceLink] | Non
     if p.is_dir():
         graph_path = p / GRAPH_FILE
         if not graph_path.is_file():
-            raise OtelBridgeError(f"view: {p} has no {GRAPH_FILE}")
+            # the directory `compare -o DIR` or `review -o DIR` wrote: its one document
+            for name in (COMPARE_FILE, REVIEW_FILE):
+                if (p / name).is_file():
+                    return load_bundle(p / name, links)
+            raise OtelBridgeError(
+                f"view: {p} has no {GRAPH_FILE}, {REVIEW_FILE} or {COMPARE_FILE} (a run "
+                "directory, or what compare or review wrote)"
+            )
         summary = _optional(p / SUMMARY_FILE, "")
         return Bundle(
             source=str(p),

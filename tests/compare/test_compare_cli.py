@@ -23,3 +23,15 @@ def test_a_foreign_manifest_is_refused(tmp_path: Path, capsys: pytest.CaptureFix
     (tmp_path / "manifest.json").write_text(json.dumps({"format": "something-else"}))
     assert cli.main(["compare", str(tmp_path)]) == 2
     assert "not an otel-bridge manifest" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("value", ["5", "-0.1", "nan", "high"])
+def test_a_threshold_that_is_not_a_similarity_is_refused(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], value: str
+) -> None:
+    """Similarities are 0 to 1: ``--threshold 5`` was accepted and joined no two calls."""
+    with pytest.raises(SystemExit) as exited:
+        cli.main(["compare", str(tmp_path), "--threshold", value, "-o", str(tmp_path / "out")])
+    assert exited.value.code == 2
+    assert "--threshold" in capsys.readouterr().err
+    assert not (tmp_path / "out").exists()

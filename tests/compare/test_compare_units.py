@@ -233,6 +233,18 @@ def test_markdown_names_every_run_and_unknowns() -> None:
     assert "Value function:" in text
 
 
+def test_markdown_says_why_there_is_no_impact_and_no_edge() -> None:
+    """Two unscored runs (what two plain ``observe`` runs give): compare.md showed "Method:
+    unknown." over an empty Shapley table and an edge list with nothing under it."""
+    doc = compare([synthetic_run(f"r{n}", [Step("ls", {"dir": "/w"}, {"n": 1})]) for n in (0, 1)])
+    assert doc["joined"]["edges"] == []
+    text = render_markdown(doc)
+    assert "No tool impact: no run has a score" in text
+    assert "--scores FILE" in text
+    assert "| tool | Shapley value |" not in text
+    assert "Edges (confirmed dependencies only):\n\n- none" in text
+
+
 def test_duplicate_run_ids_and_schema_breaks_are_refused() -> None:
     run = synthetic_run("same", pipeline_steps())
     with pytest.raises(DecodeError, match="same run id"):

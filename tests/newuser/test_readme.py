@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
+import shlex
+import tempfile
 from pathlib import Path
+
+from cli_support import run_cli
 
 from otel_bridge.cli import COMMANDS
 
@@ -30,3 +34,19 @@ def test_no_table_row_outside_a_table() -> None:
     for i, line in enumerate(lines):
         if line.startswith("| `otel-bridge "):
             assert lines[i - 1].startswith("|"), f"README.md:{i + 1} is a table row outside a table"
+
+
+def test_the_set_example_works_on_the_configuration_shown() -> None:
+    """The README's ``--set`` example, applied to its own configuration snippet, validates and
+    does what it says (its earlier example named a ``traces`` pipeline the snippet lacks)."""
+    text = (ROOT / "README.md").read_text(encoding="utf-8")
+    snippet = text.split("## Configuration\n\n```yaml\n", 1)[1].split("```", 1)[0]
+    flat = " ".join(text.split())
+    example = flat.split("validated with it: `", 1)[1].split("`", 1)[0]
+    with tempfile.TemporaryDirectory() as tmp:
+        config = Path(tmp) / "readme.yaml"
+        config.write_text(snippet, encoding="utf-8")
+        done = run_cli("validate", str(config), *shlex.split(example), cwd=tmp)
+    assert done.returncode == 0, done.stderr
+    assert "exporters: graph, file" in done.stdout, done.stdout
+    assert "warning" not in done.stderr, done.stderr

@@ -103,6 +103,19 @@ def test_a_run_without_spans_says_so_with_the_likely_cause(tmp_path: Path) -> No
     assert "the command sent no spans" in (tmp_path / "run" / "report.md").read_text()
 
 
+def test_a_command_that_failed_before_exporting_is_said_to_have_failed(tmp_path: Path) -> None:
+    """An agent that dies before its exporter connects (here: an import error, as the examples
+    give without their extra) was told it "is not instrumented": the warning now names its
+    exit code and the likely cause first."""
+    result = _observe(tmp_path, sys.executable, "-c", "import no_such_exporter_module")
+    assert result.returncode == 1, result.stderr
+    assert "ModuleNotFoundError" in result.stderr  # the command's own error, above the summary
+    (warning,) = _summary(tmp_path)["otlp"]["warnings"]
+    assert warning.startswith("the command sent no spans and exited 1: "), warning
+    assert "failed before exporting" in warning, warning
+    assert warning in " ".join(result.stderr.split())
+
+
 METRICS_AGENT = textwrap.dedent(
     """
     import sys

@@ -151,3 +151,25 @@ def test_standing_collector_as_an_unprivileged_user(tmp_path: Path) -> None:
     assert f"file:{out}" in targets or str(out) in file_paths(graph), targets
     ports = {n["facts"]["port"] for n in graph["nodes"] if n["kind"] == "endpoint"}
     assert server.port in ports
+
+
+def test_a_plain_users_observe_says_which_stronger_backends_it_lacks(tmp_path: Path) -> None:
+    """``observe`` as a plain user printed ``backend:  strace`` (or ``portable``) and its
+    planes, but not why nothing stronger ran; the reasons (``linux: needs root ...``) were in
+    summary.json only. The printed backend line now names them: what more privilege gives."""
+    prefix = unprivileged_prefix()
+    os.chmod(tmp_path, 0o777)
+    run_dir = tmp_path / "run"
+    cmd = [*prefix, sys.executable, "-m", "otel_bridge", "observe", "--no-review", "-o"]
+    cmd += [str(run_dir), "--", "sh", "-c", f"echo plain > {tmp_path / 'out.txt'}"]
+    proc = subprocess.run(
+        cmd, cwd=tmp_path, env=subprocess_env(), capture_output=True, text=True, check=False
+    )
+    assert proc.returncode == 0, proc.stderr
+    summary = json.loads((run_dir / "summary.json").read_text())
+    skipped = summary["host_backends_skipped"]
+    assert any(s.startswith("linux: ") for s in skipped), summary
+    (line,) = [x for x in proc.stderr.splitlines() if x.startswith("  backend:  ")]
+    assert line == (
+        f"  backend:  {summary['host_backend_name']} (not used here: {'; '.join(skipped)})"
+    ), proc.stderr

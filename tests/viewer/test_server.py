@@ -285,3 +285,33 @@ def test_readme_shows_a_viewer_screenshot() -> None:
         data = (repo / image).read_bytes()
         assert data.startswith(b"\x89PNG\r\n\x1a\n")
         assert len(data) > 20_000
+
+
+def test_the_directory_compare_or_review_wrote_is_viewed(tmp_path: Path, graph_file: Path) -> None:
+    """``compare A B -o cmp`` then ``view cmp``: a new user's next command was refused with
+    "cmp has no graph.json"; the directory's compare.json (or review.json) is shown."""
+    run = graph_file.parent
+    cmp_dir = tmp_path / "cmp"
+    cmp_dir.mkdir()
+    (cmp_dir / "compare.json").write_text(
+        json.dumps({"format": "otel-bridge.compare", "runs": [{"id": "r1", "path": str(run)}]})
+    )
+    rev_dir = tmp_path / "rev"
+    rev_dir.mkdir()
+    (rev_dir / "review.json").write_text(json.dumps({"format": "otel-bridge.review"}))
+    for directory in (cmp_dir, rev_dir):
+        out = tmp_path / f"{directory.name}.html"
+        done = subprocess.run(
+            [sys.executable, "-m", "otel_bridge", "view", str(directory), "--export", str(out)],
+            capture_output=True,
+            text=True,
+            check=False,
+        )
+        assert done.returncode == 0, done.stderr
+        assert out.stat().st_size > 0
+    assert load_bundle(cmp_dir).compare is not None
+    assert load_bundle(rev_dir).review is not None
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    with pytest.raises(OtelBridgeError, match=r"has no graph\.json, review\.json or compare"):
+        load_bundle(empty)

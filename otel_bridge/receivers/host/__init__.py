@@ -106,6 +106,8 @@ class HostReceiver:
         """Which backend observes which plane and why (also the telemetry note ``host.backend``)."""
         self.backend_name = ""
         """The backend(s) in use, ``+``-joined (kept after shutdown), ``""`` before start."""
+        self.skipped: tuple[str, ...] = ()
+        """Stronger backends not used here, each ``name: why`` (``auto``)."""
         self.auto_order: tuple[str, ...] = AUTO_ORDER
         """Backends ``auto`` tries, strongest first."""
         self._stopped = False
@@ -259,6 +261,7 @@ class HostReceiver:
                 f"{p}: {self._plane_owner(p)}" for p in PLANES if self._plane_owner(p)
             )
             self.explanation += f"; per plane: {by_plane}"
+        self.skipped = tuple(skipped)
         if skipped:
             self.explanation += f" (skipped: {'; '.join(skipped)})"
         telemetry.note("host.backend", self.explanation)
@@ -314,7 +317,10 @@ class HostReceiver:
                 f"{lineage}; {unnamed}" if lineage else f"unavailable: {unnamed}"
             )
         return ComponentStatus(
-            backend=self.backend_name, detail=self.explanation, collections=collections
+            backend=self.backend_name,
+            detail=self.explanation,
+            collections=collections,
+            skipped=self.skipped,
         )
 
     def shutdown(self) -> None:

@@ -40,3 +40,19 @@ def same_imports_env() -> dict[str, str]:
     """This process's environment with its import path as ``PYTHONPATH``: the child imports the
     package these tests import (this checkout's), not another installed copy."""
     return {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
+
+
+def observed_run(
+    cwd: Path, *command: str, options: tuple[str, ...] = (), timeout: float = 300.0
+) -> Path:
+    """``otel-bridge observe --no-review OPTIONS -o cwd/run -- COMMAND`` run in ``cwd`` with
+    no ``OTEL_*`` variable set (a user's shell that sets none); asserts it exited 0 and
+    returns the run directory."""
+    run = cwd / "run"
+    env = {k: v for k, v in os.environ.items() if not k.startswith("OTEL_")}
+    done = run_cli(
+        "observe", "--no-review", *options, "-o", str(run), "--", *command,
+        cwd=cwd, env=env, timeout=timeout,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    return run

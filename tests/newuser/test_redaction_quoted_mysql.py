@@ -10,10 +10,10 @@ the span status message was not redacted at all. Neither is left anywhere in the
 
 from __future__ import annotations
 
-import os
-import subprocess
 import sys
 from pathlib import Path
+
+from cli_support import observed_run
 
 SECRET = "sk-test123"
 AGENT = """
@@ -41,23 +41,11 @@ except subprocess.CalledProcessError:
     pass
 provider.shutdown()
 """.replace("PASSWORD", SECRET)
-OBSERVE = (sys.executable, "-m", "otel_bridge", "observe", "--no-review")
 
 
 def test_an_attached_mysql_password_in_quoted_text_is_hidden(tmp_path: Path) -> None:
     (tmp_path / "agent.py").write_text(AGENT, encoding="utf-8")
-    run = tmp_path / "run"
-    env = {k: v for k, v in os.environ.items() if not k.startswith("OTEL_")}
-    done = subprocess.run(
-        [*OBSERVE, "-o", str(run), "--", sys.executable, "agent.py"],
-        check=False,
-        cwd=tmp_path,
-        capture_output=True,
-        text=True,
-        timeout=300,
-        env=env,
-    )
-    assert done.returncode == 0, done.stderr
+    run = observed_run(tmp_path, sys.executable, "agent.py")
     sem = (run / "sem.jsonl").read_text(encoding="utf-8")
     assert '{\\"command\\": \\"mysql -u root -p[REDACTED] shop\\"}' in sem, sem
     assert "'exit 1; mysql -u root -p[REDACTED] shop']' returned" in sem, sem

@@ -11,10 +11,10 @@ time by the plane's stated lateness, and says so ("within 20 ms after it ended")
 from __future__ import annotations
 
 import json
-import os
-import subprocess
 import sys
 from pathlib import Path
+
+from cli_support import observed_run
 
 from otel_bridge.stamping import FILE_STAMP_LATENESS_NS
 
@@ -40,25 +40,13 @@ with tracer.start_as_current_span("invoke_agent overlap") as agent:
             f.write("x")
 provider.shutdown()
 """
-OBSERVE = (sys.executable, "-m", "otel_bridge", "observe", "--no-review")
 
 
 def test_a_change_stamped_after_the_call_within_the_stated_lateness_is_named(
     tmp_path: Path,
 ) -> None:
     (tmp_path / "agent.py").write_text(AGENT, encoding="utf-8")
-    run = tmp_path / "run"
-    env = {k: v for k, v in os.environ.items() if not k.startswith("OTEL_")}
-    done = subprocess.run(
-        [*OBSERVE, "-o", str(run), "--", sys.executable, "agent.py"],
-        check=False,
-        cwd=tmp_path,
-        capture_output=True,
-        text=True,
-        timeout=300,
-        env=env,
-    )
-    assert done.returncode == 0, done.stderr
+    run = observed_run(tmp_path, sys.executable, "agent.py")
     graph = json.loads((run / "graph.json").read_text(encoding="utf-8"))
     call = next(n for n in graph["nodes"] if n["kind"] == "tool_call")
     path = f"{tmp_path}/notes.txt"

@@ -11,10 +11,10 @@ changed.
 
 from __future__ import annotations
 
-import os
-import subprocess
 import sys
 from pathlib import Path
+
+from cli_support import observed_run
 
 AGENT = """
 import subprocess
@@ -40,23 +40,11 @@ with tracer.start_as_current_span("invoke_agent unlinked") as agent:
         f.write("x")
 provider.shutdown()
 """
-OBSERVE = (sys.executable, "-m", "otel_bridge", "observe", "--no-review")
 
 
 def test_unlinked_processes_and_the_agent_say_what_they_changed(tmp_path: Path) -> None:
     (tmp_path / "agent.py").write_text(AGENT, encoding="utf-8")
-    run = tmp_path / "run"
-    env = {k: v for k, v in os.environ.items() if not k.startswith("OTEL_")}
-    done = subprocess.run(
-        [*OBSERVE, "-o", str(run), "--", sys.executable, "agent.py"],
-        check=False,
-        cwd=tmp_path,
-        capture_output=True,
-        text=True,
-        timeout=300,
-        env=env,
-    )
-    assert done.returncode == 0, done.stderr
+    run = observed_run(tmp_path, sys.executable, "agent.py")
     assert (tmp_path / "from-shell.txt").exists()
     report = (run / "report.md").read_text(encoding="utf-8")
     lines = report.splitlines()

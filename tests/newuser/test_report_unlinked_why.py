@@ -11,10 +11,10 @@ the reason on each skipped call's node (``correlate.skip``), and the report says
 from __future__ import annotations
 
 import json
-import os
-import subprocess
 import sys
 from pathlib import Path
+
+from cli_support import observed_run
 
 AGENT = """
 import json
@@ -51,23 +51,11 @@ with tracer.start_as_current_span("invoke_agent why") as agent:
     tool("write_file", "call-3", None, lambda: open("b.txt", "w").write("x"))
 provider.shutdown()
 """
-OBSERVE = (sys.executable, "-m", "otel_bridge", "observe", "--no-review")
 
 
 def test_each_unlinked_call_says_its_own_reason(tmp_path: Path) -> None:
     (tmp_path / "agent.py").write_text(AGENT, encoding="utf-8")
-    run = tmp_path / "run"
-    env = {k: v for k, v in os.environ.items() if not k.startswith("OTEL_")}
-    done = subprocess.run(
-        [*OBSERVE, "-o", str(run), "--", sys.executable, "agent.py"],
-        check=False,
-        cwd=tmp_path,
-        capture_output=True,
-        text=True,
-        timeout=300,
-        env=env,
-    )
-    assert done.returncode == 0, done.stderr
+    run = observed_run(tmp_path, sys.executable, "agent.py")
     summary = json.loads((run / "summary.json").read_text(encoding="utf-8"))
     assert summary["correlation"]["skip.unsupported_command.control_operator"] == 1, summary
     assert summary["correlation"]["skip.no_candidate"] == 1, summary

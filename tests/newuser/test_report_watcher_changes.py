@@ -11,28 +11,15 @@ files are one item, said to be linked to no process, and an argv is shown on one
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
 from pathlib import Path
 
-OBSERVE = (sys.executable, "-m", "otel_bridge", "observe", "--no-review", "--backend", "portable")
+from cli_support import observed_run
+
 SCRIPT = "echo watched > changed.txt\nsleep 0.5"
 
 
 def test_watched_changes_are_reported_and_argv_stays_on_one_line(tmp_path: Path) -> None:
-    run = tmp_path / "run"
-    env = {k: v for k, v in os.environ.items() if not k.startswith("OTEL_")}
-    done = subprocess.run(
-        [*OBSERVE, "-o", str(run), "--", "sh", "-c", SCRIPT],
-        check=False,
-        cwd=tmp_path,
-        capture_output=True,
-        text=True,
-        timeout=300,
-        env=env,
-    )
-    assert done.returncode == 0, done.stderr
+    run = observed_run(tmp_path, "sh", "-c", SCRIPT, options=("--backend", "portable"))
     assert (tmp_path / "changed.txt").exists()
     report = (run / "report.md").read_text(encoding="utf-8")
     lines = report.splitlines()

@@ -570,13 +570,14 @@ def _serve_client(conn: socket.socket) -> int:
 
 def _observe(conn: socket.socket, args: argparse.Namespace, request: dict[str, Any]) -> int:
     from otel_bridge.commands import observe as front  # noqa: PLC0415
-    from otel_bridge.commands._observe_run import observe  # noqa: PLC0415
+    from otel_bridge.commands._observe_run import configure, observe, run_path  # noqa: PLC0415
 
     command = [str(a) for a in request["command"]]
     run_id = str(request["run_id"])
-    run_dir = rundir.RunDir.create(
-        args.output or os.path.join("otel-bridge-runs", run_id), replace=args.replace
-    )
+    path = run_path(args, run_id)
+    if args.config or getattr(args, "set", None):  # a bad one leaves no run directory behind
+        configure(args, run_id, path)
+    run_dir = rundir.RunDir.create(path, replace=args.replace)
     run_dir.begin({"id": run_id})
     workload = RemoteWorkload(int(request["pid"]), str(request["gate"]), conn)
     early: Early = front.Early(

@@ -46,6 +46,7 @@ from otel_bridge.component import (
     Telemetry,
 )
 from otel_bridge.config import (
+    CollectorConfig,
     ComponentAddition,
     ConfigOverlay,
     PipelineAddition,
@@ -53,6 +54,7 @@ from otel_bridge.config import (
     parse_config,
     read_config,
 )
+from otel_bridge.errors import OtelBridgeError
 from otel_bridge.identity import host_id
 from otel_bridge.launch import Guard
 from otel_bridge.model import Batch, Resource, Scope, Span, SpanKind, Status, StatusCode
@@ -531,27 +533,14 @@ def _prepare(
     args: argparse.Namespace, command: list[str], early: Early | None
 ) -> tuple[_Run, Early]:
     """The collector (not started) and, unless the front prepared them (``early``), the run
-    directory and CMD behind its gate (created after the collector, so a collector that cannot
-    be built leaves no process behind)."""
-    user = read_config(args.config) if args.config else None
+    directory and CMD behind its gate (the configuration is validated before the run directory
+    is created, and the collector built before CMD starts: a bad configuration leaves nothing
+    behind)."""
     run_id = early.run_id if early is not None else new_run_id()
-    run = (
-        early.run
-        if early is not None
-        else rundir.RunDir.create(
-            args.output or os.path.join("otel-bridge-runs", run_id), replace=args.replace
-        )
-    )
+    path = early.run.path if early is not None else run_path(args, run_id)
+    config, wiring = configure(args, run_id, path)
+    run = early.run if early is not None else rundir.RunDir.create(path, replace=args.replace)
     forward = None if args.no_forward or not _names_destination(os.environ) else dict(os.environ)
-    overlay, wiring = build_overlay(
-        run,
-        run_id,
-        backend=args.backend,
-        user=user if isinstance(user, Mapping) else None,
-        keep_runtime_reads=args.keep_runtime_reads,
-        hash_files=getattr(args, "hash_files", False),
-    )
-    config = parse_config(user, overlay=overlay, origin=args.config or "<observe>")
     if early is None:
         run.begin({"id": run_id})
     collector = Collector(config)
@@ -566,6 +555,46 @@ def _prepare(
         guard = Guard(workload.pid)
         early = Early(run_id, run, wanted, trace_id, span_id, started_ns, workload, guard)
     return state, early
+
+
+def run_path(args: argparse.Namespace, run_id: str) -> str:
+    """The run directory's absolute path: ``-o DIR``, else ``otel-bridge-runs/<run id>``."""
+    return os.path.abspath(args.output or os.path.join("otel-bridge-runs", run_id))
+
+
+def configure(args: argparse.Namespace, run_id: str, path: str) -> tuple[CollectorConfig, Wiring]:
+    """The run's validated configuration (``-c FILE``, ``--set`` and the run's overlay for the
+    run directory at ``path``, which need not exist yet) and its wiring; ConfigError, or
+    OtelBridgeError for a host receiver given a ``root_pid`` (:func:`refuse_root_pid`)."""
+    read = read_config(args.config) if args.config else None
+    user = read if isinstance(read, Mapping) else None
+    overlay, wiring = build_overlay(
+        rundir.RunDir(path),
+        run_id,
+        backend=args.backend,
+        user=user,
+        keep_runtime_reads=args.keep_runtime_reads,
+        hash_files=getattr(args, "hash_files", False),
+    )
+    config = parse_config(read, overlay=overlay, origin=args.config or "<observe>")
+    refuse_root_pid(config, wiring.host, user, args.config)
+    return config, wiring
+
+
+def refuse_root_pid(
+    config: CollectorConfig, host: str, user: Mapping[str, Any] | None, origin: str | None
+) -> None:
+    """Refuse a host receiver given a ``root_pid`` (``--set`` or the ``-c`` file): ``observe``
+    roots it at the command it starts, so that setting would be silently ignored."""
+    component = config.receivers.get(host)
+    if not getattr(component.config if component else None, "root_pid", 0):
+        return
+    stated = ((user or {}).get("receivers") or {}).get(host)
+    where = f"in {origin}" if isinstance(stated, Mapping) and "root_pid" in stated else "by --set"
+    raise OtelBridgeError(
+        f"observe: receivers.{host}.root_pid is set ({where}): observe follows the command it "
+        "starts; use 'otel-bridge run' with root_pid to follow another process"
+    )
 
 
 _ENDPOINT_VARIABLES = tuple(

@@ -342,6 +342,7 @@ def test_set_overrides_reach_the_warm_run(server: Server, tmp_path: Path) -> Non
     assert refused.returncode == 2
     assert "receivers.host.backend: must be one of" in refused.stderr
     assert not (tmp_path / "bad" / "ran.txt").exists()
+    assert not (tmp_path / "bad" / "run").exists()  # no empty run directory left behind
 
 
 def test_a_server_of_another_version_is_not_used_and_cmd_runs_once(tmp_path: Path) -> None:

@@ -1,0 +1,76 @@
+"""What ``observe`` refuses before CMD starts leaves nothing behind that it created.
+
+A configuration ``observe`` cannot run (an invalid ``--set``, a host receiver given a
+``root_pid``, which ``observe`` would silently replace by its own command) is refused with exit 2
+and one clear message before the run directory exists: no empty ``-o DIR`` and no
+``otel-bridge-runs/<id>`` are left, CMD never runs, and a directory the user made beforehand is
+kept as it was.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from cli_support import run_cli, same_imports_env
+
+BAD_SET = ("--set", "receivers.host.backend=bogus")
+ROOT_PID_SET = ("--set", "receivers.host.root_pid=1")
+PROBE = ("sh", "-c", "echo ran > ran.txt")
+
+
+def observe(cwd: Path, *options: str) -> tuple[int, str]:
+    """``observe --no-warm --no-review OPTIONS -- PROBE`` in ``cwd``: exit code and stderr."""
+    done = run_cli(
+        "observe", "--no-warm", "--no-review", *options, "--", *PROBE,
+        cwd=cwd, env=same_imports_env(),
+    )  # fmt: skip
+    return done.returncode, done.stderr
+
+
+@pytest.mark.parametrize(
+    "output", [("-o", "s2"), ("-o", "a/b/s2"), ()], ids=["new-dir", "new-parents", "default"]
+)
+def test_a_bad_configuration_leaves_no_run_directory(
+    tmp_path: Path, output: tuple[str, ...]
+) -> None:
+    code, stderr = observe(tmp_path, *output, *BAD_SET)
+    assert code == 2, stderr
+    assert "receivers.host.backend: must be one of" in stderr
+    assert sorted(p.name for p in tmp_path.iterdir()) == []  # no s2, no a/, no otel-bridge-runs
+
+
+def test_a_bad_configuration_keeps_the_users_own_empty_directory(tmp_path: Path) -> None:
+    (tmp_path / "mine").mkdir()
+    code, stderr = observe(tmp_path, "-o", "mine", *BAD_SET)
+    assert code == 2, stderr
+    assert (tmp_path / "mine").is_dir()
+    assert list((tmp_path / "mine").iterdir()) == []
+    assert not (tmp_path / "ran.txt").exists()
+
+
+def test_root_pid_by_set_is_refused(tmp_path: Path) -> None:
+    code, stderr = observe(tmp_path, "-o", "run", *ROOT_PID_SET)
+    assert code == 2, stderr
+    lines = stderr.strip().splitlines()
+    assert len(lines) == 1, stderr
+    assert "receivers.host.root_pid is set (by --set)" in lines[0]
+    assert "observe follows the command it starts" in lines[0]
+    assert "'otel-bridge run' with root_pid" in lines[0]
+    assert list(tmp_path.iterdir()) == []  # CMD never ran (no ran.txt), no run directory
+
+
+def test_root_pid_in_a_config_file_is_refused(tmp_path: Path) -> None:
+    config = tmp_path / "host.yaml"
+    config.write_text("receivers:\n  host/mine:\n    root_pid: 1\n")
+    code, stderr = observe(tmp_path, "-c", str(config), "-o", "run")
+    assert code == 2, stderr
+    assert f"receivers.host/mine.root_pid is set (in {config})" in stderr
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["host.yaml"]
+
+
+def test_root_pid_zero_is_the_default_and_runs(tmp_path: Path) -> None:
+    code, stderr = observe(tmp_path, "-o", "run", "--set", "receivers.host.root_pid=0")
+    assert code == 0, stderr
+    assert (tmp_path / "ran.txt").read_text() == "ran\n"
+    assert (tmp_path / "run" / "manifest.json").is_file()

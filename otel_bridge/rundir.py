@@ -347,6 +347,22 @@ def _reuse(path: str, *, replace: bool) -> None:
             os.unlink(full)
 
 
+def claim_outputs(directory: str, names: Iterable[str], *, replace: bool, what: str) -> list[str]:
+    """Check ``directory`` before a command writes its files ``names`` there (``compare -o``,
+    ``review -o``), as :meth:`RunDir.create` checks a run directory: one that holds any of them
+    (an earlier ``what``) is refused unless ``replace`` is true. Returns those it holds (for the
+    command to remove when it writes, so no file of the earlier one is left beside the new one);
+    a missing directory, or one holding only other files, holds none. Nothing is changed here."""
+    path = os.path.abspath(directory)
+    earlier = [name for name in names if os.path.lexists(os.path.join(path, name))]
+    if earlier and not replace:
+        raise RunDirError(
+            f"{path}: holds an earlier {what} ({', '.join(earlier)}) (choose a new directory, "
+            f"or --replace to discard this earlier {what})"
+        )
+    return earlier
+
+
 def _read_manifest(run: RunDir, shown: str) -> dict[str, Any]:
     manifest_path = run.file(MANIFEST)
     if not os.path.lexists(manifest_path):

@@ -29,9 +29,13 @@ from otel_bridge.compare import (
     validate_document,
     validate_provenance,
 )
-from otel_bridge.compare.assist import ASSIST_JSON, write_assist
+from otel_bridge.compare.assist import ASSIST_JSON, AUDIT, write_assist
 from otel_bridge.errors import OtelBridgeError
+from otel_bridge.rundir import claim_outputs
 from otel_bridge.store.options import add_db_options, stored_run_dirs
+
+OUTPUTS = ("compare.json", "compare.md", ASSIST_JSON, AUDIT)
+"""The files ``compare`` writes into its output directory (an earlier comparison's)."""
 
 
 def _threshold(text: str) -> float:
@@ -60,6 +64,11 @@ def register(subparsers: Any) -> None:
     )
     p.add_argument("runs", nargs="*", metavar="RUN_DIR", help="run directories (or --db)")
     p.add_argument("-o", "--output", default=".", help="output directory (default: .)")
+    p.add_argument(
+        "--replace",
+        action="store_true",
+        help="replace the previous comparison in -o DIR (default: refuse a directory holding one)",
+    )
     p.add_argument("--scores", help="JSON file {run_id: score} overriding stated scores")
     p.add_argument(
         "--threshold",
@@ -130,18 +139,22 @@ def _runs(args: argparse.Namespace) -> Iterator[RunData]:
 
 def run(args: argparse.Namespace) -> int:
     """Execute the command."""
+    if not args.db and not args.runs:
+        raise OtelBridgeError("give RUN_DIR... or --db URL")
+    # an earlier comparison in -o DIR is refused before any run is read (docs/compare.md)
+    earlier = claim_outputs(args.output, OUTPUTS, replace=args.replace, what="comparison")
     if args.db:  # every selected stored run, written as a private temporary run directory
         with tempfile.TemporaryDirectory(prefix="otel-bridge-compare-") as tmp:
             args.runs = stored_run_dirs(args, tmp)
-            return _run(args)
-    if not args.runs:
-        raise OtelBridgeError("give RUN_DIR... or --db URL")
-    return _run(args)
+            return _run(args, earlier)
+    return _run(args, earlier)
 
 
-def _run(args: argparse.Namespace) -> int:
+def _run(args: argparse.Namespace, earlier: list[str]) -> int:
     """Compare the runs: runs are compared one at a time and their provenance spooled to
-    disk, so memory does not grow with each run's provenance graph (``docs/compare.md``)."""
+    disk, so memory does not grow with each run's provenance graph (``docs/compare.md``).
+    ``earlier``: the files of the comparison ``--replace`` discards, removed once the first run
+    is read."""
     config = CompareConfig(ablation=not args.no_ablation)
     if args.threshold is not None:
         config = CompareConfig(ablation=config.ablation, threshold=args.threshold)
@@ -149,6 +162,8 @@ def _run(args: argparse.Namespace) -> int:
     first = next(runs, None)  # a first run that cannot be read is refused before any output
     out = Path(args.output)
     out.mkdir(parents=True, exist_ok=True, mode=0o700)
+    for name in earlier:
+        (out / name).unlink(missing_ok=True)
     counts: dict[str, dict[str, Any]] = {}
     with ProvenanceSpool(out) as spool:
 

@@ -10,8 +10,13 @@ from otel_bridge.assist import ModelConfig
 from otel_bridge.commands._model_options import add_model_options
 from otel_bridge.errors import require_readable
 from otel_bridge.review import REVIEW_JSON, summary_lines, write_review
-from otel_bridge.review.assist import ASSIST_JSON, write_assist
+from otel_bridge.review.assist import ASSIST_JSON, AUDIT, write_assist
+from otel_bridge.review.build import RECORDS, REVIEW_MD
+from otel_bridge.rundir import claim_outputs
 from otel_bridge.store.options import add_db_options, required_file, stored_run_dir
+
+OUTPUTS = (REVIEW_JSON, REVIEW_MD, RECORDS, ASSIST_JSON, AUDIT)
+"""The files ``review`` writes into its output directory (an earlier review's)."""
 
 
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -35,6 +40,11 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         "--output",
         metavar="DIR",
         help="write the review files here instead of into RUN_DIR",
+    )
+    parser.add_argument(
+        "--replace",
+        action="store_true",
+        help="replace the previous review in -o DIR (default: refuse a directory holding one)",
     )
     parser.add_argument(
         "--quiet", action="store_true", help="print only where the review was written"
@@ -62,6 +72,9 @@ def run(args: argparse.Namespace) -> int:
     run_dir = required_file(args, "RUN_DIR", "run_dir")
     for path in args.transcript:  # before anything is written
         require_readable(path, "--transcript")
+    if args.output:  # an earlier review in -o DIR: refused, or discarded with --replace
+        for name in claim_outputs(args.output, OUTPUTS, replace=args.replace, what="review"):
+            os.unlink(os.path.join(args.output, name))
     doc = write_review(run_dir, args.output, tuple(args.transcript))
     if not args.quiet:
         for line in summary_lines(doc):

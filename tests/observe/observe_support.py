@@ -1,8 +1,11 @@
-"""What the observe tests share: the command line that runs ``otel-bridge observe``."""
+"""What the observe tests share: the command line that runs ``otel-bridge observe``, and a run
+of it."""
 
 from __future__ import annotations
 
+import subprocess
 import sys
+from collections.abc import Mapping
 from pathlib import Path
 
 
@@ -20,3 +23,23 @@ def observe_argv(tmp_path: Path, *cmd: str, extra: tuple[str, ...] = ()) -> list
         "--",
         *cmd,
     ]
+
+
+def observe_in(
+    tmp_path: Path,
+    *cmd: str,
+    extra: tuple[str, ...] = (),
+    env: Mapping[str, str] | None = None,
+    timeout: float = 120,
+) -> subprocess.CompletedProcess[str]:
+    """:func:`observe_argv` run in ``tmp_path``, finished, its output captured as text (the
+    exit status returned, never raised)."""
+    return subprocess.run(
+        observe_argv(tmp_path, *cmd, extra=extra),
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        check=False,
+        env=env,
+    )

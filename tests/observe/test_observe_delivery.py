@@ -12,10 +12,9 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
 from pathlib import Path
 
-from observe_support import observe_argv
+from observe_support import observe_in
 
 from otel_bridge.testing import free_port
 
@@ -25,15 +24,7 @@ CONFIG = Path(__file__).resolve().parents[2] / "configs" / "phoenix.yaml"
 def test_records_kept_in_the_runs_queue_are_said(tmp_path: Path) -> None:
     env = {k: v for k, v in os.environ.items() if not k.startswith(("OTEL_", "PHOENIX_"))}
     env["PHOENIX_COLLECTOR_ENDPOINT"] = f"http://127.0.0.1:{free_port()}"  # nobody listens
-    done = subprocess.run(
-        observe_argv(tmp_path, "true", extra=("-c", str(CONFIG))),
-        cwd=tmp_path,
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
-        env=env,
-    )
+    done = observe_in(tmp_path, "true", extra=("-c", str(CONFIG)), env=env)
     assert done.returncode == 0, done.stderr
     run = tmp_path / "run"
     delivery = json.loads((run / "summary.json").read_text())["delivery"]

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
 import sys
 import textwrap
 from collections.abc import Iterator
@@ -14,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from observe_support import observe_argv
+from observe_support import observe_in
 
 from otel_bridge import rundir
 from otel_bridge.component import CreateSettings, Host
@@ -53,20 +52,6 @@ AGENT = textwrap.dedent(
 )
 
 
-def _observe(
-    tmp_path: Path, *cmd: str, extra: tuple[str, ...] = (), env: dict[str, str] | None = None
-) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        observe_argv(tmp_path, *cmd, extra=extra),
-        cwd=tmp_path,
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
-        env=env,
-    )
-
-
 def _summary(tmp_path: Path) -> dict[str, Any]:
     data: dict[str, Any] = json.loads((tmp_path / "run" / rundir.SUMMARY).read_text())
     return data
@@ -80,7 +65,7 @@ def test_any_exporter_is_recorded_with_only_the_endpoint_variable(
     """The SDK's gRPC exporter (which ignores OTEL_EXPORTER_OTLP_PROTOCOL), its HTTP/protobuf
     exporter and an HTTP/JSON client all reach observe's one endpoint and are recorded."""
     (tmp_path / "agent.py").write_text(AGENT)
-    result = _observe(tmp_path, sys.executable, "agent.py", kind)
+    result = observe_in(tmp_path, sys.executable, "agent.py", kind)
     assert result.returncode == 0, result.stderr
     sem = (tmp_path / "run" / rundir.SEM_STREAM).read_text()
     assert f"step-{kind}" in sem
@@ -94,7 +79,7 @@ def test_any_exporter_is_recorded_with_only_the_endpoint_variable(
 @pytest.mark.slow
 def test_a_run_without_spans_says_so_with_the_likely_cause(tmp_path: Path) -> None:
     """A command that never exports gets a plain warning in the summary, printed and stored."""
-    result = _observe(tmp_path, "true")
+    result = observe_in(tmp_path, "true")
     assert result.returncode == 0, result.stderr
     assert "warning: the command sent no spans: it never connected" in result.stderr
     warnings = _summary(tmp_path)["otlp"]["warnings"]
@@ -107,7 +92,7 @@ def test_a_command_that_failed_before_exporting_is_said_to_have_failed(tmp_path:
     """An agent that dies before its exporter connects (here: an import error, as the examples
     give without their extra) was told it "is not instrumented": the warning now names its
     exit code and the likely cause first."""
-    result = _observe(tmp_path, sys.executable, "-c", "import no_such_exporter_module")
+    result = observe_in(tmp_path, sys.executable, "-c", "import no_such_exporter_module")
     assert result.returncode == 1, result.stderr
     assert "ModuleNotFoundError" in result.stderr  # the command's own error, above the summary
     (warning,) = _summary(tmp_path)["otlp"]["warnings"]
@@ -151,7 +136,7 @@ def test_an_agents_metrics_are_refused_and_said_while_its_spans_are_recorded(
     recorded, and the refusal is counted and said in the summary instead of only in the
     agent's own log."""
     (tmp_path / "agent.py").write_text(METRICS_AGENT)
-    result = _observe(tmp_path, sys.executable, "agent.py", kind)
+    result = observe_in(tmp_path, sys.executable, "agent.py", kind)
     assert result.returncode == 0, result.stderr
     otlp = _summary(tmp_path)["otlp"]
     assert otlp["spans_received"] == 1
@@ -166,7 +151,7 @@ def test_an_agents_metrics_are_refused_and_said_while_its_spans_are_recorded(
 def test_a_command_that_could_not_be_run_is_said_to_have_never_run(tmp_path: Path) -> None:
     """A missing command exits 127 through observe's gate: the warning says it most likely
     never ran, not that it is uninstrumented."""
-    result = _observe(tmp_path, str(tmp_path / "no-such-command"))
+    result = observe_in(tmp_path, str(tmp_path / "no-such-command"))
     assert result.returncode == 127, result.stderr
     warnings = _summary(tmp_path)["otlp"]["warnings"]
     assert len(warnings) == 1, warnings
@@ -210,7 +195,7 @@ def test_the_users_destination_still_receives_the_agents_spans(
         OTEL_EXPORTER_OTLP_PROTOCOL=protocol,
     )
     (tmp_path / "agent.py").write_text(AGENT)
-    result = _observe(tmp_path, sys.executable, "agent.py", "http", env=env)
+    result = observe_in(tmp_path, sys.executable, "agent.py", "http", env=env)
     assert result.returncode == 0, result.stderr
     assert {"step-http", "otel-bridge observe"} <= _names(sink)
     assert "step-http" in (tmp_path / "run" / rundir.SEM_STREAM).read_text()  # recorded too
@@ -231,7 +216,7 @@ def test_no_forward_opts_out(
     receiver, sink = destination
     env = dict(os.environ, OTEL_EXPORTER_OTLP_ENDPOINT=f"http://127.0.0.1:{receiver.http_port}")
     (tmp_path / "agent.py").write_text(AGENT)
-    result = _observe(
+    result = observe_in(
         tmp_path, sys.executable, "agent.py", "http", extra=("--no-forward",), env=env
     )
     assert result.returncode == 0, result.stderr

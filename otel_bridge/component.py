@@ -599,6 +599,17 @@ class Forwarding(Protocol):
 
 
 @runtime_checkable
+class Preflight(Protocol):
+    """A component that can tell, before anything of the collector starts, that its own start
+    would fail (a receiver's port already taken): :meth:`otel_bridge.pipeline.Collector.start`
+    asks each first, so such a failure leaves no file an exporter would have created."""
+
+    def preflight(self) -> None:
+        """Raise :class:`~otel_bridge.errors.StartupError` when :meth:`Component.start` would
+        fail for a reason that can be seen now, without acquiring anything."""
+
+
+@runtime_checkable
 class RootSettable(Protocol):
     """A component that observes a process lineage whose root is set before start."""
 

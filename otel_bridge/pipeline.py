@@ -36,7 +36,7 @@ import threading
 import time
 from collections.abc import Callable, Sequence
 from types import FrameType
-from typing import Any
+from typing import Any, NoReturn
 
 from otel_bridge.component import (
     COLLECTOR,
@@ -54,6 +54,7 @@ from otel_bridge.component import (
     CounterSpec,
     CreateSettings,
     Host,
+    Preflight,
     ProcessInterest,
     ProcessInterests,
     Telemetry,
@@ -393,7 +394,10 @@ class Collector:
     def start(self) -> None:
         """Start exporters, then processors, then receivers.
 
-        On a failure the components already started are shut down in reverse order and a
+        Every :class:`~otel_bridge.component.Preflight` component is asked first, so a start
+        that fails for a reason known beforehand (a receiver's port already taken) starts
+        nothing, and no exporter creates or replaces its file. On a failure the components
+        already started are shut down in reverse order and a
         :class:`~otel_bridge.errors.StartupError` naming the component is raised.
         """
         with self._lock:
@@ -402,22 +406,32 @@ class Collector:
             self._state = "starting"
         for kind, cid, comp in self._all_components():
             try:
+                if isinstance(comp, Preflight):
+                    comp.preflight()
+            except Exception as exc:
+                self._failed_start(kind, cid, exc)
+        for kind, cid, comp in self._all_components():
+            try:
                 comp.start(self.host)
             except Exception as exc:
-                _log.debug("%s %s failed to start", kind, cid, exc_info=True)
-                self._shutdown_all(list(self._started))
-                # Components never started still hold no resources, but shutting them down
-                # is safe and releases anything a factory prepared.
-                started = {id(c) for _, _, c in self._started}
-                rest = [t for t in self._all_components() if id(t[2]) not in started]
-                self._shutdown_all(rest)
-                with self._lock:
-                    self._state = "shut down"
-                reason = str(exc).removeprefix(f"{cid}: ")
-                raise StartupError(f"{kind} {cid}: {reason}") from exc
+                self._failed_start(kind, cid, exc)
             self._started.append((kind, cid, comp))
         with self._lock:
             self._state = "running"
+
+    def _failed_start(self, kind: str, cid: str, exc: Exception) -> NoReturn:
+        """Shut down what started (and the rest), then raise the StartupError naming ``cid``."""
+        _log.debug("%s %s failed to start", kind, cid, exc_info=True)
+        self._shutdown_all(list(self._started))
+        # Components never started still hold no resources, but shutting them down
+        # is safe and releases anything a factory prepared.
+        started = {id(c) for _, _, c in self._started}
+        rest = [t for t in self._all_components() if id(t[2]) not in started]
+        self._shutdown_all(rest)
+        with self._lock:
+            self._state = "shut down"
+        reason = str(exc).removeprefix(f"{cid}: ")
+        raise StartupError(f"{kind} {cid}: {reason}") from exc
 
     def shutdown(self) -> None:
         """Stop receivers, then processors, then exporters; drains. Safe twice and before start."""

@@ -8,12 +8,14 @@ Layout (``docs/rundir.md`` describes each file)::
       correlated.jsonl         correlated stream (observations incl. derived ones, coverage)
       graph.json               the finalized evidence graph
       summary.json             run summary (command, exit code, backend, collection states)
+      queue/                   with ``-c``: its exporters' persistent queues (mutable)
       manifest.json            SHA-256 digest and size of every other file
 
 Every directory is 0700 and every file 0600: a run directory is a sensitive artifact. The
-manifest detects changes relative to itself; evidence and manifest share one writable trust
-boundary, so it is a tamper-evidence check for honest mistakes and careless edits, not
-adversary-resistant logging.
+manifest detects changes relative to itself, except below the *mutable* queue directory, which
+a later collector may drain (only its layout is checked); evidence and manifest share one
+writable trust boundary, so it is a tamper-evidence check for honest mistakes and careless
+edits, not adversary-resistant logging.
 
 Nothing here follows a symbolic link: directories are walked with ``os.fwalk`` (no link
 followed), modes are changed through descriptors opened with ``O_NOFOLLOW``, and only regular
@@ -33,7 +35,7 @@ import shutil
 import stat
 import tempfile
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from otel_bridge.errors import OtelBridgeError, VerificationError
@@ -46,11 +48,21 @@ SUMMARY = "summary.json"
 MANIFEST = "manifest.json"
 REQUIRED = (OS_STREAM, SEM_STREAM, CORRELATED_STREAM, GRAPH, SUMMARY)
 """The files every complete ``observe`` run directory holds."""
+QUEUE_DIR = "queue"
+"""The run directory's subdirectory holding the persistent queues and journals a ``-c`` file's
+exporters and ``enrich`` processors keep there: a later collector whose storage is this
+directory drains them, so the manifest records it as *mutable* (its layout is checked, not its
+bytes)."""
+QUEUE_COMPONENT_PREFIXES = ("exporter_", "processor_")
+"""How the write-ahead log names one component's directory in a queue directory
+(``otel_bridge.exporters.otlp.wal``)."""
+QUEUE_FILES = frozenset({"lock", "wal.log", "wal.ack", "wal.log.tmp"})
+"""The files the write-ahead log keeps in one component's directory."""
 
 DIR_MODE = 0o700
 FILE_MODE = 0o600
 MANIFEST_FORMAT = "otel-bridge.manifest"
-MANIFEST_VERSION = 2
+MANIFEST_VERSION = 3
 COMPLETE = "complete"
 INCOMPLETE = "incomplete"
 
@@ -187,6 +199,9 @@ class RunDir:
     """One run directory (see the module docstring)."""
 
     path: str
+    made: tuple[str, ...] = field(default=(), compare=False)
+    """The directories :meth:`create` made for it (missing parents, then the run directory
+    itself), outermost first; empty when the directory existed before."""
 
     @classmethod
     def create(cls, path: str, *, replace: bool = False) -> RunDir:
@@ -198,10 +213,13 @@ class RunDir:
         """
         path = os.path.abspath(path)
         parent = os.path.dirname(path)
+        made: list[str] = []
         try:
             if not os.path.isdir(parent):
+                made = _missing_ancestors(parent)
                 os.makedirs(parent, mode=DIR_MODE, exist_ok=True)
             os.mkdir(path, DIR_MODE)
+            made.append(path)
         except FileExistsError:
             _reuse(path, replace=replace)
         except OSError as exc:
@@ -211,7 +229,19 @@ class RunDir:
             os.fchmod(fd, DIR_MODE)
         finally:
             os.close(fd)
-        return cls(path)
+        return cls(path, tuple(made))
+
+    def discard(self) -> None:
+        """Remove what a run that never started put here: everything in the run directory
+        (links removed, never followed), then each directory :meth:`create` made, innermost
+        first (one that is not empty, or existed before, is left)."""
+        with contextlib.suppress(FileNotFoundError, NotADirectoryError):
+            _empty(self.path)
+        for directory in reversed(self.made):
+            try:
+                os.rmdir(directory)
+            except OSError:
+                return
 
     def file(self, name: str) -> str:
         """The absolute path of ``name`` inside the run directory."""
@@ -261,7 +291,8 @@ class RunDir:
 
         A writer's temporaries (``.tmp-*``, renamed into place when complete) are left out
         unless ``temporaries`` is true: the manifest never lists them, and :func:`verify` reports
-        any that remain, since nothing writes to a run directory after its manifest.
+        any that remain, since nothing but a queue's drain writes to a run directory after its
+        manifest.
         """
         return sorted(
             rel
@@ -279,15 +310,26 @@ class RunDir:
         return self.write_json(MANIFEST, _manifest(INCOMPLETE, run, {}, {}, ()))
 
     def write_manifest(
-        self, run: Mapping[str, Any] | None = None, *, required: Iterable[str] = ()
+        self,
+        run: Mapping[str, Any] | None = None,
+        *,
+        required: Iterable[str] = (),
+        mutable: Iterable[str] = (),
     ) -> str:
         """Digest every regular file and record every other entry into ``manifest.json``
         (after :meth:`secure`); returns its path. ``required`` names files the run must hold:
-        one absent is recorded, and :func:`verify` reports it as missing."""
+        one absent is recorded, and :func:`verify` reports it as missing. ``mutable`` names
+        queue directories (:data:`QUEUE_DIR`) that a later collector may drain: one present is
+        recorded as a directory and listed under ``mutable``, and what it holds is not
+        digested (:func:`verify` checks its layout only)."""
         self.secure()
+        present = self.entries()
+        drainable = sorted(m for m in mutable if m in present and present[m].kind == "directory")
         files: dict[str, Any] = {}
         others: dict[str, Any] = {}
-        for rel, entry in sorted(self.entries().items()):
+        for rel, entry in sorted(present.items()):
+            if _below(rel, drainable):
+                continue
             if entry.kind != "file":
                 others[rel] = {"kind": entry.kind, "target": entry.target}
                 continue
@@ -297,7 +339,24 @@ class RunDir:
             if fd is not None:
                 digest, size = _digest_fd(fd)
                 files[rel] = {"sha256": digest, "bytes": size}
-        return self.write_json(MANIFEST, _manifest(COMPLETE, run, files, others, required))
+        manifest = _manifest(COMPLETE, run, files, others, required)
+        manifest["mutable"] = drainable
+        return self.write_json(MANIFEST, manifest)
+
+
+def _below(rel: str, directories: Iterable[str]) -> str | None:
+    """The directory of ``directories`` that ``rel`` lies below (not the directory itself)."""
+    return next((d for d in directories if rel.startswith(d + "/")), None)
+
+
+def _queue_layout_problem(inside: str, entry: Entry) -> bool:
+    """Whether ``inside`` (a path relative to a queue directory) is not what the write-ahead log
+    keeps there: a component's directory, holding its log, acks, lock and compaction
+    temporary as regular files."""
+    parts = inside.split("/")
+    if len(parts) == 1:
+        return entry.kind != "directory" or not parts[0].startswith(QUEUE_COMPONENT_PREFIXES)
+    return len(parts) != 2 or entry.kind != "file" or parts[1] not in QUEUE_FILES
 
 
 def _manifest(
@@ -316,6 +375,7 @@ def _manifest(
         "files": dict(files),
         "entries": dict(others),
         "required": sorted(required),
+        "mutable": [],
     }
 
 
@@ -339,12 +399,26 @@ def _reuse(path: str, *, replace: bool) -> None:
     if fd is None:
         raise RunDirError(f"{path}: not a run directory (no {MANIFEST}); refusing to replace it")
     os.close(fd)
-    for name in names:
+    _empty(path)
+
+
+def _empty(path: str) -> None:
+    """Remove everything in directory ``path`` (links removed, never followed)."""
+    for name in os.listdir(path):
         full = os.path.join(path, name)
         if os.path.isdir(full) and not os.path.islink(full):
             shutil.rmtree(full)  # fd-based, removes links without following them
         else:
             os.unlink(full)
+
+
+def _missing_ancestors(path: str) -> list[str]:
+    """``path`` and each of its ancestors that does not exist yet, outermost first."""
+    missing: list[str] = []
+    while not os.path.lexists(path) and path != os.path.dirname(path):
+        missing.append(path)
+        path = os.path.dirname(path)
+    return missing[::-1]
 
 
 def claim_outputs(directory: str, names: Iterable[str], *, replace: bool, what: str) -> list[str]:
@@ -404,22 +478,59 @@ def graph_document(path: str) -> str:
 
 
 def verify(path: str) -> list[str]:
-    """Every problem of run directory ``path`` against its manifest; empty when it matches.
+    """Every problem of run directory ``path`` against its manifest; empty when it matches
+    (:func:`check`, without the unchecked queue directories)."""
+    return check(path)[0]
+
+
+def check(path: str) -> tuple[list[str], list[str]]:
+    """Every problem of run directory ``path`` against its manifest (empty when it matches),
+    and the queue directories whose bytes the manifest does not cover (its ``mutable``).
 
     Each problem names an entry: ``modified: os.jsonl``, ``missing: graph.json``,
     ``unexpected: extra.txt`` (something the manifest does not list; its kind is added when it
     is not a regular file: ``unexpected: sub (directory)``). A listed file now a link or another
-    non-regular entry is ``modified: os.jsonl (now a symbolic link to ...)``. A run that never
-    finished is one problem, ``incomplete: ...``.
+    non-regular entry is ``modified: os.jsonl (now a symbolic link to ...)``. Below a mutable
+    queue directory only the write-ahead log's layout is checked: anything else there is
+    unexpected. A run that never finished is one problem, ``incomplete: ...``.
     """
     run = RunDir(os.path.abspath(path))
     manifest = _read_manifest(run, path)
     if manifest.get("state") == INCOMPLETE:
-        return [_incomplete(manifest)]
+        return [_incomplete(manifest)], []
     listed: dict[str, Any] = manifest["files"]
     others = manifest.get("entries")
     listed_others: dict[str, Any] = others if isinstance(others, dict) else {}
+    stated = manifest.get("mutable")
+    mutable = (
+        [m for m in stated if isinstance(m, str) and m in listed_others]
+        if isinstance(stated, list)
+        else []
+    )
     present = run.entries()
+    problems = _listed_problems(run, manifest, listed, listed_others, present)
+    for rel, found in sorted(present.items()):
+        if rel in listed or rel in listed_others:
+            continue
+        if found.kind == "directory" and any(r.startswith(rel + "/") for r in listed):
+            continue  # a listed file's folder (a version-1 manifest lists no directories)
+        queue = _below(rel, mutable)
+        if queue is not None and not _queue_layout_problem(rel[len(queue) + 1 :], found):
+            continue  # a persistent queue's own file: a later collector may have drained it
+        suffix = "" if found.kind == "file" else f" ({found.describe()})"
+        problems.append(f"unexpected: {rel}{suffix}")
+    return problems, mutable
+
+
+def _listed_problems(
+    run: RunDir,
+    manifest: Mapping[str, Any],
+    listed: Mapping[str, Any],
+    listed_others: Mapping[str, Any],
+    present: Mapping[str, Entry],
+) -> list[str]:
+    """The problems of what the manifest lists: its files (by digest), the required files
+    never written, and its other entries (by kind and link target)."""
     problems: list[str] = []
     for rel, entry in sorted(listed.items()):
         found = present.get(rel)
@@ -446,11 +557,4 @@ def verify(path: str) -> list[str]:
             problems.append(f"missing: {rel}")
         elif found != want:
             problems.append(f"modified: {rel} (now a {found.describe()})")
-    for rel, found in sorted(present.items()):
-        if rel in listed or rel in listed_others:
-            continue
-        if found.kind == "directory" and any(r.startswith(rel + "/") for r in listed):
-            continue  # a listed file's folder (a version-1 manifest lists no directories)
-        suffix = "" if found.kind == "file" else f" ({found.describe()})"
-        problems.append(f"unexpected: {rel}{suffix}")
     return problems

@@ -209,7 +209,7 @@ def _run_exporters(run: rundir.RunDir, keep_runtime_reads: bool) -> list[Compone
 
 
 _QUEUED_EXPORTERS = ("otlp", "otlphttp", "otlp_grpc", "otlp_http")
-RUN_QUEUE_DIR = "queue"
+RUN_QUEUE_DIR = rundir.QUEUE_DIR
 """The run directory's subdirectory holding the persistent queues of a ``-c`` file's exporters."""
 
 
@@ -540,6 +540,23 @@ def _prepare(
     path = early.run.path if early is not None else run_path(args, run_id)
     config, wiring = configure(args, run_id, path)
     run = early.run if early is not None else rundir.RunDir.create(path, replace=args.replace)
+    try:
+        return _build(args, command, early, (run, run_id), (config, wiring))
+    except BaseException:
+        if early is None:  # CMD was not started: nothing of the run is left
+            run.discard()
+        raise
+
+
+def _build(
+    args: argparse.Namespace,
+    command: list[str],
+    early: Early | None,
+    run_of: tuple[rundir.RunDir, str],
+    configured: tuple[CollectorConfig, Wiring],
+) -> tuple[_Run, Early]:
+    """:func:`_prepare`'s collector, and CMD behind its gate when the front did not start it."""
+    (run, run_id), (config, wiring) = run_of, configured
     forward = None if args.no_forward or not _names_destination(os.environ) else dict(os.environ)
     if early is None:
         run.begin({"id": run_id})
@@ -662,6 +679,7 @@ def observe(args: argparse.Namespace, command: list[str], early: Early | None) -
     except BaseException:
         if early is not None:
             early.abandon()
+            _leave(early.run, early)
         raise
     collector = state.collector
     telemetry = collector.host.telemetry
@@ -692,6 +710,7 @@ def observe(args: argparse.Namespace, command: list[str], early: Early | None) -
         progress.stop()
         early.abandon()
         _stop(state)
+        _leave(state.run, early)
         raise
     finally:
         early.restore_signals()
@@ -702,6 +721,20 @@ def observe(args: argparse.Namespace, command: list[str], early: Early | None) -
     if live is not None:
         live.finish(summary)
     return code
+
+
+def _leave(run: rundir.RunDir, early: Early) -> None:
+    """What a run that failed leaves: nothing when CMD never ran (the gate stayed shut: the
+    run directory's contents and the directories made for it are removed); else the run
+    directory, with what was recorded until then, and a line saying where."""
+    if not early.workload.released:
+        run.discard()
+        return
+    print(
+        f"otel-bridge: observe: the run stopped before its end; {run.path} keeps what was "
+        "recorded until then (verify reports it incomplete)",
+        file=sys.stderr,
+    )
 
 
 _END_OF_RUN = ("otel_bridge.report", "otel_bridge.commands._observe_report")
@@ -776,7 +809,9 @@ def _finish(
         from otel_bridge.review.hook import review_at_end  # noqa: PLC0415 (only at the end)
 
         review_at_end(state.run.path, inputs=review)
-    state.run.write_manifest({"id": state.run_id}, required=rundir.REQUIRED)
+    state.run.write_manifest(
+        {"id": state.run_id}, required=rundir.REQUIRED, mutable=(RUN_QUEUE_DIR,)
+    )
     print_summary(state.run, summary, report)
     return summary
 

@@ -241,7 +241,11 @@ def start_early(args: argparse.Namespace, command: list[str], warm: Warm | None 
     trace_id, span_id = secrets.token_bytes(16), secrets.token_bytes(8)
     env, wanted = workload_env(os.environ, run_id=run_id, trace_id=trace_id, span_id=span_id)
     started_ns = time.time_ns()
-    workload = Workload(command, env)
+    try:
+        workload = Workload(command, env)
+    except BaseException:
+        run_dir.discard()  # nothing ran: nothing of the run is left
+        raise
     early = Early(
         run_id, run_dir, wanted, trace_id, span_id, started_ns, workload,
         Guard(workload.pid),
@@ -250,6 +254,8 @@ def start_early(args: argparse.Namespace, command: list[str], warm: Warm | None 
         arm(early, warm)
     except BaseException:
         early.abandon()
+        if not workload.released:
+            run_dir.discard()
         raise
     return early
 

@@ -9,6 +9,7 @@ kept as it was.
 
 from __future__ import annotations
 
+import socket
 from pathlib import Path
 
 import pytest
@@ -74,3 +75,64 @@ def test_root_pid_zero_is_the_default_and_runs(tmp_path: Path) -> None:
     assert code == 0, stderr
     assert (tmp_path / "ran.txt").read_text() == "ran\n"
     assert (tmp_path / "run" / "manifest.json").is_file()
+
+
+# A configuration that validates but whose collector cannot start: the run directory was made
+# (and CMD waited behind its gate) before the failure; it used to be left, empty but for an
+# incomplete manifest, or with the streams of the receivers that had started.
+
+OUTPUTS = [("-o", "s2"), ("-o", "a/b/s2"), ("-o", "mine"), ()]
+OUTPUT_IDS = ["new-dir", "new-parents", "users-empty-dir", "default"]
+
+
+def _config(tmp_path: Path, receiver: str, exporter_path: str) -> Path:
+    config = tmp_path / "config" / "observe.yaml"
+    config.parent.mkdir()
+    config.write_text(
+        f"receivers:\n  otlp:\n    protocols:\n      http:\n        endpoint: {receiver}\n"
+        "  host:\n"
+        f"exporters:\n  file:\n    path: {exporter_path}\n"
+        "service:\n  pipelines:\n    evidence:\n      receivers: [otlp, host]\n"
+        "      exporters: [file]\n"
+    )
+    return config
+
+
+def _fails_to_start_and_leaves_nothing(
+    tmp_path: Path, config: Path, output: tuple[str, ...], message: str
+) -> None:
+    work = tmp_path / "work"
+    work.mkdir()
+    if output == ("-o", "mine"):
+        (work / "mine").mkdir()
+    code, stderr = observe(work, "-c", str(config), *output)
+    assert code == 2, stderr
+    assert message in stderr
+    left = sorted(str(p.relative_to(work)) for p in work.rglob("*"))
+    assert left == (["mine"] if output == ("-o", "mine") else []), left  # and CMD never ran
+
+
+@pytest.mark.parametrize("output", OUTPUTS, ids=OUTPUT_IDS)
+def test_a_receiver_port_in_use_leaves_no_run_directory(
+    tmp_path: Path, output: tuple[str, ...]
+) -> None:
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        config = _config(tmp_path, f"127.0.0.1:{port}", "records.jsonl")
+        _fails_to_start_and_leaves_nothing(
+            tmp_path, config, output, f"receiver otlp: cannot listen for HTTP on 127.0.0.1:{port}"
+        )
+
+
+@pytest.mark.parametrize("output", OUTPUTS, ids=OUTPUT_IDS)
+def test_an_exporter_file_that_cannot_be_created_leaves_no_run_directory(
+    tmp_path: Path, output: tuple[str, ...]
+) -> None:
+    (tmp_path / "a-file").write_text("not a directory")
+    unwritable = tmp_path / "a-file" / "records.jsonl"
+    config = _config(tmp_path, "127.0.0.1:0", str(unwritable))
+    _fails_to_start_and_leaves_nothing(
+        tmp_path, config, output, f"exporter file: cannot open {unwritable}"
+    )

@@ -345,6 +345,31 @@ def test_set_overrides_reach_the_warm_run(server: Server, tmp_path: Path) -> Non
     assert not (tmp_path / "bad" / "run").exists()  # no empty run directory left behind
 
 
+def test_a_collector_that_cannot_start_leaves_no_run_directory(
+    server: Server, tmp_path: Path
+) -> None:
+    """A ``-c`` file that validates but whose OTLP port is taken: the warm run made the run
+    directory before the collector failed; nothing of it is left, and CMD never ran."""
+    work = tmp_path / "work"
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        config = tmp_path / "observe.yaml"
+        config.write_text(
+            "receivers:\n  otlp:\n    protocols:\n      http:\n"
+            f"        endpoint: 127.0.0.1:{port}\n  host:\n"
+            "exporters:\n  file:\n    path: records.jsonl\n"
+            "service:\n  pipelines:\n    evidence:\n      receivers: [otlp, host]\n"
+            "      exporters: [file]\n"
+        )
+        extra = ("--no-review", "-c", str(config))
+        refused = observe(work, server.env, "sh", "-c", "echo ran > ran.txt", extra=extra)
+    assert refused.returncode == 2, refused.stderr
+    assert f"receiver otlp: cannot listen for HTTP on 127.0.0.1:{port}" in refused.stderr
+    assert list(work.iterdir()) == []  # no run directory, no records.jsonl, no ran.txt
+
+
 def test_a_server_of_another_version_is_not_used_and_cmd_runs_once(tmp_path: Path) -> None:
     """The client starts CMD behind its gate while the server answers its hello; an answer it
     cannot use ends that gated CMD unrun, and the cold run runs CMD once."""

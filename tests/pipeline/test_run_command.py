@@ -6,10 +6,13 @@ every span the collector acknowledged is in the output file after SIGTERM, and t
 
 from __future__ import annotations
 
+import os
 import signal
+import socket
 from pathlib import Path
 
 import pytest
+from cli_support import run_cli
 from waiting import start_run
 
 from otel_bridge.cli import main
@@ -121,6 +124,27 @@ def test_run_startup_failure_exits_nonzero(tmp_path: Path) -> None:
     proc, err = start_run(config, {}, ready=False)
     assert proc.wait(timeout=30) == 2
     assert "exporter file/logs: cannot open" in err.log()
+
+
+def test_run_with_a_receiver_port_in_use_creates_no_file(tmp_path: Path) -> None:
+    """``run`` with the bundled configuration and its OTLP/HTTP port taken: exit 2 naming the
+    port, and none of the files its exporters keep (graph, journal, records) is created: the
+    receivers' ports are checked before any exporter starts."""
+    work = tmp_path / "work"
+    work.mkdir()
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        env = {k: v for k, v in os.environ.items() if not k.startswith("OTEL_")}
+        env["OTEL_BRIDGE_OTLP_HTTP_ENDPOINT"] = f"127.0.0.1:{port}"
+        env["OTEL_BRIDGE_OTLP_GRPC_ENDPOINT"] = "127.0.0.1:0"
+        done = run_cli("run", cwd=work, env=env, timeout=60)
+    assert done.returncode == 2, done.stderr
+    assert f"receiver otlp: cannot listen for HTTP on 127.0.0.1:{port}: port {port} is already" in (
+        done.stderr
+    )
+    assert list(work.iterdir()) == []
 
 
 def test_validate_ok(

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import stat
 import threading
 from collections.abc import Callable
@@ -20,6 +21,7 @@ from otel_bridge import rundir
 from otel_bridge.component import Host, Telemetry
 from otel_bridge.errors import StartupError, VerificationError
 from otel_bridge.exporters.file import Config, FileExporter
+from otel_bridge.exporters.otlp.wal import WriteAheadLog, queue_dir_name
 from otel_bridge.rundir import RunDirError
 
 
@@ -178,6 +180,91 @@ def test_a_required_file_never_written_is_missing(tmp_path: Path) -> None:
     Path(run.file(rundir.SUMMARY)).write_text("{}")
     run.write_manifest(required=(rundir.GRAPH, rundir.SUMMARY))
     assert rundir.verify(run.path) == [f"missing: {rundir.GRAPH} (never written)"]
+
+
+def _wal(run: rundir.RunDir, exporter: str) -> WriteAheadLog:
+    wal = WriteAheadLog(
+        run.file(rundir.QUEUE_DIR), queue_dir_name(exporter), max_batches=10, max_bytes=1 << 20
+    )
+    wal.open()
+    return wal
+
+
+def _queued_run(tmp_path: Path) -> tuple[rundir.RunDir, Path]:
+    """A run directory whose exporter kept two batches in its persistent queue."""
+    run = rundir.RunDir.create(str(tmp_path / "run"))
+    Path(run.file(rundir.SUMMARY)).write_text("{}")
+    wal = _wal(run, "otlp/jaeger")
+    wal.append("traces", 1, b"first")
+    wal.append("traces", 2, b"second")
+    wal.close()
+    run.write_manifest(mutable=(rundir.QUEUE_DIR,))
+    return run, Path(run.file(rundir.QUEUE_DIR)) / queue_dir_name("otlp/jaeger")
+
+
+def test_a_queue_directory_is_checked_for_its_layout_not_its_bytes(tmp_path: Path) -> None:
+    """The write-ahead log's files may change after the manifest (a later collector replays
+    and acknowledges them: the log rewritten, acks appended), and another exporter's queue may
+    appear beside; the manifest lists none of them."""
+    run, component = _queued_run(tmp_path)
+    manifest = json.loads(Path(run.file(rundir.MANIFEST)).read_text())
+    assert manifest["mutable"] == [rundir.QUEUE_DIR]
+    assert manifest["entries"][rundir.QUEUE_DIR] == {"kind": "directory", "target": None}
+    assert not [f for f in manifest["files"] if f.startswith(rundir.QUEUE_DIR + "/")]
+    before = {p.name: p.read_bytes() for p in component.iterdir()}
+    wal = _wal(run, "otlp/jaeger")  # the later collector: replays both, the backend takes them
+    wal.ack(0)
+    wal.ack(1)
+    wal.close()
+    _wal(run, "otlphttp/other").close()
+    assert {p.name: p.read_bytes() for p in component.iterdir()} != before
+    (component / "wal.log.tmp").write_bytes(b"")  # a compaction cut short
+    assert rundir.check(run.path) == ([], [rundir.QUEUE_DIR])
+
+
+@pytest.mark.parametrize(
+    ("tamper", "problem"),
+    [
+        (lambda q, c: (q / "notes.txt").write_text("x"), "unexpected: queue/notes.txt"),
+        (
+            lambda q, c: (c / "x.bin").write_text("x"),
+            "unexpected: queue/exporter_otlp_jaeger/x.bin",
+        ),
+        (
+            lambda q, c: (c / "sub").mkdir(),
+            "unexpected: queue/exporter_otlp_jaeger/sub (directory)",
+        ),
+        (lambda q, c: (q / "other").mkdir(), "unexpected: queue/other (directory)"),
+        (
+            lambda q, c: ((c / "wal.ack").unlink(), (c / "wal.ack").symlink_to("/etc/passwd")),
+            "unexpected: queue/exporter_otlp_jaeger/wal.ack (symbolic link to /etc/passwd)",
+        ),
+        (
+            lambda q, c: (shutil.rmtree(q), q.symlink_to("/tmp")),
+            "modified: queue (now a symbolic link to /tmp)",
+        ),
+        (lambda q, c: shutil.rmtree(q), "missing: queue"),
+    ],
+    ids=["file-in-queue", "other-file", "deeper-dir", "other-dir", "link", "queue-link", "gone"],
+)
+def test_anything_else_in_a_queue_directory_fails_verify(
+    tmp_path: Path, tamper: Callable[[Path, Path], object], problem: str
+) -> None:
+    run, component = _queued_run(tmp_path)
+    tamper(Path(run.file(rundir.QUEUE_DIR)), component)
+    assert rundir.verify(run.path) == [problem]
+
+
+def test_without_a_queue_nothing_is_mutable(tmp_path: Path) -> None:
+    """A run without a queue directory records none; one added later is unexpected."""
+    run = rundir.RunDir.create(str(tmp_path / "run"))
+    run.write_manifest(mutable=(rundir.QUEUE_DIR,))
+    assert json.loads(Path(run.file(rundir.MANIFEST)).read_text())["mutable"] == []
+    (Path(run.file(rundir.QUEUE_DIR)) / "exporter_x").mkdir(parents=True)
+    assert rundir.verify(run.path) == [
+        "unexpected: queue (directory)",
+        "unexpected: queue/exporter_x (directory)",
+    ]
 
 
 def _exporter(path: Path, *, append: bool) -> FileExporter:

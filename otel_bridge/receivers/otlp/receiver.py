@@ -47,6 +47,7 @@ from otel_bridge.receivers.otlp.config import (
     GrpcConfig,
     OtlpReceiverConfig,
     Protocols,
+    bind_problem,
     check_grpc_port,
     exposed_only_locally,
     split_endpoint,
@@ -242,6 +243,22 @@ class OtlpReceiver:
                 host = cfg.endpoint.rpartition(":")[0].strip("[]") or "127.0.0.1"
                 endpoints.append(Endpoint(protocol=name, host=host, port=port))
         return ComponentStatus(endpoints=tuple(endpoints))
+
+    def preflight(self) -> None:
+        """StartupError when a configured port is taken now (a probe socket, bound and closed),
+        before the collector starts anything: a start that would fail here creates no file."""
+        protocols = self._config.effective_protocols()
+        if protocols.grpc is not None:
+            check_grpc_port(
+                *split_endpoint(protocols.grpc.endpoint), reuse_port=protocols.grpc.reuse_port
+            )
+        if protocols.http is not None:
+            host, port = split_endpoint(protocols.http.endpoint)
+            problem = bind_problem(host, port, reuse_port=protocols.http.reuse_port, key="http")
+            if problem:
+                raise StartupError(
+                    f"cannot listen for HTTP on {protocols.http.endpoint}: {problem}"
+                )
 
     def start(self, host: Host) -> None:
         """Bind and start the configured servers; StartupError if a port cannot be bound."""

@@ -222,6 +222,16 @@ def test_a_queue_directory_is_checked_for_its_layout_not_its_bytes(tmp_path: Pat
     assert rundir.check(run.path) == ([], [rundir.QUEUE_DIR])
 
 
+def _ack_file_as_a_link(queue: Path, component: Path) -> None:
+    (component / "wal.ack").unlink()
+    (component / "wal.ack").symlink_to("/etc/passwd")
+
+
+def _queue_as_a_link(queue: Path, component: Path) -> None:
+    shutil.rmtree(queue)
+    queue.symlink_to("/tmp")
+
+
 @pytest.mark.parametrize(
     ("tamper", "problem"),
     [
@@ -236,11 +246,11 @@ def test_a_queue_directory_is_checked_for_its_layout_not_its_bytes(tmp_path: Pat
         ),
         (lambda q, c: (q / "other").mkdir(), "unexpected: queue/other (directory)"),
         (
-            lambda q, c: ((c / "wal.ack").unlink(), (c / "wal.ack").symlink_to("/etc/passwd")),
+            _ack_file_as_a_link,
             "unexpected: queue/exporter_otlp_jaeger/wal.ack (symbolic link to /etc/passwd)",
         ),
         (
-            lambda q, c: (shutil.rmtree(q), q.symlink_to("/tmp")),
+            _queue_as_a_link,
             "modified: queue (now a symbolic link to /tmp)",
         ),
         (lambda q, c: shutil.rmtree(q), "missing: queue"),

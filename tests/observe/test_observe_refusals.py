@@ -9,6 +9,8 @@ kept as it was.
 
 from __future__ import annotations
 
+import json
+import os
 import socket
 from pathlib import Path
 
@@ -136,3 +138,31 @@ def test_an_exporter_file_that_cannot_be_created_leaves_no_run_directory(
     _fails_to_start_and_leaves_nothing(
         tmp_path, config, output, f"exporter file: cannot open {unwritable}"
     )
+
+
+@pytest.mark.skipif(
+    os.geteuid() != 0, reason="the armed start (CMD before the collector) needs root"
+)
+def test_a_collector_that_fails_after_cmd_ran_keeps_the_run_and_says_where(tmp_path: Path) -> None:
+    """Armed, CMD runs while the collector is built; here it makes its own run directory's
+    ``os.jsonl`` a directory, so the stream's exporter cannot start. CMD ran: the run directory
+    is kept (its manifest incomplete), and a line says where."""
+    run = tmp_path / "run"
+    sabotage = 'mkdir "$0/os.jsonl" && echo ran > ran.txt'
+    done = run_cli(
+        "observe", "--no-warm", "--no-review", "-o", str(run), "--", "sh", "-c", sabotage, str(run),
+        cwd=tmp_path, env=same_imports_env(),
+    )  # fmt: skip
+    if done.returncode != 2 and (run / "summary.json").exists():
+        summary = json.loads((run / "summary.json").read_text())
+        if not summary["start"].get("armed"):
+            pytest.skip(f"no armed start here: {summary['host_backend']}")
+    assert done.returncode == 2, done.stderr
+    assert f"exporter file/run_os: cannot open {run}/os.jsonl: Is a directory" in done.stderr
+    assert f"{run} keeps what was recorded until then (verify reports it incomplete)" in (
+        done.stderr
+    )
+    assert (tmp_path / "ran.txt").read_text() == "ran\n"
+    verified = run_cli("verify", str(run))
+    assert verified.returncode == 1
+    assert "incomplete: run " in verified.stderr

@@ -54,7 +54,6 @@ from otel_bridge.component import (
     CounterSpec,
     CreateSettings,
     Host,
-    Preflight,
     ProcessInterest,
     ProcessInterests,
     Telemetry,
@@ -405,9 +404,12 @@ class Collector:
                 raise ComponentError(f"collector cannot start: it is {self._state}")
             self._state = "starting"
         for kind, cid, comp in self._all_components():
+            # getattr, not isinstance(comp, Preflight): a runtime protocol check costs about
+            # 9 us a component on observe's start path
+            preflight = getattr(comp, "preflight", None)
             try:
-                if isinstance(comp, Preflight):
-                    comp.preflight()
+                if preflight is not None:
+                    preflight()
             except Exception as exc:
                 self._failed_start(kind, cid, exc)
         for kind, cid, comp in self._all_components():

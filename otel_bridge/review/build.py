@@ -322,6 +322,8 @@ def write_review(
         with open(manifest, "rb") as f:
             earlier = orjson.loads(f.read())
         RunDir(target).write_manifest(
-            earlier.get("run") or {}, required=earlier.get("required") or ()
+            earlier.get("run") or {},
+            required=earlier.get("required") or (),
+            mutable=earlier.get("mutable") or (),
         )
     return doc

@@ -64,6 +64,11 @@ def _queued_run(tmp_path: Path) -> Path:
     run = tmp_path / "run"
     phoenix = json.loads((run / "summary.json").read_text())["delivery"]["exporters"]
     assert phoenix["otlphttp/phoenix"]["queued"] >= 1, phoenix
+    reviewed = run_cli("review", "--quiet", str(run))  # writes into the run, re-digests it
+    assert reviewed.returncode == 0, reviewed.stderr
+    manifest = json.loads((run / "manifest.json").read_text())
+    assert "review.json" in manifest["files"]
+    assert manifest["mutable"] == ["queue"]  # kept by the re-digest
     return run
 
 

@@ -482,7 +482,7 @@ def tool_call_entity(
         label=name,
         attrs={"gen_ai.tool.name": name, "trace_id": trace, "span_id": span},
         facts=ToolCallFacts(tool=name, agent=agent, trace_id=trace, span_id=span),
-        key=tool_call_key(agent, name),
+        key=tool_call_key(agent, name) or "",
     )
 
 
@@ -513,7 +513,7 @@ def tool_declaration(
         label=line,
         attrs={"command.line": line},
         facts=CommandFacts(command=line, tool=tool.label),
-        key=command_key(tool.label, line),
+        key=command_key(tool.label, line) or "",
     )
     emitter = None if agent_pid is None else EmitterFacts(host_id=host, pid=agent_pid)
     source = Source(
@@ -617,7 +617,7 @@ class ProcessRecord:
                 cwd=self.cwd,
                 traceparent=self.traceparent or None,
             ),
-            key=process_key(self.exe, self.argv),
+            key=process_key(self.exe, self.argv) or "",
         )
         source = Source(channel=Channel.OS, backend=self.backend, record_id=rec, event=self.event)
         syscall = Evidence(attribution=Attribution.SYSCALL, causal=True)
@@ -625,14 +625,14 @@ class ProcessRecord:
             kind=EntityKind.EXECUTABLE,
             id=f"executable:{self.exe}",
             facts=ExecutableFacts(path=self.exe, name=name),
-            key=executable_key(self.exe),
+            key=executable_key(self.exe) or "",
         )
         parent = Entity(
             kind=EntityKind.PROCESS,
             id=process_id(self.host, self.parent_pid, parent_ms),
             attrs={"process.pid": self.parent_pid, "host.id": self.host},
             facts=ProcessFacts(host_id=self.host, pid=self.parent_pid, start_time_ms=parent_ms),
-            key=process_key(None, None),
+            key="",
         )
 
         def observed(
@@ -674,7 +674,7 @@ class ProcessRecord:
                 facts=ProcessFacts(
                     host_id=self.host, pid=self.pid, start_time_ms=self.ms, exit_code=code
                 ),
-                key=process_key(None, None),
+                key="",
             ),
             occurrence=rec,
             attrs={

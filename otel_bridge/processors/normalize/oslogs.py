@@ -350,7 +350,7 @@ def process_entity(a: Attributes, host: str, name: str) -> Entity:
         label=f"{label} ({pid})" if label != str(pid) else label,
         attrs=attrs,
         facts=facts,
-        key=_process_key(facts.executable_path, facts.argv),
+        key=_process_key(facts.executable_path, facts.argv) or "",
     )
 
 
@@ -397,7 +397,7 @@ def _parent(child: ProcessFacts) -> Entity:
         facts=ProcessFacts(
             host_id=child.host_id, pid=pid, start_time_ms=child.parent_start_time_ms
         ),
-        key=_process_key(None, None),
+        key="",  # nothing stable is known of it (identity.process_key)
     )
 
 
@@ -412,7 +412,7 @@ def _executable(path: str, stated_name: str | None) -> Entity:
         label=name,
         attrs={"process.executable.path": path, "process.executable.name": name},
         facts=ExecutableFacts(path=os.path.normpath(path), name=name),
-        key=executable_key(path),
+        key=executable_key(path) or "",
     )
 
 
@@ -425,7 +425,7 @@ def _file(path: str) -> Entity:
         label=path,
         attrs={"file.path": path},
         facts=FileFacts(path=os.path.normpath(path)),
-        key=file_key(path),
+        key=file_key(path) or "",
     )
 
 
@@ -477,7 +477,7 @@ def _endpoint_entity(transport: str, address: str, port: int) -> Entity:
             "network.peer.port": port,
         },
         facts=EndpointFacts(transport=transport.lower(), address=address, port=port),
-        key=endpoint_key(transport, address, port),
+        key=endpoint_key(transport, address, port) or "",
     )
 
 

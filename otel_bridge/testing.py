@@ -580,7 +580,7 @@ class ProcessRecord:
 
     def observations(self) -> list[Observation]:
         """The normalizer's observations: #0 the process, #1 ``executed``, #2 ``spawned``
-        (a ``process.start`` only)."""
+        (a ``process.start`` stating its parent's start time only)."""
         rec = self.record or f"{self.backend}:{self.pid}:{self.event}:{self.time}"
         attrs: dict[str, AnyValue] = {
             "event.name": self.event,
@@ -654,7 +654,7 @@ class ProcessRecord:
             )
 
         out = [observed(0, proc), observed(1, proc, RelationKind.EXECUTED, exe)]
-        if self.event == "process.start":
+        if self.event == "process.start" and parent_ms is not None:
             out.append(observed(2, parent, RelationKind.SPAWNED, proc))
         return out
 

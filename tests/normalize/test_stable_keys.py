@@ -3,7 +3,7 @@
 A key made only of placeholders (``process:?:?``, ``agent:<service>:?``) would be shared by every
 unknown thing of its kind in every run, so comparing or joining runs by it would join unrelated
 things. Each builder returns None for that case, and the normalizer gives such an entity the
-empty key.
+empty key; a parent named by its pid alone is no entity at all.
 """
 
 from __future__ import annotations
@@ -26,7 +26,14 @@ from otel_bridge.identity import (
     span_key,
     tool_call_key,
 )
-from otel_bridge.model import Batch, EntityKind, LogRecord, Observation
+from otel_bridge.model import (
+    Batch,
+    EntityKind,
+    LogRecord,
+    Observation,
+    ProcessFacts,
+    RelationKind,
+)
 from otel_bridge.processors.normalize import Normalizer
 
 NOTHING: list[tuple[str, Callable[[], str | None]]] = [
@@ -106,3 +113,28 @@ def test_entities_of_nothing_stable_have_the_empty_key() -> None:
     assert nodes[EntityKind.TOOL_CALL].label == UNKNOWN_TOOL
     for kind in (EntityKind.AGENT, EntityKind.TOOL_CALL, EntityKind.WORKFLOW):
         assert nodes[kind].key == "", kind
+
+
+def test_a_parent_named_by_its_pid_alone_is_no_node() -> None:
+    """A ``process.start`` naming its parent's pid but not its start time (a parent the host
+    receiver does not follow: the root's) makes no parent entity and no ``spawned``; the child
+    keeps ``parent_pid``. With the parent's start time, the parent is a node, keyless."""
+    alone = _normalized(os_record("process.start", "l:1", process__parent_pid=7))
+    assert [o.relation for o in alone] == [None]
+    facts = alone[0].subject.facts
+    assert isinstance(facts, ProcessFacts)
+    assert facts.parent_pid == 7
+    assert facts.parent_start_time_ms is None
+    known = _normalized(
+        os_record(
+            "process.start",
+            "l:2",
+            process__parent_pid=7,
+            process__parent__creation__time="2025-12-31T23:59:59.000Z",
+        )
+    )
+    (spawned,) = (o for o in known if o.relation is RelationKind.SPAWNED)
+    parent = spawned.subject
+    assert isinstance(parent.facts, ProcessFacts)
+    assert parent.facts.start_time_ms is not None
+    assert parent.key == ""

@@ -281,7 +281,9 @@ def _observations(
                 out.append(obs(1, proc, RelationKind.EXECUTED, _executable(exe_path, exe_name)))
         facts = proc.facts
         assert isinstance(facts, ProcessFacts)
-        if name == "process.start" and facts.parent_pid is not None:
+        if name == "process.start" and facts.parent_start_time_ms is not None:
+            # a parent the record names by its pid alone (one the plane does not follow: the
+            # root's) is no node: the child keeps parent_pid as a fact (docs/host.md)
             out.append(obs(2, _parent(facts), RelationKind.SPAWNED, proc))
         return out
     return [obs(0, proc, NETWORK_RELATIONS[name], _endpoint(a, name))]
@@ -386,8 +388,10 @@ _process_key = functools.lru_cache(maxsize=4096)(process_key)
 
 def _parent(child: ProcessFacts) -> Entity:
     """The parent in a ``spawned`` observation: only its identity is stated (by the child's
-    event), so its facts hold host, pid and start time, and its key knows nothing else."""
+    event), so its facts hold host, pid and start time, and it has no stable key (its own
+    ``process.start`` states what it runs)."""
     assert child.parent_pid is not None
+    assert child.parent_start_time_ms is not None
     pid = child.parent_pid
     return Entity(
         kind=EntityKind.PROCESS,

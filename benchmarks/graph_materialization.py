@@ -30,7 +30,7 @@ import sys
 import time
 
 from otel_bridge.graph import GraphAccumulator, encode
-from otel_bridge.identity import file_id, file_key, process_id, process_key
+from otel_bridge.identity import file_id, file_key, process_id
 from otel_bridge.model import (
     Attribution,
     Channel,
@@ -55,7 +55,7 @@ def synthetic_events(n: int, cap: int = RESOURCE_CAP, *, facts: bool = True) -> 
     records per event: the process as a file event states it, the file by path)."""
     pid, start_ms = 4242, 1_767_225_600_000
     proc_id = process_id("bench-host", pid, start_ms)
-    proc_key = process_key(None, None) if facts else ""
+    proc_key = ""  # a file event states only the process's identity: no stable key
     out: list[Observation] = []
     for i in range(n):
         path = f"/srv/data/file-{i % cap:05d}.bin"
@@ -86,7 +86,7 @@ def synthetic_events(n: int, cap: int = RESOURCE_CAP, *, facts: bool = True) -> 
                     label=path,
                     attrs={"file.path": path},
                     facts=file_facts,
-                    key=file_key(path) if facts else "",
+                    key=(file_key(path) or "") if facts else "",
                 ),
                 evidence=EVIDENCE,
                 occurrence=record,

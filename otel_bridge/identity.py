@@ -10,6 +10,9 @@ Two names for one thing:
 * A **stable key** (``process_key``, ``file_key``, ...) names the same thing across runs, so runs
   can be compared and joined: it leaves out what is run-local (pids, start times, trace and span
   ids, numbers and temporary directory names inside arguments). ``docs/model.md`` gives the table.
+  A key builder returns None when nothing stable is known of the thing (a process of unknown
+  executable and argv, a file with no path, a tool call naming no tool): a key made of nothing
+  would join unrelated things across runs. An entity then has the empty key.
 
 Also here, once: ISO 8601 time conversion (``process.creation.time``), the W3C ``traceparent``
 parser, and typed readers of OTLP attribute values.
@@ -240,21 +243,27 @@ def argv_shape(argv: Sequence[str]) -> str:
     return " ".join(arg_shape(a) for a in argv)
 
 
-def process_key(executable: str | None, argv: Sequence[str] | None) -> str:
-    """``process:<executable path>:<argv shape>``; ``?`` stands for what was not observed."""
+def process_key(executable: str | None, argv: Sequence[str] | None) -> str | None:
+    """``process:<executable path>:<argv shape>``; ``?`` stands for the half not observed.
+
+    None when neither an executable nor a non-empty argv was observed: a key made of nothing
+    (``process:?:?``) would join every unknown process of every run.
+    """
+    if not executable and not argv:
+        return None
     exe = path_shape(executable) if executable else "?"
     shape = "?" if argv is None else argv_shape(argv)
     return f"{EntityKind.PROCESS}:{exe}:{shape}"
 
 
-def executable_key(path: str) -> str:
-    """``executable:<normalised path>`` (temporary directories masked)."""
-    return f"{EntityKind.EXECUTABLE}:{path_shape(path)}"
+def executable_key(path: str) -> str | None:
+    """``executable:<normalised path>`` (temporary directories masked); None without a path."""
+    return f"{EntityKind.EXECUTABLE}:{path_shape(path)}" if path else None
 
 
-def file_key(path: str) -> str:
-    """``file:<normalised path>`` (temporary directories masked)."""
-    return f"{EntityKind.FILE}:{path_shape(path)}"
+def file_key(path: str) -> str | None:
+    """``file:<normalised path>`` (temporary directories masked); None without a path."""
+    return f"{EntityKind.FILE}:{path_shape(path)}" if path else None
 
 
 EPHEMERAL_RANGE_FILE = "/proc/sys/net/ipv4/ip_local_port_range"
@@ -286,15 +295,18 @@ def is_loopback(address: str) -> bool:
     return bool(ip.is_loopback or (mapped is not None and mapped.is_loopback))
 
 
-def endpoint_key(transport: str, address: str, port: int) -> str:
+def endpoint_key(transport: str, address: str, port: int) -> str | None:
     """``endpoint:<transport>:<address>:<port>``, the identity without its run-local parts.
 
     For a Unix socket the address is its path, masked like a file's. A loopback port in this
     host's ephemeral range (``/proc/sys/net/ipv4/ip_local_port_range``) was chosen by the kernel
     at bind time (a local server started on port 0: a test model server, a collector) and differs
     from run to run, so the key says ``ephemeral`` instead of the number:
-    ``endpoint:tcp:127.0.0.1:ephemeral``. The identity keeps the number.
+    ``endpoint:tcp:127.0.0.1:ephemeral``. The identity keeps the number. None without an
+    address (a port alone names no endpoint).
     """
+    if not address:
+        return None
     transport = transport.lower()
     if transport == "unix":
         address = path_shape(address)
@@ -305,35 +317,46 @@ def endpoint_key(transport: str, address: str, port: int) -> str:
     return f"{EntityKind.ENDPOINT}:{transport}:{address}:{port}"
 
 
-def agent_key(service: str, name: str | None, agent_id: str | None) -> str:
-    """``agent:<service>:<name>`` (the id when the agent states no name)."""
-    return f"{EntityKind.AGENT}:{service}:{name or agent_id or '?'}"
+UNKNOWN_TOOL = "unknown_tool"
+"""The tool name of a tool call whose span names no tool (``ToolCallFacts.tool``)."""
 
 
-def tool_call_key(agent: str | None, tool: str) -> str:
-    """``tool_call:<agent>:<tool name>``: every call of one tool by one agent shares the key."""
+def agent_key(service: str, name: str | None, agent_id: str | None) -> str | None:
+    """``agent:<service>:<name>`` (the id when the agent states no name); None when the agent
+    states neither: the service alone does not say which agent it is."""
+    named = name or agent_id
+    return f"{EntityKind.AGENT}:{service}:{named}" if named else None
+
+
+def tool_call_key(agent: str | None, tool: str) -> str | None:
+    """``tool_call:<agent>:<tool name>``: every call of one tool by one agent shares the key
+    (``?`` for an unknown agent). None when the span names no tool."""
+    if not tool or tool == UNKNOWN_TOOL:
+        return None
     return f"{EntityKind.TOOL_CALL}:{agent or '?'}:{tool}"
 
 
-def model_key(provider: str, name: str) -> str:
-    """``model:<provider>:<model name>``."""
-    return f"{EntityKind.MODEL}:{provider.lower() or 'unknown'}:{name}"
+def model_key(provider: str, name: str) -> str | None:
+    """``model:<provider>:<model name>``; None without a model name."""
+    return f"{EntityKind.MODEL}:{provider.lower() or 'unknown'}:{name}" if name else None
 
 
-def command_key(tool: str, command: str) -> str:
-    """``command:<tool>:<command shape>`` (the declared command's words by :func:`arg_shape`)."""
-    return f"{EntityKind.COMMAND}:{tool}:{argv_shape(command.split())}"
+def command_key(tool: str, command: str) -> str | None:
+    """``command:<tool>:<command shape>`` (the declared command's words by :func:`arg_shape`);
+    None for a command of no words."""
+    words = command.split()
+    return f"{EntityKind.COMMAND}:{tool}:{argv_shape(words)}" if words else None
 
 
-def span_key(service: str, name: str) -> str:
-    """``span:<service>:<span name>`` for a plain operation span."""
-    return f"{EntityKind.SPAN}:{service}:{name}"
+def span_key(service: str, name: str) -> str | None:
+    """``span:<service>:<span name>`` for a plain operation span; None for an unnamed span."""
+    return f"{EntityKind.SPAN}:{service}:{name}" if name else None
 
 
-def operation_key(kind: str, service: str, name: str | None) -> str:
-    """``<kind>:<service>:<name>`` for a typed operation span (workflow, retrieval, ...);
-    ``?`` when the span names none. Every run of one named workflow shares the key."""
-    return f"{kind}:{service}:{name or '?'}"
+def operation_key(kind: str, service: str, name: str | None) -> str | None:
+    """``<kind>:<service>:<name>`` for a typed operation span (workflow, retrieval, ...):
+    every run of one named workflow shares the key. None when the span names none."""
+    return f"{kind}:{service}:{name}" if name else None
 
 
 def process_label(facts: ProcessFacts) -> str:

@@ -482,7 +482,7 @@ def tool_call_entity(
         label=name,
         attrs={"gen_ai.tool.name": name, "trace_id": trace, "span_id": span},
         facts=ToolCallFacts(tool=name, agent=agent, trace_id=trace, span_id=span),
-        key=tool_call_key(agent, name),
+        key=tool_call_key(agent, name) or "",
     )
 
 
@@ -513,7 +513,7 @@ def tool_declaration(
         label=line,
         attrs={"command.line": line},
         facts=CommandFacts(command=line, tool=tool.label),
-        key=command_key(tool.label, line),
+        key=command_key(tool.label, line) or "",
     )
     emitter = None if agent_pid is None else EmitterFacts(host_id=host, pid=agent_pid)
     source = Source(
@@ -580,7 +580,7 @@ class ProcessRecord:
 
     def observations(self) -> list[Observation]:
         """The normalizer's observations: #0 the process, #1 ``executed``, #2 ``spawned``
-        (a ``process.start`` only)."""
+        (a ``process.start`` stating its parent's start time only)."""
         rec = self.record or f"{self.backend}:{self.pid}:{self.event}:{self.time}"
         attrs: dict[str, AnyValue] = {
             "event.name": self.event,
@@ -617,7 +617,7 @@ class ProcessRecord:
                 cwd=self.cwd,
                 traceparent=self.traceparent or None,
             ),
-            key=process_key(self.exe, self.argv),
+            key=process_key(self.exe, self.argv) or "",
         )
         source = Source(channel=Channel.OS, backend=self.backend, record_id=rec, event=self.event)
         syscall = Evidence(attribution=Attribution.SYSCALL, causal=True)
@@ -625,14 +625,14 @@ class ProcessRecord:
             kind=EntityKind.EXECUTABLE,
             id=f"executable:{self.exe}",
             facts=ExecutableFacts(path=self.exe, name=name),
-            key=executable_key(self.exe),
+            key=executable_key(self.exe) or "",
         )
         parent = Entity(
             kind=EntityKind.PROCESS,
             id=process_id(self.host, self.parent_pid, parent_ms),
             attrs={"process.pid": self.parent_pid, "host.id": self.host},
             facts=ProcessFacts(host_id=self.host, pid=self.parent_pid, start_time_ms=parent_ms),
-            key=process_key(None, None),
+            key="",
         )
 
         def observed(
@@ -654,7 +654,7 @@ class ProcessRecord:
             )
 
         out = [observed(0, proc), observed(1, proc, RelationKind.EXECUTED, exe)]
-        if self.event == "process.start":
+        if self.event == "process.start" and parent_ms is not None:
             out.append(observed(2, parent, RelationKind.SPAWNED, proc))
         return out
 
@@ -674,7 +674,7 @@ class ProcessRecord:
                 facts=ProcessFacts(
                     host_id=self.host, pid=self.pid, start_time_ms=self.ms, exit_code=code
                 ),
-                key=process_key(None, None),
+                key="",
             ),
             occurrence=rec,
             attrs={

@@ -21,7 +21,7 @@ import orjson
 
 from otel_bridge.errors import DecodeError
 from otel_bridge.graph import reading, validate_document
-from otel_bridge.identity import str_value
+from otel_bridge.identity import str_value, tool_call_key
 from otel_bridge.model import AnyValue, LogRecord, Span
 from otel_bridge.otlp import json_codec
 
@@ -289,7 +289,7 @@ def extract_run(
             Call(
                 id=node["id"],
                 tool=facts["tool"],
-                key=node.get("key") or f"tool_call:?:{facts['tool']}",
+                key=_call_key(node, facts),
                 call_id=facts.get("call_id"),
                 start=node.get("first_seen") or 0,
                 end=node.get("last_seen") or 0,
@@ -321,6 +321,15 @@ def extract_run(
         paths=paths,
         writes_by_file=_writes_by_file(graph["edges"], kinds),
     )
+
+
+def _call_key(node: Mapping[str, Any], facts: Mapping[str, Any]) -> str:
+    """A tool call node's stable key; a graph that predates keys gets the one its facts give
+    (``identity.tool_call_key``); an empty key (a call naming no tool) stays empty."""
+    key = node.get("key")
+    if isinstance(key, str):
+        return key
+    return tool_call_key(None, str(facts["tool"])) or ""
 
 
 def _writes_by_file(

@@ -11,6 +11,10 @@ equal things in different runs compare equal:
 * ``lineage``: its upstream root lineage: the tool keys of the root calls (no confirmed
   dependency of their own) it transitively depends on; ``root`` for a root itself.
 
+A thing with no stable key (the graph's ``key`` is empty: nothing stable was observed of it)
+gives no feature, and a call with none has a tool feature of its own (``unkeyed:<call id>``):
+two things never compare equal by what nobody observed.
+
 Similarity is S = sum over components of w_m * J_m, J the Jaccard index (two empty sets: 1).
 Clustering is deterministic: distinct capsules are taken by decreasing count, then by their
 text, and each joins the existing cluster whose first capsule is most similar (earliest on
@@ -60,7 +64,8 @@ def _roots(deps: Sequence[Dependency], n: int, keys: Sequence[str]) -> list[froz
         roots: set[str] = set()
         for p in parents[i]:
             if lineage[p] == {"root"}:
-                roots.add(keys[p])
+                if keys[p]:
+                    roots.add(keys[p])
             else:
                 roots.update(lineage[p])
         lineage.append(frozenset(roots))
@@ -74,19 +79,32 @@ def capsules(run: RunData, deps: Sequence[Dependency]) -> list[Capsule]:
     )
     calls = run.calls
     keys = [c.key for c in calls]
-    context: list[set[str]] = [{f"proc:{run.keys.get(p, '')}" for p in c.processes} for c in calls]
+    context = [_keyed("proc:", run.keys, c.processes) for c in calls]
     for d in confirmed:
-        context[d.consumer].add(f"in:{keys[d.producer]}")
-        context[d.producer].add(f"out:{keys[d.consumer]}")
+        if keys[d.producer]:
+            context[d.consumer].add(f"in:{keys[d.producer]}")
+        if keys[d.consumer]:
+            context[d.producer].add(f"out:{keys[d.consumer]}")
     lineage = _roots(confirmed, len(calls), keys)
     out: list[Capsule] = []
     for i, (call, (args, result)) in enumerate(zip(calls, flatten_io(run), strict=True)):
         io = {f"arg:{path}" for path, _, is_key in args if is_key}
         io.update(f"res:{path}" for path, _, is_key in result if is_key)
-        io.update(f"read:{run.keys.get(a.file, '')}" for a in call.reads)
-        io.update(f"wrote:{run.keys.get(a.file, '')}" for a in call.writes)
-        io.update(f"endpoint:{run.keys.get(e, '')}" for e in call.endpoints)
-        out.append((frozenset({call.key}), frozenset(io), frozenset(context[i]), lineage[i]))
+        io |= _keyed("read:", run.keys, [a.file for a in call.reads])
+        io |= _keyed("wrote:", run.keys, [a.file for a in call.writes])
+        io |= _keyed("endpoint:", run.keys, call.endpoints)
+        tool = call.key or f"unkeyed:{call.id}"
+        out.append((frozenset({tool}), frozenset(io), frozenset(context[i]), lineage[i]))
+    return out
+
+
+def _keyed(prefix: str, keys: Mapping[str, str], nodes: Sequence[str]) -> set[str]:
+    """``prefix`` + the stable key of each of ``nodes`` that has one (none: no feature)."""
+    out: set[str] = set()
+    for node in nodes:
+        key = keys.get(node)
+        if key:
+            out.add(prefix + key)
     return out
 
 

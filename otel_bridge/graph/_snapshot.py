@@ -161,7 +161,7 @@ def _facts_column(
             if i in history:
                 facts = merged[p] = st.merged_facts(i)
                 if isinstance(facts, ProcessFacts):
-                    keys[p] = process_key(facts.executable_path, facts.argv)
+                    keys[p] = process_key(facts.executable_path, facts.argv) or ""
                     labels[p] = process_label(facts) or labels[p]
     column: list[dict[str, Any] | None] = msgspec.to_builtins(merged)
     return column, keys, labels

@@ -250,7 +250,7 @@ def agent_process(
     if len(senders) == 1:
         return senders[0], "otlp_sender"
     spawned = {e.target for edges in index.out.values() for e in edges if e.relation == "spawned"}
-    roots = [nid for nid in procs if nid not in spawned and index.out_edges(nid, ("spawned",))]
+    roots = [nid for nid in procs if nid not in spawned]
     if len(roots) == 1:
         return roots[0], "run_root"
     return None, "unknown"

@@ -254,3 +254,38 @@ def test_duplicate_run_ids_and_schema_breaks_are_refused() -> None:
     with pytest.raises(DecodeError, match="version"):
         validate_document(doc)
     assert math.isclose(doc["impact"]["runs_scored"], 0)
+
+
+def test_a_thing_without_a_stable_key_gives_no_feature() -> None:
+    """A process, file or endpoint with the empty key (nothing stable observed of it) adds no
+    feature, and a call naming no tool has a tool feature of its own: two runs are never joined
+    by what nobody observed (``docs/compare.md``, "joined")."""
+    from otel_bridge.compare.inputs import Call, FileAccess, RunData
+    from otel_bridge.compare.joined import capsules
+
+    def run(n: int) -> RunData:
+        call = Call(
+            id=f"tool_call:t{n}:s",
+            tool="unknown_tool",
+            key="",
+            call_id=None,
+            start=1,
+            end=2,
+            processes=[f"process:h:{n}:?", f"process:h:{n}0:1"],
+            reads=[FileAccess(f"process:h:{n}0:1", "file:/a", 1, 1)],
+            endpoints=["endpoint:tcp:10.0.0.1:80"],
+        )
+        keys = {
+            f"process:h:{n}:?": "",
+            f"process:h:{n}0:1": "process:/bin/cat:cat a",
+            "file:/a": "",
+            "endpoint:tcp:10.0.0.1:80": "endpoint:tcp:10.0.0.1:80",
+        }
+        return RunData(id=f"r{n}", path="", calls=[call], keys=keys, metrics={})
+
+    (first,) = capsules(run(1), [])
+    (second,) = capsules(run(2), [])
+    assert first[0] == {"unkeyed:tool_call:t1:s"}
+    assert second[0] != first[0]
+    assert first[1] == {"endpoint:endpoint:tcp:10.0.0.1:80"}  # no "read:" of a keyless file
+    assert first[2] == {"proc:process:/bin/cat:cat a"}  # no "proc:" of a keyless process

@@ -39,7 +39,7 @@ def agent_entity(name: str = "coder") -> Entity:
         id=kind_id(EntityKind.AGENT, "svc", name),
         label=name,
         facts=AgentFacts(service="svc", name=name),
-        key=agent_key("svc", name, None),
+        key=agent_key("svc", name, None) or "",
     )
 
 

@@ -6,7 +6,7 @@ import pytest
 from correlate_builders import MS, T0, Proc, declaration, exit_obs, iso, traceparent
 from test_enrich import RUN_TP, SPAN, correlated, make, tool_span
 
-from otel_bridge.identity import file_key, process_key
+from otel_bridge.identity import file_key
 from otel_bridge.model import (
     Attribution,
     Batch,
@@ -39,11 +39,14 @@ def file_open(p: Proc, path: str, time: int, n: int = 0) -> Observation:
             id=p.identity,
             attrs={"process.pid": p.pid, "host.id": p.host},
             facts=ProcessFacts(host_id=p.host, pid=p.pid, start_time_ms=p.ms),
-            key=process_key(None, None),
+            key="",
         ),
         relation=RelationKind.OPENED,
         object=Entity(
-            kind=EntityKind.FILE, id=f"file:{path}", facts=FileFacts(path=path), key=file_key(path)
+            kind=EntityKind.FILE,
+            id=f"file:{path}",
+            facts=FileFacts(path=path),
+            key=file_key(path) or "",
         ),
         evidence=Evidence(attribution=Attribution.SYSCALL, causal=True),
         occurrence=rec,

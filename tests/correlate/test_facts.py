@@ -15,7 +15,9 @@ from correlate_builders import HOST, MS, T0, Proc, declaration, exit_obs, tracep
 from test_enrich import make
 
 from otel_bridge.component import PROCESSOR, CreateSettings, Host, Telemetry
+from otel_bridge.identity import iso_ms
 from otel_bridge.model import (
+    AnyValue,
     Attribution,
     Batch,
     Entity,
@@ -55,6 +57,11 @@ def without_facts(obs: Observation) -> Observation:
     return msgspec.structs.replace(obs, subject=subject, object=strip(obs.object))
 
 
+KNOWN_PARENT: dict[str, AnyValue] = {"process.parent.creation.time": iso_ms(T0 // 1_000_000 - 1000)}
+"""A start record naming its parent's start time: its normalizer observations include
+``spawned`` (a parent named by its pid alone is no node)."""
+
+
 def links(out: list[Observation]) -> list[Observation]:
     """The derived process links among ``out``."""
     return [o for o in out if o.relation == RelationKind.CORRELATED_WITH_PROCESS]
@@ -68,7 +75,7 @@ def test_process_without_facts_is_counted_and_never_linked() -> None:
     its attributes name the declared command and the tool span's traceparent; each of its
     observations (entity, executed, spawned) and its exit are counted as skipped."""
     span = "a1" * 8
-    p = Proc(pid=3, exe="/usr/bin/git", argv=("git", "status"), time=T0 + MS)
+    p = Proc(pid=3, exe="/usr/bin/git", argv=("git", "status"), time=T0 + MS, extra=KNOWN_PARENT)
     p.traceparent = traceparent(span)
     stripped = [without_facts(o) for o in [*p.observations(), exit_obs(p, T0 + 2 * MS)]]
     assert stripped[0].attrs["process.command_args"] == ("git", "status")  # still stated
@@ -186,7 +193,7 @@ def test_os_plane_skips_and_counts_a_process_without_facts() -> None:
     """No span is made for a process whose entity has no facts; the skip is counted."""
     sink, telemetry = RecordingConsumer(), Telemetry()
     proc = EnrichProcessor(EnrichConfig(), sink, telemetry)
-    p = Proc(pid=11, exe="/usr/bin/ls", argv=("ls",), time=T0)
+    p = Proc(pid=11, exe="/usr/bin/ls", argv=("ls",), time=T0, extra=KNOWN_PARENT)
     proc.consume(Batch(observations=tuple(without_facts(o) for o in p.observations())))
     proc.shutdown()
     assert not [s for s in sink.spans if s.span_id == process_span_id(p.identity)]

@@ -160,7 +160,7 @@ def bridge() -> Observation:
         facts=ToolCallFacts(
             tool="shell", call_id="call_1", agent="planner", trace_id=trace, span_id=span
         ),
-        key=tool_call_key("planner", "shell"),
+        key=tool_call_key("planner", "shell") or "",
     )
     proc = Entity(
         kind=EntityKind.PROCESS,
@@ -172,7 +172,7 @@ def bridge() -> Observation:
             executable_path="/usr/bin/python3",
             argv=("python3", "-c", "pass"),
         ),
-        key=process_key("/usr/bin/python3", ("python3", "-c", "pass")),
+        key=process_key("/usr/bin/python3", ("python3", "-c", "pass")) or "",
     )
     return Observation(
         id="correlate:1",

@@ -90,7 +90,7 @@ def _node_view(n: _Element) -> tuple[str, str, Any]:
         if facts not in distinct:
             distinct.append(facts)
     if isinstance(merged, ProcessFacts) and len(distinct) > 1:
-        key = process_key(merged.executable_path, merged.argv)
+        key = process_key(merged.executable_path, merged.argv) or ""
         label = process_label(merged) or label
     return key, label, msgspec.to_builtins(merged)
 

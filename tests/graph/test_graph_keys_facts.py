@@ -141,24 +141,31 @@ def test_nodes_without_facts_say_null_and_objects_merge_too() -> None:
         kind=EntityKind.FILE,
         id="file:/x",
         facts=FileFacts(path="/x"),
-        key=file_key("/x"),
+        key=file_key("/x") or "",
     )
     node = _node([obs("a", obj=target), obs("b", obj=file_entity("/x"))], "file:/x")
     assert node["facts"] == {"type": "file", "path": "/x"}
     assert node["key"] == "file:/x"
 
 
+def _pkey(executable: str | None, argv: tuple[str, ...] | None) -> str:
+    """A process key that exists (the builder returns None only for a key made of nothing)."""
+    key = process_key(executable, argv)
+    assert key is not None
+    return key
+
+
 def test_the_most_informative_key_wins_and_ties_keep_the_first() -> None:
     """Any key beats none; fewer ``?`` parts beat more; equal ranks keep the first seen."""
-    full = process_key("/usr/bin/python3", ("python3", "job.py"))
-    partial = process_key("/usr/bin/python3", None)
-    unknown = process_key(None, None)
-    assert key_rank("") < key_rank(unknown) < key_rank(partial) < key_rank(full)
-    keys = ["", unknown, partial, full, partial, ""]
+    full = _pkey("/usr/bin/python3", ("python3", "job.py"))
+    partial = _pkey("/usr/bin/python3", None)
+    assert process_key(None, None) is None  # a key made of nothing is no key
+    assert key_rank("") < key_rank(partial) < key_rank(full)
+    keys = ["", partial, full, partial, ""]
     stream = [obs(f"r{i}", subject=_proc(None, k), relation=None) for i, k in enumerate(keys)]
     assert _node(stream)["key"] == full
     assert _node(stream[::-1])["key"] == full
-    other = process_key("/bin/sh", ("sh",))
+    other = _pkey("/bin/sh", ("sh",))
     first = [obs("a", subject=_proc(None, full), relation=None)]
     second = [obs("b", subject=_proc(None, other), relation=None)]
     assert _node(first + second)["key"] == full
@@ -169,7 +176,7 @@ def test_facts_and_key_round_trip_and_carry_into_other_formats(tmp_path: Path) -
     """graph.json keeps typed facts (tagged ``type``) and keys; PROV-JSON and GraphML carry them."""
     from otel_bridge.graph import to_prov, write_graphml
 
-    key = process_key("/usr/bin/python3", ("python3", "job.py"))
+    key = _pkey("/usr/bin/python3", ("python3", "job.py"))
     acc = GraphAccumulator()
     acc.apply_many([obs("s", subject=_proc(START, key), relation=None)])
     path = tmp_path / "g.json"
@@ -208,7 +215,7 @@ def test_key_filter_selects_nodes_by_exact_stable_key(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     """``GraphFilter(keys=...)`` and ``otel-bridge graph --key`` keep the nodes with that key."""
-    key = process_key("/usr/bin/python3", ("python3", "job.py"))
+    key = _pkey("/usr/bin/python3", ("python3", "job.py"))
     acc = GraphAccumulator()
     acc.apply_many(
         [

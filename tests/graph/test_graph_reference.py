@@ -57,8 +57,8 @@ ENTITIES = [
         Entity(kind=EntityKind.PROCESS, id=PROC.id, facts=facts, key=key)
         for facts, key in [
             (_started, "process:/usr/bin/python3:python# x.py"),
-            (ProcessFacts(host_id="h", pid=10, start_time_ms=1), "process:?:?"),
-            (ProcessFacts(host_id="h", pid=10, start_time_ms=1, exit_code=3), "process:?:?"),
+            (ProcessFacts(host_id="h", pid=10, start_time_ms=1), ""),
+            (ProcessFacts(host_id="h", pid=10, start_time_ms=1, exit_code=3), "process:?:x.py"),
             (
                 ProcessFacts(host_id="h", pid=10, executable_path="/bin/sh", argv=(), parent_pid=1),
                 "process:/bin/sh:",

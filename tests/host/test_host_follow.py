@@ -14,8 +14,9 @@ from waiting import wait_until
 
 from otel_bridge.component import CreateSettings, Host, ProcessInterest, ProcessInterests
 from otel_bridge.identity import host_id, iso_ms, linux_start_time_ms
-from otel_bridge.model import Batch, Resource
+from otel_bridge.model import Batch, ProcessFacts, RelationKind, Resource
 from otel_bridge.pipeline import publish_span_processes
+from otel_bridge.processors.normalize import Normalizer
 from otel_bridge.receivers.host import HostConfig, HostReceiver
 from otel_bridge.testing import RecordingConsumer, make_span
 
@@ -214,6 +215,30 @@ def test_command_selector_follows_a_matching_process(tmp_path: Path) -> None:
     assert f"matched command=standing-marker-{os.getpid()}" in str(state["collection.reason"])
     paths = {str(r.attributes.get("file.path", "")) for r in observed.logs}
     assert str(tmp_path / "selected.txt") in paths
+    _root_parent_is_a_fact_only(observed, proc.pid)
+
+
+def _root_parent_is_a_fact_only(observed: Observed, root: int) -> None:
+    """A followed root's parent (this test, not followed) is named by its pid alone, so the
+    normalizer makes no node and no ``spawned`` edge of it (``docs/host.md``, "The root's
+    parent"); the root keeps ``parent_pid``."""
+    starts = observed.for_pid("process.start", root)
+    assert starts
+    for attrs in starts:
+        assert attrs["process.parent_pid"] == os.getpid()
+        assert "process.parent.creation.time" not in attrs
+    normalized = Normalizer()(Batch(logs=tuple(observed.logs))).observations
+    spawned = [o for o in normalized if o.relation is RelationKind.SPAWNED]
+    assert not [o for o in spawned if o.object is not None and f":{root}:" in o.object.id]
+    root_facts = [
+        o.subject.facts
+        for o in normalized
+        if o.source.event == "process.start" and o.relation is None and f":{root}:" in o.subject.id
+    ]
+    assert root_facts
+    for facts in root_facts:
+        assert isinstance(facts, ProcessFacts)
+        assert facts.parent_pid == os.getpid()
 
 
 def test_user_selector_follows_processes_of_that_user(tmp_path: Path) -> None:

@@ -101,7 +101,8 @@ def test_process_start_states_every_process_fact() -> None:
     assert spawned.subject.facts == ProcessFacts(
         host_id=HOST, pid=1, start_time_ms=iso_to_ms(PARENT_START)
     )
-    assert spawned.subject.key == process_key(None, None) == "process:?:?"
+    assert spawned.subject.key == ""  # nothing stable is known of it: no stable key
+    assert process_key(None, None) is None
 
 
 def test_partial_record_leaves_the_unstated_unknown() -> None:
@@ -130,14 +131,14 @@ def test_partial_record_leaves_the_unstated_unknown() -> None:
     )
     assert facts.argv is None
     assert facts.executable_path is None
-    assert child.subject.key == "process:?:?"
+    assert child.subject.key == ""
 
 
 def test_observed_empty_argv_is_not_unknown() -> None:
     """An empty ``process.command_args`` array is an observed empty argv, ``()``."""
     (entity,) = _observations(os_record("process.exit", "l:1", process__command_args=[]))
     assert _facts(entity.subject).argv == ()
-    assert entity.subject.key == "process:?:"
+    assert entity.subject.key == ""  # an empty argv of an unknown image names nothing
 
 
 def test_command_args_that_are_not_a_string_array_are_unknown() -> None:
@@ -299,6 +300,7 @@ def test_agent_facts_and_key(
     assert node.id == node_id
     assert node.facts == facts
     assert node.key == agent_key("svc", facts.name, facts.agent_id)
+    assert node.key
     assert node.label == (facts.name or facts.agent_id)
 
 
@@ -307,7 +309,7 @@ def test_agent_naming_nothing_is_its_span_alone() -> None:
     (node,) = _nodes(_spans(model_span("invoke_agent", 1, attrs=AGENT)))
     assert node.id.startswith("agent:svc:span:")
     assert node.facts == AgentFacts(service="svc")
-    assert node.key == "agent:svc:?"
+    assert node.key == ""  # the service alone does not say which agent: no stable key
 
 
 def test_agents_with_one_name_and_two_ids_are_two_nodes() -> None:

@@ -47,12 +47,12 @@ def test_a_directory_without_a_graph_is_one_clear_error(tmp_path: Path) -> None:
 
 def test_a_filter_value_absent_from_the_graph_is_said(run_dir: Path) -> None:
     """A misspelt kind answers empty, and stderr names it and the kinds that are there."""
-    done = run_cli("graph", str(run_dir), "--kind", "proces", "--relation", "spawned", cwd=run_dir)
+    done = run_cli("graph", str(run_dir), "--kind", "proces", "--relation", "executed", cwd=run_dir)
     assert done.returncode == 0, done.stderr
     assert "nodes (0)" in done.stdout
     assert "no kind 'proces' in this graph (" in done.stderr
     assert "process" in done.stderr.split("no kind 'proces' in this graph (", 1)[1]
-    assert "relation 'spawned'" not in done.stderr  # present: nothing said
+    assert "relation 'executed'" not in done.stderr  # present: nothing said
 
 
 def test_review_of_the_graph_file_asks_for_the_directory(run_dir: Path) -> None:

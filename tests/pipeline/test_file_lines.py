@@ -102,7 +102,7 @@ def _observations() -> list[Observation]:
         label="p (1)",
         attrs={"process.pid": 1},
         facts=ProcessFacts(host_id="h", pid=1, start_time_ms=2, argv=("p", "\u00e9")),
-        key="process:?:?",
+        key="process:?:p \u00e9",
     )
     out: list[Observation] = []
     for i, value in enumerate(VALUES):

@@ -70,7 +70,7 @@ def _process(
         id=f"process:host-a:{pid}:{1000 + pid}",
         label=f"{pid}",
         facts=facts,
-        key=process_key(exe, argv),
+        key=process_key(exe, argv) or "",
     )
 
 
@@ -80,7 +80,7 @@ def _file(path: str) -> Entity:
         id=f"file:{path}",
         label=path,
         facts=FileFacts(path=path),
-        key=file_key(path),
+        key=file_key(path) or "",
         attrs={"path": path},
     )
 

@@ -97,7 +97,7 @@ def agent_entity(
     attrs = pick(a)
     attrs["service.name"] = service
     facts = AgentFacts(service=service, name=name, agent_id=agent_id)
-    key = agent_key(service, name, agent_id)
+    key = agent_key(service, name, agent_id) or ""
     shown = name or agent_id
     if shown is None:  # nothing to share the node with
         node_id = f"{AGENT_PREFIX}{service}:span:{trace}:{span_hex}"
@@ -139,7 +139,7 @@ def with_calling_agent(tool_call: Entity, agent: Entity) -> Entity:
     return msgspec.structs.replace(
         tool_call,
         facts=msgspec.structs.replace(facts, agent=name),
-        key=tool_call_key(name, facts.tool),
+        key=tool_call_key(name, facts.tool) or "",
     )
 
 
@@ -158,7 +158,7 @@ def tool_call_entity(
         facts=ToolCallFacts(
             tool=tool, call_id=call_id, agent=agent, trace_id=trace, span_id=span_hex
         ),
-        key=tool_call_key(agent, tool),
+        key=tool_call_key(agent, tool) or "",
     )
 
 
@@ -170,7 +170,7 @@ def model_entity(provider: str, name: str) -> Entity:
         label=name,
         attrs={"gen_ai.provider.name": provider, "gen_ai.request.model": name},
         facts=ModelFacts(provider=provider, name=name),
-        key=model_key(provider, name),
+        key=model_key(provider, name) or "",
     )
 
 
@@ -194,7 +194,7 @@ def command_parts(command: str, tool: str) -> CommandParts:
     return (
         {"command.line": command, "gen_ai.tool.name": tool},
         CommandFacts(command=command, tool=tool),
-        command_key(tool, command),
+        command_key(tool, command) or "",
     )
 
 
@@ -250,7 +250,7 @@ def operation_entity(  # noqa: PLR0917 (the parts of one span, as the hot path h
             trace_id=trace,
             span_id=span_hex,
         ),
-        key=operation_key(str(kind), service, name),
+        key=operation_key(str(kind), service, name) or "",
     )
 
 
@@ -266,5 +266,5 @@ def span_entity(a: Attributes, name: str, service: str, trace: str, span_hex: st
         id=f"{SPAN_PREFIX}{trace}:{span_hex}",
         label=name,
         attrs=attrs,
-        key=span_key(service, name),
+        key=span_key(service, name) or "",
     )

@@ -281,7 +281,9 @@ def _observations(
                 out.append(obs(1, proc, RelationKind.EXECUTED, _executable(exe_path, exe_name)))
         facts = proc.facts
         assert isinstance(facts, ProcessFacts)
-        if name == "process.start" and facts.parent_pid is not None:
+        if name == "process.start" and facts.parent_start_time_ms is not None:
+            # a parent the record names by its pid alone (one the plane does not follow: the
+            # root's) is no node: the child keeps parent_pid as a fact (docs/host.md)
             out.append(obs(2, _parent(facts), RelationKind.SPAWNED, proc))
         return out
     return [obs(0, proc, NETWORK_RELATIONS[name], _endpoint(a, name))]
@@ -350,7 +352,7 @@ def process_entity(a: Attributes, host: str, name: str) -> Entity:
         label=f"{label} ({pid})" if label != str(pid) else label,
         attrs=attrs,
         facts=facts,
-        key=_process_key(facts.executable_path, facts.argv),
+        key=_process_key(facts.executable_path, facts.argv) or "",
     )
 
 
@@ -386,8 +388,10 @@ _process_key = functools.lru_cache(maxsize=4096)(process_key)
 
 def _parent(child: ProcessFacts) -> Entity:
     """The parent in a ``spawned`` observation: only its identity is stated (by the child's
-    event), so its facts hold host, pid and start time, and its key knows nothing else."""
+    event), so its facts hold host, pid and start time, and it has no stable key (its own
+    ``process.start`` states what it runs)."""
     assert child.parent_pid is not None
+    assert child.parent_start_time_ms is not None
     pid = child.parent_pid
     return Entity(
         kind=EntityKind.PROCESS,
@@ -397,7 +401,7 @@ def _parent(child: ProcessFacts) -> Entity:
         facts=ProcessFacts(
             host_id=child.host_id, pid=pid, start_time_ms=child.parent_start_time_ms
         ),
-        key=_process_key(None, None),
+        key="",  # nothing stable is known of it (identity.process_key)
     )
 
 
@@ -412,7 +416,7 @@ def _executable(path: str, stated_name: str | None) -> Entity:
         label=name,
         attrs={"process.executable.path": path, "process.executable.name": name},
         facts=ExecutableFacts(path=os.path.normpath(path), name=name),
-        key=executable_key(path),
+        key=executable_key(path) or "",
     )
 
 
@@ -425,7 +429,7 @@ def _file(path: str) -> Entity:
         label=path,
         attrs={"file.path": path},
         facts=FileFacts(path=os.path.normpath(path)),
-        key=file_key(path),
+        key=file_key(path) or "",
     )
 
 
@@ -477,7 +481,7 @@ def _endpoint_entity(transport: str, address: str, port: int) -> Entity:
             "network.peer.port": port,
         },
         facts=EndpointFacts(transport=transport.lower(), address=address, port=port),
-        key=endpoint_key(transport, address, port),
+        key=endpoint_key(transport, address, port) or "",
     )
 
 

@@ -45,6 +45,7 @@ from typing import TYPE_CHECKING
 
 from msgspec.structs import replace
 
+from otel_bridge.identity import UNKNOWN_TOOL
 from otel_bridge.model import (
     UNSET_STATUS,
     AgentFacts,
@@ -318,7 +319,9 @@ class SpanNormalizer:
             if memo[0] is agent and memo[1] is tool:
                 tool_key = memo[2]
             else:
-                tool_key = f"{TOOL_CALL_PREFIX}{agent or '?'}:{tool}"
+                tool_key = (
+                    f"{TOOL_CALL_PREFIX}{agent or '?'}:{tool}" if tool != UNKNOWN_TOOL else ""
+                )
                 self._tool_key = (agent, tool, tool_key)
             node = Entity(
                 kind=_KIND_TOOL_CALL,
@@ -373,7 +376,7 @@ class SpanNormalizer:
                 id=f"{SPAN_PREFIX}{trace}:{span_hex}",
                 label=name,
                 attrs=picked,
-                key=f"{SPAN_PREFIX}{origin.service}:{name}",  # identity.span_key
+                key=f"{SPAN_PREFIX}{origin.service}:{name}" if name else "",  # identity.span_key
             )
         out.append(
             Observation(
@@ -948,7 +951,7 @@ def _tool_name(span: Span, op: str) -> str:
     name = get_str(span.attributes, *TOOL_NAME_KEYS)
     if name is None:
         name = name_from_span(span.name, op)
-    return name or "unknown_tool"
+    return name or UNKNOWN_TOOL
 
 
 _model_name = model_name

@@ -379,6 +379,8 @@ class EventFactory:
         out = self.identity_attrs(info.pid)
         if info.ppid:
             out["process.parent_pid"] = info.ppid
+            # the parent's identity only for one the lineage knows: a root's parent is not
+            # followed, named by its pid alone, and normalize makes no node of it (docs/host.md)
             parent = self.processes.get(info.ppid)
             if parent is not None:
                 out["process.parent.creation.time"] = iso_ms(parent.start_ms)

@@ -352,6 +352,12 @@ def test_compare_view_supports_and_click_through(page: Any, shots: Path, tmp_pat
         assert "detour" in (page.get_attribute('#ob-joined g[data-id="j:search"]', "class") or "")
         assert "motif" in (page.get_attribute('#ob-joined g[data-id="j:read"]', "class") or "")
         assert page.locator(f'#ob-upset th:text-is("{DETOUR_RUN}")').count() == 1
+        # no graph, so no filters: the view has their column too (it was squeezed into the
+        # filters' 15rem, its tables cut off, beside an empty details pane of 1fr)
+        width = "e => e.getBoundingClientRect().width"
+        assert page.eval_on_selector("main", width) > 2 * page.eval_on_selector(
+            "#ob-details", width
+        )
         screenshot(page, shots, "compare")
         page.fill("#ob-support", "2")
         page.dispatch_event("#ob-support", "input")

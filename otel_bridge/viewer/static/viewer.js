@@ -1080,6 +1080,7 @@
   function showTabs(bundle) {
     ["graph", "table", "timeline"].forEach(function (v) { $("tab-" + v).hidden = !bundle.graph; });
     $("ob-filters").hidden = !bundle.graph;
+    document.querySelector(".layout").classList.toggle("no-filters", !bundle.graph);
     $("tab-review").hidden = !bundle.review;
     $("tab-compare").hidden = !bundle.compare;
   }

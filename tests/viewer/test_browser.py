@@ -312,6 +312,22 @@ def test_keyboard_reaches_tabs_and_table_rows(
     )
 
 
+def overlapping_review_labels(page: Any) -> list[tuple[str, str]]:
+    """Pairs of labels of the review graph whose boxes overlap (they were drawn over each other
+    whenever a level had more than a few nodes)."""
+    boxes = page.eval_on_selector_all(
+        "#ob-review-graph text",
+        "ts => ts.map(t => { const b = t.getBBox(); return [t.textContent, b.x, b.y, b.width,"
+        " b.height]; })",
+    )
+    return [
+        (a[0], b[0])
+        for i, a in enumerate(boxes)
+        for b in boxes[i + 1 :]
+        if a[1] < b[1] + b[3] and b[1] < a[1] + a[3] and a[2] < b[2] + b[4] and b[2] < a[2] + a[4]
+    ]
+
+
 def test_review_view_highlights_the_support_path(page: Any, shots: Path, tmp_path: Path) -> None:
     """Findings first; selecting the plot claim highlights a path ending at plot.png."""
     (tmp_path / "review.json").write_text(json.dumps(review_doc()))
@@ -332,7 +348,18 @@ def test_review_view_highlights_the_support_path(page: Any, shots: Path, tmp_pat
     assert "ab" * 32 in text  # the artifact's hash
     assert "n=3" in text  # captured content
     assert "model:scripted" in page.inner_text("#ob-audit")
+    assert overlapping_review_labels(page) == []
     screenshot(page, shots, "review")
+
+
+def test_review_view_says_when_there_is_no_claim(page: Any, tmp_path: Path) -> None:
+    """A session that stated no claim showed an empty Claims heading; it now says none."""
+    (tmp_path / "review.json").write_text(json.dumps({**review_doc(), "claims": []}))
+    page.goto(export(tmp_path / "review.json", tmp_path / "review.html").as_uri())
+    wait_ready(page)
+    assert page.locator("#ob-claims button").count() == 0
+    assert page.inner_text("#ob-claims-none").startswith("None: the agent stated no claim")
+    assert "contradicted_claim" in page.inner_text("#ob-findings")
 
 
 def test_compare_view_supports_and_click_through(page: Any, shots: Path, tmp_path: Path) -> None:
@@ -391,6 +418,7 @@ def test_review_view_of_a_real_session_follows_the_ground_truth(
     page.goto(out.as_uri())
     wait_ready(page)
     page.evaluate("obViewer.show('review')")
+    assert overlapping_review_labels(page) == []
     for text, name in named:
         claim = next(c for c in review["claims"] if c["text"] == text)
         page.click(f'button[data-claim="{claim["id"]}"]')

@@ -354,8 +354,9 @@ _WHY = {
     "contradicts_exact": "the process that matched its command is exactly linked to another span",
     "late_declaration": "its span arrived after the process events of its time were no longer kept",
     "unsupported_command.control_operator": "no process carried its trace context, and its "
-    "command chains or pipes commands (a shell control operator such as `;`, `&&` or `|`), "
-    "so it names no single process to match",
+    "command chains, pipes or redirects commands (a shell operator: `;`, `&&`, `|`, `&`, or a "
+    "redirection such as `>`), which the command matcher does not read, so no process was "
+    "matched to it",
     "unsupported_command.command_substitution": "no process carried its trace context, and "
     "its command substitutes another command's output (`$(...)` or backticks), so it names no "
     "single process to match",

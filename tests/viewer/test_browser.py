@@ -579,6 +579,10 @@ def test_software_webgl_is_drawn_by_the_canvas_renderer(
     assert "Canvas 2D: WebGL here runs in software" in page.inner_text("#ob-renderer")
     exported = page.evaluate("obViewer.frame()")
     assert set(exported["nodes"]) == set(page.evaluate("obViewer.nodeIds()"))
+    # every label is drawn whole inside the canvas (the rightmost nodes' ran past its edge)
+    width = page.evaluate("document.getElementById('ob-graph').clientWidth")
+    assert exported["labels"]
+    assert [x for x in exported["labels"] if not 0 <= x[1] <= x[2] <= width] == []
     # the canvas path never evaluates the vendored WebGL libraries the file carries
     assert page.evaluate("typeof Sigma + ' ' + typeof graphology") == "undefined undefined"
     assert page.locator('script[type="text/x-ob-library"]').count() == 2

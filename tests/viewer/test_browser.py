@@ -353,12 +353,19 @@ def test_review_view_highlights_the_support_path(page: Any, shots: Path, tmp_pat
 
 
 def test_review_view_says_when_there_is_no_claim(page: Any, tmp_path: Path) -> None:
-    """A session that stated no claim showed an empty Claims heading; it now says none."""
-    (tmp_path / "review.json").write_text(json.dumps({**review_doc(), "claims": []}))
+    """A session that stated no claim showed an empty Claims heading; it now says none, and why
+    when review.json's session says (``no_claims``)."""
+    doc = {**review_doc(), "claims": []}
+    (tmp_path / "review.json").write_text(json.dumps(doc))
     page.goto(export(tmp_path / "review.json", tmp_path / "review.html").as_uri())
     wait_ready(page)
     assert page.locator("#ob-claims button").count() == 0
     assert page.inner_text("#ob-claims-none").startswith("None: the agent stated no claim")
+    doc["sessions"] = [{"id": "s1", "no_claims": "no assistant text reached it"}]
+    (tmp_path / "review.json").write_text(json.dumps(doc))
+    page.goto(export(tmp_path / "review.json", tmp_path / "review2.html").as_uri())
+    wait_ready(page)
+    assert page.inner_text("#ob-claims-none").startswith("None: no assistant text reached it (")
     assert "contradicted_claim" in page.inner_text("#ob-findings")
 
 

@@ -859,7 +859,7 @@
     html += '<h2>Claims</h2>' + (claims.length ? '<ul class="plain claims" id="ob-claims">' + claims.map(function (c) {
       return '<li><button type="button" data-claim="' + esc(c.id) + '" aria-pressed="' + (S.reviewClaim === c.id) + '"><span class="badge st-' + esc(c.status) + '">' +
         esc(String(c.status).replace("_", " ")) + "</span> " + esc(c.text) + "</button></li>";
-    }).join("") + "</ul>" : '<p id="ob-claims-none">None: the agent stated no claim to check (the findings above still stand).</p>');
+    }).join("") + "</ul>" : '<p id="ob-claims-none">None: ' + esc(noClaims(rv)) + ' (the findings above still stand).</p>');
     var sel = claims.filter(function (c) { return c.id === S.reviewClaim; })[0], hl = sel ? supportOf(rv, sel) : null;
     html += reviewGraph(rv, hl);
     if (hl) {
@@ -875,6 +875,12 @@
     }
     html += reviewArtifacts(rv) + reviewAudit(rv) + "</div>";
     box.innerHTML = html;
+  }
+  // Why no session has a claim, as review.json's sessions say (each distinct reason once).
+  function noClaims(rv) {
+    var why = [];
+    arr(rv.sessions).forEach(function (s) { if (s.no_claims && why.indexOf(s.no_claims) < 0) why.push(s.no_claims); });
+    return why.length ? why.join("; ") : "the agent stated no claim to check";
   }
   function reviewLabel(n) {
     var name = String(nodeName(n));

@@ -1,7 +1,9 @@
 """``otel-bridge export FILE --format prov|graphml|json -o OUT``: convert a graph.json.
 
 ``-o -`` writes the document to standard output (and the ``wrote ...`` line to standard error,
-so the output can be piped); any other OUT is a file, replaced atomically."""
+so the output can be piped); any other OUT is a file, replaced atomically. An OUT whose writing
+would lose evidence is refused before anything is written: a directory, the graph being
+exported, or a file in a run directory (its manifest seals it: ``verify`` would fail)."""
 
 from __future__ import annotations
 
@@ -15,9 +17,10 @@ from typing import Any
 
 import orjson
 
+from otel_bridge.errors import OtelBridgeError
 from otel_bridge.graph import encode, load, to_prov, write_graphml
 from otel_bridge.graph.document import Graph, write_atomic
-from otel_bridge.rundir import graph_document
+from otel_bridge.rundir import MANIFEST, graph_document
 
 
 def register(subparsers: Any) -> None:
@@ -45,7 +48,10 @@ def register(subparsers: Any) -> None:
 
 def run(args: argparse.Namespace) -> int:
     """Execute the command."""
-    graph = load(graph_document(args.file))
+    source = graph_document(args.file)
+    if args.output != "-":
+        _check_output(Path(args.output), source)
+    graph = load(source)
     if args.output == "-":
         sys.stdout.buffer.write(_document(graph, args.format))
         sys.stdout.buffer.flush()
@@ -67,6 +73,19 @@ def run(args: argparse.Namespace) -> int:
         write_atomic(out, _document(graph, args.format))
     print(_wrote(str(out), args.format, graph))
     return 0
+
+
+def _check_output(out: Path, source: str) -> None:
+    """Refuse an ``out`` whose writing would fail half-way or lose what is there."""
+    if out.is_dir():
+        raise OtelBridgeError(f"{out}: is a directory; -o names the file to write")
+    if out.exists() and os.path.exists(source) and os.path.samefile(out, source):
+        raise OtelBridgeError(f"{out}: is the graph being exported; write the export elsewhere")
+    if (out.parent / MANIFEST).exists():
+        raise OtelBridgeError(
+            f"{out}: is inside the run directory {out.parent}, which its {MANIFEST} seals (a "
+            "file written there would make otel-bridge verify fail); write the export elsewhere"
+        )
 
 
 def _document(graph: Graph, fmt: str) -> bytes:

@@ -7,7 +7,7 @@ import sys
 from typing import Any
 
 from otel_bridge.graph import GraphFilter, encode, filter_graph, load, simple_paths
-from otel_bridge.graph.document import Graph
+from otel_bridge.graph.document import Graph, GraphEdge
 from otel_bridge.graph.query import CAUSAL_STATUSES, path_edges
 from otel_bridge.graph.summary import causal_name
 from otel_bridge.rundir import graph_document
@@ -113,10 +113,23 @@ def _paths(view: Graph, args: argparse.Namespace) -> int:
         hops = path_edges(view, p)
         line = p[0]
         for hop, node in zip(hops, p[1:], strict=True):
-            relations = ",".join(sorted({e.relation for e in hop}))
-            line += f" -[{relations}]-> {node}"
+            line += f" -[{_hop(hop)}]-> {node}"
         print(f"{i}. {line}")
     return 0
+
+
+def _hop(hop: list[GraphEdge]) -> str:
+    """The relations of one hop; a relation resting on an inferred edge says so with its grade,
+    so a path through a likely match does not read as one through observed links."""
+    parts = []
+    for relation in sorted({e.relation for e in hop}):
+        inferred = {
+            e.grade for e in hop if e.relation == relation and e.inferred in (True, "mixed")
+        }
+        parts.append(
+            f"{relation} (inferred, {'/'.join(sorted(inferred))})" if inferred else relation
+        )
+    return ",".join(parts)
 
 
 def _rows(headers: list[str], rows: list[list[str]]) -> None:

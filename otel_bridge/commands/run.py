@@ -124,7 +124,7 @@ def progress_line(collector: Collector) -> str:
         f"otel-bridge: up {collector.uptime:.0f}s | received {', '.join(received)} | "
         f"exported {accepted} | refused {refused} | rejected {rejected} | "
         f"export failures {failed}"
-    )
+    ) + _turned_away(collector)
     outcomes = []
     for shown, verb in _DELIVERY:
         try:
@@ -140,6 +140,28 @@ def progress_line(collector: Collector) -> str:
             continue
         outcomes.append(f"{shown} {n}")
     return f"{line} | downstream: {', '.join(outcomes)}"
+
+
+_TURNED_AWAY = (
+    ("requests_malformed", "requests not decoded"),
+    ("requests_too_large", "requests over the size limit"),
+    ("metrics_requests_unsupported", "metrics requests refused"),
+)
+"""Requests the receivers answered with an error, said once there are some: the sender was told,
+but so far the collector's operator was not."""
+
+
+def _turned_away(collector: Collector) -> str:
+    telemetry = collector.host.telemetry
+    out = ""
+    for counter, shown in _TURNED_AWAY:
+        try:
+            n = telemetry.total(counter, kind=RECEIVER)
+        except UndeclaredCounterError:  # no receiver here answers requests
+            continue
+        if n:
+            out += f" | {shown} {n}"
+    return out
 
 
 def run(args: argparse.Namespace) -> int:

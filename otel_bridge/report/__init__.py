@@ -30,6 +30,7 @@ from otel_bridge.graph import reading
 from otel_bridge.graph.document import Graph, GraphEdge, GraphNode
 from otel_bridge.model import (
     BRIDGE_SKIP_ATTR,
+    AgentFacts,
     CommandFacts,
     FileFacts,
     ProcessFacts,
@@ -75,6 +76,8 @@ class Report:
     folded: int
     changed_by_unknown: list[str] = field(default_factory=list)
     """Files a watcher saw change while the run ran, the changing process unknown."""
+    unplaced_agents: list[str] = field(default_factory=list)
+    """Agents no process is linked to (their spans named no observed process)."""
 
 
 def _argv(node: GraphNode) -> str:
@@ -253,6 +256,11 @@ def build(graph: Graph) -> Report:
             for a in sorted(agents)
         ],
         folded=sum(1 for n in graph.nodes if n.kind == "runtime_reads"),
+        unplaced_agents=[
+            _unplaced_agent(n)
+            for n in _by_time(graph.nodes)
+            if n.kind == "agent" and not ix.targets(n.id, ("correlated_with_process",))
+        ],
         changed_by_unknown=sorted(
             {
                 _path(ix.nodes[e.target])
@@ -262,6 +270,20 @@ def build(graph: Graph) -> Report:
                 and ix.nodes[e.target].kind == "file"
             }
         ),
+    )
+
+
+def _unplaced_agent(node: GraphNode) -> str:
+    """Why agent ``node`` has no process: its spans named none this run observed."""
+    facts = node.facts
+    who = f"agent `{_md(node.label or node.id)}`"
+    if isinstance(facts, AgentFacts):
+        who += f" (service {_md(facts.service)})"
+    return (
+        f"{who} is linked to no process: its spans' resource named no process this run "
+        "observed (`process.pid`, which the OpenTelemetry Python SDK states only with "
+        "`OTEL_EXPERIMENTAL_RESOURCE_DETECTORS=process`), so its own process, what that process "
+        "changed and the connections of its model calls are not joined to it"
     )
 
 
@@ -332,8 +354,9 @@ _WHY = {
     "contradicts_exact": "the process that matched its command is exactly linked to another span",
     "late_declaration": "its span arrived after the process events of its time were no longer kept",
     "unsupported_command.control_operator": "no process carried its trace context, and its "
-    "command chains or pipes commands (a shell control operator such as `;`, `&&` or `|`), "
-    "so it names no single process to match",
+    "command chains, pipes or redirects commands (a shell operator: `;`, `&&`, `|`, `&`, or a "
+    "redirection such as `>`), which the command matcher does not read, so no process was "
+    "matched to it",
     "unsupported_command.command_substitution": "no process carried its trace context, and "
     "its command substitutes another command's output (`$(...)` or backticks), so it names no "
     "single process to match",
@@ -426,7 +449,7 @@ def render(report: Report, *, title: str, planes: Mapping[str, str] | None = Non
             lines += _call_rows(call)
         lines.append("")
     lines += ["## Not linked, and why", ""]
-    notes = [*report.unlinked_calls, *report.unlinked_processes]
+    notes = [*report.unplaced_agents, *report.unlinked_calls, *report.unlinked_processes]
     if report.changed_by_unknown:
         notes.append(_changed_by_unknown(report.changed_by_unknown))
     for plane, state in sorted((planes or {}).items()):

@@ -260,7 +260,7 @@ def _session_meta(session: ev.Session, parts: dict[str, list[Any]]) -> dict[str,
     claims = [c for c in parts["claims"] if c.session == session.id]
     findings = [f for f in parts["findings"] if f.session == session.id]
     statuses = ("supported", "partially_supported", "unsupported", "contradicted")
-    return {
+    meta = {
         "id": session.id,
         "trace_id": session.trace_id,
         "agents": sorted(session.agents),
@@ -269,6 +269,9 @@ def _session_meta(session: ev.Session, parts: dict[str, list[Any]]) -> dict[str,
         "claims": {s: sum(1 for c in claims if c.status == s) for s in statuses},
         "findings": {k: sum(1 for f in findings if f.kind == k) for k in findings_mod.KINDS},
     }
+    if not claims:
+        meta["no_claims"] = claims_mod.why_no_claims(session)
+    return meta
 
 
 def schema() -> dict[str, Any]:

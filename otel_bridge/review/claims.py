@@ -305,6 +305,28 @@ def build_claims(session: Session, coverage: Coverage) -> tuple[list[Claim], lis
     return claims, list(edges.values())
 
 
+NO_TEXT = (
+    "no assistant text reached the review: claims are read from the chat spans' "
+    "gen_ai.output.messages, and this session's carried none (instrumentations record message "
+    "content only when asked, e.g. OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT; "
+    "OpenInference's llm.output_messages are not read)"
+)
+NO_ACTION = "the session took no action (no tool call), so no answer reports on one"
+NO_MENTION = (
+    "no sentence of the assistant's text after its first action mentions a path, a command, "
+    "a check outcome or a number"
+)
+
+
+def why_no_claims(session: Session) -> str:
+    """Why :func:`build_claims` found no claim in ``session``, in plain words."""
+    if not any(m.data.get("text") for m in session.of_type("assistant_message")):
+        return NO_TEXT
+    if not session.of_type("tool_call"):
+        return NO_ACTION
+    return NO_MENTION
+
+
 def _resolve(claim: Claim, session: Session, coverage: Coverage, sentence: str) -> None:
     for m in claim.mentions:
         if m.type == "path":

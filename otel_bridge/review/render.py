@@ -40,6 +40,7 @@ def summary_lines(doc: Mapping[str, Any]) -> list[str]:
         out.append(
             f"session {session['trace_id']} ({', '.join(session['agents']) or 'agent unknown'}): "
             f"{counts or 'no claims'}"
+            + (f" ({session['no_claims']})" if not counts and session.get("no_claims") else "")
         )
         for claim in (c for c in doc["claims"] if c["session"] == session["id"]):
             out.append(f"  [{STATUS_MARK[claim['status']]}] {claim['text']}")
@@ -73,7 +74,8 @@ def render_markdown(doc: Mapping[str, Any]) -> str:
             lines.append(f"- **{claim['status']}**: {claim['text']}")
             lines.extend(_mention_lines(claim, labels))
         if not claims:
-            lines.append("No claims.")
+            why = session.get("no_claims")
+            lines.append(f"No claims: {why}." if why else "No claims.")
         lines += ["", "### Findings", ""]
         findings = [f for f in doc["findings"] if f["session"] == sid]
         for f in findings:

@@ -52,12 +52,13 @@ def test_filters_and_json(graph_file: Path, capsys: pytest.CaptureFixture[str]) 
 
 
 def test_path_query(graph_file: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    """--path prints bounded paths with relations, or JSON; no path exits 1."""
+    """--path prints bounded paths with relations, or JSON; no path exits 1. A hop over an
+    inferred link says so with its grade (it read as an observed link)."""
     args = ["graph", str(graph_file), "--path", "agent:agents:planner", "file:/tmp/data.txt"]
     assert main([*args, "--max-depth", "4"]) == 0
     out = capsys.readouterr().out
     assert "-[invoked]->" in out
-    assert "-[correlated_with_process]->" in out
+    assert "-[correlated_with_process (inferred, D)]->" in out
     assert main([*args, "--max-depth", "4", "--json"]) == 0
     paths = json.loads(capsys.readouterr().out)["paths"]
     assert paths[0]["nodes"][0] == "agent:agents:planner"

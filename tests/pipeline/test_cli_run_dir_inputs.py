@@ -61,3 +61,24 @@ def test_review_of_the_graph_file_asks_for_the_directory(run_dir: Path) -> None:
     done = run_cli("review", str(run_dir / "graph.json"), cwd=run_dir)
     assert done.returncode == 2
     assert "is not a run directory (give the directory)" in done.stderr
+
+
+@pytest.mark.parametrize("fmt", ["prov", "graphml", "json"])
+def test_export_refuses_an_output_that_would_lose_evidence(run_dir: Path, fmt: str) -> None:
+    """``export -o`` a directory (it raised IsADirectoryError), the graph being exported, or a
+    file in the run directory (``export RUN --format prov -o RUN/graph.json`` replaced the run's
+    graph, and any new file there fails ``verify``): one clear line, nothing written, the run
+    still verifies."""
+    before = {p.name: p.read_bytes() for p in run_dir.iterdir()}
+    targets = {
+        str(run_dir): "is a directory; -o names the file to write",
+        str(run_dir / "graph.json"): "is the graph being exported",
+        str(run_dir / "graph.prov.json"): f"is inside the run directory {run_dir}",
+    }
+    for target, said in targets.items():
+        done = run_cli("export", str(run_dir), "--format", fmt, "-o", target, cwd=run_dir)
+        assert done.returncode == 2, done.stderr
+        assert done.stderr.startswith(f"otel-bridge: {target}: {said}"), done.stderr
+        assert done.stderr.count("\n") == 1, done.stderr  # one line, no traceback
+    assert {p.name: p.read_bytes() for p in run_dir.iterdir()} == before
+    assert run_cli("verify", str(run_dir), cwd=run_dir).returncode == 0

@@ -9,7 +9,8 @@ gives ``process.pid`` and ``host.id``); spans go out through the SDK's OTLP expo
 
 It sends a first span, then waits for one line on standard input (the test's go-ahead, once
 the collector follows it), writes OUT_FILE, holds a connection to 127.0.0.1:PORT for 1 s,
-sends a second span and exits 0.
+sends a second span and exits 0. With ``SDK_AGENT_NAME`` set, both spans are a GenAI agent's
+(``invoke_agent``, ``gen_ai.agent.name``), so the graph has an agent for its pid to be linked to.
 """
 
 from __future__ import annotations
@@ -42,11 +43,13 @@ def main(out_file: str, port: int) -> int:
     provider = TracerProvider(resource=Resource.create())
     provider.add_span_processor(SimpleSpanProcessor(exporter()))
     tracer = provider.get_tracer("sdk-agent")
-    with tracer.start_as_current_span("agent.hello"):
+    name = os.environ.get("SDK_AGENT_NAME")
+    attrs = {"gen_ai.operation.name": "invoke_agent", "gen_ai.agent.name": name} if name else {}
+    with tracer.start_as_current_span("agent.hello", attributes=attrs):
         pass
     print("reported", flush=True)
     sys.stdin.readline()
-    with tracer.start_as_current_span("agent.act"):
+    with tracer.start_as_current_span("agent.act", attributes=attrs):
         with open(out_file, "w", encoding="utf-8") as f:
             f.write("written by the agent\n")
         with socket.create_connection(("127.0.0.1", port)) as conn:

@@ -140,12 +140,15 @@ class Agent:
         endpoint: str,
         protocol: str,
         prefix: list[str] | None = None,
+        *,
+        name: str = "",
     ) -> None:
         env = subprocess_env(
             OTEL_EXPORTER_OTLP_ENDPOINT=endpoint,
             OTEL_EXPORTER_OTLP_PROTOCOL=protocol,
             OTEL_EXPERIMENTAL_RESOURCE_DETECTORS="process,host",
             OTEL_SERVICE_NAME="standing-agent",
+            **({"SDK_AGENT_NAME": name} if name else {}),
         )
         self.proc = subprocess.Popen(
             [*(prefix or []), sys.executable, str(AGENT), str(out_file), str(port)],

@@ -312,6 +312,22 @@ def test_keyboard_reaches_tabs_and_table_rows(
     )
 
 
+def overlapping_review_labels(page: Any) -> list[tuple[str, str]]:
+    """Pairs of labels of the review graph whose boxes overlap (they were drawn over each other
+    whenever a level had more than a few nodes)."""
+    boxes = page.eval_on_selector_all(
+        "#ob-review-graph text",
+        "ts => ts.map(t => { const b = t.getBBox(); return [t.textContent, b.x, b.y, b.width,"
+        " b.height]; })",
+    )
+    return [
+        (a[0], b[0])
+        for i, a in enumerate(boxes)
+        for b in boxes[i + 1 :]
+        if a[1] < b[1] + b[3] and b[1] < a[1] + a[3] and a[2] < b[2] + b[4] and b[2] < a[2] + a[4]
+    ]
+
+
 def test_review_view_highlights_the_support_path(page: Any, shots: Path, tmp_path: Path) -> None:
     """Findings first; selecting the plot claim highlights a path ending at plot.png."""
     (tmp_path / "review.json").write_text(json.dumps(review_doc()))
@@ -332,7 +348,25 @@ def test_review_view_highlights_the_support_path(page: Any, shots: Path, tmp_pat
     assert "ab" * 32 in text  # the artifact's hash
     assert "n=3" in text  # captured content
     assert "model:scripted" in page.inner_text("#ob-audit")
+    assert overlapping_review_labels(page) == []
     screenshot(page, shots, "review")
+
+
+def test_review_view_says_when_there_is_no_claim(page: Any, tmp_path: Path) -> None:
+    """A session that stated no claim showed an empty Claims heading; it now says none, and why
+    when review.json's session says (``no_claims``)."""
+    doc = {**review_doc(), "claims": []}
+    (tmp_path / "review.json").write_text(json.dumps(doc))
+    page.goto(export(tmp_path / "review.json", tmp_path / "review.html").as_uri())
+    wait_ready(page)
+    assert page.locator("#ob-claims button").count() == 0
+    assert page.inner_text("#ob-claims-none").startswith("None: the agent stated no claim")
+    doc["sessions"] = [{"id": "s1", "no_claims": "no assistant text reached it"}]
+    (tmp_path / "review.json").write_text(json.dumps(doc))
+    page.goto(export(tmp_path / "review.json", tmp_path / "review2.html").as_uri())
+    wait_ready(page)
+    assert page.inner_text("#ob-claims-none").startswith("None: no assistant text reached it (")
+    assert "contradicted_claim" in page.inner_text("#ob-findings")
 
 
 def test_compare_view_supports_and_click_through(page: Any, shots: Path, tmp_path: Path) -> None:
@@ -352,6 +386,12 @@ def test_compare_view_supports_and_click_through(page: Any, shots: Path, tmp_pat
         assert "detour" in (page.get_attribute('#ob-joined g[data-id="j:search"]', "class") or "")
         assert "motif" in (page.get_attribute('#ob-joined g[data-id="j:read"]', "class") or "")
         assert page.locator(f'#ob-upset th:text-is("{DETOUR_RUN}")').count() == 1
+        # no graph, so no filters: the view has their column too (it was squeezed into the
+        # filters' 15rem, its tables cut off, beside an empty details pane of 1fr)
+        width = "e => e.getBoundingClientRect().width"
+        assert page.eval_on_selector("main", width) > 2 * page.eval_on_selector(
+            "#ob-details", width
+        )
         screenshot(page, shots, "compare")
         page.fill("#ob-support", "2")
         page.dispatch_event("#ob-support", "input")
@@ -385,6 +425,7 @@ def test_review_view_of_a_real_session_follows_the_ground_truth(
     page.goto(out.as_uri())
     wait_ready(page)
     page.evaluate("obViewer.show('review')")
+    assert overlapping_review_labels(page) == []
     for text, name in named:
         claim = next(c for c in review["claims"] if c["text"] == text)
         page.click(f'button[data-claim="{claim["id"]}"]')
@@ -545,6 +586,10 @@ def test_software_webgl_is_drawn_by_the_canvas_renderer(
     assert "Canvas 2D: WebGL here runs in software" in page.inner_text("#ob-renderer")
     exported = page.evaluate("obViewer.frame()")
     assert set(exported["nodes"]) == set(page.evaluate("obViewer.nodeIds()"))
+    # every label is drawn whole inside the canvas (the rightmost nodes' ran past its edge)
+    width = page.evaluate("document.getElementById('ob-graph').clientWidth")
+    assert exported["labels"]
+    assert [x for x in exported["labels"] if not 0 <= x[1] <= x[2] <= width] == []
     # the canvas path never evaluates the vendored WebGL libraries the file carries
     assert page.evaluate("typeof Sigma + ' ' + typeof graphology") == "undefined undefined"
     assert page.locator('script[type="text/x-ob-library"]').count() == 2

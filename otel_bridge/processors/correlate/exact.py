@@ -124,6 +124,14 @@ A plain tuple replaced rather than mutated: there is one per process, and the ga
 stops tracking a tuple of strings, ints and (``gc=False``) facts, so it costs no collection time."""
 
 
+def _began(life: _Life) -> int:
+    """When the process of ``life`` started (ns): its start time as its observation states it
+    (the kernel's), else when it was first observed. A process a standing collector follows
+    from its first span is first observed after the spans it sent before, which name its pid."""
+    ms = life[5].start_time_ms
+    return life[2] if ms is None else min(life[2], ms * 1_000_000)
+
+
 @dataclass(slots=True)
 class _First:
     """The earliest observation (by time, then id) seen for one key."""
@@ -403,7 +411,7 @@ class ExactLinker:
                 alive = [life for life in lives if life[0] in want]
             else:
                 t = first.time
-                alive = [x for x in lives if x[2] <= t and (not x[4] or x[4] >= t)]
+                alive = [x for x in lives if _began(x) <= t and (not x[4] or x[4] >= t)]
             if len(alive) != 1:
                 if final or len(alive) > 1:
                     self._count("unresolved_pid" if not alive else "ambiguous_pid")

@@ -89,7 +89,7 @@
     var pos = this.project(t, this.camera.z);
     var frame = { nodes: pos.ids, edges: this.drawEdges(ctx, t, pos) };
     this.drawNodes(ctx, pos);
-    this.drawLabels(ctx, pos, s);
+    frame.labels = this.drawLabels(ctx, pos, s);
     this.frame = frame;
     if (this.opts.afterRender) this.opts.afterRender();
   };
@@ -222,8 +222,10 @@
 
   // Forced labels (selected node, search matches) always; others from LABEL_MIN_SIZE up, at most
   // one per LABEL_CELL square so that they stay readable.
+  // Returns what it drew: [node id, left, right] per label, in CSS pixels.
   CanvasGraph.prototype.drawLabels = function (ctx, pos, s) {
-    var ix = pos.ix, taken = {}, cols = Math.ceil(s.w / LABEL_CELL) + 1, list = [];
+    var ix = pos.ix, taken = {}, cols = Math.ceil(s.w / LABEL_CELL) + 1, list = [], drawn = [];
+    var nodes = ix.nodes;
     pos.list.forEach(function (i) { if (ix.label[i] && (ix.force[i] || ix.r[i] >= LABEL_MIN_SIZE)) list.push(i); });
     list.sort(function (a, b) { return ix.force[b] - ix.force[a] || ix.r[b] - ix.r[a]; });
     ctx.font = "12px system-ui, sans-serif";
@@ -234,10 +236,15 @@
       var x = ix.x[i], y = ix.y[i], cell = Math.floor(y / LABEL_CELL) * cols + Math.floor(x / LABEL_CELL);
       if (!ix.force[i] && taken[cell]) return;
       taken[cell] = 1;
-      var text = String(ix.label[i]);
-      ctx.strokeText(text, x + ix.r[i] + 3, y + 4);
-      ctx.fillText(text, x + ix.r[i] + 3, y + 4);
+      var text = String(ix.label[i]), width = ctx.measureText(text).width, lx = x + ix.r[i] + 3;
+      // A label that would run past the canvas's right edge (the rightmost nodes' were cut
+      // off) goes on the node's left instead.
+      if (lx + width > s.w && x - ix.r[i] - 3 - width >= 0) lx = x - ix.r[i] - 3 - width;
+      ctx.strokeText(text, lx, y + 4);
+      ctx.fillText(text, lx, y + 4);
+      drawn.push([nodes[i].id, Math.round(lx), Math.round(lx + width)]);
     });
+    return drawn;
   };
 
   // The node under (x, y) in CSS pixels, else the edge, else null; nodes drawn last win.

@@ -856,10 +856,10 @@
     var html = '<div class="section"><h2>Findings</h2>' + (findings.length ? '<ul id="ob-findings">' + findings.map(function (f) {
       return '<li><span class="badge fail">' + esc(f.kind) + "</span> " + esc(f.message || "") + " <code>" + esc(f.subject || "") + "</code></li>";
     }).join("") + "</ul>" : "<p>None.</p>");
-    html += '<h2>Claims</h2><ul class="plain claims" id="ob-claims">' + claims.map(function (c) {
+    html += '<h2>Claims</h2>' + (claims.length ? '<ul class="plain claims" id="ob-claims">' + claims.map(function (c) {
       return '<li><button type="button" data-claim="' + esc(c.id) + '" aria-pressed="' + (S.reviewClaim === c.id) + '"><span class="badge st-' + esc(c.status) + '">' +
         esc(String(c.status).replace("_", " ")) + "</span> " + esc(c.text) + "</button></li>";
-    }).join("") + "</ul>";
+    }).join("") + "</ul>" : '<p id="ob-claims-none">None: ' + esc(noClaims(rv)) + ' (the findings above still stand).</p>');
     var sel = claims.filter(function (c) { return c.id === S.reviewClaim; })[0], hl = sel ? supportOf(rv, sel) : null;
     html += reviewGraph(rv, hl);
     if (hl) {
@@ -876,9 +876,25 @@
     html += reviewArtifacts(rv) + reviewAudit(rv) + "</div>";
     box.innerHTML = html;
   }
+  // Why no session has a claim, as review.json's sessions say (each distinct reason once).
+  function noClaims(rv) {
+    var why = [];
+    arr(rv.sessions).forEach(function (s) { if (s.no_claims && why.indexOf(s.no_claims) < 0) why.push(s.no_claims); });
+    return why.length ? why.join("; ") : "the agent stated no claim to check";
+  }
+  function reviewLabel(n) {
+    var name = String(nodeName(n));
+    return (nodeKind(n) ? nodeKind(n) + ": " : "") + name.slice(Math.max(0, name.length - 22));
+  }
   function reviewGraph(rv, hl) {
     var levels = [arr(rv.workflow), arr(rv.evidence)], pos = {}, parts = [];
-    var W = Math.max(1000, 120 + 34 * Math.max(levels[0].length, levels[1].length));
+    // Each node of a level that labels every node gets room for the longest label (about 7 px
+    // a character at the SVG's font size), so neighbouring labels never overlap; the page
+    // scrolls sideways instead.
+    var W = Math.max.apply(null, [1000].concat(levels.map(function (list) {
+      var room = list.length > 12 ? 34 : 16 + 7 * Math.max.apply(null, [0].concat(list.map(function (n) { return reviewLabel(n).length; })));
+      return 120 + room * list.length;
+    })));
     levels.forEach(function (list, lv) {
       list.forEach(function (n, i) { pos[n.id] = { x: 60 + (i + 0.5) * (W - 120) / list.length, y: 40 + lv * 140 }; });
     });
@@ -894,7 +910,7 @@
         var p = pos[n.id], on = hl && hl.nodes[n.id], dense = list.length > 12, name = String(nodeName(n));
         // Dense levels label only the highlighted nodes (each label stays readable); every
         // node is named in the path list and the audit table.
-        var text = dense && !on ? "" : (nodeKind(n) ? nodeKind(n) + ": " : "") + name.slice(Math.max(0, name.length - 22));
+        var text = dense && !on ? "" : reviewLabel(n);
         parts.push('<g data-id="' + esc(n.id) + '" class="rv-node' + (on ? " highlighted" : "") + '"><title>' + esc(nodeKind(n) + " " + name) + "</title>" +
           svgEl("circle", { cx: p.x, cy: p.y, r: 9, fill: on ? "#D55E00" : "#56B4E9", "class": on ? "hl" : hl ? "dim" : "" }) +
           (text ? svgEl("text", { x: p.x - 30, y: p.y + (on && dense ? 24 + 14 * (list.indexOf(n) % 3) : 24) }, text) : "") + "</g>");
@@ -1080,6 +1096,7 @@
   function showTabs(bundle) {
     ["graph", "table", "timeline"].forEach(function (v) { $("tab-" + v).hidden = !bundle.graph; });
     $("ob-filters").hidden = !bundle.graph;
+    document.querySelector(".layout").classList.toggle("no-filters", !bundle.graph);
     $("tab-review").hidden = !bundle.review;
     $("tab-compare").hidden = !bundle.compare;
   }

@@ -1,0 +1,56 @@
+"""An agent whose spans name no process is said in ``report.md``, with how to name it.
+
+A new user's agent set up as the OpenTelemetry Python SDK's documentation does
+(``Resource.create({"service.name": ...})``, as the official OpenAI instrumentation's examples
+do) states no ``process.pid``: under ``observe`` its agent node was linked to no process, its
+model calls to no connection, and the report said nothing (no "Agent process" line, and its
+process listed as one "no tool call is linked to"). The report now says the agent is linked to
+no process and why; with ``OTEL_EXPERIMENTAL_RESOURCE_DETECTORS=process``, the variable it
+names, the same agent is linked (so the advice is checked too).
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+from cli_support import observed_run
+
+AGENT = """
+import sys
+from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
+from opentelemetry.sdk.resources import Resource
+from opentelemetry.sdk.trace import TracerProvider
+from opentelemetry.sdk.trace.export import BatchSpanProcessor
+
+provider = TracerProvider(resource=Resource.create({"service.name": "pidless-agent"}))
+provider.add_span_processor(BatchSpanProcessor(OTLPSpanExporter()))
+tracer = provider.get_tracer("newuser")
+with tracer.start_as_current_span("invoke_agent helper") as agent:
+    agent.set_attribute("gen_ai.operation.name", "invoke_agent")
+    agent.set_attribute("gen_ai.agent.name", "helper")
+    open("notes.txt", "w").write("x")
+provider.shutdown()
+"""
+
+SAID = (
+    "- agent `helper` (service pidless-agent) is linked to no process: its spans' resource "
+    "named no process this run observed (`process.pid`, which the OpenTelemetry Python SDK "
+    "states only with `OTEL_EXPERIMENTAL_RESOURCE_DETECTORS=process`)"
+)
+
+
+def test_an_agent_without_process_pid_is_said(tmp_path: Path) -> None:
+    (tmp_path / "agent.py").write_text(AGENT, encoding="utf-8")
+    report = (observed_run(tmp_path, sys.executable, "agent.py") / "report.md").read_text()
+    assert "Agent process:" not in report
+    assert SAID in report, report
+
+
+def test_the_variable_it_names_links_the_agent(tmp_path: Path) -> None:
+    (tmp_path / "agent.py").write_text(AGENT, encoding="utf-8")
+    command = ("env", "OTEL_EXPERIMENTAL_RESOURCE_DETECTORS=process", sys.executable, "agent.py")
+    report = (observed_run(tmp_path, *command) / "report.md").read_text()
+    assert "Agent process: pid " in report, report
+    assert "notes.txt (created, wrote)" in report.split("## Tool calls")[0], report
+    assert "is linked to no process" not in report, report

@@ -23,7 +23,7 @@ from otel_bridge.config import parse_config
 from otel_bridge.model import Span
 from otel_bridge.pipeline import Collector
 from otel_bridge.registry import default_registry
-from otel_bridge.testing import RecordingConsumer, recording_exporter_factory
+from otel_bridge.testing import LoopbackServer, RecordingConsumer, recording_exporter_factory
 
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parent.parent
@@ -186,3 +186,28 @@ class Agent:
         for stream in (self.proc.stdin, self.proc.stdout, self.proc.stderr):
             if stream is not None and not stream.closed:
                 stream.close()
+
+
+def run_agent(
+    collector: RunningCollector,
+    tmp_path: Path,
+    protocol: str,
+    prefix: list[str] | None = None,
+    *,
+    name: str = "",
+) -> tuple[Agent, Path, int]:
+    """Start the SDK agent against ``collector``, wait until it is followed, let it act, stop
+    the collector (exit 0). Returns the agent, its output file and its loopback server's port."""
+    out = tmp_path / "agent-output.txt"
+    server = LoopbackServer()
+    port = collector.grpc_port if protocol == "grpc" else collector.http_port
+    agent = Agent(out, server.port, f"http://127.0.0.1:{port}", protocol, prefix, name=name)
+    try:
+        collector.stderr.wait_for(rf"following pid {agent.pid} from now")
+        agent.go()
+    finally:
+        agent.kill()
+        server.close()
+        code = collector.stop()
+    assert code == 0, collector.output
+    return agent, out, server.port

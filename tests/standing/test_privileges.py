@@ -18,9 +18,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from standing_support import REPO, Agent, RunningCollector, subprocess_env
-
-from otel_bridge.testing import LoopbackServer
+from standing_support import REPO, RunningCollector, run_agent, subprocess_env
 
 IS_ROOT = os.geteuid() == 0
 
@@ -130,18 +128,7 @@ def test_standing_collector_as_an_unprivileged_user(tmp_path: Path) -> None:
     graph_path = tmp_path / "graph.json"
     env = {"OTEL_BRIDGE_GRAPH": str(graph_path), "OTEL_BRIDGE_RECORDS": str(tmp_path / "r.jsonl")}
     collector = RunningCollector(REPO / "configs" / "local.yaml", tmp_path, env, prefix)
-    out = tmp_path / "agent-output.txt"
-    server = LoopbackServer()
-    endpoint = f"http://127.0.0.1:{collector.http_port}"
-    agent = Agent(out, server.port, endpoint, "http/protobuf", prefix)
-    try:
-        collector.stderr.wait_for(rf"following pid {agent.pid} from now")
-        agent.go()
-    finally:
-        agent.kill()
-        server.close()
-        code = collector.stop()
-    assert code == 0, collector.output
+    agent, out, port = run_agent(collector, tmp_path, "http/protobuf", prefix)
     assert "receiver host: strace" in collector.output
     graph: dict[str, Any] = json.loads(graph_path.read_text())
     (proc,) = [
@@ -150,7 +137,7 @@ def test_standing_collector_as_an_unprivileged_user(tmp_path: Path) -> None:
     targets = {e["target"] for e in graph["edges"] if e["source"] == proc["id"]}
     assert f"file:{out}" in targets or str(out) in file_paths(graph), targets
     ports = {n["facts"]["port"] for n in graph["nodes"] if n["kind"] == "endpoint"}
-    assert server.port in ports
+    assert port in ports
 
 
 def test_a_plain_users_observe_says_which_stronger_backends_it_lacks(tmp_path: Path) -> None:

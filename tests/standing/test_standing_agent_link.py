@@ -17,9 +17,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from standing_support import REPO, Agent, RunningCollector
-
-from otel_bridge.testing import LoopbackServer
+from standing_support import REPO, RunningCollector, run_agent
 
 pytest.importorskip("opentelemetry.exporter.otlp.proto.http", reason="needs the dev extra")
 pytest.importorskip("opentelemetry.exporter.otlp.proto.grpc", reason="needs the dev extra")
@@ -33,19 +31,7 @@ def test_the_agent_is_linked_to_the_process_its_spans_name(tmp_path: Path, proto
         "OTEL_BRIDGE_RECORDS": str(tmp_path / "records.jsonl"),
     }
     collector = RunningCollector(REPO / "configs" / "local.yaml", tmp_path, env)
-    server = LoopbackServer()
-    port = collector.grpc_port if protocol == "grpc" else collector.http_port
-    agent = Agent(
-        tmp_path / "out.txt", server.port, f"http://127.0.0.1:{port}", protocol, name="scout"
-    )
-    try:
-        collector.stderr.wait_for(rf"following pid {agent.pid} from now")
-        agent.go()
-    finally:
-        agent.kill()
-        server.close()
-        code = collector.stop()
-    assert code == 0, collector.output
+    agent, _, _ = run_agent(collector, tmp_path, protocol, name="scout")
     graph: dict[str, Any] = json.loads(graph_path.read_text())
     (proc,) = [
         n["id"] for n in graph["nodes"] if n["kind"] == "process" and n["facts"]["pid"] == agent.pid

@@ -14,10 +14,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from standing_support import REPO, Agent, Downstream, RunningCollector
+from standing_support import REPO, Downstream, RunningCollector, run_agent
 
 from otel_bridge.model import Span
-from otel_bridge.testing import LoopbackServer
 
 CONFIGS = REPO / "configs"
 
@@ -38,25 +37,6 @@ def test_every_shipped_config_is_tested_here() -> None:
         "local.yaml",
         "phoenix.yaml",
     ]
-
-
-def run_agent(
-    collector: RunningCollector, tmp_path: Path, protocol: str
-) -> tuple[Agent, Path, int]:
-    """Start the SDK agent against ``collector``, wait until it is followed, let it act."""
-    out = tmp_path / "agent-output.txt"
-    server = LoopbackServer()
-    port = collector.grpc_port if protocol == "grpc" else collector.http_port
-    agent = Agent(out, server.port, f"http://127.0.0.1:{port}", protocol)
-    try:
-        collector.stderr.wait_for(rf"following pid {agent.pid} from now")
-        agent.go()
-    finally:
-        agent.kill()
-        server.close()
-        code = collector.stop()
-    assert code == 0, collector.output
-    return agent, out, server.port
 
 
 def test_local_yaml_records_the_os_plane_of_a_separately_started_agent(tmp_path: Path) -> None:

@@ -13,9 +13,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from standing_support import REPO, Agent, RunningCollector
-
-from otel_bridge.testing import LoopbackServer
+from standing_support import REPO, RunningCollector, run_agent
 
 pytest.importorskip("opentelemetry.exporter.otlp.proto.http", reason="needs the dev extra")
 
@@ -26,17 +24,7 @@ def test_banner_names_each_plane_and_the_end_says_what_was_not_observed(tmp_path
         "OTEL_BRIDGE_RECORDS": str(tmp_path / "records.jsonl"),
     }
     collector = RunningCollector(REPO / "configs" / "local.yaml", tmp_path, env)
-    server = LoopbackServer()
-    endpoint = f"http://127.0.0.1:{collector.http_port}"
-    agent = Agent(tmp_path / "out.txt", server.port, endpoint, "http/protobuf")
-    try:
-        collector.stderr.wait_for(rf"following pid {agent.pid} from now")
-        agent.go()
-    finally:
-        agent.kill()
-        server.close()
-        code = collector.stop()
-    assert code == 0, collector.output
+    run_agent(collector, tmp_path, "http/protobuf")
     lines = collector.output.splitlines()
     running = next(i for i, line in enumerate(lines) if "running (pid" in line)
     stopped = next(i for i, line in enumerate(lines) if "otel-bridge: stopped" in line)

@@ -364,6 +364,9 @@ class FanotifyGroups:
     does not, or was not opened in that mode because ``fid`` is False)."""
     reader: FanotifyPreReader | None = None
     """Reads the groups while armed (:meth:`start_reading`), until the watcher takes over."""
+    opened_ns: int = 0
+    """The wall time (ns) just before the groups were opened: no event in them was queued
+    earlier (the earliest time of the records of the events read while armed)."""
 
     def start_reading(self) -> None:
         """Read events as they arrive from now on (see :class:`FanotifyPreReader`)."""
@@ -401,7 +404,9 @@ def open_fanotify_groups(
     """Both groups for this configuration; raises ``OSError`` when the main one fails. The
     directory-entry group failing is kept in ``dirent_error``, the file group's fallback to a
     descriptor per event in ``fid_error`` (the backend reports both)."""
-    groups = FanotifyGroups(events=tuple(events), paths=tuple(paths), mark=mark, fid=fid)
+    groups = FanotifyGroups(
+        events=tuple(events), paths=tuple(paths), mark=mark, fid=fid, opened_ns=time.time_ns()
+    )
     mask, dirent = fanotify_masks(set(events))
     mount = mark == "mount"
     if mask:
@@ -600,11 +605,13 @@ _FD_READ_BYTES = 8 * 1024
 _FID_READ_BYTES = 64 * 1024
 """One read of a group that reports handles and names (no descriptor is opened)."""
 _READS_PER_WAKE = 64
-PreRead = tuple[int, int, int, str]
-"""``(time ns, mask, pid, path)`` of one descriptor-group event read while armed; ``path`` is
-``""`` for an event without a descriptor (a queue overflow)."""
-RawReads = list[tuple[int, bytes]]
-"""``(time ns, bytes)`` of each read of a handle-and-name group while armed, kept as read."""
+PreRead = tuple[int, int, int, str, int]
+"""``(time ns, mask, pid, path, earliest ns)`` of one descriptor-group event read while armed;
+``path`` is ``""`` for an event without a descriptor (a queue overflow); ``earliest``: the
+earliest it can have been queued (:attr:`FanotifyPreReader.since_ns` when it was read)."""
+RawReads = list[tuple[int, bytes, int]]
+"""``(time ns, bytes, earliest ns)`` of each read of a handle-and-name group while armed, kept
+as read."""
 
 
 class FanotifyPreReader:
@@ -626,6 +633,10 @@ class FanotifyPreReader:
         self.dirents: RawReads = []
         self.files: RawReads = []
         """The file group's reads, raw (when it reports handles and names)."""
+        self.since_ns = groups.opened_ns
+        """The wall time (ns) from which every event not read yet was queued: the groups'
+        opening, then the time taken after each wake that read every group until it was
+        empty."""
         self._stop_r, self._stop_w = os.pipe()
         self._thread = threading.Thread(target=self._run, name="armed-fanotify", daemon=True)
         self._thread.start()
@@ -634,26 +645,32 @@ class FanotifyPreReader:
         fds = [fd for fd in (self._groups.fd, self._groups.dir_fd) if fd >= 0]
         while True:
             ready, _, _ = select.select([*fds, self._stop_r], [], [])
-            for fd in fds:
-                self._drain(fd)
+            mark = time.time_ns()  # every group is read from here until it is empty
+            drained = [self._drain(fd) for fd in fds]
+            if all(drained):
+                self.since_ns = mark
             if self._stop_r in ready:
                 return
 
-    def _drain(self, fanotify_fd: int) -> None:
+    def _drain(self, fanotify_fd: int) -> bool:
         """Read what is queued, at most ``_READS_PER_WAKE`` reads (then the loop checks for
-        :meth:`take`: a steady stream of the machine's events cannot keep it here)."""
+        :meth:`take`: a steady stream of the machine's events cannot keep it here); True when
+        the group was read until it was empty."""
         dirents = fanotify_fd == self._groups.dir_fd
         raw = self.dirents if dirents else self.files if self._fid else None
+        since = self.since_ns
         for _ in range(_READS_PER_WAKE):
             try:
                 data = os.read(fanotify_fd, _FD_READ_BYTES if raw is None else _FID_READ_BYTES)
+            except BlockingIOError:
+                return True
             except OSError:
-                return
+                return False
             if not data:
-                return
+                return True
             now = time.time_ns()
             if raw is not None:
-                raw.append((now, data))
+                raw.append((now, data, since))
                 continue
             offset = 0
             while offset + _METADATA.size <= len(data):
@@ -669,7 +686,8 @@ class FanotifyPreReader:
                         continue
                     finally:
                         os.close(fd)
-                self.events.append((now, mask, pid, path))
+                self.events.append((now, mask, pid, path, since))
+        return False
 
     def take(self) -> tuple[list[PreRead], RawReads, RawReads]:
         """Stop reading (after a last drain); what was read, in order: the descriptor group's

@@ -44,6 +44,7 @@ from otel_bridge.model import (
     Grade,
     RelationKind,
 )
+from otel_bridge.stamping import EARLIEST_TIME
 
 CHANNELS: tuple[Channel, ...] = tuple(Channel)
 CHANNEL_BIT = {c: 1 << i for i, c in enumerate(CHANNELS)}
@@ -357,6 +358,22 @@ class Store:
         """First-available attributes from a later observation of the edge."""
         merge_attrs(self.e_attrs[j], attrs)
         self.e_keys[j] = self.intern_keys(self.e_attrs[j])
+
+    def earlier_edge(self, j: int, attrs: Attributes) -> None:
+        """An observation of edge ``j`` earlier than its first time, applied after another: the
+        edge's earliest time (:data:`~otel_bridge.stamping.EARLIEST_TIME`) becomes this
+        observation's (or none, when it states none), so it stays the bound of the edge's
+        ``first_seen``. Other attributes stay first-available."""
+        mine = self.e_attrs[j]
+        value = attrs.get(EARLIEST_TIME)
+        if value is None:
+            if mine.pop(EARLIEST_TIME, None) is not None:
+                self.e_keys[j] = self.intern_keys(mine)
+            return
+        fresh = EARLIEST_TIME not in mine
+        mine[EARLIEST_TIME] = value
+        if fresh:
+            self.e_keys[j] = self.intern_keys(mine)
 
     def extras(self, j: int, ev: Evidence) -> None:
         """Record the method, maximum score and derived support of a derived observation."""

@@ -351,6 +351,8 @@ class GraphAccumulator:
                 if not e_keys[ei].issuperset(o.attrs):
                     st.merge_edge(ei, o.attrs)
             if 0 < t < e_first[ei]:
+                if e_first[ei] != NEVER:  # earlier than the edge's first time, applied later
+                    st.earlier_edge(ei, o.attrs)
                 e_first[ei] = t
             if te > e_last[ei]:  # noqa: PLR1730 - hot path, cheaper than max()
                 e_last[ei] = te

@@ -19,6 +19,7 @@ The report states only what the graph holds; an overlap in time is said to be on
 
 from __future__ import annotations
 
+import math
 from collections import defaultdict
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
@@ -37,7 +38,7 @@ from otel_bridge.model import (
     RelationKind,
     ToolCallFacts,
 )
-from otel_bridge.stamping import FILE_STAMP_LATENESS_NS
+from otel_bridge.stamping import EARLIEST_TIME, FILE_STAMP_LATENESS_NS
 
 _HOW = {
     "traceparent": "it inherited the call's trace context (TRACEPARENT)",
@@ -154,24 +155,34 @@ class _Index:
         is said as such, not hidden behind "none observed"."""
         return sorted(_written(w) for w in self.written.get(pid, ()))
 
-    def writes_during(self, pid: str, start: int, end: int) -> tuple[list[str], int]:
-        """Files ``pid`` changed while ``[start, end]`` ran, and the widest lateness (ns) that
-        was allowed for: a backend that stamps a file record when it reads it
-        (:data:`~otel_bridge.stamping.FILE_STAMP_LATENESS_NS`) may stamp a change made during
-        the window up to its stated lateness after the window's end."""
-        out, widest = [], 0
+    def writes_during(self, pid: str, start: int, end: int) -> tuple[list[str], list[int]]:
+        """Files ``pid`` changed while ``[start, end]`` ran, and ``[after, stated, assumed]``
+        (ns) for the changes stamped after ``end``: how long after it the latest stamp is, and
+        the widest lateness their records state, or that is assumed for records stating none.
+
+        A backend that stamps a file record when it reads it states, per record, the earliest
+        its change can have happened (:data:`~otel_bridge.stamping.EARLIEST_TIME`; an edge
+        keeps its ``first_seen``'s): a change stamped after ``end`` counts when that earliest
+        time is not after it. A record stating none is allowed the backend's assumed lateness
+        (:data:`~otel_bridge.stamping.FILE_STAMP_LATENESS_NS`)."""
+        out: list[str] = []
+        widths = [0, 0, 0]  # after, stated, assumed
         for w in self.written.get(pid, ()):
-            hits = [
-                late
-                for e in w.edges
-                if (edge := self.edges.get(e)) is not None and edge.first_seen is not None
-                for late in [_lateness(edge)]
-                if start <= (edge.last_seen or edge.first_seen) and edge.first_seen - late <= end
-            ]
-            if hits:
+            hit = False
+            for e in w.edges:
+                edge = self.edges.get(e)
+                if edge is None or edge.first_seen is None:
+                    continue
+                first = edge.first_seen
+                late, assumed = _lateness(edge)
+                if start <= (edge.last_seen or first) and first - late <= end:
+                    hit = True
+                    if first > end:  # stamped after the end: made during it, or up to then
+                        widths[0] = max(widths[0], first - end)
+                        widths[1 + assumed] = max(widths[1 + assumed], late)
+            if hit:
                 out.append(_written(w))
-                widest = max(widest, *hits)
-        return sorted(out), widest
+        return sorted(out), widths
 
     def endpoints(self, pid: str) -> list[str]:
         """Endpoints ``pid`` connected to, or began to (said as such), in the graph's order."""
@@ -196,9 +207,14 @@ def _written(w: reading.Effect) -> str:
     return f"{w.label} ({', '.join(sorted(rels))})"
 
 
-def _lateness(edge: GraphEdge) -> int:
-    """The most ``edge``'s time may be later than its event, as its backends state (ns)."""
-    return max((FILE_STAMP_LATENESS_NS.get(b, 0) for b in edge.backends), default=0)
+def _lateness(edge: GraphEdge) -> tuple[int, bool]:
+    """How much earlier than ``edge``'s ``first_seen`` its first event can have happened (ns),
+    and whether that is assumed: its record's earliest time when stated, else what its
+    backends are assumed to be late by (0 for a backend that stamps the event itself)."""
+    earliest = edge.attrs.get(EARLIEST_TIME)
+    if type(earliest) is int and edge.first_seen is not None:
+        return max(0, edge.first_seen - earliest), False
+    return max((FILE_STAMP_LATENESS_NS.get(b, 0) for b in edge.backends), default=0), True
 
 
 def _by_time(nodes: Iterable[GraphNode]) -> list[GraphNode]:
@@ -396,24 +412,43 @@ def _unlinked_call(row: CallRow, ix: _Index, agents: set[str]) -> str:
     if start is None or end is None:
         return text
     during: list[str] = []
-    late = 0
+    after = stated = assumed = 0
     for agent in sorted(agents):
-        files, widest = ix.writes_during(agent, start, end)
+        files, (late_by, late, guessed) = ix.writes_during(agent, start, end)
         during += files
-        late = max(late, widest)
+        after, stated, assumed = max(after, late_by), max(stated, late), max(assumed, guessed)
     if during:
         when = "While it ran"
-        if late:
-            ms = f"{late / 1e6:g} ms"
-            when += (
-                f" or within {ms} after it ended (the file plane stamps a change when it "
-                f"reads it, up to {ms} late)"
-            )
+        if after:  # a change stamped after the end: it was made before its stamp
+            when += f" or within {_ms(after)} after it ended (" + _late(stated, assumed)
         text += (
             f". {when}, the agent's process changed {', '.join(map(_md, during))} "
             "(same time only: not a link)"
         )
     return text
+
+
+def _ms(ns: int) -> str:
+    """``ns`` in milliseconds, rounded up to a tenth (a lateness is never said smaller)."""
+    return f"{math.ceil(ns / 100_000) / 10:g} ms"
+
+
+def _late(stated: int, assumed: int) -> str:
+    """Why a change stamped after a call's end may have been made during it (the rest of the
+    parenthesis): the file plane's records state how much earlier than its stamp each change
+    can have happened (``stated``, ns, the widest), or state nothing and an ``assumed``
+    lateness is allowed."""
+    out = "the file plane stamps a change when it reads it; "
+    if stated:
+        out += "its records state the earliest each change can have happened: "
+        out += f"up to {_ms(stated)} before its stamp"
+        if assumed:
+            out += f", those stating none are allowed {_ms(assumed)}"
+    else:
+        out += f"these records state no earliest time: {_ms(assumed)} is assumed"
+    if assumed:
+        out += ", and a later read is missed"
+    return out + ")"
 
 
 def _line(text: str) -> str:

@@ -19,6 +19,7 @@ from otel_bridge.graph.summary import summarize
 from otel_bridge.identity import process_key, process_label
 from otel_bridge.jsonl import value_to_json
 from otel_bridge.model import Attribution, CoverageRecord, Entity, Facts, Observation, ProcessFacts
+from otel_bridge.stamping import EARLIEST_TIME
 
 Element = tuple[str, object]
 """("node", id) or ("edge", (source, relation, target))."""
@@ -163,6 +164,12 @@ class ReferenceGraph:
             if edge is None:
                 edge = self.edges[key] = _Element()
             _merge_attrs(edge.attrs, o.attrs)
+            if edge.first is not None and 0 < t < edge.first:
+                # earlier than the edge's first time: its earliest time is this observation's
+                if EARLIEST_TIME in o.attrs:
+                    edge.attrs[EARLIEST_TIME] = o.attrs[EARLIEST_TIME]
+                else:
+                    edge.attrs.pop(EARLIEST_TIME, None)
             ev = o.evidence
             for name in ("causal", "inferred", "identity_exact"):
                 value = getattr(ev, name)

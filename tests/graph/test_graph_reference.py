@@ -28,6 +28,7 @@ from otel_bridge.model import (
     Source,
     ToolCallFacts,
 )
+from otel_bridge.stamping import EARLIEST_TIME
 
 _SHARED = {"shared": 1}
 _started = ProcessFacts(
@@ -87,7 +88,16 @@ EVIDENCE = [
     Evidence(attribution=Attribution.HEURISTIC, method="exe_basename", score=0.8),
     Evidence(),
 ]
-ATTRS: list[dict[str, Any]] = [{}, {"flags": "O_RDONLY"}, {"flags": "O_RDWR", "n": 2}, _SHARED]
+ATTRS: list[dict[str, Any]] = [
+    {},
+    {"flags": "O_RDONLY"},
+    {"flags": "O_RDWR", "n": 2},
+    _SHARED,
+    {EARLIEST_TIME: 40},
+    {EARLIEST_TIME: 90, "flags": "O_RDONLY"},
+]
+"""Observation attributes; an edge keeps the earliest time (``EARLIEST_TIME``) of the
+observation that gave it its first time, the others first-available."""
 
 
 @st.composite

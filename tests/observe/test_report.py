@@ -8,6 +8,7 @@ from typing import Any
 from otel_bridge.graph.document import Graph, GraphEdge, GraphNode
 from otel_bridge.model import CommandFacts, ProcessFacts, ToolCallFacts
 from otel_bridge.report import build, render
+from otel_bridge.stamping import EARLIEST_TIME
 
 H = "h1"
 
@@ -136,10 +137,11 @@ def test_repeated_unlinked_processes_share_one_line() -> None:
     assert text.count("ran, but no tool call") == 4
 
 
-def test_an_overlap_allows_for_the_file_planes_stated_lateness() -> None:
-    """A record of a backend that stamps file events when it reads them (``linux``: up to
-    20 ms late) counts as during the call up to that much after its end, said as "within
-    20 ms"; later, or from a backend that stamps the event itself (``strace``), it does not."""
+def test_an_overlap_without_stated_earliest_times_assumes_the_pacing_period() -> None:
+    """A record of a backend that stamps file events when it reads them (``linux``) that states
+    no earliest time (a graph written before records carried one) is allowed the assumed
+    20 ms, said as an assumption that misses a later read; later, or from a backend that stamps
+    the event itself (``strace``), it does not count."""
     base = _graph()
     agent = "process:h1:10:10"
     late = [
@@ -161,6 +163,50 @@ def test_an_overlap_allows_for_the_file_planes_stated_lateness() -> None:
         "notes (c2) declared no command; no process was linked to it: with no command there is "
         "nothing to match a process against, and no process carried its trace context: it ran "
         "inside the agent's own process, or its processes did not carry it. While it ran or "
-        "within 20 ms after it ended (the file plane stamps a change when it reads it, up to "
-        "20 ms late), the agent's process changed /w/in.md (wrote) (same time only: not a link)"
+        "within 19 ms after it ended (the file plane stamps a change when it reads it; these "
+        "records state no earliest time: 20 ms is assumed, and a later read is missed), the "
+        "agent's process changed /w/in.md (wrote) (same time only: not a link)"
+    ]
+
+
+def test_an_overlap_uses_each_records_stated_earliest_time() -> None:
+    """A ``linux`` record stamped 64 ms after the call's end whose earliest time is before the
+    end counts: the sentence says how long after the end it was stamped and the widest
+    lateness its records state (rounded up); one whose earliest time is after the end does not,
+    however close its stamp."""
+    base = _graph()
+    agent = "process:h1:10:10"
+    files = [
+        GraphNode(id=f"file:/w/{name}", kind="file", label=f"/w/{name}")
+        for name in ("late.md", "after.md")
+    ]
+    edges = (
+        *(e for e in base.edges if e.target != "file:/w/notes.md"),
+        _edge(
+            agent,
+            "wrote",
+            files[0].id,
+            grade="A",
+            first_seen=400 + 64_000_000,
+            backends=("linux",),
+            attrs={EARLIEST_TIME: 400 - 1_234_567},
+        ),
+        _edge(
+            agent,
+            "wrote",
+            files[1].id,
+            grade="A",
+            first_seen=400 + 2_000_000,
+            backends=("linux",),
+            attrs={EARLIEST_TIME: 401},
+        ),
+    )
+    notes = build(Graph(nodes=(*base.nodes, *files), edges=edges)).unlinked_calls
+    assert notes == [
+        "notes (c2) declared no command; no process was linked to it: with no command there is "
+        "nothing to match a process against, and no process carried its trace context: it ran "
+        "inside the agent's own process, or its processes did not carry it. While it ran or "
+        "within 64 ms after it ended (the file plane stamps a change when it reads it; its "
+        "records state the earliest each change can have happened: up to 65.3 ms before its "
+        "stamp), the agent's process changed /w/late.md (wrote) (same time only: not a link)"
     ]

@@ -34,6 +34,7 @@ from otel_bridge.model import (
     Span,
 )
 from otel_bridge.otlp import json_codec
+from otel_bridge.stamping import EARLIEST_TIME
 
 from .config import SignalName
 
@@ -117,8 +118,9 @@ def _observation_lines(observations: Sequence[Observation]) -> list[str]:
 
 _REMEMBERED = 4_096
 """Entries of each of a :class:`LineEncoder`'s memos (cleared when full)."""
-_UNIQUE_KEYS = frozenset({"evidence.record_id"})
-"""Attribute keys whose values differ in every record: never remembered."""
+_UNIQUE_KEYS = frozenset({"evidence.record_id", EARLIEST_TIME})
+"""Attribute keys whose values differ in (nearly) every record: never remembered (each would
+take a slot and, once the table is full, empty it of the values that do repeat)."""
 _Memo = dict[int, tuple[object, Any]]
 """``id(obj) -> (obj, encoding)``: holding the object keeps its id from being reused."""
 

@@ -86,6 +86,7 @@ _DETAIL_KEYS = (
     "file.change.type",
     "evidence.merged_events",
     "evidence.last_time_unix_nano",
+    "evidence.earliest_time_unix_nano",
     "network.connect.result",
     "network.local.address",
     "network.local.port",

@@ -66,6 +66,16 @@ Honest limits of both modes:
   the next child's write of the same file (``compare``'s ``observed_dataflow`` orders them by
   time). :attr:`FanotifyWatcher.drained_at` says up to when every queued event was handled: the
   ``linux`` backend keeps an exited pid in the lineage until then.
+* How late that time is has no fixed bound (the pacing below, and a reader scheduled late on a
+  loaded machine: 40 to 64 ms at a load average of 7), so every file record states the earliest
+  its event can have happened, measured: ``evidence.earliest_time_unix_nano``
+  (:data:`~otel_bridge.stamping.EARLIEST_TIME`), the wall time taken before the reader last
+  found every queue empty before it read the event (:attr:`FanotifyWatcher.since_ns`: before a
+  pass whose ``select`` returned at once, or after one that waited, then reading every group
+  until it is empty; before the groups were opened, for the first pass and the events read
+  while armed). An event held for its pid, or merged, keeps the one it was read with (a merged
+  record, its first event's); never later than the record's time. The event happened between
+  the two.
 * **Paced reads.** The kernel merges an event into one of the same pid on the same entry
   (directory handle and name; directories and non-directories apart, a rename never) still
   waiting unread in the queue, OR-ing their masks. A busy queue is therefore read in paced
@@ -74,7 +84,7 @@ Honest limits of both modes:
   wait). Sparse events are read at once. A record of an open or a write then stands for one or
   more opens (or writable closes) of that entry by that pid since the previous read, not one
   each; distinct pids, entries and kinds stay distinct records (the kernel never merges them).
-  The pause adds at most :data:`PACE_S` to how long after the event its record's time is; the
+  The pause adds up to :data:`PACE_S` to how long after the event its record's time is; the
   records of one read keep the queue's order, a merged event at the place of its first
   occurrence. The kernel merged whatever waited unread before pacing too: how many records a
   workload that reopens the same files gives always depended on how fast it was read.
@@ -132,7 +142,7 @@ from otel_bridge.model import AnyValue, CollectionState, LogRecord
 from otel_bridge.receivers.host.events import SYSCALL, HostContext
 from otel_bridge.receivers.host.filemerge import MERGED_KINDS, FileMerger, Held
 from otel_bridge.receivers.host.release import release
-from otel_bridge.stamping import FANOTIFY_PACE_S
+from otel_bridge.stamping import EARLIEST_TIME, FANOTIFY_PACE_S
 
 __all__ = [
     "DIRENT_BITS",
@@ -168,6 +178,10 @@ _FOREIGN_FOR = 5.0
 """Seconds the events of a pid that did not join the lineage in time are skipped unread."""
 _MAX_FOREIGN = 100_000
 """Foreign pids remembered at most (the table starts over when full)."""
+_PROBE_AFTER = 0.002
+"""Seconds a pass's ``select`` may take before the pass reads every group, ready or not (each
+until it is empty), to move the next records' earliest time (:attr:`FanotifyWatcher.since_ns`)
+past its wait."""
 _SYNC_WAIT = 0.02
 """Seconds the reader waits at most for the process source's pass (:meth:`_decide_unknown`)."""
 _REPLAY_SYNC_WAIT = 0.5
@@ -217,6 +231,9 @@ class FanotifyWatcher:
         self.drained_at = 0.0
         """The monotonic time at which the last pass that left every queue empty began: every
         event queued before then has been handled (reported, held for its pid, or dropped)."""
+        self.since_ns = 0
+        """Wall ns from which every event not read yet was queued (the groups' opening, then
+        each :meth:`_pass`): the next read's records' :data:`EARLIEST_TIME`."""
         self._wanted = set(cfg.fanotify_events)
         self._libc = _libc()
         self.unnamed = 0
@@ -226,9 +243,9 @@ class FanotifyWatcher:
         are other processes on the machine)."""
         self.undecided = 0
         """Events dropped before the process source read past them (see :meth:`_undecided`)."""
-        self._waiting: list[tuple[float, float, int, int, str | bytes, int]] = []
+        self._waiting: list[tuple[float, float, int, int, str | bytes, int, int]] = []
         """(handled at (monotonic), deadline, pid, mask, path or directory-entry records, read
-        time ns) of events held for a pid the lineage does not know yet."""
+        time ns, earliest time ns) of events held for a pid the lineage does not know yet."""
         self._foreign: dict[int, float] = {}
         """pid -> until when its events are skipped (it did not join the lineage in time)."""
         self._dirs: dict[bytes, str] = {}
@@ -238,6 +255,8 @@ class FanotifyWatcher:
         device node (forgotten with ``_dirs``): a file touched again costs one lookup."""
         self._pre: tuple[list[PreRead], RawReads, RawReads] = ([], [], [])
         """Events the armed pre-reader read before this watcher existed (replayed first)."""
+        self._pre_since = 0
+        """The armed pre-reader's ``since_ns`` when it stopped (0: none ran)."""
         window = cfg.file_merge_window if ctx.capture is None else 0.0
         self._merger = FileMerger(window) if window > 0 else None
         """Repeated file events of one process, file and kind folded into one record
@@ -284,9 +303,12 @@ class FanotifyWatcher:
         self._dir_fd = -1
         self._mount_fds: list[int] = []
         fid_error: OSError | None = None
+        self.since_ns = time.time_ns()  # before the groups are opened (or adopted)
         if armed is not None and adopt:
+            self.since_ns = armed.opened_ns
             if armed.reader is not None:
                 self._pre = armed.reader.take()
+                self._pre_since = armed.reader.since_ns
                 armed.reader = None
             self._fid, fid_error = armed.reports_fid, armed.fid_error
             self._fd, self._dir_fd, self._mount_fds = armed.fd, armed.dir_fd, armed.mount_fds
@@ -319,8 +341,9 @@ class FanotifyWatcher:
         return (
             f"{self._mode_note(want_fid, fid_error)}; "
             f"no open flags (fanotify does not report them){dirent_note}; a busy queue is read "
-            f"every {PACE_S * 1000:g} ms (a record's time is its read time, up to that much "
-            "later)"
+            f"every {PACE_S * 1000:g} ms; a record's time is when it was read, "
+            f"{EARLIEST_TIME} the earliest its event can have happened (when the queue was "
+            "last found empty before)"
             + (
                 f"; a process's repeated events of one kind on one file within "
                 f"{self._merger.window:g} s are one record (evidence.merged_events)"
@@ -363,7 +386,8 @@ class FanotifyWatcher:
         some = bool(events or files)
         decided = some and sync is not None and sync(time.monotonic(), _REPLAY_SYNC_WAIT)
         lineage, until = self._ctx.lineage, time.monotonic() + _FOREIGN_FOR
-        for at, mask, pid, path in events:
+        for at, mask, pid, path, since in events:
+            self.since_ns = since
             if mask & FAN_Q_OVERFLOW:
                 self._overflow()
             elif decided and pid not in lineage and pid not in self._pre_follow:
@@ -373,50 +397,69 @@ class FanotifyWatcher:
                 self._foreign[pid] = until
             elif path:
                 self._path_event(mask, pid, path, at)
-        for at, data in dirents:
+        for at, data, since in dirents:
+            self.since_ns = since
             self._chunk(data, at, dirents=True)
-        for at, data in files:  # handles and names: a foreign pid's events are skipped unread
+        for at, data, since in files:  # handles and names: a foreign pid's are skipped unread
+            self.since_ns = since
             if decided:
                 self._mark_foreign(self._unknown_pids(data, time.monotonic()))
             self._chunk(data, at, dirents=False)
+        if self._pre_since:
+            self.since_ns = self._pre_since  # what it left unread was queued after
 
     def _run(self) -> None:
         self._replay()
+        while not self._pass():
+            pass
+
+    def _pass(self) -> bool:
+        """One read pass: wait for events (or the merger's next due record), read every ready
+        group until it is empty, report held and due records; True when stopping. Afterwards
+        every event queued before :attr:`drained_at` (monotonic) and :attr:`since_ns` (wall)
+        has been handled."""
         # directory renames first: a directory handle resolved before is forgotten
         # (:meth:`_forget_directories`) before the file events queued after the rename
         readers = [fd for fd in (self._dir_fd, self._fd) if fd >= 0]
-        while True:
-            timeout = 0.05 if self._waiting else 0.5
-            began = time.monotonic()
-            due = self._merger.next_due() if self._merger else None
-            if due is not None:
-                timeout = min(timeout, max(0.0, due - began))
-            if self._dirs_per_pass:
-                self._forget_directories()
-            ready, _, _ = select.select([*readers, self._stop_r, self._wake_r], [], [], timeout)
-            with self._passes:
-                self._pass_started += 1
-                this_pass = self._pass_started
-            if self._wake_r in ready:
-                os.read(self._wake_r, 4096)
-            stopping = self._stop_r in ready
-            events = 0
-            for fd in readers:
-                if fd in ready or stopping or self._wake_r in ready:
-                    events += self._read(fd)
-            if self._waiting:
-                self._recheck(final=stopping)
-            if self._merger:
-                self._send_held(self._merger.flush() if stopping else self._merger.due())
-            # a descriptor not ready was empty when select returned, the others were read
-            # until empty: everything queued before ``began`` is handled
-            self.drained_at = began
-            with self._passes:
-                self._pass_done = this_pass
-                self._passes.notify_all()
-            if stopping:
-                return
-            self._pace(events)
+        timeout = 0.05 if self._waiting else 0.5
+        mark = time.time_ns()  # before ``began``: never later than the queue was empty
+        began = time.monotonic()
+        due = self._merger.next_due() if self._merger else None
+        if due is not None:
+            timeout = min(timeout, max(0.0, due - began))
+        if self._dirs_per_pass:
+            self._forget_directories()
+        ready, _, _ = select.select([*readers, self._stop_r, self._wake_r], [], [], timeout)
+        with self._passes:
+            self._pass_started += 1
+            this_pass = self._pass_started
+        if self._wake_r in ready:
+            os.read(self._wake_r, 4096)
+        stopping = self._stop_r in ready
+        every = stopping or self._wake_r in ready
+        if time.monotonic() - began > _PROBE_AFTER:
+            # select waited: read every group from here, so the next records' earliest time
+            # is now, not before the wait (a group not ready costs one empty read)
+            mark, every = time.time_ns(), True
+        events = 0
+        for fd in readers:
+            if every or fd in ready:
+                events += self._read(fd)
+        if self._waiting:
+            self._recheck(final=stopping)
+        if self._merger:
+            self._send_held(self._merger.flush() if stopping else self._merger.due())
+        # a descriptor not ready was empty when select returned, the others were read until
+        # empty: everything queued before ``began`` (and ``mark``) is handled
+        self.drained_at = began
+        self.since_ns = mark
+        with self._passes:
+            self._pass_done = this_pass
+            self._passes.notify_all()
+        if stopping:
+            return True
+        self._pace(events)
+        return False
 
     def _pace(self, events: int) -> None:
         """Wait before the next read when the queue is busy: once :data:`PACE_EVENTS` events
@@ -448,10 +491,12 @@ class FanotifyWatcher:
             running = self._thread is not None
             wanted = self._pass_started + 1  # a pass that starts after this call
         if not running:  # no reader thread (not started yet): this one reads the queue
+            mark = time.time_ns()
             for fd in (self._dir_fd, self._fd):
                 if fd >= 0:
                     self._read(fd)
             self._recheck(final=False)
+            self.since_ns = mark
             return True
         os.write(self._wake_w, b"x")
         with self._passes:
@@ -479,16 +524,21 @@ class FanotifyWatcher:
         ``now``: the monotonic time to judge at (default: now)."""
         now = time.monotonic() if now is None else now
         read_to = self.lineage_read() if self.lineage_read is not None else None
-        keep: list[tuple[float, float, int, int, str | bytes, int]] = []
+        keep: list[tuple[float, float, int, int, str | bytes, int, int]] = []
+        current = self.since_ns
         for held in self._waiting:
-            handled, deadline, pid, mask, payload, at = held
+            handled, deadline, pid, mask, payload, at, since = held
             if self._before_follow(pid):
                 continue  # held before its follow: not its events from then on
             if pid in self._ctx.lineage:
-                if isinstance(payload, str):
-                    self._file_event(mask, pid, payload, at)
-                else:
-                    self._dirent(mask, pid, payload, 0, len(payload), at)
+                self.since_ns = since  # its records' earliest time: as when it was read
+                try:
+                    if isinstance(payload, str):
+                        self._file_event(mask, pid, payload, at)
+                    else:
+                        self._dirent(mask, pid, payload, 0, len(payload), at)
+                finally:
+                    self.since_ns = current
             elif not final and now < deadline and (read_to is None or read_to < handled):
                 keep.append(held)
             else:
@@ -725,7 +775,9 @@ class FanotifyWatcher:
         if len(self._waiting) < _MAX_WAITING:
             now = time.monotonic()
             wait = _GRACE if self.lineage_read is None else _HOLD_MAX
-            self._waiting.append((now, now + wait, pid, mask, payload, at or time.time_ns()))
+            self._waiting.append(
+                (now, now + wait, pid, mask, payload, at or time.time_ns(), self.since_ns)
+            )
         else:
             if self.lineage_read is not None:
                 self._undecided()
@@ -845,15 +897,19 @@ class FanotifyWatcher:
 
     def _emit(self, name: str, pid: int, path: str, now: int, *, new_path: str = "") -> None:
         ctx = self._ctx
+        since = self.since_ns
         exited = self.exited_at(pid) if self.exited_at is not None else None
         if exited is not None and exited < now:
             now = exited  # read after the process exited: it happened before the exit
+        if since > now:  # noqa: PLR1730 - hot path, cheaper than min()
+            since = now  # the clock stepped back: the bound stays at or before the time
         attrs: dict[str, AnyValue] = ctx.events.identity_attrs(pid)
         merger = self._merger
         if merger is not None and name in MERGED_KINDS:
-            self._send_held(merger.add(name, pid, path, now, attrs))
+            self._send_held(merger.add(name, pid, path, now, attrs, since))
             return
         attrs["file.path"] = path
+        attrs[EARLIEST_TIME] = since
         if new_path:
             attrs["file.new_path"] = new_path
         self._send(name, pid, now, attrs)

@@ -24,6 +24,7 @@ import time
 from dataclasses import dataclass
 
 from otel_bridge.model import AnyValue
+from otel_bridge.stamping import EARLIEST_TIME
 
 MERGED_EVENTS = "evidence.merged_events"
 """How many file events one record stands for, when more than one (each event read may itself
@@ -44,7 +45,8 @@ class Held:
     name: str
     pid: int
     attrs: dict[str, AnyValue]
-    """The process identity attributes at the first event, and ``file.path``."""
+    """The process identity attributes at the first event, ``file.path`` and, when stated, the
+    first event's earliest time (:data:`~otel_bridge.stamping.EARLIEST_TIME`)."""
     first_ns: int
     last_ns: int
     count: int
@@ -72,12 +74,20 @@ class FileMerger:
     def __bool__(self) -> bool:
         return bool(self._held)
 
-    def add(
-        self, name: str, pid: int, path: str, time_ns: int, identity: dict[str, AnyValue]
+    def add(  # noqa: PLR0917 (the hot path: one call per event)
+        self,
+        name: str,
+        pid: int,
+        path: str,
+        time_ns: int,
+        identity: dict[str, AnyValue],
+        earliest_ns: int | None = None,
     ) -> list[Held]:
         """Hold (or fold) one event of ``pid`` on ``path``; ``identity``: the process identity
-        attributes now (a fresh dict, kept). Returns the records to emit first: the one held for
-        an earlier process with this pid, or every held record when the table is full."""
+        attributes now (a fresh dict, kept); ``earliest_ns``: the earliest the event can have
+        happened (None: not stated), kept for the first event only. Returns the records to emit
+        first: the one held for an earlier process with this pid, or every held record when the
+        table is full."""
         key = (pid, path, name)
         held = self._held.get(key)
         out: list[Held] = []
@@ -90,6 +100,8 @@ class FileMerger:
         elif len(self._held) >= MAX_HELD:
             out = self.flush()
         identity["file.path"] = path
+        if earliest_ns is not None:
+            identity[EARLIEST_TIME] = earliest_ns
         self._held[key] = Held(
             name, pid, identity, time_ns, time_ns, 1, time.monotonic() + self.window
         )

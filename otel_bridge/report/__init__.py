@@ -155,18 +155,20 @@ class _Index:
         is said as such, not hidden behind "none observed"."""
         return sorted(_written(w) for w in self.written.get(pid, ()))
 
-    def writes_during(self, pid: str, start: int, end: int) -> tuple[list[str], list[int]]:
-        """Files ``pid`` changed while ``[start, end]`` ran, and ``[after, stated, assumed]``
-        (ns) for the changes stamped after ``end``: how long after it the latest stamp is, and
-        the widest lateness their records state, or that is assumed for records stating none.
+    def writes_during(self, pid: str, start: int, end: int) -> tuple[list[str], int, int]:
+        """Files ``pid`` changed while ``[start, end]`` ran, and for the changes stamped after
+        ``end`` how long after it the latest stamp is and the widest lateness of their records
+        (ns).
 
-        A backend that stamps a file record when it reads it states, per record, the earliest
-        its change can have happened (:data:`~otel_bridge.stamping.EARLIEST_TIME`; an edge
-        keeps its ``first_seen``'s): a change stamped after ``end`` counts when that earliest
-        time is not after it. A record stating none is allowed the backend's assumed lateness
-        (:data:`~otel_bridge.stamping.FILE_STAMP_LATENESS_NS`)."""
+        A backend that stamps a file record when it reads it may stamp a change made during the
+        window after its end: a record states the earliest its change can have happened when
+        that is earlier than the backend's pacing period says
+        (:data:`~otel_bridge.stamping.EARLIEST_TIME`; an edge keeps its ``first_seen``'s), and
+        a record stating none was read within that period
+        (:data:`~otel_bridge.stamping.FILE_STAMP_LATENESS_NS`). A change stamped after ``end``
+        counts when its earliest time is not after it."""
         out: list[str] = []
-        widths = [0, 0, 0]  # after, stated, assumed
+        after = widest = 0
         for w in self.written.get(pid, ()):
             hit = False
             for e in w.edges:
@@ -174,15 +176,14 @@ class _Index:
                 if edge is None or edge.first_seen is None:
                     continue
                 first = edge.first_seen
-                late, assumed = _lateness(edge)
+                late = _lateness(edge)
                 if start <= (edge.last_seen or first) and first - late <= end:
                     hit = True
                     if first > end:  # stamped after the end: made during it, or up to then
-                        widths[0] = max(widths[0], first - end)
-                        widths[1 + assumed] = max(widths[1 + assumed], late)
+                        after, widest = max(after, first - end), max(widest, late)
             if hit:
                 out.append(_written(w))
-        return sorted(out), widths
+        return sorted(out), after, widest
 
     def endpoints(self, pid: str) -> list[str]:
         """Endpoints ``pid`` connected to, or began to (said as such), in the graph's order."""
@@ -207,14 +208,14 @@ def _written(w: reading.Effect) -> str:
     return f"{w.label} ({', '.join(sorted(rels))})"
 
 
-def _lateness(edge: GraphEdge) -> tuple[int, bool]:
-    """How much earlier than ``edge``'s ``first_seen`` its first event can have happened (ns),
-    and whether that is assumed: its record's earliest time when stated, else what its
-    backends are assumed to be late by (0 for a backend that stamps the event itself)."""
+def _lateness(edge: GraphEdge) -> int:
+    """How much earlier than ``edge``'s ``first_seen`` its first event can have happened (ns):
+    its record's earliest time when stated, else its backends' pacing period (0 for a backend
+    that stamps the event itself)."""
     earliest = edge.attrs.get(EARLIEST_TIME)
     if type(earliest) is int and edge.first_seen is not None:
-        return max(0, edge.first_seen - earliest), False
-    return max((FILE_STAMP_LATENESS_NS.get(b, 0) for b in edge.backends), default=0), True
+        return max(0, edge.first_seen - earliest)
+    return max((FILE_STAMP_LATENESS_NS.get(b, 0) for b in edge.backends), default=0)
 
 
 def _by_time(nodes: Iterable[GraphNode]) -> list[GraphNode]:
@@ -412,15 +413,18 @@ def _unlinked_call(row: CallRow, ix: _Index, agents: set[str]) -> str:
     if start is None or end is None:
         return text
     during: list[str] = []
-    after = stated = assumed = 0
+    after = widest = 0
     for agent in sorted(agents):
-        files, (late_by, late, guessed) = ix.writes_during(agent, start, end)
+        files, late_by, late = ix.writes_during(agent, start, end)
         during += files
-        after, stated, assumed = max(after, late_by), max(stated, late), max(assumed, guessed)
+        after, widest = max(after, late_by), max(widest, late)
     if during:
         when = "While it ran"
         if after:  # a change stamped after the end: it was made before its stamp
-            when += f" or within {_ms(after)} after it ended (" + _late(stated, assumed)
+            when += (
+                f" or within {_ms(after)} after it ended (the file plane stamps a change when "
+                f"it reads it, here up to {_ms(widest)} after the change)"
+            )
         text += (
             f". {when}, the agent's process changed {', '.join(map(_md, during))} "
             "(same time only: not a link)"
@@ -431,24 +435,6 @@ def _unlinked_call(row: CallRow, ix: _Index, agents: set[str]) -> str:
 def _ms(ns: int) -> str:
     """``ns`` in milliseconds, rounded up to a tenth (a lateness is never said smaller)."""
     return f"{math.ceil(ns / 100_000) / 10:g} ms"
-
-
-def _late(stated: int, assumed: int) -> str:
-    """Why a change stamped after a call's end may have been made during it (the rest of the
-    parenthesis): the file plane's records state how much earlier than its stamp each change
-    can have happened (``stated``, ns, the widest), or state nothing and an ``assumed``
-    lateness is allowed."""
-    out = "the file plane stamps a change when it reads it; "
-    if stated:
-        out += "its records state the earliest each change can have happened: "
-        out += f"up to {_ms(stated)} before its stamp"
-        if assumed:
-            out += f", those stating none are allowed {_ms(assumed)}"
-    else:
-        out += f"these records state no earliest time: {_ms(assumed)} is assumed"
-    if assumed:
-        out += ", and a later read is missed"
-    return out + ")"
 
 
 def _line(text: str) -> str:

@@ -1,11 +1,12 @@
-"""Every fanotify file record states the earliest its event can have happened, measured per
+"""Every fanotify file record bounds the earliest its event can have happened, measured per
 record, and that bound holds however late the reader is.
 
 fanotify events carry no time: the ``linux`` backend stamps a file record when it reads it.
 The code used to state a fixed "up to 20 ms" late, but on a loaded machine (load average 7)
 records arrived 40 to 64 ms after their event and the report left out a file a call did change.
-Now each record carries ``evidence.earliest_time_unix_nano``: when the reader last found the
-queue empty before reading the event (``docs/host.md``, "Paced file reads"). These tests play
+Now a record read more than the 20 ms pacing period after the reader last found the queue
+empty carries that time, ``evidence.earliest_time_unix_nano`` (``docs/host.md``, "When a file
+record's event happened"); one without it was read within the period. These tests play
 the reader thread's passes on real fanotify groups and a real file written by this process,
 with the reader held back between the write and the read.
 """
@@ -27,7 +28,7 @@ from otel_bridge.receivers.host.events import Emitter, EventFactory, HostContext
 from otel_bridge.receivers.host.fanotify import FAN_CLOSE_WRITE, FAN_OPEN, FanotifyWatcher
 from otel_bridge.receivers.host.procfs import ProcessInfo
 from otel_bridge.redaction import Redactor
-from otel_bridge.stamping import EARLIEST_TIME
+from otel_bridge.stamping import EARLIEST_TIME, FILE_STAMP_LATENESS_NS
 from otel_bridge.testing import RecordingConsumer
 
 HELD_S = 0.15
@@ -105,6 +106,7 @@ def test_a_record_held_for_its_pid_keeps_the_earliest_time_it_was_read_with() ->
     try:
         watcher._pass()
         read_with = watcher.since_ns
+        _hold(0.03)  # read more than the pacing period after: the record states its time
         watcher._wait(me, FAN_OPEN | FAN_CLOSE_WRITE, "/work/held.py")
         _hold(0.01)
         watcher._pass()  # a later pass: a later earliest time for what it reads
@@ -119,3 +121,33 @@ def test_a_record_held_for_its_pid_keeps_the_earliest_time_it_was_read_with() ->
         ("file.write", read_with),
     ]
     assert all(e <= at for _, e, at in records)
+
+
+@needs_root
+def test_a_record_stating_no_earliest_time_was_read_within_the_pacing_period(
+    tmp_path: Path,
+) -> None:
+    """A write read at once: each record either states an earliest time (never later than the
+    write) or states none, and then it was read within the 20 ms pacing period of the write
+    (the contract that lets a dense queue's records go without the attribute)."""
+    require_backend("linux")
+    sink = RecordingConsumer()
+    ctx, watcher = _watcher(sink)
+    path = tmp_path / "prompt.txt"
+    try:
+        watcher._pass()
+        began = time.time_ns()
+        path.write_text("x")
+        written = time.time_ns()
+        watcher._pass()
+    finally:
+        watcher.stop()
+    records = _records(ctx, sink, path)
+    assert sorted(name for name, _, _ in records) == ["file.open", "file.write"], records
+    for _name, earliest, at in records:
+        if earliest is None:
+            assert at - written <= FILE_STAMP_LATENESS_NS["linux"], (at, written)
+        else:
+            assert type(earliest) is int
+            assert earliest <= began  # never later than the event
+            assert at - earliest > FILE_STAMP_LATENESS_NS["linux"]  # stated only when it says more

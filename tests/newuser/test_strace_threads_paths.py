@@ -138,9 +138,11 @@ def test_a_thread_is_its_process(observed: Observed) -> None:
     # The file the thread wrote is the workload process's.
     target = f"file:{observed.workdir}/from-thread.txt"
     assert {e["source"] for e in graph["edges"] if e["target"] == target} == set(workload)
-    # The workload started no process: nothing was "spawned" but the workload itself.
+    # The workload started no process (its thread is none), and the root's own parent is not
+    # followed, so nothing was "spawned" (docs/host.md, "The root's parent").
     spawned = [e for e in graph["edges"] if e["relation"] == "spawned"]
-    assert {processes[e["target"]] for e in spawned} == {ids["pid"]}, spawned
+    assert spawned == [], spawned
+    assert nodes[workload[0]]["facts"]["parent_pid"] is not None
 
 
 def test_an_ipv4_mapped_address_is_the_ipv4_address(observed: Observed) -> None:

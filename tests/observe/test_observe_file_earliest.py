@@ -1,11 +1,13 @@
-"""A real ``observe`` run on a loaded machine: every fanotify file record states when its event
+"""A real ``observe`` run on a loaded machine: every fanotify file record bounds when its event
 can have happened at the earliest, and the report still names the tool call's file.
 
 fanotify events carry no time, so the ``linux`` backend stamps a file record when it reads it.
 The report used to allow a stated 20 ms for that; measured at a load average of about 7, the
 records came 40 to 64 ms after their event and the report left out the file the call changed.
-Each record now carries ``evidence.earliest_time_unix_nano``, measured by the reader
-(``docs/host.md``), and the report allows each change exactly that (``docs/observe.md``).
+A record read more than the 20 ms pacing period after its event now carries
+``evidence.earliest_time_unix_nano``, measured by the reader (``docs/host.md``; one without it
+was read within the period), and the report allows each change exactly that
+(``docs/observe.md``).
 """
 
 from __future__ import annotations
@@ -20,8 +22,10 @@ from typing import Any
 import pytest
 from observe_support import observe_in
 
-from otel_bridge.stamping import EARLIEST_TIME
+from otel_bridge.stamping import EARLIEST_TIME, FILE_STAMP_LATENESS_NS
 from otel_bridge.testing import cpu_load
+
+PACE_NS = FILE_STAMP_LATENESS_NS["linux"]
 
 AGENT = """
 from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
@@ -86,10 +90,14 @@ def test_under_load_every_record_bounds_its_event_and_the_report_names_the_chang
     assert records
     for name, attrs, at in records:
         earliest = attrs.get(EARLIEST_TIME)
-        assert earliest is not None, (name, attrs)
-        assert started <= int(earliest) <= at, (name, attrs, at, started)
+        if earliest is not None:  # stated only when more than the pacing period before
+            assert started <= int(earliest) < at - PACE_NS, (name, attrs, at, started)
     path = str(tmp_path / "notes.txt")
-    mine = [(n, int(a[EARLIEST_TIME]), at) for n, a, at in records if a.get("file.path") == path]
+    mine = [
+        (n, int(a.get(EARLIEST_TIME, at - PACE_NS)), at)  # none stated: read within the period
+        for n, a, at in records
+        if a.get("file.path") == path
+    ]
     assert {n for n, _, _ in mine} >= {"file.create", "file.write"}, mine
     for name, earliest, at in mine:
         assert earliest <= closed, (name, earliest, closed)  # never later than the event
@@ -105,7 +113,8 @@ def test_under_load_every_record_bounds_its_event_and_the_report_names_the_chang
     first = min(at for _, _, at in mine)
     if first > call["last_seen"]:  # read after the call ended: named by its stated lateness
         said = re.search(
-            r"or within ([0-9.]+) ms after it ended .* up to ([0-9.]+) ms before", line
+            r"or within ([0-9.]+) ms after it ended .* here up to ([0-9.]+) ms after the change",
+            line,
         )
         assert said is not None, line
         assert float(said.group(1)) * 1e6 >= first - call["last_seen"], line

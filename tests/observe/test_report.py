@@ -137,11 +137,11 @@ def test_repeated_unlinked_processes_share_one_line() -> None:
     assert text.count("ran, but no tool call") == 4
 
 
-def test_an_overlap_without_stated_earliest_times_assumes_the_pacing_period() -> None:
+def test_an_overlap_without_stated_earliest_times_allows_the_pacing_period() -> None:
     """A record of a backend that stamps file events when it reads them (``linux``) that states
-    no earliest time (a graph written before records carried one) is allowed the assumed
-    20 ms, said as an assumption that misses a later read; later, or from a backend that stamps
-    the event itself (``strace``), it does not count."""
+    no earliest time was read within its 20 ms pacing period (``otel_bridge/stamping.py``): a
+    change stamped up to 20 ms after the call's end counts, and the sentence says 20 ms; later,
+    or from a backend that stamps the event itself (``strace``), it does not count."""
     base = _graph()
     agent = "process:h1:10:10"
     late = [
@@ -163,9 +163,9 @@ def test_an_overlap_without_stated_earliest_times_assumes_the_pacing_period() ->
         "notes (c2) declared no command; no process was linked to it: with no command there is "
         "nothing to match a process against, and no process carried its trace context: it ran "
         "inside the agent's own process, or its processes did not carry it. While it ran or "
-        "within 19 ms after it ended (the file plane stamps a change when it reads it; these "
-        "records state no earliest time: 20 ms is assumed, and a later read is missed), the "
-        "agent's process changed /w/in.md (wrote) (same time only: not a link)"
+        "within 19 ms after it ended (the file plane stamps a change when it reads it, here up "
+        "to 20 ms after the change), the agent's process changed /w/in.md (wrote) (same time "
+        "only: not a link)"
     ]
 
 
@@ -206,7 +206,7 @@ def test_an_overlap_uses_each_records_stated_earliest_time() -> None:
         "notes (c2) declared no command; no process was linked to it: with no command there is "
         "nothing to match a process against, and no process carried its trace context: it ran "
         "inside the agent's own process, or its processes did not carry it. While it ran or "
-        "within 64 ms after it ended (the file plane stamps a change when it reads it; its "
-        "records state the earliest each change can have happened: up to 65.3 ms before its "
-        "stamp), the agent's process changed /w/late.md (wrote) (same time only: not a link)"
+        "within 64 ms after it ended (the file plane stamps a change when it reads it, here up "
+        "to 65.3 ms after the change), the agent's process changed /w/late.md (wrote) (same "
+        "time only: not a link)"
     ]

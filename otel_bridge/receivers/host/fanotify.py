@@ -67,8 +67,9 @@ Honest limits of both modes:
   time). :attr:`FanotifyWatcher.drained_at` says up to when every queued event was handled: the
   ``linux`` backend keeps an exited pid in the lineage until then.
 * How late that time is has no fixed bound (the pacing below, and a reader scheduled late on a
-  loaded machine: 40 to 64 ms at a load average of 7), so every file record states the earliest
-  its event can have happened, measured: ``evidence.earliest_time_unix_nano``
+  loaded machine: 40 to 64 ms at a load average of 7), so a file record states the earliest
+  its event can have happened, measured, when that is more than the pacing period before its
+  time (a record stating none was read within it): ``evidence.earliest_time_unix_nano``
   (:data:`~otel_bridge.stamping.EARLIEST_TIME`), the wall time taken before the reader last
   found every queue empty before it read the event (:attr:`FanotifyWatcher.since_ns`: before a
   pass whose ``select`` returned at once, or after one that waited, then reading every group
@@ -198,6 +199,7 @@ _SPECIAL = frozenset((stat.S_IFIFO, stat.S_IFCHR, stat.S_IFBLK, stat.S_IFSOCK))
 FOLLOW_SYNC_S = 2.0
 """How long :meth:`FanotifyWatcher.before_follow` waits for the reader's pass at most."""
 PACE_S = FANOTIFY_PACE_S
+_PACE_NS = int(FANOTIFY_PACE_S * 1e9)
 """Paced reading (:meth:`FanotifyWatcher._pace`): once :data:`PACE_EVENTS` events were read
 within one such period, the next read waits for the period's end, so the kernel merges a pid's
 identical events on one entry meanwhile. The most an event's read (its record's time) is
@@ -341,9 +343,9 @@ class FanotifyWatcher:
         return (
             f"{self._mode_note(want_fid, fid_error)}; "
             f"no open flags (fanotify does not report them){dirent_note}; a busy queue is read "
-            f"every {PACE_S * 1000:g} ms; a record's time is when it was read, "
-            f"{EARLIEST_TIME} the earliest its event can have happened (when the queue was "
-            "last found empty before)"
+            f"every {PACE_S * 1000:g} ms; a record's time is when it was read, within "
+            f"{PACE_S * 1000:g} ms of its event unless it states {EARLIEST_TIME}, the earliest "
+            "its event can have happened (when the queue was last found empty before)"
             + (
                 f"; a process's repeated events of one kind on one file within "
                 f"{self._merger.window:g} s are one record (evidence.merged_events)"
@@ -897,19 +899,20 @@ class FanotifyWatcher:
 
     def _emit(self, name: str, pid: int, path: str, now: int, *, new_path: str = "") -> None:
         ctx = self._ctx
-        since = self.since_ns
         exited = self.exited_at(pid) if self.exited_at is not None else None
         if exited is not None and exited < now:
             now = exited  # read after the process exited: it happened before the exit
-        if since > now:  # noqa: PLR1730 - hot path, cheaper than min()
-            since = now  # the clock stepped back: the bound stays at or before the time
+        # the earliest time only when it says more than the pacing period (see EARLIEST_TIME)
+        since = self.since_ns
+        earliest = since if now - since > _PACE_NS else None
         attrs: dict[str, AnyValue] = ctx.events.identity_attrs(pid)
         merger = self._merger
         if merger is not None and name in MERGED_KINDS:
-            self._send_held(merger.add(name, pid, path, now, attrs, since))
+            self._send_held(merger.add(name, pid, path, now, attrs, earliest))
             return
         attrs["file.path"] = path
-        attrs[EARLIEST_TIME] = since
+        if earliest is not None:
+            attrs[EARLIEST_TIME] = earliest
         if new_path:
             attrs["file.new_path"] = new_path
         self._send(name, pid, now, attrs)

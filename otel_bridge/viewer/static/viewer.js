@@ -949,11 +949,7 @@
     if (!cp) { box.innerHTML = ""; return; }
     var runs = arr(cp.runs), cov = cp.coverage || {}, tools = arr(cov.tools), matrix = cov.matrix || {};
     var served = S.config.mode === "served";
-    var html = '<div class="section"><h2>Runs</h2><table id="ob-runs"><caption>Per-run metrics</caption><thead><tr><th scope="col">run</th><th scope="col">metrics</th></tr></thead><tbody>' +
-      runs.map(function (r) {
-        var name = served ? '<a href="run/' + encodeURIComponent(r.id) + '/" data-run="' + esc(r.id) + '">' + esc(r.id) + "</a>" : esc(r.id) + ' <span class="muted">' + esc(r.path || "") + "</span>";
-        return "<tr><td>" + name + "</td><td>" + esc(Object.keys(r.metrics || {}).sort().map(function (k) { return k + "=" + JSON.stringify(r.metrics[k]); }).join(", ")) + "</td></tr>";
-      }).join("") + "</tbody></table>";
+    var html = '<div class="section"><h2>Runs</h2>' + runMetrics(runs, served);
     var max = 1;
     runs.forEach(function (r) { tools.forEach(function (t) { max = Math.max(max, (matrix[r.id] || {})[t] || 0); }); });
     html += '<h2>Coverage (UpSet)</h2><table class="upset" id="ob-upset"><caption>Tool calls per tool and run</caption><thead><tr><th scope="col">tool</th>' +
@@ -974,6 +970,42 @@
     }
     html += joinedGraph(cp.joined || {}, runs.length) + "</div>";
     box.innerHTML = html;
+  }
+  // Per-run metrics: one row per metric, one column per run; a nested object's keys are rows
+  // below its own (indented), null is "unknown", a metric a run does not state "not stated".
+  function isObj(v) { return v !== null && typeof v === "object" && !Array.isArray(v); }
+  function metricRows(values, path, depth, rows) {
+    var keys = {};
+    values.forEach(function (v) { if (isObj(v)) Object.keys(v).forEach(function (k) { keys[k] = 1; }); });
+    Object.keys(keys).sort().forEach(function (k) {
+      var vs = values.map(function (v) { return v === null ? null : isObj(v) && Object.prototype.hasOwnProperty.call(v, k) ? v[k] : undefined; });
+      var nested = vs.some(isObj);
+      rows.push({ path: path.concat([k]), depth: depth, values: vs, nested: nested });
+      if (nested) metricRows(vs, path.concat([k]), depth + 1, rows);
+    });
+    return rows;
+  }
+  function metricCell(v, nested) {
+    if (v === null) return '<td class="unknown">unknown</td>';
+    if (v === undefined) return '<td class="unknown">not stated</td>';
+    if (isObj(v)) return nested ? "<td></td>" : "<td>" + esc(JSON.stringify(v)) + "</td>";
+    if (typeof v === "number") {
+      var shown = Number.isInteger(v) ? String(v) : String(Math.round(v * 1000) / 1000);
+      return '<td class="num" title="' + esc(String(v)) + '">' + esc(shown) + "</td>";
+    }
+    return "<td>" + esc(Array.isArray(v) ? v.join(", ") : String(v)) + "</td>";
+  }
+  function runMetrics(runs, served) {
+    var rows = metricRows(runs.map(function (r) { return r.metrics || {}; }), [], 0, []);
+    return '<table id="ob-runs"><caption>Per-run metrics (one column per run)</caption><thead><tr><th scope="col">metric</th>' +
+      runs.map(function (r) {
+        var name = served ? '<a href="run/' + encodeURIComponent(r.id) + '/" data-run="' + esc(r.id) + '">' + esc(r.id) + "</a>" : esc(r.id) + '<br><span class="muted">' + esc(r.path || "") + "</span>";
+        return '<th scope="col">' + name + "</th>";
+      }).join("") + "</tr></thead><tbody>" +
+      rows.map(function (row) {
+        return '<tr data-metric="' + esc(row.path.join(".")) + '"><th scope="row" style="padding-left:' + (0.4 + 1.2 * row.depth) + 'rem">' + esc(row.path[row.path.length - 1]) + "</th>" +
+          row.values.map(function (v) { return metricCell(v, row.nested); }).join("") + "</tr>";
+      }).join("") + "</tbody></table>";
   }
   function joinedGraph(j, nRuns) {
     var nodes = arr(j.nodes), edges = arr(j.edges), t = S.compareThreshold, maxS = 1;

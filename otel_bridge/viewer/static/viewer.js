@@ -686,23 +686,28 @@
     return '<th scope="col"' + (sorted ? ' aria-sort="' + (s[1] > 0 ? "ascending" : "descending") + '"' : "") +
       '><button type="button" data-sort="' + table + ":" + key + '">' + esc(label) + "</button></th>";
   }
+  // The tables fit their pane (fixed layout): the short columns have a width each (class
+  // c-NAME, viewer.css), the long ones (label, ids, stable key) share the rest and wrap.
+  function cols(names) {
+    return "<colgroup>" + names.map(function (n) { return n ? '<col class="c-' + n + '">' : "<col>"; }).join("") + "</colgroup>";
+  }
   function renderTable() {
     var m = S.model, vis = S.nodeVis, nodes = m.nodes.filter(function (n) { return vis.has(n.id) && (!S.matches || S.matches.has(n.id)); });
     var rows = nodes.map(function (n) {
       var r = n.raw || {};
       return { id: n.id, kind: n.kind, label: n.label, key: r.key || "", lane: n.lane,
-        channels: n.channels.join(","), first_seen: n.first_seen || null, count: n.fold ? n.count : r.evidence_count };
+        channels: n.channels.join(", "), first_seen: n.first_seen || null, count: n.fold ? n.count : r.evidence_count };
     });
     sortRows(rows, sortState.nodes[0], sortState.nodes[1]);
     var html = '<div class="section"><table id="ob-node-table"><caption>Nodes: ' + rows.length + " shown" +
       (m.folded ? ", " + m.folded + " library/runtime reads folded into " + Object.keys(m.folds).length + " rows (kind folded)" : "") +
-      "</caption><thead><tr>" + th("nodes", "kind", "kind") + th("nodes", "label", "label") + th("nodes", "id", "id") +
+      "</caption>" + cols(["kind", "", "", "", "channels", "seen", "count"]) + "<thead><tr>" + th("nodes", "kind", "kind") + th("nodes", "label", "label") + th("nodes", "id", "id") +
       th("nodes", "key", "stable key") + th("nodes", "channels", "channels") + th("nodes", "first_seen", "first seen") +
       th("nodes", "count", "observations / folded") + "</tr></thead><tbody>";
     html += rows.map(function (r) {
       return '<tr tabindex="0" data-id="' + esc(r.id) + '" data-kind="' + esc(r.kind) + '"' + (r.kind === "folded" ? ' data-count="' + r.count + '"' : "") +
-        "><td>" + esc(r.kind) + "</td><td>" + esc(r.label) + "</td><td><code>" + esc(r.id) + "</code></td><td>" + esc(r.key) +
-        "</td><td>" + esc(r.channels) + "</td><td>" + (r.first_seen ? iso(r.first_seen) : '<span class="unknown">unknown</span>') + "</td><td>" + esc(r.count) + "</td></tr>";
+        '><td class="nw">' + esc(r.kind) + '</td><td class="wrap">' + esc(r.label) + '</td><td class="wrap"><code>' + esc(r.id) + '</code></td><td class="wrap">' + esc(r.key) +
+        '</td><td>' + esc(r.channels) + '</td><td>' + (r.first_seen ? iso(r.first_seen).replace("T", "<wbr>T") : '<span class="unknown">unknown</span>') + '</td><td class="nw">' + esc(r.count) + "</td></tr>";
     }).join("");
     html += "</tbody></table>";
     var edges = m.edges.filter(function (e) { return S.edgeVis.has(e.id); }).map(function (e) {
@@ -710,12 +715,12 @@
         causal: causalName(e.causal), style: e.style === "solid" ? "observed/exact" : e.style === "dashed" ? "inferred" : "viewer-only" };
     });
     sortRows(edges, sortState.edges[0], sortState.edges[1]);
-    html += '<table id="ob-edge-table"><caption>Edges: ' + edges.length + " shown</caption><thead><tr>" + th("edges", "relation", "relation") +
+    html += '<table id="ob-edge-table"><caption>Edges: ' + edges.length + " shown</caption>" + cols(["relation", "", "", "grade", "causal", "evidence"]) + "<thead><tr>" + th("edges", "relation", "relation") +
       th("edges", "source", "source") + th("edges", "target", "target") + th("edges", "grade", "grade") + th("edges", "causal", "causal") +
       th("edges", "style", "evidence") + "</tr></thead><tbody>";
     html += edges.map(function (r) {
-      return '<tr tabindex="0" data-id="' + esc(r.id) + '"><td>' + esc(r.relation) + "</td><td><code>" + esc(r.source) + "</code></td><td><code>" +
-        esc(r.target) + "</code></td><td>" + esc(r.grade) + "</td><td>" + esc(r.causal) + "</td><td>" + esc(r.style) + "</td></tr>";
+      return '<tr tabindex="0" data-id="' + esc(r.id) + '"><td class="nw">' + esc(r.relation) + '</td><td class="wrap"><code>' + esc(r.source) + '</code></td><td class="wrap"><code>' +
+        esc(r.target) + '</code></td><td class="nw">' + esc(r.grade) + '</td><td class="nw">' + esc(r.causal) + '</td><td class="nw">' + esc(r.style) + "</td></tr>";
     }).join("");
     $("view-table").innerHTML = html + "</tbody></table></div>";
   }

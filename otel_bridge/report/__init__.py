@@ -234,18 +234,26 @@ def build(graph: Graph) -> Report:
         commands = [ix.nodes[e.target] for e in ix.targets(node.id, ("declared_command",))]
         command = next((c.facts.command for c in commands if isinstance(c.facts, CommandFacts)), "")
         row = CallRow(node=node, command=command)
-        sources = [node.id] + [c.id for c in commands]
-        for src in sources:
-            for e in ix.targets(src, ("correlated_with_process",)):
-                if any(p.node.id == e.target for p in row.processes):
+        links = [
+            e
+            for src in [node.id] + [c.id for c in commands]
+            for e in ix.targets(src, ("correlated_with_process",))
+        ]
+        shown = {e.target for e in links}  # a shell linked itself is said by its own link
+        for e in links:
+            if any(p.node.id == e.target for p in row.processes):
+                continue
+            shell = _shell_of(ix, e, command)
+            if shell is not None and shell.node.id not in shown:
+                row.processes.append(shell)
+                shown.add(shell.node.id)
+            row.processes.append(ProcessRow(ix.nodes[e.target], _how(e), e.grade))
+            for child in ix.descendants(e.target):
+                if child.target in shown:  # linked itself: its own row says how
                     continue
-                shell = _shell_of(ix, e, command)
-                if shell is not None and all(p.node.id != shell.node.id for p in row.processes):
-                    row.processes.append(shell)
-                row.processes.append(ProcessRow(ix.nodes[e.target], _how(e), e.grade))
-                for child in ix.descendants(e.target):
-                    how = f"its parent pid {_pid(ix.nodes[child.source])} is linked (fork record)"
-                    row.processes.append(ProcessRow(ix.nodes[child.target], how, child.grade))
+                shown.add(child.target)
+                how = f"its parent pid {_pid(ix.nodes[child.source])} is linked (fork record)"
+                row.processes.append(ProcessRow(ix.nodes[child.target], how, child.grade))
         for p in row.processes:
             ix.effects(p)
             linked.add(p.node.id)

@@ -151,7 +151,11 @@ def _parsed_main(args_list: list[str], *, console: bool, start_path: dict[str, s
     import logging  # noqa: PLC0415
 
     parser = build_parser(args_list)
-    args = parser.parse_args(args_list)
+    args, unknown = parser.parse_known_args(args_list)
+    if unknown:
+        _innermost(parser, args, chosen_command(args_list)).error(
+            f"unrecognized arguments: {' '.join(unknown)}"
+        )
     if start_path is not None:
         args.start_path = start_path
     logging.basicConfig(
@@ -176,6 +180,28 @@ def _parsed_main(args_list: list[str], *, console: bool, start_path: dict[str, s
     if console and getattr(args, "exit_when_done", False):
         _exit_now(code)
     return code
+
+
+def _innermost(
+    parser: argparse.ArgumentParser, args: argparse.Namespace, chosen: object
+) -> argparse.ArgumentParser:
+    """The parser of the (sub)command chosen (``observe``, ``db status``; ``chosen`` names it
+    among ``parser``'s commands): an option it does not know is refused with its usage, not
+    the top level's, which argparse would print. (A command's own ``command`` argument, as
+    ``observe``'s, shadows the top level's choice in ``args``: the caller names that one.)"""
+    import argparse  # noqa: PLC0415 (already imported by ``build_parser``)
+
+    def subcommands(
+        p: argparse.ArgumentParser,
+    ) -> argparse._SubParsersAction[argparse.ArgumentParser] | None:
+        return next((a for a in p._actions if isinstance(a, argparse._SubParsersAction)), None)
+
+    sub = subcommands(parser)
+    if sub is None or not isinstance(chosen, str) or chosen not in sub.choices:
+        return parser
+    child = sub.choices[chosen]
+    inner = subcommands(child)
+    return _innermost(child, args, getattr(args, inner.dest, None) if inner else None)
 
 
 def _call(args: argparse.Namespace) -> int:

@@ -137,6 +137,26 @@ def _runs(args: argparse.Namespace) -> Iterator[RunData]:
             yield r
 
 
+def _too_few(args: argparse.Namespace, count: int) -> str:
+    """Why ``count`` runs (0 or 1) cannot be compared, and how to give more."""
+    runs = f"{count} run" + ("" if count == 1 else "s")
+    if args.db:
+        return (
+            f"compare needs at least two runs, and the store's runs selected are {runs}: "
+            "select two or more"
+        )
+    if args.group_by == "run":
+        return (
+            "compare needs at least two runs, and one run directory is one run: "
+            "give two or more run directories (or --group-by trace or session to compare "
+            "the traces or sessions of one)"
+        )
+    return (
+        f"compare needs at least two runs, and the {args.group_by}s of the run directories "
+        f"given are {runs}: give more run directories"
+    )
+
+
 def run(args: argparse.Namespace) -> int:
     """Execute the command."""
     if not args.db and not args.runs:
@@ -159,7 +179,11 @@ def _run(args: argparse.Namespace, earlier: list[str]) -> int:
     if args.threshold is not None:
         config = CompareConfig(ablation=config.ablation, threshold=args.threshold)
     runs = _runs(args)
-    first = next(runs, None)  # a first run that cannot be read is refused before any output
+    # the first two runs are read before any output: one that cannot be, or fewer than two
+    # runs, is refused with nothing written or discarded
+    first = list(itertools.islice(runs, 2))
+    if len(first) < 2:
+        raise OtelBridgeError(_too_few(args, len(first)))
     out = Path(args.output)
     out.mkdir(parents=True, exist_ok=True, mode=0o700)
     for name in earlier:
@@ -175,7 +199,7 @@ def _run(args: argparse.Namespace, earlier: list[str]) -> int:
             )
 
         with Comparison(config, sink, args.provenance, out) as comparison:
-            for r in itertools.chain([first] if first is not None else [], runs):
+            for r in itertools.chain(first, runs):
                 comparison.add(r)
             doc = comparison.finish()
             validate_document({**outline(doc), "provenance": {}})

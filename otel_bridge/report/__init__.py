@@ -27,6 +27,7 @@ from typing import Any
 
 import msgspec
 
+from otel_bridge.grading import weakest
 from otel_bridge.graph import reading
 from otel_bridge.graph.document import Graph, GraphEdge, GraphNode
 from otel_bridge.model import (
@@ -34,10 +35,12 @@ from otel_bridge.model import (
     AgentFacts,
     CommandFacts,
     FileFacts,
+    Grade,
     ProcessFacts,
     RelationKind,
     ToolCallFacts,
 )
+from otel_bridge.processors.correlate.parser import normalize_exe
 from otel_bridge.stamping import EARLIEST_TIME, FILE_STAMP_LATENESS_NS
 
 _HOW = {
@@ -232,15 +235,26 @@ def build(graph: Graph) -> Report:
         commands = [ix.nodes[e.target] for e in ix.targets(node.id, ("declared_command",))]
         command = next((c.facts.command for c in commands if isinstance(c.facts, CommandFacts)), "")
         row = CallRow(node=node, command=command)
-        sources = [node.id] + [c.id for c in commands]
-        for src in sources:
-            for e in ix.targets(src, ("correlated_with_process",)):
-                if any(p.node.id == e.target for p in row.processes):
+        links = [
+            e
+            for src in [node.id] + [c.id for c in commands]
+            for e in ix.targets(src, ("correlated_with_process",))
+        ]
+        shown = {e.target for e in links}  # a shell linked itself is said by its own link
+        for e in links:
+            if any(p.node.id == e.target for p in row.processes):
+                continue
+            shell = _shell_of(ix, e, command)
+            if shell is not None and shell.node.id not in shown:
+                row.processes.append(shell)
+                shown.add(shell.node.id)
+            row.processes.append(ProcessRow(ix.nodes[e.target], _how(e), e.grade))
+            for child in ix.descendants(e.target):
+                if child.target in shown:  # linked itself: its own row says how
                     continue
-                row.processes.append(ProcessRow(ix.nodes[e.target], _how(e), e.grade))
-                for child in ix.descendants(e.target):
-                    how = f"its parent pid {_pid(ix.nodes[child.source])} is linked (fork record)"
-                    row.processes.append(ProcessRow(ix.nodes[child.target], how, child.grade))
+                shown.add(child.target)
+                how = f"its parent pid {_pid(ix.nodes[child.source])} is linked (fork record)"
+                row.processes.append(ProcessRow(ix.nodes[child.target], how, child.grade))
         for p in row.processes:
             ix.effects(p)
             linked.add(p.node.id)
@@ -288,6 +302,39 @@ def build(graph: Graph) -> Report:
             }
         ),
     )
+
+
+_SHELLS = frozenset({"sh", "bash", "dash", "zsh", "ksh", "mksh", "ash", "fish", "tcsh", "csh"})
+"""Shells whose ``-c`` runs a command line (``subprocess.run(cmd, shell=True)`` runs ``sh``)."""
+
+
+def _shell_of(ix: _Index, link: GraphEdge, command: str) -> ProcessRow | None:
+    """The shell that forked the process ``link`` ties to a call, when its argv is exactly
+    ``<shell> -c <command>`` (the call's declared command): the call ran that shell too.
+
+    The correlator matches a declared command to the process that runs it, not to the shell
+    around it (whose argv has neither its head nor its tail), so the shell is reached through
+    the fork record and its argv, said as such, at the weakest grade of the two edges: never
+    stronger than the link it goes through."""
+    for fork in ix.into[link.target]:
+        parent = ix.nodes.get(fork.source)
+        if fork.relation != "spawned" or parent is None:
+            continue
+        argv = parent.facts.argv if isinstance(parent.facts, ProcessFacts) else None
+        if not (command and argv and len(argv) == 3 and argv[1] == "-c" and argv[2] == command):
+            continue
+        shell = normalize_exe(argv[0])
+        if shell not in _SHELLS:
+            continue
+        how = (
+            f"its argv is `{shell} -c` with the call's declared command, and it is the parent "
+            f"of pid {_pid(ix.nodes[link.target])} (fork record)"
+        )
+        if link.inferred is True or link.inferred == "mixed":
+            how += ", whose link is inferred: a likely match, not proof"
+        grades = [Grade(g) if g in Grade.__members__ else Grade.U for g in (link.grade, fork.grade)]
+        return ProcessRow(parent, how, weakest(grades))
+    return None
 
 
 def _unplaced_agent(node: GraphNode) -> str:

@@ -130,17 +130,19 @@ def test_the_files_are_owner_only_and_summary_provenance_is_an_error(
 def test_compare_model_writes_its_own_file_and_leaves_compare_json_alone(
     tmp_path: Path, model_server: Serve, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    builder = RunBuilder()
-    builder.add(
-        Session(trace="11" * 16, task="t", answer="done", commands=[(["ls"], 0, [], [])]), 1000
-    )
-    run = builder.write(tmp_path / "run")
-    (run / "manifest.json").write_text(json.dumps({"format": "otel-bridge.manifest"}))
+    runs = []
+    for name, trace in (("run", "11"), ("other", "22")):  # compare needs at least two runs
+        builder = RunBuilder()
+        session = Session(trace=trace * 16, task="t", answer="done", commands=[(["ls"], 0, [], [])])
+        builder.add(session, 1000)
+        run = builder.write(tmp_path / name)
+        (run / "manifest.json").write_text(json.dumps({"format": "otel-bridge.manifest"}))
+        runs.append(str(run))
     plain, assisted = tmp_path / "plain", tmp_path / "assisted"
-    assert main(["compare", str(run), "-o", str(plain), "--no-ablation"]) == 0
+    assert main(["compare", *runs, "-o", str(plain), "--no-ablation"]) == 0
     bad = {"op": "remove", "run": "run", "source": "x", "target": "y"}
     url = model_server(answer({"operations": [bad]}))
-    argv = ["compare", str(run), "-o", str(assisted), "--no-ablation", "--model", url]
+    argv = ["compare", *runs, "-o", str(assisted), "--no-ablation", "--model", url]
     assert main([*argv, "--model-name", "scripted"]) == 0
     assert "model model:scripted: 0 added, 0 removed, 1 rejected" in capsys.readouterr().out
     assert (plain / "compare.json").read_bytes() == (assisted / "compare.json").read_bytes()

@@ -210,3 +210,60 @@ def test_an_overlap_uses_each_records_stated_earliest_time() -> None:
         "to 65.3 ms after the change), the agent's process changed /w/late.md (wrote) (same "
         "time only: not a link)"
     ]
+
+
+def _wrapped(shell_argv: list[str], *links: tuple[str, str, bool]) -> str:
+    """report.md of a call declaring ``sleep 0.3`` whose shell (pid 21, ``shell_argv``) forked
+    ``sleep 0.3`` (pid 22); ``links``: (process id, method, inferred) from the call."""
+    shell = _proc(21, shell_argv, 0, 10)
+    sleep = _proc(22, ["sleep", "0.3"], 0, 21)
+    call = GraphNode(
+        id="tool_call:t:c",
+        kind="tool_call",
+        label="run",
+        facts=ToolCallFacts(tool="run", call_id="c3", agent="bot", trace_id="t", span_id="c"),
+    )
+    cmd = GraphNode(id="command:t:c", kind="command", facts=CommandFacts(command="sleep 0.3"))
+    edges = [
+        _edge(call.id, "declared_command", cmd.id),
+        _edge(shell.id, "spawned", sleep.id, grade="A"),
+        *(
+            _edge(
+                call.id,
+                "correlated_with_process",
+                target,
+                method=method,
+                inferred=inferred,
+                grade="D" if inferred else "C",
+            )
+            for target, method, inferred in links
+        ),
+    ]
+    return render(build(Graph(nodes=(shell, sleep, call, cmd), edges=tuple(edges))), title="r")
+
+
+def test_a_shell_linked_itself_is_said_by_its_own_link_and_its_child_is_listed_once() -> None:
+    """Both exactly linked (TRACEPARENT, C): the shell's row is its own link, not one through
+    its child; its child is shown once, by its own link."""
+    sleep_first = [
+        ("process:h1:22:22", "traceparent", False),
+        ("process:h1:21:21", "traceparent", False),
+    ]
+    for links in (sleep_first, sleep_first[::-1]):
+        text = _wrapped(["/bin/sh", "-c", "sleep 0.3"], *links)
+        rows = [r for r in text.splitlines() if r.startswith("| ") and "pid 2" in r]
+        assert len(rows) == 2, text
+        shell = next(r for r in rows if "pid 21" in r)
+        assert "it inherited the call's trace context (TRACEPARENT) | C |" in shell, text
+        assert "fork record" not in shell
+
+
+def test_only_the_shell_running_exactly_the_declared_command_is_shown_with_the_call() -> None:
+    """``sh -c 'sleep 0.3; true'`` ran more than the call declared: it stays unlinked."""
+    inferred = ("process:h1:22:22", "singleton", True)
+    text = _wrapped(["sh", "-c", "sleep 0.3; true"], inferred)
+    assert "ran, but no tool call is linked to it" in text.split("## Not linked", 1)[1]
+    text = _wrapped(["bash", "-c", "sleep 0.3"], inferred)
+    shell = next(r for r in text.splitlines() if "pid 21" in r)
+    assert "its argv is `bash -c` with the call's declared command, and it is the parent " in shell
+    assert "whose link is inferred: a likely match, not proof | D |" in shell

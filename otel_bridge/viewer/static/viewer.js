@@ -686,23 +686,28 @@
     return '<th scope="col"' + (sorted ? ' aria-sort="' + (s[1] > 0 ? "ascending" : "descending") + '"' : "") +
       '><button type="button" data-sort="' + table + ":" + key + '">' + esc(label) + "</button></th>";
   }
+  // The tables fit their pane (fixed layout): the short columns have a width each (class
+  // c-NAME, viewer.css), the long ones (label, ids, stable key) share the rest and wrap.
+  function cols(names) {
+    return "<colgroup>" + names.map(function (n) { return n ? '<col class="c-' + n + '">' : "<col>"; }).join("") + "</colgroup>";
+  }
   function renderTable() {
     var m = S.model, vis = S.nodeVis, nodes = m.nodes.filter(function (n) { return vis.has(n.id) && (!S.matches || S.matches.has(n.id)); });
     var rows = nodes.map(function (n) {
       var r = n.raw || {};
       return { id: n.id, kind: n.kind, label: n.label, key: r.key || "", lane: n.lane,
-        channels: n.channels.join(","), first_seen: n.first_seen || null, count: n.fold ? n.count : r.evidence_count };
+        channels: n.channels.join(", "), first_seen: n.first_seen || null, count: n.fold ? n.count : r.evidence_count };
     });
     sortRows(rows, sortState.nodes[0], sortState.nodes[1]);
     var html = '<div class="section"><table id="ob-node-table"><caption>Nodes: ' + rows.length + " shown" +
       (m.folded ? ", " + m.folded + " library/runtime reads folded into " + Object.keys(m.folds).length + " rows (kind folded)" : "") +
-      "</caption><thead><tr>" + th("nodes", "kind", "kind") + th("nodes", "label", "label") + th("nodes", "id", "id") +
+      "</caption>" + cols(["kind", "", "", "", "channels", "seen", "count"]) + "<thead><tr>" + th("nodes", "kind", "kind") + th("nodes", "label", "label") + th("nodes", "id", "id") +
       th("nodes", "key", "stable key") + th("nodes", "channels", "channels") + th("nodes", "first_seen", "first seen") +
       th("nodes", "count", "observations / folded") + "</tr></thead><tbody>";
     html += rows.map(function (r) {
       return '<tr tabindex="0" data-id="' + esc(r.id) + '" data-kind="' + esc(r.kind) + '"' + (r.kind === "folded" ? ' data-count="' + r.count + '"' : "") +
-        "><td>" + esc(r.kind) + "</td><td>" + esc(r.label) + "</td><td><code>" + esc(r.id) + "</code></td><td>" + esc(r.key) +
-        "</td><td>" + esc(r.channels) + "</td><td>" + (r.first_seen ? iso(r.first_seen) : '<span class="unknown">unknown</span>') + "</td><td>" + esc(r.count) + "</td></tr>";
+        '><td class="nw">' + esc(r.kind) + '</td><td class="wrap">' + esc(r.label) + '</td><td class="wrap"><code>' + esc(r.id) + '</code></td><td class="wrap">' + esc(r.key) +
+        '</td><td>' + esc(r.channels) + '</td><td>' + (r.first_seen ? iso(r.first_seen).replace("T", "<wbr>T") : '<span class="unknown">unknown</span>') + '</td><td class="nw">' + esc(r.count) + "</td></tr>";
     }).join("");
     html += "</tbody></table>";
     var edges = m.edges.filter(function (e) { return S.edgeVis.has(e.id); }).map(function (e) {
@@ -710,12 +715,12 @@
         causal: causalName(e.causal), style: e.style === "solid" ? "observed/exact" : e.style === "dashed" ? "inferred" : "viewer-only" };
     });
     sortRows(edges, sortState.edges[0], sortState.edges[1]);
-    html += '<table id="ob-edge-table"><caption>Edges: ' + edges.length + " shown</caption><thead><tr>" + th("edges", "relation", "relation") +
+    html += '<table id="ob-edge-table"><caption>Edges: ' + edges.length + " shown</caption>" + cols(["relation", "", "", "grade", "causal", "evidence"]) + "<thead><tr>" + th("edges", "relation", "relation") +
       th("edges", "source", "source") + th("edges", "target", "target") + th("edges", "grade", "grade") + th("edges", "causal", "causal") +
       th("edges", "style", "evidence") + "</tr></thead><tbody>";
     html += edges.map(function (r) {
-      return '<tr tabindex="0" data-id="' + esc(r.id) + '"><td>' + esc(r.relation) + "</td><td><code>" + esc(r.source) + "</code></td><td><code>" +
-        esc(r.target) + "</code></td><td>" + esc(r.grade) + "</td><td>" + esc(r.causal) + "</td><td>" + esc(r.style) + "</td></tr>";
+      return '<tr tabindex="0" data-id="' + esc(r.id) + '"><td class="nw">' + esc(r.relation) + '</td><td class="wrap"><code>' + esc(r.source) + '</code></td><td class="wrap"><code>' +
+        esc(r.target) + '</code></td><td class="nw">' + esc(r.grade) + '</td><td class="nw">' + esc(r.causal) + '</td><td class="nw">' + esc(r.style) + "</td></tr>";
     }).join("");
     $("view-table").innerHTML = html + "</tbody></table></div>";
   }
@@ -949,11 +954,7 @@
     if (!cp) { box.innerHTML = ""; return; }
     var runs = arr(cp.runs), cov = cp.coverage || {}, tools = arr(cov.tools), matrix = cov.matrix || {};
     var served = S.config.mode === "served";
-    var html = '<div class="section"><h2>Runs</h2><table id="ob-runs"><caption>Per-run metrics</caption><thead><tr><th scope="col">run</th><th scope="col">metrics</th></tr></thead><tbody>' +
-      runs.map(function (r) {
-        var name = served ? '<a href="run/' + encodeURIComponent(r.id) + '/" data-run="' + esc(r.id) + '">' + esc(r.id) + "</a>" : esc(r.id) + ' <span class="muted">' + esc(r.path || "") + "</span>";
-        return "<tr><td>" + name + "</td><td>" + esc(Object.keys(r.metrics || {}).sort().map(function (k) { return k + "=" + JSON.stringify(r.metrics[k]); }).join(", ")) + "</td></tr>";
-      }).join("") + "</tbody></table>";
+    var html = '<div class="section"><h2>Runs</h2>' + runMetrics(runs, served);
     var max = 1;
     runs.forEach(function (r) { tools.forEach(function (t) { max = Math.max(max, (matrix[r.id] || {})[t] || 0); }); });
     html += '<h2>Coverage (UpSet)</h2><table class="upset" id="ob-upset"><caption>Tool calls per tool and run</caption><thead><tr><th scope="col">tool</th>' +
@@ -974,6 +975,42 @@
     }
     html += joinedGraph(cp.joined || {}, runs.length) + "</div>";
     box.innerHTML = html;
+  }
+  // Per-run metrics: one row per metric, one column per run; a nested object's keys are rows
+  // below its own (indented), null is "unknown", a metric a run does not state "not stated".
+  function isObj(v) { return v !== null && typeof v === "object" && !Array.isArray(v); }
+  function metricRows(values, path, depth, rows) {
+    var keys = {};
+    values.forEach(function (v) { if (isObj(v)) Object.keys(v).forEach(function (k) { keys[k] = 1; }); });
+    Object.keys(keys).sort().forEach(function (k) {
+      var vs = values.map(function (v) { return v === null ? null : isObj(v) && Object.prototype.hasOwnProperty.call(v, k) ? v[k] : undefined; });
+      var nested = vs.some(isObj);
+      rows.push({ path: path.concat([k]), depth: depth, values: vs, nested: nested });
+      if (nested) metricRows(vs, path.concat([k]), depth + 1, rows);
+    });
+    return rows;
+  }
+  function metricCell(v, nested) {
+    if (v === null) return '<td class="unknown">unknown</td>';
+    if (v === undefined) return '<td class="unknown">not stated</td>';
+    if (isObj(v)) return nested ? "<td></td>" : "<td>" + esc(JSON.stringify(v)) + "</td>";
+    if (typeof v === "number") {
+      var shown = Number.isInteger(v) ? String(v) : String(Math.round(v * 1000) / 1000);
+      return '<td class="num" title="' + esc(String(v)) + '">' + esc(shown) + "</td>";
+    }
+    return "<td>" + esc(Array.isArray(v) ? v.join(", ") : String(v)) + "</td>";
+  }
+  function runMetrics(runs, served) {
+    var rows = metricRows(runs.map(function (r) { return r.metrics || {}; }), [], 0, []);
+    return '<table id="ob-runs"><caption>Per-run metrics (one column per run)</caption><thead><tr><th scope="col">metric</th>' +
+      runs.map(function (r) {
+        var name = served ? '<a href="run/' + encodeURIComponent(r.id) + '/" data-run="' + esc(r.id) + '">' + esc(r.id) + "</a>" : esc(r.id) + '<br><span class="muted">' + esc(r.path || "") + "</span>";
+        return '<th scope="col">' + name + "</th>";
+      }).join("") + "</tr></thead><tbody>" +
+      rows.map(function (row) {
+        return '<tr data-metric="' + esc(row.path.join(".")) + '"><th scope="row" style="padding-left:' + (0.4 + 1.2 * row.depth) + 'rem">' + esc(row.path[row.path.length - 1]) + "</th>" +
+          row.values.map(function (v) { return metricCell(v, row.nested); }).join("") + "</tr>";
+      }).join("") + "</tbody></table>";
   }
   function joinedGraph(j, nRuns) {
     var nodes = arr(j.nodes), edges = arr(j.edges), t = S.compareThreshold, maxS = 1;

@@ -530,6 +530,9 @@ def test_next_spare_helper_starts_after_the_run_not_during_it(
     before = observe(tmp_path / "before", server.env, "true", extra=("--no-review",))
     assert before.returncode == 0, before.stderr
     wait_until(lambda: _helpers_since(server, 0) >= 1, 60, "the server's next spare helper")
+    # the next run's child is forked when the last run's has ended, not when this one starts:
+    # wait for it, or under load the fork can fall after the clock below
+    wait_until(lambda: bool(_waiting_children(server)), 60, "the next run's child forked ahead")
     cmd = (sys.executable, "-c", CHILDREN_PROBE, str(server.proc.pid))
     launched = _ticks_now()
     result = observe(tmp_path, server.env, *cmd, extra=("--no-review",))

@@ -597,6 +597,12 @@ BRIDGE_SKIP_ATTR = "correlate.skip"
 process to that call (the reason it counts as ``skip.<reason>``, e.g. ``no_candidate`` or
 ``unsupported_command.control_operator``), set on a derived sighting of the call."""
 
+SENDER_SKIP_ATTR = "correlate.sender"
+"""An ``agent`` (or ``model``) entity attribute: why the ``correlate`` processor found no process
+that sent its spans over their transport peer (``no_connection``, ``several_processes``,
+``not_loopback``: what it counts as ``exact.transport_peer.<reason>``), set on a derived sighting
+of the entity when its spans' resource states no ``process.pid``."""
+
 
 class CoverageRecord(msgspec.Struct, frozen=True, kw_only=True, gc=False):
     """A record the pipeline could not interpret, or a known gap in what was observed.

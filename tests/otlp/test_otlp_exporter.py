@@ -109,8 +109,9 @@ def test_round_trip_through_our_receiver_keeps_ids_and_attributes(
     grpc = factory is grpc_factory
     protocol = "grpc" if grpc else f"http/{'json' if encoding == 'json' else 'protobuf'}"
     port = running.receiver.grpc_port if grpc else running.receiver.http_port
-    for record in (*received, *running.sink.logs):
-        peer = record.resource.peer
+    resources = [r.resource for r in received] + [r.resource for r in running.sink.logs]
+    for resource in resources:
+        peer = resource.peer
         assert peer is not None
         assert (peer.protocol, peer.address, peer.local_port) == (protocol, "127.0.0.1", port)
         assert peer.port > 0

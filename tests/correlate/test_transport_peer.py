@@ -123,3 +123,16 @@ def test_a_stated_pid_wins_and_a_disagreeing_peer_is_counted() -> None:
     assert link.object.id == stated.identity
     assert not method(out, "transport_peer")
     assert counts["exact.transport_peer.disagrees"] == 1
+
+
+def test_a_claim_without_holder_is_decided_once_retention_has_passed() -> None:
+    """A standing collector does not keep an unresolved claim to the end: once the stream has
+    moved ``retention`` past its request, it is decided (no sender) as it goes."""
+    core = Correlator(Config(retention=10.0))
+    core.add((agent_span(peer()),))
+    assert not core.step()
+    later = Proc(pid=3, exe="/bin/true", argv=("true",), time=T0 + 60 * 1000 * MS)
+    core.add(tuple(later.observations()))
+    out = core.step()
+    assert reason(out) == "no_connection"
+    assert core.counts()["exact.transport_peer.no_connection"] == 1

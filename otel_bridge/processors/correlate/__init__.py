@@ -327,6 +327,7 @@ class Correlator:
             self._evicted = horizon
             self.engine.evict(horizon)
             self.exact.evict(horizon)
+            out.extend(self.exact.unsent())  # claims the eviction decided
             self.models.evict(horizon)
             live = self.engine.index.record_ids()
             self._record_process = {k: v for k, v in self._record_process.items() if k in live}

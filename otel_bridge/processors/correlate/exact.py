@@ -361,6 +361,11 @@ class ExactLinker:
             )
         )
 
+    def unsent(self) -> list[Observation]:
+        """The sightings saying why an entity has no sender, decided since the last call."""
+        out, self._unsent = self._unsent, []
+        return out
+
     def sender(self, peer: TransportPeer) -> Holder | None:
         """The one followed process observed holding ``peer``'s connection, else None."""
         key = peer_key(peer)
@@ -403,8 +408,7 @@ class ExactLinker:
         out.extend(self._traceparent_links(watermark, final))
         out.extend(self._pid_links(watermark, final))
         out.extend(self._peer_links(watermark, final))
-        out.extend(self._unsent)
-        self._unsent.clear()
+        out.extend(self.unsent())
         out.extend(self._request_links(watermark))
         out.sort(key=lambda o: o.id)
         return out
@@ -615,6 +619,12 @@ class ExactLinker:
     def evict(self, horizon: int) -> None:
         """Forget state that only observations older than ``horizon`` could still use."""
         self.senders.evict(horizon)
+        # A claim still without a holder this long after its request will not get one (its
+        # connection would have been observed before it): decided now, not kept to the end.
+        for key, (agent, first, peer) in list(self._peer_claims.items()):
+            if max(first.time, peer.time_unix_nano) < horizon:
+                del self._peer_claims[key]
+                self._no_sender(agent, "no_connection", first.time, first.obs_id, first.channel)
         self._requests = {
             k: g for k, g in self._requests.items() if any(f.time >= horizon for f in g.values())
         }

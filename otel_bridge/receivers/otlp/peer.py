@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import functools
 import time
+import urllib.parse
 
 from otel_bridge.identity import canonical_ip, host_id
 from otel_bridge.model import TransportPeer
@@ -45,11 +46,12 @@ def transport_peer(protocol: str, address: str, port: int, local_port: int) -> T
 
 def grpc_peer(peer: str, local_port: int) -> TransportPeer | None:
     """The transport peer of a gRPC call from its ``context.peer()`` (``ipv4:127.0.0.1:54321``,
-    ``ipv6:[::1]:54321``; anything else, a Unix socket, gives None)."""
+    ``ipv6:[::1]:54321``, ``ipv6:%5B::1%5D:54321``; anything else, a Unix socket, gives None)."""
     family, _, rest = peer.partition(":")
     if family not in ("ipv4", "ipv6"):
         return None
-    address, _, port = rest.rpartition(":")
+    # gRPC percent-encodes an IPv6 address's brackets in some versions (``%5B::1%5D``).
+    address, _, port = urllib.parse.unquote(rest).rpartition(":")
     if not port.isdigit():
         return None
     return transport_peer("grpc", address, int(port), local_port)

@@ -61,9 +61,9 @@ _HERE = str(Path(__file__).resolve().parent)
 def pipeline_step(stage: str, workdir: str) -> tuple[Callable[[bytes], object], Callable[[], None]]:
     """What one serialized request goes through at ``stage``, and how to stop it."""
     from otel_bridge.model import Batch
-    from otel_bridge.otlp.proto_codec import decode_traces
     from otel_bridge.processors.normalize import Normalizer
 
+    decode_traces = receiver_decode()
     if stage == "decode":
         return decode_traces, lambda: None
     if stage == "normalize":
@@ -79,6 +79,22 @@ def pipeline_step(stage: str, workdir: str) -> tuple[Callable[[bytes], object], 
     collector.start()
     receiver: Any = collector.component("otlp")
     return lambda raw: receiver.deliver_spans(decode_traces(raw)), collector.shutdown
+
+
+def receiver_decode() -> Callable[[bytes], Any]:
+    """``decode_traces`` as the ``otlp`` receiver calls it: with the request's transport peer,
+    made per request (a tree without transport peers: without)."""
+    from otel_bridge.otlp.proto_codec import decode_traces
+
+    try:
+        from otel_bridge.receivers.otlp.peer import transport_peer
+    except ImportError:  # a base tree from before the transport peer
+        return decode_traces
+
+    def decode(raw: bytes) -> Any:
+        return decode_traces(raw, transport_peer("grpc", "127.0.0.1", 54321, 4317))
+
+    return decode
 
 
 def without_timers(config: Any) -> None:

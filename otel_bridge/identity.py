@@ -285,6 +285,18 @@ def _local_ephemeral_range() -> tuple[int, int]:
     return ephemeral_range()
 
 
+def canonical_ip(address: str) -> str | None:
+    """``address`` (brackets allowed) as a canonical IP address, IPv4-mapped IPv6 written as
+    IPv4; None when it is no IP address."""
+    try:
+        ip = ipaddress.ip_address(address.strip("[]"))
+    except ValueError:
+        return None
+    if isinstance(ip, ipaddress.IPv6Address) and ip.ipv4_mapped is not None:
+        return str(ip.ipv4_mapped)
+    return str(ip)
+
+
 def is_loopback(address: str) -> bool:
     """True for a loopback IP address (``127.0.0.0/8``, ``::1``, IPv4-mapped loopback)."""
     try:

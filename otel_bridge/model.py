@@ -205,12 +205,37 @@ class StatusCode(enum.IntEnum):
 # --------------------------------------------------------------------------------------------
 
 
+class TransportPeer(msgspec.Struct, frozen=True, kw_only=True, gc=False):
+    """The TCP peer an OTLP request came from, as the receiving socket saw it: the sender's
+    end of the connection (its address and port), the receiver's own bound port, the host the
+    receiver runs on and when the request arrived. Set by the ``otlp`` receiver once per
+    request; what the sender *stated* is in the resource's attributes, this is what the
+    receiver *observed*."""
+
+    protocol: str
+    """``grpc``, ``http/protobuf`` or ``http/json``."""
+    address: str
+    """The peer's IP address (IPv4-mapped IPv6 written as IPv4)."""
+    port: int
+    """The peer's port: the sender's local port of the connection."""
+    local_port: int
+    """The receiver's bound port the request came in on."""
+    host_id: str
+    """The receiving host (``identity.host_id``)."""
+    time_unix_nano: int = 0
+    """When the request arrived (receiver clock)."""
+
+
 class Resource(msgspec.Struct, frozen=True, kw_only=True, gc=False):
     """The entity producing telemetry (OTLP ``Resource``)."""
 
     attributes: Attributes = msgspec.field(default_factory=_attrs)
     dropped_attributes_count: int = 0
     schema_url: str = ""
+    peer: TransportPeer | None = None
+    """Where the request carrying this resource came from (receiver-owned, never an OTLP
+    attribute: OTLP encoders write only the three fields above, so forwarding and exporting
+    stay as received). None for a resource no ``otlp`` receiver decoded."""
 
 
 class Scope(msgspec.Struct, frozen=True, kw_only=True, gc=False):
@@ -306,7 +331,8 @@ class LogRecord(msgspec.Struct, frozen=True, kw_only=True, gc=False):
 
 class EmitterFacts(msgspec.Struct, frozen=True, kw_only=True, gc=False, tag="emitter"):
     """The process that emitted a span, as the span's resource states it (``None``: the
-    resource does not state it). Read once per resource by ``normalize``."""
+    resource does not state it), and the transport peer the receiver saw the span come from.
+    Read once per resource by ``normalize``."""
 
     host_id: str | None = None
     """Resource ``host.id``."""
@@ -314,6 +340,9 @@ class EmitterFacts(msgspec.Struct, frozen=True, kw_only=True, gc=False, tag="emi
     """Resource ``process.pid``."""
     start_time_ms: int | None = None
     """Resource ``process.creation.time``, parsed (``identity.iso_to_ms``)."""
+    peer: TransportPeer | None = None
+    """The transport peer of the request that carried the span (:class:`TransportPeer`):
+    not stated by the resource but observed by the receiver."""
 
 
 class Source(msgspec.Struct, frozen=True, kw_only=True, gc=False):
@@ -567,6 +596,12 @@ BRIDGE_SKIP_ATTR = "correlate.skip"
 """A ``tool_call`` entity attribute: why the ``correlate`` processor's singleton bridge linked no
 process to that call (the reason it counts as ``skip.<reason>``, e.g. ``no_candidate`` or
 ``unsupported_command.control_operator``), set on a derived sighting of the call."""
+
+SENDER_SKIP_ATTR = "correlate.sender"
+"""An ``agent`` (or ``model``) entity attribute: why the ``correlate`` processor found no process
+that sent its spans over their transport peer (``no_connection``, ``several_processes``,
+``not_loopback``: what it counts as ``exact.transport_peer.<reason>``), set on a derived sighting
+of the entity when its spans' resource states no ``process.pid``."""
 
 
 class CoverageRecord(msgspec.Struct, frozen=True, kw_only=True, gc=False):

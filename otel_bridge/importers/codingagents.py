@@ -144,8 +144,17 @@ def _line_events(
         time = _int(log.get("timeUnixNano")) or _iso_ns(attrs.get("event.timestamp"))
         pid = resource.get("process.pid")
         attrs["_pid"] = int(pid) if isinstance(pid, int | str) and str(pid).isdigit() else None
+        attrs["_log_id"] = log_record_id(log)
         out.append(AgentEvent(rid, agent, kind, session, time, attrs))
     return out
+
+
+def log_record_id(log: Mapping[str, Any]) -> str:
+    """The record id ``normalize`` gives an OTLP/JSON log record it does not interpret (its
+    coverage record's ``source.record_id``: ``log:<time>:<trace>:<span>:<event name>``)."""
+    span = str(log.get("spanId") or "").lower()
+    ids = f"{str(log.get('traceId') or '').lower()}:{span}" if span else ""
+    return f"log:{_int(log.get('timeUnixNano')) or 0}:{ids}:{log.get('eventName') or ''}"
 
 
 def _int(value: Any) -> int | None:

@@ -18,6 +18,7 @@ from collections.abc import Iterable
 
 import orjson
 
+from otel_bridge.identity import canonical_ip
 from otel_bridge.importers.codingagents import (
     WINDOW_SLACK_NS,
     AgentEvent,
@@ -30,7 +31,7 @@ from otel_bridge.model import EndpointFacts, ProcessFacts
 from otel_bridge.review.evidence import CONNECT_RELATIONS, GraphIndex, Session, process_node
 from otel_bridge.review.records import Records
 from otel_bridge.review.types import EvidenceNode
-from otel_bridge.rundir import SUMMARY
+from otel_bridge.rundir import CORRELATED_STREAM, SUMMARY
 
 REDACTED = frozenset({"[REDACTED]", "<REDACTED>", "REDACTED"})
 """What the agents log instead of a prompt whose text logging is off (it is then unknown)."""
@@ -224,12 +225,22 @@ def _tool_result(node: EvidenceNode, e: AgentEvent) -> None:
             node.time = min(node.time or stated, stated)
 
 
+Peer = tuple[str, int, int]
+"""A transport peer: (sender address, sender port, the receiver's or mux's port)."""
+
+
 def agent_process(
-    pids: Iterable[int | None], index: GraphIndex, otlp_port: int | None
+    pids: Iterable[int | None],
+    index: GraphIndex,
+    otlp_port: int | None,
+    peers: Iterable[Peer] = (),
 ) -> tuple[str | None, str]:
     """The graph process of the agent and how it was found (first rule that names exactly one):
 
     * ``resource_pid``: the process with a pid the events' resource states (``process.pid``);
+    * ``transport_peer``: the process observed holding the sender's end of the loopback
+      connections the events came over (their transport ``peers``, as the receiver recorded
+      them): it sent the events;
     * ``otlp_sender``: the process observed connecting to the run's own OTLP endpoint (the agent
       sends its events there; ``summary.json`` ``otlp.endpoint``);
     * ``run_root``: the only process of the run no observed process spawned.
@@ -239,6 +250,9 @@ def agent_process(
     by_pid = [nid for nid, f in procs.items() if f.pid in wanted]
     if len(by_pid) == 1:
         return by_pid[0], "resource_pid"
+    held = _holders(index, procs, set(peers))
+    if len(held) == 1:
+        return held.pop(), "transport_peer"
     senders = sorted(
         {
             nid
@@ -254,6 +268,49 @@ def agent_process(
     if len(roots) == 1:
         return roots[0], "run_root"
     return None, "unknown"
+
+
+def _holders(index: GraphIndex, procs: Iterable[str], peers: set[Peer]) -> set[str]:
+    """The processes with a loopback connection whose local end and remote port are a peer's."""
+    if not peers:
+        return set()
+    out = set()
+    for nid in procs:
+        for e in index.out_edges(nid, CONNECT_RELATIONS):
+            detail = e.attrs
+            if detail is None or not isinstance(detail.local_address, str):
+                continue
+            target = index.nodes.get(e.target)
+            facts = None if target is None else target.facts
+            if not isinstance(facts, EndpointFacts) or not _loopback(facts.address):
+                continue
+            end = (canonical_ip(detail.local_address), detail.local_port, facts.port)
+            if end in peers:
+                out.add(nid)
+    return out
+
+
+def session_peers(run_dir: str) -> dict[str, set[Peer]]:
+    """Log record id -> the loopback transport peers its request came from, as ``normalize``
+    recorded them on the coverage of log records it does not interpret (``correlated.jsonl``)."""
+    out: dict[str, set[Peer]] = defaultdict(set)
+    try:
+        f = open(os.path.join(run_dir, CORRELATED_STREAM), "rb")  # noqa: SIM115
+    except OSError:
+        return out
+    with f:
+        for raw in f:
+            if b'"peer"' not in raw or b'"coverage"' not in raw:
+                continue
+            try:
+                source = orjson.loads(raw)["coverage"]["source"]
+                peer = source["emitter"]["peer"]
+                out[str(source["record_id"])].add(
+                    (str(peer["address"]), int(peer["port"]), int(peer["local_port"]))
+                )
+            except (orjson.JSONDecodeError, KeyError, TypeError, ValueError):
+                continue
+    return out
 
 
 def _is_port(index: GraphIndex, node: str, port: int) -> bool:
@@ -289,11 +346,17 @@ def import_sessions(
         events += events_from_transcript(path, records)
     sessions = build_sessions(events)
     pids = {e.session: e.attrs.get("_pid") for e in events}
+    by_log = session_peers(run_dir)
+    peers: dict[str, set[Peer]] = defaultdict(set)
+    for e in events:
+        peers[e.session] |= by_log.get(str(e.attrs.get("_log_id")), set())
     port = otlp_port(run_dir)
     capture = {os.path.realpath(p) for p in transcripts} | {os.path.abspath(p) for p in transcripts}
     for session in sessions:
         session.capture |= capture
-        pid, how = agent_process([pids.get(session.trace_id)], index, port)
+        pid, how = agent_process(
+            [pids.get(session.trace_id)], index, port, peers.get(session.trace_id, ())
+        )
         if pid is None:
             continue
         session.agent_processes.append(pid)

@@ -41,6 +41,7 @@ from otel_bridge.model import (
     SpanLink,
     Status,
     StatusCode,
+    TransportPeer,
 )
 from otel_bridge.otlp.json_read import (
     field,
@@ -297,7 +298,7 @@ def _loads(body: bytes | str, *, oversize: bool) -> Any:
         raise DecodeError("body: JSON nested too deeply") from None
 
 
-def _resource(obj: Mapping[str, Any], path: str) -> Resource:
+def _resource(obj: Mapping[str, Any], path: str, peer: TransportPeer | None) -> Resource:
     rpath = f"{path}.resource"
     pb = read_object(obj.get("resource"), rpath)
     return Resource(
@@ -307,6 +308,7 @@ def _resource(obj: Mapping[str, Any], path: str) -> Resource:
             f"{rpath}.droppedAttributesCount",
         ),
         schema_url=read_str(field(obj, "schemaUrl", "schema_url"), f"{path}.schemaUrl"),
+        peer=peer,
     )
 
 
@@ -431,7 +433,9 @@ def _span(obj: Mapping[str, Any], path: str, resource: Resource, scope: Scope) -
     return _invalid(span, kind, code, path) or span
 
 
-def decode_traces(body: bytes | str | Mapping[str, Any]) -> Decoded[Span]:
+def decode_traces(
+    body: bytes | str | Mapping[str, Any], peer: TransportPeer | None = None
+) -> Decoded[Span]:
     """The spans of an OTLP/JSON ``ExportTraceServiceRequest`` body.
 
     Raises ``DecodeError`` naming the path when the body is malformed; invalid but well-formed
@@ -445,7 +449,7 @@ def decode_traces(body: bytes | str | Mapping[str, Any]) -> Decoded[Span]:
     ):
         rpath = f"resourceSpans[{ri}]"
         rs = read_object(rs_item, rpath)
-        resource = _resource(rs, rpath)
+        resource = _resource(rs, rpath, peer)
         scope_items = read_list(field(rs, "scopeSpans", "scope_spans"), f"{rpath}.scopeSpans")
         for si, ss_item in enumerate(scope_items):
             spath = f"{rpath}.scopeSpans[{si}]"
@@ -489,7 +493,9 @@ def _log(obj: Mapping[str, Any], path: str, resource: Resource, scope: Scope) ->
     )
 
 
-def decode_logs(body: bytes | str | Mapping[str, Any]) -> Decoded[LogRecord]:
+def decode_logs(
+    body: bytes | str | Mapping[str, Any], peer: TransportPeer | None = None
+) -> Decoded[LogRecord]:
     """The log records of an OTLP/JSON ``ExportLogsServiceRequest`` body.
 
     Raises ``DecodeError`` naming the path when the body is malformed.
@@ -501,7 +507,7 @@ def decode_logs(body: bytes | str | Mapping[str, Any]) -> Decoded[LogRecord]:
     ):
         rpath = f"resourceLogs[{ri}]"
         rl = read_object(rl_item, rpath)
-        resource = _resource(rl, rpath)
+        resource = _resource(rl, rpath, peer)
         for si, sl_item in enumerate(
             read_list(field(rl, "scopeLogs", "scope_logs"), f"{rpath}.scopeLogs")
         ):

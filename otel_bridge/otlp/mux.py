@@ -12,6 +12,11 @@ passed on so a client that shuts down its sending side still gets its answer. It
 connections per protocol (:attr:`ProtocolMux.connections`) and how many are open
 (:meth:`ProtocolMux.wait_idle` returns once every relayed connection is closed: the drain
 condition of ``observe``).
+
+While a connection is relayed, the mux states which client it relays for
+(:func:`relayed_from`): the servers' transport peer is the mux's own upstream socket, and the
+``otlp`` receiver reads the client's end (address, port, the mux's port) from here instead, so
+the sender the correlator looks for is the client, not the collector.
 """
 
 from __future__ import annotations
@@ -30,6 +35,19 @@ H2_PREFACE = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n"
 _SNIFF_BYTES = 4
 _SNIFF_TIMEOUT = 10.0
 _CHUNK = 65536
+
+
+_RELAYED: dict[tuple[str, int], tuple[str, int, int]] = {}
+"""Upstream socket's local (address, port) -> (client address, client port, the mux's port)."""
+_RELAYED_LOCK = threading.Lock()
+
+
+def relayed_from(address: str, port: int) -> tuple[str, int, int] | None:
+    """The client a connection from ``address``:``port`` (a mux's upstream socket) is relaying
+    for, as (client address, client port, the mux's listening port); None when no mux of this
+    process relays through that socket now."""
+    with _RELAYED_LOCK:
+        return _RELAYED.get((address, port))
 
 
 @dataclass(frozen=True, slots=True)
@@ -169,7 +187,13 @@ class ProtocolMux:
             with self._cond:
                 self._socks.add(upstream)
             self._count(name or "unroutable")
-            _relay(conn, upstream)
+            relay = self._note_relay(conn, upstream)
+            try:
+                _relay(conn, upstream)
+            finally:
+                if relay is not None:
+                    with _RELAYED_LOCK:
+                        _RELAYED.pop(relay, None)
         except OSError:
             pass
         finally:
@@ -180,6 +204,16 @@ class ProtocolMux:
                         s.close()
                 self._open -= 1
                 self._cond.notify_all()
+
+    def _note_relay(self, conn: socket.socket, upstream: socket.socket) -> tuple[str, int] | None:
+        """State (before a byte is relayed) that ``upstream`` relays for ``conn``'s client."""
+        local, client = upstream.getsockname(), conn.getpeername()
+        if not (isinstance(local, tuple) and isinstance(client, tuple)):
+            return None
+        key = (_plain(local[0]), int(local[1]))
+        with _RELAYED_LOCK:
+            _RELAYED[key] = (_plain(client[0]), int(client[1]), self.port)
+        return key
 
     def _upstream(self, name: str) -> Upstream | None:
         """Where ``name``'s connections go; starts an on-demand upstream on first use."""
@@ -208,6 +242,11 @@ class ProtocolMux:
     def _count(self, name: str) -> None:
         with self._cond:
             self.connections[name] += 1
+
+
+def _plain(address: str) -> str:
+    """An IPv4-mapped IPv6 address as IPv4 (how the receiver writes a peer address)."""
+    return address[7:] if address.startswith("::ffff:") and "." in address else address
 
 
 def _relay(a: socket.socket, b: socket.socket) -> None:

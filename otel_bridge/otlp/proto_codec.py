@@ -34,6 +34,7 @@ from otel_bridge.model import (
     SpanEvent,
     SpanKind,
     SpanLink,
+    TransportPeer,
 )
 from otel_bridge.otlp._proto_encode import (
     any_value_to_pb,
@@ -77,12 +78,13 @@ _SPAN_KINDS = {int(k): k for k in SpanKind}
 # --------------------------------------------------------------------------------------------
 
 
-def _resource(pb: Any, schema_url: str) -> Resource:
+def _resource(pb: Any, schema_url: str, peer: TransportPeer | None) -> Resource:
     # ``pb`` here and below: a twin message of :mod:`.wire` (attributes as serialized bytes).
     return Resource(
         attributes=attributes_from_wire(pb.attributes),
         dropped_attributes_count=pb.dropped_attributes_count,
         schema_url=schema_url,
+        peer=peer,
     )
 
 
@@ -224,8 +226,11 @@ def _with_rare(span: Span, pb: Any) -> Span | None:
     )
 
 
-def decode_traces(request: ExportTraceServiceRequest | bytes) -> Decoded[Span]:
+def decode_traces(
+    request: ExportTraceServiceRequest | bytes, peer: TransportPeer | None = None
+) -> Decoded[Span]:
     """The spans of ``request``; invalid spans are rejected and counted, the rest accepted.
+    ``peer``: the transport peer the request came from, set on every resource (once each).
 
     ``request`` is a serialized ``ExportTraceServiceRequest`` (what receivers get; a malformed
     one raises ``google.protobuf.message.DecodeError``) or a message, which is serialized first.
@@ -240,7 +245,7 @@ def decode_traces(request: ExportTraceServiceRequest | bytes) -> Decoded[Span]:
     rejects = Rejections()
     trace_ids: dict[bytes, bytes] = {}
     for ri, rs in enumerate(parsed.resource_spans):
-        resource = _resource(rs.resource, rs.schema_url)
+        resource = _resource(rs.resource, rs.schema_url, peer)
         for si, ss in enumerate(rs.scope_spans):
             scope = _scope(ss.scope, ss.schema_url)
             full_spans: Any = None
@@ -272,7 +277,9 @@ def _log_problem(pb: Any) -> str:
     return ""
 
 
-def decode_logs(request: ExportLogsServiceRequest | bytes) -> Decoded[LogRecord]:
+def decode_logs(
+    request: ExportLogsServiceRequest | bytes, peer: TransportPeer | None = None
+) -> Decoded[LogRecord]:
     """The log records of ``request`` (serialized, or a message); invalid ones are rejected.
 
     Read as :func:`decode_traces` reads spans.
@@ -282,7 +289,7 @@ def decode_logs(request: ExportLogsServiceRequest | bytes) -> Decoded[LogRecord]
     logs: list[LogRecord] = []
     rejects = Rejections()
     for ri, rl in enumerate(parsed.resource_logs):
-        resource = _resource(rl.resource, rl.schema_url)
+        resource = _resource(rl.resource, rl.schema_url, peer)
         for si, sl in enumerate(rl.scope_logs):
             scope = _scope(sl.scope, sl.schema_url)
             for pi, pb in enumerate(sl.log_records):

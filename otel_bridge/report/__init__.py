@@ -32,6 +32,7 @@ from otel_bridge.graph import reading
 from otel_bridge.graph.document import Graph, GraphEdge, GraphNode
 from otel_bridge.model import (
     BRIDGE_SKIP_ATTR,
+    SENDER_SKIP_ATTR,
     AgentFacts,
     CommandFacts,
     FileFacts,
@@ -46,6 +47,7 @@ from otel_bridge.stamping import EARLIEST_TIME, FILE_STAMP_LATENESS_NS
 _HOW = {
     "traceparent": "it inherited the call's trace context (TRACEPARENT)",
     "resource_pid": "the span's resource named its pid",
+    "transport_peer": "it sent the span: the connection the span came over was its",
 }
 
 
@@ -259,12 +261,16 @@ def build(graph: Graph) -> Report:
             ix.effects(p)
             linked.add(p.node.id)
         calls.append(row)
-    agents = {
-        e.target
+    agent_edges = [
+        e
         for n in graph.nodes
         if n.kind == "agent"
         for e in ix.targets(n.id, ("correlated_with_process",))
-    }
+    ]
+    agents = {e.target for e in agent_edges}
+    # Linked only by the connection the spans came over: the process *sent* them.
+    stated = {e.target for e in agent_edges if "transport_peer" not in _methods(e)}
+    sent_by = agents - stated
     for row in calls:
         if not row.processes:
             unlinked_calls.append(_unlinked_call(row, ix, agents))
@@ -283,6 +289,7 @@ def build(graph: Graph) -> Report:
         unlinked_processes=_unlinked_processes(unlinked, ix),
         agent_processes=[
             f"pid {_pid(ix.nodes[a])} `{_argv(ix.nodes[a])}`"
+            + (_SENT_BY if a in sent_by else "")
             + _effects(ix, [ix.nodes[a]], reached=False)
             for a in sorted(agents)
         ],
@@ -337,6 +344,29 @@ def _shell_of(ix: _Index, link: GraphEdge, command: str) -> ProcessRow | None:
     return None
 
 
+_SENT_BY = (
+    " (the process that sent the agent's spans: their resource names no pid, the connection "
+    "they came over was this process's)"
+)
+
+
+_SENDER_WHY = {
+    "no_connection": "the host plane saw no followed process hold the connection its spans "
+    "came over (a connection opened and closed between two socket scans, without a socket "
+    "tracer, is missed)",
+    "several_processes": "several followed processes were seen holding the connection its "
+    "spans came over (the same client port reused): not one sender",
+    "not_loopback": "its spans came from another host (not a loopback connection), whose "
+    "sockets this host's plane does not see",
+}
+_SENDER_UNKNOWN = "no sender of its spans was found from the connection they came over"
+
+
+def _methods(edge: GraphEdge) -> tuple[str, ...]:
+    method = edge.method
+    return (method,) if isinstance(method, str) else tuple(method or ())
+
+
 def _unplaced_agent(node: GraphNode) -> str:
     """Why agent ``node`` has no process: its spans named none this run observed."""
     facts = node.facts
@@ -346,8 +376,10 @@ def _unplaced_agent(node: GraphNode) -> str:
     return (
         f"{who} is linked to no process: its spans' resource named no process this run "
         "observed (`process.pid`, which the OpenTelemetry Python SDK states only with "
-        "`OTEL_EXPERIMENTAL_RESOURCE_DETECTORS=process`), so its own process, what that process "
-        "changed and the connections of its model calls are not joined to it"
+        "`OTEL_EXPERIMENTAL_RESOURCE_DETECTORS=process`), and "
+        + _SENDER_WHY.get(str(node.attrs.get(SENDER_SKIP_ATTR)), _SENDER_UNKNOWN)
+        + ", so its own process, what that process changed and the connections of its model "
+        "calls are not joined to it"
     )
 
 

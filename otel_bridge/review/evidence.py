@@ -48,11 +48,13 @@ OPENINFERENCE_KINDS = frozenset({"AGENT", "LLM", "TOOL"})
 
 
 class EdgeDetail(msgspec.Struct, frozen=True, gc=False):
-    """The two edge attributes :mod:`otel_bridge.graph.reading` reads (the others are skipped
-    when decoding)."""
+    """The edge attributes the review reads: the two :mod:`otel_bridge.graph.reading` reads and
+    a connection's local end (the others are skipped when decoding)."""
 
     access: Any = msgspec.field(default=None, name="file.access")
     result: Any = msgspec.field(default=None, name="network.connect.result")
+    local_address: Any = msgspec.field(default=None, name="network.local.address")
+    local_port: Any = msgspec.field(default=None, name="network.local.port")
 
 
 class GEdge(msgspec.Struct, frozen=True, gc=False):
@@ -98,7 +100,12 @@ class GEdge(msgspec.Struct, frozen=True, gc=False):
             tuple(d.get("support") or ()),
             d.get("first_seen"),
             d.get("last_seen"),
-            EdgeDetail(attrs.get("file.access"), attrs.get("network.connect.result")),
+            EdgeDetail(
+                attrs.get("file.access"),
+                attrs.get("network.connect.result"),
+                attrs.get("network.local.address"),
+                attrs.get("network.local.port"),
+            ),
         )
 
 

@@ -97,7 +97,9 @@ def test_prompt_tool_calls_and_processes(flavor: str, reviews: dict[str, dict[st
     assert write["decision"] == "accept"
     procs = {n["id"]: n for n in _nodes(doc, "process_run")}
     agents = [p for p in procs.values() if p["role"] == "agent"]
-    assert [p["rule"] for p in agents] == ["otlp_sender"]
+    # The agent's events state no pid: its process is the one that held the loopback
+    # connection they came over (the receiver's transport peer joined to the host plane).
+    assert [p["rule"] for p in agents] == ["transport_peer"]
     assert "fake_coding_agent.py" in " ".join(agents[0]["argv"])
     (linked,) = shell["processes"]
     assert procs[linked]["argv"][1:] == ["-m", "pytest", "-q", "test_greet.py"]

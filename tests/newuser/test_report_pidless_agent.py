@@ -1,12 +1,13 @@
-"""An agent whose spans name no process is said in ``report.md``, with how to name it.
+"""An agent whose spans name no process is still linked to its process, and the report says how.
 
 A new user's agent set up as the OpenTelemetry Python SDK's documentation does
 (``Resource.create({"service.name": ...})``, as the official OpenAI instrumentation's examples
 do) states no ``process.pid``: under ``observe`` its agent node was linked to no process, its
-model calls to no connection, and the report said nothing (no "Agent process" line, and its
-process listed as one "no tool call is linked to"). The report now says the agent is linked to
-no process and why; with ``OTEL_EXPERIMENTAL_RESOURCE_DETECTORS=process``, the variable it
-names, the same agent is linked (so the advice is checked too).
+model calls to no connection, and the report said nothing. It is now linked to the process that
+sent its spans (the connection they came over, ``transport_peer``), and the report says so
+("the process that sent the agent's spans"); with ``OTEL_EXPERIMENTAL_RESOURCE_DETECTORS=process``
+the same agent is linked by its stated pid. When no sender is found the report says why
+(``tests/observe/test_observe_sender.py``).
 """
 
 from __future__ import annotations
@@ -34,17 +35,19 @@ provider.shutdown()
 """
 
 SAID = (
-    "- agent `helper` (service pidless-agent) is linked to no process: its spans' resource "
-    "named no process this run observed (`process.pid`, which the OpenTelemetry Python SDK "
-    "states only with `OTEL_EXPERIMENTAL_RESOURCE_DETECTORS=process`)"
+    " (the process that sent the agent's spans: their resource names no pid, the connection "
+    "they came over was this process's)"
 )
 
 
-def test_an_agent_without_process_pid_is_said(tmp_path: Path) -> None:
+def test_an_agent_without_process_pid_is_linked_as_its_spans_sender(tmp_path: Path) -> None:
     (tmp_path / "agent.py").write_text(AGENT, encoding="utf-8")
     report = (observed_run(tmp_path, sys.executable, "agent.py") / "report.md").read_text()
-    assert "Agent process:" not in report
-    assert SAID in report, report
+    head = report.split("## Tool calls")[0]
+    assert "Agent process: pid " in head, report
+    assert SAID in head, report
+    assert "notes.txt (created, wrote)" in head, report
+    assert "is linked to no process" not in report, report
 
 
 def test_the_variable_it_names_links_the_agent(tmp_path: Path) -> None:
@@ -54,3 +57,4 @@ def test_the_variable_it_names_links_the_agent(tmp_path: Path) -> None:
     assert "Agent process: pid " in report, report
     assert "notes.txt (created, wrote)" in report.split("## Tool calls")[0], report
     assert "is linked to no process" not in report, report
+    assert SAID not in report, report

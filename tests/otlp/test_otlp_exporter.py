@@ -7,8 +7,9 @@ import threading
 import time
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import Any
+from typing import Any, TypeVar
 
+import msgspec
 import pytest
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceResponse
 from otlp_fixtures import RESOURCE, SCOPE, StartReceiver, make_span
@@ -32,6 +33,7 @@ from otel_bridge.model import (
     LogRecord,
     Observation,
     Source,
+    Span,
     SpanEvent,
     SpanLink,
 )
@@ -102,8 +104,19 @@ def test_round_trip_through_our_receiver_keeps_ids_and_attributes(
     exporter.consume(Batch(spans=tuple(spans), logs=(log,), observations=(observation,)))
     assert running.sink.wait_for(4, timeout=5)
     exporter.shutdown()
-    assert sorted(running.sink.spans, key=lambda s: s.name) == spans
-    assert running.sink.logs == [log]
+    received = sorted(running.sink.spans, key=lambda s: s.name)
+    # The receiver adds what it observed, the transport peer, beside what was sent.
+    grpc = factory is grpc_factory
+    protocol = "grpc" if grpc else f"http/{'json' if encoding == 'json' else 'protobuf'}"
+    port = running.receiver.grpc_port if grpc else running.receiver.http_port
+    resources = [r.resource for r in received] + [r.resource for r in running.sink.logs]
+    for resource in resources:
+        peer = resource.peer
+        assert peer is not None
+        assert (peer.protocol, peer.address, peer.local_port) == (protocol, "127.0.0.1", port)
+        assert peer.port > 0
+    assert [_sent(s) for s in received] == spans
+    assert [_sent(r) for r in running.sink.logs] == [log]
     counters = host.telemetry.counters()
     assert counters[f"exporter.{factory.type_name}.sent_spans"] == 3
     assert counters[f"exporter.{factory.type_name}.sent_log_records"] == 1
@@ -333,3 +346,13 @@ def test_config_validation_names_the_keys() -> None:
     ]
     assert GrpcExporterConfig(endpoint="https://collector:4317").validate() == []
     assert HttpExporterConfig(logs_endpoint="http://h:1/custom").url("logs") == "http://h:1/custom"
+
+
+_R = TypeVar("_R", Span, LogRecord)
+
+
+def _sent(record: _R) -> _R:
+    """``record`` as its sender sent it: without the transport peer the receiver added."""
+    return msgspec.structs.replace(
+        record, resource=msgspec.structs.replace(record.resource, peer=None)
+    )

@@ -108,7 +108,7 @@ class Config:
     call; declarations are grouped by agent process or trace. ``global``: the paper's literal
     rule, any later declaration's start cuts it, even while the call still runs."""
     exact: bool = True
-    """Derive exact-identity links (traceparent, resource pid, request id)."""
+    """Derive exact-identity links (traceparent, resource pid, transport peer, request id)."""
     singleton: bool = True
     """Derive singleton bridges."""
     model_endpoints: bool = True
@@ -257,10 +257,11 @@ class Correlator:
                     last_rec, last_id = rec, oid
                 elif name == EXIT_EVENT:
                     self._add_exit(obs)
-                elif (
-                    obs.relation is _CONNECTED or obs.relation is _ATTEMPTED
-                ) and self.config.model_endpoints:
-                    self.models.add_connection(obs)
+                elif obs.relation is _CONNECTED or obs.relation is _ATTEMPTED:
+                    if self.config.model_endpoints:
+                        self.models.add_connection(obs)
+                    if self.config.exact:
+                        self.exact.senders.add_connection(obs)
         finally:
             self._max_time, self._min_time = max_time, min_time
 
@@ -306,7 +307,7 @@ class Correlator:
         if self.config.exact:
             out.extend(self.exact.decide(wm, final))
         if self.config.model_endpoints:
-            out.extend(self.models.decide(wm, final))
+            out.extend(self.models.decide(wm, final, self.exact.sender))
         outcomes: list[Outcome] = self.engine.finish() if final else self.engine.decide(wm)
         for o in outcomes:
             if isinstance(o, Bridge):
@@ -326,6 +327,7 @@ class Correlator:
             self._evicted = horizon
             self.engine.evict(horizon)
             self.exact.evict(horizon)
+            out.extend(self.exact.unsent())  # claims the eviction decided
             self.models.evict(horizon)
             live = self.engine.index.record_ids()
             self._record_process = {k: v for k, v in self._record_process.items() if k in live}

@@ -16,6 +16,16 @@ causal=false`` (sharing an identifier proves identity, not causation):
   ancestors are plain spans, as instrumentors that trace only the client call emit) makes that
   process its caller: ``process requested model``. With no creation time and several live
   matches nothing is linked.
+* ``transport_peer``: a span whose resource states no ``process.pid`` but whose request came
+  from a loopback transport peer (:mod:`.peer`): when exactly one followed process was observed
+  holding the sender's end of that connection on the receiver's host, the agent of the span
+  (or, for a callerless model call, the model it requested) is linked to that process, which
+  *sent* the spans (a relay between the agent and the receiver would be named instead). The
+  connection observations are the link's support. No holder (counted
+  ``transport_peer.no_connection`` at the end), several (``transport_peer.several_processes``)
+  or a peer that is not loopback (``transport_peer.not_loopback``): no link. A stated pid
+  always wins; a peer whose one holder is another process than the stated pid's is counted
+  (``transport_peer.disagrees``), not resolved.
 * ``request_id``: ``sem``, ``gw`` and ``model`` observations sharing ``request.id`` give
   ``same_request`` relations between their (distinct) subjects, from the earlier channel in the
   order sem, gw, model to the later.
@@ -30,12 +40,14 @@ import heapq
 from dataclasses import dataclass, field
 
 from otel_bridge.identity import (
+    is_loopback,
     parse_traceparent,
     process_id,
     str_value,
 )
 from otel_bridge.model import (
     OPERATION_KINDS,
+    SENDER_SKIP_ATTR,
     Attribution,
     Channel,
     Entity,
@@ -46,8 +58,10 @@ from otel_bridge.model import (
     RelationKind,
     Source,
     ToolCallFacts,
+    TransportPeer,
 )
 from otel_bridge.processors.correlate.index import ProcEvent
+from otel_bridge.processors.correlate.peer import Holder, PeerKey, SenderIndex, peer_key
 
 _CHANNEL_ORDER = (Channel.SEM, Channel.GW, Channel.MODEL)
 # Looking up an enum member costs ~0.2 us on Python 3.11: the hot paths use these.
@@ -56,6 +70,8 @@ _MODEL = EntityKind.MODEL
 _STAND_INS = frozenset({EntityKind.SPAN, *OPERATION_KINDS})
 """Nodes that stand in for a model call's caller when no agent or tool call made it."""
 _REQUESTED = RelationKind.REQUESTED
+_SENT_BY_MAX = 4096
+"""Resolved peers kept (cleared when full: a later claim then needs its connection again)."""
 _CHILD_OF = RelationKind.CHILD_OF
 
 
@@ -167,9 +183,22 @@ class ExactLinker:
     _dead: set[str] = field(default_factory=set)
     """Identities in ``_tp_seen`` whose last life was evicted (candidates to forget)."""
     _req_pending: set[str] = field(default_factory=set)
-    _pid_claims: dict[tuple[str, str, int, int | None], tuple[Entity, _First, int | None]] = field(
+    _pid_claims: dict[
+        tuple[str, str, int, int | None],
+        tuple[Entity, _First, int | None, TransportPeer | None],
+    ] = field(default_factory=dict)
+    senders: SenderIndex = field(default_factory=SenderIndex)
+    """Loopback connections of followed processes, by the sender's end (:mod:`.peer`)."""
+    _peer_claims: dict[tuple[str, PeerKey], tuple[Entity, _First, TransportPeer]] = field(
         default_factory=dict
     )
+    _sent_by: dict[PeerKey, Holder] = field(default_factory=dict)
+    """Peers already resolved to their one sender (kept past the connection's eviction: a
+    long-lived exporter connection outlives ``retention``)."""
+    _disagreed: set[tuple[str, str]] = field(default_factory=set)
+    _remote_peers: set[tuple[str, PeerKey]] = field(default_factory=set)
+    _unsent: list[Observation] = field(default_factory=list)
+    """Sightings saying why an entity's spans have no sender, not handed out yet."""
     _requests: dict[str, dict[tuple[Channel, str], _First]] = field(default_factory=dict)
     _emitted: set[str] = field(default_factory=set)
 
@@ -272,9 +301,12 @@ class ExactLinker:
             key = (agent.id, host, emitter.pid, ms)
             claim = self._pid_claims.get(key)
             if claim is None:
-                self._pid_claims[key] = (agent, _First(obs.time_unix_nano, obs.id, agent), ms)
+                first_seen = _First(obs.time_unix_nano, obs.id, agent, source.channel)
+                self._pid_claims[key] = (agent, first_seen, ms, emitter.peer)
             else:
                 claim[1].offer(obs.time_unix_nano, obs.id)
+        elif agent is not None and emitter is not None and emitter.peer is not None:
+            self._claim_peer(agent, emitter.peer, obs)
         rid = str_value(obs.attrs.get("request.id"))
         if rid and obs.source.channel in _CHANNEL_ORDER:
             group = self._requests.setdefault(rid, {})
@@ -284,6 +316,64 @@ class ExactLinker:
                 group[k].offer(obs.time_unix_nano, obs.id)
             else:
                 group[k] = first
+
+    def _claim_peer(self, agent: Entity, peer: TransportPeer, obs: Observation) -> None:
+        """The agent of ``obs`` (no pid stated) sent it from ``peer``: a claim to decide."""
+        key = (agent.id, peer_key(peer))
+        claim = self._peer_claims.get(key)
+        if claim is not None:
+            claim[1].offer(obs.time_unix_nano, obs.id)
+        elif not is_loopback(peer.address):
+            # Once per connection: a remote sender's socket is on another host's tables.
+            if key not in self._remote_peers:
+                self._remote_peers.add(key)
+                self._no_sender(
+                    agent, "not_loopback", obs.time_unix_nano, obs.id, obs.source.channel
+                )
+        else:
+            first = _First(obs.time_unix_nano, obs.id, agent, obs.source.channel)
+            self._peer_claims[key] = (agent, first, peer)
+
+    def _no_sender(
+        self, entity: Entity, why: str, time: int, obs_id: str, channel: Channel
+    ) -> None:
+        """Count ``why`` and say it on a sighting of ``entity`` (once per entity and reason)."""
+        self._count(f"transport_peer.{why}")
+        rid = f"correlate:sender:{why}:{entity.id}"
+        if rid in self._emitted:
+            return
+        self._emitted.add(rid)
+        self._unsent.append(
+            Observation(
+                id=rid,
+                time_unix_nano=time,
+                source=Source(channel=channel, backend="correlate", record_id=rid),
+                subject=Entity(
+                    kind=entity.kind,
+                    id=entity.id,
+                    label=entity.label,
+                    attrs={SENDER_SKIP_ATTR: why},
+                    facts=entity.facts,
+                    key=entity.key,
+                ),
+                evidence=Evidence(method="transport_peer", support=(obs_id,)),
+                occurrence=rid,
+            )
+        )
+
+    def unsent(self) -> list[Observation]:
+        """The sightings saying why an entity has no sender, decided since the last call."""
+        out, self._unsent = self._unsent, []
+        return out
+
+    def sender(self, peer: TransportPeer) -> Holder | None:
+        """The one followed process observed holding ``peer``'s connection, else None."""
+        key = peer_key(peer)
+        done = self._sent_by.get(key)
+        if done is not None:
+            return done
+        holders = self.senders.holders(peer)
+        return holders[0] if len(holders) == 1 else None
 
     def _note_span(self, obs: Observation, key: tuple[str, str], first: _First) -> None:
         candidates: list[tuple[int, Entity]] = []
@@ -317,6 +407,8 @@ class ExactLinker:
         out: list[Observation] = []
         out.extend(self._traceparent_links(watermark, final))
         out.extend(self._pid_links(watermark, final))
+        out.extend(self._peer_links(watermark, final))
+        out.extend(self.unsent())
         out.extend(self._request_links(watermark))
         out.sort(key=lambda o: o.id)
         return out
@@ -375,7 +467,7 @@ class ExactLinker:
         subject: Entity,
         relation: RelationKind,
         obj: Entity,
-        support: tuple[str, str],
+        support: tuple[str, ...],
         attrs: dict[str, object],
         span: tuple[str, str] = ("", ""),
     ) -> None:
@@ -401,7 +493,7 @@ class ExactLinker:
 
     def _pid_links(self, watermark: int, final: bool) -> list[Observation]:
         out: list[Observation] = []
-        for key, (agent, first, ms) in list(self._pid_claims.items()):
+        for key, (agent, first, ms, peer) in list(self._pid_claims.items()):
             if first.time > watermark and not final:
                 continue
             _, host, pid, _ = key
@@ -419,6 +511,8 @@ class ExactLinker:
                 continue
             identity, _, _, life_obs_id, _, life_facts = alive[0]
             del self._pid_claims[key]
+            if peer is not None:
+                self._check_peer(agent, identity, peer)
             process = process_entity(identity, life_facts)
             caller = agent.kind == _MODEL  # the process requested the model (a root call)
             self._link_once(
@@ -432,6 +526,61 @@ class ExactLinker:
                 obj=agent if caller else process,
                 support=(first.obs_id, life_obs_id),
                 attrs={"host_matched": bool(host)},
+            )
+        return out
+
+    def _check_peer(self, agent: Entity, identity: str, peer: TransportPeer) -> None:
+        """Count (once per agent and process) a loopback peer whose one holder is another
+        process than the one the resource's pid names. The stated pid wins."""
+        if not is_loopback(peer.address):
+            return
+        holder = self.sender(peer)
+        if holder is not None and holder.identity != identity:
+            pair = (agent.id, holder.identity)
+            if pair not in self._disagreed:
+                self._disagreed.add(pair)
+                self._count("transport_peer.disagrees")
+
+    def _peer_links(self, watermark: int, final: bool) -> list[Observation]:
+        out: list[Observation] = []
+        for key, (agent, first, peer) in list(self._peer_claims.items()):
+            if max(first.time, peer.time_unix_nano) > watermark and not final:
+                continue
+            holders = self.senders.holders(peer)
+            done = self._sent_by.get(key[1])
+            if done is not None and done.identity not in {h.identity for h in holders}:
+                holders = [*holders, done]
+            if len(holders) != 1:
+                if final or len(holders) > 1:
+                    why = "no_connection" if not holders else "several_processes"
+                    self._no_sender(agent, why, first.time, first.obs_id, first.channel)
+                    del self._peer_claims[key]
+                continue
+            holder = holders[0]
+            del self._peer_claims[key]
+            if len(self._sent_by) >= _SENT_BY_MAX:
+                self._sent_by.clear()
+            self._sent_by[key[1]] = holder
+            process = process_entity(holder.identity, holder.facts)
+            caller = agent.kind == _MODEL
+            self._link_once(
+                out,
+                "transport_peer",
+                f"{agent.id}:{holder.identity}",
+                time=first.time,
+                channel=first.channel,
+                subject=process if caller else agent,
+                relation=RelationKind.REQUESTED if caller else RelationKind.CORRELATED_WITH_PROCESS,
+                obj=agent if caller else process,
+                support=(first.obs_id, *holder.obs_ids),
+                attrs={
+                    "host_matched": True,
+                    "sent_by": True,
+                    "network.protocol.name": peer.protocol,
+                    "network.peer.address": peer.address,
+                    "network.peer.port": peer.port,
+                    "server.port": peer.local_port,
+                },
             )
         return out
 
@@ -469,6 +618,13 @@ class ExactLinker:
 
     def evict(self, horizon: int) -> None:
         """Forget state that only observations older than ``horizon`` could still use."""
+        self.senders.evict(horizon)
+        # A claim still without a holder this long after its request will not get one (its
+        # connection would have been observed before it): decided now, not kept to the end.
+        for key, (agent, first, peer) in list(self._peer_claims.items()):
+            if max(first.time, peer.time_unix_nano) < horizon:
+                del self._peer_claims[key]
+                self._no_sender(agent, "no_connection", first.time, first.obs_id, first.channel)
         self._requests = {
             k: g for k, g in self._requests.items() if any(f.time >= horizon for f in g.values())
         }

@@ -1,12 +1,14 @@
 """Model calls joined to the connections their process made: ``model served_at endpoint``.
 
 A model call span (any convention ``normalize`` reads: its ``#0`` observation is the model node)
-whose resource states ``process.pid`` is joined to the ``connected_to`` and ``attempted_connect``
-observations of that process (same pid, same host when the span states ``host.id``, same start
-time when it states ``process.creation.time``). An attempt counts: a client's non-blocking
-``connect`` returns before the handshake completes, so a backend that sees only the system call
-(``strace``) reports the connection as attempted; the derived link's ``connection`` attribute says
-which relation it rests on.
+whose resource states ``process.pid`` (or, stating none, whose request came from a loopback
+transport peer that one followed process was observed holding: :mod:`.peer`; the span's
+sender stands for its process, ``sender`` in the link's attributes) is joined to the
+``connected_to`` and ``attempted_connect`` observations of that process (same pid, same host
+when the span states ``host.id``, same start time when it states ``process.creation.time``).
+An attempt counts: a client's non-blocking ``connect`` returns before the handshake completes,
+so a backend that sees only the system call (``strace``) reports the connection as attempted;
+the derived link's ``connection`` attribute says which relation it rests on.
 
 * **exact** (``attribution=exact_identity, identity_exact=true, inferred=false, causal=false``,
   method ``model_endpoint``): the span states the endpoint it called (``server.address`` and
@@ -31,7 +33,8 @@ connection observed before then has arrived.
 from __future__ import annotations
 
 import ipaddress
-from dataclasses import dataclass, field
+from collections.abc import Callable
+from dataclasses import dataclass, field, replace
 from urllib.parse import urlsplit
 
 from otel_bridge.identity import int_value, str_value
@@ -47,8 +50,13 @@ from otel_bridge.model import (
     Observation,
     ProcessFacts,
     RelationKind,
+    TransportPeer,
 )
 from otel_bridge.processors.correlate.exact import derived, exact_evidence
+from otel_bridge.processors.correlate.peer import Holder
+
+Senders = Callable[[TransportPeer], Holder | None]
+"""The one process that sent a peer's request (``ExactLinker.sender``), else None."""
 
 _MODEL = EntityKind.MODEL
 _CONNECTIONS = frozenset({RelationKind.CONNECTED_TO, RelationKind.ATTEMPTED_CONNECT})
@@ -69,6 +77,9 @@ class _Call:
     address: str | None
     """The stated address (an IP address, ``localhost`` or a host name); None: not stated."""
     port: int | None
+    peer: TransportPeer | None = None
+    """The transport peer, when the resource states no pid (``pid`` is then 0 until the
+    sender is resolved)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -145,7 +156,7 @@ class ModelCallLinker:
         if not isinstance(model.facts, ModelFacts):
             return
         emitter = obs.source.emitter  # the process the span's resource names
-        if emitter is None or emitter.pid is None:
+        if emitter is None or (emitter.pid is None and emitter.peer is None):
             return
         address, port = stated_endpoint(obs.attrs)
         self._calls.append(
@@ -156,10 +167,11 @@ class ModelCallLinker:
                 channel=obs.source.channel,
                 model=model,
                 host=emitter.host_id or "",
-                pid=emitter.pid,
+                pid=emitter.pid or 0,
                 created_ms=emitter.start_time_ms,
                 address=address,
                 port=port,
+                peer=None if emitter.pid is not None else emitter.peer,
             )
         )
 
@@ -183,14 +195,26 @@ class ModelCallLinker:
         )
         self._conns.setdefault(proc.pid, []).append(conn)
 
-    def decide(self, watermark: int, final: bool = False) -> list[Observation]:
-        """Links of the calls whose end the watermark passed (every call at ``final``)."""
+    def decide(
+        self, watermark: int, final: bool = False, senders: Senders | None = None
+    ) -> list[Observation]:
+        """Links of the calls whose end the watermark passed (every call at ``final``);
+        ``senders`` resolves the process of a call known only by its transport peer."""
         out: list[Observation] = []
         waiting: list[_Call] = []
         for call in self._calls:
             if call.end > watermark and not final:
                 waiting.append(call)
                 continue
+            if call.peer is not None:
+                held = None if senders is None else senders(call.peer)
+                if held is None:
+                    self._count("model_endpoint.no_process")
+                    continue
+                facts = held.facts
+                call = replace(  # noqa: PLW2901 (the call, now with its sender's process)
+                    call, host=facts.host_id, pid=facts.pid, created_ms=facts.start_time_ms
+                )
             link = self._decide(call)
             if link is not None and link.id not in self._emitted:
                 self._emitted.add(link.id)
@@ -259,6 +283,7 @@ class ModelCallLinker:
             attrs={
                 "process.pid": call.pid,
                 "host_matched": bool(call.host),
+                **({"sender": True} if call.peer is not None else {}),
                 "time_delta_ms": round((conn.time - call.start) / 1e6, 3),
                 "connection": conn.relation,
             },

@@ -45,6 +45,7 @@ from otel_bridge.component import (
 )
 from otel_bridge.model import Batch, Channel, CoverageRecord, LogRecord, Observation, Source
 
+from ._memo import emitter_facts
 from .ancestry import Ancestry
 from .channels import BUILTIN_RULES, ChannelAssigner, ChannelRule, RuleMatch, ScopeMatch
 from .command import CommandResult, extract_command
@@ -171,6 +172,9 @@ def _log_source(record: LogRecord) -> Source:
         channel=Channel.SEM,
         backend="otlp",
         record_id=f"log:{record.time_unix_nano}:{ids}:{record.event_name}",
+        # Who sent it (its resource's pid, the receiver's transport peer): a coding agent that
+        # sends only log events is found by it (``review``'s ``transport_peer`` rule).
+        emitter=emitter_facts(record.resource.attributes, record.resource.peer),
     )
 
 

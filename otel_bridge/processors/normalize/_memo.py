@@ -14,6 +14,7 @@ from otel_bridge.model import (
     Resource,
     Scope,
     Source,
+    TransportPeer,
 )
 
 from .values import get_str
@@ -25,15 +26,16 @@ RESOURCE_IDENTITY = ("process.pid", "host.id", "process.creation.time")
 """Resource attributes every observation of a span carries, for exact process identity."""
 
 
-def emitter_facts(resource: Attributes) -> EmitterFacts | None:
-    """What a span's resource states about the process that emitted it; None when it states
-    none of pid, host id and start time."""
+def emitter_facts(resource: Attributes, peer: TransportPeer | None = None) -> EmitterFacts | None:
+    """What a span's resource states about the process that emitted it, with the transport
+    ``peer`` its request came from; None when it states none of pid, host id and start time
+    and no peer is known."""
     pid = int_value(resource.get("process.pid"))
     host = str_value(resource.get("host.id"))
     start = iso_to_ms(str_value(resource.get("process.creation.time")))
-    if pid is None and host is None and start is None:
+    if pid is None and host is None and start is None and peer is None:
         return None
-    return EmitterFacts(host_id=host, pid=pid, start_time_ms=start)
+    return EmitterFacts(host_id=host, pid=pid, start_time_ms=start, peer=peer)
 
 
 class Origin:
@@ -62,7 +64,7 @@ class Origin:
         """Whether SERVER spans get another channel (a scope rule names who serves calls)."""
         self.service = get_str(resource.attributes, "service.name") or "unknown_service"
         attributes = resource.attributes
-        self.emitter = emitter_facts(attributes)
+        self.emitter = emitter_facts(attributes, resource.peer)
         """The emitting process (one object for every observation of this pair's spans)."""
         self.source = Source(
             channel=self.channel, backend="otlp", record_id="", emitter=self.emitter

@@ -620,7 +620,7 @@ class SpanNormalizer:
         attrs["span.status"] = _STATUS.get(span.status.code, "unset")
         server = span.kind is SpanKind.SERVER
         channel = self._assigner.channel(span.resource, span.scope, server=server)
-        emitter = emitter_facts(resource)
+        emitter = emitter_facts(resource, span.resource.peer)
         source = Source(
             channel=channel,
             backend="otlp",

@@ -32,6 +32,7 @@ from otel_bridge.receivers.otlp.config import (
     grpc_address,
     split_endpoint,
 )
+from otel_bridge.receivers.otlp.peer import grpc_peer
 from otel_bridge.receivers.otlp.security import TlsConfig
 
 if TYPE_CHECKING:
@@ -175,7 +176,8 @@ class GrpcServer:
 
     def _traces(self, raw: bytes, context: grpc.ServicerContext) -> bytes:
         def parse(data: bytes) -> bytes:
-            outcome = self._receiver.deliver_spans(decode_traces(data))
+            peer = grpc_peer(context.peer(), self.port)
+            outcome = self._receiver.deliver_spans(decode_traces(data, peer))
             self._receiver.forward("traces", "grpc", data, outcome)
             outcome = _accepted(outcome)
             return encode_export_response("traces", outcome.rejected, outcome.error_message)
@@ -197,7 +199,8 @@ class GrpcServer:
 
     def _logs(self, raw: bytes, context: grpc.ServicerContext) -> bytes:
         def parse(data: bytes) -> bytes:
-            outcome = self._receiver.deliver_logs(decode_logs(data))
+            peer = grpc_peer(context.peer(), self.port)
+            outcome = self._receiver.deliver_logs(decode_logs(data, peer))
             self._receiver.forward("logs", "grpc", data, outcome)
             outcome = _accepted(outcome)
             return encode_export_response("logs", outcome.rejected, outcome.error_message)

@@ -37,8 +37,10 @@ from otel_bridge.receivers.otlp.config import (
     port_problem,
     split_endpoint,
 )
+from otel_bridge.receivers.otlp.peer import transport_peer
 
 if TYPE_CHECKING:
+    from otel_bridge.model import TransportPeer
     from otel_bridge.receivers.otlp.receiver import OtlpReceiver, Outcome
 
 PROTOBUF = "application/x-protobuf"
@@ -334,7 +336,10 @@ class _Handler(BaseHTTPRequestHandler):
             return
         signal = "traces" if path == TRACES_PATH else "logs"
         try:
-            outcome = self._decode_and_deliver(receiver, signal, content_type, body)
+            peer = transport_peer(
+                protocol, str(self.client_address[0]), int(self.client_address[1]), server.port
+            )
+            outcome = self._decode_and_deliver(receiver, signal, content_type, body, peer)
         except DecodeError as exc:
             receiver.count("requests_malformed")
             raise _HttpError(400, _INVALID_ARGUMENT, str(exc)) from None
@@ -418,26 +423,30 @@ class _Handler(BaseHTTPRequestHandler):
 
     @staticmethod
     def _decode_and_deliver(
-        receiver: OtlpReceiver, signal: str, content_type: str, body: bytes
+        receiver: OtlpReceiver,
+        signal: str,
+        content_type: str,
+        body: bytes,
+        peer: TransportPeer | None,
     ) -> Outcome:
         if content_type == JSON:
             from otel_bridge.otlp import json_codec  # noqa: PLC0415 (at the first JSON request)
 
             if signal == "traces":
-                return receiver.deliver_spans(json_codec.decode_traces(body))
-            return receiver.deliver_logs(json_codec.decode_logs(body))
+                return receiver.deliver_spans(json_codec.decode_traces(body, peer))
+            return receiver.deliver_logs(json_codec.decode_logs(body, peer))
         from google.protobuf.message import DecodeError as PbDecodeError  # noqa: PLC0415
 
         from otel_bridge.otlp.proto_codec import decode_logs, decode_traces  # noqa: PLC0415
 
         if signal == "traces":
             try:
-                spans = decode_traces(body)
+                spans = decode_traces(body, peer)
             except PbDecodeError as exc:
                 raise DecodeError(f"cannot decode ExportTraceServiceRequest: {exc}") from None
             return receiver.deliver_spans(spans)
         try:
-            logs = decode_logs(body)
+            logs = decode_logs(body, peer)
         except PbDecodeError as exc:
             raise DecodeError(f"cannot decode ExportLogsServiceRequest: {exc}") from None
         return receiver.deliver_logs(logs)

@@ -227,6 +227,35 @@ def _by_time(nodes: Iterable[GraphNode]) -> list[GraphNode]:
     return sorted(nodes, key=lambda n: (n.first_seen or 0, n.id))
 
 
+def _call_row(ix: _Index, node: GraphNode) -> CallRow:
+    """A tool call's row: its declared command and the processes linked to it (each shell it
+    ran its command in, the linked processes, their descendants), each process once."""
+    commands = [ix.nodes[e.target] for e in ix.targets(node.id, ("declared_command",))]
+    command = next((c.facts.command for c in commands if isinstance(c.facts, CommandFacts)), "")
+    row = CallRow(node=node, command=command)
+    links = [
+        e
+        for src in [node.id] + [c.id for c in commands]
+        for e in ix.targets(src, ("correlated_with_process",))
+    ]
+    shown = {e.target for e in links}  # a shell linked itself is said by its own link
+    for e in links:
+        if any(p.node.id == e.target for p in row.processes):
+            continue
+        shell = _shell_of(ix, e, command)
+        if shell is not None and shell.node.id not in shown:
+            row.processes.append(shell)
+            shown.add(shell.node.id)
+        row.processes.append(ProcessRow(ix.nodes[e.target], _how(e), e.grade))
+        for child in ix.descendants(e.target):
+            if child.target in shown:  # linked itself: its own row says how
+                continue
+            shown.add(child.target)
+            how = f"its parent pid {_pid(ix.nodes[child.source])} is linked (fork record)"
+            row.processes.append(ProcessRow(ix.nodes[child.target], how, child.grade))
+    return row
+
+
 def build(graph: Graph) -> Report:
     """The report of ``graph``."""
     ix = _Index(graph)
@@ -234,29 +263,7 @@ def build(graph: Graph) -> Report:
     unlinked_calls: list[str] = []
     linked: set[str] = set()
     for node in _by_time(n for n in graph.nodes if n.kind == "tool_call"):
-        commands = [ix.nodes[e.target] for e in ix.targets(node.id, ("declared_command",))]
-        command = next((c.facts.command for c in commands if isinstance(c.facts, CommandFacts)), "")
-        row = CallRow(node=node, command=command)
-        links = [
-            e
-            for src in [node.id] + [c.id for c in commands]
-            for e in ix.targets(src, ("correlated_with_process",))
-        ]
-        shown = {e.target for e in links}  # a shell linked itself is said by its own link
-        for e in links:
-            if any(p.node.id == e.target for p in row.processes):
-                continue
-            shell = _shell_of(ix, e, command)
-            if shell is not None and shell.node.id not in shown:
-                row.processes.append(shell)
-                shown.add(shell.node.id)
-            row.processes.append(ProcessRow(ix.nodes[e.target], _how(e), e.grade))
-            for child in ix.descendants(e.target):
-                if child.target in shown:  # linked itself: its own row says how
-                    continue
-                shown.add(child.target)
-                how = f"its parent pid {_pid(ix.nodes[child.source])} is linked (fork record)"
-                row.processes.append(ProcessRow(ix.nodes[child.target], how, child.grade))
+        row = _call_row(ix, node)
         for p in row.processes:
             ix.effects(p)
             linked.add(p.node.id)

@@ -10,8 +10,11 @@ builds (the same overlay, the same loader), as the host and OTLP receivers would
 and then reviews the run directory as ``observe`` does. Every file written (``os.jsonl``,
 ``correlated.jsonl``, ``graph.json``, the review's files; the run directory's own path left
 out) must have the SHA-256 recorded in
-``golden.json``, which the code before the per-record shortcuts wrote (main at f4beb00: run
-this module as a script with that tree first on ``PYTHONPATH`` to write it again).
+``golden.json``, first written by the code before the per-record shortcuts (main at f4beb00),
+and rewritten only for a change of the outputs made on purpose, after a diff of the files
+showed that change alone (the last: ``"peer": null`` in span observations' emitter facts in
+``correlated.jsonl``). Run this module as a script with a tree first on ``PYTHONPATH`` to
+write it with that tree.
 
 ``report.md`` is made from ``graph.json`` and the run summary alone, so an equal graph gives an
 equal report.

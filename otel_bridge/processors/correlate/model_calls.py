@@ -32,12 +32,11 @@ connection observed before then has arrived.
 
 from __future__ import annotations
 
-import ipaddress
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from urllib.parse import urlsplit
 
-from otel_bridge.identity import int_value, str_value
+from otel_bridge.identity import canonical_ip, int_value, str_value
 from otel_bridge.model import (
     Attributes,
     Attribution,
@@ -94,17 +93,6 @@ class _Conn:
     relation: str
 
 
-def _ip(address: str) -> str | None:
-    """``address`` as a canonical IP address (IPv4-mapped IPv6 as IPv4), None if it is none."""
-    try:
-        ip = ipaddress.ip_address(address.strip("[]"))
-    except ValueError:
-        return None
-    if isinstance(ip, ipaddress.IPv6Address) and ip.ipv4_mapped is not None:
-        return str(ip.ipv4_mapped)
-    return str(ip)
-
-
 def stated_endpoint(attrs: Attributes) -> tuple[str | None, int | None]:
     """The (address, port) a model call states: ``server.*``, else its API base URL."""
     address = str_value(attrs.get("server.address"))
@@ -130,7 +118,7 @@ def _matches(call: _Call, conn: _Conn) -> bool | None:
         return False
     if call.address.lower() == "localhost":
         return conn.address in _LOOPBACK
-    wanted = _ip(call.address)
+    wanted = canonical_ip(call.address)
     if wanted is None:
         return None  # a host name: its resolution was not observed
     return wanted == conn.address
@@ -182,7 +170,7 @@ class ModelCallLinker:
         proc, endpoint = obs.subject.facts, obs.object.facts
         if not isinstance(proc, ProcessFacts) or not isinstance(endpoint, EndpointFacts):
             return
-        address = _ip(endpoint.address) or endpoint.address
+        address = canonical_ip(endpoint.address) or endpoint.address
         conn = _Conn(
             obs.time_unix_nano,
             obs.id,

@@ -34,7 +34,7 @@ exporters:
     run: {{runtime_reads: folded}}
   postgres:
     endpoint: {url}
-    run_id: observed-run
+    run_id: {run_id}
     task: plain-agent-demo
     flush_interval: 0.5
     run: {{runtime_reads: folded}}
@@ -60,7 +60,7 @@ def test_observe_into_postgres_reads_back_graph_json(pg_url: str, tmp_path: Path
     raw observations and spans are in their partitioned tables, the run row has its service
     (from the spans) and task."""
     config = tmp_path / "store.yaml"
-    config.write_text(CONFIG.format(url=pg_url))
+    config.write_text(CONFIG.format(url=pg_url, run_id="observed-run"))
     observed = _cli(
         "observe",
         "-c",
@@ -100,7 +100,8 @@ def test_observe_into_postgres_reads_back_graph_json(pg_url: str, tmp_path: Path
 
 
 def _readers_from_the_store(pg_url: str, tmp_path: Path) -> None:
-    """review, compare and view read the stored run (written back as a run directory)."""
+    """review, compare and view read the stored run (written back as a run directory); compare
+    refuses one run and compares the task's two runs once a second is stored."""
     reviewed = _cli(
         "review",
         "--db",
@@ -145,6 +146,37 @@ def _readers_from_the_store(pg_url: str, tmp_path: Path) -> None:
     assert compared.returncode == 2, compared.stderr
     assert "the store's runs selected are 1 run: select two or more" in compared.stderr
     assert not (tmp_path / "cmp").exists()
+    # a second run of the task: now the task's two runs are compared from the store
+    second = tmp_path / "store2.yaml"
+    second.write_text(CONFIG.format(url=pg_url, run_id="observed-run-2"))
+    again = _cli(
+        "observe",
+        "-c",
+        str(second),
+        "-o",
+        str(tmp_path / "run2"),
+        "--no-progress",
+        "--",
+        sys.executable,
+        str(REPO / "examples" / "plain_otel_agent.py"),
+        cwd=tmp_path,
+    )
+    assert again.returncode == 0, again.stderr
+    compared = _cli(
+        "compare",
+        "--db",
+        pg_url,
+        "--task",
+        "plain-agent-demo",
+        "-o",
+        str(tmp_path / "cmp"),
+        "--no-ablation",
+        cwd=tmp_path,
+    )
+    assert compared.returncode == 0, compared.stderr
+    doc = json.loads((tmp_path / "cmp" / "compare.json").read_text())
+    assert sorted(r["id"] for r in doc["runs"]) == ["observed-run", "observed-run-2"]
+    assert all(r["metrics"]["tool_calls"] for r in doc["runs"]), doc["runs"]
     page = tmp_path / "view.html"
     viewed = _cli(
         "view", "--db", pg_url, "--run", "observed-run", "--export", str(page), cwd=tmp_path

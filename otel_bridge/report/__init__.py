@@ -267,10 +267,17 @@ def build(graph: Graph) -> Report:
         if n.kind == "agent"
         for e in ix.targets(n.id, ("correlated_with_process",))
     ]
-    agents = {e.target for e in agent_edges}
+    # A model call no agent made (an instrumented client: openai-v2 emits chat spans only)
+    # joins the process that requested it: that process is the agent's too.
+    callers = _model_callers(graph, ix)
+    agents = {e.target for e in agent_edges} | {e.source for e in callers}
     # Linked only by the connection the spans came over: the process *sent* them.
     stated = {e.target for e in agent_edges if "transport_peer" not in _methods(e)}
+    stated |= {e.source for e in callers if "transport_peer" not in _methods(e)}
     sent_by = agents - stated
+    models: dict[str, list[str]] = defaultdict(list)
+    for e in callers:
+        models[e.source].append(ix.nodes[e.target].label or e.target)
     for row in calls:
         if not row.processes:
             unlinked_calls.append(_unlinked_call(row, ix, agents))
@@ -290,14 +297,22 @@ def build(graph: Graph) -> Report:
         agent_processes=[
             f"pid {_pid(ix.nodes[a])} `{_argv(ix.nodes[a])}`"
             + (_SENT_BY if a in sent_by else "")
+            + _requested(models.get(a, []))
             + _effects(ix, [ix.nodes[a]], reached=False)
             for a in sorted(agents)
         ],
         folded=sum(1 for n in graph.nodes if n.kind == "runtime_reads"),
         unplaced_agents=[
-            _unplaced_agent(n)
+            _unplaced_agent(n, ix)
             for n in _by_time(graph.nodes)
             if n.kind == "agent" and not ix.targets(n.id, ("correlated_with_process",))
+        ]
+        + [
+            _unplaced_model(n, ix)
+            for n in _by_time(graph.nodes)
+            if n.kind == "model"
+            and SENDER_SKIP_ATTR in n.attrs
+            and not any(e.target == n.id for e in callers)
         ],
         changed_by_unknown=sorted(
             {
@@ -351,15 +366,21 @@ _SENT_BY = (
 
 
 _SENDER_WHY = {
-    "no_connection": "the host plane saw no followed process hold the connection its spans "
+    "no_connection": "the host plane saw no followed process hold the connection the spans "
     "came over (a connection opened and closed between two socket scans, without a socket "
     "tracer, is missed)",
-    "several_processes": "several followed processes were seen holding the connection its "
+    "several_processes": "several followed processes were seen holding the connection the "
     "spans came over (the same client port reused): not one sender",
-    "not_loopback": "its spans came from another host (not a loopback connection), whose "
+    "not_loopback": "the spans came from another host (not a loopback connection), whose "
     "sockets this host's plane does not see",
 }
-_SENDER_UNKNOWN = "no sender of its spans was found from the connection they came over"
+_SENDER_UNKNOWN = "no sender of the spans was found from the connection they came over"
+_NO_SENDERS_END = (
+    "the host plane recorded connections without the sender's end (its local port), which "
+    "the strace backend does for a connect that did not complete inside the call (the OTLP "
+    "exporters' are non-blocking) and ebpf always: the connection the spans came over "
+    "could not be matched to a process"
+)
 
 
 def _methods(edge: GraphEdge) -> tuple[str, ...]:
@@ -367,7 +388,49 @@ def _methods(edge: GraphEdge) -> tuple[str, ...]:
     return (method,) if isinstance(method, str) else tuple(method or ())
 
 
-def _unplaced_agent(node: GraphNode) -> str:
+def _model_callers(graph: Graph, ix: _Index) -> list[GraphEdge]:
+    """The exact ``process requested model`` edges (a stated pid, or the sender of the spans);
+    an inferred one names no caller."""
+    return [
+        e
+        for e in graph.edges
+        if e.relation == RelationKind.REQUESTED
+        and e.inferred is not True
+        and e.source in ix.nodes
+        and ix.nodes[e.source].kind == "process"
+        and e.target in ix.nodes
+        and ix.nodes[e.target].kind == "model"
+    ]
+
+
+def _requested(models: list[str]) -> str:
+    if not models:
+        return ""
+    names = ", ".join(f"`{_md(m)}`" for m in sorted(set(models)))
+    return f", which made the model calls to {names}"
+
+
+def _sender_why(node: GraphNode, ix: _Index) -> str:
+    why = str(node.attrs.get(SENDER_SKIP_ATTR))
+    if why == "no_connection" and _without_senders_end(ix):
+        return _NO_SENDERS_END
+    return _SENDER_WHY.get(why, _SENDER_UNKNOWN)
+
+
+def _without_senders_end(ix: _Index) -> bool:
+    """True when the host plane recorded a connection of a process without its sender's end
+    (``network.local.port``): strace for a connect that did not complete inside the call,
+    ebpf always."""
+    return any(
+        e.relation in (RelationKind.CONNECTED_TO, RelationKind.ATTEMPTED_CONNECT)
+        and "network.local.port" not in e.attrs
+        and e.source in ix.nodes
+        and ix.nodes[e.source].kind == "process"
+        for e in ix.edges.values()
+    )
+
+
+def _unplaced_agent(node: GraphNode, ix: _Index) -> str:
     """Why agent ``node`` has no process: its spans named none this run observed."""
     facts = node.facts
     who = f"agent `{_md(node.label or node.id)}`"
@@ -375,12 +438,27 @@ def _unplaced_agent(node: GraphNode) -> str:
         who += f" (service {_md(facts.service)})"
     return (
         f"{who} is linked to no process: its spans' resource named no process this run "
-        "observed (`process.pid`, which the OpenTelemetry Python SDK states only with "
-        "`OTEL_EXPERIMENTAL_RESOURCE_DETECTORS=process`), and "
-        + _SENDER_WHY.get(str(node.attrs.get(SENDER_SKIP_ATTR)), _SENDER_UNKNOWN)
+        f"observed ({_NO_PID}), and "
+        + _sender_why(node, ix)
         + ", so its own process, what that process changed and the connections of its model "
         "calls are not joined to it"
     )
+
+
+def _unplaced_model(node: GraphNode, ix: _Index) -> str:
+    """Why the model calls to ``node`` (no agent made them) have no calling process."""
+    return (
+        f"the model calls to `{_md(node.label or node.id)}` are linked to no process: their "
+        f"spans' resource named no process this run observed ({_NO_PID}), and "
+        + _sender_why(node, ix)
+        + ", so the process that made them and its connections are not joined to them"
+    )
+
+
+_NO_PID = (
+    "`process.pid`, which the OpenTelemetry Python SDK states only with "
+    "`OTEL_EXPERIMENTAL_RESOURCE_DETECTORS=process`"
+)
 
 
 _PIDS_SHOWN = 3

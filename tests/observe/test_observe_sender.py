@@ -199,6 +199,6 @@ def test_spans_sent_by_a_process_the_host_plane_did_not_see_are_not_linked(
     assert _correlation(run).get("exact.transport_peer.no_connection", 0) >= 1
     report = (run / "report.md").read_text(encoding="utf-8")
     assert "agent `unseen` (service svc-unseen) is linked to no process" in report, report
-    assert "the host plane saw no followed process hold the connection its spans came over" in (
+    assert "the host plane saw no followed process hold the connection the spans came over" in (
         report
     ), report

@@ -1,0 +1,190 @@
+"""An agent instrumented by ``opentelemetry-instrumentation-openai-v2``, as its examples set it up.
+
+The official instrumentation's manual example builds ``TracerProvider()`` with the SDK's default
+resource (no ``process.pid``), a ``BatchSpanProcessor`` and an OTLP exporter configured by
+``OTEL_EXPORTER_OTLP_ENDPOINT`` alone, and emits only CLIENT ``chat`` spans: no agent span, so
+the model calls are all the run has to say who the agent was. Under ``observe`` the process that
+sent those spans (``transport_peer``) requested the model, and ``report.md`` names it as the
+agent's process with its model calls; where the host plane cannot tell the sender
+(``--backend=strace`` records a non-blocking connect without its local end), it says why.
+
+Real processes: the real ``openai`` client and instrumentation (installed from PyPI; skipped
+without them) against a fake OpenAI server on loopback, the real ``observe``.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import sys
+import threading
+import time
+from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Any
+
+import pytest
+from cli_support import observed_run
+
+pytest.importorskip("openai", reason="needs the openai client (the examples extra)")
+pytest.importorskip(
+    "opentelemetry.instrumentation.openai_v2",
+    reason="needs opentelemetry-instrumentation-openai-v2 (2.3b0 with wrapt<2)",
+)
+pytest.importorskip("opentelemetry.exporter.otlp.proto.grpc", reason="needs the gRPC exporter")
+pytest.importorskip("opentelemetry.exporter.otlp.proto.http", reason="needs the HTTP exporter")
+
+AGENT = """
+import os, sys
+from openai import OpenAI
+from opentelemetry import trace
+from opentelemetry.instrumentation.openai_v2 import OpenAIInstrumentor
+from opentelemetry.sdk.trace import TracerProvider
+from opentelemetry.sdk.trace.export import BatchSpanProcessor
+
+port, protocol, fork = sys.argv[1], sys.argv[2], sys.argv[3] == "fork"
+if protocol == "grpc":
+    from opentelemetry.exporter.otlp.proto.grpc.trace_exporter import OTLPSpanExporter
+else:
+    from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
+
+def chat(model):
+    provider = TracerProvider()
+    provider.add_span_processor(BatchSpanProcessor(OTLPSpanExporter()))
+    trace.set_tracer_provider(provider)
+    client = OpenAI(base_url="http://127.0.0.1:" + port + "/v1", api_key="test")
+    for _ in range(2):
+        client.chat.completions.create(model=model, messages=[{"role": "user", "content": "hi"}])
+    provider.shutdown()
+
+OpenAIInstrumentor().instrument()
+child = os.fork() if fork else -1
+if child == 0:  # a worker with its own provider and exporter connection
+    with open("worker.pid", "w") as f:
+        f.write(str(os.getpid()))
+    chat("gpt-worker")
+    os._exit(0)
+with open("agent.pid", "w") as f:
+    f.write(str(os.getpid()))
+chat("gpt-test")
+if child > 0:
+    _, status = os.waitpid(child, 0)
+    sys.exit(os.waitstatus_to_exitcode(status))
+"""
+
+
+class _FakeOpenAI(BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"
+
+    def do_POST(self) -> None:
+        body = json.loads(self.rfile.read(int(self.headers.get("content-length", "0"))))
+        answer = json.dumps(
+            {
+                "id": "chatcmpl-1",
+                "object": "chat.completion",
+                "created": int(time.time()),
+                "model": body["model"],
+                "choices": [
+                    {
+                        "index": 0,
+                        "finish_reason": "stop",
+                        "message": {"role": "assistant", "content": "hello"},
+                    }
+                ],
+                "usage": {"prompt_tokens": 1, "completion_tokens": 1, "total_tokens": 2},
+            }
+        ).encode()
+        self.send_response(200)
+        self.send_header("content-type", "application/json")
+        self.send_header("content-length", str(len(answer)))
+        self.end_headers()
+        self.wfile.write(answer)
+
+    def log_message(self, format: str, *args: Any) -> None:
+        pass
+
+
+@pytest.fixture
+def model_port() -> Iterator[int]:
+    """A fake OpenAI chat completions server on loopback (in this process: not followed)."""
+    server = ThreadingHTTPServer(("127.0.0.1", 0), _FakeOpenAI)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield int(server.server_address[1])
+    finally:
+        server.shutdown()
+        server.server_close()
+        thread.join()
+
+
+def _graph(run: Path) -> dict[str, Any]:
+    return json.loads((run / "graph.json").read_text(encoding="utf-8"))  # type: ignore[no-any-return]
+
+
+def _requested(graph: dict[str, Any]) -> dict[str, tuple[int, dict[str, Any]]]:
+    """Model label -> (pid of the process that requested it, the edge)."""
+    nodes = {n["id"]: n for n in graph["nodes"]}
+    return {
+        nodes[e["target"]]["label"]: (int(nodes[e["source"]]["facts"]["pid"]), e)
+        for e in graph["edges"]
+        if e["relation"] == "requested" and nodes[e["source"]]["kind"] == "process"
+    }
+
+
+def _served_at(graph: dict[str, Any]) -> set[int]:
+    nodes = {n["id"]: n for n in graph["nodes"]}
+    return {
+        int(nodes[e["target"]]["facts"]["port"])
+        for e in graph["edges"]
+        if e["relation"] == "served_at"
+    }
+
+
+@pytest.mark.parametrize("protocol", ["grpc", "http/protobuf"])
+def test_an_openai_v2_agent_is_named_by_the_process_that_sent_its_spans(
+    tmp_path: Path, model_port: int, protocol: str
+) -> None:
+    (tmp_path / "agent.py").write_text(AGENT, encoding="utf-8")
+    run = observed_run(tmp_path, sys.executable, "agent.py", str(model_port), protocol, "-")
+    pid = int((tmp_path / "agent.pid").read_text())
+    graph = _graph(run)
+    [(model, (caller, edge))] = _requested(graph).items()
+    assert (model, caller) == ("gpt-test", pid)
+    assert (edge["method"], edge["grade"], edge["inferred"]) == ("transport_peer", "C", False)
+    assert edge["attrs"]["sent_by"] is True
+    # Its model calls join its connection to the model's server, never the OTLP connection.
+    assert _served_at(graph) == {model_port}
+    report = (run / "report.md").read_text(encoding="utf-8")
+    assert f"Agent process: pid {pid} `" in report, report
+    assert "the process that sent the agent's spans" in report, report
+    assert "which made the model calls to `gpt-test`" in report, report
+    assert f"pid {pid} `{sys.executable}" not in report.split("## Not linked")[1], report
+
+
+def test_a_forked_worker_that_sends_its_own_spans_is_its_own_sender(
+    tmp_path: Path, model_port: int
+) -> None:
+    """Two senders in one agent tree: each model call joins the process that sent it."""
+    (tmp_path / "agent.py").write_text(AGENT, encoding="utf-8")
+    run = observed_run(tmp_path, sys.executable, "agent.py", str(model_port), "grpc", "fork")
+    agent = int((tmp_path / "agent.pid").read_text())
+    worker = int((tmp_path / "worker.pid").read_text())
+    callers = {model: pid for model, (pid, _) in _requested(_graph(run)).items()}
+    assert callers == {"gpt-test": agent, "gpt-worker": worker}
+    report = (run / "report.md").read_text(encoding="utf-8")
+    assert "which made the model calls to `gpt-worker`" in report, report
+
+
+@pytest.mark.skipif(shutil.which("strace") is None, reason="needs strace")
+def test_without_the_senders_end_the_report_says_why(tmp_path: Path, model_port: int) -> None:
+    """strace records the exporters' non-blocking connects without their local end: no
+    sender is found, and report.md says that this is why."""
+    (tmp_path / "agent.py").write_text(AGENT, encoding="utf-8")
+    command = (sys.executable, "agent.py", str(model_port), "grpc", "-")
+    run = observed_run(tmp_path, *command, options=("--backend=strace",))
+    assert not _requested(_graph(run))
+    report = (run / "report.md").read_text(encoding="utf-8")
+    assert "the model calls to `gpt-test` are linked to no process" in report, report
+    assert "recorded connections without the sender's end" in report, report

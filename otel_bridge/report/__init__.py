@@ -261,23 +261,7 @@ def build(graph: Graph) -> Report:
             ix.effects(p)
             linked.add(p.node.id)
         calls.append(row)
-    agent_edges = [
-        e
-        for n in graph.nodes
-        if n.kind == "agent"
-        for e in ix.targets(n.id, ("correlated_with_process",))
-    ]
-    # A model call no agent made (an instrumented client: openai-v2 emits chat spans only)
-    # joins the process that requested it: that process is the agent's too.
-    callers = _model_callers(graph, ix)
-    agents = {e.target for e in agent_edges} | {e.source for e in callers}
-    # Linked only by the connection the spans came over: the process *sent* them.
-    stated = {e.target for e in agent_edges if "transport_peer" not in _methods(e)}
-    stated |= {e.source for e in callers if "transport_peer" not in _methods(e)}
-    sent_by = agents - stated
-    models: dict[str, list[str]] = defaultdict(list)
-    for e in callers:
-        models[e.source].append(ix.nodes[e.target].label or e.target)
+    agents, agent_lines, unplaced = _agents(graph, ix)
     for row in calls:
         if not row.processes:
             unlinked_calls.append(_unlinked_call(row, ix, agents))
@@ -294,26 +278,9 @@ def build(graph: Graph) -> Report:
         calls=calls,
         unlinked_calls=unlinked_calls,
         unlinked_processes=_unlinked_processes(unlinked, ix),
-        agent_processes=[
-            f"pid {_pid(ix.nodes[a])} `{_argv(ix.nodes[a])}`"
-            + (_SENT_BY if a in sent_by else "")
-            + _requested(models.get(a, []))
-            + _effects(ix, [ix.nodes[a]], reached=False)
-            for a in sorted(agents)
-        ],
+        agent_processes=agent_lines,
         folded=sum(1 for n in graph.nodes if n.kind == "runtime_reads"),
-        unplaced_agents=[
-            _unplaced_agent(n, ix)
-            for n in _by_time(graph.nodes)
-            if n.kind == "agent" and not ix.targets(n.id, ("correlated_with_process",))
-        ]
-        + [
-            _unplaced_model(n, ix)
-            for n in _by_time(graph.nodes)
-            if n.kind == "model"
-            and SENDER_SKIP_ATTR in n.attrs
-            and not any(e.target == n.id for e in callers)
-        ],
+        unplaced_agents=unplaced,
         changed_by_unknown=sorted(
             {
                 _path(ix.nodes[e.target])
@@ -386,6 +353,45 @@ _NO_SENDERS_END = (
 def _methods(edge: GraphEdge) -> tuple[str, ...]:
     method = edge.method
     return (method,) if isinstance(method, str) else tuple(method or ())
+
+
+def _agents(graph: Graph, ix: _Index) -> tuple[set[str], list[str], list[str]]:
+    """The agent's processes, their report lines, and why agents (or models no agent called)
+    have none."""
+    agent_edges = [
+        e
+        for n in graph.nodes
+        if n.kind == "agent"
+        for e in ix.targets(n.id, ("correlated_with_process",))
+    ]
+    # A model call no agent made (an instrumented client: openai-v2 emits chat spans only)
+    # joins the process that requested it: that process is the agent's too.
+    callers = _model_callers(graph, ix)
+    agents = {e.target for e in agent_edges} | {e.source for e in callers}
+    # Linked only by the connection the spans came over: the process *sent* them.
+    stated = {e.target for e in agent_edges if "transport_peer" not in _methods(e)}
+    stated |= {e.source for e in callers if "transport_peer" not in _methods(e)}
+    models: dict[str, list[str]] = defaultdict(list)
+    for e in callers:
+        models[e.source].append(ix.nodes[e.target].label or e.target)
+    lines = [
+        f"pid {_pid(ix.nodes[a])} `{_argv(ix.nodes[a])}`"
+        + ("" if a in stated else _SENT_BY)
+        + _requested(models.get(a, []))
+        + _effects(ix, [ix.nodes[a]], reached=False)
+        for a in sorted(agents)
+    ]
+    called = {e.target for e in callers}
+    unplaced = [
+        _unplaced_agent(n, ix)
+        for n in _by_time(graph.nodes)
+        if n.kind == "agent" and not ix.targets(n.id, ("correlated_with_process",))
+    ] + [
+        _unplaced_model(n, ix)
+        for n in _by_time(graph.nodes)
+        if n.kind == "model" and SENDER_SKIP_ATTR in n.attrs and n.id not in called
+    ]
+    return agents, lines, unplaced
 
 
 def _model_callers(graph: Graph, ix: _Index) -> list[GraphEdge]:

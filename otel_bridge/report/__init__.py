@@ -84,6 +84,9 @@ class Report:
     """Files a watcher saw change while the run ran, the changing process unknown."""
     unplaced_agents: list[str] = field(default_factory=list)
     """Agents no process is linked to (their spans named no observed process)."""
+    senders: list[str] = field(default_factory=list)
+    """Processes that sent spans naming no pid (``transport_peer``): the agent's own process,
+    or a relay between it and the receiver, so never called the agent's."""
 
 
 def _argv(node: GraphNode) -> str:
@@ -261,10 +264,11 @@ def build(graph: Graph) -> Report:
             ix.effects(p)
             linked.add(p.node.id)
         calls.append(row)
-    agents, agent_lines, unplaced = _agents(graph, ix)
+    found = _agents(graph, ix)
+    agents = found.stated | found.sent
     for row in calls:
         if not row.processes:
-            unlinked_calls.append(_unlinked_call(row, ix, agents))
+            unlinked_calls.append(_unlinked_call(row, ix, found))
     unlinked = [
         n
         for n in _by_time(graph.nodes)
@@ -278,9 +282,10 @@ def build(graph: Graph) -> Report:
         calls=calls,
         unlinked_calls=unlinked_calls,
         unlinked_processes=_unlinked_processes(unlinked, ix),
-        agent_processes=agent_lines,
+        agent_processes=found.lines,
+        senders=found.sender_lines,
         folded=sum(1 for n in graph.nodes if n.kind == "runtime_reads"),
-        unplaced_agents=unplaced,
+        unplaced_agents=found.unplaced,
         changed_by_unknown=sorted(
             {
                 _path(ix.nodes[e.target])
@@ -327,8 +332,8 @@ def _shell_of(ix: _Index, link: GraphEdge, command: str) -> ProcessRow | None:
 
 
 _SENT_BY = (
-    " (the process that sent the agent's spans: their resource names no pid, the connection "
-    "they came over was this process's)"
+    " (their resource names no pid; the connection they came over was this process's: the "
+    "agent's own process, unless it relays spans it received)"
 )
 
 
@@ -355,9 +360,20 @@ def _methods(edge: GraphEdge) -> tuple[str, ...]:
     return (method,) if isinstance(method, str) else tuple(method or ())
 
 
-def _agents(graph: Graph, ix: _Index) -> tuple[set[str], list[str], list[str]]:
-    """The agent's processes, their report lines, and why agents (or models no agent called)
-    have none."""
+@dataclass(slots=True)
+class _Agents:
+    stated: set[str]
+    """Processes the agent's spans named (a stated pid)."""
+    sent: set[str]
+    """Processes that sent spans naming no pid (the agent's, or a relay)."""
+    lines: list[str]
+    sender_lines: list[str]
+    unplaced: list[str]
+
+
+def _agents(graph: Graph, ix: _Index) -> _Agents:
+    """The agent's processes and senders, their report lines (stated, then sent by), and why
+    agents (or models no agent called) have none."""
     agent_edges = [
         e
         for n in graph.nodes
@@ -376,10 +392,17 @@ def _agents(graph: Graph, ix: _Index) -> tuple[set[str], list[str], list[str]]:
         models[e.source].append(ix.nodes[e.target].label or e.target)
     lines = [
         f"pid {_pid(ix.nodes[a])} `{_argv(ix.nodes[a])}`"
-        + ("" if a in stated else _SENT_BY)
         + _requested(models.get(a, []))
         + _effects(ix, [ix.nodes[a]], reached=False)
-        for a in sorted(agents)
+        for a in sorted(stated)
+    ]
+    senders = [
+        f"pid {_pid(ix.nodes[a])} `{_argv(ix.nodes[a])}`"
+        + _SENT_BY
+        + _listened(ix, a)
+        + _sent_calls(models.get(a, []))
+        + _effects(ix, [ix.nodes[a]], reached=False)
+        for a in sorted(agents - stated)
     ]
     called = {e.target for e in callers}
     unplaced = [
@@ -391,7 +414,7 @@ def _agents(graph: Graph, ix: _Index) -> tuple[set[str], list[str], list[str]]:
         for n in _by_time(graph.nodes)
         if n.kind == "model" and SENDER_SKIP_ATTR in n.attrs and n.id not in called
     ]
-    return agents, lines, unplaced
+    return _Agents(stated, agents - stated, lines, senders, unplaced)
 
 
 def _model_callers(graph: Graph, ix: _Index) -> list[GraphEdge]:
@@ -412,8 +435,29 @@ def _model_callers(graph: Graph, ix: _Index) -> list[GraphEdge]:
 def _requested(models: list[str]) -> str:
     if not models:
         return ""
-    names = ", ".join(f"`{_md(m)}`" for m in sorted(set(models)))
-    return f", which made the model calls to {names}"
+    return f", which made the model calls to {_names(models)}"
+
+
+def _sent_calls(models: list[str]) -> str:
+    if not models:
+        return ""
+    return f"; the spans it sent include model calls to {_names(models)}"
+
+
+def _names(models: list[str]) -> str:
+    return ", ".join(f"`{_md(m)}`" for m in sorted(set(models)))
+
+
+def _listened(ix: _Index, pid: str) -> str:
+    """A caution when the sender also listened for connections: a relay (a local OpenTelemetry
+    Collector) receives the spans it sends, and is then not the agent."""
+    ports = sorted({ix.nodes[e.target].label for e in ix.targets(pid, (RelationKind.LISTENED_ON,))})
+    if not ports:
+        return ""
+    return (
+        f"; it also listened on {', '.join(ports)}: it may be a relay (a local OpenTelemetry "
+        "Collector) that forwarded another process's spans, and that process is then unknown"
+    )
 
 
 def _sender_why(node: GraphNode, ix: _Index) -> str:
@@ -569,7 +613,7 @@ def _why(row: CallRow) -> str:
     return _GENERIC if row.command else _NO_COMMAND
 
 
-def _unlinked_call(row: CallRow, ix: _Index, agents: set[str]) -> str:
+def _unlinked_call(row: CallRow, ix: _Index, agents: _Agents) -> str:
     what = f"`{_md(row.command)}`" if row.command else "no command"
     text = f"{_call_label(row.node)} declared {what}; no process was linked to it: {_why(row)}"
     start, end = row.node.first_seen, row.node.last_seen
@@ -577,10 +621,13 @@ def _unlinked_call(row: CallRow, ix: _Index, agents: set[str]) -> str:
         return text
     during: list[str] = []
     after = widest = 0
-    for agent in sorted(agents):
+    who = set()
+    for agent in sorted(agents.stated | agents.sent):
         files, late_by, late = ix.writes_during(agent, start, end)
         during += files
         after, widest = max(after, late_by), max(widest, late)
+        if files:  # a sender may be a relay: said as what it is
+            who.add("the agent's process" if agent in agents.stated else _SENDER)
     if during:
         when = "While it ran"
         if after:  # a change stamped after the end: it was made before its stamp
@@ -589,10 +636,13 @@ def _unlinked_call(row: CallRow, ix: _Index, agents: set[str]) -> str:
                 f"it reads it, here up to {_ms(widest)} after the change)"
             )
         text += (
-            f". {when}, the agent's process changed {', '.join(map(_md, during))} "
+            f". {when}, {' and '.join(sorted(who))} changed {', '.join(map(_md, during))} "
             "(same time only: not a link)"
         )
     return text
+
+
+_SENDER = "the process that sent the agent's spans"
 
 
 def _ms(ns: int) -> str:
@@ -620,6 +670,8 @@ def render(report: Report, *, title: str, planes: Mapping[str, str] | None = Non
     lines = [f"# {_line(title)}", ""]
     if report.agent_processes:
         lines += [f"Agent process: {', '.join(report.agent_processes)}", ""]
+    for sender in report.senders:
+        lines += [f"Spans sent by {sender}", ""]
     lines += ["## Tool calls", ""]
     if not report.calls:
         lines += ["The agent reported no tool calls (no `execute_tool` or TOOL spans arrived).", ""]

@@ -5,8 +5,9 @@ resource (no ``process.pid``), a ``BatchSpanProcessor`` and an OTLP exporter con
 ``OTEL_EXPORTER_OTLP_ENDPOINT`` alone, and emits only CLIENT ``chat`` spans: no agent span, so
 the model calls are all the run has to say who the agent was. Under ``observe`` the process that
 sent those spans (``transport_peer``) requested the model, and ``report.md`` names it as the
-agent's process with its model calls; where the host plane cannot tell the sender
-(``--backend=strace`` records a non-blocking connect without its local end), it says why.
+sender of the spans with its model calls (not as the agent's process: a sender may be a relay);
+where the host plane cannot tell the sender (``--backend=strace`` records a non-blocking connect
+without its local end), it says why.
 
 Real processes: the real ``openai`` client and instrumentation (installed from PyPI; skipped
 without them) against a fake OpenAI server on loopback, the real ``observe``.
@@ -117,9 +118,10 @@ def test_an_openai_v2_agent_is_named_by_the_process_that_sent_its_spans(
     # Its model calls join its connection to the model's server, never the OTLP connection.
     assert _served_at(graph) == {model_port}
     report = (run / "report.md").read_text(encoding="utf-8")
-    assert f"Agent process: pid {pid} `" in report, report
-    assert "the process that sent the agent's spans" in report, report
-    assert "which made the model calls to `gpt-test`" in report, report
+    assert f"Spans sent by pid {pid} `" in report, report
+    assert "the spans it sent include model calls to `gpt-test`" in report, report
+    assert "Agent process" not in report, report
+    assert "relay (a local OpenTelemetry Collector)" not in report, report
     assert f"pid {pid} `{sys.executable}" not in report.split("## Not linked")[1], report
 
 
@@ -134,7 +136,7 @@ def test_a_forked_worker_that_sends_its_own_spans_is_its_own_sender(
     callers = {model: pid for model, (pid, _) in _requested(_graph(run)).items()}
     assert callers == {"gpt-test": agent, "gpt-worker": worker}
     report = (run / "report.md").read_text(encoding="utf-8")
-    assert "which made the model calls to `gpt-worker`" in report, report
+    assert "the spans it sent include model calls to `gpt-worker`" in report, report
 
 
 @pytest.mark.skipif(shutil.which("strace") is None, reason="needs strace")

@@ -348,10 +348,9 @@ _SENDER_WHY = {
 }
 _SENDER_UNKNOWN = "no sender of the spans was found from the connection they came over"
 _NO_SENDERS_END = (
-    "the host plane recorded connections without the sender's end (its local port), which "
-    "the strace backend does for a connect that did not complete inside the call (the OTLP "
-    "exporters' are non-blocking) and ebpf always: the connection the spans came over "
-    "could not be matched to a process"
+    "the host plane recorded connections without the sender's end (its local port), as the "
+    "ebpf backend always does and strace for a socket closed before it read its end: the "
+    "connection the spans came over could not be matched to a process"
 )
 
 

@@ -5,9 +5,8 @@ resource (no ``process.pid``), a ``BatchSpanProcessor`` and an OTLP exporter con
 ``OTEL_EXPORTER_OTLP_ENDPOINT`` alone, and emits only CLIENT ``chat`` spans: no agent span, so
 the model calls are all the run has to say who the agent was. Under ``observe`` the process that
 sent those spans (``transport_peer``) requested the model, and ``report.md`` names it as the
-sender of the spans with its model calls (not as the agent's process: a sender may be a relay);
-where the host plane cannot tell the sender (``--backend=strace`` records a non-blocking connect
-without its local end), it says why.
+sender of the spans with its model calls (not as the agent's process: a sender may be a relay),
+also under ``--backend=strace`` (a non-blocking connect's local end read by its socket's inode).
 
 Real processes: the real ``openai`` client and instrumentation (installed from PyPI; skipped
 without them) against a fake OpenAI server on loopback, the real ``observe``.
@@ -140,13 +139,18 @@ def test_a_forked_worker_that_sends_its_own_spans_is_its_own_sender(
 
 
 @pytest.mark.skipif(shutil.which("strace") is None, reason="needs strace")
-def test_without_the_senders_end_the_report_says_why(tmp_path: Path, model_port: int) -> None:
-    """strace records the exporters' non-blocking connects without their local end: no
-    sender is found, and report.md says that this is why."""
+@pytest.mark.parametrize("protocol", ["grpc", "http/protobuf"])
+def test_under_strace_the_sender_is_found_too(
+    tmp_path: Path, model_port: int, protocol: str
+) -> None:
+    """strace records the exporters' non-blocking connects as pending attempts: their local
+    end (read from the socket tables by the socket's inode; IPv6 sockets too, as gRPC opens)
+    still joins the request's transport peer to the agent's process."""
     (tmp_path / "agent.py").write_text(AGENT, encoding="utf-8")
-    command = (sys.executable, "agent.py", str(model_port), "grpc", "-")
+    command = (sys.executable, "agent.py", str(model_port), protocol, "-")
     run = observed_run(tmp_path, *command, options=("--backend=strace",))
-    assert not _requested(_graph(run))
+    pid = int((tmp_path / "agent.pid").read_text())
+    [(model, (caller, edge))] = _requested(_graph(run)).items()
+    assert (model, caller, edge["method"]) == ("gpt-test", pid, "transport_peer")
     report = (run / "report.md").read_text(encoding="utf-8")
-    assert "the model calls to `gpt-test` are linked to no process" in report, report
-    assert "recorded connections without the sender's end" in report, report
+    assert f"Spans sent by pid {pid} `" in report, report

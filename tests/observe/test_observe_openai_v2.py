@@ -15,15 +15,19 @@ without them) against a fake OpenAI server on loopback, the real ``observe``.
 from __future__ import annotations
 
 import json
+import os
 import shutil
+import signal
+import subprocess
 import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
-from cli_support import observed_run
+from cli_support import observed_run, run_cli
 from fake_openai import fake_openai
+from waiting import Stderr
 
 pytest.importorskip("openai", reason="needs the openai client (the examples extra)")
 pytest.importorskip(
@@ -154,3 +158,39 @@ def test_under_strace_the_sender_is_found_too(
     assert (model, caller, edge["method"]) == ("gpt-test", pid, "transport_peer")
     report = (run / "report.md").read_text(encoding="utf-8")
     assert f"Spans sent by pid {pid} `" in report, report
+
+
+def test_a_warm_run_finds_the_sender_too(tmp_path: Path, model_port: int) -> None:
+    """``observe --warm-server``, then ``observe``: the run a forked child serves links the
+    sender as a cold run does (the mux's client end, the host plane's record of it)."""
+    runtime = tmp_path / "xdg"
+    runtime.mkdir(mode=0o700)
+    env = {k: v for k, v in os.environ.items() if not k.startswith("OTEL_")}
+    env["XDG_RUNTIME_DIR"] = str(runtime)
+    env.pop("OTEL_BRIDGE_WARM", None)
+    server = subprocess.Popen(
+        [sys.executable, "-m", "otel_bridge", "observe", "--warm-server"],
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        Stderr(server, timeout=120).wait_for("warm observe server on")
+        (tmp_path / "agent.py").write_text(AGENT, encoding="utf-8")
+        run = tmp_path / "run"
+        command = (sys.executable, "agent.py", str(model_port), "grpc", "-")
+        done = run_cli(
+            "observe", "--no-review", "-o", str(run), "--", *command,
+            cwd=tmp_path, env=env, timeout=300,
+        )  # fmt: skip
+    finally:
+        server.send_signal(signal.SIGTERM)
+        server.wait(timeout=60)
+        if server.stderr is not None:
+            server.stderr.close()
+    assert done.returncode == 0, done.stderr
+    assert "warm server" in done.stdout + done.stderr, done.stdout
+    pid = int((tmp_path / "agent.pid").read_text())
+    [(model, (caller, edge))] = _requested(_graph(run)).items()
+    assert (model, caller, edge["method"]) == ("gpt-test", pid, "transport_peer")

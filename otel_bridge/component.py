@@ -329,6 +329,10 @@ class ProcessInterest:
     """Where it was learned (the receiver id)."""
     service: str = ""
     """The resource's ``service.name`` (names a sender that stated no pid)."""
+    peer: tuple[str, int, int] | None = None
+    """For a sender that stated no pid, the transport peer of the request that carried it, as
+    the receiver saw it: (sender address, sender port, the receiver's port). The host receiver
+    finds the process holding that end of the connection in the socket tables."""
 
     @property
     def key(self) -> tuple[int, str, int | None, str, str]:

@@ -150,8 +150,8 @@ class FanOut:
 def publish_span_processes(batch: Batch, interests: ProcessInterests, source: str) -> None:
     """Publish the process each span resource of ``batch`` names (``process.pid`` + ``host.id``
     + ``process.creation.time`` + ``service.instance.id`` + ``service.name``) to ``interests``;
-    a resource without an integer pid is published with pid 0 (its sender cannot be followed,
-    which the host receiver records as unknown).
+    a resource without an integer pid is published with pid 0 and the transport peer of its
+    request, from which the host receiver finds its sender (or records it as unknown).
     """
     seen: set[int] = set()
     for span in batch.spans:
@@ -171,6 +171,7 @@ def publish_span_processes(batch: Batch, interests: ProcessInterests, source: st
         )
         if interests.known(key):
             continue
+        peer = resource.peer
         interests.publish(
             ProcessInterest(
                 pid=key[0],
@@ -180,6 +181,7 @@ def publish_span_processes(batch: Batch, interests: ProcessInterests, source: st
                 service=key[4],
                 seen_ns=time.time_ns(),
                 source=source,
+                peer=None if stated or peer is None else (peer.address, peer.port, peer.local_port),
             )
         )
 

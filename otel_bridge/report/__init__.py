@@ -84,6 +84,9 @@ class Report:
     """Files a watcher saw change while the run ran, the changing process unknown."""
     unplaced_agents: list[str] = field(default_factory=list)
     """Agents no process is linked to (their spans named no observed process)."""
+    senders: list[str] = field(default_factory=list)
+    """Processes that sent spans naming no pid (``transport_peer``): the agent's own process,
+    or a relay between it and the receiver, so never called the agent's."""
 
 
 def _argv(node: GraphNode) -> str:
@@ -268,19 +271,11 @@ def build(graph: Graph) -> Report:
             ix.effects(p)
             linked.add(p.node.id)
         calls.append(row)
-    agent_edges = [
-        e
-        for n in graph.nodes
-        if n.kind == "agent"
-        for e in ix.targets(n.id, ("correlated_with_process",))
-    ]
-    agents = {e.target for e in agent_edges}
-    # Linked only by the connection the spans came over: the process *sent* them.
-    stated = {e.target for e in agent_edges if "transport_peer" not in _methods(e)}
-    sent_by = agents - stated
+    found = _agents(graph, ix)
+    agents = found.stated | found.sent
     for row in calls:
         if not row.processes:
-            unlinked_calls.append(_unlinked_call(row, ix, agents))
+            unlinked_calls.append(_unlinked_call(row, ix, found))
     unlinked = [
         n
         for n in _by_time(graph.nodes)
@@ -294,18 +289,10 @@ def build(graph: Graph) -> Report:
         calls=calls,
         unlinked_calls=unlinked_calls,
         unlinked_processes=_unlinked_processes(unlinked, ix),
-        agent_processes=[
-            f"pid {_pid(ix.nodes[a])} `{_argv(ix.nodes[a])}`"
-            + (_SENT_BY if a in sent_by else "")
-            + _effects(ix, [ix.nodes[a]], reached=False)
-            for a in sorted(agents)
-        ],
+        agent_processes=found.lines,
+        senders=found.sender_lines,
         folded=sum(1 for n in graph.nodes if n.kind == "runtime_reads"),
-        unplaced_agents=[
-            _unplaced_agent(n)
-            for n in _by_time(graph.nodes)
-            if n.kind == "agent" and not ix.targets(n.id, ("correlated_with_process",))
-        ],
+        unplaced_agents=found.unplaced,
         changed_by_unknown=sorted(
             {
                 _path(ix.nodes[e.target])
@@ -352,21 +339,26 @@ def _shell_of(ix: _Index, link: GraphEdge, command: str) -> ProcessRow | None:
 
 
 _SENT_BY = (
-    " (the process that sent the agent's spans: their resource names no pid, the connection "
-    "they came over was this process's)"
+    " (their resource names no pid; the connection they came over was this process's: the "
+    "agent's own process, unless it relays spans it received)"
 )
 
 
 _SENDER_WHY = {
-    "no_connection": "the host plane saw no followed process hold the connection its spans "
+    "no_connection": "the host plane saw no followed process hold the connection the spans "
     "came over (a connection opened and closed between two socket scans, without a socket "
     "tracer, is missed)",
-    "several_processes": "several followed processes were seen holding the connection its "
+    "several_processes": "several followed processes were seen holding the connection the "
     "spans came over (the same client port reused): not one sender",
-    "not_loopback": "its spans came from another host (not a loopback connection), whose "
+    "not_loopback": "the spans came from another host (not a loopback connection), whose "
     "sockets this host's plane does not see",
 }
-_SENDER_UNKNOWN = "no sender of its spans was found from the connection they came over"
+_SENDER_UNKNOWN = "no sender of the spans was found from the connection they came over"
+_NO_SENDERS_END = (
+    "the host plane recorded connections without the sender's end (its local port), as the "
+    "ebpf backend always does and strace for a socket closed before it read its end: the "
+    "connection the spans came over could not be matched to a process"
+)
 
 
 def _methods(edge: GraphEdge) -> tuple[str, ...]:
@@ -374,7 +366,127 @@ def _methods(edge: GraphEdge) -> tuple[str, ...]:
     return (method,) if isinstance(method, str) else tuple(method or ())
 
 
-def _unplaced_agent(node: GraphNode) -> str:
+@dataclass(slots=True)
+class _Agents:
+    stated: set[str]
+    """Processes the agent's spans named (a stated pid)."""
+    sent: set[str]
+    """Processes that sent spans naming no pid (the agent's, or a relay)."""
+    lines: list[str]
+    sender_lines: list[str]
+    unplaced: list[str]
+
+
+def _agents(graph: Graph, ix: _Index) -> _Agents:
+    """The agent's processes and senders, their report lines (stated, then sent by), and why
+    agents (or models no agent called) have none."""
+    agent_edges = [
+        e
+        for n in graph.nodes
+        if n.kind == "agent"
+        for e in ix.targets(n.id, ("correlated_with_process",))
+    ]
+    # A model call no agent made (an instrumented client: openai-v2 emits chat spans only)
+    # joins the process that requested it: that process is the agent's too.
+    callers = _model_callers(graph, ix)
+    agents = {e.target for e in agent_edges} | {e.source for e in callers}
+    # Linked only by the connection the spans came over: the process *sent* them.
+    stated = {e.target for e in agent_edges if "transport_peer" not in _methods(e)}
+    stated |= {e.source for e in callers if "transport_peer" not in _methods(e)}
+    models: dict[str, list[str]] = defaultdict(list)
+    for e in callers:
+        models[e.source].append(ix.nodes[e.target].label or e.target)
+    lines = [
+        f"pid {_pid(ix.nodes[a])} `{_argv(ix.nodes[a])}`"
+        + _requested(models.get(a, []))
+        + _effects(ix, [ix.nodes[a]], reached=False)
+        for a in sorted(stated)
+    ]
+    senders = [
+        f"pid {_pid(ix.nodes[a])} `{_argv(ix.nodes[a])}`"
+        + _SENT_BY
+        + _listened(ix, a)
+        + _sent_calls(models.get(a, []))
+        + _effects(ix, [ix.nodes[a]], reached=False)
+        for a in sorted(agents - stated)
+    ]
+    called = {e.target for e in callers}
+    unplaced = [
+        _unplaced_agent(n, ix)
+        for n in _by_time(graph.nodes)
+        if n.kind == "agent" and not ix.targets(n.id, ("correlated_with_process",))
+    ] + [
+        _unplaced_model(n, ix)
+        for n in _by_time(graph.nodes)
+        if n.kind == "model" and SENDER_SKIP_ATTR in n.attrs and n.id not in called
+    ]
+    return _Agents(stated, agents - stated, lines, senders, unplaced)
+
+
+def _model_callers(graph: Graph, ix: _Index) -> list[GraphEdge]:
+    """The exact ``process requested model`` edges (a stated pid, or the sender of the spans);
+    an inferred one names no caller."""
+    return [
+        e
+        for e in graph.edges
+        if e.relation == RelationKind.REQUESTED
+        and e.inferred is not True
+        and e.source in ix.nodes
+        and ix.nodes[e.source].kind == "process"
+        and e.target in ix.nodes
+        and ix.nodes[e.target].kind == "model"
+    ]
+
+
+def _requested(models: list[str]) -> str:
+    if not models:
+        return ""
+    return f", which made the model calls to {_names(models)}"
+
+
+def _sent_calls(models: list[str]) -> str:
+    if not models:
+        return ""
+    return f"; the spans it sent include model calls to {_names(models)}"
+
+
+def _names(models: list[str]) -> str:
+    return ", ".join(f"`{_md(m)}`" for m in sorted(set(models)))
+
+
+def _listened(ix: _Index, pid: str) -> str:
+    """A caution when the sender also listened for connections: a relay (a local OpenTelemetry
+    Collector) receives the spans it sends, and is then not the agent."""
+    ports = sorted({ix.nodes[e.target].label for e in ix.targets(pid, (RelationKind.LISTENED_ON,))})
+    if not ports:
+        return ""
+    return (
+        f"; it also listened on {', '.join(ports)}: it may be a relay (a local OpenTelemetry "
+        "Collector) that forwarded another process's spans, and that process is then unknown"
+    )
+
+
+def _sender_why(node: GraphNode, ix: _Index) -> str:
+    why = str(node.attrs.get(SENDER_SKIP_ATTR))
+    if why == "no_connection" and _without_senders_end(ix):
+        return _NO_SENDERS_END
+    return _SENDER_WHY.get(why, _SENDER_UNKNOWN)
+
+
+def _without_senders_end(ix: _Index) -> bool:
+    """True when the host plane recorded a connection of a process without its sender's end
+    (``network.local.port``): strace for a connect that did not complete inside the call,
+    ebpf always."""
+    return any(
+        e.relation in (RelationKind.CONNECTED_TO, RelationKind.ATTEMPTED_CONNECT)
+        and "network.local.port" not in e.attrs
+        and e.source in ix.nodes
+        and ix.nodes[e.source].kind == "process"
+        for e in ix.edges.values()
+    )
+
+
+def _unplaced_agent(node: GraphNode, ix: _Index) -> str:
     """Why agent ``node`` has no process: its spans named none this run observed."""
     facts = node.facts
     who = f"agent `{_md(node.label or node.id)}`"
@@ -382,12 +494,27 @@ def _unplaced_agent(node: GraphNode) -> str:
         who += f" (service {_md(facts.service)})"
     return (
         f"{who} is linked to no process: its spans' resource named no process this run "
-        "observed (`process.pid`, which the OpenTelemetry Python SDK states only with "
-        "`OTEL_EXPERIMENTAL_RESOURCE_DETECTORS=process`), and "
-        + _SENDER_WHY.get(str(node.attrs.get(SENDER_SKIP_ATTR)), _SENDER_UNKNOWN)
+        f"observed ({_NO_PID}), and "
+        + _sender_why(node, ix)
         + ", so its own process, what that process changed and the connections of its model "
         "calls are not joined to it"
     )
+
+
+def _unplaced_model(node: GraphNode, ix: _Index) -> str:
+    """Why the model calls to ``node`` (no agent made them) have no calling process."""
+    return (
+        f"the model calls to `{_md(node.label or node.id)}` are linked to no process: their "
+        f"spans' resource named no process this run observed ({_NO_PID}), and "
+        + _sender_why(node, ix)
+        + ", so the process that made them and its connections are not joined to them"
+    )
+
+
+_NO_PID = (
+    "`process.pid`, which the OpenTelemetry Python SDK states only with "
+    "`OTEL_EXPERIMENTAL_RESOURCE_DETECTORS=process`"
+)
 
 
 _PIDS_SHOWN = 3
@@ -492,7 +619,7 @@ def _why(row: CallRow) -> str:
     return _GENERIC if row.command else _NO_COMMAND
 
 
-def _unlinked_call(row: CallRow, ix: _Index, agents: set[str]) -> str:
+def _unlinked_call(row: CallRow, ix: _Index, agents: _Agents) -> str:
     what = f"`{_md(row.command)}`" if row.command else "no command"
     text = f"{_call_label(row.node)} declared {what}; no process was linked to it: {_why(row)}"
     start, end = row.node.first_seen, row.node.last_seen
@@ -500,10 +627,13 @@ def _unlinked_call(row: CallRow, ix: _Index, agents: set[str]) -> str:
         return text
     during: list[str] = []
     after = widest = 0
-    for agent in sorted(agents):
+    who = set()
+    for agent in sorted(agents.stated | agents.sent):
         files, late_by, late = ix.writes_during(agent, start, end)
         during += files
         after, widest = max(after, late_by), max(widest, late)
+        if files:  # a sender may be a relay: said as what it is
+            who.add("the agent's process" if agent in agents.stated else _SENDER)
     if during:
         when = "While it ran"
         if after:  # a change stamped after the end: it was made before its stamp
@@ -512,10 +642,13 @@ def _unlinked_call(row: CallRow, ix: _Index, agents: set[str]) -> str:
                 f"it reads it, here up to {_ms(widest)} after the change)"
             )
         text += (
-            f". {when}, the agent's process changed {', '.join(map(_md, during))} "
+            f". {when}, {' and '.join(sorted(who))} changed {', '.join(map(_md, during))} "
             "(same time only: not a link)"
         )
     return text
+
+
+_SENDER = "the process that sent the agent's spans"
 
 
 def _ms(ns: int) -> str:
@@ -543,6 +676,8 @@ def render(report: Report, *, title: str, planes: Mapping[str, str] | None = Non
     lines = [f"# {_line(title)}", ""]
     if report.agent_processes:
         lines += [f"Agent process: {', '.join(report.agent_processes)}", ""]
+    for sender in report.senders:
+        lines += [f"Spans sent by {sender}", ""]
     lines += ["## Tool calls", ""]
     if not report.calls:
         lines += ["The agent reported no tool calls (no `execute_tool` or TOOL spans arrived).", ""]

@@ -5,9 +5,9 @@ A new user's agent set up as the OpenTelemetry Python SDK's documentation does
 do) states no ``process.pid``: under ``observe`` its agent node was linked to no process, its
 model calls to no connection, and the report said nothing. It is now linked to the process that
 sent its spans (the connection they came over, ``transport_peer``), and the report says so
-("the process that sent the agent's spans"); with ``OTEL_EXPERIMENTAL_RESOURCE_DETECTORS=process``
-the same agent is linked by its stated pid. When no sender is found the report says why
-(``tests/observe/test_observe_sender.py``).
+("Spans sent by pid N", never "Agent process": a sender may be a relay); with
+``OTEL_EXPERIMENTAL_RESOURCE_DETECTORS=process`` the same agent is linked by its stated pid.
+When no sender is found the report says why (``tests/observe/test_observe_sender.py``).
 """
 
 from __future__ import annotations
@@ -35,8 +35,8 @@ provider.shutdown()
 """
 
 SAID = (
-    " (the process that sent the agent's spans: their resource names no pid, the connection "
-    "they came over was this process's)"
+    " (their resource names no pid; the connection they came over was this process's: the "
+    "agent's own process, unless it relays spans it received)"
 )
 
 
@@ -44,7 +44,8 @@ def test_an_agent_without_process_pid_is_linked_as_its_spans_sender(tmp_path: Pa
     (tmp_path / "agent.py").write_text(AGENT, encoding="utf-8")
     report = (observed_run(tmp_path, sys.executable, "agent.py") / "report.md").read_text()
     head = report.split("## Tool calls")[0]
-    assert "Agent process: pid " in head, report
+    assert "Spans sent by pid " in head, report
+    assert "Agent process" not in head, report  # a sender may be a relay: not said to be it
     assert SAID in head, report
     assert "notes.txt (created, wrote)" in head, report
     assert "is linked to no process" not in report, report

@@ -53,11 +53,11 @@ def test_unlinked_processes_and_the_agent_say_what_they_changed(tmp_path: Path) 
     assert "ran, but no tool call is linked to it; it changed " in shell[0], report
     assert f"{tmp_path}/from-shell.txt (" in shell[0], report
     # Its spans state no process.pid (the SDK's default resource): the agent's process is one
-    # of the unlinked ones, or the agent's line when a resource named it.
+    # of the unlinked ones, or the line of the process that sent its spans.
     agent = [
         line
         for line in lines
-        if line.startswith(("- pid", "Agent process:")) and f"{sys.executable} agent.py`" in line
+        if line.startswith(("- pid", "Spans sent by pid")) and f"{sys.executable} agent.py`" in line
     ]
     assert len(agent) == 1, report
     assert f"{tmp_path}/from-agent.txt (" in agent[0], report

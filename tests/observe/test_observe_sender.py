@@ -115,8 +115,9 @@ def test_a_pidless_agent_is_linked_to_the_process_that_sent_its_spans(
     assert [e["method"] for e in served] == ["model_endpoint"], served
     assert served[0]["attrs"]["sender"] is True
     report = (run / "report.md").read_text(encoding="utf-8")
-    assert f"Agent process: pid {pid} " in report, report
-    assert "the process that sent the agent's spans" in report, report
+    assert f"Spans sent by pid {pid} " in report, report
+    assert "the agent's own process, unless it relays spans it received" in report, report
+    assert "Agent process" not in report, report
     assert "is linked to no process" not in report, report
 
 
@@ -199,6 +200,63 @@ def test_spans_sent_by_a_process_the_host_plane_did_not_see_are_not_linked(
     assert _correlation(run).get("exact.transport_peer.no_connection", 0) >= 1
     report = (run / "report.md").read_text(encoding="utf-8")
     assert "agent `unseen` (service svc-unseen) is linked to no process" in report, report
-    assert "the host plane saw no followed process hold the connection its spans came over" in (
+    assert "the host plane saw no followed process hold the connection the spans came over" in (
         report
     ), report
+
+
+RELAY_CONFIG = """
+receivers:
+  otlp:
+    protocols:
+      http:
+        endpoint: 127.0.0.1:${env:RELAY_PORT}
+exporters:
+  otlp:
+    endpoint: ${env:UPSTREAM}
+service:
+  pipelines:
+    traces:
+      receivers: [otlp]
+      exporters: [otlp]
+"""
+
+RELAYED = """
+import os, re, socket, subprocess, sys, time
+with socket.socket() as s:
+    s.bind(("127.0.0.1", 0))
+    port = s.getsockname()[1]
+env = dict(os.environ, RELAY_PORT=str(port), UPSTREAM=os.environ["OTEL_EXPORTER_OTLP_ENDPOINT"])
+relay = subprocess.Popen(
+    [sys.executable, "-m", "otel_bridge", "run", "-c", "relay.yaml"],
+    env=env, stderr=subprocess.PIPE, text=True,
+)
+for line in relay.stderr:
+    if re.search("OTLP/http on", line):
+        break
+env = dict(os.environ, OTEL_EXPORTER_OTLP_ENDPOINT="http://127.0.0.1:%d" % port)
+code = subprocess.call([sys.executable, "agent.py", "relayed", "http/protobuf"], env=env)
+relay.send_signal(2)
+relay.communicate(timeout=60)
+sys.exit(code or relay.returncode)
+"""
+
+
+def test_a_relay_that_sent_the_spans_is_not_said_to_be_the_agent(tmp_path: Path) -> None:
+    """A local collector between the agent and observe's endpoint holds the connection the
+    spans came over: it is linked as their sender, and the report says it may be a relay
+    (it listened for connections), never that it is the agent's process."""
+    (tmp_path / "agent.py").write_text(AGENT, encoding="utf-8")
+    (tmp_path / "relay.yaml").write_text(RELAY_CONFIG, encoding="utf-8")
+    (tmp_path / "relayed.py").write_text(RELAYED, encoding="utf-8")
+    run = observed_run(tmp_path, sys.executable, "relayed.py")
+    agent = int((tmp_path / "relayed.pid").read_text())
+    graph = _graph(run)
+    [link] = _links(graph, "transport_peer").values()
+    relay = _pid_of(graph, link["target"])
+    assert relay != agent
+    report = (run / "report.md").read_text(encoding="utf-8")
+    head = report.split("## Tool calls")[0]
+    assert "Agent process" not in head, report
+    assert f"Spans sent by pid {relay} `" in head, report
+    assert "it may be a relay (a local OpenTelemetry Collector)" in head, report

@@ -267,3 +267,32 @@ def test_only_the_shell_running_exactly_the_declared_command_is_shown_with_the_c
     shell = next(r for r in text.splitlines() if "pid 21" in r)
     assert "its argv is `bash -c` with the call's declared command, and it is the parent " in shell
     assert "whose link is inferred: a likely match, not proof | D |" in shell
+
+
+def _pidless_model_graph(local_port: bool) -> Graph:
+    """An openai-v2 style run: one model, no agent node, no sender found for its spans; the
+    agent's process attempted its connections (strace's pending connect), with or without
+    their local end."""
+    agent = _proc(10, ["python", "agent.py"], 0, 1)
+    model = GraphNode(
+        id="model:openai:m",
+        kind="model",
+        label="m",
+        attrs={"correlate.sender": "no_connection"},
+    )
+    otlp = GraphNode(id="endpoint:tcp:127.0.0.1:4317", kind="endpoint", label="127.0.0.1:4317")
+    attrs = {"network.local.address": "127.0.0.1", "network.local.port": 5} if local_port else {}
+    edge = _edge(agent.id, "attempted_connect", otlp.id, grade="A", attrs=attrs)
+    return Graph(nodes=(agent, model, otlp), edges=(edge,))
+
+
+def test_a_model_without_a_sender_says_why() -> None:
+    """No agent span (an instrumented client's chat spans only) and no sender: the model's
+    calls are said to be linked to no process, with the host plane's reason when its
+    connection records lack the sender's end."""
+    text = render(build(_pidless_model_graph(local_port=False)), title="t")
+    assert "- the model calls to `m` are linked to no process" in text, text
+    assert "recorded connections without the sender's end (its local port)" in text, text
+    text = render(build(_pidless_model_graph(local_port=True)), title="t")
+    assert "- the model calls to `m` are linked to no process" in text, text
+    assert "saw no followed process hold the connection the spans came over" in text, text

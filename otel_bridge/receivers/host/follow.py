@@ -8,7 +8,12 @@ then adds roots to it, each with its running descendants, from two sources:
   and ``process.creation.time`` with it when the resource states them). A process is followed
   only if it runs on this host (a stated ``host.id`` must be ours) and is still the process that
   reported: with ``process.creation.time`` stated, the live pid's start time must agree within
-  :data:`START_TOLERANCE_MS` (else the pid was recycled and nothing is followed).
+  :data:`START_TOLERANCE_MS` (else the pid was recycled and nothing is followed). A resource
+  that states no ``process.pid`` (the SDKs' default) is published with the transport peer of
+  its request: for a loopback peer the process holding the sender's end of that connection
+  (this network namespace's socket tables and each process's ``/proc/<pid>/fd``, read once
+  when the interest arrives) is followed, being the process that *sent* the span (a local
+  relay, such as an OpenTelemetry Collector, would be the one followed).
 * **selectors** (``cgroup``, ``executable``, ``command``, ``user``, :mod:`.selectors`), matched
   against ``/proc`` every ``selector_interval``.
 
@@ -18,8 +23,9 @@ files, connections, children that already exited) is unknown. Each follow theref
 process's identity and the moment observation began, which normalize turns into a coverage
 record (``collection.lineage.degraded``). A process that reported telemetry but was gone before
 it could be followed gets a ``lineage`` ``unavailable`` record: its OS activity is unknown,
-not absent; so does a sender whose resource states no ``process.pid`` (the SDKs' default), once
-per ``service.instance.id`` (else ``service.name``), with a warning that says how to state it.
+not absent; so does a sender whose resource states no ``process.pid`` and whose connection no
+process of this host holds (a remote sender, or one closed before it was looked for), once per
+``service.instance.id`` (else ``service.name``), with a warning that says how to state it.
 The collector's own processes are never followed.
 """
 
@@ -33,9 +39,10 @@ import time
 from collections.abc import Callable, Sequence
 
 from otel_bridge.component import ProcessInterest, Telemetry
-from otel_bridge.identity import host_id, iso_ms, start_ms_from_ticks
+from otel_bridge.identity import canonical_ip, host_id, is_loopback, iso_ms, start_ms_from_ticks
 from otel_bridge.model import AnyValue, CollectionState
 from otel_bridge.receivers.host.events import HostContext
+from otel_bridge.receivers.host.netscan import read_tables, socket_inodes
 from otel_bridge.receivers.host.procfs import read_stat
 from otel_bridge.receivers.host.selectors import Selectors
 
@@ -118,7 +125,7 @@ class Follower:
             self._skip("other_host")
             return
         if pid == 0:
-            self._unnamed(interest)
+            self._by_peer(interest)
             return
         if pid in self._ctx.lineage or self._is_own(pid):
             return
@@ -140,27 +147,55 @@ class Follower:
             return
         self._adopt(pid, start_ms, f"it reported its first span ({interest.source})", "telemetry")
 
+    def _by_peer(self, interest: ProcessInterest) -> None:
+        """A sender that stated no ``process.pid``: follow the process holding the sender's end
+        of the loopback connection its spans came over (the socket tables, now), else record
+        its OS activity as unknown."""
+        peer = interest.peer
+        holders = [] if peer is None else [p for p in socket_holders(*peer) if not self._is_own(p)]
+        if not holders:
+            self._unnamed(interest)
+            return
+        who = _who(interest)
+        for pid in holders:
+            stat = read_stat(pid)
+            if pid in self._ctx.lineage or stat is None:
+                continue
+            why = (
+                f"it held the connection over which {who} sent its first span "
+                f"({interest.source}; the span's resource named no process.pid)"
+            )
+            self._adopt(pid, start_ms_from_ticks(stat[1]), why, "sender")
+
     def _unnamed(self, interest: ProcessInterest) -> None:
-        """A sender that stated no ``process.pid``: nothing to follow, so its OS activity is
-        recorded as unknown (``lineage`` ``unavailable``), never left to look absent."""
+        """A sender that stated no ``process.pid`` and whose connection no process holds (not
+        loopback, or closed already): nothing to follow, so its OS activity is recorded as
+        unknown (``lineage`` ``unavailable``), never left to look absent."""
         self.unnamed += 1
         self._skip("no_pid")
-        who = f"service {interest.service or '(unnamed)'}"
-        if interest.instance_id:
-            who += f" (service.instance.id {interest.instance_id})"
+        who = _who(interest)
         log = self._log.warning if self.unnamed == 1 else self._log.info
+        peer = interest.peer
+        if peer is None:
+            why = "no transport peer was recorded"
+        elif not is_loopback(canonical_ip(peer[0]) or ""):
+            why = f"it came from another host ({peer[0]})"
+        else:
+            why = "no process of this host held the connection it came over any more"
         log(
-            "%s sent spans without process.pid: its process is not followed; state it with "
-            "OTEL_EXPERIMENTAL_RESOURCE_DETECTORS=process,host (Python SDK) or on the resource",
+            "%s sent spans without process.pid (and %s): its process is not followed; state it "
+            "with OTEL_EXPERIMENTAL_RESOURCE_DETECTORS=process,host (Python SDK) or on the "
+            "resource",
             who,
+            why,
         )
         self._record(
             None,
             None,
             CollectionState.UNAVAILABLE,
-            f"{who} reported telemetry ({interest.source}) without process.pid on its resource: "
-            "the process that sent it could not be followed, so its process, file and network "
-            "activity is unknown",
+            f"{who} reported telemetry ({interest.source}) without process.pid on its resource, "
+            f"and {why}: the process that sent it could not be followed, so its process, file "
+            "and network activity is unknown",
         )
 
     def scan(self) -> None:
@@ -243,3 +278,37 @@ class Follower:
             attrs["process.creation.time"] = iso_ms(start_ms)
         ctx = self._ctx
         ctx.emit(ctx.events.record("collection.state", time.time_ns(), attrs, attribution=None))
+
+
+def _who(interest: ProcessInterest) -> str:
+    who = f"service {interest.service or '(unnamed)'}"
+    if interest.instance_id:
+        who += f" (service.instance.id {interest.instance_id})"
+    return who
+
+
+def socket_holders(address: str, port: int, remote_port: int) -> list[int]:
+    """The processes holding the TCP socket whose local end is ``address``:``port`` and whose
+    remote end is a loopback address at ``remote_port`` (this network namespace's tables, each
+    process's ``/proc/<pid>/fd``); none for a peer that is not loopback or a socket gone. Several
+    when a fork shares it. Only processes this user may read are seen."""
+    ip = canonical_ip(address)
+    if ip is None or not is_loopback(ip):
+        return []
+    inodes = {
+        inode
+        for inode, (transport, laddr, lport, raddr, rport, _) in read_tables(os.getpid()).items()
+        if transport == "tcp"
+        and lport == port
+        and rport == remote_port
+        and canonical_ip(laddr) == ip
+        and is_loopback(canonical_ip(raddr) or "")
+    }
+    inodes.discard(0)  # a socket in TIME_WAIT is held by no process
+    if not inodes:
+        return []
+    return sorted(
+        int(name)
+        for name in os.listdir("/proc")
+        if name.isdigit() and inodes.intersection(socket_inodes(int(name)))
+    )

@@ -7,7 +7,7 @@ import os
 import re
 import time
 
-from otel_bridge.identity import start_ms_from_ticks
+from otel_bridge.identity import is_loopback, start_ms_from_ticks
 from otel_bridge.model import AnyValue
 from otel_bridge.receivers.host.events import SYSCALL, HostContext
 from otel_bridge.receivers.host.netscan import read_tables
@@ -45,7 +45,7 @@ _ADDR4 = re.compile(r'inet_addr\("([^"]+)"\)')
 _ADDR6 = re.compile(r'inet_pton\(AF_INET6, "([^"]+)"')
 _SUN_PATH = re.compile(r'sun_path="((?:[^"\\]|\\.)*)"')
 _SOCK_ANNO = re.compile(
-    r"^(?P<proto>TCP|UDP|TCPv6|UDPv6|UNIX(?:-STREAM|-DGRAM)?)(?::\[(?P<addr>.*)\])?"
+    r"^(?P<proto>TCPv6|UDPv6|TCP|UDP|UNIX(?:-STREAM|-DGRAM)?)(?::\[(?P<addr>.*)\])?"
 )
 
 
@@ -333,13 +333,20 @@ class SyscallInterpreter:
             "network.peer.address": address,
             "network.peer.port": port,
         }
+        pending = call.errno == "EINPROGRESS"  # a non-blocking connect: its port is bound
+        # The local end joins a gateway's accept (network_accepted) and, for a loopback peer,
+        # the transport peer of an OTLP request to its sender (correlate's transport_peer).
+        if (
+            (call.ret == 0 or pending)
+            and anno is not None
+            and (self.ctx.config.network_accepted or is_loopback(address))
+        ):
+            attrs.update(_local_end(call.pid, anno.group("addr") or ""))
         if call.ret == 0:
-            if self.ctx.config.network_accepted and anno is not None:
-                attrs.update(_local_end(call.pid, anno.group("addr") or ""))
             self._emit("network.connect", call, attrs)
             return
         self.failed_connects += 1
-        attrs["network.connect.result"] = "pending" if call.errno == "EINPROGRESS" else "failed"
+        attrs["network.connect.result"] = "pending" if pending else "failed"
         attrs["error.type"] = call.errno or "unknown"
         self._emit("network.connect_attempt", call, attrs)
 

@@ -8,13 +8,21 @@ so its connections are not followed.
 
 from __future__ import annotations
 
+import functools
 import json
+import shutil
+import subprocess
+import sys
+import tempfile
 import threading
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
 from typing import Any
+
+import pytest
 
 
 class _Handler(BaseHTTPRequestHandler):
@@ -60,3 +68,37 @@ def fake_openai() -> Iterator[int]:
         server.shutdown()
         server.server_close()
         thread.join()
+
+
+OPENAI_V2 = ("opentelemetry-instrumentation-openai-v2==2.3b0", "wrapt<2")
+"""The official OpenAI instrumentation at the release that imports with this SDK, and the
+``wrapt`` it needs (2.x breaks it): installed for the agent processes only, so the test
+environment's own ``wrapt`` (which other instrumentations use) stays as it is."""
+
+
+@functools.cache
+def openai_v2_site() -> str:
+    """A directory holding :data:`OPENAI_V2` (``pip install --target``, once per machine, kept
+    in the temporary directory); ``pytest.skip`` when pip cannot get them."""
+    site = Path(tempfile.gettempdir()) / "otel-bridge-tests-openai-v2-2.3b0"
+    if (site / "opentelemetry" / "instrumentation" / "openai_v2").is_dir():
+        return str(site)
+    staging = Path(tempfile.mkdtemp(prefix="openai-v2-", dir=site.parent))
+    done = subprocess.run(
+        [sys.executable, "-m", "pip", "install", "--quiet", "--no-deps", "--target", str(staging),
+         *OPENAI_V2],
+        capture_output=True, text=True, timeout=300, check=False,
+    )  # fmt: skip
+    if done.returncode != 0:
+        shutil.rmtree(staging, ignore_errors=True)
+        pytest.skip(f"cannot install {' '.join(OPENAI_V2)}: {done.stderr.strip()[-300:]}")
+    try:
+        staging.rename(site)  # atomic: another test process may have won the race
+    except OSError:
+        shutil.rmtree(staging, ignore_errors=True)
+    return str(site)
+
+
+def with_openai_v2(agent: str) -> str:
+    """The agent's source, its first line putting :func:`openai_v2_site` on its path."""
+    return f"import sys\nsys.path.insert(0, {openai_v2_site()!r})\n" + agent

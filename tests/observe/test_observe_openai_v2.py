@@ -8,8 +8,9 @@ sent those spans (``transport_peer``) requested the model, and ``report.md`` nam
 sender of the spans with its model calls (not as the agent's process: a sender may be a relay),
 also under ``--backend=strace`` (a non-blocking connect's local end read by its socket's inode).
 
-Real processes: the real ``openai`` client and instrumentation (installed from PyPI; skipped
-without them) against a fake OpenAI server on loopback, the real ``observe``.
+Real processes: the real ``openai`` client and instrumentation (installed from PyPI for the agent
+only, :func:`fake_openai.openai_v2_site`; skipped when pip cannot get it) against a fake OpenAI
+server on loopback, the real ``observe``.
 """
 
 from __future__ import annotations
@@ -26,14 +27,10 @@ from typing import Any
 
 import pytest
 from cli_support import observed_run, run_cli
-from fake_openai import fake_openai
+from fake_openai import fake_openai, with_openai_v2
 from waiting import Stderr
 
 pytest.importorskip("openai", reason="needs the openai client (the examples extra)")
-pytest.importorskip(
-    "opentelemetry.instrumentation.openai_v2",
-    reason="needs opentelemetry-instrumentation-openai-v2 (2.3b0 with wrapt<2)",
-)
 pytest.importorskip("opentelemetry.exporter.otlp.proto.grpc", reason="needs the gRPC exporter")
 pytest.importorskip("opentelemetry.exporter.otlp.proto.http", reason="needs the HTTP exporter")
 
@@ -110,7 +107,7 @@ def _served_at(graph: dict[str, Any]) -> set[int]:
 def test_an_openai_v2_agent_is_named_by_the_process_that_sent_its_spans(
     tmp_path: Path, model_port: int, protocol: str
 ) -> None:
-    (tmp_path / "agent.py").write_text(AGENT, encoding="utf-8")
+    (tmp_path / "agent.py").write_text(with_openai_v2(AGENT), encoding="utf-8")
     run = observed_run(tmp_path, sys.executable, "agent.py", str(model_port), protocol, "-")
     pid = int((tmp_path / "agent.pid").read_text())
     graph = _graph(run)
@@ -132,7 +129,7 @@ def test_a_forked_worker_that_sends_its_own_spans_is_its_own_sender(
     tmp_path: Path, model_port: int
 ) -> None:
     """Two senders in one agent tree: each model call joins the process that sent it."""
-    (tmp_path / "agent.py").write_text(AGENT, encoding="utf-8")
+    (tmp_path / "agent.py").write_text(with_openai_v2(AGENT), encoding="utf-8")
     run = observed_run(tmp_path, sys.executable, "agent.py", str(model_port), "grpc", "fork")
     agent = int((tmp_path / "agent.pid").read_text())
     worker = int((tmp_path / "worker.pid").read_text())
@@ -150,7 +147,7 @@ def test_under_strace_the_sender_is_found_too(
     """strace records the exporters' non-blocking connects as pending attempts: their local
     end (read from the socket tables by the socket's inode; IPv6 sockets too, as gRPC opens)
     still joins the request's transport peer to the agent's process."""
-    (tmp_path / "agent.py").write_text(AGENT, encoding="utf-8")
+    (tmp_path / "agent.py").write_text(with_openai_v2(AGENT), encoding="utf-8")
     command = (sys.executable, "agent.py", str(model_port), protocol, "-")
     run = observed_run(tmp_path, *command, options=("--backend=strace",))
     pid = int((tmp_path / "agent.pid").read_text())
@@ -177,7 +174,7 @@ def test_a_warm_run_finds_the_sender_too(tmp_path: Path, model_port: int) -> Non
     )
     try:
         Stderr(server, timeout=120).wait_for("warm observe server on")
-        (tmp_path / "agent.py").write_text(AGENT, encoding="utf-8")
+        (tmp_path / "agent.py").write_text(with_openai_v2(AGENT), encoding="utf-8")
         run = tmp_path / "run"
         command = (sys.executable, "agent.py", str(model_port), "grpc", "-")
         done = run_cli(

@@ -20,14 +20,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from fake_openai import fake_openai
+from fake_openai import fake_openai, with_openai_v2
 from standing_support import REPO, RunningCollector, subprocess_env
 
 pytest.importorskip("openai", reason="needs the openai client (the examples extra)")
-pytest.importorskip(
-    "opentelemetry.instrumentation.openai_v2",
-    reason="needs opentelemetry-instrumentation-openai-v2 (2.3b0 with wrapt<2)",
-)
 pytest.importorskip("opentelemetry.exporter.otlp.proto.grpc", reason="needs the dev extra")
 pytest.importorskip("opentelemetry.exporter.otlp.proto.http", reason="needs the dev extra")
 
@@ -67,7 +63,7 @@ provider.shutdown()
 def test_a_pidless_agent_is_followed_and_linked_by_its_connection(
     tmp_path: Path, protocol: str
 ) -> None:
-    (tmp_path / "agent.py").write_text(AGENT, encoding="utf-8")
+    (tmp_path / "agent.py").write_text(with_openai_v2(AGENT), encoding="utf-8")
     graph_path = tmp_path / "graph.json"
     env = {
         "OTEL_BRIDGE_GRAPH": str(graph_path),

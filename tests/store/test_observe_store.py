@@ -53,20 +53,16 @@ def _cli(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
     return run_cli(*args, cwd=cwd, env=env, timeout=300)
 
 
-@pytest.mark.slow
-def test_observe_into_postgres_reads_back_graph_json(pg_url: str, tmp_path: Path) -> None:
-    """The graph read back by run id (graph rows), and by task (replayed observations), equals
-    the graph exporter's graph.json of the same stream, and the run directory's graph.json;
-    raw observations and spans are in their partitioned tables, the run row has its service
-    (from the spans) and task."""
-    config = tmp_path / "store.yaml"
-    config.write_text(CONFIG.format(url=pg_url, run_id="observed-run"))
+def _observe_into(pg_url: str, tmp_path: Path, run_id: str, out: str) -> None:
+    """``observe`` of the plain example into the store as run ``run_id``, run directory ``out``."""
+    config = tmp_path / f"{out}.yaml"
+    config.write_text(CONFIG.format(url=pg_url, run_id=run_id))
     observed = _cli(
         "observe",
         "-c",
         str(config),
         "-o",
-        str(tmp_path / "run"),
+        str(tmp_path / out),
         "--no-progress",
         "--",
         sys.executable,
@@ -74,6 +70,15 @@ def test_observe_into_postgres_reads_back_graph_json(pg_url: str, tmp_path: Path
         cwd=tmp_path,
     )
     assert observed.returncode == 0, observed.stderr
+
+
+@pytest.mark.slow
+def test_observe_into_postgres_reads_back_graph_json(pg_url: str, tmp_path: Path) -> None:
+    """The graph read back by run id (graph rows), and by task (replayed observations), equals
+    the graph exporter's graph.json of the same stream, and the run directory's graph.json;
+    raw observations and spans are in their partitioned tables, the run row has its service
+    (from the spans) and task."""
+    _observe_into(pg_url, tmp_path, "observed-run", "run")
     expected = json.loads((tmp_path / "run" / "store-graph.json").read_text())
     assert expected["summary"]["observations"] > 0
     assert {"sem", "os"} <= set(expected["summary"]["nodes_by_channel"])
@@ -147,21 +152,7 @@ def _readers_from_the_store(pg_url: str, tmp_path: Path) -> None:
     assert "the store's runs selected are 1 run: select two or more" in compared.stderr
     assert not (tmp_path / "cmp").exists()
     # a second run of the task: now the task's two runs are compared from the store
-    second = tmp_path / "store2.yaml"
-    second.write_text(CONFIG.format(url=pg_url, run_id="observed-run-2"))
-    again = _cli(
-        "observe",
-        "-c",
-        str(second),
-        "-o",
-        str(tmp_path / "run2"),
-        "--no-progress",
-        "--",
-        sys.executable,
-        str(REPO / "examples" / "plain_otel_agent.py"),
-        cwd=tmp_path,
-    )
-    assert again.returncode == 0, again.stderr
+    _observe_into(pg_url, tmp_path, "observed-run-2", "run2")
     compared = _cli(
         "compare",
         "--db",

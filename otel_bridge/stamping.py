@@ -25,6 +25,10 @@ EARLIEST_TIME = "evidence.earliest_time_unix_nano"
 earliest its event can have happened, never later than the event, stated when it is more than
 :data:`FANOTIFY_PACE_S` before the record's time. A merged record's is its first event's."""
 
-FILE_STAMP_LATENESS_NS: dict[str, int] = {"linux": int(FANOTIFY_PACE_S * 1e9)}
+FANOTIFY_PACE_NS = int(FANOTIFY_PACE_S * 1e9)
+""":data:`FANOTIFY_PACE_S` in nanoseconds: a file record read later than this after the reader
+last found the queue empty states :data:`EARLIEST_TIME`."""
+
+FILE_STAMP_LATENESS_NS: dict[str, int] = {"linux": FANOTIFY_PACE_NS}
 """Backend -> how late its file records' times can be when a record states no
 :data:`EARLIEST_TIME`: its pacing period. A backend not named stamps the event itself."""

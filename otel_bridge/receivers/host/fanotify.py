@@ -143,7 +143,7 @@ from otel_bridge.model import AnyValue, CollectionState, LogRecord
 from otel_bridge.receivers.host.events import SYSCALL, HostContext
 from otel_bridge.receivers.host.filemerge import MERGED_KINDS, FileMerger, Held
 from otel_bridge.receivers.host.release import release
-from otel_bridge.stamping import EARLIEST_TIME, FANOTIFY_PACE_S
+from otel_bridge.stamping import EARLIEST_TIME, FANOTIFY_PACE_NS, FANOTIFY_PACE_S
 
 __all__ = [
     "DIRENT_BITS",
@@ -199,7 +199,6 @@ _SPECIAL = frozenset((stat.S_IFIFO, stat.S_IFCHR, stat.S_IFBLK, stat.S_IFSOCK))
 FOLLOW_SYNC_S = 2.0
 """How long :meth:`FanotifyWatcher.before_follow` waits for the reader's pass at most."""
 PACE_S = FANOTIFY_PACE_S
-_PACE_NS = int(FANOTIFY_PACE_S * 1e9)
 """Paced reading (:meth:`FanotifyWatcher._pace`): once :data:`PACE_EVENTS` events were read
 within one such period, the next read waits for the period's end, so the kernel merges a pid's
 identical events on one entry meanwhile. The most an event's read (its record's time) is
@@ -904,7 +903,7 @@ class FanotifyWatcher:
             now = exited  # read after the process exited: it happened before the exit
         # the earliest time only when it says more than the pacing period (see EARLIEST_TIME)
         since = self.since_ns
-        earliest = since if now - since > _PACE_NS else None
+        earliest = since if now - since > FANOTIFY_PACE_NS else None
         attrs: dict[str, AnyValue] = ctx.events.identity_attrs(pid)
         merger = self._merger
         if merger is not None and name in MERGED_KINDS:

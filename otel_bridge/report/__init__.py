@@ -113,9 +113,19 @@ def _exit(node: GraphNode) -> str:
     return "not observed"
 
 
+def _methods(edge: GraphEdge) -> tuple[str, ...]:
+    method = edge.method
+    return (method,) if isinstance(method, str) else tuple(method or ())
+
+
+def _inferred(edge: GraphEdge) -> bool:
+    """Whether ``edge`` rests, wholly or in part, on an inferred observation."""
+    return edge.inferred is True or edge.inferred == "mixed"
+
+
 def _how(edge: GraphEdge) -> str:
-    method = edge.method if isinstance(edge.method, str) else ", ".join(edge.method or ())
-    if edge.inferred is True or edge.inferred == "mixed":
+    method = ", ".join(_methods(edge))
+    if _inferred(edge):
         return f"inferred ({method or 'heuristic'}): a likely match, not proof"
     return _HOW.get(method, method or "exact identity")
 
@@ -331,7 +341,7 @@ def _shell_of(ix: _Index, link: GraphEdge, command: str) -> ProcessRow | None:
             f"its argv is `{shell} -c` with the call's declared command, and it is the parent "
             f"of pid {_pid(ix.nodes[link.target])} (fork record)"
         )
-        if link.inferred is True or link.inferred == "mixed":
+        if _inferred(link):
             how += ", whose link is inferred: a likely match, not proof"
         grades = [Grade(g) if g in Grade.__members__ else Grade.U for g in (link.grade, fork.grade)]
         return ProcessRow(parent, how, weakest(grades))
@@ -359,11 +369,6 @@ _NO_SENDERS_END = (
     "ebpf backend always does and strace for a socket closed before it read its end: the "
     "connection the spans came over could not be matched to a process"
 )
-
-
-def _methods(edge: GraphEdge) -> tuple[str, ...]:
-    method = edge.method
-    return (method,) if isinstance(method, str) else tuple(method or ())
 
 
 @dataclass(slots=True)

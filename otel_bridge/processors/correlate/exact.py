@@ -491,6 +491,33 @@ class ExactLinker:
             )
         )
 
+    def _link_process(
+        self,
+        out: list[Observation],
+        method: str,
+        agent: Entity,
+        first: _First,
+        process: Entity,
+        *,
+        support: tuple[str, ...],
+        attrs: dict[str, object],
+    ) -> None:
+        """Link ``agent`` to ``process`` (``correlated_with_process``), or, for a model call no
+        agent made, ``process requested model``: the process made that root call."""
+        caller = agent.kind == _MODEL
+        self._link_once(
+            out,
+            method,
+            f"{agent.id}:{process.id}",
+            time=first.time,
+            channel=first.channel,
+            subject=process if caller else agent,
+            relation=RelationKind.REQUESTED if caller else RelationKind.CORRELATED_WITH_PROCESS,
+            obj=agent if caller else process,
+            support=support,
+            attrs=attrs,
+        )
+
     def _pid_links(self, watermark: int, final: bool) -> list[Observation]:
         out: list[Observation] = []
         for key, (agent, first, ms, peer) in list(self._pid_claims.items()):
@@ -513,17 +540,12 @@ class ExactLinker:
             del self._pid_claims[key]
             if peer is not None:
                 self._check_peer(agent, identity, peer)
-            process = process_entity(identity, life_facts)
-            caller = agent.kind == _MODEL  # the process requested the model (a root call)
-            self._link_once(
+            self._link_process(
                 out,
                 "resource_pid",
-                f"{agent.id}:{identity}",
-                time=first.time,
-                channel=first.channel,
-                subject=process if caller else agent,
-                relation=RelationKind.REQUESTED if caller else RelationKind.CORRELATED_WITH_PROCESS,
-                obj=agent if caller else process,
+                agent,
+                first,
+                process_entity(identity, life_facts),
                 support=(first.obs_id, life_obs_id),
                 attrs={"host_matched": bool(host)},
             )
@@ -561,17 +583,12 @@ class ExactLinker:
             if len(self._sent_by) >= _SENT_BY_MAX:
                 self._sent_by.clear()
             self._sent_by[key[1]] = holder
-            process = process_entity(holder.identity, holder.facts)
-            caller = agent.kind == _MODEL
-            self._link_once(
+            self._link_process(
                 out,
                 "transport_peer",
-                f"{agent.id}:{holder.identity}",
-                time=first.time,
-                channel=first.channel,
-                subject=process if caller else agent,
-                relation=RelationKind.REQUESTED if caller else RelationKind.CORRELATED_WITH_PROCESS,
-                obj=agent if caller else process,
+                agent,
+                first,
+                process_entity(holder.identity, holder.facts),
                 support=(first.obs_id, *holder.obs_ids),
                 attrs={
                     "host_matched": True,

@@ -300,8 +300,8 @@ def session_peers(run_dir: str) -> dict[str, set[Peer]]:
         return out
     with f:
         for raw in f:
-            if b'"peer"' not in raw or b'"coverage"' not in raw:
-                continue
+            if b'"coverage"' not in raw or b'"peer":{' not in raw:
+                continue  # not a coverage record, or one with no peer (``"peer":null``)
             try:
                 source = orjson.loads(raw)["coverage"]["source"]
                 peer = source["emitter"]["peer"]
@@ -346,7 +346,7 @@ def import_sessions(
         events += events_from_transcript(path, records)
     sessions = build_sessions(events)
     pids = {e.session: e.attrs.get("_pid") for e in events}
-    by_log = session_peers(run_dir)
+    by_log = session_peers(run_dir) if sessions else {}  # a run of no coding agent: not read
     peers: dict[str, set[Peer]] = defaultdict(set)
     for e in events:
         peers[e.session] |= by_log.get(str(e.attrs.get("_log_id")), set())

@@ -53,11 +53,14 @@ QUEUE_DIR = "queue"
 exporters and ``enrich`` processors keep there: a later collector whose storage is this
 directory drains them, so the manifest records it as *mutable* (its layout is checked, not its
 bytes)."""
-QUEUE_COMPONENT_PREFIXES = ("exporter_", "processor_")
-"""How the write-ahead log names one component's directory in a queue directory
-(``otel_bridge.exporters.otlp.wal``)."""
-QUEUE_FILES = frozenset({"lock", "wal.log", "wal.ack", "wal.log.tmp"})
-"""The files the write-ahead log keeps in one component's directory."""
+EXPORTER_QUEUE_PREFIX, PROCESSOR_QUEUE_PREFIX = "exporter_", "processor_"
+"""How one component's directory in a queue directory begins (an exporter's queue, an
+``enrich`` processor's journal): ``otel_bridge.exporters.otlp.wal.queue_dir_name``."""
+QUEUE_COMPONENT_PREFIXES = (EXPORTER_QUEUE_PREFIX, PROCESSOR_QUEUE_PREFIX)
+WAL_LOG, WAL_ACKS, WAL_LOCK, WAL_TMP = "wal.log", "wal.ack", "lock", "wal.log.tmp"
+"""The files the write-ahead log (``otel_bridge.exporters.otlp.wal``) keeps in one component's
+directory: named here, where :func:`check` reads a queue's layout, so both use one spelling."""
+QUEUE_FILES = frozenset({WAL_LOG, WAL_ACKS, WAL_LOCK, WAL_TMP})
 
 DIR_MODE = 0o700
 FILE_MODE = 0o600

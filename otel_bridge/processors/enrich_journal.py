@@ -40,7 +40,6 @@ no observed start, sent at shutdown marked ``otel_bridge.process.start_observed=
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass
 from typing import Any
 
@@ -49,9 +48,10 @@ import msgspec
 from otel_bridge import jsonl
 from otel_bridge.component import Telemetry
 from otel_bridge.errors import DecodeError, RefusedError, StartupError
-from otel_bridge.exporters.otlp.wal import StorageError, WriteAheadLog
+from otel_bridge.exporters.otlp.wal import StorageError, WriteAheadLog, queue_dir_name
 from otel_bridge.model import Batch, Observation, Span
 from otel_bridge.otlp.proto_codec import decode_traces, encode_traces
+from otel_bridge.rundir import PROCESSOR_QUEUE_PREFIX
 
 DEFAULT_MAX_BYTES = 256 << 20
 
@@ -105,7 +105,7 @@ class HoldJournal:
         self._config = config
         self._id = component_id
         self.telemetry = telemetry
-        name = "processor_" + re.sub(r"[^A-Za-z0-9_.-]", "_", component_id)
+        name = queue_dir_name(component_id, PROCESSOR_QUEUE_PREFIX)
         self._wal = WriteAheadLog(
             config.path,
             name,

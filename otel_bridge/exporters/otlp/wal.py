@@ -46,6 +46,14 @@ import zlib
 from dataclasses import dataclass, field
 from typing import Literal
 
+from otel_bridge.rundir import (
+    EXPORTER_QUEUE_PREFIX,
+    WAL_ACKS,
+    WAL_LOCK,
+    WAL_LOG,
+    WAL_TMP,
+)
+
 Signal = Literal["traces", "logs"]
 
 MAGIC = b"OBWAL001"
@@ -53,7 +61,7 @@ _HEADER = struct.Struct("<8sQ")
 _RECORD = struct.Struct("<IIQBI")
 _ACK = struct.Struct("<QI")
 _SIGNALS: tuple[Signal, Signal] = ("traces", "logs")
-_LOG, _ACKS, _LOCK, _TMP = "wal.log", "wal.ack", "lock", "wal.log.tmp"
+_LOG, _ACKS, _LOCK, _TMP = WAL_LOG, WAL_ACKS, WAL_LOCK, WAL_TMP
 RESET_BYTES = 4 << 20
 """Bytes of acknowledged records past which the log is compacted (if they also outweigh the
 pending ones)."""
@@ -170,9 +178,11 @@ def _open_dir(name: str, dir_fd: int | None = None) -> int:
     return fd
 
 
-def queue_dir_name(component_id: str) -> str:
-    """The directory of one exporter's queue inside the storage directory."""
-    return "exporter_" + re.sub(r"[^A-Za-z0-9_.-]", "_", component_id)
+def queue_dir_name(component_id: str, prefix: str = EXPORTER_QUEUE_PREFIX) -> str:
+    """The directory of one component's log inside the storage directory: an exporter's
+    queue, or with ``prefix`` :data:`otel_bridge.rundir.PROCESSOR_QUEUE_PREFIX` an ``enrich``
+    processor's journal."""
+    return prefix + re.sub(r"[^A-Za-z0-9_.-]", "_", component_id)
 
 
 class WriteAheadLog:

@@ -135,35 +135,20 @@ def _readers_from_the_store(pg_url: str, tmp_path: Path) -> None:
             review["run"].pop(field)
     assert stored_review == run_review
     assert stored_review["records"]["os_event"] > 0
+
+    def compare_task() -> subprocess.CompletedProcess[str]:
+        args = ("--db", pg_url, "--task", "plain-agent-demo", "-o", str(tmp_path / "cmp"))
+        return _cli("compare", *args, "--no-ablation", cwd=tmp_path)
+
     # compare needs two runs: the one stored run is read (written back and loaded) and the
     # comparison refused, nothing written
-    compared = _cli(
-        "compare",
-        "--db",
-        pg_url,
-        "--task",
-        "plain-agent-demo",
-        "-o",
-        str(tmp_path / "cmp"),
-        "--no-ablation",
-        cwd=tmp_path,
-    )
+    compared = compare_task()
     assert compared.returncode == 2, compared.stderr
     assert "the store's runs selected are 1 run: select two or more" in compared.stderr
     assert not (tmp_path / "cmp").exists()
     # a second run of the task: now the task's two runs are compared from the store
     _observe_into(pg_url, tmp_path, "observed-run-2", "run2")
-    compared = _cli(
-        "compare",
-        "--db",
-        pg_url,
-        "--task",
-        "plain-agent-demo",
-        "-o",
-        str(tmp_path / "cmp"),
-        "--no-ablation",
-        cwd=tmp_path,
-    )
+    compared = compare_task()
     assert compared.returncode == 0, compared.stderr
     doc = json.loads((tmp_path / "cmp" / "compare.json").read_text())
     assert sorted(r["id"] for r in doc["runs"]) == ["observed-run", "observed-run-2"]

@@ -346,6 +346,17 @@ class RunDir:
         manifest["mutable"] = drainable
         return self.write_json(MANIFEST, manifest)
 
+    def redigest(self) -> str:
+        """Write :meth:`write_manifest` again after files were added to a complete run (its
+        review), keeping what the earlier manifest states of the run: its ``run``, its
+        ``required`` files and its ``mutable`` queue directories."""
+        earlier = _read_manifest(self, self.path)
+        return self.write_manifest(
+            earlier.get("run") or {},
+            required=earlier.get("required") or (),
+            mutable=earlier.get("mutable") or (),
+        )
+
 
 def _below(rel: str, directories: Iterable[str]) -> str | None:
     """The directory of ``directories`` that ``rel`` lies below (not the directory itself)."""

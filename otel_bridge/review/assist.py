@@ -213,11 +213,5 @@ def write_assist(target: str, doc: Mapping[str, Any], config: ModelConfig) -> di
         ),
     )
     if redigest:
-        with open(manifest, "rb") as f:
-            earlier = orjson.loads(f.read())
-        RunDir(target).write_manifest(
-            earlier.get("run") or {},
-            required=earlier.get("required") or (),
-            mutable=earlier.get("mutable") or (),
-        )
+        RunDir(target).redigest()
     return result

@@ -322,11 +322,5 @@ def write_review(
     write_private(os.path.join(target, REVIEW_MD), render_markdown(doc).encode())
     write_private_blocks(os.path.join(target, RECORDS), record_lines(records))
     if redigest:
-        with open(manifest, "rb") as f:
-            earlier = orjson.loads(f.read())
-        RunDir(target).write_manifest(
-            earlier.get("run") or {},
-            required=earlier.get("required") or (),
-            mutable=earlier.get("mutable") or (),
-        )
+        RunDir(target).redigest()
     return doc

@@ -215,7 +215,7 @@ def _build_review(
     parts: dict[str, list[Any]] = {"workflow": [], "edges": [], "claims": [], "findings": []}
     for session in sessions:
         ev.add_agent_processes(session, index, records, claimed, shared)
-        ev.add_messages(session)
+        ev.add_messages(session, records)
         touches = ev.add_artifacts(session, index, records, run_dir, shared)
         for key, values in _session_review(session, touches, coverage).items():
             parts[key].extend(values)

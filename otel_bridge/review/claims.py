@@ -19,6 +19,7 @@ from typing import Any
 
 from otel_bridge.review import rules
 from otel_bridge.review.evidence import Session
+from otel_bridge.review.messages import LOOKED_FOR
 from otel_bridge.review.types import Edge, EvidenceNode, ruled
 
 
@@ -306,10 +307,12 @@ def build_claims(session: Session, coverage: Coverage) -> tuple[list[Claim], lis
 
 
 NO_TEXT = (
-    "no assistant text reached the review: claims are read from the chat spans' "
-    "gen_ai.output.messages, and this session's carried none (instrumentations record message "
-    "content only when asked, e.g. OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT; "
-    "OpenInference's llm.output_messages are not read)"
+    "no assistant text reached the review: it reads the model's output from the chat and agent "
+    f"spans in every convention it knows ({LOOKED_FOR}), and this session's carried none. "
+    "Message content is recorded only when the instrumentation captures it: the OpenTelemetry "
+    "GenAI instrumentations only when asked (OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT); "
+    "OpenInference unless OPENINFERENCE_HIDE_OUTPUTS or OPENINFERENCE_HIDE_OUTPUT_TEXT is set; "
+    "OpenLLMetry unless TRACELOOP_TRACE_CONTENT=false"
 )
 NO_ACTION = "the session took no action (no tool call), so no answer reports on one"
 NO_MENTION = (

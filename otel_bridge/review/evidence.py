@@ -3,8 +3,9 @@
 A **session** is one trace (a trace id) holding at least one GenAI or OpenInference span (agent,
 model or tool). Its evidence nodes:
 
-* messages from the ``chat`` spans' ``gen_ai.input.messages`` / ``gen_ai.output.messages``
-  (the conventions' ``role``/``parts`` JSON), deduplicated across requests;
+* messages from the ``chat`` and agent spans in every convention that records them
+  (:mod:`otel_bridge.review.messages`: GenAI, OpenInference, OpenLLMetry, GenAI events),
+  deduplicated across requests;
 * ``tool_call``: each ``execute_tool`` span, id = the graph's ``tool_call`` node id, with the
   processes the graph links to it (``correlated_with_process``) and their ``spawned`` descendants;
 * ``process_run``: every such process, the agent's own process, and processes the agent process
@@ -34,7 +35,9 @@ import msgspec
 from otel_bridge.graph import reading
 from otel_bridge.graph.document import GraphNode
 from otel_bridge.model import EndpointFacts, FileContent, FileFacts, ProcessFacts, Span, StatusCode
+from otel_bridge.processors.normalize.conventions import KIND_KEYS
 from otel_bridge.review import rules
+from otel_bridge.review.messages import Message, span_messages
 from otel_bridge.review.records import Records
 from otel_bridge.review.types import EvidenceNode
 
@@ -44,7 +47,10 @@ CONNECT_RELATIONS = frozenset({"connected_to", "attempted_connect"})
 GENAI_OPERATIONS = frozenset(
     {"invoke_agent", "create_agent", "chat", "text_completion", "generate_content", "execute_tool"}
 )
-OPENINFERENCE_KINDS = frozenset({"AGENT", "LLM", "TOOL"})
+SPAN_KINDS = {"LLM": "chat", "TOOL": "execute_tool", "AGENT": "invoke_agent"}
+"""OpenInference / OpenLLMetry span kinds (upper case) and the operation each stands for."""
+REQUEST_TYPES = frozenset({"chat", "completion"})
+"""OpenLLMetry ``llm.request.type`` values of a model call that states no operation."""
 
 
 class EdgeDetail(msgspec.Struct, frozen=True, gc=False):
@@ -180,23 +186,23 @@ def attr(span: Span, key: str) -> str | None:
 
 
 def is_genai(span: Span) -> bool:
-    """True for agent, model and tool spans (GenAI conventions or OpenInference)."""
-    return (
-        attr(span, "gen_ai.operation.name") in GENAI_OPERATIONS
-        or attr(span, "openinference.span.kind") in OPENINFERENCE_KINDS
-    )
+    """True for agent, model and tool spans (GenAI conventions, OpenInference or OpenLLMetry)."""
+    return attr(span, "gen_ai.operation.name") in GENAI_OPERATIONS or operation(span) != ""
 
 
 def operation(span: Span) -> str:
-    """``chat``, ``execute_tool``, ``invoke_agent`` or ``""`` (OpenInference kinds mapped)."""
+    """``chat``, ``execute_tool``, ``invoke_agent`` or ``""``: the GenAI operation name, else the
+    OpenInference / OpenLLMetry span kind, else OpenLLMetry's ``llm.request.type``."""
     op = attr(span, "gen_ai.operation.name")
     if op in ("chat", "text_completion", "generate_content"):
         return "chat"
     if op in ("execute_tool", "invoke_agent"):
         return op
-    return {"LLM": "chat", "TOOL": "execute_tool", "AGENT": "invoke_agent"}.get(
-        attr(span, "openinference.span.kind") or "", ""
-    )
+    for key in KIND_KEYS:
+        kind = SPAN_KINDS.get((attr(span, key) or "").upper())
+        if kind is not None:
+            return kind
+    return "chat" if attr(span, "llm.request.type") in REQUEST_TYPES else ""
 
 
 def find_sessions(records: Records) -> list[Session]:
@@ -536,74 +542,39 @@ def _inside(path: str, session: Session, memo: dict[str, bool]) -> bool:
     return found
 
 
-def parse_messages(raw: str | None) -> list[dict[str, Any]]:
-    """The messages of a ``gen_ai.*.messages`` attribute (JSON), [] when absent or malformed."""
-    if not raw:
-        return []
-    try:
-        loaded = json.loads(raw)
-    except ValueError:
-        return []
-    return [m for m in loaded if isinstance(m, dict)] if isinstance(loaded, list) else []
-
-
-def message_fields(message: Mapping[str, Any]) -> tuple[str, str, list[dict[str, Any]], str]:
-    """(role, text, tool call requests, tool call response id) of a conventions message."""
-    role = str(message.get("role") or "")
-    texts: list[str] = []
-    calls: list[dict[str, Any]] = []
-    response_id = ""
-    parts = message.get("parts")
-    if isinstance(message.get("content"), str):  # the older flat form
-        texts.append(message["content"])
-    for part in parts if isinstance(parts, list) else ():
-        if not isinstance(part, dict):
-            continue
-        kind = part.get("type")
-        if kind == "text" and isinstance(part.get("content"), str):
-            texts.append(part["content"])
-        elif kind == "tool_call":
-            calls.append({"id": part.get("id"), "name": part.get("name")})
-        elif kind == "tool_call_response":
-            response_id = str(part.get("id") or "")
-    return role, "\n".join(texts), calls, response_id
-
-
 MESSAGE_TYPES = {"user": "user_message", "assistant": "assistant_message", "system": "control"}
 
 
-def add_messages(session: Session) -> None:
-    """Messages and model calls from the session's chat spans (first sighting wins)."""
+def add_messages(session: Session, records: Records) -> None:
+    """Messages from the session's chat and agent spans in every convention
+    (:mod:`otel_bridge.review.messages`), deduplicated across requests (the earliest sighting's
+    time), and a model call per chat span."""
     seen: dict[str, EvidenceNode] = {}
     calls_by_id = {
         str(t.data["call_id"]): t for t in session.of_type("tool_call") if t.data.get("call_id")
     }
     for rid, span in session.spans:
-        if operation(span) != "chat":
+        op = operation(span)
+        if op not in ("chat", "invoke_agent"):
             continue
         trace_id, span_id = span.trace_id.hex(), span.span_id.hex()
-        model = attr(span, "gen_ai.request.model") or attr(span, "llm.model_name") or ""
-        session.add(
-            EvidenceNode(
-                id=f"model_call:{trace_id}:{span_id}",
-                type="model_call",
-                session=session.id,
-                label=span.name,
-                time=span.start_time_unix_nano,
-                end=span.end_time_unix_nano,
-                records=[rid],
-                data={"model": model, "response_id": attr(span, "gen_ai.response.id")},
+        if op == "chat":
+            model = attr(span, "gen_ai.request.model") or attr(span, "llm.model_name") or ""
+            session.add(
+                EvidenceNode(
+                    id=f"model_call:{trace_id}:{span_id}",
+                    type="model_call",
+                    session=session.id,
+                    label=span.name,
+                    time=span.start_time_unix_nano,
+                    end=span.end_time_unix_nano,
+                    records=[rid],
+                    data={"model": model, "response_id": attr(span, "gen_ai.response.id")},
+                )
             )
-        )
-        sightings = [
-            (m, span.start_time_unix_nano)
-            for m in parse_messages(attr(span, "gen_ai.input.messages"))
-        ]
-        sightings += [
-            (m, span.end_time_unix_nano)
-            for m in parse_messages(attr(span, "gen_ai.output.messages"))
-        ]
-        for message, time in sightings:
+        logs = records.genai_events.get(span_id, ())
+        for message in span_messages(span, rid, logs):
+            time = span.end_time_unix_nano if message.output else span.start_time_unix_nano
             _sight(session, seen=seen, calls_by_id=calls_by_id, message=message, time=time, rid=rid)
 
 
@@ -612,20 +583,20 @@ def _sight(
     *,
     seen: dict[str, EvidenceNode],
     calls_by_id: Mapping[str, EvidenceNode],
-    message: Mapping[str, Any],
+    message: Message,
     time: int,
     rid: str,
 ) -> None:
-    role, text, calls, response_id = message_fields(message)
+    role, text, calls = message.role, message.text, message.calls
     if role == "tool":
-        tool = calls_by_id.get(response_id)
+        tool = calls_by_id.get(message.response_id)
         if tool is not None and not tool.data.get("result"):
             tool.data["result"] = text or None
         return
     kind = MESSAGE_TYPES.get(role)
     if kind is None:
         return
-    key = json.dumps([role, text, [c.get("id") for c in calls]])
+    key = json.dumps([role, text, list(calls)])
     node = seen.get(key)
     if node is None:
         node = EvidenceNode(
@@ -634,11 +605,14 @@ def _sight(
             session=session.id,
             label=(text.strip().splitlines() or [role])[0][:80],
             time=time,
-            data={"role": role, "text": text, "tool_calls": [c.get("id") for c in calls]},
+            data={"role": role, "text": text, "tool_calls": list(calls)},
         )
         seen[key] = session.add(node)
-    if rid not in node.records:
-        node.records.append(rid)
+    elif node.time is None or time < node.time:
+        node.time = time
+    for source in (rid, message.record):
+        if source and source not in node.records:
+            node.records.append(source)
 
 
 def tool_result_text(session: Session) -> dict[str, str]:

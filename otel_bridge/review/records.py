@@ -25,6 +25,8 @@ import orjson
 from otel_bridge.errors import DecodeError
 from otel_bridge.model import Span
 from otel_bridge.otlp import json_codec
+from otel_bridge.otlp.json_read import read_any_value, read_attributes
+from otel_bridge.review.messages import GenAIEvent
 
 SKIPPED_STREAMS = frozenset({"correlated.jsonl", "review-records.jsonl"})
 """Files that hold derived observations or the review's own index, not source records."""
@@ -70,6 +72,9 @@ class Records:
     """hex span id -> record id of the span."""
     by_os_record: dict[str, str] = field(default_factory=dict)
     """host receiver ``evidence.record_id`` -> record id."""
+    genai_events: dict[str, list[GenAIEvent]] = field(default_factory=dict)
+    """hex span id -> the GenAI event log records (``gen_ai.*``) carrying that span's context,
+    with their attributes and body (the messages some instrumentations log there)."""
 
     def counts(self) -> dict[str, int]:
         """Records by type, and ``total``."""
@@ -319,6 +324,29 @@ def _add_logs(out: Records, base: str, name: str, number: int, doc: Mapping[str,
                 source = _attr(log.get("attributes"), "evidence.record_id")
                 if source:
                     out.by_os_record.setdefault(source, rid)
+                elif not is_os:
+                    _genai_event(out, rid, event, log, (name, number))
+
+
+def _genai_event(
+    out: Records, rid: str, event: str, log: Mapping[str, Any], where: tuple[str, int]
+) -> None:
+    """Keep a ``gen_ai.*`` event log record that names its span (event name from ``eventName``,
+    else the older ``event.name`` attribute); one whose body or attributes cannot be decoded
+    leaves a ``coverage`` record instead."""
+    name = event or _attr(log.get("attributes"), "event.name") or ""
+    span_id = str(log.get("spanId") or "").lower()
+    if not name.startswith("gen_ai.") or not span_id:
+        return
+    try:
+        attributes = read_attributes(log.get("attributes"), "attributes")
+        body = log.get("body")
+        value = None if body is None else read_any_value(body, "body")
+    except DecodeError as exc:
+        reason = f"{name}: body or attributes not read: {exc}"
+        out.records.append(Record(f"{rid}/messages", "coverage", *where, reason))
+        return
+    out.genai_events.setdefault(span_id, []).append(GenAIEvent(rid, name, attributes, value))
 
 
 def _attr(attributes: Any, key: str) -> str | None:

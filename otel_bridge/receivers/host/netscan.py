@@ -26,7 +26,7 @@ import time
 
 from otel_bridge.model import AnyValue, CollectionState
 from otel_bridge.receivers.host.direction import Direction, DirectionRule, undecided_note
-from otel_bridge.receivers.host.events import HostContext
+from otel_bridge.receivers.host.events import SAMPLED, HostContext
 
 _TCP_ESTABLISHED = "01"
 _TCP_SYN_SENT = "02"
@@ -89,6 +89,89 @@ def socket_inodes(pid: int) -> list[int]:
         if target.startswith("socket:["):
             out.append(int(target[8:-1]))
     return out
+
+
+FOUND_AT_ATTACH = "attach"
+"""``network.observed_at`` of a socket a process already held when a backend began observing it
+(:func:`record_held_sockets`): the record's time is when it was found, not when it was opened."""
+FOUND_BY_PROCFS = "procfs"
+"""``network.found_by`` of such a socket: its inode, read from ``/proc/<pid>/fd``, found in
+``/proc/<pid>/net/tcp`` or ``tcp6`` (the process's network namespace)."""
+
+
+def record_held_sockets(ctx: HostContext, pids: list[int]) -> int:
+    """Record the TCP sockets ``pids`` hold now, found when a backend began observing them
+    (``strace`` attaching to a running process): it never saw them being opened.
+
+    Each socket is one record with attribution ``sampled_process``, no causal claim, the time of
+    this read as its time, ``network.observed_at=attach`` and ``network.found_by=procfs``: an
+    established socket this end initiated is a ``network.connect``, one it accepted a
+    ``network.accept`` (only with ``network_accepted``), ``SYN_SENT`` a pending
+    ``network.connect_attempt`` and ``LISTEN`` a ``network.listen``. The direction of an
+    established socket is decided by :mod:`.direction` from this table's listeners; one it
+    cannot decide is counted (``network.direction_unknown``), not recorded. Returns the number
+    of records. A process with no socket costs one ``/proc/<pid>/fd`` listing."""
+    held = {inode: pid for pid in pids for inode in socket_inodes(pid)}
+    if not held:
+        return 0
+    table = read_tables(next(iter(held.values())))
+    rule = DirectionRule()
+    for listener in table.values():
+        if listener[0] == "tcp" and listener[5] == _TCP_LISTEN:
+            rule.saw_listener("tcp", listener[2])
+    now = time.time_ns()
+    recorded = 0
+    for inode, pid in held.items():
+        row = table.get(inode)
+        if row is None or row[0] != "tcp":
+            continue
+        name = _held_event(ctx, rule, row)
+        if name is None:
+            continue
+        attrs = ctx.events.identity_attrs(pid)
+        attrs.update(_socket_attrs(name, row))
+        attrs["network.observed_at"] = FOUND_AT_ATTACH
+        attrs["network.found_by"] = FOUND_BY_PROCFS
+        ctx.emit(ctx.events.record(name, now, attrs, attribution=SAMPLED))
+        recorded += 1
+    if recorded:
+        ctx.telemetry.count("network.held_at_attach", recorded)
+    return recorded
+
+
+def _held_event(ctx: HostContext, rule: DirectionRule, row: SocketRow) -> str | None:
+    """The event a TCP socket found held at attach is recorded as (None: not recorded)."""
+    _, laddr, lport, raddr, rport, state = row
+    if state == _TCP_LISTEN:
+        return "network.listen"
+    if state == _TCP_SYN_SENT:
+        return "network.connect_attempt"
+    if state != _TCP_ESTABLISHED:
+        return None  # closing: the connection is ending, nothing to claim
+    direction = rule.decide("tcp", laddr, lport, raddr, rport)
+    if direction is Direction.UNKNOWN:
+        ctx.telemetry.count("network.direction_unknown")
+        return None
+    if direction is Direction.ACCEPTED:
+        return "network.accept" if ctx.config.network_accepted else None
+    return "network.connect"
+
+
+def _socket_attrs(name: str, row: SocketRow) -> dict[str, AnyValue]:
+    """The network attributes of a socket record ``name`` for table row ``row``."""
+    transport, laddr, lport, raddr, rport, _ = row
+    attrs: dict[str, AnyValue] = {
+        "network.transport": transport,
+        "network.local.address": laddr,
+        "network.local.port": lport,
+    }
+    if name != "network.listen":
+        attrs["network.peer.address"] = raddr
+        attrs["network.peer.port"] = rport
+    if name == "network.connect_attempt":
+        attrs["network.connect.result"] = "pending"
+        attrs["error.type"] = "EINPROGRESS"
+    return attrs
 
 
 class SocketScanner:
@@ -219,15 +302,7 @@ class SocketScanner:
             self._seen.add(key)
         ctx = self._ctx
         attrs: dict[str, AnyValue] = ctx.events.identity_attrs(pid)
-        attrs["network.transport"] = transport
-        attrs["network.local.address"] = laddr
-        attrs["network.local.port"] = lport
-        if name != "network.listen":
-            attrs["network.peer.address"] = raddr
-            attrs["network.peer.port"] = rport
-        if name == "network.connect_attempt":
-            attrs["network.connect.result"] = "pending"
-            attrs["error.type"] = "EINPROGRESS"
+        attrs.update(_socket_attrs(name, row))
         ctx.emit(ctx.events.record(name, now, attrs, attribution=self._attribution))
 
     def saw_holder(self, key: tuple[str, int, str, int], pid: int) -> None:

@@ -13,7 +13,10 @@ is never an outbound connect, and a socket of undecidable direction is counted, 
 This is sampling (attribution ``sampled_process``): a socket opened and closed between two
 scans is missed. Scans run every ``network_poll_interval`` and immediately on every
 fork/exec/exit event and follow; while no live process is followed the scanner sleeps until one
-is (a standing collector that follows nothing costs no scans).
+is (a standing collector that follows nothing costs no scans). The first scan of a process
+followed while it ran (:meth:`SocketScanner.followed`) records what it holds as found then
+(``network.observed_at=attach``), as :func:`record_held_sockets` does for ``strace``: opened
+before that scan, when is unknown.
 """
 
 from __future__ import annotations
@@ -188,6 +191,9 @@ class SocketScanner:
         self._claimed: set[tuple[str, int, str, int]] = set()
         """(local address, local port, peer address, peer port) of every established socket
         already attributed (by a scan or a destroy notification): each is recorded once."""
+        self._fresh: set[int] = set()
+        """Pids followed whose sockets no scan has read yet: what their first scan records was
+        held when they were followed (``network.observed_at=attach``, :meth:`followed`)."""
         self.inode_pids: dict[int, int] = {}
         """Socket inode -> the lineage pid that held it, as last scanned."""
         self._tuple_pids: dict[tuple[str, int, str, int], int] = {}
@@ -216,6 +222,12 @@ class SocketScanner:
         reason = f"socket-table scans every {self.interval * 1000:g}ms and on each fork/exec/exit: "
         return reason + (note or "a socket opened and closed between scans is missed")
 
+    def followed(self, pids: list[int]) -> None:
+        """``pids`` were just followed (running, unobserved before): the sockets their next
+        scan finds are recorded as found then, not as opened then."""
+        with self._lock:
+            self._fresh.update(pids)
+
     def scan_now(self) -> None:
         """Ask the scanner thread for an immediate scan."""
         self._wake.set()
@@ -236,6 +248,9 @@ class SocketScanner:
         pids = ctx.lineage.live()  # an exited process holds no descriptor: not read
         if not pids:
             return
+        with self._lock:
+            fresh = self._fresh.intersection(pids)
+            self._fresh -= fresh
         holders: dict[int, int] = {}
         for pid in pids:
             for inode in socket_inodes(pid):
@@ -252,7 +267,7 @@ class SocketScanner:
             self.inode_pids[inode] = pid
             if row[0] == "tcp" and row[4]:
                 self.saw_holder((row[1], row[2], row[3], row[4]), pid)
-            self._classify(pid, inode, row, now)
+            self._classify(pid, inode, row, now, held=pid in fresh)
 
     def _table(self, pids: list[int]) -> dict[int, SocketRow]:
         """The namespace's socket table (through the first readable pid); learns listeners."""
@@ -275,7 +290,7 @@ class SocketScanner:
         """Established TCP sockets whose direction could not be decided (none was claimed)."""
         return len(self._undecided)
 
-    def _classify(self, pid: int, inode: int, row: SocketRow, now: int) -> None:
+    def _classify(self, pid: int, inode: int, row: SocketRow, now: int, *, held: bool) -> None:
         transport, laddr, lport, raddr, rport, state = row
         if transport == "tcp" and state == _TCP_LISTEN:
             name = "network.listen"
@@ -303,6 +318,9 @@ class SocketScanner:
         ctx = self._ctx
         attrs: dict[str, AnyValue] = ctx.events.identity_attrs(pid)
         attrs.update(_socket_attrs(name, row))
+        if held:
+            attrs["network.observed_at"] = FOUND_AT_ATTACH
+            attrs["network.found_by"] = FOUND_BY_PROCFS
         ctx.emit(ctx.events.record(name, now, attrs, attribution=self._attribution))
 
     def saw_holder(self, key: tuple[str, int, str, int], pid: int) -> None:

@@ -98,7 +98,7 @@ def describe_planes(collector: Collector, *, gaps_only: bool = False) -> Iterato
 
 def describe_unlinked(collector: Collector) -> Iterator[str]:
     """The notes of each pipeline's processors (the correlate processor: senders that could not
-    be linked to their process, and why), each once: ``pipeline ID: processor ID: note``."""
+    be linked to their process, and why), each once: ``processor ID: note``."""
     said: set[str] = set()
     for pid, pipeline in collector.config.pipelines.items():
         for proc_id, status in zip(

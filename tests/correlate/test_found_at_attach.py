@@ -12,13 +12,14 @@ A sender still without a process is said in words, once: a log warning and a sta
 from __future__ import annotations
 
 import logging
+from pathlib import Path
 
 import msgspec
 import pytest
 from correlate_builders import HOST, MS, T0, iso
 from test_transport_peer import RECEIVER_PORT, SENDER_PORT, agent_span, method, peer
 
-from otel_bridge.component import Telemetry
+from otel_bridge.component import Host, Telemetry
 from otel_bridge.identity import kind_id
 from otel_bridge.model import (
     Batch,
@@ -132,3 +133,17 @@ def test_an_unlinked_sender_is_said_once_on_the_log_and_in_the_status(
     assert f"127.0.0.1:{SENDER_PORT} to port {RECEIVER_PORT}" in said[0]
     assert "process.pid" in said[0]
     assert processor.status().notes == (said[0],)
+
+
+def test_under_observe_the_report_says_it_not_the_log(
+    caplog: pytest.LogCaptureFixture, tmp_path: Path
+) -> None:
+    """``observe`` (its host has a run directory) says unlinked senders in its report: the
+    processor keeps the note and logs nothing."""
+    processor = CorrelateProcessor(Config(), RecordingConsumer(), Telemetry())
+    processor.start(Host(run_dir=str(tmp_path)))
+    with caplog.at_level(logging.WARNING, logger="otel_bridge.correlate"):
+        processor.consume(Batch(observations=(agent_span(peer()),)))
+        processor.shutdown()
+    assert not [r for r in caplog.records if r.name == "otel_bridge.correlate"]
+    assert len(processor.status().notes) == 1

@@ -354,7 +354,7 @@ class Correlator:
 
 
 _NOTES_SHOWN = 20
-"""Unlinked senders named in the status (and logged); the rest are counted."""
+"""Unlinked senders named in the status (each is logged); the rest are counted there."""
 
 
 class CorrelateProcessor:
@@ -362,7 +362,8 @@ class CorrelateProcessor:
 
     A sender whose spans named no pid and that could not be linked to its process
     (``exact.transport_peer.<reason>``) is said once, as it is decided: a warning on the
-    collector's log and a sentence in ``status().notes`` (``run``'s last lines)."""
+    collector's log (not under ``observe``, whose report says it) and a sentence in
+    ``status().notes`` (``run``'s last lines)."""
 
     def __init__(
         self,
@@ -379,6 +380,8 @@ class CorrelateProcessor:
         self._reported: Counter[str] = Counter()
         self._said = 0
         """Sentences of the core's ``exact.unlinked`` already logged."""
+        self._say = True
+        """Log them (not under ``observe``, whose report says them: ``Host.run_dir`` set)."""
         self._done = False
 
     @property
@@ -388,8 +391,10 @@ class CorrelateProcessor:
             return dict(self._core.counts())
 
     def start(self, host: Host) -> None:
-        """Use the collector's telemetry for the run summary."""
+        """Use the collector's telemetry for the run summary; log unlinked senders unless
+        under ``observe``."""
         self._telemetry = host.telemetry.in_scope_of(self._telemetry)
+        self._say = host.run_dir is None
 
     def status(self) -> ComponentStatus:
         """The outcome counts so far (bridges, exact links, skips by reason) and the senders
@@ -429,8 +434,9 @@ class CorrelateProcessor:
 
     def _publish(self) -> None:
         unlinked = self._core.exact.unlinked
-        for sentence in unlinked[self._said : _NOTES_SHOWN]:
-            self._log.warning("%s", sentence)
+        if self._say:
+            for sentence in unlinked[self._said :]:
+                self._log.warning("%s", sentence)
         self._said = len(unlinked)
         now = self._core.counts()
         for k, v in now.items():

@@ -554,6 +554,10 @@ class ComponentStatus:
     receiver's ``auto``: ``linux: needs root ...``)."""
     outcomes: Mapping[str, int] = field(default_factory=dict)
     """Outcome counts (the correlate processor: bridges, exact links, skips by reason)."""
+    notes: tuple[str, ...] = ()
+    """What the component could not do, one plain sentence each, for the run's last lines
+    (the correlate processor: each sender whose spans named no pid and that it could not link
+    to its process, with the reason)."""
 
     def endpoint(self, protocol: str) -> Endpoint | None:
         """The first endpoint of ``protocol``, None when there is none."""

@@ -96,6 +96,20 @@ def describe_planes(collector: Collector, *, gaps_only: bool = False) -> Iterato
                 yield f"receiver {rid}: {plane}: {state}; {_UNSEEN}"
 
 
+def describe_unlinked(collector: Collector) -> Iterator[str]:
+    """The notes of each pipeline's processors (the correlate processor: senders that could not
+    be linked to their process, and why), each once: ``processor ID: note``."""
+    said: set[str] = set()
+    for pid, pipeline in collector.config.pipelines.items():
+        for proc_id, status in zip(
+            pipeline.processors, collector.pipeline_statuses(pid), strict=False
+        ):
+            for note in status.notes:
+                if note not in said:
+                    said.add(note)
+                    yield f"processor {proc_id}: {note}"
+
+
 _DELIVERY = (
     ("delivered", "sent"),
     ("queued", "queued"),
@@ -191,7 +205,7 @@ def run(args: argparse.Namespace) -> int:
     )
     errors = collector.host.telemetry.value("shutdown_errors", kind=COLLECTOR, id="service")
     print(progress_line(collector), file=sys.stderr)
-    for line in describe_planes(collector, gaps_only=True):
+    for line in (*describe_planes(collector, gaps_only=True), *describe_unlinked(collector)):
         print(f"otel-bridge: {line}", file=sys.stderr)
     print(
         f"otel-bridge: stopped{f' by signal {signum}' if signum else ''}; drained",

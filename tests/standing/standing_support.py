@@ -10,12 +10,15 @@
 from __future__ import annotations
 
 import os
+import pwd
 import re
+import shutil
 import signal
 import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 from waiting import Stderr
 
 from otel_bridge.component import RECEIVER
@@ -25,6 +28,7 @@ from otel_bridge.pipeline import Collector
 from otel_bridge.registry import default_registry
 from otel_bridge.testing import LoopbackServer, RecordingConsumer, recording_exporter_factory
 
+IS_ROOT = os.geteuid() == 0
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parent.parent
 AGENT = HERE / "sdk_agent.py"
@@ -142,11 +146,13 @@ class Agent:
         prefix: list[str] | None = None,
         *,
         name: str = "",
+        pidless: bool = False,
     ) -> None:
         env = subprocess_env(
             OTEL_EXPORTER_OTLP_ENDPOINT=endpoint,
             OTEL_EXPORTER_OTLP_PROTOCOL=protocol,
-            OTEL_EXPERIMENTAL_RESOURCE_DETECTORS="process,host",
+            # the SDK's default detector ("otel") states no process.pid
+            OTEL_EXPERIMENTAL_RESOURCE_DETECTORS="otel" if pidless else "process,host",
             OTEL_SERVICE_NAME="standing-agent",
             **({"SDK_AGENT_NAME": name} if name else {}),
         )
@@ -195,13 +201,16 @@ def run_agent(
     prefix: list[str] | None = None,
     *,
     name: str = "",
+    pidless: bool = False,
 ) -> tuple[Agent, Path, int]:
     """Start the SDK agent against ``collector``, wait until it is followed, let it act, stop
-    the collector (exit 0). Returns the agent, its output file and its loopback server's port."""
+    the collector (exit 0). Returns the agent, its output file and its loopback server's port.
+    With ``pidless`` its resource states no ``process.pid`` (the SDK's default)."""
     out = tmp_path / "agent-output.txt"
     server = LoopbackServer()
     port = collector.grpc_port if protocol == "grpc" else collector.http_port
-    agent = Agent(out, server.port, f"http://127.0.0.1:{port}", protocol, prefix, name=name)
+    endpoint = f"http://127.0.0.1:{port}"
+    agent = Agent(out, server.port, endpoint, protocol, prefix, name=name, pidless=pidless)
     try:
         collector.stderr.wait_for(rf"following pid {agent.pid} from now")
         agent.go()
@@ -211,3 +220,48 @@ def run_agent(
         code = collector.stop()
     assert code == 0, collector.output
     return agent, out, server.port
+
+
+def need(tool: str) -> None:
+    """Skip the test when ``tool`` is not installed."""
+    if shutil.which(tool) is None:
+        pytest.skip(f"{tool} is not installed")
+
+
+_PLAIN = ["--reuid=nobody", "--regid=nogroup", "--clear-groups", "--inh-caps=-all"]
+_READ = ["--inh-caps=-all,+dac_read_search", "--ambient-caps=+dac_read_search"]
+
+
+def _can_run(prefix: list[str]) -> bool:
+    probe = subprocess.run(
+        [*prefix, sys.executable, "-c", "import otel_bridge, opentelemetry.sdk"],
+        env=subprocess_env(),
+        cwd="/",
+        capture_output=True,
+        check=False,
+    )
+    return probe.returncode == 0
+
+
+def unprivileged_prefix() -> list[str]:
+    """The command prefix that runs a command as a plain user (``[]`` when we are one).
+
+    As root: ``setpriv`` to ``nobody`` with no capability. Where this interpreter lives in a
+    private home directory (a pyenv under ``/root``) ``nobody`` cannot start it, so it keeps
+    one capability, CAP_DAC_READ_SEARCH (reading files), and nothing host observation uses:
+    no CAP_SYS_ADMIN, CAP_NET_ADMIN, CAP_BPF, CAP_PERFMON or CAP_SYS_PTRACE.
+    """
+    if not IS_ROOT:
+        return []
+    need("setpriv")
+    try:
+        pwd.getpwnam("nobody")
+    except KeyError:
+        pytest.skip("no unprivileged account 'nobody' to run as")
+    plain = ["setpriv", *_PLAIN]
+    if _can_run(plain):
+        return plain
+    reading = ["setpriv", *_PLAIN[:3], *_READ]
+    if _can_run(reading):
+        return reading
+    pytest.skip(f"user nobody cannot run {sys.executable} with otel_bridge importable")

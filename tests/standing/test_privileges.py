@@ -10,22 +10,21 @@ from __future__ import annotations
 
 import json
 import os
-import pwd
-import shutil
 import subprocess
 import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
-from standing_support import REPO, RunningCollector, run_agent, subprocess_env
-
-IS_ROOT = os.geteuid() == 0
-
-
-def _need(tool: str) -> None:
-    if shutil.which(tool) is None:
-        pytest.skip(f"{tool} is not installed")
+from standing_support import (
+    IS_ROOT,
+    REPO,
+    RunningCollector,
+    need,
+    run_agent,
+    subprocess_env,
+    unprivileged_prefix,
+)
 
 
 def observe_dropped(tmp_path: Path, caps: str) -> tuple[dict[str, Any], dict[str, Any], Path]:
@@ -33,8 +32,8 @@ def observe_dropped(tmp_path: Path, caps: str) -> tuple[dict[str, Any], dict[str
     its summary, its graph and the file's path."""
     if not IS_ROOT:
         pytest.skip("dropping capabilities from root needs root")
-    _need("setpriv")
-    _need("strace")
+    need("setpriv")
+    need("strace")
     out = tmp_path / "written.txt"
     run_dir = tmp_path / "run"
     cmd = ["setpriv", f"--bounding-set={caps}", "--inh-caps=-all"]
@@ -77,51 +76,12 @@ def test_with_no_capability_at_all_every_plane_still_observed(tmp_path: Path) ->
     assert str(out) in file_paths(graph)
 
 
-_PLAIN = ["--reuid=nobody", "--regid=nogroup", "--clear-groups", "--inh-caps=-all"]
-_READ = ["--inh-caps=-all,+dac_read_search", "--ambient-caps=+dac_read_search"]
-
-
-def _can_run(prefix: list[str]) -> bool:
-    probe = subprocess.run(
-        [*prefix, sys.executable, "-c", "import otel_bridge, opentelemetry.sdk"],
-        env=subprocess_env(),
-        cwd="/",
-        capture_output=True,
-        check=False,
-    )
-    return probe.returncode == 0
-
-
-def unprivileged_prefix() -> list[str]:
-    """The command prefix that runs a command as a plain user (``[]`` when we are one).
-
-    As root: ``setpriv`` to ``nobody`` with no capability. Where this interpreter lives in a
-    private home directory (a pyenv under ``/root``) ``nobody`` cannot start it, so it keeps
-    one capability, CAP_DAC_READ_SEARCH (reading files), and nothing host observation uses:
-    no CAP_SYS_ADMIN, CAP_NET_ADMIN, CAP_BPF, CAP_PERFMON or CAP_SYS_PTRACE.
-    """
-    if not IS_ROOT:
-        return []
-    _need("setpriv")
-    try:
-        pwd.getpwnam("nobody")
-    except KeyError:
-        pytest.skip("no unprivileged account 'nobody' to run as")
-    plain = ["setpriv", *_PLAIN]
-    if _can_run(plain):
-        return plain
-    reading = ["setpriv", *_PLAIN[:3], *_READ]
-    if _can_run(reading):
-        return reading
-    pytest.skip(f"user nobody cannot run {sys.executable} with otel_bridge importable")
-
-
 @pytest.mark.slow  # ~15 s: a collector and an agent under strace
 def test_standing_collector_as_an_unprivileged_user(tmp_path: Path) -> None:
     """A plain user's standing collector (configs/local.yaml) follows that user's SDK agent
     (strace for files and connections; no fanotify, no eBPF) and records its process, file
     write and connection."""
-    _need("strace")
+    need("strace")
     pytest.importorskip("opentelemetry.exporter.otlp.proto.http", reason="needs the dev extra")
     prefix = unprivileged_prefix()
     os.chmod(tmp_path, 0o777)

@@ -27,7 +27,9 @@ Counts reach the run summary through ``status().outcomes`` and the counter famil
 bridged to another one; such a bridge cannot be recalled), and ``skipped.no_facts`` (an
 observation correlation would use, a process start/exec/exit or a ``declared_command``, whose
 entity carries no typed facts: it is skipped, never parsed back out of attribute strings).
-:attr:`CorrelateProcessor.outcomes` exposes the same counts.
+:attr:`CorrelateProcessor.outcomes` exposes the same counts. A sender whose spans named no
+pid and that could not be linked (``exact.transport_peer.<reason>``) is also said in words: a
+warning on the log and a sentence in ``status().notes``, once each.
 
 Everything is read from the entities' typed facts (``ProcessFacts``, ``ToolCallFacts``,
 ``CommandFacts``); the derived process entities carry the ``ProcessFacts`` of the observation
@@ -36,6 +38,7 @@ they rest on and its stable key.
 
 from __future__ import annotations
 
+import logging
 import threading
 from collections import Counter
 from dataclasses import dataclass, field, replace
@@ -350,15 +353,35 @@ class Correlator:
         return c
 
 
-class CorrelateProcessor:
-    """Passes batches through, appending derived observations; flushes the rest at shutdown."""
+_NOTES_SHOWN = 20
+"""Unlinked senders named in the status (each is logged); the rest are counted there."""
 
-    def __init__(self, config: Config, next_consumer: Consumer, telemetry: Telemetry) -> None:
+
+class CorrelateProcessor:
+    """Passes batches through, appending derived observations; flushes the rest at shutdown.
+
+    A sender whose spans named no pid and that could not be linked to its process
+    (``exact.transport_peer.<reason>``) is said once, as it is decided: a warning on the
+    collector's log (not under ``observe``, whose report says it) and a sentence in
+    ``status().notes`` (``run``'s last lines)."""
+
+    def __init__(
+        self,
+        config: Config,
+        next_consumer: Consumer,
+        telemetry: Telemetry,
+        logger: logging.Logger | None = None,
+    ) -> None:
         self._core = Correlator(config)
         self._next = next_consumer
         self._telemetry = telemetry.owned_by(factory, "correlate")
+        self._log = logger or logging.getLogger("otel_bridge.correlate")
         self._lock = threading.Lock()
         self._reported: Counter[str] = Counter()
+        self._said = 0
+        """Sentences of the core's ``exact.unlinked`` already logged."""
+        self._say = True
+        """Log them (not under ``observe``, whose report says them: ``Host.run_dir`` set)."""
         self._done = False
 
     @property
@@ -368,12 +391,21 @@ class CorrelateProcessor:
             return dict(self._core.counts())
 
     def start(self, host: Host) -> None:
-        """Use the collector's telemetry for the run summary."""
+        """Use the collector's telemetry for the run summary; log unlinked senders unless
+        under ``observe``."""
         self._telemetry = host.telemetry.in_scope_of(self._telemetry)
+        self._say = host.run_dir is None
 
     def status(self) -> ComponentStatus:
-        """The outcome counts so far (bridges, exact links, skips by reason), for the summary."""
-        return ComponentStatus(outcomes={k: v for k, v in self.outcomes.items() if v})
+        """The outcome counts so far (bridges, exact links, skips by reason) and the senders
+        that could not be linked, for the summary."""
+        with self._lock:
+            counts = self._core.counts()
+            unlinked = self._core.exact.unlinked
+            notes = tuple(unlinked[:_NOTES_SHOWN])
+            if len(unlinked) > _NOTES_SHOWN:
+                notes += (f"{len(unlinked) - _NOTES_SHOWN} more sender(s) could not be linked",)
+        return ComponentStatus(outcomes={k: v for k, v in counts.items() if v}, notes=notes)
 
     def consume(self, batch: Batch) -> None:
         """Forward ``batch`` with the derived observations decidable now appended."""
@@ -401,6 +433,11 @@ class CorrelateProcessor:
             self._next.consume(Batch(observations=tuple(rest)))
 
     def _publish(self) -> None:
+        unlinked = self._core.exact.unlinked
+        if self._say:
+            for sentence in unlinked[self._said :]:
+                self._log.warning("%s", sentence)
+        self._said = len(unlinked)
         now = self._core.counts()
         for k, v in now.items():
             delta = v - self._reported[k]
@@ -411,7 +448,7 @@ class CorrelateProcessor:
 
 def _create(settings: CreateSettings, config: Config, next_consumer: Consumer | None) -> Component:
     return CorrelateProcessor(
-        config, require_consumer(next_consumer, "correlate"), settings.telemetry
+        config, require_consumer(next_consumer, "correlate"), settings.telemetry, settings.logger
     )
 
 

@@ -48,6 +48,7 @@ from otel_bridge.identity import (
 from otel_bridge.model import (
     OPERATION_KINDS,
     SENDER_SKIP_ATTR,
+    AgentFacts,
     Attribution,
     Channel,
     Entity,
@@ -199,6 +200,9 @@ class ExactLinker:
     _remote_peers: set[tuple[str, PeerKey]] = field(default_factory=set)
     _unsent: list[Observation] = field(default_factory=list)
     """Sightings saying why an entity's spans have no sender, not handed out yet."""
+    unlinked: list[str] = field(default_factory=list)
+    """One plain sentence per entity (and reason) whose spans named no pid and that could not
+    be linked to the process that sent them (:func:`unlinked_sentence`), in decision order."""
     _requests: dict[str, dict[tuple[Channel, str], _First]] = field(default_factory=dict)
     _emitted: set[str] = field(default_factory=set)
 
@@ -328,21 +332,30 @@ class ExactLinker:
             if key not in self._remote_peers:
                 self._remote_peers.add(key)
                 self._no_sender(
-                    agent, "not_loopback", obs.time_unix_nano, obs.id, obs.source.channel
+                    agent, "not_loopback", obs.time_unix_nano, obs.id, obs.source.channel, peer=peer
                 )
         else:
             first = _First(obs.time_unix_nano, obs.id, agent, obs.source.channel)
             self._peer_claims[key] = (agent, first, peer)
 
     def _no_sender(
-        self, entity: Entity, why: str, time: int, obs_id: str, channel: Channel
+        self,
+        entity: Entity,
+        why: str,
+        time: int,
+        obs_id: str,
+        channel: Channel,
+        *,
+        peer: TransportPeer,
     ) -> None:
-        """Count ``why`` and say it on a sighting of ``entity`` (once per entity and reason)."""
+        """Count ``why`` and say it on a sighting of ``entity`` and in :attr:`unlinked` (once
+        per entity and reason)."""
         self._count(f"transport_peer.{why}")
         rid = f"correlate:sender:{why}:{entity.id}"
         if rid in self._emitted:
             return
         self._emitted.add(rid)
+        self.unlinked.append(unlinked_sentence(entity, why, peer))
         self._unsent.append(
             Observation(
                 id=rid,
@@ -575,7 +588,7 @@ class ExactLinker:
             if len(holders) != 1:
                 if final or len(holders) > 1:
                     why = "no_connection" if not holders else "several_processes"
-                    self._no_sender(agent, why, first.time, first.obs_id, first.channel)
+                    self._no_sender(agent, why, first.time, first.obs_id, first.channel, peer=peer)
                     del self._peer_claims[key]
                 continue
             holder = holders[0]
@@ -641,7 +654,9 @@ class ExactLinker:
         for key, (agent, first, peer) in list(self._peer_claims.items()):
             if max(first.time, peer.time_unix_nano) < horizon:
                 del self._peer_claims[key]
-                self._no_sender(agent, "no_connection", first.time, first.obs_id, first.channel)
+                self._no_sender(
+                    agent, "no_connection", first.time, first.obs_id, first.channel, peer=peer
+                )
         self._requests = {
             k: g for k, g in self._requests.items() if any(f.time >= horizon for f in g.values())
         }
@@ -678,6 +693,31 @@ class ExactLinker:
                     self._more_lives[pid] = kept[1:]
             elif pid in self._lives:
                 del self._lives[pid]
+
+
+_UNLINKED_WHY = {
+    "no_connection": "no followed process was seen holding the connection they came over "
+    "({peer}): the process was not followed, or its connection was not recorded",
+    "several_processes": "several followed processes were seen holding the connection they came "
+    "over ({peer}, the same client port reused): not one sender",
+    "not_loopback": "they came from another host ({peer}), whose sockets this host's plane does "
+    "not see",
+}
+
+
+def unlinked_sentence(entity: Entity, why: str, peer: TransportPeer) -> str:
+    """Why ``entity`` (an agent, or the model of a call no agent made), whose spans named no
+    ``process.pid``, could not be linked to the process that sent them, in plain words."""
+    who = f"{entity.kind} {entity.label or entity.id}"
+    if isinstance(entity.facts, AgentFacts):
+        who += f" (service {entity.facts.service})"
+    shown = f"{peer.address}:{peer.port} to port {peer.local_port}"
+    reason = _UNLINKED_WHY.get(why, "no sender was found ({peer})").format(peer=shown)
+    return (
+        f"{who} could not be linked to its process: its spans named no process.pid and {reason}; "
+        "state the pid on the resource (OTEL_EXPERIMENTAL_RESOURCE_DETECTORS=process,host with "
+        "the Python SDK)"
+    )
 
 
 def _callerless_model(obs: Observation) -> Entity | None:

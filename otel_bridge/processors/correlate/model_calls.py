@@ -19,7 +19,9 @@ the derived link's ``connection`` attribute says which relation it rests on.
   cannot be compared without a resolution nobody observed: no link (``unresolved_address``).
 * **inferred** (``attribution=heuristic, inferred=true, causal=false``, method
   ``model_endpoint:time_process``: grade D): the span states no endpoint, and the process was
-  observed connecting to exactly one endpoint during the span's interval.
+  observed connecting to exactly one endpoint during the span's interval. A connection found
+  already open when the backend attached to the process (``network.observed_at=attach``) says
+  when it was seen, not when it was opened: it takes no part in this route.
 * **none**: two or more endpoints are compatible (``several_endpoints``), none was observed
   (``no_connection``), or the stated one was not (``endpoint_not_observed``). A stated endpoint
   is never replaced by a guessed one.
@@ -58,6 +60,8 @@ Senders = Callable[[TransportPeer], Holder | None]
 """The one process that sent a peer's request (``ExactLinker.sender``), else None."""
 
 _MODEL = EntityKind.MODEL
+FOUND_AT_ATTACH = "attach"
+"""``network.observed_at`` of a connection found already open when a backend attached."""
 _CONNECTIONS = frozenset({RelationKind.CONNECTED_TO, RelationKind.ATTEMPTED_CONNECT})
 _LOOPBACK = frozenset({"127.0.0.1", "::1"})
 _DEFAULT_PORTS = {"http": 80, "https": 443}
@@ -91,6 +95,9 @@ class _Conn:
     address: str
     port: int
     relation: str
+    held: bool = False
+    """Found already open at an attach (``network.observed_at=attach``): its time is when it
+    was seen, not when it was opened."""
 
 
 def stated_endpoint(attrs: Attributes) -> tuple[str | None, int | None]:
@@ -180,6 +187,7 @@ class ModelCallLinker:
             address,
             endpoint.port,
             str(obs.relation),
+            obs.attrs.get("network.observed_at") == FOUND_AT_ATTACH,
         )
         self._conns.setdefault(proc.pid, []).append(conn)
 
@@ -233,7 +241,7 @@ class ModelCallLinker:
                 return None
             # The latest observation of that endpoint at or before the end: the one in use.
             return self._link(call, max(matching, key=lambda c: (c.time, c.obs_id)), exact=True)
-        during = [c for c in conns if call.start <= c.time <= call.end]
+        during = [c for c in conns if call.start <= c.time <= call.end and not c.held]
         endpoints = {c.endpoint.id for c in during}
         if not endpoints:
             self._count("model_endpoint.no_connection")

@@ -90,6 +90,8 @@ _DETAIL_KEYS = (
     "network.connect.result",
     "network.local.address",
     "network.local.port",
+    "network.observed_at",
+    "network.found_by",
     "error.type",
     "process.env.traceparent",
     # The correlator names the parent process by this (identity = pid + start time).

@@ -308,9 +308,11 @@ class HostReceiver:
                 "reported telemetry or matched a selector: their earlier activity is unknown"
             )
         if follower is not None and follower.unnamed:
+            named = "; ".join(follower.unnamed_why)
+            more = follower.unnamed - len(follower.unnamed_why)
             unnamed = (
                 f"{follower.unnamed} telemetry sender(s) stated no process.pid: not followed, "
-                "their OS activity is unknown"
+                f"their OS activity is unknown ({named}{f'; {more} more' if more > 0 else ''})"
             )
             lineage = collections.get("lineage")
             collections["lineage"] = (

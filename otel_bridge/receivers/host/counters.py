@@ -29,6 +29,12 @@ COUNTERS: tuple[CounterSpec, ...] = (
         "{sockets}",
     ),
     CounterSpec(
+        "network.held_at_attach",
+        "TCP sockets a process already held when strace attached to it, recorded as found then "
+        "(network.observed_at=attach)",
+        "{sockets}",
+    ),
+    CounterSpec(
         "follow.followed",
         "processes followed after start (reported telemetry or matched a selector), by how",
         "{processes}",

@@ -24,8 +24,9 @@ process's identity and the moment observation began, which normalize turns into 
 record (``collection.lineage.degraded``). A process that reported telemetry but was gone before
 it could be followed gets a ``lineage`` ``unavailable`` record: its OS activity is unknown,
 not absent; so does a sender whose resource states no ``process.pid`` and whose connection no
-process of this host holds (a remote sender, or one closed before it was looked for), once per
-``service.instance.id`` (else ``service.name``), with a warning that says how to state it.
+process of this host holds (a remote sender, or one closed before it was looked for) or only a
+process of another user, which this collector may not inspect, once per ``service.instance.id``
+(else ``service.name``), with a warning that says why and how to state the pid.
 The collector's own processes are never followed.
 """
 
@@ -42,13 +43,16 @@ from otel_bridge.component import ProcessInterest, Telemetry
 from otel_bridge.identity import canonical_ip, host_id, is_loopback, iso_ms, start_ms_from_ticks
 from otel_bridge.model import AnyValue, CollectionState
 from otel_bridge.receivers.host.events import HostContext
-from otel_bridge.receivers.host.netscan import read_tables, socket_inodes
+from otel_bridge.receivers.host.netscan import decode_address, read_tables, socket_inodes
 from otel_bridge.receivers.host.procfs import read_stat
 from otel_bridge.receivers.host.selectors import Selectors
 
 START_TOLERANCE_MS = 50
 """How far a live pid's start time may be from a stated ``process.creation.time`` (clock-tick
 rounding and the SDK's own reading), far below any pid recycling interval."""
+
+_NAMED = 20
+"""Unfollowed senders named in the status (the rest are counted)."""
 
 FollowFn = Callable[[int], str]
 """A backend's ``follow(pid)``: ``""`` when it follows ``pid`` now, else why not."""
@@ -83,6 +87,8 @@ class Follower:
         """Processes followed after start (telemetry or selectors)."""
         self.unnamed = 0
         """Telemetry senders on this host that stated no ``process.pid`` (not followed)."""
+        self.unnamed_why: list[str] = []
+        """Who each of the first :data:`_NAMED` of them is and why it was not followed."""
 
     def offer(self, interest: ProcessInterest) -> None:
         """Queue ``interest`` (called on the publisher's thread; returns at once)."""
@@ -174,15 +180,24 @@ class Follower:
         self.unnamed += 1
         self._skip("no_pid")
         who = _who(interest)
-        log = self._log.warning if self.unnamed == 1 else self._log.info
         peer = interest.peer
+        owner = None if peer is None else socket_owner(*peer)
         if peer is None:
             why = "no transport peer was recorded"
         elif not is_loopback(canonical_ip(peer[0]) or ""):
             why = f"it came from another host ({peer[0]})"
+        elif owner is not None and owner != os.geteuid():
+            why = (
+                f"the connection it came over is held by another user's process (uid {owner}), "
+                f"whose descriptors this collector (uid {os.geteuid()}) may not read: run the "
+                "collector as that user or as root"
+            )
         else:
             why = "no process of this host held the connection it came over any more"
-        log(
+        if len(self.unnamed_why) < _NAMED:
+            self.unnamed_why.append(f"{who}: {why}")
+        # once per sender (the pipeline publishes each sender's interest once)
+        self._log.warning(
             "%s sent spans without process.pid (and %s): its process is not followed; state it "
             "with OTEL_EXPERIMENTAL_RESOURCE_DETECTORS=process,host (Python SDK) or on the "
             "resource",
@@ -285,6 +300,33 @@ def _who(interest: ProcessInterest) -> str:
     if interest.instance_id:
         who += f" (service.instance.id {interest.instance_id})"
     return who
+
+
+def socket_owner(address: str, port: int, remote_port: int) -> int | None:
+    """The uid owning the live TCP socket whose local end is ``address``:``port`` and whose
+    remote port is ``remote_port`` (this network namespace's ``/proc/net/tcp{,6}``), None when
+    there is none: tells a sender this user may not inspect from one that is gone."""
+    ip = canonical_ip(address)
+    if ip is None:
+        return None
+    for name in ("tcp", "tcp6"):
+        try:
+            with open(f"/proc/self/net/{name}", encoding="ascii") as f:
+                rows = [line.split() for line in f.read().splitlines()[1:]]
+        except OSError:
+            continue
+        for parts in rows:
+            if len(parts) < 10 or parts[9] == "0":
+                continue
+            laddr, lport = decode_address(parts[1])
+            if (
+                lport == port
+                and canonical_ip(laddr) == ip
+                and decode_address(parts[2])[1] == remote_port
+                and parts[7].isdigit()
+            ):
+                return int(parts[7])
+    return None
 
 
 def socket_holders(address: str, port: int, remote_port: int) -> list[int]:

@@ -483,6 +483,8 @@ class LinuxBackend:
                 watcher.followed(marked)
         if gate.images is not None:
             gate.images.follow(pids)
+        if self._scanner is not None:
+            self._scanner.followed(pids)
         self._scan()
         return ""
 

@@ -13,7 +13,10 @@ is never an outbound connect, and a socket of undecidable direction is counted, 
 This is sampling (attribution ``sampled_process``): a socket opened and closed between two
 scans is missed. Scans run every ``network_poll_interval`` and immediately on every
 fork/exec/exit event and follow; while no live process is followed the scanner sleeps until one
-is (a standing collector that follows nothing costs no scans).
+is (a standing collector that follows nothing costs no scans). The first scan of a process
+followed while it ran (:meth:`SocketScanner.followed`) records what it holds as found then
+(``network.observed_at=attach``), as :func:`record_held_sockets` does for ``strace``: opened
+before that scan, when is unknown.
 """
 
 from __future__ import annotations
@@ -26,7 +29,7 @@ import time
 
 from otel_bridge.model import AnyValue, CollectionState
 from otel_bridge.receivers.host.direction import Direction, DirectionRule, undecided_note
-from otel_bridge.receivers.host.events import HostContext
+from otel_bridge.receivers.host.events import SAMPLED, HostContext
 
 _TCP_ESTABLISHED = "01"
 _TCP_SYN_SENT = "02"
@@ -91,6 +94,89 @@ def socket_inodes(pid: int) -> list[int]:
     return out
 
 
+FOUND_AT_ATTACH = "attach"
+"""``network.observed_at`` of a socket a process already held when a backend began observing it
+(:func:`record_held_sockets`): the record's time is when it was found, not when it was opened."""
+FOUND_BY_PROCFS = "procfs"
+"""``network.found_by`` of such a socket: its inode, read from ``/proc/<pid>/fd``, found in
+``/proc/<pid>/net/tcp`` or ``tcp6`` (the process's network namespace)."""
+
+
+def record_held_sockets(ctx: HostContext, pids: list[int]) -> int:
+    """Record the TCP sockets ``pids`` hold now, found when a backend began observing them
+    (``strace`` attaching to a running process): it never saw them being opened.
+
+    Each socket is one record with attribution ``sampled_process``, no causal claim, the time of
+    this read as its time, ``network.observed_at=attach`` and ``network.found_by=procfs``: an
+    established socket this end initiated is a ``network.connect``, one it accepted a
+    ``network.accept`` (only with ``network_accepted``), ``SYN_SENT`` a pending
+    ``network.connect_attempt`` and ``LISTEN`` a ``network.listen``. The direction of an
+    established socket is decided by :mod:`.direction` from this table's listeners; one it
+    cannot decide is counted (``network.direction_unknown``), not recorded. Returns the number
+    of records. A process with no socket costs one ``/proc/<pid>/fd`` listing."""
+    held = {inode: pid for pid in pids for inode in socket_inodes(pid)}
+    if not held:
+        return 0
+    table = read_tables(next(iter(held.values())))
+    rule = DirectionRule()
+    for listener in table.values():
+        if listener[0] == "tcp" and listener[5] == _TCP_LISTEN:
+            rule.saw_listener("tcp", listener[2])
+    now = time.time_ns()
+    recorded = 0
+    for inode, pid in held.items():
+        row = table.get(inode)
+        if row is None or row[0] != "tcp":
+            continue
+        name = _held_event(ctx, rule, row)
+        if name is None:
+            continue
+        attrs = ctx.events.identity_attrs(pid)
+        attrs.update(_socket_attrs(name, row))
+        attrs["network.observed_at"] = FOUND_AT_ATTACH
+        attrs["network.found_by"] = FOUND_BY_PROCFS
+        ctx.emit(ctx.events.record(name, now, attrs, attribution=SAMPLED))
+        recorded += 1
+    if recorded:
+        ctx.telemetry.count("network.held_at_attach", recorded)
+    return recorded
+
+
+def _held_event(ctx: HostContext, rule: DirectionRule, row: SocketRow) -> str | None:
+    """The event a TCP socket found held at attach is recorded as (None: not recorded)."""
+    _, laddr, lport, raddr, rport, state = row
+    if state == _TCP_LISTEN:
+        return "network.listen"
+    if state == _TCP_SYN_SENT:
+        return "network.connect_attempt"
+    if state != _TCP_ESTABLISHED:
+        return None  # closing: the connection is ending, nothing to claim
+    direction = rule.decide("tcp", laddr, lport, raddr, rport)
+    if direction is Direction.UNKNOWN:
+        ctx.telemetry.count("network.direction_unknown")
+        return None
+    if direction is Direction.ACCEPTED:
+        return "network.accept" if ctx.config.network_accepted else None
+    return "network.connect"
+
+
+def _socket_attrs(name: str, row: SocketRow) -> dict[str, AnyValue]:
+    """The network attributes of a socket record ``name`` for table row ``row``."""
+    transport, laddr, lport, raddr, rport, _ = row
+    attrs: dict[str, AnyValue] = {
+        "network.transport": transport,
+        "network.local.address": laddr,
+        "network.local.port": lport,
+    }
+    if name != "network.listen":
+        attrs["network.peer.address"] = raddr
+        attrs["network.peer.port"] = rport
+    if name == "network.connect_attempt":
+        attrs["network.connect.result"] = "pending"
+        attrs["error.type"] = "EINPROGRESS"
+    return attrs
+
+
 class SocketScanner:
     """Periodic and on-demand socket scans of the lineage (see the module docstring)."""
 
@@ -105,6 +191,9 @@ class SocketScanner:
         self._claimed: set[tuple[str, int, str, int]] = set()
         """(local address, local port, peer address, peer port) of every established socket
         already attributed (by a scan or a destroy notification): each is recorded once."""
+        self._fresh: set[int] = set()
+        """Pids followed whose sockets no scan has read yet: what their first scan records was
+        held when they were followed (``network.observed_at=attach``, :meth:`followed`)."""
         self.inode_pids: dict[int, int] = {}
         """Socket inode -> the lineage pid that held it, as last scanned."""
         self._tuple_pids: dict[tuple[str, int, str, int], int] = {}
@@ -133,6 +222,12 @@ class SocketScanner:
         reason = f"socket-table scans every {self.interval * 1000:g}ms and on each fork/exec/exit: "
         return reason + (note or "a socket opened and closed between scans is missed")
 
+    def followed(self, pids: list[int]) -> None:
+        """``pids`` were just followed (running, unobserved before): the sockets their next
+        scan finds are recorded as found then, not as opened then."""
+        with self._lock:
+            self._fresh.update(pids)
+
     def scan_now(self) -> None:
         """Ask the scanner thread for an immediate scan."""
         self._wake.set()
@@ -153,6 +248,9 @@ class SocketScanner:
         pids = ctx.lineage.live()  # an exited process holds no descriptor: not read
         if not pids:
             return
+        with self._lock:
+            fresh = self._fresh.intersection(pids)
+            self._fresh -= fresh
         holders: dict[int, int] = {}
         for pid in pids:
             for inode in socket_inodes(pid):
@@ -169,7 +267,7 @@ class SocketScanner:
             self.inode_pids[inode] = pid
             if row[0] == "tcp" and row[4]:
                 self.saw_holder((row[1], row[2], row[3], row[4]), pid)
-            self._classify(pid, inode, row, now)
+            self._classify(pid, inode, row, now, held=pid in fresh)
 
     def _table(self, pids: list[int]) -> dict[int, SocketRow]:
         """The namespace's socket table (through the first readable pid); learns listeners."""
@@ -192,7 +290,7 @@ class SocketScanner:
         """Established TCP sockets whose direction could not be decided (none was claimed)."""
         return len(self._undecided)
 
-    def _classify(self, pid: int, inode: int, row: SocketRow, now: int) -> None:
+    def _classify(self, pid: int, inode: int, row: SocketRow, now: int, *, held: bool) -> None:
         transport, laddr, lport, raddr, rport, state = row
         if transport == "tcp" and state == _TCP_LISTEN:
             name = "network.listen"
@@ -219,15 +317,10 @@ class SocketScanner:
             self._seen.add(key)
         ctx = self._ctx
         attrs: dict[str, AnyValue] = ctx.events.identity_attrs(pid)
-        attrs["network.transport"] = transport
-        attrs["network.local.address"] = laddr
-        attrs["network.local.port"] = lport
-        if name != "network.listen":
-            attrs["network.peer.address"] = raddr
-            attrs["network.peer.port"] = rport
-        if name == "network.connect_attempt":
-            attrs["network.connect.result"] = "pending"
-            attrs["error.type"] = "EINPROGRESS"
+        attrs.update(_socket_attrs(name, row))
+        if held:
+            attrs["network.observed_at"] = FOUND_AT_ATTACH
+            attrs["network.found_by"] = FOUND_BY_PROCFS
         ctx.emit(ctx.events.record(name, now, attrs, attribution=self._attribution))
 
     def saw_holder(self, key: tuple[str, int, str, int], pid: int) -> None:

@@ -7,7 +7,9 @@ connections, and notices an exec when a tracked process's arguments changed betw
 (``process.exec``). Attribution is ``sampled_process``: a process or socket whose whole lifetime
 falls between two samples is missed (ExecWeave section V-C), and scheduling delay widens that
 window.
-Exit codes are not observable by sampling.
+Exit codes are not observable by sampling. The first sample of a process followed while it ran
+(:meth:`PortableBackend.follow`) records the connections it holds as found then
+(``network.observed_at=attach``, ``network.found_by=psutil``): opened before, when is unknown.
 
 Files: watchdog under ``watch_paths`` yields ``file.change`` records, attribution
 ``session_observation`` and ``evidence.causal=false``: a notification does not say which process
@@ -31,6 +33,7 @@ from otel_bridge.identity import psutil_start_ms
 from otel_bridge.model import AnyValue, CollectionState
 from otel_bridge.receivers.host.direction import Direction, DirectionRule, undecided_note
 from otel_bridge.receivers.host.events import SAMPLED, SESSION, HostContext
+from otel_bridge.receivers.host.netscan import FOUND_AT_ATTACH
 from otel_bridge.receivers.host.procfs import ProcessInfo
 
 _CHANGE_TYPES = {"created": "created", "modified": "modified", "deleted": "deleted"}
@@ -74,6 +77,9 @@ class PortableBackend:
         self._outside: set[int] = set()
         """pids seen outside the lineage; not examined again while they live."""
         self._conns: set[tuple[int, str, str, int, str, int, str]] = set()
+        self._fresh: set[int] = set()
+        """Pids followed whose connections no poll has sampled yet: what their first sample
+        finds was held when they were followed (``network.observed_at=attach``)."""
         self.rule = DirectionRule()
         """Decides accepted vs initiated for sampled established sockets (:mod:`.direction`)."""
         self.undecided = 0
@@ -92,6 +98,7 @@ class PortableBackend:
         with self._poll_lock:
             for adopted in ctx.adopt(pid):
                 self._outside.discard(adopted)
+                self._fresh.add(adopted)
                 try:
                     proc = psutil.Process(adopted)
                     self._known[adopted] = _image(proc)
@@ -277,6 +284,8 @@ class PortableBackend:
     def _sample_connections(self, pid: int, now: int) -> None:
         ctx = self._ctx
         assert ctx is not None
+        held = pid in self._fresh
+        self._fresh.discard(pid)
         try:
             conns = psutil.Process(pid).net_connections(kind="inet")
         except (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess):
@@ -306,6 +315,9 @@ class PortableBackend:
             if name == "network.connect_attempt":
                 attrs["network.connect.result"] = "pending"
                 attrs["error.type"] = "EINPROGRESS"
+            if held:  # opened before the follow, or between it and this sample: when is unknown
+                attrs["network.observed_at"] = FOUND_AT_ATTACH
+                attrs["network.found_by"] = "psutil"
             ctx.emit(ctx.events.record(name, now, attrs, attribution=SAMPLED))
 
     def _event_name(self, transport: str, status: str, laddr: Any, raddr: Any) -> str | None:

@@ -10,7 +10,12 @@ new child (``-f``). Its output goes to a pipe (``-o /dev/fd/N``) and is parsed i
   (failures are counted, not emitted); ``unlink*`` -> ``file.delete``; ``rename*`` ->
   ``file.rename``;
 * ``connect`` = 0 -> ``network.connect``; ``EINPROGRESS`` -> ``network.connect_attempt``
-  ``pending``; other errors -> ``connect_attempt`` ``failed``; ``listen`` -> ``network.listen``.
+  ``pending``; other errors -> ``connect_attempt`` ``failed``; ``listen`` -> ``network.listen``;
+* the TCP sockets a process already holds when strace attaches to it (a process a standing
+  collector follows, a ``root_pid``) were opened before any of this could be traced: they are
+  read once from ``/proc`` right after the attach and recorded as found then
+  (:func:`~otel_bridge.receivers.host.netscan.record_held_sockets`,
+  ``network.observed_at=attach``).
 
 Attaching by pid cannot use ``--seccomp-bpf`` (strace applies that filter only to commands it
 launches), so every traced syscall of the lineage stops in the tracer: strace is the
@@ -29,6 +34,7 @@ from typing import IO
 from otel_bridge.errors import BackendUnavailableError
 from otel_bridge.model import CollectionState
 from otel_bridge.receivers.host.events import HostContext
+from otel_bridge.receivers.host.netscan import record_held_sockets
 from otel_bridge.receivers.host.strace_events import SyscallInterpreter
 from otel_bridge.receivers.host.strace_parse import StraceParser
 
@@ -81,6 +87,10 @@ class _Session:
             ctx.lineage.add(pid)
         self.interp = SyscallInterpreter(ctx)
         self.interp.running_threads(pids)
+        if ctx.config.network:
+            # strace traces the connects made from now on; the sockets they hold already (an
+            # OTLP exporter's connection, for one) are read once, as found at the attach
+            record_held_sockets(ctx, pids)
         self._thread = threading.Thread(target=self._run, name="host-strace", daemon=True)
         self._thread.start()
 

@@ -20,6 +20,7 @@ Usage::
     python benchmarks/pipeline_instructions.py --stage graph-os --spans 16000  # per OS event
     python benchmarks/pipeline_instructions.py --stage graph-os-normalized --spans 16000
     python benchmarks/pipeline_instructions.py --stage grpc --spans 131072  # real gRPC senders
+    python benchmarks/pipeline_instructions.py --stage json-decode --spans 8192  # OTLP/JSON
 
 Needs valgrind (``apt-get install valgrind``).
 """
@@ -39,7 +40,7 @@ from pathlib import Path
 from typing import Any
 
 STAGES = ("decode", "normalize", "full", "graph")
-EXTRA_STAGES = ("graph-os", "graph-os-plain", "graph-os-normalized", "grpc")
+EXTRA_STAGES = ("graph-os", "graph-os-plain", "graph-os-normalized", "grpc", "json-decode")
 """``graph-os``: the graph accumulator alone on the synthetic OS events of
 ``graph_materialization.py`` (``opened`` relations with fresh entities, typed facts and keys, per
 event rather than per span; not run by default). ``graph-os-normalized``: the accumulator alone
@@ -48,7 +49,9 @@ files cycling over ``graph_materialization.RESOURCE_CAP`` paths), normalized bef
 part: the same records for every version of the code, each version's own normalizer output.
 ``grpc``: the collector of ``pipeline_throughput.py`` whole, gRPC receive included, fed by that
 benchmark's four sender processes over real gRPC (the senders run outside valgrind; only the
-collector's process is counted), per span."""
+collector's process is counted), per span. ``json-decode``: ``decode`` for the same requests
+written as OTLP/JSON (by ``json_codec.encode_traces``, before the measured part): body bytes to
+typed spans through ``json_codec.decode_traces``, as the receiver calls it for ``/v1/traces``."""
 """``decode``: bytes to typed spans; ``normalize``: and the normalizer; ``full``: the whole
 pipeline of ``pipeline_throughput.py`` (memory_limiter, batch, normalize, graph); ``graph``: the
 graph accumulator alone (``apply_many`` of the normalized observations of each request, normalized
@@ -63,6 +66,8 @@ def pipeline_step(stage: str, workdir: str) -> tuple[Callable[[bytes], object], 
     from otel_bridge.model import Batch
     from otel_bridge.processors.normalize import Normalizer
 
+    if stage == "json-decode":
+        return json_decode(), lambda: None
     decode_traces = receiver_decode()
     if stage == "decode":
         return decode_traces, lambda: None
@@ -95,6 +100,28 @@ def receiver_decode() -> Callable[[bytes], Any]:
         return decode_traces(raw, transport_peer("grpc", "127.0.0.1", 54321, 4317))
 
     return decode
+
+
+def json_decode() -> Callable[[bytes], Any]:
+    """``json_codec.decode_traces`` as the ``otlp`` receiver calls it for an OTLP/JSON body."""
+    from otel_bridge.otlp import json_codec
+    from otel_bridge.receivers.otlp.peer import transport_peer
+
+    def decode(raw: bytes) -> Any:
+        return json_codec.decode_traces(raw, transport_peer("http/json", "127.0.0.1", 54321, 4318))
+
+    return decode
+
+
+def as_json(raw: bytes) -> bytes:
+    """The OTLP/JSON body of the serialized protobuf request ``raw`` (the same spans)."""
+    import json
+
+    from otel_bridge.otlp import json_codec
+    from otel_bridge.otlp.proto_codec import decode_traces
+
+    document = json_codec.encode_traces(decode_traces(raw).records)
+    return json.dumps(document, separators=(",", ":")).encode()
 
 
 def without_timers(config: Any) -> None:
@@ -315,6 +342,8 @@ def work(stage: str, spans: int, prepared: int) -> None:
 
     per_sender = [build_requests(s, _REQUEST_SPANS) for s in range(4)]
     order = [reqs[i] for i in range(_DISTINCT_REQUESTS) for reqs in per_sender]
+    if stage == "json-decode":
+        order = [as_json(raw) for raw in order]
     with tempfile.TemporaryDirectory() as workdir:
         step, _ = pipeline_step(stage, workdir)
         for raw in order:

@@ -12,10 +12,10 @@ from __future__ import annotations
 
 import json
 import os
-from collections.abc import Collection, Iterable, Mapping
+from collections.abc import Callable, Collection, Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import orjson
 
@@ -24,6 +24,7 @@ from otel_bridge.graph import reading, validate_document
 from otel_bridge.identity import str_value, tool_call_key
 from otel_bridge.model import AnyValue, LogRecord, Span
 from otel_bridge.otlp import json_codec
+from otel_bridge.otlp.records import Decoded
 
 ARGUMENT_ATTRIBUTES = ("gen_ai.tool.call.arguments", "input.value")
 """Span attributes holding a tool call's arguments: GenAI semconv first, then OpenInference."""
@@ -417,12 +418,29 @@ def read_streams(path: Path) -> tuple[list[Span], list[LogRecord]]:
     if not path.exists():
         return spans, logs
     with path.open(encoding="utf-8") as f:
-        for line in f:
+        for number, line in enumerate(f, 1):
             if '"resourceSpans"' in line:
-                spans.extend(json_codec.decode_traces(line).records)
+                spans.extend(_decoded(json_codec.decode_traces, line, path, number))
             elif '"resourceLogs"' in line:
-                logs.extend(json_codec.decode_logs(line).records)
+                logs.extend(_decoded(json_codec.decode_logs, line, path, number))
     return spans, logs
+
+
+R = TypeVar("R", Span, LogRecord)
+
+
+def _decoded(
+    decode: Callable[[str], Decoded[R]], line: str, path: Path, number: int
+) -> tuple[R, ...]:
+    """The records of one ``sem.jsonl`` line; a record the decoder rejects is an error here
+    (the file exporter writes only records a receiver accepted), named by file and line."""
+    try:
+        decoded = decode(line)
+    except DecodeError as exc:
+        raise DecodeError(f"{path}:{number}: {exc}") from None
+    if decoded.rejected:
+        raise DecodeError(f"{path}:{number}: {decoded.error_message}")
+    return decoded.records
 
 
 def review_findings(run_dir: Path) -> int | None:

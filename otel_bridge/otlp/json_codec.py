@@ -10,11 +10,16 @@ wrong, which is why ``google.protobuf.json_format`` is not used here:
   snake_case proto names when decoding, and always write lowerCamelCase;
 * 64-bit integers are written as decimal strings; numbers and strings are both accepted.
 
-Decoding a body that does not have this shape raises :class:`~otel_bridge.errors.DecodeError`
-naming exactly where and what (``resourceSpans[0].scopeSpans[1].spans[3].traceId: expected 32 hex
-characters, got 31``); the receiver answers it with HTTP 400. Records that are well-formed but
-invalid (an all-zero trace id, an unknown span kind) are rejected one by one and reported as
-partial success, exactly as in :mod:`otel_bridge.otlp.proto_codec`.
+Decoding keeps every valid record. A record that is malformed or invalid (a trace id of 31 hex
+characters or with a ``g`` in it, an all-zero id, a span kind given by name or unknown, a
+timestamp that is not a number) is rejected alone, and reported as partial success naming
+exactly where and what (``resourceSpans[0].scopeSpans[1].spans[3].traceId: expected 32 hex
+characters, got 31``), as :mod:`otel_bridge.otlp.proto_codec` rejects the spans it cannot take;
+a bad resource or scope rejects the records under it. Only a body whose records cannot be
+counted (not JSON, not an object, an envelope array or object of the wrong type) or that holds a
+string that is not valid Unicode raises :class:`~otel_bridge.errors.DecodeError` for the whole
+request, which the receiver answers with HTTP 400 (``docs/components.md``, *A bad record, or a
+bad request*).
 
 The single-record encoders (:func:`span_to_dict`, :func:`log_to_dict`) are what the ``file``
 exporter writes; :func:`encode_traces`/:func:`encode_logs` produce whole export requests.
@@ -26,7 +31,8 @@ import base64
 import json
 import math
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any
+from dataclasses import dataclass
+from typing import Any, TypeVar
 
 from otel_bridge.errors import DecodeError
 from otel_bridge.model import (
@@ -44,6 +50,7 @@ from otel_bridge.model import (
     TransportPeer,
 )
 from otel_bridge.otlp.json_read import (
+    NotUnicodeError,
     field,
     parse_int,
     read_any_value,
@@ -55,6 +62,7 @@ from otel_bridge.otlp.json_read import (
     read_str,
     read_uint32,
     read_uint64,
+    type_name,
 )
 from otel_bridge.otlp.records import Decoded, Rejections, group_by_resource_scope
 
@@ -284,7 +292,7 @@ def load_body(body: bytes | str | Mapping[str, Any]) -> Mapping[str, Any]:
         # with the field's path (json_read.OversizeInt)
         value = _loads(body, oversize=True)
     if not isinstance(value, dict):
-        raise DecodeError(f"body: expected a JSON object, got {type(value).__name__}")
+        raise DecodeError(f"body: expected a JSON object, got {type_name(value)}")
     return value
 
 
@@ -385,13 +393,16 @@ def _invalid(span: Span, kind: int, code: int, path: str) -> str | None:
     if span.span_id == bytes(8):
         return f"{path}.spanId: must not be all zeros"
     for i, link in enumerate(span.links):
-        if link.trace_id == bytes(16) or link.span_id == bytes(8):
-            return f"{path}.links[{i}]: ids must not be all zeros"
+        if link.trace_id == bytes(16):
+            return f"{path}.links[{i}].traceId: must not be all zeros"
+        if link.span_id == bytes(8):
+            return f"{path}.links[{i}].spanId: must not be all zeros"
     return None
 
 
-def _span(obj: Mapping[str, Any], path: str, resource: Resource, scope: Scope) -> Span | str:
-    """The span at ``path``, or the reason to reject it; structural errors raise."""
+def _span(item: Any, path: str, resource: Resource, scope: Scope) -> Span | str:
+    """The span at ``path``, or why it is invalid; a malformed field raises ``DecodeError``."""
+    obj = read_object(item, path)
     kind = read_enum(obj.get("kind"), f"{path}.kind")
     status_obj = read_object(obj.get("status"), f"{path}.status")
     code = read_enum(status_obj.get("code"), f"{path}.status.code")
@@ -433,39 +444,124 @@ def _span(obj: Mapping[str, Any], path: str, resource: Resource, scope: Scope) -
     return _invalid(span, kind, code, path) or span
 
 
+@dataclass(frozen=True, slots=True)
+class _Shape:
+    """The keys of one signal's export request (camelCase, and the proto names also accepted)."""
+
+    top: str
+    top_snake: str
+    scopes: str
+    scopes_snake: str
+    records: str
+    records_snake: str | None
+    noun: str
+
+
+_TRACES = _Shape(
+    "resourceSpans", "resource_spans", "scopeSpans", "scope_spans", "spans", None, "spans"
+)
+_LOGS = _Shape(
+    "resourceLogs",
+    "resource_logs",
+    "scopeLogs",
+    "scope_logs",
+    "logRecords",
+    "log_records",
+    "log records",
+)
+
+R = TypeVar("R", Span, LogRecord)
+
+
+def _decode(
+    body: bytes | str | Mapping[str, Any],
+    shape: _Shape,
+    read_record: Callable[[Any, str, Resource, Scope], R | str],
+    peer: TransportPeer | None,
+) -> Decoded[R]:
+    """The records of an export request: what is valid is kept, what is not is rejected.
+
+    A fault inside one record (a field of the wrong type, a bad id, an unknown enum value, an
+    unreadable value) rejects that record, named by path. A fault in a resource or scope rejects
+    the records under it (they cannot be read without it), counted. The request fails as a whole
+    (``DecodeError``, HTTP 400) only when the records cannot be counted: the body is not JSON or
+    not an object, or an envelope (``resourceSpans``, its items, ``scopeSpans``, its items, the
+    ``spans`` arrays) is not of the OTLP shape; and for a string that is not valid Unicode
+    (:class:`~otel_bridge.otlp.json_read.NotUnicodeError`), as on the protobuf path.
+    """
+    root = load_body(body)
+    records: list[R] = []
+    rejects = Rejections()
+    for ri, item in enumerate(read_list(field(root, shape.top, shape.top_snake), shape.top)):
+        rpath = f"{shape.top}[{ri}]"
+        envelope = read_object(item, rpath)
+        groups = _scope_groups(envelope, rpath, shape)
+        try:
+            resource = _resource(envelope, rpath, peer)
+        except NotUnicodeError:
+            raise
+        except DecodeError as exc:
+            _reject_group(rejects, str(exc), rpath, sum(len(g[2]) for g in groups), shape.noun)
+            continue
+        for spath, group, items in groups:
+            try:
+                scope = _scope(group, spath)
+            except NotUnicodeError:
+                raise
+            except DecodeError as exc:
+                _reject_group(rejects, str(exc), spath, len(items), shape.noun)
+                continue
+            prefix = f"{spath}.{shape.records}["
+            for pi, record in enumerate(items):
+                try:
+                    result = read_record(record, f"{prefix}{pi}]", resource, scope)
+                except NotUnicodeError:
+                    raise
+                except DecodeError as exc:
+                    result = str(exc)
+                if isinstance(result, str):
+                    rejects.add(result)
+                else:
+                    records.append(result)
+    return Decoded(tuple(records), rejects.count, rejects.message(shape.noun))
+
+
+def _scope_groups(
+    envelope: Mapping[str, Any], rpath: str, shape: _Shape
+) -> list[tuple[str, Mapping[str, Any], list[Any]]]:
+    """Each scope group of one resource: its path, its object and its records (unread)."""
+    spath = f"{rpath}.{shape.scopes}"
+    groups = []
+    for si, item in enumerate(read_list(field(envelope, shape.scopes, shape.scopes_snake), spath)):
+        gpath = f"{spath}[{si}]"
+        group = read_object(item, gpath)
+        items = read_list(
+            field(group, shape.records, shape.records_snake), f"{gpath}.{shape.records}"
+        )
+        groups.append((gpath, group, items))
+    return groups
+
+
+def _reject_group(rejects: Rejections, problem: str, where: str, count: int, noun: str) -> None:
+    """Reject the ``count`` records under the resource or scope at ``where``."""
+    if count:
+        rejects.add(f"{problem} (all {count} {noun} of {where} rejected)", count)
+
+
 def decode_traces(
     body: bytes | str | Mapping[str, Any], peer: TransportPeer | None = None
 ) -> Decoded[Span]:
     """The spans of an OTLP/JSON ``ExportTraceServiceRequest`` body.
 
-    Raises ``DecodeError`` naming the path when the body is malformed; invalid but well-formed
-    spans are rejected and reported in the result.
+    Raises ``DecodeError`` naming the path when the request as a whole is malformed; a span
+    that is malformed or invalid is rejected alone and reported in the result (see
+    :func:`_decode` for which is which).
     """
-    root = load_body(body)
-    spans: list[Span] = []
-    rejects = Rejections()
-    for ri, rs_item in enumerate(
-        read_list(field(root, "resourceSpans", "resource_spans"), "resourceSpans")
-    ):
-        rpath = f"resourceSpans[{ri}]"
-        rs = read_object(rs_item, rpath)
-        resource = _resource(rs, rpath, peer)
-        scope_items = read_list(field(rs, "scopeSpans", "scope_spans"), f"{rpath}.scopeSpans")
-        for si, ss_item in enumerate(scope_items):
-            spath = f"{rpath}.scopeSpans[{si}]"
-            ss = read_object(ss_item, spath)
-            scope = _scope(ss, spath)
-            for pi, item in enumerate(read_list(ss.get("spans"), f"{spath}.spans")):
-                ppath = f"{spath}.spans[{pi}]"
-                result = _span(read_object(item, ppath), ppath, resource, scope)
-                if isinstance(result, str):
-                    rejects.add(result)
-                else:
-                    spans.append(result)
-    return Decoded(tuple(spans), rejects.count, rejects.message("spans"))
+    return _decode(body, _TRACES, _span, peer)
 
 
-def _log(obj: Mapping[str, Any], path: str, resource: Resource, scope: Scope) -> LogRecord:
+def _log(item: Any, path: str, resource: Resource, scope: Scope) -> LogRecord:
+    obj = read_object(item, path)
     body = obj.get("body")
     return LogRecord(
         resource=resource,
@@ -498,24 +594,7 @@ def decode_logs(
 ) -> Decoded[LogRecord]:
     """The log records of an OTLP/JSON ``ExportLogsServiceRequest`` body.
 
-    Raises ``DecodeError`` naming the path when the body is malformed.
+    Raises ``DecodeError`` naming the path when the request as a whole is malformed; a record
+    that is malformed is rejected alone and reported in the result, as spans are.
     """
-    root = load_body(body)
-    logs: list[LogRecord] = []
-    for ri, rl_item in enumerate(
-        read_list(field(root, "resourceLogs", "resource_logs"), "resourceLogs")
-    ):
-        rpath = f"resourceLogs[{ri}]"
-        rl = read_object(rl_item, rpath)
-        resource = _resource(rl, rpath, peer)
-        for si, sl_item in enumerate(
-            read_list(field(rl, "scopeLogs", "scope_logs"), f"{rpath}.scopeLogs")
-        ):
-            spath = f"{rpath}.scopeLogs[{si}]"
-            sl = read_object(sl_item, spath)
-            scope = _scope(sl, spath)
-            records = read_list(field(sl, "logRecords", "log_records"), f"{spath}.logRecords")
-            for pi, item in enumerate(records):
-                ppath = f"{spath}.logRecords[{pi}]"
-                logs.append(_log(read_object(item, ppath), ppath, resource, scope))
-    return Decoded(tuple(logs))
+    return _decode(body, _LOGS, _log, peer)

@@ -25,6 +25,11 @@ _SPECIAL_DOUBLES = {"NaN": math.nan, "Infinity": math.inf, "-Infinity": -math.in
 _HEX_DIGITS = frozenset("0123456789abcdefABCDEF")
 
 
+class NotUnicodeError(DecodeError):
+    """A string that is not valid Unicode (a lone surrogate escape). Unlike the other faults in
+    one record it fails the whole request, as invalid UTF-8 fails the protobuf parse of one."""
+
+
 class OversizeInt:
     """An integer literal longer than the interpreter converts (``sys.get_int_max_str_digits``,
     4,300 digits by default), kept as its length so the reader that meets it names its field
@@ -110,7 +115,8 @@ def read_str(value: Any, path: str) -> str:
 
     JSON's ``\\uD800`` escapes can spell a lone surrogate, which no UTF-8 encoder accepts: such a
     string is refused here, with its path, like invalid UTF-8 on the protobuf path, so it never
-    reaches an exporter (the request is answered 400 and nothing of it is kept).
+    reaches an exporter (:class:`NotUnicodeError`: the request is answered 400 and nothing of it
+    is kept).
     """
     if value is None:
         return ""
@@ -120,8 +126,8 @@ def read_str(value: Any, path: str) -> str:
         try:
             value.encode("utf-8")
         except UnicodeEncodeError as exc:
-            raise fail(
-                path, f"not valid Unicode: lone surrogate {value[exc.start]!r} at {exc.start}"
+            raise NotUnicodeError(
+                f"{path}: not valid Unicode: lone surrogate {value[exc.start]!r} at {exc.start}"
             ) from None
     return value
 

@@ -31,23 +31,27 @@ class Decoded(Generic[T]):
 class Rejections:
     """Collects the rejected records of one request: a count and the first few problems."""
 
-    __slots__ = ("count", "details")
+    __slots__ = ("count", "described", "details")
 
     def __init__(self) -> None:
         self.count = 0
         self.details: list[str] = []
+        self.described = 0
+        """How many of the rejected records ``details`` accounts for."""
 
-    def add(self, problem: str) -> None:
-        """Count one rejected record; ``problem`` is ``"path: what is wrong"``."""
-        self.count += 1
+    def add(self, problem: str, count: int = 1) -> None:
+        """Count ``count`` rejected records (one, or all under a bad resource or scope) for one
+        ``problem``, ``"path: what is wrong"``."""
+        self.count += count
         if len(self.details) < _MAX_REJECT_DETAILS:
             self.details.append(problem)
+            self.described += count
 
     def message(self, noun: str) -> str:
         """The partial-success ``error_message`` (empty when nothing was rejected)."""
         if not self.count:
             return ""
-        more = self.count - len(self.details)
+        more = self.count - self.described
         tail = f"; and {more} more" if more > 0 else ""
         return f"rejected {self.count} invalid {noun}: " + "; ".join(self.details) + tail
 

@@ -44,6 +44,17 @@ def decode_error(document: Any) -> str:
     return str(info.value)
 
 
+def rejection(span: dict[str, Any]) -> str:
+    """The partial-success message of a request with ``span`` then a valid span: the valid one
+    must be kept and ``span`` rejected alone."""
+    document = body(span)
+    document["resourceSpans"][0]["scopeSpans"][0]["spans"].append(minimal(name="kept"))
+    decoded = json_codec.decode_traces(json.dumps(document).encode())
+    assert [s.name for s in decoded.records] == ["kept"]
+    assert decoded.rejected == 1
+    return decoded.error_message
+
+
 def test_hand_written_body_decodes_hex_ids_int64_strings_and_nested_values() -> None:
     """A spec-shaped body decodes with hex ids, string int64s and nested AnyValues."""
     span = minimal(
@@ -178,21 +189,71 @@ def test_unknown_fields_are_ignored() -> None:
         (minimal(events=[{"timeUnixNano": True}]), "events[0].timeUnixNano: expected an unsigned"),
     ],
 )
-def test_malformed_fields_name_the_path_and_the_problem(
+def test_a_malformed_field_rejects_its_span_naming_the_path_and_the_problem(
     span: dict[str, Any], expected: str
 ) -> None:
-    """Each malformed field raises a DecodeError naming where it is and what is wrong."""
-    assert expected in decode_error(body(span))
+    """Each malformed field rejects its span alone, and the message says where and what."""
+    assert expected in rejection(span)
 
 
-def test_structural_errors_name_the_path() -> None:
-    """Wrong container types are reported at their own path."""
+def test_a_span_that_is_not_an_object_is_rejected_alone() -> None:
+    """A span slot holding a string is one rejected span, named by its index."""
+    assert "spans[0]: expected an object, got a string" in rejection("op")  # type: ignore[arg-type]
+
+
+def test_envelope_errors_fail_the_request_naming_the_path() -> None:
+    """Wrong container types around the spans (their count unknown) fail the whole request."""
     assert decode_error({"resourceSpans": {}}) == "resourceSpans: expected an array, got an object"
     assert "resourceSpans[0].scopeSpans[0]: expected an object, got a number" in decode_error(
         {"resourceSpans": [{"scopeSpans": [1]}]}
     )
-    assert "resourceSpans[0].resource.attributes" in decode_error(
-        {"resourceSpans": [{"resource": {"attributes": 3}}]}
+    assert "resourceSpans[0].scopeSpans[0].spans: expected an array, got a number" in decode_error(
+        {"resourceSpans": [{"scopeSpans": [{"spans": 5}]}]}
+    )
+    assert "resourceSpans[1]: expected an object, got an array" in decode_error(
+        {"resourceSpans": [{}, []]}
+    )
+
+
+def test_a_bad_resource_or_scope_rejects_the_spans_under_it() -> None:
+    """A malformed resource or scope rejects its spans, counted; other groups are kept."""
+    good = {"scopeSpans": [{"spans": [minimal(name="kept")]}]}
+    document = {
+        "resourceSpans": [
+            {"resource": {"attributes": 3}, "scopeSpans": [{"spans": [minimal(), minimal()]}]},
+            good,
+            {"scopeSpans": [{"scope": {"name": 7}, "spans": [minimal()]}, *good["scopeSpans"]]},
+        ]
+    }
+    decoded = json_codec.decode_traces(document)
+    assert [s.name for s in decoded.records] == ["kept", "kept"]
+    assert decoded.rejected == 3
+    assert decoded.error_message == (
+        "rejected 3 invalid spans: resourceSpans[0].resource.attributes: expected an array, got a"
+        " number (all 2 spans of resourceSpans[0] rejected); resourceSpans[2].scopeSpans[0].scope"
+        ".name: expected a string, got a number (all 1 spans of resourceSpans[2].scopeSpans[0]"
+        " rejected)"
+    )
+
+
+def test_the_message_names_five_rejections_and_counts_the_rest() -> None:
+    """Past five named problems the message says how many more records were rejected."""
+    spans = [minimal(traceId="bad")] * 4 + [minimal(name="kept")]
+    document = {
+        "resourceSpans": [
+            {"resource": {"attributes": 3}, "scopeSpans": [{"spans": [minimal()] * 3}]},
+            {"scopeSpans": [{"spans": spans}]},
+        ]
+    }
+    decoded = json_codec.decode_traces(document)
+    assert (len(decoded.records), decoded.rejected) == (1, 7)
+    assert decoded.error_message.endswith(
+        "resourceSpans[1].scopeSpans[0].spans[3].traceId: expected 32 hex characters, got 3"
+    )
+    spans = [minimal(traceId="bad")] * 7
+    decoded = json_codec.decode_traces(body(minimal(traceId="bad"), scopeSpans=[{"spans": spans}]))
+    assert decoded.error_message.endswith(
+        "spans[4].traceId: expected 32 hex characters, got 3; and 2 more"
     )
 
 
@@ -297,13 +358,17 @@ def test_logs_round_trip_and_log_to_dict() -> None:
     assert json_codec.decode_logs(text).records == (log,)
 
 
-def test_malformed_log_body_names_the_path() -> None:
-    """A log record with a bad span id fails with its path."""
-    document = {
-        "resourceLogs": [{"scopeLogs": [{"logRecords": [{"spanId": "0102"}]}]}],
-    }
-    with pytest.raises(DecodeError) as info:
-        json_codec.decode_logs(json.dumps(document))
-    assert str(info.value) == (
-        "resourceLogs[0].scopeLogs[0].logRecords[0].spanId: expected 16 hex characters, got 4"
+def test_a_malformed_log_record_is_rejected_alone_naming_the_path() -> None:
+    """Log records with a bad span id or a timestamp that is no number are rejected alone."""
+    records = [{"spanId": "0102"}, {"eventName": "kept"}, {"timeUnixNano": "soon"}]
+    document = {"resourceLogs": [{"scopeLogs": [{"logRecords": records}]}]}
+    decoded = json_codec.decode_logs(json.dumps(document))
+    assert [r.event_name for r in decoded.records] == ["kept"]
+    assert decoded.error_message == (
+        "rejected 2 invalid log records: "
+        "resourceLogs[0].scopeLogs[0].logRecords[0].spanId: expected 16 hex characters, got 4; "
+        "resourceLogs[0].scopeLogs[0].logRecords[2].timeUnixNano: expected an unsigned 64-bit"
+        " integer, got 'soon'"
     )
+    with pytest.raises(DecodeError, match=r"resourceLogs\[0\]\.scopeLogs: expected an array"):
+        json_codec.decode_logs({"resourceLogs": [{"scopeLogs": {}}]})

@@ -163,18 +163,23 @@ def test_json_logs_are_accepted(start_receiver: StartReceiver) -> None:
     assert (log.event_name, log.body, log.time_unix_nano) == ("process.exit", "bye", 5)
 
 
-def test_malformed_json_bodies_get_400_naming_the_field(start_receiver: StartReceiver) -> None:
-    """Bad JSON, a wrong id length, invalid hex and wrong types get 400 with the field path."""
+def test_json_bodies_not_of_the_otlp_shape_get_400_naming_the_field(
+    start_receiver: StartReceiver,
+) -> None:
+    """Bad JSON, a non-object, envelopes of the wrong type and invalid Unicode fail the whole
+    request: 400 with the field path, nothing kept."""
     running = start_receiver(grpc=False)
     url = f"{running.http_url}/v1/traces"
     cases = {
         b"{oops": "body is not valid JSON",
-        json_request(json_span(traceId=TRACE_HEX[:-1])): (
-            "resourceSpans[0].scopeSpans[0].spans[0].traceId: expected 32 hex characters, got 31"
+        b"[1, 2]": "body: expected a JSON object, got an array",
+        b'{"resourceSpans": {}}': "resourceSpans: expected an array, got an object",
+        b'{"resourceSpans": [{"scopeSpans": [{"spans": 5}]}]}': (
+            "resourceSpans[0].scopeSpans[0].spans: expected an array, got a number"
         ),
-        json_request(json_span(spanId="g" * 16)): "spans[0].spanId: invalid hex character 'g'",
-        json_request(json_span(name=5)): "spans[0].name: expected a string, got a number",
-        json_request(json_span(kind="SERVER")): "spans[0].kind: expected an integer enum value",
+        json_request(json_span(), json_span(name="\\ud800")).replace(b"\\\\", b"\\"): (
+            "spans[1].name: not valid Unicode"
+        ),
     }
     for request_body, expected in cases.items():
         status, headers, body = post(url, request_body)
@@ -183,6 +188,36 @@ def test_malformed_json_bodies_get_400_naming_the_field(start_receiver: StartRec
         assert expected in json.loads(body)["message"]
     assert running.counter("requests_malformed") == len(cases)
     assert running.sink.spans == []
+
+
+def test_a_malformed_json_span_is_rejected_alone(start_receiver: StartReceiver) -> None:
+    """One good span and one with ``"traceId": "bad"`` (or another malformed field): 200, the
+    bad span in partialSuccess with its path, the good one kept. The SDK drops a request
+    answered 400 whole, so a 400 here would lose the good span."""
+    running = start_receiver(grpc=False)
+    url = f"{running.http_url}/v1/traces"
+    cases: dict[str, tuple[Any, str]] = {
+        "traceId": (
+            json_span(traceId="bad"),
+            "resourceSpans[0].scopeSpans[0].spans[1].traceId: expected 32 hex characters, got 3",
+        ),
+        "short traceId": (json_span(traceId=TRACE_HEX[:-1]), "spans[1].traceId: expected 32 hex"),
+        "spanId": (json_span(spanId="g" * 16), "spans[1].spanId: invalid hex character 'g'"),
+        "name": (json_span(name=5), "spans[1].name: expected a string, got a number"),
+        "kind": (json_span(kind="SERVER"), "spans[1].kind: expected an integer enum value"),
+        "time": (json_span(startTimeUnixNano="soon"), "spans[1].startTimeUnixNano: expected"),
+        "not an object": ("span", "spans[1]: expected an object, got a string"),
+    }
+    for case, (bad, expected) in cases.items():
+        status, headers, body = post(url, json_request(json_span(name=case), bad))
+        assert status == 200, case
+        assert headers["Content-Type"] == "application/json"
+        partial = json.loads(body)["partialSuccess"]
+        assert partial["rejectedSpans"] == "1", case
+        assert expected in partial["errorMessage"], case
+    assert [s.name for s in running.sink.spans] == list(cases)
+    assert running.counter("spans_rejected") == len(cases)
+    assert running.counter("requests_malformed") == 0
 
 
 def test_malformed_protobuf_gets_400_protobuf_status(start_receiver: StartReceiver) -> None:

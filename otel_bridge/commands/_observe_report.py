@@ -47,14 +47,20 @@ def otlp_summary(
         "requests_malformed": n("requests_malformed"),
         "requests_too_large": n("requests_too_large"),
         "metrics_requests_refused": n("metrics_requests_unsupported"),
-        "spans_refused_why": sorted(
-            text
-            for key, text in telemetry.notes().items()
-            if key.startswith(f"{RECEIVER}.") and key.endswith(".spans_refused")
-        ),
+        "spans_refused_why": _why(telemetry, "spans_refused"),
+        "requests_malformed_why": _why(telemetry, "requests_malformed"),
     }
     out["warnings"] = _warnings(out, exit_code)
     return out
+
+
+def _why(telemetry: Telemetry, counter: str) -> list[str]:
+    """The reasons the receivers kept for ``counter`` (their notes), sorted."""
+    return sorted(
+        text
+        for key, text in telemetry.notes().items()
+        if key.startswith(f"{RECEIVER}.") and key.endswith(f".{counter}")
+    )
 
 
 def _warnings(o: Mapping[str, Any], exit_code: int | None) -> list[str]:
@@ -80,6 +86,11 @@ def _warnings(o: Mapping[str, Any], exit_code: int | None) -> list[str]:
                 "(it is not instrumented with an OpenTelemetry SDK exporter, sets its exporter's "
                 "endpoint in code, or exited before exporting)"
             )
+        elif o["requests_malformed"]:
+            warnings.append(
+                "the command sent no spans that could be recorded: its requests to the OTLP "
+                "endpoint could not be decoded (below)"
+            )
         else:
             warnings.append(
                 "the command sent no spans: it connected to the OTLP endpoint but exported "
@@ -95,9 +106,12 @@ def _warnings(o: Mapping[str, Any], exit_code: int | None) -> list[str]:
     if o["spans_rejected"]:
         warnings.append(f"{o['spans_rejected']} spans were rejected as invalid (see the notes)")
     if o["requests_malformed"]:
+        why = "; ".join(o["requests_malformed_why"]) or (
+            "an exporter configured for another encoding or protocol?"
+        )
         warnings.append(
-            f"{o['requests_malformed']} OTLP requests could not be decoded (an exporter "
-            "configured for another encoding or protocol?)"
+            f"{o['requests_malformed']} OTLP requests could not be decoded and were refused "
+            f"with everything in them ({why})"
         )
     if o["metrics_requests_refused"]:
         warnings.append(

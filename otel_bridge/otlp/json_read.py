@@ -141,22 +141,22 @@ def read_bool(value: Any, path: str) -> bool:
     return value
 
 
-def read_int(value: Any, path: str, lo: int, hi: int, what: str) -> int:
-    """An integer in ``[lo, hi]``, given as a JSON number or a decimal string (proto3 JSON)."""
+def _integer(value: Any, path: str, what: str) -> int:
+    """The integer a JSON number or a decimal string gives, however wide (proto3 JSON)."""
     if value is None:
         return 0
     if isinstance(value, bool):
         raise fail(path, f"expected {what}, got a boolean")
     if isinstance(value, int):
-        number = value
-    elif isinstance(value, float):
+        return value
+    if isinstance(value, float):
         if not value.is_integer():
             raise fail(path, f"expected {what}, got {shown(value)}")
-        number = int(value)
-    elif isinstance(value, str):
+        return int(value)
+    if isinstance(value, str):
         text = value.strip()
         try:
-            number = int(text, 10)
+            return int(text, 10)
         except ValueError:
             try:
                 as_float = float(text)
@@ -164,12 +164,30 @@ def read_int(value: Any, path: str, lo: int, hi: int, what: str) -> int:
                 raise fail(path, f"expected {what}, got {shown(value)}") from None
             if not as_float.is_integer():
                 raise fail(path, f"expected {what}, got {shown(value)}") from None
-            number = int(as_float)
-    else:
-        raise fail(path, f"expected {what}, got {type_name(value)}")
+            return int(as_float)
+    raise fail(path, f"expected {what}, got {type_name(value)}")
+
+
+def read_int(value: Any, path: str, lo: int, hi: int, what: str) -> int:
+    """An integer in ``[lo, hi]``, given as a JSON number or a decimal string (proto3 JSON)."""
+    number = _integer(value, path, what)
     if not lo <= number <= hi:
         raise fail(path, f"{number} is out of range for {what}")
     return number
+
+
+def read_int_value(value: Any, path: str) -> int | str:
+    """An ``AnyValue.intValue``: the int64, or, for an integer outside the int64 range, its
+    decimal text, as the OpenTelemetry attribute mapping converts such an integer (to
+    ``stringValue``; otel-bridge's encoders write a wider model integer the same way).
+
+    The OpenTelemetry JS SDK's OTLP/JSON exporter writes every integral JavaScript number as
+    ``intValue``, however large: ``2**64`` as ``18446744073709552000``, ``1e21`` as ``1e+21``.
+    Refusing the value refused the whole request (HTTP 400), every span of the batch with it;
+    now the value is kept (a number in exponent form as the exact value of its double,
+    ``1e+23`` as ``99999999999999991611392``) and nothing is refused."""
+    number = _integer(value, path, "a 64-bit integer")
+    return number if _INT64_MIN <= number <= _INT64_MAX else str(number)
 
 
 def read_uint64(value: Any, path: str) -> int:
@@ -266,7 +284,7 @@ def read_any_value(value: Any, path: str, depth: int = 0) -> AnyValue:
         if key in ("boolValue", "bool_value"):
             return read_bool(item, f"{path}.boolValue")
         if key in ("intValue", "int_value"):
-            return read_int64(item, f"{path}.intValue")
+            return read_int_value(item, f"{path}.intValue")
         if key in ("doubleValue", "double_value"):
             return read_double(item, f"{path}.doubleValue")
         if key in ("bytesValue", "bytes_value"):

@@ -101,6 +101,41 @@ def test_a_command_that_failed_before_exporting_is_said_to_have_failed(tmp_path:
     assert warning in " ".join(result.stderr.split())
 
 
+MALFORMED_AGENT = textwrap.dedent(
+    """
+    import json, os, urllib.error, urllib.request
+    span = {"traceId": "0af7651916cd43dd8448eb211c80319", "spanId": "b7ad6b7169203331",
+            "name": "step", "kind": 1, "startTimeUnixNano": "1", "endTimeUnixNano": "2"}
+    body = {"resourceSpans": [{"scopeSpans": [{"spans": [span]}]}]}
+    req = urllib.request.Request(
+        os.environ["OTEL_EXPORTER_OTLP_ENDPOINT"] + "/v1/traces",
+        data=json.dumps(body).encode(), headers={"Content-Type": "application/json"})
+    try:
+        urllib.request.urlopen(req)
+    except urllib.error.HTTPError as exc:
+        assert exc.code == 400, exc.code
+    """
+)
+
+
+@pytest.mark.slow
+def test_a_request_that_could_not_be_decoded_is_said_with_why(tmp_path: Path) -> None:
+    """A request the receiver could not decode (here a trace id one digit short) is refused
+    whole: the summary says why, with the decoder's path, rather than guessing that the
+    exporter used another protocol, and does not ask whether the spans were ended."""
+    (tmp_path / "agent.py").write_text(MALFORMED_AGENT)
+    result = observe_in(tmp_path, sys.executable, "agent.py")
+    assert result.returncode == 0, result.stderr
+    otlp = _summary(tmp_path)["otlp"]
+    why = "resourceSpans[0].scopeSpans[0].spans[0].traceId: expected 32 hex characters, got 31"
+    assert (otlp["requests_malformed"], otlp["requests_malformed_why"]) == (1, [why])
+    assert otlp["warnings"] == [
+        "the command sent no spans that could be recorded: its requests to the OTLP endpoint "
+        "could not be decoded (below)",
+        f"1 OTLP requests could not be decoded and were refused with everything in them ({why})",
+    ]
+
+
 METRICS_AGENT = textwrap.dedent(
     """
     import sys

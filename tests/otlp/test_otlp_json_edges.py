@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import base64
+import json
 import math
 import re
 from typing import Any
@@ -67,12 +68,56 @@ def test_int64_encoder_writes_strings_that_decode_back(n: int) -> None:
     assert decode_attr(encoded) == n
 
 
-@pytest.mark.parametrize("text", [str(2**63), str(-(2**63) - 1)])
-def test_int64_out_of_range_names_the_path(text: str) -> None:
-    """An intValue outside int64 rejects its span, naming the attribute path."""
+@pytest.mark.parametrize(
+    ("raw", "expected"),
+    [
+        (str(2**63), str(2**63)),
+        (str(-(2**63) - 1), str(-(2**63) - 1)),
+        (18446744073709552000, "18446744073709552000"),  # the JS SDK's 2**64, a JSON number
+        (1e21, str(10**21)),  # the JS SDK's 1e21, written 1e+21
+        (-1e23, "-99999999999999991611392"),  # the exact value of the double
+        ("1e+21", str(10**21)),
+    ],
+)
+def test_int_value_outside_int64_is_kept_as_its_decimal_text(raw: Any, expected: str) -> None:
+    """An intValue outside int64 (the OpenTelemetry JS SDK's OTLP/JSON exporter writes every
+    integral number as one, however large) is kept as its decimal text, as the OpenTelemetry
+    attribute mapping converts such an integer, and is written back as a ``stringValue``. It
+    was a DecodeError, which refused the request with every span in it."""
+    assert decode_attr({"intValue": raw}) == expected
+    assert json_codec.any_value_to_json(expected) == {"stringValue": expected}
+
+
+def test_a_wide_int_value_refuses_nothing_else_in_the_request() -> None:
+    """The JS SDK's JSON for ``{"x.big": 2**64, "x.nan": NaN}`` next to an ordinary attribute:
+    the span and every attribute are kept (``NaN`` arrives as ``null``: no value)."""
+    attributes = (
+        '[{"key":"x.big","value":{"intValue":18446744073709552000}},'
+        '{"key":"x.e21","value":{"intValue":1e+21}},'
+        '{"key":"x.nan","value":{"doubleValue":null}},'
+        '{"key":"x.n","value":{"intValue":-5}}]'
+    )
+    named = '"name": "op"'
+    text = json.dumps(body_with()).replace(named, f'{named}, "attributes": {attributes}')
+    decoded = json_codec.decode_traces(text.encode())
+    assert decoded.rejected == 0
+    (span,) = decoded.records
+    assert dict(span.attributes) == {
+        "x.big": "18446744073709552000",
+        "x.e21": str(10**21),
+        "x.nan": None,
+        "x.n": -5,
+    }
+
+
+@pytest.mark.parametrize(
+    ("field", "value"), [("startTimeUnixNano", str(2**64)), ("droppedAttributesCount", 2**32)]
+)
+def test_other_integers_out_of_range_name_the_path(field: str, value: Any) -> None:
+    """Integer fields other than an attribute's value keep their range: the span is rejected
+    alone, naming the path."""
     assert re.search(
-        r"attributes\[0\]\.value\.intValue: .*out of range",
-        rejection(body_with({"intValue": text})),
+        rf"spans\[0\]\.{field}: .*out of range", rejection(body_with(**{field: value}))
     )
 
 

@@ -161,7 +161,7 @@ class GrpcServer:
         try:
             return parse(raw)
         except PbDecodeError as exc:
-            self._receiver.count("requests_malformed")
+            self._receiver.malformed(f"cannot decode {what}: {exc}")
             context.abort(grpc.StatusCode.INVALID_ARGUMENT, f"cannot decode {what}: {exc}")
         except _RefusedError as refused:
             context.abort_with_status(throttled_status(str(refused), self._receiver.retry_after))

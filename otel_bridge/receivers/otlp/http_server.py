@@ -341,7 +341,7 @@ class _Handler(BaseHTTPRequestHandler):
             )
             outcome = self._decode_and_deliver(receiver, signal, content_type, body, peer)
         except DecodeError as exc:
-            receiver.count("requests_malformed")
+            receiver.malformed(str(exc))
             raise _HttpError(400, _INVALID_ARGUMENT, str(exc)) from None
         except Exception as exc:  # a bug must not kill the server; the client sees 500
             receiver.report_once("http_internal", f"HTTP export failed: {exc!r}")
@@ -395,7 +395,7 @@ class _Handler(BaseHTTPRequestHandler):
             receiver.count("requests_too_large")
             raise _HttpError(413, _RESOURCE_EXHAUSTED, str(exc)) from None
         except DecodeError as exc:
-            receiver.count("requests_malformed")
+            receiver.malformed(str(exc))
             self.close_connection = True
             raise _HttpError(400, _INVALID_ARGUMENT, str(exc)) from None
 

@@ -217,13 +217,24 @@ class OtlpReceiver:
         """Count ``n`` records refused for now and keep why (the first three distinct reasons,
         as the note ``receiver.<id>.<noun>_refused``: ``observe``'s summary says them)."""
         self.count(f"{noun}_refused", n)
+        self._keep_reason(f"{noun}_refused", reason)
+
+    def malformed(self, reason: str) -> None:
+        """Count a request whose body could not be decoded (answered 400 / INVALID_ARGUMENT:
+        nothing of it is kept) and keep why, as :meth:`_refused` does (the note
+        ``receiver.<id>.requests_malformed``)."""
+        self.count("requests_malformed")
+        self._keep_reason("requests_malformed", reason)
+
+    def _keep_reason(self, counter: str, reason: str) -> None:
+        """Keep ``reason`` among the first three distinct ones of ``counter``, as its note."""
         with self._lock:
-            reasons = self._refusals.setdefault(noun, [])
+            reasons = self._refusals.setdefault(counter, [])
             if reason in reasons or len(reasons) >= 3:
                 return
             reasons.append(reason)
             text = "; ".join(reasons)
-        self._telemetry.note(f"receiver.{self._settings.id}.{noun}_refused", text)
+        self._telemetry.note(f"receiver.{self._settings.id}.{counter}", text)
 
     def report_once(self, key: str, message: str) -> None:
         """Log ``message`` once per ``key`` for this receiver."""

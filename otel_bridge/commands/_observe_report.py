@@ -49,6 +49,7 @@ def otlp_summary(
         "metrics_requests_refused": n("metrics_requests_unsupported"),
         "spans_refused_why": _why(telemetry, "spans_refused"),
         "requests_malformed_why": _why(telemetry, "requests_malformed"),
+        "spans_rejected_why": _why(telemetry, "spans_rejected"),
     }
     out["warnings"] = _warnings(out, exit_code)
     return out
@@ -104,7 +105,11 @@ def _warnings(o: Mapping[str, Any], exit_code: int | None) -> list[str]:
             "retry later and may have given up"
         )
     if o["spans_rejected"]:
-        warnings.append(f"{o['spans_rejected']} spans were rejected as invalid (see the notes)")
+        why = "; ".join(o["spans_rejected_why"]) or "the reason was not recorded"
+        warnings.append(
+            f"{o['spans_rejected']} spans were rejected for good and not recorded; the rest of "
+            f"their requests was kept (the receiver answered: {why})"
+        )
     if o["requests_malformed"]:
         why = "; ".join(o["requests_malformed_why"]) or (
             "an exporter configured for another encoding or protocol?"

@@ -104,9 +104,9 @@ def test_a_command_that_failed_before_exporting_is_said_to_have_failed(tmp_path:
 MALFORMED_AGENT = textwrap.dedent(
     """
     import json, os, urllib.error, urllib.request
-    span = {"traceId": "0af7651916cd43dd8448eb211c80319", "spanId": "b7ad6b7169203331",
+    span = {"traceId": "0af7651916cd43dd8448eb211c80319c", "spanId": "b7ad6b7169203331",
             "name": "step", "kind": 1, "startTimeUnixNano": "1", "endTimeUnixNano": "2"}
-    body = {"resourceSpans": [{"scopeSpans": [{"spans": [span]}]}]}
+    body = {"resourceSpans": [{"scopeSpans": [{"spans": span}]}]}  # an object, not an array
     req = urllib.request.Request(
         os.environ["OTEL_EXPORTER_OTLP_ENDPOINT"] + "/v1/traces",
         data=json.dumps(body).encode(), headers={"Content-Type": "application/json"})
@@ -120,19 +120,55 @@ MALFORMED_AGENT = textwrap.dedent(
 
 @pytest.mark.slow
 def test_a_request_that_could_not_be_decoded_is_said_with_why(tmp_path: Path) -> None:
-    """A request the receiver could not decode (here a trace id one digit short) is refused
-    whole: the summary says why, with the decoder's path, rather than guessing that the
+    """A request the receiver could not decode (here a span list that is an object: its spans
+    cannot even be counted) is refused whole: the summary says why, with the decoder's path, rather than guessing that the
     exporter used another protocol, and does not ask whether the spans were ended."""
     (tmp_path / "agent.py").write_text(MALFORMED_AGENT)
     result = observe_in(tmp_path, sys.executable, "agent.py")
     assert result.returncode == 0, result.stderr
     otlp = _summary(tmp_path)["otlp"]
-    why = "resourceSpans[0].scopeSpans[0].spans[0].traceId: expected 32 hex characters, got 31"
+    why = "resourceSpans[0].scopeSpans[0].spans: expected an array, got an object"
     assert (otlp["requests_malformed"], otlp["requests_malformed_why"]) == (1, [why])
     assert otlp["warnings"] == [
         "the command sent no spans that could be recorded: its requests to the OTLP endpoint "
         "could not be decoded (below)",
         f"1 OTLP requests could not be decoded and were refused with everything in them ({why})",
+    ]
+
+
+PARTLY_BAD_AGENT = textwrap.dedent(
+    """
+    import json, os, urllib.request
+    good = {"traceId": "0af7651916cd43dd8448eb211c80319c", "spanId": "b7ad6b7169203331",
+            "name": "step", "kind": 1, "startTimeUnixNano": "1", "endTimeUnixNano": "2"}
+    bad = dict(good, traceId="bad", spanId="b7ad6b7169203332")
+    body = {"resourceSpans": [{"scopeSpans": [{"spans": [good, bad]}]}]}
+    req = urllib.request.Request(
+        os.environ["OTEL_EXPORTER_OTLP_ENDPOINT"] + "/v1/traces",
+        data=json.dumps(body).encode(), headers={"Content-Type": "application/json"})
+    answer = json.loads(urllib.request.urlopen(req).read())
+    assert answer["partialSuccess"]["rejectedSpans"] == "1", answer
+    """
+)
+
+
+@pytest.mark.slow
+def test_a_span_rejected_alone_is_said_with_why(tmp_path: Path) -> None:
+    """A request holding one good span and one with a bad trace id: the good one is recorded,
+    the other rejected alone (partial success), and the summary says which field was wrong."""
+    (tmp_path / "agent.py").write_text(PARTLY_BAD_AGENT)
+    result = observe_in(tmp_path, sys.executable, "agent.py")
+    assert result.returncode == 0, result.stderr
+    otlp = _summary(tmp_path)["otlp"]
+    why = (
+        "rejected 1 invalid spans: resourceSpans[0].scopeSpans[0].spans[1].traceId: expected "
+        "32 hex characters, got 3"
+    )
+    assert (otlp["spans_received"], otlp["spans_rejected"]) == (1, 1)
+    assert otlp["spans_rejected_why"] == [why]
+    assert otlp["warnings"] == [
+        "1 spans were rejected for good and not recorded; the rest of their requests was kept "
+        f"(the receiver answered: {why})"
     ]
 
 

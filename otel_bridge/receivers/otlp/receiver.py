@@ -215,7 +215,8 @@ class OtlpReceiver:
 
     def _refused(self, noun: str, n: int, reason: str) -> None:
         """Count ``n`` records refused for now and keep why (the first three distinct reasons,
-        as the note ``receiver.<id>.<noun>_refused``: ``observe``'s summary says them)."""
+        as the note ``receiver.<id>.<noun>_refused``: ``observe``'s summary says them; rejected
+        records keep theirs the same way, as ``<noun>_rejected``)."""
         self.count(f"{noun}_refused", n)
         self._keep_reason(f"{noun}_refused", reason)
 
@@ -350,6 +351,7 @@ class OtlpReceiver:
         if decoded.rejected:
             self.count(f"{noun}_rejected", decoded.rejected)
             self.report_once(f"{noun}_rejected", decoded.error_message)
+            self._keep_reason(f"{noun}_rejected", decoded.error_message)
         if batch is not None:
             with self._drained:
                 closing = self._closing
@@ -378,6 +380,7 @@ class OtlpReceiver:
             )
             return Outcome(refused=f"the pipeline cannot accept data now: {exc}")
         self.count(f"{noun}_rejected", n)
+        self._keep_reason(f"{noun}_rejected", f"the pipeline rejected them: {exc}")
         self.report_once(
             f"{noun}_failed",
             f"the pipeline rejected a batch ({type(exc).__name__}: {exc}); clients told not "

@@ -186,12 +186,17 @@ class Agent:
 
     def kill(self) -> None:
         """Stop the agent if it still runs; close its pipes."""
-        if self.proc.poll() is None:
-            self.proc.kill()
-            self.proc.wait()
-        for stream in (self.proc.stdin, self.proc.stdout, self.proc.stderr):
-            if stream is not None and not stream.closed:
-                stream.close()
+        end_process(self.proc)
+
+
+def end_process(proc: subprocess.Popen[str]) -> None:
+    """Kill ``proc`` if it still runs, reap it and close its pipes."""
+    if proc.poll() is None:
+        proc.kill()
+        proc.wait()
+    for stream in (proc.stdin, proc.stdout, proc.stderr):
+        if stream is not None and not stream.closed:
+            stream.close()
 
 
 def run_agent(

@@ -21,7 +21,7 @@ from typing import Any
 
 import pytest
 from fake_openai import fake_openai, with_openai_v2
-from standing_support import REPO, RunningCollector, subprocess_env
+from standing_support import REPO, RunningCollector, end_process, subprocess_env
 
 pytest.importorskip("openai", reason="needs the openai client (the examples extra)")
 pytest.importorskip("opentelemetry.exporter.otlp.proto.grpc", reason="needs the dev extra")
@@ -89,12 +89,7 @@ def test_a_pidless_agent_is_followed_and_linked_by_its_connection(
             agent.stdin.close()
             assert agent.wait(timeout=60) == 0
         finally:
-            if agent.poll() is None:
-                agent.kill()
-                agent.wait()
-            for stream in (agent.stdin, agent.stdout):
-                if stream is not None and not stream.closed:
-                    stream.close()
+            end_process(agent)
             assert collector.stop() == 0, collector.output
     graph: dict[str, Any] = json.loads(graph_path.read_text())
     nodes = {n["id"]: n for n in graph["nodes"]}

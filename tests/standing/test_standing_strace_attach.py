@@ -26,6 +26,7 @@ from standing_support import (
     IS_ROOT,
     REPO,
     RunningCollector,
+    end_process,
     need,
     run_agent,
     subprocess_env,
@@ -132,12 +133,7 @@ def test_a_pidless_sender_it_may_not_inspect_is_named_with_the_reason(tmp_path: 
         agent.stdin.close()
         assert agent.wait(timeout=60) == 0
     finally:
-        if agent.poll() is None:
-            agent.kill()
-            agent.wait()
-        for stream in (agent.stdin, agent.stdout):
-            if stream is not None and not stream.closed:
-                stream.close()
+        end_process(agent)
         assert collector.stop() == 0, collector.output
     out = collector.output
     assert out.count("sent spans without process.pid") == 1, out  # once per sender

@@ -121,8 +121,9 @@ MALFORMED_AGENT = textwrap.dedent(
 @pytest.mark.slow
 def test_a_request_that_could_not_be_decoded_is_said_with_why(tmp_path: Path) -> None:
     """A request the receiver could not decode (here a span list that is an object: its spans
-    cannot even be counted) is refused whole: the summary says why, with the decoder's path, rather than guessing that the
-    exporter used another protocol, and does not ask whether the spans were ended."""
+    cannot even be counted) is refused whole: the summary says why, with the decoder's path,
+    rather than guessing that the exporter used another protocol, and does not ask whether the
+    spans were ended."""
     (tmp_path / "agent.py").write_text(MALFORMED_AGENT)
     result = observe_in(tmp_path, sys.executable, "agent.py")
     assert result.returncode == 0, result.stderr

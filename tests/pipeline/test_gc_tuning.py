@@ -1,4 +1,4 @@
-"""A collector process's cyclic garbage collector: a large young generation, a frozen start-up heap."""
+"""A collector process's cyclic garbage collector: a large young generation, a frozen heap."""
 
 from __future__ import annotations
 

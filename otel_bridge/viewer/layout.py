@@ -4,8 +4,10 @@ The same rules, in the same order and the same floating-point arithmetic, as the
 layout (``layout`` and ``foldable`` in ``static/viewer.js``), which still runs when a fold is
 expanded: lanes by kind, library and runtime reads folded per process, the lanes down to the
 processes filled row by row in ``first_seen`` order, the lanes below ordered by the mean x of
-their neighbours above (barycentre) and filled column by column. A browser test checks that the
-page's layout and this one put every node at the same place.
+their neighbours above (barycentre) and filled column by column. An edge whose straight line
+would pass within ``CLEARANCE`` of a node that is neither of its ends is drawn as a curve around
+it (``route``). A browser test checks that the page's layout and this one put every node, and
+every curve, at the same place.
 """
 
 from __future__ import annotations
@@ -38,6 +40,13 @@ RUNTIME_PATH = re.compile(
     r"/(site|dist)-packages/|/__pycache__/|/\.venv/|\.(so(\.[0-9]+)*|pyc)\Z"
 )
 ROW_STEP, LANE_GAP, MIN_WIDTH, COLUMN_STEP = 10, 40, 600, 10
+# An edge's line keeps this far (graph units) from every node of a one-row lane but its ends;
+# where a straight line does not, the first of BENDS (the quadratic curve's control point, that
+# far from the line's midpoint along its normal) that does is used, sampled at CURVE_SAMPLES.
+CLEARANCE = 10.0
+BENDS = tuple(float(sign * 8 * k) for k in range(1, 25) for sign in (1, -1))  # ±8 .. ±192
+CURVE_SAMPLES = 16
+REACH = 110.0  # a curve's apex (half its bend) stays within this of its ends' lanes
 _LANE_OF_KIND = {kind: i for i, (_, kinds) in enumerate(LANES) for kind in kinds}
 
 
@@ -144,7 +153,7 @@ def _grid(lanes: list[list[_Node]]) -> tuple[list[tuple[int, int]], float]:
 def layout(doc: dict[str, Any]) -> dict[str, Any]:
     """Positions for a graph.json ``doc`` as the page would place them with no fold expanded:
     ``x``/``y`` per graph.json node row (null for a folded file), ``folds`` (process id ->
-    ``[x, y]`` of its fold node) and the lane ``bands``."""
+    ``[x, y]`` of its fold node), the lane ``bands`` and the ``curves`` (``route``)."""
     nodes, edges = _model(doc)
     by_id = {n.id: n for n in nodes}
     lanes: list[list[_Node]] = [[] for _ in LANES]
@@ -194,4 +203,77 @@ def layout(doc: dict[str, Any]) -> dict[str, Any]:
             folds[n.id[len("fold:") :]] = [n.x, n.y]
         else:
             xs[n.row], ys[n.row] = n.x, n.y
-    return {"x": xs, "y": ys, "folds": folds, "bands": bands}
+    curves = route(nodes, edges, bands)
+    return {"x": xs, "y": ys, "folds": folds, "bands": bands, "curves": curves}
+
+
+def _points(a: _Node, b: _Node, via: tuple[float, float] | None) -> list[tuple[float, float]]:
+    """The polyline an edge is checked as: its segment, or its curve sampled."""
+    if via is None:
+        return [(a.x, a.y), (b.x, b.y)]
+    cx, cy = via
+    out = []
+    for k in range(CURVE_SAMPLES + 1):
+        t = k / CURVE_SAMPLES
+        u = 1 - t
+        out.append(
+            (
+                u * u * a.x + 2 * t * u * cx + t * t * b.x,
+                u * u * a.y + 2 * t * u * cy + t * t * b.y,
+            )
+        )
+    return out
+
+
+def _near(px: float, py: float, line: list[tuple[float, float]]) -> bool:
+    for i in range(len(line) - 1):
+        ax, ay = line[i]
+        dx, dy = line[i + 1][0] - ax, line[i + 1][1] - ay
+        l2 = dx * dx + dy * dy
+        u = max(0.0, min(1.0, ((px - ax) * dx + (py - ay) * dy) / l2)) if l2 else 0.0
+        qx, qy = ax + u * dx - px, ay + u * dy - py
+        if qx * qx + qy * qy <= CLEARANCE * CLEARANCE:
+            return True
+    return False
+
+
+def _hits(a: _Node, b: _Node, via: tuple[float, float] | None, near: list[_Node]) -> int:
+    line = _points(a, b, via)
+    return sum(1 for n in near if n is not a and n is not b and _near(n.x, n.y, line))
+
+
+def route(
+    nodes: list[_Node], edges: list[tuple[str, str]], bands: list[dict[str, Any]]
+) -> list[list[float]]:
+    """``[edge index, control x, control y]`` for each edge (in the model's edge order) drawn as
+    a quadratic curve: one between nodes of one-row lanes whose straight line passes within
+    CLEARANCE of another such node (a node of a lane that wraps into a block is not one: an edge
+    into a block crosses its rows). The curve is the first of BENDS that clears every node, else
+    the one passing the fewest (the line when no curve passes fewer)."""
+    line_lanes = [i for i, b in enumerate(bands) if b["n"] and b["y0"] == b["y1"]]
+    one_row = {i: [n for n in nodes if n.lane == i] for i in line_lanes}
+    by_id = {n.id: n for n in nodes}
+    curves: list[list[float]] = []
+    for index, (s_id, t_id) in enumerate(edges):
+        a, b = by_id[s_id], by_id[t_id]
+        if a is b or a.lane not in one_row or b.lane not in one_row:
+            continue
+        lo, hi = min(a.y, b.y) - REACH, max(a.y, b.y) + REACH
+        near = [n for i in line_lanes if lo <= bands[i]["y0"] <= hi for n in one_row[i]]
+        best, best_via = _hits(a, b, None, near), None
+        if not best:
+            continue
+        dx, dy = b.x - a.x, b.y - a.y
+        length = math.sqrt(dx * dx + dy * dy)
+        if not length:
+            continue
+        for h in BENDS:
+            via = ((a.x + b.x) / 2 + -dy / length * h, (a.y + b.y) / 2 + dx / length * h)
+            hits = _hits(a, b, via, near)
+            if hits < best:
+                best, best_via = hits, via
+            if not hits:
+                break
+        if best_via is not None:
+            curves.append([index, best_via[0], best_via[1]])
+    return curves

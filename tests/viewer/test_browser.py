@@ -69,6 +69,7 @@ def check_layouts_agree(page: Any) -> None:
     assert layouts["given"] is True
     assert layouts["used"] == layouts["own"]
     assert layouts["bands"] == layouts["ownBands"]
+    assert layouts["usedCurves"] == layouts["ownCurves"]
 
 
 def _layout_graph() -> dict[str, Any]:
@@ -607,11 +608,12 @@ def test_software_webgl_is_drawn_by_the_canvas_renderer(
 
 
 def shown_solid_edges(page: Any) -> set[str]:
-    """The edges the filters leave that the graph layer draws (dashed ones are the overlay's)."""
+    """The edges the filters leave that the graph layer draws (dashed and curved ones are the
+    overlay's)."""
     return set(
         page.evaluate(
             "obViewer.state.model.edges.filter(e => obViewer.state.edgeVis.has(e.id) && "
-            "e.style === 'solid').map(e => e.id)"
+            "e.style === 'solid' && !e.via).map(e => e.id)"
         )
     )
 
@@ -701,3 +703,23 @@ def test_canvas_click_selects_nodes_and_edges_and_the_wheel_zooms(
     after = page.evaluate(f"obViewer.viewportOf('{proc}')")
     assert abs(after["x"] - b["x"]) < 2
     assert abs(after["y"] - b["y"]) < 2  # the point under the pointer stays put
+
+
+def test_an_edge_is_curved_around_a_node_it_would_cross(
+    page: Any, shots: Path, tmp_path: Path
+) -> None:
+    """One agent, one tool call, one model: the agent->model edge would run through the tool
+    call; it is drawn as a curve (by the overlay), with the page's layout equal to Python's."""
+    from viewer.test_layout_lines import agent_run
+
+    (tmp_path / "graph.json").write_text(json.dumps(agent_run(1)))
+    out = export(tmp_path / "graph.json", tmp_path / "r.html")
+    page.goto(out.as_uri())
+    wait_ready(page)
+    check_layouts_agree(page)
+    curved = page.evaluate("obViewer.layouts().usedCurves.map(c => [c[1], c[2]])")
+    assert ["agent:s:a0", "model:p:m"] in curved
+    drawn = set(page.evaluate("obViewer.frame().edges"))
+    assert "req0" not in drawn  # the canvas layer draws it no more: the overlay's curve does
+    assert "inv0-0" in drawn
+    screenshot(page, shots, "graph-curved-edges")

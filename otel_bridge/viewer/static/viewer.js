@@ -202,6 +202,8 @@
     });
     var given = !ownLayout && givenLayout(doc, nodes, folds);
     if (!given) layout(nodes, edges);
+    if (given && doc.layout.curves) doc.layout.curves.forEach(function (c) { edges[c[0]].via = [c[1], c[2]]; });
+    else route(nodes, edges, S.laneBands);
     var bbox = { x0: Infinity, y0: Infinity, x1: -Infinity, y1: -Infinity };
     nodes.forEach(function (n) {
       bbox.x0 = Math.min(bbox.x0, n.x); bbox.x1 = Math.max(bbox.x1, n.x);
@@ -255,6 +257,59 @@
       });
       S.laneBands.push({ name: LANES[i].name, y0: -y, y1: -(y + Math.max(g.rows - 1, 0) * dy), n: list.length, semantic: i < SEMANTIC_LANES });
       if (list.length) y += g.rows * dy + 40;
+    });
+  }
+
+  // An edge whose straight line would pass within CLEARANCE of a node of a one-row lane that is
+  // neither of its ends is drawn as a quadratic curve (e.via: its control point), the first of
+  // BENDS that clears every such node, else the one passing the fewest. The same rule, order and
+  // arithmetic as route() in otel_bridge/viewer/layout.py (a test checks they agree).
+  var CLEARANCE = 10, BENDS = [], CURVE_SAMPLES = 16, REACH = 110;
+  for (var bend = 1; bend <= 24; bend++) BENDS.push(8 * bend, -8 * bend);  // ±8 .. ±192
+  function curvePoints(a, b, via) {
+    if (!via) return [[a.x, a.y], [b.x, b.y]];
+    var out = [];
+    for (var k = 0; k <= CURVE_SAMPLES; k++) {
+      var t = k / CURVE_SAMPLES, u = 1 - t;
+      out.push([u * u * a.x + 2 * t * u * via[0] + t * t * b.x, u * u * a.y + 2 * t * u * via[1] + t * t * b.y]);
+    }
+    return out;
+  }
+  function nearLine(px, py, line) {
+    for (var i = 0; i < line.length - 1; i++) {
+      var ax = line[i][0], ay = line[i][1], dx = line[i + 1][0] - ax, dy = line[i + 1][1] - ay;
+      var l2 = dx * dx + dy * dy, u = l2 ? Math.max(0, Math.min(1, ((px - ax) * dx + (py - ay) * dy) / l2)) : 0;
+      var qx = ax + u * dx - px, qy = ay + u * dy - py;
+      if (qx * qx + qy * qy <= CLEARANCE * CLEARANCE) return true;
+    }
+    return false;
+  }
+  function curveHits(a, b, via, near) {
+    var line = curvePoints(a, b, via), hits = 0;
+    near.forEach(function (n) { if (n !== a && n !== b && nearLine(n.x, n.y, line)) hits++; });
+    return hits;
+  }
+  function route(nodes, edges, bands) {
+    var lines = [], oneRow = {}, byId = {};
+    bands.forEach(function (b, i) { if (b.n && b.y0 === b.y1) { lines.push(i); oneRow[i] = []; } });
+    nodes.forEach(function (n) { byId[n.id] = n; if (oneRow[n.lane]) oneRow[n.lane].push(n); });
+    edges.forEach(function (e) {
+      var a = byId[e.source], b = byId[e.target];
+      e.via = null;
+      if (!a || !b || a === b || !oneRow[a.lane] || !oneRow[b.lane]) return;
+      var lo = Math.min(a.y, b.y) - REACH, hi = Math.max(a.y, b.y) + REACH, near = [];
+      lines.forEach(function (i) { if (lo <= bands[i].y0 && bands[i].y0 <= hi) near = near.concat(oneRow[i]); });
+      var best = curveHits(a, b, null, near), bestVia = null;
+      if (!best) return;
+      var dx = b.x - a.x, dy = b.y - a.y, length = Math.sqrt(dx * dx + dy * dy);
+      if (!length) return;
+      for (var k = 0; k < BENDS.length; k++) {
+        var h = BENDS[k], via = [(a.x + b.x) / 2 + -dy / length * h, (a.y + b.y) / 2 + dx / length * h];
+        var hits = curveHits(a, b, via, near);
+        if (hits < best) { best = hits; bestVia = via; }
+        if (!hits) break;
+      }
+      e.via = bestVia;
     });
   }
 
@@ -366,7 +421,7 @@
     return { x: n.x, y: n.y, size: nodeSize(n), label: n.label, color: kindColor(n.kind), kind: n.kind };
   }
   function edgeAttrs(e) {
-    return { color: GRADE_COLOR[e.grade] || "#999999", size: e.cross ? 2 : 1, type: "arrow", style: e.style };
+    return { color: GRADE_COLOR[e.grade] || "#999999", size: e.cross ? 2 : 1, type: "arrow", style: e.style, curved: !!e.via };
   }
   // The display rules both renderers apply (sigma as its reducers, the canvas per frame): they
   // change the given attributes in place (sigma hands each call its own copy).
@@ -377,7 +432,8 @@
     return a;
   }
   function reduceEdge(id, a) {
-    if (!S.edgeVis.has(id) || a.style !== "solid") a.hidden = true;
+    // Dashed, dotted and curved edges are the overlay's (drawOverlay).
+    if (!S.edgeVis.has(id) || a.style !== "solid" || a.curved) a.hidden = true;
     return a;
   }
   // What a node or an edge is drawn as now, whichever renderer draws it.
@@ -388,7 +444,7 @@
   }
   function edgeDisplay(e, out) {
     out.color = GRADE_COLOR[e.grade] || "#999999"; out.size = e.cross ? 2 : 1; out.type = "arrow";
-    out.style = e.style; out.hidden = false;
+    out.style = e.style; out.curved = !!e.via; out.hidden = false;
     return reduceEdge(e.id, out);
   }
   function changed(old, now) {
@@ -518,19 +574,24 @@
     // for the selected edge; at most one letter per GRADE_CELL square, so that they stay legible.
     var drawn = 0, letters = {};
     S.model.edges.forEach(function (e) {
-      if (drawn > 3000 || !S.edgeVis.has(e.id) || (e.style === "solid" && !e.cross)) return;
+      if (drawn > 3000 || !S.edgeVis.has(e.id) || (e.style === "solid" && !e.cross && !e.via)) return;
       var a = viewportOf(S.model.byId[e.source]), b = viewportOf(S.model.byId[e.target]);
+      var c = e.via ? viewportOf({ x: e.via[0], y: e.via[1] }) : null;
       drawn++;
-      ctx.strokeStyle = GRADE_COLOR[e.grade] || "#999999";
-      ctx.lineWidth = e.selected ? 3 : 1;
-      if (e.style !== "solid") {
-        ctx.setLineDash(e.style === "dashed" ? [7, 5] : [2, 4]);
-        ctx.beginPath(); ctx.moveTo(a.x, a.y); ctx.lineTo(b.x, b.y); ctx.stroke();
+      ctx.strokeStyle = ctx.fillStyle = GRADE_COLOR[e.grade] || "#999999";
+      ctx.lineWidth = e.selected ? 3 : e.via && e.cross ? 2 : 1;
+      if (e.style !== "solid" || c) {
+        ctx.setLineDash(e.style === "dashed" ? [7, 5] : e.style === "dotted" ? [2, 4] : []);
+        ctx.beginPath(); ctx.moveTo(a.x, a.y);
+        if (c) ctx.quadraticCurveTo(c.x, c.y, b.x, b.y); else ctx.lineTo(b.x, b.y);
+        ctx.stroke();
         ctx.setLineDash([]);
+        if (c) curveArrow(ctx, c, b, nodeSize(S.model.byId[e.target]));
       }
-      var mx = (a.x + b.x) / 2, my = (a.y + b.y) / 2;
+      // The letter at the middle of the line, or of the curve.
+      var mx = c ? (a.x + 2 * c.x + b.x) / 4 : (a.x + b.x) / 2, my = c ? (a.y + 2 * c.y + b.y) / 4 : (a.y + b.y) / 2;
       var cell = Math.floor(mx / GRADE_CELL) + "," + Math.floor(my / GRADE_CELL);
-      if (e.style !== "dotted" && (e.selected || !letters[cell]) && mx > -8 && my > -8 && mx < w + 8 && my < h + 8) {
+      if (e.style !== "dotted" && (e.cross || e.style === "dashed") && (e.selected || !letters[cell]) && mx > -8 && my > -8 && mx < w + 8 && my < h + 8) {
         letters[cell] = 1;
         ctx.fillStyle = "#ffffff"; ctx.fillRect(mx - 7, my - 8, 14, 14);
         ctx.fillStyle = "#1b1b1b"; ctx.fillText(e.grade, mx - 4, my + 4);
@@ -544,6 +605,16 @@
         requestAnimationFrame(function () { performance.mark("ob:painted"); S.firstPaintMs = performance.now(); });
       });
     }
+  }
+  // A curve's arrowhead at its target's rim, along the curve's last tangent (control -> target).
+  function curveArrow(ctx, c, b, r) {
+    var dx = b.x - c.x, dy = b.y - c.y, len = Math.sqrt(dx * dx + dy * dy);
+    if (!len) return;
+    var ux = dx / len, uy = dy / len, tx = b.x - ux * r, ty = b.y - uy * r;
+    ctx.beginPath(); ctx.moveTo(tx, ty);
+    ctx.lineTo(tx - ux * 7 - uy * 3, ty - uy * 7 + ux * 3);
+    ctx.lineTo(tx - ux * 7 + uy * 3, ty - uy * 7 - ux * 3);
+    ctx.closePath(); ctx.fill();
   }
   function rendererNote() {
     if (S.rendererKind === "webgl") return "drawn with WebGL";
@@ -1199,7 +1270,13 @@
     var bands = S.laneBands, own = buildModel(S.bundle.graph, true), ownBands = S.laneBands;
     S.laneBands = bands;
     function pos(m) { return m.nodes.map(function (n) { return [n.id, n.x, n.y]; }); }
-    return { given: S.model.givenLayout, used: pos(S.model), bands: bands, own: pos(own), ownBands: ownBands };
+    function curves(m) {
+      var out = [];
+      m.edges.forEach(function (e, i) { if (e.via) out.push([i, e.source, e.target, e.via[0], e.via[1]]); });
+      return out;
+    }
+    return { given: S.model.givenLayout, used: pos(S.model), bands: bands, own: pos(own), ownBands: ownBands,
+      usedCurves: curves(S.model), ownCurves: curves(own) };
   };
   // graph.json's nodes and edges as the page decodes them from the columns (whole records).
   api.records = function () {

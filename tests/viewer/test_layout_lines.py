@@ -1,0 +1,192 @@
+"""The graph view's edges do not run through unrelated nodes (docs/viewer.md, *Graph view*).
+
+Nodes sit in lanes by kind; a lane of one node puts it at the centre, so with one agent, one
+model and one tool call the agent->model line ran straight through the tool call, and a process
+spawning two others drew its line through the first child. The layout (``layout.layout``, which
+the page's own layout equals: ``test_browser.py``) draws such an edge as a curve around the node.
+This checks the geometry the page draws: every edge's line or curve, sampled finely, against
+every node that is neither of its ends, on real runs and on the shapes runs have.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import math
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from otel_bridge.viewer.layout import layout
+from viewer.conftest import observe
+from viewer.viewer_support import edge, graph_doc, node
+
+REPO = Path(__file__).resolve().parents[2]
+# A node is drawn 3 to 9 px wide at a zoom of about 1.3 px per graph unit (a typical run fitted
+# to the 1400x900 page): a line closer than 8 graph units to its centre touches or crosses it.
+RADIUS = 8.0
+SAMPLES = 200
+
+Point = tuple[float, float]
+
+
+def drawn_lines(doc: dict[str, Any], lay: dict[str, Any]) -> list[tuple[str, str, list[Point]]]:
+    """(source, target, polyline) of every edge the page draws, in its order: one fold edge per
+    fold (process -> fold node), then graph.json's edges between drawn nodes."""
+    at: dict[str, Point] = {}
+    for i, n in enumerate(doc["nodes"]):
+        if lay["x"][i] is not None:
+            at[n["id"]] = (lay["x"][i], lay["y"][i])
+    for proc, (x, y) in lay["folds"].items():
+        at["fold:" + proc] = (x, y)
+    pairs = [(proc, "fold:" + proc) for proc in lay["folds"]]
+    pairs += [
+        (e["source"], e["target"]) for e in doc["edges"] if {e["source"], e["target"]} <= at.keys()
+    ]
+    via = {int(c[0]): (c[1], c[2]) for c in lay["curves"]}
+    lines = []
+    for i, (s, t) in enumerate(pairs):
+        (ax, ay), (bx, by) = at[s], at[t]
+        if i not in via:
+            lines.append((s, t, [(ax, ay), (bx, by)]))
+            continue
+        cx, cy = via[i]
+        pts = []
+        for k in range(SAMPLES + 1):
+            u = k / SAMPLES
+            w = 1 - u
+            pts.append(
+                (w * w * ax + 2 * u * w * cx + u * u * bx, w * w * ay + 2 * u * w * cy + u * u * by)
+            )
+        lines.append((s, t, pts))
+    return lines
+
+
+def distance(p: Point, line: list[Point]) -> float:
+    best = math.inf
+    for (ax, ay), (bx, by) in itertools.pairwise(line):
+        dx, dy = bx - ax, by - ay
+        l2 = dx * dx + dy * dy
+        u = max(0.0, min(1.0, ((p[0] - ax) * dx + (p[1] - ay) * dy) / l2)) if l2 else 0.0
+        best = min(best, math.hypot(ax + u * dx - p[0], ay + u * dy - p[1]))
+    return best
+
+
+def crossings(doc: dict[str, Any], lay: dict[str, Any]) -> list[tuple[str, str, str]]:
+    """(source, target, node) for every drawn edge passing within RADIUS of a third node."""
+    at = {
+        n["id"]: (lay["x"][i], lay["y"][i])
+        for i, n in enumerate(doc["nodes"])
+        if lay["x"][i] is not None
+    }
+    at.update({"fold:" + p: (xy[0], xy[1]) for p, xy in lay["folds"].items()})
+    out = []
+    for s, t, line in drawn_lines(doc, lay):
+        for nid, p in at.items():
+            if nid not in (s, t) and at[s] != p and at[t] != p and distance(p, line) < RADIUS:
+                out.append((s, t, nid))
+    return out
+
+
+def check(doc: dict[str, Any]) -> dict[str, Any]:
+    lay = layout(doc)
+    assert all(b["y0"] == b["y1"] for b in lay["bands"] if b["n"]), "a lane wrapped into a block"
+    assert crossings(doc, lay) == []
+    return lay
+
+
+def agent_run(tools: int, agents: int = 1) -> dict[str, Any]:
+    """Agents invoking tool calls and one model, as a real run joins them: each agent's process
+    spawns one process per tool call, which executes a program and writes a file; the model is
+    served at an endpoint the agents' processes connect to."""
+    t0 = 1_796_000_000_000_000_000
+    ep = "endpoint:tcp:127.0.0.1:8000"
+    nodes = [
+        node("model:p:m", "model", "m", channels=["sem"], first_seen=t0 + 5),
+        node(ep, "endpoint", "model server", channels=["os"], first_seen=t0 + 4),
+        node(
+            "executable:/usr/bin/sleep", "executable", "sleep", channels=["os"], first_seen=t0 + 9
+        ),
+    ]
+    edges = [edge("served", "model:p:m", "served_at", ep, channels=["sem", "os"])]
+    for a in range(agents):
+        agent, proc = f"agent:s:a{a}", f"process:h:{a}:1"
+        nodes += [
+            node(agent, "agent", f"agent {a}", channels=["sem"], first_seen=t0 + a),
+            node(proc, "process", f"python {a}", channels=["os"], first_seen=t0 + a),
+        ]
+        edges += [
+            edge(f"req{a}", agent, "requested", "model:p:m", channels=["sem"]),
+            edge(f"corr{a}", agent, "correlated_with_process", proc, channels=["sem", "os"]),
+            edge(f"conn{a}", proc, "connected_to", ep, channels=["os"]),
+        ]
+        for t in range(tools):
+            call, child, out = (
+                f"tool_call:tr:{a}-{t}",
+                f"process:h:{a}{t}:2",
+                f"file:/work/out{a}-{t}",
+            )
+            seen = t0 + 10 + 10 * t + a
+            nodes += [
+                node(call, "tool_call", f"run {a}.{t}", channels=["sem"], first_seen=seen),
+                node(child, "process", f"sleep {a}.{t}", channels=["os"], first_seen=seen + 1),
+                node(out, "file", f"out{a}-{t}", channels=["os"], first_seen=seen + 2),
+            ]
+            edges += [
+                edge(f"inv{a}-{t}", agent, "invoked", call, channels=["sem"]),
+                edge(f"c{a}-{t}", call, "correlated_with_process", child, channels=["sem", "os"]),
+                edge(f"sp{a}-{t}", proc, "spawned", child, channels=["os"]),
+                edge(f"x{a}-{t}", child, "executed", "executable:/usr/bin/sleep", channels=["os"]),
+                edge(f"w{a}-{t}", child, "wrote", out, channels=["os"]),
+            ]
+    return graph_doc(nodes, edges)
+
+
+def test_the_checker_sees_the_line_through_the_tool_call() -> None:
+    """Negative control: drawn straight, one agent, one tool call and one model cross."""
+    doc = agent_run(1)
+    lay = layout(doc)
+    straight = {**lay, "curves": []}
+    assert ("agent:s:a0", "model:p:m", "tool_call:tr:0-0") in crossings(doc, straight)
+    assert lay["curves"], "the layout curved nothing"
+
+
+@pytest.mark.parametrize("tools", [1, 2, 3])
+def test_one_agent_one_model_and_tool_calls(tools: int) -> None:
+    check(agent_run(tools))
+
+
+@pytest.mark.parametrize("agents", [2, 3])
+def test_several_agents(agents: int) -> None:
+    check(agent_run(2, agents))
+
+
+def test_a_lone_node_per_lane_in_a_column() -> None:
+    """One node in each lane, every lane at x = 0, each joined to every other."""
+    kinds = ["agent", "tool_call", "model", "span", "process", "executable", "file", "endpoint"]
+    nodes = [
+        node(f"{k}:n", k, k, channels=["sem"] if i < 4 else ["os"]) for i, k in enumerate(kinds)
+    ]
+    edges = [
+        edge(f"e{i}-{j}", f"{a}:n", "related_to", f"{b}:n")
+        for i, a in enumerate(kinds)
+        for j, b in enumerate(kinds)
+        if i < j
+    ]
+    check(graph_doc(nodes, edges))
+
+
+@pytest.mark.slow
+def test_real_runs(observed_run: Path, tmp_path: Path) -> None:
+    """A real observe of the plain agent (three tool calls, one model) and of the ambiguous one
+    (two tool calls running the same command at once)."""
+    run = tmp_path / "amb"
+    work = tmp_path / "work"
+    work.mkdir()
+    observe(run, work, [sys.executable, str(REPO / "examples" / "ambiguous_agent.py")], 180)
+    for d in (observed_run, run):
+        doc = json.loads((d / "graph.json").read_text())
+        lay = check(doc)
+        assert lay["curves"], f"{d}: nothing needed a curve (the shape this test is about)"

@@ -1,13 +1,14 @@
-"""Ctrl-C in the middle of ``observe``, and a run with no model call: the review says why.
+"""Ctrl-C in the middle of ``observe``, and a run with no model call: each says what happened.
 
-Met as a new user: Ctrl-C while the agent's tool ran. ``observe`` passed SIGINT on to the agent,
-kept what was accepted (the agent's spans flushed on exit, the run directory verifies) and
-exited 130, but the review said "no sentence of the assistant's text after its first action
-mentions a path, a command, a check outcome or a number", as if the agent had answered with
-nothing checkable: it had not answered at all. And ``review`` of a run whose spans hold no model,
-agent or tool span printed "no agent session in this run" but wrote a ``review.md`` holding only
-the record counts. A real ``observe`` of real OpenTelemetry SDK agents, interrupted the way a
-terminal does it (SIGINT to ``observe``'s process group).
+Met as a new user: Ctrl-C while the agent's tool ran. ``observe`` passed SIGINT on to the
+agent, kept what was accepted (the agent's spans flushed on exit, the run directory verifies)
+and exited 130 without saying why (it now says it passed SIGINT on), and the review said "no
+sentence of the assistant's text after its first action mentions a path, a command, a check
+outcome or a number", as if the agent had answered with nothing checkable: it had not answered
+at all. And ``review`` of a run whose spans hold no model, agent or tool span printed "no agent
+session in this run" but wrote a ``review.md`` holding only the record counts. A real
+``observe`` of real OpenTelemetry SDK agents, interrupted the way a terminal does it (SIGINT to
+``observe``'s process group).
 """
 
 from __future__ import annotations
@@ -101,6 +102,7 @@ def test_ctrl_c_during_a_tool_keeps_the_run_and_the_review_says_no_answer_came(
             os.killpg(observe.pid, signal.SIGKILL)
             observe.wait()
     assert observe.returncode == 130, err
+    assert "exit code 130 (after SIGINT, passed on to the command)" in err, err
     run = tmp_path / "run"
     verified = run_cli("verify", str(run), env=_env())
     assert verified.returncode == 0, verified.stdout + verified.stderr

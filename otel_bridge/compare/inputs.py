@@ -480,7 +480,29 @@ def review_findings(run_dir: Path) -> int | None:
     return len(findings) if isinstance(findings, list) else None
 
 
+def _not_a_run(root: Path) -> DecodeError | None:
+    """Why ``root`` is not a run directory, in words that say what to give instead (a file, a
+    missing path, a directory of run directories); None when it has a ``manifest.json``."""
+    if (root / "manifest.json").is_file():
+        return None
+    if not root.exists():
+        return DecodeError(f"{root}: no such run directory")
+    if not root.is_dir():
+        return DecodeError(f"{root} is a file: give the run directory that holds it")
+    runs = sorted(p.name for p in root.iterdir() if (p / "manifest.json").is_file())
+    if runs:
+        shown = ", ".join(runs[:5]) + (", ..." if len(runs) > 5 else "")
+        return DecodeError(
+            f"{root} is not a run directory but holds {len(runs)} ({shown}): give those, "
+            f"e.g. {os.path.join(str(root), '*')}"
+        )
+    return DecodeError(f"{root}: no manifest.json: not a run directory")
+
+
 def _read_dir(root: Path) -> tuple[str, dict[str, Any], list[Span], list[LogRecord]]:
+    problem = _not_a_run(root)
+    if problem is not None:
+        raise problem
     manifest = _read_json(root / "manifest.json")
     if not isinstance(manifest, dict) or manifest.get("format") != "otel-bridge.manifest":
         raise DecodeError(f"{root}: manifest.json is not an otel-bridge manifest")

@@ -237,7 +237,12 @@ def print_summary(run: rundir.RunDir, summary: Mapping[str, Any], report: str) -
     """The end of ``observe`` on stderr: where the run is, how each plane was observed, the
     report."""
     out = sys.stderr
-    print(f"otel-bridge: run {summary['run']['id']} exit code {summary['exit_code']}", file=out)
+    signals = summary.get("signals_forwarded") or ()
+    after = f" (after {', '.join(signals)}, passed on to the command)" if signals else ""
+    print(
+        f"otel-bridge: run {summary['run']['id']} exit code {summary['exit_code']}{after}",
+        file=out,
+    )
     print(f"  graph:    {run.file(rundir.GRAPH)}", file=out)
     print(f"  report:   {run.file(REPORT)}", file=out)
     print(f"  run dir:  {run.path}", file=out)

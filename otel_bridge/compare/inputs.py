@@ -36,8 +36,23 @@ SCORE_ATTRIBUTE = "gen_ai.evaluation.score.value"
 COST_ATTRIBUTE = "gen_ai.usage.cost"
 """Cost, when a producer states it (not in the GenAI semantic conventions; summed when present)."""
 MODEL_OPERATIONS = frozenset({"chat", "text_completion", "generate_content", "embeddings"})
-"""``gen_ai.operation.name`` values whose ``gen_ai.usage.*`` tokens are summed (agent spans that
-repeat their children's totals are not counted twice)."""
+"""``gen_ai.operation.name`` values whose tokens are summed (agent spans that repeat their
+children's totals are not counted twice)."""
+MODEL_SPAN_KINDS = frozenset({"LLM", "EMBEDDING"})
+"""OpenInference ``openinference.span.kind`` values of a model call (on a span that states no
+``gen_ai.operation.name``)."""
+MODEL_REQUEST_TYPES = frozenset({"chat", "completion", "embedding"})
+"""OpenLLMetry ``llm.request.type`` values of a model call (older releases state no operation)."""
+TOKEN_ATTRIBUTES = {
+    "input": ("gen_ai.usage.input_tokens", "llm.token_count.prompt", "gen_ai.usage.prompt_tokens"),
+    "output": (
+        "gen_ai.usage.output_tokens",
+        "llm.token_count.completion",
+        "gen_ai.usage.completion_tokens",
+    ),
+}
+"""Where a model call states its tokens, first found wins: GenAI semantic conventions,
+OpenInference, the GenAI conventions' deprecated names (older instrumentations)."""
 
 READ_RELATIONS = frozenset({"read", "opened"})
 """Relations of a read (an ``opened`` edge is a read unless its access was a write). What is a
@@ -148,15 +163,17 @@ def span_metrics(spans: Iterable[Span], logs: Iterable[LogRecord]) -> dict[str, 
     cost: float | None = None
     agent_times: list[tuple[int, int]] = []
     for span in spans:
-        if span.attributes.get("gen_ai.operation.name") == "invoke_agent":
+        if _is_agent(span.attributes):
             agent_times.append((span.start_time_unix_nano, span.end_time_unix_nano))
         for attrs, time in _attribute_sets(span):
             value = _number(attrs.get(SCORE_ATTRIBUTE))
             if value is not None:
                 scores.append((time, value))
-        if span.attributes.get("gen_ai.operation.name") in MODEL_OPERATIONS:
-            for name in ("input", "output"):
-                n = _number(span.attributes.get(f"gen_ai.usage.{name}_tokens"))
+        if _is_model_call(span.attributes):
+            for name, keys in TOKEN_ATTRIBUTES.items():
+                n = next(
+                    (n for k in keys if (n := _number(span.attributes.get(k))) is not None), None
+                )
                 if n is not None:
                     tokens[name] = (tokens[name] or 0) + int(n)
         stated = _number(span.attributes.get(COST_ATTRIBUTE))
@@ -174,6 +191,34 @@ def span_metrics(spans: Iterable[Span], logs: Iterable[LogRecord]) -> dict[str, 
         else None
     )
     return {"score": score, "tokens": tokens, "cost": cost, "latency_ms": latency}
+
+
+def _span_kind(attrs: Mapping[str, AnyValue], key: str) -> str:
+    kind = attrs.get(key)
+    return kind.upper() if isinstance(kind, str) else ""
+
+
+def _is_model_call(attrs: Mapping[str, AnyValue]) -> bool:
+    """A model call by its GenAI operation, else its OpenInference span kind, else OpenLLMetry's
+    ``llm.request.type``."""
+    op = attrs.get("gen_ai.operation.name")
+    if op is not None:
+        return op in MODEL_OPERATIONS
+    kind = _span_kind(attrs, "openinference.span.kind")
+    if kind:
+        return kind in MODEL_SPAN_KINDS
+    return attrs.get("llm.request.type") in MODEL_REQUEST_TYPES
+
+
+def _is_agent(attrs: Mapping[str, AnyValue]) -> bool:
+    """An agent span: ``invoke_agent``, else an OpenInference or OpenLLMetry ``agent`` kind."""
+    op = attrs.get("gen_ai.operation.name")
+    if op is not None:
+        return op == "invoke_agent"
+    return "AGENT" in (
+        _span_kind(attrs, "openinference.span.kind"),
+        _span_kind(attrs, "traceloop.span.kind"),
+    )
 
 
 def _attribute_sets(span: Span) -> Iterable[tuple[Mapping[str, AnyValue], int]]:
@@ -453,7 +498,29 @@ def review_findings(run_dir: Path) -> int | None:
     return len(findings) if isinstance(findings, list) else None
 
 
+def _not_a_run(root: Path) -> DecodeError | None:
+    """Why ``root`` is not a run directory, in words that say what to give instead (a file, a
+    missing path, a directory of run directories); None when it has a ``manifest.json``."""
+    if (root / "manifest.json").is_file():
+        return None
+    if not root.exists():
+        return DecodeError(f"{root}: no such run directory")
+    if not root.is_dir():
+        return DecodeError(f"{root} is a file: give the run directory that holds it")
+    runs = sorted(p.name for p in root.iterdir() if (p / "manifest.json").is_file())
+    if runs:
+        shown = ", ".join(runs[:5]) + (", ..." if len(runs) > 5 else "")
+        return DecodeError(
+            f"{root} is not a run directory but holds {len(runs)} ({shown}): give those, "
+            f"e.g. {os.path.join(str(root), '*')}"
+        )
+    return DecodeError(f"{root}: no manifest.json: not a run directory")
+
+
 def _read_dir(root: Path) -> tuple[str, dict[str, Any], list[Span], list[LogRecord]]:
+    problem = _not_a_run(root)
+    if problem is not None:
+        raise problem
     manifest = _read_json(root / "manifest.json")
     if not isinstance(manifest, dict) or manifest.get("format") != "otel-bridge.manifest":
         raise DecodeError(f"{root}: manifest.json is not an otel-bridge manifest")

@@ -249,9 +249,23 @@ def _coverage_table(doc: Mapping[str, Any]) -> list[str]:
     return lines
 
 
+NOTHING_SHARED = (
+    "no step of one run joined a step of another (every joined node has support 1): these may "
+    "not be runs of one task, which is what compare is for"
+)
+"""Said (``compare.md`` and the command's summary) when two or more runs share no joined node."""
+
+
+def nothing_shared(doc: Mapping[str, Any]) -> bool:
+    """Whether the runs (two or more) share no joined node."""
+    nodes = doc["joined"]["nodes"]
+    return len(doc["runs"]) > 1 and bool(nodes) and all(n["support"] <= 1 for n in nodes)
+
+
 def _joined_lines(doc: Mapping[str, Any]) -> list[str]:
     joined = doc["joined"]
-    lines = ["| node | tool | support | mean score with / without |", "| --- | --- | --- | --- |"]
+    lines = [f"Note: {NOTHING_SHARED}.", ""] if nothing_shared(doc) else []
+    lines += ["| node | tool | support | mean score with / without |", "| --- | --- | --- | --- |"]
     for node in joined["nodes"]:
         s = node["score"]
         lines.append(

@@ -36,7 +36,10 @@ observations as its events (a late exit as a ``process.exit`` event with its cod
 are gathered for ``late_delay`` seconds (at shutdown: at once) so a burst becomes one span; each
 is counted (``os_plane.late_event``, ``os_plane.late_spans``). A process whose start was never
 observed but that has events is sent at shutdown too, marked
-``otel_bridge.process.start_observed=false`` and starting at its first observed event.
+``otel_bridge.process.start_observed=false`` and starting at its first observed event. A process
+a standing collector followed late (the host receiver's ``lineage`` ``degraded`` record) states
+when observation began, ``otel_bridge.process.observed_since_unix_nano``: its earlier files,
+connections and children are unknown, not absent.
 
 Processes are read from their entities' typed ``ProcessFacts``; the process span's ``process.*``
 attributes are written from those fields (only the ones observed). An OS observation whose process
@@ -70,12 +73,13 @@ from otel_bridge.component import (
     require_consumer,
 )
 from otel_bridge.grading import grade_evidence
-from otel_bridge.identity import iso_ms, parse_traceparent
+from otel_bridge.identity import iso_ms, iso_to_ms, parse_traceparent, process_id
 from otel_bridge.model import (
     AnyValue,
     Attribution,
     Batch,
     Channel,
+    LogRecord,
     Observation,
     ProcessFacts,
     RelationKind,
@@ -207,6 +211,8 @@ class EnrichProcessor:
         self._held_keys: dict[tuple[str, str], int] = {}
         """(trace, span) ids of the held spans (kept with a journal only)."""
         self._procs: dict[str, _Proc] = {}
+        self._followed: dict[str, int] = {}
+        """Process identity -> when a standing collector began to follow it (see ``_follows``)."""
         self._full: list[Span] = []
         """More-events and late-events spans that filled up, sent at the next release."""
         self._stop = threading.Event()
@@ -307,6 +313,8 @@ class EnrichProcessor:
                     if isinstance(run, str) and run:
                         self._run_id = run
                         break
+            if self._config.os_plane:
+                self._follows(batch.logs)
             if not self._done:  # held first, so a bridge in the same batch pins its batch
                 due = now + self._config.hold_delay
                 for span in batch.spans:
@@ -327,6 +335,25 @@ class EnrichProcessor:
         if len(rest):
             self._next.consume(rest)
         self._mark_done(finished)
+
+    def _follows(self, logs: tuple[LogRecord, ...]) -> None:
+        """Remember when each process a standing collector followed late was first observed:
+        the host receiver's ``collection.state`` record (``collection.name=lineage``,
+        ``collection.state=degraded``, the process's pid and creation time, at the moment
+        observation began; ``docs/host.md``)."""
+        for record in logs:
+            a = record.attributes
+            if (
+                (record.event_name or a.get("event.name")) != "collection.state"
+                or a.get("collection.name") != "lineage"
+                or a.get("collection.state") != "degraded"
+            ):
+                continue
+            pid, host = a.get("process.pid"), record.resource.attributes.get("host.id")
+            created = a.get("process.creation.time")
+            if isinstance(pid, int) and isinstance(host, str) and isinstance(created, str):
+                identity = process_id(host, pid, iso_to_ms(created))
+                self._followed.setdefault(identity, record.time_unix_nano)
 
     def _learn(self, obs: Observation, now: float, seq: int = -1) -> None:
         if obs.relation == RelationKind.CORRELATED_WITH_PROCESS and obs.object is not None:
@@ -467,6 +494,9 @@ class EnrichProcessor:
         attrs["otel_bridge.process.exit_observed"] = bool(proc.exit_time)
         if not proc.start:
             attrs["otel_bridge.process.start_observed"] = False
+        followed = self._followed.get(proc.identity)
+        if followed is not None:  # what it did before (children that exited too) is unknown
+            attrs["otel_bridge.process.observed_since_unix_nano"] = followed
         if proc.exit_time and proc.exit_code is not None:
             attrs["process.exit.code"] = proc.exit_code
         if not proc.exit_time:

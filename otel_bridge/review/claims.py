@@ -315,6 +315,11 @@ NO_TEXT = (
     "OpenLLMetry unless TRACELOOP_TRACE_CONTENT=false"
 )
 NO_ACTION = "the session took no action (no tool call), so no answer reports on one"
+NO_LATER_TEXT = (
+    "all the assistant's text came before its first action, and claims are read only from what "
+    "it said after acting (an answer the model gave again word for word counts from the first "
+    "time it was said); a run stopped before the model answered has no such text"
+)
 NO_MENTION = (
     "no sentence of the assistant's text after its first action mentions a path, a command, "
     "a check outcome or a number"
@@ -323,10 +328,14 @@ NO_MENTION = (
 
 def why_no_claims(session: Session) -> str:
     """Why :func:`build_claims` found no claim in ``session``, in plain words."""
-    if not any(m.data.get("text") for m in session.of_type("assistant_message")):
+    texts = [m for m in session.of_type("assistant_message") if m.data.get("text")]
+    if not texts:
         return NO_TEXT
     if not session.of_type("tool_call"):
         return NO_ACTION
+    first_action = min(t.time or 0 for t in session.of_type("tool_call"))
+    if all((m.time or 0) < first_action for m in texts):
+        return NO_LATER_TEXT
     return NO_MENTION
 
 

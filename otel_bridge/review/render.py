@@ -31,6 +31,10 @@ def _mention_lines(claim: Mapping[str, Any], labels: Mapping[str, str]) -> list[
     return lines
 
 
+NO_SESSION = "no agent session in this run (no GenAI agent, model or tool span)"
+"""Why a review has no claims and no findings at all, in the summary and in ``review.md``."""
+
+
 def summary_lines(doc: Mapping[str, Any]) -> list[str]:
     """The terminal summary: per session, each claim with its status, then the findings."""
     labels = _labels(doc)
@@ -51,7 +55,7 @@ def summary_lines(doc: Mapping[str, Any]) -> list[str]:
         if not findings:
             out.append("  no findings")
     if not doc["sessions"]:
-        out.append("no agent session in this run (no GenAI agent, model or tool span)")
+        out.append(NO_SESSION)
     return out
 
 
@@ -66,6 +70,8 @@ def render_markdown(doc: Mapping[str, Any]) -> str:
         f"{run['coverage']['files_available']}; process collection available: "
         f"{run['coverage']['processes_available']}."
     )
+    if not doc["sessions"]:
+        lines += ["", NO_SESSION[0].upper() + NO_SESSION[1:] + "."]
     for session in doc["sessions"]:
         sid = session["id"]
         lines += ["", f"## Session {session['trace_id']}", "", "### Claims", ""]

@@ -275,9 +275,7 @@ class HttpTransport:
             headers["Content-Encoding"] = "gzip"
         conn = self._connection(signal)
         try:
-            conn.request("POST", path, body=body, headers=headers)
-            response = conn.getresponse()
-            data = response.read()
+            response, data = _post(conn, path, body, headers)
         except (OSError, http.client.HTTPException) as exc:
             conn.close()  # reconnect on the next attempt
             return SendResult(ok=False, retryable=True, message=_request_failed(exc))
@@ -309,6 +307,31 @@ class HttpTransport:
             for conn in self._all:
                 conn.close()
             self._all.clear()
+
+
+_STALE = (BrokenPipeError, ConnectionResetError, ConnectionAbortedError)
+"""How a request fails on a kept-alive connection the server closed while it was idle
+(``http.client.RemoteDisconnected`` is a ``ConnectionResetError``)."""
+
+
+def _post(
+    conn: http.client.HTTPConnection, path: str, body: bytes, headers: Mapping[str, str]
+) -> tuple[http.client.HTTPResponse, bytes]:
+    """One POST and its answer. A connection kept alive from an earlier request that the server
+    has closed since (uvicorn, Phoenix's server, closes one idle for 5 s) fails with a broken
+    pipe or a reset before any answer: the request is sent once more on a new connection, as
+    HTTP clients do for an idle connection, so an idle backend is not reported as failing."""
+    reused = conn.sock is not None
+    try:
+        conn.request("POST", path, body=body, headers=headers)
+        response = conn.getresponse()
+    except _STALE:
+        if not reused:
+            raise
+        conn.close()
+        conn.request("POST", path, body=body, headers=headers)
+        response = conn.getresponse()
+    return response, response.read()
 
 
 def _request_failed(exc: Exception) -> str:

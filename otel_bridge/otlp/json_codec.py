@@ -19,7 +19,9 @@ a bad resource or scope rejects the records under it. Only a body whose records 
 counted (not JSON, not an object, an envelope array or object of the wrong type) or that holds a
 string that is not valid Unicode raises :class:`~otel_bridge.errors.DecodeError` for the whole
 request, which the receiver answers with HTTP 400 (``docs/components.md``, *A bad record, or a
-bad request*).
+bad request*). The functions here are the reference; a record of the usual shape is read by
+:mod:`.json_fast` without field paths, and the body parsed by msgspec where it can
+(:func:`parse_fast`), neither changing any decoded value or message.
 
 The single-record encoders (:func:`span_to_dict`, :func:`log_to_dict`) are what the ``file``
 exporter writes; :func:`encode_traces`/:func:`encode_logs` produce whole export requests.
@@ -647,4 +649,4 @@ def decode_logs(
     Raises ``DecodeError`` naming the path when the request as a whole is malformed; a record
     that is malformed is rejected alone and reported in the result, as spans are.
     """
-    return _decode(body, _LOGS, _log, peer)
+    return _decode(body, _LOGS, _log, peer, json_fast.log)

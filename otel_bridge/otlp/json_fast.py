@@ -1,4 +1,4 @@
-"""The fast path of OTLP/JSON span decoding: the usual span read without field paths.
+"""The fast path of OTLP/JSON decoding: the usual span or log record read without field paths.
 
 **Marked hot path.** :func:`span` reads a span of the usual shape (lowerCamelCase keys, ids as hex
 strings, timestamps as decimal strings or numbers, scalar attribute values) straight into the
@@ -8,8 +8,9 @@ mistyped field, an id that is not exactly hex, an invalid span) raises :class:`U
 and the caller reads that span again with the readable reference, ``json_codec._span`` (with the
 ``json_read`` readers), which names the path of any fault and is the contract. So this path
 decides nothing on its own: it either returns exactly the span the reference returns, or hands
-the span to the reference. ``tests/otlp/test_otlp_json_fast.py`` checks that on a wide corpus
-of valid and invalid documents.
+the span to the reference. :func:`log` does the same for log records (reference:
+``json_codec._log``). ``tests/otlp/test_otlp_json_fast.py`` checks both on a wide corpus of
+valid and invalid documents.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from typing import Any
 from otel_bridge.model import (
     UNSET_STATUS,
     AnyValue,
+    LogRecord,
     Resource,
     Scope,
     Span,
@@ -29,7 +31,7 @@ from otel_bridge.model import (
     StatusCode,
 )
 
-__all__ = ["UnusualError", "span"]
+__all__ = ["SLOW", "UnusualError", "log", "span"]
 
 _SPAN_KINDS = {int(k): k for k in SpanKind}
 _STATUS_CODES = {int(c): c for c in StatusCode}
@@ -55,6 +57,18 @@ _SPAN_SNAKE = frozenset(
 )
 """The proto field names the reference also accepts: a span using any of them goes there."""
 _EVENT_SNAKE = frozenset({"time_unix_nano", "dropped_attributes_count"})
+_LOG_SNAKE = frozenset(
+    {
+        "time_unix_nano",
+        "observed_time_unix_nano",
+        "severity_number",
+        "severity_text",
+        "dropped_attributes_count",
+        "trace_id",
+        "span_id",
+        "event_name",
+    }
+)
 _LINK_SNAKE = frozenset({"trace_id", "span_id", "trace_state", "dropped_attributes_count"})
 
 
@@ -245,7 +259,7 @@ def span(obj: Any, resource: Resource, scope: Scope) -> Span:
         scope=scope,
         trace_id=_id(get("traceId"), 16, _ZERO16),
         span_id=_id(get("spanId"), 8, _ZERO8),
-        parent_span_id=b"" if parent is None or parent == "" else _parent(parent),
+        parent_span_id=_optional_id(parent, 8),
         trace_state="" if state is None else _text(state),
         flags=0 if flags is None else _uint(flags, _UINT32_MAX),
         name=_text(get("name")),
@@ -262,11 +276,45 @@ def span(obj: Any, resource: Resource, scope: Scope) -> Span:
     )
 
 
-def _parent(value: Any) -> bytes:
-    """A parent span id: 16 hex digits, all zeros allowed (the reference does not refuse it)."""
-    if type(value) is not str or len(value) != 16:
+def _optional_id(value: Any, size: int) -> bytes:
+    """A parent span id, or a log record's ids: absent, empty, or exactly ``2 * size`` hex
+    digits (all zeros allowed: the reference does not refuse them)."""
+    if value is None or value == "":
+        return b""
+    if type(value) is not str or len(value) != 2 * size:
         raise UnusualError
     raw = bytes.fromhex(value)
-    if len(raw) != 8:
+    if len(raw) != size:
         raise UnusualError
     return raw
+
+
+def log(obj: Any, resource: Resource, scope: Scope) -> LogRecord:
+    """The log record ``obj``, exactly as ``json_codec._log`` reads it; raises one of
+    :data:`SLOW` for any record that is not of the usual shape (the reference then decides)."""
+    if type(obj) is not dict or not _LOG_SNAKE.isdisjoint(obj):
+        raise UnusualError
+    get = obj.get
+    severity = get("severityNumber")
+    if severity is None:
+        severity = 0
+    elif type(severity) is not int or not -(2**31) <= severity < 2**31:
+        raise UnusualError
+    body = get("body")
+    dropped = get("droppedAttributesCount")
+    flags = get("flags")
+    return LogRecord(
+        resource=resource,
+        scope=scope,
+        time_unix_nano=_uint(get("timeUnixNano"), _UINT64_MAX),
+        observed_time_unix_nano=_uint(get("observedTimeUnixNano"), _UINT64_MAX),
+        severity_number=severity,
+        severity_text=_text(get("severityText")),
+        body=None if body is None else _value(body),
+        attributes=_attributes(get("attributes")),
+        dropped_attributes_count=0 if dropped is None else _uint(dropped, _UINT32_MAX),
+        flags=0 if flags is None else _uint(flags, _UINT32_MAX),
+        trace_id=_optional_id(get("traceId"), 16),
+        span_id=_optional_id(get("spanId"), 8),
+        event_name=_text(get("eventName")),
+    )

@@ -4,7 +4,9 @@ The fast path must decide nothing on its own: for every document, decoding with 
 the records, rejection count, partial-success message or request error of the reference path
 alone; and every span it takes equals, value for value and type for type, what the reference
 reads. The corpus is every span field (and attribute, event, link and status field) set to each
-of a pool of awkward values, and random combinations of those changes.
+of a pool of awkward values, and random combinations of those changes; the same for log
+records (``json_fast.log`` against ``json_codec._log``); and the JSON parse (msgspec, then
+``json.loads`` for what it refuses) against ``json.loads`` alone.
 """
 
 from __future__ import annotations
@@ -407,3 +409,100 @@ def test_nesting_near_the_recursion_limit_is_refused_as_before() -> None:
         assert result == outcome(reference, body), depth
         seen.add(result[0])
     assert seen == {"ok", "error"}  # the limit was crossed inside the range
+
+
+LOG_KEYS = [
+    "timeUnixNano",
+    "observedTimeUnixNano",
+    "severityNumber",
+    "severityText",
+    "body",
+    "attributes",
+    "droppedAttributesCount",
+    "flags",
+    "traceId",
+    "spanId",
+    "eventName",
+    "time_unix_nano",
+    "observed_time_unix_nano",
+    "severity_number",
+    "severity_text",
+    "dropped_attributes_count",
+    "trace_id",
+    "span_id",
+    "event_name",
+]
+
+
+def valid_log() -> dict[str, Any]:
+    """A log record of the usual shape with every part the fast path reads."""
+    return {
+        "timeUnixNano": "1700000000000000000",
+        "observedTimeUnixNano": 1700000000000000001,
+        "severityNumber": 9,
+        "severityText": "INFO",
+        "body": {"stringValue": "started"},
+        "attributes": [{"key": "process.pid", "value": {"intValue": "42"}}],
+        "droppedAttributesCount": 0,
+        "flags": 1,
+        "traceId": TRACE,
+        "spanId": SPAN,
+        "eventName": "process.start",
+    }
+
+
+def reference_logs(body: bytes | Mapping[str, Any]) -> Any:
+    return _reference_decode_logs(body)
+
+
+def _reference_decode_logs(body: bytes | Mapping[str, Any]) -> Any:
+    return json_codec._decode(body, json_codec._LOGS, json_codec._log, PEER)
+
+
+def fast_logs(body: bytes | Mapping[str, Any]) -> Any:
+    return json_codec.decode_logs(body, PEER)
+
+
+def assert_logs_same(*records: Any) -> None:
+    """The fast log decode equals the reference (documents and single records)."""
+    doc = {"resourceLogs": [{"scopeLogs": [{"scope": {"name": "s"}, "logRecords": list(records)}]}]}
+    assert outcome(fast_logs, doc) == outcome(reference_logs, doc)
+    text = json.dumps(doc).encode("utf-8", "surrogatepass")
+    assert outcome(fast_logs, text) == outcome(reference_logs, text)
+    resource, scope = Resource(), Scope()
+    for item in records:
+        try:
+            taken = json_fast.log(item, resource, scope)
+        except json_fast.SLOW:
+            continue
+        assert repr(taken) == repr(json_codec._log(item, "p", resource, scope))
+
+
+def test_the_usual_log_record_takes_the_fast_path() -> None:
+    taken = json_fast.log(valid_log(), Resource(), Scope())
+    assert (taken.body, taken.attributes, taken.event_name) == (
+        "started",
+        {"process.pid": 42},
+        "process.start",
+    )
+    assert_logs_same(valid_log(), valid_log())
+
+
+@pytest.mark.parametrize("key", LOG_KEYS)
+def test_each_log_field_with_each_awkward_value(key: str) -> None:
+    for value in AWKWARD:
+        record = valid_log()
+        record[key] = value
+        assert_logs_same(record, valid_log())
+    record = valid_log()
+    record.pop(key, None)
+    assert_logs_same(record)
+
+
+@pytest.mark.parametrize("value", VALUES, ids=repr)
+def test_each_log_body_and_attribute_value_shape(value: Any) -> None:
+    record = valid_log()
+    record["body"] = value
+    other = valid_log()
+    other["attributes"] = [{"key": "a", "value": value}]
+    assert_logs_same(record, other)

@@ -19,7 +19,9 @@ a bad resource or scope rejects the records under it. Only a body whose records 
 counted (not JSON, not an object, an envelope array or object of the wrong type) or that holds a
 string that is not valid Unicode raises :class:`~otel_bridge.errors.DecodeError` for the whole
 request, which the receiver answers with HTTP 400 (``docs/components.md``, *A bad record, or a
-bad request*).
+bad request*). The functions here are the reference; a record of the usual shape is read by
+:mod:`.json_fast` without field paths, and the body parsed by msgspec where it can
+(:func:`parse_fast`), neither changing any decoded value or message.
 
 The single-record encoders (:func:`span_to_dict`, :func:`log_to_dict`) are what the ``file``
 exporter writes; :func:`encode_traces`/:func:`encode_logs` produce whole export requests.
@@ -33,6 +35,8 @@ import math
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, TypeVar
+
+import msgspec
 
 from otel_bridge.errors import DecodeError
 from otel_bridge.model import (
@@ -49,6 +53,7 @@ from otel_bridge.model import (
     StatusCode,
     TransportPeer,
 )
+from otel_bridge.otlp import json_fast
 from otel_bridge.otlp.json_read import (
     NotUnicodeError,
     field,
@@ -75,6 +80,7 @@ __all__ = [
     "encode_traces",
     "load_body",
     "log_to_dict",
+    "parse_fast",
     "resource_to_dict",
     "scope_to_dict",
     "span_to_dict",
@@ -296,6 +302,39 @@ def load_body(body: bytes | str | Mapping[str, Any]) -> Mapping[str, Any]:
     return value
 
 
+_PARSER = msgspec.json.Decoder()
+_PARSE_FRAMES = 8
+"""Extra Python calls under which msgspec parses. On Python 3.11 a C parser's nesting counts
+against the same recursion budget as Python calls; ``json.loads`` parses five calls below
+``_decode`` (``load_body``, ``_loads``, ``json.loads``, ``decode``, ``raw_decode``), msgspec ten
+(``parse_fast`` and nine ``_parse_below``), so msgspec gives up on slightly shallower nesting
+than ``json.loads`` and never accepts a body that ``json.loads`` finds nested too deeply."""
+
+
+def parse_fast(body: bytes | str | Mapping[str, Any]) -> dict[str, Any] | None:
+    """The body's top-level object as :func:`load_body` gives it, parsed by msgspec's faster
+    JSON parser; None when that parser refuses the body or it is not an object.
+
+    msgspec is the stricter parser: where it differs from ``json`` it refuses (``NaN``, integers
+    over 64 bits, a lone surrogate, a byte order mark, UTF-16 text, nesting near the recursion
+    limit, ...), and the caller then has :func:`load_body`, the reference, parse and decide.
+    """
+    if type(body) is bytes or type(body) is str:
+        try:
+            value = _parse_below(_PARSE_FRAMES, body)
+        except (msgspec.DecodeError, RecursionError, ValueError):
+            return None
+        if type(value) is dict:
+            return value
+    return None
+
+
+def _parse_below(frames: int, body: bytes | str) -> Any:
+    if frames:
+        return _parse_below(frames - 1, body)
+    return _PARSER.decode(body)
+
+
 def _loads(body: bytes | str, *, oversize: bool) -> Any:
     """``json.loads``; malformed JSON and too deep nesting as ``DecodeError``."""
     try:
@@ -478,6 +517,7 @@ def _decode(
     shape: _Shape,
     read_record: Callable[[Any, str, Resource, Scope], R | str],
     peer: TransportPeer | None,
+    fast: Callable[[Any, Resource, Scope], R] | None = None,
 ) -> Decoded[R]:
     """The records of an export request: what is valid is kept, what is not is rejected.
 
@@ -488,8 +528,15 @@ def _decode(
     not an object, or an envelope (``resourceSpans``, its items, ``scopeSpans``, its items, the
     ``spans`` arrays) is not of the OTLP shape; and for a string that is not valid Unicode
     (:class:`~otel_bridge.otlp.json_read.NotUnicodeError`), as on the protobuf path.
+
+    ``fast``, when given, reads a record of the usual shape without building its path
+    (:mod:`~otel_bridge.otlp.json_fast`); a record it does not take is read by ``read_record``,
+    the reference, which alone decides rejections and their messages. The body is then parsed
+    by :func:`parse_fast` where it can; without ``fast``, by :func:`load_body` (the reference).
     """
-    root = load_body(body)
+    parsed = None if fast is None else parse_fast(body)
+    # load_body here, as deep in the stack with ``fast`` as without (the nesting limit)
+    root = load_body(body) if parsed is None else parsed
     records: list[R] = []
     rejects = Rejections()
     for ri, item in enumerate(read_list(field(root, shape.top, shape.top_snake), shape.top)):
@@ -511,10 +558,15 @@ def _decode(
             except DecodeError as exc:
                 _reject_group(rejects, str(exc), spath, len(items), shape.noun)
                 continue
-            prefix = f"{spath}.{shape.records}["
             for pi, record in enumerate(items):
+                if fast is not None:
+                    try:
+                        records.append(fast(record, resource, scope))
+                        continue
+                    except json_fast.SLOW:
+                        pass  # not the usual shape, or invalid: the reference decides
                 try:
-                    result = read_record(record, f"{prefix}{pi}]", resource, scope)
+                    result = read_record(record, f"{spath}.{shape.records}[{pi}]", resource, scope)
                 except NotUnicodeError:
                     raise
                 except DecodeError as exc:
@@ -557,7 +609,7 @@ def decode_traces(
     that is malformed or invalid is rejected alone and reported in the result (see
     :func:`_decode` for which is which).
     """
-    return _decode(body, _TRACES, _span, peer)
+    return _decode(body, _TRACES, _span, peer, json_fast.span)
 
 
 def _log(item: Any, path: str, resource: Resource, scope: Scope) -> LogRecord:
@@ -597,4 +649,4 @@ def decode_logs(
     Raises ``DecodeError`` naming the path when the request as a whole is malformed; a record
     that is malformed is rejected alone and reported in the result, as spans are.
     """
-    return _decode(body, _LOGS, _log, peer)
+    return _decode(body, _LOGS, _log, peer, json_fast.log)

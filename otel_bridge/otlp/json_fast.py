@@ -76,9 +76,10 @@ class UnusualError(Exception):
     """This span is not of the usual shape: read it with the reference reader."""
 
 
-SLOW = (UnusualError, ValueError, KeyError)
+SLOW = (UnusualError, ValueError, KeyError, OverflowError)
 """What :func:`span` raises to hand a span to the reference (``ValueError``: ``int``,
-``bytes.fromhex`` or ``str.encode`` refused the text; ``KeyError``: an unknown enum value)."""
+``bytes.fromhex`` or ``str.encode`` refused the text; ``KeyError``: an unknown enum value;
+``OverflowError``: ``float`` refused an integer past the double range)."""
 
 
 def _text(value: Any) -> str:

@@ -220,8 +220,13 @@ def read_double(value: Any, path: str) -> float:
         return 0.0
     if isinstance(value, bool):
         raise fail(path, "expected a number, got a boolean")
-    if isinstance(value, int | float):
-        return float(value)
+    if isinstance(value, float):
+        return value
+    if isinstance(value, int):
+        try:
+            return float(value)
+        except OverflowError:  # an integer literal past the double range (10**309)
+            raise fail(path, f"{shown(value)} is out of range for a double") from None
     if isinstance(value, str):
         if value in _SPECIAL_DOUBLES:
             return _SPECIAL_DOUBLES[value]

@@ -255,6 +255,24 @@ def test_double_value_rejects_other_forms(raw: Any) -> None:
     assert re.search(r"doubleValue", rejection(body_with({"doubleValue": raw})))
 
 
+def test_double_value_integer_past_the_double_range_rejects_that_span_alone() -> None:
+    """An integer literal too large for a double (``1`` and 400 zeros) was an ``OverflowError``
+    out of the decoder (HTTP 500, which an exporter retries, the whole batch with it); it
+    rejects its span alone, named by path, and the next span of the request is kept."""
+    document = body_with({"doubleValue": 0})
+    good = dict(
+        document["resourceSpans"][0]["scopeSpans"][0]["spans"][0], spanId="b7ad6b7169203332"
+    )
+    document["resourceSpans"][0]["scopeSpans"][0]["spans"].append(good)
+    big = "1" + "0" * 400
+    text = json.dumps(document).replace('{"doubleValue": 0}', '{"doubleValue": ' + big + "}", 1)
+    decoded = json_codec.decode_traces(text.encode())
+    assert decoded.rejected == 1
+    assert [s.span_id.hex() for s in decoded.records] == ["b7ad6b7169203332"]
+    assert "spans[0].attributes[0].value.doubleValue" in decoded.error_message
+    assert "out of range for a double" in decoded.error_message
+
+
 def test_timestamps_beyond_uint64_are_rejected() -> None:
     """A start time past the uint64 range rejects the span at startTimeUnixNano."""
     assert re.search(r"startTimeUnixNano", rejection(body_with(startTimeUnixNano=str(2**64))))

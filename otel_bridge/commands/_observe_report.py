@@ -107,8 +107,8 @@ def _warnings(o: Mapping[str, Any], exit_code: int | None) -> list[str]:
     if o["spans_rejected"]:
         why = "; ".join(o["spans_rejected_why"]) or "the reason was not recorded"
         warnings.append(
-            f"{o['spans_rejected']} spans were rejected for good and not recorded; the rest of "
-            f"their requests was kept (the receiver answered: {why})"
+            f"{o['spans_rejected']} spans were rejected for good and not recorded (the receiver "
+            f"answered: {why})"
         )
     if o["requests_malformed"]:
         why = "; ".join(o["requests_malformed_why"]) or (

@@ -230,6 +230,20 @@ def test_observe_summary_says_why_spans_were_refused(running: Any) -> None:
     assert "memory limit" not in warning
 
 
+def test_observe_summary_says_a_batch_the_pipeline_rejected_was_lost_whole(running: Any) -> None:
+    """A batch the pipeline rejected loses every span in it: the summary's warning gives the
+    pipeline's reason and does not say the rest of the request was kept (it did)."""
+    collector = running("value")
+    status, _, _ = post_json(collector)
+    assert status == 400
+    summary = otlp_summary(collector.host.telemetry, None, recorded=0)
+    assert summary["spans_rejected"] == 1
+    (warning,) = [w for w in summary["warnings"] if "rejected for good" in w]
+    assert "the pipeline rejected them" in warning
+    assert "poison batch of 1 records" in warning
+    assert "kept" not in warning
+
+
 def test_spans_delivered_while_the_receiver_closes_are_refused_and_said(running: Any) -> None:
     """A request its server thread delivers after the receiver's shutdown began (accepted
     before the servers stopped) is refused for now, and the summary says it came during the

@@ -304,10 +304,11 @@ def _who(interest: ProcessInterest) -> str:
 
 def socket_owner(address: str, port: int, remote_port: int) -> int | None:
     """The uid owning the live TCP socket whose local end is ``address``:``port`` and whose
-    remote port is ``remote_port`` (this network namespace's ``/proc/net/tcp{,6}``), None when
-    there is none: tells a sender this user may not inspect from one that is gone."""
+    remote end is a loopback address at ``remote_port`` (this network namespace's
+    ``/proc/net/tcp{,6}``; the socket :func:`socket_holders` looks for), None when there is
+    none: tells a sender this user may not inspect from one that is gone."""
     ip = canonical_ip(address)
-    if ip is None:
+    if ip is None or not is_loopback(ip):
         return None
     for name in ("tcp", "tcp6"):
         try:
@@ -323,6 +324,7 @@ def socket_owner(address: str, port: int, remote_port: int) -> int | None:
                 lport == port
                 and canonical_ip(laddr) == ip
                 and decode_address(parts[2])[1] == remote_port
+                and is_loopback(canonical_ip(decode_address(parts[2])[0]) or "")
                 and parts[7].isdigit()
             ):
                 return int(parts[7])

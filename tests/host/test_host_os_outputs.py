@@ -12,8 +12,8 @@ and then reviews the run directory as ``observe`` does. Every file written (``os
 out) must have the SHA-256 recorded in
 ``golden.json``, first written by the code before the per-record shortcuts (main at f4beb00),
 and rewritten only for a change of the outputs made on purpose, after a diff of the files
-showed that change alone (the last: ``"peer": null`` in span observations' emitter facts in
-``correlated.jsonl``). Run this module as a script with a tree first on ``PYTHONPATH`` to
+showed that change alone (the last: ``review.md`` saying "No agent session in this run" for
+this run without GenAI spans). Run this module as a script with a tree first on ``PYTHONPATH`` to
 write it with that tree.
 
 ``report.md`` is made from ``graph.json`` and the run summary alone, so an equal graph gives an

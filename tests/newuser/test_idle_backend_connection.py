@@ -11,10 +11,7 @@ closes connections idle for 0.2 s (as uvicorn does after 5 s), real HTTP/JSON cl
 from __future__ import annotations
 
 import json
-import os
 import signal
-import subprocess
-import sys
 import threading
 import time
 import urllib.request
@@ -24,7 +21,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
-from waiting import Stderr, wait_until
+from waiting import start_run, wait_until
 
 from otel_bridge.testing import free_port
 
@@ -113,16 +110,8 @@ service:
 """,
             encoding="utf-8",
         )
-        proc = subprocess.Popen(
-            [sys.executable, "-m", "otel_bridge", "run", "-c", str(config)],
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.PIPE,
-            text=True,
-            env=os.environ.copy(),
-        )
-        stderr = Stderr(proc, timeout=60.0)
+        proc, stderr = start_run(config, {})
         try:
-            stderr.wait_for("running")
             url = f"http://127.0.0.1:{http_port}/v1/traces"
             _post_span(url, 1)
             wait_until(lambda: backend.requests == 1, 30, "the first batch at the backend")

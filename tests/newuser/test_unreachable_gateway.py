@@ -9,15 +9,12 @@ real HTTP/JSON client and a gateway port nobody listens on.
 from __future__ import annotations
 
 import json
-import os
 import signal
-import subprocess
-import sys
 import time
 import urllib.request
 from pathlib import Path
 
-from waiting import Stderr
+from waiting import start_run
 
 from otel_bridge.testing import free_port
 
@@ -67,16 +64,8 @@ service:
 """,
         encoding="utf-8",
     )
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "otel_bridge", "run", "-c", str(config)],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.PIPE,
-        text=True,
-        env=os.environ.copy(),
-    )
-    stderr = Stderr(proc, timeout=60.0)
+    proc, stderr = start_run(config, {})
     try:
-        stderr.wait_for("running")
         url = f"http://127.0.0.1:{http_port}/v1/traces"
         assert _post(url, _span()) == 200
         match = stderr.wait_for(r"otlp/gateway: cannot send traces to (\S+) yet, retrying")

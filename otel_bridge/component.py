@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 from collections import Counter
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field, replace
@@ -351,12 +352,23 @@ class ProcessInterests:
     collector without a host receiver pays nothing). Each distinct process is published once.
     A subscriber is called on the publisher's thread and must only queue the interest;
     :meth:`subscribe` replays what was published before it subscribed. Thread-safe.
+
+    A subscriber that acts on an interest later (the host receiver's follower) subscribes with
+    ``settles=True`` and calls :meth:`settle` once per interest it was handed, when what the
+    interest leads to is done and its records are emitted: :attr:`unsettled` counts the
+    interests still being acted on. A reader that must not decide while the host plane may still
+    record something about a sender (``correlate``'s early ``no_connection`` verdict) waits for
+    it to be 0.
     """
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._seen: dict[tuple[int, str, int | None, str, str], ProcessInterest] = {}
         self._subscribers: list[InterestCallback] = []
+        self._settling: set[int] = set()
+        """``id`` of the subscribers that settle what they are handed."""
+        self._unsettled = 0
+        self._settled_at = 0
 
     @property
     def wanted(self) -> bool:
@@ -376,14 +388,37 @@ class ProcessInterests:
                 return
             self._seen[key] = interest
             subscribers = list(self._subscribers)
+            self._unsettled += sum(1 for c in subscribers if id(c) in self._settling)
         for callback in subscribers:
             callback(interest)
 
-    def subscribe(self, callback: InterestCallback) -> Callable[[], None]:
-        """Call ``callback`` for every interest (past ones first); returns the unsubscriber."""
+    @property
+    def unsettled(self) -> int:
+        """Interests handed to a settling subscriber that it has not settled yet."""
+        with self._lock:
+            return self._unsettled
+
+    def settled_since(self) -> int | None:
+        """None while an interest is :attr:`unsettled`, else when the last one was settled
+        (``time.monotonic_ns()``; 0 when none ever was)."""
+        with self._lock:
+            return None if self._unsettled else self._settled_at
+
+    def settle(self) -> None:
+        """One interest handed to a settling subscriber is done (its records emitted)."""
+        with self._lock:
+            self._unsettled = max(0, self._unsettled - 1)
+            self._settled_at = time.monotonic_ns()
+
+    def subscribe(self, callback: InterestCallback, *, settles: bool = False) -> Callable[[], None]:
+        """Call ``callback`` for every interest (past ones first); returns the unsubscriber.
+        With ``settles`` the subscriber calls :meth:`settle` once for each interest."""
         with self._lock:
             self._subscribers.append(callback)
             past = list(self._seen.values())
+            if settles:
+                self._settling.add(id(callback))
+                self._unsettled += len(past)
         for interest in past:
             callback(interest)
 
@@ -391,6 +426,12 @@ class ProcessInterests:
             with self._lock:
                 if callback in self._subscribers:
                     self._subscribers.remove(callback)
+                if id(callback) in self._settling:
+                    # nothing it was handed will be settled any more
+                    self._settling.discard(id(callback))
+                    self._unsettled = 0
+
+        self._settled_at = 0
 
         return unsubscribe
 

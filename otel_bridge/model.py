@@ -603,6 +603,13 @@ that sent its spans over their transport peer (``no_connection``, ``several_proc
 ``not_loopback``: what it counts as ``exact.transport_peer.<reason>``), set on a derived sighting
 of the entity when its spans' resource states no ``process.pid``."""
 
+SENDER_CORRECTED_ATTR = "correlate.sender.corrected"
+"""``true`` on a derived sighting of an entity whose ``no_connection`` verdict
+(:data:`SENDER_SKIP_ATTR`) a later observation contradicted: it was linked to a process after
+all (its ``correlated_with_process`` or ``requested`` edge is the answer), or its connection was
+found held by several processes. A graph node's attributes are first-available, so the node
+keeps the verdict beside this mark."""
+
 
 class CoverageRecord(msgspec.Struct, frozen=True, kw_only=True, gc=False):
     """A record the pipeline could not interpret, or a known gap in what was observed.

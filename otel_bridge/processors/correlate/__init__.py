@@ -40,6 +40,7 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 from collections import Counter
 from dataclasses import dataclass, field, replace
 
@@ -52,6 +53,7 @@ from otel_bridge.component import (
     CreateSettings,
     Factory,
     Host,
+    ProcessInterests,
     Telemetry,
     require_consumer,
 )
@@ -91,6 +93,11 @@ from otel_bridge.processors.correlate.singleton import (
 )
 
 _NS = 1_000_000_000
+DEFAULT_SENDER_GRACE_S = 5.0
+"""``sender_grace``'s default: far above the host receiver's follow of a sender (a ``strace``
+attach and its read of the held sockets take well under a second here; the ``linux`` and
+``portable`` scans run every 10 to 20 ms), and the time it waits for a follow in progress is
+not counted in it (``ProcessInterests.unsettled``)."""
 # Looking up an enum member costs ~0.2 us on Python 3.11: the hot paths use these.
 _OS = Channel.OS
 _CONNECTED, _ATTEMPTED = RelationKind.CONNECTED_TO, RelationKind.ATTEMPTED_CONNECT
@@ -106,6 +113,11 @@ class Config:
     """How far behind the newest observation a record may still arrive and count."""
     retention: float = field(default=600.0, metadata={"duration": True})
     """How long process events are kept below the watermark for late-arriving declarations."""
+    sender_grace: float = field(default=DEFAULT_SENDER_GRACE_S, metadata={"duration": True})
+    """A standing collector says ``no_connection`` for spans that named no pid once this long
+    (on its clock) has passed since their first request arrived with no process seen holding
+    its connection, and the host receiver has settled every sender it was asked to follow;
+    otherwise at ``retention`` or at shutdown, as before."""
     scope: str = "emitter"
     """``emitter``: a window ends at the call's own end (or ``max_window``), never cut by another
     call; declarations are grouped by agent process or trace. ``global``: the paper's literal
@@ -126,6 +138,8 @@ class Config:
             problems.append("allowed_lateness: must not be negative")
         if self.retention < self.max_window:
             problems.append("retention: must be at least max_window")
+        if not self.sender_grace > 0:
+            problems.append("sender_grace: must be positive")
         if self.scope not in ("emitter", "global"):
             problems.append("scope: must be 'emitter' or 'global'")
         return problems
@@ -355,6 +369,10 @@ class Correlator:
 
 _NOTES_SHOWN = 20
 """Unlinked senders named in the status (each is logged); the rest are counted there."""
+_SETTLED_FOR_NS = _NS
+"""How long the host receiver must have had nothing left to follow before an early
+``no_connection`` (its ``linux`` and ``portable`` scans of a process just followed run within
+10 to 20 ms of the follow; ``strace`` reads the held sockets before the follow settles)."""
 
 
 class CorrelateProcessor:
@@ -382,7 +400,14 @@ class CorrelateProcessor:
         """Sentences of the core's ``exact.unlinked`` already logged."""
         self._say = True
         """Log them (not under ``observe``, whose report says them: ``Host.run_dir`` set)."""
+        self._corrected = 0
+        """Corrections of the core's ``exact.corrections`` already logged."""
         self._done = False
+        self._grace = int(config.sender_grace * _NS)
+        self._interests: ProcessInterests | None = None
+        """The host's interests while the early verdict runs (a standing collector)."""
+        self._stop = threading.Event()
+        self._ticker: threading.Thread | None = None
 
     @property
     def outcomes(self) -> dict[str, int]:
@@ -392,9 +417,41 @@ class CorrelateProcessor:
 
     def start(self, host: Host) -> None:
         """Use the collector's telemetry for the run summary; log unlinked senders unless
-        under ``observe``."""
+        under ``observe``. A standing collector (not ``observe``, which decides at its end and
+        reports it) also says ``no_connection`` once ``sender_grace`` has passed, from a thread
+        that looks every quarter of it (at most every second)."""
         self._telemetry = host.telemetry.in_scope_of(self._telemetry)
         self._say = host.run_dir is None
+        if self._say and self._core.config.exact and self._ticker is None:
+            self._interests = host.interests
+            tick = max(0.05, min(1.0, self._core.config.sender_grace / 4))
+            self._ticker = threading.Thread(
+                target=self._tick, args=(tick,), name="correlate-senders", daemon=True
+            )
+            self._ticker.start()
+
+    def _tick(self, interval: float) -> None:
+        while not self._stop.wait(interval):
+            with self._lock:
+                if self._done:
+                    return
+                self._overdue()
+                said = self._core.exact.unsent()
+                self._publish()
+            if said:
+                self._next.consume(Batch(observations=tuple(said)))
+
+    def _overdue(self) -> None:
+        """Early ``no_connection`` verdicts (under the lock; a standing collector only): once
+        ``sender_grace`` passed since a claim arrived, the host receiver has nothing left to
+        follow and has had nothing for :data:`_SETTLED_FOR_NS`."""
+        interests = self._interests
+        if interests is None:
+            return
+        since = interests.settled_since()
+        now = time.monotonic_ns()
+        if since is not None and now - since >= _SETTLED_FOR_NS:
+            self._core.exact.overdue(now, self._grace)
 
     def status(self) -> ComponentStatus:
         """The outcome counts so far (bridges, exact links, skips by reason) and the senders
@@ -414,6 +471,7 @@ class CorrelateProcessor:
                 derived_now: list[Observation] = []
             else:
                 self._core.add(batch.observations)
+                self._overdue()
                 derived_now = self._core.step()
                 self._publish()
         if derived_now:
@@ -423,6 +481,9 @@ class CorrelateProcessor:
 
     def shutdown(self) -> None:
         """Decide everything still pending and forward it. Safe twice."""
+        self._stop.set()
+        if self._ticker is not None and self._ticker is not threading.current_thread():
+            self._ticker.join()
         with self._lock:
             if self._done:
                 return
@@ -438,6 +499,11 @@ class CorrelateProcessor:
             for sentence in unlinked[self._said :]:
                 self._log.warning("%s", sentence)
         self._said = len(unlinked)
+        corrections = self._core.exact.corrections
+        if self._say:
+            for sentence in corrections[self._corrected :]:
+                self._log.warning("%s", sentence)
+        self._corrected = len(corrections)
         now = self._core.counts()
         for k, v in now.items():
             delta = v - self._reported[k]

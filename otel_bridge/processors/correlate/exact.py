@@ -38,6 +38,7 @@ from __future__ import annotations
 
 import heapq
 from dataclasses import dataclass, field
+from time import monotonic_ns
 
 from otel_bridge.identity import (
     is_loopback,
@@ -47,6 +48,7 @@ from otel_bridge.identity import (
 )
 from otel_bridge.model import (
     OPERATION_KINDS,
+    SENDER_CORRECTED_ATTR,
     SENDER_SKIP_ATTR,
     AgentFacts,
     Attribution,
@@ -163,6 +165,20 @@ class _First:
 
 
 @dataclass(slots=True)
+class _PeerClaim:
+    """Spans of ``agent`` that named no pid, sent from ``peer``: waiting for its one holder."""
+
+    agent: Entity
+    first: _First
+    peer: TransportPeer
+    arrived: int
+    """When the claim was first made, on the collector's monotonic clock (ns)."""
+    said: bool = False
+    """``no_connection`` was said for it already (:meth:`ExactLinker.overdue`); it stays open
+    for a holder that would correct it."""
+
+
+@dataclass(slots=True)
 class ExactLinker:
     """Streams observations in, hands out exact-identity links once they are decidable."""
 
@@ -190,9 +206,7 @@ class ExactLinker:
     ] = field(default_factory=dict)
     senders: SenderIndex = field(default_factory=SenderIndex)
     """Loopback connections of followed processes, by the sender's end (:mod:`.peer`)."""
-    _peer_claims: dict[tuple[str, PeerKey], tuple[Entity, _First, TransportPeer]] = field(
-        default_factory=dict
-    )
+    _peer_claims: dict[tuple[str, PeerKey], _PeerClaim] = field(default_factory=dict)
     _sent_by: dict[PeerKey, Holder] = field(default_factory=dict)
     """Peers already resolved to their one sender (kept past the connection's eviction: a
     long-lived exporter connection outlives ``retention``)."""
@@ -202,7 +216,12 @@ class ExactLinker:
     """Sightings saying why an entity's spans have no sender, not handed out yet."""
     unlinked: list[str] = field(default_factory=list)
     """One plain sentence per entity (and reason) whose spans named no pid and that could not
-    be linked to the process that sent them (:func:`unlinked_sentence`), in decision order."""
+    be linked to the process that sent them (:func:`unlinked_sentence`), in decision order. A
+    ``no_connection`` sentence a later link contradicts is replaced in place by its correction."""
+    corrections: list[str] = field(default_factory=list)
+    """The corrections (:func:`corrected_sentence`), in decision order."""
+    _no_connection_at: dict[str, int] = field(default_factory=dict)
+    """Entity id -> index in :attr:`unlinked` of its ``no_connection`` sentence (not corrected)."""
     _requests: dict[str, dict[tuple[Channel, str], _First]] = field(default_factory=dict)
     _emitted: set[str] = field(default_factory=set)
 
@@ -326,7 +345,7 @@ class ExactLinker:
         key = (agent.id, peer_key(peer))
         claim = self._peer_claims.get(key)
         if claim is not None:
-            claim[1].offer(obs.time_unix_nano, obs.id)
+            claim.first.offer(obs.time_unix_nano, obs.id)
         elif not is_loopback(peer.address):
             # Once per connection: a remote sender's socket is on another host's tables.
             if key not in self._remote_peers:
@@ -336,7 +355,7 @@ class ExactLinker:
                 )
         else:
             first = _First(obs.time_unix_nano, obs.id, agent, obs.source.channel)
-            self._peer_claims[key] = (agent, first, peer)
+            self._peer_claims[key] = _PeerClaim(agent, first, peer, monotonic_ns())
 
     def _no_sender(
         self,
@@ -355,6 +374,11 @@ class ExactLinker:
         if rid in self._emitted:
             return
         self._emitted.add(rid)
+        if why == "no_connection":
+            self._no_connection_at[entity.id] = len(self.unlinked)
+        elif entity.id in self._no_connection_at:
+            what = "its connection was found held by several processes after all"
+            self._correct(entity, what, time, channel)
         self.unlinked.append(unlinked_sentence(entity, why, peer))
         self._unsent.append(
             Observation(
@@ -370,6 +394,34 @@ class ExactLinker:
                     key=entity.key,
                 ),
                 evidence=Evidence(method="transport_peer", support=(obs_id,)),
+                occurrence=rid,
+            )
+        )
+
+    def _correct(self, entity: Entity, what: str, time: int, channel: Channel) -> None:
+        """Replace the ``no_connection`` sentence of ``entity`` by its correction (said once),
+        and mark the entity (:data:`SENDER_CORRECTED_ATTR`) on a sighting."""
+        at = self._no_connection_at.pop(entity.id)
+        sentence = corrected_sentence(entity, what)
+        self.unlinked[at] = sentence
+        self.corrections.append(sentence)
+        self._count("transport_peer.corrected")
+        rid = f"correlate:sender:corrected:{entity.id}"
+        self._emitted.add(rid)
+        self._unsent.append(
+            Observation(
+                id=rid,
+                time_unix_nano=time,
+                source=Source(channel=channel, backend="correlate", record_id=rid),
+                subject=Entity(
+                    kind=entity.kind,
+                    id=entity.id,
+                    label=entity.label,
+                    attrs={SENDER_CORRECTED_ATTR: True},
+                    facts=entity.facts,
+                    key=entity.key,
+                ),
+                evidence=Evidence(method="transport_peer"),
                 occurrence=rid,
             )
         )
@@ -518,6 +570,10 @@ class ExactLinker:
         """Link ``agent`` to ``process`` (``correlated_with_process``), or, for a model call no
         agent made, ``process requested model``: the process made that root call."""
         caller = agent.kind == _MODEL
+        if agent.id in self._no_connection_at:
+            pid = process.facts.pid if isinstance(process.facts, ProcessFacts) else "?"
+            what = f"it was linked after all: pid {pid} {_HOW_LINKED.get(method, method)}"
+            self._correct(agent, what, first.time, first.channel)
         self._link_once(
             out,
             method,
@@ -576,19 +632,47 @@ class ExactLinker:
                 self._disagreed.add(pair)
                 self._count("transport_peer.disagrees")
 
+    def _holders(self, key: PeerKey, peer: TransportPeer) -> list[Holder]:
+        """The processes observed holding ``peer``'s connection, with its resolved sender."""
+        holders = self.senders.holders(peer)
+        done = self._sent_by.get(key)
+        if done is not None and done.identity not in {h.identity for h in holders}:
+            holders = [*holders, done]
+        return holders
+
+    def overdue(self, now: int, grace: int) -> None:
+        """Say ``no_connection`` for each claim with no holder whose first request arrived at
+        least ``grace`` ns before ``now`` (the monotonic clock of :class:`_PeerClaim`). The
+        claim stays open: a holder that still arrives is linked and the sentence corrected
+        (:meth:`_correct`). Sightings via :meth:`unsent`."""
+        for key, claim in self._peer_claims.items():
+            if claim.said or now - claim.arrived < grace or self._holders(key[1], claim.peer):
+                continue
+            claim.said = True
+            first = claim.first
+            self._no_sender(
+                claim.agent,
+                "no_connection",
+                first.time,
+                first.obs_id,
+                first.channel,
+                peer=claim.peer,
+            )
+
     def _peer_links(self, watermark: int, final: bool) -> list[Observation]:
         out: list[Observation] = []
-        for key, (agent, first, peer) in list(self._peer_claims.items()):
+        for key, claim in list(self._peer_claims.items()):
+            agent, first, peer = claim.agent, claim.first, claim.peer
             if max(first.time, peer.time_unix_nano) > watermark and not final:
                 continue
-            holders = self.senders.holders(peer)
-            done = self._sent_by.get(key[1])
-            if done is not None and done.identity not in {h.identity for h in holders}:
-                holders = [*holders, done]
+            holders = self._holders(key[1], peer)
             if len(holders) != 1:
                 if final or len(holders) > 1:
                     why = "no_connection" if not holders else "several_processes"
-                    self._no_sender(agent, why, first.time, first.obs_id, first.channel, peer=peer)
+                    if why != "no_connection" or not claim.said:
+                        self._no_sender(
+                            agent, why, first.time, first.obs_id, first.channel, peer=peer
+                        )
                     del self._peer_claims[key]
                 continue
             holder = holders[0]
@@ -651,12 +735,19 @@ class ExactLinker:
         self.senders.evict(horizon)
         # A claim still without a holder this long after its request will not get one (its
         # connection would have been observed before it): decided now, not kept to the end.
-        for key, (agent, first, peer) in list(self._peer_claims.items()):
+        for key, claim in list(self._peer_claims.items()):
+            first, peer = claim.first, claim.peer
             if max(first.time, peer.time_unix_nano) < horizon:
                 del self._peer_claims[key]
-                self._no_sender(
-                    agent, "no_connection", first.time, first.obs_id, first.channel, peer=peer
-                )
+                if not claim.said:
+                    self._no_sender(
+                        claim.agent,
+                        "no_connection",
+                        first.time,
+                        first.obs_id,
+                        first.channel,
+                        peer=peer,
+                    )
         self._requests = {
             k: g for k, g in self._requests.items() if any(f.time >= horizon for f in g.values())
         }
@@ -705,12 +796,16 @@ _UNLINKED_WHY = {
 }
 
 
+_HOW_LINKED = {
+    "transport_peer": "held the connection its spans came over (recorded after the verdict)",
+    "resource_pid": "is the process its spans' resource named",
+}
+
+
 def unlinked_sentence(entity: Entity, why: str, peer: TransportPeer) -> str:
     """Why ``entity`` (an agent, or the model of a call no agent made), whose spans named no
     ``process.pid``, could not be linked to the process that sent them, in plain words."""
-    who = f"{entity.kind} {entity.label or entity.id}"
-    if isinstance(entity.facts, AgentFacts):
-        who += f" (service {entity.facts.service})"
+    who = _who(entity)
     shown = f"{peer.address}:{peer.port} to port {peer.local_port}"
     reason = _UNLINKED_WHY.get(why, "no sender was found ({peer})").format(peer=shown)
     return (
@@ -718,6 +813,21 @@ def unlinked_sentence(entity: Entity, why: str, peer: TransportPeer) -> str:
         "state the pid on the resource (OTEL_EXPERIMENTAL_RESOURCE_DETECTORS=process,host with "
         "the Python SDK)"
     )
+
+
+def corrected_sentence(entity: Entity, what: str) -> str:
+    """The correction of an earlier ``no_connection`` sentence about ``entity``."""
+    return (
+        f"correction: {_who(entity)} was said not to be linked to its process (no_connection), "
+        f"but {what}"
+    )
+
+
+def _who(entity: Entity) -> str:
+    who = f"{entity.kind} {entity.label or entity.id}"
+    if isinstance(entity.facts, AgentFacts):
+        who += f" (service {entity.facts.service})"
+    return who
 
 
 def _callerless_model(obs: Observation) -> Entity | None:

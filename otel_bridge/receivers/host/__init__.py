@@ -286,10 +286,24 @@ class HostReceiver:
             telemetry=self._runs[0].ctx.telemetry,
             interval=self.config.selector_interval,
             logger=self._settings.logger,
+            settled=self._settled(host) if telemetry_follow else None,
         )
         self._follower.start()
         if telemetry_follow:
-            self._unsubscribe = host.interests.subscribe(self._follower.offer)
+            self._unsubscribe = host.interests.subscribe(self._follower.offer, settles=True)
+
+    def _settled(self, host: Host) -> Callable[[], None]:
+        """What the follower calls once an interest is handled: every record it led to so far is
+        sent on (each backend's emitter flushed), then ``host.interests`` is told."""
+
+        def settled() -> None:
+            try:
+                for run in self._runs:
+                    run.emitter.flush()
+            finally:
+                host.interests.settle()
+
+        return settled
 
     def status(self) -> ComponentStatus:
         """Which backend observes each collection, its state and why (``state: backend: why``)."""

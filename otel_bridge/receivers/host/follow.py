@@ -70,8 +70,11 @@ class Follower:
         telemetry: Telemetry,
         interval: float,
         logger: logging.Logger,
+        settled: Callable[[], None] | None = None,
     ) -> None:
         self._ctx = ctx
+        self._settled = settled
+        """Called once per interest handled (see :meth:`_settle`)."""
         self._log = logger
         self._follow = list(follow)
         self._selectors = selectors
@@ -119,10 +122,20 @@ class Follower:
             else:
                 if item is None:
                     return
-                self.interest(item)
+                try:
+                    self.interest(item)
+                finally:
+                    self._settle()
             if self._selectors and time.monotonic() >= next_scan:
                 self.scan()
                 next_scan = time.monotonic() + self._interval
+
+    def _settle(self) -> None:
+        """An interest is handled: say so (the receiver sends on what it led to, then tells
+        ``ProcessInterests.settle``). A ``strace`` attach has read the held sockets by now; the
+        ``linux`` and ``portable`` scans it asked for follow within their interval."""
+        if self._settled is not None:
+            self._settled()
 
     def interest(self, interest: ProcessInterest) -> None:
         """Follow the process ``interest`` names if it is this host's and still the same."""

@@ -284,6 +284,8 @@ def _holders(index: GraphIndex, procs: Iterable[str], peers: set[Peer]) -> set[s
             facts = None if target is None else target.facts
             if not isinstance(facts, EndpointFacts) or not _loopback(facts.address):
                 continue
+            if facts.transport != "tcp":
+                continue  # OTLP comes over TCP; a UDP socket may share the port numbers
             end = (canonical_ip(detail.local_address), detail.local_port, facts.port)
             if end in peers:
                 out.add(nid)
@@ -316,7 +318,12 @@ def session_peers(run_dir: str) -> dict[str, set[Peer]]:
 def _is_port(index: GraphIndex, node: str, port: int) -> bool:
     found = index.nodes.get(node)
     facts = None if found is None else found.facts
-    return isinstance(facts, EndpointFacts) and facts.port == port and _loopback(facts.address)
+    return (
+        isinstance(facts, EndpointFacts)
+        and facts.transport == "tcp"
+        and facts.port == port
+        and _loopback(facts.address)
+    )
 
 
 def _loopback(address: str | None) -> bool:

@@ -35,6 +35,7 @@ from otel_bridge.model import (
     SENDER_SKIP_ATTR,
     AgentFacts,
     CommandFacts,
+    EndpointFacts,
     FileFacts,
     Grade,
     ProcessFacts,
@@ -460,9 +461,16 @@ def _names(models: list[str]) -> str:
 
 
 def _listened(ix: _Index, pid: str) -> str:
-    """A caution when the sender also listened for connections: a relay (a local OpenTelemetry
-    Collector) receives the spans it sends, and is then not the agent."""
-    ports = sorted({ix.nodes[e.target].label for e in ix.targets(pid, (RelationKind.LISTENED_ON,))})
+    """A caution when the sender also listened for TCP connections: a relay (a local
+    OpenTelemetry Collector) receives the spans it sends over TCP, and is then not the agent. A
+    UDP port it was bound to (a resolver's, a metrics client's) is no such sign."""
+    ports = sorted(
+        {
+            ix.nodes[e.target].label
+            for e in ix.targets(pid, (RelationKind.LISTENED_ON,))
+            if _is_tcp(ix.nodes[e.target])
+        }
+    )
     if not ports:
         return ""
     return (
@@ -479,16 +487,24 @@ def _sender_why(node: GraphNode, ix: _Index) -> str:
 
 
 def _without_senders_end(ix: _Index) -> bool:
-    """True when the host plane recorded a connection of a process without its sender's end
-    (``network.local.port``): strace for a connect that did not complete inside the call,
-    ebpf always."""
+    """True when the host plane recorded a TCP connection of a process without its sender's
+    end (``network.local.port``): strace for a connect that did not complete inside the call,
+    ebpf always. (OTLP comes over TCP: a UDP socket's ends say nothing about a sender.)"""
     return any(
         e.relation in (RelationKind.CONNECTED_TO, RelationKind.ATTEMPTED_CONNECT)
         and "network.local.port" not in e.attrs
         and e.source in ix.nodes
         and ix.nodes[e.source].kind == "process"
+        and e.target in ix.nodes
+        and _is_tcp(ix.nodes[e.target])
         for e in ix.edges.values()
     )
+
+
+def _is_tcp(node: GraphNode) -> bool:
+    """An endpoint node of a TCP socket (one whose transport is unstated counts as TCP)."""
+    facts = node.facts
+    return not isinstance(facts, EndpointFacts) or facts.transport == "tcp"
 
 
 def _unplaced_agent(node: GraphNode, ix: _Index) -> str:

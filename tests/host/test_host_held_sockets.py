@@ -206,3 +206,99 @@ def test_a_followed_process_s_earlier_connection_is_found_at_attach(backend: str
     )
     assert found["network.found_by"] == ("psutil" if backend == "portable" else "procfs")
     assert all(a.get("network.observed_at") != "attach" for a in _found(observed, proc.pid, late))
+
+
+UDP_HOLDER = """
+import socket, sys
+families = [(socket.AF_INET, "127.0.0.1")]
+if sys.argv[1] == "6":
+    families.append((socket.AF_INET6, "::1"))
+ports = []
+kept = []
+for family, host in families:
+    peer = socket.socket(family, socket.SOCK_DGRAM)  # the connected socket's peer
+    peer.bind((host, 0))
+    connected = socket.socket(family, socket.SOCK_DGRAM)
+    connected.connect(peer.getsockname()[:2])  # fixes the peer; no packet is sent
+    kept += [peer, connected]
+    ports += [connected.getsockname()[1], peer.getsockname()[1]]
+unbound = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)  # no port yet: nothing to record
+kept.append(unbound)
+print(*ports, flush=True)
+sys.stdin.readline()
+"""
+
+
+def _udp(observed: Observed, pid: int) -> list[dict[str, AnyValue]]:
+    """The UDP socket records of ``pid``."""
+    return [
+        {**r.attributes, "event": r.event_name}
+        for r in observed.sink.logs
+        if r.attributes.get("network.transport") == "udp" and r.attributes.get("process.pid") == pid
+    ]
+
+
+def test_the_udp_sockets_a_process_holds_are_found_at_the_strace_attach() -> None:
+    """A standing strace receiver follows a running process holding UDP sockets: each connected
+    one is a ``network.connect`` to its peer, each bound one without a peer a ``network.listen``
+    on its port (IPv4 and IPv6), all with their protocol, found at the attach."""
+    reason = backend_reason("strace")
+    if reason:
+        pytest.skip(reason)
+    family = "6" if _ipv6() else "4"
+    sink = RecordingConsumer()
+    receiver = HostReceiver(CreateSettings(id="host"), HostConfig(backend="strace"), sink)
+    observed = Observed(receiver, sink, Host())
+    receiver.start(observed.host)
+    proc = subprocess.Popen(
+        [python(), "-c", UDP_HOLDER, family],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert proc.stdin is not None
+        assert proc.stdout is not None
+        ports = list(map(int, proc.stdout.readline().split()))
+        observed.host.interests.publish(
+            ProcessInterest(
+                pid=proc.pid,
+                host_id=host_id(),
+                start_time_ms=linux_start_time_ms(proc.pid),
+                source="test",
+            )
+        )
+        wanted = len(ports)  # per family: the connected socket and its peer's bound one
+        wait_until(lambda: len(_udp(observed, proc.pid)) >= wanted, 20, "the UDP sockets")
+        proc.stdin.close()
+        proc.wait(timeout=30)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+        if proc.stdout is not None:
+            proc.stdout.close()
+        finish(observed)
+    records = _udp(observed, proc.pid)
+    loopbacks = ["127.0.0.1", "::1"][: len(ports) // 2]
+    expected: set[tuple[str, str, int, str | None, int | None]] = set()
+    for i, loopback in enumerate(loopbacks):
+        connected, peer = ports[2 * i], ports[2 * i + 1]
+        expected.add(("network.connect", loopback, connected, loopback, peer))
+        expected.add(("network.listen", loopback, peer, None, None))
+    got = {
+        (
+            r["event"],
+            r["network.local.address"],
+            r["network.local.port"],
+            r.get("network.peer.address"),
+            r.get("network.peer.port"),
+        )
+        for r in records
+    }
+    assert got == expected, records  # the unbound socket (no port) is not recorded
+    for record in records:
+        assert record["network.observed_at"] == "attach", record
+        assert record["network.found_by"] == "procfs", record
+        assert record["evidence.attribution"] == "sampled_process", record
+        assert "evidence.causal" not in record, record

@@ -6,7 +6,7 @@ from dataclasses import replace
 from typing import Any
 
 from otel_bridge.graph.document import Graph, GraphEdge, GraphNode
-from otel_bridge.model import CommandFacts, ProcessFacts, ToolCallFacts
+from otel_bridge.model import CommandFacts, EndpointFacts, ProcessFacts, ToolCallFacts
 from otel_bridge.report import build, render
 from otel_bridge.stamping import EARLIEST_TIME
 
@@ -296,3 +296,28 @@ def test_a_model_without_a_sender_says_why() -> None:
     text = render(build(_pidless_model_graph(local_port=True)), title="t")
     assert "- the model calls to `m` are linked to no process" in text, text
     assert "saw no followed process hold the connection the spans came over" in text, text
+
+
+def _sender_listening_on(transport: str) -> str:
+    """The report of an agent linked only as the sender of its spans, whose process was bound
+    to port 4318 over ``transport``."""
+    sender = _proc(20, ["python", "agent.py"], 0, 1)
+    bot = GraphNode(id="agent:svc:bot", kind="agent", label="bot")
+    port = GraphNode(
+        id=f"endpoint:{transport}:127.0.0.1:4318",
+        kind="endpoint",
+        label="127.0.0.1:4318",
+        facts=EndpointFacts(transport=transport, address="127.0.0.1", port=4318),
+    )
+    edges = (
+        _edge(bot.id, "correlated_with_process", sender.id, method="transport_peer", grade="C"),
+        _edge(sender.id, "listened_on", port.id, grade="B"),
+    )
+    return render(build(Graph(nodes=(sender, bot, port), edges=edges)), title="r")
+
+
+def test_only_a_tcp_listener_makes_a_sender_a_possible_relay() -> None:
+    """A relay (a local OpenTelemetry Collector) receives spans over TCP; a UDP port the sender
+    was bound to (found held at a strace attach) is no sign of one."""
+    assert "it may be a relay" in _sender_listening_on("tcp")
+    assert "it may be a relay" not in _sender_listening_on("udp")

@@ -99,21 +99,25 @@ FOUND_AT_ATTACH = "attach"
 (:func:`record_held_sockets`): the record's time is when it was found, not when it was opened."""
 FOUND_BY_PROCFS = "procfs"
 """``network.found_by`` of such a socket: its inode, read from ``/proc/<pid>/fd``, found in
-``/proc/<pid>/net/tcp`` or ``tcp6`` (the process's network namespace)."""
+``/proc/<pid>/net/{tcp,tcp6,udp,udp6}`` (the process's network namespace)."""
 
 
 def record_held_sockets(ctx: HostContext, pids: list[int]) -> int:
-    """Record the TCP sockets ``pids`` hold now, found when a backend began observing them
-    (``strace`` attaching to a running process): it never saw them being opened.
+    """Record the TCP and UDP sockets ``pids`` hold now, found when a backend began observing
+    them (``strace`` attaching to a running process): it never saw them being opened.
 
     Each socket is one record with attribution ``sampled_process``, no causal claim, the time of
-    this read as its time, ``network.observed_at=attach`` and ``network.found_by=procfs``: an
-    established socket this end initiated is a ``network.connect``, one it accepted a
-    ``network.accept`` (only with ``network_accepted``), ``SYN_SENT`` a pending
-    ``network.connect_attempt`` and ``LISTEN`` a ``network.listen``. The direction of an
-    established socket is decided by :mod:`.direction` from this table's listeners; one it
-    cannot decide is counted (``network.direction_unknown``), not recorded. Returns the number
-    of records. A process with no socket costs one ``/proc/<pid>/fd`` listing."""
+    this read as its time, ``network.observed_at=attach``, ``network.found_by=procfs`` and its
+    protocol as ``network.transport`` (``tcp`` or ``udp``). TCP: an established socket this end
+    initiated is a ``network.connect``, one it accepted a ``network.accept`` (only with
+    ``network_accepted``), ``SYN_SENT`` a pending ``network.connect_attempt`` and ``LISTEN`` a
+    ``network.listen``; the direction of an established socket is decided by :mod:`.direction`
+    from this table's listeners, and one it cannot decide is counted
+    (``network.direction_unknown``), not recorded. UDP (:func:`_held_udp_event`): a connected
+    socket (``connect()`` gave it a peer) is a ``network.connect`` with both ends, an
+    unconnected one bound to a port a ``network.listen`` with its local end only (what arrives
+    at that port is delivered to it), one bound to no port nothing. Returns the number of
+    records. A process with no socket costs one ``/proc/<pid>/fd`` listing."""
     held = {inode: pid for pid in pids for inode in socket_inodes(pid)}
     if not held:
         return 0
@@ -126,9 +130,9 @@ def record_held_sockets(ctx: HostContext, pids: list[int]) -> int:
     recorded = 0
     for inode, pid in held.items():
         row = table.get(inode)
-        if row is None or row[0] != "tcp":
+        if row is None:
             continue
-        name = _held_event(ctx, rule, row)
+        name = _held_event(ctx, rule, row) if row[0] == "tcp" else _held_udp_event(row)
         if name is None:
             continue
         attrs = ctx.events.identity_attrs(pid)
@@ -158,6 +162,18 @@ def _held_event(ctx: HostContext, rule: DirectionRule, row: SocketRow) -> str | 
     if direction is Direction.ACCEPTED:
         return "network.accept" if ctx.config.network_accepted else None
     return "network.connect"
+
+
+def _held_udp_event(row: SocketRow) -> str | None:
+    """The event a UDP socket found held at attach is recorded as (None: not recorded). A UDP
+    socket has no connection: ``connect()`` only fixes its peer (the kernel's table then shows
+    the peer's address and port, state ``01``), and it is a ``network.connect`` to that peer;
+    an unconnected socket shows peer port 0 and is a ``network.listen`` on its local port (the
+    datagrams sent to it there are delivered to it), or nothing when it has no port yet."""
+    _, _, lport, _, rport, _ = row
+    if rport:
+        return "network.connect"
+    return "network.listen" if lport else None
 
 
 def _socket_attrs(name: str, row: SocketRow) -> dict[str, AnyValue]:

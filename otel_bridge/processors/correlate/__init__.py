@@ -29,7 +29,10 @@ observation correlation would use, a process start/exec/exit or a ``declared_com
 entity carries no typed facts: it is skipped, never parsed back out of attribute strings).
 :attr:`CorrelateProcessor.outcomes` exposes the same counts. A sender whose spans named no
 pid and that could not be linked (``exact.transport_peer.<reason>``) is also said in words: a
-warning on the log and a sentence in ``status().notes``, once each.
+warning on the log and a sentence in ``status().notes``, once each. A standing collector says
+``no_connection`` once ``sender_grace`` has passed since the spans arrived and the host receiver
+has settled what it was asked to follow (``ProcessInterests.settled_since``), from a thread of
+its own; a later link replaces the sentence by its correction (``docs/architecture.md``).
 
 Everything is read from the entities' typed facts (``ProcessFacts``, ``ToolCallFacts``,
 ``CommandFacts``); the derived process entities carry the ``ProcessFacts`` of the observation

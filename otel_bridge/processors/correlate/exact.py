@@ -21,9 +21,12 @@ causal=false`` (sharing an identifier proves identity, not causation):
   holding the sender's end of that connection on the receiver's host, the agent of the span
   (or, for a callerless model call, the model it requested) is linked to that process, which
   *sent* the spans (a relay between the agent and the receiver would be named instead). The
-  connection observations are the link's support. No holder (counted
-  ``transport_peer.no_connection`` at the end), several (``transport_peer.several_processes``)
-  or a peer that is not loopback (``transport_peer.not_loopback``): no link. A stated pid
+  connection observations are the link's support; only a TCP connection holds a sender's end.
+  No holder (counted ``transport_peer.no_connection``: at the end, after ``retention``, or, in
+  a standing collector, :meth:`ExactLinker.overdue` once ``sender_grace`` passed; the claim
+  then stays open and a later holder still links it, correcting the sentence:
+  ``transport_peer.corrected``), several (``transport_peer.several_processes``) or a peer that
+  is not loopback (``transport_peer.not_loopback``): no link. A stated pid
   always wins; a peer whose one holder is another process than the stated pid's is counted
   (``transport_peer.disagrees``), not resolved.
 * ``request_id``: ``sem``, ``gw`` and ``model`` observations sharing ``request.id`` give

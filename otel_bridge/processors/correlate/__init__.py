@@ -441,8 +441,12 @@ class CorrelateProcessor:
                 self._overdue()
                 said = self._core.exact.unsent()
                 self._publish()
-            if said:
+            if not said:
+                continue
+            try:
                 self._next.consume(Batch(observations=tuple(said)))
+            except Exception as exc:  # said on the log; the next tick goes on
+                self._log.error("correlate: sending early sender verdicts failed: %s", exc)
 
     def _overdue(self) -> None:
         """Early ``no_connection`` verdicts (under the lock; a standing collector only): once

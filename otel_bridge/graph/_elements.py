@@ -175,6 +175,7 @@ class Store:
         "offers",
         "score",
         "support",
+        "unlabeled",
     )
 
     def __init__(self) -> None:
@@ -228,12 +229,15 @@ class Store:
         self.key_tuples: dict[tuple[str, ...], frozenset[str]] = {}
         """The interned key set of each attribute key order seen by a new node or edge."""
         self.n_ent: list[Entity] = []
-        """The entity object last merged into the node. Producers share one entity object
-        between the observations of a batch that mention it, and merging the same object again
-        changes nothing but the facts stamp, so a sighting of ``n_ent[i]`` itself skips the
-        merge checks (:meth:`see`) and only moves the stamp (:meth:`stamp`); so does an entity
-        equal to it field for field (one C-level comparison: the normalizer builds OS events'
-        entities per record, most of them equal to the last one seen)."""
+        """The held entity: one merged into the node whose facts are the node's last record
+        (the one that added the node, or the last sighting that stated facts). Producers
+        share one entity object between observations (the observations of a batch, a
+        normalizer's shared process entities), so a sighting of ``n_ent[i]`` itself skips the
+        merge checks and only moves the stamp (:meth:`see`)."""
+        self.unlabeled: set[int] = set()
+        """The nodes with no label yet: a later sighting's label is taken only by them (a set
+        of the few such nodes, rather than a read of each node's label string, which is cold
+        memory by the time the node is seen again)."""
 
     def shared_keys(self, names: tuple[str, ...]) -> frozenset[str]:
         """The shared key set of attributes named ``names`` in this order (remembered by the
@@ -253,6 +257,8 @@ class Store:
         self.node_index[entity.id] = i
         self.n_kind.append(KIND_VALUE[entity.kind])
         self.n_label.append(entity.label)
+        if not entity.label:
+            self.unlabeled.add(i)
         attrs = entity.attrs
         copy = dict(attrs)  # json_attrs(attrs) and intern_keys(copy), inline
         for v in copy.values():  # cheaper than a set of the value types for a few values
@@ -277,33 +283,52 @@ class Store:
 
     def merge_node(self, i: int, label: str, attrs: Attributes) -> None:
         """First-available label and attributes from a later sighting."""
-        if not self.n_label[i] and label:
+        if label and i in self.unlabeled:
             self.n_label[i] = label
+            self.unlabeled.discard(i)
         merge_attrs(self.n_attrs[i], attrs)
         self.n_keys[i] = self.intern_keys(self.n_attrs[i])
 
     def see(self, i: int, entity: Entity, time: int, observation_id: str) -> None:
         """A later sighting of node ``i``: first-available label and attributes, its facts record
-        (an equal one only moves the stamp forward, :meth:`stamp`), its stable key. A sighting
-        of the entity object last merged (``n_ent[i]``) needs only the stamp; the accumulator's
-        hot loop inlines that test and the stamp."""
-        last = self.n_ent[i]
-        if entity is last or entity == last:  # merged already: only the stamp can move
-            self.n_ent[i] = entity
+        (an equal one only moves the stamp forward, :meth:`stamp`), its stable key.
+
+        A sighting of the held entity (:attr:`n_ent`) only moves the stamp. A sighting with no
+        facts is merged by tests that read it and the node's shared state (its interned key
+        set, :attr:`unlabeled`), never an earlier entity: a node is typically seen again long
+        after its last sighting, when its objects are cold memory (OS events state files and
+        processes afresh per record). A sighting with facts is compared with the held entity
+        first (one C-level comparison), becomes the held entity, and is merged only when it
+        differs. The accumulator's hot loop inlines this method."""
+        prev = self.n_ent[i]
+        if entity is prev:
             if entity.facts is not None:
                 self.stamp(i, time, observation_id)
             return
+        if entity.facts is None:
+            self.merge_plain(i, entity)
+            return
         self.n_ent[i] = entity
-        if not self.node_keys(i).issuperset(entity.attrs) or (not self.n_label[i] and entity.label):
+        if entity == prev or not self.merge_sighting(i, entity, time, observation_id):
+            self.stamp(i, time, observation_id)
+
+    def merge_plain(self, i: int, entity: Entity) -> None:
+        """Merge a sighting's label, attributes and key into node ``i`` (not its facts)."""
+        if not self.node_keys(i).issuperset(entity.attrs) or (entity.label and i in self.unlabeled):
             self.merge_node(i, entity.label, entity.attrs)
+        key = entity.key
+        if key and key != self.n_key[i]:
+            self.offer_key(i, key)
+
+    def merge_sighting(self, i: int, entity: Entity, time: int, observation_id: str) -> bool:
+        """Merge a sighting into node ``i``; True when its facts record was offered (which
+        stamps it), False when it states none or the node's last one (not stamped)."""
+        self.merge_plain(i, entity)
         facts = entity.facts
-        if facts is not None:
-            if facts == self.n_facts[i]:
-                self.stamp(i, time, observation_id)
-            else:
-                self.offer_facts(i, facts, time, observation_id)
-        if entity.key and entity.key != self.n_key[i]:
-            self.offer_key(i, entity.key)
+        if facts is None or facts == self.n_facts[i]:
+            return False
+        self.offer_facts(i, facts, time, observation_id)
+        return True
 
     def stamp(self, i: int, time: int, observation_id: str) -> None:
         """A sighting of node ``i``'s last facts record: its stamp moves to the latest one."""

@@ -147,15 +147,17 @@ class GraphAccumulator:
         """Hot path: apply observations in order, one loop that inlines per observation the
         source and evidence bit look-ups (one-entry memos), the merge checks of the subject and
         object nodes (first-available label and attributes, stable key, typed facts: an equal
-        facts record only moves its stamp; an entity equal to the one last merged, field for
-        field, is one C-level comparison and moves only the stamp), the edge look-up, first/last
-        seen, evidence OR, counts and support ids, the node's own aggregates of entity
-        observations, the occurrence window, and the rows of a new object node and a new edge
-        (written out as ``Store.add_node`` writes them; a node's attribute key set is computed
-        when first asked, ``Store.node_keys``). The subject's last merged entity is remembered
-        across observations: a sighting of it, or of one equal to it field for field (one
-        C-level comparison), skips the merge checks and only moves the facts stamp; so does a
-        sighting of the entity object last merged into the object node (``Store.n_ent``).
+        facts record only moves its stamp), the edge look-up, first/last seen, evidence OR,
+        counts and support ids, the node's own aggregates of entity observations, the
+        occurrence window, and the rows of a new object node and a new edge (written out as
+        ``Store.add_node`` writes them; a node's attribute key set is computed when first
+        asked, ``Store.node_keys``). The subject's last merged entity is remembered across
+        observations: a sighting of it, or of one equal to it field for field (one C-level
+        comparison of two objects in cache), skips the merge checks and only moves the facts
+        stamp. A node's held entity (``Store.n_ent``) does the same for any sighting of that
+        very object. A sighting with no facts is checked against the node's shared key set,
+        never compared with the held entity, which is cold memory by the time an OS event
+        states a file or process again; one with facts is compared with it (``Store.see``).
 
         Everything else is a named method: a new subject node (``Store.add_node``), occurrences
         that reach several elements (:meth:`_regrow`), window rotation, key and facts offers
@@ -167,14 +169,14 @@ class GraphAccumulator:
         for byte, keys and facts included.
         """
         st = self._store
-        node_index, n_ent, n_own, n_keys, n_label = (
+        node_index, n_ent, n_own, n_keys, unlabeled = (
             st.node_index,
             st.n_ent,
             st.n_own,
             st.n_keys,
-            st.n_label,
+            st.unlabeled,
         )
-        n_key, n_facts, n_ft, n_fid = st.n_key, st.n_facts, st.n_ft, st.n_fid
+        n_key, n_facts, n_ft, n_fid, n_label = st.n_key, st.n_facts, st.n_ft, st.n_fid, st.n_label
         n_kind, n_attrs, key_tuples = st.n_kind, st.n_attrs, st.key_tuples
         edge_index, e_src, e_dst, e_attrs, e_keys = (
             st.edge_index,
@@ -222,20 +224,22 @@ class GraphAccumulator:
                     else:
                         si = found
                         prev = n_ent[si]
-                        if s is not prev:
+                        if s is prev:
+                            pass
+                        elif s.facts is None:  # Store.see's checks, inline
+                            attrs = s.attrs
+                            keys = n_keys[si]
+                            if keys is None:
+                                keys = st.node_keys(si)
+                            if not keys.issuperset(attrs) or (s.label and si in unlabeled):
+                                st.merge_node(si, s.label, attrs)
+                            k = s.key
+                            if k and k != n_key[si]:
+                                st.offer_key(si, k)
+                        else:
                             n_ent[si] = s
                             if s != prev:
-                                attrs = s.attrs
-                                if not st.node_keys(si).issuperset(attrs) or (
-                                    not n_label[si] and s.label
-                                ):
-                                    st.merge_node(si, s.label, attrs)
-                                f = s.facts
-                                if f is not None and f != n_facts[si]:
-                                    st.offer_facts(si, f, t, o.id)
-                                k = s.key
-                                if k and k != n_key[si]:
-                                    st.offer_key(si, k)
+                                st.merge_sighting(si, s, t, o.id)
                     s_ent, s_f = s, s.facts is not None
             if s_f:  # Store.stamp, inline
                 ft = n_ft[si]
@@ -289,6 +293,8 @@ class GraphAccumulator:
                     oi = node_index[oid] = len(n_kind)
                     n_kind.append(KIND_VALUE[ob.kind])
                     n_label.append(ob.label)
+                    if not ob.label:
+                        unlabeled.add(oi)
                     attrs = ob.attrs
                     copy = dict(attrs)  # json_attrs(attrs), inline
                     for v in copy.values():
@@ -330,20 +336,25 @@ class GraphAccumulator:
                 oi = e_dst[ei]
                 f = ob.facts
                 prev = n_ent[oi]
-                if ob is not prev:
+                if ob is prev:
+                    pass
+                elif f is None:  # Store.see's checks, inline
+                    attrs = ob.attrs
+                    keys = n_keys[oi]
+                    if keys is None:
+                        keys = st.node_keys(oi)
+                    if not keys.issuperset(attrs) or (ob.label and oi in unlabeled):
+                        st.merge_node(oi, ob.label, attrs)
+                    k = ob.key
+                    if k and k != n_key[oi]:
+                        st.offer_key(oi, k)
+                else:
                     n_ent[oi] = ob
                     if ob != prev:
                         if oi == si:
                             s_ent = None  # the subject's memo: see above
-                        attrs = ob.attrs
-                        if not st.node_keys(oi).issuperset(attrs) or (not n_label[oi] and ob.label):
-                            st.merge_node(oi, ob.label, attrs)
-                        if f is not None and f != n_facts[oi]:
-                            st.offer_facts(oi, f, t, o.id)
+                        if st.merge_sighting(oi, ob, t, o.id):
                             f = None  # stamped
-                        k = ob.key
-                        if k and k != n_key[oi]:
-                            st.offer_key(oi, k)
                 if f is not None:
                     ft = n_ft[oi]
                     if t > ft or (t == ft and o.id > n_fid[oi]):

@@ -156,17 +156,21 @@ def _folded_node(
 
 def foldable(doc: dict[str, Any]) -> dict[str, list[dict[str, Any]]]:
     """Per process node id, the ``opened`` edges the fold would merge."""
-    nodes = {n["id"]: n for n in doc["nodes"]}
     other_relations: set[str] = set()
-    candidates: dict[str, list[dict[str, Any]]] = defaultdict(list)
+    reads: list[dict[str, Any]] = []
     for e in doc["edges"]:
         target = e["target"]
         if e["relation"] != "opened" or not target.startswith("file:"):
             other_relations.add(target)
             other_relations.add(e["source"])
-            continue
-        src = nodes.get(e["source"])
-        if src is not None and src["kind"] == "process" and runtime_read_class(target[5:]):
+        elif runtime_read_class(target[5:]):
+            reads.append(e)
+    if not reads:  # most graphs' files are no runtime read: no look-up of their openers
+        return {}
+    kinds = {n["id"]: n["kind"] for n in doc["nodes"]}
+    candidates: dict[str, list[dict[str, Any]]] = defaultdict(list)
+    for e in reads:
+        if kinds.get(e["source"]) == "process":
             candidates[e["source"]].append(e)
     out: dict[str, list[dict[str, Any]]] = {}
     for pid, edges in candidates.items():

@@ -311,7 +311,8 @@ def _process(a: Attributes, host: str, name: str) -> Entity:
     ``1``, ``1.0`` and ``True`` stay apart); a record with an unhashable value (a map) is built
     afresh. Sharing the immutable object changes nothing in the output
     (``tests/normalize/test_normalize_os.py`` compares both), and lets the graph accumulator
-    skip the merge checks of a node it saw as this very object (``Store.n_ent``).
+    skip the merge checks of consecutive observations of one process (the accumulator's
+    subject memo).
     """
     present = _stated(tuple(a))
     values = tuple(map(a.get, present))

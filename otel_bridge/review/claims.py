@@ -317,8 +317,7 @@ NO_TEXT = (
 NO_ACTION = "the session took no action (no tool call), so no answer reports on one"
 NO_LATER_TEXT = (
     "all the assistant's text came before its first action, and claims are read only from what "
-    "it said after acting (an answer the model gave again word for word counts from the first "
-    "time it was said); a run stopped before the model answered has no such text"
+    "it said after acting; a run stopped before the model answered has no such text"
 )
 NO_MENTION = (
     "no sentence of the assistant's text after its first action mentions a path, a command, "

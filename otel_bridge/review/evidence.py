@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import json
 import os
-from collections import defaultdict
+from collections import Counter, defaultdict
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -547,12 +547,18 @@ MESSAGE_TYPES = {"user": "user_message", "assistant": "assistant_message", "syst
 
 def add_messages(session: Session, records: Records) -> None:
     """Messages from the session's chat and agent spans in every convention
-    (:mod:`otel_bridge.review.messages`), deduplicated across requests (the earliest sighting's
-    time), and a model call per chat span."""
-    seen: dict[str, EvidenceNode] = {}
+    (:mod:`otel_bridge.review.messages`), and a model call per chat span.
+
+    Each model call's output is a message of its own: two calls that answered the same text
+    are two messages, each at its call's end. Any other sighting (the history a later request
+    sends again, an agent span repeating the last answer, an input seen in several requests)
+    is the same message as the latest earlier sighting of that role, text and tool calls
+    (the earliest, when none is earlier), and otherwise a new one at its earliest time."""
     calls_by_id = {
         str(t.data["call_id"]): t for t in session.of_type("tool_call") if t.data.get("call_id")
     }
+    outputs: list[_Sighting] = []
+    others: list[_Sighting] = []
     for rid, span in session.spans:
         op = operation(span)
         if op not in ("chat", "invoke_agent"):
@@ -574,45 +580,111 @@ def add_messages(session: Session, records: Records) -> None:
             )
         logs = records.genai_events.get(span_id, ())
         for message in span_messages(span, rid, logs):
+            if message.role == "tool":  # a tool's result: given to its tool call
+                tool = calls_by_id.get(message.response_id)
+                if tool is not None and not tool.data.get("result"):
+                    tool.data["result"] = message.text or None
+                continue
+            if message.role not in MESSAGE_TYPES:
+                continue
             time = span.end_time_unix_nano if message.output else span.start_time_unix_nano
-            _sight(session, seen=seen, calls_by_id=calls_by_id, message=message, time=time, rid=rid)
+            call = span_id if op == "chat" else ""
+            sighting = _Sighting(message, time, rid, call, len(outputs) + len(others))
+            (outputs if message.output and call else others).append(sighting)
+    messages = _Messages()
+    for sighting in outputs:
+        messages.output(sighting)
+    repeats = Counter((x.rid, messages.content(x)) for x in others)
+    place: Counter[tuple[str, str]] = Counter()
+    for sighting in sorted(others, key=lambda x: (x.time, x.order)):
+        key = (sighting.rid, messages.content(sighting))
+        messages.repeat(sighting, place[key], repeats[key])
+        place[key] += 1
+    messages.add_to(session)
 
 
-def _sight(
-    session: Session,
-    *,
-    seen: dict[str, EvidenceNode],
-    calls_by_id: Mapping[str, EvidenceNode],
-    message: Message,
-    time: int,
-    rid: str,
-) -> None:
-    role, text, calls = message.role, message.text, message.calls
-    if role == "tool":
-        tool = calls_by_id.get(message.response_id)
-        if tool is not None and not tool.data.get("result"):
-            tool.data["result"] = text or None
-        return
-    kind = MESSAGE_TYPES.get(role)
-    if kind is None:
-        return
-    key = json.dumps([role, text, list(calls)])
-    node = seen.get(key)
-    if node is None:
-        node = EvidenceNode(
-            id=f"message:{session.trace_id}:{len(seen) + 1}",
-            type=kind,
-            session=session.id,
-            label=(text.strip().splitlines() or [role])[0][:80],
-            time=time,
-            data={"role": role, "text": text, "tool_calls": list(calls)},
-        )
-        seen[key] = session.add(node)
-    elif node.time is None or time < node.time:
-        node.time = time
-    for source in (rid, message.record):
-        if source and source not in node.records:
-            node.records.append(source)
+@dataclass(frozen=True)
+class _Sighting:
+    message: Message
+    time: int
+    rid: str
+    call: str
+    """The span id of the model call whose output it is ("" for any other sighting)."""
+    order: int
+    """Its place among the session's sightings in record order."""
+
+
+@dataclass
+class _Group:
+    """The sightings of one message."""
+
+    message: Message
+    time: int
+    order: int
+    records: list[str] = field(default_factory=list)
+
+
+class _Messages:
+    """The session's messages, grouped by model call output and by content."""
+
+    def __init__(self) -> None:
+        self.by_output: dict[str, _Group] = {}
+        self.by_content: dict[str, list[_Group]] = {}
+
+    def output(self, sighting: _Sighting) -> None:
+        """A model call's output: one message per call and content (copies of a span merge)."""
+        content = self.content(sighting)
+        key = json.dumps([sighting.call, content])
+        group = self.by_output.get(key)
+        if group is None:
+            group = self.by_output[key] = _Group(sighting.message, sighting.time, sighting.order)
+            self.by_content.setdefault(content, []).append(group)
+        self._seen(group, sighting)
+
+    def repeat(self, sighting: _Sighting, place: int, count: int) -> None:
+        """Any other sighting: the latest earlier message with its content, else a new one.
+        A record that repeats one content ``count`` times (a history holding one answer
+        given twice) gives its ``place``-th sighting the ``place``-th of the latest ``count``
+        earlier messages, so each earlier message is matched once."""
+        content = self.content(sighting)
+        known = self.by_content.get(content)
+        if not known:
+            group = _Group(sighting.message, sighting.time, sighting.order)
+            self.by_content[content] = [group]
+        else:
+            earlier = sorted((g for g in known if g.time <= sighting.time), key=lambda g: g.time)
+            group = earlier[max(0, len(earlier) - count + place)] if earlier else known[0]
+        self._seen(group, sighting)
+
+    @staticmethod
+    def content(sighting: _Sighting) -> str:
+        """The message's content key: role, text and requested tool calls."""
+        message = sighting.message
+        return json.dumps([message.role, message.text, list(message.calls)])
+
+    @staticmethod
+    def _seen(group: _Group, sighting: _Sighting) -> None:
+        group.time = min(group.time, sighting.time)
+        group.order = min(group.order, sighting.order)
+        for source in (sighting.rid, sighting.message.record):
+            if source and source not in group.records:
+                group.records.append(source)
+
+    def add_to(self, session: Session) -> None:
+        """Add a node per message, numbered in the order they were first sighted."""
+        groups = {id(g): g for gs in self.by_content.values() for g in gs}.values()
+        for n, group in enumerate(sorted(groups, key=lambda g: g.order), start=1):
+            m = group.message
+            node = EvidenceNode(
+                id=f"message:{session.trace_id}:{n}",
+                type=MESSAGE_TYPES[m.role],
+                session=session.id,
+                label=(m.text.strip().splitlines() or [m.role])[0][:80],
+                time=group.time,
+                data={"role": m.role, "text": m.text, "tool_calls": list(m.calls)},
+            )
+            node.records.extend(group.records)
+            session.add(node)
 
 
 def tool_result_text(session: Session) -> dict[str, str]:

@@ -63,6 +63,10 @@ class Result:
     """CPU time (user + system) the collector process spent from start to finish."""
     sys_seconds: float
     """The system (kernel) part of ``cpu_seconds``: socket I/O, thread switches."""
+    gc_seconds: float = 0.0
+    """CPU time of the collector's threads inside the cyclic garbage collector."""
+    gc_collections: int = 0
+    """How many collections (of any generation) ran in the collector."""
 
     @property
     def ingest_rate(self) -> float:
@@ -141,9 +145,11 @@ def _collector_main(  # noqa: PLR0917 (the spawned process's arguments)
 ) -> None:
     _pin({core})
     from otel_bridge.component import RECEIVER
+    from otel_bridge.gcpause import tune_for_collector
     from otel_bridge.pipeline import Collector
 
     config = collector_config(workdir, send_batch_size)
+    tune_for_collector(freeze=True)  # as ``otel-bridge run`` does
     profilers: list[Any] = []
     if profile:
         import cProfile
@@ -159,6 +165,7 @@ def _collector_main(  # noqa: PLR0917 (the spawned process's arguments)
         threading.setprofile(start_thread_profiler)
         start_thread_profiler()
     collector = Collector(config)
+    gc_clock = _GcClock()
     cpu_start, sys_start = _cpu_seconds()
     collector.start()
     receiver: Any = collector.component("otlp")
@@ -180,7 +187,37 @@ def _collector_main(  # noqa: PLR0917 (the spawned process's arguments)
     cpu_end, sys_end = _cpu_seconds()
     cpu = (cpu_end - cpu_start, sys_end - sys_start)
     peak_kib = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
-    conn.send((ingest_done, done, peak_kib / 1024.0, observations, telemetry.counters(), cpu))
+    gc_clock.stop()
+    gc = (gc_clock.seconds, gc_clock.collections)
+    conn.send((ingest_done, done, peak_kib / 1024.0, observations, telemetry.counters(), cpu, gc))
+
+
+class _GcClock:
+    """The thread CPU time spent inside the cyclic garbage collector, and its collections."""
+
+    def __init__(self) -> None:
+        import gc
+
+        self.seconds = 0.0
+        self.collections = 0
+        self._began: dict[int, float] = {}
+        gc.callbacks.append(self._callback)
+
+    def _callback(self, phase: str, info: dict[str, int]) -> None:
+        import threading
+
+        del info
+        me = threading.get_ident()
+        if phase == "start":
+            self._began[me] = time.thread_time()
+        elif me in self._began:
+            self.seconds += time.thread_time() - self._began.pop(me)
+            self.collections += 1
+
+    def stop(self) -> None:
+        import gc
+
+        gc.callbacks.remove(self._callback)
 
 
 def _cpu_seconds() -> tuple[float, float]:
@@ -434,7 +471,7 @@ def run(
             if p.exitcode != 0:
                 collector.kill()
                 raise RuntimeError(f"a sender failed with exit code {p.exitcode}")
-        ingest_done, finished, peak_mib, observations, counters, cpu = _receive(
+        ingest_done, finished, peak_mib, observations, counters, cpu, gc = _receive(
             parent, collector, "its figures"
         )
         collector.join()
@@ -442,7 +479,15 @@ def run(
     if refused:
         print(f"  (memory limiter refused {refused} spans; senders retried them)")
     return Result(
-        total, ingest_done - started, finished - started, peak_mib, observations, cpu[0], cpu[1]
+        total,
+        ingest_done - started,
+        finished - started,
+        peak_mib,
+        observations,
+        cpu[0],
+        cpu[1],
+        gc_seconds=gc[0],
+        gc_collections=gc[1],
     )
 
 
@@ -505,7 +550,8 @@ def main(argv: list[str] | None = None) -> int:
                 f"us/span (sys {result.sys_seconds / result.spans * 1e6:.1f}; "
                 f"= {1e6 / result.cpu_us_per_span:,.0f} spans/CPU-s)  "
                 f"peak RSS {result.peak_rss_mib:,.0f} MiB  observations "
-                f"{result.observations:,} ({result.observations / result.spans:.2f}/span)"
+                f"{result.observations:,} ({result.observations / result.spans:.2f}/span)  "
+                f"gc {result.gc_seconds:.2f} s ({result.gc_collections:,} collections)"
             )
         if len(results) > 1:
             print(summarize(results))

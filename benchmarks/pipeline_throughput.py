@@ -63,6 +63,10 @@ class Result:
     """CPU time (user + system) the collector process spent from start to finish."""
     sys_seconds: float
     """The system (kernel) part of ``cpu_seconds``: socket I/O, thread switches."""
+    gc_seconds: float = 0.0
+    """CPU time of the collector's threads inside the cyclic garbage collector."""
+    gc_collections: int = 0
+    """How many collections (of any generation) ran in the collector."""
 
     @property
     def ingest_rate(self) -> float:
@@ -144,6 +148,7 @@ def _collector_main(  # noqa: PLR0917 (the spawned process's arguments)
     from otel_bridge.pipeline import Collector
 
     config = collector_config(workdir, send_batch_size)
+    _as_run()
     profilers: list[Any] = []
     if profile:
         import cProfile
@@ -159,6 +164,7 @@ def _collector_main(  # noqa: PLR0917 (the spawned process's arguments)
         threading.setprofile(start_thread_profiler)
         start_thread_profiler()
     collector = Collector(config)
+    gc_clock = _GcClock()
     cpu_start, sys_start = _cpu_seconds()
     collector.start()
     receiver: Any = collector.component("otlp")
@@ -180,7 +186,47 @@ def _collector_main(  # noqa: PLR0917 (the spawned process's arguments)
     cpu_end, sys_end = _cpu_seconds()
     cpu = (cpu_end - cpu_start, sys_end - sys_start)
     peak_kib = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
-    conn.send((ingest_done, done, peak_kib / 1024.0, observations, telemetry.counters(), cpu))
+    gc_clock.stop()
+    gc = (gc_clock.seconds, gc_clock.collections)
+    conn.send((ingest_done, done, peak_kib / 1024.0, observations, telemetry.counters(), cpu, gc))
+
+
+def _as_run() -> None:
+    """Set the process's garbage collector as ``otel-bridge run`` does (a tree from before that
+    setting, run with ``PYTHONPATH``: as it was, so its collections can be counted too)."""
+    try:
+        from otel_bridge.gcpause import tune_for_collector
+    except ImportError:
+        return
+    tune_for_collector(freeze=True)
+
+
+class _GcClock:
+    """The thread CPU time spent inside the cyclic garbage collector, and its collections."""
+
+    def __init__(self) -> None:
+        import gc
+
+        self.seconds = 0.0
+        self.collections = 0
+        self._began: dict[int, float] = {}
+        gc.callbacks.append(self._callback)
+
+    def _callback(self, phase: str, info: dict[str, int]) -> None:
+        import threading
+
+        del info
+        me = threading.get_ident()
+        if phase == "start":
+            self._began[me] = time.thread_time()
+        elif me in self._began:
+            self.seconds += time.thread_time() - self._began.pop(me)
+            self.collections += 1
+
+    def stop(self) -> None:
+        import gc
+
+        gc.callbacks.remove(self._callback)
 
 
 def _cpu_seconds() -> tuple[float, float]:
@@ -434,7 +480,7 @@ def run(
             if p.exitcode != 0:
                 collector.kill()
                 raise RuntimeError(f"a sender failed with exit code {p.exitcode}")
-        ingest_done, finished, peak_mib, observations, counters, cpu = _receive(
+        ingest_done, finished, peak_mib, observations, counters, cpu, gc = _receive(
             parent, collector, "its figures"
         )
         collector.join()
@@ -442,7 +488,15 @@ def run(
     if refused:
         print(f"  (memory limiter refused {refused} spans; senders retried them)")
     return Result(
-        total, ingest_done - started, finished - started, peak_mib, observations, cpu[0], cpu[1]
+        total,
+        ingest_done - started,
+        finished - started,
+        peak_mib,
+        observations,
+        cpu[0],
+        cpu[1],
+        gc_seconds=gc[0],
+        gc_collections=gc[1],
     )
 
 
@@ -505,7 +559,8 @@ def main(argv: list[str] | None = None) -> int:
                 f"us/span (sys {result.sys_seconds / result.spans * 1e6:.1f}; "
                 f"= {1e6 / result.cpu_us_per_span:,.0f} spans/CPU-s)  "
                 f"peak RSS {result.peak_rss_mib:,.0f} MiB  observations "
-                f"{result.observations:,} ({result.observations / result.spans:.2f}/span)"
+                f"{result.observations:,} ({result.observations / result.spans:.2f}/span)  "
+                f"gc {result.gc_seconds:.2f} s ({result.gc_collections:,} collections)"
             )
         if len(results) > 1:
             print(summarize(results))

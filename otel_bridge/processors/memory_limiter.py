@@ -8,8 +8,9 @@ Two limits, either or both:
   :data:`INLINE_INTERVAL`, or for every batch once usage is within one spike of the soft limit
   (so a flood between two periodic checks cannot run far past the limit). At or above the soft
   limit (``limit_mib - spike_limit_mib``) new data is refused until usage falls back; the
-  periodic check then returns freed memory to the system (a garbage collection above the hard
-  limit, ``malloc_trim`` where glibc has it), so usage does fall once the pressure is gone.
+  periodic check then frees reference cycles (a collection of the young generations, a full one
+  above the hard limit) and returns freed memory to the system (``malloc_trim`` where glibc has
+  it), so usage does fall once the pressure is gone.
   ``limit_percentage`` sets the limit as a share of physical memory instead. What the
   receivers read and decode before this processor sees it is bounded too: while it runs, the
   limiter registers with :mod:`otel_bridge.admission`, so the OTLP receivers refuse a request
@@ -187,9 +188,14 @@ def _load_malloc_trim() -> Callable[[int], int] | None:
 
 
 def release_memory(hard: bool) -> None:
-    """Return freed memory to the system: a full collection when ``hard``, then malloc_trim."""
-    if hard:
-        gc.collect()
+    """Free what the cyclic garbage collector can and return freed memory to the system.
+
+    Called by the periodic check while usage is over the soft limit, so at most once per
+    ``check_interval``: a collection of the two young generations (every container made since
+    their last collection, so the cycles of the latest requests; a collector process collects
+    the youngest only every 10,000 allocations, :func:`otel_bridge.gcpause.tune_for_collector`),
+    of all three when ``hard``; then ``malloc_trim``."""
+    gc.collect(2 if hard else 1)
     trim = _TRIM[0] if _TRIM else None
     if trim is not None:
         trim(0)

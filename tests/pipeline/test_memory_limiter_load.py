@@ -3,7 +3,10 @@ recovers when what stays over the soft limit is retained state rather than data 
 
 from __future__ import annotations
 
+import gc
 import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
 
 import pytest
 from waiting import wait_until
@@ -143,6 +146,48 @@ def test_retained_after_zero_refuses_until_usage_falls() -> None:
         assert _refused(proc)
     assert not proc.retained
     assert Config(retained_after=-1).validate() == ["retained_after: must not be negative"]
+    proc.shutdown()
+
+
+@contextmanager
+def collections_seen() -> Iterator[list[int]]:
+    """The generations of the garbage collections run in the block; automatic ones are off
+    meanwhile, so only those asked for are seen."""
+    seen: list[int] = []
+
+    def callback(phase: str, info: dict[str, int]) -> None:
+        if phase == "start":
+            seen.append(info["generation"])
+
+    was_enabled = gc.isenabled()
+    gc.disable()
+    gc.callbacks.append(callback)
+    try:
+        yield seen
+    finally:
+        gc.callbacks.remove(callback)
+        if was_enabled:
+            gc.enable()
+
+
+def test_the_periodic_check_collects_garbage_while_memory_is_over_the_soft_limit() -> None:
+    """Over the soft limit the periodic check collects the young generations (where the
+    reference cycles of the latest requests are, which a collector process collects only
+    every 10,000 allocations), over the hard limit all of them; under the soft limit nothing,
+    and the data path's own readings never collect."""
+    memory = Memory(50)
+    proc = _limiter(memory, RecordingConsumer())
+    with collections_seen() as seen:
+        proc.check()
+        assert seen == []
+        memory.mib = 85
+        proc.check(release=False)  # the data path's reading
+        assert seen == []
+        proc.check()
+        assert seen == [1]
+        memory.mib = 101
+        proc.check()
+        assert seen == [1, 2]
     proc.shutdown()
 
 

@@ -204,6 +204,7 @@
     if (!given) layout(nodes, edges);
     if (given && doc.layout.curves) doc.layout.curves.forEach(function (c) { edges[c[0]].via = [c[1], c[2]]; });
     else route(nodes, edges, S.laneBands);
+    corridors(nodes, edges, S.laneBands);
     var bbox = { x0: Infinity, y0: Infinity, x1: -Infinity, y1: -Infinity };
     nodes.forEach(function (n) {
       bbox.x0 = Math.min(bbox.x0, n.x); bbox.x1 = Math.max(bbox.x1, n.x);
@@ -290,13 +291,14 @@
     return hits;
   }
   function route(nodes, edges, bands) {
-    var lines = [], oneRow = {}, byId = {};
+    var lines = [], oneRow = {}, byId = {}, blocks = blockLanes(bands);
     bands.forEach(function (b, i) { if (b.n && b.y0 === b.y1) { lines.push(i); oneRow[i] = []; } });
     nodes.forEach(function (n) { byId[n.id] = n; if (oneRow[n.lane]) oneRow[n.lane].push(n); });
     edges.forEach(function (e) {
       var a = byId[e.source], b = byId[e.target];
       e.via = null;
       if (!a || !b || a === b || !oneRow[a.lane] || !oneRow[b.lane]) return;
+      if (blocksBetween(blocks, a.lane, b.lane)) return;  // a corridor route (corridors())
       var lo = Math.min(a.y, b.y) - REACH, hi = Math.max(a.y, b.y) + REACH, near = [];
       lines.forEach(function (i) { if (lo <= bands[i].y0 && bands[i].y0 <= hi) near = near.concat(oneRow[i]); });
       var best = curveHits(a, b, null, near), bestVia = null;
@@ -310,6 +312,78 @@
         if (!hits) break;
       }
       e.via = bestVia;
+    });
+  }
+
+  // Corridors: an edge with an end in a lane wrapped into a block, or with such a lane between
+  // its ends, is a polyline (e.path: waypoints between its ends) crossing each lane on its way
+  // vertically through a gap between its columns and each gap between lanes diagonally, PORT
+  // from the rows on either side. The same rule and arithmetic as corridors() in layout.py.
+  var PORT = 8;
+  function blockLanes(bands) {
+    var out = [];
+    bands.forEach(function (b, i) { if (b.n && b.y0 !== b.y1) out.push(i); });
+    return out;
+  }
+  function blocksBetween(blocks, la, lb) {
+    var lo = Math.min(la, lb), hi = Math.max(la, lb);
+    return blocks.some(function (i) { return lo < i && i < hi; });
+  }
+  function laneColumns(nodes, count) {
+    var sets = [], out = [];
+    for (var i = 0; i < count; i++) sets.push({});
+    nodes.forEach(function (n) { sets[n.lane][n.x] = n.x; });
+    sets.forEach(function (set) {
+      out.push(Object.keys(set).map(function (k) { return set[k]; }).sort(function (p, q) { return p - q; }));
+    });
+    return out;
+  }
+  function nearestColumn(cols, x) {
+    var lo = 0, hi = cols.length;
+    while (lo < hi) { var mid = (lo + hi) >> 1; if (cols[mid] < x) lo = mid + 1; else hi = mid; }
+    if (lo === cols.length || (lo > 0 && x - cols[lo - 1] <= cols[lo] - x)) return lo - 1;
+    return lo;
+  }
+  function columnSide(cols, j, right) {
+    var c = cols[j];
+    if (right) return j + 1 < cols.length ? Math.min((c + cols[j + 1]) / 2, c + CLEARANCE) : c + CLEARANCE;
+    return j > 0 ? Math.max((cols[j - 1] + c) / 2, c - CLEARANCE) : c - CLEARANCE;
+  }
+  function laneGap(cols, x) {
+    var j = nearestColumn(cols, x), c = cols[j];
+    if (Math.abs(x - c) >= CLEARANCE) return x;
+    var left = columnSide(cols, j, false), right = columnSide(cols, j, true);
+    return Math.abs(right - x) < Math.abs(x - left) ? right : left;
+  }
+  function corridorEnd(n, other, band, cols, port) {
+    if (band.y0 === band.y1) return [n.x, port];
+    var g = columnSide(cols, nearestColumn(cols, n.x), other.x >= n.x);
+    return [g, n.y, g, port];
+  }
+  function corridors(nodes, edges, bands) {
+    var blocks = blockLanes(bands), byId = {}, cols;
+    edges.forEach(function (e) { e.path = null; });
+    if (!blocks.length) return;
+    nodes.forEach(function (n) { byId[n.id] = n; });
+    cols = laneColumns(nodes, bands.length);
+    edges.forEach(function (e) {
+      var a = byId[e.source], b = byId[e.target];
+      if (!a || !b || a === b) return;
+      if (blocks.indexOf(a.lane) < 0 && blocks.indexOf(b.lane) < 0 && !blocksBetween(blocks, a.lane, b.lane)) return;
+      var ba = bands[a.lane], bb = bands[b.lane], down = a.lane < b.lane;
+      var portA = down ? ba.y1 - PORT : ba.y0 + PORT, portB = down || a.lane === b.lane ? bb.y0 + PORT : bb.y1 - PORT;
+      var pts = corridorEnd(a, b, ba, cols[a.lane], portA), step = down ? 1 : -1;
+      for (var i = a.lane + step; a.lane !== b.lane && i !== b.lane; i += step) {
+        var band = bands[i];
+        if (!band.n) continue;
+        var mid = (band.y0 + band.y1) / 2, x = a.x + (b.x - a.x) * ((mid - a.y) / (b.y - a.y));
+        var g = laneGap(cols[i], x), near = band.y0 + PORT, far = band.y1 - PORT;
+        if (!down) { var t = near; near = far; far = t; }
+        pts.push(g, near, g, far);
+      }
+      var end = corridorEnd(b, a, bb, cols[b.lane], portB);
+      for (var k = end.length - 2; k >= 0; k -= 2) pts.push(end[k], end[k + 1]);
+      e.path = pts;
     });
   }
 
@@ -421,7 +495,7 @@
     return { x: n.x, y: n.y, size: nodeSize(n), label: n.label, color: kindColor(n.kind), kind: n.kind };
   }
   function edgeAttrs(e) {
-    return { color: GRADE_COLOR[e.grade] || "#999999", size: e.cross ? 2 : 1, type: "arrow", style: e.style, curved: !!e.via };
+    return { color: GRADE_COLOR[e.grade] || "#999999", size: e.cross ? 2 : 1, type: "arrow", style: e.style, curved: !!(e.via || e.path) };
   }
   // The display rules both renderers apply (sigma as its reducers, the canvas per frame): they
   // change the given attributes in place (sigma hands each call its own copy).
@@ -432,8 +506,9 @@
     return a;
   }
   function reduceEdge(id, a) {
-    // Dashed, dotted and curved edges are the overlay's (drawOverlay).
-    if (!S.edgeVis.has(id) || a.style !== "solid" || a.curved) a.hidden = true;
+    // Dashed and dotted edges are the overlay's (drawOverlay); so are routed ones (curves and
+    // corridors) over sigma, which draws straight lines only.
+    if (!S.edgeVis.has(id) || a.style !== "solid" || (a.curved && S.rendererKind !== "canvas")) a.hidden = true;
     return a;
   }
   // What a node or an edge is drawn as now, whichever renderer draws it.
@@ -444,7 +519,7 @@
   }
   function edgeDisplay(e, out) {
     out.color = GRADE_COLOR[e.grade] || "#999999"; out.size = e.cross ? 2 : 1; out.type = "arrow";
-    out.style = e.style; out.curved = !!e.via; out.hidden = false;
+    out.style = e.style; out.curved = !!(e.via || e.path); out.hidden = false;
     return reduceEdge(e.id, out);
   }
   function changed(old, now) {
@@ -528,6 +603,9 @@
     markFull();  // the constructor rendered every node and edge with the current filters
     S.renderer.on("clickNode", function (ev) { select(ev.node); });
     S.renderer.on("clickEdge", function (ev) { select(ev.edge); });
+    // Sigma does not know the overlay's edges (dashed, dotted, routed): a click beside every
+    // node and sigma edge looks for one of them.
+    S.renderer.on("clickStage", function (ev) { var id = pickEdge(ev.event.x, ev.event.y, 3); if (id) select(id); });
     S.renderer.on("afterRender", drawOverlay);
     drawOverlay();  // the constructor's render ran before this listener
   }
@@ -539,7 +617,7 @@
       edges: function () { return S.model.edges; },
       bbox: function () { return S.model.bbox; },
       display: nodeDisplay, edgeDisplay: edgeDisplay,
-      afterRender: drawOverlay, onClick: select
+      afterRender: drawOverlay, onClick: select, pickEdge: pickEdge
     });
     drawOverlay();  // the constructor's frame was drawn before S.renderer was set
   }
@@ -572,24 +650,26 @@
     // Dashed and dotted edges, and the grade letters of cross-layer and dashed edges. Lines are
     // one pixel wide (Skia draws those as hairlines, many times faster than wider strokes) but
     // for the selected edge; at most one letter per GRADE_CELL square, so that they stay legible.
-    var drawn = 0, letters = {};
+    var drawn = 0, letters = {}, canvas = S.rendererKind === "canvas";
     S.model.edges.forEach(function (e) {
-      if (drawn > 3000 || !S.edgeVis.has(e.id) || (e.style === "solid" && !e.cross && !e.via)) return;
-      var a = viewportOf(S.model.byId[e.source]), b = viewportOf(S.model.byId[e.target]);
-      var c = e.via ? viewportOf({ x: e.via[0], y: e.via[1] }) : null;
+      var routed = !!(e.via || e.path);
+      if (drawn > 3000 || !S.edgeVis.has(e.id) || (e.style === "solid" && !e.cross && (canvas || !routed))) return;
+      var pts = edgePoints(e), b = pts[pts.length - 1], c = pts[pts.length - 2];
       drawn++;
       ctx.strokeStyle = ctx.fillStyle = GRADE_COLOR[e.grade] || "#999999";
-      ctx.lineWidth = e.selected ? 3 : e.via && e.cross ? 2 : 1;
-      if (e.style !== "solid" || c) {
+      ctx.lineWidth = e.selected ? 3 : routed && e.cross ? 2 : 1;
+      // The canvas renderer draws solid edges, routed or not; sigma draws straight solid ones.
+      if (e.style !== "solid" || (routed && !canvas)) {
         ctx.setLineDash(e.style === "dashed" ? [7, 5] : e.style === "dotted" ? [2, 4] : []);
-        ctx.beginPath(); ctx.moveTo(a.x, a.y);
-        if (c) ctx.quadraticCurveTo(c.x, c.y, b.x, b.y); else ctx.lineTo(b.x, b.y);
+        ctx.beginPath(); ctx.moveTo(pts[0].x, pts[0].y);
+        if (e.via) ctx.quadraticCurveTo(pts[1].x, pts[1].y, b.x, b.y);
+        else for (var k = 1; k < pts.length; k++) ctx.lineTo(pts[k].x, pts[k].y);
         ctx.stroke();
         ctx.setLineDash([]);
-        if (c) curveArrow(ctx, c, b, nodeSize(S.model.byId[e.target]));
+        if (routed) curveArrow(ctx, c, b, nodeSize(S.model.byId[e.target]));
       }
-      // The letter at the middle of the line, or of the curve.
-      var mx = c ? (a.x + 2 * c.x + b.x) / 4 : (a.x + b.x) / 2, my = c ? (a.y + 2 * c.y + b.y) / 4 : (a.y + b.y) / 2;
+      // The letter at the middle of the line, of the curve or of the corridor's waypoints.
+      var m = edgeMiddle(e, pts), mx = m.x, my = m.y;
       var cell = Math.floor(mx / GRADE_CELL) + "," + Math.floor(my / GRADE_CELL);
       if (e.style !== "dotted" && (e.cross || e.style === "dashed") && (e.selected || !letters[cell]) && mx > -8 && my > -8 && mx < w + 8 && my < h + 8) {
         letters[cell] = 1;
@@ -606,7 +686,46 @@
       });
     }
   }
-  // A curve's arrowhead at its target's rim, along the curve's last tangent (control -> target).
+  // An edge's drawn points on screen: its ends and, between them, a curve's control point or a
+  // corridor's waypoints.
+  function edgePoints(e) {
+    var pts = [viewportOf(S.model.byId[e.source])], w = e.via || e.path || [];
+    for (var i = 0; i < w.length; i += 2) pts.push(viewportOf({ x: w[i], y: w[i + 1] }));
+    pts.push(viewportOf(S.model.byId[e.target]));
+    return pts;
+  }
+  function edgeMiddle(e, pts) {
+    var a = pts[0], b = pts[pts.length - 1];
+    if (e.via) return { x: (a.x + 2 * pts[1].x + b.x) / 4, y: (a.y + 2 * pts[1].y + b.y) / 4 };
+    var k = Math.floor((pts.length - 1) / 2), p = pts[k], q = pts[k + 1];
+    return { x: (p.x + q.x) / 2, y: (p.y + q.y) / 2 };
+  }
+  // The shown edge drawn within slop pixels (and half its width) of (x, y), of those the
+  // canvas renderer's own pick leaves (routed, dashed and dotted edges), or over sigma, of those
+  // the overlay draws; the last drawn wins. A curve is measured as CURVE_SAMPLES segments.
+  function pickEdge(x, y, slop) {
+    var edges = S.model.edges;
+    for (var i = edges.length - 1; i >= 0; i--) {
+      var e = edges[i];
+      if (!S.edgeVis.has(e.id) || (e.style === "solid" && !e.via && !e.path)) continue;
+      var pts = edgePoints(e), line = pts;
+      if (e.via) {
+        line = [];
+        for (var k = 0; k <= CURVE_SAMPLES; k++) {
+          var t = k / CURVE_SAMPLES, u = 1 - t;
+          line.push({ x: u * u * pts[0].x + 2 * t * u * pts[1].x + t * t * pts[2].x, y: u * u * pts[0].y + 2 * t * u * pts[1].y + t * t * pts[2].y });
+        }
+      }
+      for (var j = 0; j + 1 < line.length; j++) {
+        var a = line[j], b = line[j + 1], dx = b.x - a.x, dy = b.y - a.y, l2 = dx * dx + dy * dy;
+        var f = l2 ? Math.max(0, Math.min(1, ((x - a.x) * dx + (y - a.y) * dy) / l2)) : 0;
+        if (Math.hypot(a.x + f * dx - x, a.y + f * dy - y) <= (e.cross ? 1 : 0.5) + slop) return e.id;
+      }
+    }
+    return null;
+  }
+  // A routed edge's arrowhead at its target's rim, along its last bend (control point or
+  // waypoint) -> target.
   function curveArrow(ctx, c, b, r) {
     var dx = b.x - c.x, dy = b.y - c.y, len = Math.sqrt(dx * dx + dy * dy);
     if (!len) return;
@@ -1275,8 +1394,13 @@
       m.edges.forEach(function (e, i) { if (e.via) out.push([i, e.source, e.target, e.via[0], e.via[1]]); });
       return out;
     }
+    function paths(m) {
+      var out = [];
+      m.edges.forEach(function (e, i) { if (e.path) out.push([i].concat(e.path)); });
+      return out;
+    }
     return { given: S.model.givenLayout, used: pos(S.model), bands: bands, own: pos(own), ownBands: ownBands,
-      usedCurves: curves(S.model), ownCurves: curves(own) };
+      usedCurves: curves(S.model), ownCurves: curves(own), usedPaths: paths(S.model), ownPaths: paths(own) };
   };
   // graph.json's nodes and edges as the page decodes them from the columns (whole records).
   api.records = function () {
@@ -1298,6 +1422,8 @@
   // The canvas renderer's last frame: the ids of the nodes and edges it drew.
   api.frame = function () { return S.rendererKind === "canvas" ? S.renderer.frame : null; };
   api.viewportOf = function (id) { return viewportOf(S.model.byId[id]); };
+  // An edge's drawn points on screen (ends, control point or waypoints).
+  api.edgePoints = function (id) { return edgePoints(S.model.edgeById[id]); };
   api.lastFilter = function () { return S.lastFilterMs; };
 
   S.config = JSON.parse($("ob-config").textContent);

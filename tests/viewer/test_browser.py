@@ -876,3 +876,72 @@ def test_a_click_on_a_curved_dashed_or_routed_edge_shows_its_details(
         )
         assert shown in page.inner_text("#ob-details")
         assert page.evaluate("obViewer.state.selected") == edge_id
+
+
+def check_review_picture_fits(page: Any, nodes: int) -> float:
+    """The review picture is no wider than its pane (no sideways scroll), every one of its
+    ``nodes`` nodes is labelled inside it and no two labels overlap; returns its width."""
+    page.evaluate("obViewer.show('review')")
+    fit = page.evaluate(
+        """() => {
+      const svg = document.getElementById('ob-review-graph'), main = document.querySelector('main');
+      const view = svg.viewBox.baseVal, labels = [...svg.querySelectorAll('g.rv-node text')];
+      return {width: svg.getBoundingClientRect().width, pane: main.clientWidth,
+        scroll: main.scrollWidth, labels: labels.length, shown: labels.filter(t => {
+          const b = t.getBBox();
+          return t.textContent && b.x >= 0 && b.x + b.width <= view.width; }).length};
+    }"""
+    )
+    assert fit["width"] <= fit["pane"]
+    assert fit["scroll"] <= fit["pane"]  # nothing in the pane scrolls sideways
+    assert fit["labels"] == fit["shown"] == nodes
+    assert overlapping_review_labels(page) == []
+    return float(fit["width"])
+
+
+def test_review_picture_of_a_real_run_fits_the_window(
+    observed_run: Path, page: Any, shots: Path, tmp_path: Path
+) -> None:
+    """The review of a real observe of the plain agent (18 workflow and evidence nodes) was a
+    picture 3,756 px wide; it fits the pane of a 1400 and a 1200 px window, every node labelled."""
+    review = json.loads((observed_run / "review.json").read_text())
+    nodes = len(review["workflow"]) + len(review["evidence"])
+    assert nodes >= 10
+    out = export(observed_run, tmp_path / "r.html")
+    page.goto(out.as_uri())
+    wait_ready(page)
+    assert check_review_picture_fits(page, nodes) <= 1400
+    screenshot(page, shots, "review-real-run")
+    page.set_viewport_size({"width": 1200, "height": 800})
+    page.evaluate("obViewer.show('graph')")
+    assert check_review_picture_fits(page, nodes) <= 1200
+
+
+def test_a_large_review_stays_legible(page: Any, shots: Path, tmp_path: Path) -> None:
+    """400 evidence nodes: the picture keeps the pane's width and grows downwards in a box that
+    scrolls, every node labelled; selecting a claim brings its support into that box."""
+    doc = review_doc()
+    for k in range(400):
+        fid = f"file:/work/data/part{k:04d}.csv"
+        doc["evidence"].append({"id": fid, "kind": "file", "path": fid[5:]})
+        doc["edges"].append(
+            {"id": f"u{k}", "source": "tool_call:t:s1", "target": fid, "kind": "uses"}
+        )
+    doc["evidence"].append(doc["evidence"].pop(3))  # the supported plot.png comes last
+    (tmp_path / "review.json").write_text(json.dumps(doc))
+    page.goto(export(tmp_path / "review.json", tmp_path / "review.html").as_uri())
+    wait_ready(page)
+    check_review_picture_fits(page, len(doc["workflow"]) + len(doc["evidence"]))
+    page.click('button[data-claim="c-plot"]')
+    box = page.evaluate(
+        f"""() => {{
+      const box = document.getElementById('ob-review-box').getBoundingClientRect();
+      const c = document.querySelector('#ob-review-graph g.highlighted[data-id="{PLOT}"] circle')
+        .getBoundingClientRect();
+      return [box.top, box.bottom, c.top, c.bottom, box.height];
+    }}"""
+    )
+    assert box[4] < 900  # a box of its own, not a 10,000 px picture
+    assert box[0] <= box[2]  # the plot's node is in view in that box
+    assert box[3] <= box[1]
+    screenshot(page, shots, "review-large")

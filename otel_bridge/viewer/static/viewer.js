@@ -982,6 +982,7 @@
 
   // ---- review view (review.json) ---------------------------------------------------------------
   var STATUS_ORDER = { contradicted: 0, unsupported: 1, partially_supported: 2, supported: 3 };
+  function cssEsc(v) { return window.CSS ? CSS.escape(v) : String(v).replace(/["\\]/g, "\\$&"); }
   function relOf(e) { return e.relation || e.kind || e.type || ""; }
   function reviewIndex(rv) {
     var nodes = {}, edges = {}, paths = {}, inbound = {}, outbound = {}, memberOf = {};
@@ -1070,6 +1071,9 @@
     }
     html += reviewArtifacts(rv) + reviewAudit(rv) + "</div>";
     box.innerHTML = html;
+    // A long review scrolls in its box: bring in the node the selected claim's path ends at.
+    var end = hl && hl.order.length ? document.querySelector('#ob-review-graph g[data-id="' + cssEsc(hl.order[hl.order.length - 1]) + '"] circle') : null;
+    if (end) { var rb = $("ob-review-box"); rb.scrollTop = Math.max(0, Number(end.getAttribute("cy")) - rb.clientHeight / 2); }
   }
   // Why no session has a claim, as review.json's sessions say (each distinct reason once).
   function noClaims(rv) {
@@ -1077,41 +1081,65 @@
     arr(rv.sessions).forEach(function (s) { if (s.no_claims && why.indexOf(s.no_claims) < 0) why.push(s.no_claims); });
     return why.length ? why.join("; ") : "the agent stated no claim to check";
   }
-  function reviewLabel(n) {
-    var name = String(nodeName(n));
-    return (nodeKind(n) ? nodeKind(n) + ": " : "") + name.slice(Math.max(0, name.length - 22));
+  // "kind: name", the name cut from the left to at most `chars` characters (a path keeps its
+  // file name); the whole name is in the node's tooltip, the path list and the audit table.
+  function reviewLabel(n, chars) {
+    var name = String(nodeName(n)), kind = nodeKind(n) ? nodeKind(n) + ": " : "";
+    var room = Math.max(8, chars - kind.length);
+    return kind + (name.length > room ? "…" + name.slice(name.length - room + 1) : name);
+  }
+  // The review picture fits the pane: workflow steps in a column on the left (labels to their
+  // left), evidence nodes in a column on the right (labels to their right), one row each, so
+  // every node is labelled and no two labels meet whatever the count; a step sits on the row of
+  // its first member. Edges within a column are arcs into the gutter between the columns; a
+  // long review grows downwards in a box of its own that scrolls.
+  var RV_ROW = 24, RV_TOP = 24, RV_CHAR = 6.6;
+  function reviewGeometry(rv) {
+    var work = arr(rv.workflow), ev = arr(rv.evidence), row = {}, next = 0, evRow = {};
+    var W = Math.max(560, Math.min(1200, ($("view-review").clientWidth || 1000) - 24));
+    var WX = Math.round(Math.min(280, W * 0.3)), EX = WX + Math.round(Math.max(110, Math.min(200, W * 0.18)));
+    ev.forEach(function (n, i) { evRow[n.id] = i; });
+    work.forEach(function (n) {
+      var first = Infinity;
+      arr(n.members).forEach(function (m) { if (evRow.hasOwnProperty(m)) first = Math.min(first, evRow[m]); });
+      row[n.id] = Math.max(next, first === Infinity ? next : first);
+      next = row[n.id] + 1;
+    });
+    var pos = {};
+    work.forEach(function (n) { pos[n.id] = { x: WX, y: RV_TOP + row[n.id] * RV_ROW, side: 0 }; });
+    ev.forEach(function (n, i) { pos[n.id] = { x: EX, y: RV_TOP + i * RV_ROW, side: 1 }; });
+    return { W: W, WX: WX, EX: EX, H: RV_TOP + Math.max(next, ev.length) * RV_ROW, pos: pos,
+      wChars: Math.floor((WX - 20) / RV_CHAR), eChars: Math.floor((W - EX - 20) / RV_CHAR) };
+  }
+  function reviewEdge(G, a, b) {
+    var gut = G.EX - G.WX;
+    if (a.side !== b.side) {  // across the gutter
+      return "M" + a.x + " " + a.y + " C" + (a.x + (a.side ? -gut / 2 : gut / 2)) + " " + a.y + " " + (b.x + (b.side ? -gut / 2 : gut / 2)) + " " + b.y + " " + b.x + " " + b.y;
+    }
+    // an arc into the gutter, deeper the further apart its ends are
+    var bend = Math.min(gut * 0.6, 12 + Math.abs(b.y - a.y) * 0.35) * (a.side ? -1 : 1) / 0.75;
+    return "M" + a.x + " " + a.y + " C" + (a.x + bend) + " " + a.y + " " + (b.x + bend) + " " + b.y + " " + b.x + " " + b.y;
   }
   function reviewGraph(rv, hl) {
-    var levels = [arr(rv.workflow), arr(rv.evidence)], pos = {}, parts = [];
-    // Each node of a level that labels every node gets room for the longest label (about 7 px
-    // a character at the SVG's font size), so neighbouring labels never overlap; the page
-    // scrolls sideways instead.
-    var W = Math.max.apply(null, [1000].concat(levels.map(function (list) {
-      var room = list.length > 12 ? 34 : 16 + 7 * Math.max.apply(null, [0].concat(list.map(function (n) { return reviewLabel(n).length; })));
-      return 120 + room * list.length;
-    })));
-    levels.forEach(function (list, lv) {
-      list.forEach(function (n, i) { pos[n.id] = { x: 60 + (i + 0.5) * (W - 120) / list.length, y: 40 + lv * 140 }; });
-    });
+    var G = reviewGeometry(rv), parts = [];
     arr(rv.edges).forEach(function (e) {
-      var a = pos[e.source], b = pos[e.target];
-      if (!a || !b) return;
+      var a = G.pos[e.source], b = G.pos[e.target];
+      if (!a || !b || a === b) return;
       var on = hl && hl.edges[e.id];
-      parts.push(svgEl("line", { x1: a.x, y1: a.y, x2: b.x, y2: b.y, stroke: "#888", "stroke-dasharray": e.inferred === true ? "6 4" : "none",
+      parts.push(svgEl("path", { d: reviewEdge(G, a, b), fill: "none", stroke: "#888", "stroke-dasharray": e.inferred === true ? "6 4" : "none",
         "class": on ? "hl" : hl ? "dim" : "", "data-edge": e.id || "" }));
     });
-    levels.forEach(function (list) {
+    [arr(rv.workflow), arr(rv.evidence)].forEach(function (list, side) {
       list.forEach(function (n) {
-        var p = pos[n.id], on = hl && hl.nodes[n.id], dense = list.length > 12, name = String(nodeName(n));
-        // Dense levels label only the highlighted nodes (each label stays readable); every
-        // node is named in the path list and the audit table.
-        var text = dense && !on ? "" : reviewLabel(n);
+        var p = G.pos[n.id], on = hl && hl.nodes[n.id], name = String(nodeName(n));
+        var text = reviewLabel(n, side ? G.eChars : G.wChars);
         parts.push('<g data-id="' + esc(n.id) + '" class="rv-node' + (on ? " highlighted" : "") + '"><title>' + esc(nodeKind(n) + " " + name) + "</title>" +
-          svgEl("circle", { cx: p.x, cy: p.y, r: 9, fill: on ? "#D55E00" : "#56B4E9", "class": on ? "hl" : hl ? "dim" : "" }) +
-          (text ? svgEl("text", { x: p.x - 30, y: p.y + (on && dense ? 24 + 14 * (list.indexOf(n) % 3) : 24) }, text) : "") + "</g>");
+          svgEl("circle", { cx: p.x, cy: p.y, r: 7, fill: on ? "#D55E00" : "#56B4E9", "class": on ? "hl" : hl ? "dim" : "" }) +
+          svgEl("text", side ? { x: p.x + 12, y: p.y + 4 } : { x: p.x - 12, y: p.y + 4, "text-anchor": "end" }, text) + "</g>");
       });
     });
-    return '<h2>Workflow (top) and evidence (bottom)</h2><svg id="ob-review-graph" role="img" aria-label="Workflow and evidence graph; the support path list and the audit table give the same links" width="' + W + '" height="260">' + parts.join("") + "</svg>";
+    return '<h2>Workflow (left) and evidence (right)</h2><div id="ob-review-box"><svg id="ob-review-graph" role="img" aria-label="Workflow and evidence graph; the support path list and the audit table give the same links" width="' +
+      G.W + '" height="' + G.H + '" viewBox="0 0 ' + G.W + " " + G.H + '">' + parts.join("") + "</svg></div>";
   }
   function reviewArtifacts(rv) {
     var kinds = { artifact: 1, file: 1, patch: 1, command_output: 1, table: 1, plot: 1 };

@@ -161,8 +161,8 @@
       ctx.lineWidth = 1;
       ctx.beginPath();
       for (var j = 0; j < list.length; j++) {
-        var e = list[j], p = ix.si[e], q = ix.ti[e], edge = edges[e], from = lastBend(edge, t);
-        var fx = from ? from[0] : X[p], fy = from ? from[1] : Y[p], dx = X[q] - fx, dy = Y[q] - fy;
+        var e = list[j], p = ix.si[e], q = ix.ti[e], edge = edges[e], from = edge.path || edge.via;
+        var fx = from ? bendX(from, t) : X[p], fy = from ? bendY(from, t) : Y[p], dx = X[q] - fx, dy = Y[q] - fy;
         var len = Math.sqrt(dx * dx + dy * dy) || 1, nx = -dy / len, ny = dx / len;
         for (var k = 0; k < size; k++) {
           var off = k - (size - 1) / 2;
@@ -173,18 +173,16 @@
         if (arrows && len > (from ? ix.r[q] + 4 : 2 * ix.r[q] + 10)) heads.push(e);
       }
       ctx.stroke();
-      chunked(ctx, heads.length, function (h) { arrowHead(ctx, ix, heads[h], lastBend(edges[heads[h]], t)); }, "fill");
+      chunked(ctx, heads.length, function (h) { arrowHead(ctx, ix, heads[h], edges[heads[h]].path || edges[heads[h]].via, t); }, "fill");
     });
     return drawn;
   };
 
   // A routed edge (docs/viewer.md, "Graph view"): e.via is a quadratic curve's control point,
-  // e.path the waypoints of a corridor, both in graph coordinates. lastBend is where the line
-  // comes into its target from, in CSS pixels (null for a straight edge).
-  function lastBend(e, t) {
-    var v = e.path ? e.path.slice(-2) : e.via;
-    return v ? [t.w / 2 + (v[0] - t.cx) * t.k, t.h / 2 - (v[1] - t.cy) * t.k] : null;
-  }
+  // e.path the waypoints of a corridor, both in graph coordinates. Their last point, in CSS
+  // pixels, is where the line comes into its target from.
+  function bendX(w, t) { return t.w / 2 + (w[w.length - 2] - t.cx) * t.k; }
+  function bendY(w, t) { return t.h / 2 - (w[w.length - 1] - t.cy) * t.k; }
   function routed(ctx, e, t, ax, ay, bx, by, off) {
     ctx.moveTo(ax + off, ay + off);
     if (e.via) {
@@ -208,8 +206,8 @@
 
   // The arrowhead of edge e, at the rim of its target node, along the line coming in from its
   // source or, for a routed edge, from its last bend.
-  function arrowHead(ctx, ix, e, from) {
-    var p = ix.si[e], q = ix.ti[e], fx = from ? from[0] : ix.x[p], fy = from ? from[1] : ix.y[p];
+  function arrowHead(ctx, ix, e, from, t) {
+    var p = ix.si[e], q = ix.ti[e], fx = from ? bendX(from, t) : ix.x[p], fy = from ? bendY(from, t) : ix.y[p];
     var dx = ix.x[q] - fx, dy = ix.y[q] - fy, len = Math.sqrt(dx * dx + dy * dy) || 1;
     var ux = dx / len, uy = dy / len, tipX = ix.x[q] - ux * ix.r[q], tipY = ix.y[q] - uy * ix.r[q], L = 7, W = 3;
     ctx.moveTo(tipX, tipY);

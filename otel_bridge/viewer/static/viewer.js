@@ -204,7 +204,7 @@
     if (!given) layout(nodes, edges);
     if (given && doc.layout.curves) doc.layout.curves.forEach(function (c) { edges[c[0]].via = [c[1], c[2]]; });
     else route(nodes, edges, S.laneBands);
-    corridors(nodes, edges, S.laneBands);
+    corridors(nodes, edges, S.laneBands, byId);
     var bbox = { x0: Infinity, y0: Infinity, x1: -Infinity, y1: -Infinity };
     nodes.forEach(function (n) {
       bbox.x0 = Math.min(bbox.x0, n.x); bbox.x1 = Math.max(bbox.x1, n.x);
@@ -327,14 +327,19 @@
   }
   function blocksBetween(blocks, la, lb) {
     var lo = Math.min(la, lb), hi = Math.max(la, lb);
-    return blocks.some(function (i) { return lo < i && i < hi; });
+    for (var i = 0; i < blocks.length; i++) if (lo < blocks[i] && blocks[i] < hi) return true;
+    return false;
   }
+  // Each lane's distinct node x values, ascending: its columns.
   function laneColumns(nodes, count) {
-    var sets = [], out = [];
-    for (var i = 0; i < count; i++) sets.push({});
-    nodes.forEach(function (n) { sets[n.lane][n.x] = n.x; });
-    sets.forEach(function (set) {
-      out.push(Object.keys(set).map(function (k) { return set[k]; }).sort(function (p, q) { return p - q; }));
+    var xs = [], out = [];
+    for (var i = 0; i < count; i++) xs.push([]);
+    nodes.forEach(function (n) { xs[n.lane].push(n.x); });
+    xs.forEach(function (list) {
+      list.sort(function (p, q) { return p - q; });
+      var cols = [];
+      for (var k = 0; k < list.length; k++) if (!k || list[k] !== list[k - 1]) cols.push(list[k]);
+      out.push(cols);
     });
     return out;
   }
@@ -355,36 +360,41 @@
     var left = columnSide(cols, j, false), right = columnSide(cols, j, true);
     return Math.abs(right - x) < Math.abs(x - left) ? right : left;
   }
-  function corridorEnd(n, other, band, cols, port) {
-    if (band.y0 === band.y1) return [n.x, port];
+  // The waypoints between node n and its lane's port, pushed onto pts (from n outwards, or
+  // inwards when `into`): a stub straight out of a one-row lane, or a hop to the gap beside n's
+  // column and the corridor along it.
+  function corridorEnd(pts, n, other, band, cols, port, into) {
+    if (band.y0 === band.y1) { pts.push(n.x, port); return; }
     var g = columnSide(cols, nearestColumn(cols, n.x), other.x >= n.x);
-    return [g, n.y, g, port];
+    if (into) pts.push(g, port, g, n.y); else pts.push(g, n.y, g, port);
   }
-  function corridors(nodes, edges, bands) {
-    var blocks = blockLanes(bands), byId = {}, cols;
-    edges.forEach(function (e) { e.path = null; });
+  function corridors(nodes, edges, bands, byId) {
+    var blocks = blockLanes(bands), lanes = bands.length, cols, routed = [];
+    for (var k = 0; k < edges.length; k++) edges[k].path = null;
     if (!blocks.length) return;
-    nodes.forEach(function (n) { byId[n.id] = n; });
-    cols = laneColumns(nodes, bands.length);
-    edges.forEach(function (e) {
-      var a = byId[e.source], b = byId[e.target];
-      if (!a || !b || a === b) return;
-      if (blocks.indexOf(a.lane) < 0 && blocks.indexOf(b.lane) < 0 && !blocksBetween(blocks, a.lane, b.lane)) return;
-      var ba = bands[a.lane], bb = bands[b.lane], down = a.lane < b.lane;
+    cols = laneColumns(nodes, lanes);
+    // routed[la * lanes + lb]: whether an edge between these lanes takes a corridor
+    for (var la = 0; la < lanes; la++) {
+      for (var lb = 0; lb < lanes; lb++) {
+        routed.push(blocks.indexOf(la) >= 0 || blocks.indexOf(lb) >= 0 || blocksBetween(blocks, la, lb));
+      }
+    }
+    for (var j = 0; j < edges.length; j++) {
+      var e = edges[j], a = byId[e.source], b = byId[e.target];
+      if (!a || !b || a === b || !routed[a.lane * lanes + b.lane]) continue;
+      var ba = bands[a.lane], bb = bands[b.lane], down = a.lane < b.lane, pts = [];
       var portA = down ? ba.y1 - PORT : ba.y0 + PORT, portB = down || a.lane === b.lane ? bb.y0 + PORT : bb.y1 - PORT;
-      var pts = corridorEnd(a, b, ba, cols[a.lane], portA), step = down ? 1 : -1;
-      for (var i = a.lane + step; a.lane !== b.lane && i !== b.lane; i += step) {
+      corridorEnd(pts, a, b, ba, cols[a.lane], portA, false);
+      for (var i = a.lane + (down ? 1 : -1); a.lane !== b.lane && i !== b.lane; i += down ? 1 : -1) {
         var band = bands[i];
         if (!band.n) continue;
         var mid = (band.y0 + band.y1) / 2, x = a.x + (b.x - a.x) * ((mid - a.y) / (b.y - a.y));
         var g = laneGap(cols[i], x), near = band.y0 + PORT, far = band.y1 - PORT;
-        if (!down) { var t = near; near = far; far = t; }
-        pts.push(g, near, g, far);
+        if (down) pts.push(g, near, g, far); else pts.push(g, far, g, near);
       }
-      var end = corridorEnd(b, a, bb, cols[b.lane], portB);
-      for (var k = end.length - 2; k >= 0; k -= 2) pts.push(end[k], end[k + 1]);
+      corridorEnd(pts, b, a, bb, cols[b.lane], portB, true);
       e.path = pts;
-    });
+    }
   }
 
   function nodeSize(n) {

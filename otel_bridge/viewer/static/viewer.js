@@ -660,16 +660,16 @@
     // Dashed and dotted edges, and the grade letters of cross-layer and dashed edges. Lines are
     // one pixel wide (Skia draws those as hairlines, many times faster than wider strokes) but
     // for the selected edge; at most one letter per GRADE_CELL square, so that they stay legible.
-    var drawn = 0, letters = {}, canvas = S.rendererKind === "canvas";
+    var drawn = 0, letters = {}, canvas = S.rendererKind === "canvas", proj = projector();
     S.model.edges.forEach(function (e) {
       var routed = !!(e.via || e.path);
       if (drawn > 3000 || !S.edgeVis.has(e.id) || (e.style === "solid" && !e.cross && (canvas || !routed))) return;
-      var pts = edgePoints(e), b = pts[pts.length - 1], c = pts[pts.length - 2];
       drawn++;
       ctx.strokeStyle = ctx.fillStyle = GRADE_COLOR[e.grade] || "#999999";
       ctx.lineWidth = e.selected ? 3 : routed && e.cross ? 2 : 1;
       // The canvas renderer draws solid edges, routed or not; sigma draws straight solid ones.
       if (e.style !== "solid" || (routed && !canvas)) {
+        var pts = edgePoints(e, proj), b = pts[pts.length - 1], c = pts[pts.length - 2];
         ctx.setLineDash(e.style === "dashed" ? [7, 5] : e.style === "dotted" ? [2, 4] : []);
         ctx.beginPath(); ctx.moveTo(pts[0].x, pts[0].y);
         if (e.via) ctx.quadraticCurveTo(pts[1].x, pts[1].y, b.x, b.y);
@@ -679,7 +679,8 @@
         if (routed) curveArrow(ctx, c, b, nodeSize(S.model.byId[e.target]));
       }
       // The letter at the middle of the line, of the curve or of the corridor's waypoints.
-      var m = edgeMiddle(e, pts), mx = m.x, my = m.y;
+      if (e.style === "dotted" || (!e.cross && e.style !== "dashed")) return;
+      var m = edgeMiddle(e, proj), mx = m.x, my = m.y;
       var cell = Math.floor(mx / GRADE_CELL) + "," + Math.floor(my / GRADE_CELL);
       if (e.style !== "dotted" && (e.cross || e.style === "dashed") && (e.selected || !letters[cell]) && mx > -8 && my > -8 && mx < w + 8 && my < h + 8) {
         letters[cell] = 1;
@@ -698,27 +699,42 @@
   }
   // An edge's drawn points on screen: its ends and, between them, a curve's control point or a
   // corridor's waypoints.
-  function edgePoints(e) {
-    var pts = [viewportOf(S.model.byId[e.source])], w = e.via || e.path || [];
-    for (var i = 0; i < w.length; i += 2) pts.push(viewportOf({ x: w[i], y: w[i + 1] }));
-    pts.push(viewportOf(S.model.byId[e.target]));
+  // proj (projector()): graph coordinates to viewport pixels, the transform taken once.
+  function projector() {
+    if (S.rendererKind !== "canvas") return function (x, y) { return S.renderer.graphToViewport({ x: x, y: y }); };
+    var g = $("ob-graph"), t = S.renderer.transform(g.clientWidth, g.clientHeight);
+    return function (x, y) { return { x: t.w / 2 + (x - t.cx) * t.k, y: t.h / 2 - (y - t.cy) * t.k }; };
+  }
+  function edgePoints(e, proj) {
+    var a = S.model.byId[e.source], b = S.model.byId[e.target], w = e.via || e.path || [];
+    proj = proj || projector();
+    var pts = [proj(a.x, a.y)];
+    for (var i = 0; i < w.length; i += 2) pts.push(proj(w[i], w[i + 1]));
+    pts.push(proj(b.x, b.y));
     return pts;
   }
-  function edgeMiddle(e, pts) {
-    var a = pts[0], b = pts[pts.length - 1];
-    if (e.via) return { x: (a.x + 2 * pts[1].x + b.x) / 4, y: (a.y + 2 * pts[1].y + b.y) / 4 };
-    var k = Math.floor((pts.length - 1) / 2), p = pts[k], q = pts[k + 1];
+  // Where the grade letter goes: the middle of the line, of the curve, or of the corridor's
+  // middle segment (only the points needed are projected).
+  function edgeMiddle(e, proj) {
+    var a = S.model.byId[e.source], b = S.model.byId[e.target], p, q;
+    if (e.via) {
+      p = proj(a.x, a.y); q = proj(b.x, b.y);
+      var c = proj(e.via[0], e.via[1]);
+      return { x: (p.x + 2 * c.x + q.x) / 4, y: (p.y + 2 * c.y + q.y) / 4 };
+    }
+    var all = [a.x, a.y].concat(e.path || [], [b.x, b.y]), k = 2 * Math.floor((all.length / 2 - 1) / 2);
+    p = proj(all[k], all[k + 1]); q = proj(all[k + 2], all[k + 3]);
     return { x: (p.x + q.x) / 2, y: (p.y + q.y) / 2 };
   }
   // The shown edge drawn within slop pixels (and half its width) of (x, y), of those the
   // canvas renderer's own pick leaves (routed, dashed and dotted edges), or over sigma, of those
   // the overlay draws; the last drawn wins. A curve is measured as CURVE_SAMPLES segments.
   function pickEdge(x, y, slop) {
-    var edges = S.model.edges;
+    var edges = S.model.edges, proj = projector();
     for (var i = edges.length - 1; i >= 0; i--) {
       var e = edges[i];
       if (!S.edgeVis.has(e.id) || (e.style === "solid" && !e.via && !e.path)) continue;
-      var pts = edgePoints(e), line = pts;
+      var pts = edgePoints(e, proj), line = pts;
       if (e.via) {
         line = [];
         for (var k = 0; k <= CURVE_SAMPLES; k++) {

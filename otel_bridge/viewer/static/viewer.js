@@ -517,8 +517,8 @@
   }
   function reduceEdge(id, a) {
     // Dashed and dotted edges are the overlay's (drawOverlay); so are routed ones (curves and
-    // corridors) over sigma, which draws straight lines only.
-    if (!S.edgeVis.has(id) || a.style !== "solid" || (a.curved && S.rendererKind !== "canvas")) a.hidden = true;
+    // corridors) over sigma, which draws straight lines only (overlayRoutes()).
+    if (!S.edgeVis.has(id) || a.style !== "solid" || (a.curved && overlayRoutes())) a.hidden = true;
     return a;
   }
   // What a node or an edge is drawn as now, whichever renderer draws it.
@@ -660,15 +660,15 @@
     // Dashed and dotted edges, and the grade letters of cross-layer and dashed edges. Lines are
     // one pixel wide (Skia draws those as hairlines, many times faster than wider strokes) but
     // for the selected edge; at most one letter per GRADE_CELL square, so that they stay legible.
-    var drawn = 0, letters = {}, canvas = S.rendererKind === "canvas", proj = projector();
+    var drawn = 0, letters = {}, proj = projector();
     S.model.edges.forEach(function (e) {
       var routed = !!(e.via || e.path);
-      if (drawn > 3000 || !S.edgeVis.has(e.id) || (e.style === "solid" && !e.cross && (canvas || !routed))) return;
+      if (drawn > OVERLAY_LIMIT || !S.edgeVis.has(e.id) || (e.style === "solid" && !e.cross && (!routed || !overlayRoutes()))) return;
       drawn++;
       ctx.strokeStyle = ctx.fillStyle = GRADE_COLOR[e.grade] || "#999999";
       ctx.lineWidth = e.selected ? 3 : routed && e.cross ? 2 : 1;
       // The canvas renderer draws solid edges, routed or not; sigma draws straight solid ones.
-      if (e.style !== "solid" || (routed && !canvas)) {
+      if (e.style !== "solid" || (routed && overlayRoutes())) {
         var pts = edgePoints(e, proj), b = pts[pts.length - 1], c = pts[pts.length - 2];
         ctx.setLineDash(e.style === "dashed" ? [7, 5] : e.style === "dotted" ? [2, 4] : []);
         ctx.beginPath(); ctx.moveTo(pts[0].x, pts[0].y);
@@ -699,6 +699,19 @@
   }
   // An edge's drawn points on screen: its ends and, between them, a curve's control point or a
   // corridor's waypoints.
+  // Over sigma the overlay draws solid routed edges while there are at most OVERLAY_LIMIT of
+  // them (it strokes each on its own); beyond, sigma draws them straight. The canvas renderer
+  // draws them itself, routed, at any number.
+  var OVERLAY_LIMIT = 3000;
+  function overlayRoutes() {
+    if (S.rendererKind === "canvas") return false;
+    var m = S.model;
+    if (m.routedSolid === undefined) {
+      m.routedSolid = 0;
+      m.edges.forEach(function (e) { if (e.style === "solid" && (e.via || e.path)) m.routedSolid++; });
+    }
+    return m.routedSolid <= OVERLAY_LIMIT;
+  }
   // proj (projector()): graph coordinates to viewport pixels, the transform taken once.
   function projector() {
     if (S.rendererKind !== "canvas") return function (x, y) { return S.renderer.graphToViewport({ x: x, y: y }); };
@@ -730,10 +743,10 @@
   // canvas renderer's own pick leaves (routed, dashed and dotted edges), or over sigma, of those
   // the overlay draws; the last drawn wins. A curve is measured as CURVE_SAMPLES segments.
   function pickEdge(x, y, slop) {
-    var edges = S.model.edges, proj = projector();
+    var edges = S.model.edges, proj = projector(), canvas = S.rendererKind === "canvas";
     for (var i = edges.length - 1; i >= 0; i--) {
       var e = edges[i];
-      if (!S.edgeVis.has(e.id) || (e.style === "solid" && !e.via && !e.path)) continue;
+      if (!S.edgeVis.has(e.id) || (e.style === "solid" && (!(e.via || e.path) || !(canvas || overlayRoutes())))) continue;
       var pts = edgePoints(e, proj), line = pts;
       if (e.via) {
         line = [];

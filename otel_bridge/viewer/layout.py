@@ -150,10 +150,12 @@ def _grid(lanes: list[list[_Node]]) -> tuple[list[tuple[int, int]], float]:
     return grid, float(width)
 
 
-def layout(doc: dict[str, Any]) -> dict[str, Any]:
+def layout(doc: dict[str, Any], paths: bool = False) -> dict[str, Any]:
     """Positions for a graph.json ``doc`` as the page would place them with no fold expanded:
     ``x``/``y`` per graph.json node row (null for a folded file), ``folds`` (process id ->
-    ``[x, y]`` of its fold node), the lane ``bands`` and the ``curves`` (``route``)."""
+    ``[x, y]`` of its fold node), the lane ``bands`` and the ``curves`` (``route``); with
+    ``paths``, also the corridor routes of edges at wrapped lanes (``corridors``), which the
+    page computes itself and the bundle therefore does not carry."""
     nodes, edges = _model(doc)
     by_id = {n.id: n for n in nodes}
     lanes: list[list[_Node]] = [[] for _ in LANES]
@@ -203,8 +205,10 @@ def layout(doc: dict[str, Any]) -> dict[str, Any]:
             folds[n.id[len("fold:") :]] = [n.x, n.y]
         else:
             xs[n.row], ys[n.row] = n.x, n.y
-    curves = route(nodes, edges, bands)
-    return {"x": xs, "y": ys, "folds": folds, "bands": bands, "curves": curves}
+    out = {"x": xs, "y": ys, "folds": folds, "bands": bands, "curves": route(nodes, edges, bands)}
+    if paths:
+        out["paths"] = corridors(nodes, edges, bands)
+    return out
 
 
 def _points(a: _Node, b: _Node, via: tuple[float, float] | None) -> list[tuple[float, float]]:
@@ -253,11 +257,14 @@ def route(
     line_lanes = [i for i, b in enumerate(bands) if b["n"] and b["y0"] == b["y1"]]
     one_row = {i: [n for n in nodes if n.lane == i] for i in line_lanes}
     by_id = {n.id: n for n in nodes}
+    blocks = _block_lanes(bands)
     curves: list[list[float]] = []
     for index, (s_id, t_id) in enumerate(edges):
         a, b = by_id[s_id], by_id[t_id]
         if a is b or a.lane not in one_row or b.lane not in one_row:
             continue
+        if _blocks_between(blocks, a.lane, b.lane):
+            continue  # a corridor route (``corridors``)
         lo, hi = min(a.y, b.y) - REACH, max(a.y, b.y) + REACH
         near = [n for i in line_lanes if lo <= bands[i]["y0"] <= hi for n in one_row[i]]
         best, best_via = _hits(a, b, None, near), None
@@ -277,3 +284,120 @@ def route(
         if best_via is not None:
             curves.append([index, best_via[0], best_via[1]])
     return curves
+
+
+# Corridors: an edge with an end in a lane that wraps into a block, or with such a lane between
+# its ends, is drawn as a polyline that crosses every lane on its way vertically, through a gap
+# between the lane's columns (at most CLEARANCE from the nearest column), and every gap between
+# lanes diagonally, PORT from the rows on either side: no row holds a node within PORT of a jog,
+# and a corridor keeps half its columns' spacing (at most CLEARANCE) from the nodes beside it.
+PORT = 8.0
+
+
+def _block_lanes(bands: list[dict[str, Any]]) -> list[int]:
+    return [i for i, b in enumerate(bands) if b["n"] and b["y0"] != b["y1"]]
+
+
+def _blocks_between(blocks: list[int], la: int, lb: int) -> bool:
+    lo, hi = min(la, lb), max(la, lb)
+    return any(lo < i < hi for i in blocks)
+
+
+def _columns(nodes: list[_Node], lanes: int) -> list[list[float]]:
+    """Each lane's distinct node x values, ascending: its columns."""
+    xs: list[set[float]] = [set() for _ in range(lanes)]
+    for n in nodes:
+        xs[n.lane].add(n.x)
+    return [sorted(s) for s in xs]
+
+
+def _nearest(cols: list[float], x: float) -> int:
+    """Index of the column nearest x (the lower one on a tie), by bisection."""
+    lo, hi = 0, len(cols)
+    while lo < hi:
+        mid = (lo + hi) // 2
+        if cols[mid] < x:
+            lo = mid + 1
+        else:
+            hi = mid
+    if lo == len(cols) or (lo > 0 and x - cols[lo - 1] <= cols[lo] - x):
+        return lo - 1
+    return lo
+
+
+def _side(cols: list[float], j: int, right: bool) -> float:
+    """The x a corridor passes at beside column j: half way to its neighbour, at most
+    CLEARANCE from it."""
+    c = cols[j]
+    if right:
+        return min((c + cols[j + 1]) / 2, c + CLEARANCE) if j + 1 < len(cols) else c + CLEARANCE
+    return max((cols[j - 1] + c) / 2, c - CLEARANCE) if j > 0 else c - CLEARANCE
+
+
+def _gap(cols: list[float], x: float) -> float:
+    """Where a corridor near x crosses a lane with these columns."""
+    j = _nearest(cols, x)
+    c = cols[j]
+    if abs(x - c) >= CLEARANCE:
+        return x
+    left, right = _side(cols, j, False), _side(cols, j, True)
+    return right if abs(right - x) < abs(x - left) else left
+
+
+def _end(
+    n: _Node, other: _Node, band: dict[str, Any], cols: list[float], port: float
+) -> list[float]:
+    """The waypoints from node n to its lane's port (n first): a stub straight out of a
+    one-row lane, or a hop to the gap beside n's column and the corridor along it."""
+    if band["y0"] == band["y1"]:
+        return [n.x, port]
+    g = _side(cols, _nearest(cols, n.x), other.x >= n.x)
+    return [g, n.y, g, port]
+
+
+def _reverse(points: list[float]) -> list[float]:
+    out: list[float] = []
+    for k in range(len(points) - 2, -1, -2):
+        out += [points[k], points[k + 1]]
+    return out
+
+
+def corridors(
+    nodes: list[_Node], edges: list[tuple[str, str]], bands: list[dict[str, Any]]
+) -> list[list[float]]:
+    """``[edge index, x1, y1, x2, y2, ...]``: the waypoints between the ends of each edge (in
+    the model's edge order) that has an end in a lane wrapped into a block or such a lane between
+    its ends (the others are ``route``'s). Lanes are crossed in order, top to bottom or back;
+    an edge within one block leaves and enters it through the gap above it."""
+    blocks = _block_lanes(bands)
+    if not blocks:
+        return []
+    by_id = {n.id: n for n in nodes}
+    cols = _columns(nodes, len(bands))
+    out: list[list[float]] = []
+    for index, (s_id, t_id) in enumerate(edges):
+        a, b = by_id[s_id], by_id[t_id]
+        if a is b or not (
+            a.lane in blocks or b.lane in blocks or _blocks_between(blocks, a.lane, b.lane)
+        ):
+            continue
+        ba, bb = bands[a.lane], bands[b.lane]
+        down = a.lane < b.lane
+        port_a = ba["y1"] - PORT if down else ba["y0"] + PORT
+        port_b = bb["y0"] + PORT if down or a.lane == b.lane else bb["y1"] - PORT
+        points = _end(a, b, ba, cols[a.lane], port_a)
+        step = 1 if down else -1
+        for i in range(a.lane + step, b.lane, step):
+            band = bands[i]
+            if not band["n"]:
+                continue
+            mid = (band["y0"] + band["y1"]) / 2
+            x = a.x + (b.x - a.x) * ((mid - a.y) / (b.y - a.y))
+            g = _gap(cols[i], x)
+            near, far = (band["y0"] + PORT, band["y1"] - PORT)
+            if not down:
+                near, far = far, near
+            points += [g, near, g, far]
+        points += _reverse(_end(b, a, bb, cols[b.lane], port_b))
+        out.append([index, *points])
+    return out

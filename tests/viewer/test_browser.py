@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import contextlib
+import itertools
 import json
+import math
 import re
 import subprocess
 import sys
@@ -608,12 +610,12 @@ def test_software_webgl_is_drawn_by_the_canvas_renderer(
 
 
 def shown_solid_edges(page: Any) -> set[str]:
-    """The edges the filters leave that the graph layer draws (dashed and curved ones are the
+    """The edges the filters leave that the canvas layer draws (dashed and dotted ones are the
     overlay's)."""
     return set(
         page.evaluate(
             "obViewer.state.model.edges.filter(e => obViewer.state.edgeVis.has(e.id) && "
-            "e.style === 'solid' && !e.via).map(e => e.id)"
+            "e.style === 'solid').map(e => e.id)"
         )
     )
 
@@ -720,6 +722,226 @@ def test_an_edge_is_curved_around_a_node_it_would_cross(
     curved = page.evaluate("obViewer.layouts().usedCurves.map(c => [c[1], c[2]])")
     assert ["agent:s:a0", "model:p:m"] in curved
     drawn = set(page.evaluate("obViewer.frame().edges"))
-    assert "req0" not in drawn  # the canvas layer draws it no more: the overlay's curve does
-    assert "inv0-0" in drawn
+    assert {"req0", "inv0-0"} <= drawn  # the canvas draws solid edges, curved or straight
     screenshot(page, shots, "graph-curved-edges")
+
+
+# Every drawn edge (line, curve sampled at 64 points, corridor) against every node that is not
+# one of its ends, in CSS pixels of the page as drawn: a node's box is its drawn radius, but no
+# more than 0.45 of the distance to its nearest neighbour in its row (a row of 60 tool calls
+# fitted to the page overlaps itself; an edge must keep off each node's own part of the row).
+CROSSINGS_JS = """() => {
+  const S = obViewer.state, z = S.renderer.camera ? S.renderer.camera.z : 1, rows = {}, at = {};
+  for (const n of S.model.nodes) {
+    const p = obViewer.viewportOf(n.id);
+    at[n.id] = [p.x, p.y, obViewer.display(n.id).size * Math.sqrt(z)];
+    (rows[n.y] = rows[n.y] || []).push(p.x);
+  }
+  for (const n of S.model.nodes) {
+    const xs = rows[n.y], x = at[n.id][0];
+    let gap = Infinity;
+    for (const o of xs) if (o !== x) gap = Math.min(gap, Math.abs(o - x));
+    at[n.id][2] = Math.min(at[n.id][2], 0.45 * gap);
+  }
+  const out = [];
+  for (const e of S.model.edges) {
+    let pts = obViewer.edgePoints(e.id);
+    if (e.via) {
+      const [a, c, b] = pts;
+      pts = [];
+      for (let k = 0; k <= 64; k++) {
+        const t = k / 64, u = 1 - t;
+        pts.push({x: u*u*a.x + 2*t*u*c.x + t*t*b.x, y: u*u*a.y + 2*t*u*c.y + t*t*b.y});
+      }
+    }
+    for (const n of S.model.nodes) {
+      if (n.id === e.source || n.id === e.target) continue;
+      const [px, py, r] = at[n.id];
+      for (let j = 0; j + 1 < pts.length; j++) {
+        const a = pts[j], b = pts[j + 1], dx = b.x - a.x, dy = b.y - a.y, l2 = dx*dx + dy*dy;
+        const f = l2 ? Math.max(0, Math.min(1, ((px - a.x)*dx + (py - a.y)*dy) / l2)) : 0;
+        if (Math.hypot(a.x + f*dx - px, a.y + f*dy - py) < r) { out.push([e.id, n.id]); break; }
+      }
+    }
+  }
+  return out;
+}"""
+
+
+@pytest.mark.parametrize("shape", ["files", "tool calls"])
+def test_edges_at_wrapped_lanes_keep_off_every_node(
+    shape: str, page: Any, shots: Path, tmp_path: Path
+) -> None:
+    """Lanes of more than 60 nodes wrap into blocks; edges into, across and within them pass
+    between their nodes (they were drawn straight through the rows), as Python routes them."""
+    from otel_bridge.viewer.layout import layout
+    from viewer.test_layout_lines import agent_run, wrapped_run
+
+    doc = wrapped_run(130) if shape == "files" else agent_run(70)
+    (tmp_path / "graph.json").write_text(json.dumps(doc))
+    out = export(tmp_path / "graph.json", tmp_path / "r.html")
+    page.goto(out.as_uri())
+    wait_ready(page)
+    check_layouts_agree(page)
+    lay = page.evaluate("obViewer.layouts()")
+    assert lay["usedPaths"] == lay["ownPaths"] == layout(doc, paths=True)["paths"]
+    assert any(b["y0"] != b["y1"] for b in lay["bands"] if b["n"] > 60)
+    assert page.evaluate(CROSSINGS_JS) == []
+    drawn = set(page.evaluate("obViewer.frame().edges"))
+    assert {e["id"] for e in doc["edges"] if e["inferred"] is not True} <= drawn
+    screenshot(page, shots, f"graph-wrapped-{shape.replace(' ', '-')}")
+    # negative control: the same edges drawn straight cross the blocks' rows
+    page.evaluate("obViewer.state.model.edges.forEach(e => { e.path = null; })")
+    assert page.evaluate(CROSSINGS_JS)
+
+
+DRAWN_LINES_JS = """() => Object.fromEntries(obViewer.state.model.edges.map(e => {
+  let pts = obViewer.edgePoints(e.id);
+  if (e.via) {
+    const [a, c, b] = pts;
+    pts = [];
+    for (let k = 0; k <= 32; k++) {
+      const t = k / 32, u = 1 - t;
+      pts.push({x: u*u*a.x + 2*t*u*c.x + t*t*b.x, y: u*u*a.y + 2*t*u*c.y + t*t*b.y});
+    }
+  }
+  return [e.id, pts.map(p => [p.x, p.y])];
+}))"""
+
+
+def _gap(p: tuple[float, float], line: list[list[float]]) -> float:
+    best = math.inf
+    for (ax, ay), (bx, by) in itertools.pairwise(line):
+        dx, dy = bx - ax, by - ay
+        l2 = dx * dx + dy * dy
+        u = max(0.0, min(1.0, ((p[0] - ax) * dx + (p[1] - ay) * dy) / l2)) if l2 else 0.0
+        best = min(best, math.hypot(ax + u * dx - p[0], ay + u * dy - p[1]))
+    return best
+
+
+def clear_point(page: Any, edge_ids: list[str]) -> tuple[str, dict[str, float]]:
+    """The first of these edges with a point, as drawn (curve, corridor or line; CSS pixels of
+    the graph view), 8 px or more from every other edge and 12 px from every node: where a click
+    means that edge (corridors share their gaps), and that point."""
+    lines = page.evaluate(DRAWN_LINES_JS)
+    nodes = [
+        (p["x"], p["y"])
+        for p in page.evaluate("obViewer.nodeIds().map(id => obViewer.viewportOf(id))")
+    ]
+    for edge_id in edge_ids:
+        others = [line for k, line in lines.items() if k != edge_id]
+        for (ax, ay), (bx, by) in itertools.pairwise(lines[edge_id]):
+            for k in range(1, 20):
+                p = (ax + (bx - ax) * k / 20, ay + (by - ay) * k / 20)
+                if all(math.hypot(p[0] - x, p[1] - y) >= 12 for x, y in nodes) and all(
+                    _gap(p, line) >= 8 for line in others
+                ):
+                    return edge_id, {"x": p[0], "y": p[1]}
+    raise AssertionError(f"{edge_ids}: no point of them is clear of the others")
+
+
+@pytest.mark.parametrize("renderer", ["canvas", "webgl"])
+def test_a_click_on_a_curved_dashed_or_routed_edge_shows_its_details(
+    renderer: str, page: Any, tmp_path: Path
+) -> None:
+    """Curved edges (and dashed ones, and corridors at wrapped lanes) are drawn apart from the
+    straight solid ones; a real mouse click on any of them selects it and opens its details."""
+    from viewer.test_layout_lines import agent_run
+
+    cases = [
+        (agent_run(1), ["req0"], "requested"),  # agent -> model, curved around the tool call
+        (failing_graph(), ["e-2"], "singleton_bridge"),  # inferred: dashed
+        (agent_run(70), None, "connected_to"),  # across blocks: a corridor
+    ]
+    for k, (doc, named, shown) in enumerate(cases):
+        (tmp_path / f"g{k}.json").write_text(json.dumps(doc))
+        out = export(tmp_path / f"g{k}.json", tmp_path / f"r{k}.html")
+        page.goto(out.as_uri() + f"?renderer={renderer}")
+        wait_ready(page)
+        edge_ids = named or page.evaluate(
+            f"obViewer.state.model.edges.filter(e => e.path && e.relation === '{shown}')"
+            ".map(e => e.id)"
+        )
+        routed = page.evaluate(
+            "obViewer.state.model.edges.filter(e => e.via || e.path || e.style === 'dashed')"
+            ".map(e => e.id)"
+        )
+        assert edge_ids
+        assert set(edge_ids) <= set(routed)
+        assert shown not in page.inner_text("#ob-details")
+        edge_id, point = clear_point(page, edge_ids)
+        click_at(page, point)
+        page.wait_for_function(
+            f"() => document.getElementById('ob-details').innerText.includes({json.dumps(edge_id)})"
+        )
+        assert shown in page.inner_text("#ob-details")
+        assert page.evaluate("obViewer.state.selected") == edge_id
+
+
+def check_review_picture_fits(page: Any, nodes: int) -> float:
+    """The review picture is no wider than its pane (no sideways scroll), every one of its
+    ``nodes`` nodes is labelled inside it and no two labels overlap; returns its width."""
+    page.evaluate("obViewer.show('review')")
+    fit = page.evaluate(
+        """() => {
+      const svg = document.getElementById('ob-review-graph'), main = document.querySelector('main');
+      const view = svg.viewBox.baseVal, labels = [...svg.querySelectorAll('g.rv-node text')];
+      return {width: svg.getBoundingClientRect().width, pane: main.clientWidth,
+        scroll: main.scrollWidth, labels: labels.length, shown: labels.filter(t => {
+          const b = t.getBBox();
+          return t.textContent && b.x >= 0 && b.x + b.width <= view.width; }).length};
+    }"""
+    )
+    assert fit["width"] <= fit["pane"]
+    assert fit["scroll"] <= fit["pane"]  # nothing in the pane scrolls sideways
+    assert fit["labels"] == fit["shown"] == nodes
+    assert overlapping_review_labels(page) == []
+    return float(fit["width"])
+
+
+def test_review_picture_of_a_real_run_fits_the_window(
+    observed_run: Path, page: Any, shots: Path, tmp_path: Path
+) -> None:
+    """The review of a real observe of the plain agent (18 workflow and evidence nodes) was a
+    picture 3,756 px wide; it fits the pane of a 1400 and a 1200 px window, every node labelled."""
+    review = json.loads((observed_run / "review.json").read_text())
+    nodes = len(review["workflow"]) + len(review["evidence"])
+    assert nodes >= 10
+    out = export(observed_run, tmp_path / "r.html")
+    page.goto(out.as_uri())
+    wait_ready(page)
+    assert check_review_picture_fits(page, nodes) <= 1400
+    screenshot(page, shots, "review-real-run")
+    page.set_viewport_size({"width": 1200, "height": 800})
+    page.evaluate("obViewer.show('graph')")
+    assert check_review_picture_fits(page, nodes) <= 1200
+
+
+def test_a_large_review_stays_legible(page: Any, shots: Path, tmp_path: Path) -> None:
+    """400 evidence nodes: the picture keeps the pane's width and grows downwards in a box that
+    scrolls, every node labelled; selecting a claim brings its support into that box."""
+    doc = review_doc()
+    for k in range(400):
+        fid = f"file:/work/data/part{k:04d}.csv"
+        doc["evidence"].append({"id": fid, "kind": "file", "path": fid[5:]})
+        doc["edges"].append(
+            {"id": f"u{k}", "source": "tool_call:t:s1", "target": fid, "kind": "uses"}
+        )
+    doc["evidence"].append(doc["evidence"].pop(3))  # the supported plot.png comes last
+    (tmp_path / "review.json").write_text(json.dumps(doc))
+    page.goto(export(tmp_path / "review.json", tmp_path / "review.html").as_uri())
+    wait_ready(page)
+    check_review_picture_fits(page, len(doc["workflow"]) + len(doc["evidence"]))
+    page.click('button[data-claim="c-plot"]')
+    box = page.evaluate(
+        f"""() => {{
+      const box = document.getElementById('ob-review-box').getBoundingClientRect();
+      const c = document.querySelector('#ob-review-graph g.highlighted[data-id="{PLOT}"] circle')
+        .getBoundingClientRect();
+      return [box.top, box.bottom, c.top, c.bottom, box.height];
+    }}"""
+    )
+    assert box[4] < 900  # a box of its own, not a 10,000 px picture
+    assert box[0] <= box[2]  # the plot's node is in view in that box
+    assert box[3] <= box[1]
+    screenshot(page, shots, "review-large")

@@ -46,9 +46,13 @@ def drawn_lines(doc: dict[str, Any], lay: dict[str, Any]) -> list[tuple[str, str
         (e["source"], e["target"]) for e in doc["edges"] if {e["source"], e["target"]} <= at.keys()
     ]
     via = {int(c[0]): (c[1], c[2]) for c in lay["curves"]}
+    paths = {int(p[0]): list(zip(p[1::2], p[2::2], strict=True)) for p in lay.get("paths", [])}
     lines = []
     for i, (s, t) in enumerate(pairs):
         (ax, ay), (bx, by) = at[s], at[t]
+        if i in paths:
+            lines.append((s, t, [(ax, ay), *paths[i], (bx, by)]))
+            continue
         if i not in via:
             lines.append((s, t, [(ax, ay), (bx, by)]))
             continue
@@ -74,8 +78,11 @@ def distance(p: Point, line: list[Point]) -> float:
     return best
 
 
-def crossings(doc: dict[str, Any], lay: dict[str, Any]) -> list[tuple[str, str, str]]:
-    """(source, target, node) for every drawn edge passing within RADIUS of a third node."""
+def crossings(
+    doc: dict[str, Any], lay: dict[str, Any], radius: dict[str, float] | None = None
+) -> list[tuple[str, str, str]]:
+    """(source, target, node) for every drawn edge passing within RADIUS (or the node's own
+    ``radius``) of a third node."""
     at = {
         n["id"]: (lay["x"][i], lay["y"][i])
         for i, n in enumerate(doc["nodes"])
@@ -85,7 +92,8 @@ def crossings(doc: dict[str, Any], lay: dict[str, Any]) -> list[tuple[str, str, 
     out = []
     for s, t, line in drawn_lines(doc, lay):
         for nid, p in at.items():
-            if nid not in (s, t) and at[s] != p and at[t] != p and distance(p, line) < RADIUS:
+            r = RADIUS if radius is None else radius[nid]
+            if nid not in (s, t) and at[s] != p and at[t] != p and distance(p, line) < r:
                 out.append((s, t, nid))
     return out
 
@@ -190,3 +198,79 @@ def test_real_runs(observed_run: Path, tmp_path: Path) -> None:
         doc = json.loads((d / "graph.json").read_text())
         lay = check(doc)
         assert lay["curves"], f"{d}: nothing needed a curve (the shape this test is about)"
+
+
+# Wrapped lanes: a row of 60 nodes leaves about 10 graph units between neighbours, so a node's
+# box is its drawn radius (viewer.js nodeSize) at the scale a 600-unit-wide graph is fitted to
+# the 1400x900 page (about 1.25 px per graph unit), but no more than 0.45 of the distance to its
+# nearest neighbour in its row: a node drawn wider than that overlaps its neighbours at this
+# zoom (a row of 60 tool calls), and its own part of the row is what an edge must keep off.
+DRAWN_PX = {
+    "agent": 9,
+    "tool_call": 7,
+    "command": 6,
+    "model": 7,
+    "process": 6,
+    "executable": 4,
+    "endpoint": 5,
+    "folded": 6,
+}
+FIT_SCALE = 1.25
+
+
+def boxes(doc: dict[str, Any], lay: dict[str, Any]) -> dict[str, float]:
+    kind = {n["id"]: n["kind"] for n in doc["nodes"]}
+    at = {n["id"]: (lay["x"][i], lay["y"][i]) for i, n in enumerate(doc["nodes"])}
+    at.update({"fold:" + p: (xy[0], xy[1]) for p, xy in lay["folds"].items()})
+    rows: dict[float, list[float]] = {}
+    for x, y in at.values():
+        if x is not None:
+            rows.setdefault(y, []).append(x)
+    out = {}
+    for nid, (x, y) in at.items():
+        if x is None:
+            continue
+        gap = min((abs(o - x) for o in rows[y] if o != x), default=math.inf)
+        out[nid] = min(DRAWN_PX.get(kind.get(nid, "folded"), 3) / FIT_SCALE, 0.45 * gap)
+    return out
+
+
+def wrapped_run(files: int, tools: int = 2) -> dict[str, Any]:
+    """agent_run with ``files`` files written by its first tool call's process, and the
+    agent's process reading each: the files lane wraps into a block."""
+    doc = agent_run(tools)
+    t0 = 1_796_000_000_000_000_000
+    nodes, edges = list(doc["nodes"]), list(doc["edges"])
+    for f in range(files):
+        fid = f"file:/work/data/part{f:03d}.csv"
+        nodes.append(node(fid, "file", fid[5:], channels=["os"], first_seen=t0 + 100 + f))
+        edges.append(edge(f"wd{f}", "process:h:00:2", "wrote", fid, channels=["os"]))
+        edges.append(edge(f"rd{f}", "process:h:0:1", "read", fid, channels=["os"]))
+    return graph_doc(nodes, edges)
+
+
+def check_wrapped(doc: dict[str, Any]) -> dict[str, Any]:
+    lay = layout(doc, paths=True)
+    assert any(b["y0"] != b["y1"] for b in lay["bands"] if b["n"]), "no lane wrapped"
+    assert lay["paths"], "nothing was routed through a corridor"
+    assert crossings(doc, lay, boxes(doc, lay)) == []
+    return lay
+
+
+def test_the_checker_sees_lines_through_a_block() -> None:
+    """Negative control: drawn straight, edges into a block cross its rows."""
+    doc = wrapped_run(130)
+    lay = layout(doc, paths=True)
+    assert crossings(doc, {**lay, "paths": []}, boxes(doc, lay))
+
+
+@pytest.mark.parametrize("files", [61, 130, 400])
+def test_edges_into_a_wrapped_lane_pass_between_its_nodes(files: int) -> None:
+    check_wrapped(wrapped_run(files))
+
+
+@pytest.mark.parametrize("tools", [65, 130])
+def test_wrapped_tool_call_and_process_lanes(tools: int) -> None:
+    """Tool calls, their processes and files each more than 60: three blocks, edges across
+    them and within one (the agent's process spawning every other)."""
+    check_wrapped(agent_run(tools))

@@ -25,7 +25,8 @@
   // opts: { nodes(): model nodes, edges(): model edges, node(id): model node,
   //         bbox(): {x0, y0, x1, y1}, display(n, out): fills out {hidden, color, size, label,
   //         highlighted, forceLabel}, edgeDisplay(e, out): fills out {hidden, color, size},
-  //         afterRender(), onClick(id) }
+  //         afterRender(), onClick(id), pickEdge(x, y, slop): the id of a routed or overlay
+  //         edge drawn within slop pixels of (x, y), or null }
   function CanvasGraph(container, opts) {
     this.container = container;
     this.opts = opts;
@@ -160,20 +161,39 @@
       ctx.lineWidth = 1;
       ctx.beginPath();
       for (var j = 0; j < list.length; j++) {
-        var e = list[j], p = ix.si[e], q = ix.ti[e], dx = X[q] - X[p], dy = Y[q] - Y[p];
+        var e = list[j], p = ix.si[e], q = ix.ti[e], edge = edges[e], from = edge.path || edge.via;
+        var fx = from ? bendX(from, t) : X[p], fy = from ? bendY(from, t) : Y[p], dx = X[q] - fx, dy = Y[q] - fy;
         var len = Math.sqrt(dx * dx + dy * dy) || 1, nx = -dy / len, ny = dx / len;
         for (var k = 0; k < size; k++) {
           var off = k - (size - 1) / 2;
+          if (from) { routed(ctx, edge, t, X[p], Y[p], X[q], Y[q], off); continue; }
           ctx.moveTo(X[p] + nx * off, Y[p] + ny * off);
           ctx.lineTo(X[q] + nx * off, Y[q] + ny * off);
         }
-        if (arrows && len > 2 * ix.r[q] + 10) heads.push(e);
+        if (arrows && len > (from ? ix.r[q] + 4 : 2 * ix.r[q] + 10)) heads.push(e);
       }
       ctx.stroke();
-      chunked(ctx, heads.length, function (h) { arrowHead(ctx, ix, heads[h]); }, "fill");
+      chunked(ctx, heads.length, function (h) { arrowHead(ctx, ix, heads[h], edges[heads[h]].path || edges[heads[h]].via, t); }, "fill");
     });
     return drawn;
   };
+
+  // A routed edge (docs/viewer.md, "Graph view"): e.via is a quadratic curve's control point,
+  // e.path the waypoints of a corridor, both in graph coordinates. Their last point, in CSS
+  // pixels, is where the line comes into its target from.
+  function bendX(w, t) { return t.w / 2 + (w[w.length - 2] - t.cx) * t.k; }
+  function bendY(w, t) { return t.h / 2 - (w[w.length - 1] - t.cy) * t.k; }
+  function routed(ctx, e, t, ax, ay, bx, by, off) {
+    ctx.moveTo(ax + off, ay + off);
+    if (e.via) {
+      ctx.quadraticCurveTo(t.w / 2 + (e.via[0] - t.cx) * t.k + off, t.h / 2 - (e.via[1] - t.cy) * t.k + off, bx + off, by + off);
+      return;
+    }
+    for (var i = 0; i < e.path.length; i += 2) {
+      ctx.lineTo(t.w / 2 + (e.path[i] - t.cx) * t.k + off, t.h / 2 - (e.path[i + 1] - t.cy) * t.k + off);
+    }
+    ctx.lineTo(bx + off, by + off);
+  }
 
   // Paths of at most CHUNK shapes: add(i) adds shape i to the current path.
   function chunked(ctx, count, add, paint) {
@@ -184,9 +204,11 @@
     }
   }
 
-  // The arrowhead of edge e, at the rim of its target node.
-  function arrowHead(ctx, ix, e) {
-    var p = ix.si[e], q = ix.ti[e], dx = ix.x[q] - ix.x[p], dy = ix.y[q] - ix.y[p], len = Math.sqrt(dx * dx + dy * dy);
+  // The arrowhead of edge e, at the rim of its target node, along the line coming in from its
+  // source or, for a routed edge, from its last bend.
+  function arrowHead(ctx, ix, e, from, t) {
+    var p = ix.si[e], q = ix.ti[e], fx = from ? bendX(from, t) : ix.x[p], fy = from ? bendY(from, t) : ix.y[p];
+    var dx = ix.x[q] - fx, dy = ix.y[q] - fy, len = Math.sqrt(dx * dx + dy * dy) || 1;
     var ux = dx / len, uy = dy / len, tipX = ix.x[q] - ux * ix.r[q], tipY = ix.y[q] - uy * ix.r[q], L = 7, W = 3;
     ctx.moveTo(tipX, tipY);
     ctx.lineTo(tipX - ux * L - uy * W, tipY - uy * L + ux * W);
@@ -260,11 +282,13 @@
     for (var i = edges.length - 1; i >= 0; i--) {
       var a = ix.si[i], b = ix.ti[i];
       if (a < 0 || b < 0 || !ix.shown[a] || !ix.shown[b]) continue;
+      if (edges[i].via || edges[i].path) continue;  // opts.pickEdge's
       this.opts.edgeDisplay(edges[i], out);
       if (out.hidden) continue;
       if (segmentDistance(x, y, ix, a, b) <= out.size / 2 + HIT_SLOP) return edges[i].id;
     }
-    return null;
+    // Routed edges, and the overlay's (dashed, dotted), are the page's to pick.
+    return this.opts.pickEdge ? this.opts.pickEdge(x, y, HIT_SLOP) : null;
   };
   function segmentDistance(x, y, ix, a, b) {
     var ax = ix.x[a], ay = ix.y[a], dx = ix.x[b] - ax, dy = ix.y[b] - ay, l2 = dx * dx + dy * dy;

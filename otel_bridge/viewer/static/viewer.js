@@ -204,6 +204,7 @@
     if (!given) layout(nodes, edges);
     if (given && doc.layout.curves) doc.layout.curves.forEach(function (c) { edges[c[0]].via = [c[1], c[2]]; });
     else route(nodes, edges, S.laneBands);
+    corridors(nodes, edges, S.laneBands, byId);
     var bbox = { x0: Infinity, y0: Infinity, x1: -Infinity, y1: -Infinity };
     nodes.forEach(function (n) {
       bbox.x0 = Math.min(bbox.x0, n.x); bbox.x1 = Math.max(bbox.x1, n.x);
@@ -290,13 +291,14 @@
     return hits;
   }
   function route(nodes, edges, bands) {
-    var lines = [], oneRow = {}, byId = {};
+    var lines = [], oneRow = {}, byId = {}, blocks = blockLanes(bands);
     bands.forEach(function (b, i) { if (b.n && b.y0 === b.y1) { lines.push(i); oneRow[i] = []; } });
     nodes.forEach(function (n) { byId[n.id] = n; if (oneRow[n.lane]) oneRow[n.lane].push(n); });
     edges.forEach(function (e) {
       var a = byId[e.source], b = byId[e.target];
       e.via = null;
       if (!a || !b || a === b || !oneRow[a.lane] || !oneRow[b.lane]) return;
+      if (blocksBetween(blocks, a.lane, b.lane)) return;  // a corridor route (corridors())
       var lo = Math.min(a.y, b.y) - REACH, hi = Math.max(a.y, b.y) + REACH, near = [];
       lines.forEach(function (i) { if (lo <= bands[i].y0 && bands[i].y0 <= hi) near = near.concat(oneRow[i]); });
       var best = curveHits(a, b, null, near), bestVia = null;
@@ -311,6 +313,88 @@
       }
       e.via = bestVia;
     });
+  }
+
+  // Corridors: an edge with an end in a lane wrapped into a block, or with such a lane between
+  // its ends, is a polyline (e.path: waypoints between its ends) crossing each lane on its way
+  // vertically through a gap between its columns and each gap between lanes diagonally, PORT
+  // from the rows on either side. The same rule and arithmetic as corridors() in layout.py.
+  var PORT = 8;
+  function blockLanes(bands) {
+    var out = [];
+    bands.forEach(function (b, i) { if (b.n && b.y0 !== b.y1) out.push(i); });
+    return out;
+  }
+  function blocksBetween(blocks, la, lb) {
+    var lo = Math.min(la, lb), hi = Math.max(la, lb);
+    for (var i = 0; i < blocks.length; i++) if (lo < blocks[i] && blocks[i] < hi) return true;
+    return false;
+  }
+  // Each lane's distinct node x values, ascending: its columns.
+  function laneColumns(nodes, count) {
+    var xs = [], out = [];
+    for (var i = 0; i < count; i++) xs.push([]);
+    nodes.forEach(function (n) { xs[n.lane].push(n.x); });
+    xs.forEach(function (list) {
+      list.sort(function (p, q) { return p - q; });
+      var cols = [];
+      for (var k = 0; k < list.length; k++) if (!k || list[k] !== list[k - 1]) cols.push(list[k]);
+      out.push(cols);
+    });
+    return out;
+  }
+  function nearestColumn(cols, x) {
+    var lo = 0, hi = cols.length;
+    while (lo < hi) { var mid = (lo + hi) >> 1; if (cols[mid] < x) lo = mid + 1; else hi = mid; }
+    if (lo === cols.length || (lo > 0 && x - cols[lo - 1] <= cols[lo] - x)) return lo - 1;
+    return lo;
+  }
+  function columnSide(cols, j, right) {
+    var c = cols[j];
+    if (right) return j + 1 < cols.length ? Math.min((c + cols[j + 1]) / 2, c + CLEARANCE) : c + CLEARANCE;
+    return j > 0 ? Math.max((cols[j - 1] + c) / 2, c - CLEARANCE) : c - CLEARANCE;
+  }
+  function laneGap(cols, x) {
+    var j = nearestColumn(cols, x), c = cols[j];
+    if (Math.abs(x - c) >= CLEARANCE) return x;
+    var left = columnSide(cols, j, false), right = columnSide(cols, j, true);
+    return Math.abs(right - x) < Math.abs(x - left) ? right : left;
+  }
+  // The waypoints between node n and its lane's port, pushed onto pts (from n outwards, or
+  // inwards when `into`): a stub straight out of a one-row lane, or a hop to the gap beside n's
+  // column and the corridor along it.
+  function corridorEnd(pts, n, other, band, cols, port, into) {
+    if (band.y0 === band.y1) { pts.push(n.x, port); return; }
+    var g = columnSide(cols, nearestColumn(cols, n.x), other.x >= n.x);
+    if (into) pts.push(g, port, g, n.y); else pts.push(g, n.y, g, port);
+  }
+  function corridors(nodes, edges, bands, byId) {
+    var blocks = blockLanes(bands), lanes = bands.length, cols, routed = [];
+    for (var k = 0; k < edges.length; k++) edges[k].path = null;
+    if (!blocks.length) return;
+    cols = laneColumns(nodes, lanes);
+    // routed[la * lanes + lb]: whether an edge between these lanes takes a corridor
+    for (var la = 0; la < lanes; la++) {
+      for (var lb = 0; lb < lanes; lb++) {
+        routed.push(blocks.indexOf(la) >= 0 || blocks.indexOf(lb) >= 0 || blocksBetween(blocks, la, lb));
+      }
+    }
+    for (var j = 0; j < edges.length; j++) {
+      var e = edges[j], a = byId[e.source], b = byId[e.target];
+      if (!a || !b || a === b || !routed[a.lane * lanes + b.lane]) continue;
+      var ba = bands[a.lane], bb = bands[b.lane], down = a.lane < b.lane, pts = [];
+      var portA = down ? ba.y1 - PORT : ba.y0 + PORT, portB = down || a.lane === b.lane ? bb.y0 + PORT : bb.y1 - PORT;
+      corridorEnd(pts, a, b, ba, cols[a.lane], portA, false);
+      for (var i = a.lane + (down ? 1 : -1); a.lane !== b.lane && i !== b.lane; i += down ? 1 : -1) {
+        var band = bands[i];
+        if (!band.n) continue;
+        var mid = (band.y0 + band.y1) / 2, x = a.x + (b.x - a.x) * ((mid - a.y) / (b.y - a.y));
+        var g = laneGap(cols[i], x), near = band.y0 + PORT, far = band.y1 - PORT;
+        if (down) pts.push(g, near, g, far); else pts.push(g, far, g, near);
+      }
+      corridorEnd(pts, b, a, bb, cols[b.lane], portB, true);
+      e.path = pts;
+    }
   }
 
   function nodeSize(n) {
@@ -421,7 +505,7 @@
     return { x: n.x, y: n.y, size: nodeSize(n), label: n.label, color: kindColor(n.kind), kind: n.kind };
   }
   function edgeAttrs(e) {
-    return { color: GRADE_COLOR[e.grade] || "#999999", size: e.cross ? 2 : 1, type: "arrow", style: e.style, curved: !!e.via };
+    return { color: GRADE_COLOR[e.grade] || "#999999", size: e.cross ? 2 : 1, type: "arrow", style: e.style, curved: !!(e.via || e.path) };
   }
   // The display rules both renderers apply (sigma as its reducers, the canvas per frame): they
   // change the given attributes in place (sigma hands each call its own copy).
@@ -432,8 +516,9 @@
     return a;
   }
   function reduceEdge(id, a) {
-    // Dashed, dotted and curved edges are the overlay's (drawOverlay).
-    if (!S.edgeVis.has(id) || a.style !== "solid" || a.curved) a.hidden = true;
+    // Dashed and dotted edges are the overlay's (drawOverlay); so are routed ones (curves and
+    // corridors) over sigma, which draws straight lines only (overlayRoutes()).
+    if (!S.edgeVis.has(id) || a.style !== "solid" || (a.curved && overlayRoutes())) a.hidden = true;
     return a;
   }
   // What a node or an edge is drawn as now, whichever renderer draws it.
@@ -444,7 +529,7 @@
   }
   function edgeDisplay(e, out) {
     out.color = GRADE_COLOR[e.grade] || "#999999"; out.size = e.cross ? 2 : 1; out.type = "arrow";
-    out.style = e.style; out.curved = !!e.via; out.hidden = false;
+    out.style = e.style; out.curved = !!(e.via || e.path); out.hidden = false;
     return reduceEdge(e.id, out);
   }
   function changed(old, now) {
@@ -528,6 +613,9 @@
     markFull();  // the constructor rendered every node and edge with the current filters
     S.renderer.on("clickNode", function (ev) { select(ev.node); });
     S.renderer.on("clickEdge", function (ev) { select(ev.edge); });
+    // Sigma does not know the overlay's edges (dashed, dotted, routed): a click beside every
+    // node and sigma edge looks for one of them.
+    S.renderer.on("clickStage", function (ev) { var id = pickEdge(ev.event.x, ev.event.y, 3); if (id) select(id); });
     S.renderer.on("afterRender", drawOverlay);
     drawOverlay();  // the constructor's render ran before this listener
   }
@@ -539,7 +627,7 @@
       edges: function () { return S.model.edges; },
       bbox: function () { return S.model.bbox; },
       display: nodeDisplay, edgeDisplay: edgeDisplay,
-      afterRender: drawOverlay, onClick: select
+      afterRender: drawOverlay, onClick: select, pickEdge: pickEdge
     });
     drawOverlay();  // the constructor's frame was drawn before S.renderer was set
   }
@@ -572,24 +660,27 @@
     // Dashed and dotted edges, and the grade letters of cross-layer and dashed edges. Lines are
     // one pixel wide (Skia draws those as hairlines, many times faster than wider strokes) but
     // for the selected edge; at most one letter per GRADE_CELL square, so that they stay legible.
-    var drawn = 0, letters = {};
+    var drawn = 0, letters = {}, proj = projector();
     S.model.edges.forEach(function (e) {
-      if (drawn > 3000 || !S.edgeVis.has(e.id) || (e.style === "solid" && !e.cross && !e.via)) return;
-      var a = viewportOf(S.model.byId[e.source]), b = viewportOf(S.model.byId[e.target]);
-      var c = e.via ? viewportOf({ x: e.via[0], y: e.via[1] }) : null;
+      var routed = !!(e.via || e.path);
+      if (drawn > OVERLAY_LIMIT || !S.edgeVis.has(e.id) || (e.style === "solid" && !e.cross && (!routed || !overlayRoutes()))) return;
       drawn++;
       ctx.strokeStyle = ctx.fillStyle = GRADE_COLOR[e.grade] || "#999999";
-      ctx.lineWidth = e.selected ? 3 : e.via && e.cross ? 2 : 1;
-      if (e.style !== "solid" || c) {
+      ctx.lineWidth = e.selected ? 3 : routed && e.cross ? 2 : 1;
+      // The canvas renderer draws solid edges, routed or not; sigma draws straight solid ones.
+      if (e.style !== "solid" || (routed && overlayRoutes())) {
+        var pts = edgePoints(e, proj), b = pts[pts.length - 1], c = pts[pts.length - 2];
         ctx.setLineDash(e.style === "dashed" ? [7, 5] : e.style === "dotted" ? [2, 4] : []);
-        ctx.beginPath(); ctx.moveTo(a.x, a.y);
-        if (c) ctx.quadraticCurveTo(c.x, c.y, b.x, b.y); else ctx.lineTo(b.x, b.y);
+        ctx.beginPath(); ctx.moveTo(pts[0].x, pts[0].y);
+        if (e.via) ctx.quadraticCurveTo(pts[1].x, pts[1].y, b.x, b.y);
+        else for (var k = 1; k < pts.length; k++) ctx.lineTo(pts[k].x, pts[k].y);
         ctx.stroke();
         ctx.setLineDash([]);
-        if (c) curveArrow(ctx, c, b, nodeSize(S.model.byId[e.target]));
+        if (routed) curveArrow(ctx, c, b, nodeSize(S.model.byId[e.target]));
       }
-      // The letter at the middle of the line, or of the curve.
-      var mx = c ? (a.x + 2 * c.x + b.x) / 4 : (a.x + b.x) / 2, my = c ? (a.y + 2 * c.y + b.y) / 4 : (a.y + b.y) / 2;
+      // The letter at the middle of the line, of the curve or of the corridor's waypoints.
+      if (e.style === "dotted" || (!e.cross && e.style !== "dashed")) return;
+      var m = edgeMiddle(e, proj), mx = m.x, my = m.y;
       var cell = Math.floor(mx / GRADE_CELL) + "," + Math.floor(my / GRADE_CELL);
       if (e.style !== "dotted" && (e.cross || e.style === "dashed") && (e.selected || !letters[cell]) && mx > -8 && my > -8 && mx < w + 8 && my < h + 8) {
         letters[cell] = 1;
@@ -606,7 +697,74 @@
       });
     }
   }
-  // A curve's arrowhead at its target's rim, along the curve's last tangent (control -> target).
+  // An edge's drawn points on screen: its ends and, between them, a curve's control point or a
+  // corridor's waypoints.
+  // Over sigma the overlay draws solid routed edges while there are at most OVERLAY_LIMIT of
+  // them (it strokes each on its own); beyond, sigma draws them straight. The canvas renderer
+  // draws them itself, routed, at any number.
+  var OVERLAY_LIMIT = 3000;
+  function overlayRoutes() {
+    if (S.rendererKind === "canvas") return false;
+    var m = S.model;
+    if (m.routedSolid === undefined) {
+      m.routedSolid = 0;
+      m.edges.forEach(function (e) { if (e.style === "solid" && (e.via || e.path)) m.routedSolid++; });
+    }
+    return m.routedSolid <= OVERLAY_LIMIT;
+  }
+  // proj (projector()): graph coordinates to viewport pixels, the transform taken once.
+  function projector() {
+    if (S.rendererKind !== "canvas") return function (x, y) { return S.renderer.graphToViewport({ x: x, y: y }); };
+    var g = $("ob-graph"), t = S.renderer.transform(g.clientWidth, g.clientHeight);
+    return function (x, y) { return { x: t.w / 2 + (x - t.cx) * t.k, y: t.h / 2 - (y - t.cy) * t.k }; };
+  }
+  function edgePoints(e, proj) {
+    var a = S.model.byId[e.source], b = S.model.byId[e.target], w = e.via || e.path || [];
+    proj = proj || projector();
+    var pts = [proj(a.x, a.y)];
+    for (var i = 0; i < w.length; i += 2) pts.push(proj(w[i], w[i + 1]));
+    pts.push(proj(b.x, b.y));
+    return pts;
+  }
+  // Where the grade letter goes: the middle of the line, of the curve, or of the corridor's
+  // middle segment (only the points needed are projected).
+  function edgeMiddle(e, proj) {
+    var a = S.model.byId[e.source], b = S.model.byId[e.target], p, q;
+    if (e.via) {
+      p = proj(a.x, a.y); q = proj(b.x, b.y);
+      var c = proj(e.via[0], e.via[1]);
+      return { x: (p.x + 2 * c.x + q.x) / 4, y: (p.y + 2 * c.y + q.y) / 4 };
+    }
+    var all = [a.x, a.y].concat(e.path || [], [b.x, b.y]), k = 2 * Math.floor((all.length / 2 - 1) / 2);
+    p = proj(all[k], all[k + 1]); q = proj(all[k + 2], all[k + 3]);
+    return { x: (p.x + q.x) / 2, y: (p.y + q.y) / 2 };
+  }
+  // The shown edge drawn within slop pixels (and half its width) of (x, y), of those the
+  // canvas renderer's own pick leaves (routed, dashed and dotted edges), or over sigma, of those
+  // the overlay draws; the last drawn wins. A curve is measured as CURVE_SAMPLES segments.
+  function pickEdge(x, y, slop) {
+    var edges = S.model.edges, proj = projector(), canvas = S.rendererKind === "canvas";
+    for (var i = edges.length - 1; i >= 0; i--) {
+      var e = edges[i];
+      if (!S.edgeVis.has(e.id) || (e.style === "solid" && (!(e.via || e.path) || !(canvas || overlayRoutes())))) continue;
+      var pts = edgePoints(e, proj), line = pts;
+      if (e.via) {
+        line = [];
+        for (var k = 0; k <= CURVE_SAMPLES; k++) {
+          var t = k / CURVE_SAMPLES, u = 1 - t;
+          line.push({ x: u * u * pts[0].x + 2 * t * u * pts[1].x + t * t * pts[2].x, y: u * u * pts[0].y + 2 * t * u * pts[1].y + t * t * pts[2].y });
+        }
+      }
+      for (var j = 0; j + 1 < line.length; j++) {
+        var a = line[j], b = line[j + 1], dx = b.x - a.x, dy = b.y - a.y, l2 = dx * dx + dy * dy;
+        var f = l2 ? Math.max(0, Math.min(1, ((x - a.x) * dx + (y - a.y) * dy) / l2)) : 0;
+        if (Math.hypot(a.x + f * dx - x, a.y + f * dy - y) <= (e.cross ? 1 : 0.5) + slop) return e.id;
+      }
+    }
+    return null;
+  }
+  // A routed edge's arrowhead at its target's rim, along its last bend (control point or
+  // waypoint) -> target.
   function curveArrow(ctx, c, b, r) {
     var dx = b.x - c.x, dy = b.y - c.y, len = Math.sqrt(dx * dx + dy * dy);
     if (!len) return;
@@ -863,6 +1021,7 @@
 
   // ---- review view (review.json) ---------------------------------------------------------------
   var STATUS_ORDER = { contradicted: 0, unsupported: 1, partially_supported: 2, supported: 3 };
+  function cssEsc(v) { return window.CSS ? CSS.escape(v) : String(v).replace(/["\\]/g, "\\$&"); }
   function relOf(e) { return e.relation || e.kind || e.type || ""; }
   function reviewIndex(rv) {
     var nodes = {}, edges = {}, paths = {}, inbound = {}, outbound = {}, memberOf = {};
@@ -951,6 +1110,9 @@
     }
     html += reviewArtifacts(rv) + reviewAudit(rv) + "</div>";
     box.innerHTML = html;
+    // A long review scrolls in its box: bring in the node the selected claim's path ends at.
+    var end = hl && hl.order.length ? document.querySelector('#ob-review-graph g[data-id="' + cssEsc(hl.order[hl.order.length - 1]) + '"] circle') : null;
+    if (end) { var rb = $("ob-review-box"); rb.scrollTop = Math.max(0, Number(end.getAttribute("cy")) - rb.clientHeight / 2); }
   }
   // Why no session has a claim, as review.json's sessions say (each distinct reason once).
   function noClaims(rv) {
@@ -958,41 +1120,65 @@
     arr(rv.sessions).forEach(function (s) { if (s.no_claims && why.indexOf(s.no_claims) < 0) why.push(s.no_claims); });
     return why.length ? why.join("; ") : "the agent stated no claim to check";
   }
-  function reviewLabel(n) {
-    var name = String(nodeName(n));
-    return (nodeKind(n) ? nodeKind(n) + ": " : "") + name.slice(Math.max(0, name.length - 22));
+  // "kind: name", the name cut from the left to at most `chars` characters (a path keeps its
+  // file name); the whole name is in the node's tooltip, the path list and the audit table.
+  function reviewLabel(n, chars) {
+    var name = String(nodeName(n)), kind = nodeKind(n) ? nodeKind(n) + ": " : "";
+    var room = Math.max(8, chars - kind.length);
+    return kind + (name.length > room ? "…" + name.slice(name.length - room + 1) : name);
+  }
+  // The review picture fits the pane: workflow steps in a column on the left (labels to their
+  // left), evidence nodes in a column on the right (labels to their right), one row each, so
+  // every node is labelled and no two labels meet whatever the count; a step sits on the row of
+  // its first member. Edges within a column are arcs into the gutter between the columns; a
+  // long review grows downwards in a box of its own that scrolls.
+  var RV_ROW = 24, RV_TOP = 24, RV_CHAR = 6.6;
+  function reviewGeometry(rv) {
+    var work = arr(rv.workflow), ev = arr(rv.evidence), row = {}, next = 0, evRow = {};
+    var W = Math.max(560, Math.min(1200, ($("view-review").clientWidth || 1000) - 24));
+    var WX = Math.round(Math.min(280, W * 0.3)), EX = WX + Math.round(Math.max(110, Math.min(200, W * 0.18)));
+    ev.forEach(function (n, i) { evRow[n.id] = i; });
+    work.forEach(function (n) {
+      var first = Infinity;
+      arr(n.members).forEach(function (m) { if (evRow.hasOwnProperty(m)) first = Math.min(first, evRow[m]); });
+      row[n.id] = Math.max(next, first === Infinity ? next : first);
+      next = row[n.id] + 1;
+    });
+    var pos = {};
+    work.forEach(function (n) { pos[n.id] = { x: WX, y: RV_TOP + row[n.id] * RV_ROW, side: 0 }; });
+    ev.forEach(function (n, i) { pos[n.id] = { x: EX, y: RV_TOP + i * RV_ROW, side: 1 }; });
+    return { W: W, WX: WX, EX: EX, H: RV_TOP + Math.max(next, ev.length) * RV_ROW, pos: pos,
+      wChars: Math.floor((WX - 20) / RV_CHAR), eChars: Math.floor((W - EX - 20) / RV_CHAR) };
+  }
+  function reviewEdge(G, a, b) {
+    var gut = G.EX - G.WX;
+    if (a.side !== b.side) {  // across the gutter
+      return "M" + a.x + " " + a.y + " C" + (a.x + (a.side ? -gut / 2 : gut / 2)) + " " + a.y + " " + (b.x + (b.side ? -gut / 2 : gut / 2)) + " " + b.y + " " + b.x + " " + b.y;
+    }
+    // an arc into the gutter, deeper the further apart its ends are
+    var bend = Math.min(gut * 0.6, 12 + Math.abs(b.y - a.y) * 0.35) * (a.side ? -1 : 1) / 0.75;
+    return "M" + a.x + " " + a.y + " C" + (a.x + bend) + " " + a.y + " " + (b.x + bend) + " " + b.y + " " + b.x + " " + b.y;
   }
   function reviewGraph(rv, hl) {
-    var levels = [arr(rv.workflow), arr(rv.evidence)], pos = {}, parts = [];
-    // Each node of a level that labels every node gets room for the longest label (about 7 px
-    // a character at the SVG's font size), so neighbouring labels never overlap; the page
-    // scrolls sideways instead.
-    var W = Math.max.apply(null, [1000].concat(levels.map(function (list) {
-      var room = list.length > 12 ? 34 : 16 + 7 * Math.max.apply(null, [0].concat(list.map(function (n) { return reviewLabel(n).length; })));
-      return 120 + room * list.length;
-    })));
-    levels.forEach(function (list, lv) {
-      list.forEach(function (n, i) { pos[n.id] = { x: 60 + (i + 0.5) * (W - 120) / list.length, y: 40 + lv * 140 }; });
-    });
+    var G = reviewGeometry(rv), parts = [];
     arr(rv.edges).forEach(function (e) {
-      var a = pos[e.source], b = pos[e.target];
-      if (!a || !b) return;
+      var a = G.pos[e.source], b = G.pos[e.target];
+      if (!a || !b || a === b) return;
       var on = hl && hl.edges[e.id];
-      parts.push(svgEl("line", { x1: a.x, y1: a.y, x2: b.x, y2: b.y, stroke: "#888", "stroke-dasharray": e.inferred === true ? "6 4" : "none",
+      parts.push(svgEl("path", { d: reviewEdge(G, a, b), fill: "none", stroke: "#888", "stroke-dasharray": e.inferred === true ? "6 4" : "none",
         "class": on ? "hl" : hl ? "dim" : "", "data-edge": e.id || "" }));
     });
-    levels.forEach(function (list) {
+    [arr(rv.workflow), arr(rv.evidence)].forEach(function (list, side) {
       list.forEach(function (n) {
-        var p = pos[n.id], on = hl && hl.nodes[n.id], dense = list.length > 12, name = String(nodeName(n));
-        // Dense levels label only the highlighted nodes (each label stays readable); every
-        // node is named in the path list and the audit table.
-        var text = dense && !on ? "" : reviewLabel(n);
+        var p = G.pos[n.id], on = hl && hl.nodes[n.id], name = String(nodeName(n));
+        var text = reviewLabel(n, side ? G.eChars : G.wChars);
         parts.push('<g data-id="' + esc(n.id) + '" class="rv-node' + (on ? " highlighted" : "") + '"><title>' + esc(nodeKind(n) + " " + name) + "</title>" +
-          svgEl("circle", { cx: p.x, cy: p.y, r: 9, fill: on ? "#D55E00" : "#56B4E9", "class": on ? "hl" : hl ? "dim" : "" }) +
-          (text ? svgEl("text", { x: p.x - 30, y: p.y + (on && dense ? 24 + 14 * (list.indexOf(n) % 3) : 24) }, text) : "") + "</g>");
+          svgEl("circle", { cx: p.x, cy: p.y, r: 7, fill: on ? "#D55E00" : "#56B4E9", "class": on ? "hl" : hl ? "dim" : "" }) +
+          svgEl("text", side ? { x: p.x + 12, y: p.y + 4 } : { x: p.x - 12, y: p.y + 4, "text-anchor": "end" }, text) + "</g>");
       });
     });
-    return '<h2>Workflow (top) and evidence (bottom)</h2><svg id="ob-review-graph" role="img" aria-label="Workflow and evidence graph; the support path list and the audit table give the same links" width="' + W + '" height="260">' + parts.join("") + "</svg>";
+    return '<h2>Workflow (left) and evidence (right)</h2><div id="ob-review-box"><svg id="ob-review-graph" role="img" aria-label="Workflow and evidence graph; the support path list and the audit table give the same links" width="' +
+      G.W + '" height="' + G.H + '" viewBox="0 0 ' + G.W + " " + G.H + '">' + parts.join("") + "</svg></div>";
   }
   function reviewArtifacts(rv) {
     var kinds = { artifact: 1, file: 1, patch: 1, command_output: 1, table: 1, plot: 1 };
@@ -1275,8 +1461,13 @@
       m.edges.forEach(function (e, i) { if (e.via) out.push([i, e.source, e.target, e.via[0], e.via[1]]); });
       return out;
     }
+    function paths(m) {
+      var out = [];
+      m.edges.forEach(function (e, i) { if (e.path) out.push([i].concat(e.path)); });
+      return out;
+    }
     return { given: S.model.givenLayout, used: pos(S.model), bands: bands, own: pos(own), ownBands: ownBands,
-      usedCurves: curves(S.model), ownCurves: curves(own) };
+      usedCurves: curves(S.model), ownCurves: curves(own), usedPaths: paths(S.model), ownPaths: paths(own) };
   };
   // graph.json's nodes and edges as the page decodes them from the columns (whole records).
   api.records = function () {
@@ -1298,6 +1489,8 @@
   // The canvas renderer's last frame: the ids of the nodes and edges it drew.
   api.frame = function () { return S.rendererKind === "canvas" ? S.renderer.frame : null; };
   api.viewportOf = function (id) { return viewportOf(S.model.byId[id]); };
+  // An edge's drawn points on screen (ends, control point or waypoints).
+  api.edgePoints = function (id) { return edgePoints(S.model.edgeById[id]); };
   api.lastFilter = function () { return S.lastFilterMs; };
 
   S.config = JSON.parse($("ob-config").textContent);

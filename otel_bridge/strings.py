@@ -103,12 +103,42 @@ def _map(value: AnyValue, fix: bool) -> AnyValue:
     return value
 
 
+_PLAIN = frozenset({int, float, bool, bytes, type(None)})
+"""Value types that hold no text (:func:`_dirty` is False for them)."""
+
+
+def _all_ascii(attributes: Mapping[str, AnyValue]) -> bool:
+    """True when every key and string is ASCII (so valid) and no value is a mapping: then
+    :func:`clean` has nothing to replace. One pass, nothing encoded; False only means "look
+    closer"."""
+    for key, value in attributes.items():
+        if not key.isascii():
+            return False
+        if isinstance(value, str):
+            if not value.isascii():
+                return False
+        elif isinstance(value, tuple):
+            if not all(isinstance(item, str) and item.isascii() for item in value):
+                return False
+        elif type(value) not in _PLAIN:
+            return False
+    return True
+
+
 def clean(attributes: Mapping[str, AnyValue]) -> dict[str, AnyValue]:
     """``attributes`` under the rule: replaced values, plus the flag and raw keys when any was.
 
     A key that is itself invalid text is replaced too (its raw form is the key of the raw
     entry's escaped value, escaped).
     """
+    if _all_ascii(attributes):
+        return dict(attributes)  # the common case: nothing to replace, no string encoded
+    return clean_each(attributes)
+
+
+def clean_each(attributes: Mapping[str, AnyValue]) -> dict[str, AnyValue]:
+    """:func:`clean` without its all-ASCII fast path: every key and value checked (the
+    reference its fast path is tested against)."""
     out: dict[str, AnyValue] = {}
     flagged: list[str] = []
     raw: dict[str, AnyValue] = {}

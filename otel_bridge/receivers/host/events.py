@@ -11,7 +11,7 @@ from __future__ import annotations
 import itertools
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 
@@ -359,11 +359,16 @@ class EventFactory:
 
         A fresh dict each call (callers add to it); built once per identity (every file event
         of a process carries the same three values)."""
+        return dict(self.identity(pid))
+
+    def identity(self, pid: int) -> Mapping[str, AnyValue]:
+        """:meth:`identity_attrs` without the copy: the cached attributes, read only (the file
+        reader compares a repeated event's identity with this, :mod:`.filemerge`)."""
         info = self.processes.get(pid)
         stamp = None if info is None else (info.start_ms, info.approximate)
         known = self._identities.get(pid)
         if known is not None and known[0] is info and known[1] == stamp:
-            return dict(known[2])
+            return known[2]
         out: dict[str, AnyValue] = {"process.pid": pid}
         if info is not None:
             out["process.creation.time"] = iso_ms(info.start_ms)
@@ -372,7 +377,7 @@ class EventFactory:
         if len(self._identities) >= _IDENTITIES_KEPT:
             self._identities.clear()
         self._identities[pid] = (info, stamp, out)
-        return dict(out)
+        return out
 
     def process_attrs(self, info: ProcessInfo) -> dict[str, AnyValue]:
         """Attributes of ``process.start`` / ``process.exec`` for ``info``."""

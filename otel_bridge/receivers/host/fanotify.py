@@ -734,7 +734,8 @@ class FanotifyWatcher:
     def _file_event(self, mask: int, pid: int, path: str, now: int) -> None:
         """An open, read, write or close of ``path`` by lineage process ``pid``, read at ``now``."""
         if mask & FAN_OPEN and "open" in self._wanted:
-            self._cycle = {c for c in self._cycle if c[:2] != (pid, path)}
+            if self._cycle:
+                self._cycle = {c for c in self._cycle if c[:2] != (pid, path)}
             self._emit("file.open", pid, path, now)
         if mask & FAN_ACCESS and "access" in self._wanted:
             self._once("file.read", pid, path, now)
@@ -743,8 +744,9 @@ class FanotifyWatcher:
         if mask & FAN_CLOSE_WRITE:
             if "modify" not in self._wanted and "close_write" in self._wanted:
                 self._emit("file.write", pid, path, now)
-            self._cycle = {c for c in self._cycle if c[:2] != (pid, path)}
-        if mask & FAN_CLOSE_NOWRITE:
+            if self._cycle:
+                self._cycle = {c for c in self._cycle if c[:2] != (pid, path)}
+        if mask & FAN_CLOSE_NOWRITE and self._cycle:
             self._cycle.discard((pid, path, "file.read"))
 
     def _undecided(self) -> None:
@@ -901,12 +903,17 @@ class FanotifyWatcher:
         exited = self.exited_at(pid) if self.exited_at is not None else None
         if exited is not None and exited < now:
             now = exited  # read after the process exited: it happened before the exit
+        merger = self._merger
+        merged = merger is not None and name in MERGED_KINDS
+        if merged and merger is not None:
+            creation = ctx.events.identity(pid).get("process.creation.time")
+            if merger.fold(name, pid, path, now, creation):
+                return  # a repeat of a held record: only its count and last time change
         # the earliest time only when it says more than the pacing period (see EARLIEST_TIME)
         since = self.since_ns
         earliest = since if now - since > FANOTIFY_PACE_NS else None
         attrs: dict[str, AnyValue] = ctx.events.identity_attrs(pid)
-        merger = self._merger
-        if merger is not None and name in MERGED_KINDS:
+        if merged and merger is not None:
             self._send_held(merger.add(name, pid, path, now, attrs, earliest))
             return
         attrs["file.path"] = path

@@ -74,6 +74,19 @@ class FileMerger:
     def __bool__(self) -> bool:
         return bool(self._held)
 
+    def fold(self, name: str, pid: int, path: str, time_ns: int, creation: AnyValue) -> bool:
+        """Fold one event into the record held for ``(pid, path, name)`` when there is one of
+        the same process (``creation``: the ``process.creation.time`` its identity attributes
+        state now, None when they state none): True when folded (nothing to emit). Else the
+        caller builds the identity and calls :meth:`add`. The fast path of :meth:`add` for a
+        repeat, which is most events: no attributes are built for it."""
+        held = self._held.get((pid, path, name))
+        if held is None or held.attrs.get("process.creation.time") != creation:
+            return False
+        held.count += 1
+        held.last_ns = max(held.last_ns, time_ns)
+        return True
+
     def add(  # noqa: PLR0917 (the hot path: one call per event)
         self,
         name: str,

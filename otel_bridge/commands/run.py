@@ -11,7 +11,7 @@ from collections.abc import Iterator
 
 from otel_bridge.component import COLLECTOR, EXPORTER, RECEIVER, UndeclaredCounterError
 from otel_bridge.config import CollectorConfig, load_config, load_yaml, parse_config
-from otel_bridge.pipeline import PARTS, Collector
+from otel_bridge.pipeline import Collector
 
 _EMBEDDED = "local.yaml"
 
@@ -121,39 +121,78 @@ destination accepted, what waits in a persistent queue for the next start (said 
 some does: neither delivered nor lost), what failed for good, what was dropped (queue full,
 shutdown)."""
 
+_HOST = "host"
+"""The receiver type whose log records are OS events (the OS plane)."""
 
-def progress_line(collector: Collector) -> str:
-    """One line: uptime, records received per signal, records the exporters accepted, and, for
-    exporters that deliver to a destination, what was delivered, kept queued (in a persistent
-    queue, at shutdown), failed and dropped (an exporter that queues accepts a record before it
-    is delivered, or lost)."""
+
+def received_counts(collector: Collector) -> str:
+    """What the receivers accepted and handed to the pipelines, each kind by its name: spans,
+    log records (the telemetry senders' logs) and OS events (the host receiver's records; the
+    same words as ``observe``'s ``recorded:`` line), then evidence records a receiver handed over
+    ready-made (an importer's), said only when there are some."""
     telemetry = collector.host.telemetry
     routed = telemetry.by_label("routed", kind=RECEIVER)
-    received = [f"{routed.get(part, 0)} {part}" for part in PARTS]
+    os_events = telemetry.total("routed", kind=RECEIVER, type=_HOST, label="logs")
+    text = (
+        f"received {routed.get('spans', 0)} spans, {routed.get('logs', 0) - os_events} log "
+        f"records, {os_events} OS events"
+    )
+    evidence = routed.get("observations", 0) + routed.get("coverage", 0)
+    return text + (f", {evidence} evidence records" if evidence else "")
+
+
+def delivered_counts(collector: Collector) -> list[str]:
+    """Per exporter that delivers to a destination (``otlp``, ``otlphttp``): ``ID: delivered N
+    spans, N log records`` (what its destination accepted), then what it keeps queued for its
+    next start (when some), failed and dropped (records of either kind)."""
+    telemetry = collector.host.telemetry
+    out = []
+    for eid in collector.component_ids(EXPORTER):
+        try:
+            spans = telemetry.value("sent_spans", kind=EXPORTER, id=eid)
+            logs = telemetry.value("sent_log_records", kind=EXPORTER, id=eid)
+            other = {
+                shown: sum(
+                    telemetry.value(f"{verb}_{noun}", kind=EXPORTER, id=eid)
+                    for noun in ("spans", "log_records")
+                )
+                for shown, verb in _DELIVERY[1:]
+            }
+        except UndeclaredCounterError:  # not an exporter that delivers to a destination
+            continue
+        queued = other.pop("queued")
+        text = f"{eid}: delivered {spans} spans, {logs} log records"
+        if queued:
+            text += f", queued {queued} (persistent queue)"
+        out.append(text + "".join(f", {shown} {n}" for shown, n in other.items()))
+    return out
+
+
+def progress_line(collector: Collector) -> str:
+    """One line: uptime; what the receivers accepted (spans, log records, OS events); records
+    the pipelines refused for now or rejected; records an exporter raised on (when some); and,
+    per exporter that delivers to a destination, what it delivered, kept queued (in a
+    persistent queue, at shutdown), failed and dropped (an exporter that queues accepts a
+    record before it is delivered, or lost)."""
+    telemetry = collector.host.telemetry
     refused = telemetry.total("refused", kind=RECEIVER)
     rejected = telemetry.total("rejected", kind=RECEIVER)
-    accepted = telemetry.total("sent", kind=EXPORTER)
-    failed = telemetry.total("failed", kind=EXPORTER)
     line = (
-        f"otel-bridge: up {collector.uptime:.0f}s | received {', '.join(received)} | "
-        f"exported {accepted} | refused {refused} | rejected {rejected} | "
-        f"export failures {failed}"
-    ) + _turned_away(collector)
-    outcomes = []
-    for shown, verb in _DELIVERY:
-        try:
-            n = sum(
-                telemetry.total(f"{verb}_{noun}", kind=EXPORTER)
-                for noun in ("spans", "log_records")
-            )
-        except UndeclaredCounterError:  # no exporter here delivers to a destination
-            return line
-        if verb == "queued":
-            if n:
-                outcomes.append(f"queued {n} (persistent queue)")
-            continue
-        outcomes.append(f"{shown} {n}")
-    return f"{line} | downstream: {', '.join(outcomes)}"
+        f"otel-bridge: up {collector.uptime:.0f}s | {received_counts(collector)} | "
+        f"refused {refused} | rejected {rejected}"
+    )
+    errors = {
+        eid: n
+        for eid in collector.component_ids(EXPORTER)
+        if (n := telemetry.value("failed", kind=EXPORTER, id=eid))
+    }
+    if errors:
+        line += " | exporter errors: " + ", ".join(
+            f"{eid} raised on {n} records" for eid, n in errors.items()
+        )
+    line += _turned_away(collector)
+    delivered = delivered_counts(collector)
+    return line + "".join(f" | {d}" for d in delivered)
 
 
 _TURNED_AWAY = (

@@ -717,7 +717,14 @@ def observe(args: argparse.Namespace, command: list[str], early: Early | None) -
     early.guard.release()
     _stop(state)
     signals = [signal.Signals(s).name for s in early.interrupted]
-    summary = _finish(state, code, early.started_ns, signals, review=_review_inputs(args))
+    summary = _finish(
+        state,
+        code,
+        early.started_ns,
+        signals,
+        review=_review_inputs(args),
+        verbose=bool(getattr(args, "verbose", False)),
+    )
     if live is not None:
         live.finish(summary)
     return code
@@ -798,12 +805,13 @@ def _finish(
     signals: list[str],
     *,
     review: ReviewInputs | None,
+    verbose: bool = False,
 ) -> dict[str, Any]:
     """Write summary.json, report.md, the review (unless told not to) and the manifest; print
     the summary and the report."""
     summary = _summary(state, code, started_ns=started_ns)
     summary["signals_forwarded"] = signals
-    report = write_report(state.run, summary)
+    report, printed = write_report(state.run, summary)
     state.run.write_json(rundir.SUMMARY, summary)
     if review is not None:
         from otel_bridge.review.hook import review_at_end  # noqa: PLC0415 (only at the end)
@@ -812,7 +820,7 @@ def _finish(
     state.run.write_manifest(
         {"id": state.run_id}, required=rundir.REQUIRED, mutable=(RUN_QUEUE_DIR,)
     )
-    print_summary(state.run, summary, report)
+    print_summary(state.run, summary, report if verbose else printed, verbose=verbose)
     return summary
 
 
@@ -834,6 +842,7 @@ def _summary(state: _Run, code: int, *, started_ns: int) -> dict[str, Any]:
         "host_backend_name": host.backend,
         "host_backends_skipped": list(host.skipped),
         "collection": dict(host.collections),
+        "collection_brief": dict(host.briefs),
         # The run's own correlator only: with -c the user's pipelines may run another one.
         "correlation": run_correlation(collector),
         "otlp": otlp_summary(

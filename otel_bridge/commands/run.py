@@ -29,6 +29,11 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     )
     parser.add_argument("-c", "--config", metavar="CONFIG", help="YAML configuration file")
     parser.add_argument(
+        "--verbose",
+        action="store_true",
+        help="say each plane's observation in full (default: one short line per plane)",
+    )
+    parser.add_argument(
         "--progress",
         action="store_true",
         help="print a one-line progress report to stderr periodically (default: when a TTY)",
@@ -56,14 +61,19 @@ def load_run_config(path: str | None) -> CollectorConfig:
     return parse_config(load_yaml(embedded_config_text(), origin), origin=origin)
 
 
-def describe_endpoints(collector: Collector) -> Iterator[str]:
-    """Human-readable lines naming where each receiver listens and each exporter writes."""
+def describe_endpoints(collector: Collector, *, verbose: bool = False) -> Iterator[str]:
+    """Human-readable lines naming where each receiver listens and each exporter writes; a
+    receiver with a backend (the host receiver) is named by its backend (with why it was
+    chosen and why others were not when ``verbose``: its planes' lines say the rest)."""
     for rid in collector.component_ids(RECEIVER):
         status = collector.status(rid)
         parts = [
             f"OTLP/{e.protocol} on {e.host}:{e.port}"
             for e in sorted(status.endpoints, key=lambda e: e.protocol)
         ]
+        if not parts and status.backend and not verbose:
+            skipped = ", ".join(s.partition(":")[0] for s in status.skipped)
+            parts = [status.backend + (f" (not used here: {skipped})" if skipped else "")]
         if not parts and status.detail:
             parts = [status.detail]
         yield f"receiver {rid}: " + (", ".join(parts) if parts else "started")
@@ -83,13 +93,18 @@ def describe_endpoints(collector: Collector) -> Iterator[str]:
 _UNSEEN = "what it did not see is unknown, not absent"
 
 
-def describe_planes(collector: Collector, *, gaps_only: bool = False) -> Iterator[str]:
+def describe_planes(
+    collector: Collector, *, gaps_only: bool = False, verbose: bool = False
+) -> Iterator[str]:
     """One line per collection a receiver reports (the host receiver's process, file and
     network planes and, standing, the lineage it follows): ``receiver ID: PLANE: state:
-    backend: why``. With ``gaps_only``, only those not fully available, each saying that what
-    it did not see is unknown (``run``'s last lines: what the collector could not observe)."""
+    backend: why``, the why in a few words (every detail with ``verbose``). With ``gaps_only``,
+    only those not fully available, each saying that what it did not see is unknown (``run``'s
+    last lines: what the collector could not observe)."""
     for rid in collector.component_ids(RECEIVER):
-        for plane, state in sorted(collector.status(rid).collections.items()):
+        status = collector.status(rid)
+        planes = status.collections if verbose else (status.briefs or status.collections)
+        for plane, state in sorted(planes.items()):
             if not gaps_only:
                 yield f"receiver {rid}: {plane}: {state}"
             elif not state.startswith("available"):
@@ -227,7 +242,8 @@ def run(args: argparse.Namespace) -> int:
     collector = Collector(config)
 
     def started() -> None:
-        for line in (*describe_endpoints(collector), *describe_planes(collector)):
+        planes = describe_planes(collector, verbose=args.verbose)
+        for line in (*describe_endpoints(collector, verbose=args.verbose), *planes):
             print(f"otel-bridge: {line}", file=sys.stderr)
         print(f"otel-bridge: running (pid {os.getpid()}); Ctrl-C to stop", file=sys.stderr)
         sys.stderr.flush()
@@ -244,7 +260,8 @@ def run(args: argparse.Namespace) -> int:
     )
     errors = collector.host.telemetry.value("shutdown_errors", kind=COLLECTOR, id="service")
     print(progress_line(collector), file=sys.stderr)
-    for line in (*describe_planes(collector, gaps_only=True), *describe_unlinked(collector)):
+    gaps = describe_planes(collector, gaps_only=True, verbose=args.verbose)
+    for line in (*gaps, *describe_unlinked(collector)):
         print(f"otel-bridge: {line}", file=sys.stderr)
     print(
         f"otel-bridge: stopped{f' by signal {signum}' if signum else ''}; drained",

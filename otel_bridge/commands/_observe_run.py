@@ -843,6 +843,7 @@ def _summary(state: _Run, code: int, *, started_ns: int) -> dict[str, Any]:
         "host_backends_skipped": list(host.skipped),
         "collection": dict(host.collections),
         "collection_brief": dict(host.briefs),
+        "collector_endpoints": collector_endpoints(collector, state.mux),
         # The run's own correlator only: with -c the user's pipelines may run another one.
         "correlation": run_correlation(collector),
         "otlp": otlp_summary(
@@ -856,6 +857,23 @@ def _summary(state: _Run, code: int, *, started_ns: int) -> dict[str, Any]:
         "counters": telemetry.counters(),
         "notes": telemetry.notes(),
     }
+
+
+def collector_endpoints(collector: Collector, mux: ProtocolMux | None) -> list[dict[str, Any]]:
+    """Where this run's collector listened: the one OTLP endpoint CMD was given (the mux,
+    ``role: observe``) and every receiver's bound endpoint (``role: receiver``). A connection
+    of CMD's lineage to one of them is CMD exporting its telemetry to observe, not an endpoint
+    CMD chose: ``compare`` leaves them out of the agent's endpoints (``docs/rundir.md``)."""
+    out: list[dict[str, Any]] = []
+    if mux is not None:
+        out.append({"role": "observe", "protocol": "otlp", "address": mux.host, "port": mux.port})
+    for rid in collector.component_ids(RECEIVER):
+        for e in collector.status(rid).endpoints:
+            out.append(
+                {"role": "receiver", "receiver": rid, "protocol": e.protocol,
+                 "address": e.host, "port": e.port}
+            )  # fmt: skip
+    return out
 
 
 def run_correlation(collector: Collector) -> dict[str, int]:

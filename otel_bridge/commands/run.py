@@ -185,7 +185,8 @@ def delivered_counts(collector: Collector) -> list[str]:
 
 def progress_line(collector: Collector) -> str:
     """One line: uptime; what the receivers accepted (spans, log records, OS events); records
-    the pipelines refused for now or rejected; records an exporter raised on (when some); and,
+    the pipelines refused for now or rejected; records an exporter raised on (by exporter when
+    some); and,
     per exporter that delivers to a destination, what it delivered, kept queued (in a
     persistent queue, at shutdown), failed and dropped (an exporter that queues accepts a
     record before it is delivered, or lost)."""
@@ -201,10 +202,9 @@ def progress_line(collector: Collector) -> str:
         for eid in collector.component_ids(EXPORTER)
         if (n := telemetry.value("failed", kind=EXPORTER, id=eid))
     }
-    if errors:
-        line += " | exporter errors: " + ", ".join(
-            f"{eid} raised on {n} records" for eid, n in errors.items()
-        )
+    line += f" | exporter errors {sum(errors.values())}"
+    if errors:  # which exporter raised on how many records
+        line += f" ({', '.join(f'{eid} {n}' for eid, n in errors.items())})"
     line += _turned_away(collector)
     delivered = delivered_counts(collector)
     return line + "".join(f" | {d}" for d in delivered)

@@ -589,7 +589,11 @@ class ComponentStatus:
     detail: str = ""
     """One human-readable line: which backend runs and why, where an exporter writes."""
     collections: Mapping[str, str] = field(default_factory=dict)
-    """Per collection (process, file, network): ``state: reason`` (the host receiver)."""
+    """Per collection (process, file, network): ``state: backend: reason`` with every detail
+    (the host receiver)."""
+    briefs: Mapping[str, str] = field(default_factory=dict)
+    """Per collection: ``state: backend: what observes it, what it misses`` in a few words
+    (the run summary's one line per plane; :attr:`collections` has the detail)."""
     skipped: tuple[str, ...] = ()
     """Backends tried before the one in use and not used here, each ``name: why`` (the host
     receiver's ``auto``: ``linux: needs root ...``)."""

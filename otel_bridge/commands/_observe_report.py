@@ -189,17 +189,29 @@ def warnings_of(summary: Mapping[str, Any]) -> list[str]:
     return [*summary["otlp"]["warnings"], *(summary.get("delivery") or {}).get("warnings", ())]
 
 
-def write_report(run: rundir.RunDir, summary: Mapping[str, Any]) -> str:
-    """Write ``report.md`` from the run's graph.json; returns its text ("" without a graph)."""
-    from otel_bridge.report import report_text  # noqa: PLC0415 - only at the end of a run
+def write_report(run: rundir.RunDir, summary: Mapping[str, Any]) -> tuple[str, str]:
+    """Write ``report.md`` from the run's graph.json; returns its text and the text to print,
+    which says each plane not fully available in a few words (``collection_brief``) where the
+    file has every detail (``("", "")`` without a graph)."""
+    from otel_bridge.report import build, graph_of, render  # noqa: PLC0415 - end of a run only
 
     try:
         with open(run.file(rundir.GRAPH), "rb") as f:
             doc = orjson.loads(f.read())
     except (OSError, orjson.JSONDecodeError):
-        return ""
+        return "", ""
     title = f"otel-bridge run {summary['run']['id']}: `{summary['command_line']}`"
-    text = report_text(doc, title=title, planes=summary["collection"])
+    built = build(graph_of(doc))
+    text = _with_head(render(built, title=title, planes=summary["collection"]), summary)
+    brief = summary.get("collection_brief") or summary["collection"]
+    gaps = any(not state.startswith("available") for state in brief.values())
+    printed = _with_head(render(built, title=title, planes=brief), summary) if gaps else text
+    rundir.write_private(run.file(REPORT), text.encode())
+    return text, printed
+
+
+def _with_head(text: str, summary: Mapping[str, Any]) -> str:
+    """``text`` with the run's exit code, warnings and forwarding after its title."""
     head = [f"Exit code {summary['exit_code']}.", ""]
     head += [f"**Warning:** {w}." for w in warnings_of(summary)]
     forward = summary.get("forward")
@@ -208,9 +220,7 @@ def write_report(run: rundir.RunDir, summary: Mapping[str, Any]) -> str:
     if len(head) > 2:
         head.append("")
     first, _, rest = text.partition("\n\n")
-    text = first + "\n\n" + "\n".join(head) + "\n" + rest
-    rundir.write_private(run.file(REPORT), text.encode())
-    return text
+    return first + "\n\n" + "\n".join(head) + "\n" + rest
 
 
 def _forward_line(forward: Mapping[str, Any]) -> str:
@@ -233,9 +243,12 @@ def _forward_line(forward: Mapping[str, Any]) -> str:
     return f"Forwarded to {forward['destination']}: " + "; ".join(parts) + "."
 
 
-def print_summary(run: rundir.RunDir, summary: Mapping[str, Any], report: str) -> None:
-    """The end of ``observe`` on stderr: where the run is, how each plane was observed, the
-    report."""
+def print_summary(
+    run: rundir.RunDir, summary: Mapping[str, Any], report: str, *, verbose: bool = False
+) -> None:
+    """The end of ``observe`` on stderr: where the run is, how each plane was observed (one
+    short line each: its state, backend, what observes it and what it misses; every detail with
+    ``verbose``, as in ``summary.json`` and ``report.md``), the report."""
     out = sys.stderr
     signals = summary.get("signals_forwarded") or ()
     after = f" (after {', '.join(signals)}, passed on to the command)" if signals else ""
@@ -251,7 +264,8 @@ def print_summary(run: rundir.RunDir, summary: Mapping[str, Any], report: str) -
         backend += f" (not used here: {'; '.join(summary['host_backends_skipped'])})"
     print(f"  backend:  {backend}", file=out)
     print(f"  start:    {_start_line(summary.get('start') or {})}", file=out)
-    for name, state in sorted(summary["collection"].items()):
+    planes = summary["collection"] if verbose else summary.get("collection_brief")
+    for name, state in sorted((planes or summary["collection"]).items()):
         print(f"  {name + ':':9} {state}", file=out)
     otlp = summary["otlp"]
     print(

@@ -719,7 +719,14 @@ def observe(args: argparse.Namespace, command: list[str], early: Early | None) -
     early.guard.release()
     _stop(state)
     signals = [signal.Signals(s).name for s in early.interrupted]
-    summary = _finish(state, code, early.started_ns, signals, review=_review_inputs(args))
+    summary = _finish(
+        state,
+        code,
+        early.started_ns,
+        signals,
+        review=_review_inputs(args),
+        verbose=bool(getattr(args, "verbose", False)),
+    )
     if live is not None:
         live.finish(summary)
     return code
@@ -800,12 +807,13 @@ def _finish(
     signals: list[str],
     *,
     review: ReviewInputs | None,
+    verbose: bool = False,
 ) -> dict[str, Any]:
     """Write summary.json, report.md, the review (unless told not to) and the manifest; print
     the summary and the report."""
     summary = _summary(state, code, started_ns=started_ns)
     summary["signals_forwarded"] = signals
-    report = write_report(state.run, summary)
+    report, printed = write_report(state.run, summary)
     state.run.write_json(rundir.SUMMARY, summary)
     if review is not None:
         from otel_bridge.review.hook import review_at_end  # noqa: PLC0415 (only at the end)
@@ -814,7 +822,7 @@ def _finish(
     state.run.write_manifest(
         {"id": state.run_id}, required=rundir.REQUIRED, mutable=(RUN_QUEUE_DIR,)
     )
-    print_summary(state.run, summary, report)
+    print_summary(state.run, summary, report if verbose else printed, verbose=verbose)
     return summary
 
 
@@ -836,6 +844,8 @@ def _summary(state: _Run, code: int, *, started_ns: int) -> dict[str, Any]:
         "host_backend_name": host.backend,
         "host_backends_skipped": list(host.skipped),
         "collection": dict(host.collections),
+        "collection_brief": dict(host.briefs),
+        "collector_endpoints": collector_endpoints(collector, state.mux),
         # The run's own correlator only: with -c the user's pipelines may run another one.
         "correlation": run_correlation(collector),
         "otlp": otlp_summary(
@@ -849,6 +859,23 @@ def _summary(state: _Run, code: int, *, started_ns: int) -> dict[str, Any]:
         "counters": telemetry.counters(),
         "notes": telemetry.notes(),
     }
+
+
+def collector_endpoints(collector: Collector, mux: ProtocolMux | None) -> list[dict[str, Any]]:
+    """Where this run's collector listened: the one OTLP endpoint CMD was given (the mux,
+    ``role: observe``) and every receiver's bound endpoint (``role: receiver``). A connection
+    of CMD's lineage to one of them is CMD exporting its telemetry to observe, not an endpoint
+    CMD chose: ``compare`` leaves them out of the agent's endpoints (``docs/rundir.md``)."""
+    out: list[dict[str, Any]] = []
+    if mux is not None:
+        out.append({"role": "observe", "protocol": "otlp", "address": mux.host, "port": mux.port})
+    for rid in collector.component_ids(RECEIVER):
+        for e in collector.status(rid).endpoints:
+            out.append(
+                {"role": "receiver", "receiver": rid, "protocol": e.protocol,
+                 "address": e.host, "port": e.port}
+            )  # fmt: skip
+    return out
 
 
 def run_correlation(collector: Collector) -> dict[str, int]:

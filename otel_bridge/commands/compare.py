@@ -30,7 +30,7 @@ from otel_bridge.compare import (
     validate_provenance,
 )
 from otel_bridge.compare.assist import ASSIST_JSON, AUDIT, write_assist
-from otel_bridge.compare.report import NOTHING_SHARED, nothing_shared
+from otel_bridge.compare.report import LEFT_OUT, NOTHING_SHARED, left_out, nothing_shared
 from otel_bridge.errors import OtelBridgeError
 from otel_bridge.rundir import claim_outputs
 from otel_bridge.store.options import add_db_options, stored_run_dirs
@@ -212,6 +212,9 @@ def _run(args: argparse.Namespace, earlier: list[str]) -> int:
         f"{len(joined['nodes'])} joined nodes, {len(joined['detours'])} detours -> "
         f"{out / 'compare.json'}"
     )
+    gone = left_out(doc)
+    if gone:
+        print(f"{LEFT_OUT}: {'; '.join(gone)}")
     if nothing_shared(doc):
         print(f"otel-bridge: compare: note: {NOTHING_SHARED}", file=sys.stderr)
     if args.model:

@@ -66,6 +66,12 @@ OPTIONS: tuple[Option, ...] = (
     ),
     Option(("--no-progress",), FLAG, "no live progress line"),
     Option(
+        ("--verbose",),
+        FLAG,
+        "say each plane's observation in full at the end (default: one short line per plane; "
+        "summary.json and report.md have the detail)",
+    ),
+    Option(
         ("--replace",),
         FLAG,
         "replace the previous run in -o DIR (default: refuse a non-empty directory)",

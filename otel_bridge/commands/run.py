@@ -12,7 +12,7 @@ from collections.abc import Iterator
 from otel_bridge.component import COLLECTOR, EXPORTER, RECEIVER, UndeclaredCounterError
 from otel_bridge.config import CollectorConfig, load_config, load_yaml, parse_config
 from otel_bridge.gcpause import tune_for_collector
-from otel_bridge.pipeline import PARTS, Collector
+from otel_bridge.pipeline import Collector
 
 _EMBEDDED = "local.yaml"
 
@@ -29,6 +29,11 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         ),
     )
     parser.add_argument("-c", "--config", metavar="CONFIG", help="YAML configuration file")
+    parser.add_argument(
+        "--verbose",
+        action="store_true",
+        help="say each plane's observation in full (default: one short line per plane)",
+    )
     parser.add_argument(
         "--progress",
         action="store_true",
@@ -57,14 +62,19 @@ def load_run_config(path: str | None) -> CollectorConfig:
     return parse_config(load_yaml(embedded_config_text(), origin), origin=origin)
 
 
-def describe_endpoints(collector: Collector) -> Iterator[str]:
-    """Human-readable lines naming where each receiver listens and each exporter writes."""
+def describe_endpoints(collector: Collector, *, verbose: bool = False) -> Iterator[str]:
+    """Human-readable lines naming where each receiver listens and each exporter writes; a
+    receiver with a backend (the host receiver) is named by its backend (with why it was
+    chosen and why others were not when ``verbose``: its planes' lines say the rest)."""
     for rid in collector.component_ids(RECEIVER):
         status = collector.status(rid)
         parts = [
             f"OTLP/{e.protocol} on {e.host}:{e.port}"
             for e in sorted(status.endpoints, key=lambda e: e.protocol)
         ]
+        if not parts and status.backend and not verbose:
+            skipped = ", ".join(s.partition(":")[0] for s in status.skipped)
+            parts = [status.backend + (f" (not used here: {skipped})" if skipped else "")]
         if not parts and status.detail:
             parts = [status.detail]
         yield f"receiver {rid}: " + (", ".join(parts) if parts else "started")
@@ -84,13 +94,18 @@ def describe_endpoints(collector: Collector) -> Iterator[str]:
 _UNSEEN = "what it did not see is unknown, not absent"
 
 
-def describe_planes(collector: Collector, *, gaps_only: bool = False) -> Iterator[str]:
+def describe_planes(
+    collector: Collector, *, gaps_only: bool = False, verbose: bool = False
+) -> Iterator[str]:
     """One line per collection a receiver reports (the host receiver's process, file and
     network planes and, standing, the lineage it follows): ``receiver ID: PLANE: state:
-    backend: why``. With ``gaps_only``, only those not fully available, each saying that what
-    it did not see is unknown (``run``'s last lines: what the collector could not observe)."""
+    backend: why``, the why in a few words (every detail with ``verbose``). With ``gaps_only``,
+    only those not fully available, each saying that what it did not see is unknown (``run``'s
+    last lines: what the collector could not observe)."""
     for rid in collector.component_ids(RECEIVER):
-        for plane, state in sorted(collector.status(rid).collections.items()):
+        status = collector.status(rid)
+        planes = status.collections if verbose else (status.briefs or status.collections)
+        for plane, state in sorted(planes.items()):
             if not gaps_only:
                 yield f"receiver {rid}: {plane}: {state}"
             elif not state.startswith("available"):
@@ -122,39 +137,78 @@ destination accepted, what waits in a persistent queue for the next start (said 
 some does: neither delivered nor lost), what failed for good, what was dropped (queue full,
 shutdown)."""
 
+_HOST = "host"
+"""The receiver type whose log records are OS events (the OS plane)."""
 
-def progress_line(collector: Collector) -> str:
-    """One line: uptime, records received per signal, records the exporters accepted, and, for
-    exporters that deliver to a destination, what was delivered, kept queued (in a persistent
-    queue, at shutdown), failed and dropped (an exporter that queues accepts a record before it
-    is delivered, or lost)."""
+
+def received_counts(collector: Collector) -> str:
+    """What the receivers accepted and handed to the pipelines, each kind by its name: spans,
+    log records (the telemetry senders' logs) and OS events (the host receiver's records; the
+    same words as ``observe``'s ``recorded:`` line), then evidence records a receiver handed over
+    ready-made (an importer's), said only when there are some."""
     telemetry = collector.host.telemetry
     routed = telemetry.by_label("routed", kind=RECEIVER)
-    received = [f"{routed.get(part, 0)} {part}" for part in PARTS]
+    os_events = telemetry.total("routed", kind=RECEIVER, type=_HOST, label="logs")
+    text = (
+        f"received {routed.get('spans', 0)} spans, {routed.get('logs', 0) - os_events} log "
+        f"records, {os_events} OS events"
+    )
+    evidence = routed.get("observations", 0) + routed.get("coverage", 0)
+    return text + (f", {evidence} evidence records" if evidence else "")
+
+
+def delivered_counts(collector: Collector) -> list[str]:
+    """Per exporter that delivers to a destination (``otlp``, ``otlphttp``): ``ID: delivered N
+    spans, N log records`` (what its destination accepted), then what it keeps queued for its
+    next start (when some), failed and dropped (records of either kind)."""
+    telemetry = collector.host.telemetry
+    out = []
+    for eid in collector.component_ids(EXPORTER):
+        try:
+            spans = telemetry.value("sent_spans", kind=EXPORTER, id=eid)
+            logs = telemetry.value("sent_log_records", kind=EXPORTER, id=eid)
+            other = {
+                shown: sum(
+                    telemetry.value(f"{verb}_{noun}", kind=EXPORTER, id=eid)
+                    for noun in ("spans", "log_records")
+                )
+                for shown, verb in _DELIVERY[1:]
+            }
+        except UndeclaredCounterError:  # not an exporter that delivers to a destination
+            continue
+        queued = other.pop("queued")
+        text = f"{eid}: delivered {spans} spans, {logs} log records"
+        if queued:
+            text += f", queued {queued} (persistent queue)"
+        out.append(text + "".join(f", {shown} {n}" for shown, n in other.items()))
+    return out
+
+
+def progress_line(collector: Collector) -> str:
+    """One line: uptime; what the receivers accepted (spans, log records, OS events); records
+    the pipelines refused for now or rejected; records an exporter raised on (by exporter when
+    some); and,
+    per exporter that delivers to a destination, what it delivered, kept queued (in a
+    persistent queue, at shutdown), failed and dropped (an exporter that queues accepts a
+    record before it is delivered, or lost)."""
+    telemetry = collector.host.telemetry
     refused = telemetry.total("refused", kind=RECEIVER)
     rejected = telemetry.total("rejected", kind=RECEIVER)
-    accepted = telemetry.total("sent", kind=EXPORTER)
-    failed = telemetry.total("failed", kind=EXPORTER)
     line = (
-        f"otel-bridge: up {collector.uptime:.0f}s | received {', '.join(received)} | "
-        f"exported {accepted} | refused {refused} | rejected {rejected} | "
-        f"export failures {failed}"
-    ) + _turned_away(collector)
-    outcomes = []
-    for shown, verb in _DELIVERY:
-        try:
-            n = sum(
-                telemetry.total(f"{verb}_{noun}", kind=EXPORTER)
-                for noun in ("spans", "log_records")
-            )
-        except UndeclaredCounterError:  # no exporter here delivers to a destination
-            return line
-        if verb == "queued":
-            if n:
-                outcomes.append(f"queued {n} (persistent queue)")
-            continue
-        outcomes.append(f"{shown} {n}")
-    return f"{line} | downstream: {', '.join(outcomes)}"
+        f"otel-bridge: up {collector.uptime:.0f}s | {received_counts(collector)} | "
+        f"refused {refused} | rejected {rejected}"
+    )
+    errors = {
+        eid: n
+        for eid in collector.component_ids(EXPORTER)
+        if (n := telemetry.value("failed", kind=EXPORTER, id=eid))
+    }
+    line += f" | exporter errors {sum(errors.values())}"
+    if errors:  # which exporter raised on how many records
+        line += f" ({', '.join(f'{eid} {n}' for eid, n in errors.items())})"
+    line += _turned_away(collector)
+    delivered = delivered_counts(collector)
+    return line + "".join(f" | {d}" for d in delivered)
 
 
 _TURNED_AWAY = (
@@ -190,7 +244,8 @@ def run(args: argparse.Namespace) -> int:
     collector = Collector(config)
 
     def started() -> None:
-        for line in (*describe_endpoints(collector), *describe_planes(collector)):
+        planes = describe_planes(collector, verbose=args.verbose)
+        for line in (*describe_endpoints(collector, verbose=args.verbose), *planes):
             print(f"otel-bridge: {line}", file=sys.stderr)
         print(f"otel-bridge: running (pid {os.getpid()}); Ctrl-C to stop", file=sys.stderr)
         sys.stderr.flush()
@@ -207,7 +262,8 @@ def run(args: argparse.Namespace) -> int:
     )
     errors = collector.host.telemetry.value("shutdown_errors", kind=COLLECTOR, id="service")
     print(progress_line(collector), file=sys.stderr)
-    for line in (*describe_planes(collector, gaps_only=True), *describe_unlinked(collector)):
+    gaps = describe_planes(collector, gaps_only=True, verbose=args.verbose)
+    for line in (*gaps, *describe_unlinked(collector)):
         print(f"otel-bridge: {line}", file=sys.stderr)
     print(
         f"otel-bridge: stopped{f' by signal {signum}' if signum else ''}; drained",

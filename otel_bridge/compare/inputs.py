@@ -10,6 +10,7 @@ synthetic documents without a run directory.
 
 from __future__ import annotations
 
+import ipaddress
 import json
 import os
 from collections.abc import Callable, Collection, Iterable, Mapping
@@ -301,6 +302,55 @@ def _accesses(
     return reads, list(writes.values()), endpoints
 
 
+Listener = tuple[str, int]
+"""Where the run's collector listened: (address, port) as it bound them."""
+
+_WILDCARDS = frozenset({"", "0.0.0.0", "::"})
+
+
+def _address(text: str) -> ipaddress.IPv4Address | ipaddress.IPv6Address | None:
+    try:
+        address = ipaddress.ip_address(text.strip("[]"))
+    except ValueError:
+        return None
+    if isinstance(address, ipaddress.IPv6Address) and address.ipv4_mapped is not None:
+        return address.ipv4_mapped
+    return address
+
+
+def _is_listener(facts: Mapping[str, Any], listeners: Collection[Listener]) -> bool:
+    """Whether an endpoint's facts name one of ``listeners``: the same port and the same
+    address, or a loopback address when the listener bound every address (a wildcard: the
+    collector ran on the run's host, so a loopback connection to that port reached it)."""
+    port, address = facts.get("port"), _address(str(facts.get("address", "")))
+    if address is None:
+        return False
+    for host, bound in listeners:
+        if bound != port:
+            continue
+        if host in _WILDCARDS or host == "localhost":
+            if address.is_loopback:
+                return True
+        elif _address(host) == address:
+            return True
+    return False
+
+
+def _own_endpoints(
+    nodes: Iterable[Mapping[str, Any]], listeners: Collection[Listener]
+) -> dict[str, str]:
+    """Endpoint node id -> label, for the endpoints that are the run's collector itself."""
+    if not listeners:
+        return {}
+    return {
+        n["id"]: str(n.get("label") or n["id"])
+        for n in nodes
+        if n["kind"] == "endpoint"
+        and isinstance(n.get("facts"), Mapping)
+        and _is_listener(n["facts"], listeners)
+    }
+
+
 def extract_run(
     run_id: str,
     path: str,
@@ -309,16 +359,22 @@ def extract_run(
     metrics: Mapping[str, Any] | None = None,
     *,
     trace_id: str | Collection[str] | None = None,
+    collector: Collection[Listener] = (),
 ) -> RunData:
     """A run's calls (ordered by start time, then id) from its graph document and span data.
 
     With ``trace_id`` (one trace id or several), only the tool calls of those traces: one run
     of a standing collector's graph, which holds many; its process, file and endpoint counts
-    are then those of its calls.
+    are then those of its calls. ``collector``: where the run's collector listened (the OTLP
+    endpoint ``observe`` gave the agent, its receivers' endpoints; :func:`collector_listeners`):
+    a connection to one of them is the agent exporting to observe, not an endpoint it chose, so
+    those endpoints are left out of every endpoint count and list, and named in the metrics'
+    ``collector_endpoints_left_out``.
     """
     traces = {trace_id} if isinstance(trace_id, str) else trace_id
     nodes = graph["nodes"]
-    kinds = {n["id"]: n["kind"] for n in nodes}
+    own = _own_endpoints(nodes, collector)
+    kinds = {n["id"]: "collector_endpoint" if n["id"] in own else n["kind"] for n in nodes}
     keys = {n["id"]: n.get("key", "") for n in nodes}
     correlated, children, by_source = _adjacency(graph["edges"])
     calls: list[Call] = []
@@ -349,7 +405,8 @@ def extract_run(
         )
     calls.sort(key=lambda c: (c.start, c.id))
     merged = dict(metrics or {})
-    merged.update(_graph_metrics(graph, calls) if trace_id is None else _call_metrics(calls))
+    merged.update(_graph_metrics(graph, calls, kinds) if trace_id is None else _call_metrics(calls))
+    merged["collector_endpoints_left_out"] = sorted(own.values())
     if merged.get("latency_ms") is None:  # no invoke_agent span: the tool calls' extent
         merged["latency_ms"] = merged["tool_span_ms"]
     del merged["tool_span_ms"]
@@ -399,9 +456,10 @@ def _counted(observations: Mapping[str, str], kinds: tuple[str, str]) -> dict[st
     return {k: sum(1 for o in observations.values() if o == k) for k in kinds}
 
 
-def _graph_metrics(graph: Mapping[str, Any], calls: list[Call]) -> dict[str, Any]:
+def _graph_metrics(
+    graph: Mapping[str, Any], calls: list[Call], kinds: Mapping[str, str]
+) -> dict[str, Any]:
     nodes = graph["nodes"]
-    kinds = {n["id"]: n["kind"] for n in nodes}
     times = [(c.start, c.end) for c in calls if c.start and c.end]
     latency = (max(t[1] for t in times) - min(t[0] for t in times)) / 1e6 if times else None
     written: dict[str, str] = {}
@@ -517,7 +575,27 @@ def _not_a_run(root: Path) -> DecodeError | None:
     return DecodeError(f"{root}: no manifest.json: not a run directory")
 
 
-def _read_dir(root: Path) -> tuple[str, dict[str, Any], list[Span], list[LogRecord]]:
+def collector_listeners(summary: Any) -> list[Listener]:
+    """Where the run's collector listened, from its ``summary.json``: ``collector_endpoints``
+    (every receiver's bound endpoint and the one ``observe`` gave the agent), else, in a run
+    written before that list was, ``otlp.endpoint`` (the URL ``observe`` gave the agent)."""
+    if not isinstance(summary, Mapping):
+        return []
+    out: list[Listener] = []
+    for e in summary.get("collector_endpoints") or ():
+        if isinstance(e, Mapping) and isinstance(e.get("port"), int):
+            out.append((str(e.get("address", "")), e["port"]))
+    url = (summary.get("otlp") or {}).get("endpoint")
+    if isinstance(url, str) and "://" in url:
+        host, _, port = url.split("://", 1)[1].rstrip("/").rpartition(":")
+        if port.isdigit():
+            out.append((host.strip("[]"), int(port)))
+    return sorted(set(out))
+
+
+def _read_dir(
+    root: Path,
+) -> tuple[str, dict[str, Any], list[Span], list[LogRecord], list[Listener]]:
     problem = _not_a_run(root)
     if problem is not None:
         raise problem
@@ -528,7 +606,9 @@ def _read_dir(root: Path) -> tuple[str, dict[str, Any], list[Span], list[LogReco
     graph = _read_json(root / "graph.json")
     validate_document(graph)
     spans, logs = read_streams(root / "sem.jsonl")
-    return run_id, graph, spans, logs
+    summary = root / "summary.json"
+    listeners = collector_listeners(_read_json(summary)) if summary.is_file() else []
+    return run_id, graph, spans, logs, listeners
 
 
 def _metrics(spans: list[Span], logs: list[LogRecord], root: Path) -> dict[str, Any]:
@@ -541,9 +621,10 @@ def _metrics(spans: list[Span], logs: list[LogRecord], root: Path) -> dict[str, 
 def load_run(run_dir: str | os.PathLike[str]) -> RunData:
     """One run directory: run id from ``manifest.json``, graph, spans, optional review."""
     root = Path(run_dir)
-    run_id, graph, spans, logs = _read_dir(root)
+    run_id, graph, spans, logs, listeners = _read_dir(root)
     io = tool_io_from_spans(spans)
-    return extract_run(run_id, str(root), graph, io, _metrics(spans, logs, root))
+    metrics = _metrics(spans, logs, root)
+    return extract_run(run_id, str(root), graph, io, metrics, collector=listeners)
 
 
 SESSION_ATTRIBUTES = ("gen_ai.conversation.id", "session.id")
@@ -561,7 +642,7 @@ def load_traces(run_dir: str | os.PathLike[str], by: str = "trace") -> list[RunD
     directory is not split (``review_findings`` is None).
     """
     root = Path(run_dir)
-    run_id, graph, spans, logs = _read_dir(root)
+    run_id, graph, spans, logs, listeners = _read_dir(root)
     io = tool_io_from_spans(spans)
     traces = sorted(
         {
@@ -578,7 +659,15 @@ def load_traces(run_dir: str | os.PathLike[str], by: str = "trace") -> list[RunD
         metrics["score_source"] = "attribute" if metrics["score"] is not None else None
         metrics["review_findings"] = None
         runs.append(
-            extract_run(f"{run_id}#{name}", str(root), graph, io, metrics, trace_id=members)
+            extract_run(
+                f"{run_id}#{name}",
+                str(root),
+                graph,
+                io,
+                metrics,
+                trace_id=members,
+                collector=listeners,
+            )
         )
     return runs
 

@@ -238,6 +238,24 @@ def _metrics_table(doc: Mapping[str, Any]) -> list[str]:
     return lines
 
 
+LEFT_OUT = (
+    "left out of the agents' endpoints: the collector's own endpoint, where the run's agent "
+    "sent its telemetry (the OTLP endpoint `observe` gave it, recorded in the run's "
+    "summary.json), not an endpoint the agent chose"
+)
+"""Said (``compare.md`` and the command's summary) when a run's collector endpoint was found
+among the endpoints its processes reached, with the runs and endpoints left out."""
+
+
+def left_out(doc: Mapping[str, Any]) -> list[str]:
+    """``RUN: ENDPOINT, ...`` for each run whose collector endpoint was left out."""
+    return [
+        f"{run['id']}: {', '.join(gone)}"
+        for run in doc["runs"]
+        if (gone := run["metrics"].get("collector_endpoints_left_out"))
+    ]
+
+
 def _coverage_table(doc: Mapping[str, Any]) -> list[str]:
     tools = doc["coverage"]["tools"]
     lines = ["| run | " + " | ".join(tools) + " |", "| --- |" + " --- |" * len(tools)]
@@ -304,6 +322,9 @@ def render_markdown(doc: Mapping[str, Any]) -> str:
     """``compare.md``: the runs, coverage, impact and joined graph as Markdown tables."""
     impact = doc["impact"]
     lines = [f"# Comparison of {len(doc['runs'])} runs", "", "## Runs", "", *_metrics_table(doc)]
+    gone = left_out(doc)
+    if gone:
+        lines += ["", f"Endpoints {LEFT_OUT}:", "", *(f"- {line}" for line in gone)]
     lines += ["", "## Tool coverage", "", *_coverage_table(doc), "", "## Tool impact", ""]
     lines += _impact_lines(impact)
     lines += [

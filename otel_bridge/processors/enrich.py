@@ -11,7 +11,13 @@ emits it unchanged except:
 * **attributes** ``otel_bridge.bridge.process.pid``, ``.process.id``, ``.method``, ``.score``,
   ``.inferred``, ``.causal``, ``.identity_exact``, ``.grade``, ``.support``, ``.time_delta_ms``,
   ``.count`` for the strongest such link (exact before heuristic), and a span **event**
-  ``otel_bridge.bridge`` per link, because Phoenix drops links.
+  ``otel_bridge.bridge`` per link, because Phoenix drops links;
+* on a **tool-call span no process was linked to** (one ``normalize`` read as a tool call),
+  ``otel_bridge.link.status=unlinked``, ``otel_bridge.link.reason`` (a stable code: the
+  ``correlate`` processor's skip reason for the call, else ``no_command`` or ``no_match``) and
+  ``otel_bridge.link.explanation`` (the same words as ``report.md``,
+  :mod:`otel_bridge.linkreasons`): it was looked for and not linked, and why, which a span
+  enrich never saw as a tool call does not say (``docs/exporters.md``).
 
 The **OS plane**: one span per observed process, under its own Resource (``service.name=
 otel-bridge-host``, ``evidence.channel=os``, ``host.id``), parented by the observed process tree.
@@ -74,11 +80,14 @@ from otel_bridge.component import (
 )
 from otel_bridge.grading import grade_evidence
 from otel_bridge.identity import iso_ms, iso_to_ms, parse_traceparent, process_id
+from otel_bridge.linkreasons import unlinked_reason
 from otel_bridge.model import (
+    BRIDGE_SKIP_ATTR,
     AnyValue,
     Attribution,
     Batch,
     Channel,
+    CommandFacts,
     LogRecord,
     Observation,
     ProcessFacts,
@@ -89,6 +98,7 @@ from otel_bridge.model import (
     SpanEvent,
     SpanKind,
     SpanLink,
+    ToolCallFacts,
 )
 from otel_bridge.processors.correlate.shared import (
     DEFAULT_ALLOWED_LATENESS_S,
@@ -102,6 +112,24 @@ from otel_bridge.processors.enrich_journal import HoldJournal, JournalConfig
 
 SCOPE = Scope(name="otel_bridge.enrich", version="1")
 _PREFIX = "otel_bridge.bridge."
+LINK_STATUS = "otel_bridge.link.status"
+"""On a tool-call span no process was linked to: ``unlinked`` (it was looked for)."""
+LINK_REASON = "otel_bridge.link.reason"
+"""Why not, as a stable code (:func:`otel_bridge.linkreasons.unlinked_reason`)."""
+LINK_EXPLANATION = "otel_bridge.link.explanation"
+"""Why not, in the words ``report.md`` uses."""
+
+
+@dataclass(slots=True)
+class _ToolSeen:
+    """What enrich learned of a tool-call span from the observations about it."""
+
+    command: str = ""
+    """The command it declared (``declared_command``), ``""`` when none."""
+    skip: str | None = None
+    """The bridge's reason for linking no process to it (``correlate.skip``), if it gave one."""
+
+
 HOLD_MARGIN_S = 1.0
 """What the default hold adds to correlate's default window and lateness."""
 
@@ -200,6 +228,8 @@ class EnrichProcessor:
         self._run_trace = (bytes.fromhex(tp[0]), bytes.fromhex(tp[1])) if tp else None
         self._held: list[tuple[float, Span, int]] = []
         self._links: dict[tuple[str, str], dict[str, Observation]] = {}
+        self._tools: dict[tuple[str, str], _ToolSeen] = {}
+        """(trace, span) ids of the tool-call spans seen (normalize's observations of them)."""
         self._journal = journal
         if journal is not None:
             journal.telemetry = self._telemetry
@@ -360,9 +390,11 @@ class EnrichProcessor:
             trace, span = obs.source.trace_id, obs.source.span_id  # the span the link is about
             if trace and span:
                 self._links.setdefault((trace, span), {})[obs.id] = obs
-                if seq >= 0 and (trace, span) in self._held_keys:
-                    self._pin(seq)  # until that span is released
-                    self._link_seqs.setdefault((trace, span), []).append(seq)
+                self._pin_for((trace, span), seq)
+            return
+        facts = obs.subject.facts
+        if isinstance(facts, ToolCallFacts) and facts.span_id == obs.source.span_id:
+            self._learn_tool(obs, facts, seq)
             return
         if not self._config.os_plane or obs.source.channel != Channel.OS:
             return
@@ -415,6 +447,33 @@ class EnrichProcessor:
                     self._full.append(self._more_span(proc))
             else:
                 proc.dropped_events += 1
+
+    def _pin_for(self, key: tuple[str, str], seq: int) -> None:
+        """Keep journal batch ``seq`` until the held span ``key`` is released (it fed it)."""
+        if seq >= 0 and key in self._held_keys:
+            self._pin(seq)
+            self._link_seqs.setdefault(key, []).append(seq)
+
+    def _learn_tool(self, obs: Observation, facts: ToolCallFacts, seq: int) -> None:
+        """Remember a tool-call span (an observation of its own ``tool_call`` entity): the
+        command it declared and the bridge's skip reason, for ``otel_bridge.link.*``.
+
+        ``normalize``'s observations of the span come in the span's own batch, while it is
+        held; only they add a span here, so the bridge's later skip reason for a span already
+        released adds nothing that would never be taken (memory stays bounded)."""
+        key = (facts.trace_id, facts.span_id)
+        skip = obs.subject.attrs.get(BRIDGE_SKIP_ATTR)
+        seen = self._tools.get(key)
+        if seen is None:
+            if isinstance(skip, str) or not all(key):
+                return
+            seen = self._tools[key] = _ToolSeen()
+        self._pin_for(key, seq)
+        if isinstance(skip, str):
+            seen.skip = skip
+        target = obs.object.facts if obs.object is not None else None
+        if obs.relation == RelationKind.DECLARED_COMMAND and isinstance(target, CommandFacts):
+            seen.command = target.command
 
     def _learn_late(self, proc: _Proc, obs: Observation, facts: ProcessFacts, now: float) -> bool:
         """Keep an observation of an already sent process for its late-events span; whether
@@ -566,8 +625,9 @@ class EnrichProcessor:
             for link_seq in self._link_seqs.pop(key, ()):
                 self._unpin(link_seq)
         links = self._links.pop(key, None)
+        tool = self._tools.pop(key, None)
         if not links:
-            return span
+            return span if tool is None else self._unlinked(span, tool)
         ordered = sorted(links.values(), key=_strength)
         new_links: list[SpanLink] = []
         events: list[SpanEvent] = []
@@ -595,6 +655,16 @@ class EnrichProcessor:
             links=span.links + tuple(new_links),
             events=span.events + tuple(events),
         )
+
+    def _unlinked(self, span: Span, tool: _ToolSeen) -> Span:
+        """``span``, a tool call no process was linked to, saying so and why."""
+        reason, why = unlinked_reason(tool.skip, tool.command)
+        attrs: dict[str, AnyValue] = dict(span.attributes)
+        attrs[LINK_STATUS] = "unlinked"
+        attrs[LINK_REASON] = reason
+        attrs[LINK_EXPLANATION] = why
+        self._telemetry.count("spans_unlinked")
+        return msgspec.structs.replace(span, attributes=attrs)
 
 
 def process_attributes(facts: ProcessFacts) -> dict[str, AnyValue]:
@@ -720,5 +790,10 @@ factory: Factory[Config] = Factory(
             "OS process observations without typed facts, skipped (never parsed from strings)",
         ),
         CounterSpec("spans_linked", "agent spans linked to an OS process span", "{spans}"),
+        CounterSpec(
+            "spans_unlinked",
+            "tool-call spans no process was linked to, marked otel_bridge.link.status=unlinked",
+            "{spans}",
+        ),
     ),
 )

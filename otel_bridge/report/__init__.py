@@ -30,6 +30,7 @@ import msgspec
 from otel_bridge.grading import weakest
 from otel_bridge.graph import reading
 from otel_bridge.graph.document import Graph, GraphEdge, GraphNode
+from otel_bridge.linkreasons import unlinked_reason
 from otel_bridge.model import (
     BRIDGE_SKIP_ATTR,
     SENDER_SKIP_ATTR,
@@ -593,51 +594,10 @@ def _unlinked_processes(nodes: list[GraphNode], ix: _Index) -> list[str]:
     return lines
 
 
-_WHY = {
-    "no_candidate": "no process carried its trace context, and none running its command "
-    "started while it ran (its time window: at most `max_window`, 3 s by default)",
-    "several_candidates": "no process carried its trace context, and several processes "
-    "matched its command while it ran: none is picked",
-    "process_ambiguous": "no process carried its trace context, and the process that matched "
-    "its command matched another tool call too",
-    "exact_identity_preferred": "a process carried its trace context (TRACEPARENT), so only "
-    "an exact link is taken, and none could be resolved",
-    "contradicts_exact": "the process that matched its command is exactly linked to another span",
-    "late_declaration": "its span arrived after the process events of its time were no longer kept",
-    "unsupported_command.control_operator": "no process carried its trace context, and its "
-    "command chains, pipes or redirects commands (a shell operator: `;`, `&&`, `|`, `&`, or a "
-    "redirection such as `>`), which the command matcher does not read, so no process was "
-    "matched to it",
-    "unsupported_command.command_substitution": "no process carried its trace context, and "
-    "its command substitutes another command's output (`$(...)` or backticks), so it names no "
-    "single process to match",
-    "unsupported_command.builtin": "no process carried its trace context, and its command is "
-    "a shell builtin or an assignment, which starts no process",
-    "unsupported_command.expansion_in_head": "no process carried its trace context, and its "
-    "command's program is a shell expansion, unknown until it ran",
-    "unsupported_command.unbalanced_quotes": "no process carried its trace context, and its "
-    "command's quotes do not balance, so it could not be read",
-    "unsupported_command.empty": "no process carried its trace context, and its command is empty",
-}
-"""Why the singleton bridge skipped a call (``correlate.skip`` on its node), in plain words."""
-_NO_COMMAND = (
-    "with no command there is nothing to match a process against, and no process carried its "
-    "trace context: it ran inside the agent's own process, or its processes did not carry it"
-)
-_GENERIC = (
-    "it ran inside the agent's own process, or its processes carried no trace context and "
-    "matched nothing unambiguously"
-)
-
-
 def _why(row: CallRow) -> str:
     """Why no process is linked to ``row``'s call, from what the correlator recorded for it."""
     reason = row.node.attrs.get(BRIDGE_SKIP_ATTR)
-    if isinstance(reason, str) and reason in _WHY:
-        return _WHY[reason]
-    if isinstance(reason, str):
-        return f"no process carried its trace context, and the bridge skipped it ({reason})"
-    return _GENERIC if row.command else _NO_COMMAND
+    return unlinked_reason(reason if isinstance(reason, str) else None, row.command)[1]
 
 
 def _unlinked_call(row: CallRow, ix: _Index, agents: _Agents) -> str:

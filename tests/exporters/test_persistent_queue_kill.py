@@ -138,6 +138,6 @@ def test_acknowledged_spans_survive_kill_9_and_arrive_once_downstream(tmp_path: 
     a_log, b_log = a_err.log(), b_err.log()
     assert replayed == KILL_AFTER
     assert sorted(arrived) == sorted(acked), "each acknowledged span exactly once, nothing else"
-    assert "export failures 0" in a_log
-    assert "export failures 0" in b_log
+    assert "exporter errors 0" in a_log
+    assert "exporter errors 0" in b_log
     assert "torn" not in a_log

@@ -88,7 +88,8 @@ def test_spans_kept_in_the_queue_at_shutdown_are_said(tmp_path: Path) -> None:
     line = err.wait_for(r"otlp/down: (\d+) record\(s\) not delivered yet are kept in [^\n]*", 10)
     assert line.group(1) == "1"
     assert str(tmp_path / "queue") in line.group(0)
-    summary = err.wait_for(r"\| downstream: [^\n]*", 10)
+    summary = err.wait_for(r"\| otlp/down: [^\n]*", 10)
     assert summary.group(0).endswith(
-        "| downstream: delivered 0, queued 1 (persistent queue), failed 0, dropped 0"
+        "| otlp/down: delivered 0 spans, 0 log records, queued 1 (persistent queue), failed 0, "
+        "dropped 0"
     ), summary.group(0)

@@ -49,8 +49,8 @@ def stored(url: str) -> list[str]:
 
 
 def export_failures(log: str) -> list[int]:
-    """The ``export failures N`` figures of a collector's progress lines."""
-    return [int(n) for n in re.findall(r"export failures (\d+)", log)]
+    """The ``exporter errors N`` figures of a collector's progress lines."""
+    return [int(n) for n in re.findall(r"exporter errors (\d+)", log)]
 
 
 @pytest.mark.slow  # about 40 s: a gateway stopped and restarted under load, the agent's drain

@@ -124,4 +124,5 @@ service:
             proc.wait(timeout=60)
         log = stderr.log()
     assert "cannot send" not in log, log
-    assert "export failures 0" in log, log
+    assert "| exporter errors 0 |" in log, log
+    assert "| otlphttp/backend: delivered 2 spans, 0 log records, failed 0, dropped 0" in log, log

@@ -26,6 +26,7 @@ from typing import Any
 import pytest
 from cli_support import run_cli
 
+from otel_bridge.compare.report import LEFT_OUT
 from otel_bridge.testing import tool_call_agent
 
 REPO = Path(__file__).resolve().parents[2]
@@ -161,10 +162,12 @@ def test_compare_counts_the_same_files_and_endpoints(
         wrote, reached = EXPECTED[backend]
         assert metrics["files_written"] == 1  # out.txt, however it was seen
         assert metrics["files_written_as"][wrote] == 1
-        # out.txt's endpoint and the agent's own OTLP export, both seen the same way
-        assert metrics["endpoints"] == metrics["endpoints_as"][reached] == 2
+        # the tool's endpoint; the agent's own OTLP export to observe is left out, and named
+        assert metrics["endpoints"] == metrics["endpoints_as"][reached] == 1
+        assert len(metrics["collector_endpoints_left_out"]) == 1, metrics
     md = (tmp_path / "compare.md").read_text(encoding="utf-8")
-    assert "| 1 (1 opened for writing only) | 2 (2 connect not seen to complete) |" in md
+    assert "| 1 (1 opened for writing only) | 1 (1 connect not seen to complete) |" in md
+    assert LEFT_OUT in md, md
 
 
 @pytest.mark.parametrize("backend", sorted(EXPECTED))

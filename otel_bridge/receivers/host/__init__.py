@@ -306,8 +306,10 @@ class HostReceiver:
         return settled
 
     def status(self) -> ComponentStatus:
-        """Which backend observes each collection, its state and why (``state: backend: why``)."""
+        """Which backend observes each collection, its state and why (``state: backend: why``),
+        and the same in a few words (``briefs``)."""
         collections: dict[str, str] = {}
+        briefs: dict[str, str] = {}
         for plane in (*PLANES, *{k for r in self._runs for k in r.ctx.states} - set(PLANES)):
             owner = self._plane_owner(plane)
             run = next((r for r in self._runs if r.name == owner), None)
@@ -315,29 +317,43 @@ class HostReceiver:
                 continue
             state, reason = run.ctx.states[plane]
             collections[plane] = f"{state}: {owner}: {reason}"
-        follower = self._follower
-        if follower is not None and follower.followed:
-            collections["lineage"] = (
-                f"degraded: {follower.followed} process(es) followed from the moment they "
-                "reported telemetry or matched a selector: their earlier activity is unknown"
-            )
-        if follower is not None and follower.unnamed:
-            named = "; ".join(follower.unnamed_why)
-            more = follower.unnamed - len(follower.unnamed_why)
-            unnamed = (
-                f"{follower.unnamed} telemetry sender(s) stated no process.pid: not followed, "
-                f"their OS activity is unknown ({named}{f'; {more} more' if more > 0 else ''})"
-            )
-            lineage = collections.get("lineage")
-            collections["lineage"] = (
-                f"{lineage}; {unnamed}" if lineage else f"unavailable: {unnamed}"
-            )
+            briefs[plane] = f"{state}: {owner}: {run.ctx.briefs.get(plane) or reason}"
+        self._lineage_status(collections, briefs)
         return ComponentStatus(
             backend=self.backend_name,
             detail=self.explanation,
             collections=collections,
+            briefs=briefs,
             skipped=self.skipped,
         )
+
+    def _lineage_status(self, collections: dict[str, str], briefs: dict[str, str]) -> None:
+        """The ``lineage`` collection of a standing collector, in full and in a few words:
+        processes followed late (their earlier activity unknown), senders not followed."""
+        follower = self._follower
+        if follower is None:
+            return
+        full: list[str] = []
+        brief: list[str] = []
+        state = "unavailable"
+        if follower.followed:
+            state = "degraded"
+            full.append(
+                f"{follower.followed} process(es) followed from the moment they "
+                "reported telemetry or matched a selector: their earlier activity is unknown"
+            )
+            brief.append(f"{follower.followed} process(es) followed late: earlier activity unknown")
+        if follower.unnamed:
+            named = "; ".join(follower.unnamed_why)
+            more = follower.unnamed - len(follower.unnamed_why)
+            full.append(
+                f"{follower.unnamed} telemetry sender(s) stated no process.pid: not followed, "
+                f"their OS activity is unknown ({named}{f'; {more} more' if more > 0 else ''})"
+            )
+            brief.append(f"{follower.unnamed} sender(s) stated no process.pid: not followed")
+        if full:
+            collections["lineage"] = f"{state}: {'; '.join(full)}"
+            briefs["lineage"] = f"{state}: {'; '.join(brief)}"
 
     def shutdown(self) -> None:
         """Stop following, stop the backends and flush. Safe before start and twice."""

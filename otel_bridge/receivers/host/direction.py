@@ -113,6 +113,11 @@ class DirectionRule:
         return Direction.UNKNOWN
 
 
+def undecided_brief(count: int) -> str:
+    """:func:`undecided_note` in a few words (the run summary's line)."""
+    return f"{count} socket(s) of unknown direction not recorded"
+
+
 def undecided_note(count: int) -> str:
     """The network collection's reason when ``count`` sockets were left undecided."""
     return (

@@ -131,10 +131,16 @@ class EbpfBackend:
                 "file": "openat syscalls (successful opens with flags; no unlink/rename)",
                 "network": "connect syscalls (no listen/accept; UDP sends without connect unseen)",
             }[name]
+            brief = {
+                "process": "kernel tracepoints",
+                "file": "opens only (no deletes or renames)",
+                "network": "connects only (no listens or accepts)",
+            }[name]
             ctx.collection_state(
                 name,
                 CollectionState.AVAILABLE if on else CollectionState.NOT_REQUESTED,
                 detail if on else f"{name}: false",
+                brief if on else "",
             )
         self._lines = BpftraceInterpreter(ctx)
         self._thread = threading.Thread(target=self._run, name="host-ebpf", daemon=True)

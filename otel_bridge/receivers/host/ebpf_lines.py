@@ -159,4 +159,9 @@ class BpftraceInterpreter:
         self.lost += 1
         for name in ("process", "file", "network"):
             if ctx.states.get(name, ("",))[0] == CollectionState.AVAILABLE:
-                ctx.collection_state(name, CollectionState.DEGRADED, f"perf buffer: {line}")
+                ctx.collection_state(
+                    name,
+                    CollectionState.DEGRADED,
+                    f"perf buffer: {line}",
+                    f"{ctx.briefs.get(name, '')}; events lost (perf buffer full)".lstrip("; "),
+                )

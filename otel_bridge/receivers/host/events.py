@@ -199,6 +199,9 @@ class HostContext:
     telemetry: Telemetry
     redactor: Redactor
     states: dict[str, tuple[str, str]] = field(default_factory=dict)
+    """Per collection: its state and the full reason (what observes it, how, what it misses)."""
+    briefs: dict[str, str] = field(default_factory=dict)
+    """Per collection: the reason in a few words (the run summary's line; ``docs/host.md``)."""
     exclude_paths: tuple[str, ...] = ()
     """Directories whose file events are the collector's own (the run directory): ignored."""
     planes: frozenset[str] | None = None
@@ -272,11 +275,16 @@ class HostContext:
                 )
         return pids
 
-    def collection_state(self, name: str, state: CollectionState, reason: str) -> None:
-        """Report the terminal state of one collection (record + telemetry note)."""
+    def collection_state(
+        self, name: str, state: CollectionState, reason: str, brief: str = ""
+    ) -> None:
+        """Report the terminal state of one collection (record + telemetry note). ``brief``:
+        the reason in a few words, for the run summary's one line per plane (what observes it,
+        what it misses); ``reason`` keeps every detail (``reason`` itself when not given)."""
         if self.planes is not None and name in PLANES and name not in self.planes:
             return  # another backend reports this plane
         self.states[name] = (str(state), reason)
+        self.briefs[name] = brief or reason
         self.telemetry.note(f"host.collection.{name}", f"{state}: {reason}")
         record = self.events.record(
             "collection.state",

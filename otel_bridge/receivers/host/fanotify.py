@@ -208,6 +208,11 @@ PACE_EVENTS = 8
 at once."""
 
 
+def _paths(paths: tuple[str, ...] | list[str]) -> str:
+    """The marked paths in a few words: the path when one, else how many."""
+    return paths[0] if len(paths) == 1 and len(paths[0]) <= 40 else f"{len(paths)} paths"
+
+
 class FanotifyWatcher:
     """Reads fanotify events and emits lineage file events (see the module docstring)."""
 
@@ -289,6 +294,7 @@ class FanotifyWatcher:
             CollectionState.AVAILABLE,
             f"fanotify {cfg.fanotify_mark} marks on {', '.join(cfg.fanotify_paths)} ({events}); "
             f"{note}",
+            f"fanotify on {_paths(cfg.fanotify_paths)}",
         )
 
     def _open_groups(self, armed: FanotifyGroups | None) -> str:
@@ -671,7 +677,10 @@ class FanotifyWatcher:
     def _overflow(self) -> None:
         self.overflows += 1
         self._ctx.collection_state(
-            "file", CollectionState.DEGRADED, "fanotify queue overflow: events lost"
+            "file",
+            CollectionState.DEGRADED,
+            "fanotify queue overflow: events lost",
+            "fanotify on its paths; events lost (queue overflow)",
         )
 
     def _event(self, mask: int, fd: int, pid: int, at: int) -> None:
@@ -760,6 +769,7 @@ class FanotifyWatcher:
                 CollectionState.DEGRADED,
                 f"file events of unknown pids dropped after {_HOLD_MAX:g} s while the process "
                 "connector was still behind: the lineage's may be among them",
+                "fanotify on its paths; some events of unknown processes dropped",
             )
 
     def _is_foreign(self, pid: int) -> bool:

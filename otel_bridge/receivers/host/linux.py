@@ -404,7 +404,9 @@ class LinuxBackend:
         self._wake_r, self._wake_w = os.pipe()
         os.set_blocking(self._wake_w, False)  # a full pipe: a pass is asked for already
         if cfg.processes:
-            ctx.collection_state("process", CollectionState.AVAILABLE, self.why)
+            ctx.collection_state(
+                "process", CollectionState.AVAILABLE, self.why, "kernel process connector"
+            )
         else:
             ctx.collection_state("process", CollectionState.NOT_REQUESTED, "processes: false")
         if armed is None:
@@ -423,7 +425,15 @@ class LinuxBackend:
                 self._fanotify.exited_at = self._exited_at
                 self._fanotify.start()
             except OSError as exc:
-                ctx.collection_state("file", CollectionState.UNAVAILABLE, f"fanotify failed: {exc}")
+                refused = exc.errno in (errno.EPERM, errno.EACCES)
+                ctx.collection_state(
+                    "file",
+                    CollectionState.UNAVAILABLE,
+                    f"fanotify failed: {exc}",
+                    "fanotify refused (needs CAP_SYS_ADMIN)"
+                    if refused
+                    else f"fanotify failed ({exc.strerror or exc})",
+                )
                 self._fanotify = None
         else:
             ctx.collection_state("file", CollectionState.NOT_REQUESTED, "files: false")
@@ -443,10 +453,16 @@ class LinuxBackend:
 
         def on_state(note: str) -> None:
             reason = scanner.reason(f"{destroy_note}; {note}")
-            ctx.collection_state("network", CollectionState.DEGRADED, reason)
+            tracer = self._tracer
+            brief = scanner.brief(tracer.brief if tracer is not None else "")
+            ctx.collection_state("network", CollectionState.DEGRADED, reason, brief)
 
         self._tracer, trace_note = _socket_tracer(ctx, scanner, self._owns, on_state, rings)
-        scanner.start(ctx.config.network_poll_interval, f"{destroy_note}; {trace_note}")
+        scanner.start(
+            ctx.config.network_poll_interval,
+            f"{destroy_note}; {trace_note}",
+            self._tracer.brief if self._tracer is not None else "",
+        )
         if self._destroys is not None:
             self._destroys.tracer = self._tracer
             self._destroys.start()
@@ -544,6 +560,7 @@ class LinuxBackend:
                 "process",
                 CollectionState.DEGRADED,
                 "netlink socket overrun (ENOBUFS): some process events were lost",
+                "kernel process connector; some events lost (overrun)",
             )
 
     def _handle(self, what: int, ts: int, fields: tuple[int, ...]) -> None:

@@ -28,7 +28,12 @@ import threading
 import time
 
 from otel_bridge.model import AnyValue, CollectionState
-from otel_bridge.receivers.host.direction import Direction, DirectionRule, undecided_note
+from otel_bridge.receivers.host.direction import (
+    Direction,
+    DirectionRule,
+    undecided_brief,
+    undecided_note,
+)
 from otel_bridge.receivers.host.events import SAMPLED, HostContext
 
 _TCP_ESTABLISHED = "01"
@@ -224,14 +229,25 @@ class SocketScanner:
         """Times the scanner thread woke (asked, or its interval passed)."""
         self.interval = 0.01
 
-    def start(self, interval: float, note: str = "") -> None:
-        """Report the state (with ``note`` on what complements the scans) and start scanning."""
+    def start(self, interval: float, note: str = "", tracer: str = "") -> None:
+        """Report the state (with ``note`` on what complements the scans; ``tracer``: the
+        socket tracer's words for the state's brief) and start scanning."""
         self.interval = interval
-        self._ctx.collection_state("network", CollectionState.DEGRADED, self.reason(note))
+        self._ctx.collection_state(
+            "network", CollectionState.DEGRADED, self.reason(note), self.brief(tracer)
+        )
         self._thread = threading.Thread(
             target=self._run, args=(interval,), name="host-netscan", daemon=True
         )
         self._thread.start()
+
+    def brief(self, tracer: str = "") -> str:
+        """The network collection's reason in a few words: what traces connects (``tracer``,
+        the socket tracer's words; ``""``: none), what the scans leave unseen."""
+        every = f"{self.interval * 1000:g}ms"
+        if not tracer:
+            return f"sockets sampled every {every}: short-lived connections can be missed"
+        return f"{tracer}; other sockets sampled every {every}: short-lived ones can be missed"
 
     def reason(self, note: str = "") -> str:
         """The network collection's reason: the scans, then ``note`` on what complements them."""
@@ -390,6 +406,11 @@ class SocketScanner:
         if self._undecided:
             reason = self._ctx.states.get("network", ("", ""))[1]
             note = undecided_note(len(self._undecided))
+            brief = self._ctx.briefs.get("network", "")
+            short = undecided_brief(len(self._undecided))
             self._ctx.collection_state(
-                "network", CollectionState.DEGRADED, f"{reason}; {note}" if reason else note
+                "network",
+                CollectionState.DEGRADED,
+                f"{reason}; {note}" if reason else note,
+                f"{brief}; {short}" if brief else short,
             )

@@ -262,6 +262,9 @@ class PerfSocketTracer(ConnectTracer):
         self._stop_r, self._stop_w = os.pipe()
         self._thread: threading.Thread | None = None
 
+    def _brief(self) -> str:
+        return "TCP connects traced (perf)"
+
     @property
     def note(self) -> str:
         """The network state's words for this tracer."""

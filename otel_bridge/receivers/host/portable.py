@@ -31,7 +31,12 @@ from watchdog.observers import Observer
 
 from otel_bridge.identity import psutil_start_ms
 from otel_bridge.model import AnyValue, CollectionState
-from otel_bridge.receivers.host.direction import Direction, DirectionRule, undecided_note
+from otel_bridge.receivers.host.direction import (
+    Direction,
+    DirectionRule,
+    undecided_brief,
+    undecided_note,
+)
 from otel_bridge.receivers.host.events import SAMPLED, SESSION, HostContext
 from otel_bridge.receivers.host.netscan import FOUND_AT_ATTACH
 from otel_bridge.receivers.host.procfs import ProcessInfo
@@ -118,6 +123,7 @@ class PortableBackend:
                 CollectionState.DEGRADED,
                 f"psutil sampling every {interval_ms}: processes living less than one interval "
                 "can be missed; exit codes unknown",
+                f"sampled every {interval_ms}: short-lived processes and exit codes missed",
             )
         else:
             ctx.collection_state("process", CollectionState.NOT_REQUESTED, "processes: false")
@@ -126,6 +132,7 @@ class PortableBackend:
                 "network",
                 CollectionState.DEGRADED,
                 f"psutil connection sampling every {interval_ms}: short sockets can be missed",
+                f"sampled every {interval_ms}: short-lived connections missed",
             )
         else:
             ctx.collection_state("network", CollectionState.NOT_REQUESTED, "network: false")
@@ -141,7 +148,10 @@ class PortableBackend:
             return
         if not cfg.watch_paths:
             ctx.collection_state(
-                "file", CollectionState.NOT_SAMPLED, "no watch_paths configured for watchdog"
+                "file",
+                CollectionState.NOT_SAMPLED,
+                "no watch_paths configured for watchdog",
+                "no watch_paths configured",
             )
             return
         observer = Observer()
@@ -154,6 +164,7 @@ class PortableBackend:
             CollectionState.DEGRADED,
             f"watchdog on {', '.join(cfg.watch_paths)}: session-correlated, non-causal "
             "(the changing process is unknown)",
+            "watchdog on the watch_paths: which process changed a file is unknown",
         )
 
     def _file_event(self, event: Any) -> None:
@@ -368,4 +379,10 @@ class PortableBackend:
         if self._ctx is not None and self.undecided and not self._noted:
             self._noted = True
             note = undecided_note(self.undecided)
-            self._ctx.collection_state("network", CollectionState.DEGRADED, note)
+            brief = self._ctx.briefs.get("network", "")
+            self._ctx.collection_state(
+                "network",
+                CollectionState.DEGRADED,
+                note,
+                f"{brief}; {undecided_brief(self.undecided)}".lstrip("; "),
+            )

@@ -288,8 +288,13 @@ class DestroyWatcher:
             f"unattributed machine connections: {self.unattributed} (TCP connections closed "
             "between scans that no observed process was shown to own; not recorded)"
         )
+        brief = ctx.briefs.get("network", "")
+        short = f"{self.unattributed} closed connections not attributed"
         ctx.collection_state(
-            "network", CollectionState.DEGRADED, f"{reason}; {note}" if reason else note
+            "network",
+            CollectionState.DEGRADED,
+            f"{reason}; {note}" if reason else note,
+            f"{brief}; {short}" if brief else short,
         )
 
     def stop_reading(self) -> None:

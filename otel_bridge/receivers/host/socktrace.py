@@ -175,6 +175,16 @@ class ConnectTracer:
         self.recorded = 0
         self.lost = 0
 
+    @property
+    def brief(self) -> str:
+        """The network state's few words for this tracer (the run summary's line): what it
+        traces, and how many reports it lost."""
+        lost = f" (lost {self.lost} reports)" if self.lost else ""
+        return self._brief() + lost
+
+    def _brief(self) -> str:
+        return "TCP connects traced"
+
     def start(self) -> None:
         """Start following the kernel's reports (never waits for them)."""
         raise NotImplementedError
@@ -283,6 +293,8 @@ class SocketTracer(ConnectTracer):
         self._started = time.monotonic()
         self._buffer = b""
         self._stopping = False
+        self.failed = False
+        """bpftrace ended without attaching: no connect is traced."""
 
     def start(self) -> None:
         """Start bpftrace without waiting for it (it compiles and attaches in the background)."""
@@ -355,6 +367,13 @@ class SocketTracer(ConnectTracer):
         found = re.search(r"\d+", line)
         self._say_lost(int(found[0]) if found else 1, f"bpftrace: {line.strip()}")
 
+    def _brief(self) -> str:
+        if self.failed:
+            return ""  # no tracer: the scans alone
+        if self.attached.is_set():
+            return "TCP connects traced (bpftrace)"
+        return "TCP connects traced once bpftrace attaches"
+
     def _failed(self, proc: subprocess.Popen[bytes]) -> None:
         err = b""
         if proc.stderr is not None:
@@ -364,6 +383,7 @@ class SocketTracer(ConnectTracer):
         why = lines[-1] if lines else f"bpftrace exited {proc.poll()}"
         if self._stopping:
             why = "observation stopped before the socket tracer attached"
+        self.failed = True
         self._on_state(
             f"socket attribution: lineage only (no eBPF: {why}){self._instead}: {SAMPLED_ONLY}"
         )

@@ -303,8 +303,13 @@ class StartGate:
                 "first): their records omit process.command_args"
             )
             if state in (CollectionState.AVAILABLE, CollectionState.DEGRADED):
+                brief = self.ctx.briefs.get("process", "")
+                short = f"{self.argv_unknown} exec(s) without argv (exited first)"
                 self.ctx.collection_state(
-                    "process", CollectionState.DEGRADED, f"{reason}; {note}" if reason else note
+                    "process",
+                    CollectionState.DEGRADED,
+                    f"{reason}; {note}" if reason else note,
+                    f"{brief}; {short}" if brief else short,
                 )
 
     def exec_image(self, pid: int, known: ProcessInfo | None) -> ProcessInfo:

@@ -209,11 +209,17 @@ class StraceBackend:
             "bytes read or written are not traced)",
             "network": "connect/listen syscalls (accepted connections only with network_accepted)",
         }
+        briefs = {
+            "process": "ptrace",
+            "file": "open, unlink and rename syscalls",
+            "network": "connect and listen syscalls",
+        }
         for name, wanted in on.items():
             ctx.collection_state(
                 name,
                 CollectionState.AVAILABLE if wanted else CollectionState.NOT_REQUESTED,
                 details[name] if wanted else _OFF[name],
+                briefs[name] if wanted else "",
             )
 
     def follow(self, pid: int) -> str:

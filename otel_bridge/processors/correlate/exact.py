@@ -54,6 +54,7 @@ from otel_bridge.model import (
     SENDER_CORRECTED_ATTR,
     SENDER_SKIP_ATTR,
     AgentFacts,
+    AnyValue,
     Attribution,
     Channel,
     Entity,
@@ -383,22 +384,9 @@ class ExactLinker:
             what = "its connection was found held by several processes after all"
             self._correct(entity, what, time, channel)
         self.unlinked.append(unlinked_sentence(entity, why, peer))
+        evidence = Evidence(method="transport_peer", support=(obs_id,))
         self._unsent.append(
-            Observation(
-                id=rid,
-                time_unix_nano=time,
-                source=Source(channel=channel, backend="correlate", record_id=rid),
-                subject=Entity(
-                    kind=entity.kind,
-                    id=entity.id,
-                    label=entity.label,
-                    attrs={SENDER_SKIP_ATTR: why},
-                    facts=entity.facts,
-                    key=entity.key,
-                ),
-                evidence=Evidence(method="transport_peer", support=(obs_id,)),
-                occurrence=rid,
-            )
+            _sighting(entity, rid, time, channel, attrs={SENDER_SKIP_ATTR: why}, evidence=evidence)
         )
 
     def _correct(self, entity: Entity, what: str, time: int, channel: Channel) -> None:
@@ -411,23 +399,9 @@ class ExactLinker:
         self._count("transport_peer.corrected")
         rid = f"correlate:sender:corrected:{entity.id}"
         self._emitted.add(rid)
-        self._unsent.append(
-            Observation(
-                id=rid,
-                time_unix_nano=time,
-                source=Source(channel=channel, backend="correlate", record_id=rid),
-                subject=Entity(
-                    kind=entity.kind,
-                    id=entity.id,
-                    label=entity.label,
-                    attrs={SENDER_CORRECTED_ATTR: True},
-                    facts=entity.facts,
-                    key=entity.key,
-                ),
-                evidence=Evidence(method="transport_peer"),
-                occurrence=rid,
-            )
-        )
+        attrs: dict[str, AnyValue] = {SENDER_CORRECTED_ATTR: True}
+        evidence = Evidence(method="transport_peer")
+        self._unsent.append(_sighting(entity, rid, time, channel, attrs=attrs, evidence=evidence))
 
     def unsent(self) -> list[Observation]:
         """The sightings saying why an entity has no sender, decided since the last call."""
@@ -852,3 +826,30 @@ def _agent_of(obs: Observation) -> Entity | None:
     if obs.object is not None and obs.object.kind == _AGENT:
         return obs.object
     return None
+
+
+def _sighting(
+    entity: Entity,
+    rid: str,
+    time: int,
+    channel: Channel,
+    *,
+    attrs: dict[str, AnyValue],
+    evidence: Evidence,
+) -> Observation:
+    """A sighting of ``entity`` by the correlator (record ``rid``) stating ``attrs``."""
+    return Observation(
+        id=rid,
+        time_unix_nano=time,
+        source=Source(channel=channel, backend="correlate", record_id=rid),
+        subject=Entity(
+            kind=entity.kind,
+            id=entity.id,
+            label=entity.label,
+            attrs=attrs,
+            facts=entity.facts,
+            key=entity.key,
+        ),
+        evidence=evidence,
+        occurrence=rid,
+    )

@@ -80,21 +80,10 @@ def pipeline_step(stage: str, workdir: str) -> tuple[Callable[[bytes], object], 
 
     config = collector_config(workdir, _REQUEST_SPANS)
     without_timers(config)
-    as_run()
     collector = Collector(config)
     collector.start()
     receiver: Any = collector.component("otlp")
     return lambda raw: receiver.deliver_spans(decode_traces(raw)), collector.shutdown
-
-
-def as_run() -> None:
-    """Set the process's garbage collector as ``otel-bridge run`` does (a base tree from before
-    that setting: as it was)."""
-    try:
-        from otel_bridge.gcpause import tune_for_collector
-    except ImportError:
-        return
-    tune_for_collector(freeze=True)
 
 
 def receiver_decode() -> Callable[[bytes], Any]:
@@ -324,7 +313,6 @@ def grpc_work(spans: int) -> None:
     with tempfile.TemporaryDirectory() as workdir:
         config = collector_config(workdir, _REQUEST_SPANS)
         without_timers(config)
-        as_run()
         collector = Collector(config)
         collector.start()
         receiver: Any = collector.component("otlp")

@@ -148,7 +148,6 @@ def _collector_main(  # noqa: PLR0917 (the spawned process's arguments)
     from otel_bridge.pipeline import Collector
 
     config = collector_config(workdir, send_batch_size)
-    _as_run()
     profilers: list[Any] = []
     if profile:
         import cProfile
@@ -189,16 +188,6 @@ def _collector_main(  # noqa: PLR0917 (the spawned process's arguments)
     gc_clock.stop()
     gc = (gc_clock.seconds, gc_clock.collections)
     conn.send((ingest_done, done, peak_kib / 1024.0, observations, telemetry.counters(), cpu, gc))
-
-
-def _as_run() -> None:
-    """Set the process's garbage collector as ``otel-bridge run`` does (a tree from before that
-    setting, run with ``PYTHONPATH``: as it was, so its collections can be counted too)."""
-    try:
-        from otel_bridge.gcpause import tune_for_collector
-    except ImportError:
-        return
-    tune_for_collector(freeze=True)
 
 
 class _GcClock:

@@ -30,7 +30,6 @@ from typing import TYPE_CHECKING, Any, NoReturn
 from otel_bridge import rundir
 from otel_bridge.commands.observe import Workload
 from otel_bridge.errors import OtelBridgeError
-from otel_bridge.gcpause import tune_for_collector
 from otel_bridge.launch import Guard, open_gate
 from otel_bridge.warm import (
     SOCKET_NAME,
@@ -177,7 +176,6 @@ prints such an exception and drops it), and the server would wait for a second s
 def serve(*, ready: Callable[[str], None] | None = None) -> int:
     """Run the warm server until SIGTERM or SIGINT; exit code 0."""
     preload()
-    tune_for_collector(freeze=True)  # the children inherit it, and fork from a frozen heap
     listener = bind()
     path = listener.getsockname()
 

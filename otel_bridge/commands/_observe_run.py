@@ -55,7 +55,6 @@ from otel_bridge.config import (
     read_config,
 )
 from otel_bridge.errors import OtelBridgeError
-from otel_bridge.gcpause import tune_for_collector
 from otel_bridge.identity import host_id
 from otel_bridge.launch import Guard
 from otel_bridge.model import Batch, Resource, Scope, Span, SpanKind, Status, StatusCode
@@ -561,7 +560,6 @@ def _build(
     forward = None if args.no_forward or not _names_destination(os.environ) else dict(os.environ)
     if early is None:
         run.begin({"id": run_id})
-    tune_for_collector(freeze=False)
     collector = Collector(config)
     collector.host.run_dir = run.path
     state = _Run(run_id, run, command, wiring, collector, forward)

@@ -11,7 +11,6 @@ from collections.abc import Iterator
 
 from otel_bridge.component import COLLECTOR, EXPORTER, RECEIVER, UndeclaredCounterError
 from otel_bridge.config import CollectorConfig, load_config, load_yaml, parse_config
-from otel_bridge.gcpause import tune_for_collector
 from otel_bridge.pipeline import Collector
 
 _EMBEDDED = "local.yaml"
@@ -240,7 +239,6 @@ def run(args: argparse.Namespace) -> int:
         logging.getLogger("otel_bridge").setLevel(config.log_level.upper())
     for warning in config.warnings:
         print(f"otel-bridge: warning: {warning}", file=sys.stderr)
-    tune_for_collector(freeze=True)
     collector = Collector(config)
 
     def started() -> None:

@@ -192,9 +192,8 @@ def release_memory(hard: bool) -> None:
 
     Called by the periodic check while usage is over the soft limit, so at most once per
     ``check_interval``: a collection of the two young generations (every container made since
-    their last collection, so the cycles of the latest requests; a collector process collects
-    the youngest only every 10,000 allocations, :func:`otel_bridge.gcpause.tune_for_collector`),
-    of all three when ``hard``; then ``malloc_trim``."""
+    their last collection, so the cycles of the latest requests), of all three when ``hard``;
+    then ``malloc_trim``."""
     gc.collect(2 if hard else 1)
     trim = _TRIM[0] if _TRIM else None
     if trim is not None:

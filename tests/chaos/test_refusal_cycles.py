@@ -1,10 +1,9 @@
 """A refused request leaves no reference cycle behind: its body is freed when it is answered.
 
-A collector process collects its youngest generation only every 10,000 allocations
-(``otel_bridge.gcpause.tune_for_collector``), so a request body held by a reference cycle (an
-exception whose traceback holds the frame that holds the body, and that frame the exception)
-would stay in memory long after the answer, and under a memory limiter refusing many clients
-keep usage over its limit. Here a real collector (OTLP receiver over HTTP and gRPC, in this
+A request body held by a reference cycle (an exception whose traceback holds the frame that
+holds the body, and that frame the exception) would stay in memory until the next collection
+of the cyclic garbage collector, and under a memory limiter refusing many clients keep usage
+over its limit. Here a real collector (OTLP receiver over HTTP and gRPC, in this
 process) refuses requests from real clients with the cyclic garbage collector off and its
 unreachable objects kept (``gc.DEBUG_SAVEALL``): a collection then finds no frame, traceback or
 exception, and nothing it finds holds a body.

@@ -16,7 +16,11 @@ from otel_bridge.model import (
     EmitterFacts,
     Observation,
     RelationKind,
+    Resource,
+    Scope,
     Source,
+    Span,
+    SpanKind,
     TransportPeer,
 )
 from otel_bridge.processors.correlate import Config, Correlator
@@ -136,3 +140,84 @@ def test_a_claim_without_holder_is_decided_once_retention_has_passed() -> None:
     out = core.step()
     assert reason(out) == "no_connection"
     assert core.counts()["exact.transport_peer.no_connection"] == 1
+
+
+MODEL_PORT = 8099
+
+
+def model_call(p: TransportPeer) -> list[Observation]:
+    """A CLIENT ``chat`` span as ``opentelemetry-instrumentation-openai-v2`` sends it: its
+    resource states no pid (the SDK's default resource), so only its transport peer names who
+    sent it."""
+    span = Span(
+        resource=Resource(attributes={"service.name": "svc"}, peer=p),
+        scope=Scope(name="opentelemetry.instrumentation.openai_v2"),
+        trace_id=bytes.fromhex("cd" * 16),
+        span_id=bytes.fromhex("c1" * 8),
+        name="chat gpt-test",
+        kind=SpanKind.CLIENT,
+        start_time_unix_nano=T0 + MS,
+        end_time_unix_nano=T0 + 3 * MS,
+        attributes={
+            "gen_ai.operation.name": "chat",
+            "gen_ai.system": "openai",
+            "gen_ai.request.model": "gpt-test",
+            "server.address": "127.0.0.1",
+            "server.port": MODEL_PORT,
+        },
+    )
+    out = Normalizer()(Batch(spans=(span,)))
+    assert out is not None
+    return list(out.observations)
+
+
+def test_a_model_call_waits_for_a_sender_the_host_plane_records_late() -> None:
+    """The sender's end of the OTLP connection can reach correlate after the watermark has
+    passed the model call (the host plane's reader runs behind the receiver under load): the
+    call waits for its sender, then joins the sender's connection to the model's server, as
+    the sender's own link does. (CI saw ``served_at`` missing while ``requested`` held.)"""
+    model_conn = connection_record(
+        "network.connect",
+        HOST,
+        7,
+        (("127.0.0.1", 40000), ("127.0.0.1", MODEL_PORT)),
+        T0 + 2 * MS,
+        start=iso(T0 // MS),
+    )
+    normalized = Normalizer()(Batch(logs=(model_conn,)))
+    assert normalized is not None
+    core = Correlator(Config())
+    core.add((*model_call(peer()), *normalized.observations))
+    later = Proc(pid=3, exe="/bin/true", argv=("true",), time=T0 + 10 * 1000 * MS)
+    core.add(tuple(later.observations()))  # the watermark passes the call's end
+    out = core.step()
+    assert not [o for o in out if o.relation == RelationKind.SERVED_AT]
+    core.add(tuple(connection(7)))  # the sender's end of the OTLP connection, late
+    out += core.step(final=True)
+    [served] = [o for o in out if o.relation == RelationKind.SERVED_AT]
+    assert served.object is not None
+    assert served.object.id.endswith(f":{MODEL_PORT}")
+    assert (served.attrs["process.pid"], served.attrs["sender"]) == (7, True)
+    counts = core.counts()
+    assert counts["model_endpoint"] == 1
+    assert "model_endpoint.no_process" not in counts
+
+
+def test_a_model_call_whose_sender_never_shows_is_said_at_the_end() -> None:
+    """Waiting is bounded: with no holder by the end, the call is counted ``no_process``."""
+    core = Correlator(Config())
+    core.add(tuple(model_call(peer())))
+    out = core.step() + core.step(final=True)
+    assert not [o for o in out if o.relation == RelationKind.SERVED_AT]
+    assert core.counts()["model_endpoint.no_process"] == 1
+
+
+def test_a_model_call_waiting_for_its_sender_is_evicted_with_the_stream() -> None:
+    """A standing collector does not keep such a call for ever: eviction counts it."""
+    core = Correlator(Config(retention=10.0))
+    core.add(tuple(model_call(peer())))
+    assert not core.step()
+    later = Proc(pid=3, exe="/bin/true", argv=("true",), time=T0 + 60 * 1000 * MS)
+    core.add(tuple(later.observations()))
+    core.step()
+    assert core.counts()["model_endpoint.no_process"] == 1

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import os
+import platform
+import subprocess
 import sys
 import threading
 
@@ -196,3 +198,55 @@ def test_in_flight_released_when_downstream_raises() -> None:
     sink.error = None
     proc.consume(one())
     assert sink.record_count == 1
+
+
+_ARENAS = """
+import ctypes, sys, threading
+from otel_bridge.component import CreateSettings, Host
+from otel_bridge.processors.memory_limiter import Config, factory
+from otel_bridge.testing import RecordingConsumer
+
+config = Config(limit_mib=100_000, spike_limit_mib=10, malloc_arenas=int(sys.argv[1]))
+limiter = factory.create(CreateSettings(id="memory_limiter"), config, RecordingConsumer())
+limiter.start(Host())
+barrier = threading.Barrier(8)
+held = []
+
+def allocate():  # eight threads alive at once, each allocating with malloc (over 512 bytes)
+    barrier.wait()
+    held.append([bytearray(1000 + i) for i in range(200)])
+    barrier.wait()
+
+threads = [threading.Thread(target=allocate) for _ in range(8)]
+for t in threads:
+    t.start()
+for t in threads:
+    t.join()
+limiter.shutdown()
+ctypes.CDLL(None).malloc_stats()  # one "Arena N:" block per arena, on stderr
+"""
+
+
+def _arenas(setting: int) -> int:
+    done = subprocess.run(
+        [sys.executable, "-c", _ARENAS, str(setting)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=True,
+    )
+    return sum(1 for line in done.stderr.splitlines() if line.startswith("Arena "))
+
+
+@pytest.mark.skipif(platform.libc_ver()[0] != "glibc", reason="malloc arenas are glibc's")
+def test_a_running_limiter_bounds_the_malloc_arenas() -> None:
+    """With ``malloc_arenas: 2`` (the default) eight threads allocating at once share at most
+    two arenas; with 0 (glibc's default, eight per core) each gets its own. Fewer arenas keep
+    the memory a burst of receiver threads freed reusable instead of resident."""
+    assert _arenas(2) <= 2
+    assert _arenas(0) >= 4
+
+
+def test_a_negative_arena_bound_is_a_config_error() -> None:
+    problems = Config(limit_mib=100, malloc_arenas=-1).validate()
+    assert problems == ["malloc_arenas: must not be negative"]

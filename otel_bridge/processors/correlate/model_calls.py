@@ -29,7 +29,9 @@ the derived link's ``connection`` attribute says which relation it rests on.
 The subject is the model entity of the call and the object the endpoint entity the OS plane
 observed; the support is the call's observation and the connection's. Outcomes are counted as
 ``model_endpoint.<outcome>``. A call is decided once the watermark passes its end, so every
-connection observed before then has arrived.
+connection observed before then has arrived; a call known only by its transport peer waits
+until its sender is known too (the host plane may record the sender's end of its connection
+later), to the end of the run or until eviction passes it (``no_process``).
 """
 
 from __future__ import annotations
@@ -205,6 +207,12 @@ class ModelCallLinker:
             if call.peer is not None:
                 held = None if senders is None else senders(call.peer)
                 if held is None:
+                    if not final:
+                        # The host plane may record the sender's end of the connection after
+                        # the watermark passed the call: wait for it (to the end, or until
+                        # eviction), as the sender's own link does.
+                        waiting.append(call)
+                        continue
                     self._count("model_endpoint.no_process")
                     continue
                 facts = held.facts
@@ -286,7 +294,13 @@ class ModelCallLinker:
         )
 
     def evict(self, horizon: int) -> None:
-        """Forget connections observed before ``horizon`` (calls are dropped once decided)."""
+        """Forget connections observed before ``horizon``, and the calls still waiting for
+        their sender that ended before it (counted ``no_process``); other calls are dropped
+        once decided."""
+        waiting = [c for c in self._calls if c.peer is None or c.end >= horizon]
+        for _ in range(len(self._calls) - len(waiting)):
+            self._count("model_endpoint.no_process")
+        self._calls = waiting
         kept: dict[int, list[_Conn]] = {}
         for pid, conns in self._conns.items():
             recent = [c for c in conns if c.time >= horizon]

@@ -275,10 +275,15 @@ class Store:
         return i
 
     def node_keys(self, i: int) -> frozenset[str]:
-        """The attribute keys node ``i`` holds (computed on first use, shared)."""
+        """The attribute keys node ``i`` holds (computed on first use, shared; found by the
+        attributes' key order, as a new edge's are, which skips building a set)."""
         keys = self.n_keys[i]
         if keys is None:
-            keys = self.n_keys[i] = self.intern_keys(self.n_attrs[i])
+            names = tuple(self.n_attrs[i])
+            keys = self.key_tuples.get(names)
+            if keys is None:
+                keys = self.shared_keys(names)
+            self.n_keys[i] = keys
         return keys
 
     def merge_node(self, i: int, label: str, attrs: Attributes) -> None:
@@ -293,20 +298,21 @@ class Store:
         """A later sighting of node ``i``: first-available label and attributes, its facts record
         (an equal one only moves the stamp forward, :meth:`stamp`), its stable key.
 
-        A sighting of the held entity (:attr:`n_ent`) only moves the stamp. A sighting with no
-        facts is merged by tests that read it and the node's shared state (its interned key
-        set, :attr:`unlabeled`), never an earlier entity: a node is typically seen again long
-        after its last sighting, when its objects are cold memory (OS events state files and
-        processes afresh per record). A sighting with facts is compared with the held entity
-        first (one C-level comparison), becomes the held entity, and is merged only when it
-        differs. The accumulator's hot loop inlines this method."""
-        prev = self.n_ent[i]
-        if entity is prev:
-            if entity.facts is not None:
-                self.stamp(i, time, observation_id)
-            return
+        A sighting with no facts is merged by tests that read it and the node's shared state
+        (its interned key set, :attr:`unlabeled`), never an earlier entity, not even the held
+        one's address (reading it from the list takes a reference: a write to the entity's
+        count): a node is typically seen again long after its last sighting, when its objects
+        are cold memory (OS events state files and processes afresh per record). A sighting of
+        the held entity (:attr:`n_ent`) itself only moves the stamp. Any other sighting with
+        facts is compared with the held entity (one C-level comparison), becomes the held
+        entity, and is merged only when it differs. The accumulator's hot loop inlines this
+        method."""
         if entity.facts is None:
             self.merge_plain(i, entity)
+            return
+        prev = self.n_ent[i]
+        if entity is prev:
+            self.stamp(i, time, observation_id)
             return
         self.n_ent[i] = entity
         if entity == prev or not self.merge_sighting(i, entity, time, observation_id):

@@ -155,9 +155,11 @@ class GraphAccumulator:
         observations: a sighting of it, or of one equal to it field for field (one C-level
         comparison of two objects in cache), skips the merge checks and only moves the facts
         stamp. A node's held entity (``Store.n_ent``) does the same for any sighting of that
-        very object. A sighting with no facts is checked against the node's shared key set,
-        never compared with the held entity, which is cold memory by the time an OS event
-        states a file or process again; one with facts is compared with it (``Store.see``).
+        very object that states facts. A sighting with no facts is checked against the node's
+        shared key set and never reads the held entity, which is cold memory by the time an OS
+        event states a file or process again; one with facts is compared with it
+        (``Store.see``). A node's key set is interned by its attributes' key order the first
+        time it is seen again (``Store.node_keys``, inline for an object).
 
         Everything else is a named method: a new subject node (``Store.add_node``), occurrences
         that reach several elements (:meth:`_regrow`), window rotation, key and facts offers
@@ -335,30 +337,33 @@ class GraphAccumulator:
             else:  # Store.see of the object, inline, and the edge's first-available attributes
                 oi = e_dst[ei]
                 f = ob.facts
-                prev = n_ent[oi]
-                if ob is prev:
-                    pass
-                elif f is None:  # Store.see's checks, inline
+                if f is None:  # Store.see's checks, inline (the held entity is not read)
                     attrs = ob.attrs
                     keys = n_keys[oi]
-                    if keys is None:
-                        keys = st.node_keys(oi)
+                    if keys is None:  # Store.node_keys, inline
+                        names = tuple(n_attrs[oi])
+                        keys = key_tuples.get(names)
+                        if keys is None:
+                            keys = st.shared_keys(names)
+                        n_keys[oi] = keys
                     if not keys.issuperset(attrs) or (ob.label and oi in unlabeled):
                         st.merge_node(oi, ob.label, attrs)
                     k = ob.key
                     if k and k != n_key[oi]:
                         st.offer_key(oi, k)
                 else:
-                    n_ent[oi] = ob
-                    if ob != prev:
-                        if oi == si:
-                            s_ent = None  # the subject's memo: see above
-                        if st.merge_sighting(oi, ob, t, o.id):
-                            f = None  # stamped
-                if f is not None:
-                    ft = n_ft[oi]
-                    if t > ft or (t == ft and o.id > n_fid[oi]):
-                        n_ft[oi], n_fid[oi] = t, o.id
+                    prev = n_ent[oi]
+                    if ob is not prev:
+                        n_ent[oi] = ob
+                        if ob != prev:
+                            if oi == si:
+                                s_ent = None  # the subject's memo: see above
+                            if st.merge_sighting(oi, ob, t, o.id):
+                                f = None  # stamped
+                    if f is not None:
+                        ft = n_ft[oi]
+                        if t > ft or (t == ft and o.id > n_fid[oi]):
+                            n_ft[oi], n_fid[oi] = t, o.id
                 if not e_keys[ei].issuperset(o.attrs):
                     st.merge_edge(ei, o.attrs)
             if 0 < t < e_first[ei]:

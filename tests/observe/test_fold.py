@@ -10,7 +10,13 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from otel_bridge.graph import validate_document
-from otel_bridge.graph.fold import _CLASSES, KIND, fold_runtime_reads, runtime_read_class
+from otel_bridge.graph.fold import (
+    _CLASSES,
+    KIND,
+    could_be_runtime_read,
+    fold_runtime_reads,
+    runtime_read_class,
+)
 from otel_bridge.testing import graph_document, graph_edge_doc, graph_node_doc
 
 P = "process:h:10:1"
@@ -126,6 +132,9 @@ def test_runtime_read_class_equals_its_reference(path: str) -> None:
     classes gives, for paths built from every pattern's pieces (anchors and ends included)."""
     reference = next((name for name, pattern in _CLASSES if pattern.search(path)), None)
     assert runtime_read_class(path) == reference
+    # The fold's test of a node id (``file:`` and the path, read from offset 5) rejects none.
+    if reference is not None:
+        assert could_be_runtime_read(f"file:{path}", 5)
 
 
 def test_fold_merges_runtime_reads_per_process_and_keeps_everything_else() -> None:

@@ -225,10 +225,7 @@ class GraphAccumulator:
                         si = st.add_node(s, t, o.id)
                     else:
                         si = found
-                        prev = n_ent[si]
-                        if s is prev:
-                            pass
-                        elif s.facts is None:  # Store.see's checks, inline
+                        if s.facts is None:  # Store.see's checks, inline (held entity unread)
                             attrs = s.attrs
                             keys = n_keys[si]
                             if keys is None:
@@ -239,9 +236,11 @@ class GraphAccumulator:
                             if k and k != n_key[si]:
                                 st.offer_key(si, k)
                         else:
-                            n_ent[si] = s
-                            if s != prev:
-                                st.merge_sighting(si, s, t, o.id)
+                            prev = n_ent[si]
+                            if s is not prev:
+                                n_ent[si] = s
+                                if s != prev:
+                                    st.merge_sighting(si, s, t, o.id)
                     s_ent, s_f = s, s.facts is not None
             if s_f:  # Store.stamp, inline
                 ft = n_ft[si]

@@ -44,13 +44,11 @@ SLACK_S = 5.0
 """This shared machine's scheduling (a loaded two-core box)."""
 
 
-@pytest.mark.slow  # ~10 s: a collector, an agent, the grace
-def test_an_unlinkable_sender_is_said_while_the_collector_runs(tmp_path: Path) -> None:
-    if not IS_ROOT:
-        pytest.skip("an agent of another user needs root to start")
-    prefix = unprivileged_prefix()
+def _collector(tmp_path: Path, prefix: list[str]) -> RunningCollector:
+    """The bundled local.yaml as a standing collector run by a plain user (``prefix``), its
+    graph and records in ``tmp_path``."""
     os.chmod(tmp_path, 0o777)  # the plain user writes its graph here
-    collector = RunningCollector(
+    return RunningCollector(
         REPO / "configs" / "local.yaml",
         tmp_path,
         {
@@ -59,6 +57,14 @@ def test_an_unlinkable_sender_is_said_while_the_collector_runs(tmp_path: Path) -
         },
         prefix,
     )
+
+
+@pytest.mark.slow  # ~10 s: a collector, an agent, the grace
+def test_an_unlinkable_sender_is_said_while_the_collector_runs(tmp_path: Path) -> None:
+    if not IS_ROOT:
+        pytest.skip("an agent of another user needs root to start")
+    prefix = unprivileged_prefix()
+    collector = _collector(tmp_path, prefix)
     agent = subprocess.Popen(
         [sys.executable, "-c", _pidless_report(collector.http_port)],
         env=subprocess_env(OTEL_SERVICE_NAME="standing-agent"),
@@ -145,16 +151,7 @@ def test_a_sender_linked_after_the_verdict_is_linked_and_the_sentence_corrected(
     if not IS_ROOT:
         pytest.skip("an agent of another user needs root to start")
     prefix = unprivileged_prefix()
-    os.chmod(tmp_path, 0o777)
-    collector = RunningCollector(
-        REPO / "configs" / "local.yaml",
-        tmp_path,
-        {
-            "OTEL_BRIDGE_GRAPH": str(tmp_path / "graph.json"),
-            "OTEL_BRIDGE_RECORDS": str(tmp_path / "records.jsonl"),
-        },
-        prefix,
-    )
+    collector = _collector(tmp_path, prefix)
     agent = subprocess.Popen(
         [
             sys.executable,

@@ -389,6 +389,11 @@ class ExactLinker:
             _sighting(entity, rid, time, channel, attrs={SENDER_SKIP_ATTR: why}, evidence=evidence)
         )
 
+    def _claim_unsent(self, claim: _PeerClaim, why: str) -> None:
+        """:meth:`_no_sender` for ``claim``'s agent, at its first request."""
+        first = claim.first
+        self._no_sender(claim.agent, why, first.time, first.obs_id, first.channel, peer=claim.peer)
+
     def _correct(self, entity: Entity, what: str, time: int, channel: Channel) -> None:
         """Replace the ``no_connection`` sentence of ``entity`` by its correction (said once),
         and mark the entity (:data:`SENDER_CORRECTED_ATTR`) on a sighting."""
@@ -626,15 +631,7 @@ class ExactLinker:
             if claim.said or now - claim.arrived < grace or self._holders(key[1], claim.peer):
                 continue
             claim.said = True
-            first = claim.first
-            self._no_sender(
-                claim.agent,
-                "no_connection",
-                first.time,
-                first.obs_id,
-                first.channel,
-                peer=claim.peer,
-            )
+            self._claim_unsent(claim, "no_connection")
 
     def _peer_links(self, watermark: int, final: bool) -> list[Observation]:
         out: list[Observation] = []
@@ -647,9 +644,7 @@ class ExactLinker:
                 if final or len(holders) > 1:
                     why = "no_connection" if not holders else "several_processes"
                     if why != "no_connection" or not claim.said:
-                        self._no_sender(
-                            agent, why, first.time, first.obs_id, first.channel, peer=peer
-                        )
+                        self._claim_unsent(claim, why)
                     del self._peer_claims[key]
                 continue
             holder = holders[0]
@@ -713,18 +708,10 @@ class ExactLinker:
         # A claim still without a holder this long after its request will not get one (its
         # connection would have been observed before it): decided now, not kept to the end.
         for key, claim in list(self._peer_claims.items()):
-            first, peer = claim.first, claim.peer
-            if max(first.time, peer.time_unix_nano) < horizon:
+            if max(claim.first.time, claim.peer.time_unix_nano) < horizon:
                 del self._peer_claims[key]
                 if not claim.said:
-                    self._no_sender(
-                        claim.agent,
-                        "no_connection",
-                        first.time,
-                        first.obs_id,
-                        first.channel,
-                        peer=peer,
-                    )
+                    self._claim_unsent(claim, "no_connection")
         self._requests = {
             k: g for k, g in self._requests.items() if any(f.time >= horizon for f in g.values())
         }

@@ -4,7 +4,9 @@ One table for every reader that says it: ``report.md`` (its *Not linked, and why
 the ``enrich`` processor (``otel_bridge.link.reason`` and ``otel_bridge.link.explanation`` on an
 unlinked tool-call span, ``docs/exporters.md``). The codes are the ``correlate`` processor's skip
 reasons (:data:`otel_bridge.model.BRIDGE_SKIP_ATTR`, what it counts as ``skip.<reason>``), plus
-:data:`NO_COMMAND` and :data:`NO_MATCH` for a call the bridge recorded no reason for.
+:data:`NO_COMMAND` and :data:`NO_MATCH` for a call the bridge recorded no reason for, and the
+:data:`UNOBSERVED` codes for a call whose agent's process the host receiver did not follow while
+it ran (a standing collector; said by ``enrich``).
 """
 
 from __future__ import annotations
@@ -52,6 +54,33 @@ NO_MATCH_WHY = (
     "matched nothing unambiguously"
 )
 """Why a call that declared a command has no process (:data:`NO_MATCH`)."""
+
+
+AGENT_NOT_FOLLOWED = "agent_not_followed"
+"""The host receiver began following the calling agent's process only after the call ended."""
+AGENT_FOLLOWED_LATE = "agent_followed_late"
+"""The host receiver began following the calling agent's process while the call ran."""
+AGENT_UNAVAILABLE = "agent_unavailable"
+"""The host receiver could not follow the calling agent's process at all."""
+
+UNOBSERVED: dict[str, str] = {
+    AGENT_NOT_FOLLOWED: "the host receiver was not yet following the agent's process when "
+    "this call ran (a standing collector follows a process from its first span, which came "
+    "after the call ended): what the call ran, wrote and reached is unknown, not absent",
+    AGENT_FOLLOWED_LATE: "the host receiver began following the agent's process only while "
+    "this call ran (from its first span): what the call ran before then is unknown, and "
+    "nothing observed after it matched",
+    AGENT_UNAVAILABLE: "the host receiver could not follow the agent's process (it had "
+    "exited, or the process that sent its spans could not be found, or no backend could "
+    "observe it): what this call ran, wrote and reached is unknown, not absent",
+}
+"""Why a call whose agent's process the OS plane did not watch while it ran has no process, in
+plain words. These replace an absence reason (``no_candidate``, :data:`NO_MATCH`,
+:data:`NO_COMMAND`): nothing was linked because nothing could have been seen, not because
+nothing ran."""
+
+ABSENCE_REASONS = frozenset({"no_candidate", NO_MATCH, NO_COMMAND})
+"""Reasons that say nothing observed fitted the call, which an unobserved agent explains."""
 
 
 def unlinked_reason(skip: str | None, command: str) -> tuple[str, str]:

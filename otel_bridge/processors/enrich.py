@@ -17,7 +17,12 @@ emits it unchanged except:
   ``correlate`` processor's skip reason for the call, else ``no_command`` or ``no_match``) and
   ``otel_bridge.link.explanation`` (the same words as ``report.md``,
   :mod:`otel_bridge.linkreasons`): it was looked for and not linked, and why, which a span
-  enrich never saw as a tool call does not say (``docs/exporters.md``).
+  enrich never saw as a tool call does not say (``docs/exporters.md``). When a standing
+  collector's host receiver was not following the calling agent's process while the call ran
+  (its ``lineage`` record, matched by the resource's ``process.pid`` or the sender's end of the
+  connection), an absence reason becomes ``agent_not_followed``, ``agent_followed_late`` or
+  ``agent_unavailable``, with ``otel_bridge.link.agent_observed_since_unix_nano``: nothing
+  could have been seen, which is not the same as nothing fitting.
 
 The **OS plane**: one span per observed process, under its own Resource (``service.name=
 otel-bridge-host``, ``evidence.channel=os``, ``host.id``), parented by the observed process tree.
@@ -64,6 +69,7 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Any
 
 import msgspec
 
@@ -80,14 +86,23 @@ from otel_bridge.component import (
 )
 from otel_bridge.grading import grade_evidence
 from otel_bridge.identity import iso_ms, iso_to_ms, parse_traceparent, process_id
-from otel_bridge.linkreasons import unlinked_reason
+from otel_bridge.linkreasons import (
+    ABSENCE_REASONS,
+    AGENT_FOLLOWED_LATE,
+    AGENT_NOT_FOLLOWED,
+    AGENT_UNAVAILABLE,
+    UNOBSERVED,
+    unlinked_reason,
+)
 from otel_bridge.model import (
     BRIDGE_SKIP_ATTR,
     AnyValue,
     Attribution,
     Batch,
     Channel,
+    CollectionState,
     CommandFacts,
+    EmitterFacts,
     LogRecord,
     Observation,
     ProcessFacts,
@@ -118,6 +133,25 @@ LINK_REASON = "otel_bridge.link.reason"
 """Why not, as a stable code (:func:`otel_bridge.linkreasons.unlinked_reason`)."""
 LINK_EXPLANATION = "otel_bridge.link.explanation"
 """Why not, in the words ``report.md`` uses."""
+LINK_OBSERVED_SINCE = "otel_bridge.link.agent_observed_since_unix_nano"
+"""With :data:`~otel_bridge.linkreasons.AGENT_NOT_FOLLOWED` or ``AGENT_FOLLOWED_LATE``: when the
+host receiver began following the calling agent's process."""
+
+SAME_PROCESS_MS = 1000
+"""A ``lineage`` record names the process a span's resource states when their start times are
+this close (clock-tick rounding and the SDK's own reading; far below pid reuse)."""
+_FOLLOWS_KEPT = 65_536
+"""``lineage`` records kept for telling unlinked calls of unfollowed agents (oldest go first)."""
+
+
+@dataclass(frozen=True, slots=True)
+class _Follow:
+    """One ``lineage`` record of the host receiver: when it began to follow a process (None:
+    it could not follow it), and the process's start and host as the record states them."""
+
+    since_ns: int | None
+    start_ms: int | None
+    host: str | None
 
 
 @dataclass(slots=True)
@@ -128,6 +162,8 @@ class _ToolSeen:
     """The command it declared (``declared_command``), ``""`` when none."""
     skip: str | None = None
     """The bridge's reason for linking no process to it (``correlate.skip``), if it gave one."""
+    emitter: EmitterFacts | None = None
+    """The process that sent the span, as its resource or its transport peer states it."""
 
 
 HOLD_MARGIN_S = 1.0
@@ -243,6 +279,10 @@ class EnrichProcessor:
         self._procs: dict[str, _Proc] = {}
         self._followed: dict[str, int] = {}
         """Process identity -> when a standing collector began to follow it (see ``_follows``)."""
+        self._lineage_pid: dict[int, list[_Follow]] = {}
+        """pid -> the ``lineage`` records naming it, in arrival order (see ``_follows``)."""
+        self._lineage_peer: dict[tuple[str, int], _Follow] = {}
+        """A pidless sender's end of its connection -> the ``lineage`` record of its follow."""
         self._full: list[Span] = []
         """More-events and late-events spans that filled up, sent at the next release."""
         self._stop = threading.Event()
@@ -367,23 +407,66 @@ class EnrichProcessor:
         self._mark_done(finished)
 
     def _follows(self, logs: tuple[LogRecord, ...]) -> None:
-        """Remember when each process a standing collector followed late was first observed:
-        the host receiver's ``collection.state`` record (``collection.name=lineage``,
-        ``collection.state=degraded``, the process's pid and creation time, at the moment
-        observation began; ``docs/host.md``)."""
+        """Remember what a standing collector followed late, or could not follow: the host
+        receiver's ``collection.state`` records for the collection ``lineage`` (``degraded``
+        at the moment observation of a process began, ``unavailable`` when it could not
+        begin; the process's pid and creation time, or the pidless sender's end of its
+        connection as ``network.peer.address`` and ``.port``; ``docs/host.md``)."""
         for record in logs:
             a = record.attributes
-            if (
-                (record.event_name or a.get("event.name")) != "collection.state"
-                or a.get("collection.name") != "lineage"
-                or a.get("collection.state") != "degraded"
-            ):
+            if (record.event_name or a.get("event.name")) != "collection.state" or a.get(
+                "collection.name"
+            ) != "lineage":
+                continue
+            state = a.get("collection.state")
+            if state not in (CollectionState.DEGRADED, CollectionState.UNAVAILABLE):
                 continue
             pid, host = a.get("process.pid"), record.resource.attributes.get("host.id")
             created = a.get("process.creation.time")
-            if isinstance(pid, int) and isinstance(host, str) and isinstance(created, str):
-                identity = process_id(host, pid, iso_to_ms(created))
-                self._followed.setdefault(identity, record.time_unix_nano)
+            start = iso_to_ms(created) if isinstance(created, str) else None
+            host = host if isinstance(host, str) else None
+            since = record.time_unix_nano if state == CollectionState.DEGRADED else None
+            follow = _Follow(since_ns=since, start_ms=start, host=host)
+            if isinstance(pid, int):
+                if since is not None and host is not None and start is not None:
+                    self._followed.setdefault(process_id(host, pid, start), since)
+                self._lineage_pid.setdefault(pid, []).append(follow)
+                _bound(self._lineage_pid)
+            address, port = a.get("network.peer.address"), a.get("network.peer.port")
+            if isinstance(address, str) and isinstance(port, int):
+                self._lineage_peer[(address, port)] = follow
+                _bound(self._lineage_peer)
+
+    def _unobserved(self, emitter: EmitterFacts | None, span: Span) -> tuple[str, int] | None:
+        """Whether the host receiver was not following the process that sent ``span`` (a tool
+        call) while it ran: the reason code and when observation began (0: it never did), or
+        None when it followed it throughout, or nothing is known of it."""
+        if emitter is None:
+            return None
+        follow: _Follow | None = None
+        if emitter.pid is not None:
+            for known in reversed(self._lineage_pid.get(emitter.pid, ())):
+                if emitter.host_id is not None and known.host not in (None, emitter.host_id):
+                    continue
+                if (
+                    emitter.start_time_ms is not None
+                    and known.start_ms is not None
+                    and abs(known.start_ms - emitter.start_time_ms) > SAME_PROCESS_MS
+                ):
+                    continue
+                follow = known
+                break
+        elif emitter.peer is not None:
+            follow = self._lineage_peer.get((emitter.peer.address, emitter.peer.port))
+        if follow is None:
+            return None
+        if follow.since_ns is None:
+            return AGENT_UNAVAILABLE, 0
+        if follow.since_ns >= span.end_time_unix_nano:
+            return AGENT_NOT_FOLLOWED, follow.since_ns
+        if follow.since_ns > span.start_time_unix_nano:
+            return AGENT_FOLLOWED_LATE, follow.since_ns
+        return None
 
     def _learn(self, obs: Observation, now: float, seq: int = -1) -> None:
         if obs.relation == RelationKind.CORRELATED_WITH_PROCESS and obs.object is not None:
@@ -471,6 +554,8 @@ class EnrichProcessor:
         self._pin_for(key, seq)
         if isinstance(skip, str):
             seen.skip = skip
+        if obs.source.emitter is not None:
+            seen.emitter = obs.source.emitter
         target = obs.object.facts if obs.object is not None else None
         if obs.relation == RelationKind.DECLARED_COMMAND and isinstance(target, CommandFacts):
             seen.command = target.command
@@ -660,11 +745,24 @@ class EnrichProcessor:
         """``span``, a tool call no process was linked to, saying so and why."""
         reason, why = unlinked_reason(tool.skip, tool.command)
         attrs: dict[str, AnyValue] = dict(span.attributes)
+        gap = self._unobserved(tool.emitter, span) if reason in ABSENCE_REASONS else None
+        if gap is not None:  # nothing could have been seen, rather than nothing fitted
+            reason, since = gap
+            why = UNOBSERVED[reason]
+            if since:
+                attrs[LINK_OBSERVED_SINCE] = since
+            self._telemetry.count("spans_unlinked.unobserved", label=reason)
         attrs[LINK_STATUS] = "unlinked"
         attrs[LINK_REASON] = reason
         attrs[LINK_EXPLANATION] = why
         self._telemetry.count("spans_unlinked")
         return msgspec.structs.replace(span, attributes=attrs)
+
+
+def _bound(kept: dict[Any, Any]) -> None:
+    """Drop the oldest entries of ``kept`` past :data:`_FOLLOWS_KEPT`."""
+    while len(kept) > _FOLLOWS_KEPT:
+        del kept[next(iter(kept))]
 
 
 def process_attributes(facts: ProcessFacts) -> dict[str, AnyValue]:
@@ -794,6 +892,13 @@ factory: Factory[Config] = Factory(
             "spans_unlinked",
             "tool-call spans no process was linked to, marked otel_bridge.link.status=unlinked",
             "{spans}",
+        ),
+        CounterSpec(
+            "spans_unlinked.unobserved",
+            "of those, calls whose agent's process the host receiver was not following while "
+            "they ran (by reason: agent_not_followed, agent_followed_late, agent_unavailable)",
+            "{spans}",
+            labeled=True,
         ),
     ),
 )

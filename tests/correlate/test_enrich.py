@@ -2,14 +2,21 @@
 
 from __future__ import annotations
 
-from correlate_builders import MS, T0, TRACE, Proc, declaration, exit_obs, iso, traceparent
+from correlate_builders import HOST, MS, T0, TRACE, Proc, declaration, exit_obs, iso, traceparent
 from waiting import wait_until
 
 from otel_bridge.component import CreateSettings, Host, Telemetry
-from otel_bridge.model import Batch, Observation, Resource, Scope, Span
+from otel_bridge.linkreasons import (
+    AGENT_FOLLOWED_LATE,
+    AGENT_NOT_FOLLOWED,
+    AGENT_UNAVAILABLE,
+    UNOBSERVED,
+)
+from otel_bridge.model import Batch, LogRecord, Observation, Resource, Scope, Span
 from otel_bridge.processors.correlate import Config as CorrelateConfig
 from otel_bridge.processors.correlate import Correlator
 from otel_bridge.processors.enrich import (
+    LINK_OBSERVED_SINCE,
     Config,
     EnrichProcessor,
     factory,
@@ -192,3 +199,55 @@ def test_factory_lifecycle() -> None:
     assert sink.spans == [tool_span()]
     comp.shutdown()
     comp.shutdown()
+
+
+def lineage(state: str, pid: int, at: int) -> LogRecord:
+    """The host receiver's ``lineage`` record of a standing collector's follow of ``pid``."""
+    return LogRecord(
+        resource=Resource(attributes={"host.id": HOST, "service.name": "otel-bridge-host"}),
+        scope=Scope(name="otel_bridge.host"),
+        time_unix_nano=at,
+        event_name="collection.state",
+        attributes={
+            "collection.name": "lineage",
+            "collection.state": state,
+            "collection.reason": "test",
+            "process.pid": pid,
+        },
+    )
+
+
+def unlinked_attrs(agent_pid: int, record: LogRecord | None) -> dict[str, object]:
+    """The attributes enrich gives an unlinked ``ls -la`` call (T0 to T0 + 500 ms) of an agent
+    whose pid is ``agent_pid``, with ``record`` (a ``lineage`` record) in the same batch."""
+    proc, sink, clock = make()
+    obs = correlated(declaration(SPAN, "ls -la", T0, T0 + 500 * MS, agent_pid=agent_pid))
+    logs = () if record is None else (record,)
+    proc.consume(Batch(spans=(tool_span(),), observations=tuple(obs), logs=logs))
+    clock.now += 10
+    proc.flush_due()
+    (span,) = sink.spans
+    return dict(span.attributes)
+
+
+def test_an_unlinked_call_of_an_agent_not_yet_followed_says_unobserved() -> None:
+    """A call whose agent a standing collector began following only during it, or could not
+    follow, says its processes were not observed, not that none fitted; one followed before
+    the call keeps the bridge's reason; a record of another pid says nothing of it."""
+    since = T0 + 200 * MS
+    late = unlinked_attrs(4242, lineage("degraded", 4242, since))
+    assert late["otel_bridge.link.reason"] == AGENT_FOLLOWED_LATE, late
+    assert late["otel_bridge.link.explanation"] == UNOBSERVED[AGENT_FOLLOWED_LATE]
+    assert late[LINK_OBSERVED_SINCE] == since
+    after = unlinked_attrs(4242, lineage("degraded", 4242, T0 + 600 * MS))
+    assert after["otel_bridge.link.reason"] == AGENT_NOT_FOLLOWED, after
+    gone = unlinked_attrs(4242, lineage("unavailable", 4242, T0))
+    assert gone["otel_bridge.link.reason"] == AGENT_UNAVAILABLE, gone
+    assert LINK_OBSERVED_SINCE not in gone
+    for watched in (
+        unlinked_attrs(4242, lineage("degraded", 4242, T0 - 1000 * MS)),
+        unlinked_attrs(4242, lineage("degraded", 4243, since)),
+        unlinked_attrs(4242, None),
+    ):
+        assert watched["otel_bridge.link.reason"] == "no_candidate", watched
+        assert LINK_OBSERVED_SINCE not in watched

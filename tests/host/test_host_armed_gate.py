@@ -24,8 +24,10 @@ from otel_bridge.launch import GATE_NAME, exit_code, open_gate, spawn_gate
 from otel_bridge.receivers.host.execreader import ExecReader, Image
 from otel_bridge.receivers.host.linux import LinuxBackend
 
-CMD = ["sh", "-c", 'echo "$0" > out.txt; exit 3', "written"]
-"""The same executable as the gate (``sh``): only the exec event tells the two images apart."""
+CMD = ["sh", "-c", 'echo "$0" > out.txt; read _ < go; exit 3', "written"]
+"""The same executable as the gate (``sh``): only the exec event tells the two images apart. It
+waits on the fifo ``go`` until its exec record is in: its image is read from ``/proc`` at the
+exec event, and a root that exits within a millisecond can be gone first on a loaded machine."""
 
 
 @needs_root
@@ -36,6 +38,7 @@ def test_the_gates_own_exec_reported_late_is_no_record(tmp_path: Path) -> None:
     require_backend("linux")
     early = arming.open_proc_connector()  # subscribed before the gate's exec
     fifo = str(tmp_path / "gate")
+    os.mkfifo(tmp_path / "go")
     cwd = os.getcwd()
     os.chdir(tmp_path)
     try:
@@ -54,15 +57,22 @@ def test_the_gates_own_exec_reported_late_is_no_record(tmp_path: Path) -> None:
     armed.proc_socket = early  # holds the gate's exec event, as a late delivery would
     armed.gate_opened_ns = open_gate(fifo, "http://127.0.0.1:9", "http/protobuf")
     os.unlink(fifo)
-    assert exit_code(pid) == 3
     h = Harness(root=pid)
     backend = LinuxBackend()
     backend.adopt(armed)
     backend.start(h.ctx)
     try:
         wait_until(lambda: _execs(h, pid), 30, "CMD's exec record")
-    finally:
+    except BaseException:
         backend.stop()
+        os.kill(pid, 9)
+        exit_code(pid)
+        raise
+    with open(tmp_path / "go", "w") as go:  # CMD goes on to its exit
+        go.write("\n")
+    code = exit_code(pid)
+    backend.stop()
+    assert code == 3
     (cmd,) = _execs(h, pid)  # one exec: CMD's
     assert list(cmd["process.command_args"]) == CMD
     assert cmd["process.working_directory"] == str(tmp_path)

@@ -54,6 +54,9 @@ rounding and the SDK's own reading), far below any pid recycling interval."""
 _NAMED = 20
 """Unfollowed senders named in the status (the rest are counted)."""
 
+Peer = tuple[str, int, int]
+"""A sender's end of a connection and the receiver's port (``ProcessInterest.peer``)."""
+
 FollowFn = Callable[[int], str]
 """A backend's ``follow(pid)``: ``""`` when it follows ``pid`` now, else why not."""
 
@@ -184,7 +187,7 @@ class Follower:
                 f"it held the connection over which {who} sent its first span "
                 f"({interest.source}; the span's resource named no process.pid)"
             )
-            self._adopt(pid, start_ms_from_ticks(stat[1]), why, "sender")
+            self._adopt(pid, start_ms_from_ticks(stat[1]), why, "sender", peer)
 
     def _unnamed(self, interest: ProcessInterest) -> None:
         """A sender that stated no ``process.pid`` and whose connection no process holds (not
@@ -224,6 +227,7 @@ class Follower:
             f"{who} reported telemetry ({interest.source}) without process.pid on its resource, "
             f"and {why}: the process that sent it could not be followed, so its process, file "
             "and network activity is unknown",
+            peer,
         )
 
     def scan(self) -> None:
@@ -265,7 +269,7 @@ class Follower:
             return False
         return os.path.basename(argv[0]) == b"strace" or argv[1:3] == [b"-S", b"-c"]
 
-    def _adopt(self, pid: int, start_ms: int, why: str, how: str) -> None:
+    def _adopt(self, pid: int, start_ms: int, why: str, how: str, peer: Peer | None = None) -> None:
         reasons = [f"{name}: {r}" for name, fn in self._follow if (r := fn(pid))]
         if reasons:
             self._skip("backend")
@@ -275,6 +279,7 @@ class Follower:
                 start_ms,
                 CollectionState.UNAVAILABLE,
                 f"pid {pid} ({why}) could not be followed: {'; '.join(reasons)}",
+                peer,
             )
             return
         self.followed += 1
@@ -287,14 +292,24 @@ class Follower:
             f"pid {pid} followed from {iso_ms(time.time_ns() // 1_000_000)}, when {why}: its "
             "earlier process, file and network activity (and that of children that exited "
             "before) was not observed",
+            peer,
         )
 
     def _skip(self, reason: str) -> None:
         self._telemetry.count("follow.skipped", label=reason)
 
     def _record(
-        self, pid: int | None, start_ms: int | None, state: CollectionState, reason: str
+        self,
+        pid: int | None,
+        start_ms: int | None,
+        state: CollectionState,
+        reason: str,
+        peer: Peer | None = None,
     ) -> None:
+        """Emit the ``lineage`` record of one follow (or failure to follow). ``peer``: the
+        sender's end of the connection the interest's spans came over, when the follow was
+        by it (the resource stated no ``process.pid``), as ``network.peer.address`` and
+        ``network.peer.port``: what ties a pidless sender's spans to this record."""
         attrs: dict[str, AnyValue] = {
             "collection.name": "lineage",
             "collection.state": str(state),
@@ -304,6 +319,9 @@ class Follower:
             attrs["process.pid"] = pid
         if start_ms is not None:
             attrs["process.creation.time"] = iso_ms(start_ms)
+        if peer is not None:
+            attrs["network.peer.address"] = peer[0]
+            attrs["network.peer.port"] = peer[1]
         ctx = self._ctx
         ctx.emit(ctx.events.record("collection.state", time.time_ns(), attrs, attribution=None))
 

@@ -127,7 +127,7 @@ def _observe_config(workdir: str) -> tuple[Any, Any]:
     """The collector configuration ``observe`` runs with (no ``-c``), writing into ``workdir``,
     and its wiring (which receiver is the host receiver)."""
     from otel_bridge import rundir
-    from otel_bridge.commands._observe_run import build_overlay
+    from otel_bridge.commands.observe_run import build_overlay
     from otel_bridge.config import parse_config
 
     run = rundir.RunDir.create(os.path.join(workdir, "run"))

@@ -482,14 +482,14 @@ PHASES = (
         "start_early",
         "armed: host sources attached, OTLP port bound, gate opened",
     ),
-    ("commands._observe_run", "_prepare", "config + registry (imports the components it names)"),
+    ("commands.observe_run", "_prepare", "config + registry (imports the components it names)"),
     ("pipeline", "Collector.start", "collector start (host backend, OTLP servers)"),
-    ("commands._observe_run", "start_mux", "protocol mux start"),
+    ("commands.observe_run", "start_mux", "protocol mux start"),
     ("commands.observe", "Workload.release", "gate opened (not armed)"),
     ("commands.observe", "Workload.exit_code", "workload runs"),
-    ("commands._observe_run", "drain", "drain (process group gone, mux idle)"),
+    ("commands.observe_run", "drain", "drain (process group gone, mux idle)"),
     ("pipeline", "Collector.shutdown", "collector shutdown (host drain, flushes)"),
-    ("commands._observe_run", "_finish", "summary, report.md, manifest"),
+    ("commands.observe_run", "_finish", "summary, report.md, manifest"),
 )
 """Phases in order. A phase's module is patched once the phase before it returned (importing
 it then, as ``observe`` itself would next), so each import is counted in the phase that does it."""

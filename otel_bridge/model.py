@@ -69,7 +69,6 @@ class EntityKind(enum.StrEnum):
     TOOL_CALL = "tool_call"
     COMMAND = "command"
     MODEL = "model"
-    RUNTIME = "runtime"
     PROCESS = "process"
     EXECUTABLE = "executable"
     FILE = "file"

@@ -9,7 +9,7 @@ protocol and the socket's place are :mod:`otel_bridge.warm`.
 The warm child gets the client's standard streams (``SCM_RIGHTS``), working directory, umask,
 environment and ``--set`` overrides, creates the run directory, arms the host sources on CMD's
 pid, opens the gate and runs the same body as a cold ``observe``
-(:mod:`otel_bridge.commands._observe_run`) with a :class:`RemoteWorkload`: CMD's exit status
+(:mod:`otel_bridge.commands.observe_run`) with a :class:`RemoteWorkload`: CMD's exit status
 comes from the client over the socket. ``docs/observe.md`` ("The warm server") is the contract.
 """
 
@@ -49,9 +49,9 @@ _REAP_INTERVAL = 0.1
 """The server reaps its ended children (runs, spare helpers) this often while idle."""
 
 PRELOAD: tuple[str, ...] = (
-    "otel_bridge.commands._observe_run",
+    "otel_bridge.commands.observe_run",
     "otel_bridge.exporters.otlp.relay",
-    "otel_bridge.commands._observe_report",
+    "otel_bridge.commands.observe_report",
     "otel_bridge.otlp.mux",
     "otel_bridge.otlp.json_codec",
     "otel_bridge.otlp.proto_codec",
@@ -71,7 +71,7 @@ PRELOAD: tuple[str, ...] = (
     "encodings.ascii",
 )
 """Modules the server imports before serving (with what they import, and the components of
-every run, ``_observe_run.warm``): what a cold ``observe`` of the bundled configuration imports
+every run, ``observe_run.warm``): what a cold ``observe`` of the bundled configuration imports
 on its way, including what its end imports (the review's session importers) and the codec
 an address lookup needs (``socket.getaddrinfo`` of a ``str`` host: the mux's connection to the
 receiver, at the command's first OTLP connection). gRPC is not among them: its runtime is
@@ -100,7 +100,7 @@ def preload() -> None:
             importlib.import_module(name)
         except ImportError:  # an optional extra not installed: a run imports what it needs
             continue
-    importlib.import_module("otel_bridge.commands._observe_run").warm()
+    importlib.import_module("otel_bridge.commands.observe_run").warm()
     rehearse()
 
 
@@ -116,7 +116,7 @@ def rehearse() -> None:
     import tempfile  # noqa: PLC0415
 
     from otel_bridge import report, schemas  # noqa: PLC0415
-    from otel_bridge.commands._observe_run import build_overlay  # noqa: PLC0415
+    from otel_bridge.commands.observe_run import build_overlay  # noqa: PLC0415
     from otel_bridge.config import parse_config  # noqa: PLC0415
     from otel_bridge.pipeline import Collector  # noqa: PLC0415
 
@@ -570,7 +570,7 @@ def _serve_client(conn: socket.socket) -> int:
 
 def _observe(conn: socket.socket, args: argparse.Namespace, request: dict[str, Any]) -> int:
     from otel_bridge.commands import observe as front  # noqa: PLC0415
-    from otel_bridge.commands._observe_run import configure, observe, run_path  # noqa: PLC0415
+    from otel_bridge.commands.observe_run import configure, observe, run_path  # noqa: PLC0415
 
     command = [str(a) for a in request["command"]]
     run_id = str(request["run_id"])

@@ -9,7 +9,7 @@ signal N). ``docs/observe.md`` is the contract.
 backend's kernel sources are attached to the gated pid (:func:`otel_bridge.arming.arm_linux`:
 process connector, exec image helper, fanotify groups) and the OTLP endpoint's listening socket
 is bound (the kernel's backlog holds an early client's connection). Then the gate opens, and
-only then is the collector imported, built and started (:mod:`._observe_run`) on the other
+only then is the collector imported, built and started (:mod:`.observe_run`) on the other
 core, adopting the armed sources: what the kernel reported meanwhile is read from their queues
 in order, so nothing is lost or labelled late. This module therefore imports the standard
 library, :mod:`otel_bridge.rundir`, :mod:`otel_bridge.launch` (the gate's script, CMD's
@@ -56,7 +56,7 @@ if TYPE_CHECKING:
     import socket
 
     from otel_bridge.arming import ArmedHost
-    from otel_bridge.commands._observe_run import (
+    from otel_bridge.commands.observe_run import (
         RUN_QUEUE_DIR,
         Progress,
         Wiring,
@@ -65,7 +65,7 @@ if TYPE_CHECKING:
     )
 
 _BODY = ("RUN_QUEUE_DIR", "Progress", "Wiring", "build_overlay", "durable_state_in_run")
-"""Names of the run's body (:mod:`._observe_run`) this module offers, imported on first use."""
+"""Names of the run's body (:mod:`.observe_run`) this module offers, imported on first use."""
 
 __all__ = [
     "RUN_QUEUE_DIR",
@@ -314,7 +314,7 @@ def run(args: argparse.Namespace) -> int:
         finally:
             warm_imports.join()
     try:
-        from otel_bridge.commands._observe_run import observe  # noqa: PLC0415 (after arming)
+        from otel_bridge.commands.observe_run import observe  # noqa: PLC0415 (after arming)
     except BaseException:
         if early is not None:
             early.abandon()
@@ -350,7 +350,7 @@ class Warm:
     @staticmethod
     def _load() -> None:
         try:
-            importlib.import_module("otel_bridge.commands._observe_run").warm()
+            importlib.import_module("otel_bridge.commands.observe_run").warm()
         except Exception:  # the build imports it again and reports it there
             return
 
@@ -365,7 +365,7 @@ class Warm:
 def __getattr__(name: str) -> Any:
     """Names of the run's body, imported when first used (this module stays light)."""
     if name in _BODY:
-        from otel_bridge.commands import _observe_run  # noqa: PLC0415
+        from otel_bridge.commands import observe_run  # noqa: PLC0415
 
-        return getattr(_observe_run, name)
+        return getattr(observe_run, name)
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -33,7 +33,7 @@ EXAMPLES = 5
 """Example paths kept per folded node."""
 SUPPORT_LIMIT = 1000
 
-_CLASSES: tuple[tuple[str, re.Pattern[str]], ...] = (
+CLASSES: tuple[tuple[str, re.Pattern[str]], ...] = (
     ("python bytecode", re.compile(r"\.py[co]$|/__pycache__/")),
     ("shared library", re.compile(r"\.so(\.[0-9]+)*$|^/etc/ld\.so\.")),
     ("installed packages", re.compile(r"/(site|dist)-packages/")),
@@ -44,8 +44,8 @@ _CLASSES: tuple[tuple[str, re.Pattern[str]], ...] = (
 )
 
 
-_ANY = re.compile("|".join(f"(?:{pattern.pattern})" for _, pattern in _CLASSES))
-"""Matches exactly the paths one of :data:`_CLASSES` matches: most paths of a graph are no
+_ANY = re.compile("|".join(f"(?:{pattern.pattern})" for _, pattern in CLASSES))
+"""Matches exactly the paths one of :data:`CLASSES` matches: most paths of a graph are no
 runtime read, and one search rejects them where seven did."""
 
 
@@ -53,7 +53,7 @@ _ROOTS = ("/proc/", "/sys/", "/dev/")
 
 
 def could_be_runtime_read(path: str, start: int = 0) -> bool:
-    """False only for a path none of :data:`_CLASSES` can match: each pattern needs one of these
+    """False only for a path none of :data:`CLASSES` can match: each pattern needs one of these
     fragments (``.py`` for bytecode, ``.so`` for shared libraries and ``/etc/ld.so.*``, ...).
     Plain substring tests cost a fifth of one regular-expression search, and most paths of a
     graph are no runtime read (a snapshot of 10,000 such files spent 28 ms in the search).
@@ -75,10 +75,10 @@ def could_be_runtime_read(path: str, start: int = 0) -> bool:
 
 def runtime_read_class(path: str) -> str | None:
     """The class of runtime read ``path`` is (``python bytecode``, ...), or None: the first
-    of :data:`_CLASSES` whose pattern matches."""
+    of :data:`CLASSES` whose pattern matches."""
     if not could_be_runtime_read(path) or _ANY.search(path) is None:
         return None
-    for name, pattern in _CLASSES:
+    for name, pattern in CLASSES:
         if pattern.search(path):
             return name
     return None

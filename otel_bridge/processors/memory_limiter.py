@@ -160,7 +160,7 @@ if hasattr(os, "register_at_fork"):
     os.register_at_fork(after_in_child=_forget_statm)
 
 
-def _process_rss() -> int:
+def process_rss() -> int:
     """This process's resident set size in bytes: the second field of ``/proc/self/statm`` (in
     pages, as psutil reads it), read through a descriptor kept open; psutil where there is none.
 
@@ -240,7 +240,7 @@ class MemoryLimiter:
         *,
         name: str,
         telemetry: Telemetry,
-        read_memory: Callable[[], int] = _process_rss,
+        read_memory: Callable[[], int] = process_rss,
         total_memory: int | None = None,
     ) -> None:
         self._config = config

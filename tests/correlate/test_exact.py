@@ -184,8 +184,8 @@ def request_obs(channel: Channel, subject: Entity, rid: str, n: int) -> Observat
 
 def test_request_id_links_channels() -> None:
     """sem, gw and model observations sharing a request id are linked pairwise, non-causally."""
-    gw = Entity(kind=EntityKind.RUNTIME, id="runtime:gateway")
-    server = Entity(kind=EntityKind.RUNTIME, id="runtime:ollama")
+    gw = Entity(kind=EntityKind.SPAN, id="span:gateway")
+    server = Entity(kind=EntityKind.SPAN, id="span:ollama")
     obs = [
         request_obs(Channel.SEM, agent_entity(), "req-1", 1),
         request_obs(Channel.GW, gw, "req-1", 2),

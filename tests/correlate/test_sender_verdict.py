@@ -31,6 +31,7 @@ from otel_bridge.model import (
     RelationKind,
 )
 from otel_bridge.processors.correlate import Config, CorrelateProcessor, Correlator
+from otel_bridge.processors.correlate.shared import DEFAULT_ALLOWED_LATENESS_S
 from otel_bridge.processors.normalize import Normalizer
 from otel_bridge.testing import RecordingConsumer, connection_record
 
@@ -92,9 +93,15 @@ def test_a_udp_socket_with_the_senders_ends_links_no_sender() -> None:
     assert core.counts()["exact.transport_peer.no_connection"] == 1
 
 
-def _standing(grace: float, host: Host) -> tuple[CorrelateProcessor, RecordingConsumer]:
+_YEARS = 10 * 365 * 86400.0
+
+
+def _standing(
+    grace: float, host: Host, lateness: float = DEFAULT_ALLOWED_LATENESS_S
+) -> tuple[CorrelateProcessor, RecordingConsumer]:
     sink = RecordingConsumer()
-    processor = CorrelateProcessor(Config(sender_grace=grace), sink, Telemetry())
+    config = Config(sender_grace=grace, allowed_lateness=lateness)
+    processor = CorrelateProcessor(config, sink, Telemetry())
     processor.start(host)  # no run directory: a standing collector
     return processor, sink
 
@@ -119,17 +126,35 @@ def test_a_standing_collector_says_it_within_the_grace(caplog: pytest.LogCapture
     assert processor.status().notes == (sentence,)
 
 
+class _Asked(ProcessInterests):
+    """Process interests that note when the correlator's verdict thread asked if they settled."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.asked: list[int] = []
+
+    def settled_since(self) -> int | None:
+        self.asked.append(time.monotonic_ns())
+        return super().settled_since()
+
+
 def test_a_follow_in_progress_holds_the_verdict_back(caplog: pytest.LogCaptureFixture) -> None:
     """While the host receiver has not settled an interest (a ``strace`` attach in progress),
     nothing is said, however long the grace has passed; a second after it settles it is."""
-    interests = ProcessInterests()
+    interests = _Asked()
     interests.subscribe(lambda _: None, settles=True)
     interests.publish(ProcessInterest(pid=0, service="svc", peer=("127.0.0.1", SENDER_PORT, 4317)))
     assert interests.settled_since() is None
-    processor, _ = _standing(0.05, Host(interests=interests))
+    # the observations are timed in 2023 (T0): a lateness longer than that keeps the idle
+    # clock (``test_idle_watermark.py``) from moving the watermark years on while this test
+    # waits, which would evict the claim; what is tested here is the sender verdict alone
+    processor, _ = _standing(0.05, Host(interests=interests), _YEARS)
     with caplog.at_level(logging.WARNING, logger="otel_bridge.correlate"):
         processor.consume(Batch(observations=(agent_span(peer()),)))
-        time.sleep(1.5)  # past the grace and the settled second: what is waited for is absence
+        past = time.monotonic_ns() + 1_200_000_000  # the grace and the settled second
+        # two of the verdict thread's checks after that (the first one's sentence, had it
+        # said one, is on the log before the second check begins)
+        wait_until(lambda: len([t for t in interests.asked if t >= past]) >= 2, 30, "2 checks")
         assert not _said(caplog)
         settled = time.monotonic()
         interests.settle()

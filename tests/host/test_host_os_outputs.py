@@ -34,7 +34,7 @@ from typing import Any
 import msgspec
 
 from otel_bridge import rundir
-from otel_bridge.commands._observe_run import build_overlay
+from otel_bridge.commands.observe_run import build_overlay
 from otel_bridge.config import parse_config
 from otel_bridge.exporters.file.codec import decode_line
 from otel_bridge.model import Batch, LogRecord, Resource, Scope

@@ -12,7 +12,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from otel_bridge.receivers.host.procfs import _read, read_process, read_stat
+from otel_bridge.receivers.host.procfs import read_bytes, read_process, read_stat
 from otel_bridge.redaction import Redactor
 
 
@@ -38,7 +38,7 @@ def test_proc_files_read_whole(tmp_path: Path) -> None:
         assert child.stdout.readline() == b"ready\n"
         for name in ("cmdline", "environ", "stat"):
             path = f"/proc/{child.pid}/{name}"
-            got = _read(path)
+            got = read_bytes(path)
             assert got is not None
             if name != "stat":  # the stat line changes as the child runs
                 assert got == _plain(path)
@@ -54,14 +54,14 @@ def test_proc_files_read_whole(tmp_path: Path) -> None:
             child.stdout.close()
     data = os.urandom(300_000)
     (tmp_path / "f.bin").write_bytes(data)
-    assert _read(str(tmp_path / "f.bin")) == data
+    assert read_bytes(str(tmp_path / "f.bin")) == data
 
 
 def test_unreadable_is_none(tmp_path: Path) -> None:
     """A file that does not exist, a directory, a process that is gone: None, never an error."""
-    assert _read(str(tmp_path / "missing")) is None
-    assert _read(str(tmp_path)) is None  # EISDIR on read
+    assert read_bytes(str(tmp_path / "missing")) is None
+    assert read_bytes(str(tmp_path)) is None  # EISDIR on read
     gone = subprocess.Popen([sys.executable, "-c", "pass"])
     gone.wait()  # reaped: its /proc directory is gone (pids are handed out in order)
-    assert _read(f"/proc/{gone.pid}/cmdline") is None
+    assert read_bytes(f"/proc/{gone.pid}/cmdline") is None
     assert read_stat(gone.pid) is None

@@ -24,7 +24,7 @@ from otel_bridge.model import (
     ToolCallFacts,
 )
 from otel_bridge.processors.normalize import NormalizeConfig, NormalizeProcessor, Normalizer
-from otel_bridge.processors.normalize.spans import _CACHE_SIZE
+from otel_bridge.processors.normalize.spans import CACHE_SIZE
 from otel_bridge.testing import RecordingConsumer
 
 RESOURCE = Resource(attributes={"service.name": "svc", "process.pid": 7, "host.id": "h"})
@@ -186,7 +186,7 @@ def test_repeated_models_share_one_entity() -> None:
 def test_model_cache_is_bounded() -> None:
     """Past its size the model cache starts over; entities stay correct."""
     norm = Normalizer()
-    names = [f"m{i}" for i in range(_CACHE_SIZE + 10)]
+    names = [f"m{i}" for i in range(CACHE_SIZE + 10)]
     batch = Batch(
         spans=tuple(
             _span({"gen_ai.operation.name": "chat", "gen_ai.request.model": n}) for n in names
@@ -194,7 +194,7 @@ def test_model_cache_is_bounded() -> None:
     )
     out = norm(batch)
     assert [o.subject.id for o in out.observations] == [f"model:unknown:{n}" for n in names]
-    assert len(norm._spans._models) <= _CACHE_SIZE
+    assert len(norm._spans._models) <= CACHE_SIZE
 
 
 def test_agent_attribute_types_are_kept_apart() -> None:

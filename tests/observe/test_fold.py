@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 
 from otel_bridge.graph import validate_document
 from otel_bridge.graph.fold import (
-    _CLASSES,
+    CLASSES,
     KIND,
     could_be_runtime_read,
     fold_runtime_reads,
@@ -130,7 +130,7 @@ _FRAGMENTS = (
 def test_runtime_read_class_equals_its_reference(path: str) -> None:
     """The substring pre-test and the one-search rejection give what the plain loop over the
     classes gives, for paths built from every pattern's pieces (anchors and ends included)."""
-    reference = next((name for name, pattern in _CLASSES if pattern.search(path)), None)
+    reference = next((name for name, pattern in CLASSES if pattern.search(path)), None)
     assert runtime_read_class(path) == reference
     # The fold's test of a node id (``file:`` and the path, read from offset 5) rejects none.
     if reference is not None:

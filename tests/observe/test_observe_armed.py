@@ -136,7 +136,7 @@ NOT_IN_THE_FRONT = (
     "otel_bridge.config",
     "otel_bridge.component",
     "otel_bridge.pipeline",
-    "otel_bridge.commands._observe_run",
+    "otel_bridge.commands.observe_run",
     "otel_bridge.receivers",
 )
 

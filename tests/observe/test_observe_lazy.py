@@ -2,7 +2,7 @@
 speaks OTLP, the run imports neither gRPC nor protobuf (and the OTLP message classes) nor PyYAML;
 they are imported at the first request that needs them (a gRPC connection, a protobuf body) or
 when a configuration file is read. The modules a run's collector needs are imported ahead of the
-build (``_observe_run.warm``): every component the run's overlay adds is in ``RUN_COMPONENTS``.
+build (``observe_run.warm``): every component the run's overlay adds is in ``RUN_COMPONENTS``.
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ import sys
 from pathlib import Path
 
 from otel_bridge import rundir
-from otel_bridge.commands._observe_run import RUN_COMPONENTS, build_overlay
+from otel_bridge.commands.observe_run import RUN_COMPONENTS, build_overlay
 from otel_bridge.component import EXPORTER, PROCESSOR, RECEIVER
 
 HEAVY = ("grpc", "google.protobuf", "google.rpc", "opentelemetry.proto", "yaml")

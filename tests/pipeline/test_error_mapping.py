@@ -30,7 +30,7 @@ from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor, SpanExportResult
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
-from otel_bridge.commands._observe_report import otlp_summary
+from otel_bridge.commands.observe_report import otlp_summary
 from otel_bridge.component import RECEIVER, Endpoint
 from otel_bridge.config import parse_config
 from otel_bridge.otlp import json_codec, proto_codec

@@ -14,7 +14,7 @@ import pytest
 from otel_bridge.component import CreateSettings, Host, Telemetry
 from otel_bridge.errors import RefusedError
 from otel_bridge.model import Batch
-from otel_bridge.processors.memory_limiter import Config, MemoryLimiter, _process_rss, factory
+from otel_bridge.processors.memory_limiter import Config, MemoryLimiter, factory, process_rss
 from otel_bridge.testing import RecordingConsumer, make_span
 
 MIB = 1024 * 1024
@@ -53,9 +53,9 @@ def test_default_uses_real_process_memory() -> None:
 
 def _grown_reading() -> tuple[int, int, int]:
     """This process's reading before and after touching 64 MiB, and psutil's after."""
-    before = _process_rss()
+    before = process_rss()
     ballast = bytearray(64 * MIB)  # zero-filled: every page is touched
-    after = _process_rss()
+    after = process_rss()
     reference = psutil.Process().memory_info().rss
     del ballast
     return before, after, reference
@@ -74,8 +74,8 @@ def test_memory_reading_is_psutils_rss_and_follows_growth() -> None:
 def test_memory_reading_in_a_forked_child_is_the_childs() -> None:
     """A child forked after the parent opened its descriptor reads its own memory: the child's
     64 MiB show in its reading and not in the parent's."""
-    _process_rss()  # the parent's descriptor is open before the fork
-    parent_before = _process_rss()
+    process_rss()  # the parent's descriptor is open before the fork
+    parent_before = process_rss()
     read_end, write_end = os.pipe()
     pid = os.fork()
     if pid == 0:  # the child: report its readings, then leave without running pytest's exit
@@ -91,7 +91,7 @@ def test_memory_reading_in_a_forked_child_is_the_childs() -> None:
     before, after, reference = (int(v) for v in child.strip("()").split(","))
     assert after - before >= 60 * MIB
     assert abs(after - reference) <= 4 * MIB
-    assert _process_rss() < parent_before + 32 * MIB
+    assert process_rss() < parent_before + 32 * MIB
 
 
 def test_refuses_over_soft_limit_and_recovers() -> None:

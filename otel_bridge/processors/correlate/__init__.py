@@ -34,6 +34,16 @@ warning on the log and a sentence in ``status().notes``, once each. A standing c
 has settled what it was asked to follow (``ProcessInterests.settled_since``), from a thread of
 its own; a later link replaces the sentence by its correction (``docs/architecture.md``).
 
+**An idle standing collector decides too.** The watermark moves with the observations' own
+times, so in a standing collector (not ``observe``, which decides everything at its end) the
+last calls before the input goes quiet would wait for the next agent's data, while ``enrich``
+released their spans as unlinked. The same thread therefore moves the watermark on with the
+collector's clock once nothing has arrived for ``allowed_lateness``: an observation timed more
+than ``allowed_lateness`` before now that has not arrived by then is late, as it would be if
+later ones had come (the host plane and the agents share this clock; an agent whose clock runs
+behind the collector's by more than ``allowed_lateness`` has its calls decided before its
+processes' events arrive).
+
 Everything is read from the entities' typed facts (``ProcessFacts``, ``ToolCallFacts``,
 ``CommandFacts``); the derived process entities carry the ``ProcessFacts`` of the observation
 they rest on and its stable key.
@@ -238,6 +248,19 @@ class Correlator:
         """Every observation at or before this time is assumed to have arrived."""
         return self._max_time - self._lateness
 
+    def advance_to(self, now_ns: int) -> bool:
+        """Move the watermark on as if an observation of time ``now_ns`` had arrived (a
+        standing collector's clock while its input is idle); whether it moved."""
+        if now_ns <= self._max_time:
+            return False
+        self._max_time = now_ns
+        return True
+
+    @property
+    def lateness_ns(self) -> int:
+        """``allowed_lateness`` in nanoseconds."""
+        return self._lateness
+
     def add(self, observations: tuple[Observation, ...]) -> None:
         """Buffer what correlation needs from ``observations``."""
         max_time, min_time = self._max_time, self._min_time
@@ -376,6 +399,9 @@ _SETTLED_FOR_NS = _NS
 """How long the host receiver must have had nothing left to follow before an early
 ``no_connection`` (its ``linux`` and ``portable`` scans of a process just followed run within
 10 to 20 ms of the follow; ``strace`` reads the held sockets before the follow settles)."""
+_IDLE_TICK_S = 0.25
+"""The standing collector's clock thread looks at most this long apart (``enrich`` releases a
+span one second after correlate's window and lateness: a decision must come well before)."""
 
 
 class CorrelateProcessor:
@@ -411,6 +437,8 @@ class CorrelateProcessor:
         """The host's interests while the early verdict runs (a standing collector)."""
         self._stop = threading.Event()
         self._ticker: threading.Thread | None = None
+        self._arrived_ns = 0
+        """When the last batch arrived (``time.time_ns``), for the idle watermark."""
 
     @property
     def outcomes(self) -> dict[str, int]:
@@ -425,11 +453,11 @@ class CorrelateProcessor:
         that looks every quarter of it (at most every second)."""
         self._telemetry = host.telemetry.in_scope_of(self._telemetry)
         self._say = host.run_dir is None
-        if self._say and self._core.config.exact and self._ticker is None:
-            self._interests = host.interests
-            tick = max(0.05, min(1.0, self._core.config.sender_grace / 4))
+        if self._say and self._ticker is None:
+            self._interests = host.interests if self._core.config.exact else None
+            tick = max(0.05, min(_IDLE_TICK_S, self._core.config.sender_grace / 4))
             self._ticker = threading.Thread(
-                target=self._tick, args=(tick,), name="correlate-senders", daemon=True
+                target=self._tick, args=(tick,), name="correlate-clock", daemon=True
             )
             self._ticker.start()
 
@@ -439,14 +467,23 @@ class CorrelateProcessor:
                 if self._done:
                     return
                 self._overdue()
-                said = self._core.exact.unsent()
+                said = self._core.exact.unsent() + self._idle()
                 self._publish()
             if not said:
                 continue
             try:
                 self._next.consume(Batch(observations=tuple(said)))
             except Exception as exc:  # said on the log; the next tick goes on
-                self._log.error("correlate: sending early sender verdicts failed: %s", exc)
+                self._log.error("correlate: sending what the clock decided failed: %s", exc)
+
+    def _idle(self) -> list[Observation]:
+        """What became decidable with the clock (under the lock; a standing collector only):
+        once nothing has arrived for ``allowed_lateness``, the watermark follows the clock
+        (see the module docstring)."""
+        now = time.time_ns()
+        if now - self._arrived_ns < self._core.lateness_ns or not self._core.advance_to(now):
+            return []
+        return self._core.step()
 
     def _overdue(self) -> None:
         """Early ``no_connection`` verdicts (under the lock; a standing collector only): once
@@ -477,6 +514,7 @@ class CorrelateProcessor:
             if self._done:
                 derived_now: list[Observation] = []
             else:
+                self._arrived_ns = time.time_ns()
                 self._core.add(batch.observations)
                 self._overdue()
                 derived_now = self._core.step()

@@ -154,7 +154,7 @@ _COMMAND_INPUTS = (
     "input.mime_type",
 )
 
-_CACHE_SIZE = 4096
+CACHE_SIZE = 4096
 """Entries of each bounded cache (cleared when full: entries are cheap to rebuild)."""
 _ORIGINS = 256
 """(resource, scope) pairs remembered: the spans of one export share theirs, so the few most
@@ -179,17 +179,17 @@ class SpanNormalizer:
         self._last: Origin | None = None
         self._last_trace_id = b""
         self._last_trace = ""
-        self._models: Cache[tuple[str, str], Entity] = Cache(_CACHE_SIZE)
+        self._models: Cache[tuple[str, str], Entity] = Cache(CACHE_SIZE)
         self._last_model: tuple[str, str, Entity] | None = None
         self._last_caller: Entity | None = None
         self._last_agent: str | None = None
         self._tool_key: tuple[str | None, str | None, str] = ("", None, "")
-        self._agents: Cache[tuple[object, ...], Entity] = Cache(_CACHE_SIZE)
-        self._sessions: Cache[str, Entity] = Cache(_CACHE_SIZE)
+        self._agents: Cache[tuple[object, ...], Entity] = Cache(CACHE_SIZE)
+        self._sessions: Cache[str, Entity] = Cache(CACHE_SIZE)
         self._commands: Cache[tuple[str | None, ...], tuple[CommandResult, CommandParts | None]] = (
             Cache(_COMMAND_CACHE)
         )
-        self._command_parts: Cache[tuple[str, str], CommandParts] = Cache(_CACHE_SIZE)
+        self._command_parts: Cache[tuple[str, str], CommandParts] = Cache(CACHE_SIZE)
 
     def normalize(self, span: Span) -> tuple[list[Observation], list[CoverageRecord]]:
         """Observations and coverage records of one span (plus links it resolved)."""

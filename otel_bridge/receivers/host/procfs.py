@@ -46,7 +46,7 @@ class ProcessInfo:
 _READ_SIZE = 65536
 
 
-def _read(path: str) -> bytes | None:
+def read_bytes(path: str) -> bytes | None:
     """The whole file, None when it cannot be read. Descriptor-level (``os.open``, ``os.read``):
     a buffered file object costs four more system calls per file (``fstat``, ``ioctl``, two
     ``lseek``), and the ``linux`` event reader reads five of these files per exec at real-time
@@ -68,7 +68,7 @@ def _read(path: str) -> bytes | None:
 
 def read_stat(pid: int) -> tuple[int, int] | None:
     """``(ppid, start ticks)`` of ``pid`` from ``/proc/<pid>/stat``, None if it is gone."""
-    data = _read(f"/proc/{pid}/stat")
+    data = read_bytes(f"/proc/{pid}/stat")
     if not data:
         return None
     rest = data[data.rfind(b")") + 2 :].split()
@@ -80,7 +80,7 @@ def read_stat(pid: int) -> tuple[int, int] | None:
 
 def tgid_of(tid: int) -> int | None:
     """The thread-group id (process id) of task ``tid``, None if it is gone."""
-    data = _read(f"/proc/{tid}/status")
+    data = read_bytes(f"/proc/{tid}/status")
     if data is None:
         return None
     for line in data.splitlines():
@@ -105,14 +105,14 @@ def read_process(
     info = ProcessInfo(pid=pid, start_ms=start_ms_from_ticks(ticks), ppid=ppid)
     with contextlib.suppress(OSError):
         info.exe = os.readlink(f"/proc/{pid}/exe")
-    raw = _read(f"/proc/{pid}/cmdline")
+    raw = read_bytes(f"/proc/{pid}/cmdline")
     if raw:
         info.argv = redactor.argv(
             [a.decode("utf-8", "surrogateescape") for a in raw.rstrip(b"\0").split(b"\0")]
         )
     with contextlib.suppress(OSError):
         info.cwd = os.readlink(f"/proc/{pid}/cwd")
-    environ = _read(f"/proc/{pid}/environ")
+    environ = read_bytes(f"/proc/{pid}/environ")
     if environ:
         env: dict[str, str] = {}
         for item in environ.split(b"\0"):
@@ -158,7 +158,7 @@ def children_of(pid: int) -> list[int]:
     except OSError:
         return out
     for tid in tasks:
-        data = _read(f"/proc/{pid}/task/{tid}/children")
+        data = read_bytes(f"/proc/{pid}/task/{tid}/children")
         if data:
             out.extend(int(x) for x in data.split())
     return out

@@ -28,13 +28,13 @@ from typing import TYPE_CHECKING, Any
 
 from otel_bridge import rundir, strings
 from otel_bridge.arming import Armable
-from otel_bridge.commands._observe_report import (
+from otel_bridge.commands.observe import Early, Workload, new_run_id, workload_env
+from otel_bridge.commands.observe_report import (
     delivery_summary,
     otlp_summary,
     print_summary,
     write_report,
 )
-from otel_bridge.commands.observe import Early, Workload, new_run_id, workload_env
 from otel_bridge.component import (
     EXPORTER,
     PROCESSOR,
@@ -744,7 +744,7 @@ def _leave(run: rundir.RunDir, early: Early) -> None:
     )
 
 
-_END_OF_RUN = ("otel_bridge.report", "otel_bridge.commands._observe_report")
+_END_OF_RUN = ("otel_bridge.report", "otel_bridge.commands.observe_report")
 _REVIEW = "otel_bridge.review.hook"
 
 

@@ -104,7 +104,10 @@ def build_parser(argv: Sequence[str] | None = None) -> argparse.ArgumentParser:
     )
     parser.add_argument("--version", action="version", version=f"otel-bridge {__version__}")
     parser.add_argument(
-        "--log-level", default="WARNING", help="logging level (default: %(default)s)"
+        "--log-level",
+        default=None,
+        help="logging level (default: WARNING; `run` takes its configuration's "
+        "service.telemetry.logs.level unless this is given)",
     )
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
     chosen = chosen_command(argv) if argv is not None else None
@@ -159,7 +162,7 @@ def _parsed_main(args_list: list[str], *, console: bool, start_path: dict[str, s
     if start_path is not None:
         args.start_path = start_path
     logging.basicConfig(
-        level=getattr(logging, str(args.log_level).upper(), logging.WARNING),
+        level=getattr(logging, str(args.log_level or "WARNING").upper(), logging.WARNING),
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
     )
     try:

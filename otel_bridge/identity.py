@@ -216,15 +216,19 @@ def str_tuple(value: AnyValue) -> tuple[str, ...] | None:
 
 _DIGITS = re.compile(r"\d+")
 _HEXISH = re.compile(r"\b[0-9a-fA-F]{8,}\b")
-_TMP_NAME = re.compile(r"^(/tmp|/var/tmp|/dev/shm|/run/user/\d+)/[^/]+")
+_TMP_NAME = re.compile(r"(?<![^\s'\"=:(])(/tmp|/var/tmp|/dev/shm|/run/user/\d+)/[^/\s'\"]+")
+"""A temporary directory's first component, where a path starts: the whole string, or a path
+inside one argument (``--out=/tmp/x/f``, a shell command ``echo hi > /tmp/x/f``)."""
 
 
 def path_shape(path: str) -> str:
     """A path with its run-local parts masked.
 
     The first component under a temporary directory (``/tmp/tmpa1b2c3``, ``/tmp/pytest-of-x``)
-    becomes ``<tmp>``; runs of eight or more hex digits become ``<hex>``; other digit runs stay
-    (``report2.csv`` and ``report3.csv`` are different files in every run).
+    becomes ``<tmp>``, also where such a path starts inside a longer string (an argument
+    ``--out=/tmp/x/f``, a shell command ``echo hi > /tmp/x/f``); runs of eight or more hex
+    digits become ``<hex>``; other digit runs stay (``report2.csv`` and ``report3.csv`` are
+    different files in every run).
     """
     norm = os.path.normpath(path) if path else path
     norm = _TMP_NAME.sub(lambda m: f"{m.group(1)}/<tmp>", norm)

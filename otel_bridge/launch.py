@@ -29,9 +29,12 @@ the two CMD needs."""
 GATE = (
     "{ IFS= read -r OTEL_EXPORTER_OTLP_ENDPOINT && IFS= read -r OTEL_EXPORTER_OTLP_PROTOCOL; } "
     '< "$1" || exit 126; shift; '
-    'export OTEL_EXPORTER_OTLP_ENDPOINT OTEL_EXPORTER_OTLP_PROTOCOL; exec "$@"'
+    "export OTEL_EXPORTER_OTLP_ENDPOINT OTEL_EXPORTER_OTLP_PROTOCOL; "
+    'case $1 in */*) [ -e "$1" ] ;; *) command -v -- "$1" >/dev/null ;; esac || '
+    '{ printf "otel-bridge: %s: command not found\\n" "$1" >&2; exit 127; }; exec "$@"'
 )
-"""The gate's script: ``sh -c GATE otel-bridge-gate FIFO CMD...``."""
+"""The gate's script: ``sh -c GATE otel-bridge-gate FIFO CMD...``. A CMD that names no program
+is said in observe's own name with the shell's code (127), not in the gate's."""
 GATE_NAME = "otel-bridge-gate"
 _GUARD = 'IFS= read -r word; [ "$word" = done ] || kill -s KILL -- -{pgid} 2>/dev/null'
 _DEFAULT_SIGNALS = (_signal.SIGPIPE, _signal.SIGXFSZ)

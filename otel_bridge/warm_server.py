@@ -553,7 +553,9 @@ def _serve_client(conn: socket.socket) -> int:
     OVERRIDES.set(tuple(str(s) for s in getattr(args, "set", None) or ()))  # as cli._call
     import logging  # noqa: PLC0415
 
-    level = getattr(logging, str(getattr(args, "log_level", "WARNING")).upper(), logging.WARNING)
+    level = getattr(
+        logging, str(getattr(args, "log_level", None) or "WARNING").upper(), logging.WARNING
+    )
     logging.basicConfig(level=level, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     from otel_bridge.errors import ConfigError  # noqa: PLC0415
 

@@ -121,12 +121,14 @@ def start_run(
     ready: bool = True,
     timeout: float = 60.0,
     cwd: Path | None = None,
+    log_level: str | None = None,
 ) -> tuple[subprocess.Popen[str], Stderr]:
-    """``python -m otel_bridge run -c config *extra`` as a child, ``env`` over this process's
-    environment, its stderr collected. With ``ready`` it returns once the child says it is
-    running (and is killed if it does not within ``timeout``)."""
+    """``python -m otel_bridge [--log-level L] run -c config *extra`` as a child, ``env`` over
+    this process's environment, its stderr collected. With ``ready`` it returns once the child
+    says it is running (and is killed if it does not within ``timeout``)."""
+    top = ["--log-level", log_level] if log_level else []
     proc = subprocess.Popen(
-        [sys.executable, "-m", "otel_bridge", "run", "-c", str(config), *extra],
+        [sys.executable, "-m", "otel_bridge", *top, "run", "-c", str(config), *extra],
         stderr=subprocess.PIPE,
         stdout=subprocess.DEVNULL,
         text=True,

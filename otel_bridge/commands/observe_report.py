@@ -201,7 +201,8 @@ def write_report(run: rundir.RunDir, summary: Mapping[str, Any]) -> tuple[str, s
     except (OSError, orjson.JSONDecodeError):
         return "", ""
     title = f"otel-bridge run {summary['run']['id']}: `{summary['command_line']}`"
-    built = build(graph_of(doc))
+    own = [(e["address"], e["port"]) for e in summary.get("collector_endpoints") or ()]
+    built = build(graph_of(doc), own)
     text = _with_head(render(built, title=title, planes=summary["collection"]), summary)
     brief = summary.get("collection_brief") or summary["collection"]
     gaps = any(not state.startswith("available") for state in brief.values())

@@ -235,8 +235,8 @@ def _turned_away(collector: Collector) -> str:
 def run(args: argparse.Namespace) -> int:
     """Run until a signal; exit 0 after a clean drain."""
     config = load_run_config(args.config)
-    if config.log_level is not None:
-        logging.getLogger("otel_bridge").setLevel(config.log_level.upper())
+    if config.log_level is not None and getattr(args, "log_level", None) is None:
+        logging.getLogger("otel_bridge").setLevel(config.log_level.upper())  # no --log-level
     for warning in config.warnings:
         print(f"otel-bridge: warning: {warning}", file=sys.stderr)
     collector = Collector(config)

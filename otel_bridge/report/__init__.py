@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import math
 from collections import defaultdict
-from collections.abc import Iterable, Mapping
+from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -140,8 +140,11 @@ def _call_label(node: GraphNode) -> str:
 
 
 class _Index:
-    def __init__(self, graph: Graph) -> None:
+    def __init__(self, graph: Graph, own: Collection[tuple[str, int]] = ()) -> None:
         self.nodes = {n.id: n for n in graph.nodes}
+        self.own = frozenset(own)
+        """(address, port) where the run's own collector listened: a connection there is the
+        workload exporting its telemetry to ``observe``, not an endpoint it chose."""
         self.written: dict[str, list[reading.Effect]] = defaultdict(list)
         self.reached: dict[str, list[reading.Effect]] = defaultdict(list)
         for w in reading.writes(graph):
@@ -209,6 +212,9 @@ class _Index:
         """Endpoints ``pid`` connected to, or began to (said as such), in the graph's order."""
         out: list[str] = []
         for r in self.reached.get(pid, ()):
+            facts = self.nodes[r.target].facts if r.target in self.nodes else None
+            if isinstance(facts, EndpointFacts) and (facts.address, facts.port) in self.own:
+                continue
             label = r.label
             if r.observed == reading.ATTEMPTED:
                 label += " (connect begun, completion not observed)"
@@ -271,9 +277,10 @@ def _call_row(ix: _Index, node: GraphNode) -> CallRow:
     return row
 
 
-def build(graph: Graph) -> Report:
-    """The report of ``graph``."""
-    ix = _Index(graph)
+def build(graph: Graph, own_endpoints: Collection[tuple[str, int]] = ()) -> Report:
+    """The report of ``graph``; ``own_endpoints``: (address, port) where the run's collector
+    listened (``summary.json`` ``collector_endpoints``), left out of the endpoints reached."""
+    ix = _Index(graph, own_endpoints)
     calls: list[CallRow] = []
     unlinked_calls: list[str] = []
     linked: set[str] = set()
@@ -406,7 +413,7 @@ def _agents(graph: Graph, ix: _Index) -> _Agents:
     lines = [
         f"pid {_pid(ix.nodes[a])} `{_argv(ix.nodes[a])}`"
         + _requested(models.get(a, []))
-        + _effects(ix, [ix.nodes[a]], reached=False)
+        + _effects(ix, [ix.nodes[a]])
         for a in sorted(stated)
     ]
     senders = [
@@ -414,7 +421,7 @@ def _agents(graph: Graph, ix: _Index) -> _Agents:
         + _SENT_BY
         + _listened(ix, a)
         + _sent_calls(models.get(a, []))
-        + _effects(ix, [ix.nodes[a]], reached=False)
+        + _effects(ix, [ix.nodes[a]])
         for a in sorted(agents - stated)
     ]
     called = {e.target for e in callers}
@@ -545,17 +552,15 @@ _EFFECTS_SHOWN = 5
 """Files (and endpoints) named after an unlinked process; graph.json has the rest."""
 
 
-def _effects(ix: _Index, group: list[GraphNode], *, reached: bool = True) -> str:
-    """What the processes of ``group`` changed (and, with ``reached``, the endpoints they
-    reached), said after their line ("" when nothing was observed): a process linked to no
-    tool call, or the agent's own, still shows what it did."""
+def _effects(ix: _Index, group: list[GraphNode]) -> str:
+    """What the processes of ``group`` changed and the endpoints they reached (not the run's
+    own collector), said after their line ("" when nothing was observed): a process linked to
+    no tool call, or the agent's own, still shows what it did."""
     parts = []
     for verb, items in (
         ("changed", sorted({w for n in group for w in ix.writes(n.id)})),
         ("reached", list(dict.fromkeys(e for n in group for e in ix.endpoints(n.id)))),
     ):
-        if verb == "reached" and not reached:
-            continue
         if items:
             more = len(items) - _EFFECTS_SHOWN
             shown = ", ".join(items[:_EFFECTS_SHOWN]) + (

@@ -174,7 +174,8 @@ class Collector:
 
     def start(self) -> None:
         """Start and wait until it reports it is running."""
-        self.proc, self.stderr = start_run(self.config, self.env, cwd=self.cwd)
+        # INFO: the graph exporter's journal replay is said at INFO (a restart is normal)
+        self.proc, self.stderr = start_run(self.config, self.env, cwd=self.cwd, log_level="INFO")
 
     @property
     def running(self) -> bool:

@@ -78,3 +78,9 @@ def test_a_sender_without_process_pid_is_recorded_as_unknown(tmp_path: Path) -> 
     assert len(unnamed) == 1, unnamed
     assert "nopid-agent" in unnamed[0]
     assert "activity is unknown" in unnamed[0]
+    # the agent exited right after sending: the advice is to follow it from its start, not
+    # to state a pid (which would come as late)
+    (warned,) = [w for w in err.log().splitlines() if "nopid-agent" in w and "without" in w]
+    assert "held the connection it came over any more" in warned, warned
+    assert "follow it from its start with a host receiver selector" in warned, warned
+    assert "RESOURCE_DETECTORS" not in warned, warned

@@ -22,6 +22,7 @@ from otel_bridge.identity import (
     file_key,
     model_key,
     operation_key,
+    path_shape,
     process_key,
     span_key,
     tool_call_key,
@@ -138,3 +139,20 @@ def test_a_parent_named_by_its_pid_alone_is_no_node() -> None:
     assert isinstance(parent.facts, ProcessFacts)
     assert parent.facts.start_time_ms is not None
     assert parent.key == ""
+
+
+def test_a_temporary_path_inside_an_argument_is_masked_as_the_files_key_masks_it() -> None:
+    """A new user compared keys of one run: the file ``/tmp/nu11/out.txt`` was keyed
+    ``/tmp/<tmp>/out.txt`` but the ``sh -c 'echo hi > /tmp/nu11/out.txt'`` that wrote it
+    ``/tmp/nu#/out.txt`` (the masking of temporary directories applied only where an argument
+    started with the path): the same path now has one shape wherever it appears."""
+    path = "/tmp/nu11/out.txt"
+    file = file_key(path)
+    assert file == "file:/tmp/<tmp>/out.txt"
+    shell = process_key("/usr/bin/dash", ["sh", "-c", f"echo hi > {path}"])
+    assert shell == "process:/usr/bin/dash:sh -c echo hi > /tmp/<tmp>/out.txt"
+    assert process_key("/bin/cp", ["cp", f"--target={path}"]) == (
+        "process:/bin/cp:cp --target=/tmp/<tmp>/out.txt"
+    )
+    assert command_key("run", f"cat {path}") == "command:run:cat /tmp/<tmp>/out.txt"
+    assert path_shape("/home/me/tmp/x1") == "/home/me/tmp/x1"  # not a temporary directory

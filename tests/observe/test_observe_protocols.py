@@ -17,6 +17,7 @@ from observe_support import observe_in
 
 from otel_bridge import rundir
 from otel_bridge.component import CreateSettings, Host
+from otel_bridge.launch import GATE_NAME
 from otel_bridge.receivers.otlp import OtlpReceiver, factory
 from otel_bridge.receivers.otlp.config import GrpcConfig, HttpConfig, OtlpReceiverConfig, Protocols
 from otel_bridge.testing import RecordingConsumer
@@ -229,6 +230,18 @@ def test_a_command_that_could_not_be_run_is_said_to_have_never_run(tmp_path: Pat
     assert "exited 127, the shell's code for a command not found" in warnings[0]
     assert "never connected" not in result.stderr
     assert "most likely never ran" in (tmp_path / "run" / "report.md").read_text()
+    # said in observe's name, not by its internal gate (a new user saw "otel-bridge-gate: 1:
+    # exec: ...: not found")
+    assert f"otel-bridge: {tmp_path / 'no-such-command'}: command not found" in result.stderr
+    assert GATE_NAME not in result.stderr
+
+
+@pytest.mark.slow
+def test_a_program_not_on_the_path_is_said_in_observes_name(tmp_path: Path) -> None:
+    result = observe_in(tmp_path, "no-such-command-on-the-path")
+    assert result.returncode == 127, result.stderr
+    assert "otel-bridge: no-such-command-on-the-path: command not found" in result.stderr
+    assert GATE_NAME not in result.stderr
 
 
 @pytest.fixture

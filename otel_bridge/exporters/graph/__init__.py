@@ -212,12 +212,14 @@ class GraphExporter:
                 "journal_skipped_frames",
                 f"skipped {replay.skipped} intact but unreadable frames of {journal.path}",
             )
-        if replay.batches:
+        if replay.batches:  # a restart continues the graph: normal, not a warning
             self._count("journal_replayed", replay.observations)
-            self._warn(
-                "journal_replayed",
-                f"rebuilt the graph from {replay.batches} batches ({replay.observations} "
-                f"observations) in the journal {journal.path}",
+            _log.info(
+                "%s: rebuilt the graph from %d batches (%d observations) in the journal %s",
+                self._id,
+                replay.batches,
+                replay.observations,
+                journal.path,
             )
             try:
                 self.flush()

@@ -47,6 +47,12 @@ from otel_bridge.receivers.host.netscan import decode_address, read_tables, sock
 from otel_bridge.receivers.host.procfs import read_stat
 from otel_bridge.receivers.host.selectors import Selectors
 
+_STATE_PID = (
+    "state it with OTEL_EXPERIMENTAL_RESOURCE_DETECTORS=process,host (Python SDK) or on the "
+    "resource"
+)
+"""The advice for a sender the collector could follow had its resource named its pid."""
+
 START_TOLERANCE_MS = 50
 """How far a live pid's start time may be from a stated ``process.creation.time`` (clock-tick
 rounding and the SDK's own reading), far below any pid recycling interval."""
@@ -200,25 +206,33 @@ class Follower:
         owner = None if peer is None else socket_owner(*peer)
         if peer is None:
             why = "no transport peer was recorded"
+            advice = _STATE_PID
         elif not is_loopback(canonical_ip(peer[0]) or ""):
             why = f"it came from another host ({peer[0]})"
+            advice = "observe it with a collector on its own host"
         elif owner is not None and owner != os.geteuid():
             why = (
                 f"the connection it came over is held by another user's process (uid {owner}), "
                 f"whose descriptors this collector (uid {os.geteuid()}) may not read: run the "
                 "collector as that user or as root"
             )
+            advice = ""
         else:
             why = "no process of this host held the connection it came over any more"
+            advice = (
+                "it most likely exited after sending (an SDK's batch span processor sends at "
+                "exit), too late to follow: follow it from its start with a host receiver "
+                "selector (command, executable, cgroup or user; unless one already does) or run "
+                "it under `otel-bridge observe`"
+            )
         if len(self.unnamed_why) < _NAMED:
             self.unnamed_why.append(f"{who}: {why}")
         # once per sender (the pipeline publishes each sender's interest once)
         self._log.warning(
-            "%s sent spans without process.pid (and %s): its process is not followed; state it "
-            "with OTEL_EXPERIMENTAL_RESOURCE_DETECTORS=process,host (Python SDK) or on the "
-            "resource",
+            "%s sent spans without process.pid (and %s): its process is not followed%s",
             who,
             why,
+            f"; {advice}" if advice else "",
         )
         self._record(
             None,

@@ -446,6 +446,9 @@ class Host:
     """The run directory when running under ``observe``; None otherwise."""
     interests: ProcessInterests = field(default_factory=ProcessInterests)
     """Processes that report telemetry (the pipeline publishes them, :class:`ProcessInterests`)."""
+    listening: Callable[[], tuple[Endpoint, ...]] = field(default=lambda: ())
+    """Where the collector's receivers listen now (their bound endpoints, read when called):
+    the host receiver follows processes whose OTLP exporter is set to send there."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

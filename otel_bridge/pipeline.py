@@ -53,6 +53,7 @@ from otel_bridge.component import (
     CounterScope,
     CounterSpec,
     CreateSettings,
+    Endpoint,
     Host,
     ProcessInterest,
     ProcessInterests,
@@ -260,6 +261,7 @@ class Collector:
     ) -> None:
         self.config = config
         self.host = host if host is not None else Host()
+        self.host.listening = self._listening
         self._registry = registry
         self._receivers: dict[str, Component] = {}
         self._routers: dict[str, _Router] = {}
@@ -357,6 +359,10 @@ class Collector:
     def status(self, component_id: str) -> ComponentStatus:
         """The status of receiver or exporter ``component_id`` (empty when it reports none)."""
         return status_of(self.component(component_id))
+
+    def _listening(self) -> tuple[Endpoint, ...]:
+        """Every receiver's bound endpoints (:attr:`Host.listening`)."""
+        return tuple(e for r in list(self._receivers.values()) for e in status_of(r).endpoints)
 
     def pipeline_statuses(self, pipeline_id: str) -> list[ComponentStatus]:
         """The statuses of one pipeline's processors, in pipeline order."""

@@ -69,7 +69,10 @@ def test_a_pidless_agent_is_followed_and_linked_by_its_connection(
         "OTEL_BRIDGE_GRAPH": str(graph_path),
         "OTEL_BRIDGE_RECORDS": str(tmp_path / "records.jsonl"),
     }
-    collector = RunningCollector(REPO / "configs" / "local.yaml", tmp_path, env)
+    # the connection is what is tested: not the environment's follow (``follow_exporters``),
+    # which would follow the agent from its start, before its first span
+    off = ("--set", "receivers.host.follow_exporters=false")
+    collector = RunningCollector(REPO / "configs" / "local.yaml", tmp_path, env, args=off)
     with fake_openai() as model_port:
         port = collector.grpc_port if protocol == "grpc" else collector.http_port
         agent = subprocess.Popen(

@@ -274,7 +274,7 @@ class HostReceiver:
         return chosen[0].name if chosen else ""
 
     def _start_following(self, host: Host) -> None:
-        selectors = Selectors.of(self.config)
+        selectors = Selectors.of(self.config, standing=self.standing)
         telemetry_follow = self.standing and self.config.follow_telemetry
         if not selectors and not telemetry_follow:
             return
@@ -287,6 +287,7 @@ class HostReceiver:
             interval=self.config.selector_interval,
             logger=self._settings.logger,
             settled=self._settled(host) if telemetry_follow else None,
+            listening=host.listening,
         )
         self._follower.start()
         if telemetry_follow:

@@ -50,6 +50,13 @@ class HostConfig:
     follow_telemetry: bool = True
     """Follow every process of this host that reports spans (its resource's ``process.pid``,
     matched by ``process.creation.time`` when stated) and its descendants from then on."""
+    follow_exporters: bool = True
+    """In a standing collector, follow every process of this host whose OpenTelemetry SDK is set
+    by its environment to send here (``OTEL_EXPORTER_OTLP_ENDPOINT`` or ``..._TRACES_ENDPOINT``
+    naming a port this collector's receivers listen on, on a local address; or ``OTEL_*``
+    variables and no endpoint, the SDKs' default ``localhost:4317``/``4318``, when it listens
+    there), from the selector scan that first sees it: before its first span arrives (an SDK
+    sends its spans when they end, a batch processor later or at exit)."""
     cgroup: list[str] = field(default_factory=list)
     """Follow processes in these cgroups: a path (as ``/proc/<pid>/cgroup`` shows it, or under
     ``/sys/fs/cgroup``; sub-cgroups included) of a systemd slice or unit or a container, or a

@@ -39,7 +39,7 @@ import threading
 import time
 from collections.abc import Callable, Sequence
 
-from otel_bridge.component import ProcessInterest, Telemetry
+from otel_bridge.component import Endpoint, ProcessInterest, Telemetry
 from otel_bridge.identity import canonical_ip, host_id, is_loopback, iso_ms, start_ms_from_ticks
 from otel_bridge.model import AnyValue, CollectionState
 from otel_bridge.receivers.host.events import HostContext
@@ -80,8 +80,11 @@ class Follower:
         interval: float,
         logger: logging.Logger,
         settled: Callable[[], None] | None = None,
+        listening: Callable[[], tuple[Endpoint, ...]] | None = None,
     ) -> None:
         self._ctx = ctx
+        self._listening = listening
+        """Where the collector's receivers listen (``Host.listening``), for ``follow_exporters``."""
         self._settled = settled
         """Called once per interest handled (see :meth:`_settle`)."""
         self._log = logger
@@ -247,6 +250,9 @@ class Follower:
     def scan(self) -> None:
         """Follow every running process a selector matches (outside the lineage)."""
         live: dict[int, int] = {}
+        listening: list[tuple[str, int]] = []
+        if self._selectors.exporters and self._listening is not None:
+            listening = [(e.host, e.port) for e in self._listening()]
         for name in os.listdir("/proc"):
             if not name.isdigit():
                 continue
@@ -257,9 +263,9 @@ class Follower:
             if stat is None:
                 continue
             live[pid] = stat[1]
-            if self._declined.get(pid) == stat[1] and not self._selectors.commands:
+            if self._declined.get(pid) == stat[1] and not self._selectors.rescan:
                 continue  # uid/cgroup/exe seldom change; a command line changes on exec
-            how = self._selectors.match(pid)
+            how = self._selectors.match(pid, listening)
             if not how:
                 self._declined[pid] = stat[1]
                 continue

@@ -1,11 +1,13 @@
 """Explicit selectors of a standing collector: which running processes the host receiver follows.
 
 A process matches when it satisfies *any* configured selector (``cgroup``, ``executable``,
-``command``, ``user``). Selectors are matched against ``/proc`` every ``selector_interval``
-by :class:`~otel_bridge.receivers.host.follow.Follower`; a matching process is followed, with
-its descendants, from the scan that found it. Validation says, with the key path, every
-selector that cannot work here (an invalid pattern, an unknown user, cgroup selectors without
-the cgroup v2 hierarchy), so ``validate`` refuses what ``run`` could not do.
+``command``, ``user``, and in a standing collector ``follow_exporters``: its environment sets
+its OpenTelemetry SDK to send to this collector, :func:`exports_here`). Selectors are matched
+against ``/proc`` every ``selector_interval`` by
+:class:`~otel_bridge.receivers.host.follow.Follower`; a matching process is followed, with its
+descendants, from the scan that found it. Validation says, with the key path, every selector
+that cannot work here (an invalid pattern, an unknown user, cgroup selectors without the cgroup
+v2 hierarchy), so ``validate`` refuses what ``run`` could not do.
 """
 
 from __future__ import annotations
@@ -14,11 +16,81 @@ import fnmatch
 import os
 import pwd
 import re
+import socket
+from collections.abc import Collection
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
+from urllib.parse import urlsplit
+
+from otel_bridge.identity import canonical_ip, is_loopback
 
 if TYPE_CHECKING:
     from otel_bridge.receivers.host.config import HostConfig
+
+ENDPOINT_VARS = (
+    "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT",
+    "OTEL_EXPORTER_OTLP_ENDPOINT",
+    "OTEL_EXPORTER_OTLP_LOGS_ENDPOINT",
+)
+"""The environment variables naming where an OpenTelemetry SDK sends (the specification's)."""
+DEFAULT_PORTS = frozenset({4317, 4318})
+"""The SDKs' default OTLP ports (gRPC, HTTP) on ``localhost``, used when no endpoint is set."""
+_ANY = frozenset({"0.0.0.0", "::", ""})
+
+
+def exports_here(environ: bytes, listening: Collection[tuple[str, int]]) -> str:
+    """Whether a process with this environment (``/proc/<pid>/environ``) has its OpenTelemetry
+    SDK send to an address in ``listening`` (``(address, port)`` bound by this collector): the
+    variable that says so, or ``""``. An endpoint variable counts when its port is one of
+    ``listening``'s and its host is this machine (a loopback address or name, this host's name,
+    or the bound address itself); with ``OTEL_*`` variables and no endpoint, the SDKs' default
+    ``localhost:4317``/``4318`` counts when the collector listens there on a local address
+    (unless ``OTEL_TRACES_EXPORTER`` names no ``otlp``). ``OTEL_SDK_DISABLED=true`` sends
+    nothing; ``OTEL_BRIDGE_*`` (this collector's own settings) are not an SDK's."""
+    otel: dict[str, str] = {}
+    for item in environ.split(b"\0"):
+        if item.startswith(b"OTEL_") and not item.startswith(b"OTEL_BRIDGE_"):  # not ours
+            key, _, value = item.partition(b"=")
+            otel[key.decode("ascii", "replace")] = value.decode("utf-8", "replace")
+    if not otel or otel.get("OTEL_SDK_DISABLED", "").strip().lower() == "true":
+        return ""
+    named = [(var, otel[var]) for var in ENDPOINT_VARS if otel.get(var)]
+    for var, url in named:
+        host, port = _host_port(url)
+        if port is not None and any(
+            port == p and _same_host(host, address) for address, p in listening
+        ):
+            return var
+    exporters = otel.get("OTEL_TRACES_EXPORTER", "otlp") + otel.get("OTEL_LOGS_EXPORTER", "")
+    if (
+        not named
+        and "otlp" in exporters
+        and any(p in DEFAULT_PORTS and _local(a) for a, p in listening)
+    ):
+        return "the SDK's default endpoint"
+    return ""
+
+
+def _host_port(url: str) -> tuple[str, int | None]:
+    """The host and port of an OTLP endpoint value (``http://h:4318``, ``h:4317``)."""
+    try:
+        parts = urlsplit(url.strip() if "://" in url else "//" + url.strip())
+        return parts.hostname or "", parts.port
+    except ValueError:
+        return "", None
+
+
+def _local(address: str) -> bool:
+    """A bound address a local client reaches as ``localhost``."""
+    return address in _ANY or is_loopback(canonical_ip(address) or "")
+
+
+def _same_host(host: str, address: str) -> bool:
+    """Whether a client told ``host`` reaches a receiver bound to ``address`` on this machine."""
+    if host == "localhost" or is_loopback(canonical_ip(host) or ""):
+        return _local(address)
+    return host == address or (address in _ANY and host == socket.gethostname())
+
 
 CGROUP_ROOT = "/sys/fs/cgroup"
 
@@ -87,10 +159,13 @@ class Selectors:
     executables: tuple[str, ...] = ()
     commands: tuple[re.Pattern[str], ...] = ()
     uids: frozenset[int] = frozenset()
+    exporters: bool = False
+    """Match a process whose SDK sends to this collector (:func:`exports_here`)."""
 
     @classmethod
-    def of(cls, config: HostConfig) -> Selectors:
-        """Compile ``config``'s selectors (it was validated)."""
+    def of(cls, config: HostConfig, *, standing: bool = True) -> Selectors:
+        """Compile ``config``'s selectors (it was validated); ``follow_exporters`` only in a
+        ``standing`` collector (under ``observe`` the workload's lineage is the subject)."""
         paths = tuple(_cgroup_path(g) for g in config.cgroup if "/" in g)
         names = tuple(g for g in config.cgroup if "/" not in g)
         uids = frozenset(u for u in (_uid(v) for v in config.user) if u is not None)
@@ -100,19 +175,40 @@ class Selectors:
             executables=tuple(config.executable),
             commands=tuple(re.compile(p) for p in config.command),
             uids=uids,
+            exporters=config.follow_exporters and standing,
         )
 
     def __bool__(self) -> bool:
         return bool(
-            self.cgroup_paths or self.cgroup_names or self.executables or self.commands or self.uids
+            self.cgroup_paths
+            or self.cgroup_names
+            or self.executables
+            or self.commands
+            or self.uids
+            or self.exporters
         )
 
-    def match(self, pid: int) -> str:
-        """Which selector ``pid`` matches (``"user=0"``, ...), ``""`` for none or gone."""
+    @property
+    def rescan(self) -> bool:
+        """Whether a process that matched nothing must be matched again at the next scan (its
+        command line and environment change when it execs; its user, cgroup, executable
+        seldom do)."""
+        return bool(self.commands) or self.exporters
+
+    def match(self, pid: int, listening: Collection[tuple[str, int]] = ()) -> str:
+        """Which selector ``pid`` matches (``"user=0"``, ...), ``""`` for none or gone;
+        ``listening``: where this collector's receivers listen (for ``follow_exporters``)."""
         try:
-            return self._match(pid)
+            return self._match(pid) or self._exporter(pid, listening)
         except (OSError, ValueError):
             return ""  # gone, or not ours to read
+
+    def _exporter(self, pid: int, listening: Collection[tuple[str, int]]) -> str:
+        if not self.exporters or not listening:
+            return ""
+        with open(f"/proc/{pid}/environ", "rb") as f:
+            found = exports_here(f.read(), listening)
+        return f"exporter={found} (its environment sends its telemetry here)" if found else ""
 
     def _match(self, pid: int) -> str:
         if self.uids:

@@ -1,0 +1,53 @@
+"""``follow_exporters``: which environments send their telemetry to this collector."""
+
+from __future__ import annotations
+
+import pytest
+
+from otel_bridge.receivers.host.config import HostConfig
+from otel_bridge.receivers.host.selectors import Selectors, exports_here
+
+HERE = [("127.0.0.1", 4317), ("127.0.0.1", 4318)]
+
+
+def env(**variables: str) -> bytes:
+    return b"\0".join(f"{k}={v}".encode() for k, v in {"PATH": "/bin", **variables}.items())
+
+
+@pytest.mark.parametrize(
+    ("variables", "listening", "found"),
+    [
+        ({"OTEL_EXPORTER_OTLP_ENDPOINT": "http://localhost:4318"}, HERE, "ENDPOINT"),
+        ({"OTEL_EXPORTER_OTLP_ENDPOINT": "127.0.0.1:4317"}, HERE, "ENDPOINT"),  # gRPC, no scheme
+        (
+            {"OTEL_EXPORTER_OTLP_TRACES_ENDPOINT": "http://[::1]:4318/v1/traces"},
+            [("0.0.0.0", 4318)],
+            "TRACES_ENDPOINT",
+        ),
+        ({"OTEL_SERVICE_NAME": "agent"}, HERE, "default"),  # the SDKs' default endpoint
+        ({"OTEL_SERVICE_NAME": "agent"}, [("127.0.0.1", 5555)], ""),  # not listening there
+        ({"OTEL_SERVICE_NAME": "a", "OTEL_TRACES_EXPORTER": "console"}, HERE, ""),
+        ({"OTEL_EXPORTER_OTLP_ENDPOINT": "http://127.0.0.1:5555"}, HERE, ""),  # elsewhere
+        ({"OTEL_EXPORTER_OTLP_ENDPOINT": "http://collector.example:4318"}, HERE, ""),
+        (
+            {"OTEL_EXPORTER_OTLP_ENDPOINT": "http://localhost:4318", "OTEL_SDK_DISABLED": "true"},
+            HERE,
+            "",
+        ),
+        ({"OTEL_BRIDGE_LOG_LEVEL": "info"}, HERE, ""),  # this collector's own settings
+        ({}, HERE, ""),
+    ],
+)
+def test_an_environment_sends_here_only_when_it_names_a_port_of_ours(
+    variables: dict[str, str], listening: list[tuple[str, int]], found: str
+) -> None:
+    said = exports_here(env(**variables), listening)
+    assert (found in said) if found else said == "", said
+
+
+def test_only_a_standing_collector_follows_by_environment() -> None:
+    """Under ``observe`` (a root pid) the workload's lineage is the subject, not the machine's
+    other agents; ``follow_exporters: false`` turns it off."""
+    assert Selectors.of(HostConfig(), standing=True).exporters
+    assert not Selectors.of(HostConfig(), standing=False).exporters
+    assert not Selectors.of(HostConfig(follow_exporters=False), standing=True)

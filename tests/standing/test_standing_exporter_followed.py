@@ -1,0 +1,100 @@
+"""A plain SDK agent that sends its spans only at exit is observed by a standing collector.
+
+Met as a new user with ``otel-bridge run -c configs/local.yaml`` and the most common SDK set-up
+(``BatchSpanProcessor``: spans leave every 5 s or at exit): the collector followed the agent from
+its first span, which came at its exit, so its tool call's process and the file it wrote were
+never observed, and the warning's advice (state ``process.pid``) would not have helped. The host
+receiver now follows a process whose environment sends its telemetry to this collector
+(``follow_exporters``) from the selector scan that first sees it. A real ``otel-bridge run`` of
+the embedded default, a real SDK agent started on its own, its spans sent only at exit.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from standing_support import REPO, RunningCollector, subprocess_env
+
+from otel_bridge.graph import load
+
+pytest.importorskip("opentelemetry.exporter.otlp.proto.http", reason="needs the dev extra")
+pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="needs root (the linux backend)")
+
+AGENT = """
+import json, subprocess, sys
+from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
+from opentelemetry.sdk.resources import Resource
+from opentelemetry.sdk.trace import TracerProvider
+from opentelemetry.sdk.trace.export import BatchSpanProcessor
+
+SCRIPT = "echo hi > out.txt; sleep 0.2"
+COMMAND = "sh -c 'echo hi > out.txt; sleep 0.2'"
+provider = TracerProvider(resource=Resource.create())
+provider.add_span_processor(BatchSpanProcessor(OTLPSpanExporter()))
+print("started", flush=True)
+sys.stdin.readline()  # the test's go-ahead: the collector says it follows this process
+attrs = {
+    "gen_ai.operation.name": "execute_tool",
+    "gen_ai.tool.name": "run_command",
+    "gen_ai.tool.call.id": "call_1",
+    "gen_ai.tool.call.arguments": json.dumps({"command": COMMAND}),
+}
+tracer = provider.get_tracer("batch")
+with tracer.start_as_current_span("execute_tool run_command", attributes=attrs):
+    subprocess.run(["sh", "-c", SCRIPT], check=True)
+provider.shutdown()  # the only export: at exit
+"""
+
+
+def test_an_agent_set_to_send_here_is_followed_before_its_first_span(tmp_path: Path) -> None:
+    (tmp_path / "agent.py").write_text(AGENT)
+    collector = RunningCollector(REPO / "configs" / "local.yaml", tmp_path, {})
+    agent = subprocess.Popen(
+        [sys.executable, "agent.py"],
+        cwd=tmp_path,
+        env=subprocess_env(
+            OTEL_EXPORTER_OTLP_ENDPOINT=f"http://127.0.0.1:{collector.http_port}",
+            OTEL_EXPORTER_OTLP_PROTOCOL="http/protobuf",
+            OTEL_SERVICE_NAME="batch-agent",
+        ),
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert agent.stdout is not None
+        assert agent.stdin is not None
+        assert agent.stdout.readline().strip() == "started"
+        line = collector.stderr.wait_for(rf"following pid {agent.pid} from now: .*")
+        assert "exporter=OTEL_EXPORTER_OTLP_ENDPOINT" in line[0], line[0]
+        agent.stdin.write("go\n")
+        agent.stdin.close()
+        assert agent.wait(timeout=60) == 0
+    finally:
+        if agent.poll() is None:
+            agent.kill()
+            agent.wait()
+        if agent.stdout is not None:
+            agent.stdout.close()
+        code = collector.stop()
+    assert code == 0, collector.output
+    graph = load(tmp_path / "otel-bridge-graph.json")
+    nodes = {n.id: n for n in graph.nodes}
+    out = str(tmp_path / "out.txt")
+    (file_id,) = [n.id for n in graph.nodes if n.kind == "file" and n.label == out]
+    writers = {e.source for e in graph.edges if e.target == file_id}
+    assert writers, "no process wrote out.txt"
+    (call,) = [n.id for n in graph.nodes if n.kind == "tool_call"]
+    linked = {
+        e.target
+        for e in graph.edges
+        if e.source == call and e.relation == "correlated_with_process"
+    }
+    assert linked, [e for e in graph.edges if e.source == call]
+    # the call's process (sh) is the one that wrote the file, or its parent
+    parents = {e.source for e in graph.edges if e.relation == "spawned" and e.target in writers}
+    assert linked & (writers | parents), (linked, writers, [nodes[w].label for w in writers])

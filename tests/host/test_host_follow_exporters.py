@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from otel_bridge.receivers.host.config import HostConfig
-from otel_bridge.receivers.host.selectors import Selectors, exports_here
+from otel_bridge.receivers.host.selectors import Selectors, exports_here, service_of
 
 HERE = [("127.0.0.1", 4317), ("127.0.0.1", 4318)]
 
@@ -51,3 +51,12 @@ def test_only_a_standing_collector_follows_by_environment() -> None:
     assert Selectors.of(HostConfig(), standing=True).exporters
     assert not Selectors.of(HostConfig(), standing=False).exporters
     assert not Selectors.of(HostConfig(follow_exporters=False), standing=True)
+
+
+def test_the_service_an_environment_names() -> None:
+    assert service_of(env(OTEL_SERVICE_NAME="agent")) == "agent"
+    attributes = "deployment.environment=dev,service.name=my%20agent"
+    assert service_of(env(OTEL_RESOURCE_ATTRIBUTES=attributes)) == "my agent"
+    both = env(OTEL_RESOURCE_ATTRIBUTES="service.name=b", OTEL_SERVICE_NAME="a")
+    assert service_of(both) == "a"  # the specification: OTEL_SERVICE_NAME wins
+    assert service_of(env()) == ""

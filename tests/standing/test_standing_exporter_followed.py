@@ -50,7 +50,13 @@ provider.shutdown()  # the only export: at exit
 """
 
 
-def test_an_agent_set_to_send_here_is_followed_before_its_first_span(tmp_path: Path) -> None:
+@pytest.mark.parametrize("detectors", ["otel", "process,host"], ids=["no pid", "pid"])
+def test_an_agent_set_to_send_here_is_followed_before_its_first_span(
+    tmp_path: Path, detectors: str
+) -> None:
+    """With or without ``process.pid`` on its resource (the SDK's default states none). A
+    pidless agent's spans arrive over a connection closed by the time it is looked for (sent
+    at exit): it is not then said to be unfollowed, since it was followed by its environment."""
     (tmp_path / "agent.py").write_text(AGENT)
     collector = RunningCollector(REPO / "configs" / "local.yaml", tmp_path, {})
     agent = subprocess.Popen(
@@ -60,6 +66,7 @@ def test_an_agent_set_to_send_here_is_followed_before_its_first_span(tmp_path: P
             OTEL_EXPORTER_OTLP_ENDPOINT=f"http://127.0.0.1:{collector.http_port}",
             OTEL_EXPORTER_OTLP_PROTOCOL="http/protobuf",
             OTEL_SERVICE_NAME="batch-agent",
+            OTEL_EXPERIMENTAL_RESOURCE_DETECTORS=detectors,
         ),
         stdin=subprocess.PIPE,
         stdout=subprocess.PIPE,
@@ -82,6 +89,7 @@ def test_an_agent_set_to_send_here_is_followed_before_its_first_span(tmp_path: P
             agent.stdout.close()
         code = collector.stop()
     assert code == 0, collector.output
+    assert "not followed" not in collector.output, collector.output
     graph = load(tmp_path / "otel-bridge-graph.json")
     nodes = {n.id: n for n in graph.nodes}
     out = str(tmp_path / "out.txt")

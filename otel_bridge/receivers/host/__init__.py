@@ -36,6 +36,8 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 
+import psutil
+
 from otel_bridge.arming import ArmedHost
 from otel_bridge.component import (
     RECEIVER,
@@ -153,6 +155,12 @@ class HostReceiver:
         covers; a plane it reports ``unavailable`` or ``not_sampled`` goes to the next backend
         that works here, and so on. A plane nobody covers keeps its first backend's gap state.
         """
+        if self._root_pid > 0 and not psutil.pid_exists(self._root_pid):
+            raise StartupError(
+                f"{self._settings.id}: root_pid {self._root_pid}: no such process (the root "
+                "must be running when the collector starts; without root_pid a standing "
+                "collector follows what reports to it)"
+            )
         telemetry = host.telemetry.in_scope_of(self._settings.telemetry)
         auto = self.config.backend == "auto"
         names = self.auto_order if auto else (self.config.backend,)

@@ -42,7 +42,8 @@ COUNTERS: tuple[CounterSpec, ...] = (
     ),
     CounterSpec(
         "follow.skipped",
-        "processes learned but not followed, by reason (other_host, gone, start_mismatch, ...)",
+        "processes learned but not followed, by reason (other_host, gone, start_mismatch, "
+        "by_environment, ...)",
         "{processes}",
         labeled=True,
     ),

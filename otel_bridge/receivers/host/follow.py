@@ -45,7 +45,7 @@ from otel_bridge.model import AnyValue, CollectionState
 from otel_bridge.receivers.host.events import HostContext
 from otel_bridge.receivers.host.netscan import decode_address, read_tables, socket_inodes
 from otel_bridge.receivers.host.procfs import read_stat
-from otel_bridge.receivers.host.selectors import Selectors
+from otel_bridge.receivers.host.selectors import EXPORTER_MATCH, Selectors, service_of
 
 _STATE_PID = (
     "state it with OTEL_EXPERIMENTAL_RESOURCE_DETECTORS=process,host (Python SDK) or on the "
@@ -59,6 +59,8 @@ rounding and the SDK's own reading), far below any pid recycling interval."""
 
 _NAMED = 20
 """Unfollowed senders named in the status (the rest are counted)."""
+_SERVICES_KEPT = 1024
+"""Services remembered for the processes followed by their environment (oldest go first)."""
 
 Peer = tuple[str, int, int]
 """A sender's end of a connection and the receiver's port (``ProcessInterest.peer``)."""
@@ -104,6 +106,9 @@ class Follower:
         """Telemetry senders on this host that stated no ``process.pid`` (not followed)."""
         self.unnamed_why: list[str] = []
         """Who each of the first :data:`_NAMED` of them is and why it was not followed."""
+        self._by_environment: dict[str, list[int]] = {}
+        """``service.name`` -> pids followed because their environment sends here
+        (``follow_exporters``), the service their environment names (see :meth:`_unnamed`)."""
 
     def offer(self, interest: ProcessInterest) -> None:
         """Queue ``interest`` (called on the publisher's thread; returns at once)."""
@@ -201,10 +206,26 @@ class Follower:
     def _unnamed(self, interest: ProcessInterest) -> None:
         """A sender that stated no ``process.pid`` and whose connection no process holds (not
         loopback, or closed already): nothing to follow, so its OS activity is recorded as
-        unknown (``lineage`` ``unavailable``), never left to look absent."""
+        unknown (``lineage`` ``unavailable``), never left to look absent.
+
+        Unless processes whose environment names the same ``service.name`` were followed from
+        their start (``follow_exporters``): one of them most likely sent it (an SDK that sends
+        at exit has closed its connection by now), so it is not said to be unfollowed; which
+        process sent it is for the correlator to find (the connection its records hold)."""
+        who = _who(interest)
+        env_followed = self._by_environment.get(interest.service) if interest.service else None
+        if env_followed:
+            self._skip("by_environment")
+            self._log.info(
+                "%s sent spans without process.pid over a connection no process holds any "
+                "more; pid(s) %s, whose environment names this service and sends here, were "
+                "followed from their start",
+                who,
+                ", ".join(str(p) for p in env_followed),
+            )
+            return
         self.unnamed += 1
         self._skip("no_pid")
-        who = _who(interest)
         peer = interest.peer
         owner = None if peer is None else socket_owner(*peer)
         if peer is None:
@@ -271,7 +292,11 @@ class Follower:
                 continue
             if stat[0] in self._ctx.lineage or self._is_own(pid):
                 continue  # its parent is followed (the backends add it), or it is ours
-            self._adopt(pid, start_ms_from_ticks(stat[1]), f"it matched {how}", "selector")
+            followed = self._adopt(
+                pid, start_ms_from_ticks(stat[1]), f"it matched {how}", "selector"
+            )
+            if followed and how.startswith(EXPORTER_MATCH):
+                self._note_environment(pid)
         self._declined = {p: t for p, t in self._declined.items() if live.get(p) == t}
 
     def _is_own(self, pid: int) -> bool:
@@ -289,7 +314,22 @@ class Follower:
             return False
         return os.path.basename(argv[0]) == b"strace" or argv[1:3] == [b"-S", b"-c"]
 
-    def _adopt(self, pid: int, start_ms: int, why: str, how: str, peer: Peer | None = None) -> None:
+    def _note_environment(self, pid: int) -> None:
+        """Remember the service a process followed for its environment names (its SDK's)."""
+        try:
+            with open(f"/proc/{pid}/environ", "rb") as f:
+                service = service_of(f.read())
+        except OSError:
+            return
+        if service:
+            pids = self._by_environment.setdefault(service, [])
+            pids.append(pid)
+            del pids[:-_NAMED]
+            while len(self._by_environment) > _SERVICES_KEPT:
+                del self._by_environment[next(iter(self._by_environment))]
+
+    def _adopt(self, pid: int, start_ms: int, why: str, how: str, peer: Peer | None = None) -> bool:
+        """Have every backend follow ``pid``; whether they all do."""
         reasons = [f"{name}: {r}" for name, fn in self._follow if (r := fn(pid))]
         if reasons:
             self._skip("backend")
@@ -301,7 +341,7 @@ class Follower:
                 f"pid {pid} ({why}) could not be followed: {'; '.join(reasons)}",
                 peer,
             )
-            return
+            return False
         self.followed += 1
         self._telemetry.count("follow.followed", label=how)
         self._log.info("following pid %d from now: %s", pid, why)
@@ -314,6 +354,7 @@ class Follower:
             "before) was not observed",
             peer,
         )
+        return True
 
     def _skip(self, reason: str) -> None:
         self._telemetry.count("follow.skipped", label=reason)

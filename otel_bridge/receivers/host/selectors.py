@@ -20,7 +20,7 @@ import socket
 from collections.abc import Collection
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
-from urllib.parse import urlsplit
+from urllib.parse import unquote, urlsplit
 
 from otel_bridge.identity import canonical_ip, is_loopback
 
@@ -36,6 +36,8 @@ ENDPOINT_VARS = (
 DEFAULT_PORTS = frozenset({4317, 4318})
 """The SDKs' default OTLP ports (gRPC, HTTP) on ``localhost``, used when no endpoint is set."""
 _ANY = frozenset({"0.0.0.0", "::", ""})
+EXPORTER_MATCH = "exporter="
+"""How a ``follow_exporters`` match names itself (``exporter=OTEL_EXPORTER_OTLP_ENDPOINT``)."""
 
 
 def exports_here(environ: bytes, listening: Collection[tuple[str, int]]) -> str:
@@ -68,6 +70,22 @@ def exports_here(environ: bytes, listening: Collection[tuple[str, int]]) -> str:
         and any(p in DEFAULT_PORTS and _local(a) for a, p in listening)
     ):
         return "the SDK's default endpoint"
+    return ""
+
+
+def service_of(environ: bytes) -> str:
+    """The ``service.name`` an environment gives its SDK (``OTEL_SERVICE_NAME``, else
+    ``service.name`` in ``OTEL_RESOURCE_ATTRIBUTES``, percent-decoded), ``""`` when none."""
+    attributes = ""
+    for item in environ.split(b"\0"):
+        if item.startswith(b"OTEL_SERVICE_NAME="):
+            return item.partition(b"=")[2].decode("utf-8", "replace").strip()
+        if item.startswith(b"OTEL_RESOURCE_ATTRIBUTES="):
+            attributes = item.partition(b"=")[2].decode("utf-8", "replace")
+    for pair in attributes.split(","):
+        key, _, value = pair.partition("=")
+        if key.strip() == "service.name":
+            return unquote(value.strip())
     return ""
 
 
@@ -208,7 +226,9 @@ class Selectors:
             return ""
         with open(f"/proc/{pid}/environ", "rb") as f:
             found = exports_here(f.read(), listening)
-        return f"exporter={found} (its environment sends its telemetry here)" if found else ""
+        return (
+            f"{EXPORTER_MATCH}{found} (its environment sends its telemetry here)" if found else ""
+        )
 
     def _match(self, pid: int) -> str:
         if self.uids:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import gc
 import json
+import logging
 from pathlib import Path
 from typing import Any
 
@@ -13,6 +14,7 @@ from graph_scenario import scenario_batches
 from waiting import wait_until
 
 from otel_bridge.component import CreateSettings, Host
+from otel_bridge.errors import StartupError
 from otel_bridge.exporters.graph import GraphExporter, GraphExporterConfig, factory
 from otel_bridge.graph import load
 from otel_bridge.model import Batch, Channel, CoverageRecord, Source
@@ -110,15 +112,33 @@ def test_shutdown_before_start_writes_nothing(tmp_path: Path) -> None:
 
 
 def test_write_error_is_counted_not_raised(tmp_path: Path) -> None:
-    """An unwritable output is reported through telemetry; shutdown does not crash."""
-    blocker = tmp_path / "file"
-    blocker.write_text("x")
-    config = GraphExporterConfig(output=str(blocker / "graph.json"), flush_interval=0)
+    """An output that became unwritable while the collector ran is reported through
+    telemetry; shutdown does not crash."""
+    out = tmp_path / "out"
+    config = GraphExporterConfig(output=str(out / "graph.json"), flush_interval=0)
     exporter = GraphExporter(config)
     host = Host()
     exporter.start(host)
+    out.rmdir()
+    out.write_text("x")  # its directory is a file now
     exporter.shutdown()
     assert host.telemetry.counters()["exporter.graph.write_errors"] == 1
+
+
+def test_an_output_that_cannot_be_written_is_refused_at_start(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Met as a new user: ``--set exporters.graph.output=/proc/x/graph.json`` started, said it
+    was running and never wrote a graph. Now ``start`` refuses it, and nothing more is said
+    at shutdown."""
+    blocker = tmp_path / "file"
+    blocker.write_text("x")
+    exporter = GraphExporter(GraphExporterConfig(output=str(blocker / "graph.json")))
+    with pytest.raises(StartupError, match=r"its directory .*file cannot be created"):
+        exporter.start(Host())
+    with caplog.at_level(logging.WARNING):
+        exporter.shutdown()
+    assert not caplog.records
 
 
 def test_exposes_the_accumulator_and_snapshot(tmp_path: Path) -> None:

@@ -157,6 +157,8 @@ class GraphExporter:
         self._host: Host | None = None
         self._dirty = True
         self._stopped = False
+        self._writable = False
+        """The output's directory was usable at start (else shutdown has nothing to write)."""
         self.path = Path(config.output)
         self.journal: Journal | None = None
         self.bounds: Bounds | None = (
@@ -170,6 +172,19 @@ class GraphExporter:
             self._telemetry.scope if self._telemetry else CounterScope.of(EXPORTER, self._id, _ALL)
         )
         self.path = _resolve(self.config.output, host)
+        folder = Path(self.path).absolute().parent
+        try:
+            folder.mkdir(mode=0o700, parents=True, exist_ok=True)
+            usable = os.access(folder, os.W_OK | os.X_OK)
+            why = "is not writable by this user"
+        except OSError as exc:
+            usable, why = False, f"cannot be created ({exc.strerror or exc})"
+        if not usable:
+            raise StartupError(
+                f"{self._id}: output {self.path}: its directory {folder} {why} (the graph is "
+                "written there while the collector runs and at its end)"
+            )
+        self._writable = True
         if self.bounds is not None:
             spill = self.config.bounds.spill
             try:
@@ -373,7 +388,8 @@ class GraphExporter:
         if self._thread is not None:
             self._thread.join()
         try:
-            self.flush()
+            if self._writable:
+                self.flush()
         except OSError as exc:
             self._report(exc)
         if self.journal is not None:

@@ -191,8 +191,8 @@ def warnings_of(summary: Mapping[str, Any]) -> list[str]:
 
 def write_report(run: rundir.RunDir, summary: Mapping[str, Any]) -> tuple[str, str]:
     """Write ``report.md`` from the run's graph.json; returns its text and the text to print,
-    which says each plane not fully available in a few words (``collection_brief``) where the
-    file has every detail (``("", "")`` without a graph)."""
+    which leaves out the planes not fully available (the printed summary has a line for each
+    plane above it; the file has every detail) (``("", "")`` without a graph)."""
     from otel_bridge.report import build, graph_of, render  # noqa: PLC0415 - end of a run only
 
     try:
@@ -204,9 +204,8 @@ def write_report(run: rundir.RunDir, summary: Mapping[str, Any]) -> tuple[str, s
     own = [(e["address"], e["port"]) for e in summary.get("collector_endpoints") or ()]
     built = build(graph_of(doc), own)
     text = _with_head(render(built, title=title, planes=summary["collection"]), summary)
-    brief = summary.get("collection_brief") or summary["collection"]
-    gaps = any(not state.startswith("available") for state in brief.values())
-    printed = _with_head(render(built, title=title, planes=brief), summary) if gaps else text
+    # printed after the summary's own line per plane: not said twice
+    printed = _with_head(render(built, title=title, planes={}), summary)
     rundir.write_private(run.file(REPORT), text.encode())
     return text, printed
 

@@ -14,6 +14,7 @@ from __future__ import annotations
 import argparse
 import functools
 import importlib
+import io
 import os
 import secrets
 import shlex
@@ -813,14 +814,18 @@ def _finish(
     summary["signals_forwarded"] = signals
     report, printed = write_report(state.run, summary)
     state.run.write_json(rundir.SUMMARY, summary)
+    reviewed = io.StringIO()  # said after the report, on stderr (stdout is the command's)
     if review is not None:
         from otel_bridge.review.hook import review_at_end  # noqa: PLC0415 (only at the end)
 
-        review_at_end(state.run.path, inputs=review)
+        review_at_end(state.run.path, out=reviewed, inputs=review, brief=not verbose)
     state.run.write_manifest(
         {"id": state.run_id}, required=rundir.REQUIRED, mutable=(RUN_QUEUE_DIR,)
     )
     print_summary(state.run, summary, report if verbose else printed, verbose=verbose)
+    if reviewed.getvalue():
+        sys.stderr.write(f"\n## Review (review.md)\n\n{reviewed.getvalue()}")
+        sys.stderr.flush()
     return summary
 
 

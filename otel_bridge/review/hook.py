@@ -30,9 +30,14 @@ class ReviewInputs:
 
 
 def review_at_end(
-    run_dir: str, out: TextIO = sys.stdout, inputs: ReviewInputs | None = None
+    run_dir: str,
+    out: TextIO = sys.stdout,
+    inputs: ReviewInputs | None = None,
+    *,
+    brief: bool = False,
 ) -> bool:
-    """Review a finished run directory before its manifest is written; print the claim summary.
+    """Review a finished run directory before its manifest is written; print the claim summary
+    (``brief``: :func:`~otel_bridge.review.render.summary_lines`'s short form).
 
     A failing review (or model pass) never fails the run it reviews: the run directory is
     complete without it. Returns True when the review was written.
@@ -45,7 +50,7 @@ def review_at_end(
         log.debug("review of %s failed", run_dir, exc_info=True)
         return False
     if doc["sessions"]:
-        for line in summary_lines(doc):
+        for line in summary_lines(doc, brief=brief):
             print(line, file=out)
     if inputs.model:
         _assist(run_dir, doc, inputs, out)

@@ -35,16 +35,21 @@ NO_SESSION = "no agent session in this run (no GenAI agent, model or tool span)"
 """Why a review has no claims and no findings at all, in the summary and in ``review.md``."""
 
 
-def summary_lines(doc: Mapping[str, Any]) -> list[str]:
-    """The terminal summary: per session, each claim with its status, then the findings."""
+def summary_lines(doc: Mapping[str, Any], *, brief: bool = False) -> list[str]:
+    """The terminal summary: per session, each claim with its status, then the findings.
+
+    ``brief`` (the end of ``observe``, after its report): why a session has no claims in its
+    first clause only (review.md has the rest)."""
     labels = _labels(doc)
     out: list[str] = []
     for session in doc["sessions"]:
         counts = ", ".join(f"{n} {s}" for s, n in session["claims"].items() if n)
+        why = session.get("no_claims") or ""
+        if brief and why:
+            why = why.split(": ", 1)[0] + "; review.md says where it looks"
         out.append(
             f"session {session['trace_id']} ({', '.join(session['agents']) or 'agent unknown'}): "
-            f"{counts or 'no claims'}"
-            + (f" ({session['no_claims']})" if not counts and session.get("no_claims") else "")
+            f"{counts or 'no claims'}" + (f" ({why})" if not counts and why else "")
         )
         for claim in (c for c in doc["claims"] if c["session"] == session["id"]):
             out.append(f"  [{STATUS_MARK[claim['status']]}] {claim['text']}")

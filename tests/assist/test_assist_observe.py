@@ -71,7 +71,9 @@ def test_observe_passes_the_transcript_and_the_model_to_its_review(
     exchanges = (run / "review-audit.jsonl").read_text(encoding="utf-8").splitlines()
     assert len(exchanges) == 1
     assert json.loads(exchanges[0])["purpose"] == "review"
-    assert "review model model:default:" in done.stdout
+    assert (
+        "review model model:default:" in done.stderr
+    )  # after the report, not in the command's output
     assert verify(str(run)) == []  # the manifest covers the review files
 
 

@@ -65,4 +65,12 @@ def test_a_session_without_claims_says_why(tmp_path: Path, answer: str, why: str
     (session,) = json.loads((tmp_path / "run" / "review.json").read_text())["sessions"]
     assert session["no_claims"] == why
     assert f"No claims: {why}." in (tmp_path / "run" / "review.md").read_text()
-    assert f"no claims ({why})" in done.stdout + done.stderr
+    # printed after the report, on stderr (stdout is the command's own, here empty), in its
+    # first clause: review.md has the whole reason (a new user met a 600-character paragraph
+    # before observe's summary, mixed into the command's output)
+    assert done.stdout == "", done.stdout
+    first = why.split(": ", 1)[0]
+    assert f"no claims ({first}" in done.stderr, done.stderr
+    assert done.stderr.index("## Review (review.md)") > done.stderr.index("## Tool calls")
+    (line,) = [x for x in done.stderr.splitlines() if "no claims" in x]
+    assert len(line) < 250, line

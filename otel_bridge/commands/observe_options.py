@@ -124,7 +124,7 @@ that reads a configuration, and ``--log-level``, a top-level option, are :data:`
 EXTRA: tuple[Option, ...] = (Option(("--set",), APPEND, "", metavar="KEY=VALUE"),)
 _TOP = Option(("--log-level",), VALUE, "")
 _BY_FLAG = {flag: option for option in (*OPTIONS, *EXTRA) for flag in option.flags}
-DEFAULTS: dict[str, Any] = {"log_level": "WARNING", "exit_when_done": True}
+DEFAULTS: dict[str, Any] = {"log_level": None, "exit_when_done": True}
 """What the parser sets besides the options (the top level's, and ``observe``'s defaults)."""
 
 

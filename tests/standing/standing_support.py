@@ -270,3 +270,47 @@ def unprivileged_prefix() -> list[str]:
     if _can_run(reading):
         return reading
     pytest.skip(f"user nobody cannot run {sys.executable} with otel_bridge importable")
+
+
+def run_gated_agent(
+    collector: RunningCollector,
+    cwd: Path,
+    argv: list[str],
+    first_line: str,
+    *,
+    protocol: str = "http/protobuf",
+    follow: str = "",
+    **env: str,
+) -> tuple[int, str]:
+    """Run the Python agent ``argv`` (in ``cwd``) against ``collector``'s OTLP port for
+    ``protocol``: wait for it to print ``first_line``, then until the collector logs that it
+    follows it (the line starting with ``follow`` after ``from now: `` when given), then let it
+    go on (one line on its standard input) and wait for its exit 0; the collector is stopped
+    (exit 0) either way. Returns the agent's pid and the collector's follow line."""
+    port = collector.grpc_port if protocol == "grpc" else collector.http_port
+    agent = subprocess.Popen(
+        [sys.executable, *argv],
+        cwd=cwd,
+        env=subprocess_env(
+            OTEL_EXPORTER_OTLP_ENDPOINT=f"http://127.0.0.1:{port}",
+            OTEL_EXPORTER_OTLP_PROTOCOL=protocol,
+            **env,
+        ),
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert agent.stdout is not None
+        assert agent.stdin is not None
+        assert agent.stdout.readline().strip() == first_line
+        pattern = rf"following pid {agent.pid} from now: {re.escape(follow)}.*"
+        followed = collector.stderr.wait_for(pattern)[0]
+        agent.stdin.write("go\n")
+        agent.stdin.close()
+        assert agent.wait(timeout=60) == 0
+    finally:
+        end_process(agent)
+        code = collector.stop()
+    assert code == 0, collector.output
+    return agent.pid, followed

@@ -12,12 +12,10 @@ the embedded default, a real SDK agent started on its own, its spans sent only a
 from __future__ import annotations
 
 import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
-from standing_support import REPO, RunningCollector, subprocess_env
+from standing_support import REPO, RunningCollector, run_gated_agent
 
 from otel_bridge.graph import load
 
@@ -59,36 +57,15 @@ def test_an_agent_set_to_send_here_is_followed_before_its_first_span(
     at exit): it is not then said to be unfollowed, since it was followed by its environment."""
     (tmp_path / "agent.py").write_text(AGENT)
     collector = RunningCollector(REPO / "configs" / "local.yaml", tmp_path, {})
-    agent = subprocess.Popen(
-        [sys.executable, "agent.py"],
-        cwd=tmp_path,
-        env=subprocess_env(
-            OTEL_EXPORTER_OTLP_ENDPOINT=f"http://127.0.0.1:{collector.http_port}",
-            OTEL_EXPORTER_OTLP_PROTOCOL="http/protobuf",
-            OTEL_SERVICE_NAME="batch-agent",
-            OTEL_EXPERIMENTAL_RESOURCE_DETECTORS=detectors,
-        ),
-        stdin=subprocess.PIPE,
-        stdout=subprocess.PIPE,
-        text=True,
+    _, followed = run_gated_agent(
+        collector,
+        tmp_path,
+        ["agent.py"],
+        "started",
+        OTEL_SERVICE_NAME="batch-agent",
+        OTEL_EXPERIMENTAL_RESOURCE_DETECTORS=detectors,
     )
-    try:
-        assert agent.stdout is not None
-        assert agent.stdin is not None
-        assert agent.stdout.readline().strip() == "started"
-        line = collector.stderr.wait_for(rf"following pid {agent.pid} from now: .*")
-        assert "exporter=OTEL_EXPORTER_OTLP_ENDPOINT" in line[0], line[0]
-        agent.stdin.write("go\n")
-        agent.stdin.close()
-        assert agent.wait(timeout=60) == 0
-    finally:
-        if agent.poll() is None:
-            agent.kill()
-            agent.wait()
-        if agent.stdout is not None:
-            agent.stdout.close()
-        code = collector.stop()
-    assert code == 0, collector.output
+    assert "exporter=OTEL_EXPORTER_OTLP_ENDPOINT" in followed, followed
     assert "not followed" not in collector.output, collector.output
     graph = load(tmp_path / "otel-bridge-graph.json")
     nodes = {n.id: n for n in graph.nodes}

@@ -14,14 +14,12 @@ against a fake OpenAI server, the agent started separately from the collector.
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
 from fake_openai import fake_openai, with_openai_v2
-from standing_support import REPO, RunningCollector, end_process, subprocess_env
+from standing_support import REPO, RunningCollector, run_gated_agent
 
 pytest.importorskip("openai", reason="needs the openai client (the examples extra)")
 pytest.importorskip("opentelemetry.exporter.otlp.proto.grpc", reason="needs the dev extra")
@@ -74,30 +72,18 @@ def test_a_pidless_agent_is_followed_and_linked_by_its_connection(
     off = ("--set", "receivers.host.follow_exporters=false")
     collector = RunningCollector(REPO / "configs" / "local.yaml", tmp_path, env, args=off)
     with fake_openai() as model_port:
-        port = collector.grpc_port if protocol == "grpc" else collector.http_port
-        agent = subprocess.Popen(
-            [sys.executable, "agent.py", str(model_port), protocol],
-            cwd=tmp_path,
-            env=subprocess_env(OTEL_EXPORTER_OTLP_ENDPOINT=f"http://127.0.0.1:{port}"),
-            stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE,
-            text=True,
+        pid, _ = run_gated_agent(
+            collector,
+            tmp_path,
+            ["agent.py", str(model_port), protocol],
+            "reported",
+            protocol=protocol,
+            follow="it held the conn",
         )
-        try:
-            assert agent.stdout is not None
-            assert agent.stdin is not None
-            assert agent.stdout.readline().strip() == "reported"
-            collector.stderr.wait_for(rf"following pid {agent.pid} from now: it held the conn")
-            agent.stdin.write("go\n")
-            agent.stdin.close()
-            assert agent.wait(timeout=60) == 0
-        finally:
-            end_process(agent)
-            assert collector.stop() == 0, collector.output
     graph: dict[str, Any] = json.loads(graph_path.read_text())
     nodes = {n["id"]: n for n in graph["nodes"]}
     [link] = [e for e in graph["edges"] if e["relation"] == "requested"]
-    assert nodes[link["source"]]["facts"]["pid"] == agent.pid
+    assert nodes[link["source"]]["facts"]["pid"] == pid
     assert nodes[link["target"]]["label"] == "gpt-test"
     assert (link["method"], link["grade"], link["inferred"]) == ("transport_peer", "C", False)
     # Its connection to the model's server, opened before it was followed, was found.

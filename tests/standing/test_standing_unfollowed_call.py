@@ -15,12 +15,10 @@ agent a plain subprocess with the OpenTelemetry SDK's HTTP exporter, an OTLP sta
 from __future__ import annotations
 
 import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
-from standing_support import REPO, Downstream, RunningCollector, subprocess_env
+from standing_support import REPO, Downstream, RunningCollector, run_gated_agent
 
 from otel_bridge.linkreasons import AGENT_NOT_FOLLOWED, UNOBSERVED
 from otel_bridge.processors.enrich import LINK_OBSERVED_SINCE
@@ -74,35 +72,14 @@ def test_a_call_before_the_agent_was_followed_says_so(tmp_path: Path, pidless: b
             env,
             args=("--set", "receivers.host.follow_exporters=false"),
         )
-        agent = subprocess.Popen(
-            [sys.executable, "agent.py"],
-            cwd=tmp_path,
-            env=subprocess_env(
-                OTEL_EXPORTER_OTLP_ENDPOINT=f"http://127.0.0.1:{collector.http_port}",
-                OTEL_EXPORTER_OTLP_PROTOCOL="http/protobuf",
-                OTEL_EXPERIMENTAL_RESOURCE_DETECTORS="otel" if pidless else "process,host",
-                OTEL_SERVICE_NAME="unfollowed-agent",
-            ),
-            stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE,
-            text=True,
+        run_gated_agent(
+            collector,
+            tmp_path,
+            ["agent.py"],
+            "reported",
+            OTEL_EXPERIMENTAL_RESOURCE_DETECTORS="otel" if pidless else "process,host",
+            OTEL_SERVICE_NAME="unfollowed-agent",
         )
-        try:
-            assert agent.stdout is not None
-            assert agent.stdin is not None
-            assert agent.stdout.readline().strip() == "reported"
-            collector.stderr.wait_for(rf"following pid {agent.pid} from now")
-            agent.stdin.write("go\n")
-            agent.stdin.close()
-            assert agent.wait(timeout=60) == 0
-        finally:
-            if agent.poll() is None:
-                agent.kill()
-                agent.wait()
-            if agent.stdout is not None:
-                agent.stdout.close()
-            code = collector.stop()
-        assert code == 0, collector.output
         spans = downstream.spans()
     finally:
         downstream.stop()

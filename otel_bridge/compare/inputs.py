@@ -26,6 +26,8 @@ from otel_bridge.identity import str_value, tool_call_key
 from otel_bridge.model import AnyValue, LogRecord, Span
 from otel_bridge.otlp import json_codec
 from otel_bridge.otlp.records import Decoded
+from otel_bridge.processors.normalize.ancestry import Role
+from otel_bridge.processors.normalize.spans import role_of
 
 ARGUMENT_ATTRIBUTES = ("gen_ai.tool.call.arguments", "input.value")
 """Span attributes holding a tool call's arguments: GenAI semconv first, then OpenInference."""
@@ -36,14 +38,6 @@ SCORE_ATTRIBUTE = "gen_ai.evaluation.score.value"
 ``gen_ai.evaluation.result`` event)."""
 COST_ATTRIBUTE = "gen_ai.usage.cost"
 """Cost, when a producer states it (not in the GenAI semantic conventions; summed when present)."""
-MODEL_OPERATIONS = frozenset({"chat", "text_completion", "generate_content", "embeddings"})
-"""``gen_ai.operation.name`` values whose tokens are summed (agent spans that repeat their
-children's totals are not counted twice)."""
-MODEL_SPAN_KINDS = frozenset({"LLM", "EMBEDDING"})
-"""OpenInference ``openinference.span.kind`` values of a model call (on a span that states no
-``gen_ai.operation.name``)."""
-MODEL_REQUEST_TYPES = frozenset({"chat", "completion", "embedding"})
-"""OpenLLMetry ``llm.request.type`` values of a model call (older releases state no operation)."""
 TOKEN_ATTRIBUTES = {
     "input": ("gen_ai.usage.input_tokens", "llm.token_count.prompt", "gen_ai.usage.prompt_tokens"),
     "output": (
@@ -164,13 +158,14 @@ def span_metrics(spans: Iterable[Span], logs: Iterable[LogRecord]) -> dict[str, 
     cost: float | None = None
     agent_times: list[tuple[int, int]] = []
     for span in spans:
-        if _is_agent(span.attributes):
+        role = role_of(span)
+        if role is Role.AGENT:
             agent_times.append((span.start_time_unix_nano, span.end_time_unix_nano))
         for attrs, time in _attribute_sets(span):
             value = _number(attrs.get(SCORE_ATTRIBUTE))
             if value is not None:
                 scores.append((time, value))
-        if _is_model_call(span.attributes):
+        if role is Role.MODEL:
             for name, keys in TOKEN_ATTRIBUTES.items():
                 n = next(
                     (n for k in keys if (n := _number(span.attributes.get(k))) is not None), None
@@ -192,34 +187,6 @@ def span_metrics(spans: Iterable[Span], logs: Iterable[LogRecord]) -> dict[str, 
         else None
     )
     return {"score": score, "tokens": tokens, "cost": cost, "latency_ms": latency}
-
-
-def _span_kind(attrs: Mapping[str, AnyValue], key: str) -> str:
-    kind = attrs.get(key)
-    return kind.upper() if isinstance(kind, str) else ""
-
-
-def _is_model_call(attrs: Mapping[str, AnyValue]) -> bool:
-    """A model call by its GenAI operation, else its OpenInference span kind, else OpenLLMetry's
-    ``llm.request.type``."""
-    op = attrs.get("gen_ai.operation.name")
-    if op is not None:
-        return op in MODEL_OPERATIONS
-    kind = _span_kind(attrs, "openinference.span.kind")
-    if kind:
-        return kind in MODEL_SPAN_KINDS
-    return attrs.get("llm.request.type") in MODEL_REQUEST_TYPES
-
-
-def _is_agent(attrs: Mapping[str, AnyValue]) -> bool:
-    """An agent span: ``invoke_agent``, else an OpenInference or OpenLLMetry ``agent`` kind."""
-    op = attrs.get("gen_ai.operation.name")
-    if op is not None:
-        return op == "invoke_agent"
-    return "AGENT" in (
-        _span_kind(attrs, "openinference.span.kind"),
-        _span_kind(attrs, "traceloop.span.kind"),
-    )
 
 
 def _attribute_sets(span: Span) -> Iterable[tuple[Mapping[str, AnyValue], int]]:

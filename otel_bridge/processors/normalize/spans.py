@@ -51,6 +51,7 @@ from otel_bridge.model import (
     AgentFacts,
     AnyValue,
     Attributes,
+    Channel,
     CoverageRecord,
     Entity,
     EntityKind,
@@ -572,9 +573,7 @@ class SpanNormalizer:
         a = span.attributes
         ctx, service = self._reference_context(span)
         parent = span.trace_id + span.parent_span_id if span.parent_span_id else None
-        op = get_str(a, "gen_ai.operation.name") or ""
-        if not op and not get_str(a, *KIND_KEYS) and has_convention(a):
-            op = implied_operation(span, ctx.source, coverage)
+        op = operation_of(span, ctx.source, coverage)
         role, node = self._reference_node(span, ctx, service, op, parent, coverage)
         if role is Role.MODEL:
             attrs = dict(ctx.attrs)
@@ -873,6 +872,27 @@ class SpanNormalizer:
 
 
 # -- steps of the reference implementation (the hot path spells them out) ---------------------
+
+
+def operation_of(span: Span, source: Source, coverage: list[CoverageRecord]) -> str:
+    """The GenAI operation ``span`` states, else the one its conventions imply when it states
+    no span-kind attribute either (``""`` for none; see :func:`.conventions.implied_operation`
+    for the coverage record it may leave)."""
+    a = span.attributes
+    op = get_str(a, "gen_ai.operation.name") or ""
+    if not op and not get_str(a, *KIND_KEYS) and has_convention(a):
+        op = implied_operation(span, source, coverage)
+    return op
+
+
+_READER = Source(channel=Channel.SEM, backend="otlp", record_id="")
+
+
+def role_of(span: Span) -> Role:
+    """What a stored span stands for, read as ``normalize`` reads it (:func:`operation_of`, then
+    :func:`span_role`): for the layers that read a run's spans again (``compare``'s metrics),
+    so that a span is an agent or a model call by one rule everywhere."""
+    return span_role(operation_of(span, _READER, []), span.attributes, span.kind)
 
 
 def span_role(op: str, a: Attributes, kind: SpanKind = SpanKind.UNSPECIFIED) -> Role:

@@ -477,6 +477,10 @@ C = TypeVar("C")
 _Create = Callable[[CreateSettings, Any, Consumer | None], Component]
 
 
+DurableState = Callable[[Mapping[str, Any], Callable[[str], str], str], dict[str, Any]]
+"""``(settings, place, name) -> settings to replace``: see :attr:`Factory.durable_state`."""
+
+
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Factory(Generic[C]):
     """Creates one kind of component from its typed configuration.
@@ -503,6 +507,13 @@ class Factory(Generic[C]):
     """Exporters that can pass raw OTLP requests on: builds a :class:`Relay` to the
     destinations the ``OTEL_EXPORTER_OTLP_*`` variables of the given environment name (None
     when they name none). ``observe`` forwards the agent's own telemetry through it."""
+    durable_state: DurableState | None = None
+    """Components that keep state on disk across restarts (a journal, a persistent queue, a
+    spill file): given the settings as a configuration file writes them, a function that names
+    a file in a run directory, and the instance's name (``""`` for ``type`` alone), the
+    settings that put that state there instead (empty when the file sets none). ``observe -c
+    FILE`` applies them, so a standing collector's state is neither replayed into a run nor
+    locked by it (:class:`DurableState`)."""
 
     def __post_init__(self) -> None:
         raw: _Create = self.create

@@ -209,64 +209,43 @@ def _run_exporters(run: rundir.RunDir, keep_runtime_reads: bool) -> list[Compone
     ]
 
 
-_QUEUED_EXPORTERS = ("otlp", "otlphttp", "otlp_grpc", "otlp_http")
 RUN_QUEUE_DIR = rundir.QUEUE_DIR
 """The run directory's subdirectory holding the persistent queues of a ``-c`` file's exporters."""
+_SECTIONS = (("receivers", RECEIVER), ("processors", PROCESSOR), ("exporters", EXPORTER))
 
 
 def durable_state_in_run(
     user: Mapping[str, Any] | None, run: rundir.RunDir
 ) -> list[ComponentAddition]:
-    """The ``-c`` file's graph and enrich journals and persistent queues, moved into the run
-    directory.
+    """The ``-c`` file's on-disk state (journals, persistent queues, spill files), moved into
+    the run directory.
 
     A configuration written for a standing collector (the bundled ones) keeps a graph journal
     and its OTLP exporters' persistent queues at that collector's paths. Under ``observe`` they
     would replay the standing collector's state into this run, or be locked by it; so each
-    journal ``path`` and ``sending_queue.storage`` set in the file is replaced by
-    ``graph[-NAME].journal`` or ``queue/`` in the run directory (the journal and the queue
-    create them owner-only and open them with ``O_NOFOLLOW``), keeping the other settings; a
-    graph's ``bounds.spill`` likewise becomes ``graph[-NAME].spill`` there.
+    component whose factory names its durable state (``Factory.durable_state``: the graph
+    exporter's journal and spill file, the OTLP exporters' queues, enrich's journal, and any
+    third-party component's) has it placed in the run directory, the other settings kept (the
+    journals and queues create their files owner-only and open them with ``O_NOFOLLOW``).
     """
-    out = _enrich_journals_in_run(user, run)
-    exporters = (user or {}).get("exporters")
-    if not isinstance(exporters, Mapping):
-        return out
-    for key, settings in exporters.items():
-        if not isinstance(settings, Mapping):
-            continue
-        type_name, _, name = str(key).partition("/")
-        journal, queue = settings.get("journal"), settings.get("sending_queue")
-        moved: dict[str, Any] = {}
-        if type_name == "graph" and isinstance(journal, Mapping) and journal.get("path"):
-            path = run.file(f"graph-{name}.journal" if name else "graph.journal")
-            moved["journal"] = {**journal, "path": path}
-        bounds = settings.get("bounds")
-        if type_name == "graph" and isinstance(bounds, Mapping) and bounds.get("spill"):
-            spill = run.file(f"graph-{name}.spill" if name else "graph.spill")
-            moved["bounds"] = {**bounds, "spill": spill}
-        if type_name in _QUEUED_EXPORTERS and isinstance(queue, Mapping) and queue.get("storage"):
-            moved["sending_queue"] = {**queue, "storage": run.file(RUN_QUEUE_DIR)}
-        if moved:
-            out.append(ComponentAddition(section="exporters", id=str(key), settings=moved))
-    return out
-
-
-def _enrich_journals_in_run(
-    user: Mapping[str, Any] | None, run: rundir.RunDir
-) -> list[ComponentAddition]:
-    """The ``enrich`` processors' journals (``journal.path``), moved into the run directory's
-    ``queue/`` beside the exporters' queues (each in its own subdirectory)."""
-    processors = (user or {}).get("processors")
-    if not isinstance(processors, Mapping):
+    if not user:
         return []
+    from otel_bridge.registry import default_registry  # noqa: PLC0415 (with -c only)
+
     out: list[ComponentAddition] = []
-    for key, settings in processors.items():
-        journal = settings.get("journal") if isinstance(settings, Mapping) else None
-        enrich = str(key).partition("/")[0] == "enrich"
-        if enrich and isinstance(journal, Mapping) and journal.get("path"):
-            moved = {"journal": {**journal, "path": run.file(RUN_QUEUE_DIR)}}
-            out.append(ComponentAddition(section="processors", id=str(key), settings=moved))
+    registry = default_registry()
+    for section, kind in _SECTIONS:
+        components = user.get(section)
+        if not isinstance(components, Mapping):
+            continue
+        for key, settings in components.items():
+            type_name, _, name = str(key).partition("/")
+            factory = registry.get(kind, type_name) if isinstance(settings, Mapping) else None
+            if factory is None or factory.durable_state is None:
+                continue
+            moved = factory.durable_state(settings, run.file, name)
+            if moved:
+                out.append(ComponentAddition(section=section, id=str(key), settings=moved))
     return out
 
 

@@ -67,7 +67,7 @@ import hashlib
 import os
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -124,6 +124,7 @@ from otel_bridge.processors.correlate.shared import (
     process_facts_of,
 )
 from otel_bridge.processors.enrich_journal import HoldJournal, JournalConfig
+from otel_bridge.rundir import QUEUE_DIR
 
 SCOPE = Scope(name="otel_bridge.enrich", version="1")
 _PREFIX = "otel_bridge.bridge."
@@ -859,11 +860,23 @@ def _create(settings: CreateSettings, config: Config, next_consumer: Consumer | 
     )
 
 
+def durable_state(
+    settings: Mapping[str, Any], place: Callable[[str], str], name: str
+) -> dict[str, Any]:
+    """The hold journal (``journal.path``) set in ``settings``, placed in the run directory's
+    ``queue/`` beside the exporters' queues (``Factory.durable_state``)."""
+    journal = settings.get("journal")
+    if isinstance(journal, Mapping) and journal.get("path"):
+        return {"journal": {**journal, "path": place(QUEUE_DIR)}}
+    return {}
+
+
 factory: Factory[Config] = Factory(
     type_name="enrich",
     kind=PROCESSOR,
     default_config=Config,
     create=_create,
+    durable_state=durable_state,
     signals=frozenset({"evidence"}),
     counters=(
         CounterSpec(

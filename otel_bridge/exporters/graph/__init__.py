@@ -33,6 +33,7 @@ from __future__ import annotations
 import logging
 import os
 import threading
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -412,6 +413,21 @@ def _create(
     return GraphExporter(config, settings)
 
 
+def durable_state(
+    settings: Mapping[str, Any], place: Callable[[str], str], name: str
+) -> dict[str, Any]:
+    """The journal (``journal.path``) and spill file (``bounds.spill``) set in ``settings``,
+    placed as ``graph[-NAME].journal`` and ``graph[-NAME].spill`` (``Factory.durable_state``)."""
+    moved: dict[str, Any] = {}
+    stem = f"graph-{name}" if name else "graph"
+    journal, bounds = settings.get("journal"), settings.get("bounds")
+    if isinstance(journal, Mapping) and journal.get("path"):
+        moved["journal"] = {**journal, "path": place(f"{stem}.journal")}
+    if isinstance(bounds, Mapping) and bounds.get("spill"):
+        moved["bounds"] = {**bounds, "spill": place(f"{stem}.spill")}
+    return moved
+
+
 factory: Factory[GraphExporterConfig] = Factory(
     type_name="graph",
     kind=EXPORTER,
@@ -419,4 +435,5 @@ factory: Factory[GraphExporterConfig] = Factory(
     create=_create,
     signals=frozenset({"evidence", "traces", "logs"}),
     counters=COUNTERS,
+    durable_state=durable_state,
 )

@@ -10,13 +10,14 @@ See :mod:`otel_bridge.exporters.otlp.config` for the configuration and
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Mapping
-from typing import TYPE_CHECKING
+from collections.abc import Callable, Mapping
+from typing import TYPE_CHECKING, Any
 
 from otel_bridge.component import EXPORTER, Component, Consumer, CreateSettings, Factory, Telemetry
 from otel_bridge.exporters.otlp.config import GrpcExporterConfig, HttpExporterConfig
 from otel_bridge.exporters.otlp.exporter import COUNTERS, OtlpExporter
 from otel_bridge.exporters.otlp.transport import GrpcTransport, HttpTransport
+from otel_bridge.rundir import QUEUE_DIR
 
 if TYPE_CHECKING:
     from otel_bridge.exporters.otlp.relay import ForwardRelay
@@ -50,6 +51,18 @@ def _relay(env: Mapping[str, str], telemetry: Telemetry) -> ForwardRelay | None:
     return relay_from_env(env, telemetry)
 
 
+def durable_state(
+    settings: Mapping[str, Any], place: Callable[[str], str], name: str
+) -> dict[str, Any]:
+    """The persistent queue (``sending_queue.storage``) set in ``settings``, placed in the run
+    directory's ``queue/`` (each exporter in its own subdirectory there;
+    ``Factory.durable_state``)."""
+    queue = settings.get("sending_queue")
+    if isinstance(queue, Mapping) and queue.get("storage"):
+        return {"sending_queue": {**queue, "storage": place(QUEUE_DIR)}}
+    return {}
+
+
 grpc_factory: Factory[GrpcExporterConfig] = Factory(
     type_name="otlp",
     kind=EXPORTER,
@@ -57,6 +70,7 @@ grpc_factory: Factory[GrpcExporterConfig] = Factory(
     create=_create_grpc,
     counters=COUNTERS,
     relay=_relay,
+    durable_state=durable_state,
 )
 """Factory of the ``otlp`` (OTLP/gRPC) exporter."""
 
@@ -67,6 +81,7 @@ http_factory: Factory[HttpExporterConfig] = Factory(
     create=_create_http,
     counters=COUNTERS,
     relay=_relay,
+    durable_state=durable_state,
 )
 """Factory of the ``otlphttp`` exporter."""
 

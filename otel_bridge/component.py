@@ -602,6 +602,9 @@ class ComponentStatus:
     """The backend in use (the host receiver), ``""`` when none or not started."""
     detail: str = ""
     """One human-readable line: which backend runs and why, where an exporter writes."""
+    storage: str = ""
+    """Where an exporter keeps what it has not delivered across restarts (its persistent
+    queue's directory), ``""`` when nowhere."""
     collections: Mapping[str, str] = field(default_factory=dict)
     """Per collection (process, file, network): ``state: backend: reason`` with every detail
     (the host receiver)."""

@@ -161,8 +161,7 @@ def delivery_summary(collector: Collector) -> dict[str, Any]:
             }
         except UndeclaredCounterError:  # not an exporter that delivers somewhere
             continue
-        queue = getattr(collector.config.exporters[eid].config, "sending_queue", None)
-        exporters[eid] = {**counts, "storage": getattr(queue, "storage", "") or None}
+        exporters[eid] = {**counts, "storage": collector.status(eid).storage or None}
     return {"exporters": exporters, "warnings": _delivery_warnings(exporters)}
 
 

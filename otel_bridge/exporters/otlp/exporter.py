@@ -29,7 +29,7 @@ from __future__ import annotations
 import threading
 from collections.abc import Callable
 
-from otel_bridge.component import CounterSpec, CreateSettings, Host, Telemetry
+from otel_bridge.component import ComponentStatus, CounterSpec, CreateSettings, Host, Telemetry
 from otel_bridge.errors import ComponentError, StartupError
 from otel_bridge.exporters.otlp.config import OtlpExporterConfig
 from otel_bridge.exporters.otlp.encoding import Encoding, encode_log_records, encode_spans
@@ -144,6 +144,10 @@ class OtlpExporter:
                 f"by an earlier run",
             )
         return recovery.pending
+
+    def status(self) -> ComponentStatus:
+        """Where undelivered records are kept across restarts (``sending_queue.storage``)."""
+        return ComponentStatus(storage=self._config.sending_queue.storage or "")
 
     def consume(self, batch: Batch) -> None:
         """Queue the batch's spans and log records (or send them now without a queue).

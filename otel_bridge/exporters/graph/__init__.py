@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import logging
 import os
+import tempfile
 import threading
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
@@ -174,13 +175,18 @@ class GraphExporter:
         )
         self.path = _resolve(self.config.output, host)
         folder = Path(self.path).absolute().parent
+        why = ""
         try:
             folder.mkdir(mode=0o700, parents=True, exist_ok=True)
-            usable = os.access(folder, os.W_OK | os.X_OK)
-            why = "is not writable by this user"
         except OSError as exc:
-            usable, why = False, f"cannot be created ({exc.strerror or exc})"
-        if not usable:
+            why = f"cannot be created ({exc.strerror or exc})"
+        if not why:
+            try:  # a file made and dropped (access(2) would ignore this user's capabilities)
+                with tempfile.TemporaryFile(dir=folder):
+                    pass
+            except OSError as exc:
+                why = f"is not writable ({exc.strerror or exc})"
+        if why:
             raise StartupError(
                 f"{self._id}: output {self.path}: its directory {folder} {why} (the graph is "
                 "written there while the collector runs and at its end)"

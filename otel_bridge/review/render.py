@@ -45,7 +45,7 @@ def summary_lines(doc: Mapping[str, Any], *, brief: bool = False) -> list[str]:
     for session in doc["sessions"]:
         counts = ", ".join(f"{n} {s}" for s, n in session["claims"].items() if n)
         why = session.get("no_claims") or ""
-        if brief and why:
+        if brief and ": " in why:  # the detail after the first clause: in review.md
             why = why.split(": ", 1)[0] + "; review.md says where it looks"
         out.append(
             f"session {session['trace_id']} ({', '.join(session['agents']) or 'agent unknown'}): "

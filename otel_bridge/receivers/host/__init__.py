@@ -166,7 +166,9 @@ class HostReceiver:
         covers; a plane it reports ``unavailable`` or ``not_sampled`` goes to the next backend
         that works here, and so on. A plane nobody covers keeps its first backend's gap state.
         """
-        if self._root_pid > 0 and not _running(self._root_pid):
+        # ``run`` with a root_pid: it must be there. Under ``observe`` (a run directory) the
+        # root is its command, which may have ended (and its exit been recorded) already.
+        if self._root_pid > 0 and host.run_dir is None and not _running(self._root_pid):
             raise StartupError(
                 f"{self._settings.id}: root_pid {self._root_pid}: no such process (the root "
                 "must be running when the collector starts; without root_pid a standing "

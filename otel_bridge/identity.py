@@ -27,7 +27,7 @@ import os
 import re
 import socket
 import uuid
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 
 from otel_bridge.model import AnyValue, EntityKind, ProcessFacts
 
@@ -309,6 +309,36 @@ def is_loopback(address: str) -> bool:
         return False
     mapped = getattr(ip, "ipv4_mapped", None)
     return bool(ip.is_loopback or (mapped is not None and mapped.is_loopback))
+
+
+WILDCARD_HOSTS = frozenset({"", "0.0.0.0", "::"})
+"""Bind addresses that listen on every address of the host."""
+
+
+def reaches_listener(host: str, port: int | None, listeners: Iterable[tuple[str, int]]) -> bool:
+    """Whether a client of this machine that connects to ``host``:``port`` reaches one of
+    ``listeners`` (``(address, port)`` as a collector on this machine bound them). The port is
+    the same, and: a listener bound to every address is reached at a loopback address,
+    ``localhost`` or this machine's name; one bound to ``localhost`` at a loopback address or
+    ``localhost``; one bound to an address at that address (IPv4-mapped IPv6 read as IPv4), and
+    a loopback one at ``localhost`` too."""
+    client = canonical_ip(host)
+    named_local = host == "localhost"
+    local = named_local or (client is not None and is_loopback(client))
+    for address, bound in listeners:
+        if bound != port:
+            continue
+        if address in WILDCARD_HOSTS:
+            reached = local or host == socket.gethostname()
+        elif address == "localhost":
+            reached = local
+        else:
+            bound_ip = canonical_ip(address)
+            reached = host == address or (client is not None and client == bound_ip)
+            reached = reached or (named_local and is_loopback(bound_ip or ""))
+        if reached:
+            return True
+    return False
 
 
 def endpoint_key(transport: str, address: str, port: int) -> str | None:

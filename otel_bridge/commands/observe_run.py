@@ -56,7 +56,7 @@ from otel_bridge.config import (
     read_config,
 )
 from otel_bridge.errors import OtelBridgeError
-from otel_bridge.identity import host_id
+from otel_bridge.identity import WILDCARD_HOSTS, host_id
 from otel_bridge.launch import Guard
 from otel_bridge.model import Batch, Resource, Scope, Span, SpanKind, Status, StatusCode
 from otel_bridge.otlp.mux import GrpcOnDemand, GrpcUpstream, ProtocolMux, Upstream
@@ -72,7 +72,6 @@ _LAST_SPANS_WAIT = 0.2
 _DRAIN_BOUND = 3.0
 """After CMD exits, wait at most this long for its process group and its OTLP connections."""
 _RUN_PIPELINE = "evidence/run"
-_WILDCARD_HOSTS = ("", "0.0.0.0", "::")
 
 
 RUN_COMPONENTS: tuple[tuple[str, str], ...] = (
@@ -377,7 +376,7 @@ def wait_quiet(telemetry: Telemetry, *, quiet: float = _LAST_SPANS_WAIT, bound: 
 
 def _client_url(endpoint: Endpoint) -> str:
     """Where CMD reaches ``endpoint``: loopback for a wildcard bind."""
-    if endpoint.host in _WILDCARD_HOSTS:
+    if endpoint.host in WILDCARD_HOSTS:
         return f"http://127.0.0.1:{endpoint.port}"
     return endpoint.url
 
@@ -385,7 +384,7 @@ def _client_url(endpoint: Endpoint) -> str:
 def _upstream(endpoint: Endpoint | None) -> Upstream | None:
     if endpoint is None:
         return None
-    host = "127.0.0.1" if endpoint.host in _WILDCARD_HOSTS else endpoint.host
+    host = "127.0.0.1" if endpoint.host in WILDCARD_HOSTS else endpoint.host
     return Upstream(host=host, port=endpoint.port)
 
 
@@ -419,7 +418,7 @@ def _started_grpc(receiver: GrpcOnDemand) -> Upstream | None:
     bound = receiver.start_grpc()
     if bound is None:
         return None
-    host = "127.0.0.1" if bound[0] in _WILDCARD_HOSTS else bound[0]
+    host = "127.0.0.1" if bound[0] in WILDCARD_HOSTS else bound[0]
     return Upstream(host=host, port=bound[1])
 
 

@@ -10,7 +10,6 @@ synthetic documents without a run directory.
 
 from __future__ import annotations
 
-import ipaddress
 import json
 import os
 from collections.abc import Callable, Collection, Iterable, Mapping
@@ -22,7 +21,7 @@ import orjson
 
 from otel_bridge.errors import DecodeError
 from otel_bridge.graph import reading, validate_document
-from otel_bridge.identity import str_value, tool_call_key
+from otel_bridge.identity import reaches_listener, str_value, tool_call_key
 from otel_bridge.model import AnyValue, LogRecord, Span
 from otel_bridge.otlp import json_codec
 from otel_bridge.otlp.records import Decoded
@@ -272,35 +271,11 @@ def _accesses(
 Listener = tuple[str, int]
 """Where the run's collector listened: (address, port) as it bound them."""
 
-_WILDCARDS = frozenset({"", "0.0.0.0", "::"})
-
-
-def _address(text: str) -> ipaddress.IPv4Address | ipaddress.IPv6Address | None:
-    try:
-        address = ipaddress.ip_address(text.strip("[]"))
-    except ValueError:
-        return None
-    if isinstance(address, ipaddress.IPv6Address) and address.ipv4_mapped is not None:
-        return address.ipv4_mapped
-    return address
-
 
 def _is_listener(facts: Mapping[str, Any], listeners: Collection[Listener]) -> bool:
-    """Whether an endpoint's facts name one of ``listeners``: the same port and the same
-    address, or a loopback address when the listener bound every address (a wildcard: the
-    collector ran on the run's host, so a loopback connection to that port reached it)."""
-    port, address = facts.get("port"), _address(str(facts.get("address", "")))
-    if address is None:
-        return False
-    for host, bound in listeners:
-        if bound != port:
-            continue
-        if host in _WILDCARDS or host == "localhost":
-            if address.is_loopback:
-                return True
-        elif _address(host) == address:
-            return True
-    return False
+    """Whether an endpoint's facts name one of ``listeners`` (a connection of the run's host to
+    its own collector, :func:`otel_bridge.identity.reaches_listener`)."""
+    return reaches_listener(str(facts.get("address", "")), facts.get("port"), listeners)
 
 
 def _own_endpoints(

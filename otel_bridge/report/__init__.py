@@ -30,6 +30,7 @@ import msgspec
 from otel_bridge.grading import weakest
 from otel_bridge.graph import reading
 from otel_bridge.graph.document import Graph, GraphEdge, GraphNode
+from otel_bridge.identity import reaches_listener
 from otel_bridge.linkreasons import unlinked_reason
 from otel_bridge.model import (
     BRIDGE_SKIP_ATTR,
@@ -142,7 +143,7 @@ def _call_label(node: GraphNode) -> str:
 class _Index:
     def __init__(self, graph: Graph, own: Collection[tuple[str, int]] = ()) -> None:
         self.nodes = {n.id: n for n in graph.nodes}
-        self.own = frozenset(own)
+        self.own = tuple(own)
         """(address, port) where the run's own collector listened: a connection there is the
         workload exporting its telemetry to ``observe``, not an endpoint it chose."""
         self.written: dict[str, list[reading.Effect]] = defaultdict(list)
@@ -213,7 +214,9 @@ class _Index:
         out: list[str] = []
         for r in self.reached.get(pid, ()):
             facts = self.nodes[r.target].facts if r.target in self.nodes else None
-            if isinstance(facts, EndpointFacts) and (facts.address, facts.port) in self.own:
+            if isinstance(facts, EndpointFacts) and reaches_listener(
+                facts.address, facts.port, self.own
+            ):
                 continue
             label = r.label
             if r.observed == reading.ATTEMPTED:

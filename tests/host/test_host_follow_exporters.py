@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 
+from otel_bridge.identity import reaches_listener
 from otel_bridge.receivers.host.config import HostConfig
 from otel_bridge.receivers.host.selectors import Selectors, exports_here, service_of
 
@@ -60,3 +61,25 @@ def test_the_service_an_environment_names() -> None:
     both = env(OTEL_RESOURCE_ATTRIBUTES="service.name=b", OTEL_SERVICE_NAME="a")
     assert service_of(both) == "a"  # the specification: OTEL_SERVICE_NAME wins
     assert service_of(env()) == ""
+
+
+@pytest.mark.parametrize(
+    ("host", "port", "listeners", "reached"),
+    [
+        ("127.0.0.1", 4318, [("0.0.0.0", 4318)], True),  # a wildcard bind, from loopback
+        ("localhost", 4318, [("::", 4318)], True),
+        ("127.0.0.1", 4317, [("0.0.0.0", 4318)], False),  # another port
+        ("10.1.2.3", 4318, [("0.0.0.0", 4318)], False),  # an address not known to be ours
+        ("::ffff:127.0.0.1", 4318, [("127.0.0.1", 4318)], True),  # IPv4-mapped
+        ("localhost", 4318, [("127.0.0.1", 4318)], True),
+        ("127.0.0.2", 4318, [("127.0.0.1", 4318)], False),  # a loopback bind takes its own
+        ("::1", 4318, [("localhost", 4318)], True),
+        ("10.1.2.3", 4318, [("10.1.2.3", 4318)], True),
+        ("localhost", 4318, [("10.1.2.3", 4318)], False),
+    ],
+)
+def test_which_client_address_reaches_a_bound_listener(
+    host: str, port: int, listeners: list[tuple[str, int]], reached: bool
+) -> None:
+    """One rule for observe's report, compare and ``follow_exporters``."""
+    assert reaches_listener(host, port, listeners) is reached

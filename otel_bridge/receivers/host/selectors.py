@@ -16,13 +16,12 @@ import fnmatch
 import os
 import pwd
 import re
-import socket
 from collections.abc import Collection
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 from urllib.parse import unquote, urlsplit
 
-from otel_bridge.identity import canonical_ip, is_loopback
+from otel_bridge.identity import reaches_listener
 
 if TYPE_CHECKING:
     from otel_bridge.receivers.host.config import HostConfig
@@ -35,7 +34,6 @@ ENDPOINT_VARS = (
 """The environment variables naming where an OpenTelemetry SDK sends (the specification's)."""
 DEFAULT_PORTS = frozenset({4317, 4318})
 """The SDKs' default OTLP ports (gRPC, HTTP) on ``localhost``, used when no endpoint is set."""
-_ANY = frozenset({"0.0.0.0", "::", ""})
 EXPORTER_MATCH = "exporter="
 """How a ``follow_exporters`` match names itself (``exporter=OTEL_EXPORTER_OTLP_ENDPOINT``)."""
 
@@ -59,15 +57,13 @@ def exports_here(environ: bytes, listening: Collection[tuple[str, int]]) -> str:
     named = [(var, otel[var]) for var in ENDPOINT_VARS if otel.get(var)]
     for var, url in named:
         host, port = _host_port(url)
-        if port is not None and any(
-            port == p and _same_host(host, address) for address, p in listening
-        ):
+        if port is not None and reaches_listener(host, port, listening):
             return var
     exporters = otel.get("OTEL_TRACES_EXPORTER", "otlp") + otel.get("OTEL_LOGS_EXPORTER", "")
     if (
         not named
         and "otlp" in exporters
-        and any(p in DEFAULT_PORTS and _local(a) for a, p in listening)
+        and any(reaches_listener("localhost", p, listening) for p in DEFAULT_PORTS)
     ):
         return "the SDK's default endpoint"
     return ""
@@ -96,18 +92,6 @@ def _host_port(url: str) -> tuple[str, int | None]:
         return parts.hostname or "", parts.port
     except ValueError:
         return "", None
-
-
-def _local(address: str) -> bool:
-    """A bound address a local client reaches as ``localhost``."""
-    return address in _ANY or is_loopback(canonical_ip(address) or "")
-
-
-def _same_host(host: str, address: str) -> bool:
-    """Whether a client told ``host`` reaches a receiver bound to ``address`` on this machine."""
-    if host == "localhost" or is_loopback(canonical_ip(host) or ""):
-        return _local(address)
-    return host == address or (address in _ANY and host == socket.gethostname())
 
 
 CGROUP_ROOT = "/sys/fs/cgroup"

@@ -45,7 +45,7 @@ from otel_bridge.model import AnyValue, CollectionState
 from otel_bridge.receivers.host.events import HostContext
 from otel_bridge.receivers.host.netscan import decode_address, read_tables, socket_inodes
 from otel_bridge.receivers.host.procfs import read_stat
-from otel_bridge.receivers.host.selectors import EXPORTER_MATCH, Selectors, service_of
+from otel_bridge.receivers.host.selectors import Selectors
 
 _STATE_PID = (
     "state it with OTEL_EXPERIMENTAL_RESOURCE_DETECTORS=process,host (Python SDK) or on the "
@@ -286,7 +286,7 @@ class Follower:
             live[pid] = stat[1]
             if self._declined.get(pid) == stat[1] and not self._selectors.rescan:
                 continue  # uid/cgroup/exe seldom change; a command line changes on exec
-            how = self._selectors.match(pid, listening)
+            how, service = self._selectors.match(pid, listening)
             if not how:
                 self._declined[pid] = stat[1]
                 continue
@@ -295,8 +295,8 @@ class Follower:
             followed = self._adopt(
                 pid, start_ms_from_ticks(stat[1]), f"it matched {how}", "selector"
             )
-            if followed and how.startswith(EXPORTER_MATCH):
-                self._note_environment(pid)
+            if followed and service:
+                self._note_service(service, pid)
         self._declined = {p: t for p, t in self._declined.items() if live.get(p) == t}
 
     def _is_own(self, pid: int) -> bool:
@@ -314,19 +314,13 @@ class Follower:
             return False
         return os.path.basename(argv[0]) == b"strace" or argv[1:3] == [b"-S", b"-c"]
 
-    def _note_environment(self, pid: int) -> None:
-        """Remember the service a process followed for its environment names (its SDK's)."""
-        try:
-            with open(f"/proc/{pid}/environ", "rb") as f:
-                service = service_of(f.read())
-        except OSError:
-            return
-        if service:
-            pids = self._by_environment.setdefault(service, [])
-            pids.append(pid)
-            del pids[:-_NAMED]
-            while len(self._by_environment) > _SERVICES_KEPT:
-                del self._by_environment[next(iter(self._by_environment))]
+    def _note_service(self, service: str, pid: int) -> None:
+        """Remember that ``pid``, followed for its environment, names ``service`` there."""
+        pids = self._by_environment.setdefault(service, [])
+        pids.append(pid)
+        del pids[:-_NAMED]
+        while len(self._by_environment) > _SERVICES_KEPT:
+            del self._by_environment[next(iter(self._by_environment))]
 
     def _adopt(self, pid: int, start_ms: int, why: str, how: str, peer: Peer | None = None) -> bool:
         """Have every backend follow ``pid``; whether they all do."""

@@ -34,8 +34,6 @@ ENDPOINT_VARS = (
 """The environment variables naming where an OpenTelemetry SDK sends (the specification's)."""
 DEFAULT_PORTS = frozenset({4317, 4318})
 """The SDKs' default OTLP ports (gRPC, HTTP) on ``localhost``, used when no endpoint is set."""
-EXPORTER_MATCH = "exporter="
-"""How a ``follow_exporters`` match names itself (``exporter=OTEL_EXPORTER_OTLP_ENDPOINT``)."""
 
 
 def exports_here(environ: bytes, listening: Collection[tuple[str, int]]) -> str:
@@ -197,22 +195,26 @@ class Selectors:
         seldom do)."""
         return bool(self.commands) or self.exporters
 
-    def match(self, pid: int, listening: Collection[tuple[str, int]] = ()) -> str:
-        """Which selector ``pid`` matches (``"user=0"``, ...), ``""`` for none or gone;
-        ``listening``: where this collector's receivers listen (for ``follow_exporters``)."""
+    def match(self, pid: int, listening: Collection[tuple[str, int]] = ()) -> tuple[str, str]:
+        """Which selector ``pid`` matches (``"user=0"``, ...), ``""`` for none or gone, and for
+        a ``follow_exporters`` match the ``service.name`` its environment names (else ``""``);
+        ``listening``: where this collector's receivers listen."""
         try:
-            return self._match(pid) or self._exporter(pid, listening)
+            how = self._match(pid)
+            return (how, "") if how else self._exporter(pid, listening)
         except (OSError, ValueError):
-            return ""  # gone, or not ours to read
+            return "", ""  # gone, or not ours to read
 
-    def _exporter(self, pid: int, listening: Collection[tuple[str, int]]) -> str:
+    def _exporter(self, pid: int, listening: Collection[tuple[str, int]]) -> tuple[str, str]:
         if not self.exporters or not listening:
-            return ""
+            return "", ""
         with open(f"/proc/{pid}/environ", "rb") as f:
-            found = exports_here(f.read(), listening)
-        return (
-            f"{EXPORTER_MATCH}{found} (its environment sends its telemetry here)" if found else ""
-        )
+            environ = f.read()
+        found = exports_here(environ, listening)
+        if not found:
+            return "", ""
+        how = f"exporter={found} (its environment sends its telemetry here)"
+        return how, service_of(environ)
 
     def _match(self, pid: int) -> str:
         if self.uids:

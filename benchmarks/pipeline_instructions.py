@@ -40,8 +40,19 @@ from pathlib import Path
 from typing import Any
 
 STAGES = ("decode", "normalize", "full", "graph")
-EXTRA_STAGES = ("graph-os", "graph-os-plain", "graph-os-normalized", "grpc", "json-decode")
-"""``graph-os``: the graph accumulator alone on the synthetic OS events of
+EXTRA_STAGES = (
+    "full-distinct",
+    "graph-os",
+    "graph-os-plain",
+    "graph-os-normalized",
+    "grpc",
+    "json-decode",
+)
+"""``full-distinct``: ``full`` on new spans (requests built with their own random trace and
+span ids, as many as the measured part sends, in both runs; the graph exporter's default
+redelivery window), so every span adds nodes as an agent's real traffic does, where ``full``
+sends the warm-up's spans again as new sightings of known nodes. ``graph-os``: the graph
+accumulator alone on the synthetic OS events of
 ``graph_materialization.py`` (``opened`` relations with fresh entities, typed facts and keys, per
 event rather than per span; not run by default). ``graph-os-normalized``: the accumulator alone
 on what the ``normalize`` processor makes of host-receiver ``file.open`` records (one process,
@@ -78,7 +89,7 @@ def pipeline_step(stage: str, workdir: str) -> tuple[Callable[[bytes], object], 
 
     from otel_bridge.pipeline import Collector
 
-    config = collector_config(workdir, _REQUEST_SPANS)
+    config = collector_config(workdir, _REQUEST_SPANS, distinct=stage == "full-distinct")
     without_timers(config)
     collector = Collector(config)
     collector.start()
@@ -326,6 +337,16 @@ def grpc_work(spans: int) -> None:
         os._exit(0)
 
 
+def measured_requests(stage: str, order: list[bytes], prepared: int) -> list[bytes]:
+    """The requests the measured part cycles over: the warm-up's (``order``), or for
+    ``full-distinct`` ``prepared`` spans' worth of new ones (built in both runs)."""
+    if stage != "full-distinct":
+        return order
+    from pipeline_throughput import build_requests
+
+    return [build_requests(i % 4, _REQUEST_SPANS, 1)[0] for i in range(prepared // _REQUEST_SPANS)]
+
+
 def work(stage: str, spans: int, prepared: int) -> None:
     """Warm up, then push ``spans`` spans through ``stage`` (the measured child's job)."""
     if stage == "graph":
@@ -344,12 +365,13 @@ def work(stage: str, spans: int, prepared: int) -> None:
     order = [reqs[i] for i in range(_DISTINCT_REQUESTS) for reqs in per_sender]
     if stage == "json-decode":
         order = [as_json(raw) for raw in order]
+    measured = measured_requests(stage, order, prepared)
     with tempfile.TemporaryDirectory() as workdir:
         step, _ = pipeline_step(stage, workdir)
         for raw in order:
             step(raw)
         for i in range(spans // _REQUEST_SPANS):
-            step(order[i % len(order)])
+            step(measured[i % len(measured)])
         # Leave without shutting the collector down: its drain and graph.json write are the
         # same for both runs and would only add noise to the difference.
         sys.stdout.flush()

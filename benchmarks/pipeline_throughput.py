@@ -11,7 +11,14 @@ Spans look like an agent's: ``invoke_agent``, ``chat`` and ``execute_tool`` span
 attributes under a resource with ``service.name``, ``process.pid`` and ``host.id``. Each sender
 cycles through a fixed set of distinct spans, so the graph's size is fixed and what grows with
 ``--spans`` is only the input stream: peak RSS at two input sizes then shows whether memory is
-bounded by configuration (batch size, memory limiter, caches) rather than by input size.
+bounded by configuration (batch size, memory limiter, caches) rather than by input size. A span
+sent again is a copy (same ids, same times) that reaches the graph as a new sighting of its
+nodes and edges (:data:`REDELIVERY_WINDOW`).
+
+``--distinct`` builds as many distinct requests as a sender sends instead (random trace and
+span ids), so every span is a new one, as in an agent's real traffic: the graph grows with the
+input (the memory limiter's limit is raised to hold it) and the graph exporter keeps its
+default redelivery window.
 
 Usage::
 
@@ -19,6 +26,7 @@ Usage::
     python benchmarks/pipeline_throughput.py --spans 100000 --profile /tmp/collector.prof
     python benchmarks/pipeline_throughput.py --spans 100000 400000 --stages 100000
     python benchmarks/pipeline_throughput.py --spans 400000 --repeat 5
+    python benchmarks/pipeline_throughput.py --spans 200000 --distinct
 
 Prints, per input size: spans/s end to end (first request sent -> everything accepted, and
 including the final drain and graph.json write), the collector process's CPU time per span
@@ -104,19 +112,28 @@ longer than this window, so every pass reaches the graph as new sightings of kno
 edges, as distinct spans would, and the window's look-ups are still made and measured."""
 
 
-def collector_config(workdir: str, send_batch_size: int = SEND_BATCH_SIZE) -> Any:
-    """The measured collector's configuration: gRPC on a free port, graph.json in ``workdir``."""
+DISTINCT_LIMIT_MIB = 8192
+"""The memory limiter's ``limit_mib`` under ``--distinct``, where the graph grows with the input."""
+
+
+def collector_config(
+    workdir: str, send_batch_size: int = SEND_BATCH_SIZE, *, distinct: bool = False
+) -> Any:
+    """The measured collector's configuration: gRPC on a free port, graph.json in ``workdir``;
+    with ``distinct``, the default redelivery window and room for a growing graph."""
     from otel_bridge.config import parse_config
     from otel_bridge.exporters.graph import GraphExporterConfig
 
     graph: dict[str, Any] = {"output": os.path.join(workdir, "graph.json"), "flush_interval": 0}
-    if "redelivery_window" in GraphExporterConfig.__dataclass_fields__:  # not in older code
+    fields = GraphExporterConfig.__dataclass_fields__
+    if "redelivery_window" in fields and not distinct:  # not in older code
         graph["redelivery_window"] = REDELIVERY_WINDOW
+    limit = DISTINCT_LIMIT_MIB if distinct else 1024
     return parse_config(
         {
             "receivers": {"otlp": {"protocols": {"grpc": {"endpoint": "127.0.0.1:0"}}}},
             "processors": {
-                "memory_limiter": {"check_interval": "100ms", "limit_mib": 1024},
+                "memory_limiter": {"check_interval": "100ms", "limit_mib": limit},
                 "batch": {"send_batch_size": send_batch_size, "timeout": "200ms"},
                 "normalize": None,
             },
@@ -142,12 +159,12 @@ def _collector_main(  # noqa: PLR0917 (the spawned process's arguments)
     workdir: str,
     profile: str | None,
     send_batch_size: int,
+    distinct: bool = False,
 ) -> None:
     _pin({core})
-    from otel_bridge.component import RECEIVER
     from otel_bridge.pipeline import Collector
 
-    config = collector_config(workdir, send_batch_size)
+    config = collector_config(workdir, send_batch_size, distinct=distinct)
     profilers: list[Any] = []
     if profile:
         import cProfile
@@ -169,7 +186,8 @@ def _collector_main(  # noqa: PLR0917 (the spawned process's arguments)
     receiver: Any = collector.component("otlp")
     conn.send(receiver.grpc_port)
     telemetry = collector.host.telemetry
-    while telemetry.value("spans_accepted", kind=RECEIVER, id="otlp") < expected:
+    accepted = _accepted_spans(telemetry)
+    while accepted() < expected:
         time.sleep(0.002)
     ingest_done = time.monotonic()
     collector.shutdown()
@@ -188,6 +206,16 @@ def _collector_main(  # noqa: PLR0917 (the spawned process's arguments)
     gc_clock.stop()
     gc = (gc_clock.seconds, gc_clock.collections)
     conn.send((ingest_done, done, peak_kib / 1024.0, observations, telemetry.counters(), cpu, gc))
+
+
+def _accepted_spans(telemetry: Any) -> Any:
+    """How to read the ``otlp`` receiver's accepted spans (a base tree from before the typed
+    counters reads them by their full name: ``--distinct`` runs one benchmark file on both)."""
+    if not hasattr(telemetry, "value"):
+        return lambda: telemetry.counters().get("receiver.otlp.spans_accepted", 0)
+    from otel_bridge.component import RECEIVER
+
+    return lambda: telemetry.value("spans_accepted", kind=RECEIVER, id="otlp")
 
 
 class _GcClock:
@@ -258,7 +286,7 @@ def build_requests(sender: int, batch: int, count: int = _DISTINCT_REQUESTS) -> 
         ss = rs.scope_spans.add()
         ss.scope.name = "opentelemetry.instrumentation.openai_agents"
         ss.scope.version = "0.1"
-        trace_id = bytes([sender + 1, r + 1]) + os.urandom(14)
+        trace_id = bytes([sender + 1, (r + 1) % 256]) + os.urandom(14)
         root_id = os.urandom(8)
         for i in range(batch):
             span = ss.spans.add()
@@ -302,19 +330,22 @@ class SenderJob:
     spans: int
     batch: int
     cores: frozenset[int]
+    distinct: bool = False
 
 
-def _sender_main(job: SenderJob, go: Any, done: Any) -> None:
+def _sender_main(job: SenderJob, ready: Any, go: Any, done: Any) -> None:
     port, sender, spans, batch = job.port, job.sender, job.spans, job.batch
     _pin(set(job.cores))
     import grpc
 
-    requests = build_requests(sender, batch)
+    count = -(-spans // batch) if job.distinct else _DISTINCT_REQUESTS
+    requests = build_requests(sender, batch, count)
     channel = grpc.insecure_channel(f"127.0.0.1:{port}")
     call = channel.unary_unary(
         "/opentelemetry.proto.collector.trace.v1.TraceService/Export", None, None
     )
     grpc.channel_ready_future(channel).result(timeout=10)
+    ready.put(sender)
     go.wait()
     sent = 0
     in_flight: list[tuple[Any, bytes]] = []
@@ -433,6 +464,8 @@ def run(
     batch: int,
     profile: str | None = None,
     send_batch_size: int = SEND_BATCH_SIZE,
+    *,
+    distinct: bool = False,
 ) -> Result:
     """Measure one run of ``total`` spans (rounded up to whole batches per sender)."""
     ctx = mp.get_context("spawn")
@@ -446,22 +479,28 @@ def run(
     with tempfile.TemporaryDirectory() as workdir:
         collector = ctx.Process(
             target=_collector_main,
-            args=(child, total, collector_core, workdir, profile, send_batch_size),
+            args=(child, total, collector_core, workdir, profile, send_batch_size, distinct),
         )
         collector.start()
         port = _receive(parent, collector, "its gRPC port")
-        go = ctx.Event()
+        ready, go = ctx.Queue(), ctx.Event()
         done = ctx.Queue()
         procs = [
             ctx.Process(
                 target=_sender_main,
-                args=(SenderJob(port, s, per_sender, batch, frozenset(sender_cores)), go, done),
+                args=(
+                    SenderJob(port, s, per_sender, batch, frozenset(sender_cores), distinct),
+                    ready,
+                    go,
+                    done,
+                ),
             )
             for s in range(senders)
         ]
         for p in procs:
             p.start()
-        time.sleep(1.0 + 0.2 * senders)  # senders build their requests and connect
+        for _ in procs:  # each sender has built its requests and connected
+            ready.get(timeout=600)
         started = time.monotonic()
         go.set()
         for p in procs:
@@ -521,6 +560,11 @@ def main(argv: list[str] | None = None) -> int:
         help="runs per size; with more than one, also the median and best of them",
     )
     parser.add_argument(
+        "--distinct",
+        action="store_true",
+        help="no span sent twice: the graph grows with the input",
+    )
+    parser.add_argument(
         "--stages",
         type=int,
         metavar="SPANS",
@@ -534,12 +578,20 @@ def main(argv: list[str] | None = None) -> int:
         f"otlp(gRPC) -> memory_limiter -> batch -> normalize -> graph; collector pinned to one "
         f"core, {args.senders} sender processes, {args.batch} spans/request, "
         f"send_batch_size {args.send_batch_size}, "
+        f"{'distinct spans' if args.distinct else 'spans repeated per pass'}, "
         f"{len(os.sched_getaffinity(0))} cores available"
     )
     for spans in args.spans:
         results = []
         for _ in range(args.repeat):
-            result = run(spans, args.senders, args.batch, args.profile, args.send_batch_size)
+            result = run(
+                spans,
+                args.senders,
+                args.batch,
+                args.profile,
+                args.send_batch_size,
+                distinct=args.distinct,
+            )
             results.append(result)
             print(
                 f"spans={result.spans:>9,}  ingest {result.ingest_rate:>9,.0f} spans/s  "

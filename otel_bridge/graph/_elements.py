@@ -101,11 +101,24 @@ def json_attrs(attrs: Attributes) -> dict[str, Any]:
     return {k: v if v.__class__ in PLAIN else value_to_json(v) for k, v in attrs.items()}
 
 
-def merge_attrs(attrs: dict[str, Any], new: Attributes) -> None:
-    """First-available merge: add the keys ``attrs`` lacks, keep the values it has."""
+def merge_attrs(attrs: Attributes, new: Attributes) -> dict[str, Any]:
+    """First-available merge: a new dict of ``attrs`` with the keys it lacks added from
+    ``new`` (``attrs`` is not changed: the store may share it with an observation)."""
+    merged = dict(attrs)
     for k, v in new.items():
-        if k not in attrs:
-            attrs[k] = v if v.__class__ in PLAIN else value_to_json(v)
+        if k not in merged:
+            merged[k] = v if v.__class__ in PLAIN else value_to_json(v)
+    return merged
+
+
+def plain_attrs(attrs: Attributes) -> Attributes:
+    """``attrs`` itself when every value is already JSON, else a converted copy
+    (:func:`json_attrs`): a row holds an observation's own attributes until a merge replaces
+    them (the model is immutable, and the store never changes a row's mapping in place)."""
+    for v in attrs.values():  # cheaper than a set of the value types for a few values
+        if v.__class__ not in PLAIN:
+            return json_attrs(attrs)
+    return attrs
 
 
 Stamp = tuple[int, str, int]
@@ -182,7 +195,9 @@ class Store:
         self.node_index: dict[str, int] = {}
         self.n_kind: list[str] = []
         self.n_label: list[str] = []
-        self.n_attrs: list[dict[str, Any]] = []
+        self.n_attrs: list[Attributes] = []
+        """Shared with the entity that added the node (never changed in place: a merge
+        replaces the row's mapping, :func:`merge_attrs`), so a new node copies nothing."""
         self.n_keys: list[frozenset[str] | None] = []
         """The attribute keys held, so "nothing new" is one C-level superset test; None until a
         later sighting asks (:meth:`node_keys`): most nodes are never merged again."""
@@ -196,7 +211,8 @@ class Store:
         and compares as its value, and a key of strings is never tracked by the collector."""
         self.e_src: list[int] = []
         self.e_dst: list[int] = []
-        self.e_attrs: list[dict[str, Any]] = []
+        self.e_attrs: list[Attributes] = []
+        """Shared with the observation that added the edge, as :attr:`n_attrs`."""
         self.e_keys: list[frozenset[str]] = []
         self.e_first: list[int] = []
         self.e_last: list[int] = []
@@ -246,7 +262,7 @@ class Store:
         keys = self.key_tuples[names] = self.key_sets.setdefault(keys, keys)
         return keys
 
-    def intern_keys(self, attrs: dict[str, Any]) -> frozenset[str]:
+    def intern_keys(self, attrs: Attributes) -> frozenset[str]:
         """The shared key set of ``attrs``."""
         keys = frozenset(attrs)
         return self.key_sets.setdefault(keys, keys)
@@ -259,13 +275,7 @@ class Store:
         self.n_label.append(entity.label)
         if not entity.label:
             self.unlabeled.add(i)
-        attrs = entity.attrs
-        copy = dict(attrs)  # json_attrs(attrs) and intern_keys(copy), inline
-        for v in copy.values():  # cheaper than a set of the value types for a few values
-            if v.__class__ not in PLAIN:
-                copy = json_attrs(attrs)
-                break
-        self.n_attrs.append(copy)
+        self.n_attrs.append(plain_attrs(entity.attrs))
         self.n_keys.append(None)  # node_keys computes them when asked
         self.n_key.append(entity.key)
         self.n_facts.append(entity.facts)
@@ -291,8 +301,8 @@ class Store:
         if label and i in self.unlabeled:
             self.n_label[i] = label
             self.unlabeled.discard(i)
-        merge_attrs(self.n_attrs[i], attrs)
-        self.n_keys[i] = self.intern_keys(self.n_attrs[i])
+        merged = self.n_attrs[i] = merge_attrs(self.n_attrs[i], attrs)
+        self.n_keys[i] = self.intern_keys(merged)
 
     def see(self, i: int, entity: Entity, time: int, observation_id: str) -> None:
         """A later sighting of node ``i``: first-available label and attributes, its facts record
@@ -387,22 +397,24 @@ class Store:
 
     def merge_edge(self, j: int, attrs: Attributes) -> None:
         """First-available attributes from a later observation of the edge."""
-        merge_attrs(self.e_attrs[j], attrs)
-        self.e_keys[j] = self.intern_keys(self.e_attrs[j])
+        merged = self.e_attrs[j] = merge_attrs(self.e_attrs[j], attrs)
+        self.e_keys[j] = self.intern_keys(merged)
 
     def earlier_edge(self, j: int, attrs: Attributes) -> None:
         """An observation of edge ``j`` earlier than its first time, applied after another: the
         edge's earliest time (:data:`~otel_bridge.stamping.EARLIEST_TIME`) becomes this
         observation's (or none, when it states none), so it stays the bound of the edge's
         ``first_seen``. Other attributes stay first-available."""
-        mine = self.e_attrs[j]
+        mine = dict(self.e_attrs[j])  # a new mapping: the row's may be an observation's
         value = attrs.get(EARLIEST_TIME)
         if value is None:
             if mine.pop(EARLIEST_TIME, None) is not None:
+                self.e_attrs[j] = mine
                 self.e_keys[j] = self.intern_keys(mine)
             return
         fresh = EARLIEST_TIME not in mine
         mine[EARLIEST_TIME] = value
+        self.e_attrs[j] = mine
         if fresh:
             self.e_keys[j] = self.intern_keys(mine)
 

@@ -43,9 +43,11 @@ node totals are the node's own observations plus its incident edges, added up wh
 is taken (:mod:`._snapshot`), with a per-node correction for occurrences that reach a node
 through several edges. Stable edge ids (a hash) are computed on the first snapshot that needs
 them. A repeated event costs a few list updates and dictionary look-ups, and the rows keep no
-per-element object the cyclic garbage collector has to track (attribute copies hold strings
+per-element object the cyclic garbage collector has to track (attribute mappings hold strings
 and numbers, index keys are tuples of strings), so the collector's work does not grow with the
-graph.
+graph. A new node or edge copies nothing: its row holds the attribute mapping of the entity or
+observation that added it (the model is immutable; values that are not already JSON are
+converted into a copy), and a later merge replaces the row's mapping rather than changing it.
 """
 
 from __future__ import annotations
@@ -296,13 +298,12 @@ class GraphAccumulator:
                     n_label.append(ob.label)
                     if not ob.label:
                         unlabeled.add(oi)
-                    attrs = ob.attrs
-                    copy = dict(attrs)  # json_attrs(attrs), inline
-                    for v in copy.values():
+                    attrs = ob.attrs  # plain_attrs(attrs), inline
+                    for v in attrs.values():
                         if v.__class__ not in PLAIN:
-                            copy = json_attrs(attrs)
+                            attrs = json_attrs(attrs)
                             break
-                    n_attrs.append(copy)
+                    n_attrs.append(attrs)
                     n_keys.append(None)  # Store.node_keys computes them when asked
                     n_key.append(ob.key)
                     n_facts.append(ob.facts)
@@ -319,14 +320,13 @@ class GraphAccumulator:
                 ei = edge_index[sid, REL_VALUE[o.relation], oid] = len(e_src)
                 e_src.append(si)
                 e_dst.append(oi)
-                attrs = o.attrs
-                copy = dict(attrs)
-                for v in copy.values():
+                attrs = o.attrs  # plain_attrs(attrs), inline
+                for v in attrs.values():
                     if v.__class__ not in PLAIN:
-                        copy = json_attrs(attrs)
+                        attrs = json_attrs(attrs)
                         break
-                e_attrs.append(copy)
-                names = tuple(copy)
+                e_attrs.append(attrs)
+                names = tuple(attrs)
                 keys = key_tuples.get(names)
                 e_keys.append(st.shared_keys(names) if keys is None else keys)
                 e_first.append(NEVER)

@@ -7,6 +7,7 @@ from typing import Any
 from graph_helpers import PROC, agent, file_entity, obs
 
 from otel_bridge.graph import GraphAccumulator
+from otel_bridge.stamping import EARLIEST_TIME
 from otel_bridge.model import (
     Attribution,
     Channel,
@@ -117,6 +118,27 @@ def test_attributes_are_first_available() -> None:
     node = next(n for n in doc["nodes"] if n["id"] == "file:/tmp/f")
     assert node["attrs"] == {"file.path": "/tmp/f", "owner": "alice", "size": 3}
     assert _edge(doc)["attrs"] == {"flags": "O_RDONLY", "x": 1}
+
+
+def test_merges_never_change_the_mappings_observations_carry() -> None:
+    """A row holds the attributes of the observation that added it; a later merge (new keys,
+    an earlier time of the edge) gives the row a new mapping and leaves the observations'
+    own as they were (the model is immutable, and other readers hold them too)."""
+    first = obs("a", obj=file_entity("/tmp/f"), attrs={"flags": "O_RDONLY"}, time=500)
+    node_attrs, edge_attrs = dict(first.object.attrs), dict(first.attrs)  # type: ignore[union-attr]
+    later = obs(
+        "b",
+        obj=file_entity("/tmp/f", size=3),
+        attrs={"x": 1, EARLIEST_TIME: 100},
+        time=200,
+    )
+    doc = _snapshot(first, later, obs("c", attrs={"y": 2}, time=100))
+    assert first.object.attrs == node_attrs  # type: ignore[union-attr]
+    assert first.attrs == edge_attrs
+    assert later.attrs == {"x": 1, EARLIEST_TIME: 100}
+    node = next(n for n in doc["nodes"] if n["id"] == "file:/tmp/f")
+    assert node["attrs"] == {"file.path": "/tmp/f", "size": 3}
+    assert _edge(doc)["attrs"] == {"flags": "O_RDONLY", "x": 1, "y": 2}
 
 
 def test_label_is_first_non_empty() -> None:

@@ -14,6 +14,7 @@ from otel_bridge.graph.fold import (
     CLASSES,
     KIND,
     could_be_runtime_read,
+    file_candidates,
     fold_runtime_reads,
     runtime_read_class,
 )
@@ -135,6 +136,35 @@ def test_runtime_read_class_equals_its_reference(path: str) -> None:
     # The fold's test of a node id (``file:`` and the path, read from offset 5) rejects none.
     if reference is not None:
         assert could_be_runtime_read(f"file:{path}", 5)
+
+
+_IDS = st.lists(
+    st.sampled_from(_FRAGMENTS).map("".join)
+    | st.lists(st.sampled_from(_FRAGMENTS), max_size=6).map(lambda parts: "file:" + "".join(parts))
+    | st.sampled_from(("process:h:1:2", "file:", "runtime_reads:process:h:1:2")),
+    max_size=12,
+)
+
+
+@given(_IDS)
+def test_file_candidates_miss_no_runtime_read(ids: list[str]) -> None:
+    """The joined search finds every ``file:`` id the per-id test accepts, in order and once
+    each (it may find more: the fold tests each candidate)."""
+    found = file_candidates(ids)
+    expected = {
+        i for i, t in enumerate(ids) if t.startswith("file:") and could_be_runtime_read(t, 5)
+    }
+    assert expected <= set(found)
+    assert found == sorted(set(found))
+    assert all(0 <= i < len(ids) for i in found)
+
+
+def test_file_candidates_of_plain_files_and_runtime_reads() -> None:
+    """Work files are no candidates; each runtime read is, wherever it stands."""
+    plain = [f"file:/srv/data/file-{i:05d}.bin" for i in range(50)]
+    assert file_candidates(plain) == []
+    ids = [*plain, "file:/usr/lib/libz.so.1", *plain, "file:/proc/self/status", "file:/a.pyc"]
+    assert file_candidates(ids) == [50, 101, 102]
 
 
 def test_fold_merges_runtime_reads_per_process_and_keeps_everything_else() -> None:

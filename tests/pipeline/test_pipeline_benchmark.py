@@ -10,7 +10,17 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
 
-from pipeline_throughput import Result, _receive, build_requests, run, stage_costs, summarize
+from pipeline_throughput import (
+    DISTINCT_LIMIT_MIB,
+    REDELIVERY_WINDOW,
+    Result,
+    _receive,
+    build_requests,
+    collector_config,
+    run,
+    stage_costs,
+    summarize,
+)
 
 
 def test_small_run_ingests_every_span_and_measures_it() -> None:
@@ -23,6 +33,18 @@ def test_small_run_ingests_every_span_and_measures_it() -> None:
     assert result.cpu_seconds > 0
     assert 0 <= result.sys_seconds <= result.cpu_seconds
     assert result.peak_rss_mib > 10
+
+
+def test_a_distinct_run_sends_every_span_once_and_applies_them_all(tmp_path: Path) -> None:
+    """``--distinct``: more requests than a pass holds, none repeated, all of them applied, under
+    the default redelivery window and a memory limit that holds the growing graph."""
+    result = run(total=8 * 2 * 256 * 2, senders=2, batch=256, distinct=True)
+    assert result.spans == 8192
+    assert result.observations >= 2 * result.spans  # every span reached the graph: none a copy
+    config = collector_config(str(tmp_path), distinct=True)
+    graph = config.exporters["graph"].config
+    assert graph.redelivery_window != REDELIVERY_WINDOW  # the default
+    assert config.processors["memory_limiter"].config.limit_mib == DISTINCT_LIMIT_MIB
 
 
 def test_requests_are_distinct_agent_spans() -> None:

@@ -10,7 +10,7 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
 
-from pipeline_instructions import STAGES, pipeline_step, without_timers
+from pipeline_instructions import STAGES, measured_requests, pipeline_step, without_timers
 from pipeline_throughput import build_requests, collector_config
 
 from otel_bridge.model import Batch
@@ -45,6 +45,32 @@ def test_the_full_stage_has_no_timer_inside_the_measured_part(tmp_path: Path) ->
     batch = config.processors["batch"].config
     assert (limiter.check_interval, batch.timeout) == (3600.0, 3600.0)
     assert (limiter.limit_mib, batch.send_batch_size) == (1024, 512)
+
+
+def _span_ids(raws: list[bytes]) -> set[bytes]:
+    from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
+        ExportTraceServiceRequest,
+    )
+
+    requests = [ExportTraceServiceRequest.FromString(raw) for raw in raws]
+    return {
+        span.span_id
+        for request in requests
+        for resource in request.resource_spans
+        for scope in resource.scope_spans
+        for span in scope.spans
+    }
+
+
+def test_the_full_distinct_stage_measures_new_spans_only() -> None:
+    """``full-distinct`` cycles over as many new requests as it sends, none of whose spans the
+    warm-up sent; ``full`` sends the warm-up's requests again."""
+    order = [raw for s in range(4) for raw in build_requests(s, 512)]
+    assert measured_requests("full", order, 8192) is order
+    fresh = measured_requests("full-distinct", order, 8192)
+    assert len(fresh) == 8192 // 512
+    assert len(_span_ids(fresh)) == 8192
+    assert not _span_ids(fresh) & _span_ids(order)
 
 
 def test_the_grpc_stage_runs_real_senders_to_the_end(tmp_path: Path) -> None:

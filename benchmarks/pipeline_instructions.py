@@ -19,6 +19,7 @@ Usage::
     python benchmarks/pipeline_instructions.py --spans 32768 --stage decode normalize full
     python benchmarks/pipeline_instructions.py --stage graph-os --spans 16000  # per OS event
     python benchmarks/pipeline_instructions.py --stage graph-os-normalized --spans 16000
+    python benchmarks/pipeline_instructions.py --stage graph-os-snapshot --spans 50000
     python benchmarks/pipeline_instructions.py --stage grpc --spans 131072  # real gRPC senders
     python benchmarks/pipeline_instructions.py --stage json-decode --spans 8192  # OTLP/JSON
 
@@ -45,6 +46,8 @@ EXTRA_STAGES = (
     "graph-os",
     "graph-os-plain",
     "graph-os-normalized",
+    "graph-os-snapshot",
+    "graph-os-snapshot-plain",
     "grpc",
     "json-decode",
 )
@@ -58,8 +61,11 @@ event rather than per span; not run by default). ``graph-os-normalized``: the ac
 on what the ``normalize`` processor makes of host-receiver ``file.open`` records (one process,
 files cycling over ``graph_materialization.RESOURCE_CAP`` paths), normalized before the measured
 part: the same records for every version of the code, each version's own normalizer output.
-``grpc``: the collector of ``pipeline_throughput.py`` whole, gRPC receive included, fed by that
-benchmark's four sender processes over real gRPC (the senders run outside valgrind; only the
+``graph-os-snapshot``: the snapshot (``GraphAccumulator.to_dict()``, runtime-read fold included)
+of a graph built from ``--spans`` such events (built and applied in both runs), per event of
+the graph (``-plain``: events without facts or keys). ``grpc``: the collector of
+``pipeline_throughput.py`` whole, gRPC receive included, fed by that benchmark's four sender
+processes over real gRPC (the senders run outside valgrind; only the
 collector's process is counted), per span. ``json-decode``: ``decode`` for the same requests
 written as OTLP/JSON (by ``json_codec.encode_traces``, before the measured part): body bytes to
 typed spans through ``json_codec.decode_traces``, as the receiver calls it for ``/v1/traces``."""
@@ -211,6 +217,23 @@ def graph_os_work(events: int, prepared: int, *, facts: bool = True) -> None:
     os._exit(0)
 
 
+def graph_os_snapshot_work(events: int, prepared: int, *, facts: bool = True) -> None:
+    """The ``graph-os-snapshot`` stage: ``prepared`` synthetic OS events applied in both runs;
+    the measured run (``events`` > 0) then takes one snapshot."""
+    from graph_materialization import synthetic_events
+
+    from otel_bridge.graph import GraphAccumulator
+
+    built = synthetic_events(prepared) if facts else synthetic_events(prepared, facts=False)
+    settle()
+    accumulator = GraphAccumulator(retain_support=False)
+    accumulator.apply_many(built)
+    if events:
+        accumulator.to_dict()
+    sys.stdout.flush()
+    os._exit(0)
+
+
 def os_records(n: int) -> list[Any]:
     """``n`` ``file.open`` records of one process as the host receiver writes them, over
     ``RESOURCE_CAP`` distinct paths (the workload of ``graph-os``, as OTLP log records)."""
@@ -357,6 +380,10 @@ def work(stage: str, spans: int, prepared: int) -> None:
         graph_os_work(spans, prepared, facts=False)
     if stage == "graph-os-normalized":
         graph_os_normalized_work(spans, prepared)
+    if stage == "graph-os-snapshot":
+        graph_os_snapshot_work(spans, prepared)
+    if stage == "graph-os-snapshot-plain":
+        graph_os_snapshot_work(spans, prepared, facts=False)
     if stage == "grpc":
         grpc_work(spans)
     from pipeline_throughput import _DISTINCT_REQUESTS, build_requests

@@ -7,7 +7,6 @@ from typing import Any
 from graph_helpers import PROC, agent, file_entity, obs
 
 from otel_bridge.graph import GraphAccumulator
-from otel_bridge.stamping import EARLIEST_TIME
 from otel_bridge.model import (
     Attribution,
     Channel,
@@ -18,6 +17,7 @@ from otel_bridge.model import (
     RelationKind,
     Source,
 )
+from otel_bridge.stamping import EARLIEST_TIME
 
 
 def _snapshot(*observations: Any, **kwargs: Any) -> dict[str, Any]:

@@ -87,3 +87,21 @@ def test_the_grpc_stage_runs_real_senders_to_the_end(tmp_path: Path) -> None:
         capture_output=True, text=True, timeout=300, env=env, cwd=tmp_path, check=False,
     )  # fmt: skip
     assert proc.returncode == 0, proc.stderr[-2000:]
+
+
+@pytest.mark.parametrize("stage", ["graph-os-snapshot", "graph-os-snapshot-plain"])
+def test_the_snapshot_stages_build_apply_and_snapshot(stage: str, tmp_path: Path) -> None:
+    """The snapshot stages' child (run here without valgrind) builds and applies the events in
+    both runs and takes the snapshot only in the measured one, then exits 0."""
+    import os
+    import subprocess
+
+    bench = Path(__file__).resolve().parents[2] / "benchmarks"
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(bench), str(bench.parent)])}
+    script = str(bench / "pipeline_instructions.py")
+    for spans in ("0", "500"):
+        proc = subprocess.run(
+            [sys.executable, script, "--child", stage, spans, "500"],
+            capture_output=True, text=True, timeout=300, env=env, cwd=tmp_path, check=False,
+        )  # fmt: skip
+        assert proc.returncode == 0, proc.stderr[-2000:]

@@ -39,7 +39,7 @@ from otel_bridge.graph.document import FORMAT, VERSION
 from otel_bridge.graph.fold import fold_runtime_reads
 from otel_bridge.graph.summary import CAUSAL_NAMES, Summary
 from otel_bridge.identity import process_key, process_label
-from otel_bridge.model import ProcessFacts
+from otel_bridge.model import Facts, ProcessFacts
 
 _T = TypeVar("_T")
 _Sources = tuple[tuple[str, ...], tuple[str, ...]]
@@ -144,7 +144,7 @@ def _edge_template(info: _Info) -> dict[str, Any]:
 
 def _facts_column(
     st: Store, order: Sequence[int]
-) -> tuple[list[dict[str, Any] | None], list[str], list[str]]:
+) -> tuple[Sequence[dict[str, Any] | None], Sequence[str], Sequence[str]]:
     """The nodes' merged facts in ``order``, as JSON objects tagged ``type`` (None: no facts),
     with the nodes' keys and labels in the same order.
 
@@ -153,16 +153,19 @@ def _facts_column(
     and label from its merged facts, so both name what it executed last, whatever order the
     records came in (the offered key and the first label would name the first image).
     """
-    merged = list(_take(st.n_facts, order))
-    keys, labels = list(_take(st.n_key, order)), list(_take(st.n_label, order))
+    merged: Sequence[Facts | None] = _take(st.n_facts, order)
+    keys, labels = _take(st.n_key, order), _take(st.n_label, order)
     history = st.f_hist
     if history:
+        merged, keys, labels = list(merged), list(keys), list(labels)
         for p, i in enumerate(order):
             if i in history:
                 facts = merged[p] = st.merged_facts(i)
                 if isinstance(facts, ProcessFacts):
                     keys[p] = process_key(facts.executable_path, facts.argv) or ""
                     labels[p] = process_label(facts) or labels[p]
+    if merged.count(None) == len(merged):  # no node states facts: nothing to convert
+        return cast("Sequence[None]", merged), keys, labels
     column: list[dict[str, Any] | None] = msgspec.to_builtins(merged)
     return column, keys, labels
 
@@ -229,7 +232,8 @@ def _node_rows(
             d["facts"] = facts
         d["first_seen"] = f
         d["id"] = i
-        d["key"] = key
+        if key:  # the template's is ""
+            d["key"] = key
         d["kind"] = k
         d["label"] = lb
         d["last_seen"] = la

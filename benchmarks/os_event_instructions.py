@@ -212,7 +212,7 @@ def instructions(stage: str, events: int, prepared: int) -> int:
     """Instructions executed by a child process running ``events`` events through ``stage``
     (a fixed hash seed: the same dictionary and set layouts, so repeatable counts)."""
     env = dict(os.environ, PYTHONHASHSEED="0")
-    return cachegrind(__file__, ["--child", stage, str(events), str(prepared)], env=env)
+    return cachegrind(__file__, ["--child", stage, str(events), str(prepared)], env=env)["I"]
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -22,6 +22,7 @@ Usage::
     python benchmarks/pipeline_instructions.py --stage graph-os-snapshot --spans 50000
     python benchmarks/pipeline_instructions.py --stage grpc --spans 131072  # real gRPC senders
     python benchmarks/pipeline_instructions.py --stage json-decode --spans 8192  # OTLP/JSON
+    python benchmarks/pipeline_instructions.py --stage full full-distinct --cache  # and misses
 
 Needs valgrind (``apt-get install valgrind``).
 """
@@ -405,15 +406,29 @@ def work(stage: str, spans: int, prepared: int) -> None:
         os._exit(0)
 
 
-def cachegrind(script: str, args: list[str], env: dict[str, str] | None = None) -> int:
-    """Instructions executed by ``python script args...`` under cachegrind (no cache model)."""
+CACHE = ("--cache-sim=yes", "--D1=32768,8,64", "--LL=1048576,16,64")
+"""``--cache``: cachegrind's cache model set to this machine's level-1 data cache (32 KiB,
+8-way) and its per-core level-2 cache (1 MiB, 16-way) as the last level: the last level
+cache it reports misses of stands for the L2 (the machine's shared L3 is not modelled)."""
+_MISSES = {
+    "D1": re.compile(r"D1  misses:\s+([\d,]+)"),
+    "LL": re.compile(r"LL misses:\s+([\d,]+)"),
+}
+
+
+def cachegrind(
+    script: str, args: list[str], env: dict[str, str] | None = None, *, cache: bool = False
+) -> dict[str, int]:
+    """Instructions (``I``) executed by ``python script args...`` under cachegrind, and with
+    ``cache`` the simulated data-cache misses (``D1``, ``LL``: reads and writes) too."""
     with tempfile.TemporaryDirectory() as tmp:
         out = Path(tmp) / "cachegrind.out"
+        model = CACHE if cache else ("--cache-sim=no",)
         proc = subprocess.run(
             [
                 "valgrind",
                 "--tool=cachegrind",
-                "--cache-sim=no",
+                *model,
                 f"--cachegrind-out-file={out}",
                 sys.executable,
                 script,
@@ -427,28 +442,39 @@ def cachegrind(script: str, args: list[str], env: dict[str, str] | None = None) 
         found = _TOTAL.search(proc.stderr)
         if proc.returncode != 0 or found is None:
             raise RuntimeError(f"valgrind run failed ({proc.returncode}): {proc.stderr[-2000:]}")
-        return int(found.group(1).replace(",", ""))
+        counts = {"I": int(found.group(1).replace(",", ""))}
+        for name, pattern in _MISSES.items() if cache else ():
+            missed = pattern.search(proc.stderr)
+            if missed is None:
+                raise RuntimeError(
+                    f"no {name} misses in cachegrind's report: {proc.stderr[-2000:]}"
+                )
+            counts[name] = int(missed.group(1).replace(",", ""))
+        return counts
 
 
-def instructions(stage: str, spans: int, prepared: int) -> int:
-    """Instructions executed by a child process that pushes ``spans`` spans through ``stage``."""
+def instructions(stage: str, spans: int, prepared: int, *, cache: bool = False) -> dict[str, int]:
+    """Counts (:func:`cachegrind`) of a child process that pushes ``spans`` spans through
+    ``stage``."""
     path = os.pathsep.join(filter(None, [_HERE, os.environ.get("PYTHONPATH", "")]))
     # A fixed hash seed: dictionary and set layouts (and so probe counts) are the same in every
     # run, which keeps counts repeatable to a few instructions per span.
     env = dict(os.environ, PYTHONPATH=path, PYTHONHASHSEED="0")
-    return cachegrind(__file__, ["--child", stage, str(spans), str(prepared)], env)
+    return cachegrind(__file__, ["--child", stage, str(spans), str(prepared)], env, cache=cache)
 
 
-def per_span(stage: str, spans: int) -> float:
-    """Instructions per span (per event for ``graph-os``) at ``stage``, start-up and warm-up
-    subtracted."""
-    base = instructions(stage, 0, spans)
-    loaded = instructions(stage, spans, spans)
+def per_span(stage: str, spans: int, *, cache: bool = False) -> dict[str, float]:
+    """Counts per span (per event for ``graph-os``) at ``stage``, start-up and warm-up
+    subtracted: ``I`` instructions, and with ``cache`` ``D1`` and ``LL`` misses."""
+    base = instructions(stage, 0, spans, cache=cache)
+    loaded = instructions(stage, spans, spans, cache=cache)
     if stage == "grpc":
-        return (loaded - base) / (spans // _SENDERS // _REQUEST_SPANS * _REQUEST_SPANS * _SENDERS)
-    if stage in EXTRA_STAGES:
-        return (loaded - base) / spans
-    return (loaded - base) / (spans // _REQUEST_SPANS * _REQUEST_SPANS)
+        measured = spans // _SENDERS // _REQUEST_SPANS * _REQUEST_SPANS * _SENDERS
+    elif stage in EXTRA_STAGES:
+        measured = spans
+    else:
+        measured = spans // _REQUEST_SPANS * _REQUEST_SPANS
+    return {name: (loaded[name] - base[name]) / measured for name in loaded}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -460,6 +486,11 @@ def main(argv: list[str] | None = None) -> int:
         "--child", nargs=3, metavar=("STAGE", "SPANS", "PREPARED"), help=argparse.SUPPRESS
     )
     parser.add_argument("--send", nargs=3, type=int, help=argparse.SUPPRESS)
+    parser.add_argument(
+        "--cache",
+        action="store_true",
+        help="also count simulated data-cache misses (slower; see CACHE)",
+    )
     args = parser.parse_args(argv)
     if args.send:
         sys.path.insert(0, _HERE)
@@ -475,10 +506,14 @@ def main(argv: list[str] | None = None) -> int:
     print(f"instructions per span (cachegrind, in process, {args.spans:,} spans after warm-up)")
     previous = 0.0
     for stage in args.stage:
-        value = per_span(stage, args.spans)
+        counts = per_span(stage, args.spans, cache=args.cache)
+        value = counts["I"]
         chained = previous and stage not in {"graph", *EXTRA_STAGES}
         added = f"  (+{value - previous:,.0f} over the previous stage)" if chained else ""
-        print(f"{stage:>10}: {value:>9,.0f}{added}")
+        misses = ""
+        if args.cache:
+            misses = f"  D1 misses {counts['D1']:,.1f}  LL misses {counts['LL']:,.1f}"
+        print(f"{stage:>10}: {value:>9,.0f}{added}{misses}")
         previous = value
     return 0
 

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import copy
 import gc
 from typing import Any
 
@@ -116,7 +117,9 @@ def observations(draw: st.DrawFn) -> list[Observation]:
     out: list[Observation] = []
     for i in range(draw(st.integers(0, 30))):
         if out and draw(st.integers(0, 9)) == 0:  # a replay: the same observation again
-            out.append(draw(st.sampled_from(out)))
+            replayed = draw(st.sampled_from(out))
+            # the same object, or a copy delivered again (equal, every object a new one)
+            out.append(copy.deepcopy(replayed) if draw(st.booleans()) else replayed)
             continue
         relation = draw(st.sampled_from(RELATIONS))
         evidence = draw(st.sampled_from(EVIDENCE))

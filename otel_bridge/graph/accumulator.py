@@ -83,7 +83,9 @@ class GraphAccumulator:
     """Builds the graph incrementally; :meth:`to_dict` gives the deterministic snapshot.
 
     Not thread-safe: callers that apply from several threads hold a lock (the ``graph``
-    exporter does).
+    exporter does). An observation applied must not be changed afterwards (the model is
+    immutable): rows share the attribute mappings of the entities and observations that added
+    them.
     """
 
     def __init__(

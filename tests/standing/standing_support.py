@@ -272,6 +272,36 @@ def unprivileged_prefix() -> list[str]:
     pytest.skip(f"user nobody cannot run {sys.executable} with otel_bridge importable")
 
 
+def start_agent(
+    collector: RunningCollector,
+    argv: list[str],
+    first_line: str,
+    *,
+    cwd: Path | None = None,
+    **env: str,
+) -> subprocess.Popen[str]:
+    """Start the Python agent ``argv`` of ``collector`` (environment ``subprocess_env(**env)``)
+    with its standard input and output piped, and wait for it to print ``first_line``. The
+    caller ends both (:func:`end_process`, ``collector.stop()``); when that line does not come,
+    both are ended here."""
+    agent = subprocess.Popen(
+        [sys.executable, *argv],
+        cwd=cwd,
+        env=subprocess_env(**env),
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert agent.stdout is not None
+        assert agent.stdout.readline().strip() == first_line
+    except BaseException:
+        end_process(agent)
+        collector.stop()
+        raise
+    return agent
+
+
 def run_gated_agent(
     collector: RunningCollector,
     cwd: Path,
@@ -288,22 +318,17 @@ def run_gated_agent(
     go on (one line on its standard input) and wait for its exit 0; the collector is stopped
     (exit 0) either way. Returns the agent's pid and the collector's follow line."""
     port = collector.grpc_port if protocol == "grpc" else collector.http_port
-    agent = subprocess.Popen(
-        [sys.executable, *argv],
+    agent = start_agent(
+        collector,
+        argv,
+        first_line,
         cwd=cwd,
-        env=subprocess_env(
-            OTEL_EXPORTER_OTLP_ENDPOINT=f"http://127.0.0.1:{port}",
-            OTEL_EXPORTER_OTLP_PROTOCOL=protocol,
-            **env,
-        ),
-        stdin=subprocess.PIPE,
-        stdout=subprocess.PIPE,
-        text=True,
+        OTEL_EXPORTER_OTLP_ENDPOINT=f"http://127.0.0.1:{port}",
+        OTEL_EXPORTER_OTLP_PROTOCOL=protocol,
+        **env,
     )
     try:
-        assert agent.stdout is not None
         assert agent.stdin is not None
-        assert agent.stdout.readline().strip() == first_line
         pattern = rf"following pid {agent.pid} from now: {re.escape(follow)}.*"
         followed = collector.stderr.wait_for(pattern)[0]
         agent.stdin.write("go\n")

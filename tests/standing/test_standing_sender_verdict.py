@@ -16,8 +16,6 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
-import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -28,7 +26,7 @@ from standing_support import (
     REPO,
     RunningCollector,
     end_process,
-    subprocess_env,
+    start_agent,
     unprivileged_prefix,
 )
 from test_standing_strace_attach import _pidless_report
@@ -65,18 +63,15 @@ def test_an_unlinkable_sender_is_said_while_the_collector_runs(tmp_path: Path) -
         pytest.skip("an agent of another user needs root to start")
     prefix = unprivileged_prefix()
     collector = _collector(tmp_path, prefix)
-    agent = subprocess.Popen(
-        [sys.executable, "-c", _pidless_report(collector.http_port)],
-        env=subprocess_env(OTEL_SERVICE_NAME="standing-agent"),
-        stdin=subprocess.PIPE,
-        stdout=subprocess.PIPE,
-        text=True,
+    agent = start_agent(
+        collector,
+        ["-c", _pidless_report(collector.http_port)],
+        "reported",
+        OTEL_SERVICE_NAME="standing-agent",
     )
+    reported = time.monotonic()
     try:
-        assert agent.stdout is not None
         assert agent.stdin is not None
-        assert agent.stdout.readline().strip() == "reported"
-        reported = time.monotonic()
         line = collector.stderr.wait_for(SENTENCE + ".*", timeout=BOUND_S + SLACK_S)[0]
         took = time.monotonic() - reported
         print(f"no_connection said {took:.2f} s after the agent reported")
@@ -152,22 +147,11 @@ def test_a_sender_linked_after_the_verdict_is_linked_and_the_sentence_corrected(
         pytest.skip("an agent of another user needs root to start")
     prefix = unprivileged_prefix()
     collector = _collector(tmp_path, prefix)
-    agent = subprocess.Popen(
-        [
-            sys.executable,
-            "-c",
-            _BECOMES_READABLE,
-            f"http://127.0.0.1:{collector.http_port}/v1/traces",
-        ],
-        env=subprocess_env(),
-        stdin=subprocess.PIPE,
-        stdout=subprocess.PIPE,
-        text=True,
-    )
+    url = f"http://127.0.0.1:{collector.http_port}/v1/traces"
+    agent = start_agent(collector, ["-c", _BECOMES_READABLE, url], "reported")
     try:
         assert agent.stdout is not None
         assert agent.stdin is not None
-        assert agent.stdout.readline().strip() == "reported"
         collector.stderr.wait_for(SENTENCE + ".*", timeout=BOUND_S + SLACK_S)
         agent.stdin.write("go\n")
         agent.stdin.flush()

@@ -16,8 +16,6 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -29,7 +27,7 @@ from standing_support import (
     end_process,
     need,
     run_agent,
-    subprocess_env,
+    start_agent,
     unprivileged_prefix,
 )
 
@@ -117,17 +115,14 @@ def test_a_pidless_sender_it_may_not_inspect_is_named_with_the_reason(tmp_path: 
         pytest.skip("an agent of another user needs root to start")
     prefix = unprivileged_prefix()
     collector = _collector(tmp_path, prefix)
-    agent = subprocess.Popen(
-        [sys.executable, "-c", _pidless_report(collector.http_port)],
-        env=subprocess_env(OTEL_SERVICE_NAME="standing-agent"),
-        stdin=subprocess.PIPE,
-        stdout=subprocess.PIPE,
-        text=True,
+    agent = start_agent(
+        collector,
+        ["-c", _pidless_report(collector.http_port)],
+        "reported",
+        OTEL_SERVICE_NAME="standing-agent",
     )
     try:
-        assert agent.stdout is not None
         assert agent.stdin is not None
-        assert agent.stdout.readline().strip() == "reported"
         line = collector.stderr.wait_for(r"sent spans without process\.pid.*")[0]
         assert "another user" in line, line
         agent.stdin.close()

@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING
 from urllib.parse import unquote, urlsplit
 
 from otel_bridge.identity import reaches_listener
+from otel_bridge.receivers.host.procfs import read_bytes
 
 if TYPE_CHECKING:
     from otel_bridge.receivers.host.config import HostConfig
@@ -208,8 +209,9 @@ class Selectors:
     def _exporter(self, pid: int, listening: Collection[tuple[str, int]]) -> tuple[str, str]:
         if not self.exporters or not listening:
             return "", ""
-        with open(f"/proc/{pid}/environ", "rb") as f:
-            environ = f.read()
+        environ = read_bytes(f"/proc/{pid}/environ")  # every process, every scan
+        if not environ:
+            return "", ""  # gone, not ours to read, or empty
         found = exports_here(environ, listening)
         if not found:
             return "", ""

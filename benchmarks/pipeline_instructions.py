@@ -23,6 +23,7 @@ Usage::
     python benchmarks/pipeline_instructions.py --stage grpc --spans 131072  # real gRPC senders
     python benchmarks/pipeline_instructions.py --stage json-decode --spans 8192  # OTLP/JSON
     python benchmarks/pipeline_instructions.py --stage full full-distinct --cache  # and misses
+    python benchmarks/pipeline_instructions.py --stage grpc full --branches  # mispredictions
 
 Needs valgrind (``apt-get install valgrind``).
 """
@@ -414,16 +415,30 @@ _MISSES = {
     "D1": re.compile(r"D1  misses:\s+([\d,]+)"),
     "LL": re.compile(r"LL misses:\s+([\d,]+)"),
 }
+BRANCHES = ("--branch-sim=yes",)
+"""``--branches``: cachegrind's branch predictor model (conditional and indirect branches; the
+interpreter's dispatch is mostly the latter). It is a generic predictor, not this machine's:
+compare two codes' counts with each other, not with the hardware."""
+_BRANCHES = {
+    "BR": re.compile(r"Branches:\s+([\d,]+)"),
+    "BM": re.compile(r"Mispredicts:\s+([\d,]+)"),
+}
 
 
 def cachegrind(
-    script: str, args: list[str], env: dict[str, str] | None = None, *, cache: bool = False
+    script: str,
+    args: list[str],
+    env: dict[str, str] | None = None,
+    *,
+    cache: bool = False,
+    branches: bool = False,
 ) -> dict[str, int]:
-    """Instructions (``I``) executed by ``python script args...`` under cachegrind, and with
-    ``cache`` the simulated data-cache misses (``D1``, ``LL``: reads and writes) too."""
+    """Instructions (``I``) executed by ``python script args...`` under cachegrind; with
+    ``cache`` the simulated data-cache misses (``D1``, ``LL``: reads and writes) too, with
+    ``branches`` the branches (``BR``) and simulated mispredictions (``BM``)."""
     with tempfile.TemporaryDirectory() as tmp:
         out = Path(tmp) / "cachegrind.out"
-        model = CACHE if cache else ("--cache-sim=no",)
+        model = (CACHE if cache else ("--cache-sim=no",)) + (BRANCHES if branches else ())
         proc = subprocess.run(
             [
                 "valgrind",
@@ -443,31 +458,36 @@ def cachegrind(
         if proc.returncode != 0 or found is None:
             raise RuntimeError(f"valgrind run failed ({proc.returncode}): {proc.stderr[-2000:]}")
         counts = {"I": int(found.group(1).replace(",", ""))}
-        for name, pattern in _MISSES.items() if cache else ():
-            missed = pattern.search(proc.stderr)
-            if missed is None:
-                raise RuntimeError(
-                    f"no {name} misses in cachegrind's report: {proc.stderr[-2000:]}"
-                )
-            counts[name] = int(missed.group(1).replace(",", ""))
+        wanted = {**(_MISSES if cache else {}), **(_BRANCHES if branches else {})}
+        for name, pattern in wanted.items():
+            found = pattern.search(proc.stderr)
+            if found is None:
+                raise RuntimeError(f"no {name} count in cachegrind's report: {proc.stderr[-2000:]}")
+            counts[name] = int(found.group(1).replace(",", ""))
         return counts
 
 
-def instructions(stage: str, spans: int, prepared: int, *, cache: bool = False) -> dict[str, int]:
+def instructions(
+    stage: str, spans: int, prepared: int, *, cache: bool = False, branches: bool = False
+) -> dict[str, int]:
     """Counts (:func:`cachegrind`) of a child process that pushes ``spans`` spans through
     ``stage``."""
     path = os.pathsep.join(filter(None, [_HERE, os.environ.get("PYTHONPATH", "")]))
     # A fixed hash seed: dictionary and set layouts (and so probe counts) are the same in every
     # run, which keeps counts repeatable to a few instructions per span.
     env = dict(os.environ, PYTHONPATH=path, PYTHONHASHSEED="0")
-    return cachegrind(__file__, ["--child", stage, str(spans), str(prepared)], env, cache=cache)
+    child = ["--child", stage, str(spans), str(prepared)]
+    return cachegrind(__file__, child, env, cache=cache, branches=branches)
 
 
-def per_span(stage: str, spans: int, *, cache: bool = False) -> dict[str, float]:
+def per_span(
+    stage: str, spans: int, *, cache: bool = False, branches: bool = False
+) -> dict[str, float]:
     """Counts per span (per event for ``graph-os``) at ``stage``, start-up and warm-up
-    subtracted: ``I`` instructions, and with ``cache`` ``D1`` and ``LL`` misses."""
-    base = instructions(stage, 0, spans, cache=cache)
-    loaded = instructions(stage, spans, spans, cache=cache)
+    subtracted: ``I`` instructions, with ``cache`` ``D1`` and ``LL`` misses, with ``branches``
+    ``BR`` branches and ``BM`` mispredictions."""
+    base = instructions(stage, 0, spans, cache=cache, branches=branches)
+    loaded = instructions(stage, spans, spans, cache=cache, branches=branches)
     if stage == "grpc":
         measured = spans // _SENDERS // _REQUEST_SPANS * _REQUEST_SPANS * _SENDERS
     elif stage in EXTRA_STAGES:
@@ -491,6 +511,11 @@ def main(argv: list[str] | None = None) -> int:
         action="store_true",
         help="also count simulated data-cache misses (slower; see CACHE)",
     )
+    parser.add_argument(
+        "--branches",
+        action="store_true",
+        help="also count branches and simulated mispredictions (slower; see BRANCHES)",
+    )
     args = parser.parse_args(argv)
     if args.send:
         sys.path.insert(0, _HERE)
@@ -506,13 +531,15 @@ def main(argv: list[str] | None = None) -> int:
     print(f"instructions per span (cachegrind, in process, {args.spans:,} spans after warm-up)")
     previous = 0.0
     for stage in args.stage:
-        counts = per_span(stage, args.spans, cache=args.cache)
+        counts = per_span(stage, args.spans, cache=args.cache, branches=args.branches)
         value = counts["I"]
         chained = previous and stage not in {"graph", *EXTRA_STAGES}
         added = f"  (+{value - previous:,.0f} over the previous stage)" if chained else ""
         misses = ""
         if args.cache:
             misses = f"  D1 misses {counts['D1']:,.1f}  LL misses {counts['LL']:,.1f}"
+        if args.branches:
+            misses += f"  branches {counts['BR']:,.1f}  mispredicted {counts['BM']:,.1f}"
         print(f"{stage:>10}: {value:>9,.0f}{added}{misses}")
         previous = value
     return 0

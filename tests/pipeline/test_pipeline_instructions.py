@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import shutil
 import sys
 from pathlib import Path
 
@@ -10,7 +11,13 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
 
-from pipeline_instructions import STAGES, measured_requests, pipeline_step, without_timers
+from pipeline_instructions import (
+    STAGES,
+    cachegrind,
+    measured_requests,
+    pipeline_step,
+    without_timers,
+)
 from pipeline_throughput import build_requests, collector_config
 
 from otel_bridge.model import Batch
@@ -105,3 +112,18 @@ def test_the_snapshot_stages_build_apply_and_snapshot(stage: str, tmp_path: Path
             capture_output=True, text=True, timeout=300, env=env, cwd=tmp_path, check=False,
         )  # fmt: skip
         assert proc.returncode == 0, proc.stderr[-2000:]
+
+
+@pytest.mark.skipif(shutil.which("valgrind") is None, reason="needs valgrind (CI installs it)")
+def test_cachegrind_reads_instructions_misses_and_branches_from_a_real_run(tmp_path: Path) -> None:
+    """The counts come from valgrind's own report: a script that does more work executes more
+    instructions and branches, and every count the options ask for is read."""
+    script = tmp_path / "work.py"
+    script.write_text("import sys\nn = int(sys.argv[1])\nprint(sum(i * i for i in range(n)))\n")
+    small = cachegrind(str(script), ["10"], cache=True, branches=True)
+    large = cachegrind(str(script), ["200000"], cache=True, branches=True)
+    assert set(small) == {"I", "D1", "LL", "BR", "BM"}
+    assert large["I"] > small["I"] + 10_000_000  # ~100 instructions per iteration at least
+    assert large["BR"] > small["BR"]
+    assert 0 < small["BM"] < small["BR"] < small["I"]
+    assert cachegrind(str(script), ["10"]).keys() == {"I"}

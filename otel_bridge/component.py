@@ -687,6 +687,14 @@ class RootSettable(Protocol):
         """Observe the lineage rooted at ``pid`` (before start)."""
 
 
+@runtime_checkable
+class RootConfigured(Protocol):
+    """A component configuration that can name the root of the process lineage it observes
+    (the host receiver's ``root_pid``; 0: none named)."""
+
+    root_pid: int
+
+
 def status_of(component: object) -> ComponentStatus:
     """``component.status()`` when it reports one, else an empty status."""
     if isinstance(component, StatusReporter):

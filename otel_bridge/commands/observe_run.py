@@ -43,6 +43,7 @@ from otel_bridge.component import (
     Endpoint,
     Forwarding,
     Relay,
+    RootConfigured,
     RootSettable,
     Telemetry,
 )
@@ -583,7 +584,8 @@ def refuse_root_pid(
     """Refuse a host receiver given a ``root_pid`` (``--set`` or the ``-c`` file): ``observe``
     roots it at the command it starts, so that setting would be silently ignored."""
     component = config.receivers.get(host)
-    if not getattr(component.config if component else None, "root_pid", 0):
+    settings = component.config if component else None
+    if not isinstance(settings, RootConfigured) or not settings.root_pid:
         return
     stated = ((user or {}).get("receivers") or {}).get(host)
     where = f"in {origin}" if isinstance(stated, Mapping) and "root_pid" in stated else "by --set"

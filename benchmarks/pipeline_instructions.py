@@ -322,7 +322,7 @@ def grpc_work(spans: int) -> None:
     :data:`_SENDERS` processes outside valgrind to this process's collector."""
     import time
 
-    from pipeline_throughput import _DISTINCT_REQUESTS, collector_config
+    from pipeline_throughput import _DISTINCT_REQUESTS, as_console_collector, collector_config
 
     from otel_bridge.pipeline import Collector
 
@@ -349,6 +349,7 @@ def grpc_work(spans: int) -> None:
     with tempfile.TemporaryDirectory() as workdir:
         config = collector_config(workdir, _REQUEST_SPANS)
         without_timers(config)
+        as_console_collector()
         collector = Collector(config)
         collector.start()
         receiver: Any = collector.component("otlp")

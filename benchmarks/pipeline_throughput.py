@@ -47,6 +47,7 @@ import tempfile
 import time
 from dataclasses import dataclass
 from multiprocessing.connection import Connection
+from pathlib import Path
 from typing import Any
 
 _DISTINCT_REQUESTS = 8
@@ -165,6 +166,7 @@ def _collector_main(  # noqa: PLR0917 (the spawned process's arguments)
     from otel_bridge.pipeline import Collector
 
     config = collector_config(workdir, send_batch_size, distinct=distinct)
+    as_console_collector()
     profilers: list[Any] = []
     if profile:
         import cProfile
@@ -206,6 +208,20 @@ def _collector_main(  # noqa: PLR0917 (the spawned process's arguments)
     gc_clock.stop()
     gc = (gc_clock.seconds, gc_clock.collections)
     conn.send((ingest_done, done, peak_kib / 1024.0, observations, telemetry.counters(), cpu, gc))
+
+
+def as_console_collector() -> None:
+    """What the console ``otel-bridge run`` sets in its process before it builds the collector:
+    :func:`otel_bridge.gcpause.set_for_collector` (the base 42b1673 sets nothing)."""
+    import otel_bridge
+    from otel_bridge import gcpause
+
+    # A base tree run with PYTHONPATH next to this repository's editable install finds the
+    # installed module when its own has none: only the tree's own module counts.
+    mine = Path(gcpause.__file__).parent == Path(otel_bridge.__file__).parent
+    setting = getattr(gcpause, "set_for_collector", None)
+    if mine and setting is not None:
+        setting()
 
 
 def _accepted_spans(telemetry: Any) -> Any:

@@ -66,6 +66,8 @@ COMMANDS: dict[str, tuple[str, str]] = {
 _TOP_OPTIONS_WITH_VALUE = ("--log-level",)
 _SET_COMMANDS = ("run", "validate", "observe")
 """Commands that read a collector configuration and so take ``--set KEY=VALUE``."""
+_COLLECTOR_COMMANDS = ("run", "observe")
+"""The commands whose console process runs a collector: :func:`.gcpause.set_for_collector`."""
 
 
 def chosen_command(argv: Sequence[str]) -> str | None:
@@ -165,6 +167,10 @@ def _parsed_main(args_list: list[str], *, console: bool, start_path: dict[str, s
         level=getattr(logging, str(args.log_level or "WARNING").upper(), logging.WARNING),
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
     )
+    if console and chosen_command(args_list) in _COLLECTOR_COMMANDS:
+        from otel_bridge.gcpause import set_for_collector  # noqa: PLC0415
+
+        set_for_collector()
     try:
         code: int = _call(args)
         sys.stdout.flush()  # inside the try: a reader that left (``| head``) raises here

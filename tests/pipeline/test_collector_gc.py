@@ -38,7 +38,7 @@ def test_console_run_sets_the_collector_gc_before_anything_else(tmp_path: Path) 
     young generation's threshold and freezes its start-up objects; the missing configuration
     it then refuses shows the setting comes before any collector is built."""
     missing = str(tmp_path / "missing.yaml")
-    default_middle, default_old = 10, 10
+    _, default_middle, default_old = _settings("pass", [])[0]  # Python's own, in a fresh process
     thresholds, frozen = _settings("sys.exit(main())", ["run", "-c", missing])
     assert thresholds == [COLLECTOR_GEN0_THRESHOLD, default_middle, default_old]
     assert frozen > 1000  # modules, classes and functions imported by the command line

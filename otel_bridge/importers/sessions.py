@@ -60,6 +60,8 @@ def build_sessions(events: Iterable[AgentEvent]) -> list[Session]:
                 _pair(session, e, pending[str(e.attrs.get("tool_name"))])
                 continue
             _add_event(session, e)
+        for left in sorted((d for ds in pending.values() for d in ds), key=lambda d: d.record):
+            _add_event(session, left)  # a decision whose result was not seen: a call, unfinished
         times = [t for n in session.nodes.values() for t in (n.time, n.end) if t is not None]
         session.start, session.end = (min(times), max(times)) if times else (None, None)
         sessions.append(session)
@@ -145,11 +147,23 @@ def _pair(session: Session, e: AgentEvent, decisions: list[AgentEvent]) -> None:
     pending decision for the same tool (rule ``decision_order``, recorded on the node)."""
     _tool_event(session, e)
     node = session.nodes[f"tool_call:{session.trace_id}:{e.record}"]
-    if decisions:
-        decision = decisions.pop(0)
+    # a result that states its decision is joined only with a decision that says the same (a
+    # rejected call of the same tool before it is not this call)
+    stated = e.attrs.get("decision")
+    at = next(
+        (i for i, d in enumerate(decisions) if stated is None or d.attrs.get("decision") == stated),
+        None,
+    )
+    if at is not None:
+        decision = decisions.pop(at)
         node.records.insert(0, decision.record)
         node.data["decision"] = decision.attrs.get("decision")
         node.data["rule"] = "decision_order"
+        # The decision is made before the tool runs; the stated start (result time minus
+        # duration) is late by however long the agent took to report the result, which
+        # can be longer than the call's first child takes to appear on a loaded machine.
+        if decision.time is not None:
+            node.time = decision.time if node.time is None else min(node.time, decision.time)
 
 
 def _call_id(e: AgentEvent) -> str:

@@ -9,7 +9,11 @@ from __future__ import annotations
 import shutil
 from pathlib import Path
 
-from otel_bridge.importers.codingagents import events_from_streams, events_from_transcript
+from otel_bridge.importers.codingagents import (
+    AgentEvent,
+    events_from_streams,
+    events_from_transcript,
+)
 from otel_bridge.importers.sessions import build_sessions
 from otel_bridge.review.evidence import Session
 from otel_bridge.review.records import read_records
@@ -45,6 +49,9 @@ def test_claude_code_events(tmp_path: Path) -> None:
     assert bash.end is not None
     assert bash.time is not None
     assert bash.end - bash.time >= 750_000_000  # the stated duration is the call's window
+    # ... and it opens at the joined decision (line 3, 0.12 s) when that is earlier than the
+    # result's time minus its duration (0.90 - 0.75 s, less 2 ms of rounding)
+    assert bash.time == 1_796_130_000_120_000_000
     assert (edit.data["tool"], edit.data["status"]) == ("Edit", "error")
     assert [m.data["model"] for m in s.of_type("model_call")] == ["claude-sonnet-4"] * 2
     assert coverage == ["claude_code.some_future_event: event not interpreted"]
@@ -95,3 +102,35 @@ def test_codex_rollout(tmp_path: Path) -> None:
         by_type.setdefault(r.type, []).append(r.line)
     assert by_type["coverage"] == [4, 5, 6, 11, 13]  # event_msg, turn_context, reasoning
     assert len(records.records) == 13  # every line is a record
+
+
+def _claude(record: str, kind: str, ms: int, **attrs: str) -> AgentEvent:
+    return AgentEvent(
+        record, "claude_code", kind, "s", 1_796_130_000_000_000_000 + ms * 10**6, attrs
+    )
+
+
+def test_claude_code_result_joins_the_decision_it_states() -> None:
+    """A rejected Bash call, then an accepted one: the accepted result is joined with the accept
+    (its window opens there), and the rejected call stays a call of its own, with no result."""
+    events = [
+        _claude("r:1", "tool_decision", 0, tool_name="Bash", decision="reject"),
+        _claude("r:2", "tool_decision", 100, tool_name="Bash", decision="accept"),
+        _claude("r:3", "tool_result", 900, tool_name="Bash", decision="accept", duration_ms="700"),
+    ]
+    (s,) = build_sessions(events)
+    rejected, ran = s.of_type("tool_call")
+    assert (rejected.records, rejected.data["decision"], rejected.data["status"]) == (
+        ["r:1"],
+        "reject",
+        "unset",
+    )
+    assert (ran.records, ran.data["decision"], ran.data["status"]) == (
+        ["r:2", "r:3"],
+        "accept",
+        "unset",
+    )
+    assert ran.data["rule"] == "decision_order"
+    # 100 ms (the accept), not 900 - 700 - 2 ms (the stated start): the decision came first
+    assert ran.time == 1_796_130_000_100_000_000
+    assert ran.end == 1_796_130_000_900_000_000

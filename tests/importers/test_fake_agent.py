@@ -101,6 +101,7 @@ def test_prompt_tool_calls_and_processes(flavor: str, reviews: dict[str, dict[st
     # connection they came over (the receiver's transport peer joined to the host plane).
     assert [p["rule"] for p in agents] == ["transport_peer"]
     assert "fake_coding_agent.py" in " ".join(agents[0]["argv"])
+    assert len(shell["processes"]) == 1, (shell, list(procs.values()))
     (linked,) = shell["processes"]
     assert procs[linked]["argv"][1:] == ["-m", "pytest", "-q", "test_greet.py"]
     assert procs[linked]["rule"] == "tool_window"  # attributed by the stated window: inferred

@@ -6,9 +6,11 @@ import json
 import os
 import stat
 import threading
+from collections import Counter
 from pathlib import Path
 from typing import Any
 
+import msgspec
 import pytest
 
 from otel_bridge import jsonl
@@ -23,6 +25,7 @@ from otel_bridge.exporters.file import (
     factory,
     read_batch,
 )
+from otel_bridge.exporters.file.exporter import written_before
 from otel_bridge.model import (
     Batch,
     Channel,
@@ -108,19 +111,68 @@ def test_private_modes(tmp_path: Path) -> None:
     assert stat.S_IMODE(os.stat(tmp_path / "a" / "b").st_mode) == 0o700
 
 
+def _obs(n: int) -> Observation:
+    """``OBS`` at another time: another observation."""
+    return msgspec.structs.replace(OBS, id=f"p:{n}#0", time_unix_nano=n)
+
+
 def test_truncate_or_append(tmp_path: Path) -> None:
     """By default an existing file is replaced; with append it grows."""
     path = tmp_path / "x.jsonl"
-    for _ in range(2):
+    for n in range(2):
         exp = exporter(path)
-        exp.consume(Batch(observations=(OBS,)))
+        exp.consume(Batch(observations=(_obs(n),)))
         exp.shutdown()
     assert len(path.read_text().splitlines()) == 1
-    for _ in range(2):
+    for n in range(2, 4):
         exp = exporter(path, append=True)
-        exp.consume(Batch(observations=(OBS,)))
+        exp.consume(Batch(observations=(_obs(n),)))
         exp.shutdown()
     assert len(path.read_text().splitlines()) == 3
+
+
+def test_a_batch_resent_after_a_kill_is_written_once(tmp_path: Path) -> None:
+    """A collector killed after its file took a batch and before the sender learned it (a
+    gateway whose keys were not yet committed): the sender resends it after the restart. Its
+    lines are written once; what is new is written; a record repeated later is written again."""
+    path = tmp_path / "x.jsonl"
+    first = exporter(path, append=True, flush_interval=0)
+    first.consume(Batch(observations=(_obs(1),)))
+    first.consume(FULL)  # then killed: no shutdown (flush_interval 0: the lines are written)
+    written = path.read_text()
+
+    telemetry = Telemetry()
+    second = factory.create(
+        CreateSettings(id="file", telemetry=telemetry),
+        Config(path=str(path), append=True, flush_interval=0),
+        None,
+    )
+    assert isinstance(second, FileExporter)
+    second.start(Host())
+    fresh = _obs(9)
+    second.consume(Batch(observations=(fresh, *FULL.observations), coverage=FULL.coverage))
+    second.consume(Batch(spans=FULL.spans, logs=FULL.logs))  # the rest of the resend
+    assert telemetry.total("resent_dropped", kind="exporter") == len(FULL)
+    assert path.read_text() == written + encode_lines(Batch(observations=(fresh,)))[0] + "\n"
+    second.consume(FULL)  # again, now that the copies were recognised: written
+    second.shutdown()
+    first.shutdown()  # only closes its handle: everything it had was written before
+    once = Batch(observations=(_obs(1),))
+    assert read_batch(path) == Batch.concat([once, FULL, Batch(observations=(fresh,)), FULL])
+
+
+def test_only_the_files_end_is_read_back(tmp_path: Path) -> None:
+    """``written_before`` reads whole lines from the last ``limit`` bytes: the line cut by the
+    window's start is not one of them."""
+    path = tmp_path / "x.jsonl"
+    path.write_text("first line\nsecond\nthird\n")
+    with path.open("rb") as f:
+        assert written_before(f.fileno()) == Counter(
+            hash(x) for x in ("first line", "second", "third")
+        )
+        assert written_before(f.fileno(), limit=len("ne\nsecond\nthird\n")) == Counter(
+            hash(x) for x in ("second", "third")
+        )
 
 
 def test_append_after_a_torn_line_starts_a_new_line(tmp_path: Path) -> None:
@@ -133,10 +185,11 @@ def test_append_after_a_torn_line_starts_a_new_line(tmp_path: Path) -> None:
     whole = path.read_text()
     path.write_text(whole + whole[: len(whole) // 2])  # the kill: half of a second line
     exp = exporter(path, append=True)
-    exp.consume(Batch(observations=(OBS,)))
+    exp.consume(Batch(observations=(_obs(2),)))
     exp.shutdown()
     lines = path.read_text().split("\n")
-    assert lines[0] == lines[2] == whole.rstrip("\n")  # before and after: whole records
+    assert lines[0] == whole.rstrip("\n")  # before and after: whole records
+    assert json.loads(lines[2])["observation"]["id"] == "p:2#0"
     assert lines[1] == whole[: len(whole) // 2]  # the torn line, alone
     assert lines[3] == ""
 

@@ -23,7 +23,8 @@ class Config:
     flush_interval: float = 1.0
     """Seconds between flushes to the OS (``"1s"``); 0 flushes after every batch."""
     append: bool = False
-    """Append to an existing file instead of replacing it."""
+    """Append to an existing file instead of replacing it (its last lines are read back at
+    start, so a record resent after a kill is not written twice: ``docs/exporters.md``)."""
 
     def validate(self) -> list[str]:
         """Problems with this configuration, as ``"key: message"``."""

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import collections
 import contextlib
 import errno
 import logging
@@ -78,8 +79,29 @@ def open_private(path: str, *, append: bool) -> IO[str]:
     return os.fdopen(fd, "w", encoding="utf-8")
 
 
+RESEND_WINDOW_BYTES = 8 << 20
+"""How much of an appended file's end is read back at start to recognise a resent record."""
+
+
+def written_before(fd: int, limit: int = RESEND_WINDOW_BYTES) -> collections.Counter[int]:
+    """The lines at the end of the open file ``fd`` (its last ``limit`` bytes, whole lines
+    only), as a multiset of their hashes.
+
+    A line is a record's whole encoding (its id, time and content), so a line written again is
+    the same record delivered again: the batch a collector wrote in its last moments, whose
+    sender was never told it arrived and resends it after the restart."""
+    size = os.fstat(fd).st_size
+    start = max(0, size - limit)
+    lines = os.pread(fd, size - start, start).split(b"\n")
+    lines.pop()  # after the last newline (open_private ended a torn line): nothing
+    if start:
+        lines = lines[1:]  # the first may be the end of a line that started before the window
+    return collections.Counter(hash(line.decode("utf-8", "replace")) for line in lines if line)
+
+
 COUNTERS: tuple[CounterSpec, ...] = (
     CounterSpec("records", "lines written"),
+    CounterSpec("resent_dropped", "lines not written again: copies of the file's last lines"),
     CounterSpec("flush_errors", "periodic flushes that failed", "{errors}"),
 )
 """The counters of the ``file`` exporter."""
@@ -99,6 +121,9 @@ class FileExporter:
         self._thread: threading.Thread | None = None
         self._closed = False
         self._encoder = LineEncoder(config.signals)
+        self._before: collections.Counter[int] = collections.Counter()
+        """Hashes of the lines an appended file ended with at start, each dropped once when
+        its line comes again (empty when there is nothing left to recognise)."""
 
     @property
     def path(self) -> str:
@@ -116,6 +141,15 @@ class FileExporter:
                 self._file = open_private(self._config.path, append=self._config.append)
             except OSError as exc:
                 raise StartupError(f"cannot open {self._config.path}: {exc.strerror}") from exc
+            if self._config.append:
+                try:
+                    self._before = written_before(self._file.fileno())
+                except OSError as exc:
+                    self._file.close()
+                    self._file = None
+                    raise StartupError(
+                        f"cannot read back {self._config.path}: {exc.strerror}"
+                    ) from exc
         if replaced:
             _log.warning(
                 "%s: replaced %d bytes of earlier records in %s (append: true keeps them "
@@ -135,16 +169,39 @@ class FileExporter:
         lines = self._encoder.encode(batch)
         if not lines:
             return
-        text = "".join(line + "\n" for line in lines)
+        dropped = 0
+        # joined outside the lock unless there is still something to recognise (``_before``
+        # only ever shrinks: once seen empty it stays empty)
+        text = None if self._before else "".join(line + "\n" for line in lines)
         with self._lock:
             if self._file is None:
                 raise RuntimeError(f"{self._name}: not started or already shut down")
+            if text is None:
+                kept = self._not_written_before(lines) if self._before else lines
+                dropped, lines = len(lines) - len(kept), kept
+                text = "".join(line + "\n" for line in lines)
             self._file.write(text)
             if self._config.flush_interval <= 0:
                 self._file.flush()
             else:
                 self._dirty = True
-        self._telemetry.count("records", len(lines))
+        if lines:
+            self._telemetry.count("records", len(lines))
+        if dropped:
+            self._telemetry.count("resent_dropped", dropped)
+
+    def _not_written_before(self, lines: list[str]) -> list[str]:
+        """``lines`` less the ones the file ended with at start (each recognised once)."""
+        before, kept = self._before, []
+        for line in lines:
+            key = hash(line)
+            if before[key] > 0:
+                before[key] -= 1
+                if not before[key]:
+                    del before[key]
+            else:
+                kept.append(line)
+        return kept
 
     def flush(self) -> None:
         """Write buffered lines to the operating system."""

@@ -224,6 +224,29 @@ def find_sessions(records: Records) -> list[Session]:
     return sessions
 
 
+BOOT_TIME_TRUNCATION_NS = 1_000_000_000
+"""How early a ``/proc`` start time can be: it counts from the boot time in whole seconds."""
+
+
+def process_start(first_seen: int | None, facts: ProcessFacts | None) -> int | None:
+    """When a process started, as the review places it in time (ns since the epoch).
+
+    The stated start (``process.creation.time``, the identity's ms) is computed as ``ps`` and
+    psutil compute it, from ``/proc/stat``'s ``btime``, which is the boot time truncated to a
+    whole second: it is early by the boot's fraction of a second, the same for every process of
+    the machine (0.76 s on the machine this was written on). The process's first observation
+    (its start event, for an event-driven backend, or the first sighting) cannot precede the
+    start. So the start lies in ``[stated, min(first_seen, stated + 1 s))``, and the upper end is
+    the one on the clock that span and event times use: with an observed start event it is that
+    event's time."""
+    if facts is None or facts.start_time_ms is None:
+        return first_seen
+    stated = facts.start_time_ms * 1_000_000
+    if first_seen is None:
+        return stated
+    return max(stated, min(first_seen, stated + BOOT_TIME_TRUNCATION_NS))
+
+
 def process_node(session: Session, index: GraphIndex, pid: str, records: Records) -> EvidenceNode:
     """The ``process_run`` node of graph process ``pid``."""
     g = index.nodes[pid]
@@ -234,9 +257,7 @@ def process_node(session: Session, index: GraphIndex, pid: str, records: Records
     support += [
         o for e in index.into.get(pid, ()) if e.relation == "spawned" for o in e.support or ()
     ]
-    start = g.first_seen
-    if facts is not None and facts.start_time_ms is not None:
-        start = facts.start_time_ms * 1_000_000
+    start = process_start(g.first_seen, facts)
     if facts is not None and facts.cwd:
         session.cwds.add(facts.cwd)
     argv = None if facts is None or facts.argv is None else list(facts.argv)

@@ -105,6 +105,9 @@ def test_prompt_tool_calls_and_processes(flavor: str, reviews: dict[str, dict[st
     (linked,) = shell["processes"]
     assert procs[linked]["argv"][1:] == ["-m", "pytest", "-q", "test_greet.py"]
     assert procs[linked]["rule"] == "tool_window"  # attributed by the stated window: inferred
+    # placed in time on the events' clock: inside the call, after the agent started
+    assert shell["time"] <= procs[linked]["time"] <= shell["end"]
+    assert agents[0]["time"] <= write["time"]
     assert procs[linked]["exit_code"] == 0
     assert procs[linked]["check"]["name"] == "pytest"
     assert not [p for p in procs.values() if p["role"] == "undeclared"]

@@ -386,11 +386,19 @@ def add_agent_processes(
             start = index.nodes[child].first_seen
             if shared and not _within(start, session.start, session.end):
                 continue
-            tool = tool_at(session, start)
+            candidates = tools_at(session, start)
+            tool = candidates[0] if len(candidates) == 1 else None
             for pid in descendants(index, [child]):
                 if pid in claimed or pid in session.owner:
                     continue
                 proc = process_node(session, index, pid, records)
+                if len(candidates) > 1:
+                    # started while several calls ran: not undeclared, and not any one call's
+                    proc.data["role"] = "ambiguous"
+                    proc.data["rule"] = "tool_window_ambiguous"
+                    proc.data["candidates"] = [c.id for c in candidates]
+                    session.owner[pid] = child
+                    continue
                 if tool is None:
                     proc.data["role"] = "undeclared"
                     proc.data["rule"] = "session_window" if shared else "agent_child"
@@ -488,9 +496,16 @@ def content_data(content: FileContent | None) -> dict[str, Any]:
     }
 
 
+def tools_at(session: Session, t: int | None) -> list[EvidenceNode]:
+    """The tool calls whose spans hold time ``t`` (more than one when calls ran in parallel)."""
+    return [c for c in session.of_type("tool_call") if _within(t, c.time, c.end)]
+
+
 def tool_at(session: Session, t: int | None) -> EvidenceNode | None:
-    """The tool call whose span holds time ``t``, if any."""
-    return next((c for c in session.of_type("tool_call") if _within(t, c.time, c.end)), None)
+    """The one tool call whose span holds time ``t``; None when none does or several do (calls
+    that ran in parallel: time alone cannot say which, and the review does not guess)."""
+    found = tools_at(session, t)
+    return found[0] if len(found) == 1 else None
 
 
 def _holder(session: Session, owner: str, e: GEdge, agent: bool) -> str:

@@ -6,6 +6,7 @@ import json
 import stat
 from pathlib import Path
 
+import msgspec
 import pytest
 from review_support import RunBuilder, Session
 
@@ -206,3 +207,39 @@ def test_an_in_process_tool_write_belongs_to_its_call_by_time(tmp_path: Path) ->
         ("tool_call", "rule:tool_window", "D")
     ]
     assert _claims(doc) == {"I saved memo.md.": "supported"}
+
+
+def test_a_process_started_while_two_calls_ran_is_neither_calls(tmp_path: Path) -> None:
+    """Two tool calls whose windows overlap (calls run in parallel), neither process linked:
+    the one that started while only the first ran is the first's (rule ``tool_window``); the
+    one that started while both ran is not attributed to either, nor called undeclared (rule
+    ``tool_window_ambiguous``, both calls named as candidates)."""
+    session = Session(
+        trace=T1,
+        task="Run both.",
+        answer="Done.",
+        commands=[(["make", "a"], 0, [], []), (["make", "b"], 0, [], [])],
+        unlinked={0, 1},
+    )
+    builder = RunBuilder()
+    builder.add(session, first_span=1000)
+    tools = [i for i, span in enumerate(builder.spans) if span.name.startswith("execute_tool")]
+    first, second = (builder.spans[i] for i in tools)
+    builder.spans[tools[0]] = msgspec.structs.replace(
+        first, end_time_unix_nano=second.end_time_unix_nano
+    )
+    doc, _ = build_review(str(builder.write(tmp_path / "run")))
+    calls = [n["id"] for n in doc["evidence"] if n["type"] == "tool_call"]
+    procs = {n["argv"][1]: n for n in doc["evidence"] if n["type"] == "process_run" and n["argv"]}
+    assert (procs["a"]["role"], procs["a"]["rule"], procs["a"]["tool_call"]) == (
+        "tool",
+        "tool_window",
+        calls[0],
+    )
+    assert (procs["b"]["role"], procs["b"]["rule"], procs["b"]["tool_call"]) == (
+        "ambiguous",
+        "tool_window_ambiguous",
+        None,
+    )
+    assert procs["b"]["candidates"] == calls
+    assert not [f for f in doc["findings"] if f["kind"] == "unreported_side_effect"]

@@ -165,11 +165,23 @@ def resolve_path(m: Mention, session: Session, coverage: Coverage) -> None:
     found = _artifacts_for(session, m.text)
     written = [a for a in found if a.data.get("written")]
     if m.extra.get("role") == "written":
+        rel = m.text[2:] if m.text.startswith("./") else m.text
+        contested = [
+            sessions
+            for path, sessions in session.contested.items()
+            if path == m.text or path.endswith("/" + rel)
+        ]
         if written:
             m.status, m.evidence, m.reason = (
                 "supported",
                 [a.id for a in written],
                 "written in the session",
+            )
+        elif contested:
+            named = ", ".join(sorted({s for group in contested for s in group}))
+            m.reason = (
+                f"the agent process wrote it while several sessions ran ({named}), "
+                "outside any one tool call: which session wrote it is not known"
             )
         elif coverage.files:
             m.status, m.evidence = "contradicted", [a.id for a in found]

@@ -165,6 +165,9 @@ class Session:
     """graph edges of the agent process attributed to a tool call by time (rule ``tool_window``)."""
     links: dict[str, list[GEdge]] = field(default_factory=dict)
     """tool call id -> the graph edges linking it to its processes."""
+    contested: dict[str, list[str]] = field(default_factory=dict)
+    """Paths the shared agent process wrote while this session and others ran, outside any
+    single tool call -> the sessions: no one session's write (``add_artifacts``)."""
     capture: set[str] = field(default_factory=set)
     """Paths the session was read from (an imported transcript): not artifacts (rule
     ``capture_source``)."""
@@ -361,15 +364,10 @@ def add_tool_calls(session: Session, index: GraphIndex, records: Records) -> Non
             tool.data["processes"].append(pid)
 
 
-def add_agent_processes(
-    session: Session, index: GraphIndex, records: Records, claimed: set[str], shared: bool
-) -> None:
-    """The agent's own process, and processes it spawned outside every tool call.
-
-    ``claimed`` holds every process some session's tool call owns. When several sessions share
-    the agent process (``shared``), an undeclared child belongs to the session whose span window
-    holds its start (rule ``session_window``).
-    """
+def link_agent_processes(session: Session, index: GraphIndex, records: Records) -> None:
+    """The agent's own process (``role: agent``), from the agent's ``correlated_with_process``
+    links. Done for every session before :func:`add_agent_processes`, which needs to know
+    which sessions share an agent process."""
     for agent in session.agents:
         for link in index.out_edges(agent, ("correlated_with_process",)):
             if link.target in session.agent_processes or link.target not in index.nodes:
@@ -378,6 +376,39 @@ def add_agent_processes(
             proc = process_node(session, index, link.target, records)
             proc.data["role"] = "agent"
             session.owner.setdefault(link.target, link.target)
+
+
+def holders_at(
+    session: Session, rivals: Iterable[Session], process: str, t: int | None
+) -> list[Session]:
+    """``session`` and the other sessions of the same agent process ``process`` whose span
+    windows hold time ``t`` (``session`` first)."""
+    return [session] + [
+        r for r in rivals if process in r.agent_processes and _within(t, r.start, r.end)
+    ]
+
+
+def add_agent_processes(
+    session: Session,
+    index: GraphIndex,
+    records: Records,
+    claimed: set[str],
+    shared: bool,
+    *,
+    rivals: Iterable[Session] = (),
+) -> None:
+    """Processes the agent process spawned that no tool call's link claims.
+
+    ``claimed`` holds every process some session's tool call owns. When several sessions share
+    the agent process (``shared``), a child is considered only by the sessions whose span
+    windows hold its start; ``rivals`` are the other sessions. A child started inside exactly
+    one tool call's window (of any of those sessions) is that call's (rule ``tool_window``); one
+    inside several calls' windows, or outside every call while several sessions ran, is
+    ``ambiguous`` (no guess); one outside every call of the one session that ran is
+    ``undeclared`` (rule ``session_window``, or ``agent_child`` when no session shares it).
+    """
+    link_agent_processes(session, index, records)
+    others = [r for r in rivals if r is not session]
     for parent in list(session.agent_processes):
         for spawn in index.out_edges(parent, ("spawned",)):
             child = spawn.target
@@ -386,27 +417,35 @@ def add_agent_processes(
             start = index.nodes[child].first_seen
             if shared and not _within(start, session.start, session.end):
                 continue
-            candidates = tools_at(session, start)
-            tool = candidates[0] if len(candidates) == 1 else None
+            holders = holders_at(session, others, parent, start) if shared else [session]
+            candidates = [c for h in holders for c in tools_at(h, start)]
+            if len(candidates) == 1 and candidates[0].session != session.id:
+                continue  # inside one call of another session: that session's
+            if len(candidates) > 1:
+                role, rule = "ambiguous", "tool_window_ambiguous"
+                named = [c.id for c in candidates]
+            elif not candidates and len(holders) > 1:
+                role, rule = "ambiguous", "session_window_ambiguous"
+                named = [h.id for h in holders]
+            elif not candidates:
+                role, rule = "undeclared", "session_window" if shared else "agent_child"
+                named = []
+            else:
+                role, rule, named = "tool", "tool_window", []
             for pid in descendants(index, [child]):
                 if pid in claimed or pid in session.owner:
                     continue
                 proc = process_node(session, index, pid, records)
-                if len(candidates) > 1:
-                    # started while several calls ran: not undeclared, and not any one call's
-                    proc.data["role"] = "ambiguous"
-                    proc.data["rule"] = "tool_window_ambiguous"
-                    proc.data["candidates"] = [c.id for c in candidates]
-                    session.owner[pid] = child
-                    continue
-                if tool is None:
-                    proc.data["role"] = "undeclared"
-                    proc.data["rule"] = "session_window" if shared else "agent_child"
+                proc.data["role"], proc.data["rule"] = role, rule
+                if role != "tool":
+                    if named:  # several calls, or several sessions: not one's, not undeclared
+                        proc.data["candidates"] = named
                     session.owner[pid] = child
                     continue
                 # started inside a tool call but not linked to it (its context was not seen):
                 # attributed to the call by time, an inference (rule tool_window)
-                proc.data["tool_call"], proc.data["rule"] = tool.id, "tool_window"
+                tool = candidates[0]
+                proc.data["tool_call"] = tool.id
                 tool.data["processes"].append(pid)
                 session.owner[pid] = tool.id
                 session.window_owned.add(pid)
@@ -417,11 +456,25 @@ def _within(t: int | None, start: int | None, end: int | None) -> bool:
 
 
 def add_artifacts(
-    session: Session, index: GraphIndex, records: Records, run_dir: str, shared: bool
+    session: Session,
+    index: GraphIndex,
+    records: Records,
+    run_dir: str,
+    shared: bool,
+    *,
+    rivals: Iterable[Session] = (),
 ) -> dict[str, list[tuple[str, GEdge]]]:
-    """File and endpoint artifacts; returns artifact id -> [(owner node id, graph edge)]."""
+    """File and endpoint artifacts; returns artifact id -> [(owner node id, graph edge)].
+
+    A write of an agent process that several sessions share (``rivals``: the other sessions)
+    is this session's only when this session's span window is the only one that holds it, or
+    when exactly one tool call's window of those sessions holds it and the call is this
+    session's. A write inside several sessions' windows and no single call's is no session's:
+    its path is kept in ``session.contested`` so a claim to have written it is not contradicted.
+    """
     touches: dict[str, list[tuple[str, GEdge]]] = defaultdict(list)
     inside: dict[str, bool] = {}  # path -> under a working directory of the session (memo)
+    others = [r for r in rivals if r is not session]
     for pid, owner in session.owner.items():
         agent = pid in session.agent_processes
         for e in index.out.get(pid, ()):
@@ -434,6 +487,15 @@ def add_artifacts(
                 isinstance(target.facts, FileFacts)
                 and _file_kept(e, target.facts, session, agent, run_dir, inside=inside)
             ) or (isinstance(target.facts, EndpointFacts) and e.reach is not None and not agent):
+                if agent and shared and others:
+                    holders = holders_at(session, others, pid, e.first_seen)
+                    calls = [c for h in holders for c in tools_at(h, e.first_seen)]
+                    if len(holders) > 1 and not (
+                        len(calls) == 1 and calls[0].session == session.id
+                    ):
+                        if len(calls) != 1 and isinstance(target.facts, FileFacts):
+                            session.contested[target.facts.path] = [h.id for h in holders]
+                        continue  # another session's call's, or no one session's
                 touches[target.id].append((_holder(session, owner, e, agent), e))
     parents = _parents(touches)
     for aid in [a for a in touches if a in parents or _transient(a, touches, index)]:

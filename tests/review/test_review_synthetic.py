@@ -243,3 +243,71 @@ def test_a_process_started_while_two_calls_ran_is_neither_calls(tmp_path: Path) 
     )
     assert procs["b"]["candidates"] == calls
     assert not [f for f in doc["findings"] if f["kind"] == "unreported_side_effect"]
+
+
+def test_what_the_shared_agent_did_while_two_sessions_ran_is_neither_sessions(
+    tmp_path: Path,
+) -> None:
+    """Two sessions of one agent process whose windows overlap (the first's invocation lasts
+    past the second's): a process the agent spawned and a file it wrote while both ran, outside
+    every tool call, are not blamed on both, nor on either. The process is ``ambiguous`` in both
+    (no ``unreported_side_effect``); a claim to have written the file is unsupported with the
+    reason, not contradicted (file collection was available)."""
+    first = Session(trace=T1, task="Say hi.", answer="Hi.", commands=[(["true"], 0, [], [])])
+    second = Session(
+        trace=T2,
+        task="Save notes.",
+        answer="I saved notes.md.",
+        commands=[(["true"], 0, [], [])],
+        stray=[["curl", "example.org"]],
+    )
+    builder = RunBuilder()
+    builder.add(first, first_span=1000)
+    builder.add(second, first_span=2000)
+    agent_process = builder.agent_process(f"agent:agent-svc:{T2[:4]}")
+    builder.edge(  # the same process is the first session's agent too
+        f"agent:agent-svc:{T1[:4]}", "correlated_with_process", agent_process, grade="C"
+    )
+    stray = next(n for n in builder.nodes.values() if n.label == "curl")
+    builder.edge(agent_process, "wrote", builder.file("/w/notes.md"), at=stray.first_seen + 1)
+    root = next(i for i, s in enumerate(builder.spans) if s.trace_id.hex() == T1 and s.name)
+    builder.spans[root] = msgspec.structs.replace(
+        builder.spans[root], end_time_unix_nano=builder.tick(1000)
+    )
+    doc, _ = build_review(str(builder.write(tmp_path / "run")))
+    curl = [n for n in doc["evidence"] if n["type"] == "process_run" and n["label"] == "curl"]
+    assert [(n["session"], n["role"], n["rule"]) for n in curl] == [
+        (f"session:{T1}", "ambiguous", "session_window_ambiguous"),
+        (f"session:{T2}", "ambiguous", "session_window_ambiguous"),
+    ]
+    assert curl[0]["candidates"] == [f"session:{T1}", f"session:{T2}"]
+    assert not [f for f in doc["findings"] if f["kind"] == "unreported_side_effect"]
+    assert not [n for n in doc["evidence"] if n["type"] == "artifact"]
+    (claim,) = [c for c in doc["claims"] if c["text"] == "I saved notes.md."]
+    assert claim["status"] == "unsupported"
+    assert "several sessions ran" in claim["mentions"][0]["reason"]
+
+
+def test_a_child_inside_one_call_of_overlapping_sessions_is_that_calls_only(
+    tmp_path: Path,
+) -> None:
+    """The same overlap, the child started inside the second session's only tool call (its
+    context not seen): the call's by window, and absent from the first session."""
+    first = Session(trace=T1, task="Say hi.", answer="Hi.", commands=[(["true"], 0, [], [])])
+    second = Session(
+        trace=T2, task="Run it.", answer="Done.", commands=[(["make"], 0, [], [])], unlinked={0}
+    )
+    builder = RunBuilder()
+    builder.add(first, first_span=1000)
+    builder.add(second, first_span=2000)
+    agent_process = builder.agent_process(f"agent:agent-svc:{T2[:4]}")
+    builder.edge(f"agent:agent-svc:{T1[:4]}", "correlated_with_process", agent_process, grade="C")
+    root = next(i for i, s in enumerate(builder.spans) if s.trace_id.hex() == T1 and s.name)
+    builder.spans[root] = msgspec.structs.replace(
+        builder.spans[root], end_time_unix_nano=builder.tick(1000)
+    )
+    doc, _ = build_review(str(builder.write(tmp_path / "run")))
+    make = [n for n in doc["evidence"] if n["type"] == "process_run" and n["label"] == "make"]
+    assert [(n["session"], n["role"], n["rule"]) for n in make] == [
+        (f"session:{T2}", "tool", "tool_window")
+    ]

@@ -273,6 +273,8 @@ def _session_meta(session: ev.Session, parts: dict[str, list[Any]]) -> dict[str,
     }
     if not claims:
         meta["no_claims"] = claims_mod.why_no_claims(session)
+    if session.contested:
+        meta["contested_writes"] = dict(sorted(session.contested.items()))
     return meta
 
 

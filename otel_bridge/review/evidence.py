@@ -423,10 +423,10 @@ def add_agent_processes(
                 continue  # inside one call of another session: that session's
             if len(candidates) > 1:
                 role, rule = "ambiguous", "tool_window_ambiguous"
-                named = [c.id for c in candidates]
+                named = [c.id for c in sorted(candidates, key=lambda c: (c.time or 0, c.id))]
             elif not candidates and len(holders) > 1:
                 role, rule = "ambiguous", "session_window_ambiguous"
-                named = [h.id for h in holders]
+                named = sorted(h.id for h in holders)
             elif not candidates:
                 role, rule = "undeclared", "session_window" if shared else "agent_child"
                 named = []
@@ -494,7 +494,7 @@ def add_artifacts(
                         len(calls) == 1 and calls[0].session == session.id
                     ):
                         if len(calls) != 1 and isinstance(target.facts, FileFacts):
-                            session.contested[target.facts.path] = [h.id for h in holders]
+                            session.contested[target.facts.path] = sorted(h.id for h in holders)
                         continue  # another session's call's, or no one session's
                 touches[target.id].append((_holder(session, owner, e, agent), e))
     parents = _parents(touches)

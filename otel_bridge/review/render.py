@@ -95,6 +95,7 @@ def render_markdown(doc: Mapping[str, Any]) -> str:
         if not findings:
             lines.append("No findings.")
         lines += _artifact_lines(doc, sid)
+        lines += _unattributed_lines(doc, session, labels)
         lines += ["", "### Workflow", "", "| phase | rules | members |", "| --- | --- | --- |"]
         for w in (w for w in doc["workflow"] if w["session"] == sid):
             members = "; ".join(labels.get(m, m) for m in w["members"])
@@ -139,4 +140,28 @@ def _artifact_lines(doc: Mapping[str, Any], sid: str) -> list[str]:
     for n in sorted(written, key=lambda n: str(n.get("path"))):
         how = (n.get("write_observed") or "written").replace("_", " ")
         lines.append(f"- `{n.get('path')}` ({how}): {_content(n)}")
+    return lines
+
+
+def _unattributed_lines(
+    doc: Mapping[str, Any], session: Mapping[str, Any], labels: Mapping[str, str]
+) -> list[str]:
+    """What the agent process did that time alone cannot give to one call or one session."""
+    ambiguous = [
+        n
+        for n in doc["evidence"]
+        if n["session"] == session["id"]
+        and n["type"] == "process_run"
+        and n.get("role") == "ambiguous"
+    ]
+    contested = session.get("contested_writes") or {}
+    if not ambiguous and not contested:
+        return []
+    lines = ["", "### Not attributed (ran while several calls or sessions did)", ""]
+    for n in ambiguous:
+        argv = " ".join(n.get("argv") or []) or n.get("label") or n["id"]
+        among = ", ".join(labels.get(c, c) for c in n.get("candidates") or [])
+        lines.append(f"- process `{argv}` ({n.get('rule')}): one of {among}")
+    for path, sessions in contested.items():
+        lines.append(f"- write of `{path}` by the agent process: one of {', '.join(sessions)}")
     return lines

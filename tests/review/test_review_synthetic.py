@@ -13,6 +13,7 @@ from review_support import RunBuilder, Session
 from otel_bridge.cli import main
 from otel_bridge.errors import DecodeError
 from otel_bridge.review import build_review, validate_review, write_review
+from otel_bridge.review.render import render_markdown
 from otel_bridge.rundir import RunDir, verify
 
 T1 = "11" * 16
@@ -286,6 +287,13 @@ def test_what_the_shared_agent_did_while_two_sessions_ran_is_neither_sessions(
     (claim,) = [c for c in doc["claims"] if c["text"] == "I saved notes.md."]
     assert claim["status"] == "unsupported"
     assert "several sessions ran" in claim["mentions"][0]["reason"]
+    sessions = {s["trace_id"]: s for s in doc["sessions"]}
+    both = [f"session:{T1}", f"session:{T2}"]
+    assert sessions[T2]["contested_writes"] == {"/w/notes.md": both}
+    validate_review(doc)
+    markdown = render_markdown(doc)
+    assert "- process `curl example.org` (session_window_ambiguous): one of" in markdown
+    assert f"- write of `/w/notes.md` by the agent process: one of {', '.join(both)}" in markdown
 
 
 def test_a_child_inside_one_call_of_overlapping_sessions_is_that_calls_only(

@@ -262,7 +262,7 @@ def _session_meta(session: ev.Session, parts: dict[str, list[Any]]) -> dict[str,
     claims = [c for c in parts["claims"] if c.session == session.id]
     findings = [f for f in parts["findings"] if f.session == session.id]
     statuses = ("supported", "partially_supported", "unsupported", "contradicted")
-    meta = {
+    meta: dict[str, Any] = {
         "id": session.id,
         "trace_id": session.trace_id,
         "agents": sorted(session.agents),

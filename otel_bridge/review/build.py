@@ -209,7 +209,12 @@ def _build_review(
     # coding agents (imported here: the importers read the review's records module)
     from otel_bridge.importers.sessions import import_sessions  # noqa: PLC0415
 
-    sessions += import_sessions(run_dir, records, index, transcripts)
+    traced = ev.traced_conversations(sessions)  # Claude Code sessions its own spans told
+    sessions += [
+        s
+        for s in import_sessions(run_dir, records, index, transcripts)
+        if not (s.trace_id in traced and "agent:claude_code" in s.agents)
+    ]
     claimed = {pid for s in sessions for pid, owner in s.owner.items() if owner != pid}
     shared = len(sessions) > 1
     parts: dict[str, list[Any]] = {"workflow": [], "edges": [], "claims": [], "findings": []}

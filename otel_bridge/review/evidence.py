@@ -35,7 +35,11 @@ import msgspec
 from otel_bridge.graph import reading
 from otel_bridge.graph.document import GraphNode
 from otel_bridge.model import EndpointFacts, FileContent, FileFacts, ProcessFacts, Span, StatusCode
-from otel_bridge.processors.normalize.conventions import KIND_KEYS
+from otel_bridge.processors.normalize.conventions import (
+    CLAUDE_CODE_SPANS,
+    KIND_KEYS,
+    claude_code_tool,
+)
 from otel_bridge.review import rules
 from otel_bridge.review.messages import Message, span_messages
 from otel_bridge.review.records import Records
@@ -194,13 +198,17 @@ def is_genai(span: Span) -> bool:
 
 
 def operation(span: Span) -> str:
-    """``chat``, ``execute_tool``, ``invoke_agent`` or ``""``: the GenAI operation name, else the
-    OpenInference / OpenLLMetry span kind, else OpenLLMetry's ``llm.request.type``."""
+    """``chat``, ``execute_tool``, ``invoke_agent`` or ``""``: the GenAI operation name, else what
+    a Claude Code span stands for, else the OpenInference / OpenLLMetry span kind, else
+    OpenLLMetry's ``llm.request.type``."""
     op = attr(span, "gen_ai.operation.name")
     if op in ("chat", "text_completion", "generate_content"):
         return "chat"
     if op in ("execute_tool", "invoke_agent"):
         return op
+    claude = CLAUDE_CODE_SPANS.get(span.name)
+    if claude is not None:
+        return claude
     for key in KIND_KEYS:
         kind = SPAN_KINDS.get((attr(span, key) or "").upper())
         if kind is not None:
@@ -327,8 +335,12 @@ def tool_call_node(session: Session, rid: str, span: Span, index: GraphIndex) ->
             end=span.end_time_unix_nano,
             records=[rid],
             data={
-                "tool": attr(span, "gen_ai.tool.name") or attr(span, "tool.name"),
-                "call_id": attr(span, "gen_ai.tool.call.id") or attr(span, "tool_call.id"),
+                "tool": attr(span, "gen_ai.tool.name")
+                or attr(span, "tool.name")
+                or claude_code_tool(span.name, span.attributes),
+                "call_id": attr(span, "gen_ai.tool.call.id")
+                or attr(span, "tool_call.id")
+                or attr(span, "tool_use_id"),
                 "arguments": attr(span, "gen_ai.tool.call.arguments") or attr(span, "input.value"),
                 "result": attr(span, "gen_ai.tool.call.result") or attr(span, "output.value"),
                 "status": status,
@@ -340,12 +352,49 @@ def tool_call_node(session: Session, rid: str, span: Span, index: GraphIndex) ->
     )
 
 
+def traced_conversations(sessions: Iterable[Session]) -> set[str]:
+    """The ``session.id`` values Claude Code's own spans state (on the span or its resource):
+    those conversations are reviewed from the spans, which link Bash's processes exactly, and
+    their log events are not imported a second time."""
+    out: set[str] = set()
+    for session in sessions:
+        for _, span in session.spans:
+            if span.name in CLAUDE_CODE_SPANS or span.name == CLAUDE_CODE_RUN:
+                stated = span.attributes.get("session.id") or span.resource.attributes.get(
+                    "session.id"
+                )
+                if isinstance(stated, str) and stated:
+                    out.add(stated)
+    return out
+
+
+CLAUDE_CODE_RUN = "claude_code.tool.execution"
+"""The child of a Claude Code tool span that ran the tool: it says whether the run succeeded."""
+
+
+def run_status(run: Span) -> str:
+    """``ok``/``error`` from a Claude Code run span (its status, else ``success``), else
+    ``unset``."""
+    if run.status.code is StatusCode.ERROR:
+        return "error"
+    success = run.attributes.get("success")
+    if success is True or success == "true":
+        return "ok"
+    if success is False or success == "false":
+        return "error"
+    return "ok" if run.status.code is StatusCode.OK else "unset"
+
+
 def add_tool_calls(session: Session, index: GraphIndex, records: Records) -> None:
     """Tool calls, their linked processes and those processes' descendants."""
+    runs = {s.parent_span_id: s for _, s in session.spans if s.name == CLAUDE_CODE_RUN}
     for rid, span in session.spans:
         if operation(span) != "execute_tool":
             continue
         tool = tool_call_node(session, rid, span, index)
+        run = runs.get(span.span_id)
+        if run is not None and tool.data["status"] == "unset":
+            tool.data["status"] = run_status(run)
         for agent_edge in index.into.get(tool.id, ()):
             if agent_edge.relation == "invoked" and agent_edge.source not in session.agents:
                 session.agents.append(agent_edge.source)

@@ -8,13 +8,23 @@ real: it writes ``greet.py`` and ``test_greet.py`` in its working directory itse
 tool). Its final message (Codex flavor) claims the write, the test command, that the tests pass,
 and a file it never wrote (``notes.md``).
 
-Usage: ``fake_coding_agent.py --flavor claude|codex [--transcript FILE]`` under
+With ``--traces`` (Claude flavor) it also exports the spans of Claude Code's traces beta
+(``CLAUDE_CODE_ENHANCED_TELEMETRY_BETA=1``), shaped as its monitoring documentation lists them:
+``claude_code.interaction`` per prompt, ``claude_code.llm_request`` (``gen_ai.system``,
+``gen_ai.request.model``, ``model``), and per tool call ``claude_code.tool`` (``tool_name``,
+``tool_use_id``, ``gen_ai.tool.call.id``) with children ``claude_code.tool.blocked_on_user``
+(``decision``, ``source``) and ``claude_code.tool.execution`` (``success``); the standard
+``session.id`` is on every span. As Claude Code's Bash tool does, the command it runs gets the
+running span's context as ``TRACEPARENT``.
+
+Usage: ``fake_coding_agent.py --flavor claude|codex [--transcript FILE] [--traces]`` under
 ``otel-bridge observe``, which sets ``OTEL_EXPORTER_OTLP_ENDPOINT`` / ``_PROTOCOL``.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import datetime as dt
 import json
 import os
@@ -24,9 +34,13 @@ import time
 import uuid
 from typing import Any
 
+from opentelemetry import trace
 from opentelemetry.sdk._logs import LoggerProvider
 from opentelemetry.sdk._logs.export import SimpleLogRecordProcessor
 from opentelemetry.sdk.resources import Resource
+from opentelemetry.sdk.trace import TracerProvider
+from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
 
 GREET = "def greet(name: str) -> str:\n    return f'hello {name}'\n"
 TEST = (
@@ -55,6 +69,20 @@ def _exporter() -> Any:
     return Http()
 
 
+def _span_exporter() -> Any:
+    if os.environ.get("OTEL_EXPORTER_OTLP_PROTOCOL", "").startswith("grpc"):
+        from opentelemetry.exporter.otlp.proto.grpc.trace_exporter import (
+            OTLPSpanExporter as Grpc,
+        )
+
+        return Grpc(insecure=True)
+    from opentelemetry.exporter.otlp.proto.http.trace_exporter import (
+        OTLPSpanExporter as Http,
+    )
+
+    return Http()
+
+
 def _iso(ns: int) -> str:
     return dt.datetime.fromtimestamp(ns / 1e9, dt.UTC).isoformat(timespec="milliseconds")[:-6] + "Z"
 
@@ -73,6 +101,29 @@ class Agent:
         )
         self.rollout = open(transcript, "w", encoding="utf-8") if transcript else None  # noqa: SIM115
         self.calls = 0
+        self.tracer: trace.Tracer | None = None
+        self.tracer_provider: TracerProvider | None = None
+
+    def trace_spans(self) -> None:
+        """Also export Claude Code's spans (its traces beta)."""
+        resource = Resource.create({"service.name": "claude-code", "session.id": self.session})
+        self.tracer_provider = TracerProvider(resource=resource)
+        self.tracer_provider.add_span_processor(SimpleSpanProcessor(_span_exporter()))
+        self.tracer = self.tracer_provider.get_tracer("com.anthropic.claude_code.tracing")
+
+    def span(self, name: str, **attrs: Any) -> Any:
+        """A Claude Code span (a no-op context without ``--traces``)."""
+        if self.tracer is None:
+            return contextlib.nullcontext(None)
+        return self.tracer.start_as_current_span(
+            name, attributes={"session.id": self.session, **attrs}
+        )
+
+    def shutdown(self) -> None:
+        """Export what is left."""
+        self.provider.shutdown()
+        if self.tracer_provider is not None:
+            self.tracer_provider.shutdown()
 
     def event(self, kind: str, **attrs: Any) -> None:
         """One OTel event of the flavor (Claude Code: short ``event.name`` and the full name as
@@ -96,24 +147,38 @@ class Agent:
             self.rollout.flush()
 
     def tool(self, name: str, arguments: dict[str, Any], run: Any) -> None:
-        """One tool call: decision, call, the work, output and result events."""
+        """One tool call: decision, call, the work, output and result events (inside the tool's
+        spans with ``--traces``)."""
         self.calls += 1
         call_id = f"call_{self.calls}"
+        use_id = f"toolu_{self.calls:02d}"
         args = json.dumps(arguments)
-        self.event(
-            "tool_decision",
-            tool_name=name,
-            call_id=call_id if self.flavor == "codex" else None,  # Claude Code names no call
-            decision="accept",
-            source="config",
-        )
-        self.line(
-            "response_item",
-            {"type": "function_call", "name": name, "arguments": args, "call_id": call_id},
-        )
-        started = time.monotonic_ns()
-        output, code = run()
-        duration_ms = (time.monotonic_ns() - started) // 1_000_000
+        with self.span("claude_code.tool", tool_name=name, tool_use_id=use_id) as tool:
+            if tool is not None:
+                tool.set_attribute("gen_ai.tool.call.id", use_id)
+            with self.span("claude_code.tool.blocked_on_user", decision="accept", source="config"):
+                self.event(
+                    "tool_decision",
+                    tool_name=name,
+                    call_id=call_id if self.flavor == "codex" else None,  # Claude names none
+                    decision="accept",
+                    source="config",
+                )
+            self.line(
+                "response_item",
+                {"type": "function_call", "name": name, "arguments": args, "call_id": call_id},
+            )
+            with self.span("claude_code.tool.execution", tool_use_id=use_id) as execution:
+                started = time.monotonic_ns()
+                output, code = run()
+                duration_ms = (time.monotonic_ns() - started) // 1_000_000
+                if execution is not None:
+                    execution.set_attribute("success", code == 0)
+            self._results(name, call_id, args, output, code, duration_ms)
+
+    def _results(  # noqa: PLR0917 (one tool call's outcome)
+        self, name: str, call_id: str, args: str, output: str, code: int, duration_ms: int
+    ) -> None:
         result = json.dumps({"output": output, "metadata": {"exit_code": code}})
         self.line(
             "response_item", {"type": "function_call_output", "call_id": call_id, "output": result}
@@ -151,6 +216,10 @@ def _write() -> tuple[str, int]:
 
 def _pytest() -> tuple[str, int]:
     env = {**os.environ, "PYTEST_DISABLE_PLUGIN_AUTOLOAD": "1"}  # installed plugins are not ours
+    carrier: dict[str, str] = {}
+    TraceContextTextMapPropagator().inject(carrier)  # nothing without --traces (no span runs)
+    if "traceparent" in carrier:
+        env["TRACEPARENT"] = carrier["traceparent"]  # as Claude Code's Bash tool passes it
     done = subprocess.run(TEST_ARGV, capture_output=True, text=True, check=False, env=env)
     return done.stdout[-400:], done.returncode
 
@@ -159,8 +228,19 @@ def main() -> int:
     parser = argparse.ArgumentParser()
     parser.add_argument("--flavor", choices=("claude", "codex"), required=True)
     parser.add_argument("--transcript")
+    parser.add_argument("--traces", action="store_true")
     args = parser.parse_args()
     agent = Agent(args.flavor, args.transcript)
+    if args.traces:
+        agent.trace_spans()
+    with agent.span("claude_code.interaction"):
+        _turn(agent, args.flavor)
+    agent.shutdown()
+    return 0
+
+
+def _turn(agent: Agent, flavor: str) -> None:
+    """The prompt, a model request, two tool calls and the final message."""
     agent.line(
         "session_meta",
         {
@@ -171,16 +251,25 @@ def main() -> int:
             "cli_version": "0.0.0-test",
         },
     )
-    if args.flavor == "codex":
+    if flavor == "codex":
         agent.event("conversation_starts", model="scripted-model", provider_name="none")
     agent.event("user_prompt", prompt_length=str(len(PROMPT)), prompt=PROMPT)
     agent.line(
         "response_item",
         {"type": "message", "role": "user", "content": [{"type": "input_text", "text": PROMPT}]},
     )
-    agent.event(
-        "api_request", model="scripted-model", duration_ms="3", input_tokens="10", output_tokens="5"
-    )
+    with agent.span(
+        "claude_code.llm_request",
+        model="scripted-model",
+        **{"gen_ai.system": "anthropic", "gen_ai.request.model": "scripted-model"},
+    ):
+        agent.event(
+            "api_request",
+            model="scripted-model",
+            duration_ms="3",
+            input_tokens="10",
+            output_tokens="5",
+        )
     agent.tool("write", {"files": ["greet.py", "test_greet.py"]}, _write)
     agent.tool("shell", {"command": TEST_ARGV[1:]}, _pytest)
     agent.line(
@@ -192,8 +281,6 @@ def main() -> int:
         },
     )
     agent.line("event_msg", {"type": "agent_message", "message": FINAL})
-    agent.provider.shutdown()
-    return 0
 
 
 if __name__ == "__main__":

@@ -34,6 +34,11 @@ pytestmark = [
 ]
 
 FLAVORS = ("claude", "codex")
+RUNS = {
+    "claude": ["--flavor", "claude"],
+    "codex": ["--flavor", "codex"],
+    "claude_traces": ["--flavor", "claude", "--traces"],  # Claude Code's traces beta too
+}
 
 
 def _env() -> dict[str, str]:
@@ -43,13 +48,13 @@ def _env() -> dict[str, str]:
 
 @pytest.fixture(scope="module")
 def reviews(tmp_path_factory: pytest.TempPathFactory) -> dict[str, dict[str, Any]]:
-    """Both flavors observed at once, then reviewed (Codex with its transcript)."""
-    dirs = {f: tmp_path_factory.mktemp(f) for f in FLAVORS}
+    """Every run observed at once, then reviewed (Codex with its transcript)."""
+    dirs = {f: tmp_path_factory.mktemp(f) for f in RUNS}
     running = {}
     for flavor, tmp in dirs.items():
         (tmp / "work").mkdir()
         command = [sys.executable, "-m", "otel_bridge", "observe", "--no-progress", "--no-review"]
-        command += ["-o", str(tmp / "run"), "--", sys.executable, str(AGENT), "--flavor", flavor]
+        command += ["-o", str(tmp / "run"), "--", sys.executable, str(AGENT), *RUNS[flavor]]
         if flavor == "codex":
             command += ["--transcript", str(tmp / "rollout.jsonl")]
         running[flavor] = subprocess.Popen(
@@ -141,3 +146,29 @@ def test_claude_has_no_claims(reviews: dict[str, dict[str, Any]]) -> None:
     if doc["run"]["coverage"]["files_available"]:
         assert f"file:{doc['_workspace']}/greet.py" in written
     assert write["records"][0].startswith("sem.jsonl:")
+
+
+def test_claude_code_traces_link_the_bash_process_exactly(
+    reviews: dict[str, dict[str, Any]],
+) -> None:
+    """With Claude Code's traces beta on as well, the conversation is reviewed from its spans:
+    the agent (``claude_code``), the model request, and the tool calls, each with the status
+    its execution span states; the pytest process carried the tool's ``TRACEPARENT`` and is
+    linked to the shell call exactly, not by time. The same conversation's log events are not
+    made a second session."""
+    doc = reviews["claude_traces"]
+    (session,) = doc["sessions"]
+    assert session["agents"] == ["agent:claude-code:claude_code"]
+    (model,) = _nodes(doc, "model_call")
+    assert model["model"] == "scripted-model"
+    write, shell = _nodes(doc, "tool_call")
+    assert (write["tool"], shell["tool"]) == ("write", "shell")
+    assert (write["call_id"], shell["call_id"]) == ("toolu_01", "toolu_02")
+    assert write["status"] == shell["status"] == "ok"
+    procs = {n["id"]: n for n in _nodes(doc, "process_run")}
+    (linked,) = shell["processes"]
+    assert procs[linked]["argv"][1:] == ["-m", "pytest", "-q", "test_greet.py"]
+    assert "rule" not in procs[linked]  # linked, not attributed by a window
+    assert [link["method"] for link in shell["links"]] == ["traceparent"]
+    assert procs[linked]["check"]["name"] == "pytest"
+    assert not [p for p in procs.values() if p["role"] in ("undeclared", "ambiguous")]

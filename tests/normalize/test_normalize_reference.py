@@ -105,8 +105,11 @@ _ARGUMENTS: list[AnyValue] = [
 
 def _tool_attrs(pick: Pick) -> dict[str, AnyValue]:
     attrs: dict[str, AnyValue] = {}
-    shape = pick(["genai", "openinference", "vercel"])
-    if shape == "genai":
+    shape = pick(["genai", "openinference", "vercel", "claude"])
+    if shape == "claude":  # Claude Code: read as a tool only by its span name
+        attrs["tool_name"] = _text(pick, "Bash", "Edit")
+        attrs["tool_use_id"] = _text(pick, "toolu_1", "toolu_2")
+    elif shape == "genai":
         attrs["gen_ai.operation.name"] = "execute_tool"
         attrs["gen_ai.tool.name"] = _text(pick, "shell", "search", "run_command")
     elif shape == "openinference":
@@ -201,7 +204,19 @@ def generate(pick: Pick, count: int) -> list[Span]:
         attrs = make(pick)
         if pick([True, False, False]):
             attrs[pick(["gen_ai.conversation.id", "session.id"])] = _text(pick, "conv-1", "c2")
-        name = pick(["invoke_agent planner", "execute_tool shell", "chat gpt-4o", "step", " "])
+        name = pick(
+            [
+                "invoke_agent planner",
+                "execute_tool shell",
+                "chat gpt-4o",
+                "step",
+                " ",
+                "claude_code.interaction",
+                "claude_code.llm_request",
+                "claude_code.tool",
+                "claude_code.tool.execution",
+            ]
+        )
         spans.append(
             Span(
                 resource=pick(RESOURCES),

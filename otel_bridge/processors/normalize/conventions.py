@@ -14,10 +14,19 @@ Vercel AI SDK ``ai.embed.doEmbed`` /       ``embeddings``
 ``ai.embedMany.doEmbed``
 Vercel AI SDK ``ai.toolCall``              ``execute_tool`` (``ai.toolCall.name``/``.id``)
 OpenLLMetry ``llm.request.type``           ``chat``/``text_completion``/``embeddings``
+Claude Code ``claude_code.interaction``    ``invoke_agent`` (agent ``claude_code``)
+Claude Code ``claude_code.llm_request``    ``chat`` (``gen_ai.request.model`` or ``model``)
+Claude Code ``claude_code.tool``           ``execute_tool`` (``tool_name``, ``tool_use_id``)
 a CLIENT span naming a GenAI model or      ``chat``: the spec's own client span 2 states no
 provider (``gen_ai.request.model``,        operation; a client span to a model API is a
 ``gen_ai.provider.name``, ``gen_ai.system``)  model call
 =========================================  ==============================================
+
+Claude Code's spans are its traces beta (``CLAUDE_CODE_ENHANCED_TELEMETRY_BETA=1``,
+``OTEL_TRACES_EXPORTER=otlp``): one trace per user prompt (``claude_code.interaction``), its model
+requests and tool calls as children, and under each tool call ``claude_code.tool.blocked_on_user``
+(the permission wait) and ``claude_code.tool.execution`` (the run; a plain span). Claude Code
+gives the processes its Bash tool starts a ``TRACEPARENT``, so they link exactly.
 
 A span that carries GenAI attributes but matches none of these (say an INTERNAL span with only
 ``gen_ai.system``) is kept as a plain span with a ``genai_operation_unknown`` coverage record, so
@@ -62,6 +71,17 @@ OpenLLMetry's ``agent``/``tool``/``workflow``/``task`` read upper case alike).""
 
 MODEL_KEYS = ("gen_ai.request.model", "gen_ai.response.model", "llm.model_name")
 """Model name attributes after the request model and before the Vercel AI SDK's."""
+
+
+CLAUDE_CODE_SPANS = {
+    "claude_code.interaction": "invoke_agent",
+    "claude_code.llm_request": "chat",
+    "claude_code.tool": "execute_tool",
+}
+"""Claude Code's span names and the GenAI operation each stands for (see the module docstring)."""
+
+CLAUDE_CODE_AGENT = "claude_code"
+"""The agent name of a ``claude_code.interaction`` span (it states none)."""
 
 
 def has_convention(a: Attributes) -> bool:
@@ -111,6 +131,9 @@ def implied_operation(span: Span, source: Source, coverage: list[CoverageRecord]
     ``""`` when none; a span carrying GenAI attributes that says no operation also leaves a
     ``genai_operation_unknown`` coverage record.
     """
+    claude = CLAUDE_CODE_SPANS.get(span.name)
+    if claude is not None:
+        return claude
     a = span.attributes
     vercel = get_str(a, "ai.operationId")
     if vercel is not None:
@@ -159,6 +182,11 @@ def model_name(a: Attributes) -> str | None:
     return get_str(a, *MODEL_KEYS) or get_str(a, "embedding.model_name", "ai.model.id")
 
 
+def claude_code_tool(span_name: str, a: Attributes) -> str | None:
+    """The tool a ``claude_code.tool`` span names (``tool_name``); None for any other span."""
+    return get_str(a, "tool_name") if span_name == "claude_code.tool" else None
+
+
 def model_provider(a: Attributes) -> str:
     """The provider a model call names, lower case (``unknown`` when it names none)."""
     provider = get_str(a, "gen_ai.provider.name")
@@ -172,8 +200,11 @@ def model_provider(a: Attributes) -> str:
 
 
 def tool_call_id(a: Attributes) -> str | None:
-    """The id of a tool call: GenAI, OpenInference (``tool_call.id``, ``tool.id``), Vercel."""
-    return get_str(a, "gen_ai.tool.call.id", "tool_call.id", "tool.id", "ai.toolCall.id")
+    """The id of a tool call: GenAI, OpenInference (``tool_call.id``, ``tool.id``), Vercel,
+    Claude Code (``tool_use_id``)."""
+    return get_str(
+        a, "gen_ai.tool.call.id", "tool_call.id", "tool.id", "ai.toolCall.id", "tool_use_id"
+    )
 
 
 TOOL_NAME_KEYS = ("gen_ai.tool.name", "tool.name", "ai.toolCall.name", "traceloop.entity.name")

@@ -33,7 +33,7 @@ from otel_bridge.model import (
     ToolCallFacts,
 )
 
-from .conventions import AGENT_NAME_KEYS, operation_name
+from .conventions import AGENT_NAME_KEYS, CLAUDE_CODE_AGENT, operation_name
 from .values import get_str
 
 ENTITY_KEYS = (
@@ -74,7 +74,10 @@ def pick(a: Attributes) -> dict[str, AnyValue]:
 
 
 def name_from_span(span_name: str, op: str) -> str | None:
-    """What a span's name says beyond its operation (``invoke_agent planner`` -> ``planner``)."""
+    """What a span's name says beyond its operation (``invoke_agent planner`` -> ``planner``;
+    Claude Code's ``claude_code.interaction`` -> ``claude_code``)."""
+    if span_name == "claude_code.interaction":
+        return CLAUDE_CODE_AGENT
     stripped = span_name.removeprefix(op).strip() if op else span_name.strip()
     return stripped or None
 

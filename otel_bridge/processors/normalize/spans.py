@@ -72,9 +72,11 @@ from .channels import ChannelAssigner
 from .command import CommandResult, extract_command
 from .conventions import (
     AGENT_NAME_KEYS,
+    CLAUDE_CODE_SPANS,
     KIND_KEYS,
     TOOL_NAME_KEYS,
     call_attrs,
+    claude_code_tool,
     has_convention,
     implied_operation,
     model_name,
@@ -260,8 +262,9 @@ class SpanNormalizer:
                 or "gen_ai.request.model" in a
                 or "gen_ai.provider.name" in a
                 or "gen_ai.system" in a
+                or span.name in CLAUDE_CODE_SPANS
             )
-        ):  # conventions.has_convention, spelled out
+        ):  # conventions.has_convention, spelled out, or a Claude Code span
             op = implied_operation(span, source, coverage)
         parent_id = span.parent_span_id
         parent = trace_id + parent_id if parent_id else None
@@ -740,15 +743,20 @@ class SpanNormalizer:
     def _agent(self, span: Span, op: str, service: str, trace: str, span_hex: str) -> Entity:
         """:func:`.entities.agent_entity`, shared by the spans of one named agent."""
         a = span.attributes
-        name = get_str(a, *AGENT_NAME_KEYS, "gen_ai.agent.id")
-        if name is None:
+        stated = get_str(a, *AGENT_NAME_KEYS)
+        agent_id = get_str(a, "gen_ai.agent.id")
+        name = stated if stated is not None or agent_id is not None else None
+        if name is None and agent_id is None:
             name = name_from_span(span.name, op)
         attrs = pick(a)
-        if name is None or any(v.__class__ is not str for v in attrs.values()):
+        if (name is None and agent_id is None) or any(
+            v.__class__ is not str for v in attrs.values()
+        ):
             # Keyed by the span itself, or a value that does not compare exactly as a key.
             return agent_entity(a, span.name, op, service, trace=trace, span_hex=span_hex)
-        # Everything agent_entity reads: the name attributes are among the picked ones.
-        key = (service, name, *attrs.items())
+        # Everything agent_entity reads: the stated name (``traceloop.entity.name`` is not among
+        # the picked attributes), the id, the name it falls back to, and the picked attributes.
+        key = (service, stated, agent_id, name, *attrs.items())
         cached = self._agents.get(key)
         if cached is not None:
             return cached
@@ -880,7 +888,11 @@ def operation_of(span: Span, source: Source, coverage: list[CoverageRecord]) -> 
     for the coverage record it may leave)."""
     a = span.attributes
     op = get_str(a, "gen_ai.operation.name") or ""
-    if not op and not get_str(a, *KIND_KEYS) and has_convention(a):
+    if (
+        not op
+        and not get_str(a, *KIND_KEYS)
+        and (has_convention(a) or span.name in CLAUDE_CODE_SPANS)
+    ):
         op = implied_operation(span, source, coverage)
     return op
 
@@ -970,7 +982,7 @@ def _reference_session(out: list[Observation], ctx: Ctx, node: Entity, a: Attrib
 def _tool_name(span: Span, op: str) -> str:
     name = get_str(span.attributes, *TOOL_NAME_KEYS)
     if name is None:
-        name = name_from_span(span.name, op)
+        name = claude_code_tool(span.name, span.attributes) or name_from_span(span.name, op)
     return name or UNKNOWN_TOOL
 
 

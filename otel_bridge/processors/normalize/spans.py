@@ -743,20 +743,16 @@ class SpanNormalizer:
     def _agent(self, span: Span, op: str, service: str, trace: str, span_hex: str) -> Entity:
         """:func:`.entities.agent_entity`, shared by the spans of one named agent."""
         a = span.attributes
-        stated = get_str(a, *AGENT_NAME_KEYS)
-        agent_id = get_str(a, "gen_ai.agent.id")
-        name = stated if stated is not None or agent_id is not None else None
-        if name is None and agent_id is None:
+        name = get_str(a, *AGENT_NAME_KEYS, "gen_ai.agent.id")
+        if name is None:
             name = name_from_span(span.name, op)
         attrs = pick(a)
-        if (name is None and agent_id is None) or any(
-            v.__class__ is not str for v in attrs.values()
-        ):
+        if name is None or any(v.__class__ is not str for v in attrs.values()):
             # Keyed by the span itself, or a value that does not compare exactly as a key.
             return agent_entity(a, span.name, op, service, trace=trace, span_hex=span_hex)
-        # Everything agent_entity reads: the stated name (``traceloop.entity.name`` is not among
-        # the picked attributes), the id, the name it falls back to, and the picked attributes.
-        key = (service, stated, agent_id, name, *attrs.items())
+        # Everything agent_entity reads: the picked attributes hold the other name keys and the
+        # id, not ``traceloop.entity.name`` (a name it states is not an id it shares).
+        key = (service, name, a.get("traceloop.entity.name"), *attrs.items())
         cached = self._agents.get(key)
         if cached is not None:
             return cached

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import os
 import urllib.parse
+from bisect import bisect_left, bisect_right
 from collections import defaultdict
 from collections.abc import Iterable
 
@@ -52,16 +53,18 @@ def build_sessions(events: Iterable[AgentEvent]) -> list[Session]:
         session = Session(id=f"session:{agent}:{key}", trace_id=key, spans=[])
         session.agents.append(f"agent:{agent}")
         pending: dict[str, list[AgentEvent]] = defaultdict(list)
+        when = [e.time for e in group if e.time is not None]  # sorted: the group is
         for e in group:
             if e.kind == "tool_decision" and not _has_call_id(e):
                 pending[str(e.attrs.get("tool_name"))].append(e)  # joined to its result below
                 continue
             if e.kind == "tool_result" and not _has_call_id(e):
-                _pair(session, e, pending[str(e.attrs.get("tool_name"))])
+                _pair(session, e, pending[str(e.attrs.get("tool_name"))], when)
                 continue
             _add_event(session, e)
         for left in sorted((d for ds in pending.values() for d in ds), key=lambda d: d.record):
             _add_event(session, left)  # a decision whose result was not seen: a call, unfinished
+            session.nodes[f"tool_call:{session.trace_id}:{left.record}"].end = None  # not seen
         times = [t for n in session.nodes.values() for t in (n.time, n.end) if t is not None]
         session.start, session.end = (min(times), max(times)) if times else (None, None)
         sessions.append(session)
@@ -142,28 +145,36 @@ def _has_call_id(e: AgentEvent) -> bool:
     return bool(e.attrs.get("call_id") or e.attrs.get("tool_use_id") or e.attrs.get("id"))
 
 
-def _pair(session: Session, e: AgentEvent, decisions: list[AgentEvent]) -> None:
+def _pair(session: Session, e: AgentEvent, decisions: list[AgentEvent], when: list[int]) -> None:
     """A result that names no call (Claude Code): one tool call, joined with the earliest
-    pending decision for the same tool (rule ``decision_order``, recorded on the node)."""
+    pending decision for the same tool (rule ``decision_order``, recorded on the node).
+
+    The call's window opens at the decision instead of the stated start only when that join is
+    certain enough to widen a window by: the decision was the only one pending for the tool,
+    and no other event of the session (``when``: every event time, sorted) came between it and
+    the stated start (a decision left over from an interrupted call is not this call's)."""
     _tool_event(session, e)
     node = session.nodes[f"tool_call:{session.trace_id}:{e.record}"]
     # a result that states its decision is joined only with a decision that says the same (a
     # rejected call of the same tool before it is not this call)
     stated = e.attrs.get("decision")
-    at = next(
-        (i for i, d in enumerate(decisions) if stated is None or d.attrs.get("decision") == stated),
-        None,
-    )
-    if at is not None:
-        decision = decisions.pop(at)
+    matching = [
+        i for i, d in enumerate(decisions) if stated is None or d.attrs.get("decision") == stated
+    ]
+    if matching:
+        alone = len(matching) == 1
+        decision = decisions.pop(matching[0])
         node.records.insert(0, decision.record)
         node.data["decision"] = decision.attrs.get("decision")
         node.data["rule"] = "decision_order"
         # The decision is made before the tool runs; the stated start (result time minus
         # duration) is late by however long the agent took to report the result, which
         # can be longer than the call's first child takes to appear on a loaded machine.
-        if decision.time is not None:
-            node.time = decision.time if node.time is None else min(node.time, decision.time)
+        t, stated_start = decision.time, node.time
+        if t is not None and alone and (stated_start is None or t < stated_start):
+            between = bisect_left(when, stated_start) - bisect_right(when, t) if stated_start else 0
+            if between <= 0:
+                node.time = t
 
 
 def _call_id(e: AgentEvent) -> str:

@@ -209,12 +209,12 @@ def _build_review(
     # coding agents (imported here: the importers read the review's records module)
     from otel_bridge.importers.sessions import import_sessions  # noqa: PLC0415
 
-    traced = ev.traced_conversations(sessions)  # Claude Code sessions its own spans told
-    sessions += [
-        s
-        for s in import_sessions(run_dir, records, index, transcripts)
-        if not (s.trace_id in traced and "agent:claude_code" in s.agents)
-    ]
+    traced = ev.traced_prompts(sessions)  # the Claude Code prompts its own spans told
+    for imported in import_sessions(run_dir, records, index, transcripts):
+        windows = traced.get(imported.trace_id) if "agent:claude_code" in imported.agents else None
+        left = ev.untraced_part(imported, windows) if windows else imported
+        if left is not None:
+            sessions.append(left)
     claimed = {pid for s in sessions for pid, owner in s.owner.items() if owner != pid}
     shared = len(sessions) > 1
     parts: dict[str, list[Any]] = {"workflow": [], "edges": [], "claims": [], "findings": []}

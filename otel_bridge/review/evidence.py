@@ -169,6 +169,9 @@ class Session:
     """graph edges of the agent process attributed to a tool call by time (rule ``tool_window``)."""
     links: dict[str, list[GEdge]] = field(default_factory=dict)
     """tool call id -> the graph edges linking it to its processes."""
+    contested_processes: dict[str, list[str]] = field(default_factory=dict)
+    """Processes the shared agent process spawned while several sessions ran (``ambiguous``
+    across sessions) -> those sessions: their effects are no one session's."""
     contested: dict[str, list[str]] = field(default_factory=dict)
     """Paths the shared agent process wrote while this session and others ran, outside any
     single tool call -> the sessions: no one session's write (``add_artifacts``)."""
@@ -198,21 +201,21 @@ def is_genai(span: Span) -> bool:
 
 
 def operation(span: Span) -> str:
-    """``chat``, ``execute_tool``, ``invoke_agent`` or ``""``: the GenAI operation name, else what
-    a Claude Code span stands for, else the OpenInference / OpenLLMetry span kind, else
-    OpenLLMetry's ``llm.request.type``."""
+    """``chat``, ``execute_tool``, ``invoke_agent`` or ``""``: the GenAI operation name, else the
+    OpenInference / OpenLLMetry span kind, else what a Claude Code span stands for, else
+    OpenLLMetry's ``llm.request.type`` (the order ``normalize`` reads them in)."""
     op = attr(span, "gen_ai.operation.name")
     if op in ("chat", "text_completion", "generate_content"):
         return "chat"
     if op in ("execute_tool", "invoke_agent"):
         return op
-    claude = CLAUDE_CODE_SPANS.get(span.name)
-    if claude is not None:
-        return claude
     for key in KIND_KEYS:
         kind = SPAN_KINDS.get((attr(span, key) or "").upper())
         if kind is not None:
             return kind
+    claude = CLAUDE_CODE_SPANS.get(span.name)
+    if claude is not None:
+        return claude
     return "chat" if attr(span, "llm.request.type") in REQUEST_TYPES else ""
 
 
@@ -352,20 +355,38 @@ def tool_call_node(session: Session, rid: str, span: Span, index: GraphIndex) ->
     )
 
 
-def traced_conversations(sessions: Iterable[Session]) -> set[str]:
-    """The ``session.id`` values Claude Code's own spans state (on the span or its resource):
-    those conversations are reviewed from the spans, which link Bash's processes exactly, and
-    their log events are not imported a second time."""
-    out: set[str] = set()
+def traced_prompts(sessions: Iterable[Session]) -> dict[str, list[tuple[int, int]]]:
+    """The prompts Claude Code's own spans told: ``session.id`` (stated on the span or its
+    resource) -> the windows of its ``claude_code.interaction`` spans (one per prompt)."""
+    out: dict[str, list[tuple[int, int]]] = defaultdict(list)
     for session in sessions:
         for _, span in session.spans:
-            if span.name in CLAUDE_CODE_SPANS or span.name == CLAUDE_CODE_RUN:
-                stated = span.attributes.get("session.id") or span.resource.attributes.get(
-                    "session.id"
-                )
-                if isinstance(stated, str) and stated:
-                    out.add(stated)
-    return out
+            if span.name != "claude_code.interaction":
+                continue
+            stated = span.attributes.get("session.id") or span.resource.attributes.get("session.id")
+            if isinstance(stated, str) and stated:
+                out[stated].append((span.start_time_unix_nano, span.end_time_unix_nano))
+    return dict(out)
+
+
+def untraced_part(session: Session, windows: list[tuple[int, int]]) -> Session | None:
+    """A Claude Code session from its log events less what its spans already told: the nodes
+    (messages, model and tool calls) whose time lies inside a traced prompt's window are the
+    spans' sessions' (with exact process links), and are dropped here. None when nothing is
+    left. Claude Code runs one prompt at a time, so a prompt's window holds only its events."""
+    for nid in [
+        nid
+        for nid, node in session.nodes.items()
+        if node.type != "process_run"
+        and node.time is not None
+        and any(a <= node.time <= b for a, b in windows)
+    ]:
+        del session.nodes[nid]
+    if all(node.type == "process_run" for node in session.nodes.values()):
+        return None  # only the agent's process was left: everything was traced
+    times = [t for n in session.nodes.values() for t in (n.time, n.end) if t is not None]
+    session.start, session.end = (min(times), max(times)) if times else (None, None)
+    return session
 
 
 CLAUDE_CODE_RUN = "claude_code.tool.execution"
@@ -463,41 +484,110 @@ def add_agent_processes(
             child = spawn.target
             if child in claimed or child in session.owner or child not in index.nodes:
                 continue
-            start = index.nodes[child].first_seen
+            start = process_start(index.nodes[child].first_seen, index.process_facts(child))
             if shared and not _within(start, session.start, session.end):
                 continue
             holders = holders_at(session, others, parent, start) if shared else [session]
-            candidates = [c for h in holders for c in tools_at(h, start)]
-            if len(candidates) == 1 and candidates[0].session != session.id:
-                continue  # inside one call of another session: that session's
-            if len(candidates) > 1:
-                role, rule = "ambiguous", "tool_window_ambiguous"
-                named = [c.id for c in sorted(candidates, key=lambda c: (c.time or 0, c.id))]
-            elif not candidates and len(holders) > 1:
-                role, rule = "ambiguous", "session_window_ambiguous"
-                named = sorted(h.id for h in holders)
-            elif not candidates:
-                role, rule = "undeclared", "session_window" if shared else "agent_child"
-                named = []
-            else:
-                role, rule, named = "tool", "tool_window", []
+            found = _placed(session, holders, start, shared)
+            if found is None:
+                continue  # another session's
+            role, rule, candidates, sessions = found
             for pid in descendants(index, [child]):
                 if pid in claimed or pid in session.owner:
                     continue
                 proc = process_node(session, index, pid, records)
                 proc.data["role"], proc.data["rule"] = role, rule
                 if role != "tool":
-                    if named:  # several calls, or several sessions: not one's, not undeclared
-                        proc.data["candidates"] = named
+                    if role == "ambiguous":  # not one call's or session's, and not undeclared
+                        proc.data["candidates"] = candidates
+                    if len(sessions) > 1:  # its effects are no one session's either
+                        session.contested_processes[pid] = sessions
                     session.owner[pid] = child
                     continue
                 # started inside a tool call but not linked to it (its context was not seen):
                 # attributed to the call by time, an inference (rule tool_window)
-                tool = candidates[0]
+                tool = session.nodes[candidates[0]]
                 proc.data["tool_call"] = tool.id
                 tool.data["processes"].append(pid)
                 session.owner[pid] = tool.id
                 session.window_owned.add(pid)
+
+
+def _placed(
+    session: Session, holders: list[Session], start: int | None, shared: bool
+) -> tuple[str, str, list[str], list[str]] | None:
+    """Where a child of the agent process that started at ``start`` belongs, seen from
+    ``session``: ``(role, rule, candidates, sessions)``, or None when it is another session's.
+
+    ``holders`` are the sessions of the agent process whose windows hold ``start``. Exactly one
+    tool call of theirs holding it: that call's (``tool_window``). Several calls of one session:
+    that session's, no one call's (``ambiguous``, ``tool_window_ambiguous``, the calls as
+    candidates). Calls of several sessions, or no call while several sessions ran: no one
+    session's (``ambiguous``; ``sessions`` lists them, so its effects are contested). No call and
+    one session: ``undeclared``."""
+    calls = sorted(
+        (c for h in holders for c in tools_at(h, start)), key=lambda c: (c.time or 0, c.id)
+    )
+    owners = sorted({c.session for c in calls})
+    if calls and session.id not in owners:
+        return None
+    if len(calls) == 1:
+        return "tool", "tool_window", [calls[0].id], owners
+    if calls:
+        return "ambiguous", "tool_window_ambiguous", [c.id for c in calls], owners
+    if len(holders) > 1:
+        named = sorted(h.id for h in holders)
+        return "ambiguous", "session_window_ambiguous", named, named
+    return "undeclared", "session_window" if shared else "agent_child", [], [session.id]
+
+
+def _touches(
+    session: Session, index: GraphIndex, run_dir: str, shared: bool, others: list[Session]
+) -> dict[str, list[tuple[str, GEdge]]]:
+    """The session's processes' kept effects: artifact id -> [(owner node id, graph edge)];
+    writes that are no one session's go to ``session.contested`` instead."""
+    touches: dict[str, list[tuple[str, GEdge]]] = defaultdict(list)
+    inside: dict[str, bool] = {}  # path -> under a working directory of the session (memo)
+    for pid, owner in session.owner.items():
+        agent = pid in session.agent_processes
+        contested_by = session.contested_processes.get(pid)  # a process no one session's
+        for e in index.out.get(pid, ()):
+            target = index.nodes.get(e.target)
+            if target is None or (
+                agent and shared and not _within(e.first_seen, session.start, session.end)
+            ):
+                continue
+            facts = target.facts
+            kept = (
+                isinstance(facts, FileFacts)
+                and _file_kept(e, facts, session, agent, run_dir, inside=inside)
+            ) or (isinstance(facts, EndpointFacts) and e.reach is not None and not agent)
+            if not kept:
+                continue
+            sharers = contested_by
+            if sharers is None and agent and shared and others:
+                holders = holders_at(session, others, pid, e.first_seen)
+                sharers = _sharers(session, holders, e.first_seen)
+                if sharers == []:
+                    continue  # another session's
+            if sharers:  # several sessions': no one session's
+                if e.write is not None and isinstance(facts, FileFacts):
+                    session.contested[facts.path] = sharers
+                continue
+            touches[target.id].append((_holder(session, owner, e, agent), e))
+    return touches
+
+
+def _sharers(session: Session, holders: list[Session], t: int | None) -> list[str] | None:
+    """Whose an effect of the shared agent process at ``t`` is, seen from ``session``: None for
+    this session's, ``[]`` for another session's, or the sessions it could be from (no one
+    session's). Exactly as :func:`_placed` places a child."""
+    if len(holders) < 2:
+        return None
+    owners = sorted({c.session for h in holders for c in tools_at(h, t)})
+    if owners:
+        return None if owners == [session.id] else [] if session.id not in owners else owners
+    return sorted(h.id for h in holders)
 
 
 def _within(t: int | None, start: int | None, end: int | None) -> bool:
@@ -521,31 +611,7 @@ def add_artifacts(
     session's. A write inside several sessions' windows and no single call's is no session's:
     its path is kept in ``session.contested`` so a claim to have written it is not contradicted.
     """
-    touches: dict[str, list[tuple[str, GEdge]]] = defaultdict(list)
-    inside: dict[str, bool] = {}  # path -> under a working directory of the session (memo)
-    others = [r for r in rivals if r is not session]
-    for pid, owner in session.owner.items():
-        agent = pid in session.agent_processes
-        for e in index.out.get(pid, ()):
-            target = index.nodes.get(e.target)
-            if target is None:
-                continue
-            if agent and shared and not _within(e.first_seen, session.start, session.end):
-                continue
-            if (
-                isinstance(target.facts, FileFacts)
-                and _file_kept(e, target.facts, session, agent, run_dir, inside=inside)
-            ) or (isinstance(target.facts, EndpointFacts) and e.reach is not None and not agent):
-                if agent and shared and others:
-                    holders = holders_at(session, others, pid, e.first_seen)
-                    calls = [c for h in holders for c in tools_at(h, e.first_seen)]
-                    if len(holders) > 1 and not (
-                        len(calls) == 1 and calls[0].session == session.id
-                    ):
-                        if len(calls) != 1 and isinstance(target.facts, FileFacts):
-                            session.contested[target.facts.path] = sorted(h.id for h in holders)
-                        continue  # another session's call's, or no one session's
-                touches[target.id].append((_holder(session, owner, e, agent), e))
+    touches = _touches(session, index, run_dir, shared, [r for r in rivals if r is not session])
     parents = _parents(touches)
     for aid in [a for a in touches if a in parents or _transient(a, touches, index)]:
         del touches[aid]

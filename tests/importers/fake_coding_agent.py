@@ -154,7 +154,7 @@ class Agent:
         use_id = f"toolu_{self.calls:02d}"
         args = json.dumps(arguments)
         with self.span("claude_code.tool", tool_name=name, tool_use_id=use_id) as tool:
-            if tool is not None:
+            if tool is not None and self.calls == 1:  # older versions state tool_use_id only
                 tool.set_attribute("gen_ai.tool.call.id", use_id)
             with self.span("claude_code.tool.blocked_on_user", decision="accept", source="config"):
                 self.event(

@@ -15,7 +15,7 @@ from otel_bridge.importers.codingagents import (
     events_from_transcript,
 )
 from otel_bridge.importers.sessions import build_sessions
-from otel_bridge.review.evidence import Session
+from otel_bridge.review.evidence import Session, untraced_part
 from otel_bridge.review.records import read_records
 
 DATA = Path(__file__).resolve().parents[1] / "testdata" / "codingagents"
@@ -134,3 +134,47 @@ def test_claude_code_result_joins_the_decision_it_states() -> None:
     # 100 ms (the accept), not 900 - 700 - 2 ms (the stated start): the decision came first
     assert ran.time == 1_796_130_000_100_000_000
     assert ran.end == 1_796_130_000_900_000_000
+
+
+def test_a_decision_left_by_an_interrupted_call_does_not_widen_a_window() -> None:
+    """An accepted Bash call that never reported a result, a Read call, then another accepted
+    Bash call: which decision the result belongs to is a guess by order (two were pending), so
+    the window stays the stated one (result minus duration), and the call left without a result
+    states no end."""
+    events = [
+        _claude("r:1", "tool_decision", 0, tool_name="Bash", decision="accept"),
+        _claude("r:2", "tool_result", 5000, tool_name="Read", decision="accept", duration_ms="100"),
+        _claude("r:3", "tool_decision", 10000, tool_name="Bash", decision="accept"),
+        _claude(
+            "r:4", "tool_result", 11000, tool_name="Bash", decision="accept", duration_ms="900"
+        ),
+    ]
+    (s,) = build_sessions(events)
+    by_record = {c.records[-1]: c for c in s.of_type("tool_call")}
+    ran = by_record["r:4"]
+    assert ran.time == 1_796_130_000_000_000_000 + (11000 - 900 - 2) * 1_000_000
+    left = by_record["r:3"]
+    assert (left.data["status"], left.end) == ("unset", None)
+
+
+def test_only_the_prompts_claude_codes_spans_missed_stay_in_its_log_session() -> None:
+    """Two prompts; the spans of the first reached the collector (its interaction's window),
+    those of the second did not: the log session keeps the second prompt's tool call, and is
+    dropped when every prompt was traced."""
+    events = [
+        _claude("r:1", "user_prompt", 0, prompt_length="5"),
+        _claude("r:2", "tool_result", 900, tool_name="Bash", duration_ms="700"),
+        _claude("r:3", "user_prompt", 5000, prompt_length="7"),
+        _claude("r:4", "tool_result", 5900, tool_name="Edit", duration_ms="10"),
+    ]
+    base = 1_796_130_000_000_000_000
+    (s,) = build_sessions(events)
+    left = untraced_part(s, [(base, base + 1000 * 1_000_000)])
+    assert left is not None
+    assert [(n.type, n.label) for n in left.of_type("user_message", "tool_call")] == [
+        ("user_message", "user prompt (text not logged)"),
+        ("tool_call", "Edit"),
+    ]
+    assert left.start == base + 5000 * 1_000_000
+    (again,) = build_sessions(events)
+    assert untraced_part(again, [(base, base + 10_000 * 1_000_000)]) is None

@@ -87,6 +87,9 @@ def _agent_attrs(pick: Pick) -> dict[str, AnyValue]:
     for key in ("gen_ai.agent.name", "agent.name", "gen_ai.agent.id", "traceloop.entity.name"):
         if pick([True, False, False]):
             attrs[key] = _text(pick, "planner", "coder", "agent-1")
+    if pick([True, False, False, False]):  # an array or a map (unhashable) where a name is read
+        shapes: list[AnyValue] = [("planner",), {"name": "coder"}]
+        attrs["traceloop.entity.name"] = pick(shapes)
     if pick([True, False, False]):
         attrs["gen_ai.request.model"] = _text(pick, "gpt-4o", "llama3")
         attrs["gen_ai.provider.name"] = _text(pick, "OpenAI", "ollama")

@@ -30,6 +30,7 @@ from otel_bridge.model import (
     Batch,
     Channel,
     CoverageRecord,
+    EmitterFacts,
     Entity,
     EntityKind,
     Observation,
@@ -37,6 +38,7 @@ from otel_bridge.model import (
     Resource,
     Scope,
     Source,
+    TransportPeer,
 )
 from otel_bridge.otlp import json_codec
 from otel_bridge.pipeline import Collector
@@ -159,6 +161,47 @@ def test_a_batch_resent_after_a_kill_is_written_once(tmp_path: Path) -> None:
     first.shutdown()  # only closes its handle: everything it had was written before
     once = Batch(observations=(_obs(1),))
     assert read_batch(path) == Batch.concat([once, FULL, Batch(observations=(fresh,)), FULL])
+
+
+def _delivered(port: int, at: int) -> Observation:
+    """A span's observation as one delivery carried it: the request's transport peer (its
+    connection and arrival time) is in the source."""
+    peer = TransportPeer(
+        protocol="grpc",
+        address="127.0.0.1",
+        port=port,
+        local_port=4317,
+        host_id="h",
+        time_unix_nano=at,
+    )
+    source = Source(
+        channel=Channel.SEM,
+        backend="otlp",
+        record_id="0a0b#0",
+        emitter=EmitterFacts(pid=7, peer=peer),
+        trace_id="0a" * 16,
+        span_id="0a0b",
+    )
+    return msgspec.structs.replace(OBS, id="0a0b#0", source=source)
+
+
+def test_a_resent_observation_is_recognised_whatever_connection_carried_it(
+    tmp_path: Path,
+) -> None:
+    """The resend of a span after a restart comes on a new connection at a new time: its
+    observation's transport peer differs, and it is still the observation already written.
+    Another observation that differs in anything else is written."""
+    path = tmp_path / "x.jsonl"
+    first = exporter(path, append=True, flush_interval=0)
+    first.consume(Batch(observations=(_delivered(40000, 1),)))
+    first.shutdown()
+    second = exporter(path, append=True, flush_interval=0)
+    other = msgspec.structs.replace(_delivered(40002, 3), time_unix_nano=99)
+    second.consume(Batch(observations=(_delivered(40001, 2), other)))
+    second.shutdown()
+    lines = path.read_text().splitlines()
+    assert [json.loads(x)["observation"]["time_unix_nano"] for x in lines] == [3, 99]
+    assert json.loads(lines[0])["observation"]["source"]["emitter"]["peer"]["port"] == 40000
 
 
 def test_only_the_files_end_is_read_back(tmp_path: Path) -> None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import stat
 from pathlib import Path
@@ -12,6 +13,8 @@ from review_support import RunBuilder, Session
 
 from otel_bridge.cli import main
 from otel_bridge.errors import DecodeError
+from otel_bridge.graph.document import GraphNode
+from otel_bridge.model import ProcessFacts
 from otel_bridge.review import build_review, validate_review, write_review
 from otel_bridge.review.render import render_markdown
 from otel_bridge.rundir import RunDir, verify
@@ -319,3 +322,136 @@ def test_a_child_inside_one_call_of_overlapping_sessions_is_that_calls_only(
     assert [(n["session"], n["role"], n["rule"]) for n in make] == [
         (f"session:{T2}", "tool", "tool_window")
     ]
+
+
+def test_parallel_calls_of_one_session_keep_their_child_and_its_writes_in_it(
+    tmp_path: Path,
+) -> None:
+    """The second session runs two calls in parallel while the first session's window is open:
+    the unlinked child that started inside both calls is the second session's (ambiguous between
+    its calls) and so is its write; the first session, which wrote nothing, is not credited
+    with it, and its claim to have saved the file is contradicted."""
+    first = Session(
+        trace=T1, task="Say hi.", answer="I saved out.txt.", commands=[(["true"], 0, [], [])]
+    )
+    second = Session(
+        trace=T2,
+        task="Run both.",
+        answer="Done.",
+        commands=[(["make", "a"], 0, [], []), (["make", "b"], 0, [], ["/w/out.txt"])],
+        unlinked={0, 1},
+    )
+    builder = RunBuilder()
+    builder.add(first, first_span=1000)
+    builder.add(second, first_span=2000)
+    agent_process = builder.agent_process(f"agent:agent-svc:{T2[:4]}")
+    builder.edge(f"agent:agent-svc:{T1[:4]}", "correlated_with_process", agent_process, grade="C")
+    tools = [
+        i
+        for i, s in enumerate(builder.spans)
+        if s.name.startswith("execute_tool") and s.trace_id.hex() == T2
+    ]
+    builder.spans[tools[0]] = msgspec.structs.replace(
+        builder.spans[tools[0]], end_time_unix_nano=builder.spans[tools[1]].end_time_unix_nano
+    )
+    root = next(i for i, s in enumerate(builder.spans) if s.trace_id.hex() == T1 and s.name)
+    builder.spans[root] = msgspec.structs.replace(
+        builder.spans[root], end_time_unix_nano=builder.tick(1000)
+    )
+    doc, _ = build_review(str(builder.write(tmp_path / "run")))
+    make_b = [
+        n for n in doc["evidence"] if n["type"] == "process_run" and n["argv"] == ["make", "b"]
+    ]
+    assert [(n["session"], n["role"], n["rule"]) for n in make_b] == [
+        (f"session:{T2}", "ambiguous", "tool_window_ambiguous")
+    ]
+    artifacts = [(n["session"], n["path"]) for n in doc["evidence"] if n["type"] == "artifact"]
+    assert artifacts == [(f"session:{T2}", "/w/out.txt")]
+    assert _claims(doc)["I saved out.txt."] == "contradicted"
+
+
+def test_a_child_writing_while_two_sessions_ran_credits_neither(tmp_path: Path) -> None:
+    """A child of the shared agent process that started while both sessions ran, outside every
+    tool call, wrote a file: the write is no one session's, and neither session's claim to it
+    is supported (nor contradicted)."""
+    first = Session(
+        trace=T1, task="Say hi.", answer="I saved notes.md.", commands=[(["true"], 0, [], [])]
+    )
+    second = Session(
+        trace=T2, task="Note it.", answer="I saved notes.md.", commands=[(["true"], 0, [], [])]
+    )
+    builder = RunBuilder()
+    builder.add(first, first_span=1000)
+    builder.add(second, first_span=2000)
+    agent_process = builder.agent_process(f"agent:agent-svc:{T2[:4]}")
+    builder.edge(f"agent:agent-svc:{T1[:4]}", "correlated_with_process", agent_process, grade="C")
+    child = "process:h1:77:77"
+    at = builder.tick()
+    builder.nodes[child] = GraphNode(
+        id=child,
+        kind="process",
+        label="tee",
+        facts=ProcessFacts(host_id="h1", pid=77, argv=("tee", "notes.md"), cwd="/w"),
+        first_seen=at,
+    )
+    builder.edge(agent_process, "spawned", child, at=at, causal=True, grade="A")
+    builder.edge(child, "wrote", builder.file("/w/notes.md"), at=at + 1, causal=True, grade="A")
+    for trace in (T1, T2):
+        root = next(i for i, s in enumerate(builder.spans) if s.trace_id.hex() == trace and s.name)
+        builder.spans[root] = msgspec.structs.replace(
+            builder.spans[root],
+            start_time_unix_nano=min(builder.spans[root].start_time_unix_nano, at - 1),
+            end_time_unix_nano=builder.tick(1000),
+        )
+    doc, _ = build_review(str(builder.write(tmp_path / "run")))
+    tee = [n for n in doc["evidence"] if n["type"] == "process_run" and n["label"] == "tee"]
+    assert {(n["role"], n["rule"]) for n in tee} == {("ambiguous", "session_window_ambiguous")}
+    assert not [n for n in doc["evidence"] if n["type"] == "artifact"]
+    assert {c["status"] for c in doc["claims"]} == {"unsupported"}
+    assert all(
+        s["contested_writes"] == {"/w/notes.md": [f"session:{T1}", f"session:{T2}"]}
+        for s in doc["sessions"]
+    )
+
+
+def test_a_child_is_attributed_where_the_review_places_it(tmp_path: Path) -> None:
+    """A child first seen late (after both calls) whose stated start lies inside the first
+    call: placed and attributed there (its review time), not by the late sighting."""
+    session = Session(
+        trace=T1,
+        task="Run both.",
+        answer="Done.",
+        commands=[(["make", "a"], 0, [], []), (["make", "b"], 0, [], [])],
+        unlinked={0, 1},
+    )
+    builder = RunBuilder()
+    builder.add(session, first_span=1000)
+    ms = 1_000_000
+    tools = [i for i, s in enumerate(builder.spans) if s.name.startswith("execute_tool")]
+    first = builder.spans[tools[0]]
+    builder.spans[tools[0]] = msgspec.structs.replace(first, end_time_unix_nano=2500 * ms)
+    builder.spans[tools[1]] = msgspec.structs.replace(
+        builder.spans[tools[1]], start_time_unix_nano=3000 * ms, end_time_unix_nano=3100 * ms
+    )
+    root = next(i for i, s in enumerate(builder.spans) if s.name.startswith("invoke_agent"))
+    builder.spans[root] = msgspec.structs.replace(builder.spans[root], end_time_unix_nano=4000 * ms)
+    node = next(
+        n
+        for n in builder.nodes.values()
+        if n.kind == "process" and n.label == "make" and n.facts.argv == ("make", "a")
+    )
+    builder.nodes[node.id] = dataclasses.replace(
+        node,
+        facts=msgspec.structs.replace(
+            node.facts, start_time_ms=first.start_time_unix_nano // ms + 1
+        ),
+        first_seen=3050 * ms,
+    )
+    doc, _ = build_review(str(builder.write(tmp_path / "run")))
+    calls = [n["id"] for n in doc["evidence"] if n["type"] == "tool_call"]
+    (make_a,) = [
+        n for n in doc["evidence"] if n["type"] == "process_run" and n["argv"] == ["make", "a"]
+    ]
+    assert make_a["tool_call"] == calls[0]
+    # the stated start plus 1 s (the latest it can have started), inside the first call
+    assert make_a["time"] == first.start_time_unix_nano + ms + 1000 * ms

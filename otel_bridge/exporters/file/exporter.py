@@ -7,6 +7,7 @@ import contextlib
 import errno
 import logging
 import os
+import re
 import stat
 import tempfile
 import threading
@@ -82,21 +83,36 @@ def open_private(path: str, *, append: bool) -> IO[str]:
 RESEND_WINDOW_BYTES = 8 << 20
 """How much of an appended file's end is read back at start to recognise a resent record."""
 
+_PEER = re.compile(r'"peer":\{[^{}]*\}')
+"""A record's transport peer (``source.emitter.peer``: a flat object): the connection and the
+moment one delivery came in, which a resend of the same record does not share."""
+
+
+def line_identity(line: str) -> int:
+    """What a line is compared by: its text, less the transport peer of the request that
+    carried it (a resent span's observations arrive on another connection, at another time)."""
+    if '"peer":' in line:
+        line = _PEER.sub('"peer":{}', line)
+    return hash(line)
+
 
 def written_before(fd: int, limit: int = RESEND_WINDOW_BYTES) -> collections.Counter[int]:
     """The lines at the end of the open file ``fd`` (its last ``limit`` bytes, whole lines
     only), as a multiset of their hashes.
 
-    A line is a record's whole encoding (its id, time and content), so a line written again is
-    the same record delivered again: the batch a collector wrote in its last moments, whose
-    sender was never told it arrived and resends it after the restart."""
+    A line is a record's whole encoding (its id, time and content), so a line written again
+    (:func:`line_identity`: less its transport peer) is the same record delivered again: the
+    batch a collector wrote in its last moments, whose sender was never told it arrived and
+    resends it after the restart."""
     size = os.fstat(fd).st_size
     start = max(0, size - limit)
     lines = os.pread(fd, size - start, start).split(b"\n")
     lines.pop()  # after the last newline (open_private ended a torn line): nothing
     if start:
         lines = lines[1:]  # the first may be the end of a line that started before the window
-    return collections.Counter(hash(line.decode("utf-8", "replace")) for line in lines if line)
+    return collections.Counter(
+        line_identity(line.decode("utf-8", "replace")) for line in lines if line
+    )
 
 
 COUNTERS: tuple[CounterSpec, ...] = (
@@ -194,7 +210,7 @@ class FileExporter:
         """``lines`` less the ones the file ended with at start (each recognised once)."""
         before, kept = self._before, []
         for line in lines:
-            key = hash(line)
+            key = line_identity(line)
             if before[key] > 0:
                 before[key] -= 1
                 if not before[key]:

@@ -747,12 +747,17 @@ class SpanNormalizer:
         if name is None:
             name = name_from_span(span.name, op)
         attrs = pick(a)
-        if name is None or any(v.__class__ is not str for v in attrs.values()):
+        entity_name = a.get("traceloop.entity.name")  # not among the picked attributes
+        if (
+            name is None
+            or (entity_name is not None and entity_name.__class__ is not str)
+            or any(v.__class__ is not str for v in attrs.values())
+        ):
             # Keyed by the span itself, or a value that does not compare exactly as a key.
             return agent_entity(a, span.name, op, service, trace=trace, span_hex=span_hex)
         # Everything agent_entity reads: the picked attributes hold the other name keys and the
-        # id, not ``traceloop.entity.name`` (a name it states is not an id it shares).
-        key = (service, name, a.get("traceloop.entity.name"), *attrs.items())
+        # id; ``traceloop.entity.name`` is read beside them.
+        key = (service, name, entity_name, *attrs.items())
         cached = self._agents.get(key)
         if cached is not None:
             return cached

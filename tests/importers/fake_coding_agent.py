@@ -26,6 +26,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import datetime as dt
+import importlib
 import json
 import os
 import subprocess
@@ -55,32 +56,26 @@ FINAL = (
 TEST_ARGV = [sys.executable, "-m", "pytest", "-q", "test_greet.py"]
 
 
-def _exporter() -> Any:
-    if os.environ.get("OTEL_EXPORTER_OTLP_PROTOCOL", "").startswith("grpc"):
-        from opentelemetry.exporter.otlp.proto.grpc._log_exporter import (
-            OTLPLogExporter as Grpc,
-        )
+_EXPORTERS = {
+    ("logs", "grpc"): ("opentelemetry.exporter.otlp.proto.grpc._log_exporter", "OTLPLogExporter"),
+    ("logs", "http"): ("opentelemetry.exporter.otlp.proto.http._log_exporter", "OTLPLogExporter"),
+    ("spans", "grpc"): (
+        "opentelemetry.exporter.otlp.proto.grpc.trace_exporter",
+        "OTLPSpanExporter",
+    ),
+    ("spans", "http"): (
+        "opentelemetry.exporter.otlp.proto.http.trace_exporter",
+        "OTLPSpanExporter",
+    ),
+}
 
-        return Grpc(insecure=True)
-    from opentelemetry.exporter.otlp.proto.http._log_exporter import (
-        OTLPLogExporter as Http,
-    )
 
-    return Http()
-
-
-def _span_exporter() -> Any:
-    if os.environ.get("OTEL_EXPORTER_OTLP_PROTOCOL", "").startswith("grpc"):
-        from opentelemetry.exporter.otlp.proto.grpc.trace_exporter import (
-            OTLPSpanExporter as Grpc,
-        )
-
-        return Grpc(insecure=True)
-    from opentelemetry.exporter.otlp.proto.http.trace_exporter import (
-        OTLPSpanExporter as Http,
-    )
-
-    return Http()
+def _exporter(signal: str = "logs") -> Any:
+    """The SDK's OTLP exporter of ``signal`` for the protocol ``observe`` set."""
+    grpc = os.environ.get("OTEL_EXPORTER_OTLP_PROTOCOL", "").startswith("grpc")
+    module, name = _EXPORTERS[signal, "grpc" if grpc else "http"]
+    exporter = getattr(importlib.import_module(module), name)
+    return exporter(insecure=True) if grpc else exporter()
 
 
 def _iso(ns: int) -> str:
@@ -108,7 +103,7 @@ class Agent:
         """Also export Claude Code's spans (its traces beta)."""
         resource = Resource.create({"service.name": "claude-code", "session.id": self.session})
         self.tracer_provider = TracerProvider(resource=resource)
-        self.tracer_provider.add_span_processor(SimpleSpanProcessor(_span_exporter()))
+        self.tracer_provider.add_span_processor(SimpleSpanProcessor(_exporter("spans")))
         self.tracer = self.tracer_provider.get_tracer("com.anthropic.claude_code.tracing")
 
     def span(self, name: str, **attrs: Any) -> Any:

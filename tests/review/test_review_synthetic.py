@@ -50,6 +50,56 @@ def _claims(doc: dict[str, object]) -> dict[str, str]:
     return {c["text"]: c["status"] for c in doc["claims"]}  # type: ignore[attr-defined]
 
 
+def _shared(first: Session, second: Session) -> tuple[RunBuilder, str]:
+    """Two sessions (``T1``, ``T2``) of one agent process: the builder and the process id."""
+    builder = RunBuilder()
+    builder.add(first, first_span=1000)
+    builder.add(second, first_span=2000)
+    agent_process = builder.agent_process(f"agent:agent-svc:{T2[:4]}")
+    builder.edge(  # the same process is the first session's agent too
+        f"agent:agent-svc:{T1[:4]}", "correlated_with_process", agent_process, grade="C"
+    )
+    return builder, agent_process
+
+
+def _stretch(builder: RunBuilder, trace: str, start: int | None = None) -> None:
+    """The root span of ``trace`` lasts past everything built so far (and starts by ``start``):
+    its session's window holds what was built after it."""
+    root = next(i for i, s in enumerate(builder.spans) if s.trace_id.hex() == trace and s.name)
+    span = builder.spans[root]
+    builder.spans[root] = msgspec.structs.replace(
+        span,
+        start_time_unix_nano=min(span.start_time_unix_nano, start or span.start_time_unix_nano),
+        end_time_unix_nano=builder.tick(1000),
+    )
+
+
+def _parallel(builder: RunBuilder, trace: str) -> None:
+    """The first tool span of ``trace`` lasts until its second ends: calls run in parallel."""
+    tools = [
+        i
+        for i, s in enumerate(builder.spans)
+        if s.name.startswith("execute_tool") and s.trace_id.hex() == trace
+    ]
+    builder.spans[tools[0]] = msgspec.structs.replace(
+        builder.spans[tools[0]], end_time_unix_nano=builder.spans[tools[1]].end_time_unix_nano
+    )
+
+
+def _two_unlinked_calls() -> RunBuilder:
+    """One session (``T1``) with two tool calls whose processes the graph does not link."""
+    session = Session(
+        trace=T1,
+        task="Run both.",
+        answer="Done.",
+        commands=[(["make", "a"], 0, [], []), (["make", "b"], 0, [], [])],
+        unlinked={0, 1},
+    )
+    builder = RunBuilder()
+    builder.add(session, first_span=1000)
+    return builder
+
+
 def test_each_trace_is_a_session_with_its_own_claims(tmp_path: Path) -> None:
     doc, records = build_review(str(_run_dir(tmp_path, DISHONEST, HONEST)))
     validate_review(doc)
@@ -218,20 +268,8 @@ def test_a_process_started_while_two_calls_ran_is_neither_calls(tmp_path: Path) 
     the one that started while only the first ran is the first's (rule ``tool_window``); the
     one that started while both ran is not attributed to either, nor called undeclared (rule
     ``tool_window_ambiguous``, both calls named as candidates)."""
-    session = Session(
-        trace=T1,
-        task="Run both.",
-        answer="Done.",
-        commands=[(["make", "a"], 0, [], []), (["make", "b"], 0, [], [])],
-        unlinked={0, 1},
-    )
-    builder = RunBuilder()
-    builder.add(session, first_span=1000)
-    tools = [i for i, span in enumerate(builder.spans) if span.name.startswith("execute_tool")]
-    first, second = (builder.spans[i] for i in tools)
-    builder.spans[tools[0]] = msgspec.structs.replace(
-        first, end_time_unix_nano=second.end_time_unix_nano
-    )
+    builder = _two_unlinked_calls()
+    _parallel(builder, T1)
     doc, _ = build_review(str(builder.write(tmp_path / "run")))
     calls = [n["id"] for n in doc["evidence"] if n["type"] == "tool_call"]
     procs = {n["argv"][1]: n for n in doc["evidence"] if n["type"] == "process_run" and n["argv"]}
@@ -265,19 +303,10 @@ def test_what_the_shared_agent_did_while_two_sessions_ran_is_neither_sessions(
         commands=[(["true"], 0, [], [])],
         stray=[["curl", "example.org"]],
     )
-    builder = RunBuilder()
-    builder.add(first, first_span=1000)
-    builder.add(second, first_span=2000)
-    agent_process = builder.agent_process(f"agent:agent-svc:{T2[:4]}")
-    builder.edge(  # the same process is the first session's agent too
-        f"agent:agent-svc:{T1[:4]}", "correlated_with_process", agent_process, grade="C"
-    )
+    builder, agent_process = _shared(first, second)
     stray = next(n for n in builder.nodes.values() if n.label == "curl")
     builder.edge(agent_process, "wrote", builder.file("/w/notes.md"), at=stray.first_seen + 1)
-    root = next(i for i, s in enumerate(builder.spans) if s.trace_id.hex() == T1 and s.name)
-    builder.spans[root] = msgspec.structs.replace(
-        builder.spans[root], end_time_unix_nano=builder.tick(1000)
-    )
+    _stretch(builder, T1)
     doc, _ = build_review(str(builder.write(tmp_path / "run")))
     curl = [n for n in doc["evidence"] if n["type"] == "process_run" and n["label"] == "curl"]
     assert [(n["session"], n["role"], n["rule"]) for n in curl] == [
@@ -308,15 +337,8 @@ def test_a_child_inside_one_call_of_overlapping_sessions_is_that_calls_only(
     second = Session(
         trace=T2, task="Run it.", answer="Done.", commands=[(["make"], 0, [], [])], unlinked={0}
     )
-    builder = RunBuilder()
-    builder.add(first, first_span=1000)
-    builder.add(second, first_span=2000)
-    agent_process = builder.agent_process(f"agent:agent-svc:{T2[:4]}")
-    builder.edge(f"agent:agent-svc:{T1[:4]}", "correlated_with_process", agent_process, grade="C")
-    root = next(i for i, s in enumerate(builder.spans) if s.trace_id.hex() == T1 and s.name)
-    builder.spans[root] = msgspec.structs.replace(
-        builder.spans[root], end_time_unix_nano=builder.tick(1000)
-    )
+    builder, _ = _shared(first, second)
+    _stretch(builder, T1)
     doc, _ = build_review(str(builder.write(tmp_path / "run")))
     make = [n for n in doc["evidence"] if n["type"] == "process_run" and n["label"] == "make"]
     assert [(n["session"], n["role"], n["rule"]) for n in make] == [
@@ -341,23 +363,9 @@ def test_parallel_calls_of_one_session_keep_their_child_and_its_writes_in_it(
         commands=[(["make", "a"], 0, [], []), (["make", "b"], 0, [], ["/w/out.txt"])],
         unlinked={0, 1},
     )
-    builder = RunBuilder()
-    builder.add(first, first_span=1000)
-    builder.add(second, first_span=2000)
-    agent_process = builder.agent_process(f"agent:agent-svc:{T2[:4]}")
-    builder.edge(f"agent:agent-svc:{T1[:4]}", "correlated_with_process", agent_process, grade="C")
-    tools = [
-        i
-        for i, s in enumerate(builder.spans)
-        if s.name.startswith("execute_tool") and s.trace_id.hex() == T2
-    ]
-    builder.spans[tools[0]] = msgspec.structs.replace(
-        builder.spans[tools[0]], end_time_unix_nano=builder.spans[tools[1]].end_time_unix_nano
-    )
-    root = next(i for i, s in enumerate(builder.spans) if s.trace_id.hex() == T1 and s.name)
-    builder.spans[root] = msgspec.structs.replace(
-        builder.spans[root], end_time_unix_nano=builder.tick(1000)
-    )
+    builder, _ = _shared(first, second)
+    _parallel(builder, T2)
+    _stretch(builder, T1)
     doc, _ = build_review(str(builder.write(tmp_path / "run")))
     make_b = [
         n for n in doc["evidence"] if n["type"] == "process_run" and n["argv"] == ["make", "b"]
@@ -380,11 +388,7 @@ def test_a_child_writing_while_two_sessions_ran_credits_neither(tmp_path: Path) 
     second = Session(
         trace=T2, task="Note it.", answer="I saved notes.md.", commands=[(["true"], 0, [], [])]
     )
-    builder = RunBuilder()
-    builder.add(first, first_span=1000)
-    builder.add(second, first_span=2000)
-    agent_process = builder.agent_process(f"agent:agent-svc:{T2[:4]}")
-    builder.edge(f"agent:agent-svc:{T1[:4]}", "correlated_with_process", agent_process, grade="C")
+    builder, agent_process = _shared(first, second)
     child = "process:h1:77:77"
     at = builder.tick()
     builder.nodes[child] = GraphNode(
@@ -397,12 +401,7 @@ def test_a_child_writing_while_two_sessions_ran_credits_neither(tmp_path: Path) 
     builder.edge(agent_process, "spawned", child, at=at, causal=True, grade="A")
     builder.edge(child, "wrote", builder.file("/w/notes.md"), at=at + 1, causal=True, grade="A")
     for trace in (T1, T2):
-        root = next(i for i, s in enumerate(builder.spans) if s.trace_id.hex() == trace and s.name)
-        builder.spans[root] = msgspec.structs.replace(
-            builder.spans[root],
-            start_time_unix_nano=min(builder.spans[root].start_time_unix_nano, at - 1),
-            end_time_unix_nano=builder.tick(1000),
-        )
+        _stretch(builder, trace, start=at - 1)
     doc, _ = build_review(str(builder.write(tmp_path / "run")))
     tee = [n for n in doc["evidence"] if n["type"] == "process_run" and n["label"] == "tee"]
     assert {(n["role"], n["rule"]) for n in tee} == {("ambiguous", "session_window_ambiguous")}
@@ -417,15 +416,7 @@ def test_a_child_writing_while_two_sessions_ran_credits_neither(tmp_path: Path) 
 def test_a_child_is_attributed_where_the_review_places_it(tmp_path: Path) -> None:
     """A child first seen late (after both calls) whose stated start lies inside the first
     call: placed and attributed there (its review time), not by the late sighting."""
-    session = Session(
-        trace=T1,
-        task="Run both.",
-        answer="Done.",
-        commands=[(["make", "a"], 0, [], []), (["make", "b"], 0, [], [])],
-        unlinked={0, 1},
-    )
-    builder = RunBuilder()
-    builder.add(session, first_span=1000)
+    builder = _two_unlinked_calls()
     ms = 1_000_000
     tools = [i for i, s in enumerate(builder.spans) if s.name.startswith("execute_tool")]
     first = builder.spans[tools[0]]

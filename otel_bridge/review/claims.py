@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from otel_bridge.review import rules
-from otel_bridge.review.evidence import Session
+from otel_bridge.review.evidence import Session, runs_of
 from otel_bridge.review.messages import LOOKED_FOR
 from otel_bridge.review.types import Edge, EvidenceNode, ruled
 
@@ -167,8 +167,8 @@ def resolve_path(m: Mention, session: Session, coverage: Coverage) -> None:
     if m.extra.get("role") == "written":
         rel = m.text[2:] if m.text.startswith("./") else m.text
         contested = [
-            sessions
-            for path, sessions in session.contested.items()
+            write
+            for path, write in session.contested.items()
             if path == m.text or path.endswith("/" + rel)
         ]
         if written:
@@ -178,9 +178,10 @@ def resolve_path(m: Mention, session: Session, coverage: Coverage) -> None:
                 "written in the session",
             )
         elif contested:
-            named = ", ".join(sorted({s for group in contested for s in group}))
+            named = ", ".join(sorted({s for write in contested for s in write["sessions"]}))
+            m.evidence = sorted({write["by"] for write in contested})
             m.reason = (
-                f"the agent process wrote it while several sessions ran ({named}), "
+                f"it was written while several sessions of one agent process ran ({named}), "
                 "outside any one tool call: which session wrote it is not known"
             )
         elif coverage.files:
@@ -195,17 +196,31 @@ def resolve_path(m: Mention, session: Session, coverage: Coverage) -> None:
         m.reason = "no process of the session touched it"
 
 
+def contested_reason(session: Session, process: str, did: str) -> str:
+    """Why a mention stays unsupported: the only process that matches is no one session's."""
+    sessions = ", ".join(session.contested_processes.get(process, ()))
+    return (
+        f"a process {did} while several sessions of the agent process ran ({sessions}): "
+        "which session's it is, is not known"
+    )
+
+
 def resolve_command(m: Mention, session: Session, coverage: Coverage, sentence: str) -> None:
     """Status of a command mention."""
     words = tuple(m.text.split())
     normal = rules.normalized_argv(words)
-    ran = [
+    matching = [
         p
         for p in session.of_type("process_run")
         if p.data.get("argv")
         and p.data.get("role") != "agent"
         and (tuple(p.data["argv"]) == words or rules.normalized_argv(p.data["argv"]) == normal)
     ]
+    ran = [p for p in matching if p.id not in session.contested_processes]
+    if not ran and matching:
+        m.evidence = [p.id for p in matching]
+        m.reason = contested_reason(session, matching[0].id, "ran it")
+        return
     if ran:
         m.status, m.evidence, m.reason = (
             "supported",
@@ -224,7 +239,7 @@ def resolve_command(m: Mention, session: Session, coverage: Coverage, sentence: 
 def resolve_outcome(m: Mention, session: Session, before: int | None) -> None:
     """Status of a check-outcome mention: the last run of each check of its category."""
     last: dict[str, EvidenceNode] = {}
-    for proc in session.of_type("process_run"):
+    for proc in runs_of(session):
         check = proc.data.get("check")
         if not check or check["category"] != m.extra["category"]:
             continue

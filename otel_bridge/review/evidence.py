@@ -23,6 +23,7 @@ attribute strings.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 from collections import Counter, defaultdict
@@ -172,7 +173,7 @@ class Session:
     contested_processes: dict[str, list[str]] = field(default_factory=dict)
     """Processes the shared agent process spawned while several sessions ran (``ambiguous``
     across sessions) -> those sessions: their effects are no one session's."""
-    contested: dict[str, list[str]] = field(default_factory=dict)
+    contested: dict[str, dict[str, Any]] = field(default_factory=dict)
     """Paths the shared agent process wrote while this session and others ran, outside any
     single tool call -> the sessions: no one session's write (``add_artifacts``)."""
     capture: set[str] = field(default_factory=set)
@@ -187,6 +188,13 @@ class Session:
         """Nodes of ``types`` in time order."""
         found = [n for n in self.nodes.values() if n.type in types]
         return sorted(found, key=lambda n: (n.time or 0, n.id))
+
+
+def runs_of(session: Session) -> list[EvidenceNode]:
+    """The session's process runs that can back its claims, checks and findings: every
+    ``process_run`` but those no one session's (``contested_processes``: started while several
+    sessions of one agent process ran), in time order."""
+    return [p for p in session.of_type("process_run") if p.id not in session.contested_processes]
 
 
 def attr(span: Span, key: str) -> str | None:
@@ -328,19 +336,22 @@ def tool_call_node(session: Session, rid: str, span: Span, index: GraphIndex) ->
     node_id = f"tool_call:{trace_id}:{span_id}"
     g = index.nodes.get(node_id)
     status = {StatusCode.OK: "ok", StatusCode.ERROR: "error"}.get(span.status.code, "unset")
+    tool = (
+        attr(span, "gen_ai.tool.name")
+        or attr(span, "tool.name")
+        or claude_code_tool(span.name, span.attributes)
+    )
     return session.add(
         EvidenceNode(
             id=node_id,
             type="tool_call",
             session=session.id,
-            label=g.label if g is not None else (attr(span, "gen_ai.tool.name") or span.name),
+            label=g.label if g is not None else (tool or span.name),
             time=span.start_time_unix_nano,
             end=span.end_time_unix_nano,
             records=[rid],
             data={
-                "tool": attr(span, "gen_ai.tool.name")
-                or attr(span, "tool.name")
-                or claude_code_tool(span.name, span.attributes),
+                "tool": tool,
                 "call_id": attr(span, "gen_ai.tool.call.id")
                 or attr(span, "tool_call.id")
                 or attr(span, "tool_use_id"),
@@ -355,36 +366,68 @@ def tool_call_node(session: Session, rid: str, span: Span, index: GraphIndex) ->
     )
 
 
-def traced_prompts(sessions: Iterable[Session]) -> dict[str, list[tuple[int, int]]]:
-    """The prompts Claude Code's own spans told: ``session.id`` (stated on the span or its
-    resource) -> the windows of its ``claude_code.interaction`` spans (one per prompt)."""
-    out: dict[str, list[tuple[int, int]]] = defaultdict(list)
+Window = tuple[int, int, "Session"]
+"""A traced prompt: the start and end of its Claude Code spans, and the session they make."""
+
+MESSAGE_TYPES_MOVED = frozenset({"user_message", "assistant_message", "control"})
+"""Nodes of a log session that a traced prompt's spans do not carry (its prompt text): moved
+into the span session, not dropped."""
+
+
+def traced_prompts(sessions: Iterable[Session]) -> dict[str, list[Window]]:
+    """The prompts Claude Code's own spans told: ``session.id`` (stated on a span or its
+    resource) -> per trace (one per prompt), the time its ``claude_code.*`` spans cover and the
+    session it is. Every span of the trace counts: the ``claude_code.interaction`` root, which
+    ends last, is the span most likely lost at exit while its tool spans arrived."""
+    out: dict[str, list[Window]] = defaultdict(list)
     for session in sessions:
-        for _, span in session.spans:
-            if span.name != "claude_code.interaction":
-                continue
-            stated = span.attributes.get("session.id") or span.resource.attributes.get("session.id")
-            if isinstance(stated, str) and stated:
-                out[stated].append((span.start_time_unix_nano, span.end_time_unix_nano))
+        spans = [span for _, span in session.spans if span.name.startswith("claude_code.")]
+        stated = next(
+            (
+                value
+                for span in spans
+                for value in (
+                    span.attributes.get("session.id"),
+                    span.resource.attributes.get("session.id"),
+                )
+                if isinstance(value, str) and value
+            ),
+            None,
+        )
+        if stated is not None:
+            start = min(span.start_time_unix_nano for span in spans)
+            end = max(span.end_time_unix_nano for span in spans)
+            out[stated].append((start, end, session))
     return dict(out)
 
 
-def untraced_part(session: Session, windows: list[tuple[int, int]]) -> Session | None:
-    """A Claude Code session from its log events less what its spans already told: the nodes
-    (messages, model and tool calls) whose time lies inside a traced prompt's window are the
-    spans' sessions' (with exact process links), and are dropped here. None when nothing is
-    left. Claude Code runs one prompt at a time, so a prompt's window holds only its events."""
-    for nid in [
-        nid
-        for nid, node in session.nodes.items()
-        if node.type != "process_run"
-        and node.time is not None
-        and any(a <= node.time <= b for a, b in windows)
-    ]:
+def untraced_part(session: Session, windows: list[Window]) -> Session | None:
+    """A Claude Code session from its log events less what its spans already told.
+
+    A node (model or tool call) whose time lies inside a traced prompt's window is the span
+    session's (with exact process links) and is dropped here; a message there (the prompt's
+    text, which the spans do not carry) is moved into that span session. None when no event of
+    the session is left. Claude Code runs one prompt at a time, so a prompt's window holds only
+    its events. The session's window is that of what is left (its agent's ``process_run`` does
+    not count: it spans the process's life)."""
+    for nid, node in list(session.nodes.items()):
+        if node.type == "process_run" or node.time is None:
+            continue
+        window = next((w for w in windows if w[0] <= node.time <= w[1]), None)
+        if window is None:
+            continue
         del session.nodes[nid]
+        if node.type in MESSAGE_TYPES_MOVED:
+            window[2].add(dataclasses.replace(node, session=window[2].id))
     if all(node.type == "process_run" for node in session.nodes.values()):
         return None  # only the agent's process was left: everything was traced
-    times = [t for n in session.nodes.values() for t in (n.time, n.end) if t is not None]
+    times = [
+        t
+        for n in session.nodes.values()
+        if n.type != "process_run"
+        for t in (n.time, n.end)
+        if t is not None
+    ]
     session.start, session.end = (min(times), max(times)) if times else (None, None)
     return session
 
@@ -448,16 +491,6 @@ def link_agent_processes(session: Session, index: GraphIndex, records: Records) 
             session.owner.setdefault(link.target, link.target)
 
 
-def holders_at(
-    session: Session, rivals: Iterable[Session], process: str, t: int | None
-) -> list[Session]:
-    """``session`` and the other sessions of the same agent process ``process`` whose span
-    windows hold time ``t`` (``session`` first)."""
-    return [session] + [
-        r for r in rivals if process in r.agent_processes and _within(t, r.start, r.end)
-    ]
-
-
 def add_agent_processes(
     session: Session,
     index: GraphIndex,
@@ -469,26 +502,32 @@ def add_agent_processes(
 ) -> None:
     """Processes the agent process spawned that no tool call's link claims.
 
-    ``claimed`` holds every process some session's tool call owns. When several sessions share
-    the agent process (``shared``), a child is considered only by the sessions whose span
-    windows hold its start; ``rivals`` are the other sessions. A child started inside exactly
-    one tool call's window (of any of those sessions) is that call's (rule ``tool_window``); one
-    inside several calls' windows, or outside every call while several sessions ran, is
-    ``ambiguous`` (no guess); one outside every call of the one session that ran is
-    ``undeclared`` (rule ``session_window``, or ``agent_child`` when no session shares it).
+    ``claimed`` holds every process some session's tool call owns; ``rivals`` are every
+    session (``shared`` is kept for callers: who shares an agent process is read from them).
+    A child of an agent process no other session shares is this session's: a tool call's when
+    exactly one call's window holds its start (rule ``tool_window``), ``ambiguous`` when several
+    do (``tool_window_ambiguous``), else ``undeclared`` (``agent_child``). When other sessions
+    share the process, only the sessions whose windows hold the start are considered: exactly
+    one of their calls holding it, that call's; several calls of one session, that session's
+    (ambiguous between them); calls of several sessions, or no call while several sessions ran
+    (``session_window_ambiguous``), or no session's window at all
+    (``outside_session_windows``): ``ambiguous`` in each of them, its effects contested; one
+    session and no call: ``undeclared`` (``session_window``). No guess in any case.
     """
+    del shared  # who shares is read per agent process, from ``rivals``
     link_agent_processes(session, index, records)
     others = [r for r in rivals if r is not session]
     for parent in list(session.agent_processes):
+        sharing = [r for r in others if parent in r.agent_processes]
         for spawn in index.out_edges(parent, ("spawned",)):
             child = spawn.target
             if child in claimed or child in session.owner or child not in index.nodes:
                 continue
             start = process_start(index.nodes[child].first_seen, index.process_facts(child))
-            if shared and not _within(start, session.start, session.end):
-                continue
-            holders = holders_at(session, others, parent, start) if shared else [session]
-            found = _placed(session, holders, start, shared)
+            holders = _holders(session, sharing, start)
+            if holders is None:
+                continue  # another session's window holds it, not this one's
+            found = _placed(session, holders, start, bool(sharing))
             if found is None:
                 continue  # another session's
             role, rule, candidates, sessions = found
@@ -511,6 +550,20 @@ def add_agent_processes(
                 tool.data["processes"].append(pid)
                 session.owner[pid] = tool.id
                 session.window_owned.add(pid)
+
+
+def _holders(session: Session, sharing: list[Session], t: int | None) -> list[Session] | None:
+    """The sessions an effect of an agent process at ``t`` may be from, seen from ``session``
+    (``sharing``: the other sessions of that process): ``[session]`` when none shares it; those
+    whose windows hold ``t``; all of them when none does (then no one session's); None when
+    only other sessions' windows hold it."""
+    if not sharing:
+        return [session]
+    everyone = [session, *sharing]
+    holders = [s for s in everyone if _within(t, s.start, s.end)]
+    if not holders:
+        return everyone
+    return holders if session in holders else None
 
 
 def _placed(
@@ -537,12 +590,14 @@ def _placed(
         return "ambiguous", "tool_window_ambiguous", [c.id for c in calls], owners
     if len(holders) > 1:
         named = sorted(h.id for h in holders)
-        return "ambiguous", "session_window_ambiguous", named, named
+        inside = any(_within(start, h.start, h.end) for h in holders)
+        rule = "session_window_ambiguous" if inside else "outside_session_windows"
+        return "ambiguous", rule, named, named
     return "undeclared", "session_window" if shared else "agent_child", [], [session.id]
 
 
 def _touches(
-    session: Session, index: GraphIndex, run_dir: str, shared: bool, others: list[Session]
+    session: Session, index: GraphIndex, run_dir: str, others: list[Session]
 ) -> dict[str, list[tuple[str, GEdge]]]:
     """The session's processes' kept effects: artifact id -> [(owner node id, graph edge)];
     writes that are no one session's go to ``session.contested`` instead."""
@@ -550,12 +605,11 @@ def _touches(
     inside: dict[str, bool] = {}  # path -> under a working directory of the session (memo)
     for pid, owner in session.owner.items():
         agent = pid in session.agent_processes
+        sharing = [r for r in others if pid in r.agent_processes] if agent else []
         contested_by = session.contested_processes.get(pid)  # a process no one session's
         for e in index.out.get(pid, ()):
             target = index.nodes.get(e.target)
-            if target is None or (
-                agent and shared and not _within(e.first_seen, session.start, session.end)
-            ):
+            if target is None:
                 continue
             facts = target.facts
             kept = (
@@ -565,14 +619,16 @@ def _touches(
             if not kept:
                 continue
             sharers = contested_by
-            if sharers is None and agent and shared and others:
-                holders = holders_at(session, others, pid, e.first_seen)
+            if sharers is None and sharing:
+                holders = _holders(session, sharing, e.first_seen)
+                if holders is None:
+                    continue  # another session's window holds it, not this one's
                 sharers = _sharers(session, holders, e.first_seen)
                 if sharers == []:
                     continue  # another session's
             if sharers:  # several sessions': no one session's
                 if e.write is not None and isinstance(facts, FileFacts):
-                    session.contested[facts.path] = sharers
+                    session.contested[facts.path] = {"by": pid, "sessions": sharers}
                 continue
             touches[target.id].append((_holder(session, owner, e, agent), e))
     return touches
@@ -611,7 +667,8 @@ def add_artifacts(
     session's. A write inside several sessions' windows and no single call's is no session's:
     its path is kept in ``session.contested`` so a claim to have written it is not contradicted.
     """
-    touches = _touches(session, index, run_dir, shared, [r for r in rivals if r is not session])
+    del shared  # who shares is read per agent process, from ``rivals``
+    touches = _touches(session, index, run_dir, [r for r in rivals if r is not session])
     parents = _parents(touches)
     for aid in [a for a in touches if a in parents or _transient(a, touches, index)]:
         del touches[aid]

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from otel_bridge.review.claims import Claim
-from otel_bridge.review.evidence import Session, workspace_relative
+from otel_bridge.review.evidence import Session, runs_of, workspace_relative
 from otel_bridge.review.types import Edge, EvidenceNode
 from otel_bridge.review.workflow import final_answer
 
@@ -82,7 +82,7 @@ def failed_checks(session: Session) -> list[Finding]:
     """``failed_check_ignored``: a failing validate run never followed by a passing one."""
     final = final_answer(session)
     deadline = None if final is None else final.time
-    runs = [p for p in session.of_type("process_run") if p.data.get("check")]
+    runs = [p for p in runs_of(session) if p.data.get("check")]
     out = []
     for run in runs:
         code = run.data.get("exit_code")
@@ -117,9 +117,7 @@ def unchecked_artifacts(session: Session, edges: list[Edge]) -> list[Finding]:
     """``unchecked_artifact``: written files with no ``checked_by`` edge."""
     checked = {e.source for e in edges if e.relation == "checked_by"}
     by_target = _by_target(edges)
-    validators = {
-        session.owner.get(p.id, p.id) for p in session.of_type("process_run") if p.data.get("check")
-    }
+    validators = {session.owner.get(p.id, p.id) for p in runs_of(session) if p.data.get("check")}
     out = []
     for artifact in session.of_type("artifact"):
         if not artifact.data.get("written") or artifact.id in checked:

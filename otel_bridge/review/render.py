@@ -162,6 +162,7 @@ def _unattributed_lines(
         argv = " ".join(n.get("argv") or []) or n.get("label") or n["id"]
         among = ", ".join(labels.get(c, c) for c in n.get("candidates") or [])
         lines.append(f"- process `{argv}` ({n.get('rule')}): one of {among}")
-    for path, sessions in contested.items():
-        lines.append(f"- write of `{path}` by the agent process: one of {', '.join(sessions)}")
+    for path, write in contested.items():
+        by = labels.get(write["by"], write["by"])
+        lines.append(f"- write of `{path}` by {by}: one of {', '.join(write['sessions'])}")
     return lines

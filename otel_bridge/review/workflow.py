@@ -25,7 +25,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from otel_bridge.graph import reading
-from otel_bridge.review.evidence import GEdge, Session
+from otel_bridge.review.evidence import GEdge, Session, runs_of
 from otel_bridge.review.types import Edge, EvidenceNode, WorkflowNode, chained, ruled
 
 Touches = Mapping[str, list[tuple[str, GEdge]]]
@@ -221,7 +221,7 @@ def checked_by_edges(session: Session, edges: list[Edge]) -> list[Edge]:
     last write (observed), else the earliest whose working directory holds it and that started
     after the last write (rule ``covers_directory``)."""
     out: list[Edge] = []
-    validators = [p for p in session.of_type("process_run") if p.data.get("check") is not None]
+    validators = [p for p in runs_of(session) if p.data.get("check") is not None]
     starts = [p.time or 0 for p in validators]
     by_owner: dict[str, list[int]] = {}  # owner of the validate runs' effects -> their positions
     for i, proc in enumerate(validators):

@@ -18,6 +18,7 @@ from typing import Any
 import pytest
 from host_support import Gated, Observed, finish, needs_root, python, require_backend
 from host_support import start_receiver as start
+from waiting import poll
 
 from otel_bridge.receivers.host import HostConfig
 from otel_bridge.receivers.host.procfs import ProcessInfo
@@ -133,13 +134,14 @@ def test_read_image_refuses_another_identity() -> None:
 
         start_ms = linux_start_time_ms(proc.pid)
         assert start_ms is not None
-        deadline_image = None
-        for _ in range(200):  # until the child has exec'd sleep
-            deadline_image = read_image(ctx, proc.pid, start_ms)
-            if deadline_image is not None and deadline_image.argv == ["sleep", "5"]:
-                break
-        assert deadline_image is not None
-        assert deadline_image.argv == ["sleep", "5"]
+        # until the child has exec'd sleep (200 reads in a row could all fall before the exec,
+        # or inside it, on a loaded machine: CI saw none of them succeed)
+        image = poll(
+            lambda: read_image(ctx, proc.pid, start_ms),
+            lambda found: found is not None and found.argv == ["sleep", "5"],
+        )
+        assert image is not None
+        assert image.argv == ["sleep", "5"]
         assert read_image(ctx, proc.pid, start_ms + 10_000) is None
     finally:
         proc.kill()

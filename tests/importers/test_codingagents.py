@@ -158,23 +158,27 @@ def test_a_decision_left_by_an_interrupted_call_does_not_widen_a_window() -> Non
 
 
 def test_only_the_prompts_claude_codes_spans_missed_stay_in_its_log_session() -> None:
-    """Two prompts; the spans of the first reached the collector (its interaction's window),
-    those of the second did not: the log session keeps the second prompt's tool call, and is
-    dropped when every prompt was traced."""
+    """Two prompts; the spans of the first reached the collector (its trace's window), those of
+    the second did not: the log session keeps the second prompt and its tool call, the first
+    prompt's message moves into the span session (the spans carry no prompt text), and the log
+    session is not made when every prompt was traced."""
     events = [
-        _claude("r:1", "user_prompt", 0, prompt_length="5"),
+        _claude("r:1", "user_prompt", 0, prompt_length="5", prompt="first"),
         _claude("r:2", "tool_result", 900, tool_name="Bash", duration_ms="700"),
         _claude("r:3", "user_prompt", 5000, prompt_length="7"),
         _claude("r:4", "tool_result", 5900, tool_name="Edit", duration_ms="10"),
     ]
     base = 1_796_130_000_000_000_000
+    traced = Session(id="session:" + "ab" * 16, trace_id="ab" * 16, spans=[])
     (s,) = build_sessions(events)
-    left = untraced_part(s, [(base, base + 1000 * 1_000_000)])
+    left = untraced_part(s, [(base, base + 1000 * 1_000_000, traced)])
     assert left is not None
     assert [(n.type, n.label) for n in left.of_type("user_message", "tool_call")] == [
         ("user_message", "user prompt (text not logged)"),
         ("tool_call", "Edit"),
     ]
-    assert left.start == base + 5000 * 1_000_000
+    assert (left.start, left.end) == (base + 5000 * 1_000_000, base + 5900 * 1_000_000)
+    (moved,) = traced.of_type("user_message")
+    assert (moved.session, moved.data["text"], moved.records) == (traced.id, "first", ["r:1"])
     (again,) = build_sessions(events)
-    assert untraced_part(again, [(base, base + 10_000 * 1_000_000)]) is None
+    assert untraced_part(again, [(base, base + 10_000 * 1_000_000, traced)]) is None

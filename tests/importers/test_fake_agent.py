@@ -161,6 +161,9 @@ def test_claude_code_traces_link_the_bash_process_exactly(
     assert session["agents"] == ["agent:claude-code:claude_code"]
     (model,) = _nodes(doc, "model_call")
     assert model["model"] == "scripted-model"
+    (prompt,) = _nodes(doc, "user_message")  # from the log event: the spans carry no text
+    assert prompt["text"].startswith("Add a greet function")
+    assert prompt["records"][0].startswith("sem.jsonl:")
     write, shell = _nodes(doc, "tool_call")
     assert (write["tool"], shell["tool"]) == ("write", "shell")
     assert (write["call_id"], shell["call_id"]) == ("toolu_01", "toolu_02")

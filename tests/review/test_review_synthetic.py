@@ -6,6 +6,7 @@ import dataclasses
 import json
 import stat
 from pathlib import Path
+from typing import Any
 
 import msgspec
 import pytest
@@ -83,6 +84,18 @@ def _parallel(builder: RunBuilder, trace: str) -> None:
     ]
     builder.spans[tools[0]] = msgspec.structs.replace(
         builder.spans[tools[0]], end_time_unix_nano=builder.spans[tools[1]].end_time_unix_nano
+    )
+
+
+def _said(trace: str, answer: str, *, stray: tuple[list[str], ...] = ()) -> Session:
+    """A session that runs ``true`` in one tool call and answers ``answer`` (and whose agent
+    process runs ``stray`` outside every call)."""
+    return Session(
+        trace=trace,
+        task="Do it.",
+        answer=answer,
+        commands=[(["true"], 0, [], [])],
+        stray=list(stray),
     )
 
 
@@ -295,14 +308,8 @@ def test_what_the_shared_agent_did_while_two_sessions_ran_is_neither_sessions(
     every tool call, are not blamed on both, nor on either. The process is ``ambiguous`` in both
     (no ``unreported_side_effect``); a claim to have written the file is unsupported with the
     reason, not contradicted (file collection was available)."""
-    first = Session(trace=T1, task="Say hi.", answer="Hi.", commands=[(["true"], 0, [], [])])
-    second = Session(
-        trace=T2,
-        task="Save notes.",
-        answer="I saved notes.md.",
-        commands=[(["true"], 0, [], [])],
-        stray=[["curl", "example.org"]],
-    )
+    first = _said(T1, "Hi.")
+    second = _said(T2, "I saved notes.md.", stray=(["curl", "example.org"],))
     builder, agent_process = _shared(first, second)
     stray = next(n for n in builder.nodes.values() if n.label == "curl")
     builder.edge(agent_process, "wrote", builder.file("/w/notes.md"), at=stray.first_seen + 1)
@@ -318,14 +325,17 @@ def test_what_the_shared_agent_did_while_two_sessions_ran_is_neither_sessions(
     assert not [n for n in doc["evidence"] if n["type"] == "artifact"]
     (claim,) = [c for c in doc["claims"] if c["text"] == "I saved notes.md."]
     assert claim["status"] == "unsupported"
-    assert "several sessions ran" in claim["mentions"][0]["reason"]
+    assert "while several sessions of one agent process ran" in claim["mentions"][0]["reason"]
+    assert claim["mentions"][0]["evidence"] == [agent_process]
     sessions = {s["trace_id"]: s for s in doc["sessions"]}
     both = [f"session:{T1}", f"session:{T2}"]
-    assert sessions[T2]["contested_writes"] == {"/w/notes.md": both}
+    assert sessions[T2]["contested_writes"] == {
+        "/w/notes.md": {"by": agent_process, "sessions": both}
+    }
     validate_review(doc)
     markdown = render_markdown(doc)
     assert "- process `curl example.org` (session_window_ambiguous): one of" in markdown
-    assert f"- write of `/w/notes.md` by the agent process: one of {', '.join(both)}" in markdown
+    assert f"- write of `/w/notes.md` by agent: one of {', '.join(both)}" in markdown
 
 
 def test_a_child_inside_one_call_of_overlapping_sessions_is_that_calls_only(
@@ -333,7 +343,7 @@ def test_a_child_inside_one_call_of_overlapping_sessions_is_that_calls_only(
 ) -> None:
     """The same overlap, the child started inside the second session's only tool call (its
     context not seen): the call's by window, and absent from the first session."""
-    first = Session(trace=T1, task="Say hi.", answer="Hi.", commands=[(["true"], 0, [], [])])
+    first = _said(T1, "Hi.")
     second = Session(
         trace=T2, task="Run it.", answer="Done.", commands=[(["make"], 0, [], [])], unlinked={0}
     )
@@ -353,9 +363,7 @@ def test_parallel_calls_of_one_session_keep_their_child_and_its_writes_in_it(
     the unlinked child that started inside both calls is the second session's (ambiguous between
     its calls) and so is its write; the first session, which wrote nothing, is not credited
     with it, and its claim to have saved the file is contradicted."""
-    first = Session(
-        trace=T1, task="Say hi.", answer="I saved out.txt.", commands=[(["true"], 0, [], [])]
-    )
+    first = _said(T1, "I saved out.txt.")
     second = Session(
         trace=T2,
         task="Run both.",
@@ -382,23 +390,10 @@ def test_a_child_writing_while_two_sessions_ran_credits_neither(tmp_path: Path) 
     """A child of the shared agent process that started while both sessions ran, outside every
     tool call, wrote a file: the write is no one session's, and neither session's claim to it
     is supported (nor contradicted)."""
-    first = Session(
-        trace=T1, task="Say hi.", answer="I saved notes.md.", commands=[(["true"], 0, [], [])]
-    )
-    second = Session(
-        trace=T2, task="Note it.", answer="I saved notes.md.", commands=[(["true"], 0, [], [])]
-    )
+    first, second = _said(T1, "I saved notes.md."), _said(T2, "I saved notes.md.")
     builder, agent_process = _shared(first, second)
-    child = "process:h1:77:77"
     at = builder.tick()
-    builder.nodes[child] = GraphNode(
-        id=child,
-        kind="process",
-        label="tee",
-        facts=ProcessFacts(host_id="h1", pid=77, argv=("tee", "notes.md"), cwd="/w"),
-        first_seen=at,
-    )
-    builder.edge(agent_process, "spawned", child, at=at, causal=True, grade="A")
+    child = _late_child(builder, agent_process, at, ("tee", "notes.md"))
     builder.edge(child, "wrote", builder.file("/w/notes.md"), at=at + 1, causal=True, grade="A")
     for trace in (T1, T2):
         _stretch(builder, trace, start=at - 1)
@@ -407,10 +402,12 @@ def test_a_child_writing_while_two_sessions_ran_credits_neither(tmp_path: Path) 
     assert {(n["role"], n["rule"]) for n in tee} == {("ambiguous", "session_window_ambiguous")}
     assert not [n for n in doc["evidence"] if n["type"] == "artifact"]
     assert {c["status"] for c in doc["claims"]} == {"unsupported"}
+    both = [f"session:{T1}", f"session:{T2}"]
     assert all(
-        s["contested_writes"] == {"/w/notes.md": [f"session:{T1}", f"session:{T2}"]}
+        s["contested_writes"] == {"/w/notes.md": {"by": child, "sessions": both}}
         for s in doc["sessions"]
     )
+    assert "- write of `/w/notes.md` by tee: one of" in render_markdown(doc)
 
 
 def test_a_child_is_attributed_where_the_review_places_it(tmp_path: Path) -> None:
@@ -446,3 +443,78 @@ def test_a_child_is_attributed_where_the_review_places_it(tmp_path: Path) -> Non
     assert make_a["tool_call"] == calls[0]
     # the stated start plus 1 s (the latest it can have started), inside the first call
     assert make_a["time"] == first.start_time_unix_nano + ms + 1000 * ms
+
+
+def _late_child(
+    builder: RunBuilder, agent_process: str, at: int, argv: tuple[str, ...] = ("git", "push")
+) -> str:
+    """A process (``argv``) the agent process spawned at ``at``, linked to no tool call."""
+    child = "process:h1:77:77"
+    builder.nodes[child] = GraphNode(
+        id=child,
+        kind="process",
+        label=argv[0],
+        facts=ProcessFacts(host_id="h1", pid=77, argv=argv, cwd="/w"),
+        first_seen=at,
+    )
+    builder.edge(agent_process, "spawned", child, at=at, causal=True, grade="A")
+    return child
+
+
+def _git(doc: dict[str, Any]) -> list[tuple[str, str, str]]:
+    return [
+        (n["session"], n["role"], n["rule"])
+        for n in doc["evidence"]
+        if n["type"] == "process_run" and n["label"] == "git"
+    ]
+
+
+def test_a_child_after_its_session_is_shown_whoever_else_ran(tmp_path: Path) -> None:
+    """A child the agent process spawned after its session's window, in a run that holds
+    another agent's session too: still this session's, undeclared (no other session shares the
+    process)."""
+    builder = RunBuilder()
+    builder.add(
+        Session(trace=T1, task="Do.", answer="Done.", commands=[(["true"], 0, [], [])]), 1000
+    )
+    _late_child(builder, builder.agent_process(f"agent:agent-svc:{T1[:4]}"), builder.tick(5000))
+    builder.add(Session(trace=T2, task="Hi.", answer="Hi."), first_span=2000)
+    doc, _ = build_review(str(builder.write(tmp_path / "run")))
+    assert _git(doc) == [(f"session:{T1}", "undeclared", "agent_child")]
+
+
+def test_a_child_between_two_sessions_of_one_agent_process_is_said_in_both(
+    tmp_path: Path,
+) -> None:
+    """The child started after the first session and before the second, both of one agent
+    process: no session's window holds it, so it is no one session's, and it is shown in each
+    (``outside_session_windows``), not dropped from both."""
+    first, second = _said(T1, "Done."), _said(T2, "Done.")
+    builder = RunBuilder()
+    builder.add(first, first_span=1000)
+    agent_process = builder.agent_process(f"agent:agent-svc:{T1[:4]}")
+    _late_child(builder, agent_process, builder.tick(5000))
+    builder.tick(5000)
+    builder.add(second, first_span=2000)
+    builder.edge(f"agent:agent-svc:{T2[:4]}", "correlated_with_process", agent_process, grade="C")
+    doc, _ = build_review(str(builder.write(tmp_path / "run")))
+    assert _git(doc) == [
+        (f"session:{T1}", "ambiguous", "outside_session_windows"),
+        (f"session:{T2}", "ambiguous", "outside_session_windows"),
+    ]
+
+
+def test_a_run_no_one_sessions_backs_no_claim(tmp_path: Path) -> None:
+    """A ``pytest -q`` the shared agent process ran while both sessions ran, outside every call:
+    the first session's claim to have run it (and that the tests pass) is unsupported, with
+    the reason, not supported by what may be the other session's run."""
+    first = _said(T1, "I ran `pytest -q` and all tests pass.")
+    second = _said(T2, "Done.", stray=(["pytest", "-q"],))
+    builder, _ = _shared(first, second)
+    _stretch(builder, T1)
+    doc, _ = build_review(str(builder.write(tmp_path / "run")))
+    (claim,) = [c for c in doc["claims"] if c["session"] == f"session:{T1}"]
+    assert claim["status"] == "unsupported"
+    command = next(m for m in claim["mentions"] if m["type"] == "command")
+    assert command["status"] == "unsupported"
+    assert "several sessions of the agent process ran" in command["reason"]

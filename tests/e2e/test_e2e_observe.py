@@ -333,3 +333,19 @@ def test_ambiguous_agent_yields_no_bridge(tmp_path: Path, workdir: Path) -> None
     correlation = read_summary(run.run_dir)["correlation"]
     assert correlation.get("skip.several_candidates") == 2, correlation
     assert "bridge" not in correlation
+    # nor does the review guess: a sleep that started while both calls ran is no one call's
+    # (not the first call's by order); only one that started before the second call's span
+    # began (a thread scheduled late) can be the first call's, and the later one cannot
+    review = json.loads((Path(run.run_dir) / "review.json").read_text())
+    sleeping = sorted(
+        (
+            n
+            for n in review["evidence"]
+            if n["type"] == "process_run" and (n.get("argv") or [])[:1] == ["sleep"]
+        ),
+        key=lambda n: n["time"],
+    )
+    assert len(sleeping) == 2
+    assert (sleeping[1]["role"], sleeping[1]["rule"]) == ("ambiguous", "tool_window_ambiguous")
+    assert len(sleeping[1]["candidates"]) == 2
+    assert sleeping[0]["rule"] in ("tool_window_ambiguous", "tool_window")

@@ -419,6 +419,8 @@ def untraced_part(session: Session, windows: list[Window]) -> Session | None:
         del session.nodes[nid]
         if node.type in MESSAGE_TYPES_MOVED:
             window[2].add(dataclasses.replace(node, session=window[2].id))
+        elif node.type == "tool_call":
+            _fill_from_log(window[2], node)
     if all(node.type == "process_run" for node in session.nodes.values()):
         return None  # only the agent's process was left: everything was traced
     times = [
@@ -430,6 +432,34 @@ def untraced_part(session: Session, windows: list[Window]) -> Session | None:
     ]
     session.start, session.end = (min(times), max(times)) if times else (None, None)
     return session
+
+
+LOGGED_FIELDS = ("arguments", "decision", "result")
+"""What a Claude Code tool call's log events say that its spans do not (``tool_parameters``
+unless ``OTEL_LOG_TOOL_DETAILS`` puts them on the span too, the permission decision, output)."""
+
+
+def _fill_from_log(traced: Session, logged: EvidenceNode) -> None:
+    """Give a span session's tool call what the same call's log events said and its span did
+    not (:data:`LOGGED_FIELDS`, and the log records). The same call: the one with the log
+    call's ``tool_use_id``, else the only call of the same tool whose span holds the log call's
+    time; none when several do (no guess: the fields stay unknown)."""
+    calls = traced.of_type("tool_call")
+    call_id = logged.data.get("call_id")
+    found = [c for c in calls if call_id and c.data.get("call_id") == call_id]
+    if not found:
+        found = [
+            c
+            for c in calls
+            if c.data.get("tool") == logged.data.get("tool") and _within(logged.time, c.time, c.end)
+        ]
+    if len(found) != 1:
+        return
+    (call,) = found
+    for key in LOGGED_FIELDS:
+        if call.data.get(key) is None and logged.data.get(key) is not None:
+            call.data[key] = logged.data[key]
+    call.records.extend(r for r in logged.records if r not in call.records)
 
 
 CLAUDE_CODE_RUN = "claude_code.tool.execution"

@@ -157,11 +157,17 @@ def _unattributed_lines(
     contested = session.get("contested_writes") or {}
     if not ambiguous and not contested:
         return []
+    calls = {
+        n["id"]: f"{n['label']} ({n.get('call_id') or n['id'].rsplit(':', 1)[-1]})"
+        for n in doc["evidence"]
+        if n["type"] == "tool_call"
+    }
     lines = ["", "### Not attributed (ran while several calls or sessions did)", ""]
     for n in ambiguous:
         argv = " ".join(n.get("argv") or []) or n.get("label") or n["id"]
-        among = ", ".join(labels.get(c, c) for c in n.get("candidates") or [])
-        lines.append(f"- process `{argv}` ({n.get('rule')}): one of {among}")
+        pid = n["id"].split(":")[2] if n["id"].count(":") >= 3 else "?"
+        among = ", ".join(calls.get(c) or labels.get(c, c) for c in n.get("candidates") or [])
+        lines.append(f"- process `{argv}` (pid {pid}, {n.get('rule')}): one of {among}")
     for path, write in contested.items():
         by = labels.get(write["by"], write["by"])
         lines.append(f"- write of `{path}` by {by}: one of {', '.join(write['sessions'])}")

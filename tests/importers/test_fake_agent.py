@@ -168,6 +168,12 @@ def test_claude_code_traces_link_the_bash_process_exactly(
     assert (write["tool"], shell["tool"]) == ("write", "shell")
     assert (write["call_id"], shell["call_id"]) == ("toolu_01", "toolu_02")
     assert write["status"] == shell["status"] == "ok"
+    # what only the log events say (the parameters, the decision) is kept on the span's call:
+    # without it the written files would look undeclared (unreported_side_effect)
+    assert json.loads(write["arguments"]) == {"files": ["greet.py", "test_greet.py"]}
+    assert write["decision"] == shell["decision"] == "accept"
+    assert len(write["records"]) == 3, write["records"]  # the span, the decision and result events
+    assert doc["findings"] == []
     procs = {n["id"]: n for n in _nodes(doc, "process_run")}
     (linked,) = shell["processes"]
     assert procs[linked]["argv"][1:] == ["-m", "pytest", "-q", "test_greet.py"]

@@ -297,6 +297,10 @@ def test_a_process_started_while_two_calls_ran_is_neither_calls(tmp_path: Path) 
         None,
     )
     assert procs["b"]["candidates"] == calls
+    assert (
+        "(pid 1004, tool_window_ambiguous): one of run_command (call_0), run_command (call_1)"
+        in (render_markdown(doc))
+    )
     assert not [f for f in doc["findings"] if f["kind"] == "unreported_side_effect"]
 
 
@@ -334,7 +338,7 @@ def test_what_the_shared_agent_did_while_two_sessions_ran_is_neither_sessions(
     }
     validate_review(doc)
     markdown = render_markdown(doc)
-    assert "- process `curl example.org` (session_window_ambiguous): one of" in markdown
+    assert "- process `curl example.org` (pid 2050, session_window_ambiguous): one of" in markdown
     assert f"- write of `/w/notes.md` by agent: one of {', '.join(both)}" in markdown
 
 

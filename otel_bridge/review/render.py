@@ -6,6 +6,7 @@ not), then list the findings; nothing here decides anything, it only prints ``re
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Mapping
 from typing import Any
 
@@ -95,7 +96,7 @@ def render_markdown(doc: Mapping[str, Any]) -> str:
         if not findings:
             lines.append("No findings.")
         lines += _artifact_lines(doc, sid)
-        lines += _unattributed_lines(doc, session, labels)
+        lines += unattributed_lines(doc, session, labels)
         lines += ["", "### Workflow", "", "| phase | rules | members |", "| --- | --- | --- |"]
         for w in (w for w in doc["workflow"] if w["session"] == sid):
             members = "; ".join(labels.get(m, m) for m in w["members"])
@@ -143,7 +144,12 @@ def _artifact_lines(doc: Mapping[str, Any], sid: str) -> list[str]:
     return lines
 
 
-def _unattributed_lines(
+GROUPED = 5
+"""More processes than this with the same rule and candidates are one line in ``review.md``
+(each is still in ``review.json``)."""
+
+
+def unattributed_lines(
     doc: Mapping[str, Any], session: Mapping[str, Any], labels: Mapping[str, str]
 ) -> list[str]:
     """What the agent process did that time alone cannot give to one call or one session."""
@@ -163,11 +169,21 @@ def _unattributed_lines(
         if n["type"] == "tool_call"
     }
     lines = ["", "### Not attributed (ran while several calls or sessions did)", ""]
+    groups: dict[tuple[str, tuple[str, ...]], list[Mapping[str, Any]]] = {}
     for n in ambiguous:
-        argv = " ".join(n.get("argv") or []) or n.get("label") or n["id"]
-        pid = n["id"].split(":")[2] if n["id"].count(":") >= 3 else "?"
-        among = ", ".join(calls.get(c) or labels.get(c, c) for c in n.get("candidates") or [])
-        lines.append(f"- process `{argv}` (pid {pid}, {n.get('rule')}): one of {among}")
+        groups.setdefault((str(n.get("rule")), tuple(n.get("candidates") or ())), []).append(n)
+    for (rule, candidates), members in groups.items():
+        among = ", ".join(calls.get(c) or labels.get(c, c) for c in candidates)
+        if len(members) > GROUPED:  # many (a launcher's helpers): counted, by program
+            names = Counter((m.get("argv") or ["(unknown)"])[0].rsplit("/", 1)[-1] for m in members)
+            ordered = sorted(names.items(), key=lambda item: (-item[1], item[0]))
+            shown = ", ".join(f"{name} x{count}" for name, count in ordered)
+            lines.append(f"- {len(members)} processes ({rule}: {shown}): one of {among}")
+            continue
+        for n in members:
+            argv = " ".join(n.get("argv") or []) or n.get("label") or n["id"]
+            pid = n["id"].split(":")[2] if n["id"].count(":") >= 3 else "?"
+            lines.append(f"- process `{argv}` (pid {pid}, {rule}): one of {among}")
     for path, write in contested.items():
         by = labels.get(write["by"], write["by"])
         lines.append(f"- write of `{path}` by {by}: one of {', '.join(write['sessions'])}")

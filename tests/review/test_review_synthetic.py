@@ -17,7 +17,7 @@ from otel_bridge.errors import DecodeError
 from otel_bridge.graph.document import GraphNode
 from otel_bridge.model import ProcessFacts
 from otel_bridge.review import build_review, validate_review, write_review
-from otel_bridge.review.render import render_markdown
+from otel_bridge.review.render import render_markdown, unattributed_lines
 from otel_bridge.rundir import RunDir, verify
 
 T1 = "11" * 16
@@ -522,3 +522,28 @@ def test_a_run_no_one_sessions_backs_no_claim(tmp_path: Path) -> None:
     command = next(m for m in claim["mentions"] if m["type"] == "command")
     assert command["status"] == "unsupported"
     assert "several sessions of the agent process ran" in command["reason"]
+
+
+def test_many_unattributed_processes_are_one_counted_line() -> None:
+    """More than ``GROUPED`` processes with one rule and the same candidates (a launcher's
+    helpers) are one line, counted by program; each is still in the evidence."""
+    both = [f"session:{T1}", f"session:{T2}"]
+    helpers = [
+        {
+            "id": f"process:h1:{pid}:{pid}",
+            "type": "process_run",
+            "session": both[0],
+            "label": str(pid),
+            "role": "ambiguous",
+            "rule": "outside_session_windows",
+            "candidates": both,
+            "argv": ["/usr/bin/readlink", "x"] if pid % 2 else None,
+        }
+        for pid in range(100, 108)
+    ]
+    doc = {"evidence": helpers}
+    lines = unattributed_lines(doc, {"id": both[0]}, {})
+    assert lines[3:] == [
+        f"- 8 processes (outside_session_windows: (unknown) x4, readlink x4): one of {both[0]}, "
+        f"{both[1]}"
+    ]

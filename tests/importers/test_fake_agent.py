@@ -80,6 +80,7 @@ def reviews(tmp_path_factory: pytest.TempPathFactory) -> dict[str, dict[str, Any
         doc: dict[str, Any] = json.loads((tmp / "run" / "review.json").read_text())
         validate_review(doc)
         doc["_workspace"] = str((tmp / "work").resolve())
+        doc["_summary"] = json.loads((tmp / "run" / "summary.json").read_text())
         out[flavor] = doc
     return out
 
@@ -134,6 +135,17 @@ def test_codex_claims(reviews: dict[str, dict[str, Any]]) -> None:
     assert final["records"] == ["rollout.jsonl:7"]  # file:line of the rollout
     paths = {n.get("path") for n in _nodes(doc, "artifact")}
     assert not any(p and p.endswith("rollout.jsonl") for p in paths)  # the capture source
+
+
+def test_a_logs_only_agent_is_said_to_have_sent_events_not_nothing(
+    reviews: dict[str, dict[str, Any]],
+) -> None:
+    """Without traces the agent sends no spans, only log events: observe says that (not that
+    it exported nothing), and with traces it says nothing of the kind."""
+    (warning,) = [w for w in reviews["claude"]["_summary"]["otlp"]["warnings"] if "spans" in w]
+    assert warning.startswith("the command sent no spans, only 6 log records")
+    traced = reviews["claude_traces"]["_summary"]["otlp"]["warnings"]
+    assert not [w for w in traced if "sent no spans" in w]
 
 
 def test_claude_has_no_claims(reviews: dict[str, dict[str, Any]]) -> None:

@@ -216,14 +216,13 @@ def _build_review(
         if left is not None:
             sessions.append(left)
     claimed = {pid for s in sessions for pid, owner in s.owner.items() if owner != pid}
-    shared = len(sessions) > 1
     parts: dict[str, list[Any]] = {"workflow": [], "edges": [], "claims": [], "findings": []}
     for session in sessions:  # every session's agent process first: who shares one
         ev.link_agent_processes(session, index, records)
     for session in sessions:
-        ev.add_agent_processes(session, index, records, claimed, shared, rivals=sessions)
+        ev.add_agent_processes(session, index, records, claimed, rivals=sessions)
         ev.add_messages(session, records)
-        touches = ev.add_artifacts(session, index, records, run_dir, shared, rivals=sessions)
+        touches = ev.add_artifacts(session, index, records, run_dir, rivals=sessions)
         for key, values in _session_review(session, touches, coverage).items():
             parts[key].extend(values)
     doc = {

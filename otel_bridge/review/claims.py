@@ -150,14 +150,14 @@ def extract(sentence: str, programs: set[str]) -> list[Mention]:
     return mentions
 
 
-def _artifacts_for(session: Session, text: str) -> list[EvidenceNode]:
+def _names(text: str, path: str | None) -> bool:
+    """Whether a path mention ``text`` names ``path`` (the path itself, or its end)."""
     rel = text[2:] if text.startswith("./") else text
-    out = []
-    for artifact in session.of_type("artifact"):
-        path = artifact.data.get("path")
-        if path and (path == text or path.endswith("/" + rel)):
-            out.append(artifact)
-    return out
+    return bool(path) and (path == text or str(path).endswith("/" + rel))
+
+
+def _artifacts_for(session: Session, text: str) -> list[EvidenceNode]:
+    return [a for a in session.of_type("artifact") if _names(text, a.data.get("path"))]
 
 
 def resolve_path(m: Mention, session: Session, coverage: Coverage) -> None:
@@ -165,12 +165,7 @@ def resolve_path(m: Mention, session: Session, coverage: Coverage) -> None:
     found = _artifacts_for(session, m.text)
     written = [a for a in found if a.data.get("written")]
     if m.extra.get("role") == "written":
-        rel = m.text[2:] if m.text.startswith("./") else m.text
-        contested = [
-            write
-            for path, write in session.contested.items()
-            if path == m.text or path.endswith("/" + rel)
-        ]
+        contested = [write for path, write in session.contested.items() if _names(m.text, path)]
         if written:
             m.status, m.evidence, m.reason = (
                 "supported",

@@ -526,14 +526,13 @@ def add_agent_processes(
     index: GraphIndex,
     records: Records,
     claimed: set[str],
-    shared: bool,
     *,
     rivals: Iterable[Session] = (),
 ) -> None:
     """Processes the agent process spawned that no tool call's link claims.
 
     ``claimed`` holds every process some session's tool call owns; ``rivals`` are every
-    session (``shared`` is kept for callers: who shares an agent process is read from them).
+    session (who shares an agent process is read from them).
     A child of an agent process no other session shares is this session's: a tool call's when
     exactly one call's window holds its start (rule ``tool_window``), ``ambiguous`` when several
     do (``tool_window_ambiguous``), else ``undeclared`` (``agent_child``). When other sessions
@@ -544,7 +543,6 @@ def add_agent_processes(
     (``outside_session_windows``): ``ambiguous`` in each of them, its effects contested; one
     session and no call: ``undeclared`` (``session_window``). No guess in any case.
     """
-    del shared  # who shares is read per agent process, from ``rivals``
     link_agent_processes(session, index, records)
     others = [r for r in rivals if r is not session]
     for parent in list(session.agent_processes):
@@ -651,29 +649,17 @@ def _touches(
             sharers = contested_by
             if sharers is None and sharing:
                 holders = _holders(session, sharing, e.first_seen)
-                if holders is None:
-                    continue  # another session's window holds it, not this one's
-                sharers = _sharers(session, holders, e.first_seen)
-                if sharers == []:
+                placed = None if holders is None else _placed(session, holders, e.first_seen, True)
+                if placed is None:
                     continue  # another session's
+                # whose it is: as a child started then would be placed (several: no one's)
+                sharers = placed[3] if len(placed[3]) > 1 else None
             if sharers:  # several sessions': no one session's
                 if e.write is not None and isinstance(facts, FileFacts):
                     session.contested[facts.path] = {"by": pid, "sessions": sharers}
                 continue
             touches[target.id].append((_holder(session, owner, e, agent), e))
     return touches
-
-
-def _sharers(session: Session, holders: list[Session], t: int | None) -> list[str] | None:
-    """Whose an effect of the shared agent process at ``t`` is, seen from ``session``: None for
-    this session's, ``[]`` for another session's, or the sessions it could be from (no one
-    session's). Exactly as :func:`_placed` places a child."""
-    if len(holders) < 2:
-        return None
-    owners = sorted({c.session for h in holders for c in tools_at(h, t)})
-    if owners:
-        return None if owners == [session.id] else [] if session.id not in owners else owners
-    return sorted(h.id for h in holders)
 
 
 def _within(t: int | None, start: int | None, end: int | None) -> bool:
@@ -685,7 +671,6 @@ def add_artifacts(
     index: GraphIndex,
     records: Records,
     run_dir: str,
-    shared: bool,
     *,
     rivals: Iterable[Session] = (),
 ) -> dict[str, list[tuple[str, GEdge]]]:
@@ -697,7 +682,6 @@ def add_artifacts(
     session's. A write inside several sessions' windows and no single call's is no session's:
     its path is kept in ``session.contested`` so a claim to have written it is not contradicted.
     """
-    del shared  # who shares is read per agent process, from ``rivals``
     touches = _touches(session, index, run_dir, [r for r in rivals if r is not session])
     parents = _parents(touches)
     for aid in [a for a in touches if a in parents or _transient(a, touches, index)]:

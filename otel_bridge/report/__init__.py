@@ -310,7 +310,7 @@ def build(graph: Graph, own_endpoints: Collection[tuple[str, int]] = ()) -> Repo
     return Report(
         calls=calls,
         unlinked_calls=unlinked_calls,
-        unlinked_processes=_unlinked_processes(unlinked, ix),
+        unlinked_processes=_unlinked_processes(unlinked, ix, _agent_context(graph, ix)),
         agent_processes=found.lines,
         senders=found.sender_lines,
         folded=sum(1 for n in graph.nodes if n.kind == "runtime_reads"),
@@ -402,6 +402,7 @@ def _agents(graph: Graph, ix: _Index) -> _Agents:
         for n in graph.nodes
         if n.kind == "agent"
         for e in ix.targets(n.id, ("correlated_with_process",))
+        if not _in_context(e)
     ]
     # A model call no agent made (an instrumented client: openai-v2 emits chat spans only)
     # joins the process that requested it: that process is the agent's too.
@@ -438,6 +439,24 @@ def _agents(graph: Graph, ix: _Index) -> _Agents:
         if n.kind == "model" and SENDER_SKIP_ATTR in n.attrs and n.id not in called
     ]
     return _Agents(stated, agents - stated, lines, senders, unplaced)
+
+
+def _in_context(edge: GraphEdge) -> bool:
+    """Whether an agent's link to a process says only that the process carried the agent's
+    trace context (``traceparent``), not a tool call's: a process started on the agent's behalf
+    (its runtime's helpers, a command no tool call declared), not the agent's own process."""
+    return _methods(edge) == ("traceparent",)
+
+
+def _agent_context(graph: Graph, ix: _Index) -> set[str]:
+    """The processes that carried an agent's trace context (:func:`_in_context`)."""
+    return {
+        e.target
+        for n in graph.nodes
+        if n.kind == "agent"
+        for e in ix.targets(n.id, ("correlated_with_process",))
+        if _in_context(e)
+    }
 
 
 def _model_callers(graph: Graph, ix: _Index) -> list[GraphEdge]:
@@ -575,21 +594,29 @@ def _effects(ix: _Index, group: list[GraphNode]) -> str:
     return f"; {'it' if len(group) == 1 else 'they'} {' and '.join(parts)}"
 
 
-def _unlinked_processes(nodes: list[GraphNode], ix: _Index) -> list[str]:
+_AGENT_CONTEXT = ": it carried the agent's trace context (TRACEPARENT), not a tool call's"
+
+
+def _unlinked_processes(
+    nodes: list[GraphNode], ix: _Index, in_context: Collection[str] = ()
+) -> list[str]:
     """One line per unlinked process, in time order, with the files it changed and the
     endpoints it reached; processes that ran the same executable with the same argv and the
     same exit code share one line with their count (a workload that runs ``true`` 125 times
-    gets one line, not 125), placed where the first of them ran."""
-    groups: dict[tuple[str, str, str], list[GraphNode]] = {}
+    gets one line, not 125), placed where the first of them ran. A process in ``in_context``
+    carried an agent's trace context, not a tool call's (:func:`_in_context`): its line says so."""
+    groups: dict[tuple[str, str, str, bool], list[GraphNode]] = {}
     for n in nodes:
         facts = n.facts
         exe = (facts.executable_path or "") if isinstance(facts, ProcessFacts) else ""
-        groups.setdefault((exe, _argv(n), _exit(n)), []).append(n)
+        groups.setdefault((exe, _argv(n), _exit(n), n.id in in_context), []).append(n)
     lines = []
-    for (_exe, argv, code), group in groups.items():
+    for (_exe, argv, code, context), group in groups.items():
+        why = _AGENT_CONTEXT if context else ""
         if len(group) == 1:
             lines.append(
                 f"pid {_pid(group[0])} `{argv}` (exit {code}) ran, but no tool call is linked to it"
+                + why
                 + _effects(ix, group)
             )
             continue
@@ -597,7 +624,7 @@ def _unlinked_processes(nodes: list[GraphNode], ix: _Index) -> list[str]:
         more = f" and {len(group) - _PIDS_SHOWN} more" if len(group) > _PIDS_SHOWN else ""
         lines.append(
             f"{len(group)} processes `{argv}` (exit {code}; pids {pids}{more}) ran, but no "
-            "tool call is linked to any of them" + _effects(ix, group)
+            "tool call is linked to any of them" + why + _effects(ix, group)
         )
     return lines
 

@@ -507,6 +507,16 @@ def add_tool_calls(session: Session, index: GraphIndex, records: Records) -> Non
             tool.data["processes"].append(pid)
 
 
+def in_agent_context(link: GEdge) -> bool:
+    """Whether an agent's ``correlated_with_process`` link says only that the process carried the
+    agent's trace context (``traceparent``), not a tool call's: a process started on the agent's
+    behalf (its runtime's helpers, a command no tool call declared), not the agent's own one."""
+    method = link.method
+    return (method,) == ("traceparent",) or (
+        isinstance(method, list) and set(method) == {"traceparent"}
+    )
+
+
 def link_agent_processes(session: Session, index: GraphIndex, records: Records) -> None:
     """The agent's own process (``role: agent``), from the agent's ``correlated_with_process``
     links. Done for every session before :func:`add_agent_processes`, which needs to know
@@ -514,6 +524,8 @@ def link_agent_processes(session: Session, index: GraphIndex, records: Records) 
     for agent in session.agents:
         for link in index.out_edges(agent, ("correlated_with_process",)):
             if link.target in session.agent_processes or link.target not in index.nodes:
+                continue
+            if in_agent_context(link):  # a process on the agent's behalf, not the agent's own
                 continue
             session.agent_processes.append(link.target)
             proc = process_node(session, index, link.target, records)
@@ -578,6 +590,64 @@ def add_agent_processes(
                 tool.data["processes"].append(pid)
                 session.owner[pid] = tool.id
                 session.window_owned.add(pid)
+    add_context_processes(session, index, records, claimed, others)
+
+
+def add_context_processes(
+    session: Session,
+    index: GraphIndex,
+    records: Records,
+    claimed: set[str],
+    others: list[Session],
+) -> None:
+    """Processes that carried the trace context of one of the session's agents, not a tool
+    call's (:func:`in_agent_context`), and that no agent process of any session spawned (those
+    are placed by :func:`add_agent_processes`): ``undeclared`` (rule ``agent_context``), with
+    their descendants. When another session has the same agent (one agent node: the same
+    service and name), the context does not say which session's: ``ambiguous`` in each
+    (``agent_context_ambiguous``), its effects contested."""
+    agent_processes = {p for s in [session, *others] for p in s.agent_processes}
+    for agent in session.agents:
+        sharing = sorted(r.id for r in others if agent in r.agents)
+        for link in index.out_edges(agent, ("correlated_with_process",)):
+            root = link.target
+            if (
+                not in_agent_context(link)
+                or root in claimed
+                or root in session.owner
+                or root not in index.nodes
+                or _spawned_by(index, root, agent_processes)
+            ):
+                continue
+            for pid in descendants(index, [root]):
+                if pid in claimed or pid in session.owner:
+                    continue
+                proc = process_node(session, index, pid, records)
+                if sharing:
+                    named = sorted([session.id, *sharing])
+                    proc.data["role"], proc.data["rule"] = "ambiguous", "agent_context_ambiguous"
+                    proc.data["candidates"] = named
+                    session.contested_processes[pid] = named
+                else:
+                    proc.data["role"], proc.data["rule"] = "undeclared", "agent_context"
+                session.owner[pid] = root
+
+
+def _spawned_by(index: GraphIndex, pid: str, parents: set[str]) -> bool:
+    """Whether one of ``parents`` spawned ``pid``, directly or through other processes."""
+    seen: set[str] = set()
+    stack = [pid]
+    while stack:
+        node = stack.pop()
+        if node in seen:
+            continue
+        seen.add(node)
+        for e in index.into.get(node, ()):
+            if e.relation == "spawned":
+                if e.source in parents:
+                    return True
+                stack.append(e.source)
+    return False
 
 
 def _holders(session: Session, sharing: list[Session], t: int | None) -> list[Session] | None:

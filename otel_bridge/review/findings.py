@@ -197,10 +197,14 @@ def side_effects(session: Session, edges: list[Edge], claims: list[Claim]) -> li
 
 def _undeclared(proc: EvidenceNode, session: Session) -> Finding:
     argv = " ".join(proc.data.get("argv") or []) or proc.label
+    if proc.data.get("rule") == "agent_context":
+        message = f"{argv!r} ran with the agent's trace context, not a tool call's"
+    else:
+        message = f"the agent process ran {argv!r} outside every tool call"
     return Finding(
         "unreported_side_effect",
         proc.id,
-        f"the agent process ran {argv!r} outside every tool call",
+        message,
         session.id,
         [proc.id],
     )

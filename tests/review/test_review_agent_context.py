@@ -1,0 +1,135 @@
+"""A process that carried the agent's trace context, not a tool call's, is not the agent's own
+process: the graph links it to the agent (``traceparent``) because it inherited the context of
+the agent's span (a runtime helper such as Python's ``platform`` running ``uname -p`` while the
+agent span was current). The review places it as a process run on the agent's behalf, and
+report.md does not name it as the agent's process."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from pathlib import Path
+from typing import Any
+
+from review_support import HOST, RunBuilder, Session
+
+from otel_bridge.graph.document import Graph, GraphNode
+from otel_bridge.model import ProcessFacts
+from otel_bridge.report import build, render
+from otel_bridge.review import build_review, validate_review
+
+T1 = "11" * 16
+T2 = "22" * 16
+PLANES = {"file": "available", "process": "available", "network": "available"}
+
+
+def _session(trace: str = T1) -> Session:
+    return Session(trace=trace, task="Run it.", answer="Done.", commands=[(["true"], 0, [], [])])
+
+
+def _context_process(builder: RunBuilder, agent: str, *, spawned: bool, n: int = 900) -> str:
+    """A process ``uname -p`` linked to ``agent`` only because it carried the agent span's
+    context; spawned by the agent's process when ``spawned``."""
+    pid = f"process:{HOST}:{n}:{n}"
+    facts = ProcessFacts(host_id=HOST, pid=n, argv=("uname", "-p"), exit_code=0, cwd="/w")
+    start = builder.tick()
+    builder.nodes[pid] = GraphNode(
+        id=pid, kind="process", label="uname", facts=facts, first_seen=start, last_seen=start
+    )
+    builder.edge(
+        agent,
+        "correlated_with_process",
+        pid,
+        causal=False,
+        inferred=False,
+        identity_exact=True,
+        attribution=("exact_identity",),
+        method="traceparent",
+        grade="C",
+    )
+    if spawned:
+        builder.edge(builder.agent_process(agent), "spawned", pid, causal=True, grade="A")
+    return pid
+
+
+def _processes(doc: dict[str, Any], pid: str) -> list[dict[str, Any]]:
+    return [n for n in doc["evidence"] if n["id"] == pid]
+
+
+def _side_effects(doc: dict[str, Any]) -> list[str]:
+    return [f["message"] for f in doc["findings"] if f["kind"] == "unreported_side_effect"]
+
+
+def test_a_child_that_carried_the_agent_context_is_an_undeclared_child(tmp_path: Path) -> None:
+    """Spawned by the agent process outside every tool call: ``undeclared`` (``agent_child``),
+    an unreported side effect, and not a second agent process."""
+    builder = RunBuilder()
+    builder.add(_session(), first_span=1000)
+    agent = f"agent:agent-svc:{T1[:4]}"
+    pid = _context_process(builder, agent, spawned=True)
+    doc, _ = build_review(str(builder.write(tmp_path / "run")))
+    validate_review(doc)
+    (proc,) = _processes(doc, pid)
+    assert (proc["role"], proc["rule"]) == ("undeclared", "agent_child")
+    roles = [n["role"] for n in doc["evidence"] if n["type"] == "process_run"]
+    assert roles.count("agent") == 1  # the agent's own process only
+    assert _side_effects(doc) == ["the agent process ran 'uname -p' outside every tool call"]
+
+
+def test_a_process_no_agent_process_spawned_is_undeclared_by_context(tmp_path: Path) -> None:
+    """Not spawned by an observed agent process (its fork was not seen, or another process
+    started it): the context still makes it this session's, ``undeclared`` (``agent_context``)."""
+    builder = RunBuilder()
+    builder.add(_session(), first_span=1000)
+    agent = f"agent:agent-svc:{T1[:4]}"
+    builder.agent_process(agent)
+    pid = _context_process(builder, agent, spawned=False)
+    doc, _ = build_review(str(builder.write(tmp_path / "run")))
+    validate_review(doc)
+    (proc,) = _processes(doc, pid)
+    assert (proc["role"], proc["rule"]) == ("undeclared", "agent_context")
+    assert _side_effects(doc) == [
+        "'uname -p' ran with the agent's trace context, not a tool call's"
+    ]
+
+
+def test_the_context_of_an_agent_two_sessions_share_names_neither(tmp_path: Path) -> None:
+    """Two sessions of one agent node (the same service and name): the context names that agent,
+    not which session's span: ``ambiguous`` in both, no finding in either."""
+    builder = RunBuilder()
+    builder.add(_session(T1), first_span=1000)
+    builder.add(_session(T2), first_span=2000)
+    agent = f"agent:agent-svc:{T1[:4]}"
+    other = f"agent:agent-svc:{T2[:4]}"
+    pid = _context_process(builder, agent, spawned=False)
+    # the second session's agent is the same node: its invocations name the first's agent id
+    builder.edges = [
+        dataclasses.replace(e, source=agent) if e.source == other else e for e in builder.edges
+    ]
+    del builder.nodes[other]
+    doc, _ = build_review(str(builder.write(tmp_path / "run")))
+    validate_review(doc)
+    found = _processes(doc, pid)
+    assert sorted((p["session"], p["role"], p["rule"]) for p in found) == [
+        (f"session:{T1}", "ambiguous", "agent_context_ambiguous"),
+        (f"session:{T2}", "ambiguous", "agent_context_ambiguous"),
+    ]
+    assert _side_effects(doc) == []
+
+
+def test_report_does_not_call_a_context_process_the_agents(tmp_path: Path) -> None:
+    """report.md's agent line names the agent's own process only; the context process is
+    listed as linked to no tool call, with why."""
+    builder = RunBuilder()
+    builder.add(_session(), first_span=1000)
+    agent = f"agent:agent-svc:{T1[:4]}"
+    _context_process(builder, agent, spawned=True)
+    run = builder.write(tmp_path / "run")
+    graph = Graph.from_dict(json.loads((run / "graph.json").read_text()))
+    text = render(build(graph), title="t", planes=PLANES)
+    agent_line = next(line for line in text.splitlines() if line.startswith("Agent process"))
+    assert "uname" not in agent_line
+    assert (
+        "pid 900 `uname -p` (exit 0) ran, but no tool call is linked to it: it carried the "
+        "agent's trace context (TRACEPARENT), not a tool call's"
+    ) in text

@@ -206,6 +206,7 @@ def _build_review(
     sessions = ev.find_sessions(records)
     for session in sessions:
         ev.add_tool_calls(session, index, records)
+        ev.add_span_agents(session, index)
     # coding agents (imported here: the importers read the review's records module)
     from otel_bridge.importers.sessions import import_sessions  # noqa: PLC0415
 

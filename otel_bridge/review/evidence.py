@@ -35,7 +35,16 @@ import msgspec
 
 from otel_bridge.graph import reading
 from otel_bridge.graph.document import GraphNode
-from otel_bridge.model import EndpointFacts, FileContent, FileFacts, ProcessFacts, Span, StatusCode
+from otel_bridge.model import (
+    OPERATION_KINDS,
+    EndpointFacts,
+    EntityKind,
+    FileContent,
+    FileFacts,
+    ProcessFacts,
+    Span,
+    StatusCode,
+)
 from otel_bridge.processors.normalize.conventions import (
     CLAUDE_CODE_SPANS,
     KIND_KEYS,
@@ -515,6 +524,31 @@ def in_agent_context(link: GEdge) -> bool:
     return (method,) == ("traceparent",) or (
         isinstance(method, list) and set(method) == {"traceparent"}
     )
+
+
+_SPAN_NODE_KINDS = tuple(
+    sorted(str(k) for k in (*OPERATION_KINDS, EntityKind.SPAN, EntityKind.TOOL_CALL))
+)
+"""The kinds of graph node normalize makes one of per span: ``<kind>:<trace>:<span>``."""
+
+
+def add_span_agents(session: Session, index: GraphIndex) -> None:
+    """The agents the session's spans are joined to in the graph: an agent node at the other
+    end of a ``child_of`` edge of a node made from one of the session's spans. Tool calls whose
+    span is not an agent span's child (LangGraph's tools run under a ``tools`` chain, beside the
+    ``agent`` step, not inside it) leave no ``invoked`` edge to find their agent by."""
+    for _, span in session.spans:
+        trace, sid = span.trace_id.hex(), span.span_id.hex()
+        for kind in _SPAN_NODE_KINDS:
+            node = f"{kind}:{trace}:{sid}"
+            if node not in index.nodes:
+                continue
+            ends = [e.target for e in index.out.get(node, ()) if e.relation == "child_of"]
+            ends += [e.source for e in index.into.get(node, ()) if e.relation == "child_of"]
+            for end in ends:
+                found = index.nodes.get(end)
+                if found is not None and found.kind == "agent" and end not in session.agents:
+                    session.agents.append(end)
 
 
 def link_agent_processes(session: Session, index: GraphIndex, records: Records) -> None:

@@ -696,7 +696,12 @@ def render(report: Report, *, title: str, planes: Mapping[str, str] | None = Non
         lines += [f"Spans sent by {sender}", ""]
     lines += ["## Tool calls", ""]
     if not report.calls:
-        lines += ["The agent reported no tool calls (no `execute_tool` or TOOL spans arrived).", ""]
+        lines += [
+            "No tool call spans arrived (`execute_tool` or TOOL spans): the graph has no tool "
+            "call to link a process to. Tool calls a coding agent told only in log events "
+            "(Claude Code, Codex) are in review.md.",
+            "",
+        ]
     else:
         lines += [
             "| tool call | process (argv) | exit | linked because | grade | files written "

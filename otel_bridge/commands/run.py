@@ -206,6 +206,7 @@ def progress_line(collector: Collector) -> str:
     if errors:  # which exporter raised on how many records
         line += f" ({', '.join(f'{eid} {n}' for eid, n in errors.items())})"
     line += _turned_away(collector)
+    line += _copies(collector)
     delivered = delivered_counts(collector)
     return line + "".join(f" | {d}" for d in delivered)
 
@@ -217,6 +218,27 @@ _TURNED_AWAY = (
 )
 """Requests the receivers answered with an error, said once there are some: the sender was told,
 but so far the collector's operator was not."""
+
+
+_COPY_COUNTERS = ("redelivered", "resent_dropped")
+"""An exporter's count of the copies it received again and did not apply or write twice (the
+``graph`` exporter's ``redelivered``, the ``file`` exporter's ``resent_dropped``): a sender's
+retry or a resend after a kill, normal, but something the operator should be able to see."""
+
+
+def _copies(collector: Collector) -> str:
+    """``| copies not applied again (ID N, ...)``, once some exporter dropped a copy."""
+    telemetry = collector.host.telemetry
+    found = []
+    for eid in collector.component_ids(EXPORTER):
+        for counter in _COPY_COUNTERS:
+            try:
+                n = telemetry.value(counter, kind=EXPORTER, id=eid)
+            except UndeclaredCounterError:  # this exporter does not drop copies
+                continue
+            if n:
+                found.append(f"{eid} {n}")
+    return f" | copies not applied again ({', '.join(found)})" if found else ""
 
 
 def _turned_away(collector: Collector) -> str:

@@ -206,3 +206,39 @@ def test_progress_line_says_what_never_reached_a_down_destination() -> None:
         assert line.endswith("| otlphttp: delivered 0 spans, 0 log records, failed 2, dropped 0")
     finally:
         collector.shutdown()
+
+
+def test_progress_line_says_how_many_copies_an_exporter_did_not_apply_again(
+    tmp_path: Path,
+) -> None:
+    """A batch sent again after a restart (an agent's resend after a kill) is not written twice
+    by the ``file`` exporter (``append: true``); the operator sees how many copies it dropped."""
+    out = tmp_path / "o.jsonl"
+
+    def collector() -> Collector:
+        config = parse_config(
+            {
+                "receivers": {"list": None},
+                "exporters": {"file": {"path": str(out), "append": True}},
+                "service": {
+                    "pipelines": {"evidence": {"receivers": ["list"], "exporters": ["file"]}}
+                },
+            },
+            env={},
+            registry=double_registry(file_exporter.factory),
+        )
+        return Collector(config)
+
+    batch = Batch(spans=(make_span(1), make_span(2)))
+    for attempt in range(2):
+        running = collector()
+        running.start()
+        receiver = running.component("list")
+        assert isinstance(receiver, ListReceiver)
+        receiver.emit(batch)
+        line = progress_line(running)
+        running.shutdown()
+        if attempt == 0:
+            assert "copies not applied again" not in line
+    assert line.endswith("| copies not applied again (file 2)")
+    assert len(out.read_text().splitlines()) == 2

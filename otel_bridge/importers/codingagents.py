@@ -1,9 +1,11 @@
-"""Coding-agent telemetry read into review sessions: Claude Code and Codex CLI OTel log events,
-and Codex session transcripts (rollout JSONL).
+"""Coding-agent telemetry read into review sessions: Claude Code, Codex CLI and Gemini CLI OTel
+log events, and Codex session transcripts (rollout JSONL).
 
-Neither agent emits GenAI spans: Claude Code exports *events* as OTLP log records
-(``claude_code.user_prompt``, ``claude_code.tool_decision``, ``claude_code.tool_result``,
-``claude_code.api_request``, ``claude_code.api_error``), Codex CLI likewise (``codex.*``), and
+None of these agents emits GenAI spans by default: Claude Code exports *events* as OTLP log
+records (``claude_code.user_prompt``, ``claude_code.tool_decision``, ``claude_code.tool_result``,
+``claude_code.api_request``, ``claude_code.api_error``), Codex CLI likewise (``codex.*``), Gemini
+CLI as ``gemini_cli.user_prompt``, ``gemini_cli.tool_call``, ``gemini_cli.api_request``,
+``gemini_cli.api_response`` and ``gemini_cli.api_error`` (its ``session.id`` on each), and
 Codex writes the whole conversation to a rollout file. This module turns those records into
 :class:`AgentEvent` values (one per record, with the record id as its source pointer) and then
 into the review's evidence nodes of one :class:`~otel_bridge.review.evidence.Session` per agent
@@ -29,8 +31,11 @@ import orjson
 from otel_bridge.identity import iso_to_ms
 from otel_bridge.review.records import Record, Records
 
-PREFIXES = ("claude_code.", "codex.")
-"""Event-name prefixes of the two agents' OTel events."""
+PREFIXES = ("claude_code.", "codex.", "gemini_cli.")
+"""Event-name prefixes of the agents' OTel events."""
+
+MARKERS = (b"claude", b"codex", b"gemini_cli")
+"""A stream line with none of these bytes holds none of the agents' events (not parsed)."""
 
 INTERPRETED = frozenset(
     {
@@ -40,6 +45,8 @@ INTERPRETED = frozenset(
         "api_request",
         "api_error",
         "conversation_starts",
+        "tool_call",
+        "api_response",
     }
 )
 """OTel event kinds (name without the agent prefix) turned into evidence."""
@@ -56,7 +63,7 @@ class AgentEvent:
     record: str
     """The review record id (= source pointer) it came from."""
     agent: str
-    """``claude_code`` or ``codex``."""
+    """``claude_code``, ``codex`` or ``gemini_cli``."""
     kind: str
     """OTel event kind (``tool_result``...) or transcript item (``message``,
     ``function_call``, ``function_call_output``, ``local_shell_call``)."""
@@ -80,7 +87,8 @@ def _event_name(log: Mapping[str, Any], attrs: Mapping[str, Any]) -> str:
     """The full event name: ``eventName``, else the ``event.name`` attribute, else the body.
 
     Claude Code puts the short name (``tool_result``) in ``event.name`` and the full one in the
-    body; Codex puts the full one (``codex.tool_result``) in ``event.name``.
+    body; Codex and Gemini CLI put the full one (``codex.tool_result``,
+    ``gemini_cli.tool_call``) in ``event.name``.
     """
     body = (log.get("body") or {}).get("stringValue")
     for candidate in (log.get("eventName"), attrs.get("event.name"), body):
@@ -104,7 +112,7 @@ def events_from_streams(run_dir: str, records: Records) -> list[AgentEvent]:
     for name in sorted({r.file for r in records.records if r.type == "log"}):
         with open(os.path.join(run_dir, name), "rb") as f:
             for number, raw in enumerate(f, 1):
-                if b"claude" not in raw and b"codex" not in raw:
+                if not any(marker in raw for marker in MARKERS):
                     continue
                 try:
                     doc = orjson.loads(raw)

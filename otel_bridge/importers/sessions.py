@@ -2,11 +2,14 @@
 
 One session per (agent, session id). Evidence nodes: ``user_message`` / ``assistant_message`` /
 ``control`` (prompts and rollout messages), ``tool_call`` (grouped by call id: decision, call,
-output and result events of one call are one node), ``model_call`` (``api_request`` /
-``api_error``). Processes are attached afterwards by the review's own agent-process rules
-(:func:`otel_bridge.review.evidence.add_agent_children`): the agent process is the one whose pid
-the events' resource names, else the run's root process, and each child it started inside a
-tool call's stated window is attributed to that call (rule ``tool_window``, inferred).
+output and result events of one call are one node; Gemini CLI's ``tool_call`` is one finished
+call), ``model_call`` (``api_request`` / ``api_error``; Gemini CLI's ``api_request`` joined
+with the ``api_response`` or ``api_error`` that ended it), and, from Gemini CLI's
+``api_response`` text, ``assistant_message``. Processes are attached afterwards by the review's
+own agent-process rules (:func:`otel_bridge.review.evidence.add_agent_children`): the agent
+process is the one whose pid the events' resource names, else the run's root process, and each
+child it started inside a tool call's stated window is attributed to that call (rule
+``tool_window``, inferred).
 """
 
 from __future__ import annotations
@@ -53,8 +56,26 @@ def build_sessions(events: Iterable[AgentEvent]) -> list[Session]:
         session = Session(id=f"session:{agent}:{key}", trace_id=key, spans=[])
         session.agents.append(f"agent:{agent}")
         pending: dict[str, list[AgentEvent]] = defaultdict(list)
+        requests: dict[tuple[str, str], list[AgentEvent]] = defaultdict(list)
+        answered: dict[str, list[int]] = defaultdict(list)  # prompt id -> response times
         when = [e.time for e in group if e.time is not None]  # sorted: the group is
         for e in group:
+            if agent == "gemini_cli" and e.kind == "api_response" and e.time is not None:
+                answered[str(e.attrs.get("prompt_id") or "")].append(e.time)
+            if agent == "gemini_cli" and e.kind == "tool_call":
+                _add_event(session, e)
+                _since_response(session, e, answered[str(e.attrs.get("prompt_id") or "")])
+                continue
+            if agent == "gemini_cli" and e.kind == "api_request":
+                requests[_request_key(e)].append(e)  # one model call with its response below
+                continue
+            if agent == "gemini_cli" and e.kind in ("api_response", "api_error"):
+                _add_event(session, e)
+                waiting = requests[_request_key(e)]
+                if waiting:
+                    model_call = session.nodes[f"model_call:{session.trace_id}:{e.record}"]
+                    model_call.records.insert(0, waiting.pop(0).record)
+                continue
             if e.kind == "tool_decision" and not _has_call_id(e):
                 pending[str(e.attrs.get("tool_name"))].append(e)  # joined to its result below
                 continue
@@ -65,6 +86,9 @@ def build_sessions(events: Iterable[AgentEvent]) -> list[Session]:
         for left in sorted((d for ds in pending.values() for d in ds), key=lambda d: d.record):
             _add_event(session, left)  # a decision whose result was not seen: a call, unfinished
             session.nodes[f"tool_call:{session.trace_id}:{left.record}"].end = None  # not seen
+        for left in sorted((r for rs in requests.values() for r in rs), key=lambda r: r.record):
+            _add_event(session, left)  # a request whose response was not seen: unfinished
+            session.nodes[f"model_call:{session.trace_id}:{left.record}"].end = None
         times = [t for n in session.nodes.values() for t in (n.time, n.end) if t is not None]
         session.start, session.end = (min(times), max(times)) if times else (None, None)
         sessions.append(session)
@@ -75,8 +99,10 @@ def build_sessions(events: Iterable[AgentEvent]) -> list[Session]:
 def _add_event(session: Session, e: AgentEvent) -> None:
     if e.kind in ("user_prompt", "message"):
         _message(session, e)
-    elif e.kind in ("api_request", "api_error"):
+    elif e.kind in ("api_request", "api_error", "api_response"):
         _model_call(session, e)
+        if e.kind == "api_response":
+            _response_text(session, e)
     elif e.kind in ("tool_decision", "tool_result") or "call" in e.kind:
         _tool_event(session, e)
     # conversation_starts: the session's existence and model only; nothing to add
@@ -96,11 +122,7 @@ def _message(session: Session, e: AgentEvent) -> None:
         if node.data["text"] == text and text is not None:
             node.records.append(e.record)
             return
-    n = sum(
-        1
-        for x in session.nodes.values()
-        if x.type in ("user_message", "assistant_message", "control")
-    )
+    n = sum(1 for x in session.nodes.values() if x.type in _MESSAGE_TYPES)
     session.add(
         EvidenceNode(
             id=f"message:{session.trace_id}:{n + 1}",
@@ -114,6 +136,30 @@ def _message(session: Session, e: AgentEvent) -> None:
             data={"role": role, "text": text, "tool_calls": []},
         )
     )
+
+
+def _response_text(session: Session, e: AgentEvent) -> None:
+    """Gemini CLI's ``api_response`` states the model's text (``response_text``) when prompt
+    logging is on (its default): an assistant message at the response's time. A response of
+    only function calls states none."""
+    text = e.attrs.get("response_text")
+    if not isinstance(text, str) or not text.strip() or text in REDACTED:
+        return
+    n = sum(1 for x in session.nodes.values() if x.type in _MESSAGE_TYPES)
+    session.add(
+        EvidenceNode(
+            id=f"message:{session.trace_id}:{n + 1}",
+            type="assistant_message",
+            session=session.id,
+            label=text.strip().splitlines()[0][:80],
+            time=e.time,
+            records=[e.record],
+            data={"role": "assistant", "text": text, "tool_calls": []},
+        )
+    )
+
+
+_MESSAGE_TYPES = ("user_message", "assistant_message", "control")
 
 
 def _model_call(session: Session, e: AgentEvent) -> None:
@@ -139,6 +185,28 @@ def _ms(value: object) -> int | None:
         return int(str(value)) * 1_000_000
     except ValueError:
         return None
+
+
+def _since_response(session: Session, e: AgentEvent, responses: list[int]) -> None:
+    """Gemini CLI logs a tool call once it finished, and older versions log every call of a
+    batch when the last of them finished, so the event's time bounds the call's end from above
+    and its start lies between the model response that asked for it and that time less
+    ``duration_ms``: the window opens at the latest response of the same prompt before the
+    stated start (``responses``, sorted), so that it holds the start wherever it was (rule
+    ``since_model_response``, on the node). With no such response the stated window stays."""
+    node = session.nodes[f"tool_call:{session.trace_id}:{e.record}"]
+    if node.time is None:
+        return
+    before = bisect_right(responses, node.time)
+    if before:
+        node.time = responses[before - 1]
+        node.data["rule"] = "since_model_response"
+
+
+def _request_key(e: AgentEvent) -> tuple[str, str]:
+    """Gemini CLI's ``api_request`` and the ``api_response`` or ``api_error`` that ends it share
+    the prompt id and the model (joined in order: a prompt's requests are sequential)."""
+    return str(e.attrs.get("prompt_id") or ""), str(e.attrs.get("model") or "")
 
 
 def _has_call_id(e: AgentEvent) -> bool:
@@ -200,12 +268,12 @@ def _tool_event(session: Session, e: AgentEvent) -> None:
     elif e.kind == "tool_decision":
         node.data["decision"] = a.get("decision")
         node.data["tool"] = node.data["tool"] or a.get("tool_name")
-    elif e.kind == "tool_result":
+    elif e.kind in ("tool_result", "tool_call"):  # Gemini CLI's tool_call: a finished call
         _tool_result(node, e)
 
 
 def _new_tool_call(session: Session, e: AgentEvent, call_id: str) -> EvidenceNode:
-    tool = e.attrs.get("tool_name") or e.attrs.get("name")
+    tool = e.attrs.get("tool_name") or e.attrs.get("name") or e.attrs.get("function_name")
     return session.add(
         EvidenceNode(
             id=f"tool_call:{session.trace_id}:{call_id}",
@@ -231,12 +299,12 @@ def _new_tool_call(session: Session, e: AgentEvent, call_id: str) -> EvidenceNod
 
 def _tool_result(node: EvidenceNode, e: AgentEvent) -> None:
     a = e.attrs
-    node.data["tool"] = node.data["tool"] or a.get("tool_name")
+    node.data["tool"] = node.data["tool"] or a.get("tool_name") or a.get("function_name")
     node.label = str(node.data["tool"] or node.label)
     success = str(a.get("success")).lower()
     node.data["status"] = {"true": "ok", "false": "error"}.get(success, "unset")
     if node.data["arguments"] is None:
-        args = a.get("arguments") or a.get("tool_parameters")
+        args = a.get("arguments") or a.get("tool_parameters") or a.get("function_args")
         node.data["arguments"] = args if isinstance(args, str) else None
     if node.data["result"] is None and isinstance(a.get("output"), str):
         node.data["result"] = a["output"]

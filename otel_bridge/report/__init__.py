@@ -699,7 +699,7 @@ def render(report: Report, *, title: str, planes: Mapping[str, str] | None = Non
         lines += [
             "No tool call spans arrived (`execute_tool` or TOOL spans): the graph has no tool "
             "call to link a process to. Tool calls a coding agent told only in log events "
-            "(Claude Code, Codex) are in review.md.",
+            "(Claude Code, Codex, Gemini CLI) are in review.md.",
             "",
         ]
     else:

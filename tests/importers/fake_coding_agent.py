@@ -1,12 +1,14 @@
-"""A fake coding agent that reports itself the way Claude Code or Codex CLI do.
+"""A fake coding agent that reports itself the way Claude Code, Codex CLI or Gemini CLI do.
 
 It emits no spans: only OTel *log events* over OTLP, with the event names and attributes of the
-agent it imitates (``claude_code.*`` or ``codex.*``, see ``tests/testdata/codingagents/README.md``),
+agent it imitates (``claude_code.*``, ``codex.*`` or ``gemini_cli.*``, see
+``tests/testdata/codingagents/README.md``),
 and with ``--flavor codex`` it also writes a rollout transcript (JSONL) like Codex's. Its work is
 real: it writes ``greet.py`` and ``test_greet.py`` in its working directory itself (an in-process
 ``write`` tool) and runs ``python -m pytest -q test_greet.py`` as a child process (a ``shell``
-tool). Its final message (Codex flavor) claims the write, the test command, that the tests pass,
-and a file it never wrote (``notes.md``).
+tool). Its final message (Codex flavor; Gemini flavor: the last ``api_response``'s
+``response_text``) claims the write, the test command, that the tests pass, and a file it never
+wrote (``notes.md``).
 
 With ``--traces`` (Claude flavor) it also exports the spans of Claude Code's traces beta
 (``CLAUDE_CODE_ENHANCED_TELEMETRY_BETA=1``), shaped as its monitoring documentation lists them:
@@ -17,7 +19,7 @@ With ``--traces`` (Claude flavor) it also exports the spans of Claude Code's tra
 ``session.id`` is on every span. As Claude Code's Bash tool does, the command it runs gets the
 running span's context as ``TRACEPARENT``.
 
-Usage: ``fake_coding_agent.py --flavor claude|codex [--transcript FILE] [--traces]`` under
+Usage: ``fake_coding_agent.py --flavor claude|codex|gemini [--transcript FILE] [--traces]`` under
 ``otel-bridge observe``, which sets ``OTEL_EXPORTER_OTLP_ENDPOINT`` / ``_PROTOCOL``.
 """
 
@@ -54,6 +56,13 @@ FINAL = (
     "I also created notes.md with a summary."
 )
 TEST_ARGV = [sys.executable, "-m", "pytest", "-q", "test_greet.py"]
+PROMPT_ID = "fake-prompt-1"
+_SERVICES = {
+    "claude": ("claude-code", "com.anthropic.claude_code.events"),
+    "codex": ("codex_exec", "codex_otel"),
+    "gemini": ("gemini-cli", "gemini-cli"),
+}
+"""Each flavor's ``service.name`` and logger (instrumentation scope) name."""
 
 
 _EXPORTERS = {
@@ -88,12 +97,10 @@ class Agent:
     def __init__(self, flavor: str, transcript: str | None) -> None:
         self.flavor = flavor
         self.session = str(uuid.uuid4())
-        service = "claude-code" if flavor == "claude" else "codex_exec"
+        service, scope = _SERVICES[flavor]
         self.provider = LoggerProvider(resource=Resource.create({"service.name": service}))
         self.provider.add_log_record_processor(SimpleLogRecordProcessor(_exporter()))
-        self.logger = self.provider.get_logger(
-            "com.anthropic.claude_code.events" if flavor == "claude" else "codex_otel"
-        )
+        self.logger = self.provider.get_logger(scope)
         self.rollout = open(transcript, "w", encoding="utf-8") if transcript else None  # noqa: SIM115
         self.calls = 0
         self.tracer: trace.Tracer | None = None
@@ -122,12 +129,20 @@ class Agent:
 
     def event(self, kind: str, **attrs: Any) -> None:
         """One OTel event of the flavor (Claude Code: short ``event.name`` and the full name as
-        the body; Codex: the full name in ``event.name``)."""
+        the body; Codex: the full name in ``event.name``; Gemini CLI: the full name in
+        ``event.name``, its common ``session.id`` and ``installation.id``, typed values)."""
         now = time.time_ns()
-        common = {"event.timestamp": _iso(now)}
+        common: dict[str, Any] = {"event.timestamp": _iso(now)}
         if self.flavor == "claude":
             common |= {"session.id": self.session, "event.name": kind}
             body = f"claude_code.{kind}"
+        elif self.flavor == "gemini":
+            common |= {
+                "session.id": self.session,
+                "installation.id": "fake-installation",
+                "event.name": f"gemini_cli.{kind}",
+            }
+            body = f"gemini_cli.{kind}"
         else:
             common |= {"conversation.id": self.session, "event.name": f"codex.{kind}"}
             body = f"codex.{kind}"
@@ -152,13 +167,14 @@ class Agent:
             if tool is not None and self.calls == 1:  # older versions state tool_use_id only
                 tool.set_attribute("gen_ai.tool.call.id", use_id)
             with self.span("claude_code.tool.blocked_on_user", decision="accept", source="config"):
-                self.event(
-                    "tool_decision",
-                    tool_name=name,
-                    call_id=call_id if self.flavor == "codex" else None,  # Claude names none
-                    decision="accept",
-                    source="config",
-                )
+                if self.flavor != "gemini":  # Gemini CLI logs a call once, when it finished
+                    self.event(
+                        "tool_decision",
+                        tool_name=name,
+                        call_id=call_id if self.flavor == "codex" else None,  # Claude names none
+                        decision="accept",
+                        source="config",
+                    )
             self.line(
                 "response_item",
                 {"type": "function_call", "name": name, "arguments": args, "call_id": call_id},
@@ -179,7 +195,19 @@ class Agent:
             "response_item", {"type": "function_call_output", "call_id": call_id, "output": result}
         )
         success = "true" if code == 0 else "false"
-        if self.flavor == "claude":
+        if self.flavor == "gemini":  # one event per finished call, typed values, no output
+            self.event(
+                "tool_call",
+                function_name=name,
+                function_args=json.dumps(json.loads(args), indent=2),
+                duration_ms=duration_ms,
+                success=code == 0,
+                decision="auto_accept",
+                prompt_id=PROMPT_ID,
+                tool_type="native",
+                content_length=len(output),
+            )
+        elif self.flavor == "claude":
             self.event(
                 "tool_result",
                 tool_name=name,
@@ -221,7 +249,7 @@ def _pytest() -> tuple[str, int]:
 
 def main() -> int:
     parser = argparse.ArgumentParser()
-    parser.add_argument("--flavor", choices=("claude", "codex"), required=True)
+    parser.add_argument("--flavor", choices=tuple(_SERVICES), required=True)
     parser.add_argument("--transcript")
     parser.add_argument("--traces", action="store_true")
     args = parser.parse_args()
@@ -248,6 +276,15 @@ def _turn(agent: Agent, flavor: str) -> None:
     )
     if flavor == "codex":
         agent.event("conversation_starts", model="scripted-model", provider_name="none")
+    if flavor == "gemini":
+        agent.event("config", model="scripted-model", approval_mode="yolo")  # not interpreted
+        agent.event("user_prompt", prompt_length=len(PROMPT), prompt=PROMPT, prompt_id=PROMPT_ID)
+        _gemini_request(agent, "")  # one function call per model turn
+        agent.tool("write_file", {"files": ["greet.py", "test_greet.py"]}, _write)
+        _gemini_request(agent, "")
+        agent.tool("run_shell_command", {"command": " ".join(TEST_ARGV[1:])}, _pytest)
+        _gemini_request(agent, FINAL)
+        return
     agent.event("user_prompt", prompt_length=str(len(PROMPT)), prompt=PROMPT)
     agent.line(
         "response_item",
@@ -276,6 +313,25 @@ def _turn(agent: Agent, flavor: str) -> None:
         },
     )
     agent.line("event_msg", {"type": "agent_message", "message": FINAL})
+
+
+def _gemini_request(agent: Agent, text: str) -> None:
+    """A Gemini CLI model request: ``api_request`` when sent, ``api_response`` when answered
+    (``response_text`` is the model's text: none for a turn of function calls)."""
+    agent.event("api_request", model="scripted-model", prompt_id=PROMPT_ID)
+    started = time.monotonic_ns()
+    time.sleep(0.005)
+    agent.event(
+        "api_response",
+        model="scripted-model",
+        status_code=200,
+        duration_ms=(time.monotonic_ns() - started) // 1_000_000,
+        input_token_count=10,
+        output_token_count=5,
+        total_token_count=15,
+        response_text=text or None,
+        prompt_id=PROMPT_ID,
+    )
 
 
 if __name__ == "__main__":

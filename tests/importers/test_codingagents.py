@@ -182,3 +182,41 @@ def test_only_the_prompts_claude_codes_spans_missed_stay_in_its_log_session() ->
     assert (moved.session, moved.data["text"], moved.records) == (traced.id, "first", ["r:1"])
     (again,) = build_sessions(events)
     assert untraced_part(again, [(base, base + 10_000 * 1_000_000, traced)]) is None
+
+
+def test_gemini_cli_events(tmp_path: Path) -> None:
+    """Gemini CLI's events: the prompt (logged by default), its tool calls (one ``tool_call``
+    event each, after the call), each model request joined with its response, and the
+    response's text as the assistant's message."""
+    sessions, coverage, types = _streams(tmp_path, "gemini_cli_logs.jsonl")
+    assert [s.id for s in sessions] == ["session:gemini_cli:gm-session-1"]
+    s = sessions[0]
+    (prompt,) = s.of_type("user_message")
+    assert prompt.data["text"] == "Fix mod.py and run the tests."
+    shell, write = s.of_type("tool_call")
+    assert (shell.data["tool"], shell.data["status"], shell.data["decision"]) == (
+        "run_shell_command",
+        "ok",
+        "auto_accept",
+    )
+    assert '"command": "pytest -q"' in shell.data["arguments"]
+    # logged once finished (older versions: when the whole batch finished), so the window
+    # runs from the model response that asked for the calls to the event's time
+    assert shell.end == 1_796_130_002_400_000_000
+    assert shell.time == 1_796_130_000_820_000_000
+    assert (shell.data["rule"], write.data["rule"]) == ("since_model_response",) * 2
+    assert write.time == shell.time
+    assert (write.data["tool"], write.data["status"]) == ("write_file", "error")
+    # two requests answered (each one model call: request and response records), one not
+    calls = s.of_type("model_call")
+    assert [len(c.records) for c in calls] == [2, 2, 1]
+    assert [c.end is None for c in calls] == [False, False, True]
+    assert calls[0].time == calls[0].end - 800_000_000  # type: ignore[operator]
+    (answer,) = s.of_type("assistant_message")
+    assert answer.data["text"] == "I ran `pytest -q` and all tests pass."
+    assert answer.time == 1_796_130_003_300_000_000
+    assert coverage == [
+        "gemini_cli.config: event not interpreted",
+        "gemini_cli.tool_output_truncated: event not interpreted",
+    ]
+    assert all(types[r] == "log" for n in s.nodes.values() for r in n.records)

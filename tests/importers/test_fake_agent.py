@@ -1,11 +1,12 @@
-"""A fake coding agent that reports only Claude Code / Codex CLI OTel log events, run for real
-under ``otel-bridge observe`` (real OTLP export with the OTel SDK's log exporter, a real pytest
-child process, real file writes, the real OS plane), then reviewed.
+"""A fake coding agent that reports only Claude Code / Codex CLI / Gemini CLI OTel log events,
+run for real under ``otel-bridge observe`` (real OTLP export with the OTel SDK's log exporter, a
+real pytest child process, real file writes, the real OS plane), then reviewed.
 
 The review must have the user prompt, the tool calls, the pytest process linked to the tool call
 whose stated window holds its start, the agent process found from its connection to the run's
-OTLP endpoint, and (Codex, whose transcript holds the final message) each claim with the right
-status: the write and the test command supported, a file never written contradicted.
+OTLP endpoint, and (Codex, whose transcript holds the final message, and Gemini CLI, whose last
+model response states it) each claim with the right status: the write and the test command
+supported, a file never written contradicted.
 """
 
 from __future__ import annotations
@@ -33,10 +34,14 @@ pytestmark = [
     ),
 ]
 
-FLAVORS = ("claude", "codex")
+FLAVORS = ("claude", "codex", "gemini")
+AGENTS = {"claude": "claude_code", "codex": "codex", "gemini": "gemini_cli"}
+TOOLS = {"gemini": ("write_file", "run_shell_command")}
+"""The tool names of a flavor, when not ``write`` and ``shell``."""
 RUNS = {
     "claude": ["--flavor", "claude"],
     "codex": ["--flavor", "codex"],
+    "gemini": ["--flavor", "gemini"],
     "claude_traces": ["--flavor", "claude", "--traces"],  # Claude Code's traces beta too
 }
 
@@ -92,15 +97,14 @@ def _nodes(doc: dict[str, Any], kind: str) -> list[dict[str, Any]]:
 @pytest.mark.parametrize("flavor", FLAVORS)
 def test_prompt_tool_calls_and_processes(flavor: str, reviews: dict[str, dict[str, Any]]) -> None:
     doc = reviews[flavor]
-    agent = "claude_code" if flavor == "claude" else "codex"
     (session,) = doc["sessions"]
-    assert session["agents"] == [f"agent:{agent}"]
+    assert session["agents"] == [f"agent:{AGENTS[flavor]}"]
     (prompt,) = _nodes(doc, "user_message")
     assert prompt["text"].startswith("Add a greet function")
     write, shell = _nodes(doc, "tool_call")
-    assert (write["tool"], shell["tool"]) == ("write", "shell")
+    assert (write["tool"], shell["tool"]) == TOOLS.get(flavor, ("write", "shell"))
     assert write["status"] == shell["status"] == "ok"
-    assert write["decision"] == "accept"
+    assert write["decision"] == ("auto_accept" if flavor == "gemini" else "accept")
     procs = {n["id"]: n for n in _nodes(doc, "process_run")}
     agents = [p for p in procs.values() if p["role"] == "agent"]
     # The agent's events state no pid: its process is the one that held the loopback
@@ -121,8 +125,9 @@ def test_prompt_tool_calls_and_processes(flavor: str, reviews: dict[str, dict[st
     assert any(r.startswith("sem.jsonl:") for r in records)  # the OTLP log records
 
 
-def test_codex_claims(reviews: dict[str, dict[str, Any]]) -> None:
-    doc = reviews["codex"]
+@pytest.mark.parametrize("flavor", ["codex", "gemini"])
+def test_claims_of_the_final_message(flavor: str, reviews: dict[str, dict[str, Any]]) -> None:
+    doc = reviews[flavor]
     if not doc["run"]["coverage"]["files_available"]:
         pytest.skip("the OS plane could not watch files here (fanotify needs root)")
     got = {c["text"]: c["status"] for c in doc["claims"]}
@@ -132,7 +137,11 @@ def test_codex_claims(reviews: dict[str, dict[str, Any]]) -> None:
         "I also created notes.md with a summary.": "contradicted",
     }
     (final,) = _nodes(doc, "assistant_message")
-    assert final["records"] == ["rollout.jsonl:7"]  # file:line of the rollout
+    if flavor == "codex":
+        assert final["records"] == ["rollout.jsonl:7"]  # file:line of the rollout
+    else:  # Gemini CLI's last api_response, an OTLP log record of the run's stream
+        (record,) = final["records"]
+        assert record.startswith("sem.jsonl:")
     paths = {n.get("path") for n in _nodes(doc, "artifact")}
     assert not any(p and p.endswith("rollout.jsonl") for p in paths)  # the capture source
 

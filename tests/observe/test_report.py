@@ -326,7 +326,7 @@ def test_only_a_tcp_listener_makes_a_sender_a_possible_relay() -> None:
 def test_a_run_with_no_tool_call_spans_points_to_the_review() -> None:
     """No tool call spans is not "the agent reported no tool calls": a coding agent that exports
     only log events (Claude Code, Codex) reported its calls there, and the review reads them."""
-    text = render(build(Graph(nodes=[], edges=[])), title="t", planes={})
+    text = render(build(Graph(nodes=(), edges=())), title="t", planes={})
     assert "No tool call spans arrived" in text
     assert "are in review.md" in text
     assert "reported no tool calls" not in text

@@ -27,6 +27,7 @@ Usage::
     python benchmarks/pipeline_throughput.py --spans 100000 400000 --stages 100000
     python benchmarks/pipeline_throughput.py --spans 400000 --repeat 5
     python benchmarks/pipeline_throughput.py --spans 200000 --distinct
+    python benchmarks/pipeline_throughput.py --spans 400000 --default-window
 
 Prints, per input size: spans/s end to end (first request sent -> everything accepted, and
 including the final drain and graph.json write), the collector process's CPU time per span
@@ -110,7 +111,9 @@ over and over, so a span comes again with its ids and times: a copy, which the g
 default window (200,000 observations) would drop before the graph. One pass over the requests
 (8 per sender; at the defaults, 4 senders and 512 spans per request, 40,896 observations) is
 longer than this window, so every pass reaches the graph as new sightings of known nodes and
-edges, as distinct spans would, and the window's look-ups are still made and measured."""
+edges, as distinct spans would, and the window's look-ups are still made and measured.
+``--default-window`` keeps the default instead, as ``otel-bridge run`` has it: every copy is then
+dropped before the graph (code without the window, as the base 42b1673, applies them all)."""
 
 
 DISTINCT_LIMIT_MIB = 8192
@@ -118,16 +121,21 @@ DISTINCT_LIMIT_MIB = 8192
 
 
 def collector_config(
-    workdir: str, send_batch_size: int = SEND_BATCH_SIZE, *, distinct: bool = False
+    workdir: str,
+    send_batch_size: int = SEND_BATCH_SIZE,
+    *,
+    distinct: bool = False,
+    default_window: bool = False,
 ) -> Any:
     """The measured collector's configuration: gRPC on a free port, graph.json in ``workdir``;
-    with ``distinct``, the default redelivery window and room for a growing graph."""
+    with ``distinct``, the default redelivery window and room for a growing graph; with
+    ``default_window``, the default redelivery window (as ``otel-bridge run`` has it)."""
     from otel_bridge.config import parse_config
     from otel_bridge.exporters.graph import GraphExporterConfig
 
     graph: dict[str, Any] = {"output": os.path.join(workdir, "graph.json"), "flush_interval": 0}
     fields = GraphExporterConfig.__dataclass_fields__
-    if "redelivery_window" in fields and not distinct:  # not in older code
+    if "redelivery_window" in fields and not (distinct or default_window):  # not in older code
         graph["redelivery_window"] = REDELIVERY_WINDOW
     limit = DISTINCT_LIMIT_MIB if distinct else 1024
     return parse_config(
@@ -161,11 +169,14 @@ def _collector_main(  # noqa: PLR0917 (the spawned process's arguments)
     profile: str | None,
     send_batch_size: int,
     distinct: bool = False,
+    default_window: bool = False,
 ) -> None:
     _pin({core})
     from otel_bridge.pipeline import Collector
 
-    config = collector_config(workdir, send_batch_size, distinct=distinct)
+    config = collector_config(
+        workdir, send_batch_size, distinct=distinct, default_window=default_window
+    )
     as_console_collector()
     profilers: list[Any] = []
     if profile:
@@ -482,6 +493,7 @@ def run(
     send_batch_size: int = SEND_BATCH_SIZE,
     *,
     distinct: bool = False,
+    default_window: bool = False,
 ) -> Result:
     """Measure one run of ``total`` spans (rounded up to whole batches per sender)."""
     ctx = mp.get_context("spawn")
@@ -495,7 +507,16 @@ def run(
     with tempfile.TemporaryDirectory() as workdir:
         collector = ctx.Process(
             target=_collector_main,
-            args=(child, total, collector_core, workdir, profile, send_batch_size, distinct),
+            args=(
+                child,
+                total,
+                collector_core,
+                workdir,
+                profile,
+                send_batch_size,
+                distinct,
+                default_window,
+            ),
         )
         collector.start()
         port = _receive(parent, collector, "its gRPC port")
@@ -581,6 +602,12 @@ def main(argv: list[str] | None = None) -> int:
         help="no span sent twice: the graph grows with the input",
     )
     parser.add_argument(
+        "--default-window",
+        action="store_true",
+        help="repeated spans with the graph exporter's default redelivery window, as "
+        "`otel-bridge run` has it: a copy is dropped before the graph (REDELIVERY_WINDOW)",
+    )
+    parser.add_argument(
         "--stages",
         type=int,
         metavar="SPANS",
@@ -595,6 +622,8 @@ def main(argv: list[str] | None = None) -> int:
         f"core, {args.senders} sender processes, {args.batch} spans/request, "
         f"send_batch_size {args.send_batch_size}, "
         f"{'distinct spans' if args.distinct else 'spans repeated per pass'}, "
+        f"{'default' if args.distinct or args.default_window else REDELIVERY_WINDOW} "
+        "redelivery window, "
         f"{len(os.sched_getaffinity(0))} cores available"
     )
     for spans in args.spans:
@@ -607,6 +636,7 @@ def main(argv: list[str] | None = None) -> int:
                 args.profile,
                 args.send_batch_size,
                 distinct=args.distinct,
+                default_window=args.default_window,
             )
             results.append(result)
             print(

@@ -551,16 +551,47 @@ def add_span_agents(session: Session, index: GraphIndex) -> None:
                     session.agents.append(end)
 
 
+def stated_pids(session: Session) -> set[tuple[str | None, int]]:
+    """The (host id, pid) pairs the resources of the session's spans state (``process.pid``,
+    ``host.id`` when present): the processes that emitted this session's spans."""
+    out: set[tuple[str | None, int]] = set()
+    for _, span in session.spans:
+        attrs = span.resource.attributes
+        pid = attrs.get("process.pid")
+        if isinstance(pid, int) and not isinstance(pid, bool):
+            host = attrs.get("host.id")
+            out.add((host if isinstance(host, str) else None, pid))
+    return out
+
+
+def _stated_by(index: GraphIndex, process: str, stated: set[tuple[str | None, int]]) -> bool:
+    """Whether graph process ``process`` is one of the ``stated`` (host, pid) pairs (any host
+    when a pair names none)."""
+    facts = index.process_facts(process)
+    if facts is None:
+        return False
+    return (facts.host_id, facts.pid) in stated or (None, facts.pid) in stated
+
+
 def link_agent_processes(session: Session, index: GraphIndex, records: Records) -> None:
     """The agent's own process (``role: agent``), from the agent's ``correlated_with_process``
     links. Done for every session before :func:`add_agent_processes`, which needs to know
-    which sessions share an agent process."""
+    which sessions share an agent process.
+
+    One agent node can stand for several processes: two instances of one agent (the same
+    service and name) in one run are one node with a link to each. When the session's own spans
+    state the pid that emitted them (:func:`stated_pids`), only the agent's processes among those
+    are this session's; a session whose spans state none keeps every linked process (its
+    sender is not known per session)."""
+    stated = stated_pids(session)
     for agent in session.agents:
         for link in index.out_edges(agent, ("correlated_with_process",)):
             if link.target in session.agent_processes or link.target not in index.nodes:
                 continue
             if in_agent_context(link):  # a process on the agent's behalf, not the agent's own
                 continue
+            if stated and not _stated_by(index, link.target, stated):
+                continue  # another instance of the same agent: not this session's emitter
             session.agent_processes.append(link.target)
             proc = process_node(session, index, link.target, records)
             proc.data["role"] = "agent"

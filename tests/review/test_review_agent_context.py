@@ -14,7 +14,7 @@ from typing import Any
 from review_support import HOST, RunBuilder, Session
 
 from otel_bridge.graph.document import Graph, GraphNode
-from otel_bridge.model import ProcessFacts
+from otel_bridge.model import ProcessFacts, Resource
 from otel_bridge.report import build, render
 from otel_bridge.review import build_review, validate_review
 
@@ -133,3 +133,66 @@ def test_report_does_not_call_a_context_process_the_agents(tmp_path: Path) -> No
         "pid 900 `uname -p` (exit 0) ran, but no tool call is linked to it: it carried the "
         "agent's trace context (TRACEPARENT), not a tool call's"
     ) in text
+
+
+def _two_instances(tmp_path: Path, *, state_pids: bool) -> dict[str, Any]:
+    """Two sessions of one agent node (the same service and name) run by two processes; each
+    session's spans state their process's pid when ``state_pids``."""
+    builder = RunBuilder()
+    agent = f"agent:agent-svc:{T1[:4]}"
+    other = f"agent:agent-svc:{T2[:4]}"
+    for trace, pid, first in ((T1, 101, 1000), (T2, 202, 2000)):
+        attrs: dict[str, Any] = {"service.name": "agent-svc"}
+        if state_pids:
+            attrs |= {"process.pid": pid, "host.id": HOST}
+        builder.resource = Resource(attributes=attrs)
+        builder.add(_session(trace), first_span=first)
+        node = f"process:{HOST}:{pid}:{pid}"
+        facts = ProcessFacts(host_id=HOST, pid=pid, argv=("agent", str(pid)), cwd="/w")
+        builder.nodes[node] = GraphNode(id=node, kind="process", label=f"agent {pid}", facts=facts)
+        builder.edge(
+            agent,
+            "correlated_with_process",
+            node,
+            causal=False,
+            inferred=False,
+            identity_exact=True,
+            attribution=("exact_identity",),
+            method="resource_pid",
+            grade="C",
+        )
+    builder.edges = [
+        dataclasses.replace(e, source=agent) if e.source == other else e for e in builder.edges
+    ]
+    del builder.nodes[other]
+    doc, _ = build_review(str(builder.write(tmp_path / "run")))
+    validate_review(doc)
+    return doc
+
+
+def _agent_processes(doc: dict[str, Any]) -> dict[str, list[str]]:
+    found: dict[str, list[str]] = {}
+    for n in doc["evidence"]:
+        if n["type"] == "process_run" and n["role"] == "agent":
+            found.setdefault(n["session"], []).append(n["label"])
+    return found
+
+
+def test_two_instances_of_one_agent_each_keep_their_own_process(tmp_path: Path) -> None:
+    """Each session's spans name the pid that emitted them: a session's agent process is its
+    own instance's, not every process the shared agent node is linked to."""
+    doc = _two_instances(tmp_path, state_pids=True)
+    assert _agent_processes(doc) == {
+        f"session:{T1}": ["agent 101"],
+        f"session:{T2}": ["agent 202"],
+    }
+
+
+def test_instances_the_spans_do_not_name_stay_the_agents(tmp_path: Path) -> None:
+    """Spans that state no pid cannot say which instance sent them: every linked process stays
+    the session's agent process (shared, so their effects follow the sharing rules)."""
+    doc = _two_instances(tmp_path, state_pids=False)
+    assert {s: sorted(p) for s, p in _agent_processes(doc).items()} == {
+        f"session:{T1}": ["agent 101", "agent 202"],
+        f"session:{T2}": ["agent 101", "agent 202"],
+    }

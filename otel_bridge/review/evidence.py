@@ -75,6 +75,8 @@ class EdgeDetail(msgspec.Struct, frozen=True, gc=False):
     result: Any = msgspec.field(default=None, name="network.connect.result")
     local_address: Any = msgspec.field(default=None, name="network.local.address")
     local_port: Any = msgspec.field(default=None, name="network.local.port")
+    trace_id: Any = None
+    """The trace a ``traceparent`` link's process carried (``correlate``)."""
 
 
 class GEdge(msgspec.Struct, frozen=True, gc=False):
@@ -668,12 +670,13 @@ def add_context_processes(
     """Processes that carried the trace context of one of the session's agents, not a tool
     call's (:func:`in_agent_context`), and that no agent process of any session spawned (those
     are placed by :func:`add_agent_processes`): ``undeclared`` (rule ``agent_context``), with
-    their descendants. When another session has the same agent (one agent node: the same
-    service and name), the context does not say which session's: ``ambiguous`` in each
-    (``agent_context_ambiguous``), its effects contested."""
+    their descendants. The context names its trace (the link's ``trace_id``): a process that
+    carried another session's trace is that session's. When the link names none and another
+    session has the same agent (one agent node: the same service and name), the context does
+    not say which session's: ``ambiguous`` in each (``agent_context_ambiguous``), its effects
+    contested."""
     agent_processes = {p for s in [session, *others] for p in s.agent_processes}
     for agent in session.agents:
-        sharing = sorted(r.id for r in others if agent in r.agents)
         for link in index.out_edges(agent, ("correlated_with_process",)):
             root = link.target
             if (
@@ -684,6 +687,13 @@ def add_context_processes(
                 or _spawned_by(index, root, agent_processes)
             ):
                 continue
+            trace = None if link.attrs is None else link.attrs.trace_id
+            if isinstance(trace, str) and trace:
+                if trace != session.trace_id:
+                    continue  # the context of another session's trace
+                sharing: list[str] = []
+            else:
+                sharing = sorted(r.id for r in others if agent in r.agents)
             for pid in descendants(index, [root]):
                 if pid in claimed or pid in session.owner:
                     continue

@@ -11,6 +11,7 @@ import json
 from pathlib import Path
 from typing import Any
 
+import pytest
 from review_support import HOST, RunBuilder, Session
 
 from otel_bridge.graph.document import Graph, GraphNode
@@ -27,9 +28,12 @@ def _session(trace: str = T1) -> Session:
     return Session(trace=trace, task="Run it.", answer="Done.", commands=[(["true"], 0, [], [])])
 
 
-def _context_process(builder: RunBuilder, agent: str, *, spawned: bool, n: int = 900) -> str:
+def _context_process(
+    builder: RunBuilder, agent: str, *, spawned: bool, n: int = 900, trace: str | None = None
+) -> str:
     """A process ``uname -p`` linked to ``agent`` only because it carried the agent span's
-    context; spawned by the agent's process when ``spawned``."""
+    context (of ``trace``, when the link says); spawned by the agent's process when
+    ``spawned``."""
     pid = f"process:{HOST}:{n}:{n}"
     facts = ProcessFacts(host_id=HOST, pid=n, argv=("uname", "-p"), exit_code=0, cwd="/w")
     start = builder.tick()
@@ -46,6 +50,7 @@ def _context_process(builder: RunBuilder, agent: str, *, spawned: bool, n: int =
         attribution=("exact_identity",),
         method="traceparent",
         grade="C",
+        attrs={"trace_id": trace, "span_id": "00" * 8} if trace else {},
     )
     if spawned:
         builder.edge(builder.agent_process(agent), "spawned", pid, causal=True, grade="A")
@@ -93,15 +98,17 @@ def test_a_process_no_agent_process_spawned_is_undeclared_by_context(tmp_path: P
     ]
 
 
-def test_the_context_of_an_agent_two_sessions_share_names_neither(tmp_path: Path) -> None:
-    """Two sessions of one agent node (the same service and name): the context names that agent,
-    not which session's span: ``ambiguous`` in both, no finding in either."""
+@pytest.mark.parametrize("trace", [None, T2])
+def test_the_context_of_an_agent_two_sessions_share(tmp_path: Path, trace: str | None) -> None:
+    """Two sessions of one agent node (the same service and name): a link that names the trace
+    the process carried makes it that session's; one that names none says which agent, not
+    which session's span: ``ambiguous`` in both, no finding in either."""
     builder = RunBuilder()
     builder.add(_session(T1), first_span=1000)
     builder.add(_session(T2), first_span=2000)
     agent = f"agent:agent-svc:{T1[:4]}"
     other = f"agent:agent-svc:{T2[:4]}"
-    pid = _context_process(builder, agent, spawned=False)
+    pid = _context_process(builder, agent, spawned=False, trace=trace)
     # the second session's agent is the same node: its invocations name the first's agent id
     builder.edges = [
         dataclasses.replace(e, source=agent) if e.source == other else e for e in builder.edges
@@ -110,6 +117,11 @@ def test_the_context_of_an_agent_two_sessions_share_names_neither(tmp_path: Path
     doc, _ = build_review(str(builder.write(tmp_path / "run")))
     validate_review(doc)
     found = _processes(doc, pid)
+    if trace is not None:
+        assert [(p["session"], p["role"], p["rule"]) for p in found] == [
+            (f"session:{T2}", "undeclared", "agent_context")
+        ]
+        return
     assert sorted((p["session"], p["role"], p["rule"]) for p in found) == [
         (f"session:{T1}", "ambiguous", "agent_context_ambiguous"),
         (f"session:{T2}", "ambiguous", "agent_context_ambiguous"),

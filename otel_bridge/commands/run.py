@@ -220,24 +220,26 @@ _TURNED_AWAY = (
 but so far the collector's operator was not."""
 
 
-_COPY_COUNTERS = ("redelivered", "resent_dropped")
-"""An exporter's count of the copies it received again and did not apply or write twice (the
-``graph`` exporter's ``redelivered``, the ``file`` exporter's ``resent_dropped``): a sender's
-retry or a resend after a kill, normal, but something the operator should be able to see."""
+_COPY_COUNTERS = (("redelivered", "observations"), ("resent_dropped", "lines"))
+"""An exporter's count of the copies it received again and did not apply or write twice, and
+what it counts: the ``graph`` exporter's ``redelivered`` observations (a sender's retry, a
+resend after a kill), the ``file`` exporter's ``resent_dropped`` lines (copies of the lines it
+found at the end of its file when it started, ``append: true``). Normal, but something the
+operator should be able to see."""
 
 
 def _copies(collector: Collector) -> str:
-    """``| copies not applied again (ID N, ...)``, once some exporter dropped a copy."""
+    """``| copies not applied again (ID N UNIT, ...)``, once some exporter dropped a copy."""
     telemetry = collector.host.telemetry
     found = []
     for eid in collector.component_ids(EXPORTER):
-        for counter in _COPY_COUNTERS:
+        for counter, unit in _COPY_COUNTERS:
             try:
                 n = telemetry.value(counter, kind=EXPORTER, id=eid)
             except UndeclaredCounterError:  # this exporter does not drop copies
                 continue
             if n:
-                found.append(f"{eid} {n}")
+                found.append(f"{eid} {n} {unit}")
     return f" | copies not applied again ({', '.join(found)})" if found else ""
 
 

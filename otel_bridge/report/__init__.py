@@ -432,7 +432,8 @@ def _agents(graph: Graph, ix: _Index) -> _Agents:
     unplaced = [
         _unplaced_agent(n, ix)
         for n in _by_time(graph.nodes)
-        if n.kind == "agent" and not ix.targets(n.id, ("correlated_with_process",))
+        if n.kind == "agent"
+        and not [e for e in ix.targets(n.id, ("correlated_with_process",)) if not _in_context(e)]
     ] + [
         _unplaced_model(n, ix)
         for n in _by_time(graph.nodes)

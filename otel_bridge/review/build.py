@@ -220,8 +220,9 @@ def _build_review(
     parts: dict[str, list[Any]] = {"workflow": [], "edges": [], "claims": [], "findings": []}
     for session in sessions:  # every session's agent process first: who shares one
         ev.link_agent_processes(session, index, records)
+    context = ev.context_links(index)  # processes that carried an agent's trace context
     for session in sessions:
-        ev.add_agent_processes(session, index, records, claimed, rivals=sessions)
+        ev.add_agent_processes(session, index, records, claimed, rivals=sessions, context=context)
         ev.add_messages(session, records)
         touches = ev.add_artifacts(session, index, records, run_dir, rivals=sessions)
         for key, values in _session_review(session, touches, coverage).items():

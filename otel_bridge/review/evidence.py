@@ -127,6 +127,7 @@ class GEdge(msgspec.Struct, frozen=True, gc=False):
                 attrs.get("network.connect.result"),
                 attrs.get("network.local.address"),
                 attrs.get("network.local.port"),
+                attrs.get("trace_id"),
             ),
         )
 
@@ -523,9 +524,15 @@ def in_agent_context(link: GEdge) -> bool:
     agent's trace context (``traceparent``), not a tool call's: a process started on the agent's
     behalf (its runtime's helpers, a command no tool call declared), not the agent's own one."""
     method = link.method
-    return (method,) == ("traceparent",) or (
-        isinstance(method, list) and set(method) == {"traceparent"}
+    return method == "traceparent" or (
+        isinstance(method, list | tuple) and set(method) == {"traceparent"}
     )
+
+
+def context_trace(link: GEdge) -> str | None:
+    """The trace a ``traceparent`` link's process carried, when the link states it."""
+    trace = None if link.attrs is None else link.attrs.trace_id
+    return trace if isinstance(trace, str) and trace else None
 
 
 _SPAN_NODE_KINDS = tuple(
@@ -554,12 +561,18 @@ def add_span_agents(session: Session, index: GraphIndex) -> None:
 
 
 def stated_pids(session: Session) -> set[tuple[str | None, int]]:
-    """The (host id, pid) pairs the resources of the session's spans state (``process.pid``,
-    ``host.id`` when present): the processes that emitted this session's spans."""
+    """The (host id, pid) pairs the resources of the session's GenAI spans state
+    (``process.pid``, a number or its digits, and ``host.id`` when present): the processes that
+    emitted the agent's spans. Other spans of the trace (``otel-bridge observe``'s root span, a
+    plain service's) do not count."""
     out: set[tuple[str | None, int]] = set()
     for _, span in session.spans:
+        if not is_genai(span):
+            continue
         attrs = span.resource.attributes
         pid = attrs.get("process.pid")
+        if isinstance(pid, str) and pid.isdigit():
+            pid = int(pid)
         if isinstance(pid, int) and not isinstance(pid, bool):
             host = attrs.get("host.id")
             out.add((host if isinstance(host, str) else None, pid))
@@ -581,19 +594,24 @@ def link_agent_processes(session: Session, index: GraphIndex, records: Records) 
     which sessions share an agent process.
 
     One agent node can stand for several processes: two instances of one agent (the same
-    service and name) in one run are one node with a link to each. When the session's own spans
-    state the pid that emitted them (:func:`stated_pids`), only the agent's processes among those
-    are this session's; a session whose spans state none keeps every linked process (its
-    sender is not known per session)."""
+    service and name) in one run are one node with a link to each. When the session's GenAI
+    spans state the pid that emitted them (:func:`stated_pids`) and some of the agent's linked
+    processes are among those, only those are this session's; otherwise every linked process
+    is (its sender is not known per session: never none). A process one of the session's tool
+    calls owns (a sub-agent a tool call ran) stays the call's."""
     stated = stated_pids(session)
     for agent in session.agents:
-        for link in index.out_edges(agent, ("correlated_with_process",)):
-            if link.target in session.agent_processes or link.target not in index.nodes:
+        links = [
+            link
+            for link in index.out_edges(agent, ("correlated_with_process",))
+            if link.target in index.nodes
+            and not in_agent_context(link)  # a process on the agent's behalf, not its own
+            and session.owner.get(link.target, link.target) == link.target  # not a call's
+        ]
+        own = [link for link in links if _stated_by(index, link.target, stated)]
+        for link in own or links:  # another instance's process is not this session's emitter
+            if link.target in session.agent_processes:
                 continue
-            if in_agent_context(link):  # a process on the agent's behalf, not the agent's own
-                continue
-            if stated and not _stated_by(index, link.target, stated):
-                continue  # another instance of the same agent: not this session's emitter
             session.agent_processes.append(link.target)
             proc = process_node(session, index, link.target, records)
             proc.data["role"] = "agent"
@@ -607,6 +625,7 @@ def add_agent_processes(
     claimed: set[str],
     *,
     rivals: Iterable[Session] = (),
+    context: list[GEdge] | None = None,
 ) -> None:
     """Processes the agent process spawned that no tool call's link claims.
 
@@ -624,6 +643,13 @@ def add_agent_processes(
     """
     link_agent_processes(session, index, records)
     others = [r for r in rivals if r is not session]
+    if context is None:
+        context = context_links(index)
+    carried: dict[str, set[str]] = defaultdict(set)  # process -> the traces it carried
+    for link in context:
+        trace = context_trace(link)
+        if trace is not None:
+            carried[link.target].add(trace)
     for parent in list(session.agent_processes):
         sharing = [r for r in others if parent in r.agent_processes]
         for spawn in index.out_edges(parent, ("spawned",)):
@@ -631,10 +657,16 @@ def add_agent_processes(
             if child in claimed or child in session.owner or child not in index.nodes:
                 continue
             start = process_start(index.nodes[child].first_seen, index.process_facts(child))
-            holders = _holders(session, sharing, start)
-            if holders is None:
-                continue  # another session's window holds it, not this one's
-            found = _placed(session, holders, start, bool(sharing))
+            traces = carried.get(child)
+            if traces:  # its trace context names the session: the windows of no other count
+                if session.trace_id not in traces:
+                    continue
+                found = _placed(session, [session], start, False)
+            else:
+                holders = _holders(session, sharing, start)
+                if holders is None:
+                    continue  # another session's window holds it, not this one's
+                found = _placed(session, holders, start, bool(sharing))
             if found is None:
                 continue  # another session's
             role, rule, candidates, sessions = found
@@ -657,7 +689,19 @@ def add_agent_processes(
                 tool.data["processes"].append(pid)
                 session.owner[pid] = tool.id
                 session.window_owned.add(pid)
-    add_context_processes(session, index, records, claimed, others)
+    add_context_processes(session, index, records, claimed, others=others, context=context)
+
+
+def context_links(index: GraphIndex) -> list[GEdge]:
+    """Every agent's link to a process that carried the agent's trace context, not a tool
+    call's (:func:`in_agent_context`)."""
+    return [
+        e
+        for nid, node in index.nodes.items()
+        if node.kind == "agent"
+        for e in index.out.get(nid, ())
+        if e.relation == "correlated_with_process" and in_agent_context(e)
+    ]
 
 
 def add_context_processes(
@@ -665,47 +709,47 @@ def add_context_processes(
     index: GraphIndex,
     records: Records,
     claimed: set[str],
+    *,
     others: list[Session],
+    context: list[GEdge],
 ) -> None:
-    """Processes that carried the trace context of one of the session's agents, not a tool
-    call's (:func:`in_agent_context`), and that no agent process of any session spawned (those
-    are placed by :func:`add_agent_processes`): ``undeclared`` (rule ``agent_context``), with
-    their descendants. The context names its trace (the link's ``trace_id``): a process that
-    carried another session's trace is that session's. When the link names none and another
-    session has the same agent (one agent node: the same service and name), the context does
-    not say which session's: ``ambiguous`` in each (``agent_context_ambiguous``), its effects
+    """Processes that carried the trace context of an agent, not a tool call's
+    (:func:`in_agent_context`), that :func:`add_agent_processes` did not place (by the windows of
+    this session's agent process that spawned them): ``undeclared`` (rule ``agent_context``),
+    with their descendants, in the session of the trace the link names (:func:`context_trace`),
+    whatever agents that session lists. A link that names no trace: only a process no agent
+    process spawned, in the session of the agent; when
+    another session has the same agent (one agent node: the same service and name), the context
+    does not say which session's: ``ambiguous`` in each (``agent_context_ambiguous``), its effects
     contested."""
     agent_processes = {p for s in [session, *others] for p in s.agent_processes}
-    for agent in session.agents:
-        for link in index.out_edges(agent, ("correlated_with_process",)):
-            root = link.target
-            if (
-                not in_agent_context(link)
-                or root in claimed
-                or root in session.owner
-                or root not in index.nodes
-                or _spawned_by(index, root, agent_processes)
-            ):
+    for link in context:
+        root = link.target
+        if root in claimed or root in session.owner or root not in index.nodes:
+            continue
+        trace = context_trace(link)
+        if trace is not None:  # this session's, if the windows of its agent process did not
+            if trace != session.trace_id:  # place it (another session's agent process spawned it)
+                continue  # the context of another session's trace
+            sharing: list[str] = []
+        elif _spawned_by(index, root, agent_processes):
+            continue  # placed by the windows of the agent process that spawned it
+        elif link.source in session.agents:
+            sharing = sorted(r.id for r in others if link.source in r.agents)
+        else:
+            continue
+        for pid in descendants(index, [root]):
+            if pid in claimed or pid in session.owner:
                 continue
-            trace = None if link.attrs is None else link.attrs.trace_id
-            if isinstance(trace, str) and trace:
-                if trace != session.trace_id:
-                    continue  # the context of another session's trace
-                sharing: list[str] = []
+            proc = process_node(session, index, pid, records)
+            if sharing:
+                named = sorted([session.id, *sharing])
+                proc.data["role"], proc.data["rule"] = "ambiguous", "agent_context_ambiguous"
+                proc.data["candidates"] = named
+                session.contested_processes[pid] = named
             else:
-                sharing = sorted(r.id for r in others if agent in r.agents)
-            for pid in descendants(index, [root]):
-                if pid in claimed or pid in session.owner:
-                    continue
-                proc = process_node(session, index, pid, records)
-                if sharing:
-                    named = sorted([session.id, *sharing])
-                    proc.data["role"], proc.data["rule"] = "ambiguous", "agent_context_ambiguous"
-                    proc.data["candidates"] = named
-                    session.contested_processes[pid] = named
-                else:
-                    proc.data["role"], proc.data["rule"] = "undeclared", "agent_context"
-                session.owner[pid] = root
+                proc.data["role"], proc.data["rule"] = "undeclared", "agent_context"
+            session.owner[pid] = root
 
 
 def _spawned_by(index: GraphIndex, pid: str, parents: set[str]) -> bool:

@@ -240,5 +240,5 @@ def test_progress_line_says_how_many_copies_an_exporter_did_not_apply_again(
         running.shutdown()
         if attempt == 0:
             assert "copies not applied again" not in line
-    assert line.endswith("| copies not applied again (file 2)")
+    assert line.endswith("| copies not applied again (file 2 lines)")
     assert len(out.read_text().splitlines()) == 2

@@ -208,3 +208,16 @@ def test_instances_the_spans_do_not_name_stay_the_agents(tmp_path: Path) -> None
         f"session:{T1}": ["agent 101", "agent 202"],
         f"session:{T2}": ["agent 101", "agent 202"],
     }
+
+
+def test_report_says_an_agent_linked_only_by_context_has_no_process(tmp_path: Path) -> None:
+    """An agent whose only link is a process that carried its context: its own process is
+    unknown, and report.md says so."""
+    builder = RunBuilder()
+    builder.add(_session(), first_span=1000)
+    _context_process(builder, f"agent:agent-svc:{T1[:4]}", spawned=False)
+    run = builder.write(tmp_path / "run")
+    graph = Graph.from_dict(json.loads((run / "graph.json").read_text()))
+    text = render(build(graph), title="t", planes=PLANES)
+    assert f"agent `agent:agent-svc:{T1[:4]}` is linked to no process" in text
+    assert "Agent process" not in text

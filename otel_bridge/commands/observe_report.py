@@ -95,7 +95,7 @@ def _warnings(o: Mapping[str, Any], exit_code: int | None) -> list[str]:
         elif o["log_records_received"]:
             warnings.append(
                 f"the command sent no spans, only {o['log_records_received']} log records "
-                "(events, as Claude Code, Codex and Gemini CLI export them without traces): the "
+                "(events, as Claude Code and Codex export them without traces): the "
                 "graph has no tool call spans to link processes to exactly; the review reads the "
                 "events and attributes processes by their stated times (docs/review.md, Coding "
                 "agents)"

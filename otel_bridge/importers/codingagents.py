@@ -51,6 +51,10 @@ INTERPRETED = frozenset(
 )
 """OTel event kinds (name without the agent prefix) turned into evidence."""
 
+GEMINI_ONLY = frozenset({"tool_call", "api_response"})
+"""Kinds read with Gemini CLI's meaning, for Gemini CLI's events only (another agent's event of
+that name is not interpreted)."""
+
 WINDOW_SLACK_NS = 2_000_000
 """A tool call's stated window is widened by 2 ms at its start: ``duration_ms`` is truncated to
 whole milliseconds and process start times are read in whole milliseconds."""
@@ -142,7 +146,14 @@ def _line_events(
         if not full:
             continue
         agent, kind = full.split(".", 1)
-        session = str(attrs.get("session.id") or attrs.get("conversation.id") or "")
+        session = str(
+            attrs.get("session.id")
+            or attrs.get("conversation.id")
+            or resource.get("session.id")
+            or ""
+        )
+        if kind in GEMINI_ONLY and agent != "gemini_cli":
+            kind = ""  # another agent's event of that name: its meaning is not Gemini CLI's
         if kind not in INTERPRETED or not session:
             why = "no session id" if session == "" else "event not interpreted"
             records.records.append(
@@ -150,11 +161,54 @@ def _line_events(
             )
             continue
         time = _int(log.get("timeUnixNano")) or _iso_ns(attrs.get("event.timestamp"))
+        if agent == "gemini_cli" and kind == "api_response" and _unattributed_text(attrs):
+            records.records.append(
+                Record(
+                    f"{rid}/import",
+                    "coverage",
+                    name,
+                    number,
+                    f"{full}: response_text not read as the agent's message: no role says the "
+                    "agent's own model call made it (Gemini CLI before role was logged also logs "
+                    "its utility and tool-internal model calls)",
+                )
+            )
         pid = resource.get("process.pid")
         attrs["_pid"] = int(pid) if isinstance(pid, int | str) and str(pid).isdigit() else None
         attrs["_log_id"] = log_record_id(log)
         out.append(AgentEvent(rid, agent, kind, session, time, attrs))
     return out
+
+
+def _unattributed_text(attrs: Mapping[str, Any]) -> bool:
+    """A Gemini CLI response with text and no ``role``: whose model call made it is unknown."""
+    return bool(attrs.get("response_text")) and not attrs.get("role")
+
+
+def gemini_response_text(raw: Any) -> str | None:
+    """The model's text in a Gemini CLI ``api_response``'s ``response_text``: the text parts of
+    its candidates (the JSON of a response, or of the list of a stream's responses, as Gemini
+    CLI logs them since mid-2025; thought parts and function calls are not text), or the plain
+    text older versions logged. None when there is none."""
+    if not isinstance(raw, str) or not raw.strip():
+        return None
+    try:
+        doc = json.loads(raw)
+    except ValueError:
+        return raw  # the plain text of an older version
+    responses = doc if isinstance(doc, list) else [doc]
+    texts: list[str] = []
+    for response in responses:
+        candidates = response.get("candidates") if isinstance(response, dict) else None
+        for candidate in candidates if isinstance(candidates, list) else ():
+            content = candidate.get("content") if isinstance(candidate, dict) else None
+            parts = content.get("parts") if isinstance(content, dict) else None
+            for part in parts if isinstance(parts, list) else ():
+                text = part.get("text") if isinstance(part, dict) else None
+                if isinstance(text, str) and not part.get("thought"):  # a thought is not said
+                    texts.append(text)
+    said = "".join(texts)
+    return said if said.strip() else None
 
 
 def log_record_id(log: Mapping[str, Any]) -> str:

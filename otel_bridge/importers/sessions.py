@@ -28,6 +28,7 @@ from otel_bridge.importers.codingagents import (
     AgentEvent,
     events_from_streams,
     events_from_transcript,
+    gemini_response_text,
     message_text,
     tool_output,
 )
@@ -52,48 +53,77 @@ def build_sessions(events: Iterable[AgentEvent]) -> list[Session]:
         grouped[(e.agent, e.session)].append(e)
     sessions = []
     for (agent, key), group in grouped.items():
-        group.sort(key=lambda e: (e.time or 0, e.record))
+        group.sort(key=lambda e: (e.time or 0, record_order(e.record)))
         session = Session(id=f"session:{agent}:{key}", trace_id=key, spans=[])
         session.agents.append(f"agent:{agent}")
-        pending: dict[str, list[AgentEvent]] = defaultdict(list)
-        requests: dict[tuple[str, str], list[AgentEvent]] = defaultdict(list)
-        answered: dict[str, list[int]] = defaultdict(list)  # prompt id -> response times
-        when = [e.time for e in group if e.time is not None]  # sorted: the group is
-        for e in group:
-            if agent == "gemini_cli" and e.kind == "api_response" and e.time is not None:
-                answered[str(e.attrs.get("prompt_id") or "")].append(e.time)
-            if agent == "gemini_cli" and e.kind == "tool_call":
-                _add_event(session, e)
-                _since_response(session, e, answered[str(e.attrs.get("prompt_id") or "")])
-                continue
-            if agent == "gemini_cli" and e.kind == "api_request":
-                requests[_request_key(e)].append(e)  # one model call with its response below
-                continue
-            if agent == "gemini_cli" and e.kind in ("api_response", "api_error"):
-                _add_event(session, e)
-                waiting = requests[_request_key(e)]
-                if waiting:
-                    model_call = session.nodes[f"model_call:{session.trace_id}:{e.record}"]
-                    model_call.records.insert(0, waiting.pop(0).record)
-                continue
-            if e.kind == "tool_decision" and not _has_call_id(e):
-                pending[str(e.attrs.get("tool_name"))].append(e)  # joined to its result below
-                continue
-            if e.kind == "tool_result" and not _has_call_id(e):
-                _pair(session, e, pending[str(e.attrs.get("tool_name"))], when)
-                continue
-            _add_event(session, e)
-        for left in sorted((d for ds in pending.values() for d in ds), key=lambda d: d.record):
-            _add_event(session, left)  # a decision whose result was not seen: a call, unfinished
-            session.nodes[f"tool_call:{session.trace_id}:{left.record}"].end = None  # not seen
-        for left in sorted((r for rs in requests.values() for r in rs), key=lambda r: r.record):
-            _add_event(session, left)  # a request whose response was not seen: unfinished
-            session.nodes[f"model_call:{session.trace_id}:{left.record}"].end = None
+        if agent == "gemini_cli":
+            _gemini_events(session, group)
+        else:
+            _agent_events(session, group)
         times = [t for n in session.nodes.values() for t in (n.time, n.end) if t is not None]
         session.start, session.end = (min(times), max(times)) if times else (None, None)
         sessions.append(session)
     sessions.sort(key=lambda s: (s.start or 0, s.id))
     return sessions
+
+
+def record_order(record: str) -> tuple[str, int, int]:
+    """A record id (``<file>:<line>`` or ``<file>:<line>.<n>``) as a sort key: by file, then
+    line and record number as numbers (``x:1.10`` after ``x:1.9``)."""
+    name, _, rest = record.rpartition(":")
+    line, _, n = rest.partition(".")
+    try:
+        return name, int(line), int(n or 0)
+    except ValueError:
+        return record, 0, 0
+
+
+def _agent_events(session: Session, group: list[AgentEvent]) -> None:
+    """Claude Code's and Codex's events (and Codex rollout items) of one session, in order."""
+    pending: dict[str, list[AgentEvent]] = defaultdict(list)
+    when = [e.time for e in group if e.time is not None]  # sorted: the group is
+    for e in group:
+        if e.kind == "tool_decision" and not _has_call_id(e):
+            pending[str(e.attrs.get("tool_name"))].append(e)  # joined to its result below
+            continue
+        if e.kind == "tool_result" and not _has_call_id(e):
+            _pair(session, e, pending[str(e.attrs.get("tool_name"))], when)
+            continue
+        _add_event(session, e)
+    for left in sorted((d for ds in pending.values() for d in ds), key=lambda d: d.record):
+        _add_event(session, left)  # a decision whose result was not seen: a call, unfinished
+        session.nodes[f"tool_call:{session.trace_id}:{left.record}"].end = None  # not seen
+
+
+def _gemini_events(session: Session, group: list[AgentEvent]) -> None:
+    """Gemini CLI's events of one session, in order: each ``api_request`` joined with the
+    response or error that ended it, each tool call's window (:func:`_gemini_window`)."""
+    requests: dict[tuple[str, str], list[AgentEvent]] = defaultdict(list)
+    responses: dict[str, list[int]] = defaultdict(list)  # prompt id -> response times
+    calls: dict[str, list[int]] = defaultdict(list)  # prompt id -> tool_call event times
+    prompts: dict[str, int] = {}  # prompt id -> the user prompt's time
+    for e in group:
+        prompt = str(e.attrs.get("prompt_id") or "")
+        if e.kind == "api_request":
+            requests[_request_key(e)].append(e)  # one model call with its response below
+            continue
+        _add_event(session, e)
+        if e.kind in ("api_response", "api_error"):
+            waiting = requests[_request_key(e)]
+            if waiting:
+                model_call = session.nodes[f"model_call:{session.trace_id}:{e.record}"]
+                model_call.records.insert(0, waiting.pop(0).record)
+            if e.kind == "api_response" and e.time is not None:
+                responses[prompt].append(e.time)
+        elif e.kind == "tool_call":
+            _gemini_window(session, e, responses[prompt], calls[prompt], prompts.get(prompt))
+            if e.time is not None:
+                calls[prompt].append(e.time)
+        elif e.kind == "user_prompt" and e.time is not None:
+            prompts.setdefault(prompt, e.time)
+    for left in sorted((r for rs in requests.values() for r in rs), key=lambda r: r.record):
+        _add_event(session, left)  # a request whose response was not seen: unfinished
+        session.nodes[f"model_call:{session.trace_id}:{left.record}"].end = None
 
 
 def _add_event(session: Session, e: AgentEvent) -> None:
@@ -118,8 +148,10 @@ def _message(session: Session, e: AgentEvent) -> None:
     kind = {"user": "user_message", "assistant": "assistant_message"}.get(role, "control")
     if role == "user" and text and text.lstrip().startswith(CONTROL_PREFIXES):
         kind = "control"
+    source = e.record.rpartition(":")[0]
     for node in session.of_type(kind):  # the OTel prompt event and the rollout both carry it
-        if node.data["text"] == text and text is not None:
+        same = node.data["text"] == text and text is not None
+        if same and all(r.rpartition(":")[0] != source for r in node.records):  # another source
             node.records.append(e.record)
             return
     n = sum(1 for x in session.nodes.values() if x.type in _MESSAGE_TYPES)
@@ -139,11 +171,16 @@ def _message(session: Session, e: AgentEvent) -> None:
 
 
 def _response_text(session: Session, e: AgentEvent) -> None:
-    """Gemini CLI's ``api_response`` states the model's text (``response_text``) when prompt
-    logging is on (its default): an assistant message at the response's time. A response of
-    only function calls states none."""
-    text = e.attrs.get("response_text")
-    if not isinstance(text, str) or not text.strip() or text in REDACTED:
+    """Gemini CLI's ``api_response`` of the agent's own model call (``role`` ``main``) states
+    the model's response (``response_text``, while prompt logging is on, its default): its text
+    is an assistant message at the response's time (:func:`gemini_response_text`). A response of
+    only function calls has none. Responses of Gemini CLI's utility and tool-internal model
+    calls (another ``role``, or none stated: whose call it was is unknown) are not the agent's
+    messages (``events_from_streams`` records a coverage record for the latter)."""
+    if e.attrs.get("role") != "main":
+        return
+    text = gemini_response_text(e.attrs.get("response_text"))
+    if text is None or text in REDACTED:
         return
     n = sum(1 for x in session.nodes.values() if x.type in _MESSAGE_TYPES)
     session.add(
@@ -187,26 +224,74 @@ def _ms(value: object) -> int | None:
         return None
 
 
-def _since_response(session: Session, e: AgentEvent, responses: list[int]) -> None:
-    """Gemini CLI logs a tool call once it finished, and older versions log every call of a
-    batch when the last of them finished, so the event's time bounds the call's end from above
-    and its start lies between the model response that asked for it and that time less
-    ``duration_ms``: the window opens at the latest response of the same prompt before the
-    stated start (``responses``, sorted), so that it holds the start wherever it was (rule
-    ``since_model_response``, on the node). With no such response the stated window stays."""
+BATCH_NS = 5_000_000
+"""Tool calls a Gemini CLI version logs together (every call of a batch, when the last
+finished) are logged within this of each other; one logged earlier than that ended before."""
+
+
+def _gemini_window(
+    session: Session,
+    e: AgentEvent,
+    responses: list[int],
+    earlier: list[int],
+    prompted: int | None,
+) -> None:
+    """The window of Gemini CLI's ``tool_call`` ``e`` (its node already made from the event).
+
+    * A rejected call (``decision`` ``reject``) did not run: no window, an instant at its event.
+    * ``start_time``/``end_time`` (epoch ms, logged since early 2026): the window they state
+      (rule ``stated_times``), widened by whole-millisecond rounding.
+    * Else the event's time bounds the end from above: Gemini CLI logs a call once it finished,
+      and older versions log every call of a batch when the last of them finished, so the start
+      lies between the model response that asked for the call and the event's time less
+      ``duration_ms`` (the stated start). The asking response came after every call of an earlier
+      batch had ended (``earlier``: the event times of the prompt's earlier calls; else after the
+      prompt, ``prompted``); a model call made inside a tool of the batch answers later. So the
+      window opens at the earliest response of the prompt after the earlier batch and not after
+      the stated start (``responses``; rule ``since_model_response``), which holds the start
+      wherever it was. The agent's own writes count for the call only from the stated start
+      (``Session.write_from``): Gemini CLI writes its chat file after each response. With no such
+      response the stated window stays (a call logged on its own is logged when it ends).
+    """
     node = session.nodes[f"tool_call:{session.trace_id}:{e.record}"]
-    if node.time is None:
+    a = e.attrs
+    if a.get("decision") == "reject":
+        node.time = node.end = e.time
+        node.data["rule"] = "rejected"
         return
-    before = bisect_right(responses, node.time)
-    if before:
-        node.time = responses[before - 1]
+    start_ms, end_ms = _number(a.get("start_time")), _number(a.get("end_time"))
+    if start_ms is not None:
+        node.time = start_ms * 1_000_000 - WINDOW_SLACK_NS
+        if end_ms is not None and end_ms >= start_ms:
+            node.end = (end_ms + 1) * 1_000_000  # the stated end is truncated to whole ms
+        node.data["rule"] = "stated_times"
+        return
+    duration = _ms(a.get("duration_ms"))
+    if e.time is None or duration is None:
+        return
+    stated = e.time - duration
+    batches = [t for t in earlier if t < e.time - BATCH_NS]
+    floor = max(batches) if batches else prompted
+    asked = [r for r in responses if (floor is None or r > floor) and r <= stated]
+    if asked:
+        node.time = min(asked)
         node.data["rule"] = "since_model_response"
+        session.write_from[node.id] = stated - WINDOW_SLACK_NS
+
+
+def _number(value: object) -> int | None:
+    """An integer attribute (OTLP/JSON gives 64-bit integers as strings), else None."""
+    try:
+        return int(str(value))
+    except ValueError:
+        return None
 
 
 def _request_key(e: AgentEvent) -> tuple[str, str]:
     """Gemini CLI's ``api_request`` and the ``api_response`` or ``api_error`` that ends it share
-    the prompt id and the model (joined in order: a prompt's requests are sequential)."""
-    return str(e.attrs.get("prompt_id") or ""), str(e.attrs.get("model") or "")
+    the prompt id and the model call's ``role`` (joined in order). Not the model: a response
+    states the model version that answered, the request the model asked for."""
+    return str(e.attrs.get("prompt_id") or ""), str(e.attrs.get("role") or "")
 
 
 def _has_call_id(e: AgentEvent) -> bool:

@@ -700,7 +700,8 @@ def render(report: Report, *, title: str, planes: Mapping[str, str] | None = Non
         lines += [
             "No tool call spans arrived (`execute_tool` or TOOL spans): the graph has no tool "
             "call to link a process to. Tool calls a coding agent told only in log events "
-            "(Claude Code, Codex, Gemini CLI) are in review.md.",
+            "(Claude Code, Codex, Gemini CLI) are read by the review: review.json has each "
+            "with the processes it attributes to it by time, review.md's workflow names them.",
             "",
         ]
     else:

@@ -178,6 +178,10 @@ class Session:
     cwds: set[str] = field(default_factory=set)
     window_owned: set[str] = field(default_factory=set)
     """processes attributed to a tool call by time window (rule ``tool_window``), not by link."""
+    write_from: dict[str, int] = field(default_factory=dict)
+    """tool call id -> from when the agent's own writes count as the call's, for a call whose
+    window opens before its stated start (a Gemini CLI call whose start is known only to lie
+    after the model response that asked for it): the agent's own writes between are its own."""
     window_edges: set[str] = field(default_factory=set)
     """graph edges of the agent process attributed to a tool call by time (rule ``tool_window``)."""
     links: dict[str, list[GEdge]] = field(default_factory=dict)
@@ -954,6 +958,9 @@ def _holder(session: Session, owner: str, e: GEdge, agent: bool) -> str:
     tool = tool_at(session, e.first_seen)
     if tool is None:
         return owner
+    start = session.write_from.get(tool.id)
+    if start is not None and (e.first_seen is None or e.first_seen < start):
+        return owner  # before the call's stated start: only its processes' window opens earlier
     session.window_edges.add(e.id)
     return tool.id
 

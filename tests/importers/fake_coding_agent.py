@@ -98,11 +98,15 @@ class Agent:
         self.flavor = flavor
         self.session = str(uuid.uuid4())
         service, scope = _SERVICES[flavor]
-        self.provider = LoggerProvider(resource=Resource.create({"service.name": service}))
+        resource = {"service.name": service}
+        if flavor == "gemini":  # Gemini CLI states the session on its resource too
+            resource["session.id"] = self.session
+        self.provider = LoggerProvider(resource=Resource.create(resource))
         self.provider.add_log_record_processor(SimpleLogRecordProcessor(_exporter()))
         self.logger = self.provider.get_logger(scope)
         self.rollout = open(transcript, "w", encoding="utf-8") if transcript else None  # noqa: SIM115
         self.calls = 0
+        self.started_ms = 0
         self.tracer: trace.Tracer | None = None
         self.tracer_provider: TracerProvider | None = None
 
@@ -181,6 +185,7 @@ class Agent:
             )
             with self.span("claude_code.tool.execution", tool_use_id=use_id) as execution:
                 started = time.monotonic_ns()
+                self.started_ms = time.time_ns() // 1_000_000  # Gemini CLI's start_time
                 output, code = run()
                 duration_ms = (time.monotonic_ns() - started) // 1_000_000
                 if execution is not None:
@@ -196,16 +201,17 @@ class Agent:
         )
         success = "true" if code == 0 else "false"
         if self.flavor == "gemini":  # one event per finished call, typed values, no output
-            self.event(
+            self.event(  # no decision: the call needed no confirmation (yolo)
                 "tool_call",
                 function_name=name,
                 function_args=json.dumps(json.loads(args), indent=2),
                 duration_ms=duration_ms,
                 success=code == 0,
-                decision="auto_accept",
                 prompt_id=PROMPT_ID,
                 tool_type="native",
                 content_length=len(output),
+                start_time=self.started_ms,
+                end_time=time.time_ns() // 1_000_000,
             )
         elif self.flavor == "claude":
             self.event(
@@ -279,11 +285,11 @@ def _turn(agent: Agent, flavor: str) -> None:
     if flavor == "gemini":
         agent.event("config", model="scripted-model", approval_mode="yolo")  # not interpreted
         agent.event("user_prompt", prompt_length=len(PROMPT), prompt=PROMPT, prompt_id=PROMPT_ID)
-        _gemini_request(agent, "")  # one function call per model turn
+        _gemini_request(agent, "write_file")  # one function call per model turn
         agent.tool("write_file", {"files": ["greet.py", "test_greet.py"]}, _write)
-        _gemini_request(agent, "")
-        agent.tool("run_shell_command", {"command": " ".join(TEST_ARGV[1:])}, _pytest)
-        _gemini_request(agent, FINAL)
+        _gemini_request(agent, "run_shell_command")
+        agent.tool("run_shell_command", {"command": " ".join(TEST_ARGV)}, _pytest)
+        _gemini_request(agent, "", FINAL)
         return
     agent.event("user_prompt", prompt_length=str(len(PROMPT)), prompt=PROMPT)
     agent.line(
@@ -315,22 +321,43 @@ def _turn(agent: Agent, flavor: str) -> None:
     agent.line("event_msg", {"type": "agent_message", "message": FINAL})
 
 
-def _gemini_request(agent: Agent, text: str) -> None:
-    """A Gemini CLI model request: ``api_request`` when sent, ``api_response`` when answered
-    (``response_text`` is the model's text: none for a turn of function calls)."""
-    agent.event("api_request", model="scripted-model", prompt_id=PROMPT_ID)
+def _gemini_request(agent: Agent, call: str, text: str = "") -> None:
+    """A Gemini CLI model request of the agent's own (``role`` ``main``): ``api_request`` when
+    sent, ``api_response`` when answered, whose ``response_text`` is the JSON of the streamed
+    responses (a function call to ``call``, or the text ``text``), as Gemini CLI logs it; then,
+    after a final answer, Gemini CLI's next-speaker check, a utility model call."""
+    agent.event("api_request", model="scripted-model", prompt_id=PROMPT_ID, role="main")
     started = time.monotonic_ns()
     time.sleep(0.005)
+    part: dict[str, Any] = {"functionCall": {"name": call, "args": {}}} if call else {"text": text}
     agent.event(
         "api_response",
-        model="scripted-model",
+        model="scripted-model-001",  # the model version that answered
         status_code=200,
         duration_ms=(time.monotonic_ns() - started) // 1_000_000,
         input_token_count=10,
         output_token_count=5,
         total_token_count=15,
-        response_text=text or None,
+        response_text=json.dumps(
+            [{"candidates": [{"content": {"role": "model", "parts": [part]}}]}]
+        ),
         prompt_id=PROMPT_ID,
+        role="main",
+    )
+    if call:
+        return
+    verdict = json.dumps({"reasoning": "answered", "next_speaker": "user"})
+    agent.event(
+        "api_request", model="scripted-flash", prompt_id=PROMPT_ID, role="utility_next_speaker"
+    )
+    agent.event(
+        "api_response",
+        model="scripted-flash",
+        status_code=200,
+        duration_ms=1,
+        response_text=json.dumps([{"candidates": [{"content": {"parts": [{"text": verdict}]}}]}]),
+        prompt_id=PROMPT_ID,
+        role="utility_next_speaker",
     )
 
 

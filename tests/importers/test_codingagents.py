@@ -6,17 +6,22 @@ record reader, so the imported events point at the review's record ids (file:lin
 
 from __future__ import annotations
 
+import json
 import shutil
 from pathlib import Path
 
+from otel_bridge.graph.document import GraphNode
 from otel_bridge.importers.codingagents import (
     AgentEvent,
     events_from_streams,
     events_from_transcript,
 )
-from otel_bridge.importers.sessions import build_sessions
+from otel_bridge.importers.sessions import build_sessions, record_order
+from otel_bridge.model import ProcessFacts, Resource, Scope
+from otel_bridge.review import build_review
 from otel_bridge.review.evidence import Session, untraced_part
 from otel_bridge.review.records import read_records
+from otel_bridge.testing import SyntheticRun
 
 DATA = Path(__file__).resolve().parents[1] / "testdata" / "codingagents"
 
@@ -185,38 +190,169 @@ def test_only_the_prompts_claude_codes_spans_missed_stay_in_its_log_session() ->
 
 
 def test_gemini_cli_events(tmp_path: Path) -> None:
-    """Gemini CLI's events: the prompt (logged by default), its tool calls (one ``tool_call``
-    event each, after the call), each model request joined with its response, and the
-    response's text as the assistant's message."""
+    """Gemini CLI's events, shaped as its current versions log them: the prompt (logged by
+    default), each tool call (one ``tool_call`` event after it finished; older versions log a
+    whole batch at once), each model request joined with its response whatever model version
+    answered, and the text of the agent's own responses (``role`` ``main``) as its messages."""
     sessions, coverage, types = _streams(tmp_path, "gemini_cli_logs.jsonl")
     assert [s.id for s in sessions] == ["session:gemini_cli:gm-session-1"]
     s = sessions[0]
     (prompt,) = s.of_type("user_message")
     assert prompt.data["text"] == "Fix mod.py and run the tests."
-    shell, write = s.of_type("tool_call")
+    ms = 1_000_000
+    t0 = 1_796_130_000_000_000_000
+    shell, write, rejected, read = sorted(
+        s.of_type("tool_call"), key=lambda n: record_order(n.records[0])
+    )
     assert (shell.data["tool"], shell.data["status"], shell.data["decision"]) == (
         "run_shell_command",
         "ok",
-        "auto_accept",
+        None,  # it needed no confirmation
     )
     assert '"command": "pytest -q"' in shell.data["arguments"]
-    # logged once finished (older versions: when the whole batch finished), so the window
-    # runs from the model response that asked for the calls to the event's time
-    assert shell.end == 1_796_130_002_400_000_000
-    assert shell.time == 1_796_130_000_820_000_000
-    assert (shell.data["rule"], write.data["rule"]) == ("since_model_response",) * 2
-    assert write.time == shell.time
+    # the batch was logged at 2.4 s: each call's window opens at the main response that asked
+    # for them (0.82 s), not at the tool-internal response answered during the batch (1.5 s)
+    assert (shell.time, shell.end) == (t0 + 820 * ms, t0 + 2400 * ms)
+    assert (write.time, write.end) == (t0 + 820 * ms, t0 + 2400 * ms)
+    assert shell.data["rule"] == write.data["rule"] == "since_model_response"
     assert (write.data["tool"], write.data["status"]) == ("write_file", "error")
-    # two requests answered (each one model call: request and response records), one not
+    # a rejected call never ran: no window
+    assert (rejected.data["decision"], rejected.data["rule"]) == ("reject", "rejected")
+    assert rejected.time == rejected.end == t0 + 2400 * ms
+    # a newer version states the call's start and end
+    assert read.data["rule"] == "stated_times"
+    assert (read.time, read.end) == (t0 + 3450 * ms - 2 * ms, t0 + 3591 * ms)
     calls = s.of_type("model_call")
-    assert [len(c.records) for c in calls] == [2, 2, 1]
-    assert [c.end is None for c in calls] == [False, False, True]
-    assert calls[0].time == calls[0].end - 800_000_000  # type: ignore[operator]
-    (answer,) = s.of_type("assistant_message")
+    # main requests joined with their responses (model version differs), the utility calls with
+    # theirs; the last main request had no response; the response of no role stands alone
+    assert [(len(c.records), c.end is None) for c in calls] == [
+        (2, False),
+        (2, False),
+        (2, False),
+        (2, False),
+        (1, True),
+        (1, False),
+    ]
+    assert calls[0].time == t0 + 20 * ms
+    (answer,) = s.of_type("assistant_message")  # the main text, without its thought part
     assert answer.data["text"] == "I ran `pytest -q` and all tests pass."
-    assert answer.time == 1_796_130_003_300_000_000
+    assert answer.time == t0 + 3300 * ms
     assert coverage == [
         "gemini_cli.config: event not interpreted",
+        "gemini_cli.api_response: response_text not read as the agent's message: no role says "
+        "the agent's own model call made it (Gemini CLI before role was logged also logs its "
+        "utility and tool-internal model calls)",
         "gemini_cli.tool_output_truncated: event not interpreted",
     ]
     assert all(types[r] == "log" for n in s.nodes.values() for r in n.records)
+
+
+def test_gemini_cli_names_are_gemini_clis_only(tmp_path: Path) -> None:
+    """``tool_call`` and ``api_response`` are read with Gemini CLI's meaning for Gemini CLI's
+    events only: another agent's event of that name is a coverage record, not a call."""
+    line = (DATA / "gemini_cli_logs.jsonl").read_text().splitlines()[3]
+    other = line.replace("gemini_cli.api_response", "codex.api_response")
+    (tmp_path / "codex.jsonl").write_text(other + "\n")
+    records = read_records(str(tmp_path))
+    assert build_sessions(events_from_streams(str(tmp_path), records)) == []
+    assert [r.name for r in records.records if r.type == "coverage"] == [
+        "codex.api_response: event not interpreted"
+    ]
+
+
+def test_records_of_one_instant_keep_their_order(tmp_path: Path) -> None:
+    """Gemini CLI batches records into one request and stamps whole milliseconds: records
+    ``x:1.9`` and ``x:1.10`` of one instant are read in that order, not as strings sort."""
+    assert sorted(["s:1.10", "s:1.9", "s:2", "s:1"], key=record_order) == [
+        "s:1",
+        "s:1.9",
+        "s:1.10",
+        "s:2",
+    ]
+
+
+def test_a_prompt_said_twice_is_two_messages(tmp_path: Path) -> None:
+    """One source logging the same prompt text twice is two prompts; only the OTel event and a
+    transcript line of one prompt are one message."""
+    _streams(tmp_path, "gemini_cli_logs.jsonl")
+    prompt = next(e for e in _gemini_events(tmp_path) if e.kind == "user_prompt")
+    again = AgentEvent(
+        "gemini_cli_logs.jsonl:99",
+        prompt.agent,
+        prompt.kind,
+        prompt.session,
+        prompt.time,
+        prompt.attrs,
+    )
+    (session,) = build_sessions([prompt, again])
+    assert len(session.of_type("user_message")) == 2
+
+
+def _gemini_events(tmp_path: Path) -> list[AgentEvent]:
+    records = read_records(str(tmp_path))
+    return events_from_streams(str(tmp_path), records)
+
+
+def test_a_widened_gemini_window_takes_processes_not_the_agents_own_writes(
+    tmp_path: Path,
+) -> None:
+    """A Gemini CLI call with no stated start: its window opens at the response that asked for
+    it, so a child the agent process started after that response is the call's (by time), while
+    the agent process's own write there (Gemini CLI writes its chat file after each response) is
+    the agent's, not the call's; the same write after the stated start is the call's."""
+    ms, t0 = 1_000_000, 1_796_130_000_000_000_000
+
+    def log(offset: int, name: str, **attrs: str | int) -> str:
+        values: dict[str, str | int] = {
+            "session.id": "g1",
+            "event.name": f"gemini_cli.{name}",
+            "prompt_id": "p1",
+        }
+        values |= attrs
+        kvs = [
+            {"key": k, "value": {"intValue" if isinstance(v, int) else "stringValue": str(v)}}
+            for k, v in values.items()
+        ]
+        record = {"timeUnixNano": str(t0 + offset * ms), "attributes": kvs}
+        scope = {"scopeLogs": [{"logRecords": [record]}], "resource": {"attributes": []}}
+        return json.dumps({"resourceLogs": [scope]})
+
+    run = tmp_path / "run"
+    builder = SyntheticRun(resource=Resource(), scope=Scope(name="t"), clock=t0)
+
+    def process(pid: int, argv: list[str], start: int) -> str:
+        node = f"process:h:{pid}:{pid}"
+        facts = ProcessFacts(host_id="h", pid=pid, argv=tuple(argv), cwd="/w")
+        builder.nodes[node] = GraphNode(
+            id=node, kind="process", label=argv[0], facts=facts, first_seen=start
+        )
+        return node
+
+    agent = process(1, ["node", "gemini"], t0)
+    child = process(2, ["ls"], t0 + 860 * ms)
+    builder.add_edge(agent, "spawned", child, at=t0 + 860 * ms, record="linux:1", causal=True)
+    for offset, path in ((850, "/w/chat.json"), (965, "/w/list.txt")):
+        builder.add_edge(agent, "wrote", builder.file(path), at=t0 + offset * ms, record="linux:2")
+    run.mkdir()
+    builder.write_graph(run / "graph.json", "t", {"collection.file.available": 1})
+    lines = [
+        log(700, "user_prompt", prompt="list files"),
+        log(710, "api_request", model="m", role="main"),
+        log(845, "api_response", model="m", duration_ms=135, role="main"),
+        log(1000, "tool_call", function_name="list_directory", duration_ms=40, success="true"),
+    ]
+    (run / "sem.jsonl").write_text("\n".join(lines) + "\n")
+    doc, _ = build_review(str(run))
+    (call,) = [n for n in doc["evidence"] if n["type"] == "tool_call"]
+    assert call["rule"] == "since_model_response"
+    assert call["time"] == t0 + 845 * ms
+    procs = {n["label"]: n for n in doc["evidence"] if n["type"] == "process_run"}
+    assert (procs["ls"]["role"], procs["ls"]["rule"]) == ("tool", "tool_window")
+    produced = {e["target"] for e in doc["edges"] if e["relation"] == "produces"}
+    by_call = {
+        e["target"]
+        for e in doc["edges"]
+        if e["relation"] == "produces" and e["source"] == call["id"]
+    }
+    assert "file:/w/list.txt" in by_call  # after the stated start (0.958 s)
+    assert "file:/w/chat.json" in produced - by_call  # the agent process's own

@@ -328,5 +328,5 @@ def test_a_run_with_no_tool_call_spans_points_to_the_review() -> None:
     only log events (Claude Code, Codex) reported its calls there, and the review reads them."""
     text = render(build(Graph(nodes=(), edges=())), title="t", planes={})
     assert "No tool call spans arrived" in text
-    assert "are in review.md" in text
+    assert "are read by the review" in text
     assert "reported no tool calls" not in text

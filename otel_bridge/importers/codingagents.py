@@ -160,7 +160,7 @@ def _line_events(
                 Record(f"{rid}/import", "coverage", name, number, f"{full}: {why}")
             )
             continue
-        time = _int(log.get("timeUnixNano")) or _iso_ns(attrs.get("event.timestamp"))
+        time = _event_time(_int(log.get("timeUnixNano")), _iso_ns(attrs.get("event.timestamp")))
         if agent == "gemini_cli" and kind == "api_response" and _unattributed_text(attrs):
             records.records.append(
                 Record(
@@ -178,6 +178,17 @@ def _line_events(
         attrs["_log_id"] = log_record_id(log)
         out.append(AgentEvent(rid, agent, kind, session, time, attrs))
     return out
+
+
+def _event_time(record: int | None, stated: int | None) -> int | None:
+    """When an event happened: the log record's time (ns), unless the event's own
+    ``event.timestamp`` (whole ms) is more than a millisecond earlier: an event the agent
+    buffered before its telemetry started (Gemini CLI) was stamped when it was sent."""
+    if record is None:
+        return stated
+    if stated is not None and record > stated + 1_000_000:
+        return stated
+    return record
 
 
 def _unattributed_text(attrs: Mapping[str, Any]) -> bool:

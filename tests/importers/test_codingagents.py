@@ -356,3 +356,20 @@ def test_a_widened_gemini_window_takes_processes_not_the_agents_own_writes(
     }
     assert "file:/w/list.txt" in by_call  # after the stated start (0.958 s)
     assert "file:/w/chat.json" in produced - by_call  # the agent process's own
+
+
+def test_an_event_sent_late_keeps_the_time_it_states(tmp_path: Path) -> None:
+    """An event the agent buffered before its telemetry started is stamped when sent: its own
+    ``event.timestamp`` (whole ms), more than a millisecond earlier, is when it happened."""
+    attrs = [
+        {"key": "session.id", "value": {"stringValue": "g1"}},
+        {"key": "event.name", "value": {"stringValue": "gemini_cli.user_prompt"}},
+        {"key": "event.timestamp", "value": {"stringValue": "2026-12-01T13:00:00.250Z"}},
+        {"key": "prompt", "value": {"stringValue": "hi"}},
+    ]
+    sent = 1_796_130_005_000_000_000  # 4.75 s after the stated time
+    record = {"timeUnixNano": str(sent), "attributes": attrs}
+    line = {"resourceLogs": [{"resource": {}, "scopeLogs": [{"logRecords": [record]}]}]}
+    (tmp_path / "s.jsonl").write_text(json.dumps(line) + "\n")
+    (event,) = events_from_streams(str(tmp_path), read_records(str(tmp_path)))
+    assert event.time == 1_796_130_000_250_000_000

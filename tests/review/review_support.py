@@ -56,6 +56,22 @@ class RunBuilder(SyntheticRun):
         t = at or self.tick()
         self.add_edge(source, relation, target, at=t, record=f"linux:{len(self.edges)}", **kw)
 
+    def link(self, source: str, process: str, method: str, trace: str | None = None) -> None:
+        """An exact ``correlated_with_process`` link from ``source`` (an agent or tool call) to
+        ``process`` by ``method``; a ``traceparent`` link names the ``trace`` carried, if given."""
+        self.edge(
+            source,
+            "correlated_with_process",
+            process,
+            causal=False,
+            inferred=False,
+            identity_exact=True,
+            attribution=("exact_identity",),
+            method=method,
+            grade="C",
+            attrs={"trace_id": trace, "span_id": "00" * 8} if trace else {},
+        )
+
     def add(self, s: Session, first_span: int) -> None:
         """Spans and graph entries of one session."""
         agent = "agent:agent-svc:" + s.trace[:4]
@@ -135,17 +151,7 @@ class RunBuilder(SyntheticRun):
         if command_index in s.unlinked:  # the OS plane saw the fork, not the context
             self.edge(self.agent_process(agent), "spawned", pid, causal=True, grade="A")
         else:
-            self.edge(
-                tool,
-                "correlated_with_process",
-                pid,
-                causal=False,
-                inferred=False,
-                identity_exact=True,
-                attribution=("exact_identity",),
-                method="traceparent",
-                grade="C",
-            )
+            self.link(tool, pid, "traceparent")
         for path in s.in_process.get(command_index, ()):
             at = span.start_time_unix_nano + 1
             self.edge(self.agent_process(agent), "wrote", self.file(path), at=at, causal=True)

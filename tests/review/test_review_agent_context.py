@@ -40,18 +40,7 @@ def _context_process(
     builder.nodes[pid] = GraphNode(
         id=pid, kind="process", label="uname", facts=facts, first_seen=start, last_seen=start
     )
-    builder.edge(
-        agent,
-        "correlated_with_process",
-        pid,
-        causal=False,
-        inferred=False,
-        identity_exact=True,
-        attribution=("exact_identity",),
-        method="traceparent",
-        grade="C",
-        attrs={"trace_id": trace, "span_id": "00" * 8} if trace else {},
-    )
+    builder.link(agent, pid, "traceparent", trace)
     if spawned:
         builder.edge(builder.agent_process(agent), "spawned", pid, causal=True, grade="A")
     return pid
@@ -162,17 +151,7 @@ def _two_instances(tmp_path: Path, *, state_pids: bool) -> dict[str, Any]:
         node = f"process:{HOST}:{pid}:{pid}"
         facts = ProcessFacts(host_id=HOST, pid=pid, argv=("agent", str(pid)), cwd="/w")
         builder.nodes[node] = GraphNode(id=node, kind="process", label=f"agent {pid}", facts=facts)
-        builder.edge(
-            agent,
-            "correlated_with_process",
-            node,
-            causal=False,
-            inferred=False,
-            identity_exact=True,
-            attribution=("exact_identity",),
-            method="resource_pid",
-            grade="C",
-        )
+        builder.link(agent, node, "resource_pid")
     builder.edges = [
         dataclasses.replace(e, source=agent) if e.source == other else e for e in builder.edges
     ]

@@ -105,21 +105,6 @@ def _process(b: RunBuilder, n: int, argv: list[str], window: tuple[int, int]) ->
     return pid
 
 
-def _link(b: RunBuilder, source: str, pid: str, method: str, trace: str | None = None) -> None:
-    b.edge(
-        source,
-        "correlated_with_process",
-        pid,
-        causal=False,
-        inferred=False,
-        identity_exact=True,
-        attribution=("exact_identity",),
-        method=method,
-        grade="C",
-        attrs={"trace_id": trace, "span_id": "00" * 8} if trace else {},
-    )
-
-
 def _review(b: RunBuilder, path: Path) -> dict[str, Any]:
     doc, _ = build_review(str(b.write(path)))
     validate_review(doc)
@@ -144,7 +129,7 @@ def test_the_observe_root_spans_pid_does_not_hide_the_agent_process(tmp_path: Pa
     agent = "agent:agent-svc:a"
     _session(b, T1, agent, (100, 500), [(200, 300, ["true"])])
     proc = _process(b, 1, ["python", "agent.py"], (50, 600))
-    _link(b, agent, proc, "transport_peer")
+    b.link(agent, proc, "transport_peer")
     b.edge(proc, "wrote", b.file("/w/notes.txt"), at=BASE + 450 * MS, causal=True, grade="A")
     doc = _review(b, tmp_path / "run")
     assert _procs(doc, "python") == [("11111111", "agent", None)]
@@ -157,7 +142,7 @@ def test_a_pid_stated_as_text_narrows_like_a_number(tmp_path: Path) -> None:
     stated = Resource(attributes={"service.name": "agent-svc", "process.pid": "2", "host.id": HOST})
     _session(b, T1, agent, (100, 500), [(200, 300, ["true"])], resource=stated)
     for n in (1, 2):
-        _link(b, agent, _process(b, n, ["python", f"agent{n}.py"], (50, 600)), "resource_pid")
+        b.link(agent, _process(b, n, ["python", f"agent{n}.py"], (50, 600)), "resource_pid")
     doc = _review(b, tmp_path / "run")
     assert [n["argv"] for n in doc["evidence"] if n.get("role") == "agent"] == [
         ["python", "agent2.py"]
@@ -181,9 +166,9 @@ def test_a_context_names_its_session_even_one_that_lists_no_agent(tmp_path: Path
         window=(400, 600),
     )
     _span(b, T2, 2, "chat m", chat, parent=1, window=(410, 500))
-    _link(b, agent, _process(b, 1, ["python", "agent.py"], (50, 700)), "resource_pid")
+    b.link(agent, _process(b, 1, ["python", "agent.py"], (50, 700)), "resource_pid")
     make = _process(b, 900, ["make", "build"], (450, 480))
-    _link(b, agent, make, "traceparent", trace=T2)
+    b.link(agent, make, "traceparent", T2)
     doc = _review(b, tmp_path / "run")
     assert _procs(doc, "make") == [("22222222", "undeclared", "agent_context")]
 
@@ -196,10 +181,10 @@ def test_a_context_wins_over_another_sessions_window(tmp_path: Path) -> None:
     _session(b, T1, agent, (100, 400), [(110, 120, ["true"])])
     _session(b, T2, agent, (150, 450), [(190, 260, ["sleep", "1"])])
     server = _process(b, 1, ["python", "server.py"], (50, 500))
-    _link(b, agent, server, "resource_pid")
+    b.link(agent, server, "resource_pid")
     git = _process(b, 900, ["git", "push"], (200, 210))
     b.edge(server, "spawned", git, at=BASE + 200 * MS, causal=True, grade="A")
-    _link(b, agent, git, "traceparent", trace=T1)
+    b.link(agent, git, "traceparent", T1)
     doc = _review(b, tmp_path / "run")
     assert _procs(doc, "git") == [("11111111", "undeclared", "agent_child")]
 
@@ -225,11 +210,11 @@ def test_a_sub_agent_process_a_tool_call_ran_stays_the_calls(tmp_path: Path) -> 
     b.nodes[coder] = GraphNode(id=coder, kind="agent", label=coder)
     b.edge(coder, "child_of", tool, grade="U")
     parent = _process(b, 1, ["python", "orchestrator.py"], (50, 700))
-    _link(b, orchestrator, parent, "resource_pid")
+    b.link(orchestrator, parent, "resource_pid")
     worker = _process(b, 77, ["coder", "--task", "fix"], (120, 490))
     b.edge(parent, "spawned", worker, at=BASE + 120 * MS, causal=True, grade="A")
-    _link(b, tool, worker, "traceparent", trace=T1)
-    _link(b, coder, worker, "resource_pid")
+    b.link(tool, worker, "traceparent", T1)
+    b.link(coder, worker, "resource_pid")
     b.edge(worker, "wrote", b.file("/w/src.py"), at=BASE + 300 * MS, causal=True, grade="A")
     endpoint = "endpoint:tcp:93.184.216.34:443"
     facts = EndpointFacts(address="93.184.216.34", port=443, transport="tcp")
@@ -252,7 +237,7 @@ def test_the_plain_json_reader_keeps_the_context_trace(tmp_path: Path) -> None:
     _session(b, T1, agent, (100, 300), [(150, 200, ["true"])])
     _session(b, T2, agent, (400, 600), [(450, 500, ["true"])])
     uname = _process(b, 900, ["uname", "-p"], (700, 710))
-    _link(b, agent, uname, "traceparent", trace=T2)
+    b.link(agent, uname, "traceparent", T2)
     typed = _review(b, tmp_path / "typed")
     graph = tmp_path / "typed" / "graph.json"
     doc = orjson.loads(graph.read_bytes())

@@ -113,6 +113,7 @@ def events_from_streams(run_dir: str, records: Records) -> list[AgentEvent]:
     that are not interpreted become ``coverage`` records.
     """
     out: list[AgentEvent] = []
+    seen: dict[tuple[str, str, int | None, bytes], str] = {}  # an event -> its first record
     for name in sorted({r.file for r in records.records if r.type == "log"}):
         with open(os.path.join(run_dir, name), "rb") as f:
             for number, raw in enumerate(f, 1):
@@ -123,7 +124,7 @@ def events_from_streams(run_dir: str, records: Records) -> list[AgentEvent]:
                 except orjson.JSONDecodeError:
                     continue
                 if isinstance(doc, dict) and "resourceLogs" in doc:
-                    out += _line_events(records, f"{name}:{number}", name, number, doc)
+                    out += _line_events(records, (name, number), doc, seen)
     return out
 
 
@@ -136,8 +137,16 @@ def _log_records(doc: Mapping[str, Any]) -> Iterator[tuple[dict[str, Any], Mappi
 
 
 def _line_events(
-    records: Records, base: str, name: str, number: int, doc: Mapping[str, Any]
+    records: Records,
+    where: tuple[str, int],
+    doc: Mapping[str, Any],
+    seen: dict[tuple[str, str, int | None, bytes], str],
 ) -> list[AgentEvent]:
+    """The events of one stream line; an event equal to one ``seen`` before (the same record
+    sent again: a retry the ``file`` exporter wrote twice) is read once, and its copy is a
+    coverage record."""
+    name, number = where
+    base = f"{name}:{number}"
     out: list[AgentEvent] = []
     for i, (resource, log) in enumerate(_log_records(doc)):
         rid = f"{base}.{i}" if i else base
@@ -161,6 +170,12 @@ def _line_events(
             )
             continue
         time = _event_time(_int(log.get("timeUnixNano")), _iso_ns(attrs.get("event.timestamp")))
+        copy = (full, session, time, orjson.dumps(attrs, option=orjson.OPT_SORT_KEYS))
+        first = seen.setdefault(copy, rid)
+        if first != rid:
+            what = f"{full}: a copy of {first} (the same event sent again), read once"
+            records.records.append(Record(f"{rid}/import", "coverage", name, number, what))
+            continue
         if agent == "gemini_cli" and kind == "api_response" and _unattributed_text(attrs):
             records.records.append(
                 Record(

@@ -99,7 +99,7 @@ def _gemini_events(session: Session, group: list[AgentEvent]) -> None:
     """Gemini CLI's events of one session, in order: each ``api_request`` joined with the
     response or error that ended it, each tool call's window (:func:`_gemini_window`)."""
     requests: dict[tuple[str, str], list[AgentEvent]] = defaultdict(list)
-    responses: dict[str, list[int]] = defaultdict(list)  # prompt id -> response times
+    responses: dict[str, list[tuple[int, str]]] = defaultdict(list)  # prompt -> (time, role)
     calls: dict[str, list[int]] = defaultdict(list)  # prompt id -> tool_call event times
     prompts: dict[str, int] = {}  # prompt id -> the user prompt's time
     for e in group:
@@ -114,7 +114,7 @@ def _gemini_events(session: Session, group: list[AgentEvent]) -> None:
                 model_call = session.nodes[f"model_call:{session.trace_id}:{e.record}"]
                 model_call.records.insert(0, waiting.pop(0).record)
             if e.kind == "api_response" and e.time is not None:
-                responses[prompt].append(e.time)
+                responses[prompt].append((e.time, str(e.attrs.get("role") or "")))
         elif e.kind == "tool_call":
             _gemini_window(session, e, responses[prompt], calls[prompt], prompts.get(prompt))
             if e.time is not None:
@@ -232,7 +232,7 @@ finished) are logged within this of each other; one logged earlier than that end
 def _gemini_window(
     session: Session,
     e: AgentEvent,
-    responses: list[int],
+    responses: list[tuple[int, str]],
     earlier: list[int],
     prompted: int | None,
 ) -> None:
@@ -244,14 +244,16 @@ def _gemini_window(
     * Else the event's time bounds the end from above: Gemini CLI logs a call once it finished,
       and older versions log every call of a batch when the last of them finished, so the start
       lies between the model response that asked for the call and the event's time less
-      ``duration_ms`` (the stated start). The asking response came after every call of an earlier
-      batch had ended (``earlier``: the event times of the prompt's earlier calls; else after the
-      prompt, ``prompted``); a model call made inside a tool of the batch answers later. So the
-      window opens at the earliest response of the prompt after the earlier batch and not after
-      the stated start (``responses``; rule ``since_model_response``), which holds the start
-      wherever it was. The agent's own writes count for the call only from the stated start
-      (``Session.write_from``): Gemini CLI writes its chat file after each response. With no such
-      response the stated window stays (a call logged on its own is logged when it ends).
+      ``duration_ms`` (the stated start). When the responses state their ``role``, the asking
+      response is the agent's own (``main``) last one not after the stated start. Otherwise it
+      came after every call of an earlier batch had ended (``earlier``: the event times of the
+      prompt's earlier calls; else after the prompt, ``prompted``), and a model call made inside
+      a tool of the batch answers later: the window opens at the earliest response of the prompt
+      after the earlier batch and not after the stated start. Either way (rule
+      ``since_model_response``) it holds the start wherever it was. The agent's own writes count
+      for the call only from the stated start (``Session.write_from``): Gemini CLI writes its
+      chat file after each response. With no such response the stated window stays (a call
+      logged on its own is logged when it ends).
     """
     node = session.nodes[f"tool_call:{session.trace_id}:{e.record}"]
     a = e.attrs
@@ -260,29 +262,37 @@ def _gemini_window(
         node.data["rule"] = "rejected"
         return
     start_ms, end_ms = _number(a.get("start_time")), _number(a.get("end_time"))
-    if start_ms is not None:
+    if start_ms is not None and (e.time is None or start_ms * 1_000_000 <= e.time):
         node.time = start_ms * 1_000_000 - WINDOW_SLACK_NS
         if end_ms is not None and end_ms >= start_ms:
             node.end = (end_ms + 1) * 1_000_000  # the stated end is truncated to whole ms
         node.data["rule"] = "stated_times"
-        return
+        return  # (a start after the event's own time is not a start: the window below)
     duration = _ms(a.get("duration_ms"))
     if e.time is None or duration is None:
         return
     stated = e.time - duration
-    batches = [t for t in earlier if t < e.time - BATCH_NS]
-    floor = max(batches) if batches else prompted
-    asked = [r for r in responses if (floor is None or r > floor) and r <= stated]
-    if asked:
-        node.time = min(asked)
+    if any(role for _, role in responses):  # the agent's own responses are known
+        asked = [t for t, role in responses if role == "main" and t <= stated]
+        opened = max(asked) if asked else None
+    else:
+        batches = [t for t in earlier if t < e.time - BATCH_NS]
+        floor = max(batches) if batches else prompted
+        asked = [t for t, _ in responses if (floor is None or t > floor) and t <= stated]
+        opened = min(asked) if asked else None
+    if opened is not None:
+        node.time = opened
         node.data["rule"] = "since_model_response"
         session.write_from[node.id] = stated - WINDOW_SLACK_NS
 
 
 def _number(value: object) -> int | None:
-    """An integer attribute (OTLP/JSON gives 64-bit integers as strings), else None."""
+    """A whole number attribute (OTLP/JSON gives 64-bit integers as strings; a double is
+    truncated), else None."""
+    if isinstance(value, bool):
+        return None
     try:
-        return int(str(value))
+        return int(float(str(value)))
     except ValueError:
         return None
 

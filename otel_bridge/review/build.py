@@ -219,7 +219,7 @@ def _build_review(
     claimed = {pid for s in sessions for pid, owner in s.owner.items() if owner != pid}
     parts: dict[str, list[Any]] = {"workflow": [], "edges": [], "claims": [], "findings": []}
     for session in sessions:  # every session's agent process first: who shares one
-        ev.link_agent_processes(session, index, records)
+        ev.link_agent_processes(session, index, records, rivals=sessions)
     context = ev.context_links(index)  # processes that carried an agent's trace context
     for session in sessions:
         ev.add_agent_processes(session, index, records, claimed, rivals=sessions, context=context)

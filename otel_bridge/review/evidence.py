@@ -592,7 +592,9 @@ def _stated_by(index: GraphIndex, process: str, stated: set[tuple[str | None, in
     return (facts.host_id, facts.pid) in stated or (None, facts.pid) in stated
 
 
-def link_agent_processes(session: Session, index: GraphIndex, records: Records) -> None:
+def link_agent_processes(
+    session: Session, index: GraphIndex, records: Records, *, rivals: Iterable[Session] = ()
+) -> None:
     """The agent's own process (``role: agent``), from the agent's ``correlated_with_process``
     links. Done for every session before :func:`add_agent_processes`, which needs to know
     which sessions share an agent process.
@@ -601,9 +603,11 @@ def link_agent_processes(session: Session, index: GraphIndex, records: Records) 
     service and name) in one run are one node with a link to each. When the session's GenAI
     spans state the pid that emitted them (:func:`stated_pids`) and some of the agent's linked
     processes are among those, only those are this session's; otherwise every linked process
-    is (its sender is not known per session: never none). A process one of the session's tool
-    calls owns (a sub-agent a tool call ran) stays the call's."""
+    that no other session of the agent (``rivals``) states is (its sender is not known per
+    session), and every linked process when all are: never none. A process one of the
+    session's tool calls owns (a sub-agent a tool call ran) stays the call's."""
     stated = stated_pids(session)
+    others = [r for r in rivals if r is not session]
     for agent in session.agents:
         links = [
             link
@@ -613,6 +617,9 @@ def link_agent_processes(session: Session, index: GraphIndex, records: Records) 
             and session.owner.get(link.target, link.target) == link.target  # not a call's
         ]
         own = [link for link in links if _stated_by(index, link.target, stated)]
+        if not own:  # not told by this session: not another instance's that another one states
+            theirs = {p for r in others if agent in r.agents for p in stated_pids(r)}
+            own = [link for link in links if not _stated_by(index, link.target, theirs)]
         for link in own or links:  # another instance's process is not this session's emitter
             if link.target in session.agent_processes:
                 continue
@@ -645,15 +652,11 @@ def add_agent_processes(
     (``outside_session_windows``): ``ambiguous`` in each of them, its effects contested; one
     session and no call: ``undeclared`` (``session_window``). No guess in any case.
     """
-    link_agent_processes(session, index, records)
+    link_agent_processes(session, index, records, rivals=rivals)
     others = [r for r in rivals if r is not session]
     if context is None:
         context = context_links(index)
-    carried: dict[str, set[str]] = defaultdict(set)  # process -> the traces it carried
-    for link in context:
-        trace = context_trace(link)
-        if trace is not None:
-            carried[link.target].add(trace)
+    carried = _carried(context, [session, *others])
     for parent in list(session.agent_processes):
         sharing = [r for r in others if parent in r.agent_processes]
         for spawn in index.out_edges(parent, ("spawned",)):
@@ -663,9 +666,12 @@ def add_agent_processes(
             start = process_start(index.nodes[child].first_seen, index.process_facts(child))
             traces = carried.get(child)
             if traces:  # its trace context names the session: the windows of no other count
-                if session.trace_id not in traces:
+                if session.id not in traces:
                     continue
-                found = _placed(session, [session], start, False)
+                found = _placed(session, [session], start, False) if len(traces) == 1 else None
+                if found is None:  # the contexts of several sessions: no one session's
+                    named = sorted(traces)
+                    found = "ambiguous", "agent_context_ambiguous", named, named
             else:
                 holders = _holders(session, sharing, start)
                 if holders is None:
@@ -674,7 +680,7 @@ def add_agent_processes(
             if found is None:
                 continue  # another session's
             role, rule, candidates, sessions = found
-            for pid in descendants(index, [child]):
+            for pid in _subtree(index, child, session, carried):
                 if pid in claimed or pid in session.owner:
                     continue
                 proc = process_node(session, index, pid, records)
@@ -693,7 +699,9 @@ def add_agent_processes(
                 tool.data["processes"].append(pid)
                 session.owner[pid] = tool.id
                 session.window_owned.add(pid)
-    add_context_processes(session, index, records, claimed, others=others, context=context)
+    add_context_processes(
+        session, index, records, claimed, others=others, context=context, carried=carried
+    )
 
 
 def context_links(index: GraphIndex) -> list[GEdge]:
@@ -708,6 +716,38 @@ def context_links(index: GraphIndex) -> list[GEdge]:
     ]
 
 
+def _carried(context: list[GEdge], sessions: list[Session]) -> dict[str, dict[str, str]]:
+    """Process -> the sessions (id -> trace) whose trace context it carried, by the links of
+    ``context`` that name a trace; a trace that is no session's is left out (its process is
+    placed as if the link named none)."""
+    by_trace = {s.trace_id: s.id for s in sessions}
+    carried: dict[str, dict[str, str]] = defaultdict(dict)
+    for link in context:
+        trace = context_trace(link)
+        if trace is not None and trace in by_trace:
+            carried[link.target][by_trace[trace]] = trace
+    return carried
+
+
+def _subtree(
+    index: GraphIndex, root: str, session: Session, carried: Mapping[str, Mapping[str, str]]
+) -> list[str]:
+    """``root`` and its descendants, less the subtrees of processes that carried another
+    session's trace context and not this one's (those are that session's)."""
+    out: list[str] = []
+    stack = [root]
+    while stack:
+        pid = stack.pop()
+        if pid in out or pid not in index.nodes:
+            continue
+        traces = carried.get(pid)
+        if pid != root and traces and session.id not in traces:
+            continue  # the context of another session: placed there
+        out.append(pid)
+        stack.extend(e.target for e in index.out_edges(pid, ("spawned",)))
+    return out
+
+
 def add_context_processes(
     session: Session,
     index: GraphIndex,
@@ -716,41 +756,42 @@ def add_context_processes(
     *,
     others: list[Session],
     context: list[GEdge],
+    carried: Mapping[str, Mapping[str, str]],
 ) -> None:
     """Processes that carried the trace context of an agent, not a tool call's
     (:func:`in_agent_context`), that :func:`add_agent_processes` did not place (by the windows of
     this session's agent process that spawned them): ``undeclared`` (rule ``agent_context``),
-    with their descendants, in the session of the trace the link names (:func:`context_trace`),
-    whatever agents that session lists. A link that names no trace: only a process no agent
-    process spawned, in the session of the agent; when
-    another session has the same agent (one agent node: the same service and name), the context
-    does not say which session's: ``ambiguous`` in each (``agent_context_ambiguous``), its effects
-    contested."""
+    with their descendants, in the session of the trace a link names (``carried``), whatever
+    agents that session lists; ``ambiguous`` (``agent_context_ambiguous``) in each session when
+    the process carried the contexts of several. A process whose links name no session's trace:
+    only one no agent process spawned, in the session of the agent; when another session has the
+    same agent (one agent node: the same service and name), the context does not say which
+    session's: ``ambiguous`` in each, its effects contested."""
     agent_processes = {p for s in [session, *others] for p in s.agent_processes}
     for link in context:
         root = link.target
         if root in claimed or root in session.owner or root not in index.nodes:
             continue
-        trace = context_trace(link)
-        if trace is not None:  # this session's, if the windows of its agent process did not
-            if trace != session.trace_id:  # place it (another session's agent process spawned it)
+        traces = carried.get(root)
+        if traces:
+            if session.id not in traces:
                 continue  # the context of another session's trace
-            sharing: list[str] = []
+            sharing = sorted(traces) if len(traces) > 1 else []
         elif _spawned_by(index, root, agent_processes):
             continue  # placed by the windows of the agent process that spawned it
         elif link.source in session.agents:
-            sharing = sorted(r.id for r in others if link.source in r.agents)
+            rivals = [r.id for r in others if link.source in r.agents]
+            sharing = sorted([session.id, *rivals]) if rivals else []
         else:
             continue
-        for pid in descendants(index, [root]):
+        for pid in _subtree(index, root, session, carried):
             if pid in claimed or pid in session.owner:
                 continue
             proc = process_node(session, index, pid, records)
             if sharing:
-                named = sorted([session.id, *sharing])
                 proc.data["role"], proc.data["rule"] = "ambiguous", "agent_context_ambiguous"
-                proc.data["candidates"] = named
-                session.contested_processes[pid] = named
+                proc.data["candidates"] = sharing
+                session.contested_processes[pid] = sharing
             else:
                 proc.data["role"], proc.data["rule"] = "undeclared", "agent_context"
             session.owner[pid] = root

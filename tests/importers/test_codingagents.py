@@ -373,3 +373,51 @@ def test_an_event_sent_late_keeps_the_time_it_states(tmp_path: Path) -> None:
     (tmp_path / "s.jsonl").write_text(json.dumps(line) + "\n")
     (event,) = events_from_streams(str(tmp_path), read_records(str(tmp_path)))
     assert event.time == 1_796_130_000_250_000_000
+
+
+def test_an_event_sent_twice_is_read_once(tmp_path: Path) -> None:
+    """The same record sent again (a retry the ``file`` exporter wrote twice) is one event;
+    the copy is a coverage record."""
+    line = (DATA / "gemini_cli_logs.jsonl").read_text().splitlines()[1]
+    (tmp_path / "s.jsonl").write_text(line + "\n" + line + "\n")
+    records = read_records(str(tmp_path))
+    (session,) = build_sessions(events_from_streams(str(tmp_path), records))
+    assert len(session.of_type("user_message")) == 1
+    assert [r.name for r in records.records if r.type == "coverage"] == [
+        "gemini_cli.user_prompt: a copy of s.jsonl:1 (the same event sent again), read once"
+    ]
+
+
+def _gemini(record: int, kind: str, at_ms: int, **attrs: object) -> AgentEvent:
+    values: dict[str, object] = {"prompt_id": "p1", **attrs}
+    return AgentEvent(f"s:{record}", "gemini_cli", kind, "g1", at_ms * 1_000_000, values)
+
+
+def test_a_gemini_window_opens_at_the_agents_last_response_before_the_call() -> None:
+    """With roles logged, the asking response is the agent's own last one before the stated
+    start: not an earlier text-only turn, not a utility call's response."""
+    (session,) = build_sessions(
+        [
+            _gemini(1, "user_prompt", 0, prompt="go"),
+            _gemini(2, "api_response", 1000, role="main", duration_ms=10),
+            _gemini(3, "api_response", 1100, role="utility_next_speaker", duration_ms=10),
+            _gemini(4, "api_response", 2000, role="main", duration_ms=10),
+            _gemini(5, "tool_call", 2600, function_name="ls", duration_ms=500, success=True),
+        ]
+    )
+    (call,) = session.of_type("tool_call")
+    assert (call.time, call.data["rule"]) == (2000 * 1_000_000, "since_model_response")
+
+
+def test_a_gemini_start_after_the_event_is_not_a_start() -> None:
+    """A ``start_time`` later than the event's own time cannot be the call's start: the window
+    comes from ``duration_ms`` instead, and a double start time is read as whole ms."""
+    (session,) = build_sessions(
+        [
+            _gemini(1, "tool_call", 3000, function_name="a", duration_ms=100, start_time=3098),
+            _gemini(2, "tool_call", 4000, function_name="b", duration_ms=10, start_time=3990.0),
+        ]
+    )
+    late, double = session.of_type("tool_call")
+    assert (late.time, late.data.get("rule")) == (2898 * 1_000_000, None)
+    assert (double.time, double.data["rule"]) == (3988 * 1_000_000, "stated_times")

@@ -250,3 +250,77 @@ def test_the_plain_json_reader_keeps_the_context_trace(tmp_path: Path) -> None:
         == _procs(typed, "uname")
         == [("22222222", "undeclared", "agent_context")]
     )
+
+
+def _shared_server(b: RunBuilder) -> tuple[str, str]:
+    """T1 and T2 of one agent node, one agent process serving both; (agent, that process)."""
+    agent = "agent:agent-svc:server"
+    _session(b, T1, agent, (100, 400), [(110, 120, ["true"])])
+    _session(b, T2, agent, (500, 800), [(510, 520, ["true"])])
+    server = _process(b, 1, ["python", "server.py"], (50, 900))
+    b.link(agent, server, "resource_pid")
+    return agent, server
+
+
+def test_a_grandchild_that_carried_another_trace_is_that_sessions_only(tmp_path: Path) -> None:
+    """T1's helper (no context) starts ``gchild``, which carried T2's context: ``gchild`` is
+    T2's, not also T1's with its helper's subtree."""
+    b = RunBuilder()
+    agent, server = _shared_server(b)
+    helper = _process(b, 900, ["helper"], (200, 210))
+    b.edge(server, "spawned", helper, at=BASE + 200 * MS, causal=True, grade="A")
+    gchild = _process(b, 901, ["gchild"], (205, 206))
+    b.edge(helper, "spawned", gchild, at=BASE + 205 * MS, causal=True, grade="A")
+    b.link(agent, gchild, "traceparent", T2)
+    doc = _review(b, tmp_path / "run")
+    assert _procs(doc, "helper") == [("11111111", "undeclared", "session_window")]
+    assert _procs(doc, "gchild") == [("22222222", "undeclared", "agent_context")]
+
+
+def test_a_context_of_no_session_falls_back_to_the_windows(tmp_path: Path) -> None:
+    """A link naming a trace the review has no session for (its spans were lost) says nothing
+    about the session: the child is placed by the windows, not dropped."""
+    b = RunBuilder()
+    agent, server = _shared_server(b)
+    lost = _process(b, 900, ["lost"], (450, 460))
+    b.edge(server, "spawned", lost, at=BASE + 450 * MS, causal=True, grade="A")
+    b.link(agent, lost, "traceparent", "33" * 16)
+    doc = _review(b, tmp_path / "run")
+    assert [(s, role) for s, role, _ in _procs(doc, "lost")] == [
+        ("11111111", "ambiguous"),
+        ("22222222", "ambiguous"),
+    ]
+
+
+def test_the_contexts_of_two_sessions_make_a_process_neither(tmp_path: Path) -> None:
+    b = RunBuilder()
+    agent, _ = _shared_server(b)
+    both = _process(b, 900, ["both"], (300, 310))
+    b.link(agent, both, "traceparent", T1)
+    b.link(agent, both, "traceparent", T2)
+    doc = _review(b, tmp_path / "run")
+    assert _procs(doc, "both") == [
+        ("11111111", "ambiguous", "agent_context_ambiguous"),
+        ("22222222", "ambiguous", "agent_context_ambiguous"),
+    ]
+
+
+def test_a_session_whose_pid_was_not_seen_does_not_take_another_instances(
+    tmp_path: Path,
+) -> None:
+    """T1's spans state pid 1, never observed; T2's state pid 2: T1's agent processes are the
+    node's processes no other session states (pid 3), not T2's."""
+    b = RunBuilder()
+    agent = "agent:agent-svc:a"
+    for trace, pid, window in ((T1, 1, (100, 400)), (T2, 2, (500, 800))):
+        stated = Resource(attributes={"service.name": "agent-svc", "process.pid": pid})
+        _session(
+            b, trace, agent, window, [(window[0] + 10, window[0] + 20, ["true"])], resource=stated
+        )
+    for n in (2, 3):
+        b.link(agent, _process(b, n, ["python", f"agent{n}.py"], (50, 900)), "resource_pid")
+    doc = _review(b, tmp_path / "run")
+    agents = sorted(
+        (n["session"][-8:], n["argv"][1]) for n in doc["evidence"] if n.get("role") == "agent"
+    )
+    assert agents == [("11111111", "agent3.py"), ("22222222", "agent2.py")]

@@ -829,7 +829,12 @@ def _holders(session: Session, sharing: list[Session], t: int | None) -> list[Se
 
 
 def _placed(
-    session: Session, holders: list[Session], start: int | None, shared: bool
+    session: Session,
+    holders: list[Session],
+    start: int | None,
+    shared: bool,
+    *,
+    write: bool = False,
 ) -> tuple[str, str, list[str], list[str]] | None:
     """Where a child of the agent process that started at ``start`` belongs, seen from
     ``session``: ``(role, rule, candidates, sessions)``, or None when it is another session's.
@@ -839,9 +844,11 @@ def _placed(
     that session's, no one call's (``ambiguous``, ``tool_window_ambiguous``, the calls as
     candidates). Calls of several sessions, or no call while several sessions ran: no one
     session's (``ambiguous``; ``sessions`` lists them, so its effects are contested). No call and
-    one session: ``undeclared``."""
+    one session: ``undeclared``. A ``write`` of the agent process's own is placed by the calls'
+    write windows (:func:`tools_at`)."""
     calls = sorted(
-        (c for h in holders for c in tools_at(h, start)), key=lambda c: (c.time or 0, c.id)
+        (c for h in holders for c in tools_at(h, start, write=write)),
+        key=lambda c: (c.time or 0, c.id),
     )
     owners = sorted({c.session for c in calls})
     if calls and session.id not in owners:
@@ -883,7 +890,11 @@ def _touches(
             sharers = contested_by
             if sharers is None and sharing:
                 holders = _holders(session, sharing, e.first_seen)
-                placed = None if holders is None else _placed(session, holders, e.first_seen, True)
+                placed = (
+                    None
+                    if holders is None
+                    else _placed(session, holders, e.first_seen, True, write=True)
+                )
                 if placed is None:
                     continue  # another session's
                 # whose it is: as a child started then would be placed (several: no one's)
@@ -978,15 +989,21 @@ def content_data(content: FileContent | None) -> dict[str, Any]:
     }
 
 
-def tools_at(session: Session, t: int | None) -> list[EvidenceNode]:
-    """The tool calls whose spans hold time ``t`` (more than one when calls ran in parallel)."""
-    return [c for c in session.of_type("tool_call") if _within(t, c.time, c.end)]
+def tools_at(session: Session, t: int | None, *, write: bool = False) -> list[EvidenceNode]:
+    """The tool calls whose spans hold time ``t`` (more than one when calls ran in parallel).
+    For a ``write`` of the agent process's own, a call's window opens at its stated start
+    (``Session.write_from``) when the window its processes use opens earlier."""
+    return [
+        c
+        for c in session.of_type("tool_call")
+        if _within(t, session.write_from.get(c.id, c.time) if write else c.time, c.end)
+    ]
 
 
-def tool_at(session: Session, t: int | None) -> EvidenceNode | None:
+def tool_at(session: Session, t: int | None, *, write: bool = False) -> EvidenceNode | None:
     """The one tool call whose span holds time ``t``; None when none does or several do (calls
     that ran in parallel: time alone cannot say which, and the review does not guess)."""
-    found = tools_at(session, t)
+    found = tools_at(session, t, write=write)
     return found[0] if len(found) == 1 else None
 
 
@@ -996,12 +1013,9 @@ def _holder(session: Session, owner: str, e: GEdge, agent: bool) -> str:
     ``tool_window``."""
     if not agent or e.write is None:
         return owner
-    tool = tool_at(session, e.first_seen)
+    tool = tool_at(session, e.first_seen, write=True)
     if tool is None:
         return owner
-    start = session.write_from.get(tool.id)
-    if start is not None and (e.first_seen is None or e.first_seen < start):
-        return owner  # before the call's stated start: only its processes' window opens earlier
     session.window_edges.add(e.id)
     return tool.id
 

@@ -293,32 +293,31 @@ def _gemini_events(tmp_path: Path) -> list[AgentEvent]:
     return events_from_streams(str(tmp_path), records)
 
 
-def test_a_widened_gemini_window_takes_processes_not_the_agents_own_writes(
-    tmp_path: Path,
-) -> None:
-    """A Gemini CLI call with no stated start: its window opens at the response that asked for
-    it, so a child the agent process started after that response is the call's (by time), while
-    the agent process's own write there (Gemini CLI writes its chat file after each response) is
-    the agent's, not the call's; the same write after the stated start is the call's."""
-    ms, t0 = 1_000_000, 1_796_130_000_000_000_000
+MS, T0 = 1_000_000, 1_796_130_000_000_000_000
 
-    def log(offset: int, name: str, **attrs: str | int) -> str:
-        values: dict[str, str | int] = {
-            "session.id": "g1",
-            "event.name": f"gemini_cli.{name}",
-            "prompt_id": "p1",
-        }
-        values |= attrs
-        kvs = [
-            {"key": k, "value": {"intValue" if isinstance(v, int) else "stringValue": str(v)}}
-            for k, v in values.items()
-        ]
-        record = {"timeUnixNano": str(t0 + offset * ms), "attributes": kvs}
-        scope = {"scopeLogs": [{"logRecords": [record]}], "resource": {"attributes": []}}
-        return json.dumps({"resourceLogs": [scope]})
 
+def _log(offset: int, name: str, session: str = "g1", **attrs: str | int) -> str:
+    """One Gemini CLI event of ``session`` at ``offset`` ms, as an OTLP/JSON stream line."""
+    values: dict[str, str | int] = {
+        "session.id": session,
+        "event.name": f"gemini_cli.{name}",
+        "prompt_id": f"{session}-p1",
+    }
+    values |= attrs
+    kvs = [
+        {"key": k, "value": {"intValue" if isinstance(v, int) else "stringValue": str(v)}}
+        for k, v in values.items()
+    ]
+    record = {"timeUnixNano": str(T0 + offset * MS), "attributes": kvs}
+    scope = {"scopeLogs": [{"logRecords": [record]}], "resource": {"attributes": []}}
+    return json.dumps({"resourceLogs": [scope]})
+
+
+def _gemini_run(tmp_path: Path, lines: list[str], writes: list[tuple[int, str]]) -> Path:
+    """A run directory: the agent process (``node gemini``, the run's root) that spawned ``ls``
+    at 860 ms and wrote each of ``writes`` (ms, path); the stream ``lines``."""
     run = tmp_path / "run"
-    builder = SyntheticRun(resource=Resource(), scope=Scope(name="t"), clock=t0)
+    builder = SyntheticRun(resource=Resource(), scope=Scope(name="t"), clock=T0)
 
     def process(pid: int, argv: list[str], start: int) -> str:
         node = f"process:h:{pid}:{pid}"
@@ -328,24 +327,42 @@ def test_a_widened_gemini_window_takes_processes_not_the_agents_own_writes(
         )
         return node
 
-    agent = process(1, ["node", "gemini"], t0)
-    child = process(2, ["ls"], t0 + 860 * ms)
-    builder.add_edge(agent, "spawned", child, at=t0 + 860 * ms, record="linux:1", causal=True)
-    for offset, path in ((850, "/w/chat.json"), (965, "/w/list.txt")):
-        builder.add_edge(agent, "wrote", builder.file(path), at=t0 + offset * ms, record="linux:2")
+    agent = process(1, ["node", "gemini"], T0)
+    child = process(2, ["ls"], T0 + 860 * MS)
+    builder.add_edge(agent, "spawned", child, at=T0 + 860 * MS, record="linux:1", causal=True)
+    for offset, path in writes:
+        builder.add_edge(agent, "wrote", builder.file(path), at=T0 + offset * MS, record="linux:2")
     run.mkdir()
     builder.write_graph(run / "graph.json", "t", {"collection.file.available": 1})
-    lines = [
-        log(700, "user_prompt", prompt="list files"),
-        log(710, "api_request", model="m", role="main"),
-        log(845, "api_response", model="m", duration_ms=135, role="main"),
-        log(1000, "tool_call", function_name="list_directory", duration_ms=40, success="true"),
-    ]
     (run / "sem.jsonl").write_text("\n".join(lines) + "\n")
+    return run
+
+
+def _turn(session: str, at: int, call_at: int, duration: int) -> list[str]:
+    """A prompt at ``at`` ms, the agent's model request and response, and one tool call logged
+    at ``call_at`` after ``duration`` ms."""
+    return [
+        _log(at, "user_prompt", session, prompt="list files"),
+        _log(at + 10, "api_request", session, model="m", role="main"),
+        _log(at + 145, "api_response", session, model="m", duration_ms=135, role="main"),
+        _log(call_at, "tool_call", session, function_name="ls", duration_ms=duration),
+    ]
+
+
+def test_a_widened_gemini_window_takes_processes_not_the_agents_own_writes(
+    tmp_path: Path,
+) -> None:
+    """A Gemini CLI call with no stated start: its window opens at the response that asked for
+    it, so a child the agent process started after that response is the call's (by time), while
+    the agent process's own write there (Gemini CLI writes its chat file after each response) is
+    the agent's, not the call's; the same write after the stated start is the call's."""
+    run = _gemini_run(
+        tmp_path, _turn("g1", 700, 1000, 40), [(850, "/w/chat.json"), (965, "/w/list.txt")]
+    )
     doc, _ = build_review(str(run))
     (call,) = [n for n in doc["evidence"] if n["type"] == "tool_call"]
     assert call["rule"] == "since_model_response"
-    assert call["time"] == t0 + 845 * ms
+    assert call["time"] == T0 + 845 * MS
     procs = {n["label"]: n for n in doc["evidence"] if n["type"] == "process_run"}
     assert (procs["ls"]["role"], procs["ls"]["rule"]) == ("tool", "tool_window")
     produced = {e["target"] for e in doc["edges"] if e["relation"] == "produces"}
@@ -356,6 +373,20 @@ def test_a_widened_gemini_window_takes_processes_not_the_agents_own_writes(
     }
     assert "file:/w/list.txt" in by_call  # after the stated start (0.958 s)
     assert "file:/w/chat.json" in produced - by_call  # the agent process's own
+
+
+def test_a_widened_window_does_not_give_a_shared_agents_write_to_one_session(
+    tmp_path: Path,
+) -> None:
+    """Two Gemini CLI sessions of one process at once: a write of the process's own before a
+    call's stated start, while both sessions ran, is no one session's (contested), not the
+    session whose widened call window holds it."""
+    lines = _turn("g1", 700, 1000, 40) + _turn("g2", 800, 1200, 100)
+    doc, _ = build_review(str(_gemini_run(tmp_path, lines, [(850, "/w/chat.json")])))
+    artifacts = {n.get("path") for n in doc["evidence"] if n["type"] == "artifact"}
+    assert "/w/chat.json" not in artifacts
+    contested = {s["id"]: s.get("contested_writes") for s in doc["sessions"]}
+    assert all("/w/chat.json" in str(c) for c in contested.values()), contested
 
 
 def test_an_event_sent_late_keeps_the_time_it_states(tmp_path: Path) -> None:

@@ -33,7 +33,13 @@ from otel_bridge.importers.codingagents import (
     tool_output,
 )
 from otel_bridge.model import EndpointFacts, ProcessFacts
-from otel_bridge.review.evidence import CONNECT_RELATIONS, GraphIndex, Session, process_node
+from otel_bridge.review.evidence import (
+    CONNECT_RELATIONS,
+    MESSAGE_NODE_TYPES,
+    GraphIndex,
+    Session,
+    process_node,
+)
 from otel_bridge.review.records import Records
 from otel_bridge.review.types import EvidenceNode
 from otel_bridge.rundir import CORRELATED_STREAM, SUMMARY
@@ -154,7 +160,12 @@ def _message(session: Session, e: AgentEvent) -> None:
         if same and all(r.rpartition(":")[0] != source for r in node.records):  # another source
             node.records.append(e.record)
             return
-    n = sum(1 for x in session.nodes.values() if x.type in _MESSAGE_TYPES)
+    _new_message(session, e, kind, role, text)
+
+
+def _new_message(session: Session, e: AgentEvent, kind: str, role: str, text: str | None) -> None:
+    """A message node of ``kind`` from event ``e``, numbered in the session's messages."""
+    n = sum(1 for x in session.nodes.values() if x.type in MESSAGE_NODE_TYPES)
     session.add(
         EvidenceNode(
             id=f"message:{session.trace_id}:{n + 1}",
@@ -182,21 +193,7 @@ def _response_text(session: Session, e: AgentEvent) -> None:
     text = gemini_response_text(e.attrs.get("response_text"))
     if text is None or text in REDACTED:
         return
-    n = sum(1 for x in session.nodes.values() if x.type in _MESSAGE_TYPES)
-    session.add(
-        EvidenceNode(
-            id=f"message:{session.trace_id}:{n + 1}",
-            type="assistant_message",
-            session=session.id,
-            label=text.strip().splitlines()[0][:80],
-            time=e.time,
-            records=[e.record],
-            data={"role": "assistant", "text": text, "tool_calls": []},
-        )
-    )
-
-
-_MESSAGE_TYPES = ("user_message", "assistant_message", "control")
+    _new_message(session, e, "assistant_message", "assistant", text)
 
 
 def _model_call(session: Session, e: AgentEvent) -> None:

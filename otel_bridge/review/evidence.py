@@ -27,7 +27,7 @@ import dataclasses
 import json
 import os
 from collections import Counter, defaultdict
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -325,13 +325,19 @@ def process_node(session: Session, index: GraphIndex, pid: str, records: Records
     )
 
 
-def descendants(index: GraphIndex, roots: Iterable[str]) -> list[str]:
-    """``roots`` and every process they (transitively) spawned, in discovery order."""
+def descendants(
+    index: GraphIndex, roots: Iterable[str], stop: Callable[[str], bool] | None = None
+) -> list[str]:
+    """``roots`` and every process they (transitively) spawned, in discovery order; a
+    descendant for which ``stop`` says so is left out, with its own descendants."""
     seen: list[str] = []
-    stack = list(roots)
+    first = set(roots)
+    stack = list(first)
     while stack:
         pid = stack.pop()
         if pid in seen or pid not in index.nodes:
+            continue
+        if stop is not None and pid not in first and stop(pid):
             continue
         seen.append(pid)
         stack.extend(e.target for e in index.out_edges(pid, ("spawned",)))
@@ -385,10 +391,6 @@ def tool_call_node(session: Session, rid: str, span: Span, index: GraphIndex) ->
 Window = tuple[int, int, "Session"]
 """A traced prompt: the start and end of its Claude Code spans, and the session they make."""
 
-MESSAGE_TYPES_MOVED = frozenset({"user_message", "assistant_message", "control"})
-"""Nodes of a log session that a traced prompt's spans do not carry (its prompt text): moved
-into the span session, not dropped."""
-
 
 def traced_prompts(sessions: Iterable[Session]) -> dict[str, list[Window]]:
     """The prompts Claude Code's own spans told: ``session.id`` (stated on a span or its
@@ -433,7 +435,7 @@ def untraced_part(session: Session, windows: list[Window]) -> Session | None:
         if window is None:
             continue
         del session.nodes[nid]
-        if node.type in MESSAGE_TYPES_MOVED:
+        if node.type in MESSAGE_NODE_TYPES:  # the prompt's text, which spans do not carry
             window[2].add(dataclasses.replace(node, session=window[2].id))
         elif node.type == "tool_call":
             _fill_from_log(window[2], node)
@@ -617,7 +619,7 @@ def link_agent_processes(
             and session.owner.get(link.target, link.target) == link.target  # not a call's
         ]
         own = [link for link in links if _stated_by(index, link.target, stated)]
-        if not own:  # not told by this session: not another instance's that another one states
+        if not own and len(links) > 1:  # not another instance's that another session states
             theirs = {p for r in others if agent in r.agents for p in stated_pids(r)}
             own = [link for link in links if not _stated_by(index, link.target, theirs)]
         for link in own or links:  # another instance's process is not this session's emitter
@@ -641,7 +643,8 @@ def add_agent_processes(
     """Processes the agent process spawned that no tool call's link claims.
 
     ``claimed`` holds every process some session's tool call owns; ``rivals`` are every
-    session (who shares an agent process is read from them).
+    session (who shares an agent process is read from them: :func:`link_agent_processes` has
+    run for every one of them first).
     A child of an agent process no other session shares is this session's: a tool call's when
     exactly one call's window holds its start (rule ``tool_window``), ``ambiguous`` when several
     do (``tool_window_ambiguous``), else ``undeclared`` (``agent_child``). When other sessions
@@ -652,7 +655,6 @@ def add_agent_processes(
     (``outside_session_windows``): ``ambiguous`` in each of them, its effects contested; one
     session and no call: ``undeclared`` (``session_window``). No guess in any case.
     """
-    link_agent_processes(session, index, records, rivals=rivals)
     others = [r for r in rivals if r is not session]
     if context is None:
         context = context_links(index)
@@ -679,26 +681,7 @@ def add_agent_processes(
                 found = _placed(session, holders, start, bool(sharing))
             if found is None:
                 continue  # another session's
-            role, rule, candidates, sessions = found
-            for pid in _subtree(index, child, session, carried):
-                if pid in claimed or pid in session.owner:
-                    continue
-                proc = process_node(session, index, pid, records)
-                proc.data["role"], proc.data["rule"] = role, rule
-                if role != "tool":
-                    if role == "ambiguous":  # not one call's or session's, and not undeclared
-                        proc.data["candidates"] = candidates
-                    if len(sessions) > 1:  # its effects are no one session's either
-                        session.contested_processes[pid] = sessions
-                    session.owner[pid] = child
-                    continue
-                # started inside a tool call but not linked to it (its context was not seen):
-                # attributed to the call by time, an inference (rule tool_window)
-                tool = session.nodes[candidates[0]]
-                proc.data["tool_call"] = tool.id
-                tool.data["processes"].append(pid)
-                session.owner[pid] = tool.id
-                session.window_owned.add(pid)
+            _claim(session, index, records, claimed, root=child, found=found, carried=carried)
     add_context_processes(
         session, index, records, claimed, others=others, context=context, carried=carried
     )
@@ -729,23 +712,57 @@ def _carried(context: list[GEdge], sessions: list[Session]) -> dict[str, dict[st
     return carried
 
 
+Placement = tuple[str, str, list[str], list[str]]
+"""Where a process belongs: ``(role, rule, candidates, sessions)`` (:func:`_placed`)."""
+
+
+def _claim(
+    session: Session,
+    index: GraphIndex,
+    records: Records,
+    claimed: set[str],
+    *,
+    root: str,
+    found: Placement,
+    carried: Mapping[str, Mapping[str, str]],
+) -> None:
+    """Make ``root`` and its subtree (:func:`_subtree`; not those already owned) this session's
+    process runs, placed as ``found`` says: a ``tool`` role gives them to that call (by time, an
+    inference: rule ``tool_window``); ``ambiguous`` names its candidates; a placement of several
+    sessions contests their effects."""
+    role, rule, candidates, sessions = found
+    for pid in _subtree(index, root, session, carried):
+        if pid in claimed or pid in session.owner:
+            continue
+        proc = process_node(session, index, pid, records)
+        proc.data["role"], proc.data["rule"] = role, rule
+        if role != "tool":
+            if role == "ambiguous":  # not one call's or session's, and not undeclared
+                proc.data["candidates"] = candidates
+            if len(sessions) > 1:  # its effects are no one session's either
+                session.contested_processes[pid] = sessions
+            session.owner[pid] = root
+            continue
+        # started inside a tool call but not linked to it (its context was not seen):
+        # attributed to the call by time, an inference (rule tool_window)
+        tool = session.nodes[candidates[0]]
+        proc.data["tool_call"] = tool.id
+        tool.data["processes"].append(pid)
+        session.owner[pid] = tool.id
+        session.window_owned.add(pid)
+
+
 def _subtree(
     index: GraphIndex, root: str, session: Session, carried: Mapping[str, Mapping[str, str]]
 ) -> list[str]:
     """``root`` and its descendants, less the subtrees of processes that carried another
     session's trace context and not this one's (those are that session's)."""
-    out: list[str] = []
-    stack = [root]
-    while stack:
-        pid = stack.pop()
-        if pid in out or pid not in index.nodes:
-            continue
+
+    def elsewhere(pid: str) -> bool:
         traces = carried.get(pid)
-        if pid != root and traces and session.id not in traces:
-            continue  # the context of another session: placed there
-        out.append(pid)
-        stack.extend(e.target for e in index.out_edges(pid, ("spawned",)))
-    return out
+        return traces is not None and bool(traces) and session.id not in traces
+
+    return descendants(index, [root], elsewhere)
 
 
 def add_context_processes(
@@ -784,17 +801,12 @@ def add_context_processes(
             sharing = sorted([session.id, *rivals]) if rivals else []
         else:
             continue
-        for pid in _subtree(index, root, session, carried):
-            if pid in claimed or pid in session.owner:
-                continue
-            proc = process_node(session, index, pid, records)
-            if sharing:
-                proc.data["role"], proc.data["rule"] = "ambiguous", "agent_context_ambiguous"
-                proc.data["candidates"] = sharing
-                session.contested_processes[pid] = sharing
-            else:
-                proc.data["role"], proc.data["rule"] = "undeclared", "agent_context"
-            session.owner[pid] = root
+        found: Placement = (
+            ("ambiguous", "agent_context_ambiguous", sharing, sharing)
+            if sharing
+            else ("undeclared", "agent_context", [], [session.id])
+        )
+        _claim(session, index, records, claimed, root=root, found=found, carried=carried)
 
 
 def _spawned_by(index: GraphIndex, pid: str, parents: set[str]) -> bool:
@@ -835,7 +847,7 @@ def _placed(
     shared: bool,
     *,
     write: bool = False,
-) -> tuple[str, str, list[str], list[str]] | None:
+) -> Placement | None:
     """Where a child of the agent process that started at ``start`` belongs, seen from
     ``session``: ``(role, rule, candidates, sessions)``, or None when it is another session's.
 
@@ -1078,6 +1090,8 @@ def _inside(path: str, session: Session, memo: dict[str, bool]) -> bool:
 
 
 MESSAGE_TYPES = {"user": "user_message", "assistant": "assistant_message", "system": "control"}
+MESSAGE_NODE_TYPES = frozenset(MESSAGE_TYPES.values())
+"""The evidence node types of messages."""
 
 
 def add_messages(session: Session, records: Records) -> None:

@@ -214,14 +214,15 @@ def _unattributed_text(attrs: Mapping[str, Any]) -> bool:
 def gemini_response_text(raw: Any) -> str | None:
     """The model's text in a Gemini CLI ``api_response``'s ``response_text``: the text parts of
     its candidates (the JSON of a response, or of the list of a stream's responses, as Gemini
-    CLI logs them since mid-2025; thought parts and function calls are not text), or the plain
-    text older versions logged. None when there is none."""
+    CLI logs them since mid-2025; thought parts and function calls are not text); a value that is
+    not JSON is the text itself (as versions before mid-2025 logged it; those state no ``role``,
+    so their responses are not read as the agent's). None when there is none."""
     if not isinstance(raw, str) or not raw.strip():
         return None
     try:
         doc = json.loads(raw)
     except ValueError:
-        return raw  # the plain text of an older version
+        return raw  # not JSON: the text itself
     responses = doc if isinstance(doc, list) else [doc]
     texts: list[str] = []
     for response in responses:
